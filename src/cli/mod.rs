@@ -1,0 +1,182 @@
+//! The command line: argument definitions and dispatch. One module per command group.
+
+mod output;
+mod pipeline;
+mod runs;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{Overrides, Workspace};
+use crate::dag::GraphFormat;
+use crate::error::{Error, exit};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kavi",
+    version,
+    about = "A declarative pipeline runner for governed, agent-built code"
+)]
+pub struct Cli {
+    /// The workspace root (default: the nearest folder upwards holding kavi.toml, else the current one).
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// The ledger file (overrides kavi.toml and KAVI_LEDGER).
+    #[arg(long, global = true, value_name = "FILE")]
+    ledger: Option<PathBuf>,
+    /// Log format on stderr; the level comes from RUST_LOG (default: warn).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run, check, plan or draw a pipeline.
+    #[command(subcommand)]
+    Pipeline(PipelineCommand),
+    /// Inspect recorded runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Inspect stored spec texts.
+    #[command(subcommand)]
+    Spec(SpecCommand),
+}
+
+#[derive(Debug, Args)]
+struct PipelineArgs {
+    /// A pipeline file, or a name looked up in the workspace's pipelines/ folder.
+    file: String,
+    /// Set a parameter (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::spec::parse_set)]
+    sets: Vec<(String, String)>,
+}
+
+#[derive(Debug, Subcommand)]
+enum PipelineCommand {
+    /// Run a pipeline and record it in the ledger.
+    Run {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// How many nodes may run at once (default: from config, else the number of CPUs).
+        #[arg(long, short)]
+        jobs: Option<usize>,
+        /// Print the recorded run as JSON instead of progress lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a pipeline without running it.
+    Check {
+        /// A pipeline file, or a name looked up in pipelines/.
+        file: String,
+    },
+    /// Show what would run, in order, without running anything.
+    Plan {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the pipeline's graph.
+    Graph {
+        /// A pipeline file, or a name looked up in pipelines/.
+        file: String,
+        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+        format: GraphFormat,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// List runs, newest first.
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run and every node run in it.
+    Show {
+        /// A run id, or `latest`.
+        #[arg(default_value = "latest")]
+        run: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SpecCommand {
+    /// Print the spec text recorded under a hash (`sha256:...`, or a unique prefix).
+    Show { hash: String },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return exit::ENVIRONMENT;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<i32, Error> {
+    let jobs = match &cli.command {
+        Command::Pipeline(PipelineCommand::Run { jobs, .. }) => *jobs,
+        _ => None,
+    };
+    let overrides = Overrides {
+        ledger: cli.ledger.clone(),
+        jobs,
+    };
+    let workspace = Workspace::load(cli.workspace.as_deref(), &overrides)?;
+    match cli.command {
+        Command::Pipeline(command) => match command {
+            PipelineCommand::Run { pipeline, json, .. } => {
+                pipeline::run(&workspace, &pipeline.file, &pipeline.sets, json).await
+            }
+            PipelineCommand::Check { file } => pipeline::check(&workspace, &file),
+            PipelineCommand::Plan { pipeline, json } => {
+                pipeline::plan(&workspace, &pipeline.file, &pipeline.sets, json)
+            }
+            PipelineCommand::Graph { file, format } => pipeline::graph(&workspace, &file, format),
+        },
+        Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
+        Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
+        Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
+    }
+}

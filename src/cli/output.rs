@@ -1,0 +1,122 @@
+//! Human output: durations, tables, and the console observer that prints node progress.
+
+use std::io::Write;
+use std::time::Duration;
+
+use crate::executor::{Event, Observer};
+use crate::state::NodeState;
+
+pub fn duration_ms(ms: i64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.2}s", ms as f64 / 1000.0)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+pub fn duration(d: Duration) -> String {
+    duration_ms(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A short form of a `sha256:<hex>` hash for tables.
+pub fn short_hash(hash: &str) -> String {
+    let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
+}
+
+/// Prints rows with columns padded to the widest cell.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A mark that makes each state distinct at a glance; a skipped node never looks passed.
+pub fn mark(state: NodeState) -> &'static str {
+    match state {
+        NodeState::Succeeded => "ok",
+        NodeState::Cached => "cached",
+        NodeState::Skipped => "skip",
+        NodeState::Failed => "FAIL",
+        NodeState::TimedOut => "TIME",
+        NodeState::Blocked => "BLOCK",
+        NodeState::Cancelled => "CANCEL",
+        NodeState::Interrupted => "INTR",
+        NodeState::AwaitingReview => "REVIEW",
+        NodeState::Pending | NodeState::Running => "..",
+    }
+}
+
+/// Prints one line per finished node to stdout, as it happens.
+pub struct Console {
+    pub quiet: bool,
+}
+
+impl Observer for Console {
+    fn event(&mut self, event: &Event<'_>) {
+        if self.quiet {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = match event {
+            Event::RunStarted {
+                run_id,
+                pipeline,
+                spec_hash,
+                nodes,
+            } => writeln!(
+                out,
+                "run {run_id}: {pipeline} ({nodes} nodes, spec {})",
+                short_hash(spec_hash)
+            ),
+            Event::NodeStarted { .. } => Ok(()),
+            Event::NodeFinished {
+                node,
+                attempt,
+                state,
+                duration: took,
+                detail,
+                will_retry,
+            } => {
+                let mut line = format!("  {:<6} {node}", mark(*state));
+                if *attempt > 1 {
+                    line.push_str(&format!(" (attempt {attempt})"));
+                }
+                line.push_str(&format!(" {state}"));
+                if let Some(took) = took {
+                    line.push_str(&format!(" in {}", duration(*took)));
+                }
+                if let Some(detail) = detail {
+                    line.push_str(&format!(": {detail}"));
+                }
+                if *will_retry {
+                    line.push_str(" (will retry)");
+                }
+                writeln!(out, "{line}")
+            }
+        };
+    }
+}

@@ -1,0 +1,285 @@
+//! `kavi pipeline run|check|plan|graph`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::output::{Console, duration_ms, short_hash, table};
+use crate::config::Workspace;
+use crate::dag::{self, Dag, GraphFormat};
+use crate::diagnostic::Diagnostics;
+use crate::error::{Error, exit};
+use crate::executor::{self, Environment};
+use crate::ledger::{ArtifactStore, Ledger};
+use crate::spec::{self, Pipeline};
+use crate::state::{NodeState, RunStatus};
+use crate::template::TemplateEngine;
+
+/// How a pipeline file is named in messages: relative to the workspace when inside it.
+fn display_path(root: &Path, path: &Path) -> PathBuf {
+    let absolute = std::env::current_dir().map_or_else(|_| path.to_owned(), |cwd| cwd.join(path));
+    absolute
+        .strip_prefix(root)
+        .map_or_else(|_| path.to_owned(), Path::to_owned)
+}
+
+fn load(workspace: &Workspace, file: &str) -> Result<(Pipeline, Arc<TemplateEngine>), Error> {
+    let path = spec::resolve_pipeline_path(&workspace.root, file)?;
+    let templates = Arc::new(TemplateEngine::new(&workspace.templates_dir()));
+    let pipeline = spec::load_pipeline(&path, &display_path(&workspace.root, &path), &templates)?;
+    Ok((pipeline, templates))
+}
+
+fn resolve_params(
+    pipeline: &Pipeline,
+    sets: &[(String, String)],
+) -> Result<serde_json::Map<String, Value>, Error> {
+    spec::resolve_params(&pipeline.params, sets)
+        .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
+}
+
+pub async fn run(
+    workspace: &Workspace,
+    file: &str,
+    sets: &[(String, String)],
+    json: bool,
+) -> Result<i32, Error> {
+    let (pipeline, templates) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    let params = resolve_params(&pipeline, sets)?;
+    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let artifacts =
+        ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
+            context: format!(
+                "failed to open the artifact store at {}",
+                workspace.config.artifacts.display()
+            ),
+            source,
+        })?;
+    let env = Environment {
+        workspace: Arc::from(workspace.root.as_path()),
+        templates,
+        artifacts,
+        config: json!({
+            "workspace": workspace.root,
+            "ledger": workspace.config.ledger,
+            "artifacts": workspace.config.artifacts,
+            "jobs": workspace.config.jobs,
+        }),
+        jobs: workspace.config.jobs,
+    };
+
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("cancelling: stopping running nodes (press Ctrl-C again to quit at once)");
+            on_signal.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                // The ledger shows this run as interrupted on the next start.
+                std::process::exit(exit::CANCELLED);
+            }
+        }
+    });
+
+    let mut console = Console { quiet: json };
+    let outcome = executor::execute(&dag, params, &env, &mut ledger, &mut console, cancel).await?;
+    let detail = ledger.run_detail(outcome.run_id)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&detail).expect("run detail serializes")
+        );
+    } else {
+        let mut counts: Vec<(NodeState, usize)> = Vec::new();
+        for node in final_attempts(&detail.nodes) {
+            match counts.iter_mut().find(|(s, _)| *s == node.state) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((node.state, 1)),
+            }
+        }
+        counts.sort_by_key(|(state, _)| NodeState::ALL.iter().position(|s| s == state));
+        let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        println!(
+            "run {} {} in {}: {}",
+            outcome.run_id,
+            outcome.status,
+            duration_ms(i64::try_from(outcome.duration_ms).unwrap_or(i64::MAX)),
+            counts.join(", ")
+        );
+        if outcome.status != RunStatus::Succeeded {
+            println!("see the details with: kavi runs show {}", outcome.run_id);
+        }
+    }
+    Ok(match outcome.status {
+        RunStatus::Succeeded => exit::SUCCESS,
+        RunStatus::Cancelled => exit::CANCELLED,
+        _ => exit::RUN_FAILED,
+    })
+}
+
+/// The last attempt of each node, in the order the ledger lists them.
+pub fn final_attempts(nodes: &[crate::ledger::NodeRunRow]) -> Vec<&crate::ledger::NodeRunRow> {
+    nodes
+        .iter()
+        .filter(|n| {
+            !nodes
+                .iter()
+                .any(|m| m.node_id == n.node_id && m.attempt > n.attempt)
+        })
+        .collect()
+}
+
+pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
+    let (pipeline, _) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    let stages = dag.stage.iter().max().map_or(0, |s| s + 1);
+    println!(
+        "{}: pipeline `{}` is valid ({}, {}, {})",
+        pipeline.source.path.display(),
+        pipeline.name,
+        plural(dag.len(), "node"),
+        plural(stages, "stage"),
+        plural(pipeline.params.len(), "parameter"),
+    );
+    Ok(exit::SUCCESS)
+}
+
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// Whether a `when` can be decided now: it can when it reads only parameters.
+fn decide_now(
+    dag: &Dag<'_>,
+    index: usize,
+    templates: &TemplateEngine,
+    params: &serde_json::Map<String, Value>,
+) -> Option<bool> {
+    let node = &dag.pipeline.nodes[index];
+    let when = node.when.as_ref()?;
+    let reads_only_params = node
+        .reads
+        .iter()
+        .filter(|(_, span)| *span == when.span())
+        .all(|(path, _)| path.starts_with("params"));
+    if !reads_only_params {
+        return None;
+    }
+    let context = minijinja::Value::from_serialize(json!({ "params": params }));
+    templates.eval_condition(when.get_ref(), &context).ok()
+}
+
+pub fn plan(
+    workspace: &Workspace,
+    file: &str,
+    sets: &[(String, String)],
+    json: bool,
+) -> Result<i32, Error> {
+    let (pipeline, templates) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    let params = resolve_params(&pipeline, sets)?;
+    let stage_count = dag.stage.iter().max().map_or(0, |s| s + 1);
+    let mut stages: Vec<Vec<usize>> = vec![Vec::new(); stage_count];
+    for &i in &dag.order {
+        stages[dag.stage[i]].push(i);
+    }
+    if json {
+        let stages: Vec<Value> = stages
+            .iter()
+            .map(|nodes| {
+                Value::Array(
+                    nodes
+                        .iter()
+                        .map(|&i| {
+                            let node = &pipeline.nodes[i];
+                            json!({
+                                "id": node.id,
+                                "kind": node.kind,
+                                "needs": node.needs.iter().map(|n| n.get_ref()).collect::<Vec<_>>(),
+                                "when": node.when.as_ref().map(|w| w.get_ref()),
+                                "runs_if_known": decide_now(&dag, i, &templates, &params),
+                                "action": node.action.describe(),
+                            })
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let plan = json!({
+            "pipeline": pipeline.name,
+            "spec_hash": pipeline.spec_hash,
+            "params": params,
+            "stages": stages,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).expect("plan serializes")
+        );
+        return Ok(exit::SUCCESS);
+    }
+    println!(
+        "plan for `{}`: {} nodes in {stage_count} stages (spec {})",
+        pipeline.name,
+        dag.len(),
+        short_hash(&pipeline.spec_hash)
+    );
+    for (name, value) in &params {
+        println!("  param {name} = {value}");
+    }
+    for (s, nodes) in stages.iter().enumerate() {
+        println!("stage {}:", s + 1);
+        let rows: Vec<Vec<String>> = nodes
+            .iter()
+            .map(|&i| {
+                let node = &pipeline.nodes[i];
+                let mut notes = Vec::new();
+                if !node.needs.is_empty() {
+                    let needs: Vec<&str> =
+                        node.needs.iter().map(|n| n.get_ref().as_str()).collect();
+                    notes.push(format!("needs {}", needs.join(", ")));
+                }
+                if let Some(when) = &node.when {
+                    let verdict = match decide_now(&dag, i, &templates, &params) {
+                        Some(true) => "true now",
+                        Some(false) => "false now: will be skipped",
+                        None => "decided at run time",
+                    };
+                    notes.push(format!("when {} ({verdict})", when.get_ref()));
+                }
+                if let Some(timeout) = node.timeout {
+                    notes.push(format!("timeout {}", humantime::format_duration(timeout)));
+                }
+                if node.retry.attempts > 1 {
+                    notes.push(format!("{} attempts", node.retry.attempts));
+                }
+                let notes = if notes.is_empty() {
+                    String::new()
+                } else {
+                    format!("[{}]", notes.join("; "))
+                };
+                vec![
+                    format!("  {}", node.id),
+                    node.kind.to_owned(),
+                    node.action.describe(),
+                    notes,
+                ]
+            })
+            .collect();
+        print!("{}", table(&rows));
+    }
+    Ok(exit::SUCCESS)
+}
+
+pub fn graph(workspace: &Workspace, file: &str, format: GraphFormat) -> Result<i32, Error> {
+    let (pipeline, _) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    print!("{}", dag::render_graph(&dag, format));
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,101 @@
+//! `kavi runs list|show` and `kavi spec show`.
+
+use super::output::{duration_ms, mark, short_hash, table};
+use crate::config::Workspace;
+use crate::error::{Error, exit};
+use crate::ledger::Ledger;
+
+fn open(workspace: &Workspace) -> Result<Ledger, Error> {
+    Ok(Ledger::open(&workspace.config.ledger)?)
+}
+
+pub fn list(workspace: &Workspace, limit: usize, json: bool) -> Result<i32, Error> {
+    let runs = open(workspace)?.list_runs(limit)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runs).expect("runs serialize")
+        );
+        return Ok(exit::SUCCESS);
+    }
+    if runs.is_empty() {
+        println!("no runs yet; start one with: kavi pipeline run <file>");
+        return Ok(exit::SUCCESS);
+    }
+    let mut rows = vec![
+        vec!["RUN", "STATUS", "PIPELINE", "STARTED", "DURATION", "SPEC"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>(),
+    ];
+    for run in &runs {
+        rows.push(vec![
+            run.id.to_string(),
+            run.status.to_string(),
+            run.pipeline.clone(),
+            run.started_at.clone(),
+            run.duration_ms.map_or_else(|| "-".into(), duration_ms),
+            short_hash(&run.spec_hash),
+        ]);
+    }
+    print!("{}", table(&rows));
+    Ok(exit::SUCCESS)
+}
+
+pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, Error> {
+    let ledger = open(workspace)?;
+    let detail = ledger.run_detail(ledger.resolve_run(reference)?)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&detail).expect("run detail serializes")
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let run = &detail.run;
+    println!("run {}: {} {}", run.id, run.pipeline, run.status);
+    println!("  spec      {} ({})", run.spec_hash, run.spec_path);
+    println!("  params    {}", run.params);
+    println!("  started   {}", run.started_at);
+    if let Some(finished) = &run.finished_at {
+        let took = run
+            .duration_ms
+            .map_or_else(String::new, |ms| format!(" ({})", duration_ms(ms)));
+        println!("  finished  {finished}{took}");
+    }
+    if let Some(error) = &run.error {
+        println!("  note      {error}");
+    }
+    println!();
+    let mut rows = vec![
+        vec![
+            "", "NODE", "KIND", "STATE", "TRY", "DURATION", "EXIT", "DETAIL",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>(),
+    ];
+    for node in &detail.nodes {
+        rows.push(vec![
+            mark(node.state).to_owned(),
+            node.node_id.clone(),
+            node.kind.clone(),
+            node.state.to_string(),
+            node.attempt.to_string(),
+            node.duration_ms.map_or_else(|| "-".into(), duration_ms),
+            node.exit_code.map_or_else(|| "-".into(), |c| c.to_string()),
+            node.error
+                .clone()
+                .or_else(|| node.reason.clone())
+                .unwrap_or_default(),
+        ]);
+    }
+    print!("{}", table(&rows));
+    Ok(exit::SUCCESS)
+}
+
+pub fn spec_show(workspace: &Workspace, hash: &str) -> Result<i32, Error> {
+    let (_, text) = open(workspace)?.spec_text(hash)?;
+    print!("{text}");
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,154 @@
+//! Workspace configuration, layered with figment:
+//! built-in defaults < `kavi.toml` < `KAVI_*` environment < command-line flags.
+//!
+//! The workspace root is the folder holding `kavi.toml` (searched upwards from the current
+//! folder, as cargo finds `Cargo.toml`), or the current folder when there is none. Relative
+//! paths in the configuration are resolved against the root.
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+pub const CONFIG_FILE: &str = "kavi.toml";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The SQLite ledger file.
+    pub ledger: PathBuf,
+    /// The content-addressed artifact store.
+    pub artifacts: PathBuf,
+    /// How many nodes may run at once.
+    pub jobs: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            ledger: PathBuf::from(".kavi/ledger.db"),
+            artifacts: PathBuf::from(".kavi/artifacts"),
+            jobs: std::thread::available_parallelism().map_or(1, usize::from),
+        }
+    }
+}
+
+/// Values given on the command line; only those given override the layers below.
+#[derive(Debug, Default, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid configuration: {0}")]
+    Invalid(Box<figment::Error>),
+    #[error("invalid configuration: `jobs` must be at least 1")]
+    ZeroJobs,
+    #[error("failed to read the current directory: {0}")]
+    CurrentDir(std::io::Error),
+    #[error("workspace {} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+}
+
+/// A resolved workspace: its root and its configuration with absolute paths.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    pub root: PathBuf,
+    pub config: Config,
+    pub config_file: Option<PathBuf>,
+}
+
+impl Workspace {
+    /// Finds the workspace from `explicit_root` or the current folder, then layers configuration.
+    pub fn load(explicit_root: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let cwd = std::env::current_dir().map_err(ConfigError::CurrentDir)?;
+        let root = match explicit_root {
+            Some(root) => {
+                let root = cwd.join(root);
+                if !root.is_dir() {
+                    return Err(ConfigError::NotADirectory(root));
+                }
+                root
+            }
+            None => cwd
+                .ancestors()
+                .find(|dir| dir.join(CONFIG_FILE).is_file())
+                .unwrap_or(&cwd)
+                .to_owned(),
+        };
+        let config_file = Some(root.join(CONFIG_FILE)).filter(|p| p.is_file());
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = &config_file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        let mut config: Config = figment
+            .merge(Env::prefixed("KAVI_").only(&["ledger", "artifacts", "jobs"]))
+            .merge(Serialized::defaults(overrides))
+            .extract()
+            .map_err(|e| ConfigError::Invalid(Box::new(e)))?;
+        if config.jobs == 0 {
+            return Err(ConfigError::ZeroJobs);
+        }
+        config.ledger = root.join(&config.ledger);
+        config.artifacts = root.join(&config.artifacts);
+        Ok(Self {
+            root,
+            config,
+            config_file,
+        })
+    }
+
+    pub fn templates_dir(&self) -> PathBuf {
+        self.root.join("templates")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[test]
+    #[expect(clippy::result_large_err, reason = "figment::Jail fixes the closure's error type")]
+    fn layers_apply_in_order_defaults_file_env_flags() {
+        Jail::expect_with(|jail| {
+            jail.create_file("kavi.toml", "jobs = 3\nledger = \"db/from-file.db\"\n")?;
+            let ws = Workspace::load(None, &Overrides::default()).unwrap();
+            assert_eq!(ws.config.jobs, 3);
+            assert!(ws.config.ledger.ends_with("db/from-file.db"));
+            assert!(ws.config.artifacts.ends_with(".kavi/artifacts"));
+
+            jail.set_env("KAVI_JOBS", "5");
+            assert_eq!(
+                Workspace::load(None, &Overrides::default())
+                    .unwrap()
+                    .config
+                    .jobs,
+                5
+            );
+
+            let flags = Overrides {
+                jobs: Some(7),
+                ledger: None,
+            };
+            assert_eq!(Workspace::load(None, &flags).unwrap().config.jobs, 7);
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[expect(clippy::result_large_err, reason = "figment::Jail fixes the closure's error type")]
+    fn unknown_keys_in_kavi_toml_are_refused() {
+        Jail::expect_with(|jail| {
+            jail.create_file("kavi.toml", "jobz = 3\n")?;
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("jobz"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,229 @@
+//! Compiling a validated pipeline into a petgraph DAG.
+//!
+//! Edges point from a dependency to its dependant. Compilation refuses cycles (naming every node
+//! on the cycle, in order) and templates that read the outputs of a node that is not upstream,
+//! which would otherwise depend on scheduling luck.
+
+mod render;
+
+use std::collections::{HashMap, HashSet};
+
+use petgraph::Direction;
+use petgraph::graph::{DiGraph, NodeIndex};
+
+pub use render::{GraphFormat, render_graph};
+
+use crate::diagnostic::Diagnostic;
+use crate::spec::{Pipeline, SpecError};
+
+/// A pipeline whose dependencies form a DAG. Graph node weights index `pipeline.nodes`.
+#[derive(Debug)]
+pub struct Dag<'p> {
+    pub pipeline: &'p Pipeline,
+    pub graph: DiGraph<usize, ()>,
+    /// A topological order, stable: ties go to the node declared first.
+    pub order: Vec<usize>,
+    /// Longest distance from a root, per node: nodes of one stage can run side by side.
+    pub stage: Vec<usize>,
+}
+
+impl<'p> Dag<'p> {
+    /// Indices of the nodes that `index` needs.
+    pub fn dependencies(&self, index: usize) -> impl Iterator<Item = usize> + '_ {
+        self.graph
+            .neighbors_directed(NodeIndex::new(index), Direction::Incoming)
+            .map(|n| self.graph[n])
+    }
+
+    /// Indices of the nodes that need `index`.
+    pub fn dependants(&self, index: usize) -> impl Iterator<Item = usize> + '_ {
+        self.graph
+            .neighbors_directed(NodeIndex::new(index), Direction::Outgoing)
+            .map(|n| self.graph[n])
+    }
+
+    pub fn len(&self) -> usize {
+        self.pipeline.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pipeline.nodes.is_empty()
+    }
+}
+
+pub fn compile(pipeline: &Pipeline) -> Result<Dag<'_>, SpecError> {
+    let index_of: HashMap<&str, usize> = pipeline
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id.as_str(), i))
+        .collect();
+    let mut graph = DiGraph::with_capacity(pipeline.nodes.len(), pipeline.nodes.len());
+    for i in 0..pipeline.nodes.len() {
+        graph.add_node(i);
+    }
+    for (i, node) in pipeline.nodes.iter().enumerate() {
+        let mut seen = HashSet::new();
+        for need in &node.needs {
+            let dep = index_of[need.get_ref().as_str()];
+            if seen.insert(dep) {
+                graph.add_edge(NodeIndex::new(dep), NodeIndex::new(i), ());
+            }
+        }
+    }
+
+    let order = stable_topological_order(&graph).map_err(|cycle| cycle_error(pipeline, &cycle))?;
+    let mut stage = vec![0; pipeline.nodes.len()];
+    for &i in &order {
+        let level = graph
+            .neighbors_directed(NodeIndex::new(i), Direction::Incoming)
+            .map(|d| stage[graph[d]] + 1)
+            .max()
+            .unwrap_or(0);
+        stage[i] = level;
+    }
+    let dag = Dag {
+        pipeline,
+        graph,
+        order,
+        stage,
+    };
+    check_node_reads(&dag, &index_of)?;
+    Ok(dag)
+}
+
+/// Kahn's algorithm with a min-heap, so the order is the same on every run. On a cycle, returns
+/// the nodes of one cycle, in dependency order.
+fn stable_topological_order(graph: &DiGraph<usize, ()>) -> Result<Vec<usize>, Vec<usize>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut indegree: Vec<usize> = graph
+        .node_indices()
+        .map(|n| graph.neighbors_directed(n, Direction::Incoming).count())
+        .collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = indegree
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d == 0)
+        .map(|(i, _)| Reverse(i))
+        .collect();
+    let mut order = Vec::with_capacity(indegree.len());
+    while let Some(Reverse(i)) = ready.pop() {
+        order.push(i);
+        for next in graph.neighbors_directed(NodeIndex::new(i), Direction::Outgoing) {
+            let d = &mut indegree[next.index()];
+            *d -= 1;
+            if *d == 0 {
+                ready.push(Reverse(next.index()));
+            }
+        }
+    }
+    if order.len() == indegree.len() {
+        return Ok(order);
+    }
+    // Every node left has an unfinished dependency; walking dependencies backwards from the
+    // first of them must revisit a node, and the walk from that node's first visit is a cycle.
+    let start = (0..indegree.len())
+        .find(|&i| indegree[i] > 0)
+        .expect("a node is left");
+    let mut path = vec![start];
+    let mut position = HashMap::from([(start, 0)]);
+    let mut current = start;
+    loop {
+        let previous = graph
+            .neighbors_directed(NodeIndex::new(current), Direction::Incoming)
+            .map(|n| n.index())
+            .filter(|&n| indegree[n] > 0)
+            .min()
+            .expect("a node on a cycle has an unfinished dependency");
+        if let Some(&at) = position.get(&previous) {
+            let mut cycle = path.split_off(at);
+            // The walk went from dependant to dependency; report dependencies first, starting
+            // from the node declared first so the message is the same however it was found.
+            cycle.reverse();
+            let first = (0..cycle.len())
+                .min_by_key(|&i| cycle[i])
+                .expect("a cycle has nodes");
+            cycle.rotate_left(first);
+            return Err(cycle);
+        }
+        position.insert(previous, path.len());
+        path.push(previous);
+        current = previous;
+    }
+}
+
+fn cycle_error(pipeline: &Pipeline, cycle: &[usize]) -> SpecError {
+    let names: Vec<&str> = cycle
+        .iter()
+        .map(|&i| pipeline.nodes[i].id.as_str())
+        .collect();
+    let mut path = names.join(" -> ");
+    path.push_str(" -> ");
+    path.push_str(names[0]);
+    // Point at the `needs` entry of the first node's dependant that closes the loop.
+    let second = &pipeline.nodes[cycle[1 % cycle.len()]];
+    let span = second
+        .needs
+        .iter()
+        .find(|n| n.get_ref() == names[0])
+        .map_or(second.span.clone(), |n| n.span());
+    Diagnostic::new(format!("dependency cycle: {path}"))
+        .at(&pipeline.source, span)
+        .with_help("each node in the cycle needs the one before it; remove one of these `needs`")
+        .into()
+}
+
+/// A node that reads `nodes.X` must have X upstream; otherwise X may not have run yet.
+fn check_node_reads(dag: &Dag<'_>, index_of: &HashMap<&str, usize>) -> Result<(), SpecError> {
+    let mut problems = Vec::new();
+    for (i, node) in dag.pipeline.nodes.iter().enumerate() {
+        let mut upstream: Option<HashSet<usize>> = None;
+        for (path, span) in &node.reads {
+            let mut parts = path.split('.');
+            if parts.next() != Some("nodes") {
+                continue;
+            }
+            let Some(target) = parts.next() else { continue };
+            let Some(&t) = index_of.get(target) else {
+                problems.push(
+                    Diagnostic::new(format!(
+                        "node `{}` reads `nodes.{target}`, which is not a node",
+                        node.id
+                    ))
+                    .at(&dag.pipeline.source, span.clone()),
+                );
+                continue;
+            };
+            let upstream = upstream.get_or_insert_with(|| ancestors(dag, i));
+            if !upstream.contains(&t) {
+                problems.push(
+                    Diagnostic::new(format!(
+                        "node `{}` reads the outputs of `{target}` but does not need it",
+                        node.id
+                    ))
+                    .at(&dag.pipeline.source, span.clone())
+                    .with_help(format!("add \"{target}\" to the `needs` of `{}`", node.id)),
+                );
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.into())
+    }
+}
+
+fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {
+    let mut seen = HashSet::new();
+    let mut stack = vec![index];
+    while let Some(i) = stack.pop() {
+        for dep in dag.dependencies(i) {
+            if seen.insert(dep) {
+                stack.push(dep);
+            }
+        }
+    }
+    seen
+}

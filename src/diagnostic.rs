@@ -1,0 +1,157 @@
+//! Errors that point into a source file.
+//!
+//! Every error that comes from a spec file carries the file and a byte span, attached where the
+//! error is made (as `just` does), so rendering can always show `file:line:col`, the source line
+//! and carets under the offending text.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The text of one spec file, shared by every diagnostic that points into it.
+#[derive(Debug)]
+pub struct SourceFile {
+    /// The path as the user named it (kept relative so messages stay short and stable).
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl SourceFile {
+    pub fn new(path: impl Into<PathBuf>, text: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            path: path.into(),
+            text: text.into(),
+        })
+    }
+
+    /// One-based line and column (in characters) of a byte offset.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let offset = floor_char_boundary(&self.text, offset.min(self.text.len()));
+        let before = &self.text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let col = self.text[line_start..offset].chars().count() + 1;
+        (line, col)
+    }
+}
+
+fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    offset
+}
+
+/// A message, optionally located in a file, with an optional hint on how to fix it.
+#[derive(Debug, Clone)]
+pub struct Diagnostic {
+    pub message: String,
+    pub location: Option<(Arc<SourceFile>, Range<usize>)>,
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            location: None,
+            help: None,
+        }
+    }
+
+    pub fn at(mut self, file: &Arc<SourceFile>, span: Range<usize>) -> Self {
+        self.location = Some((Arc::clone(file), span));
+        self
+    }
+
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// `path:line:col` of the diagnostic, if it has a location.
+    pub fn position(&self) -> Option<String> {
+        self.location.as_ref().map(|(file, span)| {
+            let (line, col) = file.line_col(span.start);
+            format!("{}:{line}:{col}", file.path.display())
+        })
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.location.as_ref().map(|(file, _)| file.path.as_path())
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some((file, span)) = &self.location {
+            let (line, col) = file.line_col(span.start);
+            let gutter = line.to_string().len();
+            let pad = " ".repeat(gutter);
+            let source_line = file.text.lines().nth(line - 1).unwrap_or("");
+            // Carets cover the span, but never run past the end of the first line it touches.
+            let line_chars = source_line.chars().count();
+            let span_chars = file
+                .text
+                .get(span.clone())
+                .map_or(1, |s| s.lines().next().unwrap_or("").chars().count());
+            let width = span_chars.clamp(1, (line_chars + 1).saturating_sub(col).max(1));
+            write!(
+                f,
+                "\n{pad}--> {}:{line}:{col}\n{pad} |\n{line} | {source_line}\n{pad} | {}{}",
+                file.path.display(),
+                " ".repeat(col - 1),
+                "^".repeat(width),
+            )?;
+        }
+        if let Some(help) = &self.help {
+            write!(f, "\n  = help: {help}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A list of diagnostics, reported together so one `check` shows every problem it found.
+#[derive(Debug, Clone)]
+pub struct Diagnostics(pub Vec<Diagnostic>);
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, diagnostic) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, "\n\nerror: ")?;
+            }
+            write!(f, "{diagnostic}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_are_one_based_and_count_characters() {
+        let file = SourceFile::new("p.toml", "a = 1\nbé = 2\n");
+        assert_eq!(file.line_col(0), (1, 1));
+        assert_eq!(file.line_col(6), (2, 1));
+        // 'é' is two bytes: the '=' after "bé " is column 4.
+        assert_eq!(file.line_col(10), (2, 4));
+    }
+
+    #[test]
+    fn rendering_shows_position_source_line_and_carets() {
+        let file = SourceFile::new("pipelines/x.toml", "[nodes.a]\nrn = [\"true\"]\n");
+        let d = Diagnostic::new("unknown field `rn`")
+            .at(&file, 10..12)
+            .with_help("did you mean `run`?");
+        assert_eq!(
+            d.to_string(),
+            "unknown field `rn`\n --> pipelines/x.toml:2:1\n  |\n2 | rn = [\"true\"]\n  | ^^\n  = help: did you mean `run`?"
+        );
+        assert_eq!(d.position().as_deref(), Some("pipelines/x.toml:2:1"));
+    }
+}

@@ -1,0 +1,55 @@
+//! The top-level error, and the exit code each kind of failure maps to.
+
+use crate::config::ConfigError;
+use crate::ledger::LedgerError;
+use crate::spec::SpecError;
+
+/// Documented exit codes (see docs/exit-codes.md).
+pub mod exit {
+    /// Everything asked for succeeded.
+    pub const SUCCESS: i32 = 0;
+    /// A run finished, and failed: a node failed, timed out or was blocked.
+    pub const RUN_FAILED: i32 = 1;
+    /// The command line was wrong (unknown flag, bad `--set`, ...).
+    pub const USAGE: i32 = 2;
+    /// A spec is invalid: malformed TOML, unknown field, cycle, missing parameter, ...
+    pub const INVALID_SPEC: i32 = 3;
+    /// The workspace could not be used: configuration, ledger, or file system.
+    pub const ENVIRONMENT: i32 = 4;
+    /// A run or record named on the command line does not exist.
+    pub const NOT_FOUND: i32 = 5;
+    /// The run was cancelled (Ctrl-C); 128 + SIGINT, as shells report it.
+    pub const CANCELLED: i32 = 130;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) | Error::Io { .. } => exit::ENVIRONMENT,
+            Error::Spec(SpecError::NotFound { .. }) => exit::NOT_FOUND,
+            Error::Spec(_) => exit::INVALID_SPEC,
+            Error::Ledger(LedgerError::RunNotFound(_) | LedgerError::SpecNotFound(_)) => {
+                exit::NOT_FOUND
+            }
+            Error::Ledger(_) => exit::ENVIRONMENT,
+            Error::Usage(_) => exit::USAGE,
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! The generic executor: runs a compiled DAG on tokio and records every node run in the ledger.
+//!
+//! One loop owns the ledger and the scheduling state; node attempts run as tasks. Ready nodes
+//! start in declaration order, up to `jobs` at a time. A node whose dependency failed is
+//! `blocked`; one whose dependency was skipped, or whose `when` is false, is `skipped`. Timeouts
+//! and cancellation reach the node through a cancel token, and the node stops what it started.
+//!
+//! Display hangs off [`Observer`] events, so the executor never prints (moon's subscriber shape).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::dag::Dag;
+use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord};
+use crate::nodes::{NodeContext, NodeOutcome};
+use crate::spec::OnFailure;
+use crate::state::{NodeState, RunStatus};
+use crate::template::TemplateEngine;
+
+/// Something worth telling the user about, as it happens.
+#[derive(Debug)]
+pub enum Event<'a> {
+    RunStarted {
+        run_id: i64,
+        pipeline: &'a str,
+        spec_hash: &'a str,
+        nodes: usize,
+    },
+    NodeStarted {
+        node: &'a str,
+        attempt: u32,
+    },
+    NodeFinished {
+        node: &'a str,
+        attempt: u32,
+        state: NodeState,
+        duration: Option<Duration>,
+        detail: Option<&'a str>,
+        will_retry: bool,
+    },
+}
+
+pub trait Observer {
+    fn event(&mut self, event: &Event<'_>);
+}
+
+/// What the executor needs besides the DAG.
+pub struct Environment {
+    pub workspace: Arc<Path>,
+    pub templates: Arc<TemplateEngine>,
+    pub artifacts: ArtifactStore,
+    /// Exposed to templates as `config`.
+    pub config: Value,
+    pub jobs: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunOutcome {
+    pub run_id: i64,
+    pub status: RunStatus,
+    pub duration_ms: u128,
+}
+
+struct Finished {
+    index: usize,
+    attempt: u32,
+    outcome: NodeOutcome,
+    duration: Duration,
+}
+
+/// What the loop knows about one node.
+struct Slot {
+    state: Option<NodeState>,
+    waiting_on: usize,
+    entry: Value,
+}
+
+pub struct Executor<'a> {
+    dag: &'a Dag<'a>,
+    env: &'a Environment,
+    ledger: &'a mut Ledger,
+    observer: &'a mut dyn Observer,
+    params: Value,
+    run_id: i64,
+    slots: Vec<Slot>,
+    ready: BinaryHeap<Reverse<usize>>,
+    to_start: BinaryHeap<Reverse<(usize, u32)>>,
+    retries: BinaryHeap<Reverse<(Instant, usize, u32)>>,
+    running: JoinSet<Finished>,
+    run_cancel: CancellationToken,
+    stop_reason: Option<String>,
+    failed: bool,
+}
+
+/// Runs `dag` with resolved `params`, recording it as a new run. `cancel` stops the run
+/// (Ctrl-C): running nodes are stopped and recorded as cancelled, unstarted ones too.
+pub async fn execute(
+    dag: &Dag<'_>,
+    params: serde_json::Map<String, Value>,
+    env: &Environment,
+    ledger: &mut Ledger,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, LedgerError> {
+    let pipeline = dag.pipeline;
+    let params = Value::Object(params);
+    let node_list: Vec<(&str, &str)> = pipeline
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.kind))
+        .collect();
+    let (run_id, _lock) = ledger.create_run(NewRun {
+        pipeline: &pipeline.name,
+        spec_path: &pipeline.source.path.display().to_string(),
+        spec_hash: &pipeline.spec_hash,
+        spec_text: &pipeline.source.text,
+        params: &params,
+        parent_run: None,
+        nodes: &node_list,
+    })?;
+    observer.event(&Event::RunStarted {
+        run_id,
+        pipeline: &pipeline.name,
+        spec_hash: &pipeline.spec_hash,
+        nodes: pipeline.nodes.len(),
+    });
+    let started = Instant::now();
+    let mut executor = Executor {
+        dag,
+        env,
+        ledger,
+        observer,
+        params,
+        run_id,
+        slots: (0..dag.len())
+            .map(|i| Slot {
+                state: None,
+                waiting_on: dag.dependencies(i).count(),
+                entry: Value::Null,
+            })
+            .collect(),
+        ready: BinaryHeap::new(),
+        to_start: BinaryHeap::new(),
+        retries: BinaryHeap::new(),
+        running: JoinSet::new(),
+        run_cancel: cancel,
+        stop_reason: None,
+        failed: false,
+    };
+    let result = executor.run_loop().await;
+    if result.is_err() {
+        // The ledger failed under us: stop everything we started before reporting it.
+        executor.run_cancel.cancel();
+        while executor.running.join_next().await.is_some() {}
+    }
+    result?;
+    let status = if executor.run_cancel.is_cancelled() {
+        RunStatus::Cancelled
+    } else if executor.failed {
+        RunStatus::Failed
+    } else {
+        RunStatus::Succeeded
+    };
+    let error = match status {
+        RunStatus::Cancelled => Some("cancelled by the user".to_owned()),
+        _ => executor.stop_reason.clone(),
+    };
+    let duration = started.elapsed();
+    executor
+        .ledger
+        .finish_run(run_id, status, duration, error.as_deref())?;
+    Ok(RunOutcome {
+        run_id,
+        status,
+        duration_ms: duration.as_millis(),
+    })
+}
+
+impl Executor<'_> {
+    async fn run_loop(&mut self) -> Result<(), LedgerError> {
+        for i in 0..self.slots.len() {
+            if self.slots[i].waiting_on == 0 {
+                self.ready.push(Reverse(i));
+            }
+        }
+        let mut done = 0;
+        while done < self.slots.len() {
+            done += self.settle_ready()?;
+            self.start_due_nodes()?;
+            if self.running.is_empty() && self.to_start.is_empty() && self.ready.is_empty() {
+                if let Some(Reverse((due, _, _))) = self.retries.peek() {
+                    let due = *due;
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due.into()) => {}
+                        () = self.run_cancel.cancelled() => self.stop("run cancelled"),
+                    }
+                    self.promote_due_retries();
+                    continue;
+                }
+                break;
+            }
+            let next_retry = self.retries.peek().map(|Reverse((due, _, _))| *due);
+            tokio::select! {
+                joined = self.running.join_next(), if !self.running.is_empty() => {
+                    let finished = joined.expect("join set is not empty").expect("node tasks do not panic");
+                    done += self.attempt_finished(finished)?;
+                }
+                () = sleep_until_opt(next_retry) => self.promote_due_retries(),
+                () = self.run_cancel.cancelled(), if self.stop_reason.is_none() => self.stop("run cancelled"),
+            }
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self, reason: &str) {
+        if self.stop_reason.is_none() {
+            self.stop_reason = Some(reason.to_owned());
+        }
+    }
+
+    fn promote_due_retries(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((due, index, attempt))) = self.retries.peek().copied() {
+            if due > now && self.stop_reason.is_none() {
+                break;
+            }
+            self.retries.pop();
+            self.to_start.push(Reverse((index, attempt)));
+        }
+    }
+
+    /// Decides every ready node: started later, or finished now without running (skipped,
+    /// blocked, cancelled, failed condition). Returns how many finished.
+    fn settle_ready(&mut self) -> Result<usize, LedgerError> {
+        let mut finished = 0;
+        while let Some(Reverse(index)) = self.ready.pop() {
+            let node = &self.dag.pipeline.nodes[index];
+            let verdict = if let Some(reason) = &self.stop_reason {
+                Some((NodeState::Cancelled, format!("not started: {reason}")))
+            } else {
+                self.dependency_verdict(index)
+            };
+            let verdict = match verdict {
+                Some(v) => Some(v),
+                None => match &node.when {
+                    None => None,
+                    Some(when) => {
+                        let context = self.context_for(index);
+                        match self.env.templates.eval_condition(when.get_ref(), &context) {
+                            Ok(true) => None,
+                            Ok(false) => Some((
+                                NodeState::Skipped,
+                                format!("`when` is false: {}", when.get_ref()),
+                            )),
+                            Err(e) => Some((
+                                NodeState::Failed,
+                                format!(
+                                    "failed to evaluate `when`: {}",
+                                    crate::template::describe_error(&e)
+                                ),
+                            )),
+                        }
+                    }
+                },
+            };
+            match verdict {
+                None => self.to_start.push(Reverse((index, 1))),
+                Some((state, text)) => {
+                    let (error, reason) = if state == NodeState::Failed {
+                        (Some(text), None)
+                    } else {
+                        (None, Some(text))
+                    };
+                    self.finish_without_running(index, state, error.as_deref(), reason.as_deref())?;
+                    finished += 1;
+                }
+            }
+        }
+        Ok(finished)
+    }
+
+    /// Why a node cannot run because of its dependencies, if it cannot.
+    fn dependency_verdict(&self, index: usize) -> Option<(NodeState, String)> {
+        let nodes = &self.dag.pipeline.nodes;
+        let mut deps: Vec<usize> = self.dag.dependencies(index).collect();
+        deps.sort_unstable();
+        for &dep in &deps {
+            let state = self.slots[dep].state.expect("dependencies finish first");
+            let continues = nodes[dep].on_failure == OnFailure::Continue;
+            if !state.is_success() && state != NodeState::Skipped && !continues {
+                return Some((
+                    NodeState::Blocked,
+                    format!("needs `{}`, which {}", nodes[dep].id, describe_state(state)),
+                ));
+            }
+        }
+        deps.iter()
+            .find(|&&dep| self.slots[dep].state == Some(NodeState::Skipped))
+            .map(|&dep| {
+                (
+                    NodeState::Skipped,
+                    format!("needs `{}`, which was skipped", nodes[dep].id),
+                )
+            })
+    }
+
+    fn start_due_nodes(&mut self) -> Result<(), LedgerError> {
+        while self.running.len() < self.env.jobs.max(1) {
+            let Some(Reverse((index, attempt))) = self.to_start.pop() else {
+                break;
+            };
+            if let Some(reason) = self.stop_reason.clone() {
+                self.finish_without_running_attempt(
+                    index,
+                    attempt,
+                    NodeState::Cancelled,
+                    None,
+                    Some(&format!("not started: {reason}")),
+                )?;
+                self.mark_done(index, NodeState::Cancelled);
+                continue;
+            }
+            self.spawn_attempt(index, attempt)?;
+        }
+        Ok(())
+    }
+
+    fn spawn_attempt(&mut self, index: usize, attempt: u32) -> Result<(), LedgerError> {
+        let node = &self.dag.pipeline.nodes[index];
+        self.ledger
+            .start_node(self.run_id, &node.id, node.kind, attempt)?;
+        tracing::debug!(run = self.run_id, node = %node.id, attempt, "node started");
+        self.observer.event(&Event::NodeStarted {
+            node: &node.id,
+            attempt,
+        });
+        let action = Arc::clone(&node.action);
+        let node_id = node.id.clone();
+        let timeout = node.timeout;
+        let vars = self.context_for(index);
+        let workspace = Arc::clone(&self.env.workspace);
+        let templates = Arc::clone(&self.env.templates);
+        let artifacts = self.env.artifacts.clone();
+        let cancel = self.run_cancel.child_token();
+        let run_id = self.run_id;
+        self.running.spawn(async move {
+            let started = Instant::now();
+            let ctx = NodeContext {
+                node_id: &node_id,
+                run_id,
+                workspace: &workspace,
+                templates: &templates,
+                vars: &vars,
+                artifacts: &artifacts,
+                cancel: cancel.clone(),
+            };
+            let run = action.run(&ctx);
+            tokio::pin!(run);
+            let mut outcome = match timeout {
+                None => run.await,
+                Some(limit) => tokio::select! {
+                    outcome = &mut run => outcome,
+                    () = tokio::time::sleep(limit) => {
+                        cancel.cancel();
+                        let mut outcome = run.await;
+                        if outcome.state == NodeState::Cancelled {
+                            outcome.state = NodeState::TimedOut;
+                            outcome.error = Some(format!("timed out after {}", humantime::format_duration(limit)));
+                        }
+                        outcome
+                    }
+                },
+            };
+            if outcome.state == NodeState::Cancelled && outcome.error.is_none() {
+                outcome.error = Some("cancelled while running".into());
+            }
+            Finished { index, attempt, outcome, duration: started.elapsed() }
+        });
+        Ok(())
+    }
+
+    fn attempt_finished(&mut self, finished: Finished) -> Result<usize, LedgerError> {
+        let Finished {
+            index,
+            attempt,
+            outcome,
+            duration,
+        } = finished;
+        let node = &self.dag.pipeline.nodes[index];
+        let retryable = matches!(outcome.state, NodeState::Failed | NodeState::TimedOut);
+        let will_retry = retryable && attempt < node.retry.attempts && self.stop_reason.is_none();
+        tracing::debug!(run = self.run_id, node = %node.id, attempt, state = %outcome.state, will_retry, "node finished");
+        self.ledger.finish_node(
+            self.run_id,
+            &node.id,
+            attempt,
+            outcome.state,
+            &NodeRecord {
+                exit_code: outcome.exit_code,
+                outputs: Some(&outcome.outputs),
+                error: outcome.error.as_deref(),
+                reason: None,
+                duration: Some(duration),
+                artifacts: &outcome.artifacts,
+            },
+        )?;
+        self.observer.event(&Event::NodeFinished {
+            node: &node.id,
+            attempt,
+            state: outcome.state,
+            duration: Some(duration),
+            detail: outcome.error.as_deref(),
+            will_retry,
+        });
+        if will_retry {
+            let due = Instant::now() + node.retry.delay_before(attempt + 1);
+            self.retries.push(Reverse((due, index, attempt + 1)));
+            return Ok(0);
+        }
+        self.slots[index].entry = json!({ "state": outcome.state, "outputs": outcome.outputs });
+        self.mark_done(index, outcome.state);
+        Ok(1)
+    }
+
+    fn finish_without_running(
+        &mut self,
+        index: usize,
+        state: NodeState,
+        error: Option<&str>,
+        reason: Option<&str>,
+    ) -> Result<(), LedgerError> {
+        self.finish_without_running_attempt(index, 1, state, error, reason)?;
+        self.mark_done(index, state);
+        Ok(())
+    }
+
+    fn finish_without_running_attempt(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        state: NodeState,
+        error: Option<&str>,
+        reason: Option<&str>,
+    ) -> Result<(), LedgerError> {
+        let node = &self.dag.pipeline.nodes[index];
+        if attempt > 1 {
+            // A retry that never started still gets its own row, so the ledger shows why.
+            self.ledger
+                .start_node(self.run_id, &node.id, node.kind, attempt)?;
+        }
+        self.ledger.finish_node(
+            self.run_id,
+            &node.id,
+            attempt,
+            state,
+            &NodeRecord {
+                error,
+                reason,
+                ..Default::default()
+            },
+        )?;
+        self.observer.event(&Event::NodeFinished {
+            node: &node.id,
+            attempt,
+            state,
+            duration: None,
+            detail: error.or(reason),
+            will_retry: false,
+        });
+        self.slots[index].entry = json!({ "state": state, "outputs": {} });
+        Ok(())
+    }
+
+    /// Records a node's final state and releases the nodes that were waiting on it.
+    fn mark_done(&mut self, index: usize, state: NodeState) {
+        self.slots[index].state = Some(state);
+        let node = &self.dag.pipeline.nodes[index];
+        let counts_as_failure = matches!(
+            state,
+            NodeState::Failed | NodeState::TimedOut | NodeState::Blocked | NodeState::Cancelled
+        ) && node.on_failure == OnFailure::Stop;
+        if counts_as_failure && !self.run_cancel.is_cancelled() {
+            self.failed = true;
+            if self.dag.pipeline.fail_fast && state != NodeState::Blocked {
+                self.stop(&format!(
+                    "`{}` {} and the pipeline is fail_fast",
+                    node.id,
+                    describe_state(state)
+                ));
+            }
+        }
+        let dependants: Vec<usize> = self.dag.dependants(index).collect();
+        for dependant in dependants {
+            let slot = &mut self.slots[dependant];
+            slot.waiting_on -= 1;
+            if slot.waiting_on == 0 {
+                self.ready.push(Reverse(dependant));
+            }
+        }
+    }
+
+    /// The template context for a node. Only the nodes its templates read are included, unless
+    /// it reads `nodes` as a whole: building every node's outputs for every node would make
+    /// large pipelines quadratic.
+    fn context_for(&self, index: usize) -> minijinja::Value {
+        let node = &self.dag.pipeline.nodes[index];
+        let mut nodes = serde_json::Map::new();
+        let reads_all = node.reads.iter().any(|(path, _)| path == "nodes");
+        let wanted: Vec<usize> = if reads_all {
+            (0..self.slots.len()).collect()
+        } else {
+            node.reads
+                .iter()
+                .filter_map(|(path, _)| path.strip_prefix("nodes."))
+                .filter_map(|rest| {
+                    self.dag
+                        .pipeline
+                        .nodes
+                        .iter()
+                        .position(|n| n.id == rest.split('.').next().unwrap_or(rest))
+                })
+                .collect()
+        };
+        for i in wanted {
+            if self.slots[i].state.is_some() {
+                nodes.insert(
+                    self.dag.pipeline.nodes[i].id.clone(),
+                    self.slots[i].entry.clone(),
+                );
+            }
+        }
+        minijinja::Value::from_serialize(json!({
+            "params": self.params,
+            "nodes": nodes,
+            "run": { "id": self.run_id, "pipeline": self.dag.pipeline.name, "spec_hash": self.dag.pipeline.spec_hash },
+            "config": self.env.config,
+        }))
+    }
+}
+
+async fn sleep_until_opt(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// "failed", "timed out", ... as the end of a sentence about a node.
+pub fn describe_state(state: NodeState) -> &'static str {
+    match state {
+        NodeState::Failed => "failed",
+        NodeState::TimedOut => "timed out",
+        NodeState::Blocked => "was blocked",
+        NodeState::Cancelled => "was cancelled",
+        NodeState::Skipped => "was skipped",
+        NodeState::Interrupted => "was interrupted",
+        NodeState::AwaitingReview => "is awaiting review",
+        NodeState::Succeeded | NodeState::Cached => "succeeded",
+        NodeState::Pending | NodeState::Running => "did not finish",
+    }
+}

@@ -1,0 +1,637 @@
+//! The ledger: a SQLite file that records every run, every node run, the spec text that governed
+//! each run, and the artifacts they produced. It is the source of truth; reports derive from it.
+//!
+//! Durability: WAL journal, foreign keys on, and every state change in its own transaction, so
+//! a kill at any moment leaves the file consistent. A run records an `owner` naming a lock file
+//! that its process holds; when a later start finds a run still "running" whose lock nobody holds,
+//! the process died and the run (with its unfinished node runs) is marked `interrupted`.
+
+mod artifacts;
+mod schema;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+use serde_json::Value;
+
+pub use artifacts::{Artifact, ArtifactStore, hash_file};
+
+use crate::state::{NodeState, RunStatus};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("failed to open the ledger at {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "the ledger at {} has schema version {found}, newer than this kavi knows ({known}); upgrade kavi",
+        path.display()
+    )]
+    TooNew {
+        path: PathBuf,
+        found: usize,
+        known: usize,
+    },
+    #[error("ledger query failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("ledger file operation failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("no run `{0}` in the ledger")]
+    RunNotFound(String),
+    #[error("no spec with hash `{0}` in the ledger")]
+    SpecNotFound(String),
+}
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// Now, in UTC, to the millisecond (RFC 3339).
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Millisecond)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+}
+
+pub struct Ledger {
+    conn: Connection,
+    locks_dir: PathBuf,
+}
+
+/// Held for as long as a run is live; dropping it (or the process dying) releases it.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What a new run records before any node starts.
+pub struct NewRun<'a> {
+    pub pipeline: &'a str,
+    pub spec_path: &'a str,
+    pub spec_hash: &'a str,
+    pub spec_text: &'a str,
+    pub params: &'a Value,
+    pub parent_run: Option<i64>,
+    /// Every node as (id, kind); each gets a `pending` node run.
+    pub nodes: &'a [(&'a str, &'a str)],
+}
+
+/// How a node run ended, as the ledger stores it.
+#[derive(Debug, Default)]
+pub struct NodeRecord<'a> {
+    pub exit_code: Option<i32>,
+    pub outputs: Option<&'a Value>,
+    pub error: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub duration: Option<Duration>,
+    pub artifacts: &'a [(&'static str, Artifact)],
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub id: i64,
+    pub pipeline: String,
+    pub spec_path: String,
+    pub spec_hash: String,
+    pub params: Value,
+    pub status: RunStatus,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub parent_run: Option<i64>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeRunRow {
+    pub node_id: String,
+    pub kind: String,
+    pub state: NodeState,
+    pub attempt: i64,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub exit_code: Option<i64>,
+    pub outputs: Option<Value>,
+    pub error: Option<String>,
+    pub reason: Option<String>,
+    pub artifacts: Vec<NodeArtifact>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeArtifact {
+    pub role: String,
+    pub sha256: String,
+    pub kind: String,
+    pub size: i64,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: RunRow,
+    pub nodes: Vec<NodeRunRow>,
+}
+
+const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
+                           finished_at, duration_ms, parent_run, error";
+
+fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        id: row.get(0)?,
+        pipeline: row.get(1)?,
+        spec_path: row.get(2)?,
+        spec_hash: row.get(3)?,
+        params: json_column(row, 4)?.unwrap_or(Value::Null),
+        status: enum_column(row, 5)?,
+        started_at: row.get(6)?,
+        finished_at: row.get(7)?,
+        duration_ms: row.get(8)?,
+        parent_run: row.get(9)?,
+        error: row.get(10)?,
+    })
+}
+
+fn json_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
+    let text: Option<String> = row.get(index)?;
+    text.map(|t| serde_json::from_str(&t))
+        .transpose()
+        .map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
+        })
+}
+
+fn enum_column<T: std::str::FromStr<Err = String>>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    text.parse().map_err(|e: String| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
+    })
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the ledger at `path`, applies pending migrations, and marks
+    /// runs whose process died as interrupted.
+    pub fn open(path: &Path) -> Result<Self> {
+        let open_error = |source| LedgerError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut conn = Connection::open(path).map_err(open_error)?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(open_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_error)?;
+        // In WAL mode NORMAL is durable against process crashes; only power loss may drop the
+        // last commits, and never corrupts the file.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open_error)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_error)?;
+        migrate(&mut conn, path)?;
+        let locks_dir = path.with_extension("locks");
+        std::fs::create_dir_all(&locks_dir)?;
+        let ledger = Self { conn, locks_dir };
+        ledger.recover_interrupted()?;
+        Ok(ledger)
+    }
+
+    fn lock_path(&self, owner: &str) -> PathBuf {
+        self.locks_dir.join(format!("{owner}.lock"))
+    }
+
+    /// Records a new run, its spec text, and a pending node run per node, in one transaction.
+    pub fn create_run(&mut self, new: NewRun<'_>) -> Result<(i64, RunLock)> {
+        let owner = format!(
+            "{}-{}",
+            std::process::id(),
+            jiff::Timestamp::now().as_nanosecond()
+        );
+        let lock_path = self.lock_path(&owner);
+        let file = File::create(&lock_path)?;
+        file.lock()?;
+        let lock = RunLock {
+            _file: file,
+            path: lock_path,
+        };
+
+        let now = now();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![new.spec_hash, new.spec_path, new.spec_text, now],
+        )?;
+        tx.execute(
+            "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run, owner)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
+            params![
+                new.pipeline,
+                new.spec_path,
+                new.spec_hash,
+                new.params.to_string(),
+                now,
+                new.parent_run,
+                owner
+            ],
+        )?;
+        let run_id = tx.last_insert_rowid();
+        {
+            let mut insert = tx.prepare(
+                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt) VALUES (?1, ?2, ?3, 'pending', 1)",
+            )?;
+            for (node_id, kind) in new.nodes {
+                insert.execute(params![run_id, node_id, kind])?;
+            }
+        }
+        tx.commit()?;
+        Ok((run_id, lock))
+    }
+
+    /// Marks a node run as running. Attempt 1 reuses the pending row; a retry adds a row.
+    pub fn start_node(&self, run_id: i64, node_id: &str, kind: &str, attempt: u32) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5)
+             ON CONFLICT (run_id, node_id, attempt)
+             DO UPDATE SET state = 'running', started_at = excluded.started_at",
+            params![run_id, node_id, kind, attempt, now()],
+        )?;
+        Ok(())
+    }
+
+    /// Records how a node run ended, with its artifacts, in one transaction.
+    pub fn finish_node(
+        &mut self,
+        run_id: i64,
+        node_id: &str,
+        attempt: u32,
+        state: NodeState,
+        record: &NodeRecord<'_>,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let node_run_id: i64 = tx.query_row(
+            "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
+                    outputs = ?5, error = ?6, reason = ?7
+             WHERE run_id = ?8 AND node_id = ?9 AND attempt = ?10
+             RETURNING id",
+            params![
+                state.as_str(),
+                now(),
+                record.duration.map(millis),
+                record.exit_code,
+                record.outputs.map(Value::to_string),
+                record.error,
+                record.reason,
+                run_id,
+                node_id,
+                attempt
+            ],
+            |row| row.get(0),
+        )?;
+        for (role, artifact) in record.artifacts {
+            tx.execute(
+                "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    artifact.sha256,
+                    artifact.kind,
+                    artifact.size,
+                    artifact.path,
+                    now()
+                ],
+            )?;
+            tx.execute(
+                "INSERT INTO node_run_artifacts (node_run_id, role, sha256) VALUES (?1, ?2, ?3)",
+                params![node_run_id, role, artifact.sha256],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn finish_run(
+        &self,
+        run_id: i64,
+        status: RunStatus,
+        duration: Duration,
+        error: Option<&str>,
+    ) -> Result<()> {
+        self.conn.execute(
+            "UPDATE runs SET status = ?1, finished_at = ?2, duration_ms = ?3, error = ?4 WHERE id = ?5",
+            params![status.as_str(), now(), millis(duration), error, run_id],
+        )?;
+        Ok(())
+    }
+
+    /// Marks runs left `running` by a dead process as interrupted, and their unfinished node
+    /// runs with them. Returns the ids it marked.
+    pub fn recover_interrupted(&self) -> Result<Vec<i64>> {
+        let mut candidates = Vec::new();
+        {
+            let mut stmt = self
+                .conn
+                .prepare("SELECT id, owner FROM runs WHERE status = 'running'")?;
+            let rows = stmt.query_map([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })?;
+            for row in rows {
+                candidates.push(row?);
+            }
+        }
+        let mut interrupted = Vec::new();
+        for (run_id, owner) in candidates {
+            let lock_path = self.lock_path(&owner);
+            let alive = match File::open(&lock_path) {
+                Err(_) => false,
+                Ok(file) => match file.try_lock() {
+                    Ok(()) => false,
+                    Err(std::fs::TryLockError::WouldBlock) => true,
+                    Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+                },
+            };
+            if alive {
+                continue;
+            }
+            let now = now();
+            let changed = self.conn.execute(
+                "UPDATE runs SET status = 'interrupted', finished_at = ?1,
+                        error = 'the kavi process running it stopped before it finished'
+                 WHERE id = ?2 AND status = 'running'",
+                params![now, run_id],
+            )?;
+            if changed > 0 {
+                self.conn.execute(
+                    "UPDATE node_runs SET state = 'interrupted', finished_at = ?1,
+                            reason = 'the kavi process stopped while this node was unfinished'
+                     WHERE run_id = ?2 AND state IN ('pending', 'running')",
+                    params![now, run_id],
+                )?;
+                interrupted.push(run_id);
+            }
+            let _ = std::fs::remove_file(&lock_path);
+        }
+        Ok(interrupted)
+    }
+
+    /// The newest runs first.
+    pub fn list_runs(&self, limit: usize) -> Result<Vec<RunRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?1"
+        ))?;
+        let rows = stmt.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], run_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Resolves `latest` or a run id.
+    pub fn resolve_run(&self, reference: &str) -> Result<i64> {
+        let found: Option<i64> = if reference == "latest" {
+            self.conn
+                .query_row("SELECT max(id) FROM runs", [], |row| row.get(0))?
+        } else {
+            match reference.parse::<i64>() {
+                Ok(id) => self
+                    .conn
+                    .query_row("SELECT id FROM runs WHERE id = ?1", [id], |row| row.get(0))
+                    .optional()?,
+                Err(_) => None,
+            }
+        };
+        found.ok_or_else(|| LedgerError::RunNotFound(reference.to_owned()))
+    }
+
+    pub fn run_detail(&self, run_id: i64) -> Result<RunDetail> {
+        let run = self
+            .conn
+            .query_row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+                [run_id],
+                run_row,
+            )
+            .optional()?
+            .ok_or_else(|| LedgerError::RunNotFound(run_id.to_string()))?;
+        let mut stmt = self.conn.prepare(
+            "SELECT id, node_id, kind, state, attempt, started_at, finished_at, duration_ms,
+                    exit_code, outputs, error, reason
+             FROM node_runs n WHERE run_id = ?1
+             ORDER BY (SELECT min(m.id) FROM node_runs m
+                       WHERE m.run_id = n.run_id AND m.node_id = n.node_id), attempt",
+        )?;
+        let mut artifacts_stmt = self.conn.prepare(
+            "SELECT l.role, a.sha256, a.kind, a.size, a.path
+             FROM node_run_artifacts l JOIN artifacts a ON a.sha256 = l.sha256
+             WHERE l.node_run_id = ?1 ORDER BY l.role",
+        )?;
+        let mut nodes = Vec::new();
+        let rows = stmt.query_map([run_id], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                NodeRunRow {
+                    node_id: row.get(1)?,
+                    kind: row.get(2)?,
+                    state: enum_column(row, 3)?,
+                    attempt: row.get(4)?,
+                    started_at: row.get(5)?,
+                    finished_at: row.get(6)?,
+                    duration_ms: row.get(7)?,
+                    exit_code: row.get(8)?,
+                    outputs: json_column(row, 9)?,
+                    error: row.get(10)?,
+                    reason: row.get(11)?,
+                    artifacts: Vec::new(),
+                },
+            ))
+        })?;
+        for row in rows {
+            let (node_run_id, mut node) = row?;
+            node.artifacts = artifacts_stmt
+                .query_map([node_run_id], |row| {
+                    Ok(NodeArtifact {
+                        role: row.get(0)?,
+                        sha256: row.get(1)?,
+                        kind: row.get(2)?,
+                        size: row.get(3)?,
+                        path: row.get(4)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            nodes.push(node);
+        }
+        Ok(RunDetail { run, nodes })
+    }
+
+    /// The stored text of a spec, by its hash (`sha256:<hex>`, or a unique prefix of the hex).
+    pub fn spec_text(&self, hash: &str) -> Result<(String, String)> {
+        let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
+        let mut stmt = self
+            .conn
+            .prepare("SELECT hash, text FROM specs WHERE hash LIKE ?1 ORDER BY hash LIMIT 2")?;
+        let found: Vec<(String, String)> = stmt
+            .query_map([format!("sha256:{hex}%")], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        match found.as_slice() {
+            [one] if !hex.is_empty() => Ok(one.clone()),
+            _ => Err(LedgerError::SpecNotFound(hash.to_owned())),
+        }
+    }
+}
+
+fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
+    let current: Option<i64> = tx
+        .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
+        .optional()?;
+    let current = usize::try_from(current.unwrap_or(0)).unwrap_or(usize::MAX);
+    if current > schema::MIGRATIONS.len() {
+        return Err(LedgerError::TooNew {
+            path: path.to_owned(),
+            found: current,
+            known: schema::MIGRATIONS.len(),
+        });
+    }
+    for migration in &schema::MIGRATIONS[current..] {
+        tx.execute_batch(migration)?;
+    }
+    tx.execute("DELETE FROM schema_version", [])?;
+    tx.execute(
+        "INSERT INTO schema_version (version) VALUES (?1)",
+        [schema::MIGRATIONS.len() as i64],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_run<'a>(params: &'a Value, nodes: &'a [(&'a str, &'a str)]) -> NewRun<'a> {
+        NewRun {
+            pipeline: "demo",
+            spec_path: "pipelines/demo.toml",
+            spec_hash: "sha256:abcd",
+            spec_text: "[pipeline]\nname = \"demo\"\n",
+            params,
+            parent_run: None,
+            nodes,
+        }
+    }
+
+    #[test]
+    fn a_run_records_every_node_and_its_spec() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let params = serde_json::json!({"x": 1});
+        let (run_id, _lock) = ledger
+            .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")]))
+            .unwrap();
+        ledger.start_node(run_id, "a", "exec", 1).unwrap();
+        let outputs = serde_json::json!({"exit_code": 0});
+        ledger
+            .finish_node(
+                run_id,
+                "a",
+                1,
+                NodeState::Succeeded,
+                &NodeRecord {
+                    exit_code: Some(0),
+                    outputs: Some(&outputs),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let detail = ledger.run_detail(run_id).unwrap();
+        assert_eq!(detail.run.status, RunStatus::Running);
+        let states: Vec<_> = detail
+            .nodes
+            .iter()
+            .map(|n| (n.node_id.as_str(), n.state))
+            .collect();
+        assert_eq!(
+            states,
+            [("a", NodeState::Succeeded), ("b", NodeState::Pending)]
+        );
+        assert_eq!(detail.nodes[0].outputs, Some(outputs));
+        let (hash, text) = ledger.spec_text("sha256:ab").unwrap();
+        assert_eq!(hash, "sha256:abcd");
+        assert!(text.contains("demo"));
+        assert_eq!(ledger.resolve_run("latest").unwrap(), run_id);
+        assert!(matches!(
+            ledger.resolve_run("99"),
+            Err(LedgerError::RunNotFound(_))
+        ));
+    }
+
+    #[test]
+    fn a_run_whose_owner_is_gone_is_marked_interrupted_and_a_live_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let params = serde_json::json!({});
+        let (live, live_lock) = ledger
+            .create_run(new_run(&params, &[("a", "exec")]))
+            .unwrap();
+        let (dead, dead_lock) = ledger
+            .create_run(new_run(&params, &[("a", "exec")]))
+            .unwrap();
+        ledger.start_node(dead, "a", "exec", 1).unwrap();
+        // Releasing the lock is what a dying process does.
+        drop(dead_lock);
+
+        let reopened = Ledger::open(&path).unwrap();
+        assert_eq!(
+            reopened.run_detail(live).unwrap().run.status,
+            RunStatus::Running
+        );
+        let detail = reopened.run_detail(dead).unwrap();
+        assert_eq!(detail.run.status, RunStatus::Interrupted);
+        assert_eq!(detail.nodes[0].state, NodeState::Interrupted);
+        drop(live_lock);
+    }
+
+    #[test]
+    fn migrations_are_recorded_and_a_newer_ledger_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        drop(Ledger::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, schema::MIGRATIONS.len() as i64);
+        conn.execute("UPDATE schema_version SET version = 999", [])
+            .unwrap();
+        drop(conn);
+        assert!(matches!(
+            Ledger::open(&path),
+            Err(LedgerError::TooNew { found: 999, .. })
+        ));
+    }
+}

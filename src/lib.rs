@@ -1,0 +1,21 @@
+//! kavi: a declarative pipeline runner for governed, agent-built code.
+//!
+//! The flow is a straight line of layers, each taking the previous one's output:
+//! [`config`] (workspace) → [`spec`] (TOML to a validated model, with spans) → [`dag`] (petgraph,
+//! cycles, stages) → [`executor`] (tokio, running [`nodes`] kinds) → [`ledger`] (SQLite, artifacts).
+//! [`cli`] wires them to commands.
+
+pub mod cli;
+pub mod config;
+pub mod dag;
+pub mod diagnostic;
+pub mod error;
+pub mod executor;
+pub mod ledger;
+pub mod nodes;
+pub mod process;
+pub mod spec;
+pub mod state;
+pub mod template;
+
+pub use error::Error;

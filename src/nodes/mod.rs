@@ -1,0 +1,219 @@
+//! Node kinds. Each kind lives in its own module: its TOML config struct and its action together.
+//!
+//! The executor knows nothing about any kind: it asks [`kind`] for a parser by name, gets back a
+//! [`NodeAction`], and calls [`NodeAction::run`] with a [`NodeContext`]. Adding a kind means adding
+//! a module and one line to [`KINDS`].
+
+mod exec;
+mod render;
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use toml::Spanned;
+use toml::de::DeTable;
+
+use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::ledger::{Artifact, ArtifactStore};
+use crate::state::NodeState;
+use crate::template::{TemplateEngine, describe_error};
+
+/// A node kind: its name in TOML and how to parse its fields.
+pub struct NodeKind {
+    pub name: &'static str,
+    pub parse: fn(&mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>,
+}
+
+/// Every kind the executor can run.
+pub const KINDS: &[NodeKind] = &[exec::KIND, render::KIND];
+
+pub fn kind(name: &str) -> Option<&'static NodeKind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// What one node does when it runs.
+#[async_trait::async_trait]
+pub trait NodeAction: Send + Sync + Debug {
+    /// One line for `pipeline plan`, e.g. the command it runs.
+    fn describe(&self) -> String;
+
+    /// Runs the node once. Must return promptly after `ctx.cancel` fires, having stopped
+    /// everything it started; the executor decides whether that was a timeout or a cancel.
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome;
+}
+
+/// Everything a running node may use.
+pub struct NodeContext<'a> {
+    pub node_id: &'a str,
+    pub run_id: i64,
+    /// The folder relative paths are resolved against.
+    pub workspace: &'a Path,
+    pub templates: &'a TemplateEngine,
+    /// The template context: `params`, `nodes`, `run` and `config`.
+    pub vars: &'a minijinja::Value,
+    pub artifacts: &'a ArtifactStore,
+    pub cancel: CancellationToken,
+}
+
+impl NodeContext<'_> {
+    /// Renders one templated field, naming the field in the error.
+    pub fn render(&self, field: &str, source: &str) -> Result<String, String> {
+        self.templates
+            .render_str(source, self.vars)
+            .map_err(|e| format!("failed to render `{field}`: {}", describe_error(&e)))
+    }
+}
+
+/// What a node run produced.
+#[derive(Debug)]
+pub struct NodeOutcome {
+    pub state: NodeState,
+    pub exit_code: Option<i32>,
+    pub outputs: Value,
+    /// Artifacts already in the store, by the role they play for this node (`stdout`, ...).
+    pub artifacts: Vec<(&'static str, Artifact)>,
+    pub error: Option<String>,
+}
+
+impl NodeOutcome {
+    pub fn succeeded(outputs: Value) -> Self {
+        Self {
+            state: NodeState::Succeeded,
+            exit_code: None,
+            outputs,
+            artifacts: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn failed(error: impl Into<String>) -> Self {
+        Self {
+            state: NodeState::Failed,
+            exit_code: None,
+            outputs: Value::Object(Default::default()),
+            artifacts: Vec::new(),
+            error: Some(error.into()),
+        }
+    }
+}
+
+/// A node's kind-specific TOML fields, handed to the kind's parser with what it needs to check
+/// them (templates, the source file for spans).
+pub struct NodeConfig<'a> {
+    pub(crate) file: &'a Arc<SourceFile>,
+    pub(crate) table: Option<Spanned<DeTable<'a>>>,
+    pub templates: &'a TemplateEngine,
+    /// Variable paths read by this node's templates, collected for the DAG's reference check.
+    pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
+}
+
+impl<'a> NodeConfig<'a> {
+    /// Deserializes the kind's fields; unknown fields and type errors point at the TOML.
+    pub fn deserialize<T: DeserializeOwned>(&mut self) -> Result<T, Diagnostic> {
+        let table = self.table.take().expect("node config is deserialized once");
+        T::deserialize(toml::de::Deserializer::from(table))
+            .map_err(|e| crate::spec::toml_error(self.file, &e))
+    }
+
+    /// A diagnostic located at `span` in this node's file.
+    pub fn error(&self, message: impl Into<String>, span: std::ops::Range<usize>) -> Diagnostic {
+        Diagnostic::new(message).at(self.file, span)
+    }
+
+    /// Checks a templated string field and records what it reads.
+    pub fn check_template(&mut self, field: &Spanned<String>) -> Result<(), Diagnostic> {
+        let reads = self
+            .templates
+            .check_str(field.get_ref())
+            .map_err(|e| self.template_error(&e, field.span()))?;
+        self.record_reads(reads, field.span());
+        Ok(())
+    }
+
+    /// Checks a template file under `templates/` and records what it reads.
+    pub fn check_template_file(&mut self, name: &Spanned<String>) -> Result<(), Diagnostic> {
+        let reads = self
+            .templates
+            .check_file(name.get_ref())
+            .map_err(|e| self.template_error(&e, name.span()))?;
+        self.record_reads(reads, name.span());
+        Ok(())
+    }
+
+    fn record_reads(&mut self, reads: BTreeSet<String>, span: std::ops::Range<usize>) {
+        self.reads
+            .extend(reads.into_iter().map(|path| (path, span.clone())));
+    }
+
+    fn template_error(&self, err: &minijinja::Error, span: std::ops::Range<usize>) -> Diagnostic {
+        self.error(format!("invalid template: {}", describe_error(err)), span)
+    }
+}
+
+/// Resolves a user-given relative path under `root`, refusing anything that could leave it:
+/// absolute paths, `..`, and (for existing paths) symlinks that resolve outside.
+pub fn contained_path(root: &Path, relative: &str) -> Result<PathBuf, String> {
+    let path = Path::new(relative);
+    if relative.is_empty() {
+        return Err("the path is empty".into());
+    }
+    for component in path.components() {
+        match component {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => return Err(format!("`{relative}` contains `..`")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "`{relative}` is absolute; give a path inside the workspace"
+                ));
+            }
+        }
+    }
+    let joined = root.join(path);
+    // The deepest existing ancestor must still be inside the root once symlinks are resolved.
+    let root_real = root
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", root.display()))?;
+    let mut existing = joined.as_path();
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(root);
+    }
+    let existing_real = existing
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
+    if !existing_real.starts_with(&root_real) {
+        return Err(format!("`{relative}` resolves outside the workspace"));
+    }
+    Ok(joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contained_path_refuses_escapes_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(contained_path(dir.path(), "out/report.md").is_ok());
+        assert!(
+            contained_path(dir.path(), "../x")
+                .unwrap_err()
+                .contains("..")
+        );
+        assert!(
+            contained_path(dir.path(), "/etc/passwd")
+                .unwrap_err()
+                .contains("absolute")
+        );
+        std::os::unix::fs::symlink("/tmp", dir.path().join("link")).unwrap();
+        assert!(
+            contained_path(dir.path(), "link/x")
+                .unwrap_err()
+                .contains("outside")
+        );
+    }
+}

@@ -1,0 +1,418 @@
+//! From pipeline TOML text to a validated [`Pipeline`].
+//!
+//! The document is parsed once into a span-keeping table. The header and parameters are
+//! deserialized with `deny_unknown_fields`; each node's table is split into the fields every
+//! kind shares and the fields of its kind, and the kind's own parser takes the latter. Because
+//! all of it deserializes from the one parsed table, every error keeps its place in the file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Deserializer};
+use sha2::{Digest, Sha256};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::params::{ParamDecl, ParamType};
+use super::{NodeSpec, OnFailure, Pipeline, RetryPolicy, SpecError};
+use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::nodes::{self, NodeConfig};
+use crate::template::{TemplateEngine, describe_error};
+
+/// Fields every node has, whatever its kind.
+const COMMON_FIELDS: &[&str] = &[
+    "kind",
+    "description",
+    "needs",
+    "when",
+    "timeout",
+    "retry",
+    "on_failure",
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeader {
+    pipeline: RawPipelineSection,
+    #[serde(default)]
+    params: IndexMap<String, Spanned<RawParam>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPipelineSection {
+    name: String,
+    description: Option<String>,
+    #[serde(default)]
+    fail_fast: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    #[serde(rename = "type")]
+    ty: ParamType,
+    default: Option<Spanned<toml::Value>>,
+    required: Option<Spanned<bool>>,
+    description: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCommon {
+    kind: Spanned<String>,
+    description: Option<String>,
+    #[serde(default)]
+    needs: Vec<Spanned<String>>,
+    when: Option<Spanned<String>>,
+    #[serde(default, deserialize_with = "duration")]
+    timeout: Option<Duration>,
+    retry: Option<RawRetry>,
+    on_failure: Option<OnFailure>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    attempts: Spanned<u32>,
+    #[serde(default, deserialize_with = "duration")]
+    backoff: Option<Duration>,
+}
+
+/// Deserializes `"5s"`, `"1m 30s"`, `"250ms"` (humantime) into a duration.
+pub fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("invalid duration `{text}`: {e}")))
+}
+
+/// A TOML error as a diagnostic located in `file`.
+pub(crate) fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagnostic {
+    let mut message = err.message().trim_end().to_owned();
+    if message == "duplicate key"
+        && let Some(key) = err.span().and_then(|span| file.text.get(span))
+    {
+        message = format!("duplicate key `{key}`: it is defined twice");
+    }
+    match err.span() {
+        Some(span) => Diagnostic::new(message).at(file, span),
+        None => Diagnostic::new(format!("{message} (in {})", file.path.display())),
+    }
+}
+
+/// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
+pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecError> {
+    let given = PathBuf::from(name);
+    if given.is_file() {
+        return Ok(given);
+    }
+    let mut tried = vec![given];
+    if !name.contains('/') {
+        let in_pipelines = root.join("pipelines").join(name);
+        tried.push(in_pipelines.clone());
+        if in_pipelines.is_file() {
+            return Ok(in_pipelines);
+        }
+        if !name.ends_with(".toml") {
+            let with_ext = root.join("pipelines").join(format!("{name}.toml"));
+            tried.push(with_ext.clone());
+            if with_ext.is_file() {
+                return Ok(with_ext);
+            }
+        }
+    }
+    Err(SpecError::NotFound {
+        name: name.to_owned(),
+        tried,
+    })
+}
+
+/// Reads and validates a pipeline file. `display_path` is how messages name the file.
+pub fn load_pipeline(
+    path: &Path,
+    display_path: &Path,
+    templates: &TemplateEngine,
+) -> Result<Pipeline, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: display_path.to_owned(),
+        source,
+    })?;
+    load_pipeline_str(display_path, text, templates)
+}
+
+/// Validates pipeline text. Everything is checked before returning, and all problems found in
+/// the nodes are reported together.
+pub fn load_pipeline_str(
+    display_path: &Path,
+    text: String,
+    templates: &TemplateEngine,
+) -> Result<Pipeline, SpecError> {
+    let file = SourceFile::new(display_path, text);
+    let spec_hash = format!("sha256:{:x}", Sha256::digest(file.text.as_bytes()));
+    let root = DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?;
+    let root_span = root.span();
+
+    let mut header_table = DeTable::new();
+    let mut raw_nodes = None;
+    for (key, value) in root.into_inner() {
+        if key.get_ref() == "nodes" {
+            raw_nodes = Some(value);
+        } else {
+            header_table.insert(key, value);
+        }
+    }
+    let header = RawHeader::deserialize(toml::de::Deserializer::from(Spanned::new(
+        root_span.clone(),
+        header_table,
+    )))
+    .map_err(|e| toml_error(&file, &e))?;
+
+    let mut problems = Vec::new();
+    let params = load_params(&file, header.params, &mut problems);
+
+    let mut nodes = Vec::new();
+    match raw_nodes {
+        None => problems.push(
+            Diagnostic::new("a pipeline needs at least one node")
+                .at(&file, 0..0)
+                .with_help("add a table such as [nodes.hello] with kind = \"exec\""),
+        ),
+        Some(value) => {
+            let span = value.span();
+            match value.into_inner() {
+                DeValue::Table(table) => {
+                    for (id, node) in table {
+                        match load_node(&file, id, node, templates, &params) {
+                            Ok(node) => nodes.push(node),
+                            Err(diagnostic) => problems.push(diagnostic),
+                        }
+                    }
+                }
+                _ => problems.push(
+                    Diagnostic::new("`nodes` must be a table of node tables").at(&file, span),
+                ),
+            }
+        }
+    }
+    check_needs(&file, &nodes, &mut problems);
+
+    if !problems.is_empty() {
+        return Err(problems.into());
+    }
+    Ok(Pipeline {
+        name: header.pipeline.name,
+        description: header.pipeline.description,
+        source: file,
+        spec_hash,
+        fail_fast: header.pipeline.fail_fast,
+        params,
+        nodes,
+    })
+}
+
+fn load_params(
+    file: &Arc<SourceFile>,
+    raw: IndexMap<String, Spanned<RawParam>>,
+    problems: &mut Vec<Diagnostic>,
+) -> IndexMap<String, ParamDecl> {
+    let mut params = IndexMap::new();
+    for (name, raw) in raw {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        let default = match &raw.default {
+            None => None,
+            Some(value) => match raw.ty.accepts(value.get_ref()) {
+                Some(json) => Some(json),
+                None => {
+                    problems.push(
+                        Diagnostic::new(format!(
+                            "default of parameter `{name}` is a {}, but its type is {}",
+                            value.get_ref().type_str(),
+                            raw.ty.name()
+                        ))
+                        .at(file, value.span()),
+                    );
+                    continue;
+                }
+            },
+        };
+        match (&raw.required, &default) {
+            (Some(required), Some(_)) if *required.get_ref() => problems.push(
+                Diagnostic::new(format!(
+                    "parameter `{name}` is required but also has a default"
+                ))
+                .at(file, required.span())
+                .with_help("drop `required`, or drop the default"),
+            ),
+            (Some(required), None) if !*required.get_ref() => problems.push(
+                Diagnostic::new(format!("optional parameter `{name}` needs a default"))
+                    .at(file, span.clone()),
+            ),
+            _ => {}
+        }
+        params.insert(
+            name,
+            ParamDecl {
+                ty: raw.ty,
+                default,
+                description: raw.description,
+            },
+        );
+    }
+    params
+}
+
+fn is_valid_node_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn load_node(
+    file: &Arc<SourceFile>,
+    id: Spanned<std::borrow::Cow<'_, str>>,
+    node: Spanned<DeValue<'_>>,
+    templates: &TemplateEngine,
+    params: &IndexMap<String, ParamDecl>,
+) -> Result<NodeSpec, Diagnostic> {
+    let id_span = id.span();
+    let id = id.into_inner().into_owned();
+    if !is_valid_node_id(&id) {
+        return Err(Diagnostic::new(format!("invalid node id `{id}`"))
+            .at(file, id_span)
+            .with_help(
+                "node ids start with a letter or `_` and hold only letters, digits, `_` and `-`",
+            ));
+    }
+    let node_span = node.span();
+    let DeValue::Table(table) = node.into_inner() else {
+        return Err(Diagnostic::new(format!("node `{id}` must be a table")).at(file, node_span));
+    };
+
+    let mut common = DeTable::new();
+    let mut specific = DeTable::new();
+    for (key, value) in table {
+        if COMMON_FIELDS.contains(&key.get_ref().as_ref()) {
+            common.insert(key, value);
+        } else {
+            specific.insert(key, value);
+        }
+    }
+    let common = RawCommon::deserialize(toml::de::Deserializer::from(Spanned::new(
+        node_span.clone(),
+        common,
+    )))
+    .map_err(|e| toml_error(file, &e))?;
+
+    let kind_name = common.kind.get_ref();
+    let Some(kind) = nodes::kind(kind_name) else {
+        let known: Vec<_> = nodes::KINDS
+            .iter()
+            .map(|k| format!("`{}`", k.name))
+            .collect();
+        return Err(Diagnostic::new(format!("unknown node kind `{kind_name}`"))
+            .at(file, common.kind.span())
+            .with_help(format!("known kinds: {}", known.join(", "))));
+    };
+
+    let mut config = NodeConfig {
+        file,
+        table: Some(Spanned::new(node_span.clone(), specific)),
+        templates,
+        reads: Vec::new(),
+    };
+    let action = (kind.parse)(&mut config).map_err(|mut d| {
+        if d.message.starts_with("unknown field") {
+            d.help = Some(format!(
+                "every node also takes: {}",
+                COMMON_FIELDS.join(", ")
+            ));
+        }
+        d
+    })?;
+
+    if let Some(when) = &common.when {
+        let reads = templates.check_expression(when.get_ref()).map_err(|e| {
+            Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
+                .at(file, when.span())
+        })?;
+        config
+            .reads
+            .extend(reads.into_iter().map(|path| (path, when.span())));
+    }
+    check_param_reads(file, &config.reads, params)?;
+
+    let retry = match common.retry {
+        None => RetryPolicy::default(),
+        Some(raw) if *raw.attempts.get_ref() == 0 => {
+            return Err(Diagnostic::new(
+                "`retry.attempts` counts every try and must be at least 1",
+            )
+            .at(file, raw.attempts.span()));
+        }
+        Some(raw) => RetryPolicy {
+            attempts: raw.attempts.into_inner(),
+            backoff: raw.backoff.unwrap_or(Duration::ZERO),
+        },
+    };
+
+    Ok(NodeSpec {
+        id,
+        span: id_span,
+        kind: kind.name,
+        description: common.description,
+        needs: common.needs,
+        when: common.when,
+        timeout: common.timeout,
+        retry,
+        on_failure: common.on_failure.unwrap_or(OnFailure::Stop),
+        reads: config.reads,
+        action,
+    })
+}
+
+/// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now.
+fn check_param_reads(
+    file: &Arc<SourceFile>,
+    reads: &[(String, std::ops::Range<usize>)],
+    params: &IndexMap<String, ParamDecl>,
+) -> Result<(), Diagnostic> {
+    for (path, span) in reads {
+        let mut parts = path.split('.');
+        if parts.next() == Some("params")
+            && let Some(name) = parts.next()
+            && !params.contains_key(name)
+        {
+            return Err(
+                Diagnostic::new(format!("template reads undeclared parameter `{name}`"))
+                    .at(file, span.clone())
+                    .with_help(format!("declare it with a [params.{name}] table")),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every `needs` entry must name another node of this pipeline.
+fn check_needs(file: &Arc<SourceFile>, nodes: &[NodeSpec], problems: &mut Vec<Diagnostic>) {
+    let ids: std::collections::HashSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+    for node in nodes {
+        for need in &node.needs {
+            if !ids.contains(need.get_ref().as_str()) {
+                problems.push(
+                    Diagnostic::new(format!(
+                        "node `{}` needs `{}`, which is not a node of this pipeline",
+                        node.id,
+                        need.get_ref()
+                    ))
+                    .at(file, need.span()),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Pipeline specs: the validated model a pipeline TOML file becomes.
+//!
+//! Loading happens in two tiers (as ripgrep does with its flags): [`load`] reads the raw TOML,
+//! keeping byte spans, and turns it into a [`Pipeline`] whose nodes already hold their parsed
+//! kind-specific action. Anything wrong is reported as a [`SpecError`] pointing into the file.
+
+mod error;
+mod load;
+mod params;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use toml::Spanned;
+
+pub use error::SpecError;
+pub(crate) use load::toml_error;
+pub use load::{duration, load_pipeline, load_pipeline_str, resolve_pipeline_path};
+pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
+
+use crate::diagnostic::SourceFile;
+use crate::nodes::NodeAction;
+
+/// A validated pipeline: parameters, nodes in declaration order, and the text that defined them.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub name: String,
+    pub description: Option<String>,
+    pub source: Arc<SourceFile>,
+    /// `sha256:<hex>` of the file text; recorded with every run so a run names its governing spec.
+    pub spec_hash: String,
+    /// Stop starting new nodes after the first failure (nodes already running finish).
+    pub fail_fast: bool,
+    pub params: IndexMap<String, ParamDecl>,
+    pub nodes: Vec<NodeSpec>,
+}
+
+impl Pipeline {
+    pub fn node(&self, id: &str) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+}
+
+/// One node: the generic part every kind shares, plus the kind's own parsed action.
+#[derive(Debug)]
+pub struct NodeSpec {
+    pub id: String,
+    pub span: Range<usize>,
+    pub kind: &'static str,
+    pub description: Option<String>,
+    pub needs: Vec<Spanned<String>>,
+    /// A minijinja expression over `params`, `nodes`, `run` and `config`; false skips the node.
+    pub when: Option<Spanned<String>>,
+    pub timeout: Option<Duration>,
+    pub retry: RetryPolicy,
+    pub on_failure: OnFailure,
+    /// Variable paths this node's templates read (`nodes.a.outputs`), with where they are read.
+    pub reads: Vec<(String, Range<usize>)>,
+    pub action: Arc<dyn NodeAction>,
+}
+
+/// How many times a node is tried, and how long to wait between tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total tries, the first included (1 means no retry).
+    pub attempts: u32,
+    /// Wait before the second try; doubled before each later one.
+    pub backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 1,
+            backoff: Duration::ZERO,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before try number `attempt` (2 for the first retry).
+    pub fn delay_before(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(2).min(16);
+        self.backoff.saturating_mul(1 << doublings)
+    }
+}
+
+/// What a node's failure does to the nodes that need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Dependants are blocked and the run fails.
+    Stop,
+    /// The failure is recorded, dependants run anyway, and the run does not fail because of it.
+    Continue,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_second_retry() {
+        let retry = RetryPolicy {
+            attempts: 4,
+            backoff: Duration::from_millis(100),
+        };
+        assert_eq!(retry.delay_before(2), Duration::from_millis(100));
+        assert_eq!(retry.delay_before(3), Duration::from_millis(200));
+        assert_eq!(retry.delay_before(4), Duration::from_millis(400));
+    }
+}

@@ -1,0 +1,176 @@
+//! Pipeline parameters: declared with a type, given a default or marked required, and set from
+//! the command line with `--set key=value`.
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::diagnostic::Diagnostic;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamType {
+    String,
+    Integer,
+    Float,
+    Boolean,
+}
+
+impl ParamType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamType::String => "string",
+            ParamType::Integer => "integer",
+            ParamType::Float => "float",
+            ParamType::Boolean => "boolean",
+        }
+    }
+
+    /// Parses a command-line value as this type.
+    pub fn parse(self, text: &str) -> Result<Value, String> {
+        let bad = || format!("`{text}` is not a valid {}", self.name());
+        Ok(match self {
+            ParamType::String => Value::String(text.to_owned()),
+            ParamType::Integer => Value::from(text.parse::<i64>().map_err(|_| bad())?),
+            ParamType::Float => Value::from(text.parse::<f64>().map_err(|_| bad())?),
+            ParamType::Boolean => Value::Bool(text.parse::<bool>().map_err(|_| bad())?),
+        })
+    }
+
+    /// Whether a TOML default has this type (an integer is accepted where a float is declared).
+    pub fn accepts(self, value: &toml::Value) -> Option<Value> {
+        match (self, value) {
+            (ParamType::String, toml::Value::String(s)) => Some(Value::String(s.clone())),
+            (ParamType::Integer, toml::Value::Integer(i)) => Some(Value::from(*i)),
+            (ParamType::Float, toml::Value::Float(f)) => Some(Value::from(*f)),
+            (ParamType::Float, toml::Value::Integer(i)) => Some(Value::from(*i as f64)),
+            (ParamType::Boolean, toml::Value::Boolean(b)) => Some(Value::Bool(*b)),
+            _ => None,
+        }
+    }
+}
+
+/// A declared parameter. A parameter without a default is required.
+#[derive(Debug, Clone)]
+pub struct ParamDecl {
+    pub ty: ParamType,
+    pub default: Option<Value>,
+    pub description: Option<String>,
+}
+
+/// Splits one `--set key=value` argument.
+pub fn parse_set(arg: &str) -> Result<(String, String), String> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("`{arg}` is not of the form key=value")),
+    }
+}
+
+/// Resolves the final parameter values: defaults, overridden by `--set`, each checked by type.
+pub fn resolve(
+    declared: &IndexMap<String, ParamDecl>,
+    sets: &[(String, String)],
+) -> Result<serde_json::Map<String, Value>, Vec<Diagnostic>> {
+    let mut problems = Vec::new();
+    for (key, _) in sets {
+        if !declared.contains_key(key) {
+            let known: Vec<_> = declared.keys().map(|k| format!("`{k}`")).collect();
+            let help = if known.is_empty() {
+                "this pipeline declares no parameters".to_owned()
+            } else {
+                format!("declared parameters: {}", known.join(", "))
+            };
+            problems.push(Diagnostic::new(format!("unknown parameter `{key}`")).with_help(help));
+        }
+    }
+    let mut values = serde_json::Map::new();
+    for (name, decl) in declared {
+        let set = sets.iter().rev().find(|(key, _)| key == name);
+        match (set, &decl.default) {
+            (Some((_, text)), _) => match decl.ty.parse(text) {
+                Ok(value) => {
+                    values.insert(name.clone(), value);
+                }
+                Err(reason) => problems.push(Diagnostic::new(format!(
+                    "invalid value for parameter `{name}`: {reason}"
+                ))),
+            },
+            (None, Some(default)) => {
+                values.insert(name.clone(), default.clone());
+            }
+            (None, None) => problems.push(
+                Diagnostic::new(format!("missing required parameter `{name}`"))
+                    .with_help(format!("pass it with `--set {name}=<{}>`", decl.ty.name())),
+            ),
+        }
+    }
+    if problems.is_empty() {
+        Ok(values)
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decls() -> IndexMap<String, ParamDecl> {
+        let mut map = IndexMap::new();
+        map.insert(
+            "greeting".into(),
+            ParamDecl {
+                ty: ParamType::String,
+                default: Some(Value::from("hello")),
+                description: None,
+            },
+        );
+        map.insert(
+            "count".into(),
+            ParamDecl {
+                ty: ParamType::Integer,
+                default: None,
+                description: None,
+            },
+        );
+        map
+    }
+
+    #[test]
+    fn sets_override_defaults_and_are_typed() {
+        let sets = vec![
+            ("count".into(), "3".into()),
+            ("greeting".into(), "hi".into()),
+        ];
+        let values = resolve(&decls(), &sets).unwrap();
+        assert_eq!(values["greeting"], Value::from("hi"));
+        assert_eq!(values["count"], Value::from(3));
+    }
+
+    #[test]
+    fn missing_required_unknown_and_mistyped_are_all_reported() {
+        let err = resolve(&decls(), &[("nope".into(), "1".into())]).unwrap_err();
+        let messages: Vec<_> = err.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "unknown parameter `nope`",
+                "missing required parameter `count`"
+            ]
+        );
+        let err = resolve(&decls(), &[("count".into(), "three".into())]).unwrap_err();
+        assert_eq!(
+            err[0].message,
+            "invalid value for parameter `count`: `three` is not a valid integer"
+        );
+    }
+
+    #[test]
+    fn set_arguments_need_an_equals_sign() {
+        assert_eq!(parse_set("a=b=c").unwrap(), ("a".into(), "b=c".into()));
+        assert!(parse_set("novalue").is_err());
+        assert!(parse_set("=x").is_err());
+    }
+}
