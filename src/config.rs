@@ -114,7 +114,10 @@ mod tests {
     use figment::Jail;
 
     #[test]
-    #[expect(clippy::result_large_err, reason = "figment::Jail fixes the closure's error type")]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
     fn layers_apply_in_order_defaults_file_env_flags() {
         Jail::expect_with(|jail| {
             jail.create_file("kavi.toml", "jobs = 3\nledger = \"db/from-file.db\"\n")?;
@@ -142,7 +145,10 @@ mod tests {
     }
 
     #[test]
-    #[expect(clippy::result_large_err, reason = "figment::Jail fixes the closure's error type")]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
     fn unknown_keys_in_kavi_toml_are_refused() {
         Jail::expect_with(|jail| {
             jail.create_file("kavi.toml", "jobz = 3\n")?;

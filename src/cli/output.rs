@@ -70,6 +70,14 @@ pub fn mark(state: NodeState) -> &'static str {
     }
 }
 
+/// How many lines of a failed node's stderr the console shows; the whole is an artifact.
+const STDERR_TAIL_LINES: usize = 5;
+
+fn last_lines(text: &str, n: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
 /// Prints one line per finished node to stdout, as it happens.
 pub struct Console {
     pub quiet: bool,
@@ -99,6 +107,7 @@ impl Observer for Console {
                 state,
                 duration: took,
                 detail,
+                outputs,
                 will_retry,
             } => {
                 let mut line = format!("  {:<6} {node}", mark(*state));
@@ -114,6 +123,13 @@ impl Observer for Console {
                 }
                 if *will_retry {
                     line.push_str(" (will retry)");
+                }
+                if matches!(state, NodeState::Failed | NodeState::TimedOut)
+                    && let Some(stderr) = outputs.and_then(|o| o["stderr"].as_str())
+                {
+                    for tail in last_lines(stderr, STDERR_TAIL_LINES) {
+                        line.push_str(&format!("\n         | {tail}"));
+                    }
                 }
                 writeln!(out, "{line}")
             }

@@ -11,7 +11,11 @@ pub enum GraphFormat {
 }
 
 fn dot_quote(text: &str) -> String {
-    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+    let escaped = text
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!("\"{escaped}\"")
 }
 
 pub fn render_graph(dag: &Dag<'_>, format: GraphFormat) -> String {
@@ -24,6 +28,7 @@ pub fn render_graph(dag: &Dag<'_>, format: GraphFormat) -> String {
             for &i in &dag.order {
                 let node = &nodes[i];
                 let label = format!("{}\n{}", node.id, node.kind);
+                // Conditional nodes are dashed: they may be skipped.
                 let style = if node.when.is_some() {
                     ", style=dashed"
                 } else {

@@ -44,6 +44,8 @@ pub enum Event<'a> {
         state: NodeState,
         duration: Option<Duration>,
         detail: Option<&'a str>,
+        /// The node's outputs, for nodes that ran.
+        outputs: Option<&'a Value>,
         will_retry: bool,
     },
 }
@@ -418,6 +420,7 @@ impl Executor<'_> {
             state: outcome.state,
             duration: Some(duration),
             detail: outcome.error.as_deref(),
+            outputs: Some(&outcome.outputs),
             will_retry,
         });
         if will_retry {
@@ -473,6 +476,7 @@ impl Executor<'_> {
             state,
             duration: None,
             detail: error.or(reason),
+            outputs: None,
             will_retry: false,
         });
         self.slots[index].entry = json!({ "state": state, "outputs": {} });

@@ -1,0 +1,513 @@
+//! The engine end to end: the real `kavi` binary, real processes, a real ledger file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pipelines")).unwrap();
+    std::fs::create_dir(dir.path().join("templates")).unwrap();
+    dir
+}
+
+fn write(dir: &Path, relative: &str, text: &str) -> PathBuf {
+    let path = dir.join(relative);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn kavi_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kavi"));
+    command.args(args).current_dir(dir).env_remove("RUST_LOG");
+    command
+}
+
+fn kavi(dir: &Path, args: &[&str]) -> Output {
+    kavi_command(dir, args).output().unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "kavi failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn nodes_by_state(detail: &Value) -> Vec<(String, String)> {
+    detail["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node_id"].as_str().unwrap().to_owned(),
+                n["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Waits for a file a node writes, so a test acts only once the node is really running.
+fn wait_for_file(path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    // A zombie (state Z, after the command name in parentheses) has exited already.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Processes may take a moment to be reaped after their group is killed.
+fn wait_until_dead(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if !process_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+const DIAMOND: &str = r#"
+[pipeline]
+name = "diamond"
+
+[params.greeting]
+type = "string"
+default = "hello"
+
+[nodes.a]
+kind = "exec"
+run = ["sh", "-c", "printf '%s' \"$GREETING\""]
+env = { GREETING = "{{ params.greeting }}" }
+
+[nodes.b]
+kind = "exec"
+needs = ["a"]
+run = ["echo", "b saw {{ nodes.a.outputs.stdout }}"]
+
+[nodes.c]
+kind = "exec"
+needs = ["a"]
+shell = "echo c saw {{ nodes.a.outputs.stdout }}"
+
+[nodes.d]
+kind = "render"
+needs = ["b", "c"]
+template = "report.j2"
+"#;
+
+#[test]
+fn a_diamond_runs_and_the_ledger_shows_every_node_run_and_the_spec() {
+    let dir = workspace();
+    write(dir.path(), "pipelines/diamond.toml", DIAMOND);
+    write(
+        dir.path(),
+        "templates/report.j2",
+        "{{ nodes.b.outputs.stdout }}{{ nodes.c.outputs.stdout }}",
+    );
+
+    let out = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "run",
+            "diamond.toml",
+            "--set",
+            "greeting=$(touch pwned) it's",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        !dir.path().join("pwned").exists(),
+        "a parameter was run as shell code"
+    );
+
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(detail["status"], "succeeded");
+    let states = nodes_by_state(&detail);
+    let expected: Vec<(String, String)> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| ((*n).to_owned(), "succeeded".to_owned()))
+        .collect();
+    assert_eq!(states, expected);
+    for node in detail["nodes"].as_array().unwrap() {
+        assert!(node["started_at"].is_string() && node["finished_at"].is_string());
+        assert!(node["duration_ms"].is_u64());
+    }
+    let nodes = detail["nodes"].as_array().unwrap();
+    assert_eq!(nodes[1]["outputs"]["stdout"], "b saw $(touch pwned) it's\n");
+    assert_eq!(nodes[2]["outputs"]["stdout"], "c saw $(touch pwned) it's\n");
+
+    // The rendered report is an artifact with the text the template produced.
+    let artifact = Path::new(nodes[3]["outputs"]["path"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(artifact).unwrap(),
+        "b saw $(touch pwned) it's\nc saw $(touch pwned) it's\n"
+    );
+
+    // The spec text that governed the run is retrievable by its hash.
+    let hash = detail["spec_hash"].as_str().unwrap();
+    let spec = kavi(dir.path(), &["spec", "show", hash]);
+    assert!(spec.status.success());
+    assert_eq!(String::from_utf8(spec.stdout).unwrap(), DIAMOND);
+}
+
+#[test]
+fn jobs_bounds_how_many_nodes_run_at_once() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("slots")).unwrap();
+    // Each node takes a slot, records how many slots are taken, holds it briefly, and frees it.
+    let mut spec = String::from("[pipeline]\nname = \"wide\"\n");
+    for i in 0..4 {
+        spec.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"touch slots/{i}; ls slots | wc -l >> seen; sleep 0.5; rm slots/{i}\"\n"
+        ));
+    }
+    write(dir.path(), "pipelines/wide.toml", &spec);
+
+    for (jobs, expected) in [("2", 2), ("1", 1)] {
+        let _ = std::fs::remove_file(dir.path().join("seen"));
+        let out = kavi(dir.path(), &["pipeline", "run", "wide", "--jobs", jobs]);
+        assert!(out.status.success());
+        let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+        let most = seen
+            .lines()
+            .map(|l| l.trim().parse::<usize>().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(
+            most, expected,
+            "with --jobs {jobs}, at most {expected} nodes may overlap"
+        );
+    }
+}
+
+#[test]
+fn a_node_over_its_timeout_is_timed_out_and_leaves_no_process_alive() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/slow.toml",
+        r#"
+[pipeline]
+name = "slow"
+
+[nodes.slow]
+kind = "exec"
+shell = "sleep 60 & echo $! > grandchild.pid; wait"
+timeout = "1s"
+
+[nodes.after]
+kind = "exec"
+needs = ["slow"]
+run = ["true"]
+"#,
+    );
+    let out = kavi(dir.path(), &["pipeline", "run", "slow"]);
+    assert_eq!(out.status.code(), Some(1));
+    let pid: i32 = std::fs::read_to_string(dir.path().join("grandchild.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until_dead(pid),
+        "the node's background process {pid} outlived it"
+    );
+
+    let detail = json(&kavi(dir.path(), &["runs", "show", "latest", "--json"]));
+    assert_eq!(detail["status"], "failed");
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("slow".into(), "timed_out".into()),
+            ("after".into(), "blocked".into())
+        ]
+    );
+    assert_eq!(detail["nodes"][0]["error"], "timed out after 1s");
+    assert_eq!(
+        detail["nodes"][1]["reason"],
+        "needs `slow`, which timed out"
+    );
+}
+
+#[test]
+fn a_failure_blocks_dependants_while_the_rest_finishes_unless_fail_fast() {
+    let dir = workspace();
+    let spec = |fail_fast: bool| {
+        format!(
+            r#"
+[pipeline]
+name = "branches"
+fail_fast = {fail_fast}
+
+[nodes.bad]
+kind = "exec"
+run = ["sh", "-c", "exit 3"]
+
+[nodes.after_bad]
+kind = "exec"
+needs = ["bad"]
+run = ["true"]
+
+[nodes.other]
+kind = "exec"
+needs = ["bad_is_done"]
+run = ["true"]
+
+[nodes.bad_is_done]
+kind = "exec"
+run = ["sh", "-c", "sleep 0.3"]
+"#
+        )
+    };
+    write(dir.path(), "pipelines/branches.toml", &spec(false));
+    let out = kavi(dir.path(), &["pipeline", "run", "branches", "--jobs", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let states = nodes_by_state(&detail);
+    assert!(states.contains(&("bad".into(), "failed".into())));
+    assert!(states.contains(&("after_bad".into(), "blocked".into())));
+    assert!(
+        states.contains(&("other".into(), "succeeded".into())),
+        "{states:?}"
+    );
+    assert_eq!(detail["nodes"][0]["exit_code"], 3);
+
+    write(dir.path(), "pipelines/branches.toml", &spec(true));
+    let out = kavi(dir.path(), &["pipeline", "run", "branches", "--jobs", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let states = nodes_by_state(&detail);
+    // `bad_is_done` was already running and finishes; `other` never starts.
+    assert!(
+        states.contains(&("other".into(), "cancelled".into())),
+        "{states:?}"
+    );
+    assert!(
+        states.contains(&("bad_is_done".into(), "succeeded".into())),
+        "{states:?}"
+    );
+}
+
+#[test]
+fn retries_record_each_attempt_and_continue_lets_dependants_run() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/retry.toml",
+        r#"
+[pipeline]
+name = "retry"
+
+[nodes.flaky]
+kind = "exec"
+shell = "n=$(cat count 2>/dev/null || echo 0); echo $((n + 1)) > count; test $n -ge 2"
+retry = { attempts = 4, backoff = "10ms" }
+
+[nodes.optional]
+kind = "exec"
+run = ["false"]
+on_failure = "continue"
+
+[nodes.after_optional]
+kind = "exec"
+needs = ["optional"]
+run = ["echo", "{{ nodes.optional.state }}"]
+
+[nodes.skipped]
+kind = "exec"
+run = ["true"]
+when = "nodes.optional.state == 'succeeded'"
+needs = ["optional"]
+"#,
+    );
+    let out = kavi(dir.path(), &["pipeline", "run", "retry"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let attempts: Vec<(i64, &str)> = detail["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["node_id"] == "flaky")
+        .map(|n| (n["attempt"].as_i64().unwrap(), n["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(attempts, [(1, "failed"), (2, "failed"), (3, "succeeded")]);
+    let states = nodes_by_state(&detail);
+    assert!(states.contains(&("optional".into(), "failed".into())));
+    assert!(states.contains(&("after_optional".into(), "succeeded".into())));
+    assert!(states.contains(&("skipped".into(), "skipped".into())));
+}
+
+const LONG: &str = r#"
+[pipeline]
+name = "long"
+
+[nodes.long]
+kind = "exec"
+shell = "echo $$ > shell.pid; sleep 60 & echo $! > child.pid; wait"
+
+[nodes.after]
+kind = "exec"
+needs = ["long"]
+run = ["true"]
+"#;
+
+#[test]
+fn ctrl_c_cancels_running_nodes_and_records_them_as_cancelled() {
+    let dir = workspace();
+    write(dir.path(), "pipelines/long.toml", LONG);
+    let child = kavi_command(dir.path(), &["pipeline", "run", "long"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid: i32 = wait_for_file(&dir.path().join("child.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        wait_until_dead(pid),
+        "the node's process {pid} survived the cancel"
+    );
+
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(detail["status"], "cancelled");
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("long".into(), "cancelled".into()),
+            ("after".into(), "cancelled".into())
+        ]
+    );
+}
+
+#[test]
+fn a_killed_run_is_shown_as_interrupted_on_the_next_start() {
+    let dir = workspace();
+    write(dir.path(), "pipelines/long.toml", LONG);
+    let mut child = kavi_command(dir.path(), &["pipeline", "run", "long"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let grandchild: i32 = wait_for_file(&dir.path().join("child.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    let shell: i32 = wait_for_file(&dir.path().join("shell.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    // The node's own process gets the parent-death signal and dies with kavi.
+    assert!(
+        wait_until_dead(shell),
+        "the node's process {shell} outlived a killed kavi"
+    );
+    // What that process had started in the background is orphaned (a documented limit).
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(grandchild),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    assert_eq!(runs[0]["status"], "interrupted");
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("long".into(), "interrupted".into()),
+            ("after".into(), "interrupted".into())
+        ]
+    );
+    // The ledger is intact and usable: a new run records normally.
+    write(
+        dir.path(),
+        "pipelines/ok.toml",
+        "[pipeline]\nname = \"ok\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "ok"])
+            .status
+            .success()
+    );
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_eq!(runs[1]["status"], "interrupted");
+}
+
+#[test]
+fn nodes_get_only_a_minimal_environment_unless_they_inherit() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/env.toml",
+        r#"
+[pipeline]
+name = "env"
+
+[nodes.scrubbed]
+kind = "exec"
+shell = "echo \"${SECRET_TOKEN:-unset} $KAVI_NODE_ID $DECLARED\""
+env = { DECLARED = "yes" }
+
+[nodes.inherits]
+kind = "exec"
+shell = "echo \"${SECRET_TOKEN:-unset}\""
+inherit_env = true
+"#,
+    );
+    let out = kavi_command(dir.path(), &["pipeline", "run", "env"])
+        .env("SECRET_TOKEN", "hunter2")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(
+        detail["nodes"][0]["outputs"]["stdout"],
+        "unset scrubbed yes\n"
+    );
+    assert_eq!(detail["nodes"][1]["outputs"]["stdout"], "hunter2\n");
+}
