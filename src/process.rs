@@ -4,19 +4,29 @@
 //! started (a shell's children, a test runner's workers) and not only the child itself. When the
 //! child exits, whatever it left behind in its group is killed too: a node's processes never
 //! outlive the node.
+//!
+//! Output is read from pipes. The first `limit` bytes stay in memory; past that, everything goes
+//! to a temporary file. Most nodes print little, so most runs create no files at all.
 
-use std::io;
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
+use tempfile::NamedTempFile;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// How long a cancelled process group gets between SIGTERM and SIGKILL.
 const TERMINATE_GRACE: Duration = Duration::from_secs(2);
+
+/// How long output is still read after the node's group is gone. Only a process that left the
+/// group (setsid) can still hold the pipes open; kavi does not wait for it forever.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
 /// A fully resolved command: nothing here is a template any more.
 #[derive(Debug, Clone)]
@@ -29,12 +39,65 @@ pub struct CommandSpec {
     pub stdin: Option<Vec<u8>>,
 }
 
+/// Where captured output goes.
+#[derive(Debug, Clone)]
+pub struct CaptureOptions {
+    /// Bytes kept in memory; the rest spills to a file.
+    pub limit: usize,
+    /// Where spill files are created (the artifact store's temp folder).
+    pub spill_dir: PathBuf,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Code(i32),
     Signal(i32),
     /// Stopped because the cancel token fired.
     Cancelled,
+}
+
+/// One output stream of a finished process.
+#[derive(Debug, Default)]
+pub struct Captured {
+    /// The first `limit` bytes.
+    pub head: Vec<u8>,
+    /// Everything, once the stream grew past `limit`.
+    pub spill: Option<NamedTempFile>,
+    pub total: u64,
+    /// The pipe was still open when kavi stopped reading (held by a process outside the group).
+    pub abandoned: bool,
+}
+
+impl Captured {
+    fn push(&mut self, chunk: &[u8], options: &CaptureOptions) -> io::Result<()> {
+        self.total += chunk.len() as u64;
+        if self.spill.is_none() && self.head.len() + chunk.len() <= options.limit {
+            self.head.extend_from_slice(chunk);
+            return Ok(());
+        }
+        if self.spill.is_none() {
+            let mut file = NamedTempFile::new_in(&options.spill_dir)?;
+            file.write_all(&self.head)?;
+            self.spill = Some(file);
+        }
+        let room = options.limit.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        self.spill
+            .as_mut()
+            .expect("spill file was just created")
+            .write_all(chunk)
+    }
+
+    pub fn truncated(&self) -> bool {
+        self.total > self.head.len() as u64
+    }
+}
+
+#[derive(Debug)]
+pub struct Finished {
+    pub exit: Exit,
+    pub stdout: Captured,
+    pub stderr: Captured,
 }
 
 /// Kills the whole group when dropped, whatever path the caller took out.
@@ -46,14 +109,88 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Runs a command to completion, its output going to the given files.
+/// A program name, the PATH it is searched on, and the folder relative entries resolve against.
+type ProgramKey = (String, String, PathBuf);
+
+/// Finds the program the way a shell would, but on the child's PATH and in the parent.
+///
+/// Resolving here (rather than letting the child search) gives a clear "not found" error, and
+/// lets std start the child with `posix_spawn` instead of a full `fork`, which it must fall back
+/// to whenever the child's environment sets its own PATH. Found paths are cached.
+fn resolve_program(program: &str, env: &[(String, String)], cwd: &Path) -> io::Result<PathBuf> {
+    if program.contains('/') {
+        return Ok(cwd.join(program));
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "PATH")
+        .map_or("/usr/local/bin:/usr/bin:/bin", |(_, value)| value.as_str());
+    static FOUND: OnceLock<Mutex<HashMap<ProgramKey, PathBuf>>> = OnceLock::new();
+    let key = (program.to_owned(), path.to_owned(), cwd.to_owned());
+    let cache = FOUND.get_or_init(Default::default);
+    if let Some(found) = cache.lock().expect("cache lock").get(&key) {
+        return Ok(found.clone());
+    }
+    let found = std::env::split_paths(path)
+        .map(|dir| cwd.join(dir).join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("`{program}` was not found on PATH ({path})"),
+            )
+        })?;
+    cache.lock().expect("cache lock").insert(key, found.clone());
+    Ok(found)
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Reads a pipe to its end, or until `DRAIN_GRACE` after `exited` fires.
+async fn capture(
+    pipe: Option<impl AsyncRead + Unpin>,
+    options: &CaptureOptions,
+    exited: &CancellationToken,
+) -> io::Result<Captured> {
+    let mut captured = Captured::default();
+    let Some(mut pipe) = pipe else {
+        return Ok(captured);
+    };
+    let deadline = async {
+        exited.cancelled().await;
+        tokio::time::sleep(DRAIN_GRACE).await;
+    };
+    tokio::pin!(deadline);
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::select! {
+            n = pipe.read(&mut buffer) => n?,
+            () = &mut deadline => {
+                captured.abandoned = true;
+                break;
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        captured.push(&buffer[..n], options)?;
+    }
+    Ok(captured)
+}
+
+/// Runs a command to completion, capturing its output.
 pub async fn run(
     spec: &CommandSpec,
-    stdout: std::fs::File,
-    stderr: std::fs::File,
+    options: &CaptureOptions,
     cancel: &CancellationToken,
-) -> io::Result<Exit> {
-    let mut command = tokio::process::Command::new(&spec.program);
+) -> io::Result<Finished> {
+    let program = resolve_program(&spec.program, &spec.env, &spec.cwd)?;
+    let mut command = tokio::process::Command::new(&program);
     command
         .args(&spec.args)
         .env_clear()
@@ -64,20 +201,12 @@ pub async fn run(
         } else {
             Stdio::null()
         })
-        .stdout(stdout)
-        .stderr(stderr)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    #[cfg(target_os = "linux")]
-    // SAFETY: between fork and exec only async-signal-safe calls are allowed; prctl is one.
-    unsafe {
-        // If kavi itself is killed (kill -9), its direct children die with it instead of
-        // running on unobserved.
-        command
-            .pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from));
-    }
     let mut child = command.spawn()?;
-    tracing::debug!(program = %spec.program, args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
+    tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
     let pid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -91,22 +220,74 @@ pub async fn run(
         });
     }
 
-    let status = tokio::select! {
-        status = child.wait() => status?,
-        () = cancel.cancelled() => {
-            let _ = killpg(group.0, Signal::SIGTERM);
-            if tokio::time::timeout(TERMINATE_GRACE, child.wait()).await.is_err() {
-                let _ = killpg(group.0, Signal::SIGKILL);
-                child.wait().await?;
+    let exited = CancellationToken::new();
+    let stdout = capture(child.stdout.take(), options, &exited);
+    let stderr = capture(child.stderr.take(), options, &exited);
+    let wait = async {
+        let exit = tokio::select! {
+            status = child.wait() => status.map(|status| {
+                use std::os::unix::process::ExitStatusExt;
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => Exit::Code(code),
+                    (None, Some(signal)) => Exit::Signal(signal),
+                    (None, None) => Exit::Code(-1),
+                }
+            }),
+            () = cancel.cancelled() => {
+                let _ = killpg(group.0, Signal::SIGTERM);
+                if tokio::time::timeout(TERMINATE_GRACE, child.wait()).await.is_err() {
+                    let _ = killpg(group.0, Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+                Ok(Exit::Cancelled)
             }
-            return Ok(Exit::Cancelled);
-        }
+        };
+        // Whatever the child left running in its group goes with it; that closes the pipes.
+        let _ = killpg(group.0, Signal::SIGKILL);
+        exited.cancel();
+        exit
     };
-    drop(group);
-    use std::os::unix::process::ExitStatusExt;
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => Exit::Code(code),
-        (None, Some(signal)) => Exit::Signal(signal),
-        (None, None) => Exit::Code(-1),
+    let (exit, stdout, stderr) = tokio::join!(wait, stdout, stderr);
+    Ok(Finished {
+        exit: exit?,
+        stdout: stdout?,
+        stderr: stderr?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(limit: usize, dir: &Path) -> CaptureOptions {
+        CaptureOptions {
+            limit,
+            spill_dir: dir.to_owned(),
+        }
+    }
+
+    #[test]
+    fn output_past_the_limit_spills_to_a_file_and_keeps_the_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut captured = Captured::default();
+        captured.push(b"abc", &options(4, dir.path())).unwrap();
+        assert!(captured.spill.is_none());
+        captured.push(b"defg", &options(4, dir.path())).unwrap();
+        assert_eq!(captured.head, b"abcd");
+        assert_eq!(captured.total, 7);
+        assert!(captured.truncated());
+        let spilled = std::fs::read(captured.spill.unwrap().path()).unwrap();
+        assert_eq!(spilled, b"abcdefg");
+    }
+
+    #[test]
+    fn programs_resolve_on_the_childs_path_with_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+        let found = resolve_program("sh", &env, dir.path()).unwrap();
+        assert!(found.is_absolute() && found.ends_with("sh"), "{found:?}");
+        let err = resolve_program("no-such-program-kavi", &env, dir.path()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("no-such-program-kavi"));
+    }
 }

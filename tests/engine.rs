@@ -441,16 +441,14 @@ fn a_killed_run_is_shown_as_interrupted_on_the_next_start() {
         .unwrap();
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
-    // The node's own process gets the parent-death signal and dies with kavi.
-    assert!(
-        wait_until_dead(shell),
-        "the node's process {shell} outlived a killed kavi"
-    );
-    // What that process had started in the background is orphaned (a documented limit).
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(grandchild),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    // A SIGKILL leaves kavi no way to stop the node's processes: they are orphaned (a documented
+    // limit, see docs/running.md). Stop them here so the test leaves nothing behind.
+    for pid in [shell, grandchild] {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 
     let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
     assert_eq!(runs[0]["status"], "interrupted");

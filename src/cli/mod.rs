@@ -135,7 +135,7 @@ fn init_logging(format: LogFormat) {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -1,10 +1,11 @@
 //! The content-addressed artifact store: each artifact is a file named by its SHA-256.
 //!
 //! Files are written to a temporary name in the store and renamed into place, so a reader never
-//! sees half an artifact, and the ledger row is written only once the file exists.
+//! sees half an artifact, and the ledger row is written only once the file exists. Content that
+//! is already stored is not written again.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -34,37 +35,55 @@ impl ArtifactStore {
         })
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
+    /// Where temporary files go before they are stored: on the store's file system, so that
+    /// storing one is a rename.
+    pub fn temp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
     }
 
-    /// A file to write an artifact into before it is known; hand it to [`Self::put_file`].
-    pub fn temp_file(&self) -> io::Result<NamedTempFile> {
-        NamedTempFile::new_in(self.root.join("tmp"))
-    }
-
-    pub fn put_bytes(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
-        let mut temp = self.temp_file()?;
-        temp.write_all(bytes)?;
-        self.put_file(kind, temp)
-    }
-
-    /// Moves a finished temporary file into the store under its hash.
-    pub fn put_file(&self, kind: &str, temp: NamedTempFile) -> io::Result<Artifact> {
-        let (sha256, size) = hash_file(temp.path())?;
-        let relative = format!("sha256/{}/{}", &sha256[..2], sha256);
-        let destination = self.root.join(&relative);
-        if !destination.exists() {
-            std::fs::create_dir_all(destination.parent().expect("artifact path has a parent"))?;
-            temp.as_file().sync_all()?;
-            temp.persist(&destination).map_err(|e| e.error)?;
-        }
-        Ok(Artifact {
+    fn artifact(&self, kind: &str, sha256: String, size: u64) -> Artifact {
+        let path = format!("sha256/{}/{}", &sha256[..2], sha256);
+        Artifact {
             sha256,
             kind: kind.to_owned(),
             size,
-            path: relative,
-        })
+            path,
+        }
+    }
+
+    pub fn put_bytes(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
+        let artifact = self.artifact(
+            kind,
+            format!("{:x}", Sha256::digest(bytes)),
+            bytes.len() as u64,
+        );
+        let destination = self.path_of(&artifact);
+        if !destination.exists() {
+            let mut temp = NamedTempFile::new_in(self.temp_dir())?;
+            temp.write_all(bytes)?;
+            self.persist(temp, &destination)?;
+        }
+        Ok(artifact)
+    }
+
+    /// Moves a finished temporary file into the store under its hash.
+    pub fn put_file(&self, kind: &str, mut temp: NamedTempFile) -> io::Result<Artifact> {
+        // A writer may have left the offset anywhere.
+        temp.as_file_mut().seek(SeekFrom::Start(0))?;
+        let (sha256, size) = hash_reader(temp.as_file_mut())?;
+        let artifact = self.artifact(kind, sha256, size);
+        let destination = self.path_of(&artifact);
+        if !destination.exists() {
+            self.persist(temp, &destination)?;
+        }
+        Ok(artifact)
+    }
+
+    fn persist(&self, temp: NamedTempFile, destination: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(destination.parent().expect("artifact path has a parent"))?;
+        temp.as_file().sync_all()?;
+        temp.persist(destination).map_err(|e| e.error)?;
+        Ok(())
     }
 
     /// The absolute path of a stored artifact.
@@ -75,12 +94,15 @@ impl ArtifactStore {
 
 /// SHA-256 (hex) and size of a file, read in chunks.
 pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    let mut file = File::open(path)?;
+    hash_reader(&mut File::open(path)?)
+}
+
+fn hash_reader(reader: &mut impl Read) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let mut buffer = [0u8; 64 * 1024];
     let mut size = 0u64;
     loop {
-        let n = file.read(&mut buffer)?;
+        let n = reader.read(&mut buffer)?;
         if n == 0 {
             break;
         }
@@ -99,7 +121,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = ArtifactStore::open(dir.path()).unwrap();
         let a = store.put_bytes("NOTE", b"hello\n").unwrap();
-        let b = store.put_bytes("NOTE", b"hello\n").unwrap();
+        let mut temp = NamedTempFile::new_in(store.temp_dir()).unwrap();
+        temp.write_all(b"hello\n").unwrap();
+        let b = store.put_file("NOTE", temp).unwrap();
         assert_eq!(a, b);
         assert_eq!(
             a.sha256,
@@ -107,5 +131,9 @@ mod tests {
         );
         assert_eq!(std::fs::read(store.path_of(&a)).unwrap(), b"hello\n");
         assert_eq!(a.size, 6);
+        assert_eq!(
+            hash_file(&store.path_of(&a)).unwrap(),
+            (a.sha256.clone(), 6)
+        );
     }
 }

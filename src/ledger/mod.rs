@@ -272,13 +272,14 @@ impl Ledger {
 
     /// Marks a node run as running. Attempt 1 reuses the pending row; a retry adds a row.
     pub fn start_node(&self, run_id: i64, node_id: &str, kind: &str, attempt: u32) -> Result<()> {
-        self.conn.execute(
-            "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at)
+        self.conn
+            .prepare_cached(
+                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at)
              VALUES (?1, ?2, ?3, 'running', ?4, ?5)
              ON CONFLICT (run_id, node_id, attempt)
              DO UPDATE SET state = 'running', started_at = excluded.started_at",
-            params![run_id, node_id, kind, attempt, now()],
-        )?;
+            )?
+            .execute(params![run_id, node_id, kind, attempt, now()])?;
         Ok(())
     }
 
@@ -294,11 +295,13 @@ impl Ledger {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let node_run_id: i64 = tx.query_row(
+        let node_run_id: i64 = tx.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
                     outputs = ?5, error = ?6, reason = ?7
              WHERE run_id = ?8 AND node_id = ?9 AND attempt = ?10
              RETURNING id",
+        )?
+        .query_row(
             params![
                 state.as_str(),
                 now(),

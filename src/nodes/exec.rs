@@ -4,7 +4,6 @@
 //! In a `shell` string every interpolated value is shell-quoted. The child gets a minimal
 //! environment plus what the node declares, unless it asks to inherit kavi's.
 
-use std::io::Read;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
@@ -14,7 +13,8 @@ use toml::Spanned;
 
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
-use crate::process::{self, CommandSpec, Exit};
+use crate::ledger::Artifact;
+use crate::process::{self, CaptureOptions, Captured, CommandSpec, Exit};
 use crate::state::NodeState;
 use crate::template::describe_error;
 
@@ -31,7 +31,7 @@ const BASE_ENV: &[&str] = &[
 
 /// How much of stdout and stderr is kept in the node's JSON outputs; the whole of each is an
 /// artifact.
-const OUTPUT_TEXT_LIMIT: u64 = 64 * 1024;
+const OUTPUT_TEXT_LIMIT: usize = 64 * 1024;
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -184,13 +184,20 @@ impl Exec {
     }
 }
 
-/// Reads up to `limit` bytes of a file as text, noting whether it was cut.
-fn read_prefix(path: &std::path::Path, limit: u64) -> std::io::Result<(String, bool)> {
-    let file = std::fs::File::open(path)?;
-    let size = file.metadata()?.len();
-    let mut bytes = Vec::new();
-    file.take(limit).read_to_end(&mut bytes)?;
-    Ok((String::from_utf8_lossy(&bytes).into_owned(), size > limit))
+/// Stores one captured stream as an artifact; returns it, its head as text, and whether the
+/// head is only part of it.
+fn store_output(
+    ctx: &NodeContext<'_>,
+    kind: &str,
+    captured: Captured,
+) -> std::io::Result<(Artifact, String, bool)> {
+    let truncated = captured.truncated();
+    let text = String::from_utf8_lossy(&captured.head).into_owned();
+    let artifact = match captured.spill {
+        Some(file) => ctx.artifacts.put_file(kind, file)?,
+        None => ctx.artifacts.put_bytes(kind, &captured.head)?,
+    };
+    Ok((artifact, text, truncated))
 }
 
 #[async_trait::async_trait]
@@ -208,42 +215,27 @@ impl NodeAction for Exec {
             Ok(spec) => spec,
             Err(error) => return NodeOutcome::failed(error),
         };
-        let files = ctx.artifacts.temp_file().and_then(|out| {
-            let err = ctx.artifacts.temp_file()?;
-            Ok((out, err))
-        });
-        let (stdout, stderr) = match files {
-            Ok(files) => files,
-            Err(e) => return NodeOutcome::failed(format!("failed to create output files: {e}")),
+        let options = CaptureOptions {
+            limit: OUTPUT_TEXT_LIMIT,
+            spill_dir: ctx.artifacts.temp_dir(),
         };
-        let handles = stdout
-            .as_file()
-            .try_clone()
-            .and_then(|out| Ok((out, stderr.as_file().try_clone()?)));
-        let exit = match handles {
-            Ok((out, err)) => process::run(&spec, out, err, &ctx.cancel).await,
-            Err(e) => Err(e),
-        };
-        let exit = match exit {
-            Ok(exit) => exit,
+        let finished = match process::run(&spec, &options, &ctx.cancel).await {
+            Ok(finished) => finished,
             Err(e) => {
                 return NodeOutcome::failed(format!("failed to start `{}`: {e}", spec.program));
             }
         };
-
-        let texts = read_prefix(stdout.path(), OUTPUT_TEXT_LIMIT)
-            .and_then(|out| Ok((out, read_prefix(stderr.path(), OUTPUT_TEXT_LIMIT)?)));
-        let stored = ctx.artifacts.put_file("STDOUT", stdout).and_then(|out| {
-            Ok(vec![
-                ("stdout", out),
-                ("stderr", ctx.artifacts.put_file("STDERR", stderr)?),
-            ])
-        });
-        let (((stdout_text, stdout_cut), (stderr_text, stderr_cut)), artifacts) =
-            match texts.and_then(|t| Ok((t, stored?))) {
-                Ok(both) => both,
-                Err(e) => return NodeOutcome::failed(format!("failed to store output: {e}")),
-            };
+        let exit = finished.exit;
+        let stored = store_output(ctx, "STDOUT", finished.stdout)
+            .and_then(|out| Ok((out, store_output(ctx, "STDERR", finished.stderr)?)));
+        let (
+            (stdout_artifact, stdout_text, stdout_cut),
+            (stderr_artifact, stderr_text, stderr_cut),
+        ) = match stored {
+            Ok(stored) => stored,
+            Err(e) => return NodeOutcome::failed(format!("failed to store output: {e}")),
+        };
+        let artifacts = vec![("stdout", stdout_artifact), ("stderr", stderr_artifact)];
 
         let exit_code = match exit {
             Exit::Code(code) => Some(code),
