@@ -509,3 +509,164 @@ inherit_env = true
     );
     assert_eq!(detail["nodes"][1]["outputs"]["stdout"], "hunter2\n");
 }
+
+#[test]
+fn concurrent_runs_share_one_ledger() {
+    let dir = workspace();
+    let mut spec = String::from("[pipeline]\nname = \"busy\"\n");
+    for i in 0..20 {
+        spec.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nrun = [\"echo\", \"{i}\"]\n"
+        ));
+    }
+    write(dir.path(), "pipelines/busy.toml", &spec);
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            kavi_command(dir.path(), &["pipeline", "run", "busy", "--jobs", "4"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        assert_eq!(run["status"], "succeeded");
+        let detail = json(&kavi(
+            dir.path(),
+            &["runs", "show", &run["id"].to_string(), "--json"],
+        ));
+        assert_eq!(detail["nodes"].as_array().unwrap().len(), 20);
+    }
+}
+
+#[test]
+fn exec_feeds_stdin_runs_in_cwd_and_parses_json_and_render_refuses_escaping_paths() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    write(
+        dir.path(),
+        "templates/note.j2",
+        "{{ vars.title }}: {{ nodes.json.outputs.json.n }}\n",
+    );
+    write(
+        dir.path(),
+        "pipelines/fields.toml",
+        r#"
+[pipeline]
+name = "fields"
+
+[params.dest]
+type = "string"
+default = "out/note.md"
+
+[nodes.stdin]
+kind = "exec"
+run = ["cat"]
+stdin = "fed {{ run.id }}"
+
+[nodes.cwd]
+kind = "exec"
+run = ["pwd"]
+cwd = "sub"
+
+[nodes.json]
+kind = "exec"
+run = ["echo", "{\"n\": 7}"]
+stdout = "json"
+
+[nodes.not_json]
+kind = "exec"
+run = ["echo", "plain"]
+stdout = "json"
+on_failure = "continue"
+
+[nodes.note]
+kind = "render"
+needs = ["json"]
+template = "note.j2"
+vars = { title = "count" }
+dest = "{{ params.dest }}"
+"#,
+    );
+    let out = kavi(dir.path(), &["pipeline", "run", "fields"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let node = |id: &str| {
+        detail["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node_id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(node("stdin")["outputs"]["stdout"], "fed 1");
+    let cwd = node("cwd")["outputs"]["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(cwd.ends_with("/sub"), "{cwd}");
+    assert_eq!(node("json")["outputs"]["json"]["n"], 7);
+    assert_eq!(node("not_json")["state"], "failed");
+    assert!(
+        node("not_json")["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("stdout is not valid JSON")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out/note.md")).unwrap(),
+        "count: 7\n"
+    );
+    let artifacts = node("note")["artifacts"].clone();
+    assert_eq!(artifacts[0]["role"], "rendered");
+    assert_eq!(artifacts[0]["kind"], "RENDERED");
+
+    for (dest, reason) in [
+        ("../escape.md", "contains `..`"),
+        ("/tmp/escape.md", "is absolute"),
+    ] {
+        let out = kavi(
+            dir.path(),
+            &[
+                "pipeline",
+                "run",
+                "fields",
+                "--set",
+                &format!("dest={dest}"),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+        let note = detail["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node_id"] == "note")
+            .unwrap()
+            .clone();
+        assert_eq!(note["state"], "failed");
+        let error = note["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("refused `dest`") && error.contains(reason),
+            "{error}"
+        );
+    }
+    assert!(!dir.path().parent().unwrap().join("escape.md").exists());
+}
