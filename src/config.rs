@@ -20,6 +20,8 @@ pub struct Config {
     pub ledger: PathBuf,
     /// The content-addressed artifact store.
     pub artifacts: PathBuf,
+    /// Where sandbox copies of the target tree are made.
+    pub sandboxes: PathBuf,
     /// How many nodes may run at once.
     pub jobs: usize,
 }
@@ -29,6 +31,7 @@ impl Default for Config {
         Self {
             ledger: PathBuf::from(".kavi/ledger.db"),
             artifacts: PathBuf::from(".kavi/artifacts"),
+            sandboxes: PathBuf::from(".kavi/sandboxes"),
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
@@ -87,7 +90,7 @@ impl Workspace {
             figment = figment.merge(Toml::file_exact(file));
         }
         let mut config: Config = figment
-            .merge(Env::prefixed("KAVI_").only(&["ledger", "artifacts", "jobs"]))
+            .merge(Env::prefixed("KAVI_").only(&["ledger", "artifacts", "sandboxes", "jobs"]))
             .merge(Serialized::defaults(overrides))
             .extract()
             .map_err(|e| ConfigError::Invalid(Box::new(e)))?;
@@ -96,6 +99,7 @@ impl Workspace {
         }
         config.ledger = root.join(&config.ledger);
         config.artifacts = root.join(&config.artifacts);
+        config.sandboxes = root.join(&config.sandboxes);
         Ok(Self {
             root,
             config,

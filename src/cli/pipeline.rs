@@ -28,7 +28,11 @@ fn display_path(root: &Path, path: &Path) -> PathBuf {
 fn load(workspace: &Workspace, file: &str) -> Result<(Pipeline, Arc<TemplateEngine>), Error> {
     let path = spec::resolve_pipeline_path(&workspace.root, file)?;
     let templates = Arc::new(TemplateEngine::new(&workspace.templates_dir()));
-    let pipeline = spec::load_pipeline(&path, &display_path(&workspace.root, &path), &templates)?;
+    let context = spec::LoadContext {
+        root: &workspace.root,
+        templates: &templates,
+    };
+    let pipeline = spec::load_pipeline(&path, &display_path(&workspace.root, &path), &context)?;
     Ok((pipeline, templates))
 }
 
@@ -58,14 +62,26 @@ pub async fn run(
             ),
             source,
         })?;
+    let config = &workspace.config;
+    let state_paths = vec![
+        config.ledger.clone(),
+        PathBuf::from(format!("{}-wal", config.ledger.display())),
+        PathBuf::from(format!("{}-shm", config.ledger.display())),
+        config.ledger.with_extension("locks"),
+        config.artifacts.clone(),
+        config.sandboxes.clone(),
+    ];
     let env = Environment {
         workspace: Arc::from(workspace.root.as_path()),
         templates,
         artifacts,
+        sandboxes: Arc::from(config.sandboxes.as_path()),
+        state_paths: Arc::from(state_paths),
         config: json!({
             "workspace": workspace.root,
             "ledger": workspace.config.ledger,
             "artifacts": workspace.config.artifacts,
+            "sandboxes": workspace.config.sandboxes,
             "jobs": workspace.config.jobs,
         }),
         jobs: workspace.config.jobs,

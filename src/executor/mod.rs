@@ -59,6 +59,10 @@ pub struct Environment {
     pub workspace: Arc<Path>,
     pub templates: Arc<TemplateEngine>,
     pub artifacts: ArtifactStore,
+    /// Where `sandbox` nodes create their copies.
+    pub sandboxes: Arc<Path>,
+    /// kavi's own state (ledger, artifacts, sandboxes), never copied into a sandbox.
+    pub state_paths: Arc<[std::path::PathBuf]>,
     /// Exposed to templates as `config`.
     pub config: Value,
     pub jobs: usize,
@@ -119,6 +123,21 @@ pub async fn execute(
         .iter()
         .map(|n| (n.id.as_str(), n.kind))
         .collect();
+    let policies: Vec<(String, String, &str)> = pipeline
+        .policies
+        .iter()
+        .map(|p| {
+            (
+                p.path.display().to_string(),
+                crate::spec::spec_hash(&p.text),
+                p.text.as_str(),
+            )
+        })
+        .collect();
+    let policy_refs: Vec<(&str, &str, &str)> = policies
+        .iter()
+        .map(|(path, hash, text)| (path.as_str(), hash.as_str(), *text))
+        .collect();
     let (run_id, _lock) = ledger.create_run(NewRun {
         pipeline: &pipeline.name,
         spec_path: &pipeline.source.path.display().to_string(),
@@ -127,6 +146,7 @@ pub async fn execute(
         params: &params,
         parent_run: None,
         nodes: &node_list,
+        policies: &policy_refs,
     })?;
     observer.event(&Event::RunStarted {
         run_id,
@@ -351,6 +371,8 @@ impl Executor<'_> {
         let workspace = Arc::clone(&self.env.workspace);
         let templates = Arc::clone(&self.env.templates);
         let artifacts = self.env.artifacts.clone();
+        let sandboxes = Arc::clone(&self.env.sandboxes);
+        let state_paths = Arc::clone(&self.env.state_paths);
         let cancel = self.run_cancel.child_token();
         let run_id = self.run_id;
         self.running.spawn(async move {
@@ -362,6 +384,8 @@ impl Executor<'_> {
                 templates: &templates,
                 vars: &vars,
                 artifacts: &artifacts,
+                sandboxes: &sandboxes,
+                state_paths: &state_paths,
                 cancel: cancel.clone(),
             };
             let run = action.run(&ctx);

@@ -85,6 +85,8 @@ pub struct NewRun<'a> {
     pub parent_run: Option<i64>,
     /// Every node as (id, kind); each gets a `pending` node run.
     pub nodes: &'a [(&'a str, &'a str)],
+    /// The policy files governing the run, as (path, hash, text).
+    pub policies: &'a [(&'a str, &'a str, &'a str)],
 }
 
 /// How a node run ended, as the ledger stores it.
@@ -142,7 +144,15 @@ pub struct NodeArtifact {
 pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunRow,
+    /// The policy files that governed the run, by path and hash.
+    pub policies: Vec<RunPolicy>,
     pub nodes: Vec<NodeRunRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunPolicy {
+    pub path: String,
+    pub spec_hash: String,
 }
 
 const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
@@ -258,6 +268,16 @@ impl Ledger {
             ],
         )?;
         let run_id = tx.last_insert_rowid();
+        for (path, hash, text) in new.policies {
+            tx.execute(
+                "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+                params![hash, path, text, now],
+            )?;
+            tx.execute(
+                "INSERT INTO run_policies (run_id, path, spec_hash) VALUES (?1, ?2, ?3)",
+                params![run_id, path, hash],
+            )?;
+        }
         {
             let mut insert = tx.prepare(
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt) VALUES (?1, ?2, ?3, 'pending', 1)",
@@ -484,7 +504,21 @@ impl Ledger {
                 .collect::<rusqlite::Result<_>>()?;
             nodes.push(node);
         }
-        Ok(RunDetail { run, nodes })
+        let policies = self
+            .conn
+            .prepare("SELECT path, spec_hash FROM run_policies WHERE run_id = ?1 ORDER BY path")?
+            .query_map([run_id], |row| {
+                Ok(RunPolicy {
+                    path: row.get(0)?,
+                    spec_hash: row.get(1)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(RunDetail {
+            run,
+            policies,
+            nodes,
+        })
     }
 
     /// The stored text of a spec, by its hash (`sha256:<hex>`, or a unique prefix of the hex).
@@ -544,6 +578,7 @@ mod tests {
             params,
             parent_run: None,
             nodes,
+            policies: &[],
         }
     }
 

@@ -61,4 +61,13 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node_run_id, role)
     );
     "#,
+    // 2: which policy texts governed each run.
+    r#"
+    CREATE TABLE run_policies (
+        run_id      INTEGER NOT NULL REFERENCES runs(id),
+        path        TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL REFERENCES specs(hash),
+        PRIMARY KEY (run_id, path)
+    );
+    "#,
 ];

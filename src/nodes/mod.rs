@@ -4,8 +4,12 @@
 //! [`NodeAction`], and calls [`NodeAction::run`] with a [`NodeContext`]. Adding a kind means adding
 //! a module and one line to [`KINDS`].
 
+mod allowlist;
+mod copy_back;
+mod diff_gate;
 mod exec;
 mod render;
+mod sandbox;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -30,7 +34,13 @@ pub struct NodeKind {
 }
 
 /// Every kind the executor can run.
-pub const KINDS: &[NodeKind] = &[exec::KIND, render::KIND];
+pub const KINDS: &[NodeKind] = &[
+    exec::KIND,
+    render::KIND,
+    sandbox::KIND,
+    diff_gate::KIND,
+    copy_back::KIND,
+];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {
     KINDS.iter().find(|k| k.name == name)
@@ -57,6 +67,10 @@ pub struct NodeContext<'a> {
     /// The template context: `params`, `nodes`, `run` and `config`.
     pub vars: &'a minijinja::Value,
     pub artifacts: &'a ArtifactStore,
+    /// Where `sandbox` nodes create their copies.
+    pub sandboxes: &'a Path,
+    /// kavi's own state (ledger, artifacts, sandboxes): never copied into a sandbox.
+    pub state_paths: &'a [PathBuf],
     pub cancel: CancellationToken,
 }
 
@@ -107,9 +121,13 @@ impl NodeOutcome {
 pub struct NodeConfig<'a> {
     pub(crate) file: &'a Arc<SourceFile>,
     pub(crate) table: Option<Spanned<DeTable<'a>>>,
+    /// The workspace root: policy files are named relative to it.
+    pub root: &'a Path,
     pub templates: &'a TemplateEngine,
     /// Variable paths read by this node's templates, collected for the DAG's reference check.
     pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
+    /// Policy files this node is governed by.
+    pub(crate) policies: Vec<Arc<SourceFile>>,
 }
 
 impl<'a> NodeConfig<'a> {
@@ -118,6 +136,31 @@ impl<'a> NodeConfig<'a> {
         let table = self.table.take().expect("node config is deserialized once");
         T::deserialize(toml::de::Deserializer::from(table))
             .map_err(|e| crate::spec::toml_error(self.file, &e))
+    }
+
+    /// Loads the policy file a field names (or `default` when the field is absent). A policy
+    /// that cannot be read is reported at the field.
+    pub fn load_policy<T: DeserializeOwned>(
+        &mut self,
+        field: Option<&Spanned<String>>,
+        default: &str,
+    ) -> Result<crate::policy::Policy<T>, Diagnostic> {
+        let (name, span) = match field {
+            Some(field) => (field.get_ref().as_str(), field.span()),
+            None => (default, self.table.as_ref().map_or(0..0, Spanned::span)),
+        };
+        let policy = crate::policy::load(self.root, name).map_err(|d| {
+            if d.location.is_some() {
+                d
+            } else {
+                Diagnostic {
+                    location: Some((Arc::clone(self.file), span)),
+                    ..d
+                }
+            }
+        })?;
+        self.policies.push(Arc::clone(&policy.source));
+        Ok(policy)
     }
 
     /// A diagnostic located at `span` in this node's file.

@@ -130,17 +130,29 @@ pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecErr
     })
 }
 
+/// What loading a pipeline needs besides its text.
+pub struct LoadContext<'a> {
+    /// The workspace root: policy files are named relative to it.
+    pub root: &'a Path,
+    pub templates: &'a TemplateEngine,
+}
+
+/// `sha256:<hex>` of a spec or policy text: how the ledger names it.
+pub fn spec_hash(text: &str) -> String {
+    format!("sha256:{:x}", Sha256::digest(text.as_bytes()))
+}
+
 /// Reads and validates a pipeline file. `display_path` is how messages name the file.
 pub fn load_pipeline(
     path: &Path,
     display_path: &Path,
-    templates: &TemplateEngine,
+    context: &LoadContext<'_>,
 ) -> Result<Pipeline, SpecError> {
     let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
         path: display_path.to_owned(),
         source,
     })?;
-    load_pipeline_str(display_path, text, templates)
+    load_pipeline_str(display_path, text, context)
 }
 
 /// Validates pipeline text. Everything is checked before returning, and all problems found in
@@ -148,10 +160,10 @@ pub fn load_pipeline(
 pub fn load_pipeline_str(
     display_path: &Path,
     text: String,
-    templates: &TemplateEngine,
+    context: &LoadContext<'_>,
 ) -> Result<Pipeline, SpecError> {
     let file = SourceFile::new(display_path, text);
-    let spec_hash = format!("sha256:{:x}", Sha256::digest(file.text.as_bytes()));
+    let spec_hash = spec_hash(&file.text);
     let root = DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?;
     let root_span = root.span();
 
@@ -174,6 +186,7 @@ pub fn load_pipeline_str(
     let params = load_params(&file, header.params, &mut problems);
 
     let mut nodes = Vec::new();
+    let mut policies: Vec<Arc<SourceFile>> = Vec::new();
     match raw_nodes {
         None => problems.push(
             Diagnostic::new("a pipeline needs at least one node")
@@ -185,8 +198,15 @@ pub fn load_pipeline_str(
             match value.into_inner() {
                 DeValue::Table(table) => {
                     for (id, node) in table {
-                        match load_node(&file, id, node, templates, &params) {
-                            Ok(node) => nodes.push(node),
+                        match load_node(&file, id, node, context, &params) {
+                            Ok((node, used)) => {
+                                nodes.push(node);
+                                for policy in used {
+                                    if !policies.iter().any(|p| p.path == policy.path) {
+                                        policies.push(policy);
+                                    }
+                                }
+                            }
                             Err(diagnostic) => problems.push(diagnostic),
                         }
                     }
@@ -210,6 +230,7 @@ pub fn load_pipeline_str(
         fail_fast: header.pipeline.fail_fast,
         params,
         nodes,
+        policies,
     })
 }
 
@@ -277,9 +298,10 @@ fn load_node(
     file: &Arc<SourceFile>,
     id: Spanned<std::borrow::Cow<'_, str>>,
     node: Spanned<DeValue<'_>>,
-    templates: &TemplateEngine,
+    context: &LoadContext<'_>,
     params: &IndexMap<String, ParamDecl>,
-) -> Result<NodeSpec, Diagnostic> {
+) -> Result<(NodeSpec, Vec<Arc<SourceFile>>), Diagnostic> {
+    let templates = context.templates;
     let id_span = id.span();
     let id = id.into_inner().into_owned();
     if !is_valid_node_id(&id) {
@@ -323,11 +345,17 @@ fn load_node(
     let mut config = NodeConfig {
         file,
         table: Some(Spanned::new(node_span.clone(), specific)),
+        root: context.root,
         templates,
         reads: Vec::new(),
+        policies: Vec::new(),
     };
     let action = (kind.parse)(&mut config).map_err(|mut d| {
-        if d.message.starts_with("unknown field") {
+        let in_this_file = d
+            .location
+            .as_ref()
+            .is_some_and(|(f, _)| Arc::ptr_eq(f, file));
+        if in_this_file && d.message.starts_with("unknown field") {
             d.help = Some(format!(
                 "every node also takes: {}",
                 COMMON_FIELDS.join(", ")
@@ -361,7 +389,7 @@ fn load_node(
         },
     };
 
-    Ok(NodeSpec {
+    let node = NodeSpec {
         id,
         span: id_span,
         kind: kind.name,
@@ -373,7 +401,8 @@ fn load_node(
         on_failure: common.on_failure.unwrap_or(OnFailure::Stop),
         reads: config.reads,
         action,
-    })
+    };
+    Ok((node, config.policies))
 }
 
 /// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now.

@@ -17,7 +17,9 @@ use toml::Spanned;
 
 pub use error::SpecError;
 pub(crate) use load::toml_error;
-pub use load::{duration, load_pipeline, load_pipeline_str, resolve_pipeline_path};
+pub use load::{
+    LoadContext, duration, load_pipeline, load_pipeline_str, resolve_pipeline_path, spec_hash,
+};
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 
 use crate::diagnostic::SourceFile;
@@ -35,6 +37,8 @@ pub struct Pipeline {
     pub fail_fast: bool,
     pub params: IndexMap<String, ParamDecl>,
     pub nodes: Vec<NodeSpec>,
+    /// The policy files its nodes are governed by, recorded with each run.
+    pub policies: Vec<Arc<SourceFile>>,
 }
 
 impl Pipeline {

@@ -1,0 +1,76 @@
+//! `diff_gate`: pass only if every change in a sandbox is allowlisted and every required path
+//! exists. A failure names each offending path.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::allowlist::Allowlist;
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::state::NodeState;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "diff_gate",
+    parse,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffGateConfig {
+    /// The sandbox folder, usually `{{ nodes.<sandbox>.outputs.path }}`.
+    sandbox: Spanned<String>,
+    /// The allowlist policy (default `policies/allowlist.toml`).
+    allowlist: Option<Spanned<String>>,
+    /// Values for the allowlist's path templates, such as `skill`.
+    #[serde(default)]
+    vars: IndexMap<String, Spanned<String>>,
+}
+
+#[derive(Debug)]
+struct DiffGate {
+    sandbox: String,
+    allowlist: Allowlist,
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: DiffGateConfig = config.deserialize()?;
+    config.check_template(&raw.sandbox)?;
+    let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
+    Ok(Arc::new(DiffGate {
+        sandbox: raw.sandbox.into_inner(),
+        allowlist,
+    }))
+}
+
+impl DiffGate {
+    async fn check(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
+        let allowed = self.allowlist.resolve(ctx)?;
+        let review = self.allowlist.review(&sandbox, &allowed).await?;
+        let mut outcome =
+            NodeOutcome::succeeded(serde_json::to_value(&review).expect("review serializes"));
+        if !review.passed() {
+            outcome.state = NodeState::Failed;
+            outcome.error = Some(review.failure());
+        }
+        Ok(outcome)
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for DiffGate {
+    fn describe(&self) -> String {
+        format!(
+            "diff gate on {} against {}",
+            self.sandbox, self.allowlist.policy_path
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.check(ctx).await.unwrap_or_else(NodeOutcome::failed)
+    }
+}

@@ -1,0 +1,82 @@
+//! Policy files: governance as data under `policies/`.
+//!
+//! A node kind that is governed by a policy names the file; the file is loaded (with spans, like
+//! a pipeline) when the pipeline is checked, so a bad policy stops the run before it starts. Each
+//! policy text is recorded in the ledger with the runs it governed.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use toml::Spanned;
+
+use crate::diagnostic::{Diagnostic, SourceFile};
+
+/// A parsed policy and the text it came from.
+#[derive(Debug, Clone)]
+pub struct Policy<T> {
+    pub value: T,
+    pub source: Arc<SourceFile>,
+}
+
+/// Reads and parses a policy file, named relative to the workspace root.
+pub fn load<T: DeserializeOwned>(root: &Path, relative: &str) -> Result<Policy<T>, Diagnostic> {
+    let text = std::fs::read_to_string(root.join(relative))
+        .map_err(|e| Diagnostic::new(format!("failed to read policy {relative}: {e}")))?;
+    let source = SourceFile::new(relative, text);
+    let value = toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    Ok(Policy { value, source })
+}
+
+/// Compiles glob patterns, pointing at the one that does not parse.
+pub fn glob_set(
+    patterns: &[Spanned<String>],
+    source: &Arc<SourceFile>,
+) -> Result<GlobSet, Diagnostic> {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        let glob = Glob::new(pattern.get_ref()).map_err(|e| {
+            Diagnostic::new(format!("invalid glob pattern: {}", e.kind()))
+                .at(source, pattern.span())
+        })?;
+        builder.add(glob);
+    }
+    builder
+        .build()
+        .map_err(|e| Diagnostic::new(format!("invalid glob patterns: {e}")))
+}
+
+/// `policies/sandbox.toml`: what a sandbox copy of the target leaves out.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxPolicy {
+    /// Globs matched against each path relative to the tree root (`**/.env`, `.git`, ...). A
+    /// matching folder is skipped with everything in it.
+    pub skip: Vec<Spanned<String>>,
+}
+
+/// `policies/allowlist.toml`: what a build may change.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowlistPolicy {
+    /// Paths a build may create or change, as templates over the pipeline's variables
+    /// (`skills/{{ skill }}/skill.py`).
+    #[serde(rename = "path")]
+    pub paths: Vec<AllowedPath>,
+    /// Globs of changes that are neither allowed nor violations, and are never copied back:
+    /// by-products such as `**/__pycache__/**`.
+    #[serde(default)]
+    pub ignore: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowedPath {
+    pub path: Spanned<String>,
+    /// A required path must exist in the sandbox after the build.
+    #[serde(default)]
+    pub required: bool,
+    pub description: Option<String>,
+}
