@@ -136,15 +136,14 @@ pub async fn run(
     })
 }
 
-/// The last attempt of each node, in the order the ledger lists them.
+/// The last attempt of each node. The ledger lists a node's attempts together, in order, so the
+/// last row of each group is the final one.
 pub fn final_attempts(nodes: &[crate::ledger::NodeRunRow]) -> Vec<&crate::ledger::NodeRunRow> {
     nodes
         .iter()
-        .filter(|n| {
-            !nodes
-                .iter()
-                .any(|m| m.node_id == n.node_id && m.attempt > n.attempt)
-        })
+        .enumerate()
+        .filter(|(i, n)| nodes.get(i + 1).is_none_or(|next| next.node_id != n.node_id))
+        .map(|(_, n)| n)
         .collect()
 }
 
