@@ -45,9 +45,13 @@ impl Error {
             Error::Config(_) | Error::Io { .. } => exit::ENVIRONMENT,
             Error::Spec(SpecError::NotFound { .. }) => exit::NOT_FOUND,
             Error::Spec(_) => exit::INVALID_SPEC,
-            Error::Ledger(LedgerError::RunNotFound(_) | LedgerError::SpecNotFound(_)) => {
-                exit::NOT_FOUND
-            }
+            Error::Ledger(
+                LedgerError::RunNotFound(_)
+                | LedgerError::SpecNotFound(_)
+                | LedgerError::SkillNotFound(_),
+            ) => exit::NOT_FOUND,
+            Error::Ledger(LedgerError::SkillExists(_)) => exit::USAGE,
+            Error::Ledger(LedgerError::TransitionRefused(_)) => exit::RUN_FAILED,
             Error::Ledger(_) => exit::ENVIRONMENT,
             Error::Usage(_) => exit::USAGE,
         }

@@ -16,6 +16,7 @@ pub mod nodes;
 pub mod policy;
 pub mod process;
 pub mod sandbox;
+pub mod skills;
 pub mod spec;
 pub mod state;
 pub mod template;

@@ -3,6 +3,7 @@
 mod output;
 mod pipeline;
 mod runs;
+mod skills;
 
 use std::path::PathBuf;
 
@@ -49,6 +50,25 @@ enum Command {
     /// Inspect stored spec texts.
     #[command(subcommand)]
     Spec(SpecCommand),
+    /// Propose and inspect skills.
+    #[command(subcommand)]
+    Skill(SkillCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SkillCommand {
+    /// Record a skill proposal (a TOML file) in its initial lifecycle state.
+    Propose {
+        file: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a skill's state and every transition it went through.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -178,5 +198,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
+        Command::Skill(SkillCommand::Propose { file, json }) => {
+            skills::propose(&workspace, &file, json)
+        }
+        Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
     }
 }

@@ -20,6 +20,15 @@ pub fn duration(d: Duration) -> String {
     duration_ms(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// `1 node`, `3 nodes`.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A short form of a `sha256:<hex>` hash for tables.
 pub fn short_hash(hash: &str) -> String {
     let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
@@ -97,7 +106,8 @@ impl Observer for Console {
                 nodes,
             } => writeln!(
                 out,
-                "run {run_id}: {pipeline} ({nodes} nodes, spec {})",
+                "run {run_id}: {pipeline} ({}, spec {})",
+                plural(*nodes, "node"),
                 short_hash(spec_hash)
             ),
             Event::NodeStarted { .. } => Ok(()),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::output::{Console, duration_ms, short_hash, table};
+use super::output::{Console, duration_ms, plural, short_hash, table};
 use crate::config::Workspace;
 use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
@@ -76,6 +76,7 @@ pub async fn run(
         templates,
         artifacts,
         sandboxes: Arc::from(config.sandboxes.as_path()),
+        ledger: Arc::from(config.ledger.as_path()),
         state_paths: Arc::from(state_paths),
         config: json!({
             "workspace": workspace.root,
@@ -142,7 +143,11 @@ pub fn final_attempts(nodes: &[crate::ledger::NodeRunRow]) -> Vec<&crate::ledger
     nodes
         .iter()
         .enumerate()
-        .filter(|(i, n)| nodes.get(i + 1).is_none_or(|next| next.node_id != n.node_id))
+        .filter(|(i, n)| {
+            nodes
+                .get(i + 1)
+                .is_none_or(|next| next.node_id != n.node_id)
+        })
         .map(|(_, n)| n)
         .collect()
 }
@@ -160,14 +165,6 @@ pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
         plural(pipeline.params.len(), "parameter"),
     );
     Ok(exit::SUCCESS)
-}
-
-fn plural(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 /// Whether a `when` can be decided now: it can when it reads only parameters.

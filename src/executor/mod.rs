@@ -61,6 +61,8 @@ pub struct Environment {
     pub artifacts: ArtifactStore,
     /// Where `sandbox` nodes create their copies.
     pub sandboxes: Arc<Path>,
+    /// The ledger file, for kinds that record domain facts.
+    pub ledger: Arc<Path>,
     /// kavi's own state (ledger, artifacts, sandboxes), never copied into a sandbox.
     pub state_paths: Arc<[std::path::PathBuf]>,
     /// Exposed to templates as `config`.
@@ -372,6 +374,7 @@ impl Executor<'_> {
         let templates = Arc::clone(&self.env.templates);
         let artifacts = self.env.artifacts.clone();
         let sandboxes = Arc::clone(&self.env.sandboxes);
+        let ledger = Arc::clone(&self.env.ledger);
         let state_paths = Arc::clone(&self.env.state_paths);
         let cancel = self.run_cancel.child_token();
         let run_id = self.run_id;
@@ -385,6 +388,7 @@ impl Executor<'_> {
                 vars: &vars,
                 artifacts: &artifacts,
                 sandboxes: &sandboxes,
+                ledger: &ledger,
                 state_paths: &state_paths,
                 cancel: cancel.clone(),
             };

@@ -8,6 +8,7 @@
 
 mod artifacts;
 mod schema;
+mod skills;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use artifacts::{Artifact, ArtifactStore, hash_file};
+pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned};
 
 use crate::state::{NodeState, RunStatus};
 
@@ -45,6 +47,12 @@ pub enum LedgerError {
     RunNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]
     SpecNotFound(String),
+    #[error("no skill `{0}` in the ledger; propose it with `kavi skill propose`")]
+    SkillNotFound(String),
+    #[error("skill `{0}` is already proposed")]
+    SkillExists(String),
+    #[error("{0}")]
+    TransitionRefused(String),
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;

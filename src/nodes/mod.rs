@@ -10,6 +10,7 @@ mod diff_gate;
 mod exec;
 mod render;
 mod sandbox;
+mod transition;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -40,6 +41,7 @@ pub const KINDS: &[NodeKind] = &[
     sandbox::KIND,
     diff_gate::KIND,
     copy_back::KIND,
+    transition::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {
@@ -69,6 +71,8 @@ pub struct NodeContext<'a> {
     pub artifacts: &'a ArtifactStore,
     /// Where `sandbox` nodes create their copies.
     pub sandboxes: &'a Path,
+    /// The ledger file, for kinds that record domain facts (skills, transitions).
+    pub ledger: &'a Path,
     /// kavi's own state (ledger, artifacts, sandboxes): never copied into a sandbox.
     pub state_paths: &'a [PathBuf],
     pub cancel: CancellationToken,
@@ -145,22 +149,26 @@ impl<'a> NodeConfig<'a> {
         field: Option<&Spanned<String>>,
         default: &str,
     ) -> Result<crate::policy::Policy<T>, Diagnostic> {
+        let source = self.load_policy_source(field, default)?;
+        let value =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+        Ok(crate::policy::Policy { value, source })
+    }
+
+    /// Reads a policy file's text for a kind that parses it itself, recording it as governing.
+    pub fn load_policy_source(
+        &mut self,
+        field: Option<&Spanned<String>>,
+        default: &str,
+    ) -> Result<Arc<SourceFile>, Diagnostic> {
         let (name, span) = match field {
             Some(field) => (field.get_ref().as_str(), field.span()),
             None => (default, self.table.as_ref().map_or(0..0, Spanned::span)),
         };
-        let policy = crate::policy::load(self.root, name).map_err(|d| {
-            if d.location.is_some() {
-                d
-            } else {
-                Diagnostic {
-                    location: Some((Arc::clone(self.file), span)),
-                    ..d
-                }
-            }
-        })?;
-        self.policies.push(Arc::clone(&policy.source));
-        Ok(policy)
+        let source = crate::policy::read(self.root, name)
+            .map_err(|message| Diagnostic::new(message).at(self.file, span))?;
+        self.policies.push(Arc::clone(&source));
+        Ok(source)
     }
 
     /// A diagnostic located at `span` in this node's file.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
@@ -21,13 +20,11 @@ pub struct Policy<T> {
     pub source: Arc<SourceFile>,
 }
 
-/// Reads and parses a policy file, named relative to the workspace root.
-pub fn load<T: DeserializeOwned>(root: &Path, relative: &str) -> Result<Policy<T>, Diagnostic> {
+/// Reads a policy file, named relative to the workspace root.
+pub fn read(root: &Path, relative: &str) -> Result<Arc<SourceFile>, String> {
     let text = std::fs::read_to_string(root.join(relative))
-        .map_err(|e| Diagnostic::new(format!("failed to read policy {relative}: {e}")))?;
-    let source = SourceFile::new(relative, text);
-    let value = toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
-    Ok(Policy { value, source })
+        .map_err(|e| format!("failed to read policy {relative}: {e}"))?;
+    Ok(SourceFile::new(relative, text))
 }
 
 /// Compiles glob patterns, pointing at the one that does not parse.

@@ -1,0 +1,117 @@
+//! `transition`: move a skill from one lifecycle state to another, as the lifecycle policy
+//! (default `policies/lifecycle.toml`) allows. A refused move fails the node with a message that
+//! says what the policy allows instead. Each move is recorded with run, node and actor.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use toml::Spanned;
+
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
+use crate::skills::{Lifecycle, invalid_name_reason};
+use crate::template::is_templated;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "transition",
+    parse,
+};
+
+pub const DEFAULT_POLICY: &str = "policies/lifecycle.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransitionConfig {
+    skill: Spanned<String>,
+    to: Spanned<String>,
+    lifecycle: Option<Spanned<String>>,
+    comment: Option<Spanned<String>>,
+}
+
+#[derive(Debug)]
+struct Transition {
+    skill: String,
+    to: String,
+    comment: Option<String>,
+    lifecycle: Lifecycle,
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: TransitionConfig = config.deserialize()?;
+    for field in [Some(&raw.skill), Some(&raw.to), raw.comment.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        config.check_template(field)?;
+    }
+    let source = config.load_policy_source(raw.lifecycle.as_ref(), DEFAULT_POLICY)?;
+    let lifecycle = Lifecycle::parse(&source)?;
+    if !is_templated(raw.to.get_ref()) && !lifecycle.states.contains(raw.to.get_ref()) {
+        return Err(config
+            .error(
+                format!(
+                    "`{}` is not a state of {}",
+                    raw.to.get_ref(),
+                    source.path.display()
+                ),
+                raw.to.span(),
+            )
+            .with_help(format!("states: {}", lifecycle.states.join(", "))));
+    }
+    Ok(Arc::new(Transition {
+        skill: raw.skill.into_inner(),
+        to: raw.to.into_inner(),
+        comment: raw.comment.map(Spanned::into_inner),
+        lifecycle,
+    }))
+}
+
+impl Transition {
+    fn apply(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let skill = ctx.render("skill", &self.skill)?;
+        if let Some(reason) = invalid_name_reason(&skill) {
+            return Err(reason);
+        }
+        let to = ctx.render("to", &self.to)?;
+        let comment = self
+            .comment
+            .as_ref()
+            .map(|c| ctx.render("comment", c))
+            .transpose()?;
+        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let actor = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let moved = ledger
+            .transition_skill(
+                &skill,
+                &to,
+                |from, to| self.lifecycle.check(from, to),
+                (Some(ctx.run_id), Some(ctx.node_id)),
+                &actor,
+                comment.as_deref(),
+            )
+            .map_err(|e| e.to_string())?;
+        Ok(NodeOutcome::succeeded(json!({
+            "skill": skill,
+            "from": moved.from,
+            "to": moved.to,
+        })))
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for Transition {
+    fn describe(&self) -> String {
+        format!(
+            "move skill {} to {} ({})",
+            self.skill,
+            self.to,
+            self.lifecycle.source.path.display()
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.apply(ctx).unwrap_or_else(NodeOutcome::failed)
+    }
+}

@@ -1,0 +1,242 @@
+//! Skills: small code units built by an external agent, and the lifecycle they move through.
+//!
+//! A skill starts as a proposal (name, description, schemas, side-effect class, secrets, the
+//! command that runs it). Its name is the one source of naming truth: every path the forge uses
+//! derives from it, so it may hold no path characters.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::diagnostic::{Diagnostic, SourceFile};
+
+/// What running a skill may touch. Anything but READ_ONLY needs confirmation at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SideEffect {
+    ReadOnly,
+    FileWrite,
+    Network,
+    SecretRead,
+}
+
+impl SideEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SideEffect::ReadOnly => "READ_ONLY",
+            SideEffect::FileWrite => "FILE_WRITE",
+            SideEffect::Network => "NETWORK",
+            SideEffect::SecretRead => "SECRET_READ",
+        }
+    }
+}
+
+/// Why a skill name is unusable, if it is: names become paths, so only `[a-z][a-z0-9_]*` (at
+/// most 64 characters) is accepted.
+pub fn invalid_name_reason(name: &str) -> Option<String> {
+    let mut chars = name.chars();
+    let valid = name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    (!valid).then(|| {
+        format!(
+            "invalid skill name `{name}`: use a lowercase letter, then lowercase letters, digits \
+             or `_` (at most 64 characters)"
+        )
+    })
+}
+
+/// A skill proposal, as written in a proposal file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proposal {
+    pub name: Spanned<String>,
+    pub description: String,
+    pub side_effect: SideEffect,
+    /// Environment variables holding secrets the skill may read; nothing else reaches it.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// The argv that runs the skill; it reads JSON on stdin and writes JSON on stdout.
+    pub command: Vec<String>,
+    pub input_schema: serde_json::Value,
+    pub output_schema: serde_json::Value,
+}
+
+impl Proposal {
+    /// Parses and validates a proposal file's text.
+    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+        let proposal: Proposal =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        if let Some(reason) = invalid_name_reason(proposal.name.get_ref()) {
+            return Err(Diagnostic::new(reason).at(source, proposal.name.span()));
+        }
+        if proposal.command.is_empty() {
+            return Err(
+                Diagnostic::new("`command` needs at least the program to run")
+                    .with_help(format!("in {}", source.path.display())),
+            );
+        }
+        for (field, schema) in [
+            ("input_schema", &proposal.input_schema),
+            ("output_schema", &proposal.output_schema),
+        ] {
+            if !schema.is_object() {
+                return Err(Diagnostic::new(format!(
+                    "`{field}` must be a table (a JSON Schema object)"
+                ))
+                .with_help(format!("in {}", source.path.display())));
+            }
+        }
+        Ok(proposal)
+    }
+}
+
+/// `policies/lifecycle.toml`, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLifecycle {
+    initial: Spanned<String>,
+    states: Vec<Spanned<String>>,
+    buildable: Vec<Spanned<String>>,
+    #[serde(rename = "transition", default)]
+    transitions: Vec<RawTransition>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTransition {
+    from: Spanned<String>,
+    to: Spanned<String>,
+    #[serde(default)]
+    approval: bool,
+    #[expect(dead_code, reason = "documentation for people reading the policy")]
+    description: Option<String>,
+}
+
+/// The lifecycle state machine: which moves are allowed, and which need an approval.
+#[derive(Debug, Clone)]
+pub struct Lifecycle {
+    pub initial: String,
+    pub states: Vec<String>,
+    pub buildable: Vec<String>,
+    /// (from, to, needs approval)
+    transitions: Vec<(String, String, bool)>,
+    pub source: Arc<SourceFile>,
+}
+
+impl Lifecycle {
+    /// Parses and checks a lifecycle policy: every state it names must be declared.
+    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+        let raw: RawLifecycle =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        let states: Vec<String> = raw.states.iter().map(|s| s.get_ref().clone()).collect();
+        let known = |state: &Spanned<String>| -> Result<String, Diagnostic> {
+            if states.contains(state.get_ref()) {
+                Ok(state.get_ref().clone())
+            } else {
+                Err(Diagnostic::new(format!(
+                    "`{}` is not one of the declared states",
+                    state.get_ref()
+                ))
+                .at(source, state.span())
+                .with_help(format!("declared states: {}", states.join(", "))))
+            }
+        };
+        let initial = known(&raw.initial)?;
+        let buildable = raw.buildable.iter().map(known).collect::<Result<_, _>>()?;
+        let mut transitions = Vec::new();
+        for t in &raw.transitions {
+            transitions.push((known(&t.from)?, known(&t.to)?, t.approval));
+        }
+        Ok(Self {
+            initial,
+            states,
+            buildable,
+            transitions,
+            source: Arc::clone(source),
+        })
+    }
+
+    /// Checks a move; the error says what is allowed instead.
+    pub fn check(&self, from: &str, to: &str) -> Result<(), String> {
+        match self
+            .transitions
+            .iter()
+            .find(|(f, t, _)| f == from && t == to)
+        {
+            Some((_, _, false)) => Ok(()),
+            Some((_, _, true)) => Err(format!(
+                "the transition {from} -> {to} needs a recorded approval ({})",
+                self.source.path.display()
+            )),
+            None => {
+                let allowed: Vec<&str> = self
+                    .transitions
+                    .iter()
+                    .filter(|(f, _, _)| f == from)
+                    .map(|(_, t, _)| t.as_str())
+                    .collect();
+                let instead = if allowed.is_empty() {
+                    format!("no transition leaves {from}")
+                } else {
+                    format!("from {from} it allows: {}", allowed.join(", "))
+                };
+                Err(format!(
+                    "the transition {from} -> {to} is not allowed by {} ({instead})",
+                    self.source.path.display()
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_could_be_paths_are_refused() {
+        assert_eq!(invalid_name_reason("write_note"), None);
+        for bad in [
+            "../x",
+            "a/b",
+            "Note",
+            "",
+            "1abc",
+            "a-b",
+            "a.b",
+            &"a".repeat(65),
+        ] {
+            assert!(invalid_name_reason(bad).is_some(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_lifecycle_allows_only_declared_transitions_and_says_what_is_allowed() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/lifecycle.toml"
+        ))
+        .unwrap();
+        let lifecycle =
+            Lifecycle::parse(&SourceFile::new("policies/lifecycle.toml", text)).unwrap();
+        assert_eq!(lifecycle.initial, "PROPOSED");
+        assert!(lifecycle.check("PROPOSED", "BUILT").is_ok());
+        assert_eq!(
+            lifecycle.check("PROPOSED", "TRUSTED").unwrap_err(),
+            "the transition PROPOSED -> TRUSTED is not allowed by policies/lifecycle.toml (from PROPOSED it allows: BUILT)"
+        );
+    }
+
+    #[test]
+    fn a_lifecycle_naming_an_undeclared_state_points_at_it() {
+        let source = SourceFile::new(
+            "l.toml",
+            "initial = \"NEW\"\nstates = [\"NEW\"]\nbuildable = [\"NEW\"]\n[[transition]]\nfrom = \"NEW\"\nto = \"DONE\"\n",
+        );
+        let err = Lifecycle::parse(&source).unwrap_err();
+        assert_eq!(err.message, "`DONE` is not one of the declared states");
+        assert_eq!(err.position().as_deref(), Some("l.toml:6:6"));
+    }
+}

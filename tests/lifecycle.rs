@@ -1,0 +1,197 @@
+//! Skills and their lifecycle: proposals recorded in the ledger, transitions governed by
+//! `policies/lifecycle.toml`, and an edit to that file changing the next run.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kavi(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kavi"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for folder in ["pipelines", "policies", "proposals"] {
+        std::fs::create_dir_all(dir.path().join(folder)).unwrap();
+    }
+    for file in ["policies/lifecycle.toml", "proposals/write_note.toml"] {
+        std::fs::copy(repo.join(file), dir.path().join(file)).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("pipelines/advance.toml"),
+        r#"
+[pipeline]
+name = "advance"
+
+[params.skill]
+type = "string"
+
+[nodes.built]
+kind = "transition"
+skill = "{{ params.skill }}"
+to = "BUILT"
+
+[nodes.verified]
+kind = "transition"
+needs = ["built"]
+skill = "{{ params.skill }}"
+to = "VERIFIED"
+comment = "all gates passed"
+"#,
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn a_proposal_is_recorded_once_with_its_spec() {
+    let dir = workspace();
+    let out = kavi(
+        dir.path(),
+        &["skill", "propose", "proposals/write_note.toml", "--json"],
+    );
+    let skill = stdout_json(&out);
+    assert_eq!(skill["state"], "PROPOSED");
+    assert_eq!(skill["side_effect"], "FILE_WRITE");
+    let spec = dir
+        .path()
+        .join(".kavi/artifacts/sha256")
+        .join(&skill["spec_artifact"].as_str().unwrap()[..2])
+        .join(skill["spec_artifact"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(spec).unwrap(),
+        std::fs::read_to_string(dir.path().join("proposals/write_note.toml")).unwrap()
+    );
+
+    let again = kavi(
+        dir.path(),
+        &["skill", "propose", "proposals/write_note.toml"],
+    );
+    assert_eq!(again.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr),
+        "error: skill `write_note` is already proposed\n"
+    );
+
+    std::fs::write(
+        dir.path().join("proposals/bad.toml"),
+        "name = \"../evil\"\ndescription = \"x\"\nside_effect = \"READ_ONLY\"\ncommand = [\"true\"]\ninput_schema = {}\noutput_schema = {}\n",
+    )
+    .unwrap();
+    let bad = kavi(dir.path(), &["skill", "propose", "proposals/bad.toml"]);
+    assert_eq!(bad.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.starts_with("error: invalid skill name `../evil`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--> proposals/bad.toml:1:8"), "{stderr}");
+}
+
+#[test]
+fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
+    let dir = workspace();
+    stdout_json(&kavi(
+        dir.path(),
+        &["skill", "propose", "proposals/write_note.toml", "--json"],
+    ));
+
+    // Forbid BUILT -> VERIFIED by editing the policy: no rebuild, the next run follows it.
+    let policy = dir.path().join("policies/lifecycle.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let forbidden = text.replace(
+        "from = \"BUILT\"\nto = \"VERIFIED\"",
+        "from = \"BUILT\"\nto = \"BUILT\"",
+    );
+    assert_ne!(text, forbidden);
+    std::fs::write(&policy, forbidden).unwrap();
+
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "advance", "--set", "skill=write_note"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run = stdout_json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(run["nodes"][0]["state"], "succeeded");
+    assert_eq!(
+        run["nodes"][0]["outputs"],
+        serde_json::json!({"skill": "write_note", "from": "PROPOSED", "to": "BUILT"})
+    );
+    assert_eq!(run["nodes"][1]["state"], "failed");
+    assert_eq!(
+        run["nodes"][1]["error"],
+        "the transition BUILT -> VERIFIED is not allowed by policies/lifecycle.toml (from BUILT it allows: PROPOSED, BUILT)"
+    );
+    assert_eq!(run["policies"][0]["path"], "policies/lifecycle.toml");
+
+    let shown = stdout_json(&kavi(
+        dir.path(),
+        &["skill", "show", "write_note", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "BUILT");
+    let moves: Vec<(Value, Value)> = shown["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["from_state"].clone(), t["to_state"].clone()))
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            (Value::Null, "PROPOSED".into()),
+            ("PROPOSED".into(), "BUILT".into())
+        ]
+    );
+    assert_eq!(shown["transitions"][1]["node_id"], "built");
+
+    // Restore the policy: the same run now goes through.
+    std::fs::write(&policy, text).unwrap();
+    std::fs::write(
+        dir.path().join("pipelines/verify.toml"),
+        "[pipeline]\nname = \"verify\"\n[nodes.v]\nkind = \"transition\"\nskill = \"write_note\"\nto = \"VERIFIED\"\n",
+    )
+    .unwrap();
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "verify"])
+            .status
+            .success()
+    );
+    let shown = stdout_json(&kavi(
+        dir.path(),
+        &["skill", "show", "write_note", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "VERIFIED");
+}
+
+#[test]
+fn a_transition_to_an_undeclared_state_is_a_check_error() {
+    let dir = workspace();
+    std::fs::write(
+        dir.path().join("pipelines/bad.toml"),
+        "[pipeline]\nname = \"bad\"\n[nodes.t]\nkind = \"transition\"\nskill = \"x\"\nto = \"DONE\"\n",
+    )
+    .unwrap();
+    let out = kavi(dir.path(), &["pipeline", "check", "bad"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: `DONE` is not a state of policies/lifecycle.toml"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--> pipelines/bad.toml:6:6"), "{stderr}");
+}
