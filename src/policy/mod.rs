@@ -7,6 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod scanner;
+
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 use toml::Spanned;
