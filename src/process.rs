@@ -28,6 +28,20 @@ const TERMINATE_GRACE: Duration = Duration::from_secs(2);
 /// group (setsid) can still hold the pipes open; kavi does not wait for it forever.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
+/// Variables passed through from kavi's own environment to a command that does not inherit it:
+/// what ordinary tools need to find programs and behave, and nothing that tends to hold secrets.
+const BASE_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ",
+];
+
+/// The minimal environment: the `BASE_ENV` variables that are set.
+pub fn base_env() -> Vec<(String, String)> {
+    BASE_ENV
+        .iter()
+        .filter_map(|key| std::env::var(key).ok().map(|v| ((*key).to_owned(), v)))
+        .collect()
+}
+
 /// A fully resolved command: nothing here is a template any more.
 #[derive(Debug, Clone)]
 pub struct CommandSpec {

@@ -9,6 +9,7 @@
 mod artifacts;
 mod schema;
 mod skills;
+mod verifications;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 pub use artifacts::{Artifact, ArtifactStore, hash_file};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned};
+pub use verifications::{GateResult, VerificationRow};
 
 use crate::state::{NodeState, RunStatus};
 

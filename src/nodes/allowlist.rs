@@ -8,11 +8,11 @@ use indexmap::IndexMap;
 use serde::Serialize;
 use toml::Spanned;
 
+use super::vars::Vars;
 use super::{NodeConfig, NodeContext};
 use crate::diagnostic::Diagnostic;
 use crate::policy::{self, AllowlistPolicy};
 use crate::sandbox;
-use crate::template::describe_error;
 
 pub const DEFAULT_POLICY: &str = "policies/allowlist.toml";
 
@@ -22,7 +22,7 @@ pub struct Allowlist {
     paths: Vec<(String, bool)>,
     ignore: GlobSet,
     /// The node's values for the templates; each is itself a template over the run.
-    vars: IndexMap<String, String>,
+    vars: Vars,
     pub policy_path: String,
 }
 
@@ -67,28 +67,10 @@ impl Allowlist {
         field: Option<&Spanned<String>>,
         vars: IndexMap<String, Spanned<String>>,
     ) -> Result<Self, Diagnostic> {
-        for value in vars.values() {
-            config.check_template(value)?;
-        }
+        let vars = Vars::load(config, vars)?;
         let policy = config.load_policy::<AllowlistPolicy>(field, DEFAULT_POLICY)?;
         for allowed in &policy.value.paths {
-            let reads = config
-                .templates
-                .check_str(allowed.path.get_ref())
-                .map_err(|e| {
-                    Diagnostic::new(format!("invalid path template: {}", describe_error(&e)))
-                        .at(&policy.source, allowed.path.span())
-                })?;
-            for read in reads {
-                let name = read.split('.').next().unwrap_or(&read);
-                if !vars.contains_key(name) {
-                    return Err(Diagnostic::new(format!(
-                        "allowlist path reads `{name}`, which the node does not pass in `vars`"
-                    ))
-                    .at(&policy.source, allowed.path.span())
-                    .with_help(format!("add `vars = {{ {name} = \"...\" }}` to the node")));
-                }
-            }
+            vars.check_policy_template(config.templates, &allowed.path, &policy.source)?;
         }
         Ok(Self {
             paths: policy
@@ -98,29 +80,17 @@ impl Allowlist {
                 .map(|p| (p.path.get_ref().clone(), p.required))
                 .collect(),
             ignore: policy::glob_set(&policy.value.ignore, &policy.source)?,
-            vars: vars.into_iter().map(|(k, v)| (k, v.into_inner())).collect(),
+            vars,
             policy_path: policy.source.path.display().to_string(),
         })
     }
 
     /// The allowed paths for this run, with whether each is required.
     pub fn resolve(&self, ctx: &NodeContext<'_>) -> Result<Vec<(String, bool)>, String> {
-        let mut vars = serde_json::Map::new();
-        for (key, value) in &self.vars {
-            vars.insert(
-                key.clone(),
-                ctx.render(&format!("vars.{key}"), value)?.into(),
-            );
-        }
-        let context = minijinja::Value::from_serialize(&vars);
+        let context = self.vars.render(ctx)?;
         let mut resolved = Vec::with_capacity(self.paths.len());
         for (template, required) in &self.paths {
-            let path = ctx.templates.render_str(template, &context).map_err(|e| {
-                format!(
-                    "failed to render allowlist path `{template}`: {}",
-                    describe_error(&e)
-                )
-            })?;
+            let path = Vars::apply(ctx, template, &context)?;
             // A value such as a skill named `../x` must not widen what may be written.
             if let Some(reason) = sandbox::unsafe_path_reason(&path) {
                 return Err(format!("allowlist path `{path}` is refused: {reason}"));

@@ -23,12 +23,6 @@ pub const KIND: NodeKind = NodeKind {
     parse,
 };
 
-/// Variables passed through from kavi's own environment even when `inherit_env` is off: what
-/// ordinary tools need to find programs and behave, and nothing that tends to hold secrets.
-const BASE_ENV: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ",
-];
-
 /// How much of stdout and stderr is kept in the node's JSON outputs; the whole of each is an
 /// artifact.
 const OUTPUT_TEXT_LIMIT: usize = 64 * 1024;
@@ -149,10 +143,7 @@ impl Exec {
         let mut env: Vec<(String, String)> = if self.inherit_env {
             std::env::vars().collect()
         } else {
-            BASE_ENV
-                .iter()
-                .filter_map(|key| std::env::var(key).ok().map(|v| ((*key).to_owned(), v)))
-                .collect()
+            process::base_env()
         };
         env.push(("KAVI_RUN_ID".into(), ctx.run_id.to_string()));
         env.push(("KAVI_NODE_ID".into(), ctx.node_id.to_owned()));

@@ -11,6 +11,7 @@ mod exec;
 mod render;
 mod sandbox;
 mod transition;
+mod vars;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod gates;
 pub mod scanner;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};

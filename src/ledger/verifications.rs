@@ -1,0 +1,89 @@
+//! Verifications in the ledger: one row per gate result, with the report they belong to.
+
+use rusqlite::{TransactionBehavior, params};
+use serde::Serialize;
+
+use super::{Artifact, Ledger, LedgerError, now};
+
+/// The result of one gate.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateResult {
+    pub gate: String,
+    pub kind: String,
+    pub required: bool,
+    /// `passed`, `failed`, or `error` (the gate could not run: a missing tool is an error).
+    pub status: String,
+    pub failure_kind: Option<String>,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VerificationRow {
+    pub run_id: i64,
+    pub node_id: String,
+    pub skill: Option<String>,
+    #[serde(flatten)]
+    pub result: GateResult,
+    pub report: Option<String>,
+    pub at: String,
+}
+
+impl Ledger {
+    /// Records a gate set's results and their report, in one transaction.
+    pub fn record_verifications(
+        &mut self,
+        run_id: i64,
+        node_id: &str,
+        skill: Option<&str>,
+        results: &[GateResult],
+        report: &Artifact,
+    ) -> Result<(), LedgerError> {
+        let now = now();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![report.sha256, report.kind, report.size, report.path, now],
+        )?;
+        for r in results {
+            tx.execute(
+                "INSERT INTO verifications (run_id, node_id, skill, gate_id, gate_kind, required, status,
+                                            failure_kind, detail, report, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    run_id, node_id, skill, r.gate, r.kind, r.required, r.status, r.failure_kind,
+                    r.detail, report.sha256, now
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every gate result recorded by a run, in the order recorded.
+    pub fn verifications(&self, run_id: i64) -> Result<Vec<VerificationRow>, LedgerError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, node_id, skill, gate_id, gate_kind, required, status, failure_kind, detail, report, at
+             FROM verifications WHERE run_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([run_id], |row| {
+            Ok(VerificationRow {
+                run_id: row.get(0)?,
+                node_id: row.get(1)?,
+                skill: row.get(2)?,
+                result: GateResult {
+                    gate: row.get(3)?,
+                    kind: row.get(4)?,
+                    required: row.get(5)?,
+                    status: row.get(6)?,
+                    failure_kind: row.get(7)?,
+                    detail: row.get(8)?,
+                },
+                report: row.get(9)?,
+                at: row.get(10)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
