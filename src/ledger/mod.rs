@@ -157,6 +157,9 @@ pub struct RunDetail {
     /// The policy files that governed the run, by path and hash.
     pub policies: Vec<RunPolicy>,
     pub nodes: Vec<NodeRunRow>,
+    /// Gate results recorded by the run's `gate` nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verifications: Vec<VerificationRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -524,10 +527,12 @@ impl Ledger {
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;
+        let verifications = self.verifications(run_id)?;
         Ok(RunDetail {
             run,
             policies,
             nodes,
+            verifications,
         })
     }
 

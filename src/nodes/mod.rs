@@ -8,6 +8,7 @@ mod allowlist;
 mod copy_back;
 mod diff_gate;
 mod exec;
+mod gate;
 mod render;
 mod sandbox;
 mod transition;
@@ -43,6 +44,7 @@ pub const KINDS: &[NodeKind] = &[
     diff_gate::KIND,
     copy_back::KIND,
     transition::KIND,
+    gate::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {

@@ -1,0 +1,304 @@
+//! `gate`: run a gate set (default `policies/gates.toml`) and pass only if every required gate
+//! passes.
+//!
+//! All gates run side by side. Each result is `passed`, `failed` or `error` (the gate could not
+//! run at all: a missing tool is never a pass); each is a `verifications` row, and together they
+//! form a VERIFICATION_REPORT artifact. Editing the gate set changes the next run.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::json;
+use toml::Spanned;
+
+use super::vars::Vars;
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::ledger::{GateResult, Ledger};
+use crate::policy::gates::{GateKind, GateSet};
+use crate::policy::scanner::Scanner;
+use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use crate::state::NodeState;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "gate",
+    parse,
+};
+
+pub const DEFAULT_POLICY: &str = "policies/gates.toml";
+
+/// How many lines of a failed command's output a result keeps.
+const DETAIL_LINES: usize = 20;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateConfig {
+    /// The gate set policy.
+    set: Option<Spanned<String>>,
+    /// Where commands run and files are found, relative to the workspace (default: the workspace).
+    cwd: Option<Spanned<String>>,
+    /// The skill being verified, recorded with each result.
+    skill: Option<Spanned<String>>,
+    /// Values for the gate set's templates, such as `skill`.
+    #[serde(default)]
+    vars: IndexMap<String, Spanned<String>>,
+}
+
+#[derive(Debug)]
+enum Check {
+    Command(Vec<String>),
+    Scan {
+        scanner: Scanner,
+        files: Vec<String>,
+    },
+}
+
+#[derive(Debug)]
+struct CompiledGate {
+    id: String,
+    kind: GateKind,
+    check: Check,
+    failure: String,
+    required: bool,
+}
+
+#[derive(Debug)]
+struct Gate {
+    gates: Vec<CompiledGate>,
+    vars: Vars,
+    cwd: String,
+    skill: Option<String>,
+    set_path: String,
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: GateConfig = config.deserialize()?;
+    for field in [raw.cwd.as_ref(), raw.skill.as_ref()].into_iter().flatten() {
+        config.check_template(field)?;
+    }
+    let vars = Vars::load(config, raw.vars)?;
+    let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
+    let set: GateSet =
+        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    let mut seen = HashSet::new();
+    let mut gates = Vec::new();
+    for gate in set.gates {
+        if !seen.insert(gate.id.get_ref().clone()) {
+            return Err(
+                Diagnostic::new(format!("gate `{}` is defined twice", gate.id.get_ref()))
+                    .at(&source, gate.id.span()),
+            );
+        }
+        let check = match gate.kind {
+            GateKind::Command => {
+                if gate.run.is_empty() {
+                    return Err(Diagnostic::new("a command gate needs `run`, an argv array")
+                        .at(&source, gate.id.span()));
+                }
+                for arg in &gate.run {
+                    vars.check_policy_template(config.templates, arg, &source)?;
+                }
+                Check::Command(gate.run.iter().map(|a| a.get_ref().clone()).collect())
+            }
+            GateKind::PolicyScan => {
+                let Some(rules) = &gate.rules else {
+                    return Err(Diagnostic::new(
+                        "a policy_scan gate needs `rules`, a scanner policy",
+                    )
+                    .at(&source, gate.id.span()));
+                };
+                if gate.files.is_empty() {
+                    return Err(Diagnostic::new("a policy_scan gate needs `files` to scan")
+                        .at(&source, gate.id.span()));
+                }
+                let rules_source = crate::policy::read(config.root, rules.get_ref())
+                    .map_err(|message| Diagnostic::new(message).at(&source, rules.span()))?;
+                let scanner = Scanner::parse(&rules_source)?;
+                config.policies.push(rules_source);
+                for file in &gate.files {
+                    vars.check_policy_template(config.templates, file, &source)?;
+                }
+                Check::Scan {
+                    scanner,
+                    files: gate.files.iter().map(|f| f.get_ref().clone()).collect(),
+                }
+            }
+        };
+        gates.push(CompiledGate {
+            id: gate.id.into_inner(),
+            kind: gate.kind,
+            check,
+            failure: gate.failure,
+            required: gate.required,
+        });
+    }
+    Ok(Arc::new(Gate {
+        gates,
+        vars,
+        cwd: raw.cwd.map_or_else(|| ".".to_owned(), Spanned::into_inner),
+        skill: raw.skill.map(Spanned::into_inner),
+        set_path: source.path.display().to_string(),
+    }))
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+impl CompiledGate {
+    async fn run(&self, ctx: &NodeContext<'_>, cwd: &Path, vars: &minijinja::Value) -> GateResult {
+        let (status, detail) = match self.check(ctx, cwd, vars).await {
+            Ok(None) => ("passed", None),
+            Ok(Some(detail)) => ("failed", Some(detail)),
+            Err(detail) => ("error", Some(detail)),
+        };
+        GateResult {
+            gate: self.id.clone(),
+            kind: serde_json::to_value(self.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            required: self.required,
+            status: status.to_owned(),
+            failure_kind: (status != "passed").then(|| self.failure.clone()),
+            detail,
+        }
+    }
+
+    /// `Ok(None)` passed, `Ok(Some(why))` failed, `Err(why)` could not run.
+    async fn check(
+        &self,
+        ctx: &NodeContext<'_>,
+        cwd: &Path,
+        vars: &minijinja::Value,
+    ) -> Result<Option<String>, String> {
+        match &self.check {
+            Check::Command(argv) => {
+                let mut args = argv
+                    .iter()
+                    .map(|a| Vars::apply(ctx, a, vars))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let program = args.remove(0);
+                let spec = CommandSpec {
+                    program: program.clone(),
+                    args,
+                    env: process::base_env(),
+                    cwd: cwd.to_owned(),
+                    stdin: None,
+                };
+                let options = CaptureOptions {
+                    limit: 64 * 1024,
+                    spill_dir: ctx.artifacts.temp_dir(),
+                };
+                let finished = process::run(&spec, &options, &ctx.cancel)
+                    .await
+                    .map_err(|e| format!("could not run `{program}`: {e}"))?;
+                let output = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&finished.stdout.head),
+                    String::from_utf8_lossy(&finished.stderr.head)
+                );
+                match finished.exit {
+                    Exit::Code(0) => Ok(None),
+                    Exit::Code(code) => Ok(Some(format!(
+                        "exited with code {code}\n{}",
+                        tail(&output, DETAIL_LINES)
+                    ))),
+                    Exit::Signal(signal) => Err(format!("killed by signal {signal}")),
+                    Exit::Cancelled => Err("cancelled".into()),
+                }
+            }
+            Check::Scan { scanner, files } => {
+                let files = files
+                    .iter()
+                    .map(|f| Vars::apply(ctx, f, vars))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let findings = scanner.scan_files(cwd, &files)?;
+                Ok((!findings.is_empty()).then(|| {
+                    findings
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                }))
+            }
+        }
+    }
+}
+
+impl Gate {
+    async fn verify(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let vars = self.vars.render(ctx)?;
+        let cwd = ctx.workspace.join(ctx.render("cwd", &self.cwd)?);
+        if !cwd.is_dir() {
+            return Err(format!(
+                "working directory {} does not exist",
+                cwd.display()
+            ));
+        }
+        let skill = self
+            .skill
+            .as_ref()
+            .map(|s| ctx.render("skill", s))
+            .transpose()?;
+        let results = futures_util::future::join_all(
+            self.gates.iter().map(|gate| gate.run(ctx, &cwd, &vars)),
+        )
+        .await;
+
+        let report = json!({ "set": self.set_path, "skill": skill, "gates": results });
+        let report_text = serde_json::to_string_pretty(&report).expect("report serializes");
+        let artifact = ctx
+            .artifacts
+            .put_bytes("VERIFICATION_REPORT", report_text.as_bytes())
+            .map_err(|e| format!("failed to store the verification report: {e}"))?;
+        Ledger::open(ctx.ledger)
+            .and_then(|mut ledger| {
+                ledger.record_verifications(
+                    ctx.run_id,
+                    ctx.node_id,
+                    skill.as_deref(),
+                    &results,
+                    &artifact,
+                )
+            })
+            .map_err(|e| format!("failed to record verifications: {e}"))?;
+
+        let blocking: Vec<&GateResult> = results
+            .iter()
+            .filter(|r| r.required && r.status != "passed")
+            .collect();
+        let mut outcome = NodeOutcome::succeeded(json!({
+            "passed": blocking.is_empty(),
+            "gates": results,
+            "failure_kind": blocking.first().and_then(|r| r.failure_kind.clone()),
+            "report": artifact.sha256,
+        }));
+        outcome.artifacts.push(("report", artifact));
+        if !blocking.is_empty() {
+            outcome.state = NodeState::Failed;
+            let names: Vec<String> = blocking
+                .iter()
+                .map(|r| format!("{} ({})", r.gate, r.status))
+                .collect();
+            outcome.error = Some(format!("required gates did not pass: {}", names.join(", ")));
+        }
+        Ok(outcome)
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for Gate {
+    fn describe(&self) -> String {
+        let ids: Vec<&str> = self.gates.iter().map(|g| g.id.as_str()).collect();
+        format!("gate set {} ({})", self.set_path, ids.join(", "))
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.verify(ctx).await.unwrap_or_else(NodeOutcome::failed)
+    }
+}

@@ -1,0 +1,191 @@
+//! The gate set with real tools: python3 compiles and tests the skill, kavi's scanner applies
+//! the policy rules, and every result is a verification row.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kavi(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kavi"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn last_run(dir: &Path) -> Value {
+    let out = kavi(dir, &["runs", "show", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn statuses(run: &Value) -> Vec<(String, String)> {
+    run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["gate"].as_str().unwrap().to_owned(),
+                v["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const SKILL: &str = "import json\n\ndef run(data):\n    return {'echo': data}\n";
+const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n";
+
+fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for folder in ["pipelines", "policies", "skills/demo"] {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for policy in ["gates.toml", "scanner.toml"] {
+        std::fs::copy(
+            repo.join("policies").join(policy),
+            root.join("policies").join(policy),
+        )
+        .unwrap();
+    }
+    std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
+    std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
+    std::fs::write(
+        root.join("pipelines/verify.toml"),
+        "[pipeline]\nname = \"verify\"\n\n[nodes.verify]\nkind = \"gate\"\nskill = \"demo\"\nvars = { skill = \"demo\" }\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
+    let dir = workspace(SKILL, TEST);
+    let out = kavi(dir.path(), &["pipeline", "run", "verify"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = last_run(dir.path());
+    assert_eq!(
+        statuses(&run),
+        [
+            ("compile".into(), "passed".into()),
+            ("tests".into(), "passed".into()),
+            ("policy".into(), "passed".into())
+        ]
+    );
+    for v in run["verifications"].as_array().unwrap() {
+        assert_eq!(v["skill"], "demo");
+        assert_eq!(v["report"], run["nodes"][0]["outputs"]["report"]);
+    }
+    let report = &run["nodes"][0]["artifacts"][0];
+    assert_eq!(report["kind"], "VERIFICATION_REPORT");
+    let policies: Vec<&str> = run["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["policies/gates.toml", "policies/scanner.toml"]);
+}
+
+#[test]
+fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
+    let dir = workspace(&format!("import subprocess\n{SKILL}"), TEST);
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "verify"])
+            .status
+            .code(),
+        Some(1)
+    );
+    let run = last_run(dir.path());
+    let policy = run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["gate"] == "policy")
+        .unwrap();
+    assert_eq!(policy["status"], "failed");
+    assert_eq!(policy["failure_kind"], "VERIFY_POLICY");
+    assert_eq!(
+        policy["detail"],
+        "skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
+    );
+    assert_eq!(
+        run["nodes"][0]["error"],
+        "required gates did not pass: policy (failed)"
+    );
+    assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
+}
+
+#[test]
+fn a_failing_test_fails_the_tests_gate() {
+    let dir = workspace(SKILL, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "verify"])
+            .status
+            .code(),
+        Some(1)
+    );
+    let run = last_run(dir.path());
+    let tests = run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["gate"] == "tests")
+        .unwrap();
+    assert_eq!(tests["status"], "failed");
+    assert_eq!(tests["failure_kind"], "VERIFY_TEST");
+    assert!(
+        tests["detail"].as_str().unwrap().contains("AssertionError"),
+        "{}",
+        tests["detail"]
+    );
+}
+
+#[test]
+fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
+    let dir = workspace(SKILL, TEST);
+    let gates = dir.path().join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    std::fs::write(
+        &gates,
+        format!("{text}\n[[gate]]\nid = \"types\"\nkind = \"command\"\nrun = [\"no-such-type-checker-kavi\", \"skills/{{{{ skill }}}}\"]\nfailure = \"VERIFY_LINT\"\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "verify"])
+            .status
+            .code(),
+        Some(1)
+    );
+    let run = last_run(dir.path());
+    let types = run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["gate"] == "types")
+        .unwrap();
+    assert_eq!(types["status"], "error");
+    assert!(
+        types["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("could not run `no-such-type-checker-kavi`"),
+        "{}",
+        types["detail"]
+    );
+    assert_eq!(
+        run["nodes"][0]["error"],
+        "required gates did not pass: types (error)"
+    );
+}
