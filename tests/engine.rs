@@ -670,3 +670,55 @@ dest = "{{ params.dest }}"
     }
     assert!(!dir.path().parent().unwrap().join("escape.md").exists());
 }
+
+/// Regression: a skipped dependency used to skip every dependant, so an optional step placed
+/// before a required one silently skipped the required one too.
+#[test]
+fn a_skipped_dependency_skips_only_the_nodes_that_read_its_outputs() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/optional.toml",
+        r#"
+[pipeline]
+name = "optional"
+
+[nodes.optional]
+kind = "exec"
+run = ["echo", "maybe"]
+when = "false"
+
+[nodes.after]
+kind = "exec"
+needs = ["optional"]
+run = ["echo", "ran"]
+
+[nodes.reader]
+kind = "exec"
+needs = ["optional"]
+run = ["echo", "{{ nodes.optional.outputs.stdout }}"]
+
+[nodes.state_reader]
+kind = "exec"
+needs = ["optional"]
+run = ["echo", "{{ nodes.optional.state }}"]
+"#,
+    );
+    let out = kavi(dir.path(), &["pipeline", "run", "optional"]);
+    assert!(out.status.success());
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("optional".into(), "skipped".into()),
+            ("after".into(), "succeeded".into()),
+            ("reader".into(), "skipped".into()),
+            ("state_reader".into(), "succeeded".into()),
+        ]
+    );
+    assert_eq!(
+        detail["nodes"][2]["reason"],
+        "reads the outputs of `optional`, which was skipped"
+    );
+    assert_eq!(detail["nodes"][3]["outputs"]["stdout"], "skipped\n");
+}

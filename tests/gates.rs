@@ -48,7 +48,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in ["gates.toml", "scanner.toml"] {
+    for policy in ["gates.toml", "scanner.toml", "trust.toml"] {
         std::fs::copy(
             repo.join("policies").join(policy),
             root.join("policies").join(policy),
@@ -95,7 +95,14 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
         .iter()
         .map(|p| p["path"].as_str().unwrap())
         .collect();
-    assert_eq!(policies, ["policies/gates.toml", "policies/scanner.toml"]);
+    assert_eq!(
+        policies,
+        [
+            "policies/gates.toml",
+            "policies/scanner.toml",
+            "policies/trust.toml"
+        ]
+    );
 }
 
 #[test]

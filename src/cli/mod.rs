@@ -69,6 +69,16 @@ enum SkillCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Re-hash trusted skills and report any that changed since promotion (exit 1 on drift).
+    Verify {
+        /// One skill; without it, every trusted skill.
+        name: Option<String>,
+        /// Every trusted skill (the default when no name is given).
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -202,5 +212,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
             skills::propose(&workspace, &file, json)
         }
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
+        Command::Skill(SkillCommand::Verify { name, json, .. }) => {
+            skills::verify(&workspace, name.as_deref(), json)
+        }
     }
 }

@@ -7,7 +7,8 @@ use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::error::{Error, exit};
 use crate::ledger::{ArtifactStore, Ledger, NewSkill};
-use crate::skills::{Lifecycle, Proposal};
+use crate::skills::trust::{self, TrustPolicy};
+use crate::skills::{Lifecycle, Proposal, TRUSTED};
 use crate::spec::SpecError;
 
 const LIFECYCLE: &str = "policies/lifecycle.toml";
@@ -101,4 +102,75 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     }
     print!("{}", table(&rows));
     Ok(exit::SUCCESS)
+}
+
+/// Re-hashes trusted skills and reports drift. Exit 1 when any skill drifted.
+pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
+    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let trust_source = crate::policy::read(&workspace.root, trust::DEFAULT_POLICY)
+        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+    let trust = TrustPolicy::parse(&trust_source).map_err(SpecError::from)?;
+    let mut skills = ledger.trusted_skills(TRUSTED)?;
+    if let Some(name) = name {
+        skills.retain(|s| s.name == name);
+        if skills.is_empty() {
+            let skill = ledger.skill(name)?;
+            return Err(Error::Usage(format!(
+                "skill `{name}` is not trusted (it is {}); only trusted skills have a hash to check",
+                skill.state
+            )));
+        }
+    }
+    let mut results = Vec::new();
+    for skill in &skills {
+        let now = trust.source_hash(&workspace.root, &skill.name);
+        let drifted = now.as_ref() != Ok(&skill.trusted_hash);
+        results.push(json!({
+            "skill": skill.name,
+            "trusted_hash": skill.trusted_hash,
+            "current_hash": now.as_ref().ok(),
+            "error": now.as_ref().err(),
+            "drifted": drifted,
+        }));
+    }
+    let drifted = results.iter().filter(|r| r["drifted"] == true).count();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).expect("results serialize")
+        );
+    } else if results.is_empty() {
+        println!("no trusted skills");
+    } else {
+        for r in &results {
+            let name = r["skill"].as_str().unwrap_or_default();
+            let trusted = short_hash(r["trusted_hash"].as_str().unwrap_or_default());
+            match (
+                r["drifted"] == true,
+                r["current_hash"].as_str(),
+                r["error"].as_str(),
+            ) {
+                (false, _, _) => println!("ok     {name}  {trusted}"),
+                (true, Some(now), _) => {
+                    println!("DRIFT  {name}  trusted {trusted}, now {}", short_hash(now))
+                }
+                (true, None, error) => println!(
+                    "DRIFT  {name}  trusted {trusted}, now unreadable: {}",
+                    error.unwrap_or_default()
+                ),
+            }
+        }
+        if drifted > 0 {
+            println!(
+                "{drifted} of {} trusted skills changed since promotion and will not run; \
+                 verify and promote them again (run the forge for each)",
+                results.len()
+            );
+        }
+    }
+    Ok(if drifted > 0 {
+        exit::RUN_FAILED
+    } else {
+        exit::SUCCESS
+    })
 }

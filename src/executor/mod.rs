@@ -326,12 +326,21 @@ impl Executor<'_> {
                 ));
             }
         }
+        // A skipped dependency is only an ordering constraint, unless this node's templates read
+        // its outputs: then there is nothing to read, and this node is skipped too.
+        let node = &nodes[index];
         deps.iter()
-            .find(|&&dep| self.slots[dep].state == Some(NodeState::Skipped))
+            .find(|&&dep| {
+                self.slots[dep].state == Some(NodeState::Skipped)
+                    && reads_outputs_of(node, &nodes[dep].id)
+            })
             .map(|&dep| {
                 (
                     NodeState::Skipped,
-                    format!("needs `{}`, which was skipped", nodes[dep].id),
+                    format!(
+                        "reads the outputs of `{}`, which was skipped",
+                        nodes[dep].id
+                    ),
                 )
             })
     }
@@ -576,6 +585,18 @@ impl Executor<'_> {
             "config": self.env.config,
         }))
     }
+}
+
+/// Whether a node's templates read `nodes.<id>.outputs` (or all of `nodes`).
+fn reads_outputs_of(node: &crate::spec::NodeSpec, id: &str) -> bool {
+    let node_prefix = format!("nodes.{id}");
+    node.reads.iter().any(|(path, _)| {
+        path == "nodes"
+            || path == &node_prefix
+            || path
+                .strip_prefix(&node_prefix)
+                .is_some_and(|rest| rest.starts_with(".outputs"))
+    })
 }
 
 async fn sleep_until_opt(due: Option<Instant>) {

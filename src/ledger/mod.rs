@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use artifacts::{Artifact, ArtifactStore, hash_file};
-pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned};
+pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 
 use crate::state::{NodeState, RunStatus};

@@ -38,6 +38,16 @@ pub struct TransitionRow {
     pub comment: Option<String>,
 }
 
+/// A trusted skill, as the registry lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrustedSkill {
+    pub name: String,
+    pub description: String,
+    pub side_effect: String,
+    pub spec_artifact: String,
+    pub trusted_hash: String,
+}
+
 /// A transition that was recorded.
 #[derive(Debug, Clone, Serialize)]
 pub struct Transitioned {
@@ -116,6 +126,88 @@ impl Ledger {
                 actor: row.get(4)?,
                 at: row.get(5)?,
                 comment: row.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Promotes a skill: `to` must be allowed from its state by `check`, and `current_hash` must
+    /// equal the hash it was verified at. State, trusted hash, the promotion and the transition
+    /// are written in one transaction.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one promotion's worth of facts, written together"
+    )]
+    pub fn promote_skill(
+        &mut self,
+        name: &str,
+        to: &str,
+        current_hash: &str,
+        check: impl FnOnce(&str, &str) -> Result<(), String>,
+        origin: (Option<i64>, Option<&str>),
+        actor: &str,
+        comment: Option<&str>,
+    ) -> Result<Transitioned> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (from, verified): (String, Option<String>) = tx
+            .query_row(
+                "SELECT state, verified_hash FROM skills WHERE name = ?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))?;
+        check(&from, to).map_err(LedgerError::TransitionRefused)?;
+        match verified {
+            None => {
+                return Err(LedgerError::TransitionRefused(format!(
+                    "`{name}` has no verified hash: no gate run passed for it"
+                )));
+            }
+            Some(verified) if verified != current_hash => {
+                return Err(LedgerError::TransitionRefused(format!(
+                    "`{name}` changed since it was verified (verified {verified}, now {current_hash}); verify it again"
+                )));
+            }
+            Some(_) => {}
+        }
+        let now = now();
+        tx.execute(
+            "UPDATE skills SET state = ?1, trusted_hash = ?2, updated_at = ?3 WHERE name = ?4",
+            params![to, current_hash, now, name],
+        )?;
+        tx.execute(
+            "INSERT INTO promotions (skill, from_state, to_state, source_hash, run_id, node_id, actor, at, comment)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![name, from, to, current_hash, origin.0, origin.1, actor, now, comment],
+        )?;
+        tx.execute(
+            "INSERT INTO skill_transitions (skill, from_state, to_state, run_id, node_id, actor, at, comment)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![name, from, to, origin.0, origin.1, actor, now, comment],
+        )?;
+        tx.commit()?;
+        Ok(Transitioned {
+            from,
+            to: to.to_owned(),
+        })
+    }
+
+    /// Skills with a trusted hash in the given state (TRUSTED), by name.
+    pub fn trusted_skills(&self, state: &str) -> Result<Vec<TrustedSkill>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT name, description, side_effect, spec_artifact, trusted_hash FROM skills
+             WHERE state = ?1 AND trusted_hash IS NOT NULL ORDER BY name",
+        )?;
+        let rows = stmt.query_map([state], |row| {
+            Ok(TrustedSkill {
+                name: row.get(0)?,
+                description: row.get(1)?,
+                side_effect: row.get(2)?,
+                spec_artifact: row.get(3)?,
+                trusted_hash: row.get(4)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

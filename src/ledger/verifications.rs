@@ -22,6 +22,7 @@ pub struct VerificationRow {
     pub run_id: i64,
     pub node_id: String,
     pub skill: Option<String>,
+    pub source_hash: Option<String>,
     #[serde(flatten)]
     pub result: GateResult,
     pub report: Option<String>,
@@ -29,12 +30,20 @@ pub struct VerificationRow {
 }
 
 impl Ledger {
-    /// Records a gate set's results and their report, in one transaction.
+    /// Records a gate set's results and their report, in one transaction. When every required
+    /// gate passed, `source_hash` becomes the skill's verified hash: the only hash it may be
+    /// promoted at.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one row's worth of facts, written together"
+    )]
     pub fn record_verifications(
         &mut self,
         run_id: i64,
         node_id: &str,
         skill: Option<&str>,
+        source_hash: Option<&str>,
+        passed: bool,
         results: &[GateResult],
         report: &Artifact,
     ) -> Result<(), LedgerError> {
@@ -49,12 +58,18 @@ impl Ledger {
         for r in results {
             tx.execute(
                 "INSERT INTO verifications (run_id, node_id, skill, gate_id, gate_kind, required, status,
-                                            failure_kind, detail, report, at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                            failure_kind, detail, report, at, source_hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     run_id, node_id, skill, r.gate, r.kind, r.required, r.status, r.failure_kind,
-                    r.detail, report.sha256, now
+                    r.detail, report.sha256, now, source_hash
                 ],
+            )?;
+        }
+        if let (Some(skill), Some(hash), true) = (skill, source_hash, passed) {
+            tx.execute(
+                "UPDATE skills SET verified_hash = ?1 WHERE name = ?2",
+                params![hash, skill],
             )?;
         }
         tx.commit()?;
@@ -64,7 +79,8 @@ impl Ledger {
     /// Every gate result recorded by a run, in the order recorded.
     pub fn verifications(&self, run_id: i64) -> Result<Vec<VerificationRow>, LedgerError> {
         let mut stmt = self.conn.prepare(
-            "SELECT run_id, node_id, skill, gate_id, gate_kind, required, status, failure_kind, detail, report, at
+            "SELECT run_id, node_id, skill, gate_id, gate_kind, required, status, failure_kind, detail, report, at,
+                    source_hash
              FROM verifications WHERE run_id = ?1 ORDER BY id",
         )?;
         let rows = stmt.query_map([run_id], |row| {
@@ -82,6 +98,7 @@ impl Ledger {
                 },
                 report: row.get(9)?,
                 at: row.get(10)?,
+                source_hash: row.get(11)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

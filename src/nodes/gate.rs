@@ -21,6 +21,7 @@ use crate::ledger::{GateResult, Ledger};
 use crate::policy::gates::{GateKind, GateSet};
 use crate::policy::scanner::Scanner;
 use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use crate::skills::trust::{self, TrustPolicy};
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
@@ -40,8 +41,11 @@ struct GateConfig {
     set: Option<Spanned<String>>,
     /// Where commands run and files are found, relative to the workspace (default: the workspace).
     cwd: Option<Spanned<String>>,
-    /// The skill being verified, recorded with each result.
+    /// The skill being verified: recorded with each result, and its source hash (per the trust
+    /// policy) becomes its verified hash when every required gate passes.
     skill: Option<Spanned<String>>,
+    /// The trust policy naming the skill's files (default `policies/trust.toml`).
+    trust: Option<Spanned<String>>,
     /// Values for the gate set's templates, such as `skill`.
     #[serde(default)]
     vars: IndexMap<String, Spanned<String>>,
@@ -71,6 +75,7 @@ struct Gate {
     vars: Vars,
     cwd: String,
     skill: Option<String>,
+    trust: Option<TrustPolicy>,
     set_path: String,
 }
 
@@ -80,6 +85,13 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         config.check_template(field)?;
     }
     let vars = Vars::load(config, raw.vars)?;
+    let trust = match &raw.skill {
+        None => None,
+        Some(_) => {
+            let source = config.load_policy_source(raw.trust.as_ref(), trust::DEFAULT_POLICY)?;
+            Some(TrustPolicy::parse(&source)?)
+        }
+    };
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
@@ -140,6 +152,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         vars,
         cwd: raw.cwd.map_or_else(|| ".".to_owned(), Spanned::into_inner),
         skill: raw.skill.map(Spanned::into_inner),
+        trust,
         set_path: source.path.display().to_string(),
     }))
 }
@@ -245,12 +258,33 @@ impl Gate {
             .as_ref()
             .map(|s| ctx.render("skill", s))
             .transpose()?;
+        let hash = || match (&self.trust, &skill) {
+            (Some(trust), Some(skill)) => trust.source_hash(&cwd, skill).map(Some),
+            _ => Ok(None),
+        };
+        let before = hash()?;
         let results = futures_util::future::join_all(
             self.gates.iter().map(|gate| gate.run(ctx, &cwd, &vars)),
         )
         .await;
+        // What passed must be what is recorded: files that changed under the gates void the run.
+        if hash()? != before {
+            return Err(
+                "the skill's files changed while the gates ran; nothing is recorded as verified"
+                    .into(),
+            );
+        }
+        let blocking: Vec<&GateResult> = results
+            .iter()
+            .filter(|r| r.required && r.status != "passed")
+            .collect();
 
-        let report = json!({ "set": self.set_path, "skill": skill, "gates": results });
+        let report = json!({
+            "set": self.set_path,
+            "skill": skill,
+            "source_hash": before,
+            "gates": results,
+        });
         let report_text = serde_json::to_string_pretty(&report).expect("report serializes");
         let artifact = ctx
             .artifacts
@@ -262,20 +296,19 @@ impl Gate {
                     ctx.run_id,
                     ctx.node_id,
                     skill.as_deref(),
+                    before.as_deref(),
+                    blocking.is_empty(),
                     &results,
                     &artifact,
                 )
             })
             .map_err(|e| format!("failed to record verifications: {e}"))?;
 
-        let blocking: Vec<&GateResult> = results
-            .iter()
-            .filter(|r| r.required && r.status != "passed")
-            .collect();
         let mut outcome = NodeOutcome::succeeded(json!({
             "passed": blocking.is_empty(),
             "gates": results,
             "failure_kind": blocking.first().and_then(|r| r.failure_kind.clone()),
+            "source_hash": before,
             "report": artifact.sha256,
         }));
         outcome.artifacts.push(("report", artifact));

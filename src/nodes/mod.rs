@@ -9,6 +9,7 @@ mod copy_back;
 mod diff_gate;
 mod exec;
 mod gate;
+mod promote;
 mod render;
 mod sandbox;
 mod transition;
@@ -45,6 +46,7 @@ pub const KINDS: &[NodeKind] = &[
     copy_back::KIND,
     transition::KIND,
     gate::KIND,
+    promote::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {

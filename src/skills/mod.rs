@@ -4,6 +4,12 @@
 //! command that runs it). Its name is the one source of naming truth: every path the forge uses
 //! derives from it, so it may hold no path characters.
 
+pub mod registry;
+pub mod trust;
+
+/// The state a promotion reaches, and the one `kavi skill verify` checks.
+pub const TRUSTED: &str = "TRUSTED";
+
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};

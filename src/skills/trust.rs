@@ -1,0 +1,154 @@
+//! Trust: the source hash of a skill, and the policy that says what it covers.
+//!
+//! The hash is SHA-256 over, for each regular file under the skill's folder (not excluded, in
+//! byte order of the relative path): the path, a NUL, the content's length as decimal, a NUL,
+//! and the content. Paths and lengths are part of it, so renaming or splitting a file changes
+//! it. A symlink anywhere in the folder is refused: its target is not the skill's to vouch for.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use globset::GlobSet;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use toml::Spanned;
+
+use crate::diagnostic::{Diagnostic, SourceFile};
+
+pub const DEFAULT_POLICY: &str = "policies/trust.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTrust {
+    folder: String,
+    #[serde(default)]
+    exclude: Vec<Spanned<String>>,
+    registry: String,
+}
+
+/// `policies/trust.toml`, parsed.
+#[derive(Debug, Clone)]
+pub struct TrustPolicy {
+    /// A template over `skill`.
+    pub folder: String,
+    pub exclude: GlobSet,
+    /// Where the registry is written, relative to the workspace.
+    pub registry: String,
+    pub source: Arc<SourceFile>,
+}
+
+impl TrustPolicy {
+    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+        let raw: RawTrust =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        Ok(Self {
+            folder: raw.folder,
+            exclude: crate::policy::glob_set(&raw.exclude, source)?,
+            registry: raw.registry,
+            source: Arc::clone(source),
+        })
+    }
+
+    /// The skill's folder, relative to the tree it lives in.
+    pub fn folder_of(&self, skill: &str) -> Result<String, String> {
+        let env = minijinja::Environment::new();
+        env.render_str(&self.folder, minijinja::context! { skill => skill })
+            .map_err(|e| format!("failed to render the trust policy's folder: {e}"))
+    }
+
+    /// `sha256:<hex>` of the skill's files under `root`.
+    pub fn source_hash(&self, root: &Path, skill: &str) -> Result<String, String> {
+        let folder = self.folder_of(skill)?;
+        source_hash(&root.join(&folder), &self.exclude)
+            .map_err(|e| format!("cannot hash {folder}: {e}"))
+    }
+}
+
+/// The source hash of a folder; see the module documentation for the exact definition.
+pub fn source_hash(folder: &Path, exclude: &GlobSet) -> std::io::Result<String> {
+    if !folder.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no such folder",
+        ));
+    }
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(folder).follow_links(false) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let relative = entry
+            .path()
+            .strip_prefix(folder)
+            .expect("walkdir yields paths under its root")
+            .to_string_lossy()
+            .into_owned();
+        if entry.file_type().is_symlink() {
+            return Err(std::io::Error::other(format!("`{relative}` is a symlink")));
+        }
+        if entry.file_type().is_file() && !exclude.is_match(&relative) {
+            files.push((relative, entry.into_path()));
+        }
+    }
+    files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut hasher = Sha256::new();
+    let mut buffer = Vec::new();
+    for (relative, path) in files {
+        buffer.clear();
+        std::fs::File::open(&path)?.read_to_end(&mut buffer)?;
+        hasher.update(relative.as_bytes());
+        hasher.update([0]);
+        hasher.update(buffer.len().to_string().as_bytes());
+        hasher.update([0]);
+        hasher.update(&buffer);
+    }
+    Ok(format!("sha256:{:x}", hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exclude() -> GlobSet {
+        let mut builder = globset::GlobSetBuilder::new();
+        builder.add(globset::Glob::new("**/__pycache__/**").unwrap());
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn the_hash_covers_names_and_contents_but_not_excluded_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("skill.py"), "a").unwrap();
+        std::fs::write(root.join("test_skill.py"), "b").unwrap();
+        let first = source_hash(root, &exclude()).unwrap();
+        assert_eq!(first, source_hash(root, &exclude()).unwrap());
+
+        std::fs::create_dir(root.join("__pycache__")).unwrap();
+        std::fs::write(root.join("__pycache__/skill.pyc"), "x").unwrap();
+        assert_eq!(
+            first,
+            source_hash(root, &exclude()).unwrap(),
+            "by-products changed the hash"
+        );
+
+        std::fs::write(root.join("skill.py"), "A").unwrap();
+        let edited = source_hash(root, &exclude()).unwrap();
+        assert_ne!(first, edited, "one byte changed and the hash did not");
+
+        std::fs::rename(root.join("skill.py"), root.join("skill2.py")).unwrap();
+        assert_ne!(
+            edited,
+            source_hash(root, &exclude()).unwrap(),
+            "a rename kept the hash"
+        );
+    }
+
+    #[test]
+    fn symlinks_and_missing_folders_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(source_hash(&dir.path().join("nope"), &exclude()).is_err());
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("skill.py")).unwrap();
+        let err = source_hash(dir.path(), &exclude()).unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+    }
+}

@@ -1,0 +1,214 @@
+//! Trust end to end: a skill is promoted only at the hash its gates verified, the registry is
+//! derived from the ledger, and one changed byte is reported as drift.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kavi(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kavi"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const PIPELINE: &str = r#"
+[pipeline]
+name = "verify-promote"
+
+[params.skill]
+type = "string"
+
+[params.tamper]
+type = "boolean"
+default = false
+
+[nodes.built]
+kind = "transition"
+skill = "{{ params.skill }}"
+to = "BUILT"
+
+[nodes.gates]
+kind = "gate"
+needs = ["built"]
+skill = "{{ params.skill }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.tamper]
+kind = "exec"
+needs = ["gates"]
+when = "params.tamper"
+shell = "echo '# changed' >> skills/{{ params.skill }}/skill.py"
+
+[nodes.verified]
+kind = "transition"
+needs = ["gates", "tamper"]
+skill = "{{ params.skill }}"
+to = "VERIFIED"
+
+[nodes.promote]
+kind = "promote"
+needs = ["verified"]
+skill = "{{ params.skill }}"
+comment = "all gates passed"
+"#;
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for folder in ["pipelines", "policies", "proposals", "skills/demo"] {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for policy in ["lifecycle.toml", "gates.toml", "scanner.toml", "trust.toml"] {
+        std::fs::copy(
+            repo.join("policies").join(policy),
+            root.join("policies").join(policy),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        root.join("proposals/demo.toml"),
+        "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("skills/demo/skill.py"),
+        "def run(data):\n    return {'echo': data}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("skills/demo/test_skill.py"),
+        "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("pipelines/verify-promote.toml"), PIPELINE).unwrap();
+    json(&kavi(
+        root,
+        &["skill", "propose", "proposals/demo.toml", "--json"],
+    ));
+    dir
+}
+
+#[test]
+fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
+    let dir = workspace();
+    let root = dir.path();
+    let out = kavi(
+        root,
+        &["pipeline", "run", "verify-promote", "--set", "skill=demo"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    let verified_hash = run["verifications"][0]["source_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(verified_hash.starts_with("sha256:"));
+    let promote = run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "promote")
+        .unwrap();
+    assert_eq!(promote["outputs"]["source_hash"], verified_hash.as_str());
+    assert_eq!(promote["outputs"]["to"], "TRUSTED");
+
+    let shown = json(&kavi(root, &["skill", "show", "demo", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+    let last = shown["transitions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["from_state"].as_str(), last["to_state"].as_str()),
+        (Some("VERIFIED"), Some("TRUSTED"))
+    );
+    assert_eq!(last["comment"], "all gates passed");
+
+    let registry: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(".kavi/registry.json")).unwrap())
+            .unwrap();
+    assert_eq!(registry["skills"][0]["name"], "demo");
+    assert_eq!(
+        registry["skills"][0]["trusted_hash"],
+        verified_hash.as_str()
+    );
+
+    let ok = kavi(root, &["skill", "verify"]);
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ok     demo  sha256:"));
+
+    // One byte changed: drift, named, with the way back.
+    let skill = root.join("skills/demo/skill.py");
+    let text = std::fs::read_to_string(&skill).unwrap();
+    std::fs::write(&skill, text.replace("echo", "ech0")).unwrap();
+    let drift = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(drift.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&drift.stdout);
+    assert!(
+        stdout.starts_with("DRIFT  demo  trusted sha256:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("verify and promote them again"), "{stdout}");
+}
+
+#[test]
+fn files_changed_after_verification_are_not_promoted() {
+    let dir = workspace();
+    let out = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "run",
+            "verify-promote",
+            "--set",
+            "skill=demo",
+            "--set",
+            "tamper=true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let promote = run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "promote")
+        .unwrap();
+    assert_eq!(promote["state"], "failed");
+    let error = promote["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("`demo` changed since it was verified (verified sha256:"),
+        "{error}"
+    );
+    assert!(error.ends_with("; verify it again"), "{error}");
+    let shown = json(&kavi(dir.path(), &["skill", "show", "demo", "--json"]));
+    assert_eq!(shown["skill"]["state"], "VERIFIED");
+    assert!(!dir.path().join(".kavi/registry.json").exists());
+    let verify = kavi(dir.path(), &["skill", "verify", "demo"]);
+    assert_eq!(verify.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&verify.stderr),
+        "error: skill `demo` is not trusted (it is VERIFIED); only trusted skills have a hash to check\n"
+    );
+}
