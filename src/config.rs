@@ -24,7 +24,14 @@ pub struct Config {
     pub sandboxes: PathBuf,
     /// How many nodes may run at once.
     pub jobs: usize,
+    /// The command a `build` node runs in the sandbox (through `sh -c`), with the build packet
+    /// on stdin: the external coding agent.
+    pub builder: String,
 }
+
+/// The headless coding-CLI invocation: edit tools only, no shell, the packet on stdin.
+pub const DEFAULT_BUILDER: &str =
+    "claude -p --output-format text --allowedTools Edit Write Glob Grep Read";
 
 impl Default for Config {
     fn default() -> Self {
@@ -33,6 +40,7 @@ impl Default for Config {
             artifacts: PathBuf::from(".kavi/artifacts"),
             sandboxes: PathBuf::from(".kavi/sandboxes"),
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
+            builder: DEFAULT_BUILDER.to_owned(),
         }
     }
 }
@@ -90,7 +98,13 @@ impl Workspace {
             figment = figment.merge(Toml::file_exact(file));
         }
         let mut config: Config = figment
-            .merge(Env::prefixed("KAVI_").only(&["ledger", "artifacts", "sandboxes", "jobs"]))
+            .merge(Env::prefixed("KAVI_").only(&[
+                "ledger",
+                "artifacts",
+                "sandboxes",
+                "jobs",
+                "builder",
+            ]))
             .merge(Serialized::defaults(overrides))
             .extract()
             .map_err(|e| ConfigError::Invalid(Box::new(e)))?;

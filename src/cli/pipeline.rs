@@ -83,6 +83,7 @@ pub async fn run(
             "ledger": workspace.config.ledger,
             "artifacts": workspace.config.artifacts,
             "sandboxes": workspace.config.sandboxes,
+            "builder": workspace.config.builder,
             "jobs": workspace.config.jobs,
         }),
         jobs: workspace.config.jobs,

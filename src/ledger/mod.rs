@@ -7,6 +7,7 @@
 //! the process died and the run (with its unfinished node runs) is marked `interrupted`.
 
 mod artifacts;
+mod builds;
 mod schema;
 mod skills;
 mod verifications;
@@ -20,6 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use artifacts::{Artifact, ArtifactStore, hash_file};
+pub use builds::{BuildRow, NewBuild};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 

@@ -85,6 +85,11 @@ impl Allowlist {
         })
     }
 
+    /// The node's vars, rendered for this run.
+    pub fn vars_value(&self, ctx: &NodeContext<'_>) -> Result<minijinja::Value, String> {
+        self.vars.render(ctx)
+    }
+
     /// The allowed paths for this run, with whether each is required.
     pub fn resolve(&self, ctx: &NodeContext<'_>) -> Result<Vec<(String, bool)>, String> {
         let context = self.vars.render(ctx)?;

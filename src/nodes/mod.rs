@@ -5,11 +5,13 @@
 //! a module and one line to [`KINDS`].
 
 mod allowlist;
+mod build;
 mod copy_back;
 mod diff_gate;
 mod exec;
 mod gate;
 mod promote;
+mod propose;
 mod render;
 mod sandbox;
 mod transition;
@@ -47,6 +49,8 @@ pub const KINDS: &[NodeKind] = &[
     transition::KIND,
     gate::KIND,
     promote::KIND,
+    propose::KIND,
+    build::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {

@@ -54,7 +54,7 @@ pub fn invalid_name_reason(name: &str) -> Option<String> {
 }
 
 /// A skill proposal, as written in a proposal file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Proposal {
     pub name: Spanned<String>,

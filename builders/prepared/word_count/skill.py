@@ -1,0 +1,17 @@
+"""Count the words, lines and characters of a text."""
+
+import json
+import sys
+
+
+def run(data):
+    text = data["text"]
+    return {
+        "words": len(text.split()),
+        "lines": len(text.splitlines()),
+        "characters": len(text),
+    }
+
+
+if __name__ == "__main__":
+    json.dump(run(json.load(sys.stdin)), sys.stdout)

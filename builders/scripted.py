@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""An offline stand-in for a coding agent.
+
+kavi runs it like any builder: in the sandbox, with the build packet on stdin. It writes the
+prepared files of the skill named by KAVI_SKILL (from builders/prepared/<skill>/) into
+skills/<skill>/, so the forge runs end to end on a machine with no agent and no network.
+
+KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2=test".
+    syntax  the skill does not compile                 (compile gate)
+    test    a unit test expects the wrong value        (tests gate)
+    policy  the skill imports a forbidden module       (policy gate)
+    scope   a file outside the allowlist is written    (diff gate)
+    fail    the builder exits 1 without writing        (build error)
+"""
+
+import os
+import pathlib
+import shutil
+import sys
+
+
+def flaw_for(attempt):
+    for item in os.environ.get("KAVI_SCRIPTED_FLAWS", "").split(","):
+        number, _, flaw = item.strip().partition("=")
+        if number == str(attempt):
+            return flaw
+    return None
+
+
+def main():
+    packet = sys.stdin.read()
+    skill = os.environ["KAVI_SKILL"]
+    attempt = int(os.environ.get("KAVI_ATTEMPT", "1"))
+    prepared = pathlib.Path(os.environ["KAVI_WORKSPACE"]) / "builders" / "prepared" / skill
+    if not prepared.is_dir():
+        print(f"scripted builder: nothing prepared for `{skill}` in {prepared}", file=sys.stderr)
+        return 1
+    flaw = flaw_for(attempt)
+    print(f"scripted builder: `{skill}`, attempt {attempt}, packet of {len(packet)} characters"
+          + (f", injecting flaw `{flaw}`" if flaw else ""))
+    if flaw == "fail":
+        print("scripted builder: failing as asked", file=sys.stderr)
+        return 1
+
+    target = pathlib.Path("skills") / skill
+    target.mkdir(parents=True, exist_ok=True)
+    for source in sorted(prepared.iterdir()):
+        shutil.copyfile(source, target / source.name)
+        print(f"wrote {target / source.name}")
+
+    skill_file = target / "skill.py"
+    test_file = target / "test_skill.py"
+    if flaw == "syntax":
+        skill_file.write_text(skill_file.read_text() + "\ndef broken(:\n    pass\n")
+    elif flaw == "test":
+        test_file.write_text(test_file.read_text().replace("assertEqual(", "assertNotEqual(", 1))
+    elif flaw == "policy":
+        skill_file.write_text("import subprocess\n" + skill_file.read_text())
+    elif flaw == "scope":
+        pathlib.Path("notes.txt").write_text("written outside the allowlist\n")
+    elif flaw:
+        print(f"scripted builder: unknown flaw `{flaw}`", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

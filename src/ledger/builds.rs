@@ -1,0 +1,128 @@
+//! Build attempts: each is its own row with an attempt number and a parent build, so a skill's
+//! lineage of attempts can be read back.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+
+use super::{Artifact, Ledger, LedgerError, now};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// A build that was just started.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewBuild {
+    pub id: i64,
+    pub attempt: i64,
+    pub parent_build: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildRow {
+    pub id: i64,
+    pub skill: String,
+    pub attempt: i64,
+    pub parent_build: Option<i64>,
+    pub run_id: Option<i64>,
+    pub status: String,
+    pub packet: Option<String>,
+    pub log: Option<String>,
+    pub exit_code: Option<i64>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+}
+
+impl Ledger {
+    /// Starts the next build attempt of a skill; its parent is the skill's previous build.
+    pub fn start_build(&mut self, skill: &str, run_id: i64, node_id: &str) -> Result<NewBuild> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let exists: Option<String> = tx
+            .query_row("SELECT name FROM skills WHERE name = ?1", [skill], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if exists.is_none() {
+            return Err(LedgerError::SkillNotFound(skill.to_owned()));
+        }
+        let previous: Option<(i64, i64)> = tx
+            .query_row(
+                "SELECT id, attempt FROM builds WHERE skill = ?1 ORDER BY attempt DESC LIMIT 1",
+                [skill],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let attempt = previous.map_or(1, |(_, a)| a + 1);
+        let parent_build = previous.map(|(id, _)| id);
+        tx.execute(
+            "INSERT INTO builds (skill, attempt, parent_build, run_id, node_id, status, started_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
+            params![skill, attempt, parent_build, run_id, node_id, now()],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(NewBuild {
+            id,
+            attempt,
+            parent_build,
+        })
+    }
+
+    /// Records how a build ended, with its packet and log.
+    pub fn finish_build(
+        &mut self,
+        id: i64,
+        succeeded: bool,
+        exit_code: Option<i32>,
+        packet: &Artifact,
+        log: Option<&Artifact>,
+    ) -> Result<()> {
+        let now = now();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for artifact in [Some(packet), log].into_iter().flatten() {
+            tx.execute(
+                "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![artifact.sha256, artifact.kind, artifact.size, artifact.path, now],
+            )?;
+        }
+        tx.execute(
+            "UPDATE builds SET status = ?1, exit_code = ?2, packet = ?3, log = ?4, finished_at = ?5 WHERE id = ?6",
+            params![
+                if succeeded { "succeeded" } else { "failed" },
+                exit_code,
+                packet.sha256,
+                log.map(|l| l.sha256.as_str()),
+                now,
+                id
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A skill's builds, first attempt first.
+    pub fn builds(&self, skill: &str) -> Result<Vec<BuildRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, skill, attempt, parent_build, run_id, status, packet, log, exit_code, started_at, finished_at
+             FROM builds WHERE skill = ?1 ORDER BY attempt",
+        )?;
+        let rows = stmt.query_map([skill], |r| {
+            Ok(BuildRow {
+                id: r.get(0)?,
+                skill: r.get(1)?,
+                attempt: r.get(2)?,
+                parent_build: r.get(3)?,
+                run_id: r.get(4)?,
+                status: r.get(5)?,
+                packet: r.get(6)?,
+                log: r.get(7)?,
+                exit_code: r.get(8)?,
+                started_at: r.get(9)?,
+                finished_at: r.get(10)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}

@@ -1,0 +1,229 @@
+//! `build`: one build attempt of a skill, by the external builder, inside a sandbox.
+//!
+//! The attempt gets its own `builds` row (attempt number, parent build). Its packet is rendered
+//! for that build id from a template (default `templates/build_packet.md.j2`) and frozen as a
+//! BUILD_PACKET artifact; the configured builder (`builder` in kavi.toml, run through `sh -c`)
+//! runs in the sandbox with the packet on stdin; its output becomes the BUILD_LOG.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::json;
+use toml::Spanned;
+
+use super::allowlist::Allowlist;
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
+use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use crate::skills::{Lifecycle, invalid_name_reason};
+use crate::state::NodeState;
+use crate::template::describe_error;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "build",
+    parse,
+};
+
+/// How much of the builder's output is kept in the BUILD_LOG (each stream).
+const LOG_LIMIT: usize = 1024 * 1024;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BuildConfig {
+    skill: Spanned<String>,
+    /// The sandbox folder, usually `{{ nodes.sandbox.outputs.path }}`.
+    sandbox: Spanned<String>,
+    /// The packet template under `templates/`.
+    #[serde(default = "default_template")]
+    template: Spanned<String>,
+    /// The allowlist whose paths the packet lists (default `policies/allowlist.toml`).
+    allowlist: Option<Spanned<String>>,
+    /// Values for the allowlist's templates, also visible to the packet as `vars`.
+    #[serde(default)]
+    vars: IndexMap<String, Spanned<String>>,
+    /// Extra environment for the builder (values are templates).
+    #[serde(default)]
+    env: IndexMap<String, Spanned<String>>,
+    /// The lifecycle policy: only a skill in a buildable state is built.
+    lifecycle: Option<Spanned<String>>,
+}
+
+fn default_template() -> Spanned<String> {
+    Spanned::new(0..0, "build_packet.md.j2".to_owned())
+}
+
+#[derive(Debug)]
+struct Build {
+    skill: String,
+    sandbox: String,
+    template: String,
+    allowlist: Allowlist,
+    env: IndexMap<String, String>,
+    lifecycle: Lifecycle,
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: BuildConfig = config.deserialize()?;
+    config.check_template(&raw.skill)?;
+    config.check_template(&raw.sandbox)?;
+    config.check_template_file(&raw.template)?;
+    let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
+    for value in raw.env.values() {
+        config.check_template(value)?;
+    }
+    let lifecycle_source =
+        config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
+    Ok(Arc::new(Build {
+        env: raw
+            .env
+            .into_iter()
+            .map(|(k, v)| (k, v.into_inner()))
+            .collect(),
+        lifecycle: Lifecycle::parse(&lifecycle_source)?,
+        skill: raw.skill.into_inner(),
+        sandbox: raw.sandbox.into_inner(),
+        template: raw.template.into_inner(),
+        allowlist,
+    }))
+}
+
+impl Build {
+    async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let skill = ctx.render("skill", &self.skill)?;
+        if let Some(reason) = invalid_name_reason(&skill) {
+            return Err(reason);
+        }
+        let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
+        if !sandbox.is_dir() {
+            return Err(format!("sandbox {} is not a folder", sandbox.display()));
+        }
+        let builder = ctx.render("config.builder", "{{ config.builder }}")?;
+        let allowed = self.allowlist.resolve(ctx)?;
+        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let state = ledger.skill(&skill).map_err(|e| e.to_string())?.state;
+        if !self.lifecycle.buildable.contains(&state) {
+            return Err(format!(
+                "`{skill}` is {state}, which is not buildable (buildable: {})",
+                self.lifecycle.buildable.join(", ")
+            ));
+        }
+        let build = ledger
+            .start_build(&skill, ctx.run_id, ctx.node_id)
+            .map_err(|e| e.to_string())?;
+
+        let paths = json!({
+            "allowed": allowed.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "required": allowed.iter().filter(|(_, r)| *r).map(|(p, _)| p).collect::<Vec<_>>(),
+        });
+        let context = minijinja::context! {
+            build => minijinja::Value::from_serialize(&build),
+            paths => minijinja::Value::from_serialize(&paths),
+            vars => self.allowlist.vars_value(ctx)?,
+            ..ctx.vars.clone()
+        };
+        let packet_text = ctx
+            .templates
+            .render_file(&self.template, &context)
+            .map_err(|e| format!("failed to render {}: {}", self.template, describe_error(&e)))?;
+        let packet = ctx
+            .artifacts
+            .put_bytes("BUILD_PACKET", packet_text.as_bytes())
+            .map_err(|e| format!("failed to store the build packet: {e}"))?;
+
+        let mut env = process::base_env();
+        env.extend([
+            ("KAVI_SKILL".to_owned(), skill.clone()),
+            ("KAVI_BUILD_ID".to_owned(), build.id.to_string()),
+            ("KAVI_ATTEMPT".to_owned(), build.attempt.to_string()),
+            ("KAVI_RUN_ID".to_owned(), ctx.run_id.to_string()),
+            (
+                "KAVI_WORKSPACE".to_owned(),
+                ctx.workspace.display().to_string(),
+            ),
+        ]);
+        for (key, value) in &self.env {
+            env.push((key.clone(), ctx.render(&format!("env.{key}"), value)?));
+        }
+        let spec = CommandSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), builder.clone()],
+            env,
+            cwd: sandbox,
+            stdin: Some(packet_text.into_bytes()),
+        };
+        let options = CaptureOptions {
+            limit: LOG_LIMIT,
+            spill_dir: ctx.artifacts.temp_dir(),
+        };
+        let finished = process::run(&spec, &options, &ctx.cancel).await;
+        let (exit, log_text) = match &finished {
+            Ok(f) => (
+                f.exit,
+                format!(
+                    "{}\n--- stderr ---\n{}",
+                    String::from_utf8_lossy(&f.stdout.head),
+                    String::from_utf8_lossy(&f.stderr.head)
+                ),
+            ),
+            Err(e) => (Exit::Code(-1), format!("could not start the builder: {e}")),
+        };
+        let log = ctx
+            .artifacts
+            .put_bytes("BUILD_LOG", log_text.as_bytes())
+            .map_err(|e| format!("failed to store the build log: {e}"))?;
+        let exit_code = match exit {
+            Exit::Code(code) => Some(code),
+            _ => None,
+        };
+        let succeeded = exit == Exit::Code(0);
+        ledger
+            .finish_build(build.id, succeeded, exit_code, &packet, Some(&log))
+            .map_err(|e| e.to_string())?;
+
+        let mut outcome = NodeOutcome::succeeded(json!({
+            "build_id": build.id,
+            "attempt": build.attempt,
+            "parent_build": build.parent_build,
+            "packet": packet.sha256,
+            "packet_path": ctx.artifacts.path_of(&packet),
+            "log": log.sha256,
+            "exit_code": exit_code,
+        }));
+        outcome.exit_code = exit_code;
+        outcome.artifacts.push(("packet", packet));
+        outcome.artifacts.push(("log", log));
+        match exit {
+            Exit::Code(0) => {}
+            Exit::Cancelled => outcome.state = NodeState::Cancelled,
+            Exit::Code(code) => {
+                outcome.state = NodeState::Failed;
+                outcome.error = Some(match finished {
+                    Err(e) => format!("could not start the builder `{builder}`: {e}"),
+                    Ok(_) => format!("the builder exited with code {code}"),
+                });
+            }
+            Exit::Signal(signal) => {
+                outcome.state = NodeState::Failed;
+                outcome.error = Some(format!("the builder was killed by signal {signal}"));
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for Build {
+    fn describe(&self) -> String {
+        format!(
+            "build {} in {} with the configured builder ({})",
+            self.skill, self.sandbox, self.template
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.build(ctx).await.unwrap_or_else(NodeOutcome::failed)
+    }
+}

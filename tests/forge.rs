@@ -1,0 +1,236 @@
+//! The forge end to end, offline, with the shipped pipeline, policies, templates, proposals and
+//! scripted builder: a proposal becomes TRUSTED, and each refusal leaves the target untouched.
+//! The scripted builder stands in for a coding agent, which cannot run here.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kavi(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kavi"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A copy of the repository's workspace: what a user starts from.
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for folder in [
+        "pipelines",
+        "policies",
+        "templates",
+        "proposals",
+        "builders",
+    ] {
+        copy_dir(&repo.join(folder), &dir.path().join(folder));
+    }
+    std::fs::copy(repo.join("kavi.toml"), dir.path().join("kavi.toml")).unwrap();
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == "__pycache__" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+fn node<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|n| n["node_id"] == id)
+        .unwrap()
+}
+
+#[test]
+fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
+    let dir = workspace();
+    let root = dir.path();
+    let out = kavi(
+        root,
+        &["pipeline", "run", "forge.toml", "--set", "skill=word_count"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    let states: Vec<(&str, &str)> = run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["node_id"].as_str().unwrap(), n["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("propose", "succeeded"),
+            ("reset", "skipped"),
+            ("sandbox", "succeeded"),
+            ("build", "succeeded"),
+            ("diff", "succeeded"),
+            ("copy", "succeeded"),
+            ("built", "succeeded"),
+            ("verify", "succeeded"),
+            ("verified", "succeeded"),
+            ("promote", "succeeded"),
+        ]
+    );
+    // One verification row per gate, all passed, at the hash that was promoted.
+    let verifications = run["verifications"].as_array().unwrap();
+    let gates: Vec<&str> = verifications
+        .iter()
+        .map(|v| v["gate"].as_str().unwrap())
+        .collect();
+    assert_eq!(gates, ["compile", "tests", "policy"]);
+    assert!(verifications.iter().all(|v| v["status"] == "passed"));
+    assert_eq!(
+        node(&run, "promote")["outputs"]["source_hash"],
+        verifications[0]["source_hash"]
+    );
+
+    // The build: attempt 1, its packet and log as artifacts.
+    let build = &node(&run, "build")["outputs"];
+    assert_eq!(build["attempt"], 1);
+    let packet = std::fs::read_to_string(build["packet_path"].as_str().unwrap()).unwrap();
+    assert!(
+        packet.starts_with("# Build packet: `word_count`\n\nBuild 1, attempt 1."),
+        "{packet}"
+    );
+    assert!(packet.contains("- `skills/word_count/skill.py` (required)"));
+
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+    assert!(root.join("skills/word_count/skill.py").is_file());
+    assert!(
+        kavi(root, &["skill", "verify", "word_count"])
+            .status
+            .success()
+    );
+
+    // A trusted skill is not rebuilt by running the forge again.
+    assert_eq!(
+        kavi(
+            root,
+            &["pipeline", "run", "forge.toml", "--set", "skill=word_count"]
+        )
+        .status
+        .code(),
+        Some(1)
+    );
+    let again = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(
+        node(&again, "build")["error"],
+        "`word_count` is TRUSTED, which is not buildable (buildable: PROPOSED, BUILT)"
+    );
+}
+
+#[test]
+fn a_build_outside_the_allowlist_fails_the_diff_gate_and_nothing_reaches_the_target() {
+    let dir = workspace();
+    let root = dir.path();
+    let out = kavi(
+        root,
+        &[
+            "pipeline",
+            "run",
+            "forge",
+            "--set",
+            "skill=write_note",
+            "--set",
+            "flaws=1=scope",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(
+        node(&run, "diff")["error"],
+        "changed outside the allowlist: notes.txt"
+    );
+    assert_eq!(node(&run, "copy")["state"], "blocked");
+    assert!(!root.join("notes.txt").exists());
+    assert!(
+        !root.join("skills").exists(),
+        "part of a refused build reached the target"
+    );
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "PROPOSED");
+}
+
+#[test]
+fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
+    let dir = workspace();
+    let root = dir.path();
+    let out = kavi(
+        root,
+        &[
+            "pipeline",
+            "run",
+            "forge",
+            "--set",
+            "skill=write_note",
+            "--set",
+            "flaws=1=policy",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    let policy = run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["gate"] == "policy")
+        .unwrap()
+        .clone();
+    assert_eq!(policy["status"], "failed");
+    assert_eq!(
+        policy["detail"],
+        "skills/write_note/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
+    );
+    assert_eq!(node(&run, "promote")["state"], "blocked");
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "BUILT");
+
+    // The next run resets BUILT to PROPOSED, builds attempt 2 (no flaw), and promotes it.
+    let out = kavi(
+        root,
+        &["pipeline", "run", "forge", "--set", "skill=write_note"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(node(&run, "reset")["state"], "succeeded");
+    assert_eq!(node(&run, "build")["outputs"]["attempt"], 2);
+    assert!(node(&run, "build")["outputs"]["parent_build"].is_i64());
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+}
