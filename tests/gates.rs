@@ -129,7 +129,7 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
     );
     assert_eq!(
         run["nodes"][0]["error"],
-        "required gates did not pass: policy (failed)"
+        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
     );
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
 }
@@ -191,8 +191,11 @@ fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
         "{}",
         types["detail"]
     );
-    assert_eq!(
-        run["nodes"][0]["error"],
-        "required gates did not pass: types (error)"
+    let error = run["nodes"][0]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "required gates did not pass:\n  types (error)\n    could not run `no-such-type-checker-kavi`"
+        ),
+        "{error}"
     );
 }

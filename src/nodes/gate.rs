@@ -31,6 +31,9 @@ pub const KIND: NodeKind = NodeKind {
 
 pub const DEFAULT_POLICY: &str = "policies/gates.toml";
 
+/// How many lines of each failed gate's detail the node's error repeats.
+const DETAIL_IN_ERROR: usize = 5;
+
 /// How many lines of a failed command's output a result keeps.
 const DETAIL_LINES: usize = 20;
 
@@ -314,11 +317,22 @@ impl Gate {
         outcome.artifacts.push(("report", artifact));
         if !blocking.is_empty() {
             outcome.state = NodeState::Failed;
-            let names: Vec<String> = blocking
-                .iter()
-                .map(|r| format!("{} ({})", r.gate, r.status))
-                .collect();
-            outcome.error = Some(format!("required gates did not pass: {}", names.join(", ")));
+            // Name each gate that held the skill back, with the start of its detail, so the
+            // reason is visible where the run is watched and not only in the ledger.
+            let mut error = String::from("required gates did not pass:");
+            for r in &blocking {
+                error.push_str(&format!("\n  {} ({})", r.gate, r.status));
+                for line in r
+                    .detail
+                    .as_deref()
+                    .unwrap_or_default()
+                    .lines()
+                    .take(DETAIL_IN_ERROR)
+                {
+                    error.push_str(&format!("\n    {line}"));
+                }
+            }
+            outcome.error = Some(error);
         }
         Ok(outcome)
     }
