@@ -48,7 +48,12 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in ["gates.toml", "scanner.toml", "trust.toml"] {
+    for policy in [
+        "gates.toml",
+        "scanner.toml",
+        "trust.toml",
+        "conventions.toml",
+    ] {
         std::fs::copy(
             repo.join("policies").join(policy),
             root.join("policies").join(policy),
@@ -98,6 +103,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     assert_eq!(
         policies,
         [
+            "policies/conventions.toml",
             "policies/gates.toml",
             "policies/scanner.toml",
             "policies/trust.toml"

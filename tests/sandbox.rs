@@ -42,7 +42,7 @@ fn workspace(builder: &str, gated: bool) -> tempfile::TempDir {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in ["sandbox.toml", "allowlist.toml"] {
+    for policy in ["sandbox.toml", "allowlist.toml", "conventions.toml"] {
         std::fs::copy(
             repo.join("policies").join(policy),
             root.join("policies").join(policy),
@@ -132,7 +132,11 @@ fn an_allowlisted_build_is_copied_back_and_secrets_never_enter_the_sandbox() {
         .collect();
     assert_eq!(
         policies,
-        ["policies/allowlist.toml", "policies/sandbox.toml"]
+        [
+            "policies/allowlist.toml",
+            "policies/conventions.toml",
+            "policies/sandbox.toml"
+        ]
     );
 }
 

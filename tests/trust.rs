@@ -72,7 +72,13 @@ fn workspace() -> tempfile::TempDir {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in ["lifecycle.toml", "gates.toml", "scanner.toml", "trust.toml"] {
+    for policy in [
+        "lifecycle.toml",
+        "gates.toml",
+        "scanner.toml",
+        "trust.toml",
+        "conventions.toml",
+    ] {
         std::fs::copy(
             repo.join("policies").join(policy),
             root.join("policies").join(policy),

@@ -7,9 +7,11 @@ use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::error::{Error, exit};
 use crate::ledger::{ArtifactStore, Ledger, NewSkill};
+use crate::skills::conventions::{self, Conventions};
 use crate::skills::trust::{self, TrustPolicy};
 use crate::skills::{Lifecycle, Proposal, TRUSTED};
 use crate::spec::SpecError;
+use crate::template::TemplateEngine;
 
 const LIFECYCLE: &str = "policies/lifecycle.toml";
 
@@ -107,9 +109,15 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
 /// Re-hashes trusted skills and reports drift. Exit 1 when any skill drifted.
 pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
     let ledger = Ledger::open(&workspace.config.ledger)?;
-    let trust_source = crate::policy::read(&workspace.root, trust::DEFAULT_POLICY)
-        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
-    let trust = TrustPolicy::parse(&trust_source).map_err(SpecError::from)?;
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let read = |path: &str| {
+        crate::policy::read(&workspace.root, path)
+            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))
+    };
+    let conventions = Conventions::parse(&read(conventions::DEFAULT_POLICY)?, &templates)
+        .map_err(SpecError::from)?;
+    let trust =
+        TrustPolicy::parse(&read(trust::DEFAULT_POLICY)?, conventions).map_err(SpecError::from)?;
     let mut skills = ledger.trusted_skills(TRUSTED)?;
     if let Some(name) = name {
         skills.retain(|s| s.name == name);
@@ -123,7 +131,7 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     }
     let mut results = Vec::new();
     for skill in &skills {
-        let now = trust.source_hash(&workspace.root, &skill.name);
+        let now = trust.source_hash(&templates, &workspace.root, &skill.name);
         let drifted = now.as_ref() != Ok(&skill.trusted_hash);
         results.push(json!({
             "skill": skill.name,

@@ -94,7 +94,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 .with_help("`run` is an argv array; `shell` is one string given to `sh -c`"));
         }
         (None, None) => {
-            let span = config.table.as_ref().map_or(0..0, Spanned::span);
+            let span = config.span.clone();
             return Err(config.error(
                 "an exec node needs `run` (an argv array) or `shell` (a string)",
                 span,

@@ -21,7 +21,7 @@ use crate::ledger::{GateResult, Ledger};
 use crate::policy::gates::{GateKind, GateSet};
 use crate::policy::scanner::Scanner;
 use crate::process::{self, CaptureOptions, CommandSpec, Exit};
-use crate::skills::trust::{self, TrustPolicy};
+use crate::skills::trust::TrustPolicy;
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
@@ -90,10 +90,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let vars = Vars::load(config, raw.vars)?;
     let trust = match &raw.skill {
         None => None,
-        Some(_) => {
-            let source = config.load_policy_source(raw.trust.as_ref(), trust::DEFAULT_POLICY)?;
-            Some(TrustPolicy::parse(&source)?)
-        }
+        Some(_) => Some(config.load_trust(raw.trust.as_ref())?),
     };
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
@@ -262,7 +259,7 @@ impl Gate {
             .map(|s| ctx.render("skill", s))
             .transpose()?;
         let hash = || match (&self.trust, &skill) {
-            (Some(trust), Some(skill)) => trust.source_hash(&cwd, skill).map(Some),
+            (Some(trust), Some(skill)) => trust.source_hash(ctx.templates, &cwd, skill).map(Some),
             _ => Ok(None),
         };
         let before = hash()?;

@@ -134,6 +134,9 @@ impl NodeOutcome {
 pub struct NodeConfig<'a> {
     pub(crate) file: &'a Arc<SourceFile>,
     pub(crate) table: Option<Spanned<DeTable<'a>>>,
+    /// Where the node is declared (its `[nodes.<id>]` key): errors about the node as a whole,
+    /// such as a missing default policy, point here.
+    pub(crate) span: std::ops::Range<usize>,
     /// The workspace root: policy files are named relative to it.
     pub root: &'a Path,
     pub templates: &'a TemplateEngine,
@@ -172,12 +175,25 @@ impl<'a> NodeConfig<'a> {
     ) -> Result<Arc<SourceFile>, Diagnostic> {
         let (name, span) = match field {
             Some(field) => (field.get_ref().as_str(), field.span()),
-            None => (default, self.table.as_ref().map_or(0..0, Spanned::span)),
+            None => (default, self.span.clone()),
         };
         let source = crate::policy::read(self.root, name)
             .map_err(|message| Diagnostic::new(message).at(self.file, span))?;
         self.policies.push(Arc::clone(&source));
         Ok(source)
+    }
+
+    /// Loads the trust policy a field names (default `policies/trust.toml`) with the naming
+    /// conventions it refers to.
+    pub fn load_trust(
+        &mut self,
+        field: Option<&Spanned<String>>,
+    ) -> Result<crate::skills::trust::TrustPolicy, Diagnostic> {
+        use crate::skills::{conventions, trust};
+        let trust_source = self.load_policy_source(field, trust::DEFAULT_POLICY)?;
+        let conventions_source = self.load_policy_source(None, conventions::DEFAULT_POLICY)?;
+        let conventions = conventions::Conventions::parse(&conventions_source, self.templates)?;
+        trust::TrustPolicy::parse(&trust_source, conventions)
     }
 
     /// A diagnostic located at `span` in this node's file.

@@ -15,7 +15,7 @@ use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome, containe
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::skills::registry::write_registry;
-use crate::skills::trust::{self, TrustPolicy};
+use crate::skills::trust::TrustPolicy;
 use crate::skills::{Lifecycle, TRUSTED, invalid_name_reason};
 
 pub const KIND: NodeKind = NodeKind {
@@ -51,7 +51,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     {
         config.check_template(field)?;
     }
-    let trust_source = config.load_policy_source(raw.trust.as_ref(), trust::DEFAULT_POLICY)?;
+    let trust = config.load_trust(raw.trust.as_ref())?;
     let lifecycle_source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
     Ok(Arc::new(Promote {
@@ -60,7 +60,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             .source
             .map_or_else(|| ".".to_owned(), Spanned::into_inner),
         comment: raw.comment.map(Spanned::into_inner),
-        trust: TrustPolicy::parse(&trust_source)?,
+        trust,
         lifecycle: Lifecycle::parse(&lifecycle_source)?,
     }))
 }
@@ -72,7 +72,7 @@ impl Promote {
             return Err(reason);
         }
         let root = ctx.workspace.join(ctx.render("source", &self.source)?);
-        let hash = self.trust.source_hash(&root, &skill)?;
+        let hash = self.trust.source_hash(ctx.templates, &root, &skill)?;
         let comment = self
             .comment
             .as_ref()

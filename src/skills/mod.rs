@@ -4,6 +4,7 @@
 //! command that runs it). Its name is the one source of naming truth: every path the forge uses
 //! derives from it, so it may hold no path characters.
 
+pub mod conventions;
 pub mod registry;
 pub mod trust;
 

@@ -14,7 +14,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
+use super::conventions::Conventions;
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/trust.toml";
 
@@ -30,8 +32,9 @@ struct RawTrust {
 /// `policies/trust.toml`, parsed.
 #[derive(Debug, Clone)]
 pub struct TrustPolicy {
-    /// A template over `skill`.
+    /// A template over `skill` and `paths` (the naming conventions).
     pub folder: String,
+    conventions: Conventions,
     pub exclude: GlobSet,
     /// Where the registry is written, relative to the workspace.
     pub registry: String,
@@ -39,11 +42,12 @@ pub struct TrustPolicy {
 }
 
 impl TrustPolicy {
-    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+    pub fn parse(source: &Arc<SourceFile>, conventions: Conventions) -> Result<Self, Diagnostic> {
         let raw: RawTrust =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
         Ok(Self {
             folder: raw.folder,
+            conventions,
             exclude: crate::policy::glob_set(&raw.exclude, source)?,
             registry: raw.registry,
             source: Arc::clone(source),
@@ -51,15 +55,26 @@ impl TrustPolicy {
     }
 
     /// The skill's folder, relative to the tree it lives in.
-    pub fn folder_of(&self, skill: &str) -> Result<String, String> {
-        let env = minijinja::Environment::new();
-        env.render_str(&self.folder, minijinja::context! { skill => skill })
-            .map_err(|e| format!("failed to render the trust policy's folder: {e}"))
+    pub fn folder_of(&self, templates: &TemplateEngine, skill: &str) -> Result<String, String> {
+        let paths = self.conventions.render(templates, skill)?;
+        let context =
+            minijinja::Value::from_serialize(serde_json::json!({ "skill": skill, "paths": paths }));
+        templates.render_str(&self.folder, &context).map_err(|e| {
+            format!(
+                "failed to render the trust policy's folder: {}",
+                describe_error(&e)
+            )
+        })
     }
 
     /// `sha256:<hex>` of the skill's files under `root`.
-    pub fn source_hash(&self, root: &Path, skill: &str) -> Result<String, String> {
-        let folder = self.folder_of(skill)?;
+    pub fn source_hash(
+        &self,
+        templates: &TemplateEngine,
+        root: &Path,
+        skill: &str,
+    ) -> Result<String, String> {
+        let folder = self.folder_of(templates, skill)?;
         source_hash(&root.join(&folder), &self.exclude)
             .map_err(|e| format!("cannot hash {folder}: {e}"))
     }

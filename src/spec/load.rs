@@ -345,6 +345,7 @@ fn load_node(
     let mut config = NodeConfig {
         file,
         table: Some(Spanned::new(node_span.clone(), specific)),
+        span: id_span.clone(),
         root: context.root,
         templates,
         reads: Vec::new(),
