@@ -108,7 +108,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         .iter()
         .map(|v| v["gate"].as_str().unwrap())
         .collect();
-    assert_eq!(gates, ["compile", "tests", "policy"]);
+    assert_eq!(gates, ["compile", "tests", "policy", "invariants"]);
     assert!(verifications.iter().all(|v| v["status"] == "passed"));
     assert_eq!(
         node(&run, "promote")["outputs"]["source_hash"],

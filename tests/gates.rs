@@ -38,7 +38,8 @@ fn statuses(run: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-const SKILL: &str = "import json\n\ndef run(data):\n    return {'echo': data}\n";
+const SKILL: &str =
+    "import json\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n";
 const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n";
 
 fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
@@ -53,6 +54,8 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
         "scanner.toml",
         "trust.toml",
         "conventions.toml",
+        "invariants.toml",
+        "lifecycle.toml",
     ] {
         std::fs::copy(
             repo.join("policies").join(policy),
@@ -67,6 +70,17 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
         "[pipeline]\nname = \"verify\"\n\n[nodes.verify]\nkind = \"gate\"\nskill = \"demo\"\nvars = { skill = \"demo\" }\n",
     )
     .unwrap();
+    // The invariants compare the skill with its proposal, so it is proposed first.
+    std::fs::write(
+        root.join("demo.toml"),
+        "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\"]\ninput_schema = {}\noutput_schema = {}\n",
+    )
+    .unwrap();
+    assert!(
+        kavi(root, &["skill", "propose", "demo.toml"])
+            .status
+            .success()
+    );
     dir
 }
 
@@ -85,7 +99,8 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
         [
             ("compile".into(), "passed".into()),
             ("tests".into(), "passed".into()),
-            ("policy".into(), "passed".into())
+            ("policy".into(), "passed".into()),
+            ("invariants".into(), "passed".into())
         ]
     );
     for v in run["verifications"].as_array().unwrap() {
@@ -105,6 +120,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
         [
             "policies/conventions.toml",
             "policies/gates.toml",
+            "policies/invariants.toml",
             "policies/scanner.toml",
             "policies/trust.toml"
         ]
@@ -203,5 +219,29 @@ fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
             "required gates did not pass:\n  types (error)\n    could not run `no-such-type-checker-kavi`"
         ),
         "{error}"
+    );
+}
+
+#[test]
+fn a_skill_declaring_another_side_effect_than_proposed_fails_the_invariants() {
+    let dir = workspace(&SKILL.replace("READ_ONLY", "NETWORK"), TEST);
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "verify"])
+            .status
+            .code(),
+        Some(1)
+    );
+    let run = last_run(dir.path());
+    let invariants = run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["gate"] == "invariants")
+        .unwrap();
+    assert_eq!(invariants["status"], "failed");
+    assert_eq!(invariants["failure_kind"], "VERIFY_INVARIANT");
+    assert_eq!(
+        invariants["detail"],
+        "skills/demo/skill.py: [side-effect-declared] declares NETWORK, but the skill was proposed as READ_ONLY"
     );
 }

@@ -78,6 +78,7 @@ fn workspace() -> tempfile::TempDir {
         "scanner.toml",
         "trust.toml",
         "conventions.toml",
+        "invariants.toml",
     ] {
         std::fs::copy(
             repo.join("policies").join(policy),
@@ -92,7 +93,7 @@ fn workspace() -> tempfile::TempDir {
     .unwrap();
     std::fs::write(
         root.join("skills/demo/skill.py"),
-        "def run(data):\n    return {'echo': data}\n",
+        "SIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n",
     )
     .unwrap();
     std::fs::write(

@@ -19,6 +19,7 @@ use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{GateResult, Ledger};
 use crate::policy::gates::{GateKind, GateSet};
+use crate::policy::invariants::{self, Invariant};
 use crate::policy::scanner::Scanner;
 use crate::process::{self, CaptureOptions, CommandSpec, Exit};
 use crate::skills::trust::TrustPolicy;
@@ -61,6 +62,7 @@ enum Check {
         scanner: Scanner,
         files: Vec<String>,
     },
+    Invariants(Vec<Invariant>),
 }
 
 #[derive(Debug)]
@@ -116,20 +118,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 Check::Command(gate.run.iter().map(|a| a.get_ref().clone()).collect())
             }
             GateKind::PolicyScan => {
-                let Some(rules) = &gate.rules else {
-                    return Err(Diagnostic::new(
-                        "a policy_scan gate needs `rules`, a scanner policy",
-                    )
-                    .at(&source, gate.id.span()));
-                };
+                let rules_source = load_rules(config, &source, &gate)?;
+                let scanner = Scanner::parse(&rules_source)?;
                 if gate.files.is_empty() {
                     return Err(Diagnostic::new("a policy_scan gate needs `files` to scan")
                         .at(&source, gate.id.span()));
                 }
-                let rules_source = crate::policy::read(config.root, rules.get_ref())
-                    .map_err(|message| Diagnostic::new(message).at(&source, rules.span()))?;
-                let scanner = Scanner::parse(&rules_source)?;
-                config.policies.push(rules_source);
                 for file in &gate.files {
                     vars.check_policy_template(config.templates, file, &source)?;
                 }
@@ -137,6 +131,14 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                     scanner,
                     files: gate.files.iter().map(|f| f.get_ref().clone()).collect(),
                 }
+            }
+            GateKind::Invariant => {
+                let rules_source = load_rules(config, &source, &gate)?;
+                let invariants = invariants::parse(&rules_source)?;
+                for invariant in &invariants {
+                    vars.check_policy_template(config.templates, &invariant.file, &rules_source)?;
+                }
+                Check::Invariants(invariants)
             }
         };
         gates.push(CompiledGate {
@@ -157,14 +159,38 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     }))
 }
 
+/// Reads the rules file a policy_scan or invariant gate names, recording it as governing.
+fn load_rules(
+    config: &mut NodeConfig<'_>,
+    set: &Arc<crate::diagnostic::SourceFile>,
+    gate: &crate::policy::gates::GateSpec,
+) -> Result<Arc<crate::diagnostic::SourceFile>, Diagnostic> {
+    let Some(rules) = &gate.rules else {
+        return Err(
+            Diagnostic::new("this gate needs `rules`, the policy file it applies")
+                .at(set, gate.id.span()),
+        );
+    };
+    let source = crate::policy::read(config.root, rules.get_ref())
+        .map_err(|message| Diagnostic::new(message).at(set, rules.span()))?;
+    config.policies.push(Arc::clone(&source));
+    Ok(source)
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 impl CompiledGate {
-    async fn run(&self, ctx: &NodeContext<'_>, cwd: &Path, vars: &minijinja::Value) -> GateResult {
-        let (status, detail) = match self.check(ctx, cwd, vars).await {
+    async fn run(
+        &self,
+        ctx: &NodeContext<'_>,
+        cwd: &Path,
+        vars: &minijinja::Value,
+        class: Option<&str>,
+    ) -> GateResult {
+        let (status, detail) = match self.check(ctx, cwd, vars, class).await {
             Ok(None) => ("passed", None),
             Ok(Some(detail)) => ("failed", Some(detail)),
             Err(detail) => ("error", Some(detail)),
@@ -188,8 +214,18 @@ impl CompiledGate {
         ctx: &NodeContext<'_>,
         cwd: &Path,
         vars: &minijinja::Value,
+        class: Option<&str>,
     ) -> Result<Option<String>, String> {
         match &self.check {
+            Check::Invariants(invariants) => {
+                let mut violations = Vec::new();
+                for invariant in invariants {
+                    let file = Vars::apply(ctx, invariant.file.get_ref(), vars)?;
+                    let text = invariants::read(cwd, &file)?;
+                    violations.extend(invariant.check(&file, &text, class));
+                }
+                Ok((!violations.is_empty()).then(|| violations.join("\n")))
+            }
             Check::Command(argv) => {
                 let mut args = argv
                     .iter()
@@ -263,8 +299,19 @@ impl Gate {
             _ => Ok(None),
         };
         let before = hash()?;
+        // Invariants compare what the skill declares with what it was proposed as.
+        let class = match &skill {
+            Some(skill) => match Ledger::open(ctx.ledger).and_then(|l| l.skill(skill)) {
+                Ok(row) => Some(row.side_effect),
+                Err(crate::ledger::LedgerError::SkillNotFound(_)) => None,
+                Err(e) => return Err(e.to_string()),
+            },
+            None => None,
+        };
         let results = futures_util::future::join_all(
-            self.gates.iter().map(|gate| gate.run(ctx, &cwd, &vars)),
+            self.gates
+                .iter()
+                .map(|gate| gate.run(ctx, &cwd, &vars, class.as_deref())),
         )
         .await;
         // What passed must be what is recorded: files that changed under the gates void the run.

@@ -15,6 +15,7 @@ pub struct GateSet {
 pub enum GateKind {
     Command,
     PolicyScan,
+    Invariant,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -25,7 +26,7 @@ pub struct GateSpec {
     /// `command`: the argv, each element a template over the node's `vars`.
     #[serde(default)]
     pub run: Vec<Spanned<String>>,
-    /// `policy_scan`: the scanner policy.
+    /// `policy_scan`: the scanner policy; `invariant`: the invariants policy.
     pub rules: Option<Spanned<String>>,
     /// `policy_scan`: the files to scan, templates over `vars`.
     #[serde(default)]

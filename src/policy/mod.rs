@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub mod gates;
+pub mod invariants;
 pub mod scanner;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};

@@ -3,6 +3,8 @@
 import json
 import sys
 
+SIDE_EFFECT = "READ_ONLY"
+
 
 def run(data):
     text = data["text"]

@@ -6,6 +6,8 @@ import pathlib
 import re
 import sys
 
+SIDE_EFFECT = "FILE_WRITE"
+
 
 def slug(title):
     words = re.findall(r"[a-z0-9]+", title.lower())
