@@ -233,4 +233,31 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     assert!(node(&run, "build")["outputs"]["parent_build"].is_i64());
     let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
     assert_eq!(shown["skill"]["state"], "TRUSTED");
+
+    // A FILE_WRITE skill without --yes and without a terminal is refused and writes nothing.
+    let input = r#"{"title": "First", "body": "Hello."}"#;
+    let refused = kavi(root, &["skill", "run", "write_note", "--input", input]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        "error: `write_note` is FILE_WRITE: confirm with --yes (or answer the prompt on a terminal); nothing was run\n"
+    );
+    assert!(!root.join("notes").exists());
+    let ran = kavi(
+        root,
+        &["skill", "run", "write_note", "--input", input, "--yes"],
+    );
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "{\"path\": \"notes/first.md\"}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/first.md")).unwrap(),
+        "# First\n\nHello.\n"
+    );
 }

@@ -93,7 +93,7 @@ fn workspace() -> tempfile::TempDir {
     .unwrap();
     std::fs::write(
         root.join("skills/demo/skill.py"),
-        "SIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n",
+        "import json\nimport sys\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n",
     )
     .unwrap();
     std::fs::write(
@@ -161,6 +161,17 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         verified_hash.as_str()
     );
 
+    let ran = kavi(root, &["skill", "run", "demo", "--input", r#"{"x": 1}"#]);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        "{\"echo\": {\"x\": 1}}\n"
+    );
+
     let ok = kavi(root, &["skill", "verify"]);
     assert!(ok.status.success());
     assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ok     demo  sha256:"));
@@ -177,6 +188,16 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         "{stdout}"
     );
     assert!(stdout.contains("verify and promote them again"), "{stdout}");
+    // Running it is refused too, with the way back, and the skill does not run.
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.starts_with("error: refusing to run `demo`: its files changed since it was trusted"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("verify and promote it again"), "{stderr}");
+    assert!(refused.stdout.is_empty());
 }
 
 #[test]

@@ -69,6 +69,16 @@ enum SkillCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a trusted skill with JSON input: re-hashed first, refused on drift.
+    Run {
+        name: String,
+        /// The input, as JSON.
+        #[arg(long)]
+        input: String,
+        /// Confirm a side effect (FILE_WRITE, NETWORK, SECRET_READ) without a prompt.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Re-hash trusted skills and report any that changed since promotion (exit 1 on drift).
     Verify {
         /// One skill; without it, every trusted skill.
@@ -212,6 +222,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
             skills::propose(&workspace, &file, json)
         }
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
+        Command::Skill(SkillCommand::Run { name, input, yes }) => {
+            skills::run(&workspace, &name, &input, yes).await
+        }
         Command::Skill(SkillCommand::Verify { name, json, .. }) => {
             skills::verify(&workspace, name.as_deref(), json)
         }

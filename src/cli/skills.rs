@@ -9,7 +9,7 @@ use crate::error::{Error, exit};
 use crate::ledger::{ArtifactStore, Ledger, NewSkill};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::trust::{self, TrustPolicy};
-use crate::skills::{Lifecycle, Proposal, TRUSTED};
+use crate::skills::{Lifecycle, Proposal, SideEffect, TRUSTED};
 use crate::spec::SpecError;
 use crate::template::TemplateEngine;
 
@@ -110,14 +110,7 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
 pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
     let ledger = Ledger::open(&workspace.config.ledger)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
-    let read = |path: &str| {
-        crate::policy::read(&workspace.root, path)
-            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))
-    };
-    let conventions = Conventions::parse(&read(conventions::DEFAULT_POLICY)?, &templates)
-        .map_err(SpecError::from)?;
-    let trust =
-        TrustPolicy::parse(&read(trust::DEFAULT_POLICY)?, conventions).map_err(SpecError::from)?;
+    let trust = load_trust(workspace, &templates)?;
     let mut skills = ledger.trusted_skills(TRUSTED)?;
     if let Some(name) = name {
         skills.retain(|s| s.name == name);
@@ -181,4 +174,141 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     } else {
         exit::SUCCESS
     })
+}
+
+/// How long a skill may run before it is stopped.
+const SKILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs a trusted skill: re-hash first and refuse on drift, confirm side effects, scrub the
+/// environment to the declared secrets, pass the input on stdin.
+pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
+    let input: serde_json::Value = serde_json::from_str(input)
+        .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
+    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let skill = ledger.skill(name)?;
+    let trusted = ledger
+        .trusted_skills(TRUSTED)?
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "skill `{name}` is not trusted (it is {}); only trusted skills run",
+                skill.state
+            ))
+        })?;
+
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = load_trust(workspace, &templates)?;
+    let now = trust
+        .source_hash(&templates, &workspace.root, name)
+        .map_err(|e| Error::Usage(format!("refusing to run `{name}`: {e}")))?;
+    if now != trusted.trusted_hash {
+        return Err(Error::Usage(format!(
+            "refusing to run `{name}`: its files changed since it was trusted (trusted {}, now {}); \
+             verify and promote it again (run the forge) to trust the new files",
+            short_hash(&trusted.trusted_hash),
+            short_hash(&now)
+        )));
+    }
+
+    let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
+        context: "failed to open the artifact store".into(),
+        source,
+    })?;
+    let spec_path = store.path_of_sha256(&skill.spec_artifact);
+    let spec_text = std::fs::read_to_string(&spec_path).map_err(|source| Error::Io {
+        context: format!("failed to read the skill spec {}", spec_path.display()),
+        source,
+    })?;
+    let proposal = Proposal::parse(&SourceFile::new(spec_path.display().to_string(), spec_text))
+        .map_err(SpecError::from)?;
+
+    if proposal.side_effect != SideEffect::ReadOnly && !yes && !confirm(name, proposal.side_effect)?
+    {
+        return Err(Error::Usage(format!(
+            "`{name}` is {}: confirm with --yes (or answer the prompt on a terminal); nothing was run",
+            proposal.side_effect.as_str()
+        )));
+    }
+
+    let mut env = crate::process::base_env();
+    for secret in &proposal.secrets {
+        if let Ok(value) = std::env::var(secret) {
+            env.push((secret.clone(), value));
+        }
+    }
+    let mut argv = proposal.command.clone();
+    let spec = crate::process::CommandSpec {
+        program: argv.remove(0),
+        args: argv,
+        env,
+        cwd: workspace.root.clone(),
+        stdin: Some(input.to_string().into_bytes()),
+    };
+    let options = crate::process::CaptureOptions {
+        limit: 16 * 1024 * 1024,
+        spill_dir: store.temp_dir(),
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let timer = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(SKILL_TIMEOUT).await;
+        timer.cancel();
+    });
+    let finished = crate::process::run(&spec, &options, &cancel)
+        .await
+        .map_err(|source| Error::Io {
+            context: format!("failed to start `{name}`"),
+            source,
+        })?;
+    let stdout = String::from_utf8_lossy(&finished.stdout.head);
+    match finished.exit {
+        crate::process::Exit::Code(0) => {
+            print!("{stdout}");
+            if !stdout.ends_with('\n') {
+                println!();
+            }
+            Ok(exit::SUCCESS)
+        }
+        exit_status => {
+            eprint!("{}", String::from_utf8_lossy(&finished.stderr.head));
+            let how = match exit_status {
+                crate::process::Exit::Cancelled => {
+                    format!("timed out after {}s", SKILL_TIMEOUT.as_secs())
+                }
+                other => format!("ended with {other:?}"),
+            };
+            eprintln!("error: skill `{name}` {how}");
+            Ok(exit::RUN_FAILED)
+        }
+    }
+}
+
+/// Asks on the terminal; without one there is nobody to ask, so the answer is no.
+fn confirm(name: &str, class: SideEffect) -> Result<bool, Error> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return Ok(false);
+    }
+    eprint!("`{name}` is {}. Run it? [y/N] ", class.as_str());
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|source| Error::Io {
+            context: "failed to read the answer".into(),
+            source,
+        })?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+fn load_trust(workspace: &Workspace, templates: &TemplateEngine) -> Result<TrustPolicy, Error> {
+    let read = |path: &str| {
+        crate::policy::read(&workspace.root, path)
+            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))
+    };
+    let conventions = Conventions::parse(&read(conventions::DEFAULT_POLICY)?, templates)
+        .map_err(SpecError::from)?;
+    Ok(TrustPolicy::parse(&read(trust::DEFAULT_POLICY)?, conventions).map_err(SpecError::from)?)
 }

@@ -42,7 +42,7 @@ impl ArtifactStore {
     }
 
     fn artifact(&self, kind: &str, sha256: String, size: u64) -> Artifact {
-        let path = format!("sha256/{}/{}", &sha256[..2], sha256);
+        let path = relative_path(&sha256);
         Artifact {
             sha256,
             kind: kind.to_owned(),
@@ -86,10 +86,20 @@ impl ArtifactStore {
         Ok(())
     }
 
+    /// The absolute path of the artifact with this SHA-256 (hex).
+    pub fn path_of_sha256(&self, sha256: &str) -> PathBuf {
+        self.root.join(relative_path(sha256))
+    }
+
     /// The absolute path of a stored artifact.
     pub fn path_of(&self, artifact: &Artifact) -> PathBuf {
         self.root.join(&artifact.path)
     }
+}
+
+/// Where an artifact lives in the store: `sha256/<first two hex>/<hex>`.
+fn relative_path(sha256: &str) -> String {
+    format!("sha256/{}/{}", &sha256[..2.min(sha256.len())], sha256)
 }
 
 /// SHA-256 (hex) and size of a file, read in chunks.
