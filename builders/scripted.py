@@ -10,6 +10,7 @@ KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2
     test    a unit test expects the wrong value        (tests gate)
     policy  the skill imports a forbidden module       (policy gate)
     scope   a file outside the allowlist is written    (diff gate)
+    link    an allowed path is a symlink out of the tree (copy-back)
     fail    the builder exits 1 without writing        (build error)
 """
 
@@ -58,6 +59,8 @@ def main():
         skill_file.write_text("import subprocess\n" + skill_file.read_text())
     elif flaw == "scope":
         pathlib.Path("notes.txt").write_text("written outside the allowlist\n")
+    elif flaw == "link":
+        (target / "README.md").symlink_to("/etc/passwd")
     elif flaw:
         print(f"scripted builder: unknown flaw `{flaw}`", file=sys.stderr)
         return 2

@@ -40,7 +40,9 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn cli_scenarios() {
     prepare_forge_fixture();
+    // Stories change files between steps with `sh`, as a user would with an editor.
     trycmd::TestCases::new()
+        .register_bin("sh", Path::new("/bin/sh"))
         .case("tests/cmd/*.toml")
         .case("tests/cmd/*.md");
 }
