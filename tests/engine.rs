@@ -1,7 +1,11 @@
 //! The engine end to end: the real `kavi` binary, real processes, a real ledger file.
 
+mod common;
+
+use common::{json, kavi, kavi_command};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,25 +21,6 @@ fn write(dir: &Path, relative: &str, text: &str) -> PathBuf {
     let path = dir.join(relative);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn kavi_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kavi"));
-    command.args(args).current_dir(dir).env_remove("RUST_LOG");
-    command
-}
-
-fn kavi(dir: &Path, args: &[&str]) -> Output {
-    kavi_command(dir, args).output().unwrap()
-}
-
-fn json(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "kavi failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn nodes_by_state(detail: &Value) -> Vec<(String, String)> {

@@ -2,33 +2,14 @@
 //! scripted builder: a proposal becomes TRUSTED, and each refusal leaves the target untouched.
 //! The scripted builder stands in for a coding agent, which cannot run here.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-use serde_json::Value;
-
-fn kavi(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kavi"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use common::{copy_dir, json, kavi, node, repo};
 
 /// A copy of the repository's workspace: what a user starts from.
 fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = repo();
     for folder in [
         "pipelines",
         "policies",
@@ -40,30 +21,6 @@ fn workspace() -> tempfile::TempDir {
     }
     std::fs::copy(repo.join("kavi.toml"), dir.path().join("kavi.toml")).unwrap();
     dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() == "__pycache__" {
-            continue;
-        }
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &to.join(entry.file_name()));
-        } else {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
-}
-
-fn node<'a>(run: &'a Value, id: &str) -> &'a Value {
-    run["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|n| n["node_id"] == id)
-        .unwrap()
 }
 
 #[test]

@@ -1,28 +1,11 @@
 //! The gate set with real tools: python3 compiles and tests the skill, kavi's scanner applies
 //! the policy rules, and every result is a verification row.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use common::{copy_policies, kavi, last_run};
 
 use serde_json::Value;
-
-fn kavi(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kavi"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn last_run(dir: &Path) -> Value {
-    let out = kavi(dir, &["runs", "show", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn statuses(run: &Value) -> Vec<(String, String)> {
     run["verifications"]
@@ -48,21 +31,17 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
     for folder in ["pipelines", "policies", "skills/demo"] {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in [
-        "gates.toml",
-        "scanner.toml",
-        "trust.toml",
-        "conventions.toml",
-        "invariants.toml",
-        "lifecycle.toml",
-    ] {
-        std::fs::copy(
-            repo.join("policies").join(policy),
-            root.join("policies").join(policy),
-        )
-        .unwrap();
-    }
+    copy_policies(
+        root,
+        &[
+            "gates.toml",
+            "scanner.toml",
+            "trust.toml",
+            "conventions.toml",
+            "invariants.toml",
+            "lifecycle.toml",
+        ],
+    );
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
     std::fs::write(

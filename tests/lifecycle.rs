@@ -1,31 +1,15 @@
 //! Skills and their lifecycle: proposals recorded in the ledger, transitions governed by
 //! `policies/lifecycle.toml`, and an edit to that file changing the next run.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use common::{json, kavi, repo};
 
 use serde_json::Value;
 
-fn kavi(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kavi"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn stdout_json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = repo();
     for folder in ["pipelines", "policies", "proposals"] {
         std::fs::create_dir_all(dir.path().join(folder)).unwrap();
     }
@@ -65,7 +49,7 @@ fn a_proposal_is_recorded_once_with_its_spec() {
         dir.path(),
         &["skill", "propose", "proposals/write_note.toml", "--json"],
     );
-    let skill = stdout_json(&out);
+    let skill = json(&out);
     assert_eq!(skill["state"], "PROPOSED");
     assert_eq!(skill["side_effect"], "FILE_WRITE");
     let spec = dir
@@ -106,7 +90,7 @@ fn a_proposal_is_recorded_once_with_its_spec() {
 #[test]
 fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     let dir = workspace();
-    stdout_json(&kavi(
+    json(&kavi(
         dir.path(),
         &["skill", "propose", "proposals/write_note.toml", "--json"],
     ));
@@ -126,7 +110,7 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
         &["pipeline", "run", "advance", "--set", "skill=write_note"],
     );
     assert_eq!(out.status.code(), Some(1));
-    let run = stdout_json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(run["nodes"][0]["state"], "succeeded");
     assert_eq!(
         run["nodes"][0]["outputs"],
@@ -139,7 +123,7 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     );
     assert_eq!(run["policies"][0]["path"], "policies/lifecycle.toml");
 
-    let shown = stdout_json(&kavi(
+    let shown = json(&kavi(
         dir.path(),
         &["skill", "show", "write_note", "--json"],
     ));
@@ -171,7 +155,7 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
             .status
             .success()
     );
-    let shown = stdout_json(&kavi(
+    let shown = json(&kavi(
         dir.path(),
         &["skill", "show", "write_note", "--json"],
     ));

@@ -1,37 +1,11 @@
 //! Sandbox, diff gate and copy-back with real files and real git: a build can change only what
 //! the allowlist names, and nothing else reaches the target.
 
+mod common;
+
+use common::{copy_policies, kavi, last_run, node};
+
 use std::path::Path;
-use std::process::{Command, Output};
-
-use serde_json::Value;
-
-fn kavi(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kavi"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn last_run(dir: &Path) -> Value {
-    let out = kavi(dir, &["runs", "show", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn node<'a>(run: &'a Value, id: &str) -> &'a Value {
-    run["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|n| n["node_id"] == id)
-        .unwrap_or_else(|| panic!("no node {id}"))
-}
 
 /// A workspace with the shipped policies, a target tree holding a secret, and a pipeline whose
 /// builder runs `builder` (a shell line) inside the sandbox.
@@ -41,14 +15,10 @@ fn workspace(builder: &str, gated: bool) -> tempfile::TempDir {
     for folder in ["pipelines", "templates", "policies", "skills/existing"] {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in ["sandbox.toml", "allowlist.toml", "conventions.toml"] {
-        std::fs::copy(
-            repo.join("policies").join(policy),
-            root.join("policies").join(policy),
-        )
-        .unwrap();
-    }
+    copy_policies(
+        root,
+        &["sandbox.toml", "allowlist.toml", "conventions.toml"],
+    );
     std::fs::write(root.join(".env"), "TOKEN=hunter2\n").unwrap();
     std::fs::write(root.join("skills/existing/skill.py"), "print('old')\n").unwrap();
     let needs = if gated { r#"["gate"]"# } else { r#"["build"]"# };

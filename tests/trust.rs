@@ -1,28 +1,11 @@
 //! Trust end to end: a skill is promoted only at the hash its gates verified, the registry is
 //! derived from the ledger, and one changed byte is reported as drift.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use common::{copy_policies, json, kavi};
 
 use serde_json::Value;
-
-fn kavi(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kavi"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 const PIPELINE: &str = r#"
 [pipeline]
@@ -71,21 +54,17 @@ fn workspace() -> tempfile::TempDir {
     for folder in ["pipelines", "policies", "proposals", "skills/demo"] {
         std::fs::create_dir_all(root.join(folder)).unwrap();
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for policy in [
-        "lifecycle.toml",
-        "gates.toml",
-        "scanner.toml",
-        "trust.toml",
-        "conventions.toml",
-        "invariants.toml",
-    ] {
-        std::fs::copy(
-            repo.join("policies").join(policy),
-            root.join("policies").join(policy),
-        )
-        .unwrap();
-    }
+    copy_policies(
+        root,
+        &[
+            "lifecycle.toml",
+            "gates.toml",
+            "scanner.toml",
+            "trust.toml",
+            "conventions.toml",
+            "invariants.toml",
+        ],
+    );
     std::fs::write(
         root.join("proposals/demo.toml"),
         "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n",

@@ -15,10 +15,6 @@ use crate::template::TemplateEngine;
 
 const LIFECYCLE: &str = "policies/lifecycle.toml";
 
-fn actor() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "unknown".into())
-}
-
 pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
     let text = std::fs::read_to_string(file).map_err(|source| SpecError::Read {
         path: file.into(),
@@ -51,7 +47,7 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
         side_effect: proposal.side_effect.as_str(),
         spec: &spec,
         initial_state: &lifecycle.initial,
-        actor: &actor(),
+        actor: &crate::skills::actor(),
     })?;
     if json {
         let skill = ledger.skill(name)?;

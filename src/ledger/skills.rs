@@ -173,20 +173,15 @@ impl Ledger {
             }
             Some(_) => {}
         }
-        let now = now();
+        let now = move_state(&tx, name, &from, to, origin, actor, comment)?;
         tx.execute(
-            "UPDATE skills SET state = ?1, trusted_hash = ?2, updated_at = ?3 WHERE name = ?4",
-            params![to, current_hash, now, name],
+            "UPDATE skills SET trusted_hash = ?1 WHERE name = ?2",
+            params![current_hash, name],
         )?;
         tx.execute(
             "INSERT INTO promotions (skill, from_state, to_state, source_hash, run_id, node_id, actor, at, comment)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![name, from, to, current_hash, origin.0, origin.1, actor, now, comment],
-        )?;
-        tx.execute(
-            "INSERT INTO skill_transitions (skill, from_state, to_state, run_id, node_id, actor, at, comment)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![name, from, to, origin.0, origin.1, actor, now, comment],
         )?;
         tx.commit()?;
         Ok(Transitioned {
@@ -234,20 +229,35 @@ impl Ledger {
             .optional()?
             .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))?;
         check(&from, to).map_err(LedgerError::TransitionRefused)?;
-        let now = now();
-        tx.execute(
-            "UPDATE skills SET state = ?1, updated_at = ?2 WHERE name = ?3",
-            params![to, now, name],
-        )?;
-        tx.execute(
-            "INSERT INTO skill_transitions (skill, from_state, to_state, run_id, node_id, actor, at, comment)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![name, from, to, origin.0, origin.1, actor, now, comment],
-        )?;
+        move_state(&tx, name, &from, to, origin, actor, comment)?;
         tx.commit()?;
         Ok(Transitioned {
             from,
             to: to.to_owned(),
         })
     }
+}
+
+/// Moves a skill's state and records the transition, inside the caller's transaction. Returns
+/// the time it recorded.
+fn move_state(
+    tx: &rusqlite::Transaction<'_>,
+    name: &str,
+    from: &str,
+    to: &str,
+    origin: (Option<i64>, Option<&str>),
+    actor: &str,
+    comment: Option<&str>,
+) -> Result<String> {
+    let now = now();
+    tx.execute(
+        "UPDATE skills SET state = ?1, updated_at = ?2 WHERE name = ?3",
+        params![to, now, name],
+    )?;
+    tx.execute(
+        "INSERT INTO skill_transitions (skill, from_state, to_state, run_id, node_id, actor, at, comment)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![name, from, to, origin.0, origin.1, actor, now, comment],
+    )?;
+    Ok(now)
 }

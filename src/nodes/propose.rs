@@ -60,7 +60,7 @@ impl Propose {
             .map_err(|e| format!("failed to store the skill spec: {e}"))?;
         let name = proposal.name.get_ref();
         let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
-        let actor = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let actor = crate::skills::actor();
         let created = match ledger.propose_skill(&NewSkill {
             name,
             description: &proposal.description,

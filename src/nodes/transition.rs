@@ -81,7 +81,7 @@ impl Transition {
             .map(|c| ctx.render("comment", c))
             .transpose()?;
         let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
-        let actor = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+        let actor = crate::skills::actor();
         let moved = ledger
             .transition_skill(
                 &skill,

@@ -18,6 +18,11 @@ use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
 
+/// Who is acting, as recorded with proposals, transitions and promotions: the user running kavi.
+pub fn actor() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "unknown".into())
+}
+
 /// What running a skill may touch. Anything but READ_ONLY needs confirmation at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

@@ -1,0 +1,79 @@
+//! Helpers shared by the integration tests: run the real `kavi` binary in a workspace folder and
+//! read its JSON answers.
+#![allow(
+    dead_code,
+    reason = "each test crate uses a different subset of these helpers"
+)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The repository: where the shipped policies, pipelines and builder live.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn kavi_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kavi"));
+    command.args(args).current_dir(dir).env_remove("RUST_LOG");
+    command
+}
+
+pub fn kavi(dir: &Path, args: &[&str]) -> Output {
+    kavi_command(dir, args).output().unwrap()
+}
+
+/// The JSON a successful command printed.
+pub fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "kavi failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `kavi runs show --json` of the newest run.
+pub fn last_run(dir: &Path) -> Value {
+    json(&kavi(dir, &["runs", "show", "--json"]))
+}
+
+/// The last node run of a node in a run's JSON.
+pub fn node<'a>(run: &'a Value, id: &str) -> &'a Value {
+    run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|n| n["node_id"] == id)
+        .unwrap_or_else(|| panic!("no node {id}"))
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == "__pycache__" {
+            continue;
+        }
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// Copies shipped policy files into a workspace's `policies/`.
+pub fn copy_policies(root: &Path, names: &[&str]) {
+    std::fs::create_dir_all(root.join("policies")).unwrap();
+    for name in names {
+        std::fs::copy(
+            repo().join("policies").join(name),
+            root.join("policies").join(name),
+        )
+        .unwrap();
+    }
+}
