@@ -18,7 +18,7 @@ use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::process::{self, CaptureOptions, CommandSpec, Exit};
-use crate::skills::{Lifecycle, invalid_name_reason};
+use crate::skills::Lifecycle;
 use crate::state::NodeState;
 use crate::template::describe_error;
 
@@ -92,10 +92,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Build {
     async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render("skill", &self.skill)?;
-        if let Some(reason) = invalid_name_reason(&skill) {
-            return Err(reason);
-        }
+        let skill = ctx.render_skill(&self.skill)?;
         let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
         if !sandbox.is_dir() {
             return Err(format!("sandbox {} is not a folder", sandbox.display()));

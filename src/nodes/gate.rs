@@ -289,11 +289,7 @@ impl Gate {
                 cwd.display()
             ));
         }
-        let skill = self
-            .skill
-            .as_ref()
-            .map(|s| ctx.render("skill", s))
-            .transpose()?;
+        let skill = ctx.render_optional("skill", self.skill.as_ref())?;
         let hash = || match (&self.trust, &skill) {
             (Some(trust), Some(skill)) => trust.source_hash(ctx.templates, &cwd, skill).map(Some),
             _ => Ok(None),

@@ -94,6 +94,24 @@ impl NodeContext<'_> {
             .render_str(source, self.vars)
             .map_err(|e| format!("failed to render `{field}`: {}", describe_error(&e)))
     }
+
+    /// Renders an optional templated field.
+    pub fn render_optional(
+        &self,
+        field: &str,
+        source: Option<&String>,
+    ) -> Result<Option<String>, String> {
+        source.map(|s| self.render(field, s)).transpose()
+    }
+
+    /// Renders the `skill` field and checks the name: it becomes part of paths.
+    pub fn render_skill(&self, source: &str) -> Result<String, String> {
+        let skill = self.render("skill", source)?;
+        match crate::skills::invalid_name_reason(&skill) {
+            Some(reason) => Err(reason),
+            None => Ok(skill),
+        }
+    }
 }
 
 /// What a node run produced.

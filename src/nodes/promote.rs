@@ -16,7 +16,7 @@ use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::skills::registry::write_registry;
 use crate::skills::trust::TrustPolicy;
-use crate::skills::{Lifecycle, TRUSTED, invalid_name_reason};
+use crate::skills::{Lifecycle, TRUSTED};
 
 pub const KIND: NodeKind = NodeKind {
     name: "promote",
@@ -67,17 +67,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Promote {
     fn promote(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render("skill", &self.skill)?;
-        if let Some(reason) = invalid_name_reason(&skill) {
-            return Err(reason);
-        }
+        let skill = ctx.render_skill(&self.skill)?;
         let root = ctx.workspace.join(ctx.render("source", &self.source)?);
         let hash = self.trust.source_hash(ctx.templates, &root, &skill)?;
-        let comment = self
-            .comment
-            .as_ref()
-            .map(|c| ctx.render("comment", c))
-            .transpose()?;
+        let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
         let actor = crate::skills::actor();
         let moved = ledger

@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
-use crate::skills::{Lifecycle, invalid_name_reason};
+use crate::skills::Lifecycle;
 use crate::template::is_templated;
 
 pub const KIND: NodeKind = NodeKind {
@@ -70,16 +70,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Transition {
     fn apply(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render("skill", &self.skill)?;
-        if let Some(reason) = invalid_name_reason(&skill) {
-            return Err(reason);
-        }
+        let skill = ctx.render_skill(&self.skill)?;
         let to = ctx.render("to", &self.to)?;
-        let comment = self
-            .comment
-            .as_ref()
-            .map(|c| ctx.render("comment", c))
-            .transpose()?;
+        let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
         let actor = crate::skills::actor();
         let moved = ledger
