@@ -20,6 +20,11 @@ fn workspace(builder: &str, gated: bool) -> tempfile::TempDir {
         &["sandbox.toml", "allowlist.toml", "conventions.toml"],
     );
     std::fs::write(root.join(".env"), "TOKEN=hunter2\n").unwrap();
+    // Regression: ignored files in the target were left out of the sandbox's baseline commit,
+    // so the diff gate reported them as changes made by the build.
+    std::fs::write(root.join(".gitignore"), "generated/\n").unwrap();
+    std::fs::create_dir_all(root.join("generated")).unwrap();
+    std::fs::write(root.join("generated/fixture.txt"), "made by a tool\n").unwrap();
     std::fs::write(root.join("skills/existing/skill.py"), "print('old')\n").unwrap();
     let needs = if gated { r#"["gate"]"# } else { r#"["build"]"# };
     let pipeline = format!(

@@ -125,7 +125,9 @@ pub async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 pub async fn init_baseline(dir: &Path) -> Result<String, String> {
     // An empty template: no sample hooks, nothing from the machine's git installation.
     git(dir, &["init", "-q", "--template=", "-b", "baseline"]).await?;
-    git(dir, &["add", "-A"]).await?;
+    // --force: the baseline holds every copied file, even ones the tree's .gitignore names;
+    // otherwise those would look like changes made by the build.
+    git(dir, &["add", "--all", "--force"]).await?;
     git(
         dir,
         &[
