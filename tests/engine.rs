@@ -707,3 +707,140 @@ run = ["echo", "{{ nodes.optional.state }}"]
     );
     assert_eq!(detail["nodes"][3]["outputs"]["stdout"], "skipped\n");
 }
+
+#[test]
+fn failure_handlers_run_only_on_failure_and_cleanup_always_even_under_fail_fast() {
+    let dir = workspace();
+    let spec = |fail_fast: bool| {
+        format!(
+            r#"
+[pipeline]
+name = "handlers"
+fail_fast = {fail_fast}
+
+[nodes.build]
+kind = "exec"
+run = ["sh", "-c", "echo broken >&2; exit 2"]
+
+[nodes.after]
+kind = "exec"
+needs = ["build"]
+run = ["true"]
+
+[nodes.on_failure]
+kind = "exec"
+needs = ["build"]
+trigger = "failure"
+run = ["echo", "{{{{ nodes.build.state }}}}: {{{{ nodes.build.outputs.stderr | trim }}}}"]
+
+[nodes.cleanup]
+kind = "exec"
+needs = ["build"]
+trigger = "always"
+run = ["echo", "cleaned"]
+
+[nodes.fine]
+kind = "exec"
+run = ["true"]
+
+[nodes.on_fine_failure]
+kind = "exec"
+needs = ["fine"]
+trigger = "failure"
+run = ["true"]
+"#
+        )
+    };
+    for fail_fast in [false, true] {
+        write(dir.path(), "pipelines/handlers.toml", &spec(fail_fast));
+        let out = kavi(dir.path(), &["pipeline", "run", "handlers", "--jobs", "1"]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "the failure still fails the run"
+        );
+        let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+        let state = |id: &str| {
+            detail["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["node_id"] == id)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(state("after")["state"], "blocked");
+        assert_eq!(
+            state("on_failure")["state"],
+            "succeeded",
+            "fail_fast = {fail_fast}"
+        );
+        assert_eq!(state("on_failure")["outputs"]["stdout"], "failed: broken\n");
+        assert_eq!(
+            state("cleanup")["state"],
+            "succeeded",
+            "fail_fast = {fail_fast}"
+        );
+        if !fail_fast {
+            assert_eq!(state("on_fine_failure")["state"], "skipped");
+            assert_eq!(
+                state("on_fine_failure")["reason"],
+                "no dependency failed, and it runs only on failure (trigger = \"failure\")"
+            );
+        }
+    }
+}
+
+/// Regression: with fail_fast and one job, a queued node cancelled by the stop released its
+/// dependants into the ready queue while nothing was running, and the scheduler waited forever.
+#[test]
+fn a_fail_fast_stop_with_queued_nodes_finishes() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/queued.toml",
+        r#"
+[pipeline]
+name = "queued"
+fail_fast = true
+
+[nodes.bad]
+kind = "exec"
+run = ["false"]
+
+[nodes.queued]
+kind = "exec"
+run = ["true"]
+
+[nodes.after_queued]
+kind = "exec"
+needs = ["queued"]
+run = ["true"]
+"#,
+    );
+    let mut child = kavi_command(dir.path(), &["pipeline", "run", "queued", "--jobs", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the run never finished");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("bad".into(), "failed".into()),
+            ("queued".into(), "cancelled".into()),
+            ("after_queued".into(), "cancelled".into())
+        ]
+    );
+}

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dag::Dag;
 use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord};
 use crate::nodes::{NodeContext, NodeOutcome};
-use crate::spec::OnFailure;
+use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
 
@@ -219,7 +219,12 @@ impl Executor<'_> {
         while done < self.slots.len() {
             done += self.settle_ready()?;
             self.start_due_nodes()?;
-            if self.running.is_empty() && self.to_start.is_empty() && self.ready.is_empty() {
+            // Nodes cancelled by a stop release their dependants into `ready`: decide those
+            // before waiting, or the loop could wait on nothing.
+            if !self.ready.is_empty() {
+                continue;
+            }
+            if self.running.is_empty() && self.to_start.is_empty() {
                 if let Some(Reverse((due, _, _))) = self.retries.peek() {
                     let due = *due;
                     tokio::select! {
@@ -250,6 +255,15 @@ impl Executor<'_> {
         }
     }
 
+    /// Why a node may not start because the run is stopping, if it may not. A user's cancel stops
+    /// everything; a fail_fast stop spares failure handlers and cleanup (`trigger` other than
+    /// `success`), which exist for exactly that moment.
+    fn stopped_for(&self, index: usize) -> Option<String> {
+        let reason = self.stop_reason.clone()?;
+        let handler = self.dag.pipeline.nodes[index].trigger != Trigger::Success;
+        (self.run_cancel.is_cancelled() || !handler).then_some(reason)
+    }
+
     fn promote_due_retries(&mut self) {
         let now = Instant::now();
         while let Some(Reverse((due, index, attempt))) = self.retries.peek().copied() {
@@ -267,11 +281,11 @@ impl Executor<'_> {
         let mut finished = 0;
         while let Some(Reverse(index)) = self.ready.pop() {
             let node = &self.dag.pipeline.nodes[index];
-            let verdict = if let Some(reason) = &self.stop_reason {
-                Some((NodeState::Cancelled, format!("not started: {reason}")))
-            } else {
-                self.dependency_verdict(index)
-            };
+            // What its dependencies did is the more precise reason; a stop comes second.
+            let verdict = self.dependency_verdict(index).or_else(|| {
+                self.stopped_for(index)
+                    .map(|reason| (NodeState::Cancelled, format!("not started: {reason}")))
+            });
             let verdict = match verdict {
                 Some(v) => Some(v),
                 None => match &node.when {
@@ -314,21 +328,34 @@ impl Executor<'_> {
     /// Why a node cannot run because of its dependencies, if it cannot.
     fn dependency_verdict(&self, index: usize) -> Option<(NodeState, String)> {
         let nodes = &self.dag.pipeline.nodes;
+        let node = &nodes[index];
         let mut deps: Vec<usize> = self.dag.dependencies(index).collect();
         deps.sort_unstable();
-        for &dep in &deps {
+        let failed = deps.iter().find_map(|&dep| {
             let state = self.slots[dep].state.expect("dependencies finish first");
             let continues = nodes[dep].on_failure == OnFailure::Continue;
-            if !state.is_success() && state != NodeState::Skipped && !continues {
+            (!state.is_success() && state != NodeState::Skipped && !continues).then(|| {
+                let why = format!("needs `{}`, which {}", nodes[dep].id, describe_state(state));
+                (state, why)
+            })
+        });
+        match (node.trigger, failed) {
+            // Cancellation cascades as cancellation; a real failure blocks.
+            (Trigger::Success, Some((NodeState::Cancelled, why))) => {
+                return Some((NodeState::Cancelled, why));
+            }
+            (Trigger::Success, Some((_, why))) => return Some((NodeState::Blocked, why)),
+            (Trigger::Failure, None) => {
                 return Some((
-                    NodeState::Blocked,
-                    format!("needs `{}`, which {}", nodes[dep].id, describe_state(state)),
+                    NodeState::Skipped,
+                    "no dependency failed, and it runs only on failure (trigger = \"failure\")"
+                        .into(),
                 ));
             }
+            _ => {}
         }
         // A skipped dependency is only an ordering constraint, unless this node's templates read
         // its outputs: then there is nothing to read, and this node is skipped too.
-        let node = &nodes[index];
         deps.iter()
             .find(|&&dep| {
                 self.slots[dep].state == Some(NodeState::Skipped)
@@ -350,7 +377,7 @@ impl Executor<'_> {
             let Some(Reverse((index, attempt))) = self.to_start.pop() else {
                 break;
             };
-            if let Some(reason) = self.stop_reason.clone() {
+            if let Some(reason) = self.stopped_for(index) {
                 self.finish_without_running_attempt(
                     index,
                     attempt,

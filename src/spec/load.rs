@@ -16,7 +16,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::params::{ParamDecl, ParamType};
-use super::{NodeSpec, OnFailure, Pipeline, RetryPolicy, SpecError};
+use super::{NodeSpec, OnFailure, Pipeline, RetryPolicy, SpecError, Trigger};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::nodes::{self, NodeConfig};
 use crate::template::{TemplateEngine, describe_error};
@@ -30,6 +30,7 @@ const COMMON_FIELDS: &[&str] = &[
     "timeout",
     "retry",
     "on_failure",
+    "trigger",
 ];
 
 #[derive(Deserialize)]
@@ -71,6 +72,7 @@ struct RawCommon {
     timeout: Option<Duration>,
     retry: Option<RawRetry>,
     on_failure: Option<OnFailure>,
+    trigger: Option<Trigger>,
 }
 
 #[derive(Deserialize)]
@@ -400,6 +402,7 @@ fn load_node(
         timeout: common.timeout,
         retry,
         on_failure: common.on_failure.unwrap_or(OnFailure::Stop),
+        trigger: common.trigger.unwrap_or(Trigger::Success),
         reads: config.reads,
         action,
     };

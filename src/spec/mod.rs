@@ -60,6 +60,7 @@ pub struct NodeSpec {
     pub timeout: Option<Duration>,
     pub retry: RetryPolicy,
     pub on_failure: OnFailure,
+    pub trigger: Trigger,
     /// Variable paths this node's templates read (`nodes.a.outputs`), with where they are read.
     pub reads: Vec<(String, Range<usize>)>,
     pub action: Arc<dyn NodeAction>,
@@ -89,6 +90,18 @@ impl RetryPolicy {
         let doublings = attempt.saturating_sub(2).min(16);
         self.backoff.saturating_mul(1 << doublings)
     }
+}
+
+/// When a node runs, given how its dependencies ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Only when every dependency succeeded (or was skipped): the default.
+    Success,
+    /// Only when some dependency did not succeed: a failure handler. Otherwise skipped.
+    Failure,
+    /// Whatever its dependencies did: cleanup.
+    Always,
 }
 
 /// What a node's failure does to the nodes that need it.
