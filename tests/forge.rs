@@ -57,6 +57,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
             ("verify", "succeeded"),
             ("verified", "succeeded"),
             ("promote", "succeeded"),
+            ("classify", "skipped"),
         ]
     );
     // One verification row per gate, all passed, at the hash that was promoted.
@@ -217,4 +218,49 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
         std::fs::read_to_string(root.join("notes/first.md")).unwrap(),
         "# First\n\nHello.\n"
     );
+}
+
+/// Each engineered defect is named by the classifier as its own kind, with a research note.
+#[test]
+fn the_classifier_names_each_engineered_failure() {
+    for (flaw, kind, failed_node) in [
+        ("fail", "BUILD_ERROR", "build"),
+        ("scope", "GATE_VIOLATION", "diff"),
+        ("link", "GATE_VIOLATION", "copy"),
+        ("syntax", "VERIFY_LINT", "verify"),
+        ("test", "VERIFY_TEST", "verify"),
+        ("policy", "VERIFY_POLICY", "verify"),
+    ] {
+        let dir = workspace();
+        let root = dir.path();
+        let flaws = format!("flaws=1={flaw}");
+        let out = kavi(
+            root,
+            &[
+                "pipeline",
+                "run",
+                "forge",
+                "--set",
+                "skill=word_count",
+                "--set",
+                &flaws,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{flaw}");
+        let run = json(&kavi(root, &["runs", "show", "--json"]));
+        let classify = node(&run, "classify");
+        assert_eq!(classify["state"], "succeeded", "{flaw}");
+        assert_eq!(classify["outputs"]["kind"], kind, "{flaw}");
+        assert_eq!(classify["outputs"]["facts"]["node"], failed_node, "{flaw}");
+        let note: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(classify["outputs"]["note_path"].as_str().unwrap()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(note["kind"], kind, "{flaw}");
+        assert_eq!(note["skill"], "word_count");
+        assert!(
+            !note["excerpt"].as_str().unwrap().is_empty(),
+            "{flaw}: empty excerpt"
+        );
+    }
 }

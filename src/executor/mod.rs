@@ -492,7 +492,12 @@ impl Executor<'_> {
             self.retries.push(Reverse((due, index, attempt + 1)));
             return Ok(0);
         }
-        self.slots[index].entry = json!({ "state": outcome.state, "outputs": outcome.outputs });
+        self.slots[index].entry = json!({
+            "state": outcome.state,
+            "kind": node.kind,
+            "error": outcome.error,
+            "outputs": outcome.outputs,
+        });
         self.mark_done(index, outcome.state);
         Ok(1)
     }
@@ -543,7 +548,12 @@ impl Executor<'_> {
             outputs: None,
             will_retry: false,
         });
-        self.slots[index].entry = json!({ "state": state, "outputs": {} });
+        self.slots[index].entry = json!({
+            "state": state,
+            "kind": self.dag.pipeline.nodes[index].kind,
+            "error": error.or(reason),
+            "outputs": {},
+        });
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 
 mod allowlist;
 mod build;
+mod classify;
 mod copy_back;
 mod diff_gate;
 mod exec;
@@ -51,6 +52,7 @@ pub const KINDS: &[NodeKind] = &[
     promote::KIND,
     propose::KIND,
     build::KIND,
+    classify::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod classifier;
 pub mod gates;
 pub mod invariants;
 pub mod scanner;
