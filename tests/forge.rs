@@ -189,6 +189,41 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     assert_eq!(node(&run, "reset")["state"], "succeeded");
     assert_eq!(node(&run, "build")["outputs"]["attempt"], 2);
     assert!(node(&run, "build")["outputs"]["parent_build"].is_i64());
+    // Attempt 2's packet carries attempt 1's failure analysis.
+    let packet = std::fs::read_to_string(
+        node(&run, "build")["outputs"]["packet_path"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        packet.contains(
+            "## Previous attempt\n\nAttempt 1 (build 1) failed: **VERIFY_POLICY**, at `verify`."
+        ),
+        "{packet}"
+    );
+    assert!(packet.contains("- `policy` (failed): skills/write_note/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"), "{packet}");
+    let builds = json(&kavi(root, &["builds", "list", "write_note", "--json"]));
+    let lineage: Vec<(i64, Option<i64>, Option<&str>, bool)> = builds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["attempt"].as_i64().unwrap(),
+                b["parent_build"].as_i64(),
+                b["failure_kind"].as_str(),
+                b["research_note"].is_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lineage,
+        [
+            (1, None, Some("VERIFY_POLICY"), true),
+            (2, Some(1), None, false)
+        ]
+    );
     let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
     assert_eq!(shown["skill"]["state"], "TRUSTED");
 

@@ -1,5 +1,6 @@
 //! The command line: argument definitions and dispatch. One module per command group.
 
+mod builds;
 mod output;
 mod pipeline;
 mod runs;
@@ -53,6 +54,19 @@ enum Command {
     /// Propose and inspect skills.
     #[command(subcommand)]
     Skill(SkillCommand),
+    /// Inspect build attempts.
+    #[command(subcommand)]
+    Builds(BuildsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BuildsCommand {
+    /// A skill's build attempts, first first, with their lineage and failure kinds.
+    List {
+        skill: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -218,6 +232,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
+        Command::Builds(BuildsCommand::List { skill, json }) => {
+            builds::list(&workspace, &skill, json)
+        }
         Command::Skill(SkillCommand::Propose { file, json }) => {
             skills::propose(&workspace, &file, json)
         }

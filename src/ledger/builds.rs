@@ -29,6 +29,8 @@ pub struct BuildRow {
     pub exit_code: Option<i64>,
     pub started_at: String,
     pub finished_at: Option<String>,
+    pub failure_kind: Option<String>,
+    pub research_note: Option<String>,
 }
 
 impl Ledger {
@@ -102,10 +104,33 @@ impl Ledger {
         Ok(())
     }
 
+    /// Records what a failed build's attempt was classified as, with its research note.
+    pub fn record_research(
+        &mut self,
+        build_id: i64,
+        failure_kind: &str,
+        note: &Artifact,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![note.sha256, note.kind, note.size, note.path, now()],
+        )?;
+        tx.execute(
+            "UPDATE builds SET failure_kind = ?1, research_note = ?2 WHERE id = ?3",
+            params![failure_kind, note.sha256, build_id],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// A skill's builds, first attempt first.
     pub fn builds(&self, skill: &str) -> Result<Vec<BuildRow>> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, skill, attempt, parent_build, run_id, status, packet, log, exit_code, started_at, finished_at
+            "SELECT id, skill, attempt, parent_build, run_id, status, packet, log, exit_code, started_at,
+                    finished_at, failure_kind, research_note
              FROM builds WHERE skill = ?1 ORDER BY attempt",
         )?;
         let rows = stmt.query_map([skill], |r| {
@@ -121,6 +146,8 @@ impl Ledger {
                 exit_code: r.get(8)?,
                 started_at: r.get(9)?,
                 finished_at: r.get(10)?,
+                failure_kind: r.get(11)?,
+                research_note: r.get(12)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

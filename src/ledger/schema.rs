@@ -151,4 +151,9 @@ pub const MIGRATIONS: &[&str] = &[
         UNIQUE (skill, attempt)
     );
     "#,
+    // 7: a failed build's classification and research note, for the next attempt's packet.
+    r#"
+    ALTER TABLE builds ADD COLUMN failure_kind TEXT;
+    ALTER TABLE builds ADD COLUMN research_note TEXT REFERENCES artifacts(sha256);
+    "#,
 ];

@@ -90,6 +90,37 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     }))
 }
 
+/// The previous attempt of this skill, with its classification and research note, for the
+/// packet: iteration happens across attempts, so what went wrong last time is written into the
+/// next attempt's packet. `null` for a first attempt.
+fn previous_attempt(
+    ctx: &NodeContext<'_>,
+    ledger: &Ledger,
+    skill: &str,
+) -> Result<serde_json::Value, String> {
+    let builds = ledger.builds(skill).map_err(|e| e.to_string())?;
+    let Some(last) = builds.last() else {
+        return Ok(serde_json::Value::Null);
+    };
+    let note = match &last.research_note {
+        None => serde_json::Value::Null,
+        Some(sha) => {
+            let text = std::fs::read_to_string(ctx.artifacts.path_of_sha256(sha)).map_err(|e| {
+                format!("failed to read the research note of build {}: {e}", last.id)
+            })?;
+            serde_json::from_str(&text)
+                .map_err(|e| format!("the research note of build {} is not JSON: {e}", last.id))?
+        }
+    };
+    Ok(json!({
+        "build_id": last.id,
+        "attempt": last.attempt,
+        "status": last.status,
+        "failure_kind": last.failure_kind,
+        "note": note,
+    }))
+}
+
 impl Build {
     async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
@@ -107,6 +138,7 @@ impl Build {
                 self.lifecycle.buildable.join(", ")
             ));
         }
+        let previous = previous_attempt(ctx, &ledger, &skill)?;
         let build = ledger
             .start_build(&skill, ctx.run_id, ctx.node_id)
             .map_err(|e| e.to_string())?;
@@ -118,6 +150,7 @@ impl Build {
         let context = minijinja::context! {
             build => minijinja::Value::from_serialize(&build),
             paths => minijinja::Value::from_serialize(&paths),
+            previous => minijinja::Value::from_serialize(&previous),
             vars => self.allowlist.vars_value(ctx)?,
             ..ctx.vars.clone()
         };

@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
 use crate::policy::classifier::{Classifier, Failure};
 
 pub const KIND: NodeKind = NodeKind {
@@ -170,7 +171,18 @@ impl Classify {
                     .as_bytes(),
             )
             .map_err(|e| format!("failed to store the research note: {e}"))?;
+        // The attempt's build (if one ran) carries the analysis to the next attempt's packet.
+        let build_id = self
+            .from
+            .iter()
+            .find_map(|id| nodes[id]["outputs"]["build_id"].as_i64());
+        if let Some(build_id) = build_id {
+            Ledger::open(ctx.ledger)
+                .and_then(|mut ledger| ledger.record_research(build_id, &kind, &artifact))
+                .map_err(|e| format!("failed to record the research note: {e}"))?;
+        }
         let mut outcome = NodeOutcome::succeeded(json!({
+            "build_id": build_id,
             "kind": kind,
             "facts": facts,
             "note": artifact.sha256,
