@@ -18,6 +18,8 @@ pub mod exit {
     pub const ENVIRONMENT: i32 = 4;
     /// A run or record named on the command line does not exist.
     pub const NOT_FOUND: i32 = 5;
+    /// The run stopped for a person's decision (`kavi approve` / `kavi reject`).
+    pub const AWAITING_REVIEW: i32 = 6;
     /// The run was cancelled (Ctrl-C); 128 + SIGINT, as shells report it.
     pub const CANCELLED: i32 = 130;
 }
@@ -50,7 +52,9 @@ impl Error {
                 | LedgerError::SpecNotFound(_)
                 | LedgerError::SkillNotFound(_),
             ) => exit::NOT_FOUND,
-            Error::Ledger(LedgerError::SkillExists(_)) => exit::USAGE,
+            Error::Ledger(LedgerError::SkillExists(_) | LedgerError::NothingToDecide(_)) => {
+                exit::USAGE
+            }
             Error::Ledger(LedgerError::TransitionRefused(_)) => exit::RUN_FAILED,
             Error::Ledger(_) => exit::ENVIRONMENT,
             Error::Usage(_) => exit::USAGE,

@@ -844,3 +844,29 @@ run = ["true"]
         ]
     );
 }
+
+/// Regression: printing to a reader that went away (`kavi runs list | head`) panicked.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/ok.toml",
+        "[pipeline]\nname = \"ok\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "ok"])
+            .status
+            .success()
+    );
+    let mut child = kavi_command(dir.path(), &["runs", "show", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0));
+}

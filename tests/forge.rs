@@ -58,6 +58,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
             ("verified", "succeeded"),
             ("promote", "succeeded"),
             ("classify", "skipped"),
+            ("escalate", "skipped"),
         ]
     );
     // One verification row per gate, all passed, at the hash that was promoted.
@@ -157,7 +158,8 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
             "flaws=1=policy",
         ],
     );
-    assert_eq!(out.status.code(), Some(1));
+    // The policy failure is a security class: the run stops for a person's review (exit 6).
+    assert_eq!(out.status.code(), Some(6));
     let run = json(&kavi(root, &["runs", "show", "--json"]));
     let policy = run["verifications"]
         .as_array()
@@ -174,6 +176,39 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     assert_eq!(node(&run, "promote")["state"], "blocked");
     let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
     assert_eq!(shown["skill"]["state"], "BUILT");
+    assert_eq!(run["status"], "awaiting_review");
+    assert_eq!(node(&run, "classify")["outputs"]["kind"], "VERIFY_POLICY");
+    let escalate = node(&run, "escalate");
+    assert_eq!(escalate["state"], "awaiting_review");
+    assert_eq!(
+        escalate["outputs"]["triggers"][0]["trigger"],
+        "SECURITY_CLASS"
+    );
+
+    // Until a person decides, the loop does not go on.
+    assert_eq!(
+        kavi(
+            root,
+            &["pipeline", "run", "forge", "--set", "skill=write_note"]
+        )
+        .status
+        .code(),
+        Some(1)
+    );
+    let waiting = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(
+        node(&waiting, "build")["error"],
+        "`write_note` awaits review since run 1; decide with `kavi approve 1` or `kavi reject 1`"
+    );
+    let approved = kavi(
+        root,
+        &["approve", "1", "--comment", "the import was the drill's"],
+    );
+    assert!(approved.status.success());
+    assert!(
+        String::from_utf8_lossy(&approved.stdout)
+            .starts_with("approved run 1 for `write_note` (SECURITY_CLASS)")
+    );
 
     // The next run resets BUILT to PROPOSED, builds attempt 2 (no flaw), and promotes it.
     let out = kavi(
@@ -186,7 +221,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
         String::from_utf8_lossy(&out.stdout)
     );
     let run = json(&kavi(root, &["runs", "show", "--json"]));
-    assert_eq!(node(&run, "reset")["state"], "succeeded");
+    // The refused run had already reset BUILT to PROPOSED; this one builds attempt 2.
     assert_eq!(node(&run, "build")["outputs"]["attempt"], 2);
     assert!(node(&run, "build")["outputs"]["parent_build"].is_i64());
     // Attempt 2's packet carries attempt 1's failure analysis.
@@ -266,6 +301,8 @@ fn the_classifier_names_each_engineered_failure() {
         ("test", "VERIFY_TEST", "verify"),
         ("policy", "VERIFY_POLICY", "verify"),
     ] {
+        // A policy failure also stops the run for review (exit 6); the others fail it (exit 1).
+        let expected_exit = if kind == "VERIFY_POLICY" { 6 } else { 1 };
         let dir = workspace();
         let root = dir.path();
         let flaws = format!("flaws=1={flaw}");
@@ -281,7 +318,7 @@ fn the_classifier_names_each_engineered_failure() {
                 &flaws,
             ],
         );
-        assert_eq!(out.status.code(), Some(1), "{flaw}");
+        assert_eq!(out.status.code(), Some(expected_exit), "{flaw}");
         let run = json(&kavi(root, &["runs", "show", "--json"]));
         let classify = node(&run, "classify");
         assert_eq!(classify["state"], "succeeded", "{flaw}");
@@ -298,4 +335,55 @@ fn the_classifier_names_each_engineered_failure() {
             "{flaw}: empty excerpt"
         );
     }
+}
+
+/// Three consecutive failed attempts go to a person; a rejection ends the skill's loop.
+#[test]
+fn repeated_failure_escalates_and_a_rejection_ends_it() {
+    let dir = workspace();
+    let root = dir.path();
+    let run = |flaws: &str| {
+        let flaws = format!("flaws={flaws}");
+        kavi(
+            root,
+            &[
+                "pipeline",
+                "run",
+                "forge",
+                "--set",
+                "skill=word_count",
+                "--set",
+                &flaws,
+            ],
+        )
+        .status
+        .code()
+    };
+    assert_eq!(run("1=test"), Some(1));
+    assert_eq!(run("2=test"), Some(1));
+    assert_eq!(run("3=test"), Some(6));
+    let third = json(&kavi(root, &["runs", "show", "--json"]));
+    let escalate = node(&third, "escalate");
+    assert_eq!(escalate["outputs"]["consecutive_failures"], 3);
+    assert_eq!(
+        escalate["outputs"]["triggers"][0]["trigger"],
+        "REPEATED_FAILURE"
+    );
+
+    let rejected = kavi(
+        root,
+        &["reject", "latest", "--comment", "rethink the proposal"],
+    );
+    assert!(rejected.status.success());
+    assert_eq!(run(""), Some(1));
+    let after = json(&kavi(root, &["runs", "show", "--json"]));
+    let error = node(&after, "build")["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.starts_with("`word_count` was rejected in review of run 3 by "),
+        "{error}"
+    );
+    assert!(
+        error.ends_with("(rethink the proposal); it is not built again"),
+        "{error}"
+    );
 }

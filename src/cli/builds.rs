@@ -10,14 +10,14 @@ pub fn list(workspace: &Workspace, skill: &str, json: bool) -> Result<i32, Error
     ledger.skill(skill)?;
     let builds = ledger.builds(skill)?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&builds).expect("builds serialize")
         );
         return Ok(exit::SUCCESS);
     }
     if builds.is_empty() {
-        println!("`{skill}` has no builds yet");
+        outln!("`{skill}` has no builds yet");
         return Ok(exit::SUCCESS);
     }
     let mut rows = vec![
@@ -41,6 +41,6 @@ pub fn list(workspace: &Workspace, skill: &str, json: bool) -> Result<i32, Error
                 .map_or_else(|| "-".into(), short_hash),
         ]);
     }
-    print!("{}", table(&rows));
+    out!("{}", table(&rows));
     Ok(exit::SUCCESS)
 }

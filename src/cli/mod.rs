@@ -1,8 +1,35 @@
 //! The command line: argument definitions and dispatch. One module per command group.
 
+/// `println!` to stdout, but a reader that went away (`kavi runs list | head`) ends the
+/// command quietly instead of panicking. Children's pipes keep SIGPIPE ignored, so this is the
+/// one place a closed stdout is handled.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
+/// `print!` to stdout, with the same handling of a closed pipe as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 mod builds;
 mod output;
 mod pipeline;
+mod review;
 mod runs;
 mod skills;
 
@@ -57,6 +84,20 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
+    /// Approve a run that stopped for review: the next attempt may run.
+    Approve {
+        /// A run id, or `latest`.
+        run: String,
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Reject a run that stopped for review: the skill is not built again.
+    Reject {
+        /// A run id, or `latest`.
+        run: String,
+        #[arg(long)]
+        comment: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,6 +275,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)
+        }
+        Command::Approve { run, comment } => {
+            review::decide(&workspace, &run, true, comment.as_deref())
+        }
+        Command::Reject { run, comment } => {
+            review::decide(&workspace, &run, false, comment.as_deref())
         }
         Command::Skill(SkillCommand::Propose { file, json }) => {
             skills::propose(&workspace, &file, json)

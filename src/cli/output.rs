@@ -129,7 +129,8 @@ impl Observer for Console {
                     line.push_str(&format!(" in {}", duration(*took)));
                 }
                 if let Some(detail) = detail {
-                    line.push_str(&format!(": {detail}"));
+                    // Later lines of a long detail sit under the node, not at the margin.
+                    line.push_str(&format!(": {}", detail.replace('\n', "\n         ")));
                 }
                 if *will_retry {
                     line.push_str(" (will retry)");

@@ -106,7 +106,7 @@ pub async fn run(
     let outcome = executor::execute(&dag, params, &env, &mut ledger, &mut console, cancel).await?;
     let detail = ledger.run_detail(outcome.run_id)?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&detail).expect("run detail serializes")
         );
@@ -120,20 +120,26 @@ pub async fn run(
         }
         counts.sort_by_key(|(state, _)| NodeState::ALL.iter().position(|s| s == state));
         let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-        println!(
+        outln!(
             "run {} {} in {}: {}",
             outcome.run_id,
             outcome.status,
             duration_ms(i64::try_from(outcome.duration_ms).unwrap_or(i64::MAX)),
             counts.join(", ")
         );
-        if outcome.status != RunStatus::Succeeded {
-            println!("see the details with: kavi runs show {}", outcome.run_id);
+        if outcome.status == RunStatus::AwaitingReview {
+            outln!(
+                "awaiting review: decide with `kavi approve {id} --comment ...` or `kavi reject {id} --comment ...`",
+                id = outcome.run_id
+            );
+        } else if outcome.status != RunStatus::Succeeded {
+            outln!("see the details with: kavi runs show {}", outcome.run_id);
         }
     }
     Ok(match outcome.status {
         RunStatus::Succeeded => exit::SUCCESS,
         RunStatus::Cancelled => exit::CANCELLED,
+        RunStatus::AwaitingReview => exit::AWAITING_REVIEW,
         _ => exit::RUN_FAILED,
     })
 }
@@ -157,7 +163,7 @@ pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
     let (pipeline, _) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
     let stages = dag.stage.iter().max().map_or(0, |s| s + 1);
-    println!(
+    outln!(
         "{}: pipeline `{}` is valid ({}, {}, {})",
         pipeline.source.path.display(),
         pipeline.name,
@@ -231,23 +237,23 @@ pub fn plan(
             "params": params,
             "stages": stages,
         });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&plan).expect("plan serializes")
         );
         return Ok(exit::SUCCESS);
     }
-    println!(
+    outln!(
         "plan for `{}`: {} nodes in {stage_count} stages (spec {})",
         pipeline.name,
         dag.len(),
         short_hash(&pipeline.spec_hash)
     );
     for (name, value) in &params {
-        println!("  param {name} = {value}");
+        outln!("  param {name} = {value}");
     }
     for (s, nodes) in stages.iter().enumerate() {
-        println!("stage {}:", s + 1);
+        outln!("stage {}:", s + 1);
         let rows: Vec<Vec<String>> = nodes
             .iter()
             .map(|&i| {
@@ -285,7 +291,7 @@ pub fn plan(
                 ]
             })
             .collect();
-        print!("{}", table(&rows));
+        out!("{}", table(&rows));
     }
     Ok(exit::SUCCESS)
 }
@@ -293,6 +299,6 @@ pub fn plan(
 pub fn graph(workspace: &Workspace, file: &str, format: GraphFormat) -> Result<i32, Error> {
     let (pipeline, _) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
-    print!("{}", dag::render_graph(&dag, format));
+    out!("{}", dag::render_graph(&dag, format));
     Ok(exit::SUCCESS)
 }

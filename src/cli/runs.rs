@@ -12,14 +12,14 @@ fn open(workspace: &Workspace) -> Result<Ledger, Error> {
 pub fn list(workspace: &Workspace, limit: usize, json: bool) -> Result<i32, Error> {
     let runs = open(workspace)?.list_runs(limit)?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&runs).expect("runs serialize")
         );
         return Ok(exit::SUCCESS);
     }
     if runs.is_empty() {
-        println!("no runs yet; start one with: kavi pipeline run <file>");
+        outln!("no runs yet; start one with: kavi pipeline run <file>");
         return Ok(exit::SUCCESS);
     }
     let mut rows = vec![
@@ -38,7 +38,7 @@ pub fn list(workspace: &Workspace, limit: usize, json: bool) -> Result<i32, Erro
             short_hash(&run.spec_hash),
         ]);
     }
-    print!("{}", table(&rows));
+    out!("{}", table(&rows));
     Ok(exit::SUCCESS)
 }
 
@@ -46,27 +46,27 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
     let ledger = open(workspace)?;
     let detail = ledger.run_detail(ledger.resolve_run(reference)?)?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&detail).expect("run detail serializes")
         );
         return Ok(exit::SUCCESS);
     }
     let run = &detail.run;
-    println!("run {}: {} {}", run.id, run.pipeline, run.status);
-    println!("  spec      {} ({})", run.spec_hash, run.spec_path);
-    println!("  params    {}", run.params);
-    println!("  started   {}", run.started_at);
+    outln!("run {}: {} {}", run.id, run.pipeline, run.status);
+    outln!("  spec      {} ({})", run.spec_hash, run.spec_path);
+    outln!("  params    {}", run.params);
+    outln!("  started   {}", run.started_at);
     if let Some(finished) = &run.finished_at {
         let took = run
             .duration_ms
             .map_or_else(String::new, |ms| format!(" ({})", duration_ms(ms)));
-        println!("  finished  {finished}{took}");
+        outln!("  finished  {finished}{took}");
     }
     if let Some(error) = &run.error {
-        println!("  note      {error}");
+        outln!("  note      {error}");
     }
-    println!();
+    outln!();
     let mut rows = vec![
         vec![
             "", "NODE", "KIND", "STATE", "TRY", "DURATION", "EXIT", "DETAIL",
@@ -90,12 +90,12 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
                 .unwrap_or_default(),
         ]);
     }
-    print!("{}", table(&rows));
+    out!("{}", table(&rows));
     Ok(exit::SUCCESS)
 }
 
 pub fn spec_show(workspace: &Workspace, hash: &str) -> Result<i32, Error> {
     let (_, text) = open(workspace)?.spec_text(hash)?;
-    print!("{text}");
+    out!("{text}");
     Ok(exit::SUCCESS)
 }

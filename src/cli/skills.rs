@@ -51,12 +51,12 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
     })?;
     if json {
         let skill = ledger.skill(name)?;
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&skill).expect("skill serializes")
         );
     } else {
-        println!(
+        outln!(
             "proposed skill `{name}` ({}): {}, spec {}",
             proposal.side_effect.as_str(),
             lifecycle.initial,
@@ -72,17 +72,17 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     let transitions = ledger.skill_transitions(name)?;
     if json {
         let value = json!({ "skill": skill, "transitions": transitions });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&value).expect("skill serializes")
         );
         return Ok(exit::SUCCESS);
     }
-    println!("skill {}: {}", skill.name, skill.state);
-    println!("  {}", skill.description);
-    println!("  side effect  {}", skill.side_effect);
-    println!("  spec         sha256:{}", skill.spec_artifact);
-    println!();
+    outln!("skill {}: {}", skill.name, skill.state);
+    outln!("  {}", skill.description);
+    outln!("  side effect  {}", skill.side_effect);
+    outln!("  spec         sha256:{}", skill.spec_artifact);
+    outln!();
     let mut rows = vec![
         ["FROM", "TO", "RUN", "NODE", "BY", "AT"]
             .map(String::from)
@@ -98,7 +98,7 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
             t.at.clone(),
         ]);
     }
-    print!("{}", table(&rows));
+    out!("{}", table(&rows));
     Ok(exit::SUCCESS)
 }
 
@@ -132,12 +132,12 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     }
     let drifted = results.iter().filter(|r| r["drifted"] == true).count();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&results).expect("results serialize")
         );
     } else if results.is_empty() {
-        println!("no trusted skills");
+        outln!("no trusted skills");
     } else {
         for r in &results {
             let name = r["skill"].as_str().unwrap_or_default();
@@ -147,18 +147,18 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
                 r["current_hash"].as_str(),
                 r["error"].as_str(),
             ) {
-                (false, _, _) => println!("ok     {name}  {trusted}"),
+                (false, _, _) => outln!("ok     {name}  {trusted}"),
                 (true, Some(now), _) => {
-                    println!("DRIFT  {name}  trusted {trusted}, now {}", short_hash(now))
+                    outln!("DRIFT  {name}  trusted {trusted}, now {}", short_hash(now))
                 }
-                (true, None, error) => println!(
+                (true, None, error) => outln!(
                     "DRIFT  {name}  trusted {trusted}, now unreadable: {}",
                     error.unwrap_or_default()
                 ),
             }
         }
         if drifted > 0 {
-            println!(
+            outln!(
                 "{drifted} of {} trusted skills changed since promotion and will not run; \
                  verify and promote them again (run the forge for each)",
                 results.len()
@@ -260,9 +260,9 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
     let stdout = String::from_utf8_lossy(&finished.stdout.head);
     match finished.exit {
         crate::process::Exit::Code(0) => {
-            print!("{stdout}");
+            out!("{stdout}");
             if !stdout.ends_with('\n') {
-                println!();
+                outln!();
             }
             Ok(exit::SUCCESS)
         }

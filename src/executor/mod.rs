@@ -106,6 +106,8 @@ pub struct Executor<'a> {
     run_cancel: CancellationToken,
     stop_reason: Option<String>,
     failed: bool,
+    /// A node stopped the run for a person's decision.
+    awaiting_review: bool,
 }
 
 /// Runs `dag` with resolved `params`, recording it as a new run. `cancel` stops the run
@@ -178,6 +180,7 @@ pub async fn execute(
         run_cancel: cancel,
         stop_reason: None,
         failed: false,
+        awaiting_review: false,
     };
     let result = executor.run_loop().await;
     if result.is_err() {
@@ -188,6 +191,8 @@ pub async fn execute(
     result?;
     let status = if executor.run_cancel.is_cancelled() {
         RunStatus::Cancelled
+    } else if executor.awaiting_review {
+        RunStatus::AwaitingReview
     } else if executor.failed {
         RunStatus::Failed
     } else {
@@ -560,6 +565,9 @@ impl Executor<'_> {
     /// Records a node's final state and releases the nodes that were waiting on it.
     fn mark_done(&mut self, index: usize, state: NodeState) {
         self.slots[index].state = Some(state);
+        if state == NodeState::AwaitingReview {
+            self.awaiting_review = true;
+        }
         let node = &self.dag.pipeline.nodes[index];
         let counts_as_failure = matches!(
             state,

@@ -8,6 +8,7 @@
 
 mod artifacts;
 mod builds;
+mod escalations;
 mod schema;
 mod skills;
 mod verifications;
@@ -22,6 +23,7 @@ use serde_json::Value;
 
 pub use artifacts::{Artifact, ArtifactStore, hash_file};
 pub use builds::{BuildRow, NewBuild};
+pub use escalations::EscalationRow;
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 
@@ -57,6 +59,8 @@ pub enum LedgerError {
     SkillExists(String),
     #[error("{0}")]
     TransitionRefused(String),
+    #[error("run {0} has no escalation awaiting a decision")]
+    NothingToDecide(i64),
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -138,6 +138,33 @@ impl Build {
                 self.lifecycle.buildable.join(", ")
             ));
         }
+        // A person's review stops the loop until it is decided.
+        if let Some(escalation) = ledger
+            .latest_escalation(&skill)
+            .map_err(|e| e.to_string())?
+        {
+            match escalation.status.as_str() {
+                "pending" => {
+                    return Err(format!(
+                        "`{skill}` awaits review since run {run}; decide with `kavi approve {run}` or `kavi reject {run}`",
+                        run = escalation.run_id
+                    ));
+                }
+                "rejected" => {
+                    return Err(format!(
+                        "`{skill}` was rejected in review of run {} by {}{}; it is not built again",
+                        escalation.run_id,
+                        escalation.decided_by.as_deref().unwrap_or("unknown"),
+                        escalation
+                            .comment
+                            .as_deref()
+                            .map(|c| format!(" ({c})"))
+                            .unwrap_or_default()
+                    ));
+                }
+                _ => {}
+            }
+        }
         let previous = previous_attempt(ctx, &ledger, &skill)?;
         let build = ledger
             .start_build(&skill, ctx.run_id, ctx.node_id)

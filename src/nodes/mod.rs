@@ -9,6 +9,7 @@ mod build;
 mod classify;
 mod copy_back;
 mod diff_gate;
+mod escalate;
 mod exec;
 mod gate;
 mod promote;
@@ -53,6 +54,7 @@ pub const KINDS: &[NodeKind] = &[
     propose::KIND,
     build::KIND,
     classify::KIND,
+    escalate::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {

@@ -1,0 +1,105 @@
+//! Escalations: a run stopped for a person's decision, and the decision (who, when, what).
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Ledger, LedgerError, now};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EscalationRow {
+    pub id: i64,
+    pub skill: String,
+    pub run_id: i64,
+    pub node_id: String,
+    pub triggers: Value,
+    pub status: String,
+    pub raised_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub comment: Option<String>,
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EscalationRow> {
+    Ok(EscalationRow {
+        id: r.get(0)?,
+        skill: r.get(1)?,
+        run_id: r.get(2)?,
+        node_id: r.get(3)?,
+        triggers: super::json_column(r, 4)?.unwrap_or(Value::Null),
+        status: r.get(5)?,
+        raised_at: r.get(6)?,
+        decided_by: r.get(7)?,
+        decided_at: r.get(8)?,
+        comment: r.get(9)?,
+    })
+}
+
+const COLUMNS: &str =
+    "id, skill, run_id, node_id, triggers, status, raised_at, decided_by, decided_at, comment";
+
+impl Ledger {
+    pub fn raise_escalation(
+        &mut self,
+        skill: &str,
+        run_id: i64,
+        node_id: &str,
+        triggers: &Value,
+    ) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
+            params![skill, run_id, node_id, triggers.to_string(), now()],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The newest escalation of a skill, whatever its status.
+    pub fn latest_escalation(&self, skill: &str) -> Result<Option<EscalationRow>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT {COLUMNS} FROM escalations WHERE skill = ?1 ORDER BY id DESC LIMIT 1"
+                ),
+                [skill],
+                row,
+            )
+            .optional()?)
+    }
+
+    /// Records a decision on every pending escalation of a run; marks the run decided. Returns
+    /// the escalations decided; none pending is an error that says so.
+    pub fn decide_escalations(
+        &mut self,
+        run_id: i64,
+        approve: bool,
+        actor: &str,
+        comment: Option<&str>,
+    ) -> Result<Vec<EscalationRow>> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now();
+        let status = if approve { "approved" } else { "rejected" };
+        let changed = tx.execute(
+            "UPDATE escalations SET status = ?1, decided_by = ?2, decided_at = ?3, comment = ?4
+             WHERE run_id = ?5 AND status = 'pending'",
+            params![status, actor, now, comment, run_id],
+        )?;
+        if changed == 0 {
+            return Err(LedgerError::NothingToDecide(run_id));
+        }
+        let decided = {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT {COLUMNS} FROM escalations WHERE run_id = ?1 AND decided_at = ?2 ORDER BY id"
+            ))?;
+            stmt.query_map(params![run_id, now], row)?
+                .collect::<rusqlite::Result<Vec<_>>>()?
+        };
+        tx.commit()?;
+        Ok(decided)
+    }
+}

@@ -1,0 +1,146 @@
+//! `escalate`: decide, by rules in a policy (default `policies/escalation.toml`), whether a
+//! failed attempt goes to a person. When any rule fires, an escalation is recorded, the node
+//! ends `awaiting_review`, and so does the run; the skill is not built again until someone
+//! records a decision with `kavi approve RUN` or `kavi reject RUN`.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use toml::Spanned;
+
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
+use crate::state::NodeState;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "escalate",
+    parse,
+};
+
+pub const DEFAULT_POLICY: &str = "policies/escalation.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EscalateConfig {
+    skill: Spanned<String>,
+    /// The failure kind of this attempt, usually `{{ nodes.classify.outputs.kind }}`.
+    failure_kind: Spanned<String>,
+    rules: Option<Spanned<String>>,
+}
+
+/// `policies/escalation.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rules {
+    /// REPEATED_FAILURE: this many consecutive failed attempts.
+    repeated_failure: u32,
+    /// SECURITY_CLASS: failure kinds that go to a person at once.
+    #[serde(default)]
+    security_kinds: Vec<String>,
+    /// AMBIGUOUS: failure kinds the classifier could not name.
+    #[serde(default)]
+    ambiguous_kinds: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Escalate {
+    skill: String,
+    failure_kind: String,
+    rules: Rules,
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: EscalateConfig = config.deserialize()?;
+    config.check_template(&raw.skill)?;
+    config.check_template(&raw.failure_kind)?;
+    let source = config.load_policy_source(raw.rules.as_ref(), DEFAULT_POLICY)?;
+    let rules = toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    Ok(Arc::new(Escalate {
+        skill: raw.skill.into_inner(),
+        failure_kind: raw.failure_kind.into_inner(),
+        rules,
+    }))
+}
+
+impl Escalate {
+    fn evaluate(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let skill = ctx.render_skill(&self.skill)?;
+        let kind = ctx.render("failure_kind", &self.failure_kind)?;
+        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let builds = ledger.builds(&skill).map_err(|e| e.to_string())?;
+        let consecutive = builds
+            .iter()
+            .rev()
+            .take_while(|b| b.failure_kind.is_some())
+            .count();
+
+        // Only a new failed attempt counts: a run whose build was refused (awaiting review,
+        // rejected, not buildable) adds no failure and must not escalate again.
+        let built_now = builds.last().is_some_and(|b| b.run_id == Some(ctx.run_id));
+        let mut triggers = Vec::new();
+        if built_now && consecutive >= self.rules.repeated_failure as usize {
+            triggers.push(json!({
+                "trigger": "REPEATED_FAILURE",
+                "reason": format!("{consecutive} consecutive failed attempts (threshold {})", self.rules.repeated_failure),
+            }));
+        }
+        if self.rules.security_kinds.contains(&kind) {
+            triggers.push(
+                json!({ "trigger": "SECURITY_CLASS", "reason": format!("a {kind} failure") }),
+            );
+        }
+        if self.rules.ambiguous_kinds.contains(&kind) {
+            triggers.push(json!({ "trigger": "AMBIGUOUS", "reason": format!("a {kind} failure") }));
+        }
+        if triggers.is_empty() {
+            return Ok(NodeOutcome::succeeded(json!({
+                "triggers": [],
+                "consecutive_failures": consecutive,
+            })));
+        }
+        let triggers = serde_json::Value::Array(triggers);
+        let id = ledger
+            .raise_escalation(&skill, ctx.run_id, ctx.node_id, &triggers)
+            .map_err(|e| e.to_string())?;
+        let names: Vec<String> = triggers
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{} ({})",
+                    t["trigger"].as_str().unwrap_or_default(),
+                    t["reason"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        let mut outcome = NodeOutcome::succeeded(json!({
+            "triggers": triggers,
+            "escalation": id,
+            "consecutive_failures": consecutive,
+        }));
+        outcome.state = NodeState::AwaitingReview;
+        outcome.error = Some(format!(
+            "awaiting review: {}; decide with `kavi approve {run}` or `kavi reject {run}`",
+            names.join(", "),
+            run = ctx.run_id
+        ));
+        Ok(outcome)
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for Escalate {
+    fn describe(&self) -> String {
+        format!(
+            "escalate {} to a person when the escalation rules say so",
+            self.skill
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.evaluate(ctx).unwrap_or_else(NodeOutcome::failed)
+    }
+}
