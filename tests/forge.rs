@@ -290,9 +290,12 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     );
 }
 
-/// Each engineered defect is named by the classifier as its own kind, with a research note.
+/// The failure canon: each engineered defect takes the whole arc. Attempt 1 fails and the
+/// classifier names its kind in a research note; where the escalation rules demand a review, a
+/// person approves; attempt 2 gets the enriched packet, passes, and the skill is promoted, with
+/// no permission widening between the two packets.
 #[test]
-fn the_classifier_names_each_engineered_failure() {
+fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
     for (flaw, kind, failed_node) in [
         ("fail", "BUILD_ERROR", "build"),
         ("scope", "GATE_VIOLATION", "diff"),
@@ -301,8 +304,6 @@ fn the_classifier_names_each_engineered_failure() {
         ("test", "VERIFY_TEST", "verify"),
         ("policy", "VERIFY_POLICY", "verify"),
     ] {
-        // A policy failure also stops the run for review (exit 6); the others fail it (exit 1).
-        let expected_exit = if kind == "VERIFY_POLICY" { 6 } else { 1 };
         let dir = workspace();
         let root = dir.path();
         let flaws = format!("flaws=1={flaw}");
@@ -318,9 +319,15 @@ fn the_classifier_names_each_engineered_failure() {
                 &flaws,
             ],
         );
-        assert_eq!(out.status.code(), Some(expected_exit), "{flaw}");
-        let run = json(&kavi(root, &["runs", "show", "--json"]));
-        let classify = node(&run, "classify");
+        // A policy failure also stops the run for review (exit 6); the others fail it (exit 1).
+        let security = kind == "VERIFY_POLICY";
+        assert_eq!(
+            out.status.code(),
+            Some(if security { 6 } else { 1 }),
+            "{flaw}"
+        );
+        let first = json(&kavi(root, &["runs", "show", "--json"]));
+        let classify = node(&first, "classify");
         assert_eq!(classify["state"], "succeeded", "{flaw}");
         assert_eq!(classify["outputs"]["kind"], kind, "{flaw}");
         assert_eq!(classify["outputs"]["facts"]["node"], failed_node, "{flaw}");
@@ -334,6 +341,47 @@ fn the_classifier_names_each_engineered_failure() {
             !note["excerpt"].as_str().unwrap().is_empty(),
             "{flaw}: empty excerpt"
         );
+        if security {
+            assert!(
+                kavi(root, &["approve", "latest"]).status.success(),
+                "{flaw}"
+            );
+        }
+
+        let out = kavi(
+            root,
+            &["pipeline", "run", "forge", "--set", "skill=word_count"],
+        );
+        assert!(
+            out.status.success(),
+            "{flaw}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let second = json(&kavi(root, &["runs", "show", "--json"]));
+        let build = &node(&second, "build")["outputs"];
+        assert_eq!(build["attempt"], 2, "{flaw}");
+        let packet_of = |run: &serde_json::Value| {
+            std::fs::read_to_string(
+                node(run, "build")["outputs"]["packet_path"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        let (before, after) = (packet_of(&first), packet_of(&second));
+        assert!(
+            after.contains(&format!("failed: **{kind}**, at `{failed_node}`")),
+            "{flaw}: {after}"
+        );
+        // No permission widening: the same side-effect class and the same files are allowed.
+        let from = |packet: &str, heading: &str| packet[packet.find(heading).unwrap()..].to_owned();
+        assert_eq!(
+            from(&before, "- Side-effect class"),
+            from(&after, "- Side-effect class"),
+            "{flaw}"
+        );
+        let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+        assert_eq!(shown["skill"]["state"], "TRUSTED", "{flaw}");
     }
 }
 
