@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{json, kavi, kavi_command};
+use common::{json, kavi, kavi_command, node};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -591,26 +591,17 @@ dest = "{{ params.dest }}"
         String::from_utf8_lossy(&out.stdout)
     );
     let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
-    let node = |id: &str| {
-        detail["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["node_id"] == id)
-            .unwrap()
-            .clone()
-    };
-    assert_eq!(node("stdin")["outputs"]["stdout"], "fed 1");
-    let cwd = node("cwd")["outputs"]["stdout"]
+    assert_eq!(node(&detail, "stdin")["outputs"]["stdout"], "fed 1");
+    let cwd = node(&detail, "cwd")["outputs"]["stdout"]
         .as_str()
         .unwrap()
         .trim()
         .to_owned();
     assert!(cwd.ends_with("/sub"), "{cwd}");
-    assert_eq!(node("json")["outputs"]["json"]["n"], 7);
-    assert_eq!(node("not_json")["state"], "failed");
+    assert_eq!(node(&detail, "json")["outputs"]["json"]["n"], 7);
+    assert_eq!(node(&detail, "not_json")["state"], "failed");
     assert!(
-        node("not_json")["error"]
+        node(&detail, "not_json")["error"]
             .as_str()
             .unwrap()
             .starts_with("stdout is not valid JSON")
@@ -619,7 +610,7 @@ dest = "{{ params.dest }}"
         std::fs::read_to_string(dir.path().join("out/note.md")).unwrap(),
         "count: 7\n"
     );
-    let artifacts = node("note")["artifacts"].clone();
+    let artifacts = node(&detail, "note")["artifacts"].clone();
     assert_eq!(artifacts[0]["role"], "rendered");
     assert_eq!(artifacts[0]["kind"], "RENDERED");
 
@@ -639,13 +630,7 @@ dest = "{{ params.dest }}"
         );
         assert_eq!(out.status.code(), Some(1));
         let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
-        let note = detail["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["node_id"] == "note")
-            .unwrap()
-            .clone();
+        let note = node(&detail, "note").clone();
         assert_eq!(note["state"], "failed");
         let error = note["error"].as_str().unwrap();
         assert!(
@@ -760,15 +745,7 @@ run = ["true"]
             "the failure still fails the run"
         );
         let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
-        let state = |id: &str| {
-            detail["nodes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|n| n["node_id"] == id)
-                .unwrap()
-                .clone()
-        };
+        let state = |id: &str| node(&detail, id);
         assert_eq!(state("after")["state"], "blocked");
         assert_eq!(
             state("on_failure")["state"],

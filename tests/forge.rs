@@ -4,7 +4,19 @@
 
 mod common;
 
-use common::{copy_dir, json, kavi, node, repo};
+use common::{copy_dir, json, kavi, node, repo, verification};
+
+use std::path::Path;
+use std::process::Output;
+
+/// Runs the shipped forge for `skill`; `flaws` is for the scripted builder ("" for none).
+fn forge(root: &Path, skill: &str, flaws: &str) -> Output {
+    let (skill, flaws) = (format!("skill={skill}"), format!("flaws={flaws}"));
+    kavi(
+        root,
+        &["pipeline", "run", "forge", "--set", &skill, "--set", &flaws],
+    )
+}
 
 /// A copy of the repository's workspace: what a user starts from.
 fn workspace() -> tempfile::TempDir {
@@ -114,18 +126,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
 fn a_build_outside_the_allowlist_fails_the_diff_gate_and_nothing_reaches_the_target() {
     let dir = workspace();
     let root = dir.path();
-    let out = kavi(
-        root,
-        &[
-            "pipeline",
-            "run",
-            "forge",
-            "--set",
-            "skill=write_note",
-            "--set",
-            "flaws=1=scope",
-        ],
-    );
+    let out = forge(root, "write_note", "1=scope");
     assert_eq!(out.status.code(), Some(1));
     let run = json(&kavi(root, &["runs", "show", "--json"]));
     assert_eq!(
@@ -146,28 +147,11 @@ fn a_build_outside_the_allowlist_fails_the_diff_gate_and_nothing_reaches_the_tar
 fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     let dir = workspace();
     let root = dir.path();
-    let out = kavi(
-        root,
-        &[
-            "pipeline",
-            "run",
-            "forge",
-            "--set",
-            "skill=write_note",
-            "--set",
-            "flaws=1=policy",
-        ],
-    );
+    let out = forge(root, "write_note", "1=policy");
     // The policy failure is a security class: the run stops for a person's review (exit 6).
     assert_eq!(out.status.code(), Some(6));
     let run = json(&kavi(root, &["runs", "show", "--json"]));
-    let policy = run["verifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["gate"] == "policy")
-        .unwrap()
-        .clone();
+    let policy = verification(&run, "policy").clone();
     assert_eq!(policy["status"], "failed");
     assert_eq!(
         policy["detail"],
@@ -186,15 +170,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     );
 
     // Until a person decides, the loop does not go on.
-    assert_eq!(
-        kavi(
-            root,
-            &["pipeline", "run", "forge", "--set", "skill=write_note"]
-        )
-        .status
-        .code(),
-        Some(1)
-    );
+    assert_eq!(forge(root, "write_note", "").status.code(), Some(1));
     let waiting = json(&kavi(root, &["runs", "show", "--json"]));
     assert_eq!(
         node(&waiting, "build")["error"],
@@ -211,10 +187,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     );
 
     // The next run resets BUILT to PROPOSED, builds attempt 2 (no flaw), and promotes it.
-    let out = kavi(
-        root,
-        &["pipeline", "run", "forge", "--set", "skill=write_note"],
-    );
+    let out = forge(root, "write_note", "");
     assert!(
         out.status.success(),
         "{}",
@@ -306,19 +279,8 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
     ] {
         let dir = workspace();
         let root = dir.path();
-        let flaws = format!("flaws=1={flaw}");
-        let out = kavi(
-            root,
-            &[
-                "pipeline",
-                "run",
-                "forge",
-                "--set",
-                "skill=word_count",
-                "--set",
-                &flaws,
-            ],
-        );
+        let flaws = &format!("1={flaw}");
+        let out = forge(root, "word_count", flaws);
         // A policy failure also stops the run for review (exit 6); the others fail it (exit 1).
         let security = kind == "VERIFY_POLICY";
         assert_eq!(
@@ -348,10 +310,7 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
             );
         }
 
-        let out = kavi(
-            root,
-            &["pipeline", "run", "forge", "--set", "skill=word_count"],
-        );
+        let out = forge(root, "word_count", "");
         assert!(
             out.status.success(),
             "{flaw}: {}",
@@ -390,23 +349,7 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
 fn repeated_failure_escalates_and_a_rejection_ends_it() {
     let dir = workspace();
     let root = dir.path();
-    let run = |flaws: &str| {
-        let flaws = format!("flaws={flaws}");
-        kavi(
-            root,
-            &[
-                "pipeline",
-                "run",
-                "forge",
-                "--set",
-                "skill=word_count",
-                "--set",
-                &flaws,
-            ],
-        )
-        .status
-        .code()
-    };
+    let run = |flaws: &str| forge(root, "word_count", flaws).status.code();
     assert_eq!(run("1=test"), Some(1));
     assert_eq!(run("2=test"), Some(1));
     assert_eq!(run("3=test"), Some(6));

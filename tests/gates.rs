@@ -3,9 +3,14 @@
 
 mod common;
 
-use common::{copy_policies, kavi, last_run};
+use common::{copy_policies, kavi, last_run, verification};
 
 use serde_json::Value;
+
+/// Runs the gate set over the demo skill; returns the exit code.
+fn run_verify(dir: &std::path::Path) -> Option<i32> {
+    kavi(dir, &["pipeline", "run", "verify"]).status.code()
+}
 
 fn statuses(run: &Value) -> Vec<(String, String)> {
     run["verifications"]
@@ -109,19 +114,9 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
 #[test]
 fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
     let dir = workspace(&format!("import subprocess\n{SKILL}"), TEST);
-    assert_eq!(
-        kavi(dir.path(), &["pipeline", "run", "verify"])
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(run_verify(dir.path()), Some(1));
     let run = last_run(dir.path());
-    let policy = run["verifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["gate"] == "policy")
-        .unwrap();
+    let policy = verification(&run, "policy");
     assert_eq!(policy["status"], "failed");
     assert_eq!(policy["failure_kind"], "VERIFY_POLICY");
     assert_eq!(
@@ -138,19 +133,9 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
 #[test]
 fn a_failing_test_fails_the_tests_gate() {
     let dir = workspace(SKILL, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
-    assert_eq!(
-        kavi(dir.path(), &["pipeline", "run", "verify"])
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(run_verify(dir.path()), Some(1));
     let run = last_run(dir.path());
-    let tests = run["verifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["gate"] == "tests")
-        .unwrap();
+    let tests = verification(&run, "tests");
     assert_eq!(tests["status"], "failed");
     assert_eq!(tests["failure_kind"], "VERIFY_TEST");
     assert!(
@@ -170,19 +155,9 @@ fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
         format!("{text}\n[[gate]]\nid = \"types\"\nkind = \"command\"\nrun = [\"no-such-type-checker-kavi\", \"skills/{{{{ skill }}}}\"]\nfailure = \"VERIFY_LINT\"\n"),
     )
     .unwrap();
-    assert_eq!(
-        kavi(dir.path(), &["pipeline", "run", "verify"])
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(run_verify(dir.path()), Some(1));
     let run = last_run(dir.path());
-    let types = run["verifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["gate"] == "types")
-        .unwrap();
+    let types = verification(&run, "types");
     assert_eq!(types["status"], "error");
     assert!(
         types["detail"]
@@ -204,19 +179,9 @@ fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
 #[test]
 fn a_skill_declaring_another_side_effect_than_proposed_fails_the_invariants() {
     let dir = workspace(&SKILL.replace("READ_ONLY", "NETWORK"), TEST);
-    assert_eq!(
-        kavi(dir.path(), &["pipeline", "run", "verify"])
-            .status
-            .code(),
-        Some(1)
-    );
+    assert_eq!(run_verify(dir.path()), Some(1));
     let run = last_run(dir.path());
-    let invariants = run["verifications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["gate"] == "invariants")
-        .unwrap();
+    let invariants = verification(&run, "invariants");
     assert_eq!(invariants["status"], "failed");
     assert_eq!(invariants["failure_kind"], "VERIFY_INVARIANT");
     assert_eq!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{copy_policies, json, kavi};
+use common::{copy_policies, json, kavi, node};
 
 use serde_json::Value;
 
@@ -108,12 +108,7 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         .unwrap()
         .to_owned();
     assert!(verified_hash.starts_with("sha256:"));
-    let promote = run["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["node_id"] == "promote")
-        .unwrap();
+    let promote = node(&run, "promote");
     assert_eq!(promote["outputs"]["source_hash"], verified_hash.as_str());
     assert_eq!(promote["outputs"]["to"], "TRUSTED");
 
@@ -196,12 +191,7 @@ fn files_changed_after_verification_are_not_promoted() {
     );
     assert_eq!(out.status.code(), Some(1));
     let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
-    let promote = run["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["node_id"] == "promote")
-        .unwrap();
+    let promote = node(&run, "promote");
     assert_eq!(promote["state"], "failed");
     let error = promote["error"].as_str().unwrap();
     assert!(

@@ -51,6 +51,16 @@ pub fn node<'a>(run: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no node {id}"))
 }
 
+/// The result of one gate in a run's JSON.
+pub fn verification<'a>(run: &'a Value, gate: &str) -> &'a Value {
+    run["verifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["gate"] == gate)
+        .unwrap_or_else(|| panic!("no verification for gate {gate}"))
+}
+
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
