@@ -295,9 +295,10 @@ impl Gate {
             _ => Ok(None),
         };
         let before = hash()?;
+        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
         // Invariants compare what the skill declares with what it was proposed as.
         let class = match &skill {
-            Some(skill) => match Ledger::open(ctx.ledger).and_then(|l| l.skill(skill)) {
+            Some(skill) => match ledger.skill(skill) {
                 Ok(row) => Some(row.side_effect),
                 Err(crate::ledger::LedgerError::SkillNotFound(_)) => None,
                 Err(e) => return Err(e.to_string()),
@@ -333,18 +334,16 @@ impl Gate {
             .artifacts
             .put_bytes("VERIFICATION_REPORT", report_text.as_bytes())
             .map_err(|e| format!("failed to store the verification report: {e}"))?;
-        Ledger::open(ctx.ledger)
-            .and_then(|mut ledger| {
-                ledger.record_verifications(
-                    ctx.run_id,
-                    ctx.node_id,
-                    skill.as_deref(),
-                    before.as_deref(),
-                    blocking.is_empty(),
-                    &results,
-                    &artifact,
-                )
-            })
+        ledger
+            .record_verifications(
+                ctx.run_id,
+                ctx.node_id,
+                skill.as_deref(),
+                before.as_deref(),
+                blocking.is_empty(),
+                &results,
+                &artifact,
+            )
             .map_err(|e| format!("failed to record verifications: {e}"))?;
 
         let mut outcome = NodeOutcome::succeeded(json!({
