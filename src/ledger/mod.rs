@@ -228,10 +228,8 @@ impl Ledger {
             std::fs::create_dir_all(parent)?;
         }
         let mut conn = Connection::open(path).map_err(open_error)?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(open_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_error)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
+        enable_wal(&conn).map_err(open_error)?;
         // In WAL mode NORMAL is durable against process crashes; only power loss may drop the
         // last commits, and never corrupts the file.
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -560,6 +558,42 @@ impl Ledger {
     }
 }
 
+/// How long opening the ledger waits for another process's lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Switches the file to WAL, retrying while another process holds a lock.
+///
+/// SQLite takes the lock for the switch without calling the busy handler: when several kavi
+/// processes open a fresh ledger at once, the switch fails with `SQLITE_BUSY`, or silently leaves
+/// the old journal mode in place (the pragma answers with the mode in force). Either way, retry
+/// until the file answers `wal`.
+fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let mode = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0));
+        let busy = match &mode {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(_) => true,
+            Err(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::DatabaseBusy
+            }
+            Err(_) => false,
+        };
+        if !busy || std::time::Instant::now() >= deadline {
+            return mode.and_then(|mode| {
+                Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                    Some(format!(
+                        "the ledger stayed in journal mode `{mode}`, not WAL"
+                    )),
+                ))
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
@@ -600,6 +634,37 @@ mod tests {
             parent_run: None,
             nodes,
             policies: &[],
+        }
+    }
+
+    /// Regression: CI saw "database is locked" when several processes opened a fresh ledger at
+    /// once: SQLite answers a concurrent switch to WAL with `SQLITE_BUSY` without waiting.
+    #[test]
+    fn many_openers_of_a_fresh_ledger_all_succeed() {
+        const OPENERS: usize = 6;
+        for round in 0..40 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("ledger.db");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+            let openers: Vec<_> = (0..OPENERS)
+                .map(|_| {
+                    let (path, start) = (path.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        Ledger::open(&path).map(|_| ())
+                    })
+                })
+                .collect();
+            for opener in openers {
+                if let Err(e) = opener.join().unwrap() {
+                    panic!("round {round}: {e}");
+                }
+            }
+            let mode: String = Connection::open(&path)
+                .unwrap()
+                .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+                .unwrap();
+            assert_eq!(mode, "wal");
         }
     }
 
