@@ -82,8 +82,12 @@ string_enum! {
         Cancelled => "cancelled",
         /// The kavi process running it died (killed, crashed, machine lost).
         Interrupted => "interrupted",
-        /// Reserved for runs stopped for a human decision.
+        /// Stopped for a person's decision (`kavi approve` / `kavi reject`).
         AwaitingReview => "awaiting_review",
+        /// Stopped for review, and a person approved going on (a resumed run names this one).
+        Approved => "approved",
+        /// Stopped for review, and a person rejected it.
+        Rejected => "rejected",
     }
 }
 

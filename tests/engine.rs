@@ -371,16 +371,15 @@ needs = ["long"]
 run = ["true"]
 "#;
 
-#[test]
-fn ctrl_c_cancels_running_nodes_and_records_them_as_cancelled() {
-    let dir = workspace();
-    write(dir.path(), "pipelines/long.toml", LONG);
-    let child = kavi_command(dir.path(), &["pipeline", "run", "long"])
+/// Runs `pipeline`, which runs `LONG` somewhere, presses Ctrl-C once its `long` node's sleep has
+/// started, and checks that kavi exits 130 having killed that sleep.
+fn ctrl_c_once_long_runs(dir: &Path, pipeline: &str) {
+    let child = kavi_command(dir, &["pipeline", "run", pipeline])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let pid: i32 = wait_for_file(&dir.path().join("child.pid"))
+    let pid: i32 = wait_for_file(&dir.join("child.pid"))
         .trim()
         .parse()
         .unwrap();
@@ -395,6 +394,13 @@ fn ctrl_c_cancels_running_nodes_and_records_them_as_cancelled() {
         wait_until_dead(pid),
         "the node's process {pid} survived the cancel"
     );
+}
+
+#[test]
+fn ctrl_c_cancels_running_nodes_and_records_them_as_cancelled() {
+    let dir = workspace();
+    write(dir.path(), "pipelines/long.toml", LONG);
+    ctrl_c_once_long_runs(dir.path(), "long");
 
     let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(detail["status"], "cancelled");
@@ -846,4 +852,129 @@ fn a_closed_stdout_ends_a_command_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0));
+}
+
+const OUTER: &str = r#"
+[pipeline]
+name = "outer"
+
+[params.word]
+type = "string"
+default = "hello"
+
+[nodes.inner]
+kind = "pipeline"
+file = "inner"
+params = { word = "{{ params.word }}", times = "2" }
+retry = { attempts = 2, backoff = "10ms" }
+
+[nodes.after]
+kind = "exec"
+needs = ["inner"]
+run = ["echo", "{{ nodes.inner.outputs.nodes.say.outputs.stdout | trim }}"]
+"#;
+
+const INNER: &str = r#"
+[pipeline]
+name = "inner"
+
+[params.word]
+type = "string"
+
+[params.times]
+type = "integer"
+
+[nodes.say]
+kind = "exec"
+run = ["echo", "{{ params.word }} x{{ params.times }}"]
+
+# Fails the first time it runs in a workspace, then succeeds.
+[nodes.flaky]
+kind = "exec"
+needs = ["say"]
+shell = "test -f tried || { touch tried; echo first try >&2; exit 3; }"
+"#;
+
+#[test]
+fn a_pipeline_node_runs_its_child_as_a_run_of_its_own_and_retries_it() {
+    let dir = workspace();
+    write(dir.path(), "pipelines/outer.toml", OUTER);
+    write(dir.path(), "pipelines/inner.toml", INNER);
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "outer", "--set", "word=hi"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let outer = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(outer["id"], 1, "`latest` is the run the user started");
+    let children: Vec<(i64, &str)> = outer["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_i64().unwrap(), c["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(children, [(2, "failed"), (3, "succeeded")]);
+    let attempts: Vec<(&str, i64, &str)> = outer["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node_id"].as_str().unwrap(),
+                n["attempt"].as_i64().unwrap(),
+                n["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("inner", 1, "failed"),
+            ("inner", 2, "succeeded"),
+            ("after", 1, "succeeded")
+        ]
+    );
+    assert_eq!(
+        node(&outer, "inner")["outputs"]["run_id"],
+        3,
+        "the final attempt's child run"
+    );
+    // The child saw its parameters parsed by its own declared types.
+    assert_eq!(node(&outer, "after")["outputs"]["stdout"], "hi x2\n");
+    let failed = &outer["nodes"][0];
+    assert_eq!(
+        failed["error"],
+        "child run 2 failed at `flaky`: exited with code 3"
+    );
+
+    let child = json(&kavi(dir.path(), &["runs", "show", "2", "--json"]));
+    assert_eq!(child["parent_run"], 1);
+    assert_eq!(child["pipeline"], "inner");
+    assert_eq!(
+        child["params"],
+        serde_json::json!({"word": "hi", "times": 2})
+    );
+}
+
+#[test]
+fn ctrl_c_reaches_the_nodes_of_a_child_run() {
+    let dir = workspace();
+    write(dir.path(), "pipelines/long.toml", LONG);
+    write(
+        dir.path(),
+        "pipelines/wrapper.toml",
+        "[pipeline]\nname = \"wrapper\"\n\n[nodes.child]\nkind = \"pipeline\"\nfile = \"long\"\n",
+    );
+    ctrl_c_once_long_runs(dir.path(), "wrapper");
+    let wrapper = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    assert_eq!(wrapper["status"], "cancelled");
+    assert_eq!(node(&wrapper, "child")["state"], "cancelled");
+    let child = json(&kavi(dir.path(), &["runs", "show", "2", "--json"]));
+    assert_eq!(child["status"], "cancelled");
+    assert_eq!(node(&child, "long")["state"], "cancelled");
 }

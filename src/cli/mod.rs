@@ -40,6 +40,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::{Overrides, Workspace};
 use crate::dag::GraphFormat;
 use crate::error::{Error, exit};
+use crate::ledger::RunOrigin;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -84,16 +85,20 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
-    /// Approve a run that stopped for review: the next attempt may run.
+    /// Approve a run that stopped for review, and resume it: its pipeline runs again with the
+    /// same parameters, and the forge goes on with the next attempt.
     Approve {
-        /// A run id, or `latest`.
+        /// A run id (the run or one of its child runs), or `latest`.
         run: String,
         #[arg(long)]
         comment: Option<String>,
+        /// Only record the decision; start nothing.
+        #[arg(long)]
+        no_resume: bool,
     },
     /// Reject a run that stopped for review: the skill is not built again.
     Reject {
-        /// A run id, or `latest`.
+        /// A run id (the run or one of its child runs), or `latest`.
         run: String,
         #[arg(long)]
         comment: Option<String>,
@@ -262,7 +267,14 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
     match cli.command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run { pipeline, json, .. } => {
-                pipeline::run(&workspace, &pipeline.file, &pipeline.sets, json).await
+                pipeline::run(
+                    &workspace,
+                    &pipeline.file,
+                    &pipeline.sets,
+                    json,
+                    RunOrigin::User,
+                )
+                .await
             }
             PipelineCommand::Check { file } => pipeline::check(&workspace, &file),
             PipelineCommand::Plan { pipeline, json } => {
@@ -276,11 +288,22 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)
         }
-        Command::Approve { run, comment } => {
-            review::decide(&workspace, &run, true, comment.as_deref())
+        Command::Approve {
+            run,
+            comment,
+            no_resume,
+        } => {
+            let decision = review::Decision::Approve { resume: !no_resume };
+            review::decide(&workspace, &run, decision, comment.as_deref()).await
         }
         Command::Reject { run, comment } => {
-            review::decide(&workspace, &run, false, comment.as_deref())
+            review::decide(
+                &workspace,
+                &run,
+                review::Decision::Reject,
+                comment.as_deref(),
+            )
+            .await
         }
         Command::Skill(SkillCommand::Propose { file, json }) => {
             skills::propose(&workspace, &file, json)

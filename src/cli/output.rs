@@ -87,9 +87,12 @@ fn last_lines(text: &str, n: usize) -> Vec<&str> {
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
-/// Prints one line per finished node to stdout, as it happens.
+/// Prints one line per finished node to stdout, as it happens. A child run (a `pipeline` node's)
+/// is indented under the node that started it.
+#[derive(Debug, Clone, Copy)]
 pub struct Console {
     pub quiet: bool,
+    pub depth: usize,
 }
 
 impl Observer for Console {
@@ -97,6 +100,7 @@ impl Observer for Console {
         if self.quiet {
             return;
         }
+        let indent = "    ".repeat(self.depth);
         let mut out = std::io::stdout().lock();
         let _ = match event {
             Event::RunStarted {
@@ -106,7 +110,7 @@ impl Observer for Console {
                 nodes,
             } => writeln!(
                 out,
-                "run {run_id}: {pipeline} ({}, spec {})",
+                "{indent}run {run_id}: {pipeline} ({}, spec {})",
                 plural(*nodes, "node"),
                 short_hash(spec_hash)
             ),
@@ -120,7 +124,7 @@ impl Observer for Console {
                 outputs,
                 will_retry,
             } => {
-                let mut line = format!("  {:<6} {node}", mark(*state));
+                let mut line = format!("{indent}  {:<6} {node}", mark(*state));
                 if *attempt > 1 {
                     line.push_str(&format!(" (attempt {attempt})"));
                 }
@@ -130,7 +134,8 @@ impl Observer for Console {
                 }
                 if let Some(detail) = detail {
                     // Later lines of a long detail sit under the node, not at the margin.
-                    line.push_str(&format!(": {}", detail.replace('\n', "\n         ")));
+                    let under = format!("\n{indent}         ");
+                    line.push_str(&format!(": {}", detail.replace('\n', &under)));
                 }
                 if *will_retry {
                     line.push_str(" (will retry)");
@@ -139,7 +144,7 @@ impl Observer for Console {
                     && let Some(stderr) = outputs.and_then(|o| o["stderr"].as_str())
                 {
                     for tail in last_lines(stderr, STDERR_TAIL_LINES) {
-                        line.push_str(&format!("\n         | {tail}"));
+                        line.push_str(&format!("\n{indent}         | {tail}"));
                     }
                 }
                 writeln!(out, "{line}")

@@ -12,7 +12,7 @@ use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
 use crate::executor::{self, Environment};
-use crate::ledger::{ArtifactStore, Ledger};
+use crate::ledger::{ArtifactStore, Ledger, RunOrigin};
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
@@ -31,6 +31,7 @@ fn load(workspace: &Workspace, file: &str) -> Result<(Pipeline, Arc<TemplateEngi
     let context = spec::LoadContext {
         root: &workspace.root,
         templates: &templates,
+        including: &[],
     };
     let pipeline = spec::load_pipeline(&path, &display_path(&workspace.root, &path), &context)?;
     Ok((pipeline, templates))
@@ -49,6 +50,7 @@ pub async fn run(
     file: &str,
     sets: &[(String, String)],
     json: bool,
+    origin: RunOrigin,
 ) -> Result<i32, Error> {
     let (pipeline, templates) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
@@ -87,6 +89,8 @@ pub async fn run(
             "jobs": workspace.config.jobs,
         }),
         jobs: workspace.config.jobs,
+        depth: 0,
+        child_observer: Arc::new(move |depth| Box::new(Console { quiet: json, depth })),
     };
 
     let cancel = CancellationToken::new();
@@ -102,8 +106,20 @@ pub async fn run(
         }
     });
 
-    let mut console = Console { quiet: json };
-    let outcome = executor::execute(&dag, params, &env, &mut ledger, &mut console, cancel).await?;
+    let mut console = Console {
+        quiet: json,
+        depth: 0,
+    };
+    let outcome = executor::execute(
+        &dag,
+        params,
+        Arc::new(env),
+        &mut ledger,
+        &mut console,
+        cancel,
+        origin,
+    )
+    .await?;
     let detail = ledger.run_detail(outcome.run_id)?;
     if json {
         outln!(
@@ -112,7 +128,7 @@ pub async fn run(
         );
     } else {
         let mut counts: Vec<(NodeState, usize)> = Vec::new();
-        for node in final_attempts(&detail.nodes) {
+        for node in crate::ledger::final_attempts(&detail.nodes) {
             match counts.iter_mut().find(|(s, _)| *s == node.state) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((node.state, 1)),
@@ -142,21 +158,6 @@ pub async fn run(
         RunStatus::AwaitingReview => exit::AWAITING_REVIEW,
         _ => exit::RUN_FAILED,
     })
-}
-
-/// The last attempt of each node. The ledger lists a node's attempts together, in order, so the
-/// last row of each group is the final one.
-pub fn final_attempts(nodes: &[crate::ledger::NodeRunRow]) -> Vec<&crate::ledger::NodeRunRow> {
-    nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, n)| {
-            nodes
-                .get(i + 1)
-                .is_none_or(|next| next.node_id != n.node_id)
-        })
-        .map(|(_, n)| n)
-        .collect()
 }
 
 pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {

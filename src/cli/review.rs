@@ -1,19 +1,34 @@
 //! `kavi approve RUN` and `kavi reject RUN`: a person's decision on a run that stopped for review.
+//!
+//! The decision covers the run a user started and every child run under it (a forge attempt
+//! escalates in its own child run), so either id may be given. An approval resumes by default:
+//! the stopped run's pipeline runs again, from its file as it is now, with the same parameters,
+//! recorded as a new run that names the one it resumed.
+
+use serde_json::Value;
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, RunOrigin};
+use crate::state::RunStatus;
 
-pub fn decide(
+#[derive(Debug, Clone, Copy)]
+pub enum Decision {
+    Approve { resume: bool },
+    Reject,
+}
+
+pub async fn decide(
     workspace: &Workspace,
     run: &str,
-    approve: bool,
+    decision: Decision,
     comment: Option<&str>,
 ) -> Result<i32, Error> {
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
-    let run_id = ledger.resolve_run(run)?;
+    let root = ledger.root_run(ledger.resolve_run(run)?)?;
     let actor = crate::skills::actor();
-    let decided = ledger.decide_escalations(run_id, approve, &actor, comment)?;
+    let approve = matches!(decision, Decision::Approve { .. });
+    let decided = ledger.decide_escalations(root.id, approve, &actor, comment)?;
     for escalation in &decided {
         let triggers: Vec<&str> = escalation
             .triggers
@@ -22,20 +37,62 @@ pub fn decide(
             .flatten()
             .filter_map(|t| t["trigger"].as_str())
             .collect();
-        if approve {
+        let verdict = if approve { "approved" } else { "rejected" };
+        outln!(
+            "{verdict} run {} for `{}` ({}) by {actor}",
+            root.id,
+            escalation.skill,
+            triggers.join(", "),
+        );
+    }
+    match decision {
+        Decision::Reject => {
+            for escalation in &decided {
+                outln!("`{}` is not built again", escalation.skill);
+            }
+            Ok(exit::SUCCESS)
+        }
+        Decision::Approve { resume: false } => {
             outln!(
-                "approved run {run_id} for `{}` ({}) by {actor}: the next forge run builds the next attempt",
-                escalation.skill,
-                triggers.join(", ")
+                "not resumed; run `kavi pipeline run {}` to go on",
+                root.spec_path
             );
-        } else {
-            outln!(
-                "rejected run {run_id} for `{}` ({}) by {actor}: `{}` is not built again",
-                escalation.skill,
-                triggers.join(", "),
-                escalation.skill
-            );
+            Ok(exit::SUCCESS)
+        }
+        Decision::Approve { resume: true } => {
+            if root.status != RunStatus::AwaitingReview {
+                outln!("run {} is {}: nothing to resume", root.id, root.status);
+                return Ok(exit::SUCCESS);
+            }
+            drop(ledger);
+            outln!("resuming run {} ({})", root.id, root.spec_path);
+            let sets = param_sets(&root.params);
+            let path = workspace.root.join(&root.spec_path);
+            super::pipeline::run(
+                workspace,
+                &path.to_string_lossy(),
+                &sets,
+                false,
+                RunOrigin::Resume { of: root.id },
+            )
+            .await
         }
     }
-    Ok(exit::SUCCESS)
+}
+
+/// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON
+/// (which each parameter type parses back).
+fn param_sets(params: &Value) -> Vec<(String, String)> {
+    params
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let text = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (name.clone(), text)
+        })
+        .collect()
 }

@@ -23,14 +23,17 @@ pub fn list(workspace: &Workspace, limit: usize, json: bool) -> Result<i32, Erro
         return Ok(exit::SUCCESS);
     }
     let mut rows = vec![
-        vec!["RUN", "STATUS", "PIPELINE", "STARTED", "DURATION", "SPEC"]
-            .into_iter()
-            .map(String::from)
-            .collect::<Vec<_>>(),
+        vec![
+            "RUN", "PARENT", "STATUS", "PIPELINE", "STARTED", "DURATION", "SPEC",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>(),
     ];
     for run in &runs {
         rows.push(vec![
             run.id.to_string(),
+            run.parent_run.map_or_else(|| "-".into(), |p| p.to_string()),
             run.status.to_string(),
             run.pipeline.clone(),
             run.started_at.clone(),
@@ -63,8 +66,22 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
             .map_or_else(String::new, |ms| format!(" ({})", duration_ms(ms)));
         outln!("  finished  {finished}{took}");
     }
+    if let Some(parent) = run.parent_run {
+        outln!("  parent    run {parent}");
+    }
+    if let Some(resumed) = run.resumed_from {
+        outln!("  resumes   run {resumed}, approved after review");
+    }
     if let Some(error) = &run.error {
         outln!("  note      {error}");
+    }
+    if !detail.children.is_empty() {
+        let children: Vec<String> = detail
+            .children
+            .iter()
+            .map(|c| format!("{} ({} {})", c.id, c.pipeline, c.status))
+            .collect();
+        outln!("  children  {}", children.join(", "));
     }
     outln!();
     let mut rows = vec![

@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::dag::Dag;
-use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord};
+use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
 use crate::nodes::{NodeContext, NodeOutcome};
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
@@ -54,7 +54,8 @@ pub trait Observer {
     fn event(&mut self, event: &Event<'_>);
 }
 
-/// What the executor needs besides the DAG.
+/// What the executor needs besides the DAG. Cloned for a child run (`pipeline` nodes).
+#[derive(Clone)]
 pub struct Environment {
     pub workspace: Arc<Path>,
     pub templates: Arc<TemplateEngine>,
@@ -68,6 +69,19 @@ pub struct Environment {
     /// Exposed to templates as `config`.
     pub config: Value,
     pub jobs: usize,
+    /// How deeply this run is nested in `pipeline` nodes (0 for a run the user started).
+    pub depth: usize,
+    /// Makes the observer of a child run, given its depth.
+    pub child_observer: Arc<dyn Fn(usize) -> Box<dyn Observer + Send> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("workspace", &self.workspace)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -93,9 +107,9 @@ struct Slot {
 
 pub struct Executor<'a> {
     dag: &'a Dag<'a>,
-    env: &'a Environment,
+    env: Arc<Environment>,
     ledger: &'a mut Ledger,
-    observer: &'a mut dyn Observer,
+    observer: &'a mut (dyn Observer + Send),
     params: Value,
     run_id: i64,
     slots: Vec<Slot>,
@@ -110,15 +124,16 @@ pub struct Executor<'a> {
     awaiting_review: bool,
 }
 
-/// Runs `dag` with resolved `params`, recording it as a new run. `cancel` stops the run
-/// (Ctrl-C): running nodes are stopped and recorded as cancelled, unstarted ones too.
+/// Runs `dag` with resolved `params`, recording it as a new run started by `origin`. `cancel` stops the run (Ctrl-C): running nodes are stopped and
+/// recorded as cancelled, unstarted ones too.
 pub async fn execute(
     dag: &Dag<'_>,
     params: serde_json::Map<String, Value>,
-    env: &Environment,
+    env: Arc<Environment>,
     ledger: &mut Ledger,
-    observer: &mut dyn Observer,
+    observer: &mut (dyn Observer + Send),
     cancel: CancellationToken,
+    origin: RunOrigin,
 ) -> Result<RunOutcome, LedgerError> {
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
@@ -148,7 +163,7 @@ pub async fn execute(
         spec_hash: &pipeline.spec_hash,
         spec_text: &pipeline.source.text,
         params: &params,
-        parent_run: None,
+        origin,
         nodes: &node_list,
         policies: &policy_refs,
     })?;
@@ -411,12 +426,7 @@ impl Executor<'_> {
         let node_id = node.id.clone();
         let timeout = node.timeout;
         let vars = self.context_for(index);
-        let workspace = Arc::clone(&self.env.workspace);
-        let templates = Arc::clone(&self.env.templates);
-        let artifacts = self.env.artifacts.clone();
-        let sandboxes = Arc::clone(&self.env.sandboxes);
-        let ledger = Arc::clone(&self.env.ledger);
-        let state_paths = Arc::clone(&self.env.state_paths);
+        let env = Arc::clone(&self.env);
         let cancel = self.run_cancel.child_token();
         let run_id = self.run_id;
         self.running.spawn(async move {
@@ -424,13 +434,8 @@ impl Executor<'_> {
             let ctx = NodeContext {
                 node_id: &node_id,
                 run_id,
-                workspace: &workspace,
-                templates: &templates,
+                env: &env,
                 vars: &vars,
-                artifacts: &artifacts,
-                sandboxes: &sandboxes,
-                ledger: &ledger,
-                state_paths: &state_paths,
                 cancel: cancel.clone(),
             };
             let run = action.run(&ctx);

@@ -37,6 +37,12 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EscalationRow> {
     })
 }
 
+/// `tree`: run `?1` and every run below it.
+const RUN_TREE: &str = "WITH RECURSIVE tree(id) AS (
+        SELECT id FROM runs WHERE id = ?1
+        UNION ALL SELECT runs.id FROM runs JOIN tree ON runs.parent_run = tree.id
+    )";
+
 const COLUMNS: &str =
     "id, skill, run_id, node_id, triggers, status, raised_at, decided_by, decided_at, comment";
 
@@ -70,8 +76,9 @@ impl Ledger {
             .optional()?)
     }
 
-    /// Records a decision on every pending escalation of a run; marks the run decided. Returns
-    /// the escalations decided; none pending is an error that says so.
+    /// Records a decision on every pending escalation of a run and of its child runs (a forge
+    /// attempt escalates in a child run). Returns the escalations decided; none pending is an
+    /// error that says so.
     pub fn decide_escalations(
         &mut self,
         run_id: i64,
@@ -85,16 +92,29 @@ impl Ledger {
         let now = now();
         let status = if approve { "approved" } else { "rejected" };
         let changed = tx.execute(
-            "UPDATE escalations SET status = ?1, decided_by = ?2, decided_at = ?3, comment = ?4
-             WHERE run_id = ?5 AND status = 'pending'",
-            params![status, actor, now, comment, run_id],
+            &format!(
+                "{RUN_TREE}
+                 UPDATE escalations SET status = ?2, decided_by = ?3, decided_at = ?4, comment = ?5
+                 WHERE run_id IN (SELECT id FROM tree) AND status = 'pending'"
+            ),
+            params![run_id, status, actor, now, comment],
         )?;
         if changed == 0 {
             return Err(LedgerError::NothingToDecide(run_id));
         }
+        tx.execute(
+            &format!(
+                "{RUN_TREE}
+                 UPDATE runs SET status = ?2
+                 WHERE id IN (SELECT id FROM tree) AND status = 'awaiting_review'"
+            ),
+            params![run_id, status],
+        )?;
         let decided = {
             let mut stmt = tx.prepare(&format!(
-                "SELECT {COLUMNS} FROM escalations WHERE run_id = ?1 AND decided_at = ?2 ORDER BY id"
+                "{RUN_TREE}
+                 SELECT {COLUMNS} FROM escalations
+                 WHERE run_id IN (SELECT id FROM tree) AND decided_at = ?2 ORDER BY id"
             ))?;
             stmt.query_map(params![run_id, now], row)?
                 .collect::<rusqlite::Result<Vec<_>>>()?

@@ -98,11 +98,39 @@ pub struct NewRun<'a> {
     pub spec_hash: &'a str,
     pub spec_text: &'a str,
     pub params: &'a Value,
-    pub parent_run: Option<i64>,
+    pub origin: RunOrigin,
     /// Every node as (id, kind); each gets a `pending` node run.
     pub nodes: &'a [(&'a str, &'a str)],
     /// The policy files governing the run, as (path, hash, text).
     pub policies: &'a [(&'a str, &'a str, &'a str)],
+}
+
+/// Who started a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunOrigin {
+    /// A user, from the command line.
+    #[default]
+    User,
+    /// A `pipeline` node of another run.
+    Child { parent: i64 },
+    /// `kavi approve`, resuming a run that stopped for review.
+    Resume { of: i64 },
+}
+
+impl RunOrigin {
+    fn parent_run(self) -> Option<i64> {
+        match self {
+            RunOrigin::Child { parent } => Some(parent),
+            _ => None,
+        }
+    }
+
+    fn resumed_from(self) -> Option<i64> {
+        match self {
+            RunOrigin::Resume { of } => Some(of),
+            _ => None,
+        }
+    }
 }
 
 /// How a node run ended, as the ledger stores it.
@@ -128,6 +156,8 @@ pub struct RunRow {
     pub finished_at: Option<String>,
     pub duration_ms: Option<i64>,
     pub parent_run: Option<i64>,
+    /// The run this one resumed after a review (`kavi approve`).
+    pub resumed_from: Option<i64>,
     pub error: Option<String>,
 }
 
@@ -166,6 +196,9 @@ pub struct RunDetail {
     /// Gate results recorded by the run's `gate` nodes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verifications: Vec<VerificationRow>,
+    /// Runs that this run's `pipeline` nodes started, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<RunRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -174,8 +207,23 @@ pub struct RunPolicy {
     pub spec_hash: String,
 }
 
+/// The last attempt of each node. The ledger lists a node's attempts together, in order, so the
+/// last row of each group is the final one.
+pub fn final_attempts(nodes: &[NodeRunRow]) -> Vec<&NodeRunRow> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, n)| {
+            nodes
+                .get(i + 1)
+                .is_none_or(|next| next.node_id != n.node_id)
+        })
+        .map(|(_, n)| n)
+        .collect()
+}
+
 const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
-                           finished_at, duration_ms, parent_run, error";
+                           finished_at, duration_ms, parent_run, error, resumed_from";
 
 fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -190,6 +238,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         duration_ms: row.get(8)?,
         parent_run: row.get(9)?,
         error: row.get(10)?,
+        resumed_from: row.get(11)?,
     })
 }
 
@@ -272,15 +321,17 @@ impl Ledger {
             params![new.spec_hash, new.spec_path, new.spec_text, now],
         )?;
         tx.execute(
-            "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run, owner)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
+            "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
+                               resumed_from, owner)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)",
             params![
                 new.pipeline,
                 new.spec_path,
                 new.spec_hash,
                 new.params.to_string(),
                 now,
-                new.parent_run,
+                new.origin.parent_run(),
+                new.origin.resumed_from(),
                 owner
             ],
         )?;
@@ -447,11 +498,29 @@ impl Ledger {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Resolves `latest` or a run id.
+    /// The run a user started that `run_id` belongs to: itself, or the top of its parent chain.
+    pub fn root_run(&self, run_id: i64) -> Result<RunRow> {
+        Ok(self.conn.query_row(
+            &format!(
+                "WITH RECURSIVE up(id, parent) AS (
+                     SELECT id, parent_run FROM runs WHERE id = ?1
+                     UNION ALL SELECT runs.id, runs.parent_run FROM runs JOIN up ON runs.id = up.parent
+                 )
+                 SELECT {RUN_COLUMNS} FROM runs WHERE id = (SELECT id FROM up WHERE parent IS NULL)"
+            ),
+            [run_id],
+            run_row,
+        )?)
+    }
+
+    /// Resolves `latest` (the newest run a user started, not a child run) or a run id.
     pub fn resolve_run(&self, reference: &str) -> Result<i64> {
         let found: Option<i64> = if reference == "latest" {
-            self.conn
-                .query_row("SELECT max(id) FROM runs", [], |row| row.get(0))?
+            self.conn.query_row(
+                "SELECT max(id) FROM runs WHERE parent_run IS NULL",
+                [],
+                |row| row.get(0),
+            )?
         } else {
             match reference.parse::<i64>() {
                 Ok(id) => self
@@ -532,11 +601,19 @@ impl Ledger {
             })?
             .collect::<rusqlite::Result<_>>()?;
         let verifications = self.verifications(run_id)?;
+        let children = self
+            .conn
+            .prepare(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE parent_run = ?1 ORDER BY id"
+            ))?
+            .query_map([run_id], run_row)?
+            .collect::<rusqlite::Result<_>>()?;
         Ok(RunDetail {
             run,
             policies,
             nodes,
             verifications,
+            children,
         })
     }
 
@@ -631,7 +708,7 @@ mod tests {
             spec_hash: "sha256:abcd",
             spec_text: "[pipeline]\nname = \"demo\"\n",
             params,
-            parent_run: None,
+            origin: RunOrigin::User,
             nodes,
             policies: &[],
         }

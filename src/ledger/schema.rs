@@ -172,4 +172,8 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX escalations_skill ON escalations(skill);
     "#,
+    // 9: a run started by `kavi approve` resumes the run that stopped for review.
+    r#"
+    ALTER TABLE runs ADD COLUMN resumed_from INTEGER REFERENCES runs(id);
+    "#,
 ];

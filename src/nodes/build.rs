@@ -105,9 +105,10 @@ fn previous_attempt(
     let note = match &last.research_note {
         None => serde_json::Value::Null,
         Some(sha) => {
-            let text = std::fs::read_to_string(ctx.artifacts.path_of_sha256(sha)).map_err(|e| {
-                format!("failed to read the research note of build {}: {e}", last.id)
-            })?;
+            let text =
+                std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(sha)).map_err(|e| {
+                    format!("failed to read the research note of build {}: {e}", last.id)
+                })?;
             serde_json::from_str(&text)
                 .map_err(|e| format!("the research note of build {} is not JSON: {e}", last.id))?
         }
@@ -130,40 +131,11 @@ impl Build {
         }
         let builder = ctx.render("config.builder", "{{ config.builder }}")?;
         let allowed = self.allowlist.resolve(ctx)?;
-        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
-        let state = ledger.skill(&skill).map_err(|e| e.to_string())?.state;
-        if !self.lifecycle.buildable.contains(&state) {
-            return Err(format!(
-                "`{skill}` is {state}, which is not buildable (buildable: {})",
-                self.lifecycle.buildable.join(", ")
-            ));
-        }
-        // A person's review stops the loop until it is decided.
-        if let Some(escalation) = ledger
-            .latest_escalation(&skill)
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        if let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, &skill)
             .map_err(|e| e.to_string())?
         {
-            match escalation.status.as_str() {
-                "pending" => {
-                    return Err(format!(
-                        "`{skill}` awaits review since run {run}; decide with `kavi approve {run}` or `kavi reject {run}`",
-                        run = escalation.run_id
-                    ));
-                }
-                "rejected" => {
-                    return Err(format!(
-                        "`{skill}` was rejected in review of run {} by {}{}; it is not built again",
-                        escalation.run_id,
-                        escalation.decided_by.as_deref().unwrap_or("unknown"),
-                        escalation
-                            .comment
-                            .as_deref()
-                            .map(|c| format!(" ({c})"))
-                            .unwrap_or_default()
-                    ));
-                }
-                _ => {}
-            }
+            return Err(refusal);
         }
         let previous = previous_attempt(ctx, &ledger, &skill)?;
         let build = ledger
@@ -182,10 +154,12 @@ impl Build {
             ..ctx.vars.clone()
         };
         let packet_text = ctx
+            .env
             .templates
             .render_file(&self.template, &context)
             .map_err(|e| format!("failed to render {}: {}", self.template, describe_error(&e)))?;
         let packet = ctx
+            .env
             .artifacts
             .put_bytes("BUILD_PACKET", packet_text.as_bytes())
             .map_err(|e| format!("failed to store the build packet: {e}"))?;
@@ -198,7 +172,7 @@ impl Build {
             ("KAVI_RUN_ID".to_owned(), ctx.run_id.to_string()),
             (
                 "KAVI_WORKSPACE".to_owned(),
-                ctx.workspace.display().to_string(),
+                ctx.env.workspace.display().to_string(),
             ),
         ]);
         for (key, value) in &self.env {
@@ -213,7 +187,7 @@ impl Build {
         };
         let options = CaptureOptions {
             limit: LOG_LIMIT,
-            spill_dir: ctx.artifacts.temp_dir(),
+            spill_dir: ctx.env.artifacts.temp_dir(),
         };
         let finished = process::run(&spec, &options, &ctx.cancel).await;
         let (exit, log_text) = match &finished {
@@ -228,6 +202,7 @@ impl Build {
             Err(e) => (Exit::Code(-1), format!("could not start the builder: {e}")),
         };
         let log = ctx
+            .env
             .artifacts
             .put_bytes("BUILD_LOG", log_text.as_bytes())
             .map_err(|e| format!("failed to store the build log: {e}"))?;
@@ -245,7 +220,7 @@ impl Build {
             "attempt": build.attempt,
             "parent_build": build.parent_build,
             "packet": packet.sha256,
-            "packet_path": ctx.artifacts.path_of(&packet),
+            "packet_path": ctx.env.artifacts.path_of(&packet),
             "log": log.sha256,
             "exit_code": exit_code,
         }));

@@ -91,7 +91,7 @@ fn failure_text(ctx: &NodeContext<'_>, entry: &Value) -> String {
         }
     }
     if let Some(log) = outputs["log"].as_str()
-        && let Ok(text) = std::fs::read_to_string(ctx.artifacts.path_of_sha256(log))
+        && let Ok(text) = std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(log))
     {
         parts.push(text);
     }
@@ -163,6 +163,7 @@ impl Classify {
             "excerpt_truncated": text.chars().count() > EXCERPT_CHARS,
         });
         let artifact = ctx
+            .env
             .artifacts
             .put_bytes(
                 "RESEARCH_NOTE",
@@ -177,7 +178,7 @@ impl Classify {
             .iter()
             .find_map(|id| nodes[id]["outputs"]["build_id"].as_i64());
         if let Some(build_id) = build_id {
-            Ledger::open(ctx.ledger)
+            Ledger::open(&ctx.env.ledger)
                 .and_then(|mut ledger| ledger.record_research(build_id, &kind, &artifact))
                 .map_err(|e| format!("failed to record the research note: {e}"))?;
         }
@@ -186,7 +187,7 @@ impl Classify {
             "kind": kind,
             "facts": facts,
             "note": artifact.sha256,
-            "note_path": ctx.artifacts.path_of(&artifact),
+            "note_path": ctx.env.artifacts.path_of(&artifact),
         }));
         outcome.artifacts.push(("note", artifact));
         Ok(outcome)

@@ -97,7 +97,7 @@ fn copy_file(source: &Path, destination: &Path) -> std::io::Result<()> {
 impl CopyBack {
     async fn copy(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
-        let target = ctx.workspace.join(ctx.render("target", &self.target)?);
+        let target = ctx.env.workspace.join(ctx.render("target", &self.target)?);
         if !target.is_dir() {
             return Err(format!("target {} is not a folder", target.display()));
         }

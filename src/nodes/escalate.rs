@@ -68,7 +68,7 @@ impl Escalate {
     fn evaluate(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
         let kind = ctx.render("failure_kind", &self.failure_kind)?;
-        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let builds = ledger.builds(&skill).map_err(|e| e.to_string())?;
         let consecutive = builds
             .iter()
@@ -122,10 +122,11 @@ impl Escalate {
             "consecutive_failures": consecutive,
         }));
         outcome.state = NodeState::AwaitingReview;
+        // A person decides on the run they started, which may be this run's parent.
+        let run = ledger.root_run(ctx.run_id).map_err(|e| e.to_string())?.id;
         outcome.error = Some(format!(
             "awaiting review: {}; decide with `kavi approve {run}` or `kavi reject {run}`",
             names.join(", "),
-            run = ctx.run_id
         ));
         Ok(outcome)
     }

@@ -134,6 +134,7 @@ impl Exec {
             }
             Program::Shell(line) => {
                 let line = ctx
+                    .env
                     .templates
                     .render_shell(line, ctx.vars)
                     .map_err(|e| format!("failed to render `shell`: {}", describe_error(&e)))?;
@@ -147,13 +148,16 @@ impl Exec {
         };
         env.push(("KAVI_RUN_ID".into(), ctx.run_id.to_string()));
         env.push(("KAVI_NODE_ID".into(), ctx.node_id.to_owned()));
-        env.push(("KAVI_WORKSPACE".into(), ctx.workspace.display().to_string()));
+        env.push((
+            "KAVI_WORKSPACE".into(),
+            ctx.env.workspace.display().to_string(),
+        ));
         for (key, value) in &self.env {
             env.push((key.clone(), ctx.render(&format!("env.{key}"), value)?));
         }
         let cwd = match &self.cwd {
-            None => ctx.workspace.to_owned(),
-            Some(cwd) => ctx.workspace.join(ctx.render("cwd", cwd)?),
+            None => ctx.env.workspace.to_path_buf(),
+            Some(cwd) => ctx.env.workspace.join(ctx.render("cwd", cwd)?),
         };
         if !cwd.is_dir() {
             return Err(format!(
@@ -185,8 +189,8 @@ fn store_output(
     let truncated = captured.truncated();
     let text = String::from_utf8_lossy(&captured.head).into_owned();
     let artifact = match captured.spill {
-        Some(file) => ctx.artifacts.put_file(kind, file)?,
-        None => ctx.artifacts.put_bytes(kind, &captured.head)?,
+        Some(file) => ctx.env.artifacts.put_file(kind, file)?,
+        None => ctx.env.artifacts.put_bytes(kind, &captured.head)?,
     };
     Ok((artifact, text, truncated))
 }
@@ -208,7 +212,7 @@ impl NodeAction for Exec {
         };
         let options = CaptureOptions {
             limit: OUTPUT_TEXT_LIMIT,
-            spill_dir: ctx.artifacts.temp_dir(),
+            spill_dir: ctx.env.artifacts.temp_dir(),
         };
         let finished = match process::run(&spec, &options, &ctx.cancel).await {
             Ok(finished) => finished,

@@ -241,7 +241,7 @@ impl CompiledGate {
                 };
                 let options = CaptureOptions {
                     limit: 64 * 1024,
-                    spill_dir: ctx.artifacts.temp_dir(),
+                    spill_dir: ctx.env.artifacts.temp_dir(),
                 };
                 let finished = process::run(&spec, &options, &ctx.cancel)
                     .await
@@ -282,7 +282,7 @@ impl CompiledGate {
 impl Gate {
     async fn verify(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let vars = self.vars.render(ctx)?;
-        let cwd = ctx.workspace.join(ctx.render("cwd", &self.cwd)?);
+        let cwd = ctx.env.workspace.join(ctx.render("cwd", &self.cwd)?);
         if !cwd.is_dir() {
             return Err(format!(
                 "working directory {} does not exist",
@@ -291,11 +291,13 @@ impl Gate {
         }
         let skill = ctx.render_optional("skill", self.skill.as_ref())?;
         let hash = || match (&self.trust, &skill) {
-            (Some(trust), Some(skill)) => trust.source_hash(ctx.templates, &cwd, skill).map(Some),
+            (Some(trust), Some(skill)) => {
+                trust.source_hash(&ctx.env.templates, &cwd, skill).map(Some)
+            }
             _ => Ok(None),
         };
         let before = hash()?;
-        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         // Invariants compare what the skill declares with what it was proposed as.
         let class = match &skill {
             Some(skill) => match ledger.skill(skill) {
@@ -331,6 +333,7 @@ impl Gate {
         });
         let report_text = serde_json::to_string_pretty(&report).expect("report serializes");
         let artifact = ctx
+            .env
             .artifacts
             .put_bytes("VERIFICATION_REPORT", report_text.as_bytes())
             .map_err(|e| format!("failed to store the verification report: {e}"))?;

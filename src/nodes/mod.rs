@@ -12,6 +12,7 @@ mod diff_gate;
 mod escalate;
 mod exec;
 mod gate;
+mod pipeline;
 mod promote;
 mod propose;
 mod render;
@@ -31,7 +32,8 @@ use toml::Spanned;
 use toml::de::DeTable;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::ledger::{Artifact, ArtifactStore};
+use crate::executor::Environment;
+use crate::ledger::Artifact;
 use crate::state::NodeState;
 use crate::template::{TemplateEngine, describe_error};
 
@@ -55,6 +57,7 @@ pub const KINDS: &[NodeKind] = &[
     build::KIND,
     classify::KIND,
     escalate::KIND,
+    pipeline::KIND,
 ];
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {
@@ -76,25 +79,18 @@ pub trait NodeAction: Send + Sync + Debug {
 pub struct NodeContext<'a> {
     pub node_id: &'a str,
     pub run_id: i64,
-    /// The folder relative paths are resolved against.
-    pub workspace: &'a Path,
-    pub templates: &'a TemplateEngine,
+    /// The workspace, ledger, artifact store and settings the run was started with.
+    pub env: &'a Environment,
     /// The template context: `params`, `nodes`, `run` and `config`.
     pub vars: &'a minijinja::Value,
-    pub artifacts: &'a ArtifactStore,
-    /// Where `sandbox` nodes create their copies.
-    pub sandboxes: &'a Path,
-    /// The ledger file, for kinds that record domain facts (skills, transitions).
-    pub ledger: &'a Path,
-    /// kavi's own state (ledger, artifacts, sandboxes): never copied into a sandbox.
-    pub state_paths: &'a [PathBuf],
     pub cancel: CancellationToken,
 }
 
 impl NodeContext<'_> {
     /// Renders one templated field, naming the field in the error.
     pub fn render(&self, field: &str, source: &str) -> Result<String, String> {
-        self.templates
+        self.env
+            .templates
             .render_str(source, self.vars)
             .map_err(|e| format!("failed to render `{field}`: {}", describe_error(&e)))
     }
@@ -162,6 +158,8 @@ pub struct NodeConfig<'a> {
     /// The workspace root: policy files are named relative to it.
     pub root: &'a Path,
     pub templates: &'a TemplateEngine,
+    /// The pipeline files being loaded, outermost first (see [`crate::spec::LoadContext`]).
+    pub including: &'a [PathBuf],
     /// Variable paths read by this node's templates, collected for the DAG's reference check.
     pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
     /// Policy files this node is governed by.

@@ -68,10 +68,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 impl Promote {
     fn promote(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
-        let root = ctx.workspace.join(ctx.render("source", &self.source)?);
-        let hash = self.trust.source_hash(ctx.templates, &root, &skill)?;
+        let root = ctx.env.workspace.join(ctx.render("source", &self.source)?);
+        let hash = self.trust.source_hash(&ctx.env.templates, &root, &skill)?;
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
-        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let actor = crate::skills::actor();
         let moved = ledger
             .promote_skill(
@@ -84,7 +84,7 @@ impl Promote {
                 comment.as_deref(),
             )
             .map_err(|e| e.to_string())?;
-        let registry = contained_path(ctx.workspace, &self.trust.registry)
+        let registry = contained_path(&ctx.env.workspace, &self.trust.registry)
             .map_err(|e| format!("refused registry path: {e}"))?;
         let listed = write_registry(&ledger, &registry, TRUSTED)?;
         Ok(NodeOutcome::succeeded(json!({

@@ -26,12 +26,17 @@ struct ProposeConfig {
     /// The proposal file, relative to the workspace.
     file: Spanned<String>,
     lifecycle: Option<Spanned<String>>,
+    /// Fail unless the skill may be built now (see [`crate::skills::build_refusal`]): the forge
+    /// asks once, before its attempt loop, so a skill that cannot be built is not retried.
+    #[serde(default)]
+    require_buildable: bool,
 }
 
 #[derive(Debug)]
 struct Propose {
     file: String,
     lifecycle: Lifecycle,
+    require_buildable: bool,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -42,24 +47,26 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     Ok(Arc::new(Propose {
         file: raw.file.into_inner(),
         lifecycle: Lifecycle::parse(&source)?,
+        require_buildable: raw.require_buildable,
     }))
 }
 
 impl Propose {
     fn propose(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let relative = ctx.render("file", &self.file)?;
-        let path =
-            contained_path(ctx.workspace, &relative).map_err(|e| format!("refused `file`: {e}"))?;
+        let path = contained_path(&ctx.env.workspace, &relative)
+            .map_err(|e| format!("refused `file`: {e}"))?;
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("failed to read {relative}: {e}"))?;
         let source = SourceFile::new(&relative, text);
         let proposal = Proposal::parse(&source).map_err(|d| d.to_string())?;
         let spec = ctx
+            .env
             .artifacts
             .put_bytes("SKILL_SPEC", source.text.as_bytes())
             .map_err(|e| format!("failed to store the skill spec: {e}"))?;
         let name = proposal.name.get_ref();
-        let mut ledger = Ledger::open(ctx.ledger).map_err(|e| e.to_string())?;
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let actor = crate::skills::actor();
         let created = match ledger.propose_skill(&NewSkill {
             name,
@@ -84,6 +91,12 @@ impl Propose {
             }
             Err(e) => return Err(e.to_string()),
         };
+        if self.require_buildable
+            && let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, name)
+                .map_err(|e| e.to_string())?
+        {
+            return Err(refusal);
+        }
         let state = ledger.skill(name).map_err(|e| e.to_string())?.state;
         let mut outcome = NodeOutcome::succeeded(json!({
             "skill": name,

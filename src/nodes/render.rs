@@ -77,22 +77,24 @@ impl Render {
         }
         let context = minijinja::context! { vars => vars, ..ctx.vars.clone() };
         let text = ctx
+            .env
             .templates
             .render_file(&self.template, &context)
             .map_err(|e| format!("failed to render {}: {}", self.template, describe_error(&e)))?;
         let artifact = ctx
+            .env
             .artifacts
             .put_bytes(&self.artifact_kind, text.as_bytes())
             .map_err(|e| format!("failed to store the rendered text: {e}"))?;
         let mut outputs = json!({
             "artifact": artifact.sha256,
-            "path": ctx.artifacts.path_of(&artifact),
+            "path": ctx.env.artifacts.path_of(&artifact),
             "bytes": artifact.size,
         });
         if let Some(dest) = &self.dest {
             let dest = ctx.render("dest", dest)?;
-            let path =
-                contained_path(ctx.workspace, &dest).map_err(|e| format!("refused `dest`: {e}"))?;
+            let path = contained_path(&ctx.env.workspace, &dest)
+                .map_err(|e| format!("refused `dest`: {e}"))?;
             if let Some(parent) = path.parent() {
                 tokio::fs::create_dir_all(parent)
                     .await

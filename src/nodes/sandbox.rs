@@ -57,19 +57,19 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Sandbox {
     async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let source = ctx.workspace.join(ctx.render("source", &self.source)?);
+        let source = ctx.env.workspace.join(ctx.render("source", &self.source)?);
         if !source.is_dir() {
             return Err(format!("source {} is not a folder", source.display()));
         }
-        std::fs::create_dir_all(ctx.sandboxes)
-            .map_err(|e| format!("failed to create {}: {e}", ctx.sandboxes.display()))?;
+        std::fs::create_dir_all(&ctx.env.sandboxes)
+            .map_err(|e| format!("failed to create {}: {e}", ctx.env.sandboxes.display()))?;
         let dest = tempfile::Builder::new()
             .prefix(&format!("run{}-{}-", ctx.run_id, ctx.node_id))
-            .tempdir_in(ctx.sandboxes)
+            .tempdir_in(&ctx.env.sandboxes)
             .map_err(|e| format!("failed to create a sandbox folder: {e}"))?
             .keep();
         let skip = self.skip.clone();
-        let exclude = ctx.state_paths.to_vec();
+        let exclude = ctx.env.state_paths.to_vec();
         let (from, to) = (source.clone(), dest.clone());
         let stats =
             tokio::task::spawn_blocking(move || sandbox::copy_tree(&from, &to, &skip, &exclude))

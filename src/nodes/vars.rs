@@ -98,7 +98,7 @@ impl Vars {
         }
         if let (Some(conventions), Some(skill)) = (&self.conventions, rendered.get("skill")) {
             let skill = skill.as_str().unwrap_or_default().to_owned();
-            let paths = conventions.render(ctx.templates, &skill)?;
+            let paths = conventions.render(&ctx.env.templates, &skill)?;
             rendered.insert(
                 "paths".into(),
                 serde_json::to_value(paths).expect("paths serialize"),
@@ -113,7 +113,8 @@ impl Vars {
         template: &str,
         context: &minijinja::Value,
     ) -> Result<String, String> {
-        ctx.templates
+        ctx.env
+            .templates
             .render_str(template, context)
             .map_err(|e| format!("failed to render `{template}`: {}", describe_error(&e)))
     }

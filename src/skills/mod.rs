@@ -203,6 +203,42 @@ impl Lifecycle {
     }
 }
 
+/// Why `skill` may not be built now, if it may not: its state is not buildable, or a person's
+/// review of it is pending or ended in a rejection. The forge asks before each attempt.
+pub fn build_refusal(
+    ledger: &crate::ledger::Ledger,
+    lifecycle: &Lifecycle,
+    skill: &str,
+) -> Result<Option<String>, crate::ledger::LedgerError> {
+    let state = ledger.skill(skill)?.state;
+    if !lifecycle.buildable.contains(&state) {
+        return Ok(Some(format!(
+            "`{skill}` is {state}, which is not buildable (buildable: {})",
+            lifecycle.buildable.join(", ")
+        )));
+    }
+    let Some(escalation) = ledger.latest_escalation(skill)? else {
+        return Ok(None);
+    };
+    Ok(match escalation.status.as_str() {
+        "pending" => Some(format!(
+            "`{skill}` awaits review since run {run}; decide with `kavi approve {run}` or `kavi reject {run}`",
+            run = ledger.root_run(escalation.run_id)?.id
+        )),
+        "rejected" => Some(format!(
+            "`{skill}` was rejected in review of run {} by {}{}; it is not built again",
+            ledger.root_run(escalation.run_id)?.id,
+            escalation.decided_by.as_deref().unwrap_or("unknown"),
+            escalation
+                .comment
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default()
+        )),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,9 @@ pub struct LoadContext<'a> {
     /// The workspace root: policy files are named relative to it.
     pub root: &'a Path,
     pub templates: &'a TemplateEngine,
+    /// The pipeline files being loaded, outermost first, each canonical: a `pipeline` node that
+    /// names one of them again would include itself forever.
+    pub including: &'a [PathBuf],
 }
 
 /// `sha256:<hex>` of a spec or policy text: how the ledger names it.
@@ -150,11 +153,18 @@ pub fn load_pipeline(
     display_path: &Path,
     context: &LoadContext<'_>,
 ) -> Result<Pipeline, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+    let read_error = |source| SpecError::Read {
         path: display_path.to_owned(),
         source,
-    })?;
-    load_pipeline_str(display_path, text, context)
+    };
+    let text = std::fs::read_to_string(path).map_err(read_error)?;
+    let mut including = context.including.to_vec();
+    including.push(path.canonicalize().map_err(read_error)?);
+    let context = LoadContext {
+        including: &including,
+        ..*context
+    };
+    load_pipeline_str(display_path, text, &context)
 }
 
 /// Validates pipeline text. Everything is checked before returning, and all problems found in
@@ -350,6 +360,7 @@ fn load_node(
         span: id_span.clone(),
         root: context.root,
         templates,
+        including: context.including,
         reads: Vec::new(),
         policies: Vec::new(),
     };

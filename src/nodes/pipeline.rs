@@ -1,0 +1,254 @@
+//! `pipeline`: run another pipeline file as one node. The child is a run of its own in the ledger,
+//! with this run as its parent; the node ends as the child run ended (succeeded, failed,
+//! cancelled, awaiting_review), so `retry` on this node repeats the whole child pipeline. That is
+//! how the forge loops over build attempts: `pipelines/forge.toml` retries its attempt pipeline.
+//!
+//! The child file is loaded and compiled when this pipeline is, so `kavi pipeline check` reports
+//! its errors (and an include cycle) before anything runs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use toml::Spanned;
+
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::executor::{self, Environment};
+use crate::ledger::{Ledger, RunOrigin};
+use crate::spec::{self, Pipeline, SpecError};
+use crate::state::{NodeState, RunStatus};
+
+pub const KIND: NodeKind = NodeKind {
+    name: "pipeline",
+    parse,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PipelineConfig {
+    /// The child pipeline: a name looked up in `pipelines/`, or a path in the workspace.
+    file: Spanned<String>,
+    /// The child's parameters, as templated strings (parsed by the child's declared types).
+    #[serde(default)]
+    params: IndexMap<String, Spanned<String>>,
+}
+
+#[derive(Debug)]
+struct SubPipeline {
+    pipeline: Arc<Pipeline>,
+    params: IndexMap<String, String>,
+}
+
+/// Where a `file` field points: a bare name is looked up in `pipelines/`, anything else is a path
+/// inside the workspace.
+fn child_path(root: &Path, name: &str) -> Result<PathBuf, String> {
+    if name.contains('/') {
+        let path = super::contained_path(root, name)?;
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("pipeline `{name}` not found"))
+        };
+    }
+    spec::resolve_pipeline_path(root, &root.join("pipelines").join(name).to_string_lossy())
+        .or_else(|_| spec::resolve_pipeline_path(root, &format!("{name}.toml")))
+        .map_err(|_| format!("pipeline `{name}` not found in pipelines/"))
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: PipelineConfig = config.deserialize()?;
+    let file_span = raw.file.span();
+    let path = child_path(config.root, raw.file.get_ref())
+        .map_err(|message| config.error(message, file_span.clone()))?;
+    let canonical = path.canonicalize().map_err(|e| {
+        config.error(
+            format!("cannot resolve the pipeline: {e}"),
+            file_span.clone(),
+        )
+    })?;
+    if let Some(first) = config.including.iter().position(|p| *p == canonical) {
+        let cycle: Vec<String> = config.including[first..]
+            .iter()
+            .chain(std::iter::once(&canonical))
+            .map(|p| display(config.root, p))
+            .collect();
+        return Err(config.error(
+            format!("pipeline include cycle: {}", cycle.join(" -> ")),
+            file_span,
+        ));
+    }
+    let context = spec::LoadContext {
+        root: config.root,
+        templates: config.templates,
+        including: config.including,
+    };
+    let display_path = PathBuf::from(display(config.root, &path));
+    let pipeline = spec::load_pipeline(&path, &display_path, &context)
+        .and_then(|pipeline| crate::dag::compile(&pipeline).map(|_| ()).map(|()| pipeline))
+        .map_err(|e| match e {
+            // The child's own diagnostics point into the child's file; the first one is enough
+            // to find it, and `kavi pipeline check` on the child lists them all.
+            SpecError::Invalid(mut problems) if !problems.0.is_empty() => {
+                let mut first = problems.0.swap_remove(0);
+                let note = format!(
+                    "this pipeline is run by a `pipeline` node; `kavi pipeline check {}` lists every problem in it",
+                    display_path.display()
+                );
+                first.help = Some(match first.help {
+                    Some(help) => format!("{help}\n{note}"),
+                    None => note,
+                });
+                first
+            }
+            other => config.error(other.to_string(), file_span.clone()),
+        })?;
+
+    for (name, value) in &raw.params {
+        if !pipeline.params.contains_key(name) {
+            let known: Vec<_> = pipeline.params.keys().map(|k| format!("`{k}`")).collect();
+            return Err(config
+                .error(
+                    format!("pipeline `{}` has no parameter `{name}`", pipeline.name),
+                    value.span(),
+                )
+                .with_help(format!("its parameters: {}", known.join(", "))));
+        }
+        config.check_template(value)?;
+    }
+    let missing: Vec<&String> = pipeline
+        .params
+        .iter()
+        .filter(|(name, decl)| decl.default.is_none() && !raw.params.contains_key(*name))
+        .map(|(name, _)| name)
+        .collect();
+    if let Some(name) = missing.first() {
+        return Err(config.error(
+            format!(
+                "pipeline `{}` needs parameter `{name}`; set it in `params`",
+                pipeline.name
+            ),
+            file_span,
+        ));
+    }
+    config.policies.extend(pipeline.policies.iter().cloned());
+    Ok(Arc::new(SubPipeline {
+        pipeline: Arc::new(pipeline),
+        params: raw
+            .params
+            .into_iter()
+            .map(|(k, v)| (k, v.into_inner()))
+            .collect(),
+    }))
+}
+
+/// A path as messages show it: relative to the workspace when inside it.
+fn display(root: &Path, path: &Path) -> String {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    path.strip_prefix(&root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+impl SubPipeline {
+    async fn execute(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let mut sets = Vec::new();
+        for (name, source) in &self.params {
+            sets.push((name.clone(), ctx.render(&format!("params.{name}"), source)?));
+        }
+        let params = spec::resolve_params(&self.pipeline.params, &sets)
+            .map_err(|problems| crate::diagnostic::Diagnostics(problems).to_string())?;
+        let dag = crate::dag::compile(&self.pipeline).map_err(|e| e.to_string())?;
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        let env = Environment {
+            depth: ctx.env.depth + 1,
+            ..ctx.env.clone()
+        };
+        let mut observer = (ctx.env.child_observer)(env.depth);
+        let outcome = executor::execute(
+            &dag,
+            params,
+            Arc::new(env),
+            &mut ledger,
+            observer.as_mut(),
+            ctx.cancel.child_token(),
+            RunOrigin::Child { parent: ctx.run_id },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let detail = ledger
+            .run_detail(outcome.run_id)
+            .map_err(|e| e.to_string())?;
+        let mut nodes = Map::new();
+        for node in crate::ledger::final_attempts(&detail.nodes) {
+            nodes.insert(
+                node.node_id.clone(),
+                json!({ "state": node.state, "outputs": node.outputs.clone().unwrap_or(json!({})) }),
+            );
+        }
+        let outputs = json!({
+            "run_id": outcome.run_id,
+            "status": outcome.status,
+            "nodes": Value::Object(nodes),
+        });
+        let (state, error) = match outcome.status {
+            RunStatus::Succeeded => (NodeState::Succeeded, None),
+            RunStatus::AwaitingReview => (
+                NodeState::AwaitingReview,
+                // The child's own node names the decision to make.
+                Some(format!("child run {} awaits review", outcome.run_id)),
+            ),
+            RunStatus::Cancelled => (NodeState::Cancelled, None),
+            _ => {
+                let cause = crate::ledger::final_attempts(&detail.nodes)
+                    .into_iter()
+                    .find(|n| matches!(n.state, NodeState::Failed | NodeState::TimedOut))
+                    .map(|n| {
+                        format!(
+                            " at `{}`: {}",
+                            n.node_id,
+                            // The first line says what; the child run has the rest.
+                            n.error
+                                .as_deref()
+                                .and_then(|e| e.lines().next())
+                                .unwrap_or(n.state.as_str())
+                        )
+                    })
+                    .or_else(|| detail.run.error.as_ref().map(|e| format!(": {e}")))
+                    .unwrap_or_default();
+                (
+                    NodeState::Failed,
+                    Some(format!(
+                        "child run {} {}{cause}",
+                        outcome.run_id, outcome.status
+                    )),
+                )
+            }
+        };
+        Ok(NodeOutcome {
+            state,
+            exit_code: None,
+            outputs,
+            artifacts: Vec::new(),
+            error,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for SubPipeline {
+    fn describe(&self) -> String {
+        format!(
+            "run pipeline `{}` ({}) as a child run",
+            self.pipeline.name,
+            self.pipeline.source.path.display()
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.execute(ctx).await.unwrap_or_else(NodeOutcome::failed)
+    }
+}
