@@ -27,6 +27,45 @@ pub struct Config {
     /// The command a `build` node runs in the sandbox (through `sh -c`), with the build packet
     /// on stdin: the external coding agent.
     pub builder: String,
+    /// The LLM gateway an `advise` node asks for a revised packet.
+    pub gateway: GatewayConfig,
+}
+
+/// An OpenAI-compatible chat-completions endpoint. With no `base_url`, there is no advisory and
+/// the forge's `advise` node is skipped.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// The API base, such as `https://llm.example/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    pub model: String,
+    /// How long one request may take, such as `30s`.
+    pub timeout: String,
+    /// The prompt is cut to this many characters before it is sent.
+    pub max_prompt_chars: usize,
+    /// The environment variable holding the API key, sent as a bearer token. The key itself is
+    /// never written to the ledger, the artifacts or the logs.
+    pub api_key_env: String,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            base_url: String::new(),
+            model: "gpt-4o-mini".to_owned(),
+            timeout: "30s".to_owned(),
+            max_prompt_chars: 16_000,
+            api_key_env: "KAVI_GATEWAY_API_KEY".to_owned(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// The request timeout, checked when the configuration is loaded.
+    pub fn timeout(&self) -> Result<std::time::Duration, String> {
+        humantime::parse_duration(&self.timeout)
+            .map_err(|e| format!("`gateway.timeout` = {:?}: {e}", self.timeout))
+    }
 }
 
 /// The headless coding-CLI invocation: edit tools only, no shell, the packet on stdin.
@@ -41,6 +80,7 @@ impl Default for Config {
             sandboxes: PathBuf::from(".kavi/sandboxes"),
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             builder: DEFAULT_BUILDER.to_owned(),
+            gateway: GatewayConfig::default(),
         }
     }
 }
@@ -60,6 +100,8 @@ pub enum ConfigError {
     Invalid(Box<figment::Error>),
     #[error("invalid configuration: `jobs` must be at least 1")]
     ZeroJobs,
+    #[error("invalid configuration: {0}")]
+    Gateway(String),
     #[error("failed to read the current directory: {0}")]
     CurrentDir(std::io::Error),
     #[error("workspace {} is not a directory", .0.display())]
@@ -105,12 +147,19 @@ impl Workspace {
                 "jobs",
                 "builder",
             ]))
+            // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
+            .merge(
+                Env::prefixed("KAVI_GATEWAY_")
+                    .only(&["base_url", "model", "timeout", "max_prompt_chars"])
+                    .map(|key| format!("gateway.{key}").into()),
+            )
             .merge(Serialized::defaults(overrides))
             .extract()
             .map_err(|e| ConfigError::Invalid(Box::new(e)))?;
         if config.jobs == 0 {
             return Err(ConfigError::ZeroJobs);
         }
+        config.gateway.timeout().map_err(ConfigError::Gateway)?;
         config.ledger = root.join(&config.ledger);
         config.artifacts = root.join(&config.artifacts);
         config.sandboxes = root.join(&config.sandboxes);
@@ -158,6 +207,19 @@ mod tests {
                 ledger: None,
             };
             assert_eq!(Workspace::load(None, &flags).unwrap().config.jobs, 7);
+
+            jail.create_file(
+                "kavi.toml",
+                "[gateway]\nbase_url = \"http://file\"\nmodel = \"m\"\n",
+            )?;
+            jail.set_env("KAVI_GATEWAY_BASE_URL", "http://127.0.0.1:9");
+            let gateway = Workspace::load(None, &Overrides::default())
+                .unwrap()
+                .config
+                .gateway;
+            assert_eq!(gateway.base_url, "http://127.0.0.1:9");
+            assert_eq!(gateway.model, "m");
+            assert_eq!(gateway.max_prompt_chars, 16_000);
             Ok(())
         });
     }

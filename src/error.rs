@@ -50,7 +50,8 @@ impl Error {
             Error::Ledger(
                 LedgerError::RunNotFound(_)
                 | LedgerError::SpecNotFound(_)
-                | LedgerError::SkillNotFound(_),
+                | LedgerError::SkillNotFound(_)
+                | LedgerError::BuildNotFound(_),
             ) => exit::NOT_FOUND,
             Error::Ledger(LedgerError::SkillExists(_) | LedgerError::NothingToDecide(_)) => {
                 exit::USAGE

@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod nodes;
 pub mod policy;
 pub mod process;
+pub mod research;
 pub mod sandbox;
 pub mod skills;
 pub mod spec;

@@ -4,26 +4,14 @@
 
 mod common;
 
-use common::copy_dir;
-
 use std::path::Path;
 
 /// The forge story runs against the shipped workspace itself, copied fresh into its fixture
 /// folder, so the scenario always exercises what ships (the folder is git-ignored).
 fn prepare_forge_fixture() {
-    let repo = common::repo();
-    let fixture = repo.join("tests/cmd/forge.in");
+    let fixture = common::repo().join("tests/cmd/forge.in");
     let _ = std::fs::remove_dir_all(&fixture);
-    for folder in [
-        "pipelines",
-        "policies",
-        "templates",
-        "proposals",
-        "builders",
-    ] {
-        copy_dir(&repo.join(folder), &fixture.join(folder));
-    }
-    std::fs::copy(repo.join("kavi.toml"), fixture.join("kavi.toml")).unwrap();
+    common::copy_shipped_workspace(&fixture);
 }
 
 #[test]

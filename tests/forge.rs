@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{copy_dir, json, kavi, node, repo, verification};
+use common::{json, kavi, node, shipped_workspace, verification};
 
 use serde_json::Value;
 use std::path::Path;
@@ -52,26 +52,9 @@ fn forge(root: &Path, skill: &str, flaws: &str) -> Output {
     )
 }
 
-/// A copy of the repository's workspace: what a user starts from.
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = repo();
-    for folder in [
-        "pipelines",
-        "policies",
-        "templates",
-        "proposals",
-        "builders",
-    ] {
-        copy_dir(&repo.join(folder), &dir.path().join(folder));
-    }
-    std::fs::copy(repo.join("kavi.toml"), dir.path().join("kavi.toml")).unwrap();
-    dir
-}
-
 #[test]
 fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
-    let dir = workspace();
+    let dir = shipped_workspace();
     let root = dir.path();
     let out = kavi(
         root,
@@ -109,6 +92,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
             ("verified", "succeeded"),
             ("promote", "succeeded"),
             ("classify", "skipped"),
+            ("advise", "skipped"),
             ("escalate", "skipped"),
         ]
     );
@@ -172,7 +156,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
 /// reaches the target, and after three failures a person must decide. A rejection ends it.
 #[test]
 fn builds_outside_the_allowlist_never_reach_the_target_and_repeated_failure_escalates() {
-    let dir = workspace();
+    let dir = shipped_workspace();
     let root = dir.path();
     let out = forge(root, "write_note", "1=scope,2=scope,3=scope");
     assert_eq!(out.status.code(), Some(6));
@@ -229,7 +213,7 @@ fn builds_outside_the_allowlist_never_reach_the_target_and_repeated_failure_esca
 /// attempt goes on to promotion.
 #[test]
 fn an_approval_resumes_the_loop_with_the_next_attempt() {
-    let dir = workspace();
+    let dir = shipped_workspace();
     let root = dir.path();
     assert_eq!(
         forge(root, "word_count", "1=test,2=test,3=test")
@@ -265,7 +249,7 @@ fn an_approval_resumes_the_loop_with_the_next_attempt() {
 
 #[test]
 fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
-    let dir = workspace();
+    let dir = shipped_workspace();
     let root = dir.path();
     let out = forge(root, "write_note", "1=policy");
     // The policy failure is a security class: the run stops for a person's review (exit 6),
@@ -399,7 +383,7 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         ("test", "VERIFY_TEST", "verify"),
         ("policy", "VERIFY_POLICY", "verify"),
     ] {
-        let dir = workspace();
+        let dir = shipped_workspace();
         let root = dir.path();
         let out = forge(root, "word_count", &format!("1={flaw}"));
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -29,6 +29,7 @@ macro_rules! out {
 mod builds;
 mod output;
 mod pipeline;
+mod research;
 mod review;
 mod runs;
 mod skills;
@@ -85,6 +86,16 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
+    /// Classify a build's failed attempt by hand and write a research note on it.
+    Research {
+        /// The build id (`kavi builds list SKILL` lists them).
+        build: i64,
+        /// Also ask the LLM gateway (`[gateway]` in kavi.toml) for a revised packet.
+        #[arg(long)]
+        advise: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Approve a run that stopped for review, and resume it: its pipeline runs again with the
     /// same parameters, and the forge goes on with the next attempt.
     Approve {
@@ -288,6 +299,11 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)
         }
+        Command::Research {
+            build,
+            advise,
+            json,
+        } => research::run(&workspace, build, advise, json).await,
         Command::Approve {
             run,
             comment,

@@ -86,6 +86,7 @@ pub async fn run(
             "artifacts": workspace.config.artifacts,
             "sandboxes": workspace.config.sandboxes,
             "builder": workspace.config.builder,
+            "gateway": workspace.config.gateway,
             "jobs": workspace.config.jobs,
         }),
         jobs: workspace.config.jobs,

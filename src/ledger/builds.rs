@@ -31,6 +31,34 @@ pub struct BuildRow {
     pub finished_at: Option<String>,
     pub failure_kind: Option<String>,
     pub research_note: Option<String>,
+    /// The ADVISORY artifact: the gateway's revised packet for the next attempt.
+    pub advisory: Option<String>,
+    /// Why the gateway gave no usable advisory (unreachable, timed out, nonsense).
+    pub advisory_error: Option<String>,
+}
+
+const BUILD_COLUMNS: &str = "id, skill, attempt, parent_build, run_id, status, packet, log, \
+                             exit_code, started_at, finished_at, failure_kind, research_note, \
+                             advisory, advisory_error";
+
+fn build_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRow> {
+    Ok(BuildRow {
+        id: r.get(0)?,
+        skill: r.get(1)?,
+        attempt: r.get(2)?,
+        parent_build: r.get(3)?,
+        run_id: r.get(4)?,
+        status: r.get(5)?,
+        packet: r.get(6)?,
+        log: r.get(7)?,
+        exit_code: r.get(8)?,
+        started_at: r.get(9)?,
+        finished_at: r.get(10)?,
+        failure_kind: r.get(11)?,
+        research_note: r.get(12)?,
+        advisory: r.get(13)?,
+        advisory_error: r.get(14)?,
+    })
 }
 
 impl Ledger {
@@ -126,30 +154,51 @@ impl Ledger {
         Ok(())
     }
 
+    /// Records the advisory a build got: the revised packet, or why there is none.
+    pub fn record_advisory(
+        &mut self,
+        build_id: i64,
+        advisory: std::result::Result<&Artifact, &str>,
+    ) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (sha, error) = match advisory {
+            Ok(artifact) => {
+                tx.execute(
+                    "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![artifact.sha256, artifact.kind, artifact.size, artifact.path, now()],
+                )?;
+                (Some(artifact.sha256.as_str()), None)
+            }
+            Err(error) => (None, Some(error)),
+        };
+        tx.execute(
+            "UPDATE builds SET advisory = ?1, advisory_error = ?2 WHERE id = ?3",
+            params![sha, error, build_id],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// A skill's builds, first attempt first.
     pub fn builds(&self, skill: &str) -> Result<Vec<BuildRow>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, skill, attempt, parent_build, run_id, status, packet, log, exit_code, started_at,
-                    finished_at, failure_kind, research_note
-             FROM builds WHERE skill = ?1 ORDER BY attempt",
-        )?;
-        let rows = stmt.query_map([skill], |r| {
-            Ok(BuildRow {
-                id: r.get(0)?,
-                skill: r.get(1)?,
-                attempt: r.get(2)?,
-                parent_build: r.get(3)?,
-                run_id: r.get(4)?,
-                status: r.get(5)?,
-                packet: r.get(6)?,
-                log: r.get(7)?,
-                exit_code: r.get(8)?,
-                started_at: r.get(9)?,
-                finished_at: r.get(10)?,
-                failure_kind: r.get(11)?,
-                research_note: r.get(12)?,
-            })
-        })?;
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {BUILD_COLUMNS} FROM builds WHERE skill = ?1 ORDER BY attempt"
+        ))?;
+        let rows = stmt.query_map([skill], build_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// One build, by id.
+    pub fn build(&self, id: i64) -> Result<BuildRow> {
+        self.conn
+            .query_row(
+                &format!("SELECT {BUILD_COLUMNS} FROM builds WHERE id = ?1"),
+                [id],
+                build_row,
+            )
+            .optional()?
+            .ok_or(LedgerError::BuildNotFound(id))
     }
 }

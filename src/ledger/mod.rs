@@ -59,6 +59,8 @@ pub enum LedgerError {
     SkillExists(String),
     #[error("{0}")]
     TransitionRefused(String),
+    #[error("no build {0} in the ledger; `kavi builds list SKILL` lists a skill's builds")]
+    BuildNotFound(i64),
     #[error("run {0} has no escalation awaiting a decision")]
     NothingToDecide(i64),
 }

@@ -176,4 +176,9 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runs ADD COLUMN resumed_from INTEGER REFERENCES runs(id);
     "#,
+    // 10: the advisory a failed build got from the LLM gateway: a revised packet, or why not.
+    r#"
+    ALTER TABLE builds ADD COLUMN advisory TEXT REFERENCES artifacts(sha256);
+    ALTER TABLE builds ADD COLUMN advisory_error TEXT;
+    "#,
 ];

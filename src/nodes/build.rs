@@ -113,12 +113,21 @@ fn previous_attempt(
                 .map_err(|e| format!("the research note of build {} is not JSON: {e}", last.id))?
         }
     };
+    // The gateway's revised packet, if it gave one: the next packet quotes it.
+    let advisory = match &last.advisory {
+        None => None,
+        Some(sha) => Some(
+            std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(sha))
+                .map_err(|e| format!("failed to read the advisory of build {}: {e}", last.id))?,
+        ),
+    };
     Ok(json!({
         "build_id": last.id,
         "attempt": last.attempt,
         "status": last.status,
         "failure_kind": last.failure_kind,
         "note": note,
+        "advisory": advisory,
     }))
 }
 

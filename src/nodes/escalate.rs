@@ -11,7 +11,8 @@ use toml::Spanned;
 
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
-use crate::ledger::Ledger;
+use crate::ledger::{BuildRow, Ledger};
+use crate::research::advisory;
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
@@ -42,6 +43,14 @@ struct Rules {
     /// AMBIGUOUS: failure kinds the classifier could not name.
     #[serde(default)]
     ambiguous_kinds: Vec<String>,
+    /// AMBIGUOUS, too: the attempt asked the gateway for an advisory and got none.
+    #[serde(default)]
+    advisory_unavailable_is_ambiguous: bool,
+    /// PERMISSION_WIDENING: words a revised packet may not add (network, money, ...).
+    #[serde(default)]
+    permission_keywords: Vec<String>,
+    /// LARGE_DIFF: the largest share of the packet's lines an advisory may rewrite (0.5 = 50 %).
+    large_diff: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -65,6 +74,50 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 }
 
 impl Escalate {
+    /// What the attempt's advisory, if it asked for one, says about escalating.
+    fn advisory_triggers(
+        &self,
+        ctx: &NodeContext<'_>,
+        build: &BuildRow,
+    ) -> Result<Vec<serde_json::Value>, String> {
+        let mut triggers = Vec::new();
+        if let Some(error) = &build.advisory_error
+            && self.rules.advisory_unavailable_is_ambiguous
+        {
+            triggers
+                .push(json!({ "trigger": "AMBIGUOUS", "reason": format!("no advisory: {error}") }));
+        }
+        let (Some(packet), Some(advisory)) = (&build.packet, &build.advisory) else {
+            return Ok(triggers);
+        };
+        let read = |sha: &str| {
+            std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(sha))
+                .map_err(|e| format!("failed to read artifact {sha}: {e}"))
+        };
+        let (packet, revised) = (read(packet)?, read(advisory)?);
+        let added = advisory::widening(&packet, &revised, &self.rules.permission_keywords);
+        if !added.is_empty() {
+            triggers.push(json!({
+                "trigger": "PERMISSION_WIDENING",
+                "reason": format!("the advisory adds {}", added.join(", ")),
+            }));
+        }
+        if let Some(limit) = self.rules.large_diff {
+            let share = advisory::changed_share(&packet, &revised);
+            if share > limit {
+                triggers.push(json!({
+                    "trigger": "LARGE_DIFF",
+                    "reason": format!(
+                        "the advisory rewrites {:.0} % of the packet's lines (limit {:.0} %)",
+                        share * 100.0,
+                        limit * 100.0
+                    ),
+                }));
+            }
+        }
+        Ok(triggers)
+    }
+
     fn evaluate(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
         let kind = ctx.render("failure_kind", &self.failure_kind)?;
@@ -93,6 +146,9 @@ impl Escalate {
         }
         if self.rules.ambiguous_kinds.contains(&kind) {
             triggers.push(json!({ "trigger": "AMBIGUOUS", "reason": format!("a {kind} failure") }));
+        }
+        if let Some(build) = builds.last().filter(|_| built_now) {
+            triggers.extend(self.advisory_triggers(ctx, build)?);
         }
         if triggers.is_empty() {
             return Ok(NodeOutcome::succeeded(json!({

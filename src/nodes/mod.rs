@@ -4,6 +4,7 @@
 //! [`NodeAction`], and calls [`NodeAction::run`] with a [`NodeContext`]. Adding a kind means adding
 //! a module and one line to [`KINDS`].
 
+mod advise;
 mod allowlist;
 mod build;
 mod classify;
@@ -58,7 +59,11 @@ pub const KINDS: &[NodeKind] = &[
     classify::KIND,
     escalate::KIND,
     pipeline::KIND,
+    advise::KIND,
 ];
+
+/// The failure classifier a `classify` node uses unless it names another.
+pub const CLASSIFIER_POLICY: &str = "policies/classifier.toml";
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {
     KINDS.iter().find(|k| k.name == name)
@@ -133,6 +138,14 @@ impl NodeOutcome {
             outputs,
             artifacts: Vec::new(),
             error: None,
+        }
+    }
+
+    /// Stopped by the run's cancel token (the executor turns it into a timeout where it was one).
+    pub fn cancelled() -> Self {
+        Self {
+            state: NodeState::Cancelled,
+            ..Self::succeeded(Value::Object(Default::default()))
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 pub mod classifier;
 pub mod gates;
 pub mod invariants;
+pub mod network;
 pub mod scanner;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};

@@ -76,6 +76,28 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Copies the shipped workspace (pipelines, policies, templates, proposals, the scripted builder
+/// and kavi.toml) into `dir`: what a user starts from.
+pub fn copy_shipped_workspace(dir: &Path) {
+    for folder in [
+        "pipelines",
+        "policies",
+        "templates",
+        "proposals",
+        "builders",
+    ] {
+        copy_dir(&repo().join(folder), &dir.join(folder));
+    }
+    std::fs::copy(repo().join("kavi.toml"), dir.join("kavi.toml")).unwrap();
+}
+
+/// A fresh temporary copy of the shipped workspace.
+pub fn shipped_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_shipped_workspace(dir.path());
+    dir
+}
+
 /// Copies shipped policy files into a workspace's `policies/`.
 pub fn copy_policies(root: &Path, names: &[&str]) {
     std::fs::create_dir_all(root.join("policies")).unwrap();
