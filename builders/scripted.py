@@ -7,6 +7,8 @@ skills/<skill>/, so the forge runs end to end on a machine with no agent and no 
 
 KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2=test".
     syntax  the skill does not compile                 (compile gate)
+    lint    the skill imports a module it never uses     (lint gate)
+    type    a helper returns a str where it declares int (types gate)
     test    a unit test expects the wrong value        (tests gate)
     policy  the skill imports a forbidden module       (policy gate)
     scope   a file outside the allowlist is written    (diff gate)
@@ -53,6 +55,12 @@ def main():
     test_file = target / "test_skill.py"
     if flaw == "syntax":
         skill_file.write_text(skill_file.read_text() + "\ndef broken(:\n    pass\n")
+    elif flaw == "lint":
+        skill_file.write_text("import textwrap\n" + skill_file.read_text())
+    elif flaw == "type":
+        skill_file.write_text(
+            skill_file.read_text() + '\n\ndef _empty_count() -> int:\n    return "zero"\n'
+        )
     elif flaw == "test":
         test_file.write_text(test_file.read_text().replace("assertEqual(", "assertNotEqual(", 1))
     elif flaw == "policy":

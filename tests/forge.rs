@@ -107,7 +107,10 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         .iter()
         .map(|v| v["gate"].as_str().unwrap())
         .collect();
-    assert_eq!(gates, ["compile", "tests", "policy", "invariants"]);
+    assert_eq!(
+        gates,
+        ["policy", "invariants", "compile", "lint", "types", "tests"]
+    );
     assert!(verifications.iter().all(|v| v["status"] == "passed"));
     assert_eq!(
         node(run, "promote")["outputs"]["source_hash"],
@@ -375,13 +378,15 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
 /// passes, and the skill is promoted, with no permission widening between the two packets.
 #[test]
 fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
-    for (flaw, kind, failed_node) in [
-        ("fail", "BUILD_ERROR", "build"),
-        ("scope", "GATE_VIOLATION", "diff"),
-        ("link", "GATE_VIOLATION", "copy"),
-        ("syntax", "VERIFY_LINT", "verify"),
-        ("test", "VERIFY_TEST", "verify"),
-        ("policy", "VERIFY_POLICY", "verify"),
+    for (flaw, kind, failed_node, failed_gate) in [
+        ("fail", "BUILD_ERROR", "build", None),
+        ("scope", "GATE_VIOLATION", "diff", None),
+        ("link", "GATE_VIOLATION", "copy", None),
+        ("syntax", "VERIFY_LINT", "verify", Some("compile")),
+        ("lint", "VERIFY_LINT", "verify", Some("lint")),
+        ("type", "VERIFY_LINT", "verify", Some("types")),
+        ("test", "VERIFY_TEST", "verify", Some("tests")),
+        ("policy", "VERIFY_POLICY", "verify", Some("policy")),
     ] {
         let dir = shipped_workspace();
         let root = dir.path();
@@ -406,6 +411,14 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         assert_eq!(classify["state"], "succeeded", "{flaw}");
         assert_eq!(classify["outputs"]["kind"], kind, "{flaw}");
         assert_eq!(classify["outputs"]["facts"]["node"], failed_node, "{flaw}");
+        let gates: Vec<&str> = classify["outputs"]["facts"]["failing_gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["gate"].as_str().unwrap())
+            .collect();
+        // The first failing gate names the kind (a syntax error fails the later gates too).
+        assert_eq!(gates.first().copied(), failed_gate, "{flaw}");
         let note: Value = serde_json::from_str(
             &std::fs::read_to_string(classify["outputs"]["note_path"].as_str().unwrap()).unwrap(),
         )

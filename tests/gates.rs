@@ -26,8 +26,7 @@ fn statuses(run: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-const SKILL: &str =
-    "import json\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n";
+const SKILL: &str = "import json\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': json.loads(json.dumps(data))}\n";
 const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n";
 
 fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
@@ -47,6 +46,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
             "lifecycle.toml",
         ],
     );
+    common::copy_gate_checks(root);
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
     std::fs::write(
@@ -80,12 +80,8 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        [
-            ("compile".into(), "passed".into()),
-            ("tests".into(), "passed".into()),
-            ("policy".into(), "passed".into()),
-            ("invariants".into(), "passed".into())
-        ]
+        ["policy", "invariants", "compile", "lint", "types", "tests"]
+            .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
         assert_eq!(v["skill"], "demo");
@@ -123,9 +119,11 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
         policy["detail"],
         "skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
     );
+    // The import is unused, too: the lint gate says so, after the policy gate that names the
+    // failure kind.
     assert_eq!(
         run["nodes"][0]["error"],
-        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
+        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1: F401 `subprocess` imported but unused"
     );
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
 }
@@ -152,25 +150,25 @@ fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
     let text = std::fs::read_to_string(&gates).unwrap();
     std::fs::write(
         &gates,
-        format!("{text}\n[[gate]]\nid = \"types\"\nkind = \"command\"\nrun = [\"no-such-type-checker-kavi\", \"skills/{{{{ skill }}}}\"]\nfailure = \"VERIFY_LINT\"\n"),
+        format!("{text}\n[[gate]]\nid = \"mypy\"\nkind = \"command\"\nrun = [\"no-such-type-checker-kavi\", \"skills/{{{{ skill }}}}\"]\nfailure = \"VERIFY_LINT\"\n"),
     )
     .unwrap();
     assert_eq!(run_verify(dir.path()), Some(1));
     let run = last_run(dir.path());
-    let types = verification(&run, "types");
-    assert_eq!(types["status"], "error");
+    let mypy = verification(&run, "mypy");
+    assert_eq!(mypy["status"], "error");
     assert!(
-        types["detail"]
+        mypy["detail"]
             .as_str()
             .unwrap()
             .starts_with("could not run `no-such-type-checker-kavi`"),
         "{}",
-        types["detail"]
+        mypy["detail"]
     );
     let error = run["nodes"][0]["error"].as_str().unwrap();
     assert!(
         error.starts_with(
-            "required gates did not pass:\n  types (error)\n    could not run `no-such-type-checker-kavi`"
+            "required gates did not pass:\n  mypy (error)\n    could not run `no-such-type-checker-kavi`"
         ),
         "{error}"
     );

@@ -65,6 +65,7 @@ fn workspace() -> tempfile::TempDir {
             "invariants.toml",
         ],
     );
+    common::copy_gate_checks(root);
     std::fs::write(
         root.join("proposals/demo.toml"),
         "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n",

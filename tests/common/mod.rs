@@ -76,8 +76,8 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Copies the shipped workspace (pipelines, policies, templates, proposals, the scripted builder
-/// and kavi.toml) into `dir`: what a user starts from.
+/// Copies the shipped workspace (pipelines, policies, templates, proposals, the scripted builder,
+/// the gate set's checks and kavi.toml) into `dir`: what a user starts from.
 pub fn copy_shipped_workspace(dir: &Path) {
     for folder in [
         "pipelines",
@@ -85,6 +85,7 @@ pub fn copy_shipped_workspace(dir: &Path) {
         "templates",
         "proposals",
         "builders",
+        "checks",
     ] {
         copy_dir(&repo().join(folder), &dir.join(folder));
     }
@@ -108,4 +109,9 @@ pub fn copy_policies(root: &Path, names: &[&str]) {
         )
         .unwrap();
     }
+}
+
+/// Copies `checks/`, the stdlib tools the shipped gate set runs.
+pub fn copy_gate_checks(root: &Path) {
+    copy_dir(&repo().join("checks"), &root.join("checks"));
 }
