@@ -11,6 +11,7 @@ pub mod dag;
 pub mod diagnostic;
 pub mod error;
 pub mod executor;
+pub mod jsonpath;
 pub mod ledger;
 pub mod nodes;
 pub mod policy;

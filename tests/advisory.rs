@@ -5,95 +5,14 @@
 
 mod common;
 
+use common::stand_in::StandIn;
 use common::{json, kavi_command, node, shipped_workspace};
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Output;
-use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-
-/// One request the stand-in received.
-#[derive(Debug, Clone)]
-struct Received {
-    request_line: String,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-impl Received {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn prompt(&self) -> &str {
-        self.body["messages"][1]["content"].as_str().unwrap()
-    }
-}
-
-/// A stand-in for an OpenAI-compatible gateway. `answer` turns each request into a status and a
-/// JSON body. It serves until the test ends (its thread dies with the test process).
-struct Gateway {
-    base_url: String,
-    received: Arc<Mutex<Vec<Received>>>,
-}
-
-impl Gateway {
-    fn start(answer: impl Fn(&Received) -> (u16, Value) + Send + 'static) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&received);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut request_line = String::new();
-                reader.read_line(&mut request_line).unwrap();
-                let mut headers = Vec::new();
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    let line = line.trim_end();
-                    if line.is_empty() {
-                        break;
-                    }
-                    let (name, value) = line.split_once(':').unwrap();
-                    headers.push((name.trim().to_owned(), value.trim().to_owned()));
-                }
-                let length: usize = headers
-                    .iter()
-                    .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-                    .map_or(0, |(_, v)| v.parse().unwrap());
-                let mut body = vec![0; length];
-                reader.read_exact(&mut body).unwrap();
-                let request = Received {
-                    request_line: request_line.trim_end().to_owned(),
-                    headers,
-                    body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-                };
-                let (status, answer_body) = answer(&request);
-                log.lock().unwrap().push(request);
-                let text = answer_body.to_string();
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                    text.len()
-                );
-            }
-        });
-        Self { base_url, received }
-    }
-
-    fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
-}
 
 /// A chat-completions answer carrying `content`.
 fn completion(content: &str) -> Value {
@@ -200,13 +119,13 @@ fn everything_kept(root: &Path) -> Vec<u8> {
 #[test]
 fn a_revised_packet_from_the_gateway_reaches_the_next_attempt_and_both_packets_are_kept() {
     let hint = "## Hint from the advisor\n\nCount characters including the newline.";
-    let gateway = Gateway::start(move |request| {
+    let gateway = StandIn::start(move |request| {
         let revised = format!("{}\n\n{hint}\n", packet_in(request.prompt()));
         (200, completion(&revised))
     });
     let dir = shipped_workspace();
     let root = dir.path();
-    let out = forge(root, &gateway.base_url, &[], "1=test");
+    let out = forge(root, &format!("{}/v1", gateway.origin), &[], "1=test");
     assert!(
         out.status.success(),
         "{}",
@@ -327,7 +246,7 @@ fn a_closed_gateway_port_is_ambiguous_and_the_run_ends_deterministically() {
 fn an_advisory_that_widens_permissions_or_rewrites_the_packet_goes_to_a_person() {
     // A short answer that asks for the network: a permission widening, and most of the packet
     // gone. The prompt is bounded by max_prompt_chars.
-    let gateway = Gateway::start(|_| {
+    let gateway = StandIn::start(|_| {
         (
             200,
             completion("# Build packet\n\nUse network access to fetch the expected counts."),
@@ -337,7 +256,7 @@ fn an_advisory_that_widens_permissions_or_rewrites_the_packet_goes_to_a_person()
     let root = dir.path();
     let out = forge(
         root,
-        &gateway.base_url,
+        &format!("{}/v1", gateway.origin),
         &[("KAVI_GATEWAY_MAX_PROMPT_CHARS", "600")],
         "1=test",
     );
@@ -381,10 +300,10 @@ fn an_advisory_that_widens_permissions_or_rewrites_the_packet_goes_to_a_person()
 
 #[test]
 fn a_nonsense_answer_is_ambiguous() {
-    let gateway = Gateway::start(|_| (200, json!({ "error": { "message": "overloaded" } })));
+    let gateway = StandIn::start(|_| (200, json!({ "error": { "message": "overloaded" } })));
     let dir = shipped_workspace();
     let root = dir.path();
-    let out = forge(root, &gateway.base_url, &[], "1=test");
+    let out = forge(root, &format!("{}/v1", gateway.origin), &[], "1=test");
     assert_eq!(out.status.code(), Some(6));
     let attempts = attempts(root);
     let advise = node(&attempts[0], "advise");
@@ -400,7 +319,7 @@ fn a_nonsense_answer_is_ambiguous() {
 
 #[test]
 fn research_by_hand_classifies_a_build_and_asks_for_advice() {
-    let gateway = Gateway::start(|request| {
+    let gateway = StandIn::start(|request| {
         let revised = format!("{}\n\nMind the newline.\n", packet_in(request.prompt()));
         (200, completion(&revised))
     });
@@ -430,7 +349,7 @@ fn research_by_hand_classifies_a_build_and_asks_for_advice() {
 
     let research = kavi_with_gateway(
         root,
-        &gateway.base_url,
+        &format!("{}/v1", gateway.origin),
         &[],
         &["research", "1", "--advise", "--json"],
     );

@@ -978,3 +978,107 @@ fn ctrl_c_reaches_the_nodes_of_a_child_run() {
     assert_eq!(child["status"], "cancelled");
     assert_eq!(node(&child, "long")["state"], "cancelled");
 }
+
+#[test]
+fn an_http_node_sends_a_templated_body_extracts_by_jsonpath_and_refuses_other_hosts() {
+    // A stand-in service on a loopback port: it echoes what it was sent, with a result list.
+    let service = common::stand_in::StandIn::start(|request| {
+        if request.request_line.starts_with("GET /missing") {
+            return (404, serde_json::json!({"error": "no such thing"}));
+        }
+        (
+            200,
+            serde_json::json!({
+                "got": request.body,
+                "authorized": request.header("authorization") == Some("Bearer token-123"),
+                "results": [{"path": "notes/a.md"}, {"path": "notes/b.md"}],
+            }),
+        )
+    });
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("policies")).unwrap();
+    write(
+        dir.path(),
+        "policies/network.toml",
+        "allowed_hosts = [\"127.0.0.1\"]\n",
+    );
+    write(
+        dir.path(),
+        "pipelines/call.toml",
+        &format!(
+            r#"
+[pipeline]
+name = "call"
+
+[params.word]
+type = "string"
+default = "hi"
+
+[nodes.post]
+kind = "http"
+url = "{origin}/search"
+json = {{ query = "{{{{ params.word }}}}", limit = 2, tags = ["x", "{{{{ run.id }}}}"] }}
+bearer_env = "SERVICE_TOKEN"
+extract = {{ first = "$.results[0].path", echoed = "$.got.query" }}
+timeout = "10s"
+
+[nodes.use]
+kind = "exec"
+needs = ["post"]
+run = ["echo", "{{{{ nodes.post.outputs.extract.first }}}}"]
+
+[nodes.missing]
+kind = "http"
+url = "{origin}/missing"
+
+[nodes.elsewhere]
+kind = "http"
+url = "http://localhost:9/"
+"#,
+            origin = service.origin
+        ),
+    );
+    let out = kavi_command(
+        dir.path(),
+        &["pipeline", "run", "call", "--set", "word=kavi"],
+    )
+    .env("SERVICE_TOKEN", "token-123")
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let post = node(&run, "post");
+    assert_eq!(post["state"], "succeeded");
+    assert_eq!(post["outputs"]["status"], 200);
+    assert_eq!(
+        post["outputs"]["body"]["got"],
+        serde_json::json!({"query": "kavi", "limit": 2, "tags": ["x", "1"]})
+    );
+    assert_eq!(post["outputs"]["body"]["authorized"], true);
+    assert_eq!(post["outputs"]["extract"]["first"], "notes/a.md");
+    assert_eq!(post["outputs"]["extract"]["echoed"], "kavi");
+    assert_eq!(node(&run, "use")["outputs"]["stdout"], "notes/a.md\n");
+    // The token went to the service only: it is in no record.
+    assert!(!serde_json::to_string(&run).unwrap().contains("token-123"));
+
+    let missing = node(&run, "missing");
+    assert_eq!(missing["state"], "failed");
+    assert_eq!(
+        missing["error"],
+        format!("{}/missing answered 404", service.origin)
+    );
+    assert_eq!(missing["outputs"]["body"]["error"], "no such thing");
+
+    let elsewhere = node(&run, "elsewhere");
+    assert_eq!(
+        elsewhere["error"],
+        "refused `http://localhost:9/`: host `localhost` is not in allowed_hosts of policies/network.toml"
+    );
+    let requests = service.received();
+    assert_eq!(requests.len(), 2, "the refused request was never sent");
+}

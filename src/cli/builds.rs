@@ -22,7 +22,7 @@ pub fn list(workspace: &Workspace, skill: &str, json: bool) -> Result<i32, Error
     }
     let mut rows = vec![
         [
-            "BUILD", "ATTEMPT", "AFTER", "RUN", "BUILDER", "FAILURE", "PACKET", "NOTE",
+            "BUILD", "ATTEMPT", "AFTER", "RUN", "BUILDER", "FAILURE", "PACKET", "NOTE", "ADVISORY",
         ]
         .map(String::from)
         .to_vec(),
@@ -39,6 +39,11 @@ pub fn list(workspace: &Workspace, skill: &str, json: bool) -> Result<i32, Error
             b.research_note
                 .as_deref()
                 .map_or_else(|| "-".into(), short_hash),
+            match (&b.advisory, &b.advisory_error) {
+                (Some(sha), _) => short_hash(sha),
+                (None, Some(_)) => "unavailable".into(),
+                (None, None) => "-".into(),
+            },
         ]);
     }
     out!("{}", table(&rows));

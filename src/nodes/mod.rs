@@ -13,6 +13,7 @@ mod diff_gate;
 mod escalate;
 mod exec;
 mod gate;
+mod http;
 mod pipeline;
 mod promote;
 mod propose;
@@ -60,6 +61,7 @@ pub const KINDS: &[NodeKind] = &[
     escalate::KIND,
     pipeline::KIND,
     advise::KIND,
+    http::KIND,
 ];
 
 /// The failure classifier a `classify` node uses unless it names another.

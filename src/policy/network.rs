@@ -46,9 +46,61 @@ impl NetworkPolicy {
         Ok(parsed)
     }
 
-    /// POSTs a JSON body to an allowed URL and returns the JSON answer. Every failure (refused
-    /// host, unreachable, timeout, an HTTP error status, a body that is not JSON) is an `Err`
-    /// that says which. `bearer` is sent as the Authorization header and appears in no message.
+    /// Sends one request to an allowed URL and returns the status and the body text. Every
+    /// failure to get an answer (refused host, unreachable, timeout) is an `Err` that says which.
+    /// `bearer` is sent as the Authorization header and appears in no message.
+    pub async fn send(&self, request: Request<'_>) -> Result<(u16, String), String> {
+        let url = self.check(request.url)?;
+        let mut client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(timeout) = request.timeout {
+            client = client.timeout(timeout);
+        }
+        let client = client
+            .build()
+            .map_err(|e| format!("failed to set up the HTTP client: {e}"))?;
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|_| format!("invalid HTTP method `{}`", request.method))?;
+        let mut builder = client.request(method, url.clone());
+        for (name, value) in request.headers {
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        if let Some(body) = request.body {
+            builder = builder.json(body);
+        }
+        if let Some(token) = request.bearer {
+            builder = builder.bearer_auth(token);
+        }
+        let timed_out = |what: &str| match request.timeout {
+            Some(timeout) => format!(
+                "{url} did not {what} within {}",
+                humantime::format_duration(timeout)
+            ),
+            None => format!("{url} did not {what} in time"),
+        };
+        let response = builder.send().await.map_err(|e| {
+            if e.is_timeout() {
+                timed_out("answer")
+            } else if e.is_connect() {
+                format!("{url} is unreachable: {}", root_cause(&e))
+            } else {
+                format!("request to {url} failed: {}", root_cause(&e))
+            }
+        })?;
+        let status = response.status().as_u16();
+        let text = response.text().await.map_err(|e| {
+            if e.is_timeout() {
+                timed_out("finish its answer")
+            } else {
+                format!("failed to read the answer of {url}: {}", root_cause(&e))
+            }
+        })?;
+        Ok((status, text))
+    }
+
+    /// POSTs a JSON body and returns the JSON answer; an HTTP error status or a body that is not
+    /// JSON is an `Err` too.
     pub async fn post_json(
         &self,
         url: &str,
@@ -56,42 +108,36 @@ impl NetworkPolicy {
         bearer: Option<&str>,
         timeout: Duration,
     ) -> Result<Value, String> {
-        let url = self.check(url)?;
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("failed to set up the HTTP client: {e}"))?;
-        let mut request = client.post(url.clone()).json(body);
-        if let Some(token) = bearer {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await.map_err(|e| {
-            if e.is_timeout() {
-                format!(
-                    "{url} did not answer within {}",
-                    humantime::format_duration(timeout)
-                )
-            } else if e.is_connect() {
-                format!("{url} is unreachable: {}", root_cause(&e))
-            } else {
-                format!("request to {url} failed: {}", root_cause(&e))
-            }
-        })?;
-        let status = response.status();
-        let text = response.text().await.map_err(|e| {
-            if e.is_timeout() {
-                format!("{url} did not finish its answer in time")
-            } else {
-                format!("failed to read the answer of {url}: {}", root_cause(&e))
-            }
-        })?;
-        if !status.is_success() {
+        let (status, text) = self
+            .send(Request {
+                method: "POST",
+                url,
+                headers: &[],
+                body: Some(body),
+                bearer,
+                timeout: Some(timeout),
+            })
+            .await?;
+        if !(200..300).contains(&status) {
             let head: String = text.chars().take(200).collect();
             return Err(format!("{url} answered {status}: {head}"));
         }
         serde_json::from_str(&text).map_err(|e| format!("{url} answered with no JSON: {e}"))
     }
+}
+
+/// How long connecting may take, whatever the request's own timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One HTTP request, as kavi sends it.
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub headers: &'a [(String, String)],
+    /// Sent as JSON.
+    pub body: Option<&'a Value>,
+    pub bearer: Option<&'a str>,
+    pub timeout: Option<Duration>,
 }
 
 /// The innermost error's text: reqwest's own message wraps the cause (connection refused, ...).

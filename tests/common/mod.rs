@@ -5,6 +5,8 @@
     reason = "each test crate uses a different subset of these helpers"
 )]
 
+pub mod stand_in;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
