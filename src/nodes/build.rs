@@ -126,6 +126,7 @@ fn previous_attempt(
         "attempt": last.attempt,
         "status": last.status,
         "failure_kind": last.failure_kind,
+        "research_note": last.research_note.as_ref().map(|sha| format!("sha256:{sha}")),
         "note": note,
         "advisory": advisory,
     }))
