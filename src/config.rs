@@ -29,6 +29,18 @@ pub struct Config {
     pub builder: String,
     /// The LLM gateway an `advise` node asks for a revised packet.
     pub gateway: GatewayConfig,
+    /// The append-only JSONL log of skill executions (the ledger holds them too).
+    pub executions_log: PathBuf,
+    /// How long one run of a skill may take, such as `60s`.
+    pub skill_timeout: String,
+}
+
+impl Config {
+    /// How long one run of a skill may take, checked when the configuration is loaded.
+    pub fn skill_timeout(&self) -> Result<std::time::Duration, String> {
+        humantime::parse_duration(&self.skill_timeout)
+            .map_err(|e| format!("`skill_timeout` = {:?}: {e}", self.skill_timeout))
+    }
 }
 
 /// An OpenAI-compatible chat-completions endpoint. With no `base_url`, there is no advisory and
@@ -81,6 +93,8 @@ impl Default for Config {
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             builder: DEFAULT_BUILDER.to_owned(),
             gateway: GatewayConfig::default(),
+            executions_log: PathBuf::from(".kavi/executions.jsonl"),
+            skill_timeout: "60s".to_owned(),
         }
     }
 }
@@ -101,7 +115,7 @@ pub enum ConfigError {
     #[error("invalid configuration: `jobs` must be at least 1")]
     ZeroJobs,
     #[error("invalid configuration: {0}")]
-    Gateway(String),
+    Duration(String),
     #[error("failed to read the current directory: {0}")]
     CurrentDir(std::io::Error),
     #[error("workspace {} is not a directory", .0.display())]
@@ -146,6 +160,8 @@ impl Workspace {
                 "sandboxes",
                 "jobs",
                 "builder",
+                "executions_log",
+                "skill_timeout",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
             .merge(
@@ -159,10 +175,12 @@ impl Workspace {
         if config.jobs == 0 {
             return Err(ConfigError::ZeroJobs);
         }
-        config.gateway.timeout().map_err(ConfigError::Gateway)?;
+        config.gateway.timeout().map_err(ConfigError::Duration)?;
+        config.skill_timeout().map_err(ConfigError::Duration)?;
         config.ledger = root.join(&config.ledger);
         config.artifacts = root.join(&config.artifacts);
         config.sandboxes = root.join(&config.sandboxes);
+        config.executions_log = root.join(&config.executions_log);
         Ok(Self {
             root,
             config,

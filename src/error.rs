@@ -32,6 +32,8 @@ pub enum Error {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Execution(#[from] crate::executions::ExecutionError),
     #[error("{0}")]
     Usage(String),
     #[error("{context}: {source}")]
@@ -47,18 +49,25 @@ impl Error {
             Error::Config(_) | Error::Io { .. } => exit::ENVIRONMENT,
             Error::Spec(SpecError::NotFound { .. }) => exit::NOT_FOUND,
             Error::Spec(_) => exit::INVALID_SPEC,
-            Error::Ledger(
-                LedgerError::RunNotFound(_)
-                | LedgerError::SpecNotFound(_)
-                | LedgerError::SkillNotFound(_)
-                | LedgerError::BuildNotFound(_),
-            ) => exit::NOT_FOUND,
-            Error::Ledger(LedgerError::SkillExists(_) | LedgerError::NothingToDecide(_)) => {
-                exit::USAGE
-            }
-            Error::Ledger(LedgerError::TransitionRefused(_)) => exit::RUN_FAILED,
-            Error::Ledger(_) => exit::ENVIRONMENT,
+            Error::Ledger(e) => ledger_exit_code(e),
+            Error::Execution(crate::executions::ExecutionError::Ledger(e)) => ledger_exit_code(e),
+            Error::Execution(_) => exit::ENVIRONMENT,
             Error::Usage(_) => exit::USAGE,
         }
+    }
+}
+
+fn ledger_exit_code(error: &LedgerError) -> i32 {
+    match error {
+        LedgerError::RunNotFound(_)
+        | LedgerError::SpecNotFound(_)
+        | LedgerError::SkillNotFound(_)
+        | LedgerError::BuildNotFound(_)
+        | LedgerError::ExecutionNotFound(_) => exit::NOT_FOUND,
+        LedgerError::SkillExists(_)
+        | LedgerError::NothingToDecide(_)
+        | LedgerError::ExecutionAmbiguous(_) => exit::USAGE,
+        LedgerError::TransitionRefused(_) => exit::RUN_FAILED,
+        _ => exit::ENVIRONMENT,
     }
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod dag;
 pub mod diagnostic;
 pub mod error;
+pub mod executions;
 pub mod executor;
 pub mod jsonpath;
 pub mod ledger;

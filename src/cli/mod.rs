@@ -27,6 +27,7 @@ macro_rules! out {
 }
 
 mod builds;
+mod executions;
 mod output;
 mod pipeline;
 mod research;
@@ -86,6 +87,30 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
+    /// Read the log of skill executions.
+    #[command(subcommand)]
+    Executions(ExecutionsCommand),
+    /// Run a recorded execution again with the same input, if its skill is still trusted at the
+    /// same hash; the new record's parent is the original.
+    Replay {
+        execution_id: String,
+        /// Record in the ledger only, not in the JSONL log.
+        #[arg(long)]
+        no_log: bool,
+        /// Confirm a side effect (FILE_WRITE, NETWORK, SECRET_READ) without a prompt.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Show the tree of executions one belongs to: its root and every descendant.
+    Session {
+        #[arg(long, required_unless_present = "latest", conflicts_with = "latest")]
+        execution_id: Option<String>,
+        /// The tree of the newest execution.
+        #[arg(long)]
+        latest: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Classify a build's failed attempt by hand and write a research note on it.
     Research {
         /// The build id (`kavi builds list SKILL` lists them).
@@ -117,6 +142,22 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+enum ExecutionsCommand {
+    /// The newest execution records of the JSONL log (malformed lines are skipped and counted).
+    Tail {
+        /// How many records.
+        #[arg(short = 'n', default_value_t = 10)]
+        count: usize,
+        #[arg(long)]
+        only_failures: bool,
+        #[arg(long)]
+        skill: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum BuildsCommand {
     /// A skill's build attempts, first first, with their lineage and failure kinds.
     List {
@@ -134,13 +175,19 @@ enum SkillCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List trusted skills: description, side-effect class, secrets, input and output schemas.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a skill's state and every transition it went through.
     Show {
         name: String,
         #[arg(long)]
         json: bool,
     },
-    /// Run a trusted skill with JSON input: re-hashed first, refused on drift.
+    /// Run a trusted skill with JSON input and print its execution record: re-hashed first and
+    /// refused on drift; input and output checked against its schemas.
     Run {
         name: String,
         /// The input, as JSON.
@@ -325,6 +372,36 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
             skills::propose(&workspace, &file, json)
         }
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
+        Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
+        Command::Executions(ExecutionsCommand::Tail {
+            count,
+            only_failures,
+            skill,
+            json,
+        }) => {
+            let filter = executions::TailFilter {
+                count,
+                only_failures,
+                skill: skill.as_deref(),
+            };
+            executions::tail(&workspace, &filter, json)
+        }
+        Command::Replay {
+            execution_id,
+            no_log,
+            yes,
+        } => executions::replay(&workspace, &execution_id, yes, no_log).await,
+        Command::Session {
+            execution_id,
+            latest: _,
+            json,
+        } => {
+            let of = match &execution_id {
+                Some(id) => executions::SessionOf::Execution(id),
+                None => executions::SessionOf::Latest,
+            };
+            executions::session(&workspace, of, json)
+        }
         Command::Skill(SkillCommand::Run { name, input, yes }) => {
             skills::run(&workspace, &name, &input, yes).await
         }

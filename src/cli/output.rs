@@ -29,11 +29,7 @@ pub fn plural(n: usize, noun: &str) -> String {
     }
 }
 
-/// A short form of a `sha256:<hex>` hash for tables.
-pub fn short_hash(hash: &str) -> String {
-    let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
-    format!("sha256:{}", &hex[..hex.len().min(12)])
-}
+pub use crate::ledger::short_hash;
 
 /// Prints rows with columns padded to the widest cell.
 pub fn table(rows: &[Vec<String>]) -> String {

@@ -1,4 +1,4 @@
-//! `kavi skill propose|show`.
+//! `kavi skill propose|show|list|run|verify`.
 
 use serde_json::json;
 
@@ -6,7 +6,8 @@ use super::output::{short_hash, table};
 use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::error::{Error, exit};
-use crate::ledger::{ArtifactStore, Ledger, NewSkill};
+use crate::executions::{Lineage, Runner};
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, NewSkill};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::trust::{self, TrustPolicy};
 use crate::skills::{Lifecycle, Proposal, SideEffect, TRUSTED};
@@ -172,112 +173,161 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     })
 }
 
-/// How long a skill may run before it is stopped.
-const SKILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// What running skills needs, loaded once for a command.
+pub(super) struct SkillEnv {
+    pub store: ArtifactStore,
+    pub templates: TemplateEngine,
+    pub trust: TrustPolicy,
+    pub timeout: std::time::Duration,
+}
 
-/// Runs a trusted skill: re-hash first and refuse on drift, confirm side effects, scrub the
-/// environment to the declared secrets, pass the input on stdin.
+impl SkillEnv {
+    pub fn load(workspace: &Workspace) -> Result<Self, Error> {
+        let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
+            context: "failed to open the artifact store".into(),
+            source,
+        })?;
+        let templates = TemplateEngine::new(&workspace.templates_dir());
+        let trust = load_trust(workspace, &templates)?;
+        let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
+        Ok(Self {
+            store,
+            templates,
+            trust,
+            timeout,
+        })
+    }
+
+    /// A runner that logs to the configured JSONL log unless `log` is false.
+    pub fn runner<'a>(&'a self, workspace: &'a Workspace, log: bool) -> Runner<'a> {
+        Runner {
+            root: &workspace.root,
+            artifacts: &self.store,
+            templates: &self.templates,
+            trust: &self.trust,
+            log: log.then_some(workspace.config.executions_log.as_path()),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// Refuses a side effect that nobody confirmed: `--yes`, or a yes at the terminal prompt.
+pub(super) fn require_confirmation(name: &str, class: SideEffect, yes: bool) -> Result<(), Error> {
+    if class == SideEffect::ReadOnly || yes || confirm(name, class)? {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "`{name}` is {}: confirm with --yes (or answer the prompt on a terminal); nothing was run",
+        class.as_str()
+    )))
+}
+
+/// Prints an execution record and maps it to an exit code: 0 when the skill succeeded.
+pub(super) fn report(record: &ExecutionRecord) -> i32 {
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(record).expect("a record serializes")
+    );
+    if record.success {
+        exit::SUCCESS
+    } else {
+        eprintln!(
+            "error: `{}` failed: {}",
+            record.skill,
+            record.error.as_deref().unwrap_or("unknown")
+        );
+        exit::RUN_FAILED
+    }
+}
+
+/// Runs a trusted skill: re-hash first and refuse on drift, confirm side effects, validate the
+/// input and output against the schemas, and print the execution record.
 pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
     let input: serde_json::Value = serde_json::from_str(input)
         .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
     let ledger = Ledger::open(&workspace.config.ledger)?;
-    let skill = ledger.skill(name)?;
-    let trusted = ledger
-        .trusted_skills(TRUSTED)?
-        .into_iter()
-        .find(|s| s.name == name)
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "skill `{name}` is not trusted (it is {}); only trusted skills run",
-                skill.state
-            ))
-        })?;
+    let env = SkillEnv::load(workspace)?;
+    let runner = env.runner(workspace, true);
+    let ready = runner
+        .ready(&ledger, name)
+        .map_err(|refusal| Error::Usage(refusal.to_string()))?;
+    require_confirmation(name, ready.proposal.side_effect, yes)?;
+    let record = runner
+        .run(
+            &ledger,
+            &ready,
+            input,
+            &Lineage::default(),
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await?;
+    Ok(report(&record))
+}
 
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = load_trust(workspace, &templates)?;
-    let now = trust
-        .source_hash(&templates, &workspace.root, name)
-        .map_err(|e| Error::Usage(format!("refusing to run `{name}`: {e}")))?;
-    if now != trusted.trusted_hash {
-        return Err(Error::Usage(format!(
-            "refusing to run `{name}`: its files changed since it was trusted (trusted {}, now {}); \
-             verify and promote it again (run the forge) to trust the new files",
-            short_hash(&trusted.trusted_hash),
-            short_hash(&now)
-        )));
-    }
-
+/// Lists trusted skills with what a caller needs: description, side effect, secrets, schemas.
+pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
+    let ledger = Ledger::open(&workspace.config.ledger)?;
     let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
         context: "failed to open the artifact store".into(),
         source,
     })?;
-    let spec_path = store.path_of_sha256(&skill.spec_artifact);
-    let spec_text = std::fs::read_to_string(&spec_path).map_err(|source| Error::Io {
-        context: format!("failed to read the skill spec {}", spec_path.display()),
-        source,
-    })?;
-    let proposal = Proposal::parse(&SourceFile::new(spec_path.display().to_string(), spec_text))
-        .map_err(SpecError::from)?;
-
-    if proposal.side_effect != SideEffect::ReadOnly && !yes && !confirm(name, proposal.side_effect)?
-    {
-        return Err(Error::Usage(format!(
-            "`{name}` is {}: confirm with --yes (or answer the prompt on a terminal); nothing was run",
-            proposal.side_effect.as_str()
-        )));
-    }
-
-    let mut env = crate::process::base_env();
-    for secret in &proposal.secrets {
-        if let Ok(value) = std::env::var(secret) {
-            env.push((secret.clone(), value));
-        }
-    }
-    let mut argv = proposal.command.clone();
-    let spec = crate::process::CommandSpec {
-        program: argv.remove(0),
-        args: argv,
-        env,
-        cwd: workspace.root.clone(),
-        stdin: Some(input.to_string().into_bytes()),
-    };
-    let options = crate::process::CaptureOptions {
-        limit: 16 * 1024 * 1024,
-        spill_dir: store.temp_dir(),
-    };
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let timer = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(SKILL_TIMEOUT).await;
-        timer.cancel();
-    });
-    let finished = crate::process::run(&spec, &options, &cancel)
-        .await
-        .map_err(|source| Error::Io {
-            context: format!("failed to start `{name}`"),
+    let mut listed = Vec::new();
+    for trusted in ledger.trusted_skills(TRUSTED)? {
+        let skill = ledger.skill(&trusted.name)?;
+        let spec_path = store.path_of_sha256(&skill.spec_artifact);
+        let text = std::fs::read_to_string(&spec_path).map_err(|source| Error::Io {
+            context: format!("failed to read the skill spec {}", spec_path.display()),
             source,
         })?;
-    let stdout = String::from_utf8_lossy(&finished.stdout.head);
-    match finished.exit {
-        crate::process::Exit::Code(0) => {
-            out!("{stdout}");
-            if !stdout.ends_with('\n') {
-                outln!();
-            }
-            Ok(exit::SUCCESS)
-        }
-        exit_status => {
-            eprint!("{}", String::from_utf8_lossy(&finished.stderr.head));
-            let how = match exit_status {
-                crate::process::Exit::Cancelled => {
-                    format!("timed out after {}s", SKILL_TIMEOUT.as_secs())
-                }
-                other => format!("ended with {other:?}"),
-            };
-            eprintln!("error: skill `{name}` {how}");
-            Ok(exit::RUN_FAILED)
-        }
+        let proposal = Proposal::parse(&SourceFile::new(spec_path.display().to_string(), text))
+            .map_err(SpecError::from)?;
+        listed.push(json!({
+            "name": skill.name,
+            "description": proposal.description,
+            "side_effect": proposal.side_effect,
+            "secrets": proposal.secrets,
+            "input_schema": proposal.input_schema,
+            "output_schema": proposal.output_schema,
+            "trusted_hash": trusted.trusted_hash,
+        }));
     }
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&listed).expect("skills serialize")
+        );
+        return Ok(exit::SUCCESS);
+    }
+    if listed.is_empty() {
+        outln!("no trusted skills yet; the forge makes them: kavi pipeline run forge.toml --set skill=NAME");
+        return Ok(exit::SUCCESS);
+    }
+    let mut rows = vec![
+        ["SKILL", "SIDE EFFECT", "SECRETS", "INPUT", "DESCRIPTION"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for skill in &listed {
+        let secrets: Vec<&str> = skill["secrets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str())
+            .collect();
+        let fields: Vec<&str> = skill["input_schema"]["properties"]
+            .as_object()
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        rows.push(vec![
+            skill["name"].as_str().unwrap_or_default().to_owned(),
+            skill["side_effect"].as_str().unwrap_or_default().to_owned(),
+            if secrets.is_empty() { "-".into() } else { secrets.join(", ") },
+            if fields.is_empty() { "-".into() } else { fields.join(", ") },
+            skill["description"].as_str().unwrap_or_default().to_owned(),
+        ]);
+    }
+    out!("{}", table(&rows));
+    Ok(exit::SUCCESS)
 }
 
 /// Asks on the terminal; without one there is nobody to ask, so the answer is no.

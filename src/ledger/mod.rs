@@ -9,6 +9,7 @@
 mod artifacts;
 mod builds;
 mod escalations;
+mod executions;
 mod schema;
 mod skills;
 mod verifications;
@@ -24,6 +25,7 @@ use serde_json::Value;
 pub use artifacts::{Artifact, ArtifactStore, hash_file};
 pub use builds::{BuildRow, NewBuild};
 pub use escalations::EscalationRow;
+pub use executions::ExecutionRecord;
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 
@@ -61,11 +63,21 @@ pub enum LedgerError {
     TransitionRefused(String),
     #[error("no build {0} in the ledger; `kavi builds list SKILL` lists a skill's builds")]
     BuildNotFound(i64),
+    #[error("no execution `{0}` in the ledger; `kavi executions tail` lists recent ones")]
+    ExecutionNotFound(String),
+    #[error("`{0}` names more than one execution; give more of its id")]
+    ExecutionAmbiguous(String),
     #[error("run {0} has no escalation awaiting a decision")]
     NothingToDecide(i64),
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// A short form of a `sha256:<hex>` hash for tables and messages.
+pub fn short_hash(hash: &str) -> String {
+    let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
+    format!("sha256:{}", &hex[..hex.len().min(12)])
+}
 
 /// Now, in UTC, to the millisecond (RFC 3339).
 pub fn now() -> String {

@@ -99,6 +99,12 @@ impl Proposal {
                 ))
                 .with_help(format!("in {}", source.path.display())));
             }
+            if let Err(e) = jsonschema::validator_for(schema) {
+                return Err(
+                    Diagnostic::new(format!("`{field}` is not a valid JSON Schema: {e}"))
+                        .with_help(format!("in {}", source.path.display())),
+                );
+            }
         }
         Ok(proposal)
     }

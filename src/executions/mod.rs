@@ -1,0 +1,371 @@
+//! Running trusted skills, and the record each run leaves.
+//!
+//! [`Runner::ready`] is the trust check: the skill must be TRUSTED and its files must hash to
+//! the hash it was promoted at. [`Runner::run`] then validates the input against the skill's
+//! input schema, runs its command with the JSON on stdin, in an environment scrubbed to the
+//! minimum plus the secrets it declares, under a timeout, and validates the output against the
+//! output schema. Every run, and every step that failed before reaching its skill
+//! ([`Runner::record_failure`]), leaves an [`ExecutionRecord`] in the ledger and, unless told
+//! not to, a line in the JSONL log. Secret values are redacted from what is recorded.
+//!
+//! `kavi skill run`, chains and `kavi replay` all run skills through here.
+
+pub mod log;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::diagnostic::SourceFile;
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError};
+use crate::skills::trust::TrustPolicy;
+use crate::skills::{Proposal, TRUSTED};
+use crate::template::TemplateEngine;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutionError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("failed to append to the executions log {path}: {source}")]
+    Log {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("failed to start `{skill}`: {source}")]
+    Spawn {
+        skill: String,
+        source: std::io::Error,
+    },
+}
+
+/// Where a run sits: the execution it follows, and the chain step or pipeline run behind it.
+#[derive(Debug, Clone, Default)]
+pub struct Lineage {
+    pub parent: Option<String>,
+    pub chain: Option<String>,
+    pub step: Option<String>,
+    pub run_id: Option<i64>,
+}
+
+/// Why a skill may not run: which check failed, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No such skill, or it is not TRUSTED.
+    #[error("{0}")]
+    Trust(String),
+    /// Its files do not hash to what was trusted (or cannot be read).
+    #[error("{0}")]
+    Hash(String),
+    /// kavi could not read what it needs (the ledger, the skill spec).
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+/// A trusted skill whose files still hash to the trusted hash, ready to run.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub name: String,
+    pub proposal: Proposal,
+    /// The trusted hash, which the files were just checked against.
+    pub hash: String,
+}
+
+/// What running skills needs from the workspace.
+pub struct Runner<'a> {
+    pub root: &'a Path,
+    pub artifacts: &'a ArtifactStore,
+    pub templates: &'a TemplateEngine,
+    pub trust: &'a TrustPolicy,
+    /// The JSONL log; `None` records in the ledger only.
+    pub log: Option<&'a Path>,
+    pub timeout: Duration,
+}
+
+/// How much of a failed skill's stderr an error keeps.
+const STDERR_CHARS: usize = 2000;
+
+/// Checks `input` against a JSON Schema; the error names each failing JSON pointer.
+pub fn validate(schema: &Value, input: &Value, what: &str) -> Result<(), String> {
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| format!("the {what} schema is not valid: {e}"))?;
+    let problems: Vec<String> = validator
+        .iter_errors(input)
+        .map(|e| {
+            let pointer = e.instance_path().to_string();
+            let at = if pointer.is_empty() { "/" } else { &pointer };
+            format!("at {at}: {e}")
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {what} does not match the {what} schema: {}",
+            problems.join("; ")
+        ))
+    }
+}
+
+/// Replaces each secret value in every string of `value` with `[redacted]`.
+fn redact(value: &mut Value, secrets: &[String]) {
+    match value {
+        Value::String(s) => *s = redact_str(s, secrets),
+        Value::Array(items) => items.iter_mut().for_each(|v| redact(v, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact(v, secrets)),
+        _ => {}
+    }
+}
+
+fn redact_str(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_owned(), |t, secret| t.replace(secret.as_str(), "[redacted]"))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Runner<'_> {
+    /// The trust check. The error says which check failed and how to recover.
+    pub fn ready(&self, ledger: &Ledger, name: &str) -> Result<Ready, Refusal> {
+        let skill = ledger
+            .skill(name)
+            .map_err(|e| Refusal::Trust(e.to_string()))?;
+        let trusted = ledger
+            .trusted_skills(TRUSTED)
+            .map_err(|e| Refusal::Unreadable(e.to_string()))?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| {
+                Refusal::Trust(format!(
+                    "skill `{name}` is not trusted (it is {}); only trusted skills run",
+                    skill.state
+                ))
+            })?;
+        let now = self
+            .trust
+            .source_hash(self.templates, self.root, name)
+            .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
+        if now != trusted.trusted_hash {
+            return Err(Refusal::Hash(format!(
+                "refusing to run `{name}`: its files changed since it was trusted (trusted {}, now {}); \
+                 verify and promote it again (run the forge) to trust the new files",
+                crate::ledger::short_hash(&trusted.trusted_hash),
+                crate::ledger::short_hash(&now)
+            )));
+        }
+        let spec_path = self.artifacts.path_of_sha256(&skill.spec_artifact);
+        let spec_text = std::fs::read_to_string(&spec_path).map_err(|e| {
+            Refusal::Unreadable(format!(
+                "failed to read the skill spec {}: {e}",
+                spec_path.display()
+            ))
+        })?;
+        let proposal = Proposal::parse(&SourceFile::new(spec_path.display().to_string(), spec_text))
+            .map_err(|d| Refusal::Unreadable(d.to_string()))?;
+        Ok(Ready {
+            name: name.to_owned(),
+            proposal,
+            hash: trusted.trusted_hash,
+        })
+    }
+
+    /// Records a run that never reached its skill (a refusal, a mapping or schema failure).
+    pub fn record_failure(
+        &self,
+        ledger: &Ledger,
+        skill: &str,
+        side_effect: &str,
+        input: Option<Value>,
+        error: &str,
+        lineage: &Lineage,
+    ) -> Result<ExecutionRecord, ExecutionError> {
+        let now = crate::ledger::now();
+        let record = ExecutionRecord {
+            execution_id: new_id(),
+            parent_execution_id: lineage.parent.clone(),
+            skill: skill.to_owned(),
+            source_hash: None,
+            side_effect: side_effect.to_owned(),
+            input,
+            output: None,
+            success: false,
+            error: Some(error.to_owned()),
+            started_at: now.clone(),
+            finished_at: now,
+            duration_ms: 0,
+            chain: lineage.chain.clone(),
+            step: lineage.step.clone(),
+            run_id: lineage.run_id,
+        };
+        self.keep(ledger, record)
+    }
+
+    /// Runs a ready skill with `input` and records what happened.
+    pub async fn run(
+        &self,
+        ledger: &Ledger,
+        ready: &Ready,
+        input: Value,
+        lineage: &Lineage,
+        cancel: &CancellationToken,
+    ) -> Result<ExecutionRecord, ExecutionError> {
+        let started_at = crate::ledger::now();
+        let clock = Instant::now();
+        let proposal = &ready.proposal;
+        let secrets: Vec<(String, String)> = proposal
+            .secrets
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+            .collect();
+        let outcome = match validate(&proposal.input_schema, &input, "input") {
+            Err(e) => Err(e),
+            Ok(()) => self.invoke(ready, &input, &secrets, cancel).await?,
+        };
+        let secret_values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
+        let (output, error) = match outcome {
+            Ok(mut output) => {
+                redact(&mut output, &secret_values);
+                (Some(output), None)
+            }
+            Err(error) => (None, Some(redact_str(&error, &secret_values))),
+        };
+        let record = ExecutionRecord {
+            execution_id: new_id(),
+            parent_execution_id: lineage.parent.clone(),
+            skill: ready.name.clone(),
+            source_hash: Some(ready.hash.clone()),
+            side_effect: proposal.side_effect.as_str().to_owned(),
+            input: Some(input),
+            success: error.is_none(),
+            output,
+            error,
+            started_at,
+            finished_at: crate::ledger::now(),
+            duration_ms: millis(clock.elapsed()),
+            chain: lineage.chain.clone(),
+            step: lineage.step.clone(),
+            run_id: lineage.run_id,
+        };
+        self.keep(ledger, record)
+    }
+
+    /// Runs the command; `Ok(Err(..))` is the skill failing, `Err` is kavi failing to start it.
+    async fn invoke(
+        &self,
+        ready: &Ready,
+        input: &Value,
+        secrets: &[(String, String)],
+        cancel: &CancellationToken,
+    ) -> Result<Result<Value, String>, ExecutionError> {
+        let mut env = crate::process::base_env();
+        env.extend(secrets.iter().cloned());
+        let mut argv = ready.proposal.command.clone();
+        let spec = crate::process::CommandSpec {
+            program: argv.remove(0),
+            args: argv,
+            env,
+            cwd: self.root.to_owned(),
+            stdin: Some(input.to_string().into_bytes()),
+        };
+        let options = crate::process::CaptureOptions {
+            limit: 16 * 1024 * 1024,
+            spill_dir: self.artifacts.temp_dir(),
+        };
+        let stop = cancel.child_token();
+        let timer = stop.clone();
+        let timeout = self.timeout;
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            timer.cancel();
+        });
+        let finished = crate::process::run(&spec, &options, &stop).await;
+        timer.abort();
+        let finished = finished.map_err(|source| ExecutionError::Spawn {
+            skill: ready.name.clone(),
+            source,
+        })?;
+        let stderr = String::from_utf8_lossy(&finished.stderr.head);
+        let stderr: String = stderr.trim_end().chars().take(STDERR_CHARS).collect();
+        let with_stderr = |what: String| {
+            if stderr.is_empty() {
+                what
+            } else {
+                format!("{what}: {stderr}")
+            }
+        };
+        Ok(match finished.exit {
+            crate::process::Exit::Code(0) => {
+                let stdout = String::from_utf8_lossy(&finished.stdout.head);
+                match serde_json::from_str::<Value>(&stdout) {
+                    Err(e) => Err(format!("the output is not JSON: {e}")),
+                    Ok(output) => validate(&ready.proposal.output_schema, &output, "output")
+                        .map(|()| output),
+                }
+            }
+            crate::process::Exit::Cancelled if cancel.is_cancelled() => {
+                Err("cancelled".to_owned())
+            }
+            crate::process::Exit::Cancelled => Err(format!(
+                "timed out after {}",
+                humantime::format_duration(self.timeout)
+            )),
+            crate::process::Exit::Code(code) => Err(with_stderr(format!("exited with code {code}"))),
+            other => Err(with_stderr(format!("ended with {other:?}"))),
+        })
+    }
+
+    fn keep(
+        &self,
+        ledger: &Ledger,
+        record: ExecutionRecord,
+    ) -> Result<ExecutionRecord, ExecutionError> {
+        ledger.record_execution(&record)?;
+        if let Some(path) = self.log {
+            log::append(path, &record).map_err(|source| ExecutionError::Log {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        Ok(record)
+    }
+}
+
+/// A new execution id: a random UUID, so a short prefix of it names it (as with git hashes).
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn schema_errors_name_the_failing_json_pointer() {
+        let schema = json!({
+            "type": "object",
+            "required": ["text"],
+            "properties": { "text": { "type": "string" }, "n": { "type": "integer" } },
+        });
+        assert!(validate(&schema, &json!({"text": "a"}), "input").is_ok());
+        let error = validate(&schema, &json!({"text": 3}), "input").unwrap_err();
+        assert_eq!(
+            error,
+            "the input does not match the input schema: at /text: 3 is not of type \"string\""
+        );
+        let error = validate(&schema, &json!({"n": 1}), "output").unwrap_err();
+        assert!(error.starts_with("the output does not match the output schema: at /: "), "{error}");
+    }
+
+    #[test]
+    fn secret_values_are_redacted_everywhere() {
+        let mut value = json!({"a": "key=hunter2", "b": ["hunter2"], "c": 1});
+        redact(&mut value, &["hunter2".into(), String::new()]);
+        assert_eq!(value, json!({"a": "key=[redacted]", "b": ["[redacted]"], "c": 1}));
+    }
+}

@@ -1,0 +1,136 @@
+//! Executions of trusted skills: one row per attempt to run a skill (from `kavi skill run`, a
+//! chain step, or a replay), linked to the execution it follows by `parent`.
+
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Ledger, LedgerError};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// What an execution did. The same shape is appended to the JSONL log, one line each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    pub execution_id: String,
+    pub parent_execution_id: Option<String>,
+    pub skill: String,
+    /// The hash the skill's files had when it ran; none when it was not reached.
+    pub source_hash: Option<String>,
+    pub side_effect: String,
+    pub input: Option<Value>,
+    pub output: Option<Value>,
+    pub success: bool,
+    pub error: Option<String>,
+    /// UTC, RFC 3339.
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<i64>,
+}
+
+const COLUMNS: &str = "id, parent, skill, source_hash, side_effect, input, output, success, error, \
+                       started_at, finished_at, duration_ms, chain, step, run_id";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
+    Ok(ExecutionRecord {
+        execution_id: r.get(0)?,
+        parent_execution_id: r.get(1)?,
+        skill: r.get(2)?,
+        source_hash: r.get(3)?,
+        side_effect: r.get(4)?,
+        input: super::json_column(r, 5)?,
+        output: super::json_column(r, 6)?,
+        success: r.get(7)?,
+        error: r.get(8)?,
+        started_at: r.get(9)?,
+        finished_at: r.get(10)?,
+        duration_ms: r.get(11)?,
+        chain: r.get(12)?,
+        step: r.get(13)?,
+        run_id: r.get(14)?,
+    })
+}
+
+impl Ledger {
+    pub fn record_execution(&self, record: &ExecutionRecord) -> Result<()> {
+        self.conn.execute(
+            &format!(
+                "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+            ),
+            params![
+                record.execution_id,
+                record.parent_execution_id,
+                record.skill,
+                record.source_hash,
+                record.side_effect,
+                record.input.as_ref().map(Value::to_string),
+                record.output.as_ref().map(Value::to_string),
+                record.success,
+                record.error,
+                record.started_at,
+                record.finished_at,
+                record.duration_ms,
+                record.chain,
+                record.step,
+                record.run_id,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// An execution by its id, or by a prefix of it that names only one.
+    pub fn execution(&self, id: &str) -> Result<ExecutionRecord> {
+        let pattern = format!("{}%", id.replace(['%', '_'], ""));
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM executions WHERE id LIKE ?1 ORDER BY id LIMIT 2"
+        ))?;
+        let found = stmt
+            .query_map([pattern], row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        // Ids have one length, so a whole id is never the prefix of another.
+        match found.as_slice() {
+            [one] if !id.is_empty() => Ok(one.clone()),
+            [_, _] => Err(LedgerError::ExecutionAmbiguous(id.to_owned())),
+            _ => Err(LedgerError::ExecutionNotFound(id.to_owned())),
+        }
+    }
+
+    /// The newest execution, if any.
+    pub fn latest_execution(&self) -> Result<Option<ExecutionRecord>> {
+        Ok(self
+            .conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM executions ORDER BY started_at DESC, rowid DESC LIMIT 1"),
+                [],
+                row,
+            )
+            .optional()?)
+    }
+
+    /// Every execution in the tree `id` belongs to: up to its root through the parents, then
+    /// all descendants of the root, ordered by start time.
+    pub fn execution_tree(&self, id: &str) -> Result<Vec<ExecutionRecord>> {
+        let id = &self.execution(id)?.execution_id;
+        let mut stmt = self.conn.prepare(&format!(
+            "WITH RECURSIVE
+                 up(id, parent) AS (
+                     SELECT id, parent FROM executions WHERE id = ?1
+                     UNION ALL SELECT e.id, e.parent FROM executions e JOIN up ON e.id = up.parent
+                 ),
+                 down(id) AS (
+                     SELECT id FROM up WHERE parent IS NULL
+                     UNION ALL SELECT e.id FROM executions e JOIN down ON e.parent = down.id
+                 )
+             SELECT {COLUMNS} FROM executions WHERE id IN (SELECT id FROM down)
+             ORDER BY started_at, rowid"
+        ))?;
+        let rows = stmt.query_map([id], row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
