@@ -362,10 +362,13 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
         "{}",
         String::from_utf8_lossy(&ran.stderr)
     );
+    let record = json(&ran);
     assert_eq!(
-        String::from_utf8_lossy(&ran.stdout),
-        "{\"path\": \"notes/first.md\"}\n"
+        record["output"],
+        serde_json::json!({"path": "notes/first.md"})
     );
+    assert_eq!(record["side_effect"], "FILE_WRITE");
+    assert_eq!(record["success"], true);
     assert_eq!(
         std::fs::read_to_string(root.join("notes/first.md")).unwrap(),
         "# First\n\nHello.\n"

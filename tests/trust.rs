@@ -142,10 +142,9 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         "{}",
         String::from_utf8_lossy(&ran.stderr)
     );
-    assert_eq!(
-        String::from_utf8_lossy(&ran.stdout),
-        "{\"echo\": {\"x\": 1}}\n"
-    );
+    let record = json(&ran);
+    assert_eq!(record["output"], serde_json::json!({"echo": {"x": 1}}));
+    assert_eq!(record["source_hash"], verified_hash.as_str());
 
     let ok = kavi(root, &["skill", "verify"]);
     assert!(ok.status.success());

@@ -83,12 +83,19 @@ pub fn tail(workspace: &Workspace, filter: &TailFilter<'_>, json: bool) -> Resul
 /// Runs a recorded execution again with the same input, after three checks: the record exists,
 /// the skill is still TRUSTED, and its files hash to the hash recorded then. The new record's
 /// parent is the original.
-pub async fn replay(workspace: &Workspace, id: &str, yes: bool, no_log: bool) -> Result<i32, Error> {
+pub async fn replay(
+    workspace: &Workspace,
+    id: &str,
+    yes: bool,
+    no_log: bool,
+) -> Result<i32, Error> {
     let ledger = Ledger::open(&workspace.config.ledger)?;
     let original = ledger.execution(id)?;
     let id = original.execution_id.as_str();
     let refused = |check: &str, detail: String| {
-        Error::Usage(format!("replay of {id} refused: the {check} check failed: {detail}"))
+        Error::Usage(format!(
+            "replay of {id} refused: the {check} check failed: {detail}"
+        ))
     };
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, !no_log);
@@ -173,7 +180,10 @@ pub fn session(workspace: &Workspace, of: SessionOf<'_>, json: bool) -> Result<i
         children.entry(parent).or_default().push(record);
     }
     if json {
-        fn nest(record: &ExecutionRecord, children: &HashMap<Option<&str>, Vec<&ExecutionRecord>>) -> Value {
+        fn nest(
+            record: &ExecutionRecord,
+            children: &HashMap<Option<&str>, Vec<&ExecutionRecord>>,
+        ) -> Value {
             let mut value = serde_json::to_value(record).expect("a record serializes");
             value["children"] = children
                 .get(&Some(record.execution_id.as_str()))
@@ -225,7 +235,11 @@ pub fn session(workspace: &Workspace, of: SessionOf<'_>, json: bool) -> Result<i
             _ => format!("{prefix}│  "),
         };
         for (i, child) in kids.iter().enumerate() {
-            let connector = if i + 1 == kids.len() { "└─ " } else { "├─ " };
+            let connector = if i + 1 == kids.len() {
+                "└─ "
+            } else {
+                "├─ "
+            };
             print(child, children, &below, connector);
         }
     }

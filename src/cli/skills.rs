@@ -183,10 +183,11 @@ pub(super) struct SkillEnv {
 
 impl SkillEnv {
     pub fn load(workspace: &Workspace) -> Result<Self, Error> {
-        let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-            context: "failed to open the artifact store".into(),
-            source,
-        })?;
+        let store =
+            ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
+                context: "failed to open the artifact store".into(),
+                source,
+            })?;
         let templates = TemplateEngine::new(&workspace.templates_dir());
         let trust = load_trust(workspace, &templates)?;
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
@@ -299,7 +300,9 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         return Ok(exit::SUCCESS);
     }
     if listed.is_empty() {
-        outln!("no trusted skills yet; the forge makes them: kavi pipeline run forge.toml --set skill=NAME");
+        outln!(
+            "no trusted skills yet; the forge makes them: kavi pipeline run forge.toml --set skill=NAME"
+        );
         return Ok(exit::SUCCESS);
     }
     let mut rows = vec![
@@ -321,8 +324,16 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         rows.push(vec![
             skill["name"].as_str().unwrap_or_default().to_owned(),
             skill["side_effect"].as_str().unwrap_or_default().to_owned(),
-            if secrets.is_empty() { "-".into() } else { secrets.join(", ") },
-            if fields.is_empty() { "-".into() } else { fields.join(", ") },
+            if secrets.is_empty() {
+                "-".into()
+            } else {
+                secrets.join(", ")
+            },
+            if fields.is_empty() {
+                "-".into()
+            } else {
+                fields.join(", ")
+            },
             skill["description"].as_str().unwrap_or_default().to_owned(),
         ]);
     }

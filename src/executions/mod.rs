@@ -122,7 +122,9 @@ fn redact_str(text: &str, secrets: &[String]) -> String {
     secrets
         .iter()
         .filter(|s| !s.is_empty())
-        .fold(text.to_owned(), |t, secret| t.replace(secret.as_str(), "[redacted]"))
+        .fold(text.to_owned(), |t, secret| {
+            t.replace(secret.as_str(), "[redacted]")
+        })
 }
 
 fn millis(d: Duration) -> i64 {
@@ -165,8 +167,9 @@ impl Runner<'_> {
                 spec_path.display()
             ))
         })?;
-        let proposal = Proposal::parse(&SourceFile::new(spec_path.display().to_string(), spec_text))
-            .map_err(|d| Refusal::Unreadable(d.to_string()))?;
+        let proposal =
+            Proposal::parse(&SourceFile::new(spec_path.display().to_string(), spec_text))
+                .map_err(|d| Refusal::Unreadable(d.to_string()))?;
         Ok(Ready {
             name: name.to_owned(),
             proposal,
@@ -303,18 +306,19 @@ impl Runner<'_> {
                 let stdout = String::from_utf8_lossy(&finished.stdout.head);
                 match serde_json::from_str::<Value>(&stdout) {
                     Err(e) => Err(format!("the output is not JSON: {e}")),
-                    Ok(output) => validate(&ready.proposal.output_schema, &output, "output")
-                        .map(|()| output),
+                    Ok(output) => {
+                        validate(&ready.proposal.output_schema, &output, "output").map(|()| output)
+                    }
                 }
             }
-            crate::process::Exit::Cancelled if cancel.is_cancelled() => {
-                Err("cancelled".to_owned())
-            }
+            crate::process::Exit::Cancelled if cancel.is_cancelled() => Err("cancelled".to_owned()),
             crate::process::Exit::Cancelled => Err(format!(
                 "timed out after {}",
                 humantime::format_duration(self.timeout)
             )),
-            crate::process::Exit::Code(code) => Err(with_stderr(format!("exited with code {code}"))),
+            crate::process::Exit::Code(code) => {
+                Err(with_stderr(format!("exited with code {code}")))
+            }
             other => Err(with_stderr(format!("ended with {other:?}"))),
         })
     }
@@ -359,13 +363,19 @@ mod tests {
             "the input does not match the input schema: at /text: 3 is not of type \"string\""
         );
         let error = validate(&schema, &json!({"n": 1}), "output").unwrap_err();
-        assert!(error.starts_with("the output does not match the output schema: at /: "), "{error}");
+        assert!(
+            error.starts_with("the output does not match the output schema: at /: "),
+            "{error}"
+        );
     }
 
     #[test]
     fn secret_values_are_redacted_everywhere() {
         let mut value = json!({"a": "key=hunter2", "b": ["hunter2"], "c": 1});
         redact(&mut value, &["hunter2".into(), String::new()]);
-        assert_eq!(value, json!({"a": "key=[redacted]", "b": ["[redacted]"], "c": 1}));
+        assert_eq!(
+            value,
+            json!({"a": "key=[redacted]", "b": ["[redacted]"], "c": 1})
+        );
     }
 }

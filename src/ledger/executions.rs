@@ -106,7 +106,9 @@ impl Ledger {
         Ok(self
             .conn
             .query_row(
-                &format!("SELECT {COLUMNS} FROM executions ORDER BY started_at DESC, rowid DESC LIMIT 1"),
+                &format!(
+                    "SELECT {COLUMNS} FROM executions ORDER BY started_at DESC, rowid DESC LIMIT 1"
+                ),
                 [],
                 row,
             )
