@@ -100,7 +100,7 @@ pub async fn replay(
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, !no_log);
     let ready = runner
-        .ready(&ledger, &original.skill)
+        .ready(&original.skill)
         .map_err(|refusal| match refusal {
             Refusal::Trust(detail) => refused("trust", detail),
             Refusal::Hash(detail) => refused("hash", detail),
@@ -136,7 +136,6 @@ pub async fn replay(
     };
     let record = runner
         .run(
-            &ledger,
             &ready,
             input,
             &lineage,

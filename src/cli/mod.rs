@@ -27,6 +27,7 @@ macro_rules! out {
 }
 
 mod builds;
+mod chains;
 mod executions;
 mod output;
 mod pipeline;
@@ -87,6 +88,9 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
+    /// Run or check a chain of trusted skills (`chains/*.toml`).
+    #[command(subcommand)]
+    Chain(ChainCommand),
     /// Read the log of skill executions.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
@@ -139,6 +143,25 @@ enum Command {
         #[arg(long)]
         comment: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ChainCommand {
+    /// Run a chain's steps in order; each leaves an execution record (exit 1 if any failed).
+    Run {
+        /// A chain file, or a name looked up in chains/.
+        file: String,
+        /// Set a chain parameter.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::spec::parse_set)]
+        sets: Vec<(String, String)>,
+        /// Confirm the side effects (FILE_WRITE, NETWORK, SECRET_READ) of every step.
+        #[arg(long)]
+        yes: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a chain: fields, step references, templates and JSONPath mappings.
+    Check { file: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -373,6 +396,13 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         }
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
         Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
+        Command::Chain(ChainCommand::Run {
+            file,
+            sets,
+            yes,
+            json,
+        }) => chains::run(&workspace, &file, &sets, yes, json).await,
+        Command::Chain(ChainCommand::Check { file }) => chains::check(&workspace, &file),
         Command::Executions(ExecutionsCommand::Tail {
             count,
             only_failures,

@@ -87,6 +87,8 @@ pub async fn run(
             "sandboxes": workspace.config.sandboxes,
             "builder": workspace.config.builder,
             "gateway": workspace.config.gateway,
+            "executions_log": workspace.config.executions_log,
+            "skill_timeout": workspace.config.skill_timeout,
             "jobs": workspace.config.jobs,
         }),
         jobs: workspace.config.jobs,

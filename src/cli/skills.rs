@@ -203,6 +203,7 @@ impl SkillEnv {
     pub fn runner<'a>(&'a self, workspace: &'a Workspace, log: bool) -> Runner<'a> {
         Runner {
             root: &workspace.root,
+            ledger: &workspace.config.ledger,
             artifacts: &self.store,
             templates: &self.templates,
             trust: &self.trust,
@@ -246,16 +247,14 @@ pub(super) fn report(record: &ExecutionRecord) -> i32 {
 pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
     let input: serde_json::Value = serde_json::from_str(input)
         .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
-    let ledger = Ledger::open(&workspace.config.ledger)?;
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, true);
     let ready = runner
-        .ready(&ledger, name)
+        .ready(name)
         .map_err(|refusal| Error::Usage(refusal.to_string()))?;
     require_confirmation(name, ready.proposal.side_effect, yes)?;
     let record = runner
         .run(
-            &ledger,
             &ready,
             input,
             &Lineage::default(),
@@ -342,7 +341,7 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
 }
 
 /// Asks on the terminal; without one there is nobody to ask, so the answer is no.
-fn confirm(name: &str, class: SideEffect) -> Result<bool, Error> {
+pub(super) fn confirm(name: &str, class: SideEffect) -> Result<bool, Error> {
     use std::io::{BufRead, IsTerminal, Write};
     if !std::io::stdin().is_terminal() {
         return Ok(false);

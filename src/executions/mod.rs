@@ -75,6 +75,8 @@ pub struct Ready {
 /// What running skills needs from the workspace.
 pub struct Runner<'a> {
     pub root: &'a Path,
+    /// The ledger file; each call opens it, so a runner can be held across awaits.
+    pub ledger: &'a Path,
     pub artifacts: &'a ArtifactStore,
     pub templates: &'a TemplateEngine,
     pub trust: &'a TrustPolicy,
@@ -133,7 +135,8 @@ fn millis(d: Duration) -> i64 {
 
 impl Runner<'_> {
     /// The trust check. The error says which check failed and how to recover.
-    pub fn ready(&self, ledger: &Ledger, name: &str) -> Result<Ready, Refusal> {
+    pub fn ready(&self, name: &str) -> Result<Ready, Refusal> {
+        let ledger = Ledger::open(self.ledger).map_err(|e| Refusal::Unreadable(e.to_string()))?;
         let skill = ledger
             .skill(name)
             .map_err(|e| Refusal::Trust(e.to_string()))?;
@@ -180,7 +183,6 @@ impl Runner<'_> {
     /// Records a run that never reached its skill (a refusal, a mapping or schema failure).
     pub fn record_failure(
         &self,
-        ledger: &Ledger,
         skill: &str,
         side_effect: &str,
         input: Option<Value>,
@@ -205,13 +207,12 @@ impl Runner<'_> {
             step: lineage.step.clone(),
             run_id: lineage.run_id,
         };
-        self.keep(ledger, record)
+        self.keep(record)
     }
 
     /// Runs a ready skill with `input` and records what happened.
     pub async fn run(
         &self,
-        ledger: &Ledger,
         ready: &Ready,
         input: Value,
         lineage: &Lineage,
@@ -254,7 +255,7 @@ impl Runner<'_> {
             step: lineage.step.clone(),
             run_id: lineage.run_id,
         };
-        self.keep(ledger, record)
+        self.keep(record)
     }
 
     /// Runs the command; `Ok(Err(..))` is the skill failing, `Err` is kavi failing to start it.
@@ -323,12 +324,8 @@ impl Runner<'_> {
         })
     }
 
-    fn keep(
-        &self,
-        ledger: &Ledger,
-        record: ExecutionRecord,
-    ) -> Result<ExecutionRecord, ExecutionError> {
-        ledger.record_execution(&record)?;
+    fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {
+        Ledger::open(self.ledger)?.record_execution(&record)?;
         if let Some(path) = self.log {
             log::append(path, &record).map_err(|source| ExecutionError::Log {
                 path: path.display().to_string(),

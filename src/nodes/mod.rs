@@ -7,6 +7,7 @@
 mod advise;
 mod allowlist;
 mod build;
+mod chain;
 mod classify;
 mod copy_back;
 mod diff_gate;
@@ -62,6 +63,7 @@ pub const KINDS: &[NodeKind] = &[
     pipeline::KIND,
     advise::KIND,
     http::KIND,
+    chain::KIND,
 ];
 
 /// The failure classifier a `classify` node uses unless it names another.

@@ -10,8 +10,13 @@ pub enum SpecError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("pipeline `{name}` not found (looked for {})", tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
-    NotFound { name: String, tried: Vec<PathBuf> },
+    #[error("{what} `{name}` not found (looked for {})", tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    NotFound {
+        /// `pipeline` or `chain`.
+        what: &'static str,
+        name: String,
+        tried: Vec<PathBuf>,
+    },
     /// One or more problems located in the spec text.
     #[error("{0}")]
     Invalid(Diagnostics),

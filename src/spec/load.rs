@@ -52,7 +52,7 @@ struct RawPipelineSection {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawParam {
+pub(crate) struct RawParam {
     #[serde(rename = "type")]
     ty: ParamType,
     default: Option<Spanned<toml::Value>>,
@@ -107,19 +107,30 @@ pub(crate) fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagn
 
 /// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
 pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecError> {
+    resolve_spec_path(root, "pipelines", "pipeline", name)
+}
+
+/// Finds a spec file: a path as given, or a bare name looked up in `<root>/<folder>/`, with or
+/// without `.toml`. `what` names the kind of spec in the error.
+pub fn resolve_spec_path(
+    root: &Path,
+    folder: &str,
+    what: &'static str,
+    name: &str,
+) -> Result<PathBuf, SpecError> {
     let given = PathBuf::from(name);
     if given.is_file() {
         return Ok(given);
     }
     let mut tried = vec![given];
     if !name.contains('/') {
-        let in_pipelines = root.join("pipelines").join(name);
-        tried.push(in_pipelines.clone());
-        if in_pipelines.is_file() {
-            return Ok(in_pipelines);
+        let in_folder = root.join(folder).join(name);
+        tried.push(in_folder.clone());
+        if in_folder.is_file() {
+            return Ok(in_folder);
         }
         if !name.ends_with(".toml") {
-            let with_ext = root.join("pipelines").join(format!("{name}.toml"));
+            let with_ext = root.join(folder).join(format!("{name}.toml"));
             tried.push(with_ext.clone());
             if with_ext.is_file() {
                 return Ok(with_ext);
@@ -127,6 +138,7 @@ pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecErr
         }
     }
     Err(SpecError::NotFound {
+        what,
         name: name.to_owned(),
         tried,
     })
@@ -246,7 +258,7 @@ pub fn load_pipeline_str(
     })
 }
 
-fn load_params(
+pub(crate) fn load_params(
     file: &Arc<SourceFile>,
     raw: IndexMap<String, Spanned<RawParam>>,
     problems: &mut Vec<Diagnostic>,

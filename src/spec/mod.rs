@@ -16,10 +16,11 @@ use indexmap::IndexMap;
 use toml::Spanned;
 
 pub use error::SpecError;
-pub(crate) use load::toml_error;
 pub use load::{
-    LoadContext, duration, load_pipeline, load_pipeline_str, resolve_pipeline_path, spec_hash,
+    LoadContext, duration, load_pipeline, load_pipeline_str, resolve_pipeline_path,
+    resolve_spec_path, spec_hash,
 };
+pub(crate) use load::{RawParam, load_params, toml_error};
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 
 use crate::diagnostic::SourceFile;

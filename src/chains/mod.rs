@@ -1,0 +1,458 @@
+//! Chains: ordered steps over trusted skills, declared in `chains/*.toml`.
+//!
+//! A step's input is a JSON value whose strings are templates over the chain's `params`, plus
+//! `map`: fields set from an earlier step's output by JSONPath (`path = "$.results[0].path"`),
+//! read from the previous step unless `from` names another (by id or index). Each step's
+//! execution record points at its `parent` (the previous step's, unless named). A step whose
+//! input cannot be built (a mapping that selects nothing, a source step that failed), whose
+//! skill may not run, or whose input does not match the skill's schema, leaves a failed record
+//! without the skill being invoked. `stop_on_failure` (default true) leaves later steps unrun.
+//!
+//! `kavi chain run` and the `chain` node kind both run chains through [`run`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use toml::Spanned;
+
+use crate::diagnostic::{Diagnostic, Diagnostics, SourceFile};
+use crate::executions::{ExecutionError, Lineage, Runner};
+use crate::ledger::{ExecutionRecord, Ledger};
+use crate::skills::SideEffect;
+use crate::spec::{ParamDecl, RawParam, SpecError};
+use crate::template::{TemplateEngine, describe_error};
+
+/// A validated chain.
+#[derive(Debug)]
+pub struct Chain {
+    pub name: String,
+    pub description: Option<String>,
+    pub source: Arc<SourceFile>,
+    pub stop_on_failure: bool,
+    pub params: IndexMap<String, ParamDecl>,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug)]
+pub struct Step {
+    pub id: String,
+    pub skill: String,
+    /// Strings in it are templates over `params` and `chain`.
+    pub input: Value,
+    /// Input fields (dotted, `a.b`) and the JSONPath that fills each from the source step.
+    pub map: Vec<(String, String)>,
+    /// The step `map` reads; `None` for the first step.
+    pub from: Option<usize>,
+    /// The step whose record is this step's parent; `None` for the first step.
+    pub parent: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChain {
+    chain: RawHeader,
+    #[serde(default)]
+    params: IndexMap<String, Spanned<RawParam>>,
+    #[serde(rename = "step", default)]
+    steps: Vec<Spanned<RawStep>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHeader {
+    name: String,
+    description: Option<String>,
+    #[serde(default = "default_true")]
+    stop_on_failure: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    id: Spanned<String>,
+    skill: Spanned<String>,
+    input: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    map: IndexMap<String, Spanned<String>>,
+    from: Option<Spanned<toml::Value>>,
+    parent: Option<Spanned<toml::Value>>,
+}
+
+/// Every string in a JSON value.
+fn strings<'v>(value: &'v Value, found: &mut Vec<&'v str>) {
+    match value {
+        Value::String(s) => found.push(s),
+        Value::Array(items) => items.iter().for_each(|v| strings(v, found)),
+        Value::Object(map) => map.values().for_each(|v| strings(v, found)),
+        _ => {}
+    }
+}
+
+/// Resolves a step reference (an earlier step's id or index).
+fn step_ref(
+    file: &Arc<SourceFile>,
+    reference: &Spanned<toml::Value>,
+    ids: &[String],
+    field: &str,
+) -> Result<usize, Diagnostic> {
+    let here = ids.len();
+    let found = match reference.get_ref() {
+        toml::Value::String(id) => ids.iter().position(|i| i == id),
+        toml::Value::Integer(index) => usize::try_from(*index).ok().filter(|i| *i < here),
+        _ => None,
+    };
+    found.ok_or_else(|| {
+        Diagnostic::new(format!(
+            "`{field}` must name an earlier step, by id or by index"
+        ))
+        .at(file, reference.span())
+        .with_help(if ids.is_empty() {
+            "the first step has no earlier step to read from".to_owned()
+        } else {
+            format!(
+                "earlier steps: {}",
+                ids.iter()
+                    .enumerate()
+                    .map(|(i, id)| format!("{i} (`{id}`)"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+    })
+}
+
+/// Reads and validates a chain file. `display_path` is how messages name it.
+pub fn load(
+    path: &Path,
+    display_path: &Path,
+    templates: &TemplateEngine,
+) -> Result<Chain, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: display_path.to_owned(),
+        source,
+    })?;
+    let file = SourceFile::new(display_path, text);
+    let raw: RawChain =
+        toml::from_str(&file.text).map_err(|e| crate::spec::toml_error(&file, &e))?;
+    let mut problems = Vec::new();
+    let params = crate::spec::load_params(&file, raw.params, &mut problems);
+    if raw.steps.is_empty() {
+        problems.push(
+            Diagnostic::new("a chain needs at least one step")
+                .at(&file, 0..0)
+                .with_help("add a [[step]] with an id and a skill"),
+        );
+    }
+    let mut ids: Vec<String> = Vec::new();
+    let mut steps = Vec::new();
+    for raw_step in raw.steps {
+        let step = raw_step.into_inner();
+        match load_step(&file, step, &ids, templates) {
+            Ok(step) => {
+                ids.push(step.id.clone());
+                steps.push(step);
+            }
+            Err(diagnostic) => problems.push(diagnostic),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(SpecError::Invalid(Diagnostics(problems)));
+    }
+    Ok(Chain {
+        name: raw.chain.name,
+        description: raw.chain.description,
+        source: file,
+        stop_on_failure: raw.chain.stop_on_failure,
+        params,
+        steps,
+    })
+}
+
+fn load_step(
+    file: &Arc<SourceFile>,
+    raw: RawStep,
+    ids: &[String],
+    templates: &TemplateEngine,
+) -> Result<Step, Diagnostic> {
+    let id = raw.id.get_ref().clone();
+    if ids.contains(&id) {
+        return Err(Diagnostic::new(format!("duplicate step id `{id}`")).at(file, raw.id.span()));
+    }
+    if let Some(reason) = crate::skills::invalid_name_reason(raw.skill.get_ref()) {
+        return Err(Diagnostic::new(reason).at(file, raw.skill.span()));
+    }
+    let input = match &raw.input {
+        None => Value::Object(Map::new()),
+        Some(input) => {
+            let value = serde_json::to_value(input.get_ref()).map_err(|e| {
+                Diagnostic::new(format!("the input is not JSON: {e}")).at(file, input.span())
+            })?;
+            if !value.is_object() {
+                return Err(Diagnostic::new("`input` must be a table (a JSON object)")
+                    .at(file, input.span()));
+            }
+            let mut found = Vec::new();
+            strings(&value, &mut found);
+            for template in found {
+                let reads = templates.check_str(template).map_err(|e| {
+                    Diagnostic::new(format!("invalid template: {}", describe_error(&e)))
+                        .at(file, input.span())
+                })?;
+                if let Some(bad) = reads
+                    .iter()
+                    .find(|r| !(r.starts_with("params") || r.starts_with("chain")))
+                {
+                    return Err(Diagnostic::new(format!(
+                        "a step's input may read `params` and `chain`, not `{bad}`"
+                    ))
+                    .at(file, input.span())
+                    .with_help("take values from earlier steps with `map` and JSONPath"));
+                }
+            }
+            value
+        }
+    };
+    for path in raw.map.values() {
+        crate::jsonpath::check(path.get_ref())
+            .map_err(|e| Diagnostic::new(e).at(file, path.span()))?;
+    }
+    let first = ids.is_empty();
+    let from = match &raw.from {
+        Some(reference) => Some(step_ref(file, reference, ids, "from")?),
+        None if first && !raw.map.is_empty() => {
+            return Err(
+                Diagnostic::new("the first step has no earlier step to `map` from")
+                    .at(file, raw.id.span()),
+            );
+        }
+        None => ids.len().checked_sub(1),
+    };
+    let parent = match &raw.parent {
+        Some(reference) => Some(step_ref(file, reference, ids, "parent")?),
+        None => ids.len().checked_sub(1),
+    };
+    Ok(Step {
+        id,
+        skill: raw.skill.into_inner(),
+        input,
+        map: raw
+            .map
+            .into_iter()
+            .map(|(k, v)| (k, v.into_inner()))
+            .collect(),
+        from,
+        parent,
+    })
+}
+
+/// How one step ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepResult {
+    pub id: String,
+    pub skill: String,
+    /// `succeeded`, `failed`, or `not_run` (an earlier step failed under `stop_on_failure`).
+    pub status: &'static str,
+    /// None for a step that was not run.
+    pub record: Option<ExecutionRecord>,
+}
+
+/// Who confirmed which side effects: `kavi chain run --yes`, a prompt, or a node's `confirm`.
+pub trait Confirm: Sync {
+    fn confirmed(&self, skill: &str, class: SideEffect) -> bool;
+}
+
+/// Sets a dotted field (`a.b`) in a JSON object, making objects on the way.
+fn set_field(input: &mut Value, field: &str, value: Value) {
+    let mut target = input;
+    let mut parts = field.split('.').peekable();
+    while let Some(part) = parts.next() {
+        if !target.is_object() {
+            *target = Value::Object(Map::new());
+        }
+        let object = target.as_object_mut().expect("made an object above");
+        if parts.peek().is_none() {
+            object.insert(part.to_owned(), value);
+            return;
+        }
+        target = object.entry(part.to_owned()).or_insert_with(|| json!({}));
+    }
+}
+
+/// Renders every string of a step's input as a template.
+fn render_input(
+    value: &mut Value,
+    templates: &TemplateEngine,
+    context: &minijinja::Value,
+) -> Result<(), String> {
+    match value {
+        Value::String(s) => {
+            *s = templates
+                .render_str(s, context)
+                .map_err(|e| format!("failed to render the input: {}", describe_error(&e)))?;
+        }
+        Value::Array(items) => {
+            for item in items {
+                render_input(item, templates, context)?;
+            }
+        }
+        Value::Object(map) => {
+            for item in map.values_mut() {
+                render_input(item, templates, context)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// What a chain run needs besides the chain.
+pub struct ChainContext<'a> {
+    pub runner: &'a Runner<'a>,
+    pub templates: &'a TemplateEngine,
+    pub confirm: &'a dyn Confirm,
+    /// The parent of the first step, and the pipeline run behind the chain, if any.
+    pub lineage: Lineage,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Runs a chain with resolved parameters, step by step.
+pub async fn run(
+    chain: &Chain,
+    params: &Map<String, Value>,
+    cx: &ChainContext<'_>,
+) -> Result<Vec<StepResult>, ExecutionError> {
+    let context = minijinja::Value::from_serialize(json!({
+        "params": params,
+        "chain": { "name": chain.name },
+    }));
+    let mut results: Vec<StepResult> = Vec::new();
+    for step in &chain.steps {
+        if chain.stop_on_failure && results.iter().any(|r| r.status != "succeeded") {
+            results.push(StepResult {
+                id: step.id.clone(),
+                skill: step.skill.clone(),
+                status: "not_run",
+                record: None,
+            });
+            continue;
+        }
+        let lineage = Lineage {
+            parent: match step.parent {
+                None => cx.lineage.parent.clone(),
+                Some(index) => results[index]
+                    .record
+                    .as_ref()
+                    .map(|r| r.execution_id.clone()),
+            },
+            chain: Some(chain.name.clone()),
+            step: Some(step.id.clone()),
+            run_id: cx.lineage.run_id,
+        };
+        let record = run_step(step, &results, &context, cx, &lineage).await?;
+        results.push(StepResult {
+            id: step.id.clone(),
+            skill: step.skill.clone(),
+            status: if record.success {
+                "succeeded"
+            } else {
+                "failed"
+            },
+            record: Some(record),
+        });
+    }
+    Ok(results)
+}
+
+async fn run_step(
+    step: &Step,
+    earlier: &[StepResult],
+    context: &minijinja::Value,
+    cx: &ChainContext<'_>,
+    lineage: &Lineage,
+) -> Result<ExecutionRecord, ExecutionError> {
+    let runner = cx.runner;
+    // The skill's class, as far as it is known before the trust check: for records of steps
+    // that never reached it.
+    let class_of = || {
+        Ledger::open(runner.ledger)
+            .and_then(|ledger| ledger.skill(&step.skill))
+            .map(|s| s.side_effect)
+            .unwrap_or_else(|_| "UNKNOWN".to_owned())
+    };
+    let fail = |input: Option<Value>, error: String| {
+        runner.record_failure(&step.skill, &class_of(), input, &error, lineage)
+    };
+    let mut input = step.input.clone();
+    if let Err(error) = render_input(&mut input, cx.templates, context) {
+        return fail(None, error);
+    }
+    if let Some(from) = step.from.filter(|_| !step.map.is_empty()) {
+        let source = &earlier[from];
+        let output = match (&source.record, source.status) {
+            (Some(record), "succeeded") => record.output.clone().unwrap_or(Value::Null),
+            _ => {
+                let error = format!(
+                    "maps from step `{}`, which {}; `{}` was not run",
+                    source.id,
+                    if source.status == "not_run" {
+                        "did not run"
+                    } else {
+                        "failed"
+                    },
+                    step.skill
+                );
+                return fail(Some(input), error);
+            }
+        };
+        for (field, path) in &step.map {
+            match crate::jsonpath::select_one(&output, path) {
+                Ok(value) => set_field(&mut input, field, value),
+                Err(e) => {
+                    let error = format!(
+                        "mapping `{field}` from step `{}` failed: {e}; `{}` was not run",
+                        source.id, step.skill
+                    );
+                    return fail(Some(input), error);
+                }
+            }
+        }
+    }
+    let ready = match runner.ready(&step.skill) {
+        Ok(ready) => ready,
+        Err(refusal) => return fail(Some(input), refusal.to_string()),
+    };
+    let class = ready.proposal.side_effect;
+    if class != SideEffect::ReadOnly && !cx.confirm.confirmed(&step.skill, class) {
+        let error = format!(
+            "`{}` is {}, which nobody confirmed; nothing was run",
+            step.skill,
+            class.as_str()
+        );
+        return fail(Some(input), error);
+    }
+    runner.run(&ready, input, lineage, cx.cancel).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotted_fields_make_objects_on_the_way() {
+        let mut input = json!({"keep": 1});
+        set_field(&mut input, "path", json!("a.md"));
+        set_field(&mut input, "where.line", json!(3));
+        assert_eq!(
+            input,
+            json!({"keep": 1, "path": "a.md", "where": {"line": 3}})
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! `chain`: run a declared chain (`chains/*.toml`) as one node. The chain is loaded when the
+//! pipeline is, so `kavi pipeline check` reports its errors. Each step leaves an execution
+//! record that names this run. Side effects other than READ_ONLY run only when the node's
+//! `confirm` lists their class: a pipeline has nobody to ask.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::{Map, json};
+use toml::Spanned;
+
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::chains::{self, Chain, ChainContext, Confirm};
+use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::executions::{Lineage, Runner};
+use crate::ledger::ArtifactStore;
+use crate::skills::SideEffect;
+use crate::skills::trust::TrustPolicy;
+use crate::spec::SpecError;
+use crate::state::NodeState;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "chain",
+    parse,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChainConfig {
+    /// A chain file: a name looked up in `chains/`, or a path in the workspace.
+    chain: Spanned<String>,
+    /// The chain's parameters, as templated strings.
+    #[serde(default)]
+    params: IndexMap<String, Spanned<String>>,
+    /// Side-effect classes the pipeline's author confirms for the chain's steps.
+    #[serde(default)]
+    confirm: Vec<SideEffect>,
+}
+
+#[derive(Debug)]
+struct ChainNode {
+    chain: Chain,
+    params: IndexMap<String, String>,
+    confirm: Vec<SideEffect>,
+    trust: TrustPolicy,
+}
+
+impl Confirm for ChainNode {
+    fn confirmed(&self, _skill: &str, class: SideEffect) -> bool {
+        self.confirm.contains(&class)
+    }
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: ChainConfig = config.deserialize()?;
+    let name = raw.chain.get_ref();
+    let path = if name.contains('/') {
+        super::contained_path(config.root, name).map_err(|e| config.error(e, raw.chain.span()))?
+    } else {
+        crate::spec::resolve_spec_path(
+            config.root,
+            "chains",
+            "chain",
+            &config.root.join("chains").join(name).to_string_lossy(),
+        )
+        .or_else(|_| {
+            crate::spec::resolve_spec_path(
+                config.root,
+                "chains",
+                "chain",
+                &config
+                    .root
+                    .join("chains")
+                    .join(format!("{name}.toml"))
+                    .to_string_lossy(),
+            )
+        })
+        .map_err(|_| {
+            config.error(
+                format!("chain `{name}` not found in chains/"),
+                raw.chain.span(),
+            )
+        })?
+    };
+    let display = path
+        .strip_prefix(config.root)
+        .map_or_else(|_| path.clone(), Path::to_path_buf);
+    let chain = chains::load(&path, &display, config.templates).map_err(|e| match e {
+        SpecError::Invalid(mut problems) if !problems.0.is_empty() => problems.0.swap_remove(0),
+        other => config.error(other.to_string(), raw.chain.span()),
+    })?;
+    for (name, value) in &raw.params {
+        if !chain.params.contains_key(name) {
+            let known: Vec<_> = chain.params.keys().map(|k| format!("`{k}`")).collect();
+            return Err(config
+                .error(
+                    format!("chain `{}` has no parameter `{name}`", chain.name),
+                    value.span(),
+                )
+                .with_help(format!("its parameters: {}", known.join(", "))));
+        }
+        config.check_template(value)?;
+    }
+    let trust = config.load_trust(None)?;
+    Ok(Arc::new(ChainNode {
+        chain,
+        params: raw
+            .params
+            .into_iter()
+            .map(|(k, v)| (k, v.into_inner()))
+            .collect(),
+        confirm: raw.confirm,
+        trust,
+    }))
+}
+
+impl ChainNode {
+    async fn execute(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let mut sets = Vec::new();
+        for (name, source) in &self.params {
+            sets.push((name.clone(), ctx.render(&format!("params.{name}"), source)?));
+        }
+        let params = crate::spec::resolve_params(&self.chain.params, &sets)
+            .map_err(|problems| Diagnostics(problems).to_string())?;
+        let config = &ctx.env.config;
+        let log = config["executions_log"].as_str().map(Path::new);
+        let timeout = config["skill_timeout"]
+            .as_str()
+            .map(humantime::parse_duration)
+            .transpose()
+            .map_err(|e| format!("`skill_timeout`: {e}"))?
+            .unwrap_or(std::time::Duration::from_secs(60));
+        let artifacts: &ArtifactStore = &ctx.env.artifacts;
+        let runner = Runner {
+            root: &ctx.env.workspace,
+            ledger: &ctx.env.ledger,
+            artifacts,
+            templates: &ctx.env.templates,
+            trust: &self.trust,
+            log,
+            timeout,
+        };
+        let context = ChainContext {
+            runner: &runner,
+            templates: &ctx.env.templates,
+            confirm: self,
+            lineage: Lineage {
+                run_id: Some(ctx.run_id),
+                ..Lineage::default()
+            },
+            cancel: &ctx.cancel,
+        };
+        let results = chains::run(&self.chain, &params, &context)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut steps = Map::new();
+        for result in &results {
+            steps.insert(
+                result.id.clone(),
+                json!({
+                    "status": result.status,
+                    "skill": result.skill,
+                    "execution_id": result.record.as_ref().map(|r| &r.execution_id),
+                    "output": result.record.as_ref().and_then(|r| r.output.clone()),
+                    "error": result.record.as_ref().and_then(|r| r.error.clone()),
+                }),
+            );
+        }
+        let failed: Vec<String> = results
+            .iter()
+            .filter(|r| r.status == "failed")
+            .map(|r| {
+                format!(
+                    "step `{}`: {}",
+                    r.id,
+                    r.record
+                        .as_ref()
+                        .and_then(|rec| rec.error.as_deref())
+                        .unwrap_or("failed")
+                )
+            })
+            .collect();
+        let mut outcome =
+            NodeOutcome::succeeded(json!({ "chain": self.chain.name, "steps": steps }));
+        if ctx.cancel.is_cancelled() {
+            outcome.state = NodeState::Cancelled;
+        } else if !failed.is_empty() {
+            outcome.state = NodeState::Failed;
+            outcome.error = Some(format!(
+                "chain `{}` failed: {}",
+                self.chain.name,
+                failed.join("; ")
+            ));
+        }
+        Ok(outcome)
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for ChainNode {
+    fn describe(&self) -> String {
+        format!(
+            "run chain `{}` ({} steps)",
+            self.chain.name,
+            self.chain.steps.len()
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.execute(ctx).await.unwrap_or_else(NodeOutcome::failed)
+    }
+}
