@@ -6,17 +6,26 @@ mod common;
 
 use std::path::Path;
 
-/// The forge story runs against the shipped workspace itself, copied fresh into its fixture
-/// folder, so the scenario always exercises what ships (the folder is git-ignored).
-fn prepare_forge_fixture() {
-    let fixture = common::repo().join("tests/cmd/forge.in");
+/// The forge and chain stories run against the shipped workspace itself, copied fresh into
+/// their fixture folders, so the scenarios always exercise what ships (the folders are
+/// git-ignored).
+fn prepare_shipped_fixture(story: &str) -> std::path::PathBuf {
+    let fixture = common::repo().join(format!("tests/cmd/{story}.in"));
     let _ = std::fs::remove_dir_all(&fixture);
     common::copy_shipped_workspace(&fixture);
+    fixture
 }
 
 #[test]
 fn cli_scenarios() {
-    prepare_forge_fixture();
+    prepare_shipped_fixture("forge");
+    let chain = prepare_shipped_fixture("chain");
+    std::fs::create_dir_all(chain.join("notes")).unwrap();
+    std::fs::write(
+        chain.join("notes/kavi.md"),
+        "# About kavi\n\nKavi runs governed pipelines.\n",
+    )
+    .unwrap();
     // Stories change files between steps with `sh`, as a user would with an editor.
     trycmd::TestCases::new()
         .register_bin("sh", Path::new("/bin/sh"))

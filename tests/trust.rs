@@ -48,7 +48,16 @@ skill = "{{ params.skill }}"
 comment = "all gates passed"
 "#;
 
+const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n";
+const SKILL: &str = "import json\nimport sys\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n";
+const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n";
+
 fn workspace() -> tempfile::TempDir {
+    workspace_with(PROPOSAL, SKILL, TEST)
+}
+
+/// A workspace with the `demo` skill proposed from `proposal`, its files written.
+fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     for folder in ["pipelines", "policies", "proposals", "skills/demo"] {
@@ -66,21 +75,9 @@ fn workspace() -> tempfile::TempDir {
         ],
     );
     common::copy_gate_checks(root);
-    std::fs::write(
-        root.join("proposals/demo.toml"),
-        "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n",
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("skills/demo/skill.py"),
-        "import json\nimport sys\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n",
-    )
-    .unwrap();
-    std::fs::write(
-        root.join("skills/demo/test_skill.py"),
-        "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n",
-    )
-    .unwrap();
+    std::fs::write(root.join("proposals/demo.toml"), proposal).unwrap();
+    std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
+    std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
     std::fs::write(root.join("pipelines/verify-promote.toml"), PIPELINE).unwrap();
     json(&kavi(
         root,
@@ -208,4 +205,51 @@ fn files_changed_after_verification_are_not_promoted() {
         String::from_utf8_lossy(&verify.stderr),
         "error: skill `demo` is not trusted (it is VERIFIED); only trusted skills have a hash to check\n"
     );
+}
+
+/// Secrets reach a skill only when it declares them, and never reach a record or the log.
+#[test]
+fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() {
+    let proposal = PROPOSAL
+        .replace("READ_ONLY", "SECRET_READ")
+        .replace("description", "secrets = [\"DEMO_TOKEN\"]\ndescription");
+    let skill = "import json\nimport os\nimport sys\n\nSIDE_EFFECT = \"SECRET_READ\"\n\ndef run(data):\n    token = os.environ.get('DEMO_TOKEN', '')\n    return {'token': 'token=' + token, 'other': os.environ.get('OTHER_VAR'), 'length': len(token)}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
+    let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_shape(self):\n        self.assertIn('length', run({}))\n";
+    let dir = workspace_with(&proposal, skill, test);
+    let root = dir.path();
+    let out = kavi(
+        root,
+        &["pipeline", "run", "verify-promote", "--set", "skill=demo"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let secret = "s3cr3t-value-0451";
+    let ran = common::kavi_command(root, &["skill", "run", "demo", "--input", "{}", "--yes"])
+        .env("DEMO_TOKEN", secret)
+        .env("OTHER_VAR", "not declared")
+        .output()
+        .unwrap();
+    let record = json(&ran);
+    // The skill saw the declared secret (its length) and not the undeclared variable.
+    assert_eq!(record["output"]["length"], secret.len());
+    assert!(record["output"]["other"].is_null());
+    // The value itself is redacted from the record.
+    assert_eq!(record["output"]["token"], "token=[redacted]");
+    let id = record["execution_id"].as_str().unwrap();
+    let kept = json(&kavi(root, &["session", "--execution-id", id, "--json"]));
+    assert_eq!(kept[0]["output"]["token"], "token=[redacted]");
+    let log = std::fs::read_to_string(root.join(".kavi/executions.jsonl")).unwrap();
+    assert!(log.contains("token=[redacted]") && !log.contains(secret));
+    // Nor in the ledger's file or its write-ahead log.
+    for file in ["ledger.db", "ledger.db-wal"] {
+        let bytes = std::fs::read(root.join(".kavi").join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{file}"
+        );
+    }
 }

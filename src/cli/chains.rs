@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::output::duration_ms;
+use super::output::{duration_ms, one_line};
 use super::skills::{SkillEnv, confirm};
 use crate::chains::{self, Chain, ChainContext, Confirm, StepResult};
 use crate::config::Workspace;
@@ -103,7 +103,7 @@ fn print_results(chain: &Chain, results: &[StepResult]) {
                 result.id,
                 result.skill,
                 &record.execution_id[..8],
-                record.error.as_deref().unwrap_or("unknown")
+                one_line(record.error.as_deref().unwrap_or("unknown"))
             ),
         }
     }

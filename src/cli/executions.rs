@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::output::{duration_ms, table};
+use super::output::{duration_ms, one_line, table};
 use super::skills::{SkillEnv, report, require_confirmation};
 use crate::config::Workspace;
 use crate::error::{Error, exit};
@@ -36,11 +36,12 @@ pub fn tail(workspace: &Workspace, filter: &TailFilter<'_>, json: bool) -> Resul
         source,
     })?;
     if contents.skipped > 0 {
+        let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
         eprintln!(
             "skipped {} malformed line{} in {}",
             contents.skipped,
             if contents.skipped == 1 { "" } else { "s" },
-            path.display()
+            shown.display()
         );
     }
     let selected: Vec<&ExecutionRecord> = contents
@@ -73,7 +74,7 @@ pub fn tail(workspace: &Workspace, filter: &TailFilter<'_>, json: bool) -> Resul
             record.skill.clone(),
             record.started_at.clone(),
             duration_ms(record.duration_ms),
-            record.error.clone().unwrap_or_default(),
+            record.error.as_deref().map(one_line).unwrap_or_default(),
         ]);
     }
     out!("{}", table(&rows));
@@ -90,7 +91,12 @@ pub async fn replay(
     no_log: bool,
 ) -> Result<i32, Error> {
     let ledger = Ledger::open(&workspace.config.ledger)?;
-    let original = ledger.execution(id)?;
+    let original = match id {
+        "latest" => ledger
+            .latest_execution()?
+            .ok_or_else(|| Error::Usage("no executions recorded yet; nothing to replay".into()))?,
+        id => ledger.execution(id)?,
+    };
     let id = original.execution_id.as_str();
     let refused = |check: &str, detail: String| {
         Error::Usage(format!(
@@ -221,7 +227,7 @@ pub fn session(workspace: &Workspace, of: SessionOf<'_>, json: bool) -> Result<i
             line.push_str(&format!(" (step {step})"));
         }
         if let Some(error) = &record.error {
-            line.push_str(&format!(": {error}"));
+            line.push_str(&format!(": {}", one_line(error)));
         }
         outln!("{line}");
         let kids = children

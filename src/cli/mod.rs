@@ -97,6 +97,7 @@ enum Command {
     /// Run a recorded execution again with the same input, if its skill is still trusted at the
     /// same hash; the new record's parent is the original.
     Replay {
+        /// An execution id, a unique prefix of one, or `latest`.
         execution_id: String,
         /// Record in the ledger only, not in the JSONL log.
         #[arg(long)]

@@ -31,6 +31,16 @@ pub fn plural(n: usize, noun: &str) -> String {
 
 pub use crate::ledger::short_hash;
 
+/// An error on one line: its first line and, for a longer text (a traceback), its last.
+pub fn one_line(error: &str) -> String {
+    let lines: Vec<&str> = error.lines().filter(|l| !l.trim().is_empty()).collect();
+    match lines.as_slice() {
+        [] => String::new(),
+        [only] => (*only).to_owned(),
+        [first, .., last] => format!("{first} … {}", last.trim()),
+    }
+}
+
 /// Prints rows with columns padded to the widest cell.
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);

@@ -79,7 +79,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Copies the shipped workspace (pipelines, policies, templates, proposals, the scripted builder,
-/// the gate set's checks and kavi.toml) into `dir`: what a user starts from.
+/// the gate set's checks, the chains and kavi.toml) into `dir`: what a user starts from.
 pub fn copy_shipped_workspace(dir: &Path) {
     for folder in [
         "pipelines",
@@ -88,6 +88,7 @@ pub fn copy_shipped_workspace(dir: &Path) {
         "proposals",
         "builders",
         "checks",
+        "chains",
     ] {
         copy_dir(&repo().join(folder), &dir.join(folder));
     }

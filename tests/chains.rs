@@ -1,0 +1,367 @@
+//! Trusted skills in use, end to end: chains with JSONPath mappings, the execution records and
+//! their lineage, replay, the session tree, and the JSONL log. The skills are forged first by
+//! the shipped forge, so they are TRUSTED the way a user's would be.
+
+mod common;
+
+use common::{json, kavi, shipped_workspace};
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+fn forge(root: &Path, skills: &[&str]) {
+    for skill in skills {
+        let set = format!("skill={skill}");
+        let out = kavi(root, &["pipeline", "run", "forge", "--set", &set]);
+        assert!(
+            out.status.success(),
+            "{skill}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+fn write(root: &Path, relative: &str, text: &str) {
+    let path = root.join(relative);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A workspace with `find_notes` and `summarize_note` trusted and two notes to find.
+fn notes_workspace() -> tempfile::TempDir {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["find_notes", "summarize_note"]);
+    write(
+        root,
+        "notes/kavi.md",
+        "# About kavi\n\nKavi runs governed pipelines.\n",
+    );
+    write(root, "notes/other.md", "# Other\n\nNothing to see.\n");
+    dir
+}
+
+fn chain(root: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["chain", "run"];
+    all.extend_from_slice(args);
+    kavi(root, &all)
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_two_step_chain_maps_the_first_result_into_the_second_and_links_the_records() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    let steps = json(&chain(
+        root,
+        &["search_and_summarize", "--set", "query=governed", "--json"],
+    ));
+    let [search, summarize] = steps.as_array().unwrap().as_slice() else {
+        panic!("{steps}");
+    };
+    assert_eq!(search["status"], "succeeded");
+    assert_eq!(
+        search["record"]["output"]["results"][0]["path"],
+        "notes/kavi.md"
+    );
+    assert_eq!(summarize["status"], "succeeded");
+    // The mapping put the path into the second step's input.
+    assert_eq!(
+        summarize["record"]["input"],
+        json!({"path": "notes/kavi.md"})
+    );
+    assert_eq!(
+        summarize["record"]["output"],
+        json!({"path": "notes/kavi.md", "title": "About kavi", "words": 7, "lines": 3})
+    );
+    // Lineage: the second record's parent is the first; each names its chain and step.
+    assert_eq!(
+        summarize["record"]["parent_execution_id"],
+        search["record"]["execution_id"]
+    );
+    assert!(search["record"]["parent_execution_id"].is_null());
+    assert_eq!(summarize["record"]["chain"], "search_and_summarize");
+    assert_eq!(summarize["record"]["step"], "summarize");
+
+    // The session tree of the last chain: the search, and the summary under it.
+    let tree = json(&kavi(root, &["session", "--latest", "--json"]));
+    assert_eq!(tree.as_array().unwrap().len(), 1);
+    assert_eq!(tree[0]["execution_id"], search["record"]["execution_id"]);
+    assert_eq!(
+        tree[0]["children"][0]["execution_id"],
+        summarize["record"]["execution_id"]
+    );
+    let text = stdout(&kavi(root, &["session", "--latest"]));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("✓ find_notes "), "{text}");
+    assert!(lines[0].ends_with(" (step search)"), "{text}");
+    assert!(lines[1].starts_with("└─ ✓ summarize_note "), "{text}");
+}
+
+#[test]
+fn a_mapping_to_a_missing_key_fails_that_step_without_running_its_skill() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    // The second step would write a note, if it ran.
+    write(
+        root,
+        "chains/search_then_write.toml",
+        r#"
+[chain]
+name = "search_then_write"
+
+[[step]]
+id = "search"
+skill = "find_notes"
+input = { query = "governed" }
+
+[[step]]
+id = "write"
+skill = "write_note"
+input = { body = "found" }
+map = { title = "$.results[0].title" }
+"#,
+    );
+    let out = chain(root, &["search_then_write", "--yes", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let steps: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let write = &steps[1];
+    assert_eq!(write["status"], "failed");
+    assert_eq!(
+        write["record"]["error"],
+        "mapping `title` from step `search` failed: `$.results[0].title` selects nothing; `write_note` was not run"
+    );
+    // Not reached: no hash was checked, no output, and no note was written.
+    assert!(write["record"]["source_hash"].is_null());
+    assert!(write["record"]["output"].is_null());
+    let notes: Vec<_> = std::fs::read_dir(root.join("notes")).unwrap().collect();
+    assert_eq!(notes.len(), 2, "the skill wrote a note");
+}
+
+#[test]
+fn without_stop_on_failure_later_steps_run_and_those_mapping_from_a_failed_step_fail_cleanly() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    write(
+        root,
+        "chains/keep_going.toml",
+        r#"
+[chain]
+name = "keep_going"
+stop_on_failure = false
+
+[[step]]
+id = "broken"
+skill = "summarize_note"
+input = { path = "notes/missing.md" }
+
+[[step]]
+id = "after_broken"
+skill = "summarize_note"
+map = { path = "$.path" }
+
+[[step]]
+id = "independent"
+skill = "find_notes"
+input = { query = "kavi" }
+parent = 0
+"#,
+    );
+    let out = chain(root, &["keep_going", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let steps: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let statuses: Vec<&str> = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["failed", "failed", "succeeded"]);
+    // The skill itself failed on the missing file: it was reached, and its error is kept.
+    let broken = &steps[0]["record"];
+    assert!(broken["source_hash"].is_string());
+    assert!(
+        broken["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("exited with code 1: Traceback"),
+        "{broken}"
+    );
+    assert_eq!(
+        steps[1]["record"]["error"],
+        "maps from step `broken`, which failed; `summarize_note` was not run"
+    );
+    // Branching: two records under the failed first step.
+    let text = stdout(&kavi(root, &["session", "--latest"]));
+    assert!(text.starts_with("✗ summarize_note "), "{text}");
+    assert!(text.contains("\n├─ ✗ summarize_note "), "{text}");
+    assert!(text.contains("\n└─ ✓ find_notes "), "{text}");
+
+    // With the default stop_on_failure, the rest is not run and leaves no record.
+    let stop = std::fs::read_to_string(root.join("chains/keep_going.toml"))
+        .unwrap()
+        .replace("stop_on_failure = false\n", "");
+    write(
+        root,
+        "chains/stop.toml",
+        &stop.replace("keep_going", "stop"),
+    );
+    let steps = chain(root, &["stop", "--json"]);
+    let steps: Value = serde_json::from_slice(&steps.stdout).unwrap();
+    assert_eq!(steps[1]["status"], "not_run");
+    assert!(steps[1]["record"].is_null());
+    assert_eq!(steps[2]["status"], "not_run");
+}
+
+#[test]
+fn replay_reruns_with_the_same_input_and_refuses_after_one_changed_byte() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    let first = json(&kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "summarize_note",
+            "--input",
+            r#"{"path": "notes/kavi.md"}"#,
+        ],
+    ));
+    let id = first["execution_id"].as_str().unwrap();
+    // A unique prefix names the execution, as with git.
+    let again = json(&kavi(root, &["replay", &id[..8]]));
+    assert_eq!(again["parent_execution_id"], id);
+    assert_eq!(again["input"], first["input"]);
+    assert_eq!(again["output"], first["output"]);
+    assert_ne!(again["execution_id"], first["execution_id"]);
+
+    let missing = kavi(root, &["replay", "00000000-no-such-id"]);
+    assert_eq!(missing.status.code(), Some(5));
+
+    let skill = root.join("skills/summarize_note/skill.py");
+    let mut text = std::fs::read(&skill).unwrap();
+    text.push(b' ');
+    std::fs::write(&skill, text).unwrap();
+    let refused = kavi(root, &["replay", id]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: replay of {id} refused: the hash check failed: refusing to run `summarize_note`: its files changed since it was trusted"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_jsonl_log_survives_a_malformed_line_and_tail_filters() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    let run = |input: &str| kavi(root, &["skill", "run", "find_notes", "--input", input]);
+    assert!(run(r#"{"query": "kavi"}"#).status.success());
+    // Someone's editor, or a crash mid-write, leaves a broken line in the middle.
+    let log = root.join(".kavi/executions.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"execution_id\": \"torn\n");
+    std::fs::write(&log, text).unwrap();
+    assert_eq!(run(r#"{"query": ""}"#).status.code(), Some(1));
+    assert!(run(r#"{"query": "other"}"#).status.success());
+
+    let tail = kavi(root, &["executions", "tail", "--json"]);
+    assert_eq!(
+        String::from_utf8_lossy(&tail.stderr),
+        "skipped 1 malformed line in .kavi/executions.jsonl\n"
+    );
+    let records = json(&tail);
+    assert_eq!(records.as_array().unwrap().len(), 3);
+    let failures = json(&kavi(
+        root,
+        &["executions", "tail", "--only-failures", "--json"],
+    ));
+    assert_eq!(failures.as_array().unwrap().len(), 1);
+    assert!(
+        failures[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the input does not match the input schema: at /query: ")
+    );
+    let last = json(&kavi(root, &["executions", "tail", "-n", "1", "--json"]));
+    assert_eq!(last[0]["input"], json!({"query": "other"}));
+    let none = json(&kavi(
+        root,
+        &["executions", "tail", "--skill", "word_count", "--json"],
+    ));
+    assert_eq!(none, json!([]));
+}
+
+#[test]
+fn a_pipeline_runs_a_chain_as_one_node_and_side_effects_need_the_authors_confirmation() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    write(
+        root,
+        "chains/write_note_chain.toml",
+        "[chain]\nname = \"write_note_chain\"\n\n[params.title]\ntype = \"string\"\n\n[[step]]\nid = \"write\"\nskill = \"write_note\"\ninput = { title = \"{{ params.title }}\", body = \"from a pipeline\" }\n",
+    );
+    let pipeline = |confirm: &str| {
+        format!(
+            r#"
+[pipeline]
+name = "notes"
+
+[nodes.write]
+kind = "chain"
+chain = "write_note_chain"
+params = {{ title = "Pipeline note" }}
+{confirm}
+
+[nodes.summary]
+kind = "chain"
+needs = ["write"]
+chain = "search_and_summarize"
+params = {{ query = "from a pipeline" }}
+
+[nodes.title]
+kind = "exec"
+needs = ["summary"]
+run = ["echo", "{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}"]
+"#
+        )
+    };
+    write(root, "pipelines/notes.toml", &pipeline(""));
+    assert_eq!(
+        kavi(root, &["pipeline", "run", "notes"]).status.code(),
+        Some(1)
+    );
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(
+        common::node(&run, "write")["error"],
+        "chain `write_note_chain` failed: step `write`: `write_note` is FILE_WRITE, which nobody confirmed; nothing was run"
+    );
+    assert!(!root.join("notes/pipeline-note.md").exists());
+
+    write(
+        root,
+        "pipelines/notes.toml",
+        &pipeline("confirm = [\"FILE_WRITE\"]"),
+    );
+    let out = kavi(root, &["pipeline", "run", "notes"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(
+        common::node(&run, "title")["outputs"]["stdout"],
+        "Pipeline note\n"
+    );
+    // The chain's records name the pipeline run.
+    let records = json(&kavi(root, &["executions", "tail", "-n", "1", "--json"]));
+    assert_eq!(records[0]["run_id"], run["id"]);
+    assert_eq!(records[0]["chain"], "search_and_summarize");
+}
