@@ -242,6 +242,17 @@ fn replay_reruns_with_the_same_input_and_refuses_after_one_changed_byte() {
     assert_eq!(again["output"], first["output"]);
     assert_ne!(again["execution_id"], first["execution_id"]);
 
+    // --no-log: the ledger keeps the new record, the JSONL log does not get it.
+    let log = root.join(".kavi/executions.jsonl");
+    let lines = || std::fs::read_to_string(&log).unwrap().lines().count();
+    let before = lines();
+    let quiet = json(&kavi(root, &["replay", id, "--no-log"]));
+    assert_eq!(lines(), before);
+    let tree = json(&kavi(root, &["session", "--execution-id", id, "--json"]));
+    let replays: Vec<&Value> = tree[0]["children"].as_array().unwrap().iter().collect();
+    assert_eq!(replays.len(), 2);
+    assert_eq!(replays[1]["execution_id"], quiet["execution_id"]);
+
     let missing = kavi(root, &["replay", "00000000-no-such-id"]);
     assert_eq!(missing.status.code(), Some(5));
 
