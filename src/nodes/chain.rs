@@ -56,34 +56,8 @@ impl Confirm for ChainNode {
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
     let raw: ChainConfig = config.deserialize()?;
     let name = raw.chain.get_ref();
-    let path = if name.contains('/') {
-        super::contained_path(config.root, name).map_err(|e| config.error(e, raw.chain.span()))?
-    } else {
-        crate::spec::resolve_spec_path(
-            config.root,
-            "chains",
-            "chain",
-            &config.root.join("chains").join(name).to_string_lossy(),
-        )
-        .or_else(|_| {
-            crate::spec::resolve_spec_path(
-                config.root,
-                "chains",
-                "chain",
-                &config
-                    .root
-                    .join("chains")
-                    .join(format!("{name}.toml"))
-                    .to_string_lossy(),
-            )
-        })
-        .map_err(|_| {
-            config.error(
-                format!("chain `{name}` not found in chains/"),
-                raw.chain.span(),
-            )
-        })?
-    };
+    let path = super::spec_in_workspace(config.root, "chains", name)
+        .map_err(|message| config.error(format!("chain {message}"), raw.chain.span()))?;
     let display = path
         .strip_prefix(config.root)
         .map_or_else(|_| path.clone(), Path::to_path_buf);

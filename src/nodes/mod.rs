@@ -268,6 +268,22 @@ impl<'a> NodeConfig<'a> {
     }
 }
 
+/// Finds a spec file a node names: a bare name is looked up in `<root>/<folder>/` (with or
+/// without `.toml`), anything else is a path inside the workspace. The current folder plays no
+/// part, so a pipeline means the same wherever kavi is started.
+pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBuf, String> {
+    let candidates = if name.contains('/') {
+        vec![contained_path(root, name)?]
+    } else {
+        let folder = root.join(folder);
+        vec![folder.join(name), folder.join(format!("{name}.toml"))]
+    };
+    candidates
+        .into_iter()
+        .find(|path| path.is_file())
+        .ok_or_else(|| format!("`{name}` not found in {folder}/"))
+}
+
 /// Resolves a user-given relative path under `root`, refusing anything that could leave it:
 /// absolute paths, `..`, and (for existing paths) symlinks that resolve outside.
 pub fn contained_path(root: &Path, relative: &str) -> Result<PathBuf, String> {

@@ -42,27 +42,11 @@ struct SubPipeline {
     params: IndexMap<String, String>,
 }
 
-/// Where a `file` field points: a bare name is looked up in `pipelines/`, anything else is a path
-/// inside the workspace.
-fn child_path(root: &Path, name: &str) -> Result<PathBuf, String> {
-    if name.contains('/') {
-        let path = super::contained_path(root, name)?;
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!("pipeline `{name}` not found"))
-        };
-    }
-    spec::resolve_pipeline_path(root, &root.join("pipelines").join(name).to_string_lossy())
-        .or_else(|_| spec::resolve_pipeline_path(root, &format!("{name}.toml")))
-        .map_err(|_| format!("pipeline `{name}` not found in pipelines/"))
-}
-
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
     let raw: PipelineConfig = config.deserialize()?;
     let file_span = raw.file.span();
-    let path = child_path(config.root, raw.file.get_ref())
-        .map_err(|message| config.error(message, file_span.clone()))?;
+    let path = super::spec_in_workspace(config.root, "pipelines", raw.file.get_ref())
+        .map_err(|message| config.error(format!("pipeline {message}"), file_span.clone()))?;
     let canonical = path.canonicalize().map_err(|e| {
         config.error(
             format!("cannot resolve the pipeline: {e}"),
