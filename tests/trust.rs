@@ -86,10 +86,8 @@ fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir 
     dir
 }
 
-#[test]
-fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
-    let dir = workspace();
-    let root = dir.path();
+/// Runs the gates over `demo` and promotes it.
+fn verify_and_promote(root: &std::path::Path) {
     let out = kavi(
         root,
         &["pipeline", "run", "verify-promote", "--set", "skill=demo"],
@@ -99,6 +97,13 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+#[test]
+fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
+    let dir = workspace();
+    let root = dir.path();
+    verify_and_promote(root);
 
     let run = json(&kavi(root, &["runs", "show", "--json"]));
     let verified_hash = run["verifications"][0]["source_hash"]
@@ -217,15 +222,7 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
     let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_shape(self):\n        self.assertIn('length', run({}))\n";
     let dir = workspace_with(&proposal, skill, test);
     let root = dir.path();
-    let out = kavi(
-        root,
-        &["pipeline", "run", "verify-promote", "--set", "skill=demo"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    verify_and_promote(root);
 
     let secret = "s3cr3t-value-0451";
     let ran = common::kavi_command(root, &["skill", "run", "demo", "--input", "{}", "--yes"])

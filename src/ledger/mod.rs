@@ -80,11 +80,15 @@ pub fn short_hash(hash: &str) -> String {
 }
 
 /// Now, in UTC, to the millisecond (RFC 3339).
+///
+/// Always three fractional digits, so that the text sorts as the time does: queries order by
+/// these columns, and `…00.12Z` would sort after `…00.123Z`.
 pub fn now() -> String {
-    jiff::Timestamp::now()
-        .round(jiff::Unit::Millisecond)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| jiff::Timestamp::now().to_string())
+    format_time(jiff::Timestamp::now())
+}
+
+fn format_time(time: jiff::Timestamp) -> String {
+    time.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 pub struct Ledger {
@@ -726,6 +730,14 @@ mod tests {
             nodes,
             policies: &[],
         }
+    }
+
+    #[test]
+    fn times_have_a_fixed_width_so_text_order_is_time_order() {
+        let at = |ms: i64| format_time(jiff::Timestamp::from_millisecond(ms).unwrap());
+        assert_eq!(at(1_700_000_000_120), "2023-11-14T22:13:20.120Z");
+        assert_eq!(at(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+        assert!(at(1_700_000_000_120) < at(1_700_000_000_123));
     }
 
     /// Regression: CI saw "database is locked" when several processes opened a fresh ledger at

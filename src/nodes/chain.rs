@@ -11,9 +11,10 @@ use serde::Deserialize;
 use serde_json::{Map, json};
 use toml::Spanned;
 
+use super::child_params::ChildParams;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::chains::{self, Chain, ChainContext, Confirm};
-use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::diagnostic::Diagnostic;
 use crate::executions::{Lineage, Runner};
 use crate::ledger::ArtifactStore;
 use crate::skills::SideEffect;
@@ -42,7 +43,7 @@ struct ChainConfig {
 #[derive(Debug)]
 struct ChainNode {
     chain: Chain,
-    params: IndexMap<String, String>,
+    params: ChildParams,
     confirm: Vec<SideEffect>,
     trust: TrustPolicy,
 }
@@ -65,26 +66,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         SpecError::Invalid(mut problems) if !problems.0.is_empty() => problems.0.swap_remove(0),
         other => config.error(other.to_string(), raw.chain.span()),
     })?;
-    for (name, value) in &raw.params {
-        if !chain.params.contains_key(name) {
-            let known: Vec<_> = chain.params.keys().map(|k| format!("`{k}`")).collect();
-            return Err(config
-                .error(
-                    format!("chain `{}` has no parameter `{name}`", chain.name),
-                    value.span(),
-                )
-                .with_help(format!("its parameters: {}", known.join(", "))));
-        }
-        config.check_template(value)?;
-    }
+    let owner = format!("chain `{}`", chain.name);
+    let params = ChildParams::check(config, raw.params, &chain.params, &owner, raw.chain.span())?;
     let trust = config.load_trust(None)?;
     Ok(Arc::new(ChainNode {
         chain,
-        params: raw
-            .params
-            .into_iter()
-            .map(|(k, v)| (k, v.into_inner()))
-            .collect(),
+        params,
         confirm: raw.confirm,
         trust,
     }))
@@ -92,12 +79,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl ChainNode {
     async fn execute(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let mut sets = Vec::new();
-        for (name, source) in &self.params {
-            sets.push((name.clone(), ctx.render(&format!("params.{name}"), source)?));
-        }
-        let params = crate::spec::resolve_params(&self.chain.params, &sets)
-            .map_err(|problems| Diagnostics(problems).to_string())?;
+        let params = self.params.resolve(ctx, &self.chain.params)?;
         let config = &ctx.env.config;
         let log = config["executions_log"].as_str().map(Path::new);
         let timeout = config["skill_timeout"]

@@ -8,6 +8,7 @@ mod advise;
 mod allowlist;
 mod build;
 mod chain;
+mod child_params;
 mod classify;
 mod copy_back;
 mod diff_gate;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toml::Spanned;
 
+use super::child_params::ChildParams;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::executor::{self, Environment};
@@ -39,7 +40,7 @@ struct PipelineConfig {
 #[derive(Debug)]
 struct SubPipeline {
     pipeline: Arc<Pipeline>,
-    params: IndexMap<String, String>,
+    params: ChildParams,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -90,41 +91,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             other => config.error(other.to_string(), file_span.clone()),
         })?;
 
-    for (name, value) in &raw.params {
-        if !pipeline.params.contains_key(name) {
-            let known: Vec<_> = pipeline.params.keys().map(|k| format!("`{k}`")).collect();
-            return Err(config
-                .error(
-                    format!("pipeline `{}` has no parameter `{name}`", pipeline.name),
-                    value.span(),
-                )
-                .with_help(format!("its parameters: {}", known.join(", "))));
-        }
-        config.check_template(value)?;
-    }
-    let missing: Vec<&String> = pipeline
-        .params
-        .iter()
-        .filter(|(name, decl)| decl.default.is_none() && !raw.params.contains_key(*name))
-        .map(|(name, _)| name)
-        .collect();
-    if let Some(name) = missing.first() {
-        return Err(config.error(
-            format!(
-                "pipeline `{}` needs parameter `{name}`; set it in `params`",
-                pipeline.name
-            ),
-            file_span,
-        ));
-    }
+    let owner = format!("pipeline `{}`", pipeline.name);
+    let params = ChildParams::check(config, raw.params, &pipeline.params, &owner, file_span)?;
     config.policies.extend(pipeline.policies.iter().cloned());
     Ok(Arc::new(SubPipeline {
         pipeline: Arc::new(pipeline),
-        params: raw
-            .params
-            .into_iter()
-            .map(|(k, v)| (k, v.into_inner()))
-            .collect(),
+        params,
     }))
 }
 
@@ -139,12 +111,7 @@ fn display(root: &Path, path: &Path) -> String {
 
 impl SubPipeline {
     async fn execute(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let mut sets = Vec::new();
-        for (name, source) in &self.params {
-            sets.push((name.clone(), ctx.render(&format!("params.{name}"), source)?));
-        }
-        let params = spec::resolve_params(&self.pipeline.params, &sets)
-            .map_err(|problems| crate::diagnostic::Diagnostics(problems).to_string())?;
+        let params = self.params.resolve(ctx, &self.pipeline.params)?;
         let dag = crate::dag::compile(&self.pipeline).map_err(|e| e.to_string())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let env = Environment {
