@@ -250,3 +250,64 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
         );
     }
 }
+
+/// Ctrl-C during `kavi skill run` stops the skill (in its own process group, so the terminal's
+/// signal does not reach it) and records the execution as cancelled; kavi exits 130.
+#[test]
+fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
+    let skill = "import json\nimport os\nimport sys\nimport time\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    if data.get('wait'):\n        with open('skill.pid', 'w') as out:\n            out.write(str(os.getpid()) + '\\n')\n        time.sleep(60)\n    return {'echo': data}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
+    let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run({}), {'echo': {}})\n";
+    let dir = workspace_with(PROPOSAL, skill, test);
+    let root = dir.path();
+    verify_and_promote(root);
+    let kavi_process = common::kavi_command(
+        root,
+        &["skill", "run", "demo", "--input", r#"{"wait": true}"#],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let pid_file = root.join("skill.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .filter(|t| t.ends_with('\n'))
+            .and_then(|t| t.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the skill never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(kavi_process.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = kavi_process.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let record: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(record["success"], false);
+    assert_eq!(record["error"], "cancelled");
+    // The skill's process is gone (a zombie has exited already).
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the skill {pid} survived the cancel"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

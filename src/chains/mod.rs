@@ -258,7 +258,8 @@ fn load_step(
 pub struct StepResult {
     pub id: String,
     pub skill: String,
-    /// `succeeded`, `failed`, or `not_run` (an earlier step failed under `stop_on_failure`).
+    /// `succeeded`, `failed`, or `not_run` (an earlier step failed under `stop_on_failure`, or
+    /// the chain was cancelled).
     pub status: &'static str,
     /// None for a step that was not run.
     pub record: Option<ExecutionRecord>,
@@ -335,7 +336,10 @@ pub async fn run(
     }));
     let mut results: Vec<StepResult> = Vec::new();
     for step in &chain.steps {
-        if chain.stop_on_failure && results.iter().any(|r| r.status != "succeeded") {
+        // A cancel stops the chain whatever `stop_on_failure` says.
+        let stopped = cx.cancel.is_cancelled()
+            || (chain.stop_on_failure && results.iter().any(|r| r.status != "succeeded"));
+        if stopped {
             results.push(StepResult {
                 id: step.id.clone(),
                 skill: step.skill.clone(),

@@ -57,7 +57,7 @@ pub async fn run(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))?;
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, true);
-    let cancel = tokio_util::sync::CancellationToken::new();
+    let cancel = super::cancel_on_ctrl_c("the chain");
     let context = ChainContext {
         runner: &runner,
         templates: &env.templates,
@@ -76,6 +76,8 @@ pub async fn run(
     }
     Ok(if results.iter().all(|r| r.status == "succeeded") {
         exit::SUCCESS
+    } else if cancel.is_cancelled() {
+        exit::CANCELLED
     } else {
         exit::RUN_FAILED
     })

@@ -140,15 +140,9 @@ pub async fn replay(
         parent: Some(original.execution_id.clone()),
         ..Lineage::default()
     };
-    let record = runner
-        .run(
-            &ready,
-            input,
-            &lineage,
-            &tokio_util::sync::CancellationToken::new(),
-        )
-        .await?;
-    Ok(report(&record))
+    let cancel = super::cancel_on_ctrl_c("the skill");
+    let record = runner.run(&ready, input, &lineage, &cancel).await?;
+    Ok(report(&record, &cancel))
 }
 
 /// Which execution's tree `session` shows.

@@ -45,6 +45,25 @@ use crate::dag::GraphFormat;
 use crate::error::{Error, exit};
 use crate::ledger::RunOrigin;
 
+/// A token that the first Ctrl-C cancels, so what is running (nodes, a skill: each in its own
+/// process group, out of the terminal's reach) is stopped and recorded; a second Ctrl-C quits at
+/// once. `what` names what is stopped, for the message.
+fn cancel_on_ctrl_c(what: &'static str) -> tokio_util::sync::CancellationToken {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("cancelling: stopping {what} (press Ctrl-C again to quit at once)");
+            on_signal.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                // A run left unfinished shows as interrupted on the next start.
+                std::process::exit(exit::CANCELLED);
+            }
+        }
+    });
+    cancel
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kavi",

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::output::{Console, duration_ms, plural, short_hash, table};
 use crate::config::Workspace;
@@ -96,18 +95,7 @@ pub async fn run(
         child_observer: Arc::new(move |depth| Box::new(Console { quiet: json, depth })),
     };
 
-    let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("cancelling: stopping running nodes (press Ctrl-C again to quit at once)");
-            on_signal.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                // The ledger shows this run as interrupted on the next start.
-                std::process::exit(exit::CANCELLED);
-            }
-        }
-    });
+    let cancel = super::cancel_on_ctrl_c("running nodes");
 
     let mut console = Console {
         quiet: json,

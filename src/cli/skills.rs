@@ -6,6 +6,8 @@ use super::output::{short_hash, table};
 use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::error::{Error, exit};
+use tokio_util::sync::CancellationToken;
+
 use crate::executions::{Lineage, Runner};
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, NewSkill};
 use crate::skills::conventions::{self, Conventions};
@@ -224,14 +226,17 @@ pub(super) fn require_confirmation(name: &str, class: SideEffect, yes: bool) -> 
     )))
 }
 
-/// Prints an execution record and maps it to an exit code: 0 when the skill succeeded.
-pub(super) fn report(record: &ExecutionRecord) -> i32 {
+/// Prints an execution record and maps it to an exit code: 0 when the skill succeeded, 130 when
+/// Ctrl-C stopped it.
+pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i32 {
     outln!(
         "{}",
         serde_json::to_string_pretty(record).expect("a record serializes")
     );
     if record.success {
         exit::SUCCESS
+    } else if cancel.is_cancelled() {
+        exit::CANCELLED
     } else {
         eprintln!(
             "error: `{}` failed: {}",
@@ -253,15 +258,11 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
         .ready(name)
         .map_err(|refusal| Error::Usage(refusal.to_string()))?;
     require_confirmation(name, ready.proposal.side_effect, yes)?;
+    let cancel = super::cancel_on_ctrl_c("the skill");
     let record = runner
-        .run(
-            &ready,
-            input,
-            &Lineage::default(),
-            &tokio_util::sync::CancellationToken::new(),
-        )
+        .run(&ready, input, &Lineage::default(), &cancel)
         .await?;
-    Ok(report(&record))
+    Ok(report(&record, &cancel))
 }
 
 /// Lists trusted skills with what a caller needs: description, side effect, secrets, schemas.
