@@ -450,3 +450,42 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         assert_eq!(shown["skill"]["state"], "TRUSTED", "{flaw}");
     }
 }
+
+/// Escalation thresholds are data: lowering `repeated_failure` in the policy file stops the
+/// next run sooner, with no rebuild.
+#[test]
+fn editing_the_escalation_policy_changes_the_next_run() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let policy = root.join("policies/escalation.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(text.contains("\nrepeated_failure = 3\n"));
+    std::fs::write(
+        &policy,
+        text.replace("\nrepeated_failure = 3\n", "\nrepeated_failure = 2\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        forge(root, "word_count", "1=test,2=test").status.code(),
+        Some(6)
+    );
+    let (run, attempts) = last_forge(root);
+    assert_eq!(attempts.len(), 2, "the loop stopped after two failures");
+    let escalate = node(&attempts[1], "escalate");
+    assert_eq!(
+        escalate["outputs"]["triggers"][0]["reason"],
+        "2 consecutive failed attempts (threshold 2)"
+    );
+    // The run records the policy text that governed it.
+    let governed: Vec<&str> = attempts[1]["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        governed.contains(&"policies/escalation.toml"),
+        "{governed:?}"
+    );
+    assert_eq!(run["status"], "awaiting_review");
+}
