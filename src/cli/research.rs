@@ -37,11 +37,7 @@ pub async fn run(
     let entries: Vec<(String, Value)> = crate::ledger::final_attempts(&detail.nodes)
         .into_iter()
         .map(|n| {
-            let mut outputs = n.outputs.clone().unwrap_or_else(|| json!({}));
-            // The build's own node names its build, so the note is recorded on it.
-            if n.kind == "build" {
-                outputs["build_id"] = json!(build_id);
-            }
+            let outputs = n.outputs.clone().unwrap_or_else(|| json!({}));
             (
                 n.node_id.clone(),
                 json!({ "kind": n.kind, "state": n.state, "error": n.error, "outputs": outputs }),

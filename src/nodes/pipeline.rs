@@ -72,7 +72,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     };
     let display_path = PathBuf::from(display(config.root, &path));
     let pipeline = spec::load_pipeline(&path, &display_path, &context)
-        .and_then(|pipeline| crate::dag::compile(&pipeline).map(|_| ()).map(|()| pipeline))
+        .and_then(|pipeline| {
+            crate::dag::compile(&pipeline)?;
+            Ok(pipeline)
+        })
         .map_err(|e| match e {
             // The child's own diagnostics point into the child's file; the first one is enough
             // to find it, and `kavi pipeline check` on the child lists them all.
