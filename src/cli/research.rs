@@ -12,7 +12,7 @@ use crate::ledger::{ArtifactStore, Ledger};
 use crate::policy::classifier::Classifier;
 use crate::policy::network::{self, NetworkPolicy};
 use crate::research::advisory::{Advice, Advisor};
-use crate::research::{Step, research};
+use crate::research::{ResearchError, Step, research};
 use crate::template::TemplateEngine;
 
 /// Where `kavi research` finds its rules: the forge's defaults.
@@ -56,8 +56,18 @@ pub async fn run(
             context: "failed to open the artifact store".into(),
             source,
         })?;
-    let found = research(&classifier, &artifacts, &steps, Some(&build.skill), run_id)
-        .map_err(Error::Usage)?;
+    let found = research(&classifier, &artifacts, &steps, Some(&build.skill), run_id).map_err(
+        |e| match e {
+            ResearchError::NothingFailed(_) => Error::Usage(format!(
+                "build {build_id} (attempt {} of `{}`, run {run_id}) did not fail; there is nothing to classify",
+                build.attempt, build.skill
+            )),
+            ResearchError::Store(source) => Error::Io {
+                context: "failed to store the research note".into(),
+                source,
+            },
+        },
+    )?;
     ledger.record_research(build_id, &found.kind, &found.note)?;
 
     let advice = if advise {

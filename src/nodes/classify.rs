@@ -87,7 +87,8 @@ impl Classify {
             &steps,
             skill.as_deref(),
             ctx.run_id,
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         // The attempt's build (if one ran) carries the analysis to the next attempt's packet.
         if let Some(build_id) = found.build_id {
             Ledger::open(&ctx.env.ledger)

@@ -22,6 +22,16 @@ pub struct Step<'a> {
     pub entry: &'a Value,
 }
 
+/// Why no research note was made.
+#[derive(Debug, thiserror::Error)]
+pub enum ResearchError {
+    /// Every step succeeded, was skipped or was blocked.
+    #[error("none of {} failed; there is nothing to classify", .0.join(", "))]
+    NothingFailed(Vec<String>),
+    #[error("failed to store the research note: {0}")]
+    Store(std::io::Error),
+}
+
 /// A classified failure and its stored note.
 pub struct Research {
     /// The node that failed.
@@ -67,7 +77,7 @@ pub fn research(
     steps: &[Step<'_>],
     skill: Option<&str>,
     run_id: i64,
-) -> Result<Research, String> {
+) -> Result<Research, ResearchError> {
     let quiet = ["succeeded", "skipped", "blocked", "cached", "pending"];
     let failed = steps
         .iter()
@@ -77,11 +87,7 @@ pub fn research(
                 .is_some_and(|s| !quiet.contains(&s))
         })
         .ok_or_else(|| {
-            let ids: Vec<&str> = steps.iter().map(|s| s.id).collect();
-            format!(
-                "none of {} failed; there is nothing to classify",
-                ids.join(", ")
-            )
+            ResearchError::NothingFailed(steps.iter().map(|s| s.id.to_owned()).collect())
         })?;
     let entry = failed.entry;
     let text = failure_text(artifacts, entry);
@@ -134,7 +140,7 @@ pub fn research(
                 .expect("note serializes")
                 .as_bytes(),
         )
-        .map_err(|e| format!("failed to store the research note: {e}"))?;
+        .map_err(ResearchError::Store)?;
     let build_id = steps
         .iter()
         .find_map(|step| step.entry["outputs"]["build_id"].as_i64());
