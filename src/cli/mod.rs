@@ -28,6 +28,7 @@ macro_rules! out {
 
 mod builds;
 mod chains;
+mod doctor;
 mod executions;
 mod output;
 mod pipeline;
@@ -107,6 +108,12 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
+    /// Check that this workspace is ready: ledger, artifact store, every pipeline and chain, the
+    /// builder, python3, trusted skills' hashes, the gateway (exit 1 if a check failed).
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Run or check a chain of trusted skills (`chains/*.toml`).
     #[command(subcommand)]
     Chain(ChainCommand),
@@ -416,6 +423,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         }
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
         Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
+        Command::Doctor { json } => doctor::run(&workspace, json),
         Command::Chain(ChainCommand::Run {
             file,
             sets,

@@ -105,8 +105,12 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     Ok(exit::SUCCESS)
 }
 
-/// Re-hashes trusted skills and reports drift. Exit 1 when any skill drifted.
-pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
+/// Each trusted skill (or the one named), re-hashed: its trusted hash, its hash now (or why it
+/// cannot be read) and whether it drifted.
+pub(super) fn rehash_trusted(
+    workspace: &Workspace,
+    name: Option<&str>,
+) -> Result<Vec<serde_json::Value>, Error> {
     let ledger = Ledger::open(&workspace.config.ledger)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
@@ -121,18 +125,24 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
             )));
         }
     }
-    let mut results = Vec::new();
-    for skill in &skills {
-        let now = trust.source_hash(&templates, &workspace.root, &skill.name);
-        let drifted = now.as_ref() != Ok(&skill.trusted_hash);
-        results.push(json!({
-            "skill": skill.name,
-            "trusted_hash": skill.trusted_hash,
-            "current_hash": now.as_ref().ok(),
-            "error": now.as_ref().err(),
-            "drifted": drifted,
-        }));
-    }
+    Ok(skills
+        .iter()
+        .map(|skill| {
+            let now = trust.source_hash(&templates, &workspace.root, &skill.name);
+            json!({
+                "skill": skill.name,
+                "trusted_hash": skill.trusted_hash,
+                "current_hash": now.as_ref().ok(),
+                "error": now.as_ref().err(),
+                "drifted": now.as_ref() != Ok(&skill.trusted_hash),
+            })
+        })
+        .collect())
+}
+
+/// Re-hashes trusted skills and reports drift. Exit 1 when any skill drifted.
+pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
+    let results = rehash_trusted(workspace, name)?;
     let drifted = results.iter().filter(|r| r["drifted"] == true).count();
     if json {
         outln!(

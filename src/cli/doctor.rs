@@ -1,0 +1,249 @@
+//! `kavi doctor`: is this workspace ready? Each check says ok, warn or FAIL with a detail; the
+//! command exits 1 when any check failed. Nothing is changed and nothing is sent anywhere.
+
+use serde::Serialize;
+
+use super::output::table;
+use crate::config::Workspace;
+use crate::error::{Error, exit};
+use crate::ledger::{ArtifactStore, Ledger};
+use crate::policy::network::{self, NetworkPolicy};
+use crate::template::TemplateEngine;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    check: String,
+    status: Status,
+    detail: String,
+}
+
+fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Check {
+    Check {
+        check: name.into(),
+        status,
+        detail: detail.into(),
+    }
+}
+
+/// The `.toml` files of a workspace folder, sorted.
+fn specs_in(workspace: &Workspace, folder: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(workspace.root.join(folder))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Whether a program is on PATH (or, with a `/`, exists).
+fn on_path(program: &str) -> bool {
+    if program.contains('/') {
+        return std::path::Path::new(program).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+fn checks(workspace: &Workspace) -> Vec<Check> {
+    let mut found = Vec::new();
+    let config = &workspace.config;
+    found.push(check(
+        "workspace",
+        Status::Ok,
+        match &workspace.config_file {
+            Some(file) => format!("{} (config {})", workspace.root.display(), file.display()),
+            None => format!("{} (no kavi.toml: defaults)", workspace.root.display()),
+        },
+    ));
+    found.push(match Ledger::open(&config.ledger) {
+        Ok(ledger) => match ledger.list_runs(usize::MAX) {
+            Ok(runs) => check(
+                "ledger",
+                Status::Ok,
+                format!("{} ({} runs)", config.ledger.display(), runs.len()),
+            ),
+            Err(e) => check("ledger", Status::Fail, e.to_string()),
+        },
+        Err(e) => check("ledger", Status::Fail, e.to_string()),
+    });
+    found.push(match ArtifactStore::open(&config.artifacts) {
+        Ok(store) => match tempfile::NamedTempFile::new_in(store.temp_dir()) {
+            Ok(_) => check(
+                "artifacts",
+                Status::Ok,
+                config.artifacts.display().to_string(),
+            ),
+            Err(e) => check("artifacts", Status::Fail, format!("not writable: {e}")),
+        },
+        Err(e) => check("artifacts", Status::Fail, e.to_string()),
+    });
+
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    for path in specs_in(workspace, "pipelines") {
+        let shown = path
+            .strip_prefix(&workspace.root)
+            .unwrap_or(&path)
+            .to_owned();
+        let context = crate::spec::LoadContext {
+            root: &workspace.root,
+            templates: &templates,
+            including: &[],
+        };
+        let loaded = crate::spec::load_pipeline(&path, &shown, &context).and_then(|pipeline| {
+            crate::dag::compile(&pipeline)?;
+            Ok(pipeline.nodes.len())
+        });
+        found.push(match loaded {
+            Ok(nodes) => check(
+                shown.display().to_string(),
+                Status::Ok,
+                format!("{nodes} nodes"),
+            ),
+            Err(e) => check(
+                shown.display().to_string(),
+                Status::Fail,
+                first_line(&e.to_string()),
+            ),
+        });
+    }
+    for path in specs_in(workspace, "chains") {
+        let shown = path
+            .strip_prefix(&workspace.root)
+            .unwrap_or(&path)
+            .to_owned();
+        found.push(match crate::chains::load(&path, &shown, &templates) {
+            Ok(chain) => check(
+                shown.display().to_string(),
+                Status::Ok,
+                format!("{} steps", chain.steps.len()),
+            ),
+            Err(e) => check(
+                shown.display().to_string(),
+                Status::Fail,
+                first_line(&e.to_string()),
+            ),
+        });
+    }
+
+    // The builder is a shell command line; its first word must be a program.
+    let builder = shlex::split(&config.builder)
+        .and_then(|words| words.into_iter().next())
+        .unwrap_or_default();
+    found.push(if on_path(&builder) || builder.contains('$') {
+        check("builder", Status::Ok, config.builder.clone())
+    } else {
+        check(
+            "builder",
+            Status::Warn,
+            format!(
+                "`{builder}` is not on PATH; `build` nodes will fail (set `builder` in kavi.toml)"
+            ),
+        )
+    });
+    found.push(if on_path("python3") {
+        check(
+            "python3",
+            Status::Ok,
+            "the shipped gate set and example skills run",
+        )
+    } else {
+        check(
+            "python3",
+            Status::Fail,
+            "not on PATH: the shipped gate set and example skills need it",
+        )
+    });
+
+    match super::skills::rehash_trusted(workspace, None) {
+        Ok(results) => {
+            let drifted: Vec<&str> = results
+                .iter()
+                .filter(|r| r["drifted"] == true)
+                .filter_map(|r| r["skill"].as_str())
+                .collect();
+            found.push(if drifted.is_empty() {
+                check(
+                    "trusted skills",
+                    Status::Ok,
+                    format!("{} trusted, none drifted", results.len()),
+                )
+            } else {
+                check(
+                    "trusted skills",
+                    Status::Fail,
+                    format!("drifted since promotion: {}", drifted.join(", ")),
+                )
+            });
+        }
+        Err(e) => found.push(check("trusted skills", Status::Fail, e.to_string())),
+    }
+
+    let gateway = &config.gateway;
+    found.push(if gateway.base_url.is_empty() {
+        check("gateway", Status::Ok, "none configured: no advisory")
+    } else {
+        let allowed = crate::policy::read(&workspace.root, network::DEFAULT_POLICY)
+            .map_err(|e| e.to_string())
+            .and_then(|source| NetworkPolicy::parse(&source).map_err(|d| d.to_string()))
+            .and_then(|policy| policy.check(&gateway.base_url).map(|_| ()));
+        let key = std::env::var_os(&gateway.api_key_env).is_some();
+        match allowed {
+            Err(e) => check("gateway", Status::Fail, e),
+            Ok(()) if !key => check(
+                "gateway",
+                Status::Warn,
+                format!(
+                    "{} (no API key in {})",
+                    gateway.base_url, gateway.api_key_env
+                ),
+            ),
+            Ok(()) => check("gateway", Status::Ok, gateway.base_url.clone()),
+        }
+    });
+    found
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
+pub fn run(workspace: &Workspace, json: bool) -> Result<i32, Error> {
+    let found = checks(workspace);
+    let failed = found.iter().any(|c| c.status == Status::Fail);
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&found).expect("checks serialize")
+        );
+    } else {
+        let rows: Vec<Vec<String>> = found
+            .iter()
+            .map(|c| {
+                let mark = match c.status {
+                    Status::Ok => "ok",
+                    Status::Warn => "warn",
+                    Status::Fail => "FAIL",
+                };
+                vec![mark.to_owned(), c.check.clone(), c.detail.clone()]
+            })
+            .collect();
+        out!("{}", table(&rows));
+    }
+    Ok(if failed {
+        exit::RUN_FAILED
+    } else {
+        exit::SUCCESS
+    })
+}
