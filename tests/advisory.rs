@@ -50,22 +50,26 @@ fn kavi_with_gateway(root: &Path, base_url: &str, extra: &[(&str, &str)], args: 
     command.output().unwrap()
 }
 
-fn forge(root: &Path, base_url: &str, extra: &[(&str, &str)], flaws: &str) -> Output {
+/// The forge's arguments for `word_count`, with the scripted builder's `flaws`.
+fn forge_args(flaws: &str) -> Vec<String> {
     let flaws = format!("flaws={flaws}");
-    kavi_with_gateway(
-        root,
-        base_url,
-        extra,
-        &[
-            "pipeline",
-            "run",
-            "forge",
-            "--set",
-            "skill=word_count",
-            "--set",
-            &flaws,
-        ],
-    )
+    [
+        "pipeline",
+        "run",
+        "forge",
+        "--set",
+        "skill=word_count",
+        "--set",
+        &flaws,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn forge(root: &Path, base_url: &str, extra: &[(&str, &str)], flaws: &str) -> Output {
+    let args = forge_args(flaws);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kavi_with_gateway(root, base_url, extra, &args)
 }
 
 /// The newest forge run's attempts, each as `kavi runs show --json`.
@@ -326,20 +330,9 @@ fn research_by_hand_classifies_a_build_and_asks_for_advice() {
     let dir = shipped_workspace();
     let root = dir.path();
     // No gateway during the run: the forge classifies, skips the advisory and retries.
-    let out = kavi_command(
-        root,
-        &[
-            "pipeline",
-            "run",
-            "forge",
-            "--set",
-            "skill=word_count",
-            "--set",
-            "flaws=1=syntax",
-        ],
-    )
-    .output()
-    .unwrap();
+    let args = forge_args("1=syntax");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = kavi_command(root, &args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

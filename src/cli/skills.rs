@@ -285,13 +285,11 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let mut listed = Vec::new();
     for trusted in ledger.trusted_skills(TRUSTED)? {
         let skill = ledger.skill(&trusted.name)?;
-        let spec_path = store.path_of_sha256(&skill.spec_artifact);
-        let text = std::fs::read_to_string(&spec_path).map_err(|source| Error::Io {
-            context: format!("failed to read the skill spec {}", spec_path.display()),
-            source,
-        })?;
-        let proposal = Proposal::parse(&SourceFile::new(spec_path.display().to_string(), text))
-            .map_err(SpecError::from)?;
+        let proposal =
+            Proposal::from_artifact(&store, &skill.spec_artifact).map_err(|e| Error::Io {
+                context: format!("failed to read the proposal of `{}`", skill.name),
+                source: std::io::Error::other(e),
+            })?;
         listed.push(json!({
             "name": skill.name,
             "description": proposal.description,

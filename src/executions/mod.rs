@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::diagnostic::SourceFile;
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError};
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Proposal, TRUSTED};
@@ -163,16 +162,8 @@ impl Runner<'_> {
                 crate::ledger::short_hash(&now)
             )));
         }
-        let spec_path = self.artifacts.path_of_sha256(&skill.spec_artifact);
-        let spec_text = std::fs::read_to_string(&spec_path).map_err(|e| {
-            Refusal::Unreadable(format!(
-                "failed to read the skill spec {}: {e}",
-                spec_path.display()
-            ))
-        })?;
-        let proposal =
-            Proposal::parse(&SourceFile::new(spec_path.display().to_string(), spec_text))
-                .map_err(|d| Refusal::Unreadable(d.to_string()))?;
+        let proposal = Proposal::from_artifact(self.artifacts, &skill.spec_artifact)
+            .map_err(Refusal::Unreadable)?;
         Ok(Ready {
             name: name.to_owned(),
             proposal,

@@ -110,6 +110,20 @@ impl Proposal {
     }
 }
 
+impl Proposal {
+    /// The proposal a skill was recorded from: its SKILL_SPEC artifact, parsed again.
+    pub fn from_artifact(
+        store: &crate::ledger::ArtifactStore,
+        sha256: &str,
+    ) -> Result<Self, String> {
+        let path = store.path_of_sha256(sha256);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("failed to read the skill spec {}: {e}", path.display()))?;
+        Proposal::parse(&SourceFile::new(path.display().to_string(), text))
+            .map_err(|d| d.to_string())
+    }
+}
+
 /// `policies/lifecycle.toml`, as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
