@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """An offline stand-in for a coding agent.
 
-kavi runs it like any builder: in the sandbox, with the build packet on stdin. It writes the
-prepared files of the skill named by KAVI_SKILL (from builders/prepared/<skill>/) into
-skills/<skill>/, so the forge runs end to end on a machine with no agent and no network.
+kavi runs it like any builder: in the sandbox (a copy of the workspace, its working folder),
+with the build packet on stdin. It writes the prepared files of the skill named by KAVI_SKILL
+(from the sandbox's builders/prepared/<skill>/) into skills/<skill>/, so the forge runs end to
+end on a machine with no agent and no network. It is never told where the workspace is.
 
 KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2=test".
     syntax  the skill does not compile                 (compile gate)
@@ -12,7 +13,7 @@ KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2
     test    a unit test expects the wrong value        (tests gate)
     policy  the skill imports a forbidden module       (policy gate)
     scope   a file outside the allowlist is written    (diff gate)
-    link    an allowed path is a symlink out of the tree (copy-back)
+    link    an allowed path is a symlink out of the tree (diff gate)
     fail    the builder exits 1 without writing        (build error)
 """
 
@@ -34,7 +35,7 @@ def main():
     packet = sys.stdin.read()
     skill = os.environ["KAVI_SKILL"]
     attempt = int(os.environ.get("KAVI_ATTEMPT", "1"))
-    prepared = pathlib.Path(os.environ["KAVI_WORKSPACE"]) / "builders" / "prepared" / skill
+    prepared = pathlib.Path("builders") / "prepared" / skill
     if not prepared.is_dir():
         print(f"scripted builder: nothing prepared for `{skill}` in {prepared}", file=sys.stderr)
         return 1

@@ -20,7 +20,8 @@ pub struct Config {
     pub ledger: PathBuf,
     /// The content-addressed artifact store.
     pub artifacts: PathBuf,
-    /// Where sandbox copies of the target tree are made.
+    /// The folder in which `sandbox` nodes make their copies, apart from the workspace. Empty:
+    /// `kavi-<uid>` in the system's temporary folder (`$TMPDIR` or `/tmp`).
     pub sandboxes: PathBuf,
     /// How many nodes may run at once.
     pub jobs: usize,
@@ -89,7 +90,7 @@ impl Default for Config {
         Self {
             ledger: PathBuf::from(".kavi/ledger.db"),
             artifacts: PathBuf::from(".kavi/artifacts"),
-            sandboxes: PathBuf::from(".kavi/sandboxes"),
+            sandboxes: PathBuf::new(),
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             builder: DEFAULT_BUILDER.to_owned(),
             gateway: GatewayConfig::default(),
@@ -97,6 +98,12 @@ impl Default for Config {
             skill_timeout: "60s".to_owned(),
         }
     }
+}
+
+/// Where sandboxes go unless configured: a folder of this user's in the system's temporary
+/// folder, apart from any workspace kept elsewhere.
+fn default_sandboxes() -> PathBuf {
+    std::env::temp_dir().join(format!("kavi-{}", nix::unistd::getuid()))
 }
 
 /// Values given on the command line; only those given override the layers below.
@@ -179,7 +186,11 @@ impl Workspace {
         config.skill_timeout().map_err(ConfigError::Duration)?;
         config.ledger = root.join(&config.ledger);
         config.artifacts = root.join(&config.artifacts);
-        config.sandboxes = root.join(&config.sandboxes);
+        config.sandboxes = if config.sandboxes.as_os_str().is_empty() {
+            default_sandboxes()
+        } else {
+            root.join(&config.sandboxes)
+        };
         config.executions_log = root.join(&config.executions_log);
         Ok(Self {
             root,

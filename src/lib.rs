@@ -13,6 +13,7 @@ pub mod diagnostic;
 pub mod error;
 pub mod executions;
 pub mod executor;
+pub mod git;
 pub mod jsonpath;
 pub mod ledger;
 pub mod nodes;

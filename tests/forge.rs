@@ -96,6 +96,15 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
             ("escalate", "skipped"),
         ]
     );
+    // The sandbox was made outside the workspace, and went with its successful attempt.
+    let sandbox = Path::new(node(run, "sandbox")["outputs"]["path"].as_str().unwrap());
+    assert!(!sandbox.starts_with(root), "{}", sandbox.display());
+    assert!(!sandbox.exists(), "the sandbox was left behind");
+    let doctor = String::from_utf8_lossy(&kavi(root, &["doctor"]).stdout).into_owned();
+    assert!(
+        doctor.contains("sandboxes") && doctor.contains("none left in"),
+        "{doctor}"
+    );
     // The forge run reads its attempt's outputs through the `pipeline` node.
     assert_eq!(
         node(&forge, "attempt")["outputs"]["nodes"]["promote"]["outputs"]["source_hash"],
@@ -384,7 +393,7 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
     for (flaw, kind, failed_node, failed_gate) in [
         ("fail", "BUILD_ERROR", "build", None),
         ("scope", "GATE_VIOLATION", "diff", None),
-        ("link", "GATE_VIOLATION", "copy", None),
+        ("link", "GATE_VIOLATION", "diff", None),
         ("syntax", "VERIFY_LINT", "verify", Some("compile")),
         ("lint", "VERIFY_LINT", "verify", Some("lint")),
         ("type", "VERIFY_LINT", "verify", Some("types")),

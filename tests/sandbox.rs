@@ -182,9 +182,13 @@ fn copy_back_refuses_symlinks_and_paths_that_leave_the_target_on_its_own() {
     let run = last_run(dir.path());
     let copy = node(&run, "copy");
     assert_eq!(copy["state"], "failed");
-    assert_eq!(
-        copy["error"],
-        "refusing to copy back: `skills/demo/skill.py` is a symlink"
+    let error = copy["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "refusing to copy back: `skills/demo/skill.py` is a symlink: only regular files are \
+             copied back (rule `regular_files_only`)"
+        ),
+        "{error}"
     );
     assert!(
         !dir.path().join("skills/demo").exists(),
@@ -204,4 +208,408 @@ fn copy_back_refuses_symlinks_and_paths_that_leave_the_target_on_its_own() {
     );
     assert!(!dir.path().join("escape").exists());
     assert!(!dir.path().parent().unwrap().join("escape").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The drill corpus: a builder that misbehaves, one case each, through one real forge attempt of
+// `word_count` in a fresh copy of the shipped workspace. Each case checks the refusal and its
+// message, that the skill is not trusted, and that nothing in the workspace changed outside
+// `.kavi/` (where only kavi writes: the ledger, and artifacts whose names are their hashes).
+
+/// What a path in the workspace is: its type and content (or link target).
+#[derive(Debug, PartialEq, Eq)]
+enum Snapshot {
+    File(Vec<u8>),
+    Link(std::path::PathBuf),
+    Dir,
+    Other,
+}
+
+fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Snapshot> {
+    fn walk(root: &Path, dir: &Path, into: &mut std::collections::BTreeMap<String, Snapshot>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(root).unwrap().display().to_string();
+            let kind = path.symlink_metadata().unwrap().file_type();
+            let seen = if kind.is_symlink() {
+                Snapshot::Link(std::fs::read_link(&path).unwrap())
+            } else if kind.is_dir() {
+                walk(root, &path, into);
+                Snapshot::Dir
+            } else if kind.is_file() {
+                Snapshot::File(std::fs::read(&path).unwrap())
+            } else {
+                Snapshot::Other
+            };
+            into.insert(relative, seen);
+        }
+    }
+    let mut found = std::collections::BTreeMap::new();
+    walk(root, root, &mut found);
+    found
+}
+
+struct Drill {
+    workspace: tempfile::TempDir,
+    /// The drill's own sandbox folder, so that what a builder writes next to its sandbox lands
+    /// in a folder the test removes.
+    sandboxes: tempfile::TempDir,
+}
+
+/// The outcome of one drill's attempt.
+struct Attempt {
+    output: std::process::Output,
+    run: serde_json::Value,
+}
+
+impl Attempt {
+    /// The error of a node that must have failed.
+    fn failed(&self, node_id: &str) -> String {
+        let n = node(&self.run, node_id);
+        assert_eq!(
+            n["state"],
+            "failed",
+            "{node_id} did not fail: {}",
+            String::from_utf8_lossy(&self.output.stdout)
+        );
+        n["error"].as_str().unwrap().to_owned()
+    }
+}
+
+impl Drill {
+    fn new() -> Self {
+        Self {
+            workspace: common::shipped_workspace(),
+            sandboxes: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn root(&self) -> &Path {
+        self.workspace.path()
+    }
+
+    /// Runs one forge attempt with `misbehaviour` after the scripted builder's honest work, and
+    /// checks what every drill must: the workspace unchanged outside `.kavi/`, the skill not
+    /// trusted, and no sandbox of a failed attempt lost from the record.
+    fn attempt(&self, misbehaviour: &str) -> Attempt {
+        let before = snapshot(self.root());
+        let builder = format!("python3 builders/scripted.py && {misbehaviour}");
+        let output = common::kavi_command(
+            self.root(),
+            &[
+                "pipeline",
+                "run",
+                "forge_attempt",
+                "--set",
+                "skill=word_count",
+            ],
+        )
+        .env("KAVI_BUILDER", &builder)
+        .env("KAVI_SANDBOXES", self.sandboxes.path())
+        .output()
+        .unwrap();
+        assert_ne!(
+            output.status.code(),
+            Some(0),
+            "the attempt passed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let after = snapshot(self.root());
+        // The ledger's own files change with every row kavi writes; the ledger drill checks
+        // that the builder did not reach them.
+        let kavi_writes = |path: &str| {
+            path.starts_with(".kavi/ledger.") || path.starts_with(".kavi/artifacts/tmp")
+        };
+        for (path, was) in before.iter().filter(|(path, _)| !kavi_writes(path)) {
+            assert!(
+                after.get(path) == Some(was),
+                "`{path}` changed in the workspace"
+            );
+        }
+        for (path, now) in &after {
+            if before.contains_key(path) {
+                continue;
+            }
+            assert!(
+                path.starts_with(".kavi"),
+                "`{path}` appeared in the workspace"
+            );
+            // Every artifact is named by the hash of what it holds: nothing else wrote there.
+            if let (Some(name), Snapshot::File(_)) =
+                (path.strip_prefix(".kavi/artifacts/sha256/"), now)
+            {
+                let (sha, _) = kavi::ledger::hash_file(&self.root().join(path)).unwrap();
+                assert!(
+                    name.ends_with(&sha),
+                    "artifact `{path}` does not hold {sha}"
+                );
+            }
+        }
+        let skill = common::json(&kavi(
+            self.root(),
+            &["skill", "show", "word_count", "--json"],
+        ));
+        assert_ne!(skill["skill"]["state"], "TRUSTED");
+        let run = last_run(self.root());
+        Attempt { output, run }
+    }
+}
+
+#[test]
+fn drill_the_builder_is_told_the_sandbox_and_never_the_workspace() {
+    let drill = Drill::new();
+    // What the measured attack did: find the workspace through the environment and through the
+    // relative paths that led there from the old sandbox folder, and weaken the policies.
+    let attempt = drill.attempt(
+        r#"env > env.txt; for w in "$KAVI_WORKSPACE" .. ../.. ../../..; do
+             if [ -n "$w" ] && [ -f "$w/policies/scanner.toml" ]; then
+               echo 'weakened = true' >> "$w/policies/scanner.toml"; fi; done; true"#,
+    );
+    // The dump stays in the sandbox, where the diff gate finds it.
+    let error = attempt.failed("diff");
+    assert!(
+        error.contains("changed outside the allowlist: env.txt"),
+        "{error}"
+    );
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let env = std::fs::read_to_string(Path::new(&sandbox).join("env.txt")).unwrap();
+    let workspace = drill.root().canonicalize().unwrap();
+    assert!(
+        !env.contains(&*workspace.to_string_lossy()) && !env.contains("KAVI_WORKSPACE"),
+        "the builder's environment leads to the workspace:\n{env}"
+    );
+    assert!(env.contains(&format!("KAVI_SANDBOX={sandbox}")), "{env}");
+    assert!(env.contains(&format!("PWD={sandbox}")), "{env}");
+    // The failed attempt's sandbox is kept for a person to look at (policies/sandbox.toml).
+    let doctor = kavi(drill.root(), &["doctor"]);
+    let doctor = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        doctor.contains("1 kept after runs that did not succeed"),
+        "{doctor}"
+    );
+}
+
+#[test]
+fn drill_a_write_beside_the_sandbox_does_not_reach_the_workspace() {
+    let drill = Drill::new();
+    drill.attempt("echo pwned > ../notes-from-builder.txt; false");
+    // It landed next to the sandbox, in kavi's sandbox folder, not in the workspace.
+    assert!(
+        drill
+            .sandboxes
+            .path()
+            .join("notes-from-builder.txt")
+            .exists()
+    );
+    assert!(!drill.root().join("notes-from-builder.txt").exists());
+}
+
+#[test]
+fn drill_the_ledger_is_out_of_reach_of_relative_paths_and_the_environment() {
+    let drill = Drill::new();
+    // A ledger must exist for the builder to find: propose first.
+    assert!(
+        kavi(
+            drill.root(),
+            &["skill", "propose", "proposals/word_count.toml"]
+        )
+        .status
+        .success()
+    );
+    let attempt = drill.attempt(
+        r#"found=no; for d in "$KAVI_WORKSPACE" . .. ../.. ../../..; do
+             if [ -n "$d" ] && [ -f "$d/.kavi/ledger.db" ]; then
+               echo corrupt >> "$d/.kavi/ledger.db"; found=yes; fi; done; echo "$found" > found.txt"#,
+    );
+    let error = attempt.failed("diff");
+    assert!(error.contains("found.txt"), "{error}");
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&sandbox).join("found.txt")).unwrap(),
+        "no\n"
+    );
+}
+
+#[test]
+fn drill_git_configuration_in_the_sandbox_runs_nothing_and_counts_as_a_change() {
+    let drill = Drill::new();
+    let marker = drill.sandboxes.path().join("PWNED");
+    let m = marker.display();
+    let attempt = drill.attempt(&format!(
+        r#"printf '[core]\n\tfsmonitor = "touch {m}; false"\n\thooksPath = .git/evil\n[diff]\n\texternal = "touch {m}"\n' >> .git/config &&
+           mkdir -p .git/evil && printf '#!/bin/sh\ntouch {m}\n' > .git/evil/post-index-change &&
+           chmod +x .git/evil/post-index-change"#
+    ));
+    let error = attempt.failed("diff");
+    assert!(
+        error.contains("changed outside the allowlist: .git/config, .git/evil"),
+        "{error}"
+    );
+    assert!(
+        !marker.exists(),
+        "kavi's git ran a command the builder configured"
+    );
+}
+
+#[test]
+fn drill_committing_or_hiding_changes_from_git_hides_nothing() {
+    for (hide, path) in [
+        // Commit the change, so that `git diff HEAD` shows nothing.
+        (
+            "echo pwned > evil.txt && git add -A && git -c user.name=x -c user.email=x@x commit -qm x",
+            "evil.txt",
+        ),
+        // Tell git's index to stop looking at a file the builder weakened.
+        (
+            "echo 'weakened = true' >> policies/gates.toml && \
+             git update-index --assume-unchanged policies/gates.toml && test -z \"$(git status --porcelain policies)\"",
+            "policies/gates.toml",
+        ),
+        // Ignore it.
+        ("echo '*' > .gitignore && echo pwned > evil.txt", "evil.txt"),
+    ] {
+        let drill = Drill::new();
+        let attempt = drill.attempt(hide);
+        let error = attempt.failed("diff");
+        assert!(
+            error.starts_with("changed outside the allowlist: ") && error.contains(path),
+            "{hide}: {error}"
+        );
+    }
+}
+
+#[test]
+fn drill_ninety_thousand_files_hide_nothing_and_hit_the_file_limit() {
+    let drill = Drill::new();
+    // No need to keep this sandbox: the policy may say so, and the sweep removes it at once.
+    let policy = drill.root().join("policies/sandbox.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(
+        &policy,
+        text.replace("keep_failed = \"24h\"", "keep_failed = \"0s\""),
+    )
+    .unwrap();
+    let attempt = drill.attempt(
+        r#"python3 -c '
+import pathlib
+d = pathlib.Path("bulk")
+d.mkdir()
+for i in range(90000):
+    (d / ("f%05d-" % i + "x" * 150)).write_bytes(b"")
+pathlib.Path("zzz_violation.txt").write_text("hidden at the end\n")
+'"#,
+    );
+    let error = attempt.failed("diff");
+    assert!(
+        error.contains("paths changed, over `max_changed_files` = 100 (policies/sandbox.toml)"),
+        "{}",
+        &error[error.len().saturating_sub(300)..]
+    );
+    assert!(
+        error.contains("and 89951 more"),
+        "the message is not bounded"
+    );
+    // The whole review is kept as an artifact, the last path included.
+    let diff = node(&attempt.run, "diff");
+    assert_eq!(diff["outputs"]["violation_count"], 90001);
+    let review = diff["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "review")
+        .unwrap();
+    let review: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            drill
+                .root()
+                .join(".kavi/artifacts")
+                .join(review["path"].as_str().unwrap()),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        review["violations"].as_array().unwrap().last().unwrap(),
+        "zzz_violation.txt"
+    );
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !Path::new(&sandbox).exists(),
+        "a sandbox kept for 0s was left behind"
+    );
+}
+
+#[test]
+fn drill_links_fifos_and_oversized_files_are_refused_by_path_and_rule() {
+    for (misbehaviour, expected) in [
+        (
+            "ln -sf /etc/passwd skills/word_count/README.md",
+            "`skills/word_count/README.md` is a symlink: only regular files are copied back \
+             (rule `regular_files_only`)",
+        ),
+        (
+            "ln -f builders/scripted.py skills/word_count/README.md",
+            "`skills/word_count/README.md` has 2 links (a hard link): only files with one link \
+             are copied back (rule `single_link`)",
+        ),
+        (
+            "mkfifo skills/word_count/README.md",
+            "`skills/word_count/README.md` is a FIFO: only regular files are copied back \
+             (rule `regular_files_only`)",
+        ),
+        (
+            "truncate -s 1G skills/word_count/README.md",
+            "`skills/word_count/README.md` holds 1073741824 bytes, over `max_file_bytes` = \
+             1048576 (policies/sandbox.toml)",
+        ),
+        // Outside the allowlist, a FIFO is as visible as any file.
+        (
+            "mkfifo hidden_pipe",
+            "changed outside the allowlist: hidden_pipe",
+        ),
+    ] {
+        let drill = Drill::new();
+        let attempt = drill.attempt(misbehaviour);
+        let error = attempt.failed("diff");
+        assert!(error.contains(expected), "{misbehaviour}: {error}");
+        assert_eq!(node(&attempt.run, "copy")["state"], "blocked");
+    }
+}
+
+#[test]
+fn drill_a_link_on_an_allowlisted_path_stops_the_build_before_the_builder_runs() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    for (link, target) in [
+        ("skills", elsewhere.path().to_owned()),
+        (
+            "skills/word_count/skill.py",
+            Path::new("../../policies/gates.toml").to_owned(),
+        ),
+    ] {
+        let drill = Drill::new();
+        let link_path = drill.root().join(link);
+        std::fs::create_dir_all(link_path.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&target, &link_path).unwrap();
+        let attempt = drill.attempt("touch builder-ran.txt");
+        let error = attempt.failed("build");
+        assert!(
+            error.starts_with(&format!("refusing to build: `{link}` is a symlink"))
+                && error.contains("(rule `no_links_on_allowlisted_paths`) in the workspace"),
+            "{error}"
+        );
+        assert!(
+            node(&attempt.run, "build")["outputs"]["build_id"].is_null(),
+            "the builder ran"
+        );
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    }
 }

@@ -78,6 +78,7 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
         },
         Err(e) => check("ledger", Status::Fail, e.to_string()),
     });
+    found.push(sandboxes_check(workspace));
     found.push(match ArtifactStore::open(&config.artifacts) {
         Ok(store) => match tempfile::NamedTempFile::new_in(store.temp_dir()) {
             Ok(_) => check(
@@ -213,6 +214,48 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
         }
     });
     found
+}
+
+/// What is left of sandboxes: kept after runs that did not succeed (normal until their time is
+/// up), or folders kavi failed to remove.
+fn sandboxes_check(workspace: &Workspace) -> Check {
+    let root = workspace.config.sandboxes.display();
+    let remaining = match Ledger::open(&workspace.config.ledger)
+        .and_then(|ledger| ledger.remaining_sandboxes())
+    {
+        Ok(remaining) => remaining,
+        Err(e) => return check("sandboxes", Status::Fail, e.to_string()),
+    };
+    if let Some(stuck) = remaining.iter().find_map(|s| s.error.as_deref()) {
+        return check(
+            "sandboxes",
+            Status::Warn,
+            format!("{} left in {root}; {stuck}", remaining.len()),
+        );
+    }
+    match remaining
+        .iter()
+        .filter_map(|s| s.keep_until.as_deref())
+        .max()
+    {
+        None if remaining.is_empty() => {
+            check("sandboxes", Status::Ok, format!("none left in {root}"))
+        }
+        None => check(
+            "sandboxes",
+            Status::Ok,
+            format!("{} in use by running runs, in {root}", remaining.len()),
+        ),
+        Some(until) => check(
+            "sandboxes",
+            Status::Ok,
+            format!(
+                "{} kept after runs that did not succeed, in {root}, until {until} at the latest \
+                 (removed by the next `kavi pipeline run` after that)",
+                remaining.len()
+            ),
+        ),
+    }
 }
 
 fn first_line(text: &str) -> String {

@@ -55,6 +55,8 @@ pub async fn run(
     let dag = dag::compile(&pipeline)?;
     let params = resolve_params(&pipeline, sets)?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
+    crate::sandbox::cleanup::sweep(&mut ledger)?;
     let artifacts =
         ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
             context: format!(
@@ -70,7 +72,6 @@ pub async fn run(
         PathBuf::from(format!("{}-shm", config.ledger.display())),
         config.ledger.with_extension("locks"),
         config.artifacts.clone(),
-        config.sandboxes.clone(),
     ];
     let env = Environment {
         workspace: Arc::from(workspace.root.as_path()),

@@ -64,7 +64,8 @@ pub struct Environment {
     pub sandboxes: Arc<Path>,
     /// The ledger file, for kinds that record domain facts.
     pub ledger: Arc<Path>,
-    /// kavi's own state (ledger, artifacts, sandboxes), never copied into a sandbox.
+    /// kavi's own state (ledger, artifacts, locks), never copied into a sandbox and never
+    /// holding or held by the sandbox folder.
     pub state_paths: Arc<[std::path::PathBuf]>,
     /// Exposed to templates as `config`.
     pub config: Value,
@@ -221,6 +222,8 @@ pub async fn execute(
     executor
         .ledger
         .finish_run(run_id, status, duration, error.as_deref())?;
+    // The run's sandboxes go with it, or stay for a person to look at when it did not succeed.
+    crate::sandbox::cleanup::settle_run(executor.ledger, run_id, status == RunStatus::Succeeded)?;
     Ok(RunOutcome {
         run_id,
         status,

@@ -107,7 +107,8 @@ pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
     hash_reader(&mut File::open(path)?)
 }
 
-fn hash_reader(reader: &mut impl Read) -> io::Result<(String, u64)> {
+/// The SHA-256 (hex) and length of everything `reader` yields.
+pub fn hash_reader(reader: &mut impl Read) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
     let mut buffer = [0u8; 64 * 1024];
     let mut size = 0u64;

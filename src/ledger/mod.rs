@@ -10,6 +10,7 @@ mod artifacts;
 mod builds;
 mod escalations;
 mod executions;
+mod sandboxes;
 mod schema;
 mod skills;
 mod verifications;
@@ -22,10 +23,11 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use artifacts::{Artifact, ArtifactStore, hash_file};
+pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader};
 pub use builds::{BuildRow, NewBuild};
 pub use escalations::EscalationRow;
 pub use executions::ExecutionRecord;
+pub use sandboxes::{NewSandbox, SandboxLimits, SandboxRow};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 

@@ -3,9 +3,10 @@
 //! The attempt gets its own `builds` row (attempt number, parent build). Its packet is rendered
 //! for that build id from a template (default `templates/build_packet.md.j2`) and frozen as a
 //! BUILD_PACKET artifact; the configured builder (`builder` in kavi.toml, run through `sh -c`)
-//! runs in the sandbox with the packet on stdin; its output becomes the BUILD_LOG.
+//! runs in the sandbox with the packet on stdin; its output becomes the BUILD_LOG. The builder
+//! is told the sandbox (`KAVI_SANDBOX`, its working folder), never the workspace.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use indexmap::IndexMap;
@@ -132,6 +133,30 @@ fn previous_attempt(
     }))
 }
 
+/// The first link found on an allowlisted path under `root` (the path itself or a folder on the
+/// way), if any. The sandbox copy does not follow links out of the tree, so a link there would
+/// send the build's files somewhere the allowlist never named.
+fn link_on_allowed_path(root: &Path, allowed: &[(String, bool)]) -> Option<String> {
+    for (path, _) in allowed {
+        let mut prefix = PathBuf::new();
+        for part in path.split('/') {
+            prefix.push(part);
+            let is_link = root
+                .join(&prefix)
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink());
+            if is_link {
+                return Some(format!(
+                    "`{}` is a symlink, and the allowlisted path `{path}` may not pass through a \
+                     link (rule `no_links_on_allowlisted_paths`)",
+                    prefix.display()
+                ));
+            }
+        }
+    }
+    None
+}
+
 impl Build {
     async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
@@ -141,6 +166,14 @@ impl Build {
         }
         let builder = ctx.render("config.builder", "{{ config.builder }}")?;
         let allowed = self.allowlist.resolve(ctx)?;
+        for (root, place) in [
+            (&*ctx.env.workspace, "the workspace"),
+            (&sandbox, "the sandbox"),
+        ] {
+            if let Some(refusal) = link_on_allowed_path(root, &allowed) {
+                return Err(format!("refusing to build: {refusal} in {place}"));
+            }
+        }
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         if let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, &skill)
             .map_err(|e| e.to_string())?
@@ -180,10 +213,8 @@ impl Build {
             ("KAVI_BUILD_ID".to_owned(), build.id.to_string()),
             ("KAVI_ATTEMPT".to_owned(), build.attempt.to_string()),
             ("KAVI_RUN_ID".to_owned(), ctx.run_id.to_string()),
-            (
-                "KAVI_WORKSPACE".to_owned(),
-                ctx.env.workspace.display().to_string(),
-            ),
+            // The sandbox, never the workspace: nothing in the builder's environment leads there.
+            ("KAVI_SANDBOX".to_owned(), sandbox.display().to_string()),
         ]);
         for (key, value) in &self.env {
             env.push((key.clone(), ctx.render(&format!("env.{key}"), value)?));

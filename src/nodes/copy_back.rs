@@ -1,11 +1,14 @@
 //! `copy_back`: copy the allowlisted changes of a sandbox into the target tree, safely.
 //!
-//! It does not trust an upstream gate: it lists the changes again and refuses the whole copy if
-//! anything outside the allowlist changed. Each file must be a regular file (never a symlink),
-//! its path relative and normalised, and its destination inside the target once links are
-//! resolved. Everything is checked before the first byte is written; each file is written to a
-//! temporary name and renamed into place.
+//! It does not trust an upstream gate: it reviews the sandbox against kavi's manifest again and
+//! refuses the whole copy if anything outside the allowlist changed or a limit is exceeded. Each
+//! file is opened beneath the sandbox with no link on the way, and must be a regular file with
+//! one link and within the size limits; its destination must lie inside the target once links
+//! are resolved. Everything is read and checked before the first byte is written; each file is
+//! written to a temporary name and renamed into place.
 
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,9 +17,11 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::allowlist::Allowlist;
+use super::allowlist::{self, Allowlist};
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome, contained_path};
 use crate::diagnostic::Diagnostic;
+use crate::ledger::SandboxLimits;
+use crate::sandbox;
 
 pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
@@ -60,19 +65,28 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     }))
 }
 
-/// Why one file may not be copied, if it may not.
-fn refusal(sandbox: &Path, target: &Path, path: &str) -> Result<Option<PathBuf>, String> {
-    let source = sandbox.join(path);
-    let metadata = match source.symlink_metadata() {
-        Err(_) => return Ok(None),
-        Ok(metadata) => metadata,
-    };
-    if metadata.file_type().is_symlink() {
-        return Err(format!("`{path}` is a symlink"));
-    }
+/// Reads an allowed file from the sandbox as copy-back will write it: beneath the sandbox with no
+/// link on the way, a regular file with one link, within the size limit. The checks are made on
+/// the open file, so nothing can be swapped in between check and read.
+fn read_allowed(sandbox: &Path, path: &str, limits: &SandboxLimits) -> Result<Vec<u8>, String> {
+    let file = sandbox::open_beneath(sandbox, path).map_err(|e| e.to_string())?;
+    let metadata = file.metadata().map_err(|e| format!("`{path}`: {e}"))?;
     if !metadata.is_file() {
-        return Err(format!("`{path}` is not a regular file"));
+        return Err(allowlist::not_a_regular_file(
+            path,
+            "no longer a regular file",
+        ));
     }
+    if metadata.nlink() > 1 {
+        return Err(allowlist::a_hard_link(path, metadata.nlink()));
+    }
+    sandbox::read_bounded(file, limits.max_file_bytes)
+        .map_err(|e| format!("`{path}`: {e}, over `max_file_bytes`"))
+}
+
+/// Where an allowed file goes in the target: inside it once links are resolved, and not itself
+/// a link.
+fn destination(target: &Path, path: &str) -> Result<PathBuf, String> {
     let destination = contained_path(target, path)?;
     if destination
         .symlink_metadata()
@@ -80,16 +94,17 @@ fn refusal(sandbox: &Path, target: &Path, path: &str) -> Result<Option<PathBuf>,
     {
         return Err(format!("the destination of `{path}` is a symlink"));
     }
-    Ok(Some(destination))
+    Ok(destination)
 }
 
-fn copy_file(source: &Path, destination: &Path) -> std::io::Result<()> {
+fn write_file(bytes: &[u8], destination: &Path) -> std::io::Result<()> {
     let parent = destination
         .parent()
         .expect("a destination inside the target has a parent");
     std::fs::create_dir_all(parent)?;
-    let temp = tempfile::NamedTempFile::new_in(parent)?;
-    std::fs::copy(source, temp.path())?;
+    let mut temp = tempfile::NamedTempFile::new_in(parent)?;
+    temp.write_all(bytes)?;
+    temp.as_file().sync_all()?;
     temp.persist(destination).map_err(|e| e.error)?;
     Ok(())
 }
@@ -102,31 +117,48 @@ impl CopyBack {
             return Err(format!("target {} is not a folder", target.display()));
         }
         let allowed = self.allowlist.resolve(ctx)?;
-        let review = self.allowlist.review(&sandbox, &allowed).await?;
-        if !review.violations.is_empty() {
+        let (review, limits) = self.allowlist.review(ctx, &sandbox, &allowed).await?;
+        if !review.passed() {
             return Err(format!("refusing to copy back: {}", review.failure()));
         }
+        // Everything is read and checked before the first byte is written.
         let mut plan = Vec::new();
         let mut not_copied = Vec::new();
         let mut refused = Vec::new();
+        let mut total = 0u64;
         for path in &review.allowed {
-            match refusal(&sandbox, &target, path) {
-                Ok(Some(destination)) => plan.push((path.clone(), destination)),
-                Ok(None) => not_copied.push(path.clone()),
+            // The review passed, so no folder on the way is a link: lstat tells.
+            if sandbox.join(path).symlink_metadata().is_err() {
+                // Deleted in the sandbox: deletions are not carried to the target.
+                not_copied.push(path.clone());
+                continue;
+            }
+            match read_allowed(&sandbox, path, &limits)
+                .and_then(|bytes| Ok((bytes, destination(&target, path)?)))
+            {
+                Ok((bytes, destination)) => {
+                    total = total.saturating_add(bytes.len() as u64);
+                    plan.push((path.clone(), bytes, destination));
+                }
                 Err(reason) => refused.push(reason),
             }
+        }
+        if total > limits.max_total_bytes {
+            refused.push(format!(
+                "the allowed files hold {total} bytes together, over `max_total_bytes` = {}",
+                limits.max_total_bytes
+            ));
         }
         if !refused.is_empty() {
             return Err(format!("refusing to copy back: {}", refused.join("; ")));
         }
-        for (path, destination) in &plan {
-            copy_file(&sandbox.join(path), destination).map_err(|e| {
+        for (path, bytes, destination) in &plan {
+            write_file(bytes, destination).map_err(|e| {
                 format!("failed to copy `{path}` to {}: {e}", destination.display())
             })?;
         }
         Ok(NodeOutcome::succeeded(json!({
-            "copied": plan.iter().map(|(path, _)| path).collect::<Vec<_>>(),
-            // Deleted in the sandbox: deletions are not carried to the target.
+            "copied": plan.iter().map(|(path, _, _)| path).collect::<Vec<_>>(),
             "not_copied": not_copied,
             "target": target,
         })))

@@ -1,5 +1,6 @@
-//! `diff_gate`: pass only if every change in a sandbox is allowlisted and every required path
-//! exists. A failure names each offending path.
+//! `diff_gate`: pass only if every change in a sandbox, measured against the manifest kavi
+//! recorded when it made the sandbox, is allowlisted, within the sandbox's limits, and of a kind
+//! copy-back takes, and every required path exists. A failure names each offending path and rule.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,9 +51,16 @@ impl DiffGate {
     async fn check(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
         let allowed = self.allowlist.resolve(ctx)?;
-        let review = self.allowlist.review(&sandbox, &allowed).await?;
-        let mut outcome =
-            NodeOutcome::succeeded(serde_json::to_value(&review).expect("review serializes"));
+        let (review, _) = self.allowlist.review(ctx, &sandbox, &allowed).await?;
+        // The whole review, however long its lists: the outputs show the first paths only.
+        let full = serde_json::to_vec_pretty(&review).expect("review serializes");
+        let artifact = ctx
+            .env
+            .artifacts
+            .put_bytes("DIFF_REVIEW", &full)
+            .map_err(|e| format!("failed to store the review: {e}"))?;
+        let mut outcome = NodeOutcome::succeeded(review.summary());
+        outcome.artifacts.push(("review", artifact));
         if !review.passed() {
             outcome.state = NodeState::Failed;
             outcome.error = Some(review.failure());

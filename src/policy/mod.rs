@@ -51,13 +51,40 @@ pub fn glob_set(
         .map_err(|e| Diagnostic::new(format!("invalid glob patterns: {e}")))
 }
 
-/// `policies/sandbox.toml`: what a sandbox copy of the target leaves out.
+/// `policies/sandbox.toml`: what a sandbox copy of the target leaves out, what a build may bring
+/// back, and how long a failed attempt's sandbox is kept.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxPolicy {
     /// Globs matched against each path relative to the tree root (`**/.env`, `.git`, ...). A
     /// matching folder is skipped with everything in it.
     pub skip: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub limits: SandboxLimitsPolicy,
+    /// How long a sandbox is kept after its run failed, such as `24h` (`0s`: removed at once).
+    pub keep_failed: Option<Spanned<String>>,
+}
+
+/// What the diff gate and copy-back accept from one build. Over a limit is a gate violation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxLimitsPolicy {
+    /// Bytes in one copied-back file.
+    pub max_file_bytes: u64,
+    /// Bytes in all copied-back files together.
+    pub max_total_bytes: u64,
+    /// Paths a build may change (ignored by-products not counted).
+    pub max_changed_files: u64,
+}
+
+impl Default for SandboxLimitsPolicy {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: 1024 * 1024,
+            max_total_bytes: 8 * 1024 * 1024,
+            max_changed_files: 100,
+        }
+    }
 }
 
 /// `policies/allowlist.toml`: what a build may change.

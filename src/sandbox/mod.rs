@@ -1,28 +1,153 @@
-//! Sandboxes: an isolated copy of a target tree with a git baseline, and the safe way back.
+//! Sandboxes: an isolated copy of a target tree, kavi's record of it, and the safe way back.
 //!
-//! The copy leaves out what policy says (VCS data, virtualenvs, secrets, databases, caches) and
-//! every special file (sockets, FIFOs, devices). A fresh git repository with one baseline commit,
-//! no hooks and no remotes makes "what did the build change" a question git answers, for tracked
-//! and untracked files alike.
+//! A sandbox is a fresh 0700 folder outside the workspace (by default in the system's temporary
+//! folder), so nothing the builder reaches by a relative path belongs to the workspace or to
+//! kavi's state. The copy leaves out what policy says (VCS data, virtualenvs, secrets, databases,
+//! caches), every special file (sockets, FIFOs, devices) and every symlink that points out of the
+//! tree. kavi then records a [`manifest`] of the copy in the ledger: that record, not the
+//! sandbox's git repository, is what the diff gate compares against.
 
-use std::io;
+pub mod cleanup;
+pub mod manifest;
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
 use globset::GlobSet;
-use tokio_util::sync::CancellationToken;
-
-use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode;
 
 /// What a tree copy did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CopyStats {
     pub files: usize,
     pub skipped: usize,
+    /// Symlinks that point out of the tree, as `path -> target`: never followed, never copied.
+    pub links_left_out: Vec<String>,
+}
+
+/// `path` with every link resolved, as far as it exists; the rest is appended as written.
+fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |acc, part| acc.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_owned(),
+        }
+    }
+}
+
+/// Makes a new, empty sandbox folder in `root`, readable by this user only.
+///
+/// `root` must lie apart from each of `apart` (the workspace, kavi's state): neither inside the
+/// other, or the builder could reach them by a relative path such as `../name`. It is created
+/// if missing; an existing one must be a real folder, not a link. The sandbox's own name is
+/// random and made with `mkdir`, so nobody can have prepared it.
+pub fn create(root: &Path, prefix: &str, apart: &[&Path]) -> io::Result<PathBuf> {
+    let real_root = resolved(root);
+    for other in apart {
+        let real_other = resolved(other);
+        if real_other.starts_with(&real_root) || real_root.starts_with(&real_other) {
+            return Err(io::Error::other(format!(
+                "refusing to make sandboxes in {}: it overlaps {}, which a builder could then \
+                 reach by a relative path; set `sandboxes` in kavi.toml (or KAVI_SANDBOXES) to \
+                 a folder apart from the workspace",
+                root.display(),
+                other.display()
+            )));
+        }
+    }
+    if root.symlink_metadata().is_err() {
+        std::fs::create_dir_all(root.parent().unwrap_or(root))?;
+        // Private from the start; an existing folder is checked below instead.
+        match std::fs::DirBuilder::new().mode(0o700).create(root) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    let metadata = root.symlink_metadata()?;
+    if !metadata.is_dir() {
+        return Err(io::Error::other(format!(
+            "the sandbox folder {} is not a folder (a link is refused)",
+            root.display()
+        )));
+    }
+    // In a shared folder such as /tmp, someone else could have made the folder first and so
+    // control what sandboxes are made in: only this user's folder, or a sticky shared one, will do.
+    let ours = metadata.uid() == nix::unistd::getuid().as_raw();
+    let sticky = metadata.mode() & 0o1000 != 0;
+    if !ours && !sticky {
+        return Err(io::Error::other(format!(
+            "the sandbox folder {} belongs to another user (uid {}); refusing to use it",
+            root.display(),
+            metadata.uid()
+        )));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir_in(root)?;
+    Ok(dir.keep())
+}
+
+/// Removes a sandbox and everything in it, even folders the builder made unreadable.
+pub fn remove(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            // A folder without write or search permission cannot be emptied: give them back
+            // (without following links) and try once more.
+            use std::os::unix::fs::PermissionsExt;
+            for entry in walkdir::WalkDir::new(dir).follow_links(false) {
+                let Ok(entry) = entry else { continue };
+                if entry.file_type().is_dir() {
+                    let _ = std::fs::set_permissions(
+                        entry.path(),
+                        std::fs::Permissions::from_mode(0o700),
+                    );
+                }
+            }
+            std::fs::remove_dir_all(dir)
+        }
+    }
+}
+
+/// Where a symlink at `link` (relative to the tree's root) leads, if it stays inside the tree
+/// when read as written: relative, and never climbing above the root.
+fn link_stays_inside(link: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        return false;
+    }
+    let mut depth = link.components().count().saturating_sub(1);
+    for component in target.components() {
+        match component {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir => match depth.checked_sub(1) {
+                Some(up) => depth = up,
+                None => return false,
+            },
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    true
 }
 
 /// Copies `source` into the empty folder `dest`, leaving out paths matching `skip` and the
 /// absolute paths in `exclude` (kavi's own state, which may live inside the source). Empty
-/// folders are not copied.
+/// folders are not copied. A symlink is copied as a link only when it points inside the tree;
+/// one that points out is neither followed nor copied, and is listed in `links_left_out`.
 pub fn copy_tree(
     source: &Path,
     dest: &Path,
@@ -54,20 +179,26 @@ pub fn copy_tree(
         }
         let target = dest.join(relative);
         if file_type.is_dir() {
-            // Folders are made when a file goes into them: git tracks no empty folder, and a
-            // folder whose contents were all left out should not appear at all.
+            // Folders are made when a file goes into them: a folder whose contents were all
+            // left out should not appear at all.
             continue;
         }
-        if file_type.is_file() || file_type.is_symlink() {
-            std::fs::create_dir_all(target.parent().expect("a copied path has a parent"))?;
-        }
         if file_type.is_file() {
+            std::fs::create_dir_all(target.parent().expect("a copied path has a parent"))?;
             std::fs::copy(entry.path(), &target)?;
             stats.files += 1;
         } else if file_type.is_symlink() {
-            // Kept as the link it is (git records links); copy-back refuses links anyway.
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
-            stats.files += 1;
+            let link = std::fs::read_link(entry.path())?;
+            if link_stays_inside(relative, &link) {
+                std::fs::create_dir_all(target.parent().expect("a copied path has a parent"))?;
+                std::os::unix::fs::symlink(&link, &target)?;
+                stats.files += 1;
+            } else {
+                stats.skipped += 1;
+                stats
+                    .links_left_out
+                    .push(format!("{} -> {}", relative.display(), link.display()));
+            }
         } else {
             // Sockets, FIFOs and devices: reading one could block or leak, so none are copied.
             stats.skipped += 1;
@@ -76,88 +207,51 @@ pub fn copy_tree(
     Ok(stats)
 }
 
-/// Runs git in `dir` with no user or system configuration, no hooks, and a fixed identity.
-pub async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let mut argv = vec![
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.quotepath=off",
-        "-c",
-        "commit.gpgsign=false",
-        "-c",
-        "user.name=kavi",
-        "-c",
-        "user.email=kavi@localhost",
-    ];
-    argv.extend_from_slice(args);
-    let spec = CommandSpec {
-        program: "git".into(),
-        args: argv.iter().map(|s| (*s).to_owned()).collect(),
-        env: vec![
-            ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
-            ("HOME".into(), dir.display().to_string()),
-            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
-            ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
-            ("LC_ALL".into(), "C".into()),
-        ],
-        cwd: dir.to_owned(),
-        stdin: None,
-    };
-    let options = CaptureOptions {
-        limit: 16 * 1024 * 1024,
-        spill_dir: std::env::temp_dir(),
-    };
-    let finished = process::run(&spec, &options, &CancellationToken::new())
-        .await
-        .map_err(|e| format!("failed to run git: {e}"))?;
-    match finished.exit {
-        Exit::Code(0) => Ok(String::from_utf8_lossy(&finished.stdout.head).into_owned()),
-        _ => Err(format!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&finished.stderr.head).trim()
-        )),
+/// Opens the regular file at `relative` beneath `root` without following any link on the way
+/// (each folder is opened with `O_NOFOLLOW`), so a folder swapped for a link after the check
+/// cannot redirect the read. `relative` must pass [`unsafe_path_reason`].
+pub fn open_beneath(root: &Path, relative: &str) -> io::Result<File> {
+    let mut dir: OwnedFd = File::open(root)?.into();
+    let mut parts = relative.split('/').peekable();
+    let mut walked = PathBuf::new();
+    while let Some(part) = parts.next() {
+        walked.push(part);
+        let last = parts.peek().is_none();
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_CLOEXEC
+            | if last {
+                OFlag::O_NONBLOCK
+            } else {
+                OFlag::O_DIRECTORY
+            };
+        dir = openat(dir.as_fd(), part, flags, Mode::empty()).map_err(|errno| {
+            // A link refused by O_NOFOLLOW shows as ELOOP, or ENOTDIR where a folder was asked.
+            let is_link = root
+                .join(&walked)
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink());
+            let reason = if is_link {
+                "is a symlink"
+            } else {
+                errno.desc()
+            };
+            io::Error::other(format!("`{relative}`: `{}` {reason}", walked.display()))
+        })?;
     }
+    Ok(File::from(dir))
 }
 
-/// Starts a repository in `dir` and commits everything in it; returns the baseline commit.
-pub async fn init_baseline(dir: &Path) -> Result<String, String> {
-    // An empty template: no sample hooks, nothing from the machine's git installation.
-    git(dir, &["init", "-q", "--template=", "-b", "baseline"]).await?;
-    // --force: the baseline holds every copied file, even ones the tree's .gitignore names;
-    // otherwise those would look like changes made by the build.
-    git(dir, &["add", "--all", "--force"]).await?;
-    git(
-        dir,
-        &[
-            "commit",
-            "-q",
-            "--no-verify",
-            "--allow-empty",
-            "-m",
-            "kavi baseline",
-        ],
-    )
-    .await?;
-    Ok(git(dir, &["rev-parse", "HEAD"]).await?.trim().to_owned())
-}
-
-/// Every path that differs from the baseline: modified, deleted, added, tracked or not.
-/// Untracked files are listed whatever `.gitignore` says, so a build cannot hide a file by
-/// ignoring it.
-pub async fn changed_paths(dir: &Path) -> Result<Vec<String>, String> {
-    let tracked = git(dir, &["diff", "--name-only", "-z", "--no-renames", "HEAD"]).await?;
-    let untracked = git(dir, &["ls-files", "--others", "-z"]).await?;
-    let mut paths: Vec<String> = tracked
-        .split('\0')
-        .chain(untracked.split('\0'))
-        .filter(|p| !p.is_empty())
-        .map(str::to_owned)
-        .collect();
-    paths.sort();
-    paths.dedup();
-    Ok(paths)
+/// Reads at most `limit` bytes of `file`; more than that is an error naming the limit.
+pub fn read_bounded(file: File, limit: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::other(format!(
+            "it holds more than {limit} bytes"
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Why a relative path may not be used to write into a target, if it may not: it must be
@@ -192,6 +286,7 @@ pub fn unsafe_path_reason(path: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt;
 
     #[test]
     fn unsafe_paths_are_named_with_a_reason() {
@@ -222,6 +317,10 @@ mod tests {
         std::fs::write(root.join(".kavi/ledger.db"), "db").unwrap();
         nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         std::os::unix::fs::symlink("src/lib.py", root.join("link")).unwrap();
+        // Links that leave the tree: absolute, or climbing above the root.
+        std::os::unix::fs::symlink("/etc", root.join("etc")).unwrap();
+        std::os::unix::fs::symlink("../../outside", root.join("src/up")).unwrap();
+        std::os::unix::fs::symlink("../lib.py", root.join("src/sibling")).unwrap();
 
         let mut builder = globset::GlobSetBuilder::new();
         for pattern in [".git", "**/.env", "**/*.pem"] {
@@ -245,12 +344,85 @@ mod tests {
                 .file_type()
                 .is_symlink()
         );
+        for gone in ["etc", "src/up"] {
+            assert!(
+                d.join(gone).symlink_metadata().is_err(),
+                "{gone} was copied"
+            );
+        }
+        // `src/sibling` climbs to the root but not above it: kept as the link it is.
+        assert!(d.join("src/sibling").symlink_metadata().is_ok());
         assert_eq!(
             stats,
             CopyStats {
-                files: 2,
-                skipped: 5
+                files: 3,
+                skipped: 7,
+                links_left_out: vec!["etc -> /etc".into(), "src/up -> ../../outside".into()],
             }
         );
+    }
+
+    #[test]
+    fn sandboxes_are_made_apart_from_the_workspace_and_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir(&workspace).unwrap();
+        for root in [workspace.join(".kavi/sandboxes"), dir.path().to_owned()] {
+            let err = create(&root, "s-", &[&workspace]).unwrap_err();
+            assert!(err.to_string().contains("overlaps"), "{err}");
+        }
+        let root = dir.path().join("sandboxes");
+        let made = create(&root, "s-", &[&workspace]).unwrap();
+        assert!(made.starts_with(&root));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(made.metadata().unwrap().permissions().mode() & 0o777, 0o700);
+        // A root that is a link is refused.
+        std::os::unix::fs::symlink(&root, dir.path().join("linked")).unwrap();
+        assert!(create(&dir.path().join("linked"), "s-", &[&workspace]).is_err());
+        // A folder made unreadable inside is removed all the same.
+        std::fs::create_dir_all(made.join("a/b")).unwrap();
+        std::fs::set_permissions(made.join("a"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        remove(&made).unwrap();
+        assert!(!made.exists());
+    }
+
+    #[test]
+    fn links_are_judged_by_where_they_lead_from_their_folder() {
+        assert!(link_stays_inside(Path::new("a/b/l"), Path::new("../c")));
+        assert!(link_stays_inside(Path::new("a/l"), Path::new("../c")));
+        assert!(!link_stays_inside(Path::new("l"), Path::new("../c")));
+        assert!(!link_stays_inside(
+            Path::new("a/l"),
+            Path::new("x/../../../c")
+        ));
+        assert!(!link_stays_inside(Path::new("a/l"), Path::new("/a/c")));
+    }
+
+    #[test]
+    fn open_beneath_refuses_every_link_on_the_way_and_bounds_the_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("skills/a")).unwrap();
+        std::fs::write(root.join("skills/a/skill.py"), "print(1)\n").unwrap();
+        std::os::unix::fs::symlink("skills", root.join("linked")).unwrap();
+        std::os::unix::fs::symlink("skill.py", root.join("skills/a/link.py")).unwrap();
+        nix::unistd::mkfifo(&root.join("skills/a/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        let file = open_beneath(root, "skills/a/skill.py").unwrap();
+        assert_eq!(read_bounded(file, 100).unwrap(), b"print(1)\n");
+        let file = open_beneath(root, "skills/a/skill.py").unwrap();
+        assert!(
+            read_bounded(file, 3)
+                .unwrap_err()
+                .to_string()
+                .contains("more than 3")
+        );
+        let err = open_beneath(root, "linked/a/skill.py").unwrap_err();
+        assert!(err.to_string().contains("`linked` is a symlink"), "{err}");
+        let err = open_beneath(root, "skills/a/link.py").unwrap_err();
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        // A FIFO opens without blocking (O_NONBLOCK); the caller's fstat then refuses it.
+        let fifo = open_beneath(root, "skills/a/fifo").unwrap();
+        assert!(fifo.metadata().unwrap().file_type().is_fifo());
     }
 }

@@ -17,9 +17,19 @@ pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Where the tests' sandboxes go: under `target/`, so that the ones kept after failed attempts
+/// do not pile up in the system's temporary folder.
+pub fn sandboxes() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandboxes")
+}
+
 pub fn kavi_command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kavi"));
-    command.args(args).current_dir(dir).env_remove("RUST_LOG");
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("KAVI_SANDBOXES", sandboxes());
     command
 }
 
