@@ -288,6 +288,15 @@ impl Drill {
         self.workspace.path()
     }
 
+    /// The drill's temporary folder, one level down in its own folder: kavi's default sandbox
+    /// folder (`kavi-<uid>` in it) is then two levels down, so `../../../x` from a sandbox lands
+    /// in the drill's folder.
+    fn temp_folder(&self) -> std::path::PathBuf {
+        let folder = self.sandboxes.path().join("tmp");
+        std::fs::create_dir_all(&folder).unwrap();
+        folder
+    }
+
     /// Runs one forge attempt with `misbehaviour` after the scripted builder's honest work, and
     /// checks what every drill must: the workspace unchanged outside `.kavi/`, the skill not
     /// trusted, and no sandbox of a failed attempt lost from the record.
@@ -305,7 +314,8 @@ impl Drill {
             ],
         )
         .env("KAVI_BUILDER", &builder)
-        .env("KAVI_SANDBOXES", self.sandboxes.path())
+        .env_remove("KAVI_SANDBOXES")
+        .env("TMPDIR", self.temp_folder())
         .output()
         .unwrap();
         assert_ne!(
@@ -330,10 +340,13 @@ impl Drill {
             if before.contains_key(path) {
                 continue;
             }
-            assert!(
-                path.starts_with(".kavi"),
-                "`{path}` appeared in the workspace"
-            );
+            // Only what kavi writes may appear: its ledger files, its artifacts, its log.
+            let kavi_wrote = path == ".kavi"
+                || kavi_writes(path)
+                || path == ".kavi/artifacts"
+                || path.starts_with(".kavi/artifacts/sha256")
+                || path == ".kavi/executions.jsonl";
+            assert!(kavi_wrote, "`{path}` appeared in the workspace");
             // Every artifact is named by the hash of what it holds: nothing else wrote there.
             if let (Some(name), Snapshot::File(_)) =
                 (path.strip_prefix(".kavi/artifacts/sha256/"), now)
@@ -395,8 +408,20 @@ fn drill_the_builder_is_told_the_sandbox_and_never_the_workspace() {
 #[test]
 fn drill_a_write_beside_the_sandbox_does_not_reach_the_workspace() {
     let drill = Drill::new();
-    drill.attempt("echo pwned > ../notes-from-builder.txt; false");
-    // It landed next to the sandbox, in kavi's sandbox folder, not in the workspace.
+    // `../../../` led from the old sandbox folder (.kavi/sandboxes/<id>) to the workspace.
+    let attempt = drill.attempt(
+        "echo pwned > ../notes-from-builder.txt && echo pwned > ../../../notes-from-builder.txt; false",
+    );
+    // Both landed outside the workspace: beside the sandbox, and in the drill's own folder.
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let beside = Path::new(&sandbox)
+        .parent()
+        .unwrap()
+        .join("notes-from-builder.txt");
+    assert!(beside.exists(), "{}", beside.display());
     assert!(
         drill
             .sandboxes
