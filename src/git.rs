@@ -80,6 +80,7 @@ pub fn command(work_tree: &Path, args: &[&str]) -> CommandSpec {
         ],
         cwd: work_tree.to_owned(),
         stdin: None,
+        confinement: None,
     }
 }
 

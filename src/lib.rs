@@ -8,6 +8,7 @@
 pub mod chains;
 pub mod cli;
 pub mod config;
+pub mod confinement;
 pub mod dag;
 pub mod diagnostic;
 pub mod error;

@@ -5,6 +5,9 @@
 //! child exits, whatever it left behind in its group is killed too: a node's processes never
 //! outlive the node.
 //!
+//! A child that runs for a confined role gets its Landlock ruleset applied between fork and exec
+//! (see [`crate::confinement`]).
+//!
 //! Output is read from pipes. The first `limit` bytes stay in memory; past that, everything goes
 //! to a temporary file. Most nodes print little, so most runs create no files at all.
 
@@ -20,6 +23,8 @@ use nix::unistd::Pid;
 use tempfile::NamedTempFile;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+use crate::confinement::{Confinement, restrict_child};
 
 /// How long a cancelled process group gets between SIGTERM and SIGKILL.
 const TERMINATE_GRACE: Duration = Duration::from_secs(2);
@@ -51,6 +56,8 @@ pub struct CommandSpec {
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
     pub stdin: Option<Vec<u8>>,
+    /// The kernel's limits for the child, applied between fork and exec; `None`: unconfined.
+    pub confinement: Option<Confinement>,
 }
 
 /// Where captured output goes.
@@ -219,6 +226,12 @@ pub async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(ruleset) = spec.confinement.as_ref().and_then(Confinement::ruleset_fd) {
+        // SAFETY: the closure runs in the child after fork; it only makes system calls.
+        unsafe {
+            command.pre_exec(move || restrict_child(ruleset));
+        }
+    }
     let mut child = command.spawn()?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
     let pid = child

@@ -251,6 +251,9 @@ fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Snapshot> {
 
 struct Drill {
     workspace: tempfile::TempDir,
+    /// Whether the kernel confines the builder (Landlock ABI 4 or later). Where it cannot, the
+    /// drills run with `require = false`, and those that need the kernel say that they skip.
+    confined: bool,
     /// The drill's own sandbox folder, so that what a builder writes next to its sandbox lands
     /// in a folder the test removes.
     sandboxes: tempfile::TempDir,
@@ -263,6 +266,20 @@ struct Attempt {
 }
 
 impl Attempt {
+    /// The builder's output, from the build's BUILD_LOG artifact.
+    fn build_log(&self, root: &Path) -> String {
+        let log = node(&self.run, "build")["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["role"] == "log")
+            .unwrap()["path"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        std::fs::read_to_string(root.join(".kavi/artifacts").join(log)).unwrap()
+    }
+
     /// The error of a node that must have failed.
     fn failed(&self, node_id: &str) -> String {
         let n = node(&self.run, node_id);
@@ -278,8 +295,21 @@ impl Attempt {
 
 impl Drill {
     fn new() -> Self {
+        let workspace = common::shipped_workspace();
+        let abi = kavi::confinement::kernel_abi();
+        let confined = abi >= 4;
+        if !confined {
+            eprintln!(
+                "skipping the kernel's part of this drill: Landlock ABI {abi} (4 or later needed); \
+                 the builder runs unconfined"
+            );
+            let policy = workspace.path().join("policies/confinement.toml");
+            let text = std::fs::read_to_string(&policy).unwrap();
+            std::fs::write(&policy, text.replace("require = true", "require = false")).unwrap();
+        }
         Self {
-            workspace: common::shipped_workspace(),
+            workspace,
+            confined,
             sandboxes: tempfile::tempdir().unwrap(),
         }
     }
@@ -410,9 +440,8 @@ fn drill_a_write_beside_the_sandbox_does_not_reach_the_workspace() {
     let drill = Drill::new();
     // `../../../` led from the old sandbox folder (.kavi/sandboxes/<id>) to the workspace.
     let attempt = drill.attempt(
-        "echo pwned > ../notes-from-builder.txt && echo pwned > ../../../notes-from-builder.txt; false",
+        "echo pwned > ../notes-from-builder.txt; echo pwned > ../../../notes-from-builder.txt; false",
     );
-    // Both landed outside the workspace: beside the sandbox, and in the drill's own folder.
     let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
         .as_str()
         .unwrap()
@@ -421,15 +450,79 @@ fn drill_a_write_beside_the_sandbox_does_not_reach_the_workspace() {
         .parent()
         .unwrap()
         .join("notes-from-builder.txt");
-    assert!(beside.exists(), "{}", beside.display());
-    assert!(
-        drill
-            .sandboxes
-            .path()
-            .join("notes-from-builder.txt")
-            .exists()
-    );
+    let above = drill.sandboxes.path().join("notes-from-builder.txt");
     assert!(!drill.root().join("notes-from-builder.txt").exists());
+    if drill.confined {
+        // The builder may write its sandbox and its temporary folder only.
+        assert!(!beside.exists() && !above.exists());
+        let log = attempt.build_log(drill.root());
+        assert_eq!(log.matches("Permission denied").count(), 2, "{log}");
+    } else {
+        // Unconfined, the writes land outside the workspace, in folders of the drill's.
+        assert!(beside.exists() && above.exists());
+    }
+}
+
+#[test]
+fn drill_the_confined_builder_cannot_write_the_workspace_or_the_ledger_by_absolute_path() {
+    let drill = Drill::new();
+    if !drill.confined {
+        return;
+    }
+    assert!(
+        kavi(
+            drill.root(),
+            &["skill", "propose", "proposals/word_count.toml"]
+        )
+        .status
+        .success()
+    );
+    let root = drill.root().canonicalize().unwrap();
+    let w = root.display();
+    let attempt = drill.attempt(&format!(
+        "rc=0; echo 'weakened = true' >> {w}/policies/scanner.toml || rc=1; \
+         echo corrupt >> {w}/.kavi/ledger.db || rc=1; touch {w}/PWNED || rc=1; exit $rc"
+    ));
+    let error = attempt.failed("build");
+    assert_eq!(error, "the builder exited with code 1");
+    let log = attempt.build_log(drill.root());
+    assert_eq!(log.matches("Permission denied").count(), 3, "{log}");
+    // The attempt is classified like any failed build.
+    assert_eq!(
+        node(&attempt.run, "classify")["outputs"]["kind"],
+        "BUILD_ERROR"
+    );
+    let confinement = &node(&attempt.run, "build")["outputs"]["confinement"];
+    assert_eq!(confinement["role"], "builder");
+    assert!(
+        confinement["enforced"]
+            .as_str()
+            .unwrap()
+            .starts_with("landlock"),
+        "{confinement}"
+    );
+}
+
+#[test]
+fn drill_the_confined_builder_cannot_connect_to_a_listening_socket() {
+    let drill = Drill::new();
+    if !drill.confined {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let attempt = drill.attempt(&format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=5)'"
+    ));
+    attempt.failed("build");
+    let log = attempt.build_log(drill.root());
+    assert!(log.contains("PermissionError"), "{log}");
+    assert_eq!(
+        listener.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the listener saw a connection"
+    );
 }
 
 #[test]

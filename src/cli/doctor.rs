@@ -153,6 +153,23 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
             ),
         )
     });
+    let abi = crate::confinement::kernel_abi();
+    found.push(if abi >= 4 {
+        check(
+            "confinement",
+            Status::Ok,
+            format!("Landlock ABI {abi}: files and TCP are confined per policies/confinement.toml"),
+        )
+    } else {
+        check(
+            "confinement",
+            Status::Warn,
+            format!(
+                "Landlock ABI {abi} (4 or later needed): roles with `require = true` in \
+                 policies/confinement.toml will refuse to run"
+            ),
+        )
+    });
     found.push(if on_path("python3") {
         check(
             "python3",

@@ -266,6 +266,7 @@ impl Runner<'_> {
             env,
             cwd: self.root.to_owned(),
             stdin: Some(input.to_string().into_bytes()),
+            confinement: None,
         };
         let options = crate::process::CaptureOptions {
             limit: 16 * 1024 * 1024,

@@ -4,7 +4,9 @@
 //! for that build id from a template (default `templates/build_packet.md.j2`) and frozen as a
 //! BUILD_PACKET artifact; the configured builder (`builder` in kavi.toml, run through `sh -c`)
 //! runs in the sandbox with the packet on stdin; its output becomes the BUILD_LOG. The builder
-//! is told the sandbox (`KAVI_SANDBOX`, its working folder), never the workspace.
+//! is told the sandbox (`KAVI_SANDBOX`, its working folder), never the workspace, and runs
+//! under the `builder` profile of `policies/confinement.toml`: by default it may write only its
+//! sandbox and a private temporary folder, and use no network.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use toml::Spanned;
 
 use super::allowlist::Allowlist;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::confinement::{self, policy::ConfinementPolicy, policy::RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::process::{self, CaptureOptions, CommandSpec, Exit};
@@ -50,6 +53,8 @@ struct BuildConfig {
     env: IndexMap<String, Spanned<String>>,
     /// The lifecycle policy: only a skill in a buildable state is built.
     lifecycle: Option<Spanned<String>>,
+    /// The confinement policy whose `builder` profile the builder runs under.
+    confinement: Option<Spanned<String>>,
 }
 
 fn default_template() -> Spanned<String> {
@@ -64,6 +69,7 @@ struct Build {
     allowlist: Allowlist,
     env: IndexMap<String, String>,
     lifecycle: Lifecycle,
+    confinement: RoleProfile,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -77,6 +83,11 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     }
     let lifecycle_source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
+    let confinement_source = config.load_policy_source(
+        raw.confinement.as_ref(),
+        confinement::policy::DEFAULT_POLICY,
+    )?;
+    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?.builder;
     Ok(Arc::new(Build {
         env: raw
             .env
@@ -84,6 +95,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             .map(|(k, v)| (k, v.into_inner()))
             .collect(),
         lifecycle: Lifecycle::parse(&lifecycle_source)?,
+        confinement,
         skill: raw.skill.into_inner(),
         sandbox: raw.sandbox.into_inner(),
         template: raw.template.into_inner(),
@@ -174,6 +186,17 @@ impl Build {
                 return Err(format!("refusing to build: {refusal} in {place}"));
             }
         }
+        // A private temporary folder beside the sandbox, gone when the builder is.
+        let tmp = tempfile::Builder::new()
+            .prefix("kavi-tmp-")
+            .tempdir_in(&ctx.env.sandboxes)
+            .map_err(|e| format!("failed to create the builder's temporary folder: {e}"))?;
+        let profile = self.confinement.resolve(
+            &ctx.env.templates,
+            &minijinja::context! { sandbox => &sandbox, tmp => tmp.path() },
+        )?;
+        // Refused here, before a build is recorded, when the kernel cannot confine as required.
+        let confinement = confinement::prepare(profile).map_err(|e| e.to_string())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         if let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, &skill)
             .map_err(|e| e.to_string())?
@@ -215,6 +238,7 @@ impl Build {
             ("KAVI_RUN_ID".to_owned(), ctx.run_id.to_string()),
             // The sandbox, never the workspace: nothing in the builder's environment leads there.
             ("KAVI_SANDBOX".to_owned(), sandbox.display().to_string()),
+            ("TMPDIR".to_owned(), tmp.path().display().to_string()),
         ]);
         for (key, value) in &self.env {
             env.push((key.clone(), ctx.render(&format!("env.{key}"), value)?));
@@ -225,6 +249,7 @@ impl Build {
             env,
             cwd: sandbox,
             stdin: Some(packet_text.into_bytes()),
+            confinement: Some(confinement.clone()),
         };
         let options = CaptureOptions {
             limit: LOG_LIMIT,
@@ -264,6 +289,7 @@ impl Build {
             "packet_path": ctx.env.artifacts.path_of(&packet),
             "log": log.sha256,
             "exit_code": exit_code,
+            "confinement": confinement.record(),
         }));
         outcome.exit_code = exit_code;
         outcome.artifacts.push(("packet", packet));

@@ -175,6 +175,7 @@ impl Exec {
             env,
             cwd,
             stdin,
+            confinement: None,
         })
     }
 }

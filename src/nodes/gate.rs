@@ -238,6 +238,7 @@ impl CompiledGate {
                     env: process::base_env(),
                     cwd: cwd.to_owned(),
                     stdin: None,
+                    confinement: None,
                 };
                 let options = CaptureOptions {
                     limit: 64 * 1024,
