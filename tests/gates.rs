@@ -43,6 +43,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
             "trust.toml",
             "conventions.toml",
             "invariants.toml",
+            "confinement.toml",
             "lifecycle.toml",
         ],
     );
@@ -89,6 +90,13 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     }
     let report = &run["nodes"][0]["artifacts"][0];
     assert_eq!(report["kind"], "VERIFICATION_REPORT");
+    // Confined, the gates wrote nothing into the workspace: not even Python's bytecode cache.
+    if kavi::confinement::kernel_abi() >= 4 {
+        assert!(!dir.path().join("skills/demo/__pycache__").exists());
+        let confinement = &run["nodes"][0]["outputs"]["confinement"];
+        assert_eq!(confinement["role"], "gate");
+        assert_eq!(confinement["network"], false);
+    }
     let policies: Vec<&str> = run["policies"]
         .as_array()
         .unwrap()
@@ -98,6 +106,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     assert_eq!(
         policies,
         [
+            "policies/confinement.toml",
             "policies/conventions.toml",
             "policies/gates.toml",
             "policies/invariants.toml",
@@ -186,4 +195,53 @@ fn a_skill_declaring_another_side_effect_than_proposed_fails_the_invariants() {
         invariants["detail"],
         "skills/demo/skill.py: [side-effect-declared] declares NETWORK, but the skill was proposed as READ_ONLY"
     );
+}
+
+#[test]
+fn a_confined_gate_that_writes_into_the_workspace_fails_and_its_temporary_folder_works() {
+    let abi = kavi::confinement::kernel_abi();
+    if abi < 4 {
+        eprintln!("skipping: Landlock ABI {abi}, and 4 or later is needed to confine gates");
+        return;
+    }
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    std::fs::write(
+        root.join("policies/writers.toml"),
+        r#"
+[[gate]]
+id = "writes-workspace"
+kind = "command"
+run = ["sh", "-c", "echo x > pwned.txt"]
+failure = "VERIFY_TEST"
+required = true
+
+[[gate]]
+id = "writes-tmp"
+kind = "command"
+run = ["sh", "-c", "echo scratch > \"$TMPDIR/scratch\" && cat \"$TMPDIR/scratch\""]
+failure = "VERIFY_TEST"
+required = true
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("pipelines/writers.toml"),
+        "[pipeline]\nname = \"writers\"\n\n[nodes.verify]\nkind = \"gate\"\nset = \"policies/writers.toml\"\n",
+    )
+    .unwrap();
+    let out = kavi(root, &["pipeline", "run", "writers"]);
+    assert_eq!(out.status.code(), Some(1));
+    let run = last_run(root);
+    let denied = verification(&run, "writes-workspace");
+    assert_eq!(denied["status"], "failed");
+    assert!(
+        denied["detail"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{denied}"
+    );
+    assert!(!root.join("pwned.txt").exists());
+    assert_eq!(verification(&run, "writes-tmp")["status"], "passed");
 }

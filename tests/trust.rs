@@ -72,6 +72,7 @@ fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir 
             "trust.toml",
             "conventions.toml",
             "invariants.toml",
+            "confinement.toml",
         ],
     );
     common::copy_gate_checks(root);

@@ -13,13 +13,17 @@ use crate::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/confinement.toml";
 
-/// Each role kavi confines, with the values its path templates may read.
-const ROLES: &[(&str, &[&str])] = &[("builder", &["sandbox", "tmp"])];
+/// The values the builder's path templates may read.
+const BUILDER_VALUES: &[&str] = &["sandbox", "tmp"];
+
+/// The values a gate's path templates may read.
+const GATE_VALUES: &[&str] = &["workspace", "tmp"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
     builder: RawProfile,
+    gate: RawProfile,
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +96,7 @@ impl RoleProfile {
 #[derive(Debug, Clone)]
 pub struct ConfinementPolicy {
     pub builder: RoleProfile,
+    pub gate: RoleProfile,
 }
 
 impl ConfinementPolicy {
@@ -100,9 +105,9 @@ impl ConfinementPolicy {
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
         let raw: RawPolicy =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
-        let (role, provided) = ROLES[0];
         Ok(Self {
-            builder: check(source, templates, role, provided, raw.builder)?,
+            builder: check(source, templates, "builder", BUILDER_VALUES, raw.builder)?,
+            gate: check(source, templates, "gate", GATE_VALUES, raw.gate)?,
         })
     }
 }
@@ -180,16 +185,21 @@ mod tests {
 
     #[test]
     fn a_template_reading_a_value_the_role_lacks_is_refused_at_its_line() {
-        let err = parse("[builder]\nread = [\"/\"]\nwrite = [\"{{ workspace }}\"]\n")
-            .unwrap_err()
-            .to_string();
+        let gate = "[gate]\nread = []\nwrite = []\n";
+        let err = parse(&format!(
+            "[builder]\nread = [\"/\"]\nwrite = [\"{{{{ workspace }}}}\"]\n{gate}"
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("may read only `sandbox`, `tmp`"), "{err}");
         assert!(err.contains("confinement.toml:3:"), "{err}");
     }
 
     #[test]
     fn relative_paths_are_refused_when_resolved() {
-        let policy = parse("[builder]\nread = [\"usr\"]\nwrite = []\n").unwrap();
+        let policy =
+            parse("[builder]\nread = [\"usr\"]\nwrite = []\n[gate]\nread = []\nwrite = []\n")
+                .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let err = policy
             .builder

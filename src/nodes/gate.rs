@@ -3,7 +3,9 @@
 //!
 //! All gates run side by side. Each result is `passed`, `failed` or `error` (the gate could not
 //! run at all: a missing tool is never a pass); each is a `verifications` row, and together they
-//! form a VERIFICATION_REPORT artifact. Editing the gate set changes the next run.
+//! form a VERIFICATION_REPORT artifact. Editing the gate set changes the next run. Command gates
+//! run under the `gate` profile of `policies/confinement.toml`: by default they may write only a
+//! private temporary folder, so a gate cannot change what it verifies.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -16,6 +18,7 @@ use toml::Spanned;
 
 use super::vars::Vars;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::confinement::{self, Confinement, policy::ConfinementPolicy, policy::RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{GateResult, Ledger};
 use crate::policy::gates::{GateKind, GateSet};
@@ -53,6 +56,8 @@ struct GateConfig {
     /// Values for the gate set's templates, such as `skill`.
     #[serde(default)]
     vars: IndexMap<String, Spanned<String>>,
+    /// The confinement policy whose `gate` profile command gates run under.
+    confinement: Option<Spanned<String>>,
 }
 
 #[derive(Debug)]
@@ -82,6 +87,7 @@ struct Gate {
     skill: Option<String>,
     trust: Option<TrustPolicy>,
     set_path: String,
+    confinement: RoleProfile,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -94,6 +100,11 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         None => None,
         Some(_) => Some(config.load_trust(raw.trust.as_ref())?),
     };
+    let confinement_source = config.load_policy_source(
+        raw.confinement.as_ref(),
+        confinement::policy::DEFAULT_POLICY,
+    )?;
+    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?.gate;
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
@@ -156,6 +167,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         skill: raw.skill.map(Spanned::into_inner),
         trust,
         set_path: source.path.display().to_string(),
+        confinement,
     }))
 }
 
@@ -189,8 +201,9 @@ impl CompiledGate {
         cwd: &Path,
         vars: &minijinja::Value,
         class: Option<&str>,
+        confined: (&Confinement, &Path),
     ) -> GateResult {
-        let (status, detail) = match self.check(ctx, cwd, vars, class).await {
+        let (status, detail) = match self.check(ctx, cwd, vars, class, confined).await {
             Ok(None) => ("passed", None),
             Ok(Some(detail)) => ("failed", Some(detail)),
             Err(detail) => ("error", Some(detail)),
@@ -215,6 +228,7 @@ impl CompiledGate {
         cwd: &Path,
         vars: &minijinja::Value,
         class: Option<&str>,
+        (confinement, tmp): (&Confinement, &Path),
     ) -> Result<Option<String>, String> {
         match &self.check {
             Check::Invariants(invariants) => {
@@ -232,13 +246,15 @@ impl CompiledGate {
                     .map(|a| Vars::apply(ctx, a, vars))
                     .collect::<Result<Vec<_>, _>>()?;
                 let program = args.remove(0);
+                let mut env = process::base_env();
+                env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
                 let spec = CommandSpec {
                     program: program.clone(),
                     args,
-                    env: process::base_env(),
+                    env,
                     cwd: cwd.to_owned(),
                     stdin: None,
-                    confinement: None,
+                    confinement: Some(confinement.clone()),
                 };
                 let options = CaptureOptions {
                     limit: 64 * 1024,
@@ -308,11 +324,25 @@ impl Gate {
             },
             None => None,
         };
-        let results = futures_util::future::join_all(
-            self.gates
-                .iter()
-                .map(|gate| gate.run(ctx, &cwd, &vars, class.as_deref())),
-        )
+        // One private temporary folder for the node's command gates, gone when they are.
+        let tmp = tempfile::Builder::new()
+            .prefix("kavi-tmp-gates-")
+            .tempdir_in(&ctx.env.sandboxes)
+            .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
+        let profile = self.confinement.resolve(
+            &ctx.env.templates,
+            &minijinja::context! { workspace => &*ctx.env.workspace, tmp => tmp.path() },
+        )?;
+        let confinement = confinement::prepare(profile).map_err(|e| e.to_string())?;
+        let results = futures_util::future::join_all(self.gates.iter().map(|gate| {
+            gate.run(
+                ctx,
+                &cwd,
+                &vars,
+                class.as_deref(),
+                (&confinement, tmp.path()),
+            )
+        }))
         .await;
         // What passed must be what is recorded: files that changed under the gates void the run.
         if hash()? != before {
@@ -356,6 +386,7 @@ impl Gate {
             "failure_kind": blocking.first().and_then(|r| r.failure_kind.clone()),
             "source_hash": before,
             "report": artifact.sha256,
+            "confinement": confinement.record(),
         }));
         outcome.artifacts.push(("report", artifact));
         if !blocking.is_empty() {
