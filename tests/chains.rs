@@ -191,7 +191,7 @@ parent = 0
         broken["error"]
             .as_str()
             .unwrap()
-            .starts_with("exited with code 1: Traceback"),
+            .starts_with("exited with code 1 under the READ_ONLY profile: Traceback"),
         "{broken}"
     );
     assert_eq!(

@@ -260,6 +260,16 @@ fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
     let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run({}), {'echo': {}})\n";
     let dir = workspace_with(PROPOSAL, skill, test);
     let root = dir.path();
+    // This test is about Ctrl-C: its READ_ONLY skill may write its pid file into the workspace.
+    let policy = root.join("policies/confinement.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let granted = text.replacen(
+        "[read_only]\nrequire = true\nread = [\"/\"]\nwrite = [\"{{ tmp }}\"",
+        "[read_only]\nrequire = true\nread = [\"/\"]\nwrite = [\"{{ workspace }}\", \"{{ tmp }}\"",
+        1,
+    );
+    assert_ne!(granted, text, "the read_only profile was not found");
+    std::fs::write(&policy, granted).unwrap();
     verify_and_promote(root);
     let kavi_process = common::kavi_command(
         root,
@@ -311,4 +321,150 @@ fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A skill that writes where its input says, or fetches a URL: what a READ_ONLY skill must not do.
+fn side_effect_skill(class: &str) -> String {
+    format!(
+        "import json\nimport os\nimport sys\nimport urllib.request\n\nSIDE_EFFECT = \"{class}\"\n\n\
+         def run(data):\n    if 'write' in data:\n        with open(data['write'], 'w') as out:\n            \
+         out.write('written\\n')\n    if 'scratch' in data:\n        \
+         with open(os.path.join(os.environ['TMPDIR'], 'scratch'), 'w') as out:\n            \
+         out.write('ok\\n')\n    if 'fetch' in data:\n        urllib.request.urlopen(data['fetch'], timeout=5)\n    \
+         return {{'echo': data}}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n"
+    )
+}
+
+const SIDE_EFFECT_TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run({}), {'echo': {}})\n";
+
+/// Runs `demo` with `input`; returns its execution record (success or not).
+fn run_demo(root: &std::path::Path, input: &str, yes: bool) -> serde_json::Value {
+    let mut args = vec!["skill", "run", "demo", "--input", input];
+    if yes {
+        args.push("--yes");
+    }
+    let out = kavi(root, &args);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn landlock_or_skip() -> bool {
+    let abi = kavi::confinement::kernel_abi();
+    if abi < 4 {
+        eprintln!("skipping: Landlock ABI {abi}, and 4 or later is needed to confine skills");
+    }
+    abi >= 4
+}
+
+#[test]
+fn a_read_only_skill_can_neither_write_outside_its_temporary_folder_nor_connect() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let dir = workspace_with(PROPOSAL, &side_effect_skill("READ_ONLY"), SIDE_EFFECT_TEST);
+    let root = dir.path();
+    verify_and_promote(root);
+
+    let target = root.join("outside.txt");
+    let record = run_demo(
+        root,
+        &format!(r#"{{"write": "{}"}}"#, target.display()),
+        false,
+    );
+    assert_eq!(record["success"], false);
+    let error = record["error"].as_str().unwrap();
+    assert!(
+        error.contains("under the READ_ONLY profile") && error.contains("Permission denied"),
+        "{error}"
+    );
+    assert!(!target.exists());
+    assert_eq!(record["confinement"]["role"], "READ_ONLY skill");
+    assert_eq!(record["confinement"]["network"], false);
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/",
+        listener.local_addr().unwrap().port()
+    );
+    let record = run_demo(root, &format!(r#"{{"fetch": "{url}"}}"#), false);
+    assert_eq!(record["success"], false);
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{record}"
+    );
+    assert_eq!(
+        listener.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the listener saw a connection"
+    );
+
+    // Its private temporary folder is its own to write.
+    assert_eq!(
+        run_demo(root, r#"{"scratch": true}"#, false)["success"],
+        true
+    );
+}
+
+#[test]
+fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let proposal = PROPOSAL
+        .replace("READ_ONLY", "FILE_WRITE")
+        .replace("command =", "writes = [\"out\"]\ncommand =");
+    let dir = workspace_with(
+        &proposal,
+        &side_effect_skill("FILE_WRITE"),
+        SIDE_EFFECT_TEST,
+    );
+    let root = dir.path();
+    // `out` does not exist yet: kavi makes it, so the profile can grant it.
+    verify_and_promote(root);
+
+    let record = run_demo(root, r#"{"write": "elsewhere.txt"}"#, true);
+    assert_eq!(record["success"], false);
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{record}"
+    );
+    assert!(!root.join("elsewhere.txt").exists());
+
+    let record = run_demo(root, r#"{"write": "out/note.txt"}"#, true);
+    assert_eq!(record["success"], true, "{record}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("out/note.txt")).unwrap(),
+        "written\n"
+    );
+    assert!(
+        record["confinement"]["write"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().ends_with("/out")),
+        "{record}"
+    );
+}
+
+#[test]
+fn writes_are_refused_in_a_proposal_that_is_not_file_write() {
+    let proposal = PROPOSAL.replace("command =", "writes = [\"out\"]\ncommand =");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("demo.toml"), proposal).unwrap();
+    let out = kavi(dir.path(), &["skill", "propose", "demo.toml"]);
+    // An invalid spec (docs/exit-codes.md), pointing at the field.
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`writes` is for FILE_WRITE skills; this one is READ_ONLY")
+            && stderr.contains("demo.toml:4:"),
+        "{stderr}"
+    );
 }

@@ -1,5 +1,6 @@
 //! `kavi skill propose|show|list|run|verify`.
 
+use crate::confinement::{self, policy::ConfinementPolicy};
 use serde_json::json;
 
 use super::output::{short_hash, table};
@@ -191,6 +192,7 @@ pub(super) struct SkillEnv {
     pub templates: TemplateEngine,
     pub trust: TrustPolicy,
     pub timeout: std::time::Duration,
+    pub confinement: ConfinementPolicy,
 }
 
 impl SkillEnv {
@@ -203,11 +205,17 @@ impl SkillEnv {
         let templates = TemplateEngine::new(&workspace.templates_dir());
         let trust = load_trust(workspace, &templates)?;
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
+        let confinement = crate::policy::read(&workspace.root, confinement::policy::DEFAULT_POLICY)
+            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))
+            .and_then(|source| {
+                ConfinementPolicy::parse(&source, &templates).map_err(SpecError::from)
+            })?;
         Ok(Self {
             store,
             templates,
             trust,
             timeout,
+            confinement,
         })
     }
 
@@ -221,6 +229,7 @@ impl SkillEnv {
             trust: &self.trust,
             log: log.then_some(workspace.config.executions_log.as_path()),
             timeout: self.timeout,
+            confinement: &self.confinement,
         }
     }
 }

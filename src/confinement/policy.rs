@@ -19,11 +19,19 @@ const BUILDER_VALUES: &[&str] = &["sandbox", "tmp"];
 /// The values a gate's path templates may read.
 const GATE_VALUES: &[&str] = &["workspace", "tmp"];
 
+/// The values a skill's path templates may read. An entry that reads `write` is repeated once
+/// for each path the skill's proposal declares in `writes`, and gives nothing when it has none.
+const SKILL_VALUES: &[&str] = &["workspace", "tmp", "write"];
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicy {
     builder: RawProfile,
     gate: RawProfile,
+    read_only: RawProfile,
+    file_write: RawProfile,
+    network: RawProfile,
+    secret_read: RawProfile,
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,13 +49,20 @@ fn yes() -> bool {
     true
 }
 
+/// A path template, and whether it reads `write` (and so is repeated per declared path).
+#[derive(Debug, Clone)]
+struct PathTemplate {
+    text: String,
+    per_write: bool,
+}
+
 /// One role's profile as the policy writes it: path templates, not yet resolved.
 #[derive(Debug, Clone)]
 pub struct RoleProfile {
     role: &'static str,
     require: bool,
-    read: Vec<String>,
-    write: Vec<String>,
+    read: Vec<PathTemplate>,
+    write: Vec<PathTemplate>,
     network: bool,
 }
 
@@ -58,11 +73,32 @@ impl RoleProfile {
         templates: &TemplateEngine,
         values: &minijinja::Value,
     ) -> Result<Profile, String> {
-        let render = |paths: &[String]| -> Result<Vec<PathBuf>, String> {
+        self.resolve_with_writes(templates, values, &[])
+    }
+
+    /// [`Self::resolve`], with `writes` for the entries that read `write`.
+    pub fn resolve_with_writes(
+        &self,
+        templates: &TemplateEngine,
+        values: &minijinja::Value,
+        writes: &[String],
+    ) -> Result<Profile, String> {
+        let render = |paths: &[PathTemplate]| -> Result<Vec<PathBuf>, String> {
             paths
                 .iter()
-                .map(|template| {
-                    let path = templates.render_str(template, values).map_err(|e| {
+                .flat_map(|template| {
+                    let each: Vec<minijinja::Value> = if template.per_write {
+                        writes
+                            .iter()
+                            .map(|write| minijinja::context! { write => write, ..values.clone() })
+                            .collect()
+                    } else {
+                        vec![values.clone()]
+                    };
+                    each.into_iter().map(move |values| (&template.text, values))
+                })
+                .map(|(template, values)| {
+                    let path = templates.render_str(template, &values).map_err(|e| {
                         format!(
                             "failed to render the {} profile's path `{template}`: {}",
                             self.role,
@@ -97,6 +133,23 @@ impl RoleProfile {
 pub struct ConfinementPolicy {
     pub builder: RoleProfile,
     pub gate: RoleProfile,
+    pub read_only: RoleProfile,
+    pub file_write: RoleProfile,
+    pub network: RoleProfile,
+    pub secret_read: RoleProfile,
+}
+
+impl ConfinementPolicy {
+    /// The profile a skill of `class` runs under.
+    pub fn for_skill(&self, class: crate::skills::SideEffect) -> &RoleProfile {
+        use crate::skills::SideEffect;
+        match class {
+            SideEffect::ReadOnly => &self.read_only,
+            SideEffect::FileWrite => &self.file_write,
+            SideEffect::Network => &self.network,
+            SideEffect::SecretRead => &self.secret_read,
+        }
+    }
 }
 
 impl ConfinementPolicy {
@@ -105,9 +158,14 @@ impl ConfinementPolicy {
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
         let raw: RawPolicy =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        let skill = |role, raw| check(source, templates, role, SKILL_VALUES, raw);
         Ok(Self {
             builder: check(source, templates, "builder", BUILDER_VALUES, raw.builder)?,
             gate: check(source, templates, "gate", GATE_VALUES, raw.gate)?,
+            read_only: skill("READ_ONLY skill", raw.read_only)?,
+            file_write: skill("FILE_WRITE skill", raw.file_write)?,
+            network: skill("NETWORK skill", raw.network)?,
+            secret_read: skill("SECRET_READ skill", raw.secret_read)?,
         })
     }
 }
@@ -119,11 +177,15 @@ fn check(
     provided: &[&str],
     raw: RawProfile,
 ) -> Result<RoleProfile, Diagnostic> {
+    let mut per_write = std::collections::HashSet::new();
     for path in raw.read.iter().chain(&raw.write) {
         let reads = templates.check_str(path.get_ref()).map_err(|e| {
             Diagnostic::new(format!("invalid template: {}", describe_error(&e)))
                 .at(source, path.span())
         })?;
+        if reads.iter().any(|read| read == "write") {
+            per_write.insert(path.get_ref().clone());
+        }
         if let Some(unknown) = reads
             .iter()
             .find(|read| !provided.contains(&read.split('.').next().unwrap_or_default()))
@@ -139,7 +201,15 @@ fn check(
             .at(source, path.span()));
         }
     }
-    let plain = |paths: Vec<Spanned<String>>| paths.into_iter().map(Spanned::into_inner).collect();
+    let plain = |paths: Vec<Spanned<String>>| {
+        paths
+            .into_iter()
+            .map(|path| PathTemplate {
+                per_write: per_write.contains(path.get_ref()),
+                text: path.into_inner(),
+            })
+            .collect()
+    };
     Ok(RoleProfile {
         role,
         require: raw.require,
@@ -160,6 +230,51 @@ mod tests {
             &SourceFile::new("policies/confinement.toml", text.to_owned()),
             &templates,
         )
+    }
+
+    /// Minimal sections for every role but `except`.
+    fn others(except: &str) -> String {
+        [
+            "builder",
+            "gate",
+            "read_only",
+            "file_write",
+            "network",
+            "secret_read",
+        ]
+        .iter()
+        .filter(|role| **role != except)
+        .map(|role| format!("[{role}]\nread = []\nwrite = []\n"))
+        .collect()
+    }
+
+    #[test]
+    fn a_file_write_entry_is_repeated_for_each_declared_path() {
+        let text = format!(
+            "[file_write]\nread = [\"/\"]\nwrite = [\"{{{{ tmp }}}}\", \"{{{{ workspace }}}}/{{{{ write }}}}\"]\n{}",
+            others("file_write")
+        );
+        let policy = parse(&text).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let templates = TemplateEngine::new(dir.path());
+        let values = minijinja::context! { workspace => "/ws", tmp => "/t" };
+        let profile = policy
+            .for_skill(crate::skills::SideEffect::FileWrite)
+            .resolve_with_writes(&templates, &values, &["notes".into(), "out/a.txt".into()])
+            .unwrap();
+        assert_eq!(
+            profile.write,
+            [
+                PathBuf::from("/t"),
+                "/ws/notes".into(),
+                "/ws/out/a.txt".into()
+            ]
+        );
+        let none = policy
+            .file_write
+            .resolve_with_writes(&templates, &values, &[])
+            .unwrap();
+        assert_eq!(none.write, [PathBuf::from("/t")]);
     }
 
     #[test]
@@ -185,7 +300,9 @@ mod tests {
 
     #[test]
     fn a_template_reading_a_value_the_role_lacks_is_refused_at_its_line() {
-        let gate = "[gate]\nread = []\nwrite = []\n";
+        let gate = "[gate]\nread = []\nwrite = []\n[read_only]\nread = []\nwrite = []\n\
+                    [file_write]\nread = []\nwrite = []\n[network]\nread = []\nwrite = []\n\
+                    [secret_read]\nread = []\nwrite = []\n";
         let err = parse(&format!(
             "[builder]\nread = [\"/\"]\nwrite = [\"{{{{ workspace }}}}\"]\n{gate}"
         ))
@@ -197,9 +314,11 @@ mod tests {
 
     #[test]
     fn relative_paths_are_refused_when_resolved() {
-        let policy =
-            parse("[builder]\nread = [\"usr\"]\nwrite = []\n[gate]\nread = []\nwrite = []\n")
-                .unwrap();
+        let policy = parse(&format!(
+            "[builder]\nread = [\"usr\"]\nwrite = []\n{}",
+            others("builder")
+        ))
+        .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let err = policy
             .builder

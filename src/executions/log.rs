@@ -73,6 +73,7 @@ mod tests {
             chain: None,
             step: None,
             run_id: None,
+            confinement: None,
         }
     }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::confinement::policy::ConfinementPolicy;
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError};
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Proposal, TRUSTED};
@@ -82,6 +83,8 @@ pub struct Runner<'a> {
     /// The JSONL log; `None` records in the ledger only.
     pub log: Option<&'a Path>,
     pub timeout: Duration,
+    /// The profiles skills run under, by side-effect class.
+    pub confinement: &'a ConfinementPolicy,
 }
 
 /// How much of a failed skill's stderr an error keeps.
@@ -197,6 +200,7 @@ impl Runner<'_> {
             chain: lineage.chain.clone(),
             step: lineage.step.clone(),
             run_id: lineage.run_id,
+            confinement: None,
         };
         self.keep(record)
     }
@@ -217,8 +221,8 @@ impl Runner<'_> {
             .iter()
             .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
             .collect();
-        let outcome = match validate(&proposal.input_schema, &input, "input") {
-            Err(e) => Err(e),
+        let (outcome, confinement) = match validate(&proposal.input_schema, &input, "input") {
+            Err(e) => (Err(e), None),
             Ok(()) => self.invoke(ready, &input, &secrets, cancel).await?,
         };
         let secret_values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
@@ -245,19 +249,58 @@ impl Runner<'_> {
             chain: lineage.chain.clone(),
             step: lineage.step.clone(),
             run_id: lineage.run_id,
+            confinement,
         };
         self.keep(record)
     }
 
-    /// Runs the command; `Ok(Err(..))` is the skill failing, `Err` is kavi failing to start it.
+    /// Runs the command under its class's confinement; `Ok((Err(..), _))` is the skill failing
+    /// (or refused for want of confinement), `Err` is kavi failing to start it. The second value
+    /// is the confinement it ran under, for the record.
     async fn invoke(
         &self,
         ready: &Ready,
         input: &Value,
         secrets: &[(String, String)],
         cancel: &CancellationToken,
-    ) -> Result<Result<Value, String>, ExecutionError> {
+    ) -> Result<(Result<Value, String>, Option<Value>), ExecutionError> {
+        let class = ready.proposal.side_effect;
+        let tmp = tempfile::Builder::new()
+            .prefix("kavi-tmp-skill-")
+            .tempdir()
+            .map_err(|source| ExecutionError::Spawn {
+                skill: ready.name.clone(),
+                source,
+            })?;
+        // A declared path that does not exist yet is made as a folder, so that the profile can
+        // grant it; one that resolves outside the workspace is refused.
+        for write in ready.proposal.write_paths() {
+            let made = crate::nodes::contained_path(self.root, &write).and_then(|path| {
+                if path.symlink_metadata().is_ok() {
+                    return Ok(());
+                }
+                std::fs::create_dir_all(&path).map_err(|e| e.to_string())
+            });
+            if let Err(reason) = made {
+                return Ok((
+                    Err(format!("cannot grant `{write}` from `writes`: {reason}")),
+                    None,
+                ));
+            }
+        }
+        let values = minijinja::context! { workspace => self.root, tmp => tmp.path() };
+        let confinement = match self
+            .confinement
+            .for_skill(class)
+            .resolve_with_writes(self.templates, &values, &ready.proposal.write_paths())
+            .and_then(|profile| crate::confinement::prepare(profile).map_err(|e| e.to_string()))
+        {
+            Ok(confinement) => confinement,
+            Err(refusal) => return Ok((Err(refusal), None)),
+        };
+        let record = Some(confinement.record());
         let mut env = crate::process::base_env();
+        env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
         env.extend(secrets.iter().cloned());
         let mut argv = ready.proposal.command.clone();
         let spec = crate::process::CommandSpec {
@@ -266,7 +309,7 @@ impl Runner<'_> {
             env,
             cwd: self.root.to_owned(),
             stdin: Some(input.to_string().into_bytes()),
-            confinement: None,
+            confinement: Some(confinement),
         };
         let options = crate::process::CaptureOptions {
             limit: 16 * 1024 * 1024,
@@ -294,7 +337,9 @@ impl Runner<'_> {
                 format!("{what}: {stderr}")
             }
         };
-        Ok(match finished.exit {
+        // A denial shows in the skill's stderr; the error names the profile that denied it.
+        let profile = format!("under the {} profile", class.as_str());
+        let outcome = match finished.exit {
             crate::process::Exit::Code(0) => {
                 let stdout = String::from_utf8_lossy(&finished.stdout.head);
                 match serde_json::from_str::<Value>(&stdout) {
@@ -310,10 +355,11 @@ impl Runner<'_> {
                 humantime::format_duration(self.timeout)
             )),
             crate::process::Exit::Code(code) => {
-                Err(with_stderr(format!("exited with code {code}")))
+                Err(with_stderr(format!("exited with code {code} {profile}")))
             }
-            other => Err(with_stderr(format!("ended with {other:?}"))),
-        })
+            other => Err(with_stderr(format!("ended with {other:?} {profile}"))),
+        };
+        Ok((outcome, record))
     }
 
     fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {

@@ -32,10 +32,14 @@ pub struct ExecutionRecord {
     pub step: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<i64>,
+    /// The confinement the skill ran under (role, enforcement, paths, network); none when the
+    /// skill was not reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<Value>,
 }
 
 const COLUMNS: &str = "id, parent, skill, source_hash, side_effect, input, output, success, error, \
-                       started_at, finished_at, duration_ms, chain, step, run_id";
+                       started_at, finished_at, duration_ms, chain, step, run_id, confinement";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
     Ok(ExecutionRecord {
@@ -54,6 +58,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         chain: r.get(12)?,
         step: r.get(13)?,
         run_id: r.get(14)?,
+        confinement: super::json_column(r, 15)?,
     })
 }
 
@@ -61,7 +66,7 @@ impl Ledger {
     pub fn record_execution(&self, record: &ExecutionRecord) -> Result<()> {
         self.conn.execute(
             &format!(
-                "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+                "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
             ),
             params![
                 record.execution_id,
@@ -79,6 +84,7 @@ impl Ledger {
                 record.chain,
                 record.step,
                 record.run_id,
+                record.confinement.as_ref().map(Value::to_string),
             ],
         )?;
         Ok(())

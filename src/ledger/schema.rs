@@ -237,4 +237,8 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (sandbox_id, path)
     ) WITHOUT ROWID;
     "#,
+    // 13: the confinement a skill ran under (JSON: role, enforcement, paths, network).
+    r#"
+    ALTER TABLE executions ADD COLUMN confinement TEXT;
+    "#,
 ];

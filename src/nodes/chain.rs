@@ -14,6 +14,7 @@ use toml::Spanned;
 use super::child_params::ChildParams;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::chains::{self, Chain, ChainContext, Confirm};
+use crate::confinement::policy::ConfinementPolicy;
 use crate::diagnostic::Diagnostic;
 use crate::executions::{Lineage, Runner};
 use crate::ledger::ArtifactStore;
@@ -46,6 +47,7 @@ struct ChainNode {
     params: ChildParams,
     confirm: Vec<SideEffect>,
     trust: TrustPolicy,
+    confinement: ConfinementPolicy,
 }
 
 impl Confirm for ChainNode {
@@ -69,11 +71,15 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let owner = format!("chain `{}`", chain.name);
     let params = ChildParams::check(config, raw.params, &chain.params, &owner, raw.chain.span())?;
     let trust = config.load_trust(None)?;
+    let confinement_source =
+        config.load_policy_source(None, crate::confinement::policy::DEFAULT_POLICY)?;
+    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
     Ok(Arc::new(ChainNode {
         chain,
         params,
         confirm: raw.confirm,
         trust,
+        confinement,
     }))
 }
 
@@ -97,6 +103,7 @@ impl ChainNode {
             trust: &self.trust,
             log,
             timeout,
+            confinement: &self.confinement,
         };
         let context = ChainContext {
             runner: &runner,

@@ -71,6 +71,10 @@ pub struct Proposal {
     pub secrets: Vec<String>,
     /// The argv that runs the skill; it reads JSON on stdin and writes JSON on stdout.
     pub command: Vec<String>,
+    /// For a FILE_WRITE skill: the paths (files or folders, relative to the workspace) it may
+    /// write under. Its confinement profile allows writes there and nowhere else.
+    #[serde(default)]
+    pub writes: Vec<Spanned<String>>,
     pub input_schema: serde_json::Value,
     pub output_schema: serde_json::Value,
 }
@@ -106,7 +110,28 @@ impl Proposal {
                 );
             }
         }
+        for write in &proposal.writes {
+            if proposal.side_effect != SideEffect::FileWrite {
+                return Err(Diagnostic::new(format!(
+                    "`writes` is for FILE_WRITE skills; this one is {}",
+                    proposal.side_effect.as_str()
+                ))
+                .at(source, write.span()));
+            }
+            if let Some(reason) = crate::sandbox::unsafe_path_reason(write.get_ref()) {
+                return Err(Diagnostic::new(format!(
+                    "`writes` path `{}` is refused: {reason}",
+                    write.get_ref()
+                ))
+                .at(source, write.span()));
+            }
+        }
         Ok(proposal)
+    }
+
+    /// The paths a FILE_WRITE skill may write under, relative to the workspace.
+    pub fn write_paths(&self) -> Vec<String> {
+        self.writes.iter().map(|w| w.get_ref().clone()).collect()
     }
 }
 
