@@ -348,6 +348,13 @@ fn run_demo(root: &std::path::Path, input: &str, yes: bool) -> serde_json::Value
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// The execution failed because the kernel denied something.
+fn assert_denied(record: &serde_json::Value) {
+    assert_eq!(record["success"], false);
+    let error = record["error"].as_str().unwrap();
+    assert!(error.contains("Permission denied"), "{record}");
+}
+
 fn landlock_or_skip() -> bool {
     let abi = kavi::confinement::kernel_abi();
     if abi < 4 {
@@ -388,14 +395,7 @@ fn a_read_only_skill_can_neither_write_outside_its_temporary_folder_nor_connect(
         listener.local_addr().unwrap().port()
     );
     let record = run_demo(root, &format!(r#"{{"fetch": "{url}"}}"#), false);
-    assert_eq!(record["success"], false);
-    assert!(
-        record["error"]
-            .as_str()
-            .unwrap()
-            .contains("Permission denied"),
-        "{record}"
-    );
+    assert_denied(&record);
     assert_eq!(
         listener.accept().map(|_| ()).unwrap_err().kind(),
         std::io::ErrorKind::WouldBlock,
@@ -427,14 +427,7 @@ fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
     verify_and_promote(root);
 
     let record = run_demo(root, r#"{"write": "elsewhere.txt"}"#, true);
-    assert_eq!(record["success"], false);
-    assert!(
-        record["error"]
-            .as_str()
-            .unwrap()
-            .contains("Permission denied"),
-        "{record}"
-    );
+    assert_denied(&record);
     assert!(!root.join("elsewhere.txt").exists());
 
     let record = run_demo(root, r#"{"write": "out/note.txt"}"#, true);
