@@ -26,8 +26,14 @@ fn cli_scenarios() {
         "# About kavi\n\nKavi runs governed pipelines.\n",
     )
     .unwrap();
+    // The stories' failed attempts keep their sandboxes (policies/sandbox.toml), and their
+    // ledgers are made anew each time, so nothing would sweep them: they get a folder of their
+    // own under target/, emptied here.
+    let sandboxes = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trycmd-sandboxes");
+    let _ = std::fs::remove_dir_all(&sandboxes);
     // Stories change files between steps with `sh`, as a user would with an editor.
     trycmd::TestCases::new()
+        .env("KAVI_SANDBOXES", sandboxes.display().to_string())
         .register_bin("sh", Path::new("/bin/sh"))
         .case("tests/cmd/*.toml")
         .case("tests/cmd/*.md");

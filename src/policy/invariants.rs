@@ -1,6 +1,8 @@
 //! Invariants: what a built skill must contain, checked by kavi's own code with rules from a
 //! policy file. Each rule names a file (a template) and a pattern that must match some line;
-//! a `side_effect` rule also requires the captured class to equal the proposal's.
+//! a `side_effect` rule also requires the captured class to equal the proposal's, and names its
+//! `subject`: the file must declare it exactly once and mention it nowhere else, so a second
+//! assignment, an alias or a write through `globals()` cannot change the class unnoticed.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,6 +35,9 @@ struct RawInvariant {
     file: Spanned<String>,
     pattern: Spanned<String>,
     message: String,
+    /// For a `side_effect` rule: the name the declaration assigns. Every line that mentions it
+    /// must be the one declaration, so a second assignment or an alias cannot change the class.
+    subject: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -43,6 +48,8 @@ pub struct Invariant {
     pub file: Spanned<String>,
     pattern: Regex,
     pub message: String,
+    /// Matches a mention of the `subject` as a whole word, anywhere on a line.
+    subject: Option<(String, Regex)>,
 }
 
 impl Invariant {
@@ -56,6 +63,28 @@ impl Invariant {
                 self.id, self.message
             ));
         };
+        if let Some((name, mention)) = &self.subject {
+            let mut declarations = 0;
+            for (number, line) in text.lines().enumerate() {
+                if self.pattern.is_match(line) {
+                    declarations += 1;
+                    if declarations > 1 {
+                        return Some(format!(
+                            "{file}:{}: [{}] declares `{name}` a second time; declare it once",
+                            number + 1,
+                            self.id
+                        ));
+                    }
+                } else if mention.is_match(line) {
+                    return Some(format!(
+                        "{file}:{}: [{}] mentions `{name}` outside its one declaration: {}",
+                        number + 1,
+                        self.id,
+                        line.trim()
+                    ));
+                }
+            }
+        }
         if self.kind == InvariantKind::SideEffect {
             let declared = captures.name("class").map(|m| m.as_str());
             if declared != class {
@@ -90,12 +119,29 @@ pub fn parse(source: &Arc<SourceFile>) -> Result<Vec<Invariant>, Diagnostic> {
                 ))
                 .at(source, r.pattern.span()));
             }
+            let subject = match (&r.subject, r.kind) {
+                (None, InvariantKind::SideEffect) => {
+                    return Err(Diagnostic::new(format!(
+                        "invariant `{}` checks a side effect, so it needs `subject`: the name its \
+                         declaration assigns, such as \"SIDE_EFFECT\"",
+                        r.id
+                    ))
+                    .at(source, r.pattern.span()));
+                }
+                (None, _) => None,
+                (Some(name), _) => {
+                    let word = Regex::new(&format!(r"\b{}\b", regex::escape(name.get_ref())))
+                        .expect("an escaped name is a valid pattern");
+                    Some((name.get_ref().clone(), word))
+                }
+            };
             Ok(Invariant {
                 id: r.id,
                 kind: r.kind,
                 file: r.file,
                 pattern,
                 message: r.message,
+                subject,
             })
         })
         .collect()
@@ -143,10 +189,43 @@ mod tests {
     }
 
     #[test]
+    fn a_second_declaration_or_any_other_mention_cannot_change_the_class() {
+        let rules = shipped();
+        let declared = rules
+            .iter()
+            .find(|r| r.id == "side-effect-declared")
+            .unwrap();
+        for (source, expected) in [
+            (
+                "SIDE_EFFECT = \"READ_ONLY\"\nSIDE_EFFECT = \"NETWORK\"\n",
+                "s.py:2: [side-effect-declared] declares `SIDE_EFFECT` a second time",
+            ),
+            (
+                "SIDE_EFFECT = \"READ_ONLY\"\nglobals()[\"SIDE_EFFECT\"] = \"NETWORK\"\n",
+                "s.py:2: [side-effect-declared] mentions `SIDE_EFFECT` outside its one declaration",
+            ),
+            (
+                "CLASS = \"NETWORK\"\nSIDE_EFFECT = \"READ_ONLY\"\nSIDE_EFFECT: str = CLASS\n",
+                "s.py:3: [side-effect-declared] mentions `SIDE_EFFECT`",
+            ),
+            (
+                "import other as SIDE_EFFECT\nSIDE_EFFECT = \"READ_ONLY\"\n",
+                "s.py:1: [side-effect-declared] mentions `SIDE_EFFECT`",
+            ),
+        ] {
+            let found = declared.check("s.py", source, Some("READ_ONLY")).unwrap();
+            assert!(found.starts_with(expected), "{found}");
+        }
+        // The name inside a longer word is not a mention.
+        let fine = "SIDE_EFFECT = \"READ_ONLY\"\nMY_SIDE_EFFECTS = 2\n";
+        assert_eq!(declared.check("s.py", fine, Some("READ_ONLY")), None);
+    }
+
+    #[test]
     fn a_side_effect_rule_without_a_class_group_points_at_its_pattern() {
         let source = SourceFile::new(
             "i.toml",
-            "[[invariant]]\nid = \"x\"\nkind = \"side_effect\"\nfile = \"f\"\npattern = 'SIDE'\nmessage = \"m\"\n",
+            "[[invariant]]\nid = \"x\"\nkind = \"side_effect\"\nfile = \"f\"\npattern = 'SIDE'\nmessage = \"m\"\nsubject = \"SIDE\"\n",
         );
         let err = parse(&source).unwrap_err();
         assert!(
