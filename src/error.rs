@@ -20,7 +20,8 @@ pub mod exit {
     pub const NOT_FOUND: i32 = 5;
     /// The run stopped for a person's decision (`kavi approve` / `kavi reject`).
     pub const AWAITING_REVIEW: i32 = 6;
-    /// The run was cancelled (Ctrl-C); 128 + SIGINT, as shells report it.
+    /// The run was cancelled (Ctrl-C); 128 + SIGINT, as shells report it. SIGTERM and SIGHUP
+    /// cancel the same way and exit 128 + their number (see `cli::cancelled_exit_code`).
     pub const CANCELLED: i32 = 130;
 }
 

@@ -374,6 +374,11 @@ run = ["true"]
 /// Runs `pipeline`, which runs `LONG` somewhere, presses Ctrl-C once its `long` node's sleep has
 /// started, and checks that kavi exits 130 having killed that sleep.
 fn ctrl_c_once_long_runs(dir: &Path, pipeline: &str) {
+    signal_once_long_runs(dir, pipeline, nix::sys::signal::Signal::SIGINT);
+}
+
+/// [`ctrl_c_once_long_runs`] with any signal: kavi exits 128 + its number.
+fn signal_once_long_runs(dir: &Path, pipeline: &str, signal: nix::sys::signal::Signal) {
     let child = kavi_command(dir, &["pipeline", "run", pipeline])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -383,13 +388,9 @@ fn ctrl_c_once_long_runs(dir: &Path, pipeline: &str) {
         .trim()
         .parse()
         .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let status = child.wait_with_output().unwrap().status;
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.code(), Some(128 + signal as i32), "{signal}");
     assert!(
         wait_until_dead(pid),
         "the node's process {pid} survived the cancel"
@@ -411,6 +412,37 @@ fn ctrl_c_cancels_running_nodes_and_records_them_as_cancelled() {
             ("after".into(), "cancelled".into())
         ]
     );
+}
+
+/// SIGTERM (what `timeout`, `docker stop` and CI cancellation send) and SIGHUP stop a run as
+/// Ctrl-C does: no process of it left, every unfinished node cancelled, exit 143 and 129.
+#[test]
+fn sigterm_and_sighup_cancel_running_nodes_like_ctrl_c() {
+    use nix::sys::signal::Signal;
+    for signal in [Signal::SIGTERM, Signal::SIGHUP] {
+        let dir = workspace();
+        write(dir.path(), "pipelines/long.toml", LONG);
+        signal_once_long_runs(dir.path(), "long", signal);
+        let shell: i32 = std::fs::read_to_string(dir.path().join("shell.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            wait_until_dead(shell),
+            "{signal}: the node's shell {shell} survived"
+        );
+        let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+        assert_eq!(detail["status"], "cancelled", "{signal}");
+        assert_eq!(
+            nodes_by_state(&detail),
+            [
+                ("long".into(), "cancelled".into()),
+                ("after".into(), "cancelled".into())
+            ],
+            "{signal}"
+        );
+    }
 }
 
 #[test]

@@ -57,7 +57,7 @@ pub async fn run(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))?;
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, true);
-    let cancel = super::cancel_on_ctrl_c("the chain");
+    let cancel = super::cancel_on_signals("the chain");
     let context = ChainContext {
         runner: &runner,
         templates: &env.templates,
@@ -77,7 +77,7 @@ pub async fn run(
     Ok(if results.iter().all(|r| r.status == "succeeded") {
         exit::SUCCESS
     } else if cancel.is_cancelled() {
-        exit::CANCELLED
+        super::cancelled_exit_code()
     } else {
         exit::RUN_FAILED
     })

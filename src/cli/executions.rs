@@ -140,7 +140,7 @@ pub async fn replay(
         parent: Some(original.execution_id.clone()),
         ..Lineage::default()
     };
-    let cancel = super::cancel_on_ctrl_c("the skill");
+    let cancel = super::cancel_on_signals("the skill");
     let record = runner.run(&ready, input, &lineage, &cancel).await?;
     Ok(report(&record, &cancel))
 }

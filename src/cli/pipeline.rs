@@ -96,7 +96,7 @@ pub async fn run(
         child_observer: Arc::new(move |depth| Box::new(Console { quiet: json, depth })),
     };
 
-    let cancel = super::cancel_on_ctrl_c("running nodes");
+    let cancel = super::cancel_on_signals("running nodes");
 
     let mut console = Console {
         quiet: json,
@@ -146,7 +146,7 @@ pub async fn run(
     }
     Ok(match outcome.status {
         RunStatus::Succeeded => exit::SUCCESS,
-        RunStatus::Cancelled => exit::CANCELLED,
+        RunStatus::Cancelled => super::cancelled_exit_code(),
         RunStatus::AwaitingReview => exit::AWAITING_REVIEW,
         _ => exit::RUN_FAILED,
     })

@@ -255,7 +255,7 @@ pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i3
     if record.success {
         exit::SUCCESS
     } else if cancel.is_cancelled() {
-        exit::CANCELLED
+        super::cancelled_exit_code()
     } else {
         eprintln!(
             "error: `{}` failed: {}",
@@ -277,7 +277,7 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
         .ready(name)
         .map_err(|refusal| Error::Usage(refusal.to_string()))?;
     require_confirmation(name, ready.proposal.side_effect, yes)?;
-    let cancel = super::cancel_on_ctrl_c("the skill");
+    let cancel = super::cancel_on_signals("the skill");
     let record = runner
         .run(&ready, input, &Lineage::default(), &cancel)
         .await?;
