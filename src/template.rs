@@ -1,8 +1,7 @@
 //! Template rendering with minijinja, strict about undefined values.
 //!
-//! Two environments share one configuration and differ in how they print values: the plain one
-//! prints them as they are; the shell one quotes every interpolated value, so that a parameter
-//! reaches a `shell` string as one word of data and never as shell code.
+//! No template is ever rendered into shell code: an exec node's `shell` string may not hold one
+//! (`check` refuses it), so values reach a shell only through the environment, as data.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -12,7 +11,6 @@ use minijinja::{Environment, UndefinedBehavior, Value};
 /// Renders string templates, template files from `templates/` and `when` conditions.
 pub struct TemplateEngine {
     plain: Environment<'static>,
-    shell: Environment<'static>,
 }
 
 impl std::fmt::Debug for TemplateEngine {
@@ -38,20 +36,9 @@ fn strict_environment(templates_dir: &Path) -> Environment<'static> {
 impl TemplateEngine {
     /// An engine whose file templates are looked up under `templates_dir`.
     pub fn new(templates_dir: &Path) -> Self {
-        let plain = strict_environment(templates_dir);
-        let mut shell = strict_environment(templates_dir);
-        shell.set_formatter(|out, _state, value| {
-            let text = value.to_string();
-            let quoted = shlex::try_quote(&text).map_err(|_| {
-                minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    "a value with a NUL byte cannot be passed to a shell",
-                )
-            })?;
-            out.write_str(&quoted)?;
-            Ok(())
-        });
-        Self { plain, shell }
+        Self {
+            plain: strict_environment(templates_dir),
+        }
     }
 
     /// Renders a string template; strings without template syntax are returned unchanged.
@@ -60,14 +47,6 @@ impl TemplateEngine {
             return Ok(source.to_owned());
         }
         self.plain.render_str(source, context)
-    }
-
-    /// Renders a shell command line, quoting every interpolated value.
-    pub fn render_shell(&self, source: &str, context: &Value) -> Result<String, minijinja::Error> {
-        if !is_templated(source) {
-            return Ok(source.to_owned());
-        }
-        self.shell.render_str(source, context)
     }
 
     /// Renders a template file from the templates folder.
@@ -140,15 +119,6 @@ mod tests {
             .render_str("{{ params.missing }}", &ctx())
             .unwrap_err();
         assert_eq!(err.kind(), minijinja::ErrorKind::UndefinedError);
-    }
-
-    #[test]
-    fn shell_rendering_quotes_values_as_single_words() {
-        let rendered = engine()
-            .render_shell("echo {{ params.greeting }}", &ctx())
-            .unwrap();
-        let words = shlex::split(&rendered).unwrap();
-        assert_eq!(words, ["echo", "it's $(rm -rf /)"]);
     }
 
     #[test]

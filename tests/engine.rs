@@ -98,7 +98,8 @@ run = ["echo", "b saw {{ nodes.a.outputs.stdout }}"]
 [nodes.c]
 kind = "exec"
 needs = ["a"]
-shell = "echo c saw {{ nodes.a.outputs.stdout }}"
+env = { SAW = "{{ nodes.a.outputs.stdout }}" }
+shell = 'echo c saw "$SAW"'
 
 [nodes.d]
 kind = "render"
@@ -1113,4 +1114,53 @@ url = "http://localhost:9/"
     );
     let requests = service.received();
     assert_eq!(requests.len(), 2, "the refused request was never sent");
+}
+
+/// Regression: `shell = "echo \"hello {{ params.name }}\""` with `--set 'name=$(touch PWNED)'`
+/// created PWNED: quoting a value for the shell is not safe inside the shell's own quotes. A
+/// template in a shell string is now refused before anything runs; the same value passed
+/// through `env` stays data.
+#[test]
+fn a_template_in_a_shell_string_is_refused_and_env_keeps_the_value_data() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/inject.toml",
+        "[pipeline]\nname = \"inject\"\n\n[params.name]\ntype = \"string\"\n\n[nodes.greet]\nkind = \"exec\"\nshell = \"echo \\\"hello {{ params.name }}\\\"\"\n",
+    );
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "inject", "--set", "name=$(touch PWNED)"],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a `shell` string may not hold a template")
+            && stderr.contains("pipelines/inject.toml:9:9"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("PWNED").exists());
+
+    write(
+        dir.path(),
+        "pipelines/safe.toml",
+        "[pipeline]\nname = \"safe\"\n\n[params.name]\ntype = \"string\"\n\n[nodes.greet]\nkind = \"exec\"\nenv = { NAME = \"{{ params.name }}\" }\nshell = 'echo \"hello $NAME\"'\n",
+    );
+    let out = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "run",
+            "safe",
+            "--set",
+            "name=$(touch PWNED)",
+            "--json",
+        ],
+    );
+    let detail = json(&out);
+    assert_eq!(
+        detail["nodes"][0]["outputs"]["stdout"],
+        "hello $(touch PWNED)\n"
+    );
+    assert!(!dir.path().join("PWNED").exists());
 }

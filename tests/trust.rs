@@ -33,7 +33,8 @@ vars = { skill = "{{ params.skill }}" }
 kind = "exec"
 needs = ["gates"]
 when = "params.tamper"
-shell = "echo '# changed' >> skills/{{ params.skill }}/skill.py"
+env = { SKILL = "{{ params.skill }}" }
+shell = "echo '# changed' >> \"skills/$SKILL/skill.py\""
 
 [nodes.verified]
 kind = "transition"

@@ -1,7 +1,7 @@
 //! `exec`: run a command, as an argv array (`run`) or a shell string (`shell`).
 //!
 //! Argv elements are rendered one by one, so a value stays one argument whatever it contains.
-//! In a `shell` string every interpolated value is shell-quoted. The child gets a minimal
+//! A `shell` string holds no template at all; values reach it through `env`. The child gets a minimal
 //! environment plus what the node declares, unless it asks to inherit kavi's.
 
 use std::sync::Arc;
@@ -16,7 +16,6 @@ use crate::diagnostic::Diagnostic;
 use crate::ledger::Artifact;
 use crate::process::{self, CaptureOptions, Captured, CommandSpec, Exit};
 use crate::state::NodeState;
-use crate::template::describe_error;
 
 pub const KIND: NodeKind = NodeKind {
     name: "exec",
@@ -85,7 +84,21 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             )
         }
         (None, Some(shell)) => {
-            config.check_template(&shell)?;
+            // A value interpolated into shell code can become code, quoted or not (inside the
+            // shell's own quotes, `$(...)` still runs): values go through the environment.
+            if crate::template::is_templated(shell.get_ref()) {
+                return Err(config
+                    .error(
+                        "a `shell` string may not hold a template: an interpolated value could \
+                         run as shell code",
+                        shell.span(),
+                    )
+                    .with_help(
+                        "pass the value through `env` and read it quoted in the shell, as in \
+                         `env = { NAME = \"{{ params.name }}\" }` with `shell = 'echo \"$NAME\"'`, \
+                         or use `run`, an argv array, where templates stay one argument each",
+                    ));
+            }
             Program::Shell(shell.into_inner())
         }
         (Some(run), Some(_)) => {
@@ -132,14 +145,7 @@ impl Exec {
                 let program = rendered.remove(0);
                 (program, rendered)
             }
-            Program::Shell(line) => {
-                let line = ctx
-                    .env
-                    .templates
-                    .render_shell(line, ctx.vars)
-                    .map_err(|e| format!("failed to render `shell`: {}", describe_error(&e)))?;
-                ("sh".to_owned(), vec!["-c".to_owned(), line])
-            }
+            Program::Shell(line) => ("sh".to_owned(), vec!["-c".to_owned(), line.clone()]),
         };
         let mut env: Vec<(String, String)> = if self.inherit_env {
             std::env::vars().collect()
