@@ -1164,3 +1164,47 @@ fn a_template_in_a_shell_string_is_refused_and_env_keeps_the_value_data() {
     );
     assert!(!dir.path().join("PWNED").exists());
 }
+
+/// Durations and counts are bounded at `check`, each error naming the range and the place, and no
+/// value panics kavi. Regression: `backoff = "18446744073709551615s"` passed `check` and panicked
+/// at run time (overflow when adding a duration to an instant); `timeout = "0s"` passed `check`.
+#[test]
+fn extreme_durations_and_counts_are_refused_at_check_with_their_range() {
+    let dir = workspace();
+    let node = |fields: &str| {
+        format!(
+            "[pipeline]\nname = \"p\"\n\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n{fields}\n"
+        )
+    };
+    for (fields, expected) in [
+        ("timeout = \"0s\"", "`timeout` must be from 1ms to 30days"),
+        (
+            "timeout = \"18446744073709551615s\"",
+            "`timeout` must be from 1ms to 30days",
+        ),
+        ("timeout = \"31days\"", "out of range"),
+        ("timeout = \"soon\"", "invalid duration `soon`"),
+        (
+            "retry = { attempts = 3, backoff = \"18446744073709551615s\" }",
+            "`retry.backoff` must be from 0s to 1day",
+        ),
+        ("retry = { attempts = 0 }", "must be from 1 to 100"),
+        ("retry = { attempts = 4294967295 }", "must be from 1 to 100"),
+        ("retry = { attempts = 4294967296 }", "invalid value"),
+        ("retry = { attempts = -1 }", "invalid value"),
+    ] {
+        write(dir.path(), "pipelines/p.toml", &node(fields));
+        let out = kavi(dir.path(), &["pipeline", "check", "p"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{fields}: {stderr}");
+        assert!(stderr.contains(expected), "{fields}: {stderr}");
+        assert!(stderr.contains("pipelines/p.toml:7:"), "{fields}: {stderr}");
+    }
+    // The edges of each range are accepted, and run.
+    write(
+        dir.path(),
+        "pipelines/p.toml",
+        &node("timeout = \"30days\"\nretry = { attempts = 100, backoff = \"1day\" }"),
+    );
+    assert!(kavi(dir.path(), &["pipeline", "run", "p"]).status.success());
+}

@@ -68,7 +68,7 @@ struct RawCommon {
     #[serde(default)]
     needs: Vec<Spanned<String>>,
     when: Option<Spanned<String>>,
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, deserialize_with = "timeout")]
     timeout: Option<Duration>,
     retry: Option<RawRetry>,
     on_failure: Option<OnFailure>,
@@ -79,16 +79,53 @@ struct RawCommon {
 #[serde(deny_unknown_fields)]
 struct RawRetry {
     attempts: Spanned<u32>,
-    #[serde(default, deserialize_with = "duration")]
+    #[serde(default, deserialize_with = "backoff")]
     backoff: Option<Duration>,
 }
 
-/// Deserializes `"5s"`, `"1m 30s"`, `"250ms"` (humantime) into a duration.
-pub fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+/// The range of a node's `timeout`: a zero timeout would stop every node at once, and one past
+/// 30 days is a mistake, not a plan.
+const TIMEOUT_RANGE: (Duration, Duration) = (
+    Duration::from_millis(1),
+    Duration::from_secs(30 * 24 * 3600),
+);
+
+/// The range of `retry.backoff`.
+const BACKOFF_RANGE: (Duration, Duration) = (Duration::ZERO, Duration::from_secs(24 * 3600));
+
+/// The most tries `retry.attempts` may ask for.
+const MAX_ATTEMPTS: u32 = 100;
+
+/// Deserializes `"5s"`, `"1m 30s"`, `"250ms"` (humantime) into a duration within `range`; the
+/// error says the range, and the TOML error points at the value.
+fn duration_in<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    field: &str,
+    (min, max): (Duration, Duration),
+) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(deserializer)?;
-    humantime::parse_duration(&text)
-        .map(Some)
-        .map_err(|e| serde::de::Error::custom(format!("invalid duration `{text}`: {e}")))
+    let range = format!(
+        "`{field}` must be from {} to {}",
+        humantime::format_duration(min),
+        humantime::format_duration(max)
+    );
+    let parsed = humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!("invalid duration `{text}`: {e}; {range}"))
+    })?;
+    if parsed < min || parsed > max {
+        return Err(serde::de::Error::custom(format!(
+            "duration `{text}` is out of range: {range}"
+        )));
+    }
+    Ok(Some(parsed))
+}
+
+fn timeout<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    duration_in(deserializer, "timeout", TIMEOUT_RANGE)
+}
+
+fn backoff<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    duration_in(deserializer, "retry.backoff", BACKOFF_RANGE)
 }
 
 /// A TOML error as a diagnostic located in `file`.
@@ -403,10 +440,10 @@ fn load_node(
 
     let retry = match common.retry {
         None => RetryPolicy::default(),
-        Some(raw) if *raw.attempts.get_ref() == 0 => {
-            return Err(Diagnostic::new(
-                "`retry.attempts` counts every try and must be at least 1",
-            )
+        Some(raw) if !(1..=MAX_ATTEMPTS).contains(raw.attempts.get_ref()) => {
+            return Err(Diagnostic::new(format!(
+                "`retry.attempts` counts every try and must be from 1 to {MAX_ATTEMPTS}"
+            ))
             .at(file, raw.attempts.span()));
         }
         Some(raw) => RetryPolicy {

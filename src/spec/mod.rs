@@ -17,8 +17,8 @@ use toml::Spanned;
 
 pub use error::SpecError;
 pub use load::{
-    LoadContext, duration, load_pipeline, load_pipeline_str, resolve_pipeline_path,
-    resolve_spec_path, spec_hash,
+    LoadContext, load_pipeline, load_pipeline_str, resolve_pipeline_path, resolve_spec_path,
+    spec_hash,
 };
 pub(crate) use load::{RawParam, load_params, toml_error};
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
