@@ -72,7 +72,13 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
 #[test]
 fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let dir = workspace(SKILL, TEST);
-    let out = kavi(dir.path(), &["pipeline", "run", "verify"]);
+    // Regression: the gates' temporary folder goes in the sandbox folder, which a run with no
+    // sandbox node before it has not made yet.
+    let fresh = tempfile::tempdir().unwrap();
+    let out = common::kavi_command(dir.path(), &["pipeline", "run", "verify"])
+        .env("KAVI_SANDBOXES", fresh.path().join("not-made-yet"))
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -187,9 +187,7 @@ impl Build {
             }
         }
         // A private temporary folder beside the sandbox, gone when the builder is.
-        let tmp = tempfile::Builder::new()
-            .prefix("kavi-tmp-")
-            .tempdir_in(&ctx.env.sandboxes)
+        let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-")
             .map_err(|e| format!("failed to create the builder's temporary folder: {e}"))?;
         let profile = self.confinement.resolve(
             &ctx.env.templates,

@@ -325,9 +325,7 @@ impl Gate {
             None => None,
         };
         // One private temporary folder for the node's command gates, gone when they are.
-        let tmp = tempfile::Builder::new()
-            .prefix("kavi-tmp-gates-")
-            .tempdir_in(&ctx.env.sandboxes)
+        let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
             .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
         let profile = self.confinement.resolve(
             &ctx.env.templates,

@@ -54,6 +54,27 @@ fn resolved(path: &Path) -> PathBuf {
 /// if missing; an existing one must be a real folder, not a link. The sandbox's own name is
 /// random and made with `mkdir`, so nobody can have prepared it.
 pub fn create(root: &Path, prefix: &str, apart: &[&Path]) -> io::Result<PathBuf> {
+    ensure_root(root, apart)?;
+    Ok(private_folder(root, prefix)?.keep())
+}
+
+/// A private temporary folder (0700) in the sandbox folder `root`, removed when dropped: a
+/// confined process's TMPDIR. `root` is made if missing, with the checks of [`create`].
+pub fn private_temp(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+    ensure_root(root, &[])?;
+    private_folder(root, prefix)
+}
+
+fn private_folder(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir_in(root)
+}
+
+/// Makes the sandbox folder `root` if missing and checks it: apart from each of `apart`, a real
+/// folder, and this user's (or a sticky shared one).
+fn ensure_root(root: &Path, apart: &[&Path]) -> io::Result<()> {
     let real_root = resolved(root);
     for other in apart {
         let real_other = resolved(other);
@@ -93,11 +114,7 @@ pub fn create(root: &Path, prefix: &str, apart: &[&Path]) -> io::Result<PathBuf>
             metadata.uid()
         )));
     }
-    let dir = tempfile::Builder::new()
-        .prefix(prefix)
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .tempdir_in(root)?;
-    Ok(dir.keep())
+    Ok(())
 }
 
 /// Removes a sandbox and everything in it, even folders the builder made unreadable.
