@@ -318,6 +318,15 @@ impl Drill {
         self.workspace.path()
     }
 
+    /// Records the proposal, so that a ledger exists before the attempt.
+    fn propose(&self) {
+        let out = kavi(
+            self.root(),
+            &["skill", "propose", "proposals/word_count.toml"],
+        );
+        assert!(out.status.success());
+    }
+
     /// The drill's temporary folder, one level down in its own folder: kavi's default sandbox
     /// folder (`kavi-<uid>` in it) is then two levels down, so `../../../x` from a sandbox lands
     /// in the drill's folder.
@@ -469,14 +478,7 @@ fn drill_the_confined_builder_cannot_write_the_workspace_or_the_ledger_by_absolu
     if !drill.confined {
         return;
     }
-    assert!(
-        kavi(
-            drill.root(),
-            &["skill", "propose", "proposals/word_count.toml"]
-        )
-        .status
-        .success()
-    );
+    drill.propose();
     let root = drill.root().canonicalize().unwrap();
     let w = root.display();
     let attempt = drill.attempt(&format!(
@@ -529,14 +531,7 @@ fn drill_the_confined_builder_cannot_connect_to_a_listening_socket() {
 fn drill_the_ledger_is_out_of_reach_of_relative_paths_and_the_environment() {
     let drill = Drill::new();
     // A ledger must exist for the builder to find: propose first.
-    assert!(
-        kavi(
-            drill.root(),
-            &["skill", "propose", "proposals/word_count.toml"]
-        )
-        .status
-        .success()
-    );
+    drill.propose();
     let attempt = drill.attempt(
         r#"found=no; for d in "$KAVI_WORKSPACE" . .. ../.. ../../..; do
              if [ -n "$d" ] && [ -f "$d/.kavi/ledger.db" ]; then
