@@ -251,3 +251,30 @@ required = true
     assert!(!root.join("pwned.txt").exists());
     assert_eq!(verification(&run, "writes-tmp")["status"], "passed");
 }
+
+/// A gate set of kavi's own checks starts no process, so it needs no confinement: none is
+/// prepared (and a kernel without Landlock could not refuse it).
+#[test]
+fn a_gate_set_without_command_gates_is_not_confined() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    std::fs::write(
+        root.join("policies/scan-only.toml"),
+        "[[gate]]\nid = \"policy\"\nkind = \"policy_scan\"\nrules = \"policies/scanner.toml\"\nfiles = [\"skills/demo/skill.py\"]\nfailure = \"VERIFY_POLICY\"\nrequired = true\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("pipelines/scan.toml"),
+        "[pipeline]\nname = \"scan\"\n\n[nodes.verify]\nkind = \"gate\"\nset = \"policies/scan-only.toml\"\n",
+    )
+    .unwrap();
+    let out = kavi(root, &["pipeline", "run", "scan"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = last_run(root);
+    assert_eq!(verification(&run, "policy")["status"], "passed");
+    assert!(run["nodes"][0]["outputs"]["confinement"].is_null());
+}

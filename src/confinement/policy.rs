@@ -67,17 +67,22 @@ pub struct RoleProfile {
 }
 
 impl RoleProfile {
-    /// Resolves the path templates with the role's values; every path must come out absolute.
-    pub fn resolve(
+    /// The confinement a process of this role runs under: the profile resolved with the role's
+    /// values (and `writes`, for the entries that read `write`), made ready for the kernel. An
+    /// error says why the process may not run: a bad path, or a kernel that cannot confine it.
+    pub fn confine(
         &self,
         templates: &TemplateEngine,
         values: &minijinja::Value,
-    ) -> Result<Profile, String> {
-        self.resolve_with_writes(templates, values, &[])
+        writes: &[String],
+    ) -> Result<super::Confinement, String> {
+        let profile = self.resolve(templates, values, writes)?;
+        super::prepare(profile).map_err(|e| e.to_string())
     }
 
-    /// [`Self::resolve`], with `writes` for the entries that read `write`.
-    pub fn resolve_with_writes(
+    /// Resolves the path templates with the role's values, repeating the entries that read
+    /// `write` once per path in `writes`; every path must come out absolute.
+    fn resolve(
         &self,
         templates: &TemplateEngine,
         values: &minijinja::Value,
@@ -260,7 +265,7 @@ mod tests {
         let values = minijinja::context! { workspace => "/ws", tmp => "/t" };
         let profile = policy
             .for_skill(crate::skills::SideEffect::FileWrite)
-            .resolve_with_writes(&templates, &values, &["notes".into(), "out/a.txt".into()])
+            .resolve(&templates, &values, &["notes".into(), "out/a.txt".into()])
             .unwrap();
         assert_eq!(
             profile.write,
@@ -270,10 +275,7 @@ mod tests {
                 "/ws/out/a.txt".into()
             ]
         );
-        let none = policy
-            .file_write
-            .resolve_with_writes(&templates, &values, &[])
-            .unwrap();
+        let none = policy.file_write.resolve(&templates, &values, &[]).unwrap();
         assert_eq!(none.write, [PathBuf::from("/t")]);
     }
 
@@ -291,6 +293,7 @@ mod tests {
             .resolve(
                 &templates,
                 &minijinja::context! { sandbox => "/s/box", tmp => "/s/tmp" },
+                &[],
             )
             .unwrap();
         assert!(profile.write.contains(&PathBuf::from("/s/box")));
@@ -322,7 +325,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = policy
             .builder
-            .resolve(&TemplateEngine::new(dir.path()), &minijinja::context! {})
+            .resolve(
+                &TemplateEngine::new(dir.path()),
+                &minijinja::context! {},
+                &[],
+            )
             .unwrap_err();
         assert!(err.contains("not absolute"), "{err}");
     }

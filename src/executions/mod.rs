@@ -289,12 +289,11 @@ impl Runner<'_> {
             }
         }
         let values = minijinja::context! { workspace => self.root, tmp => tmp.path() };
-        let confinement = match self
-            .confinement
-            .for_skill(class)
-            .resolve_with_writes(self.templates, &values, &ready.proposal.write_paths())
-            .and_then(|profile| crate::confinement::prepare(profile).map_err(|e| e.to_string()))
-        {
+        let confinement = match self.confinement.for_skill(class).confine(
+            self.templates,
+            &values,
+            &ready.proposal.write_paths(),
+        ) {
             Ok(confinement) => confinement,
             Err(refusal) => return Ok((Err(refusal), None)),
         };

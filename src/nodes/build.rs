@@ -18,7 +18,7 @@ use toml::Spanned;
 
 use super::allowlist::Allowlist;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
-use crate::confinement::{self, policy::ConfinementPolicy, policy::RoleProfile};
+use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::process::{self, CaptureOptions, CommandSpec, Exit};
@@ -83,10 +83,8 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     }
     let lifecycle_source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
-    let confinement_source = config.load_policy_source(
-        raw.confinement.as_ref(),
-        confinement::policy::DEFAULT_POLICY,
-    )?;
+    let confinement_source =
+        config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?.builder;
     Ok(Arc::new(Build {
         env: raw
@@ -189,12 +187,12 @@ impl Build {
         // A private temporary folder beside the sandbox, gone when the builder is.
         let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-")
             .map_err(|e| format!("failed to create the builder's temporary folder: {e}"))?;
-        let profile = self.confinement.resolve(
+        // Refused here, before a build is recorded, when the kernel cannot confine as required.
+        let confinement = self.confinement.confine(
             &ctx.env.templates,
             &minijinja::context! { sandbox => &sandbox, tmp => tmp.path() },
+            &[],
         )?;
-        // Refused here, before a build is recorded, when the kernel cannot confine as required.
-        let confinement = confinement::prepare(profile).map_err(|e| e.to_string())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         if let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, &skill)
             .map_err(|e| e.to_string())?

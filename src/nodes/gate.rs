@@ -18,7 +18,8 @@ use toml::Spanned;
 
 use super::vars::Vars;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
-use crate::confinement::{self, Confinement, policy::ConfinementPolicy, policy::RoleProfile};
+use crate::confinement::Confinement;
+use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{GateResult, Ledger};
 use crate::policy::gates::{GateKind, GateSet};
@@ -100,10 +101,8 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         None => None,
         Some(_) => Some(config.load_trust(raw.trust.as_ref())?),
     };
-    let confinement_source = config.load_policy_source(
-        raw.confinement.as_ref(),
-        confinement::policy::DEFAULT_POLICY,
-    )?;
+    let confinement_source =
+        config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?.gate;
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
@@ -201,7 +200,7 @@ impl CompiledGate {
         cwd: &Path,
         vars: &minijinja::Value,
         class: Option<&str>,
-        confined: (&Confinement, &Path),
+        confined: Option<(&Confinement, &Path)>,
     ) -> GateResult {
         let (status, detail) = match self.check(ctx, cwd, vars, class, confined).await {
             Ok(None) => ("passed", None),
@@ -228,7 +227,7 @@ impl CompiledGate {
         cwd: &Path,
         vars: &minijinja::Value,
         class: Option<&str>,
-        (confinement, tmp): (&Confinement, &Path),
+        confined: Option<(&Confinement, &Path)>,
     ) -> Result<Option<String>, String> {
         match &self.check {
             Check::Invariants(invariants) => {
@@ -246,6 +245,8 @@ impl CompiledGate {
                     .map(|a| Vars::apply(ctx, a, vars))
                     .collect::<Result<Vec<_>, _>>()?;
                 let program = args.remove(0);
+                let (confinement, tmp) =
+                    confined.ok_or("a command gate ran without its confinement")?;
                 let mut env = process::base_env();
                 env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
                 let spec = CommandSpec {
@@ -324,23 +325,30 @@ impl Gate {
             },
             None => None,
         };
-        // One private temporary folder for the node's command gates, gone when they are.
-        let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
-            .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
-        let profile = self.confinement.resolve(
-            &ctx.env.templates,
-            &minijinja::context! { workspace => &*ctx.env.workspace, tmp => tmp.path() },
-        )?;
-        let confinement = confinement::prepare(profile).map_err(|e| e.to_string())?;
-        let results = futures_util::future::join_all(self.gates.iter().map(|gate| {
-            gate.run(
-                ctx,
-                &cwd,
-                &vars,
-                class.as_deref(),
-                (&confinement, tmp.path()),
-            )
-        }))
+        // Command gates share one private temporary folder and one confinement; a set of kavi's
+        // own checks alone starts no process, so it needs neither.
+        let confined = if self
+            .gates
+            .iter()
+            .any(|g| matches!(g.check, Check::Command(_)))
+        {
+            let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
+                .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
+            let confinement = self.confinement.confine(
+                &ctx.env.templates,
+                &minijinja::context! { workspace => &*ctx.env.workspace, tmp => tmp.path() },
+                &[],
+            )?;
+            Some((confinement, tmp))
+        } else {
+            None
+        };
+        let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
+        let results = futures_util::future::join_all(
+            self.gates
+                .iter()
+                .map(|gate| gate.run(ctx, &cwd, &vars, class.as_deref(), for_commands)),
+        )
         .await;
         // What passed must be what is recorded: files that changed under the gates void the run.
         if hash()? != before {
@@ -384,7 +392,7 @@ impl Gate {
             "failure_kind": blocking.first().and_then(|r| r.failure_kind.clone()),
             "source_hash": before,
             "report": artifact.sha256,
-            "confinement": confinement.record(),
+            "confinement": confined.as_ref().map(|(c, _)| c.record()),
         }));
         outcome.artifacts.push(("report", artifact));
         if !blocking.is_empty() {
