@@ -90,6 +90,7 @@ pub async fn run(work_tree: &Path, args: &[&str]) -> Result<String, String> {
     let options = CaptureOptions {
         limit: OUTPUT_LIMIT,
         spill_dir: std::env::temp_dir(),
+        roster: None,
     };
     let finished = process::run(&spec, &options, &CancellationToken::new())
         .await

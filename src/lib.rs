@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod nodes;
 pub mod policy;
 pub mod process;
+pub mod redact;
 pub mod research;
 pub mod sandbox;
 pub mod skills;

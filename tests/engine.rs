@@ -446,10 +446,24 @@ fn sigterm_and_sighup_cancel_running_nodes_like_ctrl_c() {
     }
 }
 
+fn files_under(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .map(|path| if path.is_dir() { files_under(&path) } else { 1 })
+        .sum()
+}
+
+/// SIGKILL gives kavi no chance to clean up. The kernel stops the node's shell with kavi; the
+/// next kavi command stops what the shell left in its group, marks every row of the run
+/// interrupted, and removes the spill file.
 #[test]
-fn a_killed_run_is_shown_as_interrupted_on_the_next_start() {
+fn a_killed_run_leaves_nothing_behind_once_kavi_starts_again() {
     let dir = workspace();
-    write(dir.path(), "pipelines/long.toml", LONG);
+    // `LONG`, printing past the in-memory limit first, so that its output spills to a file.
+    let spilling = LONG.replace("shell = \"echo", "shell = \"head -c 300000 /dev/zero; echo");
+    assert_ne!(spilling, LONG);
+    write(dir.path(), "pipelines/long.toml", &spilling);
     let mut child = kavi_command(dir.path(), &["pipeline", "run", "long"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -463,18 +477,33 @@ fn a_killed_run_is_shown_as_interrupted_on_the_next_start() {
         .trim()
         .parse()
         .unwrap();
-    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    let spill = dir.path().join(".kavi/artifacts/tmp");
+    let spilled = || files_under(&spill);
+    assert_eq!(spilled(), 1, "the node's output did not spill to a file");
+    child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    // A SIGKILL leaves kavi no way to stop the node's processes: they are orphaned (a documented
-    // limit, see docs/running.md). Stop them here so the test leaves nothing behind.
-    for pid in [shell, grandchild] {
+    assert!(
+        wait_until_dead(shell),
+        "the node's shell {shell} outlived kavi"
+    );
+    // The shell's own child is still there: only the next kavi can stop it.
+    assert!(process_alive(grandchild), "nothing was left to recover");
+
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    let killed = wait_until_dead(grandchild);
+    if !killed {
         let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
+            nix::unistd::Pid::from_raw(grandchild),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-
-    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    assert!(killed, "the node's child {grandchild} survived recovery");
+    assert_eq!(spilled(), 0, "the spill file was left behind");
+    assert_eq!(
+        std::fs::read_dir(&spill).unwrap().count(),
+        0,
+        "the killed kavi's spill folder was left behind"
+    );
     assert_eq!(runs[0]["status"], "interrupted");
     let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(
@@ -532,6 +561,127 @@ inherit_env = true
         "unset scrubbed yes\n"
     );
     assert_eq!(detail["nodes"][1]["outputs"]["stdout"], "hunter2\n");
+}
+
+/// A node's declared secrets reach its command, and their values are redacted from all that is
+/// kept of it: the output streams (past the in-memory head too), JSON keys and values, JSON that
+/// spelled the secret with escapes, and the ledger, its WAL and the artifacts as files.
+#[test]
+fn a_nodes_declared_secrets_are_redacted_everywhere_they_could_be_kept() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/secrets.toml",
+        r#"
+[pipeline]
+name = "secrets"
+
+[nodes.keyed]
+kind = "exec"
+shell = 'printf "{\"%s\": \"x\", \"v\": \"token=%s\"}" "$API_TOKEN" "$API_TOKEN"; echo "$API_TOKEN" >&2'
+stdout = "json"
+secrets = ["API_TOKEN"]
+
+[nodes.escaped]
+kind = "exec"
+shell = 'printf "%s" "{\"k\": \"sk\\/live-123456\"}"'
+stdout = "json"
+secrets = ["API_TOKEN"]
+
+[nodes.spilled]
+kind = "exec"
+shell = 'head -c 100000 /dev/zero | tr "\0" a; printf "%s" "$API_TOKEN"; head -c 100000 /dev/zero | tr "\0" b'
+inherit_env = true
+secrets = ["API_TOKEN"]
+
+[nodes.missing]
+kind = "exec"
+run = ["true"]
+secrets = ["NOT_SET_ANYWHERE"]
+"#,
+    );
+    let secret = "sk/live-123456";
+    let out = kavi_command(dir.path(), &["pipeline", "run", "secrets"])
+        .env("API_TOKEN", secret)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "only `missing` should fail");
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let outputs = |id: &str| node(&detail, id)["outputs"].clone();
+    assert_eq!(
+        outputs("keyed")["json"],
+        serde_json::json!({"[redacted]": "x", "v": "token=[redacted]"})
+    );
+    assert_eq!(outputs("keyed")["stderr"], "[redacted]\n");
+    assert_eq!(
+        outputs("escaped")["json"],
+        serde_json::json!({"k": "[redacted]"})
+    );
+    let missing = node(&detail, "missing");
+    assert_eq!(missing["state"], "failed");
+    assert_eq!(
+        missing["error"],
+        "secret `NOT_SET_ANYWHERE` is not set in kavi's environment"
+    );
+    common::assert_nowhere_under(&dir.path().join(".kavi"), secret);
+    // The spilled stream was redacted, not dropped: its artifact holds the marker in place.
+    let artifact = node(&detail, "spilled")["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "stdout")
+        .unwrap()["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = std::fs::read(dir.path().join(".kavi/artifacts").join(artifact)).unwrap();
+    assert_eq!(stored.len(), 200_000 + "[redacted]".len());
+    assert_eq!(&stored[100_000..100_010], b"[redacted]");
+}
+
+/// `stdout = "json"` parses the whole document, not the in-memory head; bytes that are not
+/// UTF-8 set `stdout_lossy`, and a character cut at the head's end does not.
+#[test]
+fn json_stdout_is_parsed_whole_and_lossy_text_is_flagged() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/out.toml",
+        r#"
+[pipeline]
+name = "out"
+
+[nodes.big]
+kind = "exec"
+run = ["python3", "-c", "import json; print(json.dumps({'items': ['x' * 100] * 1000}))"]
+stdout = "json"
+
+[nodes.lossy]
+kind = "exec"
+shell = 'printf "a\377b"'
+
+[nodes.cut]
+kind = "exec"
+run = ["python3", "-c", "import sys; sys.stdout.write('a' * 65535 + 'é')"]
+"#,
+    );
+    let out = kavi(dir.path(), &["pipeline", "run", "out"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let big = &node(&detail, "big")["outputs"];
+    assert_eq!(big["truncated"]["stdout"], true);
+    assert_eq!(big["json"]["items"].as_array().unwrap().len(), 1000);
+    let lossy = &node(&detail, "lossy")["outputs"];
+    assert_eq!(lossy["stdout"], "a\u{fffd}b");
+    assert_eq!(lossy["stdout_lossy"], true);
+    let cut = &node(&detail, "cut")["outputs"];
+    assert_eq!(cut["truncated"]["stdout"], true);
+    assert!(cut.get("stdout_lossy").is_none(), "{cut}");
+    assert_eq!(cut["stdout"].as_str().unwrap().len(), 65535);
 }
 
 #[test]

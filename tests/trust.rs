@@ -220,7 +220,7 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
     let proposal = PROPOSAL
         .replace("READ_ONLY", "SECRET_READ")
         .replace("description", "secrets = [\"DEMO_TOKEN\"]\ndescription");
-    let skill = "import json\nimport os\nimport sys\n\nSIDE_EFFECT = \"SECRET_READ\"\n\ndef run(data):\n    token = os.environ.get('DEMO_TOKEN', '')\n    return {'token': 'token=' + token, 'other': os.environ.get('OTHER_VAR'), 'length': len(token)}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
+    let skill = "import json\nimport os\nimport sys\n\nSIDE_EFFECT = \"SECRET_READ\"\n\ndef run(data):\n    token = os.environ.get('DEMO_TOKEN', '')\n    return {'token': 'token=' + token, 'other': os.environ.get('OTHER_VAR'), 'length': len(token), 'keyed': {token: 'x'}}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
     let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_shape(self):\n        self.assertIn('length', run({}))\n";
     let dir = workspace_with(&proposal, skill, test);
     let root = dir.path();
@@ -236,21 +236,19 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
     // The skill saw the declared secret (its length) and not the undeclared variable.
     assert_eq!(record["output"]["length"], secret.len());
     assert!(record["output"]["other"].is_null());
-    // The value itself is redacted from the record.
+    // The value itself is redacted from the record, as a value and as a key.
     assert_eq!(record["output"]["token"], "token=[redacted]");
+    assert_eq!(
+        record["output"]["keyed"],
+        serde_json::json!({"[redacted]": "x"})
+    );
     let id = record["execution_id"].as_str().unwrap();
     let kept = json(&kavi(root, &["session", "--execution-id", id, "--json"]));
     assert_eq!(kept[0]["output"]["token"], "token=[redacted]");
     let log = std::fs::read_to_string(root.join(".kavi/executions.jsonl")).unwrap();
     assert!(log.contains("token=[redacted]") && !log.contains(secret));
-    // Nor in the ledger's file or its write-ahead log.
-    for file in ["ledger.db", "ledger.db-wal"] {
-        let bytes = std::fs::read(root.join(".kavi").join(file)).unwrap_or_default();
-        assert!(
-            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-            "{file}"
-        );
-    }
+    // Nor anywhere in kavi's state: the ledger, its write-ahead log, the artifacts.
+    common::assert_nowhere_under(&root.join(".kavi"), secret);
 }
 
 /// Ctrl-C during `kavi skill run` stops the skill (in its own process group, so the terminal's

@@ -11,7 +11,7 @@ use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
 use crate::executor::{self, Environment};
-use crate::ledger::{ArtifactStore, Ledger, RunOrigin};
+use crate::ledger::{ArtifactStore, Ledger, Owner, RunOrigin};
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
@@ -70,10 +70,16 @@ pub async fn run(
         config.ledger.clone(),
         PathBuf::from(format!("{}-wal", config.ledger.display())),
         PathBuf::from(format!("{}-shm", config.ledger.display())),
-        config.ledger.with_extension("locks"),
+        crate::ledger::locks_dir(&config.ledger),
         config.artifacts.clone(),
     ];
+    let owner =
+        Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
+            context: "failed to claim the run's lock beside the ledger".into(),
+            source,
+        })?;
     let env = Environment {
+        owner: Arc::new(owner),
         workspace: Arc::from(workspace.root.as_path()),
         templates,
         artifacts,

@@ -10,7 +10,7 @@ use crate::error::{Error, exit};
 use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Lineage, Runner};
-use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, NewSkill};
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, NewSkill, Owner};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::trust::{self, TrustPolicy};
 use crate::skills::{Lifecycle, Proposal, SideEffect, TRUSTED};
@@ -193,6 +193,7 @@ pub(super) struct SkillEnv {
     pub trust: TrustPolicy,
     pub timeout: std::time::Duration,
     pub confinement: ConfinementPolicy,
+    pub owner: Owner,
 }
 
 impl SkillEnv {
@@ -210,12 +211,20 @@ impl SkillEnv {
             .and_then(|source| {
                 ConfinementPolicy::parse(&source, &templates).map_err(SpecError::from)
             })?;
+        let owner =
+            Owner::claim(&workspace.config.ledger, &store.temp_dir()).map_err(|source| {
+                Error::Io {
+                    context: "failed to claim a lock beside the ledger".into(),
+                    source,
+                }
+            })?;
         Ok(Self {
             store,
             templates,
             trust,
             timeout,
             confinement,
+            owner,
         })
     }
 
@@ -230,6 +239,7 @@ impl SkillEnv {
             log: log.then_some(workspace.config.executions_log.as_path()),
             timeout: self.timeout,
             confinement: &self.confinement,
+            owner: &self.owner,
         }
     }
 }

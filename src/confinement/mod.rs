@@ -255,6 +255,7 @@ mod tests {
         let options = CaptureOptions {
             limit: 4096,
             spill_dir: dir.path().to_owned(),
+            roster: None,
         };
         let finished = process::run(&spec, &options, &Default::default())
             .await

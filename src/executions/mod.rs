@@ -19,7 +19,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::confinement::policy::ConfinementPolicy;
-use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError};
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
+use crate::redact::Redactor;
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Proposal, TRUSTED};
 use crate::template::TemplateEngine;
@@ -85,7 +86,12 @@ pub struct Runner<'a> {
     pub timeout: Duration,
     /// The profiles skills run under, by side-effect class.
     pub confinement: &'a ConfinementPolicy,
+    /// The kavi process running the skills: their executions and process groups are its own.
+    pub owner: &'a Owner,
 }
+
+/// The most a skill may print on stdout: its output is parsed whole, in memory.
+const OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
 
 /// How much of a failed skill's stderr an error keeps.
 const STDERR_CHARS: usize = 2000;
@@ -110,25 +116,6 @@ pub fn validate(schema: &Value, input: &Value, what: &str) -> Result<(), String>
             problems.join("; ")
         ))
     }
-}
-
-/// Replaces each secret value in every string of `value` with `[redacted]`.
-fn redact(value: &mut Value, secrets: &[String]) {
-    match value {
-        Value::String(s) => *s = redact_str(s, secrets),
-        Value::Array(items) => items.iter_mut().for_each(|v| redact(v, secrets)),
-        Value::Object(map) => map.values_mut().for_each(|v| redact(v, secrets)),
-        _ => {}
-    }
-}
-
-fn redact_str(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .filter(|s| !s.is_empty())
-        .fold(text.to_owned(), |t, secret| {
-            t.replace(secret.as_str(), "[redacted]")
-        })
 }
 
 fn millis(d: Duration) -> i64 {
@@ -216,6 +203,25 @@ impl Runner<'_> {
         let started_at = crate::ledger::now();
         let clock = Instant::now();
         let proposal = &ready.proposal;
+        let started = ExecutionRecord {
+            execution_id: new_id(),
+            parent_execution_id: lineage.parent.clone(),
+            skill: ready.name.clone(),
+            source_hash: Some(ready.hash.clone()),
+            side_effect: proposal.side_effect.as_str().to_owned(),
+            input: Some(input.clone()),
+            output: None,
+            success: false,
+            error: None,
+            started_at: started_at.clone(),
+            finished_at: started_at,
+            duration_ms: 0,
+            chain: lineage.chain.clone(),
+            step: lineage.step.clone(),
+            run_id: lineage.run_id,
+            confinement: None,
+        };
+        Ledger::open(self.ledger)?.start_execution(&started, self.owner.name())?;
         let secrets: Vec<(String, String)> = proposal
             .secrets
             .iter()
@@ -226,30 +232,22 @@ impl Runner<'_> {
             Ok(()) => self.invoke(ready, &input, &secrets, cancel).await?,
         };
         let secret_values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
-        let (output, error) = match outcome {
-            Ok(mut output) => {
-                redact(&mut output, &secret_values);
-                (Some(output), None)
-            }
-            Err(error) => (None, Some(redact_str(&error, &secret_values))),
+        let (mut output, mut error) = match outcome {
+            Ok(output) => (Some(output), None),
+            Err(error) => (None, Some(error)),
         };
+        if let Some(redactor) = Redactor::new(&secret_values) {
+            output.iter_mut().for_each(|output| redactor.json(output));
+            error = error.map(|error| redactor.text(&error));
+        }
         let record = ExecutionRecord {
-            execution_id: new_id(),
-            parent_execution_id: lineage.parent.clone(),
-            skill: ready.name.clone(),
-            source_hash: Some(ready.hash.clone()),
-            side_effect: proposal.side_effect.as_str().to_owned(),
-            input: Some(input),
             success: error.is_none(),
             output,
             error,
-            started_at,
             finished_at: crate::ledger::now(),
             duration_ms: millis(clock.elapsed()),
-            chain: lineage.chain.clone(),
-            step: lineage.step.clone(),
-            run_id: lineage.run_id,
             confinement,
+            ..started
         };
         self.keep(record)
     }
@@ -310,10 +308,7 @@ impl Runner<'_> {
             stdin: Some(input.to_string().into_bytes()),
             confinement: Some(confinement),
         };
-        let options = crate::process::CaptureOptions {
-            limit: 16 * 1024 * 1024,
-            spill_dir: self.artifacts.temp_dir(),
-        };
+        let options = self.owner.capture(OUTPUT_LIMIT);
         let stop = cancel.child_token();
         let timer = stop.clone();
         let timeout = self.timeout;
@@ -339,9 +334,12 @@ impl Runner<'_> {
         // A denial shows in the skill's stderr; the error names the profile that denied it.
         let profile = format!("under the {} profile", class.as_str());
         let outcome = match finished.exit {
+            crate::process::Exit::Code(0) if finished.stdout.truncated() => Err(format!(
+                "the output is larger than the {} MiB a skill may print",
+                OUTPUT_LIMIT >> 20
+            )),
             crate::process::Exit::Code(0) => {
-                let stdout = String::from_utf8_lossy(&finished.stdout.head);
-                match serde_json::from_str::<Value>(&stdout) {
+                match serde_json::from_slice::<Value>(&finished.stdout.head) {
                     Err(e) => Err(format!("the output is not JSON: {e}")),
                     Ok(output) => {
                         validate(&ready.proposal.output_schema, &output, "output").map(|()| output)
@@ -400,16 +398,6 @@ mod tests {
         assert!(
             error.starts_with("the output does not match the output schema: at /: "),
             "{error}"
-        );
-    }
-
-    #[test]
-    fn secret_values_are_redacted_everywhere() {
-        let mut value = json!({"a": "key=hunter2", "b": ["hunter2"], "c": 1});
-        redact(&mut value, &["hunter2".into(), String::new()]);
-        assert_eq!(
-            value,
-            json!({"a": "key=[redacted]", "b": ["[redacted]"], "c": 1})
         );
     }
 }

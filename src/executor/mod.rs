@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::dag::Dag;
-use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
+use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord, Owner, RunOrigin};
 use crate::nodes::{NodeContext, NodeOutcome};
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
@@ -60,6 +60,8 @@ pub struct Environment {
     pub workspace: Arc<Path>,
     pub templates: Arc<TemplateEngine>,
     pub artifacts: ArtifactStore,
+    /// The kavi process running this run: its runs, executions and process groups are its own.
+    pub owner: Arc<Owner>,
     /// Where `sandbox` nodes create their copies.
     pub sandboxes: Arc<Path>,
     /// The ledger file, for kinds that record domain facts.
@@ -158,13 +160,14 @@ pub async fn execute(
         .iter()
         .map(|(path, hash, text)| (path.as_str(), hash.as_str(), *text))
         .collect();
-    let (run_id, _lock) = ledger.create_run(NewRun {
+    let run_id = ledger.create_run(NewRun {
         pipeline: &pipeline.name,
         spec_path: &pipeline.source.path.display().to_string(),
         spec_hash: &pipeline.spec_hash,
         spec_text: &pipeline.source.text,
         params: &params,
         origin,
+        owner: env.owner.name(),
         nodes: &node_list,
         policies: &policy_refs,
     })?;

@@ -63,10 +63,32 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
 }
 
 impl Ledger {
+    /// Records an execution as it starts (`running`, owned by `owner`), so that a killed kavi
+    /// leaves a row that recovery marks `interrupted`.
+    pub fn start_execution(&self, record: &ExecutionRecord, owner: &str) -> Result<()> {
+        self.write_execution(record, "running", Some(owner))
+    }
+
+    /// Records a finished execution, in place of its `running` row if it has one.
     pub fn record_execution(&self, record: &ExecutionRecord) -> Result<()> {
+        self.write_execution(record, "finished", None)
+    }
+
+    fn write_execution(
+        &self,
+        record: &ExecutionRecord,
+        status: &str,
+        owner: Option<&str>,
+    ) -> Result<()> {
         self.conn.execute(
             &format!(
-                "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                "INSERT INTO executions ({COLUMNS}, status, owner)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+                 ON CONFLICT (id) DO UPDATE SET
+                     source_hash = excluded.source_hash, output = excluded.output,
+                     success = excluded.success, error = excluded.error,
+                     finished_at = excluded.finished_at, duration_ms = excluded.duration_ms,
+                     confinement = excluded.confinement, status = excluded.status"
             ),
             params![
                 record.execution_id,
@@ -85,6 +107,8 @@ impl Ledger {
                 record.step,
                 record.run_id,
                 record.confinement.as_ref().map(Value::to_string),
+                status,
+                owner,
             ],
         )?;
         Ok(())

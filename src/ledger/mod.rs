@@ -2,14 +2,16 @@
 //! each run, and the artifacts they produced. It is the source of truth; reports derive from it.
 //!
 //! Durability: WAL journal, foreign keys on, and every state change in its own transaction, so
-//! a kill at any moment leaves the file consistent. A run records an `owner` naming a lock file
-//! that its process holds; when a later start finds a run still "running" whose lock nobody holds,
-//! the process died and the run (with its unfinished node runs) is marked `interrupted`.
+//! a kill at any moment leaves the file consistent. A run records its [`Owner`], the kavi process
+//! that holds a lock file while it lives; when a later start finds an owner's lock free while its
+//! files or its unfinished rows remain, that process died: recovery stops what it left running and
+//! marks its runs, node runs, builds and executions `interrupted`.
 
 mod artifacts;
 mod builds;
 mod escalations;
 mod executions;
+mod owner;
 mod sandboxes;
 mod schema;
 mod skills;
@@ -27,6 +29,7 @@ pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader};
 pub use builds::{BuildRow, NewBuild};
 pub use escalations::EscalationRow;
 pub use executions::ExecutionRecord;
+pub use owner::Owner;
 pub use sandboxes::{NewSandbox, SandboxLimits, SandboxRow};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
@@ -98,17 +101,32 @@ pub struct Ledger {
     locks_dir: PathBuf,
 }
 
-/// Held for as long as a run is live; dropping it (or the process dying) releases it.
-#[derive(Debug)]
-pub struct RunLock {
-    _file: File,
-    path: PathBuf,
+/// Where owners keep their lock files and rosters: beside the ledger file.
+pub fn locks_dir(ledger: &Path) -> PathBuf {
+    ledger.with_extension("locks")
 }
 
-impl Drop for RunLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+/// Whether somebody holds the lock on the file at `path`; a missing file is not held.
+fn held(path: &Path) -> std::io::Result<bool> {
+    match File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+        Ok(file) => match file.try_lock() {
+            Ok(()) => Ok(false),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        },
     }
+}
+
+/// What recovery found of one dead owner and did about it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    pub owner: String,
+    /// Runs it marked interrupted.
+    pub runs: Vec<i64>,
+    /// Leftover processes it stopped.
+    pub killed: usize,
 }
 
 /// What a new run records before any node starts.
@@ -119,6 +137,8 @@ pub struct NewRun<'a> {
     pub spec_text: &'a str,
     pub params: &'a Value,
     pub origin: RunOrigin,
+    /// The name of the [`Owner`] running it.
+    pub owner: &'a str,
     /// Every node as (id, kind); each gets a `pending` node run.
     pub nodes: &'a [(&'a str, &'a str)],
     /// The policy files governing the run, as (path, hash, text).
@@ -306,32 +326,19 @@ impl Ledger {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_error)?;
         migrate(&mut conn, path)?;
-        let locks_dir = path.with_extension("locks");
+        let locks_dir = locks_dir(path);
         std::fs::create_dir_all(&locks_dir)?;
-        let ledger = Self { conn, locks_dir };
+        let mut ledger = Self { conn, locks_dir };
         ledger.recover_interrupted()?;
         Ok(ledger)
     }
 
-    fn lock_path(&self, owner: &str) -> PathBuf {
-        self.locks_dir.join(format!("{owner}.lock"))
+    fn owner_file(&self, owner: &str, extension: &str) -> PathBuf {
+        self.locks_dir.join(format!("{owner}.{extension}"))
     }
 
     /// Records a new run, its spec text, and a pending node run per node, in one transaction.
-    pub fn create_run(&mut self, new: NewRun<'_>) -> Result<(i64, RunLock)> {
-        let owner = format!(
-            "{}-{}",
-            std::process::id(),
-            jiff::Timestamp::now().as_nanosecond()
-        );
-        let lock_path = self.lock_path(&owner);
-        let file = File::create(&lock_path)?;
-        file.lock()?;
-        let lock = RunLock {
-            _file: file,
-            path: lock_path,
-        };
-
+    pub fn create_run(&mut self, new: NewRun<'_>) -> Result<i64> {
         let now = now();
         let tx = self
             .conn
@@ -352,7 +359,7 @@ impl Ledger {
                 now,
                 new.origin.parent_run(),
                 new.origin.resumed_from(),
-                owner
+                new.owner
             ],
         )?;
         let run_id = tx.last_insert_rowid();
@@ -375,7 +382,7 @@ impl Ledger {
             }
         }
         tx.commit()?;
-        Ok((run_id, lock))
+        Ok(run_id)
     }
 
     /// Marks a node run as running. Attempt 1 reuses the pending row; a retry adds a row.
@@ -459,54 +466,104 @@ impl Ledger {
         Ok(())
     }
 
-    /// Marks runs left `running` by a dead process as interrupted, and their unfinished node
-    /// runs with them. Returns the ids it marked.
-    pub fn recover_interrupted(&self) -> Result<Vec<i64>> {
-        let mut candidates = Vec::new();
-        {
-            let mut stmt = self
-                .conn
-                .prepare("SELECT id, owner FROM runs WHERE status = 'running'")?;
-            let rows = stmt.query_map([], |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })?;
-            for row in rows {
-                candidates.push(row?);
+    /// Finds owners that died without cleaning up (their lock is free while their files or their
+    /// unfinished rows remain), stops what they left running, marks their runs, node runs, builds
+    /// and executions `interrupted` in one transaction per owner, and removes their files.
+    pub fn recover_interrupted(&mut self) -> Result<Vec<Recovered>> {
+        let mut owners = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&self.locks_dir)? {
+            let path = entry?.path();
+            if let Some(name) = owner::name_of(&path) {
+                owners.insert(name.to_owned());
             }
         }
-        let mut interrupted = Vec::new();
-        for (run_id, owner) in candidates {
-            let lock_path = self.lock_path(&owner);
-            let alive = match File::open(&lock_path) {
-                Err(_) => false,
-                Ok(file) => match file.try_lock() {
-                    Ok(()) => false,
-                    Err(std::fs::TryLockError::WouldBlock) => true,
-                    Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
-                },
-            };
+        // Rows whose owner's files are gone already: an older kavi, or a recovery cut short.
+        {
+            let mut stmt = self.conn.prepare(
+                "SELECT owner FROM runs WHERE status = 'running'
+                 UNION SELECT owner FROM executions WHERE status = 'running' AND owner IS NOT NULL",
+            )?;
+            for owner in stmt.query_map([], |row| row.get::<_, String>(0))? {
+                owners.insert(owner?);
+            }
+        }
+        let mut recovered = Vec::new();
+        for name in owners {
+            let mut alive = false;
+            for extension in owner::LOCKS {
+                alive |= held(&self.owner_file(&name, extension))?;
+            }
             if alive {
                 continue;
             }
-            let now = now();
-            let changed = self.conn.execute(
+            let leftovers = match crate::process::roster::stop_leftovers(
+                &self.owner_file(&name, owner::ROSTER),
+            ) {
+                Ok(leftovers) => leftovers,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+                Err(e) => return Err(e.into()),
+            };
+            let runs = self.mark_interrupted(&name)?;
+            if let Some(spill) = leftovers.spill {
+                owner::remove_spill(&name, &spill);
+            }
+            // The lock goes last: while it is there, another kavi sees this owner as dead too.
+            for extension in [owner::ROSTER, owner::LOCKS[1], owner::LOCKS[0]] {
+                let _ = std::fs::remove_file(self.owner_file(&name, extension));
+            }
+            if !runs.is_empty() || leftovers.killed > 0 {
+                tracing::warn!(
+                    owner = %name,
+                    runs = ?runs,
+                    stopped = leftovers.killed,
+                    "a kavi process was killed before it finished: its runs are marked \
+                     interrupted and the processes it left running were stopped"
+                );
+                recovered.push(Recovered {
+                    owner: name,
+                    runs,
+                    killed: leftovers.killed,
+                });
+            }
+        }
+        Ok(recovered)
+    }
+
+    /// Marks what `owner` left unfinished as interrupted, in one transaction; returns the runs.
+    fn mark_interrupted(&mut self, owner: &str) -> Result<Vec<i64>> {
+        let now = now();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let runs = tx
+            .prepare(
                 "UPDATE runs SET status = 'interrupted', finished_at = ?1,
                         error = 'the kavi process running it stopped before it finished'
-                 WHERE id = ?2 AND status = 'running'",
+                 WHERE owner = ?2 AND status = 'running' RETURNING id",
+            )?
+            .query_map(params![now, owner], |row| row.get::<_, i64>(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()?;
+        for run_id in &runs {
+            tx.execute(
+                "UPDATE node_runs SET state = 'interrupted', finished_at = ?1,
+                        reason = 'the kavi process stopped while this node was unfinished'
+                 WHERE run_id = ?2 AND state IN ('pending', 'running')",
                 params![now, run_id],
             )?;
-            if changed > 0 {
-                self.conn.execute(
-                    "UPDATE node_runs SET state = 'interrupted', finished_at = ?1,
-                            reason = 'the kavi process stopped while this node was unfinished'
-                     WHERE run_id = ?2 AND state IN ('pending', 'running')",
-                    params![now, run_id],
-                )?;
-                interrupted.push(run_id);
-            }
-            let _ = std::fs::remove_file(&lock_path);
+            tx.execute(
+                "UPDATE builds SET status = 'interrupted', finished_at = ?1
+                 WHERE run_id = ?2 AND status = 'running'",
+                params![now, run_id],
+            )?;
         }
-        Ok(interrupted)
+        tx.execute(
+            "UPDATE executions SET status = 'interrupted', finished_at = ?1,
+                    error = 'the kavi process running it stopped before it finished'
+             WHERE owner = ?2 AND status = 'running'",
+            params![now, owner],
+        )?;
+        tx.commit()?;
+        Ok(runs)
     }
 
     /// The newest runs first.
@@ -721,8 +778,13 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn new_run<'a>(params: &'a Value, nodes: &'a [(&'a str, &'a str)]) -> NewRun<'a> {
+    fn new_run<'a>(
+        params: &'a Value,
+        nodes: &'a [(&'a str, &'a str)],
+        owner: &'a Owner,
+    ) -> NewRun<'a> {
         NewRun {
+            owner: owner.name(),
             pipeline: "demo",
             spec_path: "pipelines/demo.toml",
             spec_hash: "sha256:abcd",
@@ -777,9 +839,10 @@ mod tests {
     fn a_run_records_every_node_and_its_spec() {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        let owner = Owner::claim(&dir.path().join("ledger.db"), dir.path()).unwrap();
         let params = serde_json::json!({"x": 1});
-        let (run_id, _lock) = ledger
-            .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")]))
+        let run_id = ledger
+            .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")], &owner))
             .unwrap();
         ledger.start_node(run_id, "a", "exec", 1).unwrap();
         let outputs = serde_json::json!({"exit_code": 0});
@@ -823,16 +886,54 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         let mut ledger = Ledger::open(&path).unwrap();
+        let (live_owner, dead_owner) = (
+            Owner::claim(&path, dir.path()).unwrap(),
+            Owner::claim(&path, dir.path()).unwrap(),
+        );
         let params = serde_json::json!({});
-        let (live, live_lock) = ledger
-            .create_run(new_run(&params, &[("a", "exec")]))
+        let live = ledger
+            .create_run(new_run(&params, &[("a", "exec")], &live_owner))
             .unwrap();
-        let (dead, dead_lock) = ledger
-            .create_run(new_run(&params, &[("a", "exec")]))
+        let dead = ledger
+            .create_run(new_run(&params, &[("a", "exec")], &dead_owner))
             .unwrap();
         ledger.start_node(dead, "a", "exec", 1).unwrap();
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let spec = store.put_bytes("SKILL_SPEC", b"{}").unwrap();
+        ledger
+            .propose_skill(&NewSkill {
+                name: "s",
+                description: "",
+                side_effect: "READ_ONLY",
+                spec: &spec,
+                initial_state: "PROPOSED",
+                actor: "test",
+            })
+            .unwrap();
+        let build = ledger.start_build("s", dead, "a").unwrap();
+        let execution = ExecutionRecord {
+            execution_id: "e1".into(),
+            parent_execution_id: None,
+            skill: "s".into(),
+            source_hash: None,
+            side_effect: "READ_ONLY".into(),
+            input: None,
+            output: None,
+            success: false,
+            error: None,
+            started_at: now(),
+            finished_at: now(),
+            duration_ms: 0,
+            chain: None,
+            step: None,
+            run_id: None,
+            confinement: None,
+        };
+        ledger
+            .start_execution(&execution, dead_owner.name())
+            .unwrap();
         // Releasing the lock is what a dying process does.
-        drop(dead_lock);
+        drop(dead_owner);
 
         let reopened = Ledger::open(&path).unwrap();
         assert_eq!(
@@ -842,7 +943,15 @@ mod tests {
         let detail = reopened.run_detail(dead).unwrap();
         assert_eq!(detail.run.status, RunStatus::Interrupted);
         assert_eq!(detail.nodes[0].state, NodeState::Interrupted);
-        drop(live_lock);
+        assert_eq!(reopened.build(build.id).unwrap().status, "interrupted");
+        let status: String = reopened
+            .conn
+            .query_row("SELECT status FROM executions WHERE id = 'e1'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(status, "interrupted");
+        drop(live_owner);
     }
 
     #[test]

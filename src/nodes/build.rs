@@ -21,7 +21,7 @@ use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
-use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use crate::process::{self, CommandSpec, Exit};
 use crate::skills::Lifecycle;
 use crate::state::NodeState;
 use crate::template::describe_error;
@@ -247,10 +247,7 @@ impl Build {
             stdin: Some(packet_text.into_bytes()),
             confinement: Some(confinement.clone()),
         };
-        let options = CaptureOptions {
-            limit: LOG_LIMIT,
-            spill_dir: ctx.env.artifacts.temp_dir(),
-        };
+        let options = ctx.env.owner.capture(LOG_LIMIT);
         let finished = process::run(&spec, &options, &ctx.cancel).await;
         let (exit, log_text) = match &finished {
             Ok(f) => (

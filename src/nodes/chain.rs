@@ -104,6 +104,7 @@ impl ChainNode {
             log,
             timeout,
             confinement: &self.confinement,
+            owner: &ctx.env.owner,
         };
         let context = ChainContext {
             runner: &runner,

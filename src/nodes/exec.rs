@@ -3,7 +3,12 @@
 //! Argv elements are rendered one by one, so a value stays one argument whatever it contains.
 //! A `shell` string holds no template at all; values reach it through `env`. The child gets a minimal
 //! environment plus what the node declares, unless it asks to inherit kavi's.
+//!
+//! Variables named in `secrets` are passed from kavi's environment, and their values are
+//! redacted from everything kept of the node: its output streams before they become artifacts,
+//! its outputs (JSON keys too) and its errors.
 
+use std::io::Read;
 use std::sync::Arc;
 
 use indexmap::IndexMap;
@@ -14,7 +19,8 @@ use toml::Spanned;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Artifact;
-use crate::process::{self, CaptureOptions, Captured, CommandSpec, Exit};
+use crate::process::{self, Captured, CommandSpec, Exit};
+use crate::redact::Redactor;
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
@@ -25,6 +31,9 @@ pub const KIND: NodeKind = NodeKind {
 /// How much of stdout and stderr is kept in the node's JSON outputs; the whole of each is an
 /// artifact.
 const OUTPUT_TEXT_LIMIT: usize = 64 * 1024;
+
+/// The most stdout `stdout = "json"` parses: the document is read whole, in memory.
+pub const JSON_STDOUT_LIMIT: u64 = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -48,6 +57,8 @@ struct ExecConfig {
     stdin: Option<Spanned<String>>,
     #[serde(default)]
     stdout: StdoutFormat,
+    #[serde(default)]
+    secrets: Vec<Spanned<String>>,
 }
 
 #[derive(Debug)]
@@ -64,6 +75,8 @@ struct Exec {
     cwd: Option<String>,
     stdin: Option<String>,
     stdout: StdoutFormat,
+    /// Variables of kavi's environment the command gets and whose values are redacted.
+    secrets: Vec<String>,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -120,6 +133,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     for field in [&raw.cwd, &raw.stdin].into_iter().flatten() {
         config.check_template(field)?;
     }
+    for name in &raw.secrets {
+        if !is_variable_name(name.get_ref()) {
+            return Err(config.error(
+                format!(
+                    "`{}` is not an environment variable name (letters, digits, `_`, not \
+                     starting with a digit)",
+                    name.get_ref()
+                ),
+                name.span(),
+            ));
+        }
+    }
     Ok(Arc::new(Exec {
         program,
         env: raw
@@ -131,11 +156,21 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         cwd: raw.cwd.map(Spanned::into_inner),
         stdin: raw.stdin.map(Spanned::into_inner),
         stdout: raw.stdout,
+        secrets: raw.secrets.into_iter().map(Spanned::into_inner).collect(),
     }))
 }
 
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 impl Exec {
-    fn resolve(&self, ctx: &NodeContext<'_>) -> Result<CommandSpec, String> {
+    /// The command to run, and the values of its secrets.
+    fn resolve(&self, ctx: &NodeContext<'_>) -> Result<(CommandSpec, Vec<String>), String> {
         let (program, args) = match &self.program {
             Program::Argv(argv) => {
                 let mut rendered = Vec::with_capacity(argv.len());
@@ -161,6 +196,13 @@ impl Exec {
         for (key, value) in &self.env {
             env.push((key.clone(), ctx.render(&format!("env.{key}"), value)?));
         }
+        let mut secrets = Vec::with_capacity(self.secrets.len());
+        for name in &self.secrets {
+            let value = std::env::var(name)
+                .map_err(|_| format!("secret `{name}` is not set in kavi's environment"))?;
+            env.push((name.clone(), value.clone()));
+            secrets.push(value);
+        }
         let cwd = match &self.cwd {
             None => ctx.env.workspace.to_path_buf(),
             Some(cwd) => ctx.env.workspace.join(ctx.render("cwd", cwd)?),
@@ -175,52 +217,123 @@ impl Exec {
             None => None,
             Some(stdin) => Some(ctx.render("stdin", stdin)?.into_bytes()),
         };
-        Ok(CommandSpec {
+        let spec = CommandSpec {
             program,
             args,
             env,
             cwd,
             stdin,
             confinement: None,
-        })
+        };
+        Ok((spec, secrets))
     }
 }
 
-/// Stores one captured stream as an artifact; returns it, its head as text, and whether the
-/// head is only part of it.
-fn store_output(
-    ctx: &NodeContext<'_>,
-    kind: &str,
-    captured: Captured,
-) -> std::io::Result<(Artifact, String, bool)> {
+/// One stream, kept: its artifact, its head as text, whether the head is only part of it, and
+/// whether the head was not valid UTF-8 (and had bytes replaced to become text).
+struct Kept {
+    artifact: Artifact,
+    text: String,
+    truncated: bool,
+    lossy: bool,
+}
+
+/// Stores one captured stream as an artifact.
+fn store_output(ctx: &NodeContext<'_>, kind: &str, captured: Captured) -> std::io::Result<Kept> {
     let truncated = captured.truncated();
-    let text = String::from_utf8_lossy(&captured.head).into_owned();
+    let head = if truncated {
+        without_cut_char(&captured.head)
+    } else {
+        &captured.head
+    };
+    let text = String::from_utf8_lossy(head);
+    let lossy = matches!(text, std::borrow::Cow::Owned(_));
+    let text = text.into_owned();
     let artifact = match captured.spill {
         Some(file) => ctx.env.artifacts.put_file(kind, file)?,
         None => ctx.env.artifacts.put_bytes(kind, &captured.head)?,
     };
-    Ok((artifact, text, truncated))
+    Ok(Kept {
+        artifact,
+        text,
+        truncated,
+        lossy,
+    })
+}
+
+/// `bytes` without a UTF-8 sequence cut short at its end, where the in-memory head stops: that
+/// is not a decoding loss.
+fn without_cut_char(bytes: &[u8]) -> &[u8] {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0xC0 == 0x80 {
+            continue; // a continuation byte: the sequence starts further back
+        }
+        let width = match byte {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if width > back {
+            &bytes[..bytes.len() - back]
+        } else {
+            bytes
+        };
+    }
+    bytes
+}
+
+/// Parses the whole of stdout as one JSON document.
+fn parse_json(stdout: &mut Captured, redactor: Option<&Redactor>) -> Result<Value, String> {
+    if stdout.total > JSON_STDOUT_LIMIT {
+        return Err(format!(
+            "stdout is {} bytes, more than the {} MiB `stdout = \"json\"` parses",
+            stdout.total,
+            JSON_STDOUT_LIMIT >> 20
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(stdout.total).unwrap_or_default());
+    stdout
+        .reader()
+        .and_then(|mut reader| reader.read_to_end(&mut bytes))
+        .map_err(|e| format!("failed to read stdout back: {e}"))?;
+    let mut parsed: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("stdout is not valid JSON: {e}"))?;
+    // A secret written with JSON escapes survives the stream's redaction; not the parse.
+    if let Some(redactor) = redactor {
+        redactor.json(&mut parsed);
+    }
+    Ok(parsed)
 }
 
 #[async_trait::async_trait]
 impl NodeAction for Exec {
     fn describe(&self) -> String {
-        match &self.program {
+        let mut described = match &self.program {
             Program::Argv(argv) => shlex::try_join(argv.iter().map(String::as_str))
                 .unwrap_or_else(|_| format!("{argv:?}")),
             Program::Shell(line) => format!("sh -c {}", shlex::try_quote(line).unwrap_or_default()),
+        };
+        if self.stdout == StdoutFormat::Json {
+            described.push_str(&format!(
+                " (stdout parsed as JSON, at most {} MiB)",
+                JSON_STDOUT_LIMIT >> 20
+            ));
         }
+        if !self.secrets.is_empty() {
+            described.push_str(&format!(" (secrets redacted: {})", self.secrets.join(", ")));
+        }
+        described
     }
 
     async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
-        let spec = match self.resolve(ctx) {
-            Ok(spec) => spec,
+        let (spec, secrets) = match self.resolve(ctx) {
+            Ok(resolved) => resolved,
             Err(error) => return NodeOutcome::failed(error),
         };
-        let options = CaptureOptions {
-            limit: OUTPUT_TEXT_LIMIT,
-            spill_dir: ctx.env.artifacts.temp_dir(),
-        };
+        let redactor = Redactor::new(&secrets);
+        let options = ctx.env.owner.capture(OUTPUT_TEXT_LIMIT);
         let finished = match process::run(&spec, &options, &ctx.cancel).await {
             Ok(finished) => finished,
             Err(e) => {
@@ -228,16 +341,24 @@ impl NodeAction for Exec {
             }
         };
         let exit = finished.exit;
-        let stored = store_output(ctx, "STDOUT", finished.stdout)
-            .and_then(|out| Ok((out, store_output(ctx, "STDERR", finished.stderr)?)));
-        let (
-            (stdout_artifact, stdout_text, stdout_cut),
-            (stderr_artifact, stderr_text, stderr_cut),
-        ) = match stored {
+        let (mut stdout, mut stderr) = (finished.stdout, finished.stderr);
+        if let Some(redactor) = &redactor {
+            let redacted = |captured: Captured| {
+                captured.filtered(&options, |from, to| redactor.stream(from, to))
+            };
+            match redacted(stdout).and_then(|out| Ok((out, redacted(stderr)?))) {
+                Ok(streams) => (stdout, stderr) = streams,
+                Err(e) => return NodeOutcome::failed(format!("failed to redact output: {e}")),
+            }
+        }
+        let parsed = (exit == Exit::Code(0) && self.stdout == StdoutFormat::Json)
+            .then(|| parse_json(&mut stdout, redactor.as_ref()));
+        let stored = store_output(ctx, "STDOUT", stdout)
+            .and_then(|out| Ok((out, store_output(ctx, "STDERR", stderr)?)));
+        let (out, err) = match stored {
             Ok(stored) => stored,
             Err(e) => return NodeOutcome::failed(format!("failed to store output: {e}")),
         };
-        let artifacts = vec![("stdout", stdout_artifact), ("stderr", stderr_artifact)];
 
         let exit_code = match exit {
             Exit::Code(code) => Some(code),
@@ -245,36 +366,31 @@ impl NodeAction for Exec {
         };
         let mut outputs = json!({
             "exit_code": exit_code,
-            "stdout": stdout_text,
-            "stderr": stderr_text,
+            "stdout": out.text,
+            "stderr": err.text,
         });
-        if stdout_cut || stderr_cut {
-            outputs["truncated"] = json!({ "stdout": stdout_cut, "stderr": stderr_cut });
+        if out.truncated || err.truncated {
+            outputs["truncated"] = json!({ "stdout": out.truncated, "stderr": err.truncated });
         }
-        let (state, error) = match exit {
-            Exit::Code(0) => match self.stdout {
-                StdoutFormat::Text => (NodeState::Succeeded, None),
-                StdoutFormat::Json => match serde_json::from_str::<Value>(&stdout_text) {
-                    Ok(parsed) if !stdout_cut => {
-                        outputs["json"] = parsed;
-                        (NodeState::Succeeded, None)
-                    }
-                    Ok(_) => (
-                        NodeState::Failed,
-                        Some("stdout is too large to parse as JSON".into()),
-                    ),
-                    Err(e) => (
-                        NodeState::Failed,
-                        Some(format!("stdout is not valid JSON: {e}")),
-                    ),
-                },
-            },
-            Exit::Code(code) => (NodeState::Failed, Some(format!("exited with code {code}"))),
-            Exit::Signal(signal) => (
+        for (key, lossy) in [("stdout_lossy", out.lossy), ("stderr_lossy", err.lossy)] {
+            if lossy {
+                outputs[key] = json!(true);
+            }
+        }
+        let artifacts = vec![("stdout", out.artifact), ("stderr", err.artifact)];
+        let (state, error) = match (exit, parsed) {
+            (Exit::Code(0), None) => (NodeState::Succeeded, None),
+            (Exit::Code(0), Some(Ok(parsed))) => {
+                outputs["json"] = parsed;
+                (NodeState::Succeeded, None)
+            }
+            (Exit::Code(0), Some(Err(error))) => (NodeState::Failed, Some(error)),
+            (Exit::Code(code), _) => (NodeState::Failed, Some(format!("exited with code {code}"))),
+            (Exit::Signal(signal), _) => (
                 NodeState::Failed,
                 Some(format!("killed by signal {signal}")),
             ),
-            Exit::Cancelled => (NodeState::Cancelled, None),
+            (Exit::Cancelled, _) => (NodeState::Cancelled, None),
         };
         NodeOutcome {
             state,

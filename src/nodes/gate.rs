@@ -25,7 +25,7 @@ use crate::ledger::{GateResult, Ledger};
 use crate::policy::gates::{GateKind, GateSet};
 use crate::policy::invariants::{self, Invariant};
 use crate::policy::scanner::Scanner;
-use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use crate::process::{self, CommandSpec, Exit};
 use crate::skills::trust::TrustPolicy;
 use crate::state::NodeState;
 
@@ -257,10 +257,7 @@ impl CompiledGate {
                     stdin: None,
                     confinement: Some(confinement.clone()),
                 };
-                let options = CaptureOptions {
-                    limit: 64 * 1024,
-                    spill_dir: ctx.env.artifacts.temp_dir(),
-                };
+                let options = ctx.env.owner.capture(64 * 1024);
                 let finished = process::run(&spec, &options, &ctx.cancel)
                     .await
                     .map_err(|e| format!("could not run `{program}`: {e}"))?;

@@ -128,3 +128,20 @@ pub fn copy_policies(root: &Path, names: &[&str]) {
 pub fn copy_gate_checks(root: &Path) {
     copy_dir(&repo().join("checks"), &root.join("checks"));
 }
+
+/// Fails if any file under `dir` (the ledger, its write-ahead log, artifacts, logs) holds
+/// `secret`.
+pub fn assert_nowhere_under(dir: &Path, secret: &str) {
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.unwrap();
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(entry.path()).unwrap_or_default();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the secret is in {}",
+            entry.path().display()
+        );
+    }
+}

@@ -8,14 +8,18 @@
 //! A child that runs for a confined role gets its Landlock ruleset applied between fork and exec
 //! (see [`crate::confinement`]).
 //!
+//! Children must not outlive kavi unnoticed: each is set to get SIGKILL when kavi dies, and each
+//! group is written down in kavi's [`roster::Roster`] so that the next kavi process can stop what
+//! a killed one left running.
+//!
 //! Output is read from pipes. The first `limit` bytes stay in memory; past that, everything goes
 //! to a temporary file. Most nodes print little, so most runs create no files at all.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -25,6 +29,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::confinement::{Confinement, restrict_child};
+
+pub mod roster;
+pub use roster::Roster;
 
 /// How long a cancelled process group gets between SIGTERM and SIGKILL.
 const TERMINATE_GRACE: Duration = Duration::from_secs(2);
@@ -67,6 +74,9 @@ pub struct CaptureOptions {
     pub limit: usize,
     /// Where spill files are created (the artifact store's temp folder).
     pub spill_dir: PathBuf,
+    /// Where the child's process group is written down; `None` for short helpers (git, probes)
+    /// that die with kavi and start nothing of their own.
+    pub roster: Option<Arc<Roster>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +121,49 @@ impl Captured {
 
     pub fn truncated(&self) -> bool {
         self.total > self.head.len() as u64
+    }
+
+    /// The whole stream, from its first byte.
+    pub fn reader(&mut self) -> io::Result<Box<dyn Read + '_>> {
+        match &mut self.spill {
+            Some(file) => {
+                let file = file.as_file_mut();
+                file.seek(SeekFrom::Start(0))?;
+                Ok(Box::new(file))
+            }
+            None => Ok(Box::new(self.head.as_slice())),
+        }
+    }
+
+    /// The stream passed through `filter` (which copies what it reads to what it writes), as a
+    /// new capture under `options`.
+    pub fn filtered(
+        mut self,
+        options: &CaptureOptions,
+        filter: impl FnOnce(&mut dyn Read, &mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<Self> {
+        struct Recapture<'a> {
+            captured: Captured,
+            options: &'a CaptureOptions,
+        }
+        impl Write for Recapture<'_> {
+            fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+                self.captured.push(bytes, self.options)?;
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut out = Recapture {
+            captured: Captured {
+                abandoned: self.abandoned,
+                ..Captured::default()
+            },
+            options,
+        };
+        filter(&mut self.reader()?, &mut out)?;
+        Ok(out.captured)
     }
 }
 
@@ -172,6 +225,24 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// Asks the kernel to SIGKILL the calling child when kavi dies. Runs between fork and exec. If
+/// kavi died before the request took hold, the child is orphaned already and exits at once.
+///
+/// The signal follows the thread that forked the child; kavi runs its processes from one
+/// thread (a current-thread runtime), which lives as long as kavi does.
+fn die_with_parent(parent: u32) -> io::Result<()> {
+    // SAFETY: plain system calls on integers; both are async-signal-safe.
+    unsafe {
+        if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if u32::try_from(nix::libc::getppid()).ok() != Some(parent) {
+            nix::libc::_exit(1);
+        }
+    }
+    Ok(())
+}
+
 /// Reads a pipe to its end, or until `DRAIN_GRACE` after `exited` fires.
 async fn capture(
     pipe: Option<impl AsyncRead + Unpin>,
@@ -226,11 +297,14 @@ pub async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    if let Some(ruleset) = spec.confinement.as_ref().and_then(Confinement::ruleset_fd) {
-        // SAFETY: the closure runs in the child after fork; it only makes system calls.
-        unsafe {
-            command.pre_exec(move || restrict_child(ruleset));
-        }
+    let ruleset = spec.confinement.as_ref().and_then(Confinement::ruleset_fd);
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the child after fork; it only makes system calls.
+    unsafe {
+        command.pre_exec(move || {
+            die_with_parent(parent)?;
+            ruleset.map_or(Ok(()), restrict_child)
+        });
     }
     let mut child = command.spawn()?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
@@ -239,6 +313,9 @@ pub async fn run(
         .and_then(|id| i32::try_from(id).ok())
         .ok_or_else(|| io::Error::other("the child exited before its pid was read"))?;
     let group = GroupGuard(Pid::from_raw(pid));
+    if let Some(roster) = &options.roster {
+        roster.enlist(pid)?;
+    }
 
     if let (Some(bytes), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
         // A child that does not read its stdin closes the pipe; that is not an error.
@@ -290,6 +367,7 @@ mod tests {
         CaptureOptions {
             limit,
             spill_dir: dir.to_owned(),
+            roster: None,
         }
     }
 

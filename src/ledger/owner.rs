@@ -1,0 +1,110 @@
+//! The owner: one kavi process, as the ledger and later kavi processes see it.
+//!
+//! An owner holds a lock file next to the ledger for as long as it lives, and keeps beside it the
+//! roster of the process groups it started (see [`crate::process::roster`]) and a folder for its
+//! spill files. Runs and executions record their owner's name. When a later kavi process finds an
+//! owner's lock free while its files remain, that owner died without cleaning up (SIGKILL, power
+//! loss): recovery stops what it left running, marks what it left unfinished `interrupted`, and
+//! removes its files (see [`super::Ledger::recover_interrupted`]).
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::process::{CaptureOptions, Roster};
+
+/// An owner's lock file, by extension: `claiming` while it is being claimed, then `lock`.
+pub(super) const LOCKS: [&str; 2] = ["lock", "claiming"];
+/// An owner's roster, by extension.
+pub(super) const ROSTER: &str = "procs";
+
+/// The owner a file in the locks folder belongs to. Names have one form, `<pid>-<nanos>`; a file
+/// of another form is not an owner's (and its contents are never acted on).
+pub(super) fn name_of(path: &Path) -> Option<&str> {
+    let extension = path.extension()?.to_str()?;
+    let name = path.file_stem()?.to_str()?;
+    ((LOCKS.contains(&extension) || extension == ROSTER) && well_formed(name)).then_some(name)
+}
+
+fn well_formed(name: &str) -> bool {
+    name.split_once('-').is_some_and(|(pid, nanos)| {
+        [pid, nanos]
+            .iter()
+            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Removes a dead owner's spill folder. The path comes from a file, so it is trusted only when
+/// it is a real folder named after the owner, as [`Owner::claim`] makes it.
+pub(super) fn remove_spill(name: &str, spill: &Path) {
+    let named_for_owner = well_formed(name) && spill.file_name() == Some(name.as_ref());
+    let real_folder = spill.symlink_metadata().is_ok_and(|m| m.is_dir());
+    if named_for_owner && real_folder {
+        let _ = std::fs::remove_dir_all(spill);
+    }
+}
+
+/// A live kavi process that runs things. Dropping it removes its files.
+#[derive(Debug)]
+pub struct Owner {
+    name: String,
+    lock_path: PathBuf,
+    roster_path: PathBuf,
+    roster: Arc<Roster>,
+    /// Held (and locked) for the owner's life.
+    _lock: File,
+}
+
+impl Owner {
+    /// Claims a new owner for the ledger at `ledger`, spilling into a folder of its own under
+    /// `spill_root` (the artifact store's temp folder).
+    pub fn claim(ledger: &Path, spill_root: &Path) -> io::Result<Self> {
+        let locks = super::locks_dir(ledger);
+        std::fs::create_dir_all(&locks)?;
+        let name = format!(
+            "{}-{}",
+            std::process::id(),
+            jiff::Timestamp::now().as_nanosecond()
+        );
+        let [lock, claiming, roster] =
+            [LOCKS[0], LOCKS[1], ROSTER].map(|extension| locks.join(format!("{name}.{extension}")));
+        // The lock is taken under another name and renamed into place once the owner's other
+        // files exist, so that recovery never finds them without a held lock beside them.
+        let held = File::create(&claiming)?;
+        held.lock()?;
+        let spill = spill_root.join(&name);
+        std::fs::create_dir_all(&spill)?;
+        let roster_file = Arc::new(Roster::create(&roster, &spill)?);
+        std::fs::rename(&claiming, &lock)?;
+        Ok(Self {
+            name,
+            lock_path: lock,
+            roster_path: roster,
+            roster: roster_file,
+            _lock: held,
+        })
+    }
+
+    /// The name runs and executions record.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How this owner's children capture output: spilling into its folder, listed in its roster.
+    pub fn capture(&self, limit: usize) -> CaptureOptions {
+        CaptureOptions {
+            limit,
+            spill_dir: self.roster.spill_dir().to_owned(),
+            roster: Some(Arc::clone(&self.roster)),
+        }
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.roster.spill_dir());
+        let _ = std::fs::remove_file(&self.roster_path);
+        let _ = std::fs::remove_file(&self.lock_path);
+    }
+}

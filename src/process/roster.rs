@@ -1,0 +1,285 @@
+//! The roster: every process group a kavi process started, written down as it starts them.
+//!
+//! SIGKILL gives kavi no chance to stop its children. The kernel stops the direct ones (see
+//! `PR_SET_PDEATHSIG` in [`super::run`]), but what they started in their group lives on. So each
+//! group is appended to a file before it can matter, and the next kavi process that finds the
+//! file's owner gone stops whatever is still running in those groups.
+//!
+//! A process id can be reused once its process is gone. Each entry keeps the group leader's start
+//! time (clock ticks since boot) and the file keeps the boot id, so a group is stopped only when
+//! its processes are the ones kavi started: not after a reboot, not when the leader's id now
+//! belongs to a newer process, and never a process that started before the group did.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+/// One line of the roster file (JSON Lines: a header, then one line per group).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+enum Line {
+    /// Written once, when the roster is made.
+    Header {
+        boot_id: String,
+        /// The folder this kavi process spills captured output into; removed with it.
+        spill: PathBuf,
+    },
+    /// A process group, by its leader's id and start time.
+    Group { pgid: i32, start: u64 },
+}
+
+/// The file a kavi process lists its process groups in.
+#[derive(Debug)]
+pub struct Roster {
+    file: Mutex<File>,
+    spill: PathBuf,
+}
+
+impl Roster {
+    /// Creates the roster at `path` (which must not exist yet) for a process spilling into `spill`.
+    pub fn create(path: &Path, spill: &Path) -> io::Result<Self> {
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(path)?;
+        write_line(
+            &mut file,
+            &Line::Header {
+                boot_id: boot_id()?,
+                spill: spill.to_owned(),
+            },
+        )?;
+        Ok(Self {
+            file: Mutex::new(file),
+            spill: spill.to_owned(),
+        })
+    }
+
+    /// Where this process's spill files go.
+    pub fn spill_dir(&self) -> &Path {
+        &self.spill
+    }
+
+    /// Writes down the group `pid` leads. Called right after spawning, before kavi waits for the
+    /// child, so its `/proc` entry is there even if it already exited.
+    pub fn enlist(&self, pid: i32) -> io::Result<()> {
+        let start = Stat::read(pid)?.start;
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        write_line(&mut file, &Line::Group { pgid: pid, start })
+    }
+}
+
+/// One write per line: appends from one process never interleave.
+fn write_line(file: &mut File, line: &Line) -> io::Result<()> {
+    let mut text = serde_json::to_string(line).map_err(io::Error::other)?;
+    text.push('\n');
+    file.write_all(text.as_bytes())
+}
+
+fn boot_id() -> io::Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_owned())
+}
+
+/// What the kernel says of one process in `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy)]
+struct Stat {
+    pid: i32,
+    pgrp: i32,
+    zombie: bool,
+    /// Clock ticks after boot.
+    start: u64,
+}
+
+impl Stat {
+    fn read(pid: i32) -> io::Result<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        Self::parse(pid, &text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("/proc/{pid}/stat is not in the expected form"),
+            )
+        })
+    }
+
+    /// The command name sits in parentheses and may itself hold spaces and parentheses, so the
+    /// fields are counted from the last `)`.
+    fn parse(pid: i32, text: &str) -> Option<Self> {
+        let rest = &text[text.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: state (field 3), ppid, pgrp (5), ... starttime (22).
+        Some(Self {
+            pid,
+            zombie: *fields.first()? == "Z",
+            pgrp: fields.get(2)?.parse().ok()?,
+            start: fields.get(19)?.parse().ok()?,
+        })
+    }
+}
+
+/// Every live process on the system, as far as `/proc` can be read.
+fn processes() -> Vec<Stat> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Stat::read(pid).ok())
+        .filter(|stat| !stat.zombie)
+        .collect()
+}
+
+/// What [`stop_leftovers`] found and did.
+#[derive(Debug, Default)]
+pub struct Leftovers {
+    /// Processes that were still running and got SIGKILL.
+    pub killed: usize,
+    /// The dead process's spill folder, to remove.
+    pub spill: Option<PathBuf>,
+}
+
+/// How many times the groups are swept: a process being killed may have forked just before.
+const SWEEPS: usize = 5;
+
+/// Stops every process still running in the groups the roster at `path` lists.
+pub fn stop_leftovers(path: &Path) -> io::Result<Leftovers> {
+    let mut leftovers = Leftovers::default();
+    let mut groups = Vec::new();
+    let mut same_boot = false;
+    for line in BufReader::new(File::open(path)?).lines() {
+        // A line cut short by the kill is the last one; what came before still counts.
+        let Ok(line) = serde_json::from_str::<Line>(&line?) else {
+            continue;
+        };
+        match line {
+            Line::Header { boot_id: id, spill } => {
+                same_boot = boot_id().is_ok_and(|now| now == id);
+                leftovers.spill = Some(spill);
+            }
+            Line::Group { pgid, start } => groups.push((pgid, start)),
+        }
+    }
+    // After a reboot nothing the roster lists can still run.
+    if !same_boot || groups.is_empty() {
+        return Ok(leftovers);
+    }
+    for _ in 0..SWEEPS {
+        let doomed = ours(&processes(), &groups);
+        if doomed.is_empty() {
+            break;
+        }
+        for pid in doomed {
+            if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+                leftovers.killed += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(leftovers)
+}
+
+/// The processes that belong to the listed groups: in the group, started no earlier than its
+/// leader, and in a group whose leader id, if it is taken, is still taken by that leader.
+fn ours(processes: &[Stat], groups: &[(i32, u64)]) -> Vec<i32> {
+    processes
+        .iter()
+        .filter(|process| {
+            groups.iter().any(|&(pgid, start)| {
+                let leader_reused = processes
+                    .iter()
+                    .any(|other| other.pid == pgid && other.start != start);
+                process.pgrp == pgid && process.start >= start && !leader_reused
+            })
+        })
+        .map(|process| process.pid)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_from_the_last_parenthesis() {
+        let text = "4242 (a) b (c)) S 1 4240 4240 0 -1 4194560 95 0 0 0 0 0 0 0 20 0 1 0 777 1 2";
+        let stat = Stat::parse(4242, text).unwrap();
+        assert_eq!((stat.pgrp, stat.start, stat.zombie), (4240, 777, false));
+        assert!(Stat::parse(1, "1 (cut").is_none());
+    }
+
+    fn stat(pid: i32, pgrp: i32, start: u64) -> Stat {
+        Stat {
+            pid,
+            pgrp,
+            zombie: false,
+            start,
+        }
+    }
+
+    #[test]
+    fn only_processes_of_the_listed_groups_started_after_their_leader_are_ours() {
+        let listed = [(100, 50)];
+        let procs = [
+            stat(101, 100, 60), // a child left in the group: ours
+            stat(102, 100, 40), // older than the group: not ours
+            stat(103, 7, 60),   // another group
+        ];
+        assert_eq!(ours(&procs, &listed), vec![101]);
+        // The leader's id now belongs to a process that started later: the group is not ours.
+        let reused = [stat(100, 100, 90), stat(104, 100, 95)];
+        assert!(ours(&reused, &listed).is_empty());
+    }
+
+    #[test]
+    fn a_roster_from_before_a_reboot_stops_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.procs");
+        let header = Line::Header {
+            boot_id: "not-this-boot".into(),
+            spill: dir.path().join("spill"),
+        };
+        let group = Line::Group {
+            pgid: std::process::id() as i32,
+            start: 0,
+        };
+        let mut file = File::create(&path).unwrap();
+        write_line(&mut file, &header).unwrap();
+        write_line(&mut file, &group).unwrap();
+        let leftovers = stop_leftovers(&path).unwrap();
+        assert_eq!(leftovers.killed, 0);
+        assert_eq!(leftovers.spill, Some(dir.path().join("spill")));
+    }
+
+    #[test]
+    fn a_listed_group_is_stopped_and_the_rest_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let roster = Roster::create(&dir.path().join("r.procs"), dir.path()).unwrap();
+        let spawn = |group: bool| {
+            let mut command = std::process::Command::new("sleep");
+            command.arg("30");
+            if group {
+                std::os::unix::process::CommandExt::process_group(&mut command, 0);
+            }
+            command.spawn().unwrap()
+        };
+        let (mut listed, mut other) = (spawn(true), spawn(true));
+        roster.enlist(listed.id() as i32).unwrap();
+        let leftovers = stop_leftovers(&dir.path().join("r.procs")).unwrap();
+        assert_eq!(leftovers.killed, 1);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(listed.wait().unwrap().signal(), Some(9));
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "an unlisted group was stopped"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+}

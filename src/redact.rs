@@ -1,0 +1,184 @@
+//! Secret values out of everything kavi keeps: outputs, errors, records, logs and artifacts.
+//!
+//! A declared secret's value is replaced with `[redacted]` wherever it appears: inside strings,
+//! in JSON object keys as well as values, and in whole output streams, however large. Streams
+//! are rewritten with an Aho-Corasick automaton, so a secret split across two reads is still
+//! found and all secrets are replaced in one pass.
+
+use std::io::{self, Read, Write};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use serde_json::{Map, Value};
+
+/// How much a stream is read at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// What a secret's value is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+/// Replaces a set of secret values.
+#[derive(Debug, Clone)]
+pub struct Redactor {
+    automaton: AhoCorasick,
+}
+
+impl Redactor {
+    /// A redactor for `secrets`; `None` when there is no non-empty value to hide.
+    pub fn new<S: AsRef<str>>(secrets: &[S]) -> Option<Self> {
+        let mut values: Vec<&str> = secrets
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_unstable();
+        values.dedup();
+        // The longest match wins, so a secret that contains another is hidden whole.
+        let automaton = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(values)
+            .expect("a handful of literal strings always builds");
+        Some(Self { automaton })
+    }
+
+    /// `text` with every secret replaced.
+    pub fn text(&self, text: &str) -> String {
+        self.automaton
+            .replace_all(text, &vec![REDACTED; self.automaton.patterns_len()])
+    }
+
+    /// Replaces secrets in every string of `value`, object keys included.
+    pub fn json(&self, value: &mut Value) {
+        match value {
+            Value::String(s) => *s = self.text(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.json(v)),
+            Value::Object(map) => {
+                let entries = std::mem::take(map);
+                *map = entries
+                    .into_iter()
+                    .map(|(key, mut value)| {
+                        self.json(&mut value);
+                        (self.text(&key), value)
+                    })
+                    .collect::<Map<String, Value>>();
+            }
+            _ => {}
+        }
+    }
+
+    /// Copies `from` to `to` with every secret replaced; works on bytes, in bounded memory.
+    ///
+    /// A match is replaced only once everything that could extend it has been read (the longest
+    /// secret's length past its start), so a secret split across reads, or one that contains
+    /// another, is hidden whole.
+    pub fn stream(&self, from: &mut dyn Read, to: &mut dyn Write) -> io::Result<()> {
+        let longest = self.automaton.max_pattern_len();
+        let mut buffer: Vec<u8> = Vec::with_capacity(CHUNK + longest);
+        let mut chunk = vec![0u8; CHUNK];
+        loop {
+            let read = match from.read(&mut chunk) {
+                Ok(read) => read,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            buffer.extend_from_slice(&chunk[..read]);
+            let end = read == 0;
+            // Matches that start before `settled` lie wholly inside the buffer.
+            let settled = if end {
+                buffer.len()
+            } else {
+                buffer.len().saturating_sub(longest - 1)
+            };
+            let mut written = 0;
+            for found in self.automaton.find_iter(buffer.as_slice()) {
+                if found.start() >= settled {
+                    break;
+                }
+                to.write_all(&buffer[written..found.start()])?;
+                to.write_all(REDACTED.as_bytes())?;
+                written = found.end();
+            }
+            let kept = written.max(settled);
+            to.write_all(&buffer[written..kept])?;
+            buffer.drain(..kept);
+            if end {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_hidden_in_keys_values_and_text() {
+        let redactor = Redactor::new(&["hunter2", "", "sk-live-123456"]).unwrap();
+        let mut value = json!({
+            "sk-live-123456": "x",
+            "a": "key=hunter2",
+            "b": ["hunter2", {"nested-hunter2": 1}],
+            "c": 1
+        });
+        redactor.json(&mut value);
+        assert_eq!(
+            value,
+            json!({
+                "[redacted]": "x",
+                "a": "key=[redacted]",
+                "b": ["[redacted]", {"nested-[redacted]": 1}],
+                "c": 1
+            })
+        );
+        assert_eq!(redactor.text("hunter2hunter2"), "[redacted][redacted]");
+        assert!(Redactor::new(&[""]).is_none());
+    }
+
+    #[test]
+    fn the_longest_secret_wins_in_text_and_in_streams() {
+        let redactor = Redactor::new(&["abc", "abcdef"]).unwrap();
+        assert_eq!(redactor.text("xabcdefx abc"), "x[redacted]x [redacted]");
+        let mut out = Vec::new();
+        redactor
+            .stream(&mut Trickle(b"xabcdefx abc"), &mut out)
+            .unwrap();
+        assert_eq!(out, b"x[redacted]x [redacted]");
+    }
+
+    /// A reader that hands out one byte at a time, so every secret straddles reads.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some((first, rest)) = self.0.split_first() else {
+                return Ok(0);
+            };
+            buf[0] = *first;
+            self.0 = rest;
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn a_secret_split_across_reads_is_still_hidden_in_a_stream() {
+        let redactor = Redactor::new(&["hunter2"]).unwrap();
+        let mut input = b"before hunter2 between \xff hunter2".repeat(3);
+        input.extend(vec![b'a'; 100_000]);
+        input.extend(b"hunter2");
+        let mut out = Vec::new();
+        redactor.stream(&mut Trickle(&input), &mut out).unwrap();
+        assert!(!out.windows(7).any(|w| w == b"hunter2"));
+        assert_eq!(
+            out.windows(REDACTED.len())
+                .filter(|w| *w == REDACTED.as_bytes())
+                .count(),
+            7
+        );
+        // What is not a secret, invalid UTF-8 included, passes through unchanged.
+        assert!(out.windows(3).any(|w| w == b" \xff "));
+    }
+}
