@@ -8,6 +8,9 @@ mod error;
 mod load;
 mod params;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
