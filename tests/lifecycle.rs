@@ -13,7 +13,12 @@ fn workspace() -> tempfile::TempDir {
     for folder in ["pipelines", "policies", "proposals"] {
         std::fs::create_dir_all(dir.path().join(folder)).unwrap();
     }
-    for file in ["policies/lifecycle.toml", "proposals/write_note.toml"] {
+    for file in [
+        "policies/lifecycle.toml",
+        "policies/conventions.toml",
+        "policies/trust.toml",
+        "proposals/write_note.toml",
+    ] {
         std::fs::copy(repo.join(file), dir.path().join(file)).unwrap();
     }
     std::fs::write(
@@ -62,15 +67,32 @@ fn a_proposal_is_recorded_once_with_its_spec() {
         std::fs::read_to_string(dir.path().join("proposals/write_note.toml")).unwrap()
     );
 
+    // The same text again changes nothing; changed text under the same name is refused.
     let again = kavi(
         dir.path(),
         &["skill", "propose", "proposals/write_note.toml"],
     );
-    assert_eq!(again.status.code(), Some(2));
-    assert_eq!(
-        String::from_utf8_lossy(&again.stderr),
-        "error: skill `write_note` is already proposed\n"
+    assert!(again.status.success());
+    let proposal = dir.path().join("proposals/write_note.toml");
+    let text = std::fs::read_to_string(&proposal).unwrap();
+    std::fs::write(
+        &proposal,
+        text.replace("description = \"", "description = \"Edited: "),
+    )
+    .unwrap();
+    let changed = kavi(
+        dir.path(),
+        &["skill", "propose", "proposals/write_note.toml"],
     );
+    assert_eq!(changed.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&changed.stderr);
+    assert!(
+        stderr.starts_with(
+            "error: proposals/write_note.toml changed since `write_note` was proposed"
+        ),
+        "{stderr}"
+    );
+    std::fs::write(&proposal, text).unwrap();
 
     std::fs::write(
         dir.path().join("proposals/bad.toml"),

@@ -489,10 +489,10 @@ fn drill_the_confined_builder_cannot_write_the_workspace_or_the_ledger_by_absolu
     assert_eq!(error, "the builder exited with code 1");
     let log = attempt.build_log(drill.root());
     assert_eq!(log.matches("Permission denied").count(), 3, "{log}");
-    // The attempt is classified like any failed build.
+    // The attempt is classified as a reach past the confinement, which goes to a person.
     assert_eq!(
         node(&attempt.run, "classify")["outputs"]["kind"],
-        "BUILD_ERROR"
+        "CONFINEMENT_DENIED"
     );
     let confinement = &node(&attempt.run, "build")["outputs"]["confinement"];
     assert_eq!(confinement["role"], "builder");

@@ -178,6 +178,81 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
     assert!(refused.stdout.is_empty());
 }
 
+/// Trust vouches for the proposal as well as the folder: editing the proposal after promotion
+/// (its command, say) is drift, and the skill no longer runs.
+#[test]
+fn an_edited_proposal_is_drift_and_the_skill_no_longer_runs() {
+    let dir = workspace();
+    let root = dir.path();
+    verify_and_promote(root);
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+
+    let proposal = root.join("proposals/demo.toml");
+    let text = std::fs::read_to_string(&proposal).unwrap();
+    std::fs::write(&proposal, text.replace("\"Echo\"", "\"Echo, edited\"")).unwrap();
+    let drift = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(drift.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&drift.stdout).starts_with("DRIFT  demo"));
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stdout.is_empty());
+
+    // Gone is drift too, with the reason; put back, the skill is trusted again.
+    std::fs::remove_file(&proposal).unwrap();
+    let gone = kavi(root, &["skill", "verify", "demo"]);
+    let stdout = String::from_utf8_lossy(&gone.stdout);
+    assert!(
+        stdout.contains("now unreadable: cannot read the proposal proposals/demo.toml"),
+        "{stdout}"
+    );
+    std::fs::write(&proposal, text).unwrap();
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+}
+
+/// A proposal's command may run only what trust vouches for: files in the skill's folder, and
+/// programs found on PATH. Anything else is refused at propose time, pointing at `command`.
+#[test]
+fn a_command_that_names_a_file_outside_the_skill_folder_is_refused_at_propose() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    copy_policies(root, &["lifecycle.toml", "conventions.toml", "trust.toml"]);
+    std::fs::create_dir_all(root.join("helpers")).unwrap();
+    std::fs::write(root.join("helpers/impl.py"), "print('{}')\n").unwrap();
+    std::fs::write(root.join("impl.py"), "print('{}')\n").unwrap();
+    let propose = |command: &str| {
+        let text = PROPOSAL.replace(
+            "command = [\"python3\", \"skills/demo/skill.py\"]",
+            &format!("command = {command}"),
+        );
+        std::fs::write(root.join("demo.toml"), text).unwrap();
+        kavi(root, &["skill", "propose", "demo.toml"])
+    };
+    for command in [
+        r#"["python3", "helpers/impl.py"]"#,
+        r#"["python3", "impl.py"]"#,
+        r#"["python3", "-u", "--script=helpers/impl.py"]"#,
+        r#"["python3", "skills/demo/../../helpers/impl.py"]"#,
+        r#"["python3", "/tmp/impl.py"]"#,
+        r#"["helpers/impl.py"]"#,
+        r#"["/usr/bin/env", "python3", "helpers/impl.py"]"#,
+    ] {
+        let out = propose(command);
+        assert_eq!(out.status.code(), Some(3), "{command} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("which trust cannot vouch for") && stderr.contains("demo.toml:4:"),
+            "{command}: {stderr}"
+        );
+    }
+    // Inside the folder, with flags and a bare program, is fine.
+    let out = propose(r#"["python3", "-u", "skills/demo/skill.py", "--mode=fast"]"#);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn files_changed_after_verification_are_not_promoted() {
     let dir = workspace();
@@ -269,6 +344,7 @@ fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
     );
     assert_ne!(granted, text, "the read_only profile was not found");
     std::fs::write(&policy, granted).unwrap();
+    kernel_only(root);
     verify_and_promote(root);
     let kavi_process = common::kavi_command(
         root,
@@ -336,6 +412,44 @@ fn side_effect_skill(class: &str) -> String {
 
 const SIDE_EFFECT_TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run({}), {'echo': {}})\n";
 
+/// Leaves the kernel alone to enforce the class: drops the invariants' capability rules (the
+/// gate's early refusal), as if the skill's code had found a way past them.
+fn kernel_only(root: &std::path::Path) {
+    let path = root.join("policies/invariants.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kept: Vec<&str> = text
+        .split("[[invariant]]")
+        .filter(|rule| !rule.contains("kind = \"capability\""))
+        .collect();
+    assert!(
+        kept.len() < text.split("[[invariant]]").count(),
+        "no capability rule found"
+    );
+    std::fs::write(&path, kept.join("[[invariant]]")).unwrap();
+}
+
+/// Before the kernel, the gate refuses code that does what its class may not, naming the line.
+#[test]
+fn the_gate_refuses_a_read_only_skill_whose_code_uses_the_network_or_writes() {
+    let dir = workspace_with(PROPOSAL, &side_effect_skill("READ_ONLY"), SIDE_EFFECT_TEST);
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "verify-promote", "--set", "skill=demo"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let error = node(&run, "gates")["error"].as_str().unwrap().to_owned();
+    for expected in [
+        "skills/demo/skill.py:4: [network-needs-network] uses the network, which only a skill \
+         proposed as NETWORK may, and this one was proposed as READ_ONLY: import urllib.request",
+        "[writes-need-file-write] writes files, which only a skill proposed as FILE_WRITE may",
+    ] {
+        assert!(error.contains(expected), "{error}");
+    }
+    let shown = json(&kavi(dir.path(), &["skill", "show", "demo", "--json"]));
+    assert_ne!(shown["skill"]["state"], "TRUSTED");
+}
+
 /// Runs `demo` with `input`; returns its execution record (success or not).
 fn run_demo(root: &std::path::Path, input: &str, yes: bool) -> serde_json::Value {
     let mut args = vec!["skill", "run", "demo", "--input", input];
@@ -369,6 +483,7 @@ fn a_read_only_skill_can_neither_write_outside_its_temporary_folder_nor_connect(
     }
     let dir = workspace_with(PROPOSAL, &side_effect_skill("READ_ONLY"), SIDE_EFFECT_TEST);
     let root = dir.path();
+    kernel_only(root);
     verify_and_promote(root);
 
     let target = root.join("outside.txt");
@@ -423,6 +538,7 @@ fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
     );
     let root = dir.path();
     // `out` does not exist yet: kavi makes it, so the profile can grant it.
+    kernel_only(root);
     verify_and_promote(root);
 
     let record = run_demo(root, r#"{"write": "elsewhere.txt"}"#, true);
@@ -449,6 +565,10 @@ fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
 fn writes_are_refused_in_a_proposal_that_is_not_file_write() {
     let proposal = PROPOSAL.replace("command =", "writes = [\"out\"]\ncommand =");
     let dir = tempfile::tempdir().unwrap();
+    copy_policies(
+        dir.path(),
+        &["lifecycle.toml", "conventions.toml", "trust.toml"],
+    );
     std::fs::write(dir.path().join("demo.toml"), proposal).unwrap();
     let out = kavi(dir.path(), &["skill", "propose", "demo.toml"]);
     // An invalid spec (docs/exit-codes.md), pointing at the field.

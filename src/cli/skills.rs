@@ -5,13 +5,13 @@ use serde_json::json;
 
 use super::output::{short_hash, table};
 use crate::config::Workspace;
-use crate::diagnostic::SourceFile;
 use crate::error::{Error, exit};
 use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Lineage, Runner};
-use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, NewSkill, Owner};
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, Owner};
 use crate::skills::conventions::{self, Conventions};
+use crate::skills::propose::{ProposeError, Proposing};
 use crate::skills::trust::{self, TrustPolicy};
 use crate::skills::{Lifecycle, Proposal, SideEffect, TRUSTED};
 use crate::spec::SpecError;
@@ -20,16 +20,12 @@ use crate::template::TemplateEngine;
 const LIFECYCLE: &str = "policies/lifecycle.toml";
 
 pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
-    let text = std::fs::read_to_string(file).map_err(|source| SpecError::Read {
-        path: file.into(),
-        source,
-    })?;
-    let source = SourceFile::new(file, text);
-    let proposal = Proposal::parse(&source).map_err(SpecError::from)?;
+    let relative = workspace_relative(workspace, file)?;
     let lifecycle_source = crate::policy::read(&workspace.root, LIFECYCLE)
         .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
     let lifecycle = Lifecycle::parse(&lifecycle_source).map_err(SpecError::from)?;
-
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = load_trust(workspace, &templates)?;
     let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
         context: format!(
             "failed to open the artifact store at {}",
@@ -37,37 +33,68 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
         ),
         source,
     })?;
-    let spec = store
-        .put_bytes("SKILL_SPEC", source.text.as_bytes())
-        .map_err(|source| Error::Io {
-            context: "failed to store the skill spec".into(),
-            source,
-        })?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
-    let name = proposal.name.get_ref();
-    ledger.propose_skill(&NewSkill {
-        name,
-        description: &proposal.description,
-        side_effect: proposal.side_effect.as_str(),
-        spec: &spec,
+    let proposed = Proposing {
+        root: &workspace.root,
+        store: &store,
+        templates: &templates,
+        trust: &trust,
         initial_state: &lifecycle.initial,
-        actor: &crate::skills::actor(),
+    }
+    .record(&mut ledger, &relative)
+    .map_err(|e| match e {
+        ProposeError::Spec(e) => Error::Spec(e),
+        ProposeError::Ledger(e) => Error::Ledger(e),
+        other => Error::Usage(other.to_string()),
     })?;
+    let name = proposed.proposal.name.get_ref();
     if json {
         let skill = ledger.skill(name)?;
         outln!(
             "{}",
             serde_json::to_string_pretty(&skill).expect("skill serializes")
         );
-    } else {
+    } else if proposed.created {
         outln!(
             "proposed skill `{name}` ({}): {}, spec {}",
-            proposal.side_effect.as_str(),
+            proposed.proposal.side_effect.as_str(),
             lifecycle.initial,
-            short_hash(&spec.sha256)
+            short_hash(&proposed.spec.sha256)
+        );
+    } else {
+        outln!(
+            "skill `{name}` was proposed from this text already (spec {}); nothing changed",
+            short_hash(&proposed.spec.sha256)
         );
     }
     Ok(exit::SUCCESS)
+}
+
+/// `file` (as the user named it, from the current folder) relative to the workspace: a proposal
+/// lives in the workspace, where trust re-reads it.
+fn workspace_relative(workspace: &Workspace, file: &str) -> Result<String, Error> {
+    let not_found = |source| {
+        Error::Spec(SpecError::Read {
+            path: file.into(),
+            source,
+        })
+    };
+    let absolute = std::path::Path::new(file)
+        .canonicalize()
+        .map_err(not_found)?;
+    let root = workspace.root.canonicalize().map_err(not_found)?;
+    absolute
+        .strip_prefix(&root)
+        .ok()
+        .and_then(|relative| relative.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "refused `{file}`: a proposal file must lie inside the workspace ({}), where \
+                 trust re-reads it",
+                workspace.root.display()
+            ))
+        })
 }
 
 pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error> {
@@ -129,7 +156,12 @@ pub(super) fn rehash_trusted(
     Ok(skills
         .iter()
         .map(|skill| {
-            let now = trust.source_hash(&templates, &workspace.root, &skill.name);
+            let now = trust.source_hash(
+                &templates,
+                &workspace.root,
+                &skill.name,
+                &skill.proposal_path,
+            );
             json!({
                 "skill": skill.name,
                 "trusted_hash": skill.trusted_hash,

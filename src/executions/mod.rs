@@ -142,7 +142,7 @@ impl Runner<'_> {
             })?;
         let now = self
             .trust
-            .source_hash(self.templates, self.root, name)
+            .source_hash(self.templates, self.root, name, &trusted.proposal_path)
             .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
         if now != trusted.trusted_hash {
             return Err(Refusal::Hash(format!(
@@ -299,7 +299,7 @@ impl Runner<'_> {
         let mut env = crate::process::base_env();
         env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
         env.extend(secrets.iter().cloned());
-        let mut argv = ready.proposal.command.clone();
+        let mut argv = ready.proposal.command.get_ref().clone();
         let spec = crate::process::CommandSpec {
             program: argv.remove(0),
             args: argv,

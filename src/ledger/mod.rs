@@ -906,6 +906,7 @@ mod tests {
                 description: "",
                 side_effect: "READ_ONLY",
                 spec: &spec,
+                proposal_path: "proposals/s.toml",
                 initial_state: "PROPOSED",
                 actor: "test",
             })

@@ -248,4 +248,10 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE executions ADD COLUMN owner TEXT;
     CREATE INDEX executions_running ON executions(status) WHERE status = 'running';
     "#,
+    // 15: the proposal file a skill was proposed from, which trust re-reads and vouches for.
+    // Skills proposed before it were proposed, by the shipped convention, from this path.
+    r#"
+    ALTER TABLE skills ADD COLUMN proposal_path TEXT;
+    UPDATE skills SET proposal_path = 'proposals/' || name || '.toml';
+    "#,
 ];

@@ -12,6 +12,8 @@ pub struct NewSkill<'a> {
     pub description: &'a str,
     pub side_effect: &'a str,
     pub spec: &'a Artifact,
+    /// The proposal file, relative to the workspace: trust re-reads it.
+    pub proposal_path: &'a str,
     pub initial_state: &'a str,
     pub actor: &'a str,
 }
@@ -22,6 +24,8 @@ pub struct SkillRow {
     pub description: String,
     pub side_effect: String,
     pub spec_artifact: String,
+    /// The proposal file, relative to the workspace; part of what trust vouches for.
+    pub proposal_path: String,
     pub state: String,
     pub created_at: String,
     pub updated_at: String,
@@ -45,6 +49,7 @@ pub struct TrustedSkill {
     pub description: String,
     pub side_effect: String,
     pub spec_artifact: String,
+    pub proposal_path: String,
     pub trusted_hash: String,
 }
 
@@ -76,9 +81,18 @@ impl Ledger {
             params![new.spec.sha256, new.spec.kind, new.spec.size, new.spec.path, now],
         )?;
         tx.execute(
-            "INSERT INTO skills (name, description, side_effect, spec_artifact, state, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-            params![new.name, new.description, new.side_effect, new.spec.sha256, new.initial_state, now],
+            "INSERT INTO skills (name, description, side_effect, spec_artifact, proposal_path, state,
+                                 created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            params![
+                new.name,
+                new.description,
+                new.side_effect,
+                new.spec.sha256,
+                new.proposal_path,
+                new.initial_state,
+                now
+            ],
         )?;
         tx.execute(
             "INSERT INTO skill_transitions (skill, from_state, to_state, actor, at, comment)
@@ -92,7 +106,8 @@ impl Ledger {
     pub fn skill(&self, name: &str) -> Result<SkillRow> {
         self.conn
             .query_row(
-                "SELECT name, description, side_effect, spec_artifact, state, created_at, updated_at
+                "SELECT name, description, side_effect, spec_artifact, proposal_path, state, created_at,
+                        updated_at
                  FROM skills WHERE name = ?1",
                 [name],
                 |row| {
@@ -101,9 +116,10 @@ impl Ledger {
                         description: row.get(1)?,
                         side_effect: row.get(2)?,
                         spec_artifact: row.get(3)?,
-                        state: row.get(4)?,
-                        created_at: row.get(5)?,
-                        updated_at: row.get(6)?,
+                        proposal_path: row.get(4)?,
+                        state: row.get(5)?,
+                        created_at: row.get(6)?,
+                        updated_at: row.get(7)?,
                     })
                 },
             )
@@ -193,8 +209,8 @@ impl Ledger {
     /// Skills with a trusted hash in the given state (TRUSTED), by name.
     pub fn trusted_skills(&self, state: &str) -> Result<Vec<TrustedSkill>> {
         let mut stmt = self.conn.prepare(
-            "SELECT name, description, side_effect, spec_artifact, trusted_hash FROM skills
-             WHERE state = ?1 AND trusted_hash IS NOT NULL ORDER BY name",
+            "SELECT name, description, side_effect, spec_artifact, proposal_path, trusted_hash
+             FROM skills WHERE state = ?1 AND trusted_hash IS NOT NULL ORDER BY name",
         )?;
         let rows = stmt.query_map([state], |row| {
             Ok(TrustedSkill {
@@ -202,7 +218,8 @@ impl Ledger {
                 description: row.get(1)?,
                 side_effect: row.get(2)?,
                 spec_artifact: row.get(3)?,
-                trusted_hash: row.get(4)?,
+                proposal_path: row.get(4)?,
+                trusted_hash: row.get(5)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -305,23 +305,25 @@ impl Gate {
             ));
         }
         let skill = ctx.render_optional("skill", self.skill.as_ref())?;
-        let hash = || match (&self.trust, &skill) {
-            (Some(trust), Some(skill)) => {
-                trust.source_hash(&ctx.env.templates, &cwd, skill).map(Some)
-            }
-            _ => Ok(None),
-        };
-        let before = hash()?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
-        // Invariants compare what the skill declares with what it was proposed as.
-        let class = match &skill {
+        let row = match &skill {
             Some(skill) => match ledger.skill(skill) {
-                Ok(row) => Some(row.side_effect),
+                Ok(row) => Some(row),
                 Err(crate::ledger::LedgerError::SkillNotFound(_)) => None,
                 Err(e) => return Err(e.to_string()),
             },
             None => None,
         };
+        // The hash covers the proposal too, so only a proposed skill has one.
+        let hash = || match (&self.trust, &row) {
+            (Some(trust), Some(row)) => trust
+                .source_hash(&ctx.env.templates, &cwd, &row.name, &row.proposal_path)
+                .map(Some),
+            _ => Ok(None),
+        };
+        let before = hash()?;
+        // Invariants compare what the skill declares with what it was proposed as.
+        let class = row.as_ref().map(|row| row.side_effect.clone());
         // Command gates share one private temporary folder and one confinement; a set of kavi's
         // own checks alone starts no process, so it needs neither.
         let confined = if self

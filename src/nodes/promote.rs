@@ -69,9 +69,15 @@ impl Promote {
     fn promote(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
         let root = ctx.env.workspace.join(ctx.render("source", &self.source)?);
-        let hash = self.trust.source_hash(&ctx.env.templates, &root, &skill)?;
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        let proposal = ledger
+            .skill(&skill)
+            .map_err(|e| e.to_string())?
+            .proposal_path;
+        let hash = self
+            .trust
+            .source_hash(&ctx.env.templates, &root, &skill, &proposal)?;
         let actor = crate::skills::actor();
         let moved = ledger
             .promote_skill(

@@ -2,7 +2,7 @@
 //!
 //! Proposing is idempotent: a skill already proposed from the same text is left as it is. A
 //! proposal file that changed since is refused, because the skill's lifecycle so far was earned
-//! by the old text.
+//! by the old text (see [`crate::skills::propose`]).
 
 use std::sync::Arc;
 
@@ -10,10 +10,12 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome, contained_path};
-use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::ledger::{Ledger, LedgerError, NewSkill};
-use crate::skills::{Lifecycle, Proposal};
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
+use crate::skills::Lifecycle;
+use crate::skills::propose::{Proposed, Proposing};
+use crate::skills::trust::TrustPolicy;
 
 pub const KIND: NodeKind = NodeKind {
     name: "propose",
@@ -26,6 +28,8 @@ struct ProposeConfig {
     /// The proposal file, relative to the workspace.
     file: Spanned<String>,
     lifecycle: Option<Spanned<String>>,
+    /// The trust policy whose skill folder a proposal's `command` must stay in.
+    trust: Option<Spanned<String>>,
     /// Fail unless the skill may be built now (see [`crate::skills::build_refusal`]): the forge
     /// asks once, before its attempt loop, so a skill that cannot be built is not retried.
     #[serde(default)]
@@ -36,6 +40,7 @@ struct ProposeConfig {
 struct Propose {
     file: String,
     lifecycle: Lifecycle,
+    trust: TrustPolicy,
     require_buildable: bool,
 }
 
@@ -44,9 +49,11 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template(&raw.file)?;
     let source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
+    let trust = config.load_trust(raw.trust.as_ref())?;
     Ok(Arc::new(Propose {
         file: raw.file.into_inner(),
         lifecycle: Lifecycle::parse(&source)?,
+        trust,
         require_buildable: raw.require_buildable,
     }))
 }
@@ -54,43 +61,21 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 impl Propose {
     fn propose(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let relative = ctx.render("file", &self.file)?;
-        let path = contained_path(&ctx.env.workspace, &relative)
-            .map_err(|e| format!("refused `file`: {e}"))?;
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("failed to read {relative}: {e}"))?;
-        let source = SourceFile::new(&relative, text);
-        let proposal = Proposal::parse(&source).map_err(|d| d.to_string())?;
-        let spec = ctx
-            .env
-            .artifacts
-            .put_bytes("SKILL_SPEC", source.text.as_bytes())
-            .map_err(|e| format!("failed to store the skill spec: {e}"))?;
-        let name = proposal.name.get_ref();
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
-        let actor = crate::skills::actor();
-        let created = match ledger.propose_skill(&NewSkill {
-            name,
-            description: &proposal.description,
-            side_effect: proposal.side_effect.as_str(),
-            spec: &spec,
+        let Proposed {
+            proposal,
+            spec,
+            created,
+        } = Proposing {
+            root: &ctx.env.workspace,
+            store: &ctx.env.artifacts,
+            templates: &ctx.env.templates,
+            trust: &self.trust,
             initial_state: &self.lifecycle.initial,
-            actor: &actor,
-        }) {
-            Ok(()) => true,
-            Err(LedgerError::SkillExists(_)) => {
-                let existing = ledger.skill(name).map_err(|e| e.to_string())?;
-                if existing.spec_artifact != spec.sha256 {
-                    return Err(format!(
-                        "{relative} changed since `{name}` was proposed (proposed sha256:{}, now sha256:{}); \
-                         a proposal is fixed once recorded: propose the change under a new name",
-                        &existing.spec_artifact[..12],
-                        &spec.sha256[..12]
-                    ));
-                }
-                false
-            }
-            Err(e) => return Err(e.to_string()),
-        };
+        }
+        .record(&mut ledger, &relative)
+        .map_err(|e| e.to_string())?;
+        let name = proposal.name.get_ref();
         if self.require_buildable
             && let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, name)
                 .map_err(|e| e.to_string())?

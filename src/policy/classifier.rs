@@ -140,6 +140,15 @@ mod tests {
             "BUILD_ERROR"
         );
         assert_eq!(
+            kind(
+                "build",
+                "failed",
+                None,
+                "sh: 1: cannot create /w/PWNED: Permission denied"
+            ),
+            "CONFINEMENT_DENIED"
+        );
+        assert_eq!(
             kind("gate", "failed", Some("VERIFY_POLICY"), ""),
             "VERIFY_POLICY"
         );

@@ -3,6 +3,11 @@
 //! a `side_effect` rule also requires the captured class to equal the proposal's, and names its
 //! `subject`: the file must declare it exactly once and mention it nowhere else, so a second
 //! assignment, an alias or a write through `globals()` cannot change the class unnoticed.
+//!
+//! A `capability` rule works the other way round: its pattern is a use of something only some
+//! classes may do (a network library, a file write), and a line that matches it fails a skill
+//! proposed as any other class. The kernel's confinement is the real enforcement; this is the
+//! early refusal, with the line that gave the skill away.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,6 +23,7 @@ use crate::diagnostic::{Diagnostic, SourceFile};
 pub enum InvariantKind {
     Present,
     SideEffect,
+    Capability,
 }
 
 #[derive(Debug, Deserialize)]
@@ -38,6 +44,8 @@ struct RawInvariant {
     /// For a `side_effect` rule: the name the declaration assigns. Every line that mentions it
     /// must be the one declaration, so a second assignment or an alias cannot change the class.
     subject: Option<Spanned<String>>,
+    /// For a `capability` rule: the classes a skill must be proposed as to match the pattern.
+    classes: Option<Spanned<Vec<crate::skills::SideEffect>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -50,12 +58,17 @@ pub struct Invariant {
     pub message: String,
     /// Matches a mention of the `subject` as a whole word, anywhere on a line.
     subject: Option<(String, Regex)>,
+    /// For a `capability` rule: the classes allowed to match the pattern.
+    classes: Vec<crate::skills::SideEffect>,
 }
 
 impl Invariant {
     /// Checks one file's text; returns the violation, if any. `class` is the proposal's
     /// side-effect class.
     pub fn check(&self, file: &str, text: &str, class: Option<&str>) -> Option<String> {
+        if self.kind == InvariantKind::Capability {
+            return self.check_capability(file, text, class);
+        }
         let found = text.lines().find_map(|line| self.pattern.captures(line));
         let Some(captures) = found else {
             return Some(format!(
@@ -98,6 +111,33 @@ impl Invariant {
         }
         None
     }
+
+    /// The first line that uses the capability, unless the skill was proposed as a class that
+    /// may.
+    fn check_capability(&self, file: &str, text: &str, class: Option<&str>) -> Option<String> {
+        if self
+            .classes
+            .iter()
+            .any(|allowed| Some(allowed.as_str()) == class)
+        {
+            return None;
+        }
+        let (number, line) = text
+            .lines()
+            .enumerate()
+            .find(|(_, line)| self.pattern.is_match(line))?;
+        let allowed: Vec<&str> = self.classes.iter().map(|c| c.as_str()).collect();
+        Some(format!(
+            "{file}:{}: [{}] {}, which only a skill proposed as {} may, and this one was \
+             proposed as {}: {}",
+            number + 1,
+            self.id,
+            self.message,
+            allowed.join(" or "),
+            class.unwrap_or("nothing (not proposed)"),
+            line.trim()
+        ))
+    }
 }
 
 /// Parses an invariants policy; a bad pattern, or a `side_effect` rule without a `class` group,
@@ -135,6 +175,27 @@ pub fn parse(source: &Arc<SourceFile>) -> Result<Vec<Invariant>, Diagnostic> {
                     Some((name.get_ref().clone(), word))
                 }
             };
+            let classes = match (r.classes, r.kind) {
+                (Some(classes), InvariantKind::Capability) if !classes.get_ref().is_empty() => {
+                    classes.into_inner()
+                }
+                (_, InvariantKind::Capability) => {
+                    return Err(Diagnostic::new(format!(
+                        "invariant `{}` checks a capability, so it needs `classes`: the side-effect \
+                         classes that may use it, such as [\"NETWORK\"]",
+                        r.id
+                    ))
+                    .at(source, r.pattern.span()));
+                }
+                (Some(classes), _) => {
+                    return Err(Diagnostic::new(format!(
+                        "`classes` is for `capability` invariants; `{}` is not one",
+                        r.id
+                    ))
+                    .at(source, classes.span()));
+                }
+                (None, _) => Vec::new(),
+            };
             Ok(Invariant {
                 id: r.id,
                 kind: r.kind,
@@ -142,6 +203,7 @@ pub fn parse(source: &Arc<SourceFile>) -> Result<Vec<Invariant>, Diagnostic> {
                 pattern,
                 message: r.message,
                 subject,
+                classes,
             })
         })
         .collect()
@@ -234,5 +296,88 @@ mod tests {
             err.message
         );
         assert_eq!(err.position().as_deref(), Some("i.toml:5:11"));
+    }
+
+    fn capability_violations(source: &str, class: &str) -> Vec<String> {
+        shipped()
+            .iter()
+            .filter(|r| r.kind == InvariantKind::Capability)
+            .filter_map(|r| r.check("s.py", source, Some(class)))
+            .collect()
+    }
+
+    #[test]
+    fn code_that_uses_the_network_or_writes_files_needs_the_class_that_may() {
+        for (source, rule) in [
+            ("import urllib.request as r\n", "network-needs-network"),
+            ("from http import client\n", "network-needs-network"),
+            ("import json, http.client\n", "network-needs-network"),
+            ("    import requests as r\n", "network-needs-network"),
+            (
+                "reader, writer = await asyncio.open_connection(h, p)\n",
+                "network-needs-network",
+            ),
+            (
+                "pathlib.Path(p).write_text(body)\n",
+                "writes-need-file-write",
+            ),
+            ("with open(p, \"w\") as out:\n", "writes-need-file-write"),
+            (
+                "with open(p, mode='a+') as out:\n",
+                "writes-need-file-write",
+            ),
+            ("with open(p, \"r+\") as out:\n", "writes-need-file-write"),
+            ("os.remove(p)\n", "writes-need-file-write"),
+            ("shutil.copyfile(a, b)\n", "writes-need-file-write"),
+        ] {
+            let found = capability_violations(source, "READ_ONLY");
+            assert!(
+                found.len() == 1 && found[0].contains(&format!("[{rule}]")),
+                "{source:?}: {found:?}"
+            );
+            assert!(found[0].contains("proposed as READ_ONLY"), "{found:?}");
+        }
+        // The class that may, may.
+        assert!(capability_violations("import urllib.request\n", "NETWORK").is_empty());
+        assert!(capability_violations("open(p, 'w')\n", "FILE_WRITE").is_empty());
+        // Reading, and strings that merely look alike, are not writes.
+        for source in [
+            "with open(p) as f:\n",
+            "with open(p, \"rb\") as f:\n",
+            "with open(p, encoding=\"ascii\") as f:\n",
+            "text = body.replace(\"a\", \"b\")\n",
+            "# see https://example.org/http\n",
+            "import json\n",
+        ] {
+            assert!(
+                capability_violations(source, "READ_ONLY").is_empty(),
+                "{source:?}"
+            );
+        }
+    }
+
+    /// The shipped example skills pass the shipped rules as the classes they are proposed as.
+    #[test]
+    fn the_prepared_example_skills_keep_to_their_classes() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for skill in ["word_count", "write_note", "find_notes", "summarize_note"] {
+            let proposal =
+                std::fs::read_to_string(repo.join(format!("proposals/{skill}.toml"))).unwrap();
+            let class = crate::skills::Proposal::parse(&SourceFile::new("p.toml", proposal))
+                .unwrap()
+                .side_effect;
+            let source =
+                std::fs::read_to_string(repo.join(format!("builders/prepared/{skill}/skill.py")))
+                    .unwrap();
+            assert_eq!(
+                capability_violations(&source, class.as_str()),
+                Vec::<String>::new(),
+                "{skill}"
+            );
+            // And each, proposed as READ_ONLY instead, is caught if it writes.
+            if class == crate::skills::SideEffect::FileWrite {
+                assert!(!capability_violations(&source, "READ_ONLY").is_empty());
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! derives from it, so it may hold no path characters.
 
 pub mod conventions;
+pub mod propose;
 pub mod registry;
 pub mod trust;
 
@@ -69,8 +70,9 @@ pub struct Proposal {
     /// Environment variables holding secrets the skill may read; nothing else reaches it.
     #[serde(default)]
     pub secrets: Vec<String>,
-    /// The argv that runs the skill; it reads JSON on stdin and writes JSON on stdout.
-    pub command: Vec<String>,
+    /// The argv that runs the skill; it reads JSON on stdin and writes JSON on stdout. A file it
+    /// names in the workspace lies in the skill's folder (see [`Proposal::check_command`]).
+    pub command: Spanned<Vec<String>>,
     /// For a FILE_WRITE skill: the paths (files or folders, relative to the workspace) it may
     /// write under. Its confinement profile allows writes there and nowhere else.
     #[serde(default)]
@@ -87,10 +89,10 @@ impl Proposal {
         if let Some(reason) = invalid_name_reason(proposal.name.get_ref()) {
             return Err(Diagnostic::new(reason).at(source, proposal.name.span()));
         }
-        if proposal.command.is_empty() {
+        if proposal.command.get_ref().is_empty() {
             return Err(
                 Diagnostic::new("`command` needs at least the program to run")
-                    .with_help(format!("in {}", source.path.display())),
+                    .at(source, proposal.command.span()),
             );
         }
         for (field, schema) in [
@@ -129,6 +131,55 @@ impl Proposal {
         Ok(proposal)
     }
 
+    /// Refuses a `command` that would run a workspace file outside the skill's folder (relative
+    /// to `root`): trust vouches for that folder and the proposal, and nothing else.
+    ///
+    /// The program is a bare name (found on PATH) or a path inside the folder. Any argument that
+    /// looks like a path (it holds a `/`, or names something in the workspace root), and the
+    /// value of a `--flag=value`, must lie inside the folder too. What an interpreter finds by
+    /// its own lookup (`python3 -m package`) is beyond this check.
+    pub fn check_command(
+        &self,
+        source: &Arc<SourceFile>,
+        root: &std::path::Path,
+        folder: &str,
+    ) -> Result<(), Diagnostic> {
+        for (i, arg) in self.command.get_ref().iter().enumerate() {
+            let value = match (i, arg.split_once('=')) {
+                (0, _) => arg.as_str(),
+                (_, Some((flag, value))) if flag.starts_with('-') => value,
+                (_, None) if arg.starts_with('-') => continue,
+                _ => arg.as_str(),
+            };
+            let looks_like_path = (value.contains('/') && !value.contains("://"))
+                || (i > 0 && !value.is_empty() && root.join(value).symlink_metadata().is_ok());
+            if !looks_like_path {
+                continue;
+            }
+            let reason = if value.starts_with('/') {
+                Some("it is absolute")
+            } else if let Some(reason) = crate::sandbox::unsafe_path_reason(value) {
+                Some(reason)
+            } else if !std::path::Path::new(value).starts_with(folder) {
+                Some("it lies outside the skill's folder")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(Diagnostic::new(format!(
+                    "`command` names `{value}`, which trust cannot vouch for: {reason} \
+                     (`{folder}`)"
+                ))
+                .at(source, self.command.span())
+                .with_help(
+                    "trust covers the skill's folder and its proposal alone: put the files the \
+                     skill runs in its folder, and name programs bare, as found on PATH",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The paths a FILE_WRITE skill may write under, relative to the workspace.
     pub fn write_paths(&self) -> Vec<String> {
         self.writes.iter().map(|w| w.get_ref().clone()).collect()
@@ -144,6 +195,14 @@ impl Proposal {
         let path = store.path_of_sha256(sha256);
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("failed to read the skill spec {}: {e}", path.display()))?;
+        // The store names content by its hash: a file that no longer matches was altered.
+        use sha2::Digest;
+        if format!("{:x}", sha2::Sha256::digest(text.as_bytes())) != sha256 {
+            return Err(format!(
+                "the stored skill spec {} was altered: its content no longer matches its hash",
+                path.display()
+            ));
+        }
         Proposal::parse(&SourceFile::new(path.display().to_string(), text))
             .map_err(|d| d.to_string())
     }

@@ -1,9 +1,13 @@
 //! Trust: the source hash of a skill, and the policy that says what it covers.
 //!
-//! The hash is SHA-256 over, for each regular file under the skill's folder (not excluded, in
-//! byte order of the relative path): the path, a NUL, the content's length as decimal, a NUL,
-//! and the content. Paths and lengths are part of it, so renaming or splitting a file changes
-//! it. A symlink anywhere in the folder is refused: its target is not the skill's to vouch for.
+//! Trust vouches for everything a skill runs: the proposal it was proposed from (its `command`,
+//! class, secrets and schemas) and the files of its folder. The hash is SHA-256 over entries of
+//! the form: a path, a NUL, the content's length as decimal, a NUL, and the content. The first
+//! entry is the proposal file's text, with the empty path (which no file can have); then each
+//! regular file under the skill's folder (not excluded, in byte order of the relative path).
+//! Paths and lengths are part of it, so renaming or splitting a file changes it. A symlink
+//! anywhere in the folder, or on the way to the proposal, is refused: its target is not the
+//! skill's to vouch for.
 
 use std::io::Read;
 use std::path::Path;
@@ -67,21 +71,30 @@ impl TrustPolicy {
         })
     }
 
-    /// `sha256:<hex>` of the skill's files under `root`.
+    /// `sha256:<hex>` of the skill under `root`: its proposal file (`proposal`, relative to
+    /// `root`) and its folder's files.
     pub fn source_hash(
         &self,
         templates: &TemplateEngine,
         root: &Path,
         skill: &str,
+        proposal: &str,
     ) -> Result<String, String> {
+        let text = crate::sandbox::open_beneath(root, proposal)
+            .and_then(|file| crate::sandbox::read_bounded(file, PROPOSAL_LIMIT))
+            .map_err(|e| format!("cannot read the proposal {proposal}: {e}"))?;
         let folder = self.folder_of(templates, skill)?;
-        source_hash(&root.join(&folder), &self.exclude)
+        source_hash(&root.join(&folder), &self.exclude, &text)
             .map_err(|e| format!("cannot hash {folder}: {e}"))
     }
 }
 
-/// The source hash of a folder; see the module documentation for the exact definition.
-pub fn source_hash(folder: &Path, exclude: &GlobSet) -> std::io::Result<String> {
+/// The most a proposal file may hold.
+pub(super) const PROPOSAL_LIMIT: u64 = 1024 * 1024;
+
+/// The source hash of a proposal's text and a folder; see the module documentation for the
+/// exact definition.
+pub fn source_hash(folder: &Path, exclude: &GlobSet, proposal: &[u8]) -> std::io::Result<String> {
     if !folder.is_dir() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
@@ -106,15 +119,19 @@ pub fn source_hash(folder: &Path, exclude: &GlobSet) -> std::io::Result<String> 
     }
     files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut hasher = Sha256::new();
+    let mut entry = |path: &str, content: &[u8]| {
+        hasher.update(path.as_bytes());
+        hasher.update([0]);
+        hasher.update(content.len().to_string().as_bytes());
+        hasher.update([0]);
+        hasher.update(content);
+    };
+    entry("", proposal);
     let mut buffer = Vec::new();
     for (relative, path) in files {
         buffer.clear();
         std::fs::File::open(&path)?.read_to_end(&mut buffer)?;
-        hasher.update(relative.as_bytes());
-        hasher.update([0]);
-        hasher.update(buffer.len().to_string().as_bytes());
-        hasher.update([0]);
-        hasher.update(&buffer);
+        entry(&relative, &buffer);
     }
     Ok(format!("sha256:{:x}", hasher.finalize()))
 }
@@ -130,30 +147,36 @@ mod tests {
     }
 
     #[test]
-    fn the_hash_covers_names_and_contents_but_not_excluded_files() {
+    fn the_hash_covers_the_proposal_names_and_contents_but_not_excluded_files() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::write(root.join("skill.py"), "a").unwrap();
         std::fs::write(root.join("test_skill.py"), "b").unwrap();
-        let first = source_hash(root, &exclude()).unwrap();
-        assert_eq!(first, source_hash(root, &exclude()).unwrap());
+        let first = source_hash(root, &exclude(), b"proposal").unwrap();
+        assert_eq!(first, source_hash(root, &exclude(), b"proposal").unwrap());
 
         std::fs::create_dir(root.join("__pycache__")).unwrap();
         std::fs::write(root.join("__pycache__/skill.pyc"), "x").unwrap();
         assert_eq!(
             first,
-            source_hash(root, &exclude()).unwrap(),
+            source_hash(root, &exclude(), b"proposal").unwrap(),
             "by-products changed the hash"
         );
 
         std::fs::write(root.join("skill.py"), "A").unwrap();
-        let edited = source_hash(root, &exclude()).unwrap();
+        let edited = source_hash(root, &exclude(), b"proposal").unwrap();
         assert_ne!(first, edited, "one byte changed and the hash did not");
+
+        assert_ne!(
+            edited,
+            source_hash(root, &exclude(), b"proposal, edited").unwrap(),
+            "an edited proposal kept the hash"
+        );
 
         std::fs::rename(root.join("skill.py"), root.join("skill2.py")).unwrap();
         assert_ne!(
             edited,
-            source_hash(root, &exclude()).unwrap(),
+            source_hash(root, &exclude(), b"proposal").unwrap(),
             "a rename kept the hash"
         );
     }
@@ -161,9 +184,9 @@ mod tests {
     #[test]
     fn symlinks_and_missing_folders_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(source_hash(&dir.path().join("nope"), &exclude()).is_err());
+        assert!(source_hash(&dir.path().join("nope"), &exclude(), b"").is_err());
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join("skill.py")).unwrap();
-        let err = source_hash(dir.path(), &exclude()).unwrap_err();
+        let err = source_hash(dir.path(), &exclude(), b"").unwrap_err();
         assert!(err.to_string().contains("symlink"), "{err}");
     }
 }

@@ -1,0 +1,120 @@
+//! Recording a proposal: the one way in, for `kavi skill propose` and the forge's `propose` node.
+//!
+//! A proposal is read from a file inside the workspace (trust re-reads that file for as long as
+//! the skill is trusted), parsed, checked against the skill's folder, stored as a `SKILL_SPEC`
+//! artifact and recorded in the ledger. Proposing the same text again is a no-op; a proposal file
+//! that changed since it was recorded is refused, because the skill's lifecycle so far was earned
+//! by the old text.
+
+use std::path::Path;
+
+use super::Proposal;
+use super::trust::TrustPolicy;
+use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::ledger::{Artifact, ArtifactStore, Ledger, LedgerError, NewSkill};
+use crate::spec::SpecError;
+use crate::template::TemplateEngine;
+
+/// What recording a proposal needs besides the file.
+pub struct Proposing<'a> {
+    pub root: &'a Path,
+    pub store: &'a ArtifactStore,
+    pub templates: &'a TemplateEngine,
+    pub trust: &'a TrustPolicy,
+    /// The state a new skill starts in (the lifecycle's initial state).
+    pub initial_state: &'a str,
+}
+
+/// A recorded proposal.
+#[derive(Debug)]
+pub struct Proposed {
+    pub proposal: Proposal,
+    pub spec: Artifact,
+    /// False when the same text was recorded before.
+    pub created: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// The file cannot be read or is not a valid proposal (the diagnostic points into it).
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("refused `{path}`: {reason}")]
+    Path { path: String, reason: String },
+    #[error(
+        "{path} changed since `{name}` was proposed (proposed sha256:{proposed}, now \
+         sha256:{now}); a proposal is fixed once recorded: propose the change under a new name"
+    )]
+    Changed {
+        path: String,
+        name: String,
+        proposed: String,
+        now: String,
+    },
+    #[error("failed to store the skill spec: {0}")]
+    Store(std::io::Error),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+impl Proposing<'_> {
+    /// Records the proposal in `relative` (a path inside the workspace).
+    pub fn record(&self, ledger: &mut Ledger, relative: &str) -> Result<Proposed, ProposeError> {
+        let refused = |reason: String| ProposeError::Path {
+            path: relative.to_owned(),
+            reason,
+        };
+        if let Some(reason) = crate::sandbox::unsafe_path_reason(relative) {
+            return Err(refused(format!(
+                "{reason}; a proposal file is named relative to the workspace"
+            )));
+        }
+        let text = crate::sandbox::open_beneath(self.root, relative)
+            .and_then(|file| crate::sandbox::read_bounded(file, super::trust::PROPOSAL_LIMIT))
+            .map_err(|e| refused(e.to_string()))?;
+        let text = String::from_utf8(text).map_err(|_| refused("it is not UTF-8".into()))?;
+        let source = SourceFile::new(relative, text);
+        let proposal = Proposal::parse(&source).map_err(SpecError::from)?;
+        let name = proposal.name.get_ref();
+        let folder = self
+            .trust
+            .folder_of(self.templates, name)
+            .map_err(|message| SpecError::from(Diagnostic::new(message)))?;
+        proposal
+            .check_command(&source, self.root, &folder)
+            .map_err(SpecError::from)?;
+        let spec = self
+            .store
+            .put_bytes("SKILL_SPEC", source.text.as_bytes())
+            .map_err(ProposeError::Store)?;
+        let created = match ledger.propose_skill(&NewSkill {
+            name,
+            description: &proposal.description,
+            side_effect: proposal.side_effect.as_str(),
+            spec: &spec,
+            proposal_path: relative,
+            initial_state: self.initial_state,
+            actor: &super::actor(),
+        }) {
+            Ok(()) => true,
+            Err(LedgerError::SkillExists(_)) => {
+                let existing = ledger.skill(name)?;
+                if existing.spec_artifact != spec.sha256 {
+                    return Err(ProposeError::Changed {
+                        path: relative.to_owned(),
+                        name: name.clone(),
+                        proposed: existing.spec_artifact[..12].to_owned(),
+                        now: spec.sha256[..12].to_owned(),
+                    });
+                }
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Proposed {
+            proposal,
+            spec,
+            created,
+        })
+    }
+}
