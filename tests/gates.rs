@@ -102,6 +102,27 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
         let confinement = &run["nodes"][0]["outputs"]["confinement"];
         assert_eq!(confinement["role"], "gate");
         assert_eq!(confinement["network"], false);
+        // The profile names the policy it came from, by the hash the run recorded it under.
+        assert_eq!(confinement["policy"], "policies/confinement.toml");
+        let recorded = run["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["path"] == "policies/confinement.toml")
+            .unwrap();
+        assert_eq!(confinement["policy_hash"], recorded["spec_hash"]);
+        let shown = kavi(dir.path(), &["runs", "show"]);
+        let text = String::from_utf8_lossy(&shown.stdout);
+        let hash = confinement["policy_hash"].as_str().unwrap();
+        assert!(
+            text.contains("confinement:")
+                && text.contains(&format!(
+                    "gate: landlock (ABI {}), policies/confinement.toml {}",
+                    kavi::confinement::kernel_abi(),
+                    &hash[..19]
+                )),
+            "{text}"
+        );
     }
     let policies: Vec<&str> = run["policies"]
         .as_array()

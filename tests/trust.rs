@@ -501,6 +501,13 @@ fn a_read_only_skill_can_neither_write_outside_its_temporary_folder_nor_connect(
     assert!(!target.exists());
     assert_eq!(record["confinement"]["role"], "READ_ONLY skill");
     assert_eq!(record["confinement"]["network"], false);
+    // The policy the profile came from is kept, and named by its hash.
+    let hash = record["confinement"]["policy_hash"].as_str().unwrap();
+    let policy = kavi(root, &["spec", "show", hash]);
+    assert_eq!(
+        String::from_utf8_lossy(&policy.stdout),
+        std::fs::read_to_string(root.join("policies/confinement.toml")).unwrap()
+    );
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();

@@ -108,7 +108,38 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
         ]);
     }
     out!("{}", table(&rows));
+    let confined: Vec<Vec<String>> = detail
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let record = node.outputs.as_ref()?.get("confinement")?;
+            Some(vec![
+                format!("  {}", node.node_id),
+                describe_confinement(record)?,
+            ])
+        })
+        .collect();
+    if !confined.is_empty() {
+        outln!();
+        outln!("confinement:");
+        out!("{}", table(&confined));
+    }
     Ok(exit::SUCCESS)
+}
+
+/// One line for a node's confinement record: the role, how it was enforced (or why not), and
+/// the policy it came from.
+fn describe_confinement(record: &serde_json::Value) -> Option<String> {
+    let role = record.get("role")?.as_str()?;
+    let enforced = record["enforced"].as_str().unwrap_or("none");
+    let mut line = format!("{role}: {enforced}");
+    if let Some(reason) = record["unconfined_because"].as_str() {
+        line.push_str(&format!(" ({reason})"));
+    }
+    if let (Some(path), Some(hash)) = (record["policy"].as_str(), record["policy_hash"].as_str()) {
+        line.push_str(&format!(", {path} {}", short_hash(hash)));
+    }
+    Some(line)
 }
 
 pub fn spec_show(workspace: &Workspace, hash: &str) -> Result<i32, Error> {

@@ -74,10 +74,20 @@ pub fn kernel_abi() -> i32 {
     i32::try_from(version).unwrap_or(0).max(0)
 }
 
+/// A policy file, as the ledger names it: its path and `sha256:` hash (the text is among the
+/// stored specs, `kavi spec show <hash>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyRef {
+    pub path: String,
+    pub hash: String,
+}
+
 /// A profile made ready for a child process, or the decision to run it unconfined.
 #[derive(Debug, Clone)]
 pub struct Confinement {
     pub profile: Profile,
+    /// The policy the profile comes from.
+    pub policy: Option<PolicyRef>,
     /// The Landlock ruleset to apply in the child; `None` when running unconfined.
     ruleset: Option<Arc<OwnedFd>>,
     /// Why the process runs unconfined, when it does.
@@ -104,6 +114,8 @@ impl Confinement {
             "read": self.profile.read,
             "write": self.profile.write,
             "network": self.profile.network,
+            "policy": self.policy.as_ref().map(|p| &p.path),
+            "policy_hash": self.policy.as_ref().map(|p| &p.hash),
         })
     }
 }
@@ -137,6 +149,7 @@ fn prepare_for(profile: Profile, abi: i32) -> Result<Confinement, ConfinementErr
         tracing::warn!("running the {role} unconfined: {missing}");
         return Ok(Confinement {
             profile,
+            policy: None,
             ruleset: None,
             unconfined_because: Some(missing),
             abi,
@@ -188,6 +201,7 @@ fn prepare_for(profile: Profile, abi: i32) -> Result<Confinement, ConfinementErr
     let fd = fd.ok_or_else(|| ruleset_error(&"the kernel made no ruleset"))?;
     Ok(Confinement {
         profile,
+        policy: None,
         ruleset: Some(Arc::new(fd)),
         unconfined_because: None,
         abi,

@@ -60,6 +60,8 @@ struct PathTemplate {
 #[derive(Debug, Clone)]
 pub struct RoleProfile {
     role: &'static str,
+    /// The policy file it comes from, and that file's hash: what the ledger names it by.
+    policy: super::PolicyRef,
     require: bool,
     read: Vec<PathTemplate>,
     write: Vec<PathTemplate>,
@@ -77,7 +79,9 @@ impl RoleProfile {
         writes: &[String],
     ) -> Result<super::Confinement, String> {
         let profile = self.resolve(templates, values, writes)?;
-        super::prepare(profile).map_err(|e| e.to_string())
+        let mut confinement = super::prepare(profile).map_err(|e| e.to_string())?;
+        confinement.policy = Some(self.policy.clone());
+        Ok(confinement)
     }
 
     /// Resolves the path templates with the role's values, repeating the entries that read
@@ -142,6 +146,8 @@ pub struct ConfinementPolicy {
     pub file_write: RoleProfile,
     pub network: RoleProfile,
     pub secret_read: RoleProfile,
+    /// The policy's text, which the ledger keeps among the specs.
+    pub source: Arc<SourceFile>,
 }
 
 impl ConfinementPolicy {
@@ -171,6 +177,7 @@ impl ConfinementPolicy {
             file_write: skill("FILE_WRITE skill", raw.file_write)?,
             network: skill("NETWORK skill", raw.network)?,
             secret_read: skill("SECRET_READ skill", raw.secret_read)?,
+            source: Arc::clone(source),
         })
     }
 }
@@ -217,6 +224,10 @@ fn check(
     };
     Ok(RoleProfile {
         role,
+        policy: super::PolicyRef {
+            path: source.path.display().to_string(),
+            hash: crate::spec::spec_hash(&source.text),
+        },
         require: raw.require,
         read: plain(raw.read),
         write: plain(raw.write),

@@ -221,7 +221,10 @@ impl Runner<'_> {
             run_id: lineage.run_id,
             confinement: None,
         };
-        Ledger::open(self.ledger)?.start_execution(&started, self.owner.name())?;
+        let ledger = Ledger::open(self.ledger)?;
+        // The confinement policy governs the run: its text is kept for the record to name.
+        ledger.keep_spec(&self.confinement.source)?;
+        ledger.start_execution(&started, self.owner.name())?;
         let secrets: Vec<(String, String)> = proposal
             .secrets
             .iter()

@@ -566,6 +566,16 @@ impl Ledger {
         Ok(runs)
     }
 
+    /// Keeps a spec or policy text (by its hash) so that records can name it; kept once.
+    pub fn keep_spec(&self, source: &crate::diagnostic::SourceFile) -> Result<String> {
+        let hash = crate::spec::spec_hash(&source.text);
+        self.conn.execute(
+            "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![hash, source.path.display().to_string(), source.text, now()],
+        )?;
+        Ok(hash)
+    }
+
     /// The newest runs first.
     pub fn list_runs(&self, limit: usize) -> Result<Vec<RunRow>> {
         let mut stmt = self.conn.prepare(&format!(
