@@ -568,6 +568,36 @@ fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
     );
 }
 
+/// Secrets go only to a skill whose classes include SECRET_READ; several classes are written as
+/// an array and recorded as one set.
+#[test]
+fn secrets_need_secret_read_and_classes_combine() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_policies(
+        dir.path(),
+        &["lifecycle.toml", "conventions.toml", "trust.toml"],
+    );
+    let with_secret = PROPOSAL.replace("command =", "secrets = [\"API_TOKEN\"]\ncommand =");
+    std::fs::write(dir.path().join("demo.toml"), &with_secret).unwrap();
+    let out = kavi(dir.path(), &["skill", "propose", "demo.toml"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`secrets` is for SECRET_READ skills; this one is READ_ONLY"),
+        "{stderr}"
+    );
+    let combined = with_secret.replace(
+        "side_effect = \"READ_ONLY\"",
+        "side_effect = [\"SECRET_READ\", \"NETWORK\"]",
+    );
+    std::fs::write(dir.path().join("demo.toml"), combined).unwrap();
+    let skill = json(&kavi(
+        dir.path(),
+        &["skill", "propose", "demo.toml", "--json"],
+    ));
+    assert_eq!(skill["side_effect"], "NETWORK+SECRET_READ");
+}
+
 #[test]
 fn writes_are_refused_in_a_proposal_that_is_not_file_write() {
     let proposal = PROPOSAL.replace("command =", "writes = [\"out\"]\ncommand =");

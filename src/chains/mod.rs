@@ -22,7 +22,7 @@ use toml::Spanned;
 use crate::diagnostic::{Diagnostic, Diagnostics, SourceFile};
 use crate::executions::{ExecutionError, Lineage, Runner};
 use crate::ledger::{ExecutionRecord, Ledger};
-use crate::skills::SideEffect;
+use crate::skills::SideEffects;
 use crate::spec::{ParamDecl, RawParam, SpecError};
 use crate::template::{TemplateEngine, describe_error};
 
@@ -267,7 +267,7 @@ pub struct StepResult {
 
 /// Who confirmed which side effects: `kavi chain run --yes`, a prompt, or a node's `confirm`.
 pub trait Confirm: Sync {
-    fn confirmed(&self, skill: &str, class: SideEffect) -> bool;
+    fn confirmed(&self, skill: &str, classes: SideEffects) -> bool;
 }
 
 /// Sets a dotted field (`a.b`) in a JSON object, making objects on the way.
@@ -434,11 +434,10 @@ async fn run_step(
         Err(refusal) => return fail(Some(input), refusal.to_string()),
     };
     let class = ready.proposal.side_effect;
-    if class != SideEffect::ReadOnly && !cx.confirm.confirmed(&step.skill, class) {
+    if !class.is_read_only() && !cx.confirm.confirmed(&step.skill, class) {
         let error = format!(
             "`{}` is {}, which nobody confirmed; nothing was run",
-            step.skill,
-            class.as_str()
+            step.skill, class
         );
         return fail(Some(input), error);
     }

@@ -9,7 +9,7 @@ use crate::config::Workspace;
 use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
 use crate::executions::Lineage;
-use crate::skills::SideEffect;
+use crate::skills::SideEffects;
 use crate::template::TemplateEngine;
 
 fn load(workspace: &Workspace, file: &str) -> Result<Chain, Error> {
@@ -40,7 +40,7 @@ struct CliConfirm {
 }
 
 impl Confirm for CliConfirm {
-    fn confirmed(&self, skill: &str, class: SideEffect) -> bool {
+    fn confirmed(&self, skill: &str, class: SideEffects) -> bool {
         self.yes || confirm(skill, class).unwrap_or(false)
     }
 }

@@ -13,7 +13,7 @@ use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, Owner};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::propose::{ProposeError, Proposing};
 use crate::skills::trust::{self, TrustPolicy};
-use crate::skills::{Lifecycle, Proposal, SideEffect, TRUSTED};
+use crate::skills::{Lifecycle, Proposal, SideEffects, TRUSTED};
 use crate::spec::SpecError;
 use crate::template::TemplateEngine;
 
@@ -57,7 +57,7 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
     } else if proposed.created {
         outln!(
             "proposed skill `{name}` ({}): {}, spec {}",
-            proposed.proposal.side_effect.as_str(),
+            proposed.proposal.side_effect,
             lifecycle.initial,
             short_hash(&proposed.spec.sha256)
         );
@@ -277,13 +277,12 @@ impl SkillEnv {
 }
 
 /// Refuses a side effect that nobody confirmed: `--yes`, or a yes at the terminal prompt.
-pub(super) fn require_confirmation(name: &str, class: SideEffect, yes: bool) -> Result<(), Error> {
-    if class == SideEffect::ReadOnly || yes || confirm(name, class)? {
+pub(super) fn require_confirmation(name: &str, class: SideEffects, yes: bool) -> Result<(), Error> {
+    if class.is_read_only() || yes || confirm(name, class)? {
         return Ok(());
     }
     Err(Error::Usage(format!(
-        "`{name}` is {}: confirm with --yes (or answer the prompt on a terminal); nothing was run",
-        class.as_str()
+        "`{name}` is {class}: confirm with --yes (or answer the prompt on a terminal); nothing was run"
     )))
 }
 
@@ -401,12 +400,12 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
 }
 
 /// Asks on the terminal; without one there is nobody to ask, so the answer is no.
-pub(super) fn confirm(name: &str, class: SideEffect) -> Result<bool, Error> {
+pub(super) fn confirm(name: &str, class: SideEffects) -> Result<bool, Error> {
     use std::io::{BufRead, IsTerminal, Write};
     if !std::io::stdin().is_terminal() {
         return Ok(false);
     }
-    eprint!("`{name}` is {}. Run it? [y/N] ", class.as_str());
+    eprint!("`{name}` is {class}. Run it? [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     std::io::stdin()

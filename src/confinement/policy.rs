@@ -59,7 +59,7 @@ struct PathTemplate {
 /// One role's profile as the policy writes it: path templates, not yet resolved.
 #[derive(Debug, Clone)]
 pub struct RoleProfile {
-    role: &'static str,
+    role: String,
     /// The policy file it comes from, and that file's hash: what the ledger names it by.
     policy: super::PolicyRef,
     require: bool,
@@ -151,15 +151,40 @@ pub struct ConfinementPolicy {
 }
 
 impl ConfinementPolicy {
-    /// The profile a skill of `class` runs under.
-    pub fn for_skill(&self, class: crate::skills::SideEffect) -> &RoleProfile {
+    /// The profile a skill of `classes` runs under: its one class's, or for several, their
+    /// union (every path either may read or write, the network if either may use it, and
+    /// confinement required if either requires it).
+    pub fn for_skill(&self, classes: crate::skills::SideEffects) -> RoleProfile {
         use crate::skills::SideEffect;
-        match class {
+        let profiles = classes.iter().map(|class| match class {
             SideEffect::ReadOnly => &self.read_only,
             SideEffect::FileWrite => &self.file_write,
             SideEffect::Network => &self.network,
             SideEffect::SecretRead => &self.secret_read,
+        });
+        let mut union = RoleProfile {
+            role: format!("{classes} skill"),
+            policy: self.read_only.policy.clone(),
+            require: false,
+            read: Vec::new(),
+            write: Vec::new(),
+            network: false,
+        };
+        for profile in profiles {
+            union.require |= profile.require;
+            union.network |= profile.network;
+            for (from, into) in [
+                (&profile.read, &mut union.read),
+                (&profile.write, &mut union.write),
+            ] {
+                for path in from {
+                    if !into.iter().any(|p: &PathTemplate| p.text == path.text) {
+                        into.push(path.clone());
+                    }
+                }
+            }
         }
+        union
     }
 }
 
@@ -223,7 +248,7 @@ fn check(
             .collect()
     };
     Ok(RoleProfile {
-        role,
+        role: role.to_owned(),
         policy: super::PolicyRef {
             path: source.path.display().to_string(),
             hash: crate::spec::spec_hash(&source.text),
@@ -275,7 +300,7 @@ mod tests {
         let templates = TemplateEngine::new(dir.path());
         let values = minijinja::context! { workspace => "/ws", tmp => "/t" };
         let profile = policy
-            .for_skill(crate::skills::SideEffect::FileWrite)
+            .for_skill(crate::skills::SideEffect::FileWrite.into())
             .resolve(&templates, &values, &["notes".into(), "out/a.txt".into()])
             .unwrap();
         assert_eq!(
@@ -288,6 +313,40 @@ mod tests {
         );
         let none = policy.file_write.resolve(&templates, &values, &[]).unwrap();
         assert_eq!(none.write, [PathBuf::from("/t")]);
+    }
+
+    /// A skill of several classes runs under their union: what either may write, the network
+    /// if either may use it.
+    #[test]
+    fn several_classes_run_under_the_union_of_their_profiles() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_POLICY),
+        )
+        .unwrap();
+        let policy = parse(&text).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let templates = TemplateEngine::new(dir.path());
+        let values = minijinja::context! { workspace => "/ws", tmp => "/t" };
+        let classes = crate::skills::SideEffects::parse("FILE_WRITE+NETWORK").unwrap();
+        let union = policy.for_skill(classes);
+        assert_eq!(union.role, "FILE_WRITE+NETWORK skill");
+        let profile = union
+            .resolve(&templates, &values, &["notes".into()])
+            .unwrap();
+        assert!(profile.network && profile.require);
+        assert!(profile.write.contains(&PathBuf::from("/ws/notes")));
+        // Each path once, however many profiles grant it.
+        let tmp = profile
+            .write
+            .iter()
+            .filter(|p| p.as_path() == std::path::Path::new("/t"))
+            .count();
+        assert_eq!(tmp, 1, "{:?}", profile.write);
+        let alone = policy
+            .for_skill(crate::skills::SideEffect::Network.into())
+            .resolve(&templates, &values, &["notes".into()])
+            .unwrap();
+        assert!(!alone.write.contains(&PathBuf::from("/ws/notes")));
     }
 
     #[test]

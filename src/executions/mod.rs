@@ -208,7 +208,7 @@ impl Runner<'_> {
             parent_execution_id: lineage.parent.clone(),
             skill: ready.name.clone(),
             source_hash: Some(ready.hash.clone()),
-            side_effect: proposal.side_effect.as_str().to_owned(),
+            side_effect: proposal.side_effect.to_string(),
             input: Some(input.clone()),
             output: None,
             success: false,
@@ -335,7 +335,7 @@ impl Runner<'_> {
             }
         };
         // A denial shows in the skill's stderr; the error names the profile that denied it.
-        let profile = format!("under the {} profile", class.as_str());
+        let profile = format!("under the {class} profile");
         let outcome = match finished.exit {
             crate::process::Exit::Code(0) if finished.stdout.truncated() => Err(format!(
                 "the output is larger than the {} MiB a skill may print",

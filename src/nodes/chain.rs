@@ -18,8 +18,8 @@ use crate::confinement::policy::ConfinementPolicy;
 use crate::diagnostic::Diagnostic;
 use crate::executions::{Lineage, Runner};
 use crate::ledger::ArtifactStore;
-use crate::skills::SideEffect;
 use crate::skills::trust::TrustPolicy;
+use crate::skills::{SideEffect, SideEffects};
 use crate::spec::SpecError;
 use crate::state::NodeState;
 
@@ -51,8 +51,9 @@ struct ChainNode {
 }
 
 impl Confirm for ChainNode {
-    fn confirmed(&self, _skill: &str, class: SideEffect) -> bool {
-        self.confirm.contains(&class)
+    /// Every class of the skill must be one the node confirms.
+    fn confirmed(&self, _skill: &str, classes: SideEffects) -> bool {
+        classes.iter().all(|class| self.confirm.contains(&class))
     }
 }
 

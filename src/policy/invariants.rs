@@ -99,7 +99,12 @@ impl Invariant {
             }
         }
         if self.kind == InvariantKind::SideEffect {
-            let declared = captures.name("class").map(|m| m.as_str());
+            // A set may be declared in any order (`SECRET_READ+NETWORK`); compare it as a set.
+            let declared = captures.name("class").map(|m| {
+                crate::skills::SideEffects::parse(m.as_str())
+                    .map_or_else(|_| m.as_str().to_owned(), |set| set.to_string())
+            });
+            let declared = declared.as_deref();
             if declared != class {
                 return Some(format!(
                     "{file}: [{}] declares {}, but the skill was proposed as {}",
@@ -115,10 +120,11 @@ impl Invariant {
     /// The first line that uses the capability, unless the skill was proposed as a class that
     /// may.
     fn check_capability(&self, file: &str, text: &str, class: Option<&str>) -> Option<String> {
+        let proposed: Vec<&str> = class.map(|c| c.split('+').collect()).unwrap_or_default();
         if self
             .classes
             .iter()
-            .any(|allowed| Some(allowed.as_str()) == class)
+            .any(|allowed| proposed.contains(&allowed.as_str()))
         {
             return None;
         }
@@ -307,6 +313,29 @@ mod tests {
     }
 
     #[test]
+    fn a_skill_of_several_classes_declares_the_set_in_any_order() {
+        let rules = shipped();
+        let declared = rules
+            .iter()
+            .find(|r| r.id == "side-effect-declared")
+            .unwrap();
+        let source = "SIDE_EFFECT = \"SECRET_READ+NETWORK\"\n";
+        assert_eq!(
+            declared.check("s.py", source, Some("NETWORK+SECRET_READ")),
+            None
+        );
+        let narrower = declared.check("s.py", source, Some("NETWORK")).unwrap();
+        assert!(
+            narrower
+                .contains("declares NETWORK+SECRET_READ, but the skill was proposed as NETWORK"),
+            "{narrower}"
+        );
+        // Any of its classes may use what that class may.
+        assert!(capability_violations("import urllib.request\n", "NETWORK+SECRET_READ").is_empty());
+        assert!(!capability_violations("open(p, 'w')\n", "NETWORK+SECRET_READ").is_empty());
+    }
+
+    #[test]
     fn code_that_uses_the_network_or_writes_files_needs_the_class_that_may() {
         for (source, rule) in [
             ("import urllib.request as r\n", "network-needs-network"),
@@ -370,12 +399,12 @@ mod tests {
                 std::fs::read_to_string(repo.join(format!("builders/prepared/{skill}/skill.py")))
                     .unwrap();
             assert_eq!(
-                capability_violations(&source, class.as_str()),
+                capability_violations(&source, &class.to_string()),
                 Vec::<String>::new(),
                 "{skill}"
             );
             // And each, proposed as READ_ONLY instead, is caught if it writes.
-            if class == crate::skills::SideEffect::FileWrite {
+            if class.contains(crate::skills::SideEffect::FileWrite) {
                 assert!(!capability_violations(&source, "READ_ONLY").is_empty());
             }
         }

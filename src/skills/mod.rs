@@ -7,7 +7,10 @@
 pub mod conventions;
 pub mod propose;
 pub mod registry;
+mod side_effect;
 pub mod trust;
+
+pub use side_effect::{SideEffect, SideEffects};
 
 /// The state a promotion reaches, and the one `kavi skill verify` checks.
 pub const TRUSTED: &str = "TRUSTED";
@@ -22,27 +25,6 @@ use crate::diagnostic::{Diagnostic, SourceFile};
 /// Who is acting, as recorded with proposals, transitions and promotions: the user running kavi.
 pub fn actor() -> String {
     std::env::var("USER").unwrap_or_else(|_| "unknown".into())
-}
-
-/// What running a skill may touch. Anything but READ_ONLY needs confirmation at run time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SideEffect {
-    ReadOnly,
-    FileWrite,
-    Network,
-    SecretRead,
-}
-
-impl SideEffect {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SideEffect::ReadOnly => "READ_ONLY",
-            SideEffect::FileWrite => "FILE_WRITE",
-            SideEffect::Network => "NETWORK",
-            SideEffect::SecretRead => "SECRET_READ",
-        }
-    }
 }
 
 /// Why a skill name is unusable, if it is: names become paths, so only `[a-z][a-z0-9_]*` (at
@@ -66,7 +48,8 @@ pub fn invalid_name_reason(name: &str) -> Option<String> {
 pub struct Proposal {
     pub name: Spanned<String>,
     pub description: String,
-    pub side_effect: SideEffect,
+    /// One class, or several (see [`SideEffects`]).
+    pub side_effect: SideEffects,
     /// Environment variables holding secrets the skill may read; nothing else reaches it.
     #[serde(default)]
     pub secrets: Vec<String>,
@@ -112,11 +95,21 @@ impl Proposal {
                 );
             }
         }
+        if !proposal.secrets.is_empty() && !proposal.side_effect.contains(SideEffect::SecretRead) {
+            return Err(Diagnostic::new(format!(
+                "`secrets` is for SECRET_READ skills; this one is {}",
+                proposal.side_effect
+            ))
+            .with_help(
+                "add SECRET_READ to its classes, as in `side_effect = [\"NETWORK\", \"SECRET_READ\"]`",
+            )
+            .at(source, proposal.name.span()));
+        }
         for write in &proposal.writes {
-            if proposal.side_effect != SideEffect::FileWrite {
+            if !proposal.side_effect.contains(SideEffect::FileWrite) {
                 return Err(Diagnostic::new(format!(
                     "`writes` is for FILE_WRITE skills; this one is {}",
-                    proposal.side_effect.as_str()
+                    proposal.side_effect
                 ))
                 .at(source, write.span()));
             }

@@ -90,7 +90,7 @@ impl Proposing<'_> {
         let created = match ledger.propose_skill(&NewSkill {
             name,
             description: &proposal.description,
-            side_effect: proposal.side_effect.as_str(),
+            side_effect: &proposal.side_effect.to_string(),
             spec: &spec,
             proposal_path: relative,
             initial_state: self.initial_state,
