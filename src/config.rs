@@ -34,6 +34,9 @@ pub struct Config {
     pub executions_log: PathBuf,
     /// How long one run of a skill may take, such as `60s`.
     pub skill_timeout: String,
+    /// The ed25519 key that signs ledger checkpoints, kept outside the workspace. Empty:
+    /// `$XDG_CONFIG_HOME/kavi/signing.key` (or `~/.config/kavi/signing.key`).
+    pub signing_key: PathBuf,
 }
 
 impl Config {
@@ -96,8 +99,20 @@ impl Default for Config {
             gateway: GatewayConfig::default(),
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
             skill_timeout: "60s".to_owned(),
+            signing_key: PathBuf::new(),
         }
     }
+}
+
+/// Where the signing key is unless configured: this user's configuration folder, which no
+/// workspace contains.
+fn default_signing_key() -> PathBuf {
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+    config.join("kavi").join("signing.key")
 }
 
 /// Where sandboxes go unless configured: a folder of this user's in the system's temporary
@@ -169,6 +184,7 @@ impl Workspace {
                 "builder",
                 "executions_log",
                 "skill_timeout",
+                "signing_key",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
             .merge(
@@ -192,6 +208,11 @@ impl Workspace {
             root.join(&config.sandboxes)
         };
         config.executions_log = root.join(&config.executions_log);
+        config.signing_key = if config.signing_key.as_os_str().is_empty() {
+            default_signing_key()
+        } else {
+            root.join(&config.signing_key)
+        };
         Ok(Self {
             root,
             config,

@@ -15,6 +15,7 @@ pub mod error;
 pub mod executions;
 pub mod executor;
 pub mod git;
+pub mod identity;
 pub mod jsonpath;
 pub mod ledger;
 pub mod nodes;

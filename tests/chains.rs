@@ -102,6 +102,7 @@ fn a_two_step_chain_maps_the_first_result_into_the_second_and_links_the_records(
     assert!(lines[0].starts_with("✓ find_notes "), "{text}");
     assert!(lines[0].ends_with(" (step search)"), "{text}");
     assert!(lines[1].starts_with("└─ ✓ summarize_note "), "{text}");
+    common::assert_ledger_verifies(root);
 }
 
 #[test]

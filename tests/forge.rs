@@ -162,6 +162,212 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
     );
     assert_eq!(node(&again, "attempt")["state"], "blocked");
     assert!(attempts.is_empty());
+
+    common::assert_ledger_verifies(root);
+    every_edit_outside_kavi_is_named(root);
+    a_rewritten_chain_is_caught_by_the_signed_checkpoints(root);
+}
+
+/// Recomputes every journal hash from the first, as a writer who knows the format would after
+/// an edit.
+fn rewrite_chain(ledger: &rusqlite::Connection) {
+    let entries: Vec<(i64, String, String, String, String)> = ledger
+        .prepare("SELECT seq, tbl, op, key, content FROM journal ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let mut prev = String::new();
+    for (seq, table, op, key, content) in entries {
+        let hash = kavi::ledger::journal::entry_hash(&prev, seq, &table, &op, &key, &content);
+        ledger
+            .execute(
+                "UPDATE journal SET prev = ?1, hash = ?2 WHERE seq = ?3",
+                rusqlite::params![prev, hash, seq],
+            )
+            .unwrap();
+        prev = hash;
+    }
+}
+
+/// An edit with the chain recomputed after it passes the journal's own checks; a checkpoint
+/// signed before it does not, even when the writer deletes the ledger's copy of it, since the
+/// log beside the key (outside the workspace) still has it.
+fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("signing.key");
+    let with_key = |dir: &Path, args: &[&str]| {
+        common::kavi_command(dir, args)
+            .env("KAVI_SIGNING_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    let copy = tempfile::tempdir().unwrap();
+    common::copy_dir(root, copy.path());
+    // A key inside the workspace is refused: whoever edits the workspace could read it.
+    let inside = common::kavi_command(copy.path(), &["ledger", "keygen"])
+        .env("KAVI_SIGNING_KEY", copy.path().join("signing.key"))
+        .output()
+        .unwrap();
+    assert_eq!(inside.status.code(), Some(2));
+    assert!(
+        with_key(copy.path(), &["ledger", "keygen"])
+            .status
+            .success()
+    );
+    let signed = with_key(copy.path(), &["ledger", "checkpoint"]);
+    assert!(
+        signed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&signed.stderr)
+    );
+    let clean = with_key(copy.path(), &["ledger", "verify"]);
+    let stdout = String::from_utf8_lossy(&clean.stdout);
+    assert!(clean.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("1 checkpoints, signed by the configured key"),
+        "{stdout}"
+    );
+
+    // The second attack is on the ledger the log names, in place (the log knows a ledger by its
+    // path); the first on a copy of it.
+    let first = tempfile::tempdir().unwrap();
+    common::copy_dir(copy.path(), first.path());
+    for (attacked, delete_the_checkpoint) in [(first.path(), false), (copy.path(), true)] {
+        let ledger = rusqlite::Connection::open(attacked.join(".kavi/ledger.db")).unwrap();
+        // The writer puts back every trigger it drops, so that none is missing.
+        let behind_the_triggers = |triggers: &[&str], sql: &str| {
+            let saved: Vec<String> = triggers
+                .iter()
+                .map(|name| {
+                    ledger
+                        .query_row(
+                            "SELECT sql FROM sqlite_master WHERE name = ?1",
+                            [name],
+                            |r| r.get(0),
+                        )
+                        .unwrap()
+                })
+                .collect();
+            for name in triggers {
+                ledger
+                    .execute_batch(&format!("DROP TRIGGER {name}"))
+                    .unwrap();
+            }
+            ledger.execute_batch(sql).unwrap();
+            for trigger in saved {
+                ledger.execute_batch(&trigger).unwrap();
+            }
+        };
+        behind_the_triggers(
+            &["journal_node_runs_update"],
+            "UPDATE node_runs SET state = 'succeeded' WHERE state = 'skipped'",
+        );
+        // The journal is made to say the same: each row's last entry.
+        ledger
+            .execute_batch(
+                r#"UPDATE journal SET content = replace(content, '"state":"skipped"', '"state":"succeeded"')
+                   WHERE seq IN (SELECT MAX(seq) FROM journal WHERE tbl = 'node_runs' GROUP BY key)"#,
+            )
+            .unwrap();
+        if delete_the_checkpoint {
+            behind_the_triggers(
+                &["journal_checkpoints_delete"],
+                "DELETE FROM checkpoints; DELETE FROM journal WHERE tbl = 'checkpoints'",
+            );
+        }
+        rewrite_chain(&ledger);
+        drop(ledger);
+        let out = with_key(attacked, &["ledger", "verify"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        assert!(
+            stdout.contains("no longer has the hash it signed (the chain was rewritten)"),
+            "{stdout}"
+        );
+        // Only the checkpoint caught it: the rows and the chain agree.
+        assert!(!stdout.contains("table node_runs"), "{stdout}");
+    }
+}
+
+/// The ledger as the forge left it, edited behind kavi's back in each way a user with write access
+/// to the file could (the triggers dropped first, since the `sqlite3` shell cannot fire them):
+/// `kavi ledger verify` exits 1 and names the entry, row or file.
+fn every_edit_outside_kavi_is_named(root: &Path) {
+    let tamperings: [(&str, &str); 6] = [
+        (
+            "DROP TRIGGER journal_node_runs_update; UPDATE node_runs SET state = 'succeeded' WHERE state = 'skipped'",
+            "table node_runs row [",
+        ),
+        (
+            "DROP TRIGGER journal_verifications_delete; DELETE FROM verifications WHERE id = 1",
+            "table verifications row [1]: journal entry",
+        ),
+        (
+            "DROP TRIGGER journal_specs_update; UPDATE specs SET text = text || ' ' WHERE path = 'policies/gates.toml'",
+            "its text does not hash to its name",
+        ),
+        (
+            "DROP TRIGGER journal_skill_transitions_insert; INSERT INTO skill_transitions (skill, from_state, to_state, actor, at) VALUES ('word_count', 'TRUSTED', 'TRUSTED', 'x', 'now')",
+            "not in the journal (added outside kavi)",
+        ),
+        (
+            "UPDATE journal SET content = content || ' ' WHERE seq = 40",
+            "journal entry 40: its hash does not match its content",
+        ),
+        ("", "no longer hashes to its name (edited on disk)"),
+    ];
+    for (sql, named) in tamperings {
+        let copy = tempfile::tempdir().unwrap();
+        common::copy_dir(root, copy.path());
+        let ledger = copy.path().join(".kavi/ledger.db");
+        if sql.is_empty() {
+            let artifacts = copy.path().join(".kavi/artifacts/sha256");
+            let folder = std::fs::read_dir(&artifacts)
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path();
+            let file = std::fs::read_dir(folder)
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path();
+            let mut bytes = std::fs::read(&file).unwrap();
+            bytes.push(b'!');
+            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+                .unwrap();
+            std::fs::write(&file, bytes).unwrap();
+        } else {
+            rusqlite::Connection::open(&ledger)
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap();
+        }
+        let out = kavi(copy.path(), &["ledger", "verify"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{sql}: {stdout}");
+        assert!(stdout.contains(named), "{sql}: {stdout}");
+        if sql.contains("UPDATE specs") {
+            // Nor is the altered text served under its old name.
+            let hash: String = rusqlite::Connection::open(&ledger)
+                .unwrap()
+                .query_row(
+                    "SELECT hash FROM specs WHERE path = 'policies/gates.toml'",
+                    [],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            let shown = kavi(copy.path(), &["spec", "show", &hash]);
+            assert_ne!(shown.status.code(), Some(0));
+            assert!(String::from_utf8_lossy(&shown.stderr).contains("no longer hashes to it"));
+        }
+    }
 }
 
 /// Every attempt writes outside the allowlist: each fails the diff gate naming the file, nothing
@@ -233,7 +439,11 @@ fn an_approval_resumes_the_loop_with_the_next_attempt() {
             .code(),
         Some(6)
     );
-    let approved = kavi(root, &["approve", "latest", "--comment", "one more try"]);
+    // Who approves is the account of the real uid, whatever $USER claims.
+    let approved = common::kavi_command(root, &["approve", "latest", "--comment", "one more try"])
+        .env("USER", "someone-else")
+        .output()
+        .unwrap();
     assert!(
         approved.status.success(),
         "{}",
@@ -248,8 +458,12 @@ fn an_approval_resumes_the_loop_with_the_next_attempt() {
         stdout.contains("resuming run 1 (pipelines/forge.toml)"),
         "{stdout}"
     );
+    assert!(!stdout.contains("someone-else"), "{stdout}");
+    let me = kavi::identity::actor();
+    assert!(stdout.contains(&format!(" by {me}\n")), "{stdout}");
     let first = json(&kavi(root, &["runs", "show", "1", "--json"]));
     assert_eq!(first["status"], "approved");
+    assert_eq!(first["started_by"], me.as_str());
     let (resumed, attempts) = last_forge(root);
     assert_eq!(resumed["resumed_from"], 1);
     assert_eq!(resumed["status"], "succeeded");
@@ -257,6 +471,40 @@ fn an_approval_resumes_the_loop_with_the_next_attempt() {
     assert_eq!(node(&attempts[0], "build")["outputs"]["attempt"], 4);
     let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
     assert_eq!(shown["skill"]["state"], "TRUSTED");
+    common::assert_ledger_verifies(root);
+}
+
+/// With `self_approval = false` in the rules that stopped a run, the account that started it may
+/// not approve it; rejecting stays open to it.
+#[test]
+fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let rules = root.join("policies/escalation.toml");
+    let text = std::fs::read_to_string(&rules).unwrap();
+    std::fs::write(
+        &rules,
+        text.replace("self_approval = true", "self_approval = false"),
+    )
+    .unwrap();
+    assert_eq!(
+        forge(root, "word_count", "1=test,2=test,3=test")
+            .status
+            .code(),
+        Some(6)
+    );
+    // Editing the rules now changes nothing: the run is governed by the rules it ran under.
+    std::fs::write(&rules, text).unwrap();
+    let refused = kavi(root, &["approve", "latest"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("forbid approving a run by the account that started it"),
+        "{stderr}"
+    );
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "awaiting_review");
+    assert!(kavi(root, &["reject", "latest"]).status.success());
 }
 
 #[test]

@@ -78,6 +78,27 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
         },
         Err(e) => check("ledger", Status::Fail, e.to_string()),
     });
+    found.push(match super::ledger::findings(workspace) {
+        Err(e) => check("journal", Status::Fail, e.to_string()),
+        Ok((findings, _)) => match findings.problems.first() {
+            None => check(
+                "journal",
+                Status::Ok,
+                format!(
+                    "{} entries chain and match the tables ({} checkpoints)",
+                    findings.entries, findings.checkpoints
+                ),
+            ),
+            Some(first) => check(
+                "journal",
+                Status::Fail,
+                format!(
+                    "{first} ({} problems; `kavi ledger verify` lists them)",
+                    findings.problems.len()
+                ),
+            ),
+        },
+    });
     found.push(sandboxes_check(workspace));
     found.push(match ArtifactStore::open(&config.artifacts) {
         Ok(store) => match tempfile::NamedTempFile::new_in(store.temp_dir()) {

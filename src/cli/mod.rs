@@ -30,6 +30,7 @@ mod builds;
 mod chains;
 mod doctor;
 mod executions;
+mod ledger;
 mod output;
 mod pipeline;
 mod research;
@@ -150,6 +151,9 @@ enum Command {
     /// Inspect stored spec texts.
     #[command(subcommand)]
     Spec(SpecCommand),
+    /// Check the ledger's integrity: its journal, every row, every stored spec and artifact.
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
     /// Propose and inspect skills.
     #[command(subcommand)]
     Skill(SkillCommand),
@@ -370,9 +374,36 @@ enum RunsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum LedgerCommand {
+    /// Recompute the journal's hash chain, check every table against it, and re-hash every
+    /// stored spec and artifact file (exit 1 naming the first entry, row or file that does not
+    /// match).
+    Verify {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make the ed25519 key that signs checkpoints, at `signing_key` (outside the workspace;
+    /// default ~/.config/kavi/signing.key). An existing key is never overwritten.
+    Keygen,
+    /// Sign the journal's head, so that a rewrite of the chain up to it is detected.
+    Checkpoint,
+}
+
+#[derive(Debug, Subcommand)]
 enum SpecCommand {
     /// Print the spec text recorded under a hash (`sha256:...`, or a unique prefix).
     Show { hash: String },
+}
+
+/// The workspace's artifact store, with an error that names it.
+fn open_store(workspace: &Workspace) -> Result<crate::ledger::ArtifactStore, Error> {
+    crate::ledger::ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
+        context: format!(
+            "failed to open the artifact store at {}",
+            workspace.config.artifacts.display()
+        ),
+        source,
+    })
 }
 
 fn init_logging(format: LogFormat) {
@@ -441,6 +472,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
+        Command::Ledger(LedgerCommand::Verify { json }) => ledger::verify(&workspace, json),
+        Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(&workspace),
+        Command::Ledger(LedgerCommand::Checkpoint) => ledger::checkpoint(&workspace),
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)
         }

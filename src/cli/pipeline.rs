@@ -11,7 +11,7 @@ use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
 use crate::executor::{self, Environment};
-use crate::ledger::{ArtifactStore, Ledger, Owner, RunOrigin};
+use crate::ledger::{Ledger, Owner, RunOrigin};
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
@@ -57,14 +57,7 @@ pub async fn run(
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
     crate::sandbox::cleanup::sweep(&mut ledger)?;
-    let artifacts =
-        ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-            context: format!(
-                "failed to open the artifact store at {}",
-                workspace.config.artifacts.display()
-            ),
-            source,
-        })?;
+    let artifacts = super::open_store(workspace)?;
     let config = &workspace.config;
     let state_paths = vec![
         config.ledger.clone(),

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::output::short_hash;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{ArtifactStore, Ledger};
+use crate::ledger::Ledger;
 use crate::policy::classifier::Classifier;
 use crate::policy::network::{self, NetworkPolicy};
 use crate::research::advisory::{Advice, Advisor};
@@ -51,11 +51,7 @@ pub async fn run(
 
     let source = crate::policy::read(&workspace.root, CLASSIFIER).map_err(policy_error)?;
     let classifier = Classifier::parse(&source).map_err(policy_error)?;
-    let artifacts =
-        ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-            context: "failed to open the artifact store".into(),
-            source,
-        })?;
+    let artifacts = super::open_store(workspace)?;
     let found = research(&classifier, &artifacts, &steps, Some(&build.skill), run_id).map_err(
         |e| match e {
             ResearchError::NothingFailed(_) => Error::Usage(format!(

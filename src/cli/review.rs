@@ -26,8 +26,11 @@ pub async fn decide(
 ) -> Result<i32, Error> {
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     let root = ledger.root_run(ledger.resolve_run(run)?)?;
-    let actor = crate::skills::actor();
+    let actor = crate::identity::actor();
     let approve = matches!(decision, Decision::Approve { .. });
+    if approve && root.started_by.as_deref() == Some(actor.as_str()) {
+        refuse_self_approval(&ledger, root.id, &actor)?;
+    }
     let decided = ledger.decide_escalations(root.id, approve, &actor, comment)?;
     for escalation in &decided {
         let triggers: Vec<&str> = escalation
@@ -82,6 +85,29 @@ pub async fn decide(
 
 /// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON
 /// (which each parameter type parses back).
+/// Refuses an approval by the account that started the run when the escalation rules that
+/// stopped it (as the ledger kept them, not as the workspace has them now) say so.
+fn refuse_self_approval(ledger: &Ledger, run: i64, actor: &str) -> Result<(), Error> {
+    for escalation in ledger.pending_escalations(run)? {
+        let Some(policy) = &escalation.policy else {
+            continue;
+        };
+        let (_, text) = ledger.spec_text(policy)?;
+        let rules = crate::diagnostic::SourceFile::new("escalation rules", text);
+        let allowed =
+            crate::nodes::escalate::self_approval_allowed(&rules).map_err(Error::Usage)?;
+        if !allowed {
+            return Err(Error::Usage(format!(
+                "{actor} started run {run}, and its escalation rules ({}) forbid approving a run \
+                 by the account that started it (`self_approval = false`): another account must \
+                 approve it",
+                crate::ledger::short_hash(policy)
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn param_sets(params: &Value) -> Vec<(String, String)> {
     params
         .as_object()

@@ -26,13 +26,7 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
     let lifecycle = Lifecycle::parse(&lifecycle_source).map_err(SpecError::from)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
-    let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-        context: format!(
-            "failed to open the artifact store at {}",
-            workspace.config.artifacts.display()
-        ),
-        source,
-    })?;
+    let store = super::open_store(workspace)?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     let proposed = Proposing {
         root: &workspace.root,
@@ -230,11 +224,7 @@ pub(super) struct SkillEnv {
 
 impl SkillEnv {
     pub fn load(workspace: &Workspace) -> Result<Self, Error> {
-        let store =
-            ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-                context: "failed to open the artifact store".into(),
-                source,
-            })?;
+        let store = super::open_store(workspace)?;
         let templates = TemplateEngine::new(&workspace.templates_dir());
         let trust = load_trust(workspace, &templates)?;
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
@@ -328,10 +318,7 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
 /// Lists trusted skills with what a caller needs: description, side effect, secrets, schemas.
 pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let ledger = Ledger::open(&workspace.config.ledger)?;
-    let store = ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-        context: "failed to open the artifact store".into(),
-        source,
-    })?;
+    let store = super::open_store(workspace)?;
     let mut listed = Vec::new();
     for trusted in ledger.trusted_skills(TRUSTED)? {
         let skill = ledger.skill(&trusted.name)?;

@@ -20,6 +20,8 @@ pub struct EscalationRow {
     pub decided_by: Option<String>,
     pub decided_at: Option<String>,
     pub comment: Option<String>,
+    /// The spec hash of the escalation rules that raised it.
+    pub policy: Option<String>,
 }
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EscalationRow> {
@@ -34,6 +36,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EscalationRow> {
         decided_by: r.get(7)?,
         decided_at: r.get(8)?,
         comment: r.get(9)?,
+        policy: r.get(10)?,
     })
 }
 
@@ -43,8 +46,8 @@ const RUN_TREE: &str = "WITH RECURSIVE tree(id) AS (
         UNION ALL SELECT runs.id FROM runs JOIN tree ON runs.parent_run = tree.id
     )";
 
-const COLUMNS: &str =
-    "id, skill, run_id, node_id, triggers, status, raised_at, decided_by, decided_at, comment";
+const COLUMNS: &str = "id, skill, run_id, node_id, triggers, status, raised_at, decided_by, decided_at, comment, \
+     policy";
 
 impl Ledger {
     pub fn raise_escalation(
@@ -53,11 +56,12 @@ impl Ledger {
         run_id: i64,
         node_id: &str,
         triggers: &Value,
+        policy: &str,
     ) -> Result<i64> {
         self.conn.execute(
-            "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
-            params![skill, run_id, node_id, triggers.to_string(), now()],
+            "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at, policy)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
+            params![skill, run_id, node_id, triggers.to_string(), now(), policy],
         )?;
         Ok(self.conn.last_insert_rowid())
     }
@@ -74,6 +78,18 @@ impl Ledger {
                 row,
             )
             .optional()?)
+    }
+
+    /// The escalations awaiting a decision in run `run_id` and every run below it.
+    pub fn pending_escalations(&self, run_id: i64) -> Result<Vec<EscalationRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{RUN_TREE}
+             SELECT {COLUMNS} FROM escalations
+             WHERE run_id IN (SELECT id FROM tree) AND status = 'pending' ORDER BY id"
+        ))?;
+        Ok(stmt
+            .query_map([run_id], row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?)
     }
 
     /// Records a decision on every pending escalation of a run and of its child runs (a forge

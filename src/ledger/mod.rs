@@ -9,8 +9,10 @@
 
 mod artifacts;
 mod builds;
+pub mod checkpoint;
 mod escalations;
 mod executions;
+pub mod journal;
 mod owner;
 mod sandboxes;
 mod schema;
@@ -60,6 +62,11 @@ pub enum LedgerError {
     RunNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]
     SpecNotFound(String),
+    #[error(
+        "the spec stored under {0} no longer hashes to it: the ledger was edited outside kavi \
+         (`kavi ledger verify` says what else was)"
+    )]
+    SpecAltered(String),
     #[error("no skill `{0}` in the ledger; propose it with `kavi skill propose`")]
     SkillNotFound(String),
     #[error("skill `{0}` is already proposed")]
@@ -199,6 +206,8 @@ pub struct RunRow {
     /// The run this one resumed after a review (`kavi approve`).
     pub resumed_from: Option<i64>,
     pub error: Option<String>,
+    /// The account that started it (see [`crate::identity`]); none for runs recorded before.
+    pub started_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -263,7 +272,7 @@ pub fn final_attempts(nodes: &[NodeRunRow]) -> Vec<&NodeRunRow> {
 }
 
 const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
-                           finished_at, duration_ms, parent_run, error, resumed_from";
+                           finished_at, duration_ms, parent_run, error, resumed_from, started_by";
 
 fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -279,6 +288,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         parent_run: row.get(9)?,
         error: row.get(10)?,
         resumed_from: row.get(11)?,
+        started_by: row.get(12)?,
     })
 }
 
@@ -325,6 +335,7 @@ impl Ledger {
             .map_err(open_error)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_error)?;
+        journal::register(&conn).map_err(open_error)?;
         migrate(&mut conn, path)?;
         let locks_dir = locks_dir(path);
         std::fs::create_dir_all(&locks_dir)?;
@@ -349,8 +360,8 @@ impl Ledger {
         )?;
         tx.execute(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
-                               resumed_from, owner)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8)",
+                               resumed_from, owner, started_by)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)",
             params![
                 new.pipeline,
                 new.spec_path,
@@ -359,7 +370,8 @@ impl Ledger {
                 now,
                 new.origin.parent_run(),
                 new.origin.resumed_from(),
-                new.owner
+                new.owner,
+                crate::identity::actor()
             ],
         )?;
         let run_id = tx.last_insert_rowid();
@@ -566,6 +578,17 @@ impl Ledger {
         Ok(runs)
     }
 
+    /// Checks the ledger's integrity (see [`journal::verify`]), and its checkpoints against the
+    /// `trusted` key when one is known.
+    pub fn verify(
+        &self,
+        store: &ArtifactStore,
+        trusted: Option<&ed25519_dalek::VerifyingKey>,
+        logged: &[checkpoint::Signed],
+    ) -> Result<journal::Findings> {
+        journal::verify(&self.conn, store, trusted, logged)
+    }
+
     /// Keeps a spec or policy text (by its hash) so that records can name it; kept once.
     pub fn keep_spec(&self, source: &crate::diagnostic::SourceFile) -> Result<String> {
         let hash = crate::spec::spec_hash(&source.text);
@@ -716,6 +739,10 @@ impl Ledger {
             })?
             .collect::<rusqlite::Result<_>>()?;
         match found.as_slice() {
+            // A spec is served only if it still is what its name says.
+            [(name, text)] if !hex.is_empty() && crate::spec::spec_hash(text) != *name => {
+                Err(LedgerError::SpecAltered(name.clone()))
+            }
             [one] if !hex.is_empty() => Ok(one.clone()),
             _ => Err(LedgerError::SpecNotFound(hash.to_owned())),
         }
@@ -775,6 +802,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     for migration in &schema::MIGRATIONS[current..] {
         tx.execute_batch(migration)?;
     }
+    if current < schema::MIGRATIONS.len() {
+        journal::install(&tx)?;
+    }
     tx.execute("DELETE FROM schema_version", [])?;
     tx.execute(
         "INSERT INTO schema_version (version) VALUES (?1)",
@@ -788,6 +818,10 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
+    const DEMO_TEXT: &str = "[pipeline]\nname = \"demo\"\n";
+    static DEMO_HASH: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::spec::spec_hash(DEMO_TEXT));
+
     fn new_run<'a>(
         params: &'a Value,
         nodes: &'a [(&'a str, &'a str)],
@@ -797,8 +831,8 @@ mod tests {
             owner: owner.name(),
             pipeline: "demo",
             spec_path: "pipelines/demo.toml",
-            spec_hash: "sha256:abcd",
-            spec_text: "[pipeline]\nname = \"demo\"\n",
+            spec_hash: &DEMO_HASH,
+            spec_text: DEMO_TEXT,
             params,
             origin: RunOrigin::User,
             nodes,
@@ -881,8 +915,8 @@ mod tests {
             [("a", NodeState::Succeeded), ("b", NodeState::Pending)]
         );
         assert_eq!(detail.nodes[0].outputs, Some(outputs));
-        let (hash, text) = ledger.spec_text("sha256:ab").unwrap();
-        assert_eq!(hash, "sha256:abcd");
+        let (hash, text) = ledger.spec_text(&DEMO_HASH[..12]).unwrap();
+        assert_eq!(hash, *DEMO_HASH);
         assert!(text.contains("demo"));
         assert_eq!(ledger.resolve_run("latest").unwrap(), run_id);
         assert!(matches!(

@@ -51,6 +51,20 @@ struct Rules {
     permission_keywords: Vec<String>,
     /// LARGE_DIFF: the largest share of the packet's lines an advisory may rewrite (0.5 = 50 %).
     large_diff: Option<f64>,
+    /// Whether the account that started a run may approve it (`kavi approve`).
+    #[serde(default = "allowed")]
+    self_approval: bool,
+}
+
+fn allowed() -> bool {
+    true
+}
+
+/// Whether escalation rules (their text, as the ledger kept it) let the account that started a
+/// run approve it.
+pub fn self_approval_allowed(rules: &crate::diagnostic::SourceFile) -> Result<bool, String> {
+    let rules: Rules = toml::from_str(&rules.text).map_err(|e| e.to_string())?;
+    Ok(rules.self_approval)
 }
 
 #[derive(Debug)]
@@ -58,6 +72,8 @@ struct Escalate {
     skill: String,
     failure_kind: String,
     rules: Rules,
+    /// The rules' spec hash, recorded with each escalation they raise.
+    rules_hash: String,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -70,6 +86,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         skill: raw.skill.into_inner(),
         failure_kind: raw.failure_kind.into_inner(),
         rules,
+        rules_hash: crate::spec::spec_hash(&source.text),
     }))
 }
 
@@ -158,7 +175,7 @@ impl Escalate {
         }
         let triggers = serde_json::Value::Array(triggers);
         let id = ledger
-            .raise_escalation(&skill, ctx.run_id, ctx.node_id, &triggers)
+            .raise_escalation(&skill, ctx.run_id, ctx.node_id, &triggers, &self.rules_hash)
             .map_err(|e| e.to_string())?;
         let names: Vec<String> = triggers
             .as_array()

@@ -12,7 +12,7 @@ mod child_params;
 mod classify;
 mod copy_back;
 mod diff_gate;
-mod escalate;
+pub mod escalate;
 mod exec;
 mod gate;
 mod http;

@@ -78,7 +78,7 @@ impl Promote {
         let hash = self
             .trust
             .source_hash(&ctx.env.templates, &root, &skill, &proposal)?;
-        let actor = crate::skills::actor();
+        let actor = crate::identity::actor();
         let moved = ledger
             .promote_skill(
                 &skill,

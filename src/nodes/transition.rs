@@ -74,7 +74,7 @@ impl Transition {
         let to = ctx.render("to", &self.to)?;
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
-        let actor = crate::skills::actor();
+        let actor = crate::identity::actor();
         let moved = ledger
             .transition_skill(
                 &skill,

@@ -22,11 +22,6 @@ use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
 
-/// Who is acting, as recorded with proposals, transitions and promotions: the user running kavi.
-pub fn actor() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "unknown".into())
-}
-
 /// Why a skill name is unusable, if it is: names become paths, so only `[a-z][a-z0-9_]*` (at
 /// most 64 characters) is accepted.
 pub fn invalid_name_reason(name: &str) -> Option<String> {

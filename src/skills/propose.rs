@@ -94,7 +94,7 @@ impl Proposing<'_> {
             spec: &spec,
             proposal_path: relative,
             initial_state: self.initial_state,
-            actor: &super::actor(),
+            actor: &crate::identity::actor(),
         }) {
             Ok(()) => true,
             Err(LedgerError::SkillExists(_)) => {

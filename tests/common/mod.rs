@@ -145,3 +145,14 @@ pub fn assert_nowhere_under(dir: &Path, secret: &str) {
         );
     }
 }
+
+/// `kavi ledger verify` finds the ledger as kavi left it: every entry chains, every row matches.
+pub fn assert_ledger_verifies(root: &Path) {
+    let out = kavi(root, &["ledger", "verify"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("ok: "),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
