@@ -223,6 +223,22 @@ impl Workspace {
     pub fn templates_dir(&self) -> PathBuf {
         self.root.join("templates")
     }
+
+    /// The configuration as runs see it: `config` in templates, and the `config` member of
+    /// every run's governing set.
+    pub fn run_config(&self) -> serde_json::Value {
+        serde_json::json!({
+            "workspace": self.root,
+            "ledger": self.config.ledger,
+            "artifacts": self.config.artifacts,
+            "sandboxes": self.config.sandboxes,
+            "builder": self.config.builder,
+            "gateway": self.config.gateway,
+            "executions_log": self.config.executions_log,
+            "skill_timeout": self.config.skill_timeout,
+            "jobs": self.config.jobs,
+        })
+    }
 }
 
 #[cfg(test)]

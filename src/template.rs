@@ -4,13 +4,14 @@
 //! (`check` refuses it), so values reach a shell only through the environment, as data.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use minijinja::{Environment, UndefinedBehavior, Value};
 
 /// Renders string templates, template files from `templates/` and `when` conditions.
 pub struct TemplateEngine {
     plain: Environment<'static>,
+    dir: PathBuf,
 }
 
 impl std::fmt::Debug for TemplateEngine {
@@ -38,7 +39,13 @@ impl TemplateEngine {
     pub fn new(templates_dir: &Path) -> Self {
         Self {
             plain: strict_environment(templates_dir),
+            dir: templates_dir.to_owned(),
         }
+    }
+
+    /// The folder file templates are read from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Renders a string template; strings without template syntax are returned unchanged.
@@ -79,10 +86,12 @@ impl TemplateEngine {
         Ok(expression.undeclared_variables(true).into_iter().collect())
     }
 
-    /// Checks that a template file exists and parses, and returns the variable paths it reads.
-    pub fn check_file(&self, name: &str) -> Result<BTreeSet<String>, minijinja::Error> {
+    /// Checks that a template file exists and parses, and returns the variable paths it reads
+    /// with its text.
+    pub fn check_file(&self, name: &str) -> Result<(BTreeSet<String>, String), minijinja::Error> {
         let template = self.plain.get_template(name)?;
-        Ok(template.undeclared_variables(true).into_iter().collect())
+        let reads = template.undeclared_variables(true).into_iter().collect();
+        Ok((reads, template.source().to_owned()))
     }
 }
 

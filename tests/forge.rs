@@ -734,7 +734,7 @@ fn editing_the_escalation_policy_changes_the_next_run() {
         "2 consecutive failed attempts (threshold 2)"
     );
     // The run records the policy text that governed it.
-    let governed: Vec<&str> = attempts[1]["policies"]
+    let governed: Vec<&str> = attempts[1]["governing"]
         .as_array()
         .unwrap()
         .iter()
@@ -745,4 +745,210 @@ fn editing_the_escalation_policy_changes_the_next_run() {
         "{governed:?}"
     );
     assert_eq!(run["status"], "awaiting_review");
+}
+
+/// The governing set of a run, as `runs show --json` lists it: path -> (role, hash).
+fn governing_of(run: &Value) -> std::collections::BTreeMap<String, (String, String)> {
+    run["governing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["path"].as_str().unwrap().to_owned(),
+                (
+                    m["role"].as_str().unwrap().to_owned(),
+                    m["spec_hash"].as_str().unwrap().to_owned(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff_names_it() {
+    use sha2::{Digest, Sha256};
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count", "").status.success());
+    let (_, attempts) = last_forge(root);
+    let first = &attempts[0];
+    let governing = governing_of(first);
+    for (path, role) in [
+        ("pipelines/forge_attempt.toml", "pipeline"),
+        ("policies/gates.toml", "policy"),
+        ("templates/build_packet.md.j2", "template"),
+        ("checks/lint.py", "script"),
+        ("builders/scripted.py", "script"),
+        ("kavi.toml", "config"),
+    ] {
+        assert_eq!(governing[path].0, role, "{path} in {governing:?}");
+    }
+    // The set hash is the sha256 of `role path hash` lines sorted by path, as docs/ledger.md
+    // says; every node run carries it.
+    let lines: String = governing
+        .iter()
+        .map(|(path, (role, hash))| format!("{role} {path} {hash}\n"))
+        .collect();
+    let set_hash = format!("sha256:{:x}", Sha256::digest(lines.as_bytes()));
+    assert_eq!(first["governing_hash"], set_hash.as_str());
+    let ledger = rusqlite::Connection::open(root.join(".kavi/ledger.db")).unwrap();
+    let carried: Vec<Option<String>> = ledger
+        .prepare("SELECT governing_hash FROM node_runs WHERE run_id = ?1")
+        .unwrap()
+        .query_map([first["id"].as_i64().unwrap()], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(!carried.is_empty());
+    assert!(
+        carried
+            .iter()
+            .all(|h| h.as_deref() == Some(set_hash.as_str())),
+        "{carried:?}"
+    );
+    // `spec show` prints any member; the configuration keeps no absolute workspace path.
+    let config = kavi(root, &["spec", "show", &governing["kavi.toml"].1]);
+    let config = String::from_utf8_lossy(&config.stdout);
+    assert!(
+        config.contains("builder = \"python3 builders/scripted.py\""),
+        "{config}"
+    );
+    assert!(!config.contains(&root.display().to_string()), "{config}");
+
+    let attempt_id = first["id"].to_string();
+    let unchanged = kavi(root, &["policy", "diff", &attempt_id]);
+    assert_eq!(unchanged.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&unchanged.stdout).starts_with("no change in governance"));
+
+    // Three governance edits: a template line, the configuration, a gate made advisory.
+    let template = root.join("templates/build_packet.md.j2");
+    let mut text = std::fs::read_to_string(&template).unwrap();
+    text.push_str("Keep functions short.\n");
+    std::fs::write(&template, text).unwrap();
+    let mut config = std::fs::read_to_string(root.join("kavi.toml")).unwrap();
+    config.push_str("skill_timeout = \"90s\"\n");
+    std::fs::write(root.join("kavi.toml"), config).unwrap();
+    let gates = root.join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    let at = text.rfind("required = true").unwrap();
+    std::fs::write(
+        &gates,
+        format!("{}required = false{}", &text[..at], &text[at + 15..]),
+    )
+    .unwrap();
+
+    assert!(forge(root, "find_notes", "").status.success());
+    let (_, attempts) = last_forge(root);
+    let second = &attempts[0];
+    assert_ne!(second["governing_hash"], first["governing_hash"]);
+    let second_id = second["id"].to_string();
+    for args in [
+        vec![attempt_id.as_str()],
+        vec![attempt_id.as_str(), second_id.as_str()],
+    ] {
+        let mut command = vec!["policy", "diff"];
+        command.extend(&args);
+        let out = kavi(root, &command);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        for expected in [
+            "  changed  kavi.toml (config)\n",
+            "`skill_timeout`: \"60s\" -> \"90s\"",
+            "  changed  policies/gates.toml (policy)\n             gate `tests` made advisory\n",
+            "  changed  templates/build_packet.md.j2 (template)\n",
+            "+Keep functions short.\n",
+        ] {
+            assert!(
+                stdout.contains(expected),
+                "{expected:?} missing from:\n{stdout}"
+            );
+        }
+    }
+    command_json_lists_the_changed_files(root, &attempt_id, &second_id);
+    common::assert_ledger_verifies(root);
+}
+
+fn command_json_lists_the_changed_files(root: &Path, from: &str, to: &str) {
+    let out = kavi(root, &["policy", "diff", from, to, "--json"]);
+    assert_eq!(out.status.code(), Some(1), "governance changed");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changed: Vec<&str> = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            "kavi.toml",
+            "policies/gates.toml",
+            "templates/build_packet.md.j2"
+        ]
+    );
+    assert_eq!(report["from"]["run"].to_string(), from);
+}
+
+#[test]
+fn failure_kinds_one_policy_names_and_another_uses_are_checked_against_each_other() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    // Each edit, made alone, is refused by `check` at the place it was made.
+    let edits = [
+        (
+            "policies/classifier.toml",
+            "kind = \"BUILD_ERROR\"",
+            "kind = \"BOGUS\"",
+            "`BOGUS` is not a known failure kind",
+        ),
+        (
+            "policies/gates.toml",
+            "failure = \"VERIFY_TEST\"",
+            "failure = \"VERIFY_TSET\"",
+            "`VERIFY_TSET` is not a known failure kind (see `[kinds]` in policies/classifier.toml)",
+        ),
+        (
+            "policies/escalation.toml",
+            "\"CONFINEMENT_DENIED\"]",
+            "\"CONFINEMENT_DENEID\"]",
+            "`CONFINEMENT_DENEID` is not a known failure kind",
+        ),
+        (
+            "policies/escalation.toml",
+            "repeated_failure = 3",
+            "repeated_failure = 0",
+            "`repeated_failure` counts failed attempts and must be at least 1",
+        ),
+        (
+            "policies/escalation.toml",
+            "large_diff = 0.5",
+            "large_diff = 50.0",
+            "`large_diff` is a share of the packet's lines",
+        ),
+    ];
+    for (file, from, to, message) in edits {
+        let path = root.join(file);
+        let original = std::fs::read_to_string(&path).unwrap();
+        assert!(original.contains(from), "{file} has no {from}");
+        let edited = original.replacen(from, to, 1);
+        std::fs::write(&path, &edited).unwrap();
+        let out = kavi(root, &["pipeline", "check", "forge"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{file}: {stderr}");
+        let at = edited.find(to).unwrap() + to.find(['"', '0', '5']).unwrap();
+        let line = edited[..at].lines().count();
+        assert!(stderr.contains(message), "{file}: {stderr}");
+        assert!(
+            stderr.contains(&format!("--> {file}:{line}:")),
+            "{file}: {stderr}"
+        );
+        std::fs::write(&path, original).unwrap();
+    }
+    let out = kavi(root, &["pipeline", "check", "forge"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -39,6 +39,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
         root,
         &[
             "gates.toml",
+            "classifier.toml",
             "scanner.toml",
             "trust.toml",
             "conventions.toml",
@@ -104,7 +105,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
         assert_eq!(confinement["network"], false);
         // The profile names the policy it came from, by the hash the run recorded it under.
         assert_eq!(confinement["policy"], "policies/confinement.toml");
-        let recorded = run["policies"]
+        let recorded = run["governing"]
             .as_array()
             .unwrap()
             .iter()
@@ -124,15 +125,17 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
             "{text}"
         );
     }
-    let policies: Vec<&str> = run["policies"]
+    let policies: Vec<&str> = run["governing"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|p| p["role"] == "policy")
         .map(|p| p["path"].as_str().unwrap())
         .collect();
     assert_eq!(
         policies,
         [
+            "policies/classifier.toml",
             "policies/confinement.toml",
             "policies/conventions.toml",
             "policies/gates.toml",

@@ -143,7 +143,13 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
         run["nodes"][1]["error"],
         "the transition BUILT -> VERIFIED is not allowed by policies/lifecycle.toml (from BUILT it allows: PROPOSED, BUILT)"
     );
-    assert_eq!(run["policies"][0]["path"], "policies/lifecycle.toml");
+    let lifecycle = run["governing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["role"] == "policy")
+        .unwrap();
+    assert_eq!(lifecycle["path"], "policies/lifecycle.toml");
 
     let shown = json(&kavi(
         dir.path(),

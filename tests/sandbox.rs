@@ -99,10 +99,11 @@ fn an_allowlisted_build_is_copied_back_and_secrets_never_enter_the_sandbox() {
     );
     assert!(!dir.path().join("skills/demo/__pycache__").exists());
     // The policies that governed the run are recorded with it.
-    let policies: Vec<&str> = run["policies"]
+    let policies: Vec<&str> = run["governing"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|p| p["role"] == "policy")
         .map(|p| p["path"].as_str().unwrap())
         .collect();
     assert_eq!(

@@ -69,6 +69,7 @@ fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir 
         &[
             "lifecycle.toml",
             "gates.toml",
+            "classifier.toml",
             "scanner.toml",
             "trust.toml",
             "conventions.toml",

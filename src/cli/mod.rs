@@ -33,6 +33,7 @@ mod executions;
 mod ledger;
 mod output;
 mod pipeline;
+mod policy;
 mod research;
 mod review;
 mod runs;
@@ -154,6 +155,9 @@ enum Command {
     /// Check the ledger's integrity: its journal, every row, every stored spec and artifact.
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Review governance: what changed in the files that govern runs.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Propose and inspect skills.
     #[command(subcommand)]
     Skill(SkillCommand),
@@ -390,6 +394,21 @@ enum LedgerCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Say what changed in governance between two runs, or between a run and the workspace as
+    /// it is now (gates, transitions, allowlist paths, rules, thresholds, profiles), then show
+    /// the text diff. Exit 0 when nothing changed, 1 when governance changed.
+    Diff {
+        /// The earlier run (an id, or `latest`).
+        from: String,
+        /// The later run; without it, the workspace as a run of the same pipeline would see it now.
+        to: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum SpecCommand {
     /// Print the spec text recorded under a hash (`sha256:...`, or a unique prefix).
     Show { hash: String },
@@ -472,6 +491,9 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
+        Command::Policy(PolicyCommand::Diff { from, to, json }) => {
+            policy::diff(&workspace, &from, to.as_deref(), json)
+        }
         Command::Ledger(LedgerCommand::Verify { json }) => ledger::verify(&workspace, json),
         Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(&workspace),
         Command::Ledger(LedgerCommand::Checkpoint) => ledger::checkpoint(&workspace),

@@ -24,7 +24,10 @@ fn display_path(root: &Path, path: &Path) -> PathBuf {
         .map_or_else(|_| path.to_owned(), Path::to_owned)
 }
 
-fn load(workspace: &Workspace, file: &str) -> Result<(Pipeline, Arc<TemplateEngine>), Error> {
+pub(super) fn load(
+    workspace: &Workspace,
+    file: &str,
+) -> Result<(Pipeline, Arc<TemplateEngine>), Error> {
     let path = spec::resolve_pipeline_path(&workspace.root, file)?;
     let templates = Arc::new(TemplateEngine::new(&workspace.templates_dir()));
     let context = spec::LoadContext {
@@ -79,17 +82,7 @@ pub async fn run(
         sandboxes: Arc::from(config.sandboxes.as_path()),
         ledger: Arc::from(config.ledger.as_path()),
         state_paths: Arc::from(state_paths),
-        config: json!({
-            "workspace": workspace.root,
-            "ledger": workspace.config.ledger,
-            "artifacts": workspace.config.artifacts,
-            "sandboxes": workspace.config.sandboxes,
-            "builder": workspace.config.builder,
-            "gateway": workspace.config.gateway,
-            "executions_log": workspace.config.executions_log,
-            "skill_timeout": workspace.config.skill_timeout,
-            "jobs": workspace.config.jobs,
-        }),
+        config: workspace.run_config(),
         jobs: workspace.config.jobs,
         depth: 0,
         child_observer: Arc::new(move |depth| Box::new(Console { quiet: json, depth })),

@@ -58,6 +58,12 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
     let run = &detail.run;
     outln!("run {}: {} {}", run.id, run.pipeline, run.status);
     outln!("  spec      {} ({})", run.spec_hash, run.spec_path);
+    if let Some(hash) = &run.governing_hash {
+        outln!(
+            "  governed  {hash} ({} files, listed below)",
+            detail.governing.len()
+        );
+    }
     outln!("  params    {}", run.params);
     outln!("  started   {}", run.started_at);
     if let Some(finished) = &run.finished_at {
@@ -123,6 +129,22 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
         outln!();
         outln!("confinement:");
         out!("{}", table(&confined));
+    }
+    if !detail.governing.is_empty() {
+        let rows: Vec<Vec<String>> = detail
+            .governing
+            .iter()
+            .map(|member| {
+                vec![
+                    format!("  {}", member.role),
+                    member.path.clone(),
+                    short_hash(&member.spec_hash),
+                ]
+            })
+            .collect();
+        outln!();
+        outln!("governed by (`kavi spec show HASH` prints one):");
+        out!("{}", table(&rows));
     }
     Ok(exit::SUCCESS)
 }

@@ -145,20 +145,11 @@ pub async fn execute(
         .iter()
         .map(|n| (n.id.as_str(), n.kind))
         .collect();
-    let policies: Vec<(String, String, &str)> = pipeline
-        .policies
+    let governing = pipeline.governing.resolved(&env.config, &env.workspace);
+    let members = governing.members();
+    let governing_refs: Vec<(&str, &str, &str, &str)> = members
         .iter()
-        .map(|p| {
-            (
-                p.path.display().to_string(),
-                crate::spec::spec_hash(&p.text),
-                p.text.as_str(),
-            )
-        })
-        .collect();
-    let policy_refs: Vec<(&str, &str, &str)> = policies
-        .iter()
-        .map(|(path, hash, text)| (path.as_str(), hash.as_str(), *text))
+        .map(|(role, path, hash, text)| (role.as_str(), path.as_str(), hash.as_str(), *text))
         .collect();
     let run_id = ledger.create_run(NewRun {
         pipeline: &pipeline.name,
@@ -169,7 +160,7 @@ pub async fn execute(
         origin,
         owner: env.owner.name(),
         nodes: &node_list,
-        policies: &policy_refs,
+        governing: &governing_refs,
     })?;
     observer.event(&Event::RunStarted {
         run_id,

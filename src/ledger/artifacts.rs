@@ -95,6 +95,22 @@ impl ArtifactStore {
     pub fn path_of(&self, artifact: &Artifact) -> PathBuf {
         self.root.join(&artifact.path)
     }
+
+    /// The text of the artifact with this SHA-256 (hex), re-hashed as it is read: the store
+    /// names content by its hash, so a file that no longer matches was altered and is refused.
+    pub fn read_text(&self, sha256: &str) -> Result<String, String> {
+        let path = self.path_of_sha256(sha256);
+        let bytes = std::fs::read(&path)
+            .map_err(|e| format!("failed to read artifact {}: {e}", path.display()))?;
+        if format!("{:x}", Sha256::digest(&bytes)) != sha256 {
+            return Err(format!(
+                "artifact {} was altered: its content no longer matches its hash",
+                path.display()
+            ));
+        }
+        String::from_utf8(bytes)
+            .map_err(|_| format!("artifact {} is not UTF-8 text", path.display()))
+    }
 }
 
 /// Where an artifact lives in the store: `sha256/<first two hex>/<hex>`.
@@ -145,6 +161,25 @@ mod tests {
         assert_eq!(
             hash_file(&store.path_of(&a)).unwrap(),
             (a.sha256.clone(), 6)
+        );
+    }
+
+    #[test]
+    fn a_read_re_hashes_and_refuses_an_altered_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        let a = store.put_bytes("NOTE", b"hello\n").unwrap();
+        assert_eq!(store.read_text(&a.sha256).unwrap(), "hello\n");
+        let path = store.path_of(&a);
+        let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        std::fs::set_permissions(&path, permissions).unwrap();
+        std::fs::write(&path, b"hellO\n").unwrap();
+        let error = store.read_text(&a.sha256).unwrap_err();
+        assert!(
+            error.ends_with("was altered: its content no longer matches its hash"),
+            "{error}"
         );
     }
 }

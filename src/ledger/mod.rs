@@ -148,8 +148,8 @@ pub struct NewRun<'a> {
     pub owner: &'a str,
     /// Every node as (id, kind); each gets a `pending` node run.
     pub nodes: &'a [(&'a str, &'a str)],
-    /// The policy files governing the run, as (path, hash, text).
-    pub policies: &'a [(&'a str, &'a str, &'a str)],
+    /// The run's governing set (see [`crate::spec::governing`]), as (role, path, hash, text).
+    pub governing: &'a [(&'a str, &'a str, &'a str, &'a str)],
 }
 
 /// Who started a run.
@@ -208,6 +208,8 @@ pub struct RunRow {
     pub error: Option<String>,
     /// The account that started it (see [`crate::identity`]); none for runs recorded before.
     pub started_by: Option<String>,
+    /// The hash over its governing set; none for runs recorded before it was kept.
+    pub governing_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -239,8 +241,8 @@ pub struct NodeArtifact {
 pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunRow,
-    /// The policy files that governed the run, by path and hash.
-    pub policies: Vec<RunPolicy>,
+    /// The files that governed the run, by role, path and hash, sorted by path.
+    pub governing: Vec<GoverningFile>,
     pub nodes: Vec<NodeRunRow>,
     /// Gate results recorded by the run's `gate` nodes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -251,7 +253,8 @@ pub struct RunDetail {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct RunPolicy {
+pub struct GoverningFile {
+    pub role: String,
     pub path: String,
     pub spec_hash: String,
 }
@@ -272,7 +275,8 @@ pub fn final_attempts(nodes: &[NodeRunRow]) -> Vec<&NodeRunRow> {
 }
 
 const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
-                           finished_at, duration_ms, parent_run, error, resumed_from, started_by";
+                           finished_at, duration_ms, parent_run, error, resumed_from, started_by, \
+                           governing_hash";
 
 fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -289,6 +293,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         error: row.get(10)?,
         resumed_from: row.get(11)?,
         started_by: row.get(12)?,
+        governing_hash: row.get(13)?,
     })
 }
 
@@ -351,6 +356,11 @@ impl Ledger {
     /// Records a new run, its spec text, and a pending node run per node, in one transaction.
     pub fn create_run(&mut self, new: NewRun<'_>) -> Result<i64> {
         let now = now();
+        let governing_hash = crate::spec::governing::set_hash(
+            new.governing
+                .iter()
+                .map(|(role, path, hash, _)| (*role, *path, *hash)),
+        );
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -360,8 +370,8 @@ impl Ledger {
         )?;
         tx.execute(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
-                               resumed_from, owner, started_by)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9)",
+                               resumed_from, owner, started_by, governing_hash)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 new.pipeline,
                 new.spec_path,
@@ -371,26 +381,28 @@ impl Ledger {
                 new.origin.parent_run(),
                 new.origin.resumed_from(),
                 new.owner,
-                crate::identity::actor()
+                crate::identity::actor(),
+                governing_hash,
             ],
         )?;
         let run_id = tx.last_insert_rowid();
-        for (path, hash, text) in new.policies {
+        for (role, path, hash, text) in new.governing {
             tx.execute(
                 "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
                 params![hash, path, text, now],
             )?;
             tx.execute(
-                "INSERT INTO run_policies (run_id, path, spec_hash) VALUES (?1, ?2, ?3)",
-                params![run_id, path, hash],
+                "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
+                params![run_id, path, hash, role],
             )?;
         }
         {
             let mut insert = tx.prepare(
-                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt) VALUES (?1, ?2, ?3, 'pending', 1)",
+                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
+                 VALUES (?1, ?2, ?3, 'pending', 1, ?4)",
             )?;
             for (node_id, kind) in new.nodes {
-                insert.execute(params![run_id, node_id, kind])?;
+                insert.execute(params![run_id, node_id, kind, governing_hash])?;
             }
         }
         tx.commit()?;
@@ -401,8 +413,8 @@ impl Ledger {
     pub fn start_node(&self, run_id: i64, node_id: &str, kind: &str, attempt: u32) -> Result<()> {
         self.conn
             .prepare_cached(
-                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at)
-             VALUES (?1, ?2, ?3, 'running', ?4, ?5)
+                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at, governing_hash)
+             VALUES (?1, ?2, ?3, 'running', ?4, ?5, (SELECT governing_hash FROM runs WHERE id = ?1))
              ON CONFLICT (run_id, node_id, attempt)
              DO UPDATE SET state = 'running', started_at = excluded.started_at",
             )?
@@ -643,16 +655,20 @@ impl Ledger {
         found.ok_or_else(|| LedgerError::RunNotFound(reference.to_owned()))
     }
 
-    pub fn run_detail(&self, run_id: i64) -> Result<RunDetail> {
-        let run = self
-            .conn
+    /// One run's row.
+    pub fn run(&self, run_id: i64) -> Result<RunRow> {
+        self.conn
             .query_row(
                 &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
                 [run_id],
                 run_row,
             )
             .optional()?
-            .ok_or_else(|| LedgerError::RunNotFound(run_id.to_string()))?;
+            .ok_or_else(|| LedgerError::RunNotFound(run_id.to_string()))
+    }
+
+    pub fn run_detail(&self, run_id: i64) -> Result<RunDetail> {
+        let run = self.run(run_id)?;
         let mut stmt = self.conn.prepare(
             "SELECT id, node_id, kind, state, attempt, started_at, finished_at, duration_ms,
                     exit_code, outputs, error, reason
@@ -700,16 +716,7 @@ impl Ledger {
                 .collect::<rusqlite::Result<_>>()?;
             nodes.push(node);
         }
-        let policies = self
-            .conn
-            .prepare("SELECT path, spec_hash FROM run_policies WHERE run_id = ?1 ORDER BY path")?
-            .query_map([run_id], |row| {
-                Ok(RunPolicy {
-                    path: row.get(0)?,
-                    spec_hash: row.get(1)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        let governing = self.governing(run_id)?;
         let verifications = self.verifications(run_id)?;
         let children = self
             .conn
@@ -720,11 +727,28 @@ impl Ledger {
             .collect::<rusqlite::Result<_>>()?;
         Ok(RunDetail {
             run,
-            policies,
+            governing,
             nodes,
             verifications,
             children,
         })
+    }
+
+    /// The files that governed a run, sorted by path.
+    pub fn governing(&self, run_id: i64) -> Result<Vec<GoverningFile>> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT role, path, spec_hash FROM run_policies WHERE run_id = ?1 ORDER BY path",
+            )?
+            .query_map([run_id], |row| {
+                Ok(GoverningFile {
+                    role: row.get(0)?,
+                    path: row.get(1)?,
+                    spec_hash: row.get(2)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?)
     }
 
     /// The stored text of a spec, by its hash (`sha256:<hex>`, or a unique prefix of the hex).
@@ -836,7 +860,7 @@ mod tests {
             params,
             origin: RunOrigin::User,
             nodes,
-            policies: &[],
+            governing: &[],
         }
     }
 

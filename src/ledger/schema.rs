@@ -259,6 +259,11 @@ pub const MIGRATIONS: &[&str] = &[
     // them, and escalations the policy that raised them, for the self-approval rule.
     r#"
     ALTER TABLE runs ADD COLUMN started_by TEXT;
+    -- the governing set: run_policies holds every member with its role; runs and node runs
+    -- carry the hash over it (see spec/governing.rs)
+    ALTER TABLE run_policies ADD COLUMN role TEXT NOT NULL DEFAULT 'policy';
+    ALTER TABLE runs ADD COLUMN governing_hash TEXT;
+    ALTER TABLE node_runs ADD COLUMN governing_hash TEXT;
     ALTER TABLE escalations ADD COLUMN policy TEXT;   -- spec hash of the escalation rules
     CREATE TABLE journal (
         seq      INTEGER PRIMARY KEY,          -- 1, 2, 3, ... without gaps

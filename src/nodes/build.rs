@@ -77,6 +77,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template(&raw.skill)?;
     config.check_template(&raw.sandbox)?;
     config.check_template_file(&raw.template)?;
+    config.governing.mark_builder();
     let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
     for value in raw.env.values() {
         config.check_template(value)?;
@@ -116,10 +117,11 @@ fn previous_attempt(
     let note = match &last.research_note {
         None => serde_json::Value::Null,
         Some(sha) => {
-            let text =
-                std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(sha)).map_err(|e| {
-                    format!("failed to read the research note of build {}: {e}", last.id)
-                })?;
+            let text = ctx
+                .env
+                .artifacts
+                .read_text(sha)
+                .map_err(|e| format!("the research note of build {}: {e}", last.id))?;
             serde_json::from_str(&text)
                 .map_err(|e| format!("the research note of build {} is not JSON: {e}", last.id))?
         }
@@ -128,8 +130,10 @@ fn previous_attempt(
     let advisory = match &last.advisory {
         None => None,
         Some(sha) => Some(
-            std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(sha))
-                .map_err(|e| format!("failed to read the advisory of build {}: {e}", last.id))?,
+            ctx.env
+                .artifacts
+                .read_text(sha)
+                .map_err(|e| format!("the advisory of build {}: {e}", last.id))?,
         ),
     };
     Ok(json!({

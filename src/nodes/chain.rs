@@ -21,6 +21,7 @@ use crate::ledger::ArtifactStore;
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{SideEffect, SideEffects};
 use crate::spec::SpecError;
+use crate::spec::governing::Role;
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
@@ -69,6 +70,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         SpecError::Invalid(mut problems) if !problems.0.is_empty() => problems.0.swap_remove(0),
         other => config.error(other.to_string(), raw.chain.span()),
     })?;
+    config.governing.add(Role::Chain, Arc::clone(&chain.source));
     let owner = format!("chain `{}`", chain.name);
     let params = ChildParams::check(config, raw.params, &chain.params, &owner, raw.chain.span())?;
     let trust = config.load_trust(None)?;

@@ -23,8 +23,6 @@ pub const KIND: NodeKind = NodeKind {
     parse,
 };
 
-pub const DEFAULT_POLICY: &str = super::CLASSIFIER_POLICY;
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ClassifyConfig {
@@ -60,11 +58,11 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     if let Some(skill) = &raw.skill {
         config.check_template(skill)?;
     }
-    let source = config.load_policy_source(raw.rules.as_ref(), DEFAULT_POLICY)?;
+    let classifier = config.load_classifier(raw.rules.as_ref())?;
     Ok(Arc::new(Classify {
         from: raw.from.into_iter().map(Spanned::into_inner).collect(),
         skill: raw.skill.map(Spanned::into_inner),
-        classifier: Classifier::parse(&source)?,
+        classifier,
     }))
 }
 

@@ -10,8 +10,9 @@ use serde_json::json;
 use toml::Spanned;
 
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::{BuildRow, Ledger};
+use crate::policy::classifier::Classifier;
 use crate::research::advisory;
 use crate::state::NodeState;
 
@@ -29,28 +30,32 @@ struct EscalateConfig {
     /// The failure kind of this attempt, usually `{{ nodes.classify.outputs.kind }}`.
     failure_kind: Spanned<String>,
     rules: Option<Spanned<String>>,
+    /// The classifier declaring the failure kinds the rules may name (default
+    /// `policies/classifier.toml`).
+    classifier: Option<Spanned<String>>,
 }
 
 /// `policies/escalation.toml`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Rules {
-    /// REPEATED_FAILURE: this many consecutive failed attempts.
-    repeated_failure: u32,
+    /// REPEATED_FAILURE: this many consecutive failed attempts (at least 1).
+    repeated_failure: Spanned<u32>,
     /// SECURITY_CLASS: failure kinds that go to a person at once.
     #[serde(default)]
-    security_kinds: Vec<String>,
+    security_kinds: Vec<Spanned<String>>,
     /// AMBIGUOUS: failure kinds the classifier could not name.
     #[serde(default)]
-    ambiguous_kinds: Vec<String>,
+    ambiguous_kinds: Vec<Spanned<String>>,
     /// AMBIGUOUS, too: the attempt asked the gateway for an advisory and got none.
     #[serde(default)]
     advisory_unavailable_is_ambiguous: bool,
     /// PERMISSION_WIDENING: words a revised packet may not add (network, money, ...).
     #[serde(default)]
     permission_keywords: Vec<String>,
-    /// LARGE_DIFF: the largest share of the packet's lines an advisory may rewrite (0.5 = 50 %).
-    large_diff: Option<f64>,
+    /// LARGE_DIFF: the largest share of the packet's lines an advisory may rewrite (0.5 = 50 %),
+    /// above 0 and at most 1.
+    large_diff: Option<Spanned<f64>>,
     /// Whether the account that started a run may approve it (`kavi approve`).
     #[serde(default = "allowed")]
     self_approval: bool,
@@ -67,6 +72,34 @@ pub fn self_approval_allowed(rules: &crate::diagnostic::SourceFile) -> Result<bo
     Ok(rules.self_approval)
 }
 
+impl Rules {
+    /// Values in range, and only failure kinds the classifier declares.
+    fn check(&self, source: &Arc<SourceFile>, classifier: &Classifier) -> Result<(), Diagnostic> {
+        if *self.repeated_failure.get_ref() == 0 {
+            return Err(Diagnostic::new(
+                "`repeated_failure` counts failed attempts and must be at least 1",
+            )
+            .at(source, self.repeated_failure.span()));
+        }
+        if let Some(limit) = &self.large_diff
+            && !(*limit.get_ref() > 0.0 && *limit.get_ref() <= 1.0)
+        {
+            return Err(Diagnostic::new(
+                "`large_diff` is a share of the packet's lines: above 0 and at most 1 (0.5 = 50 %)",
+            )
+            .at(source, limit.span()));
+        }
+        for kind in self.security_kinds.iter().chain(&self.ambiguous_kinds) {
+            classifier.check_kind(kind, source)?;
+        }
+        Ok(())
+    }
+
+    fn names(kinds: &[Spanned<String>], kind: &str) -> bool {
+        kinds.iter().any(|k| k.get_ref() == kind)
+    }
+}
+
 #[derive(Debug)]
 struct Escalate {
     skill: String,
@@ -81,7 +114,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template(&raw.skill)?;
     config.check_template(&raw.failure_kind)?;
     let source = config.load_policy_source(raw.rules.as_ref(), DEFAULT_POLICY)?;
-    let rules = toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    let rules: Rules =
+        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    rules.check(&source, &config.load_classifier(raw.classifier.as_ref())?)?;
     Ok(Arc::new(Escalate {
         skill: raw.skill.into_inner(),
         failure_kind: raw.failure_kind.into_inner(),
@@ -107,10 +142,7 @@ impl Escalate {
         let (Some(packet), Some(advisory)) = (&build.packet, &build.advisory) else {
             return Ok(triggers);
         };
-        let read = |sha: &str| {
-            std::fs::read_to_string(ctx.env.artifacts.path_of_sha256(sha))
-                .map_err(|e| format!("failed to read artifact {sha}: {e}"))
-        };
+        let read = |sha: &str| ctx.env.artifacts.read_text(sha);
         let (packet, revised) = (read(packet)?, read(advisory)?);
         let added = advisory::widening(&packet, &revised, &self.rules.permission_keywords);
         if !added.is_empty() {
@@ -119,7 +151,7 @@ impl Escalate {
                 "reason": format!("the advisory adds {}", added.join(", ")),
             }));
         }
-        if let Some(limit) = self.rules.large_diff {
+        if let Some(limit) = self.rules.large_diff.as_ref().map(|l| *l.get_ref()) {
             let share = advisory::changed_share(&packet, &revised);
             if share > limit {
                 triggers.push(json!({
@@ -150,18 +182,19 @@ impl Escalate {
         // rejected, not buildable) adds no failure and must not escalate again.
         let built_now = builds.last().is_some_and(|b| b.run_id == Some(ctx.run_id));
         let mut triggers = Vec::new();
-        if built_now && consecutive >= self.rules.repeated_failure as usize {
+        let threshold = *self.rules.repeated_failure.get_ref();
+        if built_now && consecutive >= threshold as usize {
             triggers.push(json!({
                 "trigger": "REPEATED_FAILURE",
-                "reason": format!("{consecutive} consecutive failed attempts (threshold {})", self.rules.repeated_failure),
+                "reason": format!("{consecutive} consecutive failed attempts (threshold {threshold})"),
             }));
         }
-        if self.rules.security_kinds.contains(&kind) {
+        if Rules::names(&self.rules.security_kinds, &kind) {
             triggers.push(
                 json!({ "trigger": "SECURITY_CLASS", "reason": format!("a {kind} failure") }),
             );
         }
-        if self.rules.ambiguous_kinds.contains(&kind) {
+        if Rules::names(&self.rules.ambiguous_kinds, &kind) {
             triggers.push(json!({ "trigger": "AMBIGUOUS", "reason": format!("a {kind} failure") }));
         }
         if let Some(build) = builds.last().filter(|_| built_now) {

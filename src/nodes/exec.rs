@@ -89,6 +89,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             for arg in run.get_ref() {
                 config.check_template(arg)?;
             }
+            config.govern_command(run.get_ref().iter().map(|a| a.get_ref().as_str()));
             Program::Argv(
                 run.into_inner()
                     .into_iter()
@@ -112,6 +113,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                          or use `run`, an argv array, where templates stay one argument each",
                     ));
             }
+            config.govern_command(shell.get_ref().split_whitespace());
             Program::Shell(shell.into_inner())
         }
         (Some(run), Some(_)) => {

@@ -27,6 +27,7 @@ use crate::policy::invariants::{self, Invariant};
 use crate::policy::scanner::Scanner;
 use crate::process::{self, CommandSpec, Exit};
 use crate::skills::trust::TrustPolicy;
+use crate::spec::governing::Role;
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
@@ -59,6 +60,9 @@ struct GateConfig {
     vars: IndexMap<String, Spanned<String>>,
     /// The confinement policy whose `gate` profile command gates run under.
     confinement: Option<Spanned<String>>,
+    /// The classifier declaring the failure kinds a gate's `failure` may name (default
+    /// `policies/classifier.toml`).
+    classifier: Option<Spanned<String>>,
 }
 
 #[derive(Debug)]
@@ -107,9 +111,11 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    let classifier = config.load_classifier(raw.classifier.as_ref())?;
     let mut seen = HashSet::new();
     let mut gates = Vec::new();
     for gate in set.gates {
+        classifier.check_kind(&gate.failure, &source)?;
         if !seen.insert(gate.id.get_ref().clone()) {
             return Err(
                 Diagnostic::new(format!("gate `{}` is defined twice", gate.id.get_ref()))
@@ -125,6 +131,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 for arg in &gate.run {
                     vars.check_policy_template(config.templates, arg, &source)?;
                 }
+                config.govern_command(gate.run.iter().map(|a| a.get_ref().as_str()));
                 Check::Command(gate.run.iter().map(|a| a.get_ref().clone()).collect())
             }
             GateKind::PolicyScan => {
@@ -155,7 +162,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             id: gate.id.into_inner(),
             kind: gate.kind,
             check,
-            failure: gate.failure,
+            failure: gate.failure.into_inner(),
             required: gate.required,
         });
     }
@@ -184,7 +191,7 @@ fn load_rules(
     };
     let source = crate::policy::read(config.root, rules.get_ref())
         .map_err(|message| Diagnostic::new(message).at(set, rules.span()))?;
-    config.policies.push(Arc::clone(&source));
+    config.governing.add(Role::Policy, Arc::clone(&source));
     Ok(source)
 }
 

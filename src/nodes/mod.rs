@@ -38,6 +38,7 @@ use toml::de::DeTable;
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::executor::Environment;
 use crate::ledger::Artifact;
+use crate::spec::governing::{GoverningSet, Role};
 use crate::state::NodeState;
 use crate::template::{TemplateEngine, describe_error};
 
@@ -180,8 +181,8 @@ pub struct NodeConfig<'a> {
     pub including: &'a [PathBuf],
     /// Variable paths read by this node's templates, collected for the DAG's reference check.
     pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
-    /// Policy files this node is governed by.
-    pub(crate) policies: Vec<Arc<SourceFile>>,
+    /// Files this node is governed by: policies, templates, the scripts its commands name.
+    pub(crate) governing: GoverningSet,
 }
 
 impl<'a> NodeConfig<'a> {
@@ -217,8 +218,18 @@ impl<'a> NodeConfig<'a> {
         };
         let source = crate::policy::read(self.root, name)
             .map_err(|message| Diagnostic::new(message).at(self.file, span))?;
-        self.policies.push(Arc::clone(&source));
+        self.governing.add(Role::Policy, Arc::clone(&source));
         Ok(source)
+    }
+
+    /// Loads the failure classifier a field names (default `policies/classifier.toml`): the
+    /// rules, and the failure kinds other policies may name.
+    pub fn load_classifier(
+        &mut self,
+        field: Option<&Spanned<String>>,
+    ) -> Result<crate::policy::classifier::Classifier, Diagnostic> {
+        let source = self.load_policy_source(field, CLASSIFIER_POLICY)?;
+        crate::policy::classifier::Classifier::parse(&source)
     }
 
     /// Loads the trust policy a field names (default `policies/trust.toml`) with the naming
@@ -249,14 +260,27 @@ impl<'a> NodeConfig<'a> {
         Ok(())
     }
 
-    /// Checks a template file under `templates/` and records what it reads.
+    /// Checks a template file under `templates/`, records what it reads, and records it as
+    /// governing.
     pub fn check_template_file(&mut self, name: &Spanned<String>) -> Result<(), Diagnostic> {
-        let reads = self
+        let (reads, text) = self
             .templates
             .check_file(name.get_ref())
             .map_err(|e| self.template_error(&e, name.span()))?;
         self.record_reads(reads, name.span());
+        let dir = self.templates.dir();
+        let path = dir
+            .strip_prefix(self.root)
+            .unwrap_or(dir)
+            .join(name.get_ref());
+        self.governing
+            .add(Role::Template, SourceFile::new(path, text));
         Ok(())
+    }
+
+    /// Records the workspace files a command names (a gate's script) as governing.
+    pub fn govern_command<'w>(&mut self, words: impl IntoIterator<Item = &'w str>) {
+        self.governing.add_named_files(self.root, words);
     }
 
     fn record_reads(&mut self, reads: BTreeSet<String>, span: std::ops::Range<usize>) {

@@ -96,7 +96,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
     let owner = format!("pipeline `{}`", pipeline.name);
     let params = ChildParams::check(config, raw.params, &pipeline.params, &owner, file_span)?;
-    config.policies.extend(pipeline.policies.iter().cloned());
+    config.governing.extend(&pipeline.governing);
     Ok(Arc::new(SubPipeline {
         pipeline: Arc::new(pipeline),
         params,

@@ -32,7 +32,7 @@ pub struct GateSpec {
     #[serde(default)]
     pub files: Vec<Spanned<String>>,
     /// The failure kind a failure of this gate is classified as.
-    pub failure: String,
+    pub failure: Spanned<String>,
     #[serde(default = "yes")]
     pub required: bool,
     pub description: Option<String>,

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub mod classifier;
+pub mod diff;
 pub mod gates;
 pub mod invariants;
 pub mod network;

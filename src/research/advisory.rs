@@ -75,8 +75,9 @@ impl Advisor<'_> {
                     "build {build_id} has no {what}; classify it first (`kavi research {build_id}`)"
                 )
             })?;
-            std::fs::read_to_string(self.artifacts.path_of_sha256(sha))
-                .map_err(|e| format!("failed to read the {what} of build {build_id}: {e}"))
+            self.artifacts
+                .read_text(sha)
+                .map_err(|e| format!("the {what} of build {build_id}: {e}"))
         };
         let packet = read(build.packet.as_ref(), "packet")?;
         let note: Value =

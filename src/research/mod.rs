@@ -61,10 +61,9 @@ fn failure_text(artifacts: &ArtifactStore, entry: &Value) -> String {
             ));
         }
     }
-    if let Some(log) = outputs["log"].as_str()
-        && let Ok(text) = std::fs::read_to_string(artifacts.path_of_sha256(log))
-    {
-        parts.push(text);
+    if let Some(log) = outputs["log"].as_str() {
+        // An unreadable or altered log is named where the log would be, not passed over.
+        parts.push(artifacts.read_text(log).unwrap_or_else(|e| e));
     }
     parts.join("\n")
 }

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::governing::{GoverningSet, Role};
 use super::params::{ParamDecl, ParamType};
 use super::{NodeSpec, OnFailure, Pipeline, RetryPolicy, SpecError, Trigger};
 use crate::diagnostic::{Diagnostic, SourceFile};
@@ -247,7 +248,8 @@ pub fn load_pipeline_str(
     let params = load_params(&file, header.params, &mut problems);
 
     let mut nodes = Vec::new();
-    let mut policies: Vec<Arc<SourceFile>> = Vec::new();
+    let mut governing = GoverningSet::default();
+    governing.add(Role::Pipeline, Arc::clone(&file));
     match raw_nodes {
         None => problems.push(
             Diagnostic::new("a pipeline needs at least one node")
@@ -262,11 +264,7 @@ pub fn load_pipeline_str(
                         match load_node(&file, id, node, context, &params) {
                             Ok((node, used)) => {
                                 nodes.push(node);
-                                for policy in used {
-                                    if !policies.iter().any(|p| p.path == policy.path) {
-                                        policies.push(policy);
-                                    }
-                                }
+                                governing.extend(&used);
                             }
                             Err(diagnostic) => problems.push(diagnostic),
                         }
@@ -291,7 +289,7 @@ pub fn load_pipeline_str(
         fail_fast: header.pipeline.fail_fast,
         params,
         nodes,
-        policies,
+        governing,
     })
 }
 
@@ -361,7 +359,7 @@ fn load_node(
     node: Spanned<DeValue<'_>>,
     context: &LoadContext<'_>,
     params: &IndexMap<String, ParamDecl>,
-) -> Result<(NodeSpec, Vec<Arc<SourceFile>>), Diagnostic> {
+) -> Result<(NodeSpec, GoverningSet), Diagnostic> {
     let templates = context.templates;
     let id_span = id.span();
     let id = id.into_inner().into_owned();
@@ -411,7 +409,7 @@ fn load_node(
         templates,
         including: context.including,
         reads: Vec::new(),
-        policies: Vec::new(),
+        governing: GoverningSet::default(),
     };
     let action = (kind.parse)(&mut config).map_err(|mut d| {
         let in_this_file = d
@@ -466,7 +464,7 @@ fn load_node(
         reads: config.reads,
         action,
     };
-    Ok((node, config.policies))
+    Ok((node, config.governing))
 }
 
 /// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now.

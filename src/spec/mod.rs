@@ -5,6 +5,7 @@
 //! kind-specific action. Anything wrong is reported as a [`SpecError`] pointing into the file.
 
 mod error;
+pub mod governing;
 mod load;
 mod params;
 
@@ -41,8 +42,9 @@ pub struct Pipeline {
     pub fail_fast: bool,
     pub params: IndexMap<String, ParamDecl>,
     pub nodes: Vec<NodeSpec>,
-    /// The policy files its nodes are governed by, recorded with each run.
-    pub policies: Vec<Arc<SourceFile>>,
+    /// The files that govern a run of it (this file, its policies, templates, ...), recorded
+    /// with each run.
+    pub governing: governing::GoverningSet,
 }
 
 impl Pipeline {

@@ -1,0 +1,320 @@
+//! The governing set of a run: every file whose text decided what the run did. The pipeline
+//! and the pipelines it includes, the chains it runs, every policy file read, every template
+//! rendered, every workspace file a gate, exec or builder command names, and the resolved
+//! configuration. Each member is kept in the ledger by hash; the set has one hash over it, so a
+//! change to any member changes the run's governing hash.
+//!
+//! The set hash is plain enough to recompute with `sqlite3` and `sha256sum`: the SHA-256 of one
+//! line `<role> <path> <spec hash>` LF per member, sorted by path (byte order).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::diagnostic::SourceFile;
+
+/// Why a file is in the set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Pipeline,
+    Chain,
+    Policy,
+    Template,
+    /// A workspace file a command names (a gate's `checks/*.py`, the builder's script).
+    Script,
+    /// The resolved configuration (`kavi.toml` and its overrides), secrets redacted.
+    Config,
+}
+
+impl Role {
+    pub const ALL: [Role; 6] = [
+        Role::Pipeline,
+        Role::Chain,
+        Role::Policy,
+        Role::Template,
+        Role::Script,
+        Role::Config,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Pipeline => "pipeline",
+            Role::Chain => "chain",
+            Role::Policy => "policy",
+            Role::Template => "template",
+            Role::Script => "script",
+            Role::Config => "config",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One member of the set.
+#[derive(Debug, Clone)]
+pub struct Governing {
+    pub role: Role,
+    pub source: Arc<SourceFile>,
+}
+
+/// The governing files, each path once, in the order they were first read.
+#[derive(Debug, Clone, Default)]
+pub struct GoverningSet {
+    files: Vec<Governing>,
+    /// A `build` node is among the nodes (its own or an included pipeline's): the builder
+    /// command from the configuration governs the run, and so do the files it names.
+    runs_builder: bool,
+}
+
+impl GoverningSet {
+    /// Adds a file; a path already in the set keeps its first role.
+    pub fn add(&mut self, role: Role, source: Arc<SourceFile>) {
+        if !self.files.iter().any(|g| g.source.path == source.path) {
+            self.files.push(Governing { role, source });
+        }
+    }
+
+    pub fn extend(&mut self, other: &GoverningSet) {
+        for member in &other.files {
+            self.add(member.role, Arc::clone(&member.source));
+        }
+        self.runs_builder |= other.runs_builder;
+    }
+
+    /// Notes that the configured builder runs (see [`GoverningSet::runs_builder`]).
+    pub fn mark_builder(&mut self) {
+        self.runs_builder = true;
+    }
+
+    pub fn runs_builder(&self) -> bool {
+        self.runs_builder
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Governing> {
+        self.files.iter()
+    }
+
+    /// Adds every workspace file that one of `words` names: a relative path to a regular file
+    /// inside `root`. Options, `NAME=value` assignments, templates and programs found on `PATH`
+    /// are not files of the workspace and are left out; so is a path that leaves the root.
+    pub fn add_named_files<'w>(&mut self, root: &Path, words: impl IntoIterator<Item = &'w str>) {
+        let Ok(canonical_root) = root.canonicalize() else {
+            return;
+        };
+        for word in words {
+            let word = word.trim_matches(|c| c == '"' || c == '\'');
+            if word.is_empty()
+                || word.starts_with('-')
+                || word.contains('=')
+                || Path::new(word).is_absolute()
+                || crate::template::is_templated(word)
+            {
+                continue;
+            }
+            let Ok(path) = root.join(word).canonicalize() else {
+                continue;
+            };
+            if !path.is_file() || !path.starts_with(&canonical_root) {
+                continue;
+            }
+            // Scripts are text; a binary the command names is still named, by its bytes' hash.
+            let text = match std::fs::read(&path) {
+                Ok(bytes) => String::from_utf8(bytes).unwrap_or_else(|e| {
+                    format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes()))
+                }),
+                Err(_) => continue,
+            };
+            self.add(Role::Script, SourceFile::new(word, text));
+        }
+    }
+
+    /// The whole set of a run: this one (what the pipeline read when it was loaded), the resolved
+    /// configuration the run sees as `config`, and, when a build node runs, the workspace files
+    /// the builder command names.
+    pub fn resolved(&self, config: &Value, root: &Path) -> GoverningSet {
+        let mut governing = self.clone();
+        governing.add(Role::Config, config_member(config));
+        if self.runs_builder
+            && let Some(builder) = config["builder"].as_str()
+        {
+            governing.add_named_files(root, builder.split_whitespace());
+        }
+        governing
+    }
+
+    /// The set as (role, path, spec hash, text), sorted by path.
+    pub fn members(&self) -> Vec<(Role, String, String, &str)> {
+        let mut members: Vec<_> = self
+            .files
+            .iter()
+            .map(|g| {
+                (
+                    g.role,
+                    g.source.path.display().to_string(),
+                    super::spec_hash(&g.source.text),
+                    g.source.text.as_str(),
+                )
+            })
+            .collect();
+        members.sort_by(|a, b| a.1.cmp(&b.1));
+        members
+    }
+}
+
+/// The resolved configuration a run sees as `config`, as a member named `kavi.toml`: TOML, with
+/// paths inside the workspace made relative to it (so moving a workspace changes nothing) and
+/// secrets redacted: the gateway's API key, should its value appear anywhere, and credentials
+/// written into a URL.
+pub fn config_member(config: &Value) -> Arc<SourceFile> {
+    let mut config = config.clone();
+    let root = config
+        .as_object_mut()
+        .and_then(|map| map.remove("workspace"))
+        .and_then(|root| {
+            root.as_str()
+                .map(|r| format!("{}/", r.trim_end_matches('/')))
+        });
+    let api_key = config["gateway"]["api_key_env"]
+        .as_str()
+        .and_then(|name| std::env::var(name).ok());
+    let redactor = crate::redact::Redactor::new(&api_key.into_iter().collect::<Vec<_>>());
+    scrub(&mut config, root.as_deref(), redactor.as_ref());
+    let text = toml::to_string_pretty(&config)
+        .unwrap_or_else(|_| serde_json::to_string_pretty(&config).unwrap_or_default());
+    SourceFile::new(crate::config::CONFIG_FILE, text)
+}
+
+fn scrub(value: &mut Value, root: Option<&str>, redactor: Option<&crate::redact::Redactor>) {
+    match value {
+        Value::String(text) => {
+            if let Some(relative) = root.and_then(|root| text.strip_prefix(root)) {
+                *text = relative.to_owned();
+            }
+            *text = without_url_credentials(text);
+            if let Some(redactor) = redactor {
+                *text = redactor.text(text);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub(v, root, redactor)),
+        Value::Object(map) => map.values_mut().for_each(|v| scrub(v, root, redactor)),
+        _ => {}
+    }
+}
+
+/// `scheme://user:password@host/...` with the user information redacted.
+fn without_url_credentials(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}@{}", crate::redact::REDACTED, &rest[at + 1..]),
+        None => text.to_owned(),
+    }
+}
+
+/// The hash over a set given as (role, path, spec hash) in any order: `sha256:` and the hex
+/// SHA-256 of one `<role> <path> <hash>` LF line per member, sorted by path.
+pub fn set_hash<'a>(members: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> String {
+    let mut lines: Vec<(&str, &str, &str)> = members.into_iter().collect();
+    lines.sort_by(|a, b| a.1.cmp(b.1));
+    let mut hasher = Sha256::new();
+    for (role, path, hash) in lines {
+        hasher.update(format!("{role} {path} {hash}\n"));
+    }
+    format!("sha256:{:x}", hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_set_hash_is_the_sha256_of_sorted_lines() {
+        let hash = set_hash([
+            ("template", "templates/b.j2", "sha256:2"),
+            ("pipeline", "pipelines/a.toml", "sha256:1"),
+        ]);
+        let expected = format!(
+            "sha256:{:x}",
+            Sha256::digest(
+                "pipeline pipelines/a.toml sha256:1\ntemplate templates/b.j2 sha256:2\n"
+            )
+        );
+        assert_eq!(hash, expected);
+        assert_ne!(
+            hash,
+            set_hash([("pipeline", "pipelines/a.toml", "sha256:1")])
+        );
+    }
+
+    #[test]
+    fn the_configuration_member_is_relative_to_the_workspace_and_keeps_no_credentials() {
+        let member = config_member(&serde_json::json!({
+            "workspace": "/w/ks",
+            "ledger": "/w/ks/.kavi/ledger.db",
+            "sandboxes": "/tmp/kavi-1000",
+            "builder": "python3 builders/agent.py",
+            "gateway": {"base_url": "https://me:hunter2@llm.example/v1", "api_key_env": "KAVI_TEST_UNSET_KEY"},
+        }));
+        assert_eq!(member.path, std::path::Path::new("kavi.toml"));
+        assert!(
+            member.text.contains("ledger = \".kavi/ledger.db\""),
+            "{}",
+            member.text
+        );
+        assert!(
+            member.text.contains("\"/tmp/kavi-1000\""),
+            "{}",
+            member.text
+        );
+        assert!(!member.text.contains("hunter2"), "{}", member.text);
+        assert!(
+            member.text.contains("https://[redacted]@llm.example/v1"),
+            "{}",
+            member.text
+        );
+        assert!(!member.text.contains("/w/ks"), "{}", member.text);
+    }
+
+    #[test]
+    fn only_workspace_files_a_command_names_are_added() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("checks")).unwrap();
+        std::fs::write(dir.path().join("checks/lint.py"), "print('ok')\n").unwrap();
+        let outside = tempfile::NamedTempFile::new().unwrap();
+        let mut set = GoverningSet::default();
+        let escape = format!("../{}", outside.path().display());
+        set.add_named_files(
+            dir.path(),
+            [
+                "python3",
+                "checks/lint.py",
+                "--strict",
+                "X=checks/lint.py",
+                "{{ vars.file }}",
+                "missing.py",
+                escape.as_str(),
+                "/etc/hostname",
+                "checks",
+            ],
+        );
+        let members = set.members();
+        assert_eq!(members.len(), 1, "{members:?}");
+        assert_eq!(members[0].0, Role::Script);
+        assert_eq!(members[0].1, "checks/lint.py");
+        assert_eq!(members[0].3, "print('ok')\n");
+    }
+}
