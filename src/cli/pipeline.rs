@@ -10,8 +10,9 @@ use crate::config::Workspace;
 use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
-use crate::executor::{self, Environment};
+use crate::executor::{self, ChildRunner};
 use crate::ledger::{Ledger, Owner, RunOrigin};
+use crate::nodes::Environment;
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
@@ -85,7 +86,9 @@ pub async fn run(
         config: workspace.run_config(),
         jobs: workspace.config.jobs,
         depth: 0,
-        child_observer: Arc::new(move |depth| Box::new(Console { quiet: json, depth })),
+        child_runs: Arc::new(ChildRunner {
+            observer: Box::new(move |depth| Box::new(Console { quiet: json, depth })),
+        }),
     };
 
     let cancel = super::cancel_on_signals("running nodes");

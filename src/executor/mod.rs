@@ -9,7 +9,6 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,11 +18,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::dag::Dag;
-use crate::ledger::{ArtifactStore, Ledger, LedgerError, NewRun, NodeRecord, Owner, RunOrigin};
-use crate::nodes::{NodeContext, NodeOutcome};
+use crate::ledger::{Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
+use crate::nodes::{ChildRun, ChildRuns, Environment, NodeContext, NodeOutcome};
+use crate::spec::Pipeline;
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
-use crate::template::TemplateEngine;
 
 /// Something worth telling the user about, as it happens.
 #[derive(Debug)]
@@ -54,36 +53,43 @@ pub trait Observer {
     fn event(&mut self, event: &Event<'_>);
 }
 
-/// What the executor needs besides the DAG. Cloned for a child run (`pipeline` nodes).
-#[derive(Clone)]
-pub struct Environment {
-    pub workspace: Arc<Path>,
-    pub templates: Arc<TemplateEngine>,
-    pub artifacts: ArtifactStore,
-    /// The kavi process running this run: its runs, executions and process groups are its own.
-    pub owner: Arc<Owner>,
-    /// Where `sandbox` nodes create their copies.
-    pub sandboxes: Arc<Path>,
-    /// The ledger file, for kinds that record domain facts.
-    pub ledger: Arc<Path>,
-    /// kavi's own state (ledger, artifacts, locks), never copied into a sandbox and never
-    /// holding or held by the sandbox folder.
-    pub state_paths: Arc<[std::path::PathBuf]>,
-    /// Exposed to templates as `config`.
-    pub config: Value,
-    pub jobs: usize,
-    /// How deeply this run is nested in `pipeline` nodes (0 for a run the user started).
-    pub depth: usize,
-    /// Makes the observer of a child run, given its depth.
-    pub child_observer: Arc<dyn Fn(usize) -> Box<dyn Observer + Send> + Send + Sync>,
+/// Starts child runs with this executor, each with an observer made for its depth.
+pub struct ChildRunner {
+    pub observer: Box<dyn Fn(usize) -> Box<dyn Observer + Send> + Send + Sync>,
 }
 
-impl std::fmt::Debug for Environment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Environment")
-            .field("workspace", &self.workspace)
-            .field("depth", &self.depth)
-            .finish_non_exhaustive()
+#[async_trait::async_trait]
+impl ChildRuns for ChildRunner {
+    async fn run_child(
+        &self,
+        pipeline: &Pipeline,
+        params: serde_json::Map<String, Value>,
+        env: &Environment,
+        parent_run: i64,
+        cancel: CancellationToken,
+    ) -> Result<ChildRun, String> {
+        let dag = crate::dag::compile(pipeline).map_err(|e| e.to_string())?;
+        let mut ledger = Ledger::open(&env.ledger).map_err(|e| e.to_string())?;
+        let env = Environment {
+            depth: env.depth + 1,
+            ..env.clone()
+        };
+        let mut observer = (self.observer)(env.depth);
+        let outcome = execute(
+            &dag,
+            params,
+            Arc::new(env),
+            &mut ledger,
+            observer.as_mut(),
+            cancel,
+            RunOrigin::Child { parent: parent_run },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(ChildRun {
+            run_id: outcome.run_id,
+            status: outcome.status,
+        })
     }
 }
 

@@ -12,6 +12,7 @@ mod child_params;
 mod classify;
 mod copy_back;
 mod diff_gate;
+mod environment;
 pub mod escalate;
 mod exec;
 mod gate;
@@ -23,6 +24,8 @@ mod render;
 mod sandbox;
 mod transition;
 mod vars;
+
+pub use environment::{ChildRun, ChildRuns, Environment};
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -36,7 +39,6 @@ use toml::Spanned;
 use toml::de::DeTable;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::executor::Environment;
 use crate::ledger::Artifact;
 use crate::spec::governing::{GoverningSet, Role};
 use crate::state::NodeState;

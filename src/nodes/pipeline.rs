@@ -17,8 +17,7 @@ use toml::Spanned;
 use super::child_params::ChildParams;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
-use crate::executor::{self, Environment};
-use crate::ledger::{Ledger, RunOrigin};
+use crate::ledger::Ledger;
 use crate::spec::{self, Pipeline, SpecError};
 use crate::state::{NodeState, RunStatus};
 
@@ -115,24 +114,18 @@ fn display(root: &Path, path: &Path) -> String {
 impl SubPipeline {
     async fn execute(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let params = self.params.resolve(ctx, &self.pipeline.params)?;
-        let dag = crate::dag::compile(&self.pipeline).map_err(|e| e.to_string())?;
-        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
-        let env = Environment {
-            depth: ctx.env.depth + 1,
-            ..ctx.env.clone()
-        };
-        let mut observer = (ctx.env.child_observer)(env.depth);
-        let outcome = executor::execute(
-            &dag,
-            params,
-            Arc::new(env),
-            &mut ledger,
-            observer.as_mut(),
-            ctx.cancel.child_token(),
-            RunOrigin::Child { parent: ctx.run_id },
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let outcome = ctx
+            .env
+            .child_runs
+            .run_child(
+                &self.pipeline,
+                params,
+                ctx.env,
+                ctx.run_id,
+                ctx.cancel.child_token(),
+            )
+            .await?;
+        let ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let detail = ledger
             .run_detail(outcome.run_id)
             .map_err(|e| e.to_string())?;

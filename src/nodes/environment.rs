@@ -1,0 +1,70 @@
+//! What a node sees of the run it belongs to, and how a node starts a run of its own.
+//!
+//! The executor hands nodes an [`Environment`], and with it a [`ChildRuns`] to start child
+//! runs through, so that no node kind imports the executor: the executor depends on the node
+//! kinds, never the other way round.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::ledger::{ArtifactStore, Owner};
+use crate::spec::Pipeline;
+use crate::state::RunStatus;
+use crate::template::TemplateEngine;
+
+/// What the executor needs besides the DAG. Cloned for a child run (`pipeline` nodes).
+#[derive(Clone)]
+pub struct Environment {
+    pub workspace: Arc<Path>,
+    pub templates: Arc<TemplateEngine>,
+    pub artifacts: ArtifactStore,
+    /// The kavi process running this run: its runs, executions and process groups are its own.
+    pub owner: Arc<Owner>,
+    /// Where `sandbox` nodes create their copies.
+    pub sandboxes: Arc<Path>,
+    /// The ledger file, for kinds that record domain facts.
+    pub ledger: Arc<Path>,
+    /// kavi's own state (ledger, artifacts, locks), never copied into a sandbox and never
+    /// holding or held by the sandbox folder.
+    pub state_paths: Arc<[std::path::PathBuf]>,
+    /// Exposed to templates as `config`.
+    pub config: Value,
+    pub jobs: usize,
+    /// How deeply this run is nested in `pipeline` nodes (0 for a run the user started).
+    pub depth: usize,
+    /// Starts the child runs of `pipeline` nodes.
+    pub child_runs: Arc<dyn ChildRuns>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("workspace", &self.workspace)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a child run ended.
+#[derive(Debug, Clone, Copy)]
+pub struct ChildRun {
+    pub run_id: i64,
+    pub status: RunStatus,
+}
+
+/// Starts a run of `pipeline` as a child of `parent_run`, one level deeper than `env`, and
+/// waits for it; `cancel` stops it.
+#[async_trait::async_trait]
+pub trait ChildRuns: Send + Sync {
+    async fn run_child(
+        &self,
+        pipeline: &Pipeline,
+        params: Map<String, Value>,
+        env: &Environment,
+        parent_run: i64,
+        cancel: CancellationToken,
+    ) -> Result<ChildRun, String>;
+}
