@@ -618,3 +618,43 @@ fn writes_are_refused_in_a_proposal_that_is_not_file_write() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_proposal_is_named_as_its_file_and_its_secrets_are_variable_names() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_policies(
+        dir.path(),
+        &["lifecycle.toml", "conventions.toml", "trust.toml"],
+    );
+    let propose = |file: &str, text: &str| {
+        std::fs::write(dir.path().join(file), text).unwrap();
+        let out = kavi(dir.path(), &["skill", "propose", file]);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Named otherwise than its file, every attempt would build the wrong skill the same way.
+    let (code, stderr) = propose("other.toml", PROPOSAL);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("the proposal names the skill `demo`, but its file is named `other`")
+            && stderr.contains("--> other.toml:1:8"),
+        "{stderr}"
+    );
+    let secret_read = PROPOSAL.replace("\"READ_ONLY\"", "\"SECRET_READ\"");
+    for bad in ["", "bad name;rm -rf /", "1TOKEN", "A=B"] {
+        let text = secret_read.replace(
+            "command =",
+            &format!("secrets = [{}]\ncommand =", toml::Value::from(bad)),
+        );
+        let (code, stderr) = propose("demo.toml", &text);
+        assert_eq!(code, Some(3), "{bad:?}: {stderr}");
+        assert!(
+            stderr.contains("is not an environment variable name") && stderr.contains("demo.toml:"),
+            "{bad:?}: {stderr}"
+        );
+    }
+    let good = secret_read.replace("command =", "secrets = [\"API_TOKEN\"]\ncommand =");
+    assert_eq!(propose("demo.toml", &good).0, Some(0));
+}

@@ -228,7 +228,10 @@ impl Runner<'_> {
         let secrets: Vec<(String, String)> = proposal
             .secrets
             .iter()
-            .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+            .filter_map(|name| {
+                let name = name.get_ref();
+                std::env::var(name).ok().map(|v| (name.clone(), v))
+            })
             .collect();
         let (outcome, confinement) = match validate(&proposal.input_schema, &input, "input") {
             Err(e) => (Err(e), None),

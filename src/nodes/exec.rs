@@ -136,7 +136,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         config.check_template(field)?;
     }
     for name in &raw.secrets {
-        if !is_variable_name(name.get_ref()) {
+        if !process::is_variable_name(name.get_ref()) {
             return Err(config.error(
                 format!(
                     "`{}` is not an environment variable name (letters, digits, `_`, not \
@@ -160,14 +160,6 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         stdout: raw.stdout,
         secrets: raw.secrets.into_iter().map(Spanned::into_inner).collect(),
     }))
-}
-
-fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl Exec {

@@ -54,6 +54,16 @@ pub fn base_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether `name` can name an environment variable: letters, digits and `_`, not starting
+/// with a digit. Anything else (empty, `=`, spaces, shell syntax) is refused where it is declared.
+pub fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// A fully resolved command: nothing here is a template any more.
 #[derive(Debug, Clone)]
 pub struct CommandSpec {

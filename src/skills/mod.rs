@@ -47,7 +47,7 @@ pub struct Proposal {
     pub side_effect: SideEffects,
     /// Environment variables holding secrets the skill may read; nothing else reaches it.
     #[serde(default)]
-    pub secrets: Vec<String>,
+    pub secrets: Vec<Spanned<String>>,
     /// The argv that runs the skill; it reads JSON on stdin and writes JSON on stdout. A file it
     /// names in the workspace lies in the skill's folder (see [`Proposal::check_command`]).
     pub command: Spanned<Vec<String>>,
@@ -88,6 +88,16 @@ impl Proposal {
                     Diagnostic::new(format!("`{field}` is not a valid JSON Schema: {e}"))
                         .with_help(format!("in {}", source.path.display())),
                 );
+            }
+        }
+        for secret in &proposal.secrets {
+            if !crate::process::is_variable_name(secret.get_ref()) {
+                return Err(Diagnostic::new(format!(
+                    "secret `{}` is not an environment variable name (letters, digits, `_`, not \
+                     starting with a digit)",
+                    secret.get_ref()
+                ))
+                .at(source, secret.span()));
             }
         }
         if !proposal.secrets.is_empty() && !proposal.side_effect.contains(SideEffect::SecretRead) {

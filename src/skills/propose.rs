@@ -76,6 +76,24 @@ impl Proposing<'_> {
         let source = SourceFile::new(relative, text);
         let proposal = Proposal::parse(&source).map_err(SpecError::from)?;
         let name = proposal.name.get_ref();
+        // The file's name is the skill's: a mismatch would make every attempt build the wrong
+        // thing, and fail the same way each time.
+        let stem = std::path::Path::new(relative)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
+        if stem != name {
+            return Err(SpecError::from(
+                Diagnostic::new(format!(
+                    "the proposal names the skill `{name}`, but its file is named `{stem}`"
+                ))
+                .at(&source, proposal.name.span())
+                .with_help(format!(
+                    "rename the file to {name}.toml, or the skill to `{stem}`"
+                )),
+            )
+            .into());
+        }
         let folder = self
             .trust
             .folder_of(self.templates, name)
