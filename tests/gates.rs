@@ -183,6 +183,46 @@ fn a_failing_test_fails_the_tests_gate() {
 }
 
 #[test]
+fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
+    // The test prints its pid, then sleeps far longer than any run should wait.
+    let hanging = TEST.replace(
+        "class T",
+        "import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(100000)\n\nclass T",
+    );
+    let dir = workspace(SKILL, &hanging);
+    let gates = dir.path().join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    // A generous default for the set, and a short limit on the tests gate: the gate's own wins.
+    assert!(text.contains("\ntimeout = \"5m\"\n") && text.trim_end().ends_with("required = true"));
+    let text = format!(
+        "{}\ntimeout = \"2s\"\n",
+        text.replace("\ntimeout = \"5m\"\n", "\ntimeout = \"10m\"\n")
+            .trim_end()
+    );
+    std::fs::write(&gates, text).unwrap();
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    let tests = verification(&run, "tests");
+    assert_eq!(tests["status"], "timed_out");
+    assert_eq!(tests["failure_kind"], "TIMEOUT");
+    assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "TIMEOUT");
+    let detail = tests["detail"].as_str().unwrap();
+    assert!(detail.starts_with("timed out after 2s"), "{detail}");
+    let pid = detail
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .expect("the test printed its pid");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the hanging test {pid} outlived its gate"
+    );
+    for other in ["policy", "invariants", "compile", "lint", "types"] {
+        assert_eq!(verification(&run, other)["status"], "passed", "{other}");
+    }
+}
+
+#[test]
 fn a_gate_whose_tool_is_missing_is_an_error_never_a_pass() {
     let dir = workspace(SKILL, TEST);
     let gates = dir.path().join("policies/gates.toml");

@@ -105,7 +105,7 @@ pub const MIGRATIONS: &[&str] = &[
         gate_id      TEXT NOT NULL,
         gate_kind    TEXT NOT NULL,
         required     INTEGER NOT NULL,
-        status       TEXT NOT NULL,            -- passed | failed | error
+        status       TEXT NOT NULL,            -- passed | failed | error | timed_out
         failure_kind TEXT,                     -- set when not passed
         detail       TEXT,
         report       TEXT REFERENCES artifacts(sha256),

@@ -10,6 +10,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -22,7 +23,7 @@ use crate::confinement::Confinement;
 use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{GateResult, Ledger};
-use crate::policy::gates::{GateKind, GateSet};
+use crate::policy::gates::{DEFAULT_TIMEOUT, GateKind, GateSet, TIMEOUT_KIND};
 use crate::policy::invariants::{self, Invariant};
 use crate::policy::scanner::Scanner;
 use crate::process::{self, CommandSpec, Exit};
@@ -67,7 +68,10 @@ struct GateConfig {
 
 #[derive(Debug)]
 enum Check {
-    Command(Vec<String>),
+    Command {
+        argv: Vec<String>,
+        timeout: Duration,
+    },
     Scan {
         scanner: Scanner,
         files: Vec<String>,
@@ -112,6 +116,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
     let classifier = config.load_classifier(raw.classifier.as_ref())?;
+    let set_timeout = set.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let mut seen = HashSet::new();
     let mut gates = Vec::new();
     for gate in set.gates {
@@ -132,7 +137,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                     vars.check_policy_template(config.templates, arg, &source)?;
                 }
                 config.govern_command(gate.run.iter().map(|a| a.get_ref().as_str()));
-                Check::Command(gate.run.iter().map(|a| a.get_ref().clone()).collect())
+                Check::Command {
+                    argv: gate.run.iter().map(|a| a.get_ref().clone()).collect(),
+                    timeout: gate.timeout.unwrap_or(set_timeout),
+                }
             }
             GateKind::PolicyScan => {
                 let rules_source = load_rules(config, &source, &gate)?;
@@ -200,6 +208,24 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// How a gate that ran came out.
+enum Verdict {
+    Passed,
+    Failed(String),
+    TimedOut(String),
+}
+
+impl Verdict {
+    /// Failed with `detail`, or passed when there is none.
+    fn failed_if(detail: String) -> Self {
+        if detail.is_empty() {
+            Verdict::Passed
+        } else {
+            Verdict::Failed(detail)
+        }
+    }
+}
+
 impl CompiledGate {
     async fn run(
         &self,
@@ -210,9 +236,15 @@ impl CompiledGate {
         confined: Option<(&Confinement, &Path)>,
     ) -> GateResult {
         let (status, detail) = match self.check(ctx, cwd, vars, class, confined).await {
-            Ok(None) => ("passed", None),
-            Ok(Some(detail)) => ("failed", Some(detail)),
+            Ok(Verdict::Passed) => ("passed", None),
+            Ok(Verdict::Failed(detail)) => ("failed", Some(detail)),
+            Ok(Verdict::TimedOut(detail)) => ("timed_out", Some(detail)),
             Err(detail) => ("error", Some(detail)),
+        };
+        let failure_kind = match status {
+            "passed" => None,
+            "timed_out" => Some(TIMEOUT_KIND.to_owned()),
+            _ => Some(self.failure.clone()),
         };
         GateResult {
             gate: self.id.clone(),
@@ -222,12 +254,12 @@ impl CompiledGate {
                 .unwrap_or_default(),
             required: self.required,
             status: status.to_owned(),
-            failure_kind: (status != "passed").then(|| self.failure.clone()),
+            failure_kind,
             detail,
         }
     }
 
-    /// `Ok(None)` passed, `Ok(Some(why))` failed, `Err(why)` could not run.
+    /// The verdict, or `Err(why)` when the gate could not run.
     async fn check(
         &self,
         ctx: &NodeContext<'_>,
@@ -235,7 +267,7 @@ impl CompiledGate {
         vars: &minijinja::Value,
         class: Option<&str>,
         confined: Option<(&Confinement, &Path)>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Verdict, String> {
         match &self.check {
             Check::Invariants(invariants) => {
                 let mut violations = Vec::new();
@@ -244,9 +276,9 @@ impl CompiledGate {
                     let text = invariants::read(cwd, &file)?;
                     violations.extend(invariant.check(&file, &text, class));
                 }
-                Ok((!violations.is_empty()).then(|| violations.join("\n")))
+                Ok(Verdict::failed_if(violations.join("\n")))
             }
-            Check::Command(argv) => {
+            Check::Command { argv, timeout } => {
                 let mut args = argv
                     .iter()
                     .map(|a| Vars::apply(ctx, a, vars))
@@ -265,21 +297,38 @@ impl CompiledGate {
                     confinement: Some(confinement.clone()),
                 };
                 let options = ctx.env.owner.capture(64 * 1024);
-                let finished = process::run(&spec, &options, &ctx.cancel)
-                    .await
-                    .map_err(|e| format!("could not run `{program}`: {e}"))?;
+                // Past its time limit the gate's own token stops it (its whole process group);
+                // the node's token still stops it for a cancel or the node's timeout.
+                let stop = ctx.cancel.child_token();
+                let run = process::run(&spec, &options, &stop);
+                tokio::pin!(run);
+                let finished = tokio::select! {
+                    finished = &mut run => finished,
+                    () = tokio::time::sleep(*timeout) => {
+                        stop.cancel();
+                        run.await
+                    }
+                }
+                .map_err(|e| format!("could not run `{program}`: {e}"))?;
                 let output = format!(
                     "{}{}",
                     String::from_utf8_lossy(&finished.stdout.head),
                     String::from_utf8_lossy(&finished.stderr.head)
                 );
                 match finished.exit {
-                    Exit::Code(0) => Ok(None),
-                    Exit::Code(code) => Ok(Some(format!(
+                    Exit::Code(0) => Ok(Verdict::Passed),
+                    Exit::Code(code) => Ok(Verdict::Failed(format!(
                         "exited with code {code}\n{}",
                         tail(&output, DETAIL_LINES)
                     ))),
                     Exit::Signal(signal) => Err(format!("killed by signal {signal}")),
+                    Exit::Cancelled if !ctx.cancel.is_cancelled() => {
+                        Ok(Verdict::TimedOut(format!(
+                            "timed out after {}; its processes were stopped\n{}",
+                            humantime::format_duration(*timeout),
+                            tail(&output, DETAIL_LINES)
+                        )))
+                    }
                     Exit::Cancelled => Err("cancelled".into()),
                 }
             }
@@ -289,13 +338,13 @@ impl CompiledGate {
                     .map(|f| Vars::apply(ctx, f, vars))
                     .collect::<Result<Vec<_>, _>>()?;
                 let findings = scanner.scan_files(cwd, &files)?;
-                Ok((!findings.is_empty()).then(|| {
+                Ok(Verdict::failed_if(
                     findings
                         .iter()
                         .map(ToString::to_string)
                         .collect::<Vec<_>>()
-                        .join("\n")
-                }))
+                        .join("\n"),
+                ))
             }
         }
     }
@@ -336,7 +385,7 @@ impl Gate {
         let confined = if self
             .gates
             .iter()
-            .any(|g| matches!(g.check, Check::Command(_)))
+            .any(|g| matches!(g.check, Check::Command { .. }))
         {
             let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
                 .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;

@@ -200,6 +200,7 @@ mod tests {
     #[test]
     fn each_failure_class_is_named_by_the_shipped_rules() {
         assert_eq!(kind("build", "timed_out", None, ""), "TIMEOUT");
+        assert_eq!(kind("gate", "failed", Some("TIMEOUT"), ""), "TIMEOUT");
         assert_eq!(
             kind(
                 "diff_gate",

@@ -1,14 +1,25 @@
 //! `policies/gates.toml`: the gate set, as written.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 use toml::Spanned;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GateSet {
+    /// How long a command gate may run unless it says otherwise (default [`DEFAULT_TIMEOUT`]).
+    #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
+    pub timeout: Option<Duration>,
     #[serde(rename = "gate")]
     pub gates: Vec<GateSpec>,
 }
+
+/// A command gate's time limit when neither it nor its set names one: no gate may hang a run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The failure kind of a gate that ran past its time limit.
+pub const TIMEOUT_KIND: &str = "TIMEOUT";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -35,6 +46,10 @@ pub struct GateSpec {
     pub failure: Spanned<String>,
     #[serde(default = "yes")]
     pub required: bool,
+    /// `command`: how long it may run before its process group is killed and it is recorded
+    /// `timed_out` (failure kind TIMEOUT).
+    #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
+    pub timeout: Option<Duration>,
     pub description: Option<String>,
 }
 

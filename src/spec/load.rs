@@ -121,7 +121,10 @@ fn duration_in<'de, D: Deserializer<'de>>(
     Ok(Some(parsed))
 }
 
-fn timeout<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+/// A `timeout` field: a duration from 1ms to 30 days (a node's, a gate's).
+pub(crate) fn timeout<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
     duration_in(deserializer, "timeout", TIMEOUT_RANGE)
 }
 

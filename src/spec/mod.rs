@@ -24,7 +24,7 @@ pub use load::{
     LoadContext, load_pipeline, load_pipeline_str, resolve_pipeline_path, resolve_spec_path,
     spec_hash,
 };
-pub(crate) use load::{RawParam, load_params, toml_error};
+pub(crate) use load::{RawParam, load_params, timeout as deserialize_timeout, toml_error};
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 
 use crate::diagnostic::SourceFile;
