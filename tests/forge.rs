@@ -158,7 +158,7 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
     let (again, attempts) = last_forge(root);
     assert_eq!(
         node(&again, "propose")["error"],
-        "`word_count` is TRUSTED, which is not buildable (buildable: PROPOSED, BUILT)"
+        "`word_count` is TRUSTED, which is not buildable (buildable: PROPOSED, BUILT, SUSPENDED)"
     );
     assert_eq!(node(&again, "attempt")["state"], "blocked");
     assert!(attempts.is_empty());
@@ -951,4 +951,87 @@ fn failure_kinds_one_policy_names_and_another_uses_are_checked_against_each_othe
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn policy_check_names_every_lifecycle_dead_end_at_its_line() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let out = kavi(root, &["policy", "check"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with("ok: policies/lifecycle.toml has no dead end")
+    );
+
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let without = |text: &str, from: &str, to: &str| {
+        let block = format!("[[transition]]\nfrom = \"{from}\"\nto = \"{to}\"\n");
+        let at = text
+            .find(&block)
+            .unwrap_or_else(|| panic!("no {from} -> {to}"));
+        let end = text[at + block.len()..]
+            .find("\n\n")
+            .map_or(text.len(), |e| at + block.len() + e + 2);
+        format!("{}{}", &text[..at], &text[end..])
+    };
+    let line_of = |text: &str, needle: &str| text[..text.find(needle).unwrap()].lines().count();
+    let check = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let out = kavi(root, &["policy", "check"]);
+        assert_eq!(out.status.code(), Some(3));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    // Without VERIFIED -> TRUSTED, a verified skill can never be promoted.
+    let stuck = without(&shipped, "VERIFIED", "TRUSTED");
+    let stderr = check(&stuck);
+    assert!(
+        stderr
+            .contains("`VERIFIED` is a dead end: no chain of transitions leads from it to TRUSTED")
+            && stderr.contains(&format!(
+                "--> policies/lifecycle.toml:{}:",
+                line_of(&stuck, "\"VERIFIED\", \"TRUSTED\"")
+            ))
+            && stderr.contains("list it in `terminal`"),
+        "{stderr}"
+    );
+    // The forge itself is refused too, before anything runs.
+    let forge_check = kavi(root, &["pipeline", "check", "forge"]);
+    assert_eq!(forge_check.status.code(), Some(3));
+
+    // A buildable state nothing leads to.
+    let limbo = shipped
+        .replace(
+            "\"REVOKED\"]\n# A build",
+            "\"REVOKED\", \"LIMBO\"]\n# A build",
+        )
+        .replace(
+            "buildable = [\"PROPOSED\", \"BUILT\", \"SUSPENDED\"]",
+            "buildable = [\"PROPOSED\", \"BUILT\", \"SUSPENDED\", \"LIMBO\"]",
+        )
+        .replace(
+            "terminal = [\"REVOKED\"]",
+            "terminal = [\"REVOKED\", \"LIMBO\"]",
+        );
+    let stderr = check(&limbo);
+    assert!(
+        stderr.contains("buildable state `LIMBO` has no way in: no transition leads to it"),
+        "{stderr}"
+    );
+
+    // A move the forge pipeline makes that the lifecycle lacks: its `reset` node goes to PROPOSED.
+    let no_reset = without(&shipped, "BUILT", "PROPOSED");
+    let stderr = check(&no_reset);
+    assert!(
+        stderr.contains("no transition in policies/lifecycle.toml leads to `PROPOSED`: this node could never move a skill")
+            && stderr.contains("--> pipelines/forge_attempt.toml:"),
+        "{stderr}"
+    );
+    std::fs::write(&path, shipped).unwrap();
 }

@@ -117,16 +117,33 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
         &["skill", "propose", "proposals/write_note.toml", "--json"],
     ));
 
-    // Forbid BUILT -> VERIFIED by editing the policy: no rebuild, the next run follows it.
+    // Deleting BUILT -> VERIFIED would strand every built skill: the edit is refused where it
+    // was made, before anything runs.
     let policy = dir.path().join("policies/lifecycle.toml");
     let text = std::fs::read_to_string(&policy).unwrap();
-    let forbidden = text.replace(
+    let stranded = text.replace(
         "from = \"BUILT\"\nto = \"VERIFIED\"",
         "from = \"BUILT\"\nto = \"BUILT\"",
     );
-    assert_ne!(text, forbidden);
-    std::fs::write(&policy, forbidden).unwrap();
+    assert_ne!(text, stranded);
+    std::fs::write(&policy, stranded).unwrap();
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "advance", "--set", "skill=write_note"],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a dead end"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
+    // Make BUILT -> VERIFIED need an approval instead: no rebuild, the next run follows it.
+    let forbidden = text.replace(
+        "from = \"BUILT\"\nto = \"VERIFIED\"",
+        "from = \"BUILT\"\nto = \"VERIFIED\"\napproval = true",
+    );
+    std::fs::write(&policy, forbidden).unwrap();
     let out = kavi(
         dir.path(),
         &["pipeline", "run", "advance", "--set", "skill=write_note"],
@@ -141,7 +158,7 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     assert_eq!(run["nodes"][1]["state"], "failed");
     assert_eq!(
         run["nodes"][1]["error"],
-        "the transition BUILT -> VERIFIED is not allowed by policies/lifecycle.toml (from BUILT it allows: PROPOSED, BUILT)"
+        "the transition BUILT -> VERIFIED needs a recorded approval (policies/lifecycle.toml)"
     );
     let lifecycle = run["governing"]
         .as_array()

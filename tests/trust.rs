@@ -159,15 +159,7 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
     let skill = root.join("skills/demo/skill.py");
     let text = std::fs::read_to_string(&skill).unwrap();
     std::fs::write(&skill, text.replace("echo", "ech0")).unwrap();
-    let drift = kavi(root, &["skill", "verify", "demo"]);
-    assert_eq!(drift.status.code(), Some(1));
-    let stdout = String::from_utf8_lossy(&drift.stdout);
-    assert!(
-        stdout.starts_with("DRIFT  demo  trusted sha256:"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("verify and promote them again"), "{stdout}");
-    // Running it is refused too, with the way back, and the skill does not run.
+    // Running it is refused before anyone checks, with the way back, and the skill does not run.
     let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -176,6 +168,37 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         "{stderr}"
     );
     assert!(stderr.contains("verify and promote it again"), "{stderr}");
+    assert!(refused.stdout.is_empty());
+    let drift = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(drift.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&drift.stdout);
+    assert!(
+        stdout.starts_with("DRIFT  demo  trusted sha256:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("they are now SUSPENDED"), "{stdout}");
+    // Suspended, with both hashes recorded; no longer listed, and it still does not run.
+    let shown = json(&kavi(root, &["skill", "show", "demo", "--json"]));
+    assert_eq!(shown["skill"]["state"], "SUSPENDED", "{shown}");
+    let last = shown["transitions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["comment"]
+            .as_str()
+            .unwrap()
+            .starts_with("drift: its files hash to sha256:"),
+        "{last}"
+    );
+    assert_eq!(
+        json(&kavi(root, &["skill", "list", "--json"])),
+        serde_json::json!([])
+    );
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
     assert!(refused.stdout.is_empty());
 }
 
@@ -191,14 +214,24 @@ fn an_edited_proposal_is_drift_and_the_skill_no_longer_runs() {
     let proposal = root.join("proposals/demo.toml");
     let text = std::fs::read_to_string(&proposal).unwrap();
     std::fs::write(&proposal, text.replace("\"Echo\"", "\"Echo, edited\"")).unwrap();
-    let drift = kavi(root, &["skill", "verify", "demo"]);
-    assert_eq!(drift.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&drift.stdout).starts_with("DRIFT  demo"));
     let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(refused.stdout.is_empty());
+    let drift = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(drift.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&drift.stdout).starts_with("DRIFT  demo"));
 
-    // Gone is drift too, with the reason; put back, the skill is trusted again.
+    // Restore puts the trusted proposal back, byte for byte, and the skill is trusted again.
+    let restored = kavi(root, &["skill", "restore", "demo"]);
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&proposal).unwrap(), text);
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+
+    // Gone is drift too, with the reason; restored, it runs again.
     std::fs::remove_file(&proposal).unwrap();
     let gone = kavi(root, &["skill", "verify", "demo"]);
     let stdout = String::from_utf8_lossy(&gone.stdout);
@@ -206,8 +239,13 @@ fn an_edited_proposal_is_drift_and_the_skill_no_longer_runs() {
         stdout.contains("now unreadable: cannot read the proposal proposals/demo.toml"),
         "{stdout}"
     );
-    std::fs::write(&proposal, text).unwrap();
-    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+    assert!(kavi(root, &["skill", "restore", "demo"]).status.success());
+    assert!(
+        kavi(root, &["skill", "run", "demo", "--input", "{}"])
+            .status
+            .success()
+    );
+    common::assert_ledger_verifies(root);
 }
 
 /// A proposal's command may run only what trust vouches for: files in the skill's folder, and

@@ -34,7 +34,7 @@ fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> 
 }
 
 /// The `.toml` files of a workspace folder, sorted.
-fn specs_in(workspace: &Workspace, folder: &str) -> Vec<std::path::PathBuf> {
+pub(super) fn specs_in(workspace: &Workspace, folder: &str) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(workspace.root.join(folder))
         .into_iter()
         .flatten()

@@ -303,7 +303,23 @@ enum SkillCommand {
         #[arg(long)]
         yes: bool,
     },
-    /// Re-hash trusted skills and report any that changed since promotion (exit 1 on drift).
+    /// Put a skill's trusted files back, byte for byte as promoted, and (if it was suspended for
+    /// drift) return it to TRUSTED.
+    Restore {
+        name: String,
+        /// Why, recorded with the transition.
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Revoke a skill: it moves to the lifecycle's `revoked` state and never runs again.
+    Revoke {
+        name: String,
+        /// Why, recorded with the transition.
+        #[arg(long)]
+        comment: String,
+    },
+    /// Re-hash trusted skills; one that changed since promotion is suspended (the lifecycle's
+    /// `drifted` state) and does not run (exit 1 on drift).
     Verify {
         /// One skill; without it, every trusted skill.
         name: Option<String>,
@@ -395,6 +411,10 @@ enum LedgerCommand {
 
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
+    /// Check governance as a whole: the lifecycle's dead ends (states that cannot reach
+    /// TRUSTED, buildable states with no way in, moves the pipelines need that it lacks), then
+    /// every pipeline and chain with every policy they read (exit 3 on any problem).
+    Check,
     /// Say what changed in governance between two runs, or between a run and the workspace as
     /// it is now (gates, transitions, allowlist paths, rules, thresholds, profiles), then show
     /// the text diff. Exit 0 when nothing changed, 1 when governance changed.
@@ -491,6 +511,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
+        Command::Policy(PolicyCommand::Check) => policy::check(&workspace),
         Command::Policy(PolicyCommand::Diff { from, to, json }) => {
             policy::diff(&workspace, &from, to.as_deref(), json)
         }
@@ -566,6 +587,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         }
         Command::Skill(SkillCommand::Run { name, input, yes }) => {
             skills::run(&workspace, &name, &input, yes).await
+        }
+        Command::Skill(SkillCommand::Restore { name, comment }) => {
+            skills::restore(&workspace, &name, comment.as_deref())
+        }
+        Command::Skill(SkillCommand::Revoke { name, comment }) => {
+            skills::revoke(&workspace, &name, &comment)
         }
         Command::Skill(SkillCommand::Verify { name, json, .. }) => {
             skills::verify(&workspace, name.as_deref(), json)

@@ -5,9 +5,16 @@ use serde::Serialize;
 use similar::TextDiff;
 
 use crate::config::Workspace;
+use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::error::{Error, exit};
 use crate::ledger::{Ledger, short_hash};
+use crate::skills::Lifecycle;
+use crate::spec::SpecError;
 use crate::spec::governing::set_hash;
+use crate::template::TemplateEngine;
+
+/// The lifecycle every skill command follows.
+const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
 
 /// One side of the comparison: its governing set, member by member.
 #[derive(Debug, Serialize)]
@@ -221,4 +228,64 @@ pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> 
         out!("{}", file.diff);
     }
     Ok(code)
+}
+
+/// Checks the workspace's governance as a whole: the lifecycle's dead ends, then every pipeline
+/// and chain with every policy they read. Every problem is reported, each pointing into its file
+/// (exit 3 when there is one).
+pub fn check(workspace: &Workspace) -> Result<i32, Error> {
+    let mut problems: Vec<Diagnostic> = Vec::new();
+    let mut add = |found: Vec<Diagnostic>| {
+        for diagnostic in found {
+            // A pipeline that reads a broken policy reports what `check` already found there.
+            if !problems
+                .iter()
+                .any(|p| p.to_string() == diagnostic.to_string())
+            {
+                problems.push(diagnostic);
+            }
+        }
+    };
+    let spec_problems = |error: SpecError| match error {
+        SpecError::Invalid(found) => found.0,
+        other => vec![Diagnostic::new(other.to_string())],
+    };
+    match crate::policy::read(&workspace.root, LIFECYCLE)
+        .map_err(Diagnostic::new)
+        .and_then(|source| Lifecycle::parse_declared(&source))
+    {
+        Ok(lifecycle) => add(lifecycle.dead_ends()),
+        Err(problem) => add(vec![problem]),
+    }
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let pipelines = super::doctor::specs_in(workspace, "pipelines");
+    for path in &pipelines {
+        let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
+        let context = crate::spec::LoadContext {
+            root: &workspace.root,
+            templates: &templates,
+            including: &[],
+        };
+        let loaded = crate::spec::load_pipeline(path, shown, &context)
+            .and_then(|pipeline| crate::dag::compile(&pipeline).map(|_| ()));
+        if let Err(error) = loaded {
+            add(spec_problems(error));
+        }
+    }
+    let chains = super::doctor::specs_in(workspace, "chains");
+    for path in &chains {
+        let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
+        if let Err(error) = crate::chains::load(path, shown, &templates) {
+            add(spec_problems(error));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Error::Spec(SpecError::Invalid(Diagnostics(problems))));
+    }
+    outln!(
+        "ok: {LIFECYCLE} has no dead end; {} pipelines and {} chains check, with every policy they read",
+        pipelines.len(),
+        chains.len()
+    );
+    Ok(exit::SUCCESS)
 }

@@ -9,21 +9,25 @@ use crate::error::{Error, exit};
 use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Lineage, Runner};
-use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, Owner};
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::propose::{ProposeError, Proposing};
-use crate::skills::trust::{self, TrustPolicy};
+use crate::skills::trust::{self, SkillTree, TrustPolicy};
 use crate::skills::{Lifecycle, Proposal, SideEffects, TRUSTED};
 use crate::spec::SpecError;
 use crate::template::TemplateEngine;
 
-const LIFECYCLE: &str = "policies/lifecycle.toml";
+const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
+
+fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> {
+    let source = crate::policy::read(&workspace.root, LIFECYCLE)
+        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+    Ok(Lifecycle::parse(&source).map_err(SpecError::from)?)
+}
 
 pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
     let relative = workspace_relative(workspace, file)?;
-    let lifecycle_source = crate::policy::read(&workspace.root, LIFECYCLE)
-        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
-    let lifecycle = Lifecycle::parse(&lifecycle_source).map_err(SpecError::from)?;
+    let lifecycle = load_lifecycle(workspace)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
     let store = super::open_store(workspace)?;
@@ -167,10 +171,28 @@ pub(super) fn rehash_trusted(
         .collect())
 }
 
-/// Re-hashes trusted skills and reports drift. Exit 1 when any skill drifted.
+/// Re-hashes trusted skills and reports drift; a drifted skill moves to the lifecycle's
+/// `drifted` state (SUSPENDED), so it neither runs nor is listed until restored or rebuilt.
+/// Exit 1 when any skill drifted.
 pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
-    let results = rehash_trusted(workspace, name)?;
+    let mut results = rehash_trusted(workspace, name)?;
     let drifted = results.iter().filter(|r| r["drifted"] == true).count();
+    let lifecycle = load_lifecycle(workspace)?;
+    if drifted > 0
+        && let Some(state) = &lifecycle.drifted
+    {
+        let mut ledger = Ledger::open(&workspace.config.ledger)?;
+        for r in results.iter_mut().filter(|r| r["drifted"] == true) {
+            let skill = r["skill"].as_str().unwrap_or_default().to_owned();
+            let comment = format!(
+                "drift: its files hash to {}, trusted {}",
+                r["current_hash"].as_str().unwrap_or("nothing readable"),
+                r["trusted_hash"].as_str().unwrap_or_default()
+            );
+            move_skill(workspace, &mut ledger, &lifecycle, &skill, state, &comment)?;
+            r["state"] = json!(state);
+        }
+    }
     if json {
         outln!(
             "{}",
@@ -198,9 +220,13 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
             }
         }
         if drifted > 0 {
+            let what = match &lifecycle.drifted {
+                Some(state) => format!("they are now {state} and do not run"),
+                None => format!("they will not run ({LIFECYCLE} declares no `drifted` state)"),
+            };
             outln!(
-                "{drifted} of {} trusted skills changed since promotion and will not run; \
-                 verify and promote them again (run the forge for each)",
+                "{drifted} of {} trusted skills changed since promotion; {what}. \
+                 `kavi skill restore NAME` puts the trusted files back, or the forge builds it again",
                 results.len()
             );
         }
@@ -210,6 +236,105 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     } else {
         exit::SUCCESS
     })
+}
+
+/// Moves `skill` to `to` as the lifecycle allows, recorded with the account and `comment`,
+/// and rewrites the registry of trusted skills.
+fn move_skill(
+    workspace: &Workspace,
+    ledger: &mut Ledger,
+    lifecycle: &Lifecycle,
+    skill: &str,
+    to: &str,
+    comment: &str,
+) -> Result<(), Error> {
+    ledger
+        .transition_skill(
+            skill,
+            to,
+            |from, to| lifecycle.check(from, to),
+            (None, None),
+            &crate::identity::actor(),
+            Some(comment),
+        )
+        .map_err(|e| match e {
+            LedgerError::TransitionRefused(reason) => Error::Usage(reason),
+            other => other.into(),
+        })?;
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = load_trust(workspace, &templates)?;
+    let registry = crate::sandbox::contained_path(&workspace.root, &trust.registry)
+        .map_err(|e| Error::Usage(format!("refused registry path: {e}")))?;
+    crate::skills::registry::write_registry(ledger, &registry, TRUSTED).map_err(|e| Error::Io {
+        context: "failed to rewrite the registry".into(),
+        source: std::io::Error::other(e),
+    })?;
+    Ok(())
+}
+
+/// Puts a skill's trusted files back, byte for byte as they were promoted, and (when it was
+/// suspended for drift) returns it to TRUSTED.
+pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Result<i32, Error> {
+    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let skill = ledger.skill(name)?;
+    let lifecycle = load_lifecycle(workspace)?;
+    let restorable = skill.state == TRUSTED || lifecycle.drifted.as_ref() == Some(&skill.state);
+    let (Some(trusted_hash), true) = (&skill.trusted_hash, restorable) else {
+        return Err(Error::Usage(format!(
+            "`{name}` is {}: only a trusted skill, or one suspended for drift, is restored",
+            skill.state
+        )));
+    };
+    let Some(tree) = &skill.trusted_tree else {
+        return Err(Error::Usage(format!(
+            "`{name}` was promoted before kavi kept trusted files; build it again with the forge"
+        )));
+    };
+    let store = super::open_store(workspace)?;
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = load_trust(workspace, &templates)?;
+    let refused = |reason: String| Error::Io {
+        context: format!("failed to restore `{name}`"),
+        source: std::io::Error::other(reason),
+    };
+    let tree = SkillTree::load(&store, tree, trusted_hash).map_err(refused)?;
+    tree.write_into(&workspace.root, |path| trust.exclude.is_match(path))
+        .map_err(refused)?;
+    let now = trust
+        .source_hash(&templates, &workspace.root, name, &skill.proposal_path)
+        .map_err(refused)?;
+    if &now != trusted_hash {
+        return Err(refused(format!(
+            "after writing the trusted files, it hashes to {now}, not {trusted_hash}"
+        )));
+    }
+    if skill.state != TRUSTED {
+        let comment = comment.map_or_else(
+            || format!("restored the files trusted at {trusted_hash}"),
+            str::to_owned,
+        );
+        move_skill(workspace, &mut ledger, &lifecycle, name, TRUSTED, &comment)?;
+    }
+    outln!(
+        "restored `{name}`: its files are those trusted at {}; it is {TRUSTED}",
+        short_hash(trusted_hash)
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// Revokes a skill: it moves to the lifecycle's `revoked` state and never runs again.
+pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, Error> {
+    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let lifecycle = load_lifecycle(workspace)?;
+    let Some(revoked) = &lifecycle.revoked else {
+        return Err(Error::Usage(format!(
+            "{LIFECYCLE} declares no `revoked` state to move `{name}` to"
+        )));
+    };
+    ledger.skill(name)?;
+    move_skill(workspace, &mut ledger, &lifecycle, name, revoked, comment)?;
+    outln!("revoked `{name}`: it is {revoked} and does not run");
+    Ok(exit::SUCCESS)
 }
 
 /// What running skills needs, loaded once for a command.

@@ -279,7 +279,7 @@ impl Runner<'_> {
         // A declared path that does not exist yet is made as a folder, so that the profile can
         // grant it; one that resolves outside the workspace is refused.
         for write in ready.proposal.write_paths() {
-            let made = crate::nodes::contained_path(self.root, &write).and_then(|path| {
+            let made = crate::sandbox::contained_path(self.root, &write).and_then(|path| {
                 if path.symlink_metadata().is_ok() {
                     return Ok(());
                 }

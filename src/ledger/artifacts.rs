@@ -99,6 +99,16 @@ impl ArtifactStore {
     /// The text of the artifact with this SHA-256 (hex), re-hashed as it is read: the store
     /// names content by its hash, so a file that no longer matches was altered and is refused.
     pub fn read_text(&self, sha256: &str) -> Result<String, String> {
+        String::from_utf8(self.read_bytes(sha256)?).map_err(|_| {
+            format!(
+                "artifact {} is not UTF-8 text",
+                self.path_of_sha256(sha256).display()
+            )
+        })
+    }
+
+    /// The bytes of the artifact with this SHA-256 (hex), re-hashed as they are read.
+    pub fn read_bytes(&self, sha256: &str) -> Result<Vec<u8>, String> {
         let path = self.path_of_sha256(sha256);
         let bytes = std::fs::read(&path)
             .map_err(|e| format!("failed to read artifact {}: {e}", path.display()))?;
@@ -108,8 +118,7 @@ impl ArtifactStore {
                 path.display()
             ));
         }
-        String::from_utf8(bytes)
-            .map_err(|_| format!("artifact {} is not UTF-8 text", path.display()))
+        Ok(bytes)
     }
 }
 

@@ -4,7 +4,7 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
-use super::{Artifact, Ledger, LedgerError, now};
+use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
@@ -112,10 +112,7 @@ impl Ledger {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for artifact in [Some(packet), log].into_iter().flatten() {
-            tx.execute(
-                "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![artifact.sha256, artifact.kind, artifact.size, artifact.path, now],
-            )?;
+            keep_artifact(&tx, artifact, &now)?;
         }
         tx.execute(
             "UPDATE builds SET status = ?1, exit_code = ?2, packet = ?3, log = ?4, finished_at = ?5 WHERE id = ?6",
@@ -142,10 +139,7 @@ impl Ledger {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![note.sha256, note.kind, note.size, note.path, now()],
-        )?;
+        keep_artifact(&tx, note, &now())?;
         tx.execute(
             "UPDATE builds SET failure_kind = ?1, research_note = ?2 WHERE id = ?3",
             params![failure_kind, note.sha256, build_id],
@@ -165,10 +159,7 @@ impl Ledger {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let (sha, error) = match advisory {
             Ok(artifact) => {
-                tx.execute(
-                    "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![artifact.sha256, artifact.kind, artifact.size, artifact.path, now()],
-                )?;
+                keep_artifact(&tx, artifact, &now())?;
                 (Some(artifact.sha256.as_str()), None)
             }
             Err(error) => (None, Some(error)),

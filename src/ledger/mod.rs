@@ -91,6 +91,22 @@ pub fn short_hash(hash: &str) -> String {
     format!("sha256:{}", &hex[..hex.len().min(12)])
 }
 
+/// Records a stored artifact's row (once: content already recorded is left as it is).
+fn keep_artifact(conn: &Connection, artifact: &Artifact, at: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            artifact.sha256,
+            artifact.kind,
+            artifact.size,
+            artifact.path,
+            at
+        ],
+    )?;
+    Ok(())
+}
+
 /// Now, in UTC, to the millisecond (RFC 3339).
 ///
 /// Always three fractional digits, so that the text sorts as the time does: queries order by
@@ -456,17 +472,7 @@ impl Ledger {
             |row| row.get(0),
         )?;
         for (role, artifact) in record.artifacts {
-            tx.execute(
-                "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    artifact.sha256,
-                    artifact.kind,
-                    artifact.size,
-                    artifact.path,
-                    now()
-                ],
-            )?;
+            keep_artifact(&tx, artifact, &now())?;
             tx.execute(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256) VALUES (?1, ?2, ?3)",
                 params![node_run_id, role, artifact.sha256],

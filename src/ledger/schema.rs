@@ -283,4 +283,8 @@ pub const MIGRATIONS: &[&str] = &[
         at          TEXT NOT NULL
     );
     "#,
+    // 17: the trusted tree kept at promotion, which `kavi skill restore` puts back.
+    r#"
+    ALTER TABLE skills ADD COLUMN trusted_tree TEXT REFERENCES artifacts(sha256);
+    "#,
 ];

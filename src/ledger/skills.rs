@@ -3,7 +3,7 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 
-use super::{Artifact, Ledger, LedgerError, now};
+use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
@@ -29,6 +29,11 @@ pub struct SkillRow {
     pub state: String,
     pub created_at: String,
     pub updated_at: String,
+    /// The hash it was last promoted at, if it ever was.
+    pub trusted_hash: Option<String>,
+    /// The SKILL_TREE artifact kept at that promotion (see [`crate::skills::SkillTree`]); none
+    /// for skills promoted before trees were kept.
+    pub trusted_tree: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -76,10 +81,7 @@ impl Ledger {
         if exists.is_some() {
             return Err(LedgerError::SkillExists(new.name.to_owned()));
         }
-        tx.execute(
-            "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![new.spec.sha256, new.spec.kind, new.spec.size, new.spec.path, now],
-        )?;
+        keep_artifact(&tx, new.spec, &now)?;
         tx.execute(
             "INSERT INTO skills (name, description, side_effect, spec_artifact, proposal_path, state,
                                  created_at, updated_at)
@@ -107,7 +109,7 @@ impl Ledger {
         self.conn
             .query_row(
                 "SELECT name, description, side_effect, spec_artifact, proposal_path, state, created_at,
-                        updated_at
+                        updated_at, trusted_hash, trusted_tree
                  FROM skills WHERE name = ?1",
                 [name],
                 |row| {
@@ -120,6 +122,8 @@ impl Ledger {
                         state: row.get(5)?,
                         created_at: row.get(6)?,
                         updated_at: row.get(7)?,
+                        trusted_hash: row.get(8)?,
+                        trusted_tree: row.get(9)?,
                     })
                 },
             )
@@ -163,6 +167,7 @@ impl Ledger {
         origin: (Option<i64>, Option<&str>),
         actor: &str,
         comment: Option<&str>,
+        tree: &[Artifact],
     ) -> Result<Transitioned> {
         let tx = self
             .conn
@@ -190,9 +195,12 @@ impl Ledger {
             Some(_) => {}
         }
         let now = move_state(&tx, name, &from, to, origin, actor, comment)?;
+        for artifact in tree {
+            keep_artifact(&tx, artifact, &now)?;
+        }
         tx.execute(
-            "UPDATE skills SET trusted_hash = ?1 WHERE name = ?2",
-            params![current_hash, name],
+            "UPDATE skills SET trusted_hash = ?1, trusted_tree = ?2 WHERE name = ?3",
+            params![current_hash, tree.first().map(|a| &a.sha256), name],
         )?;
         tx.execute(
             "INSERT INTO promotions (skill, from_state, to_state, source_hash, run_id, node_id, actor, at, comment)

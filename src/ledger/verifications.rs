@@ -3,7 +3,7 @@
 use rusqlite::{TransactionBehavior, params};
 use serde::Serialize;
 
-use super::{Artifact, Ledger, LedgerError, now};
+use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
 
 /// The result of one gate.
 #[derive(Debug, Clone, Serialize)]
@@ -51,10 +51,7 @@ impl Ledger {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
-            "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![report.sha256, report.kind, report.size, report.path, now],
-        )?;
+        keep_artifact(&tx, report, &now)?;
         for r in results {
             tx.execute(
                 "INSERT INTO verifications (run_id, node_id, skill, gate_id, gate_kind, required, status,

@@ -7,7 +7,6 @@
 //! are resolved. Everything is read and checked before the first byte is written; each file is
 //! written to a temporary name and renamed into place.
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,10 +17,11 @@ use serde_json::json;
 use toml::Spanned;
 
 use super::allowlist::{self, Allowlist};
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome, contained_path};
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::SandboxLimits;
 use crate::sandbox;
+use crate::sandbox::{destination, write_file};
 
 pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
@@ -84,31 +84,6 @@ fn read_allowed(sandbox: &Path, path: &str, limits: &SandboxLimits) -> Result<Ve
         .map_err(|e| format!("`{path}`: {e}, over `max_file_bytes`"))
 }
 
-/// Where an allowed file goes in the target: inside it once links are resolved, and not itself
-/// a link.
-fn destination(target: &Path, path: &str) -> Result<PathBuf, String> {
-    let destination = contained_path(target, path)?;
-    if destination
-        .symlink_metadata()
-        .is_ok_and(|m| m.file_type().is_symlink())
-    {
-        return Err(format!("the destination of `{path}` is a symlink"));
-    }
-    Ok(destination)
-}
-
-fn write_file(bytes: &[u8], destination: &Path) -> std::io::Result<()> {
-    let parent = destination
-        .parent()
-        .expect("a destination inside the target has a parent");
-    std::fs::create_dir_all(parent)?;
-    let mut temp = tempfile::NamedTempFile::new_in(parent)?;
-    temp.write_all(bytes)?;
-    temp.as_file().sync_all()?;
-    temp.persist(destination).map_err(|e| e.error)?;
-    Ok(())
-}
-
 impl CopyBack {
     async fn copy(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
@@ -153,7 +128,7 @@ impl CopyBack {
             return Err(format!("refusing to copy back: {}", refused.join("; ")));
         }
         for (path, bytes, destination) in &plan {
-            write_file(bytes, destination).map_err(|e| {
+            write_file(bytes, destination, false).map_err(|e| {
                 format!("failed to copy `{path}` to {}: {e}", destination.display())
             })?;
         }

@@ -29,7 +29,7 @@ pub use environment::{ChildRun, ChildRuns, Environment};
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -72,6 +72,9 @@ pub const KINDS: &[NodeKind] = &[
 
 /// The failure classifier a `classify` node uses unless it names another.
 pub const CLASSIFIER_POLICY: &str = "policies/classifier.toml";
+
+/// The skill lifecycle every skill command and node follows unless told otherwise.
+pub const LIFECYCLE_POLICY: &str = "policies/lifecycle.toml";
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {
     KINDS.iter().find(|k| k.name == name)
@@ -300,7 +303,7 @@ impl<'a> NodeConfig<'a> {
 /// part, so a pipeline means the same wherever kavi is started.
 pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBuf, String> {
     let candidates = if name.contains('/') {
-        vec![contained_path(root, name)?]
+        vec![crate::sandbox::contained_path(root, name)?]
     } else {
         let folder = root.join(folder);
         vec![folder.join(name), folder.join(format!("{name}.toml"))]
@@ -309,67 +312,4 @@ pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBu
         .into_iter()
         .find(|path| path.is_file())
         .ok_or_else(|| format!("`{name}` not found in {folder}/"))
-}
-
-/// Resolves a user-given relative path under `root`, refusing anything that could leave it:
-/// absolute paths, `..`, and (for existing paths) symlinks that resolve outside.
-pub fn contained_path(root: &Path, relative: &str) -> Result<PathBuf, String> {
-    let path = Path::new(relative);
-    if relative.is_empty() {
-        return Err("the path is empty".into());
-    }
-    for component in path.components() {
-        match component {
-            Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => return Err(format!("`{relative}` contains `..`")),
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "`{relative}` is absolute; give a path inside the workspace"
-                ));
-            }
-        }
-    }
-    let joined = root.join(path);
-    // The deepest existing ancestor must still be inside the root once symlinks are resolved.
-    let root_real = root
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", root.display()))?;
-    let mut existing = joined.as_path();
-    while !existing.exists() {
-        existing = existing.parent().unwrap_or(root);
-    }
-    let existing_real = existing
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
-    if !existing_real.starts_with(&root_real) {
-        return Err(format!("`{relative}` resolves outside the workspace"));
-    }
-    Ok(joined)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn contained_path_refuses_escapes_with_a_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(contained_path(dir.path(), "out/report.md").is_ok());
-        assert!(
-            contained_path(dir.path(), "../x")
-                .unwrap_err()
-                .contains("..")
-        );
-        assert!(
-            contained_path(dir.path(), "/etc/passwd")
-                .unwrap_err()
-                .contains("absolute")
-        );
-        std::os::unix::fs::symlink("/tmp", dir.path().join("link")).unwrap();
-        assert!(
-            contained_path(dir.path(), "link/x")
-                .unwrap_err()
-                .contains("outside")
-        );
-    }
 }

@@ -11,9 +11,10 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome, contained_path};
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::sandbox::contained_path;
 use crate::skills::registry::write_registry;
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Lifecycle, TRUSTED};
@@ -75,9 +76,14 @@ impl Promote {
             .skill(&skill)
             .map_err(|e| e.to_string())?
             .proposal_path;
-        let hash = self
+        // The bytes hashed are the bytes kept: restore puts back exactly what was trusted.
+        let tree = self
             .trust
-            .source_hash(&ctx.env.templates, &root, &skill, &proposal)?;
+            .read_tree(&ctx.env.templates, &root, &skill, &proposal)?;
+        let hash = tree.hash();
+        let kept = tree
+            .store(&ctx.env.artifacts)
+            .map_err(|e| format!("failed to keep the trusted tree: {e}"))?;
         let actor = crate::identity::actor();
         let moved = ledger
             .promote_skill(
@@ -88,6 +94,7 @@ impl Promote {
                 (Some(ctx.run_id), Some(ctx.node_id)),
                 &actor,
                 comment.as_deref(),
+                &kept,
             )
             .map_err(|e| e.to_string())?;
         let registry = contained_path(&ctx.env.workspace, &self.trust.registry)
@@ -98,6 +105,7 @@ impl Promote {
             "from": moved.from,
             "to": moved.to,
             "source_hash": hash,
+            "trusted_tree": kept[0].sha256,
             "registry": self.trust.registry,
             "registry_skills": listed,
         })))

@@ -9,8 +9,9 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome, contained_path};
+use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
+use crate::sandbox::contained_path;
 use crate::template::describe_error;
 
 pub const KIND: NodeKind = NodeKind {

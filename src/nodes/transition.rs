@@ -19,7 +19,7 @@ pub const KIND: NodeKind = NodeKind {
     parse,
 };
 
-pub const DEFAULT_POLICY: &str = "policies/lifecycle.toml";
+pub const DEFAULT_POLICY: &str = super::LIFECYCLE_POLICY;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +59,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 raw.to.span(),
             )
             .with_help(format!("states: {}", lifecycle.states.join(", "))));
+    }
+    if !is_templated(raw.to.get_ref()) && !lifecycle.has_way_into(raw.to.get_ref()) {
+        return Err(config
+            .error(
+                format!(
+                    "no transition in {} leads to `{}`: this node could never move a skill",
+                    source.path.display(),
+                    raw.to.get_ref()
+                ),
+                raw.to.span(),
+            )
+            .with_help("add a [[transition]] with this `to`, or remove the node"));
     }
     Ok(Arc::new(Transition {
         skill: raw.skill.into_inner(),

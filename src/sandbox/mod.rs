@@ -11,7 +11,7 @@ pub mod cleanup;
 pub mod manifest;
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
@@ -224,6 +224,74 @@ pub fn copy_tree(
     Ok(stats)
 }
 
+/// Resolves a user-given relative path under `root`, refusing anything that could leave it:
+/// absolute paths, `..`, and (for existing paths) symlinks that resolve outside.
+pub fn contained_path(root: &Path, relative: &str) -> Result<PathBuf, String> {
+    let path = Path::new(relative);
+    if relative.is_empty() {
+        return Err("the path is empty".into());
+    }
+    for component in path.components() {
+        match component {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => return Err(format!("`{relative}` contains `..`")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "`{relative}` is absolute; give a path inside the workspace"
+                ));
+            }
+        }
+    }
+    let joined = root.join(path);
+    // The deepest existing ancestor must still be inside the root once symlinks are resolved.
+    let root_real = root
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", root.display()))?;
+    let mut existing = joined.as_path();
+    while !existing.exists() {
+        existing = existing.parent().unwrap_or(root);
+    }
+    let existing_real = existing
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
+    if !existing_real.starts_with(&root_real) {
+        return Err(format!("`{relative}` resolves outside the workspace"));
+    }
+    Ok(joined)
+}
+
+/// Where a file goes in a target it is written into: inside it once links are resolved, and not
+/// itself a link.
+pub fn destination(target: &Path, path: &str) -> Result<PathBuf, String> {
+    let destination = contained_path(target, path)?;
+    if destination
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(format!("the destination of `{path}` is a symlink"));
+    }
+    Ok(destination)
+}
+
+/// Writes `bytes` to `destination` whole: to a temporary file beside it, synced, then renamed
+/// into place, so a reader never sees half a file. `executable` sets the execute bits.
+pub fn write_file(bytes: &[u8], destination: &Path, executable: bool) -> io::Result<()> {
+    let parent = destination
+        .parent()
+        .expect("a destination inside the target has a parent");
+    std::fs::create_dir_all(parent)?;
+    let mut temp = tempfile::NamedTempFile::new_in(parent)?;
+    temp.write_all(bytes)?;
+    if executable {
+        use std::os::unix::fs::PermissionsExt;
+        temp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    }
+    temp.as_file().sync_all()?;
+    temp.persist(destination).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// Opens the regular file at `relative` beneath `root` without following any link on the way
 /// (each folder is opened with `O_NOFOLLOW`), so a folder swapped for a link after the check
 /// cannot redirect the read. `relative` must pass [`unsafe_path_reason`].
@@ -303,6 +371,28 @@ pub fn unsafe_path_reason(path: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contained_path_refuses_escapes_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(contained_path(dir.path(), "out/report.md").is_ok());
+        assert!(
+            contained_path(dir.path(), "../x")
+                .unwrap_err()
+                .contains("..")
+        );
+        assert!(
+            contained_path(dir.path(), "/etc/passwd")
+                .unwrap_err()
+                .contains("absolute")
+        );
+        std::os::unix::fs::symlink("/tmp", dir.path().join("link")).unwrap();
+        assert!(
+            contained_path(dir.path(), "link/x")
+                .unwrap_err()
+                .contains("outside")
+        );
+    }
     use std::os::unix::fs::FileTypeExt;
 
     #[test]

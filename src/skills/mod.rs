@@ -8,6 +8,7 @@ pub mod conventions;
 pub mod propose;
 pub mod registry;
 mod side_effect;
+mod tree;
 pub mod trust;
 
 pub use side_effect::{SideEffect, SideEffects};
@@ -206,6 +207,13 @@ struct RawLifecycle {
     initial: Spanned<String>,
     states: Vec<Spanned<String>>,
     buildable: Vec<Spanned<String>>,
+    /// Where re-verification moves a trusted skill whose files changed.
+    drifted: Option<Spanned<String>>,
+    /// Where `kavi skill revoke` moves a skill.
+    revoked: Option<Spanned<String>>,
+    /// States a skill may stay in for good: not dead ends.
+    #[serde(default)]
+    terminal: Vec<Spanned<String>>,
     #[serde(rename = "transition", default)]
     transitions: Vec<RawTransition>,
 }
@@ -227,14 +235,33 @@ pub struct Lifecycle {
     pub initial: String,
     pub states: Vec<String>,
     pub buildable: Vec<String>,
+    /// Where re-verification moves a trusted skill whose files changed (such as SUSPENDED).
+    pub drifted: Option<String>,
+    /// Where `kavi skill revoke` moves a skill (such as REVOKED).
+    pub revoked: Option<String>,
+    /// States a skill may stay in for good.
+    pub terminal: Vec<String>,
     /// (from, to, needs approval)
     transitions: Vec<(String, String, bool)>,
     pub source: Arc<SourceFile>,
+    /// The file as written, for diagnostics that point into it.
+    declared: RawLifecycle,
 }
 
 impl Lifecycle {
-    /// Parses and checks a lifecycle policy: every state it names must be declared.
+    /// Parses and checks a lifecycle policy: every state it names must be declared, and it may
+    /// have no dead end (see [`Lifecycle::dead_ends`]).
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+        let lifecycle = Self::parse_declared(source)?;
+        match lifecycle.dead_ends().into_iter().next() {
+            Some(dead_end) => Err(dead_end),
+            None => Ok(lifecycle),
+        }
+    }
+
+    /// Parses a lifecycle policy without looking for dead ends: for `kavi policy check`, which
+    /// lists them all.
+    pub fn parse_declared(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawLifecycle =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
         let states: Vec<String> = raw.states.iter().map(|s| s.get_ref().clone()).collect();
@@ -252,6 +279,9 @@ impl Lifecycle {
         };
         let initial = known(&raw.initial)?;
         let buildable = raw.buildable.iter().map(known).collect::<Result<_, _>>()?;
+        let drifted = raw.drifted.as_ref().map(known).transpose()?;
+        let revoked = raw.revoked.as_ref().map(known).transpose()?;
+        let terminal = raw.terminal.iter().map(known).collect::<Result<_, _>>()?;
         let mut transitions = Vec::new();
         for t in &raw.transitions {
             transitions.push((known(&t.from)?, known(&t.to)?, t.approval));
@@ -260,9 +290,97 @@ impl Lifecycle {
             initial,
             states,
             buildable,
+            drifted,
+            revoked,
+            terminal,
             transitions,
             source: Arc::clone(source),
+            declared: raw,
         })
+    }
+
+    /// Whether any transition leads to `state`.
+    pub fn has_way_into(&self, state: &str) -> bool {
+        self.transitions.iter().any(|(_, to, _)| to == state)
+    }
+
+    /// Where a skill could get stuck: TRUSTED undeclared; a state from which no chain of
+    /// transitions reaches TRUSTED (unless it is `terminal`); a buildable state no transition
+    /// leads to; a `drifted` state TRUSTED cannot move to; a `revoked` state nothing leads to.
+    pub fn dead_ends(&self) -> Vec<Diagnostic> {
+        let at = |message: String, span: std::ops::Range<usize>| {
+            Diagnostic::new(message).at(&self.source, span)
+        };
+        let mut found = Vec::new();
+        if !self.states.iter().any(|s| s == TRUSTED) {
+            found.push(
+                at(
+                    format!(
+                        "the lifecycle declares no {TRUSTED} state, the state whose skills run"
+                    ),
+                    self.declared.initial.span(),
+                )
+                .with_help(format!("add \"{TRUSTED}\" to `states`")),
+            );
+            return found;
+        }
+        // Every state from which TRUSTED can be reached, walking transitions backwards.
+        let mut reaches = vec![TRUSTED.to_owned()];
+        let mut grew = true;
+        while grew {
+            grew = false;
+            for (from, to, _) in &self.transitions {
+                if reaches.contains(to) && !reaches.contains(from) {
+                    reaches.push(from.clone());
+                    grew = true;
+                }
+            }
+        }
+        for state in &self.declared.states {
+            let name = state.get_ref();
+            if !reaches.contains(name) && !self.terminal.contains(name) {
+                found.push(
+                    at(
+                        format!(
+                            "`{name}` is a dead end: no chain of transitions leads from it to {TRUSTED}"
+                        ),
+                        state.span(),
+                    )
+                    .with_help(
+                        "add a [[transition]] out of it, or list it in `terminal` if a skill may \
+                         stay there for good",
+                    ),
+                );
+            }
+        }
+        for state in &self.declared.buildable {
+            let name = state.get_ref();
+            if name != &self.initial && !self.has_way_into(name) {
+                found.push(at(
+                    format!("buildable state `{name}` has no way in: no transition leads to it"),
+                    state.span(),
+                ));
+            }
+        }
+        if let (Some(drifted), Some(declared)) = (&self.drifted, &self.declared.drifted)
+            && self.check(TRUSTED, drifted).is_err()
+        {
+            found.push(at(
+                format!(
+                    "`drifted` is {drifted}, but no transition {TRUSTED} -> {drifted} (without approval) is declared"
+                ),
+                declared.span(),
+            ));
+        }
+        if let (Some(revoked), Some(declared)) = (&self.revoked, &self.declared.revoked)
+            && !self.has_way_into(revoked)
+        {
+            found.push(at(
+                format!("`revoked` is {revoked}, but no transition leads to it"),
+                declared.span(),
+            ));
+        }
+        found
     }
 
     /// Checks a move; the error says what is allowed instead.
@@ -353,6 +471,34 @@ mod tests {
         ] {
             assert!(invalid_name_reason(bad).is_some(), "{bad} was accepted");
         }
+    }
+
+    #[test]
+    fn terminal_states_are_not_dead_ends_and_drift_needs_its_transition() {
+        let lifecycle = |text: &str| {
+            Lifecycle::parse_declared(&SourceFile::new("policies/lifecycle.toml", text)).unwrap()
+        };
+        let base = "initial = \"P\"\nstates = [\"P\", \"TRUSTED\", \"GONE\", \"S\"]\nbuildable = [\"P\"]\n\
+                    drifted = \"S\"\n[[transition]]\nfrom = \"P\"\nto = \"TRUSTED\"\n\
+                    [[transition]]\nfrom = \"TRUSTED\"\nto = \"GONE\"\n";
+        let found: Vec<String> = lifecycle(base)
+            .dead_ends()
+            .iter()
+            .map(|d| d.message.clone())
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "`GONE` is a dead end: no chain of transitions leads from it to TRUSTED",
+                "`S` is a dead end: no chain of transitions leads from it to TRUSTED",
+                "`drifted` is S, but no transition TRUSTED -> S (without approval) is declared",
+            ]
+        );
+        let fixed = format!(
+            "terminal = [\"GONE\"]\n{base}[[transition]]\nfrom = \"TRUSTED\"\nto = \"S\"\n\
+             [[transition]]\nfrom = \"S\"\nto = \"TRUSTED\"\n"
+        );
+        assert!(lifecycle(&fixed).dead_ends().is_empty());
     }
 
     #[test]

@@ -10,15 +10,16 @@
 //! skill's to vouch for.
 
 use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
 use globset::GlobSet;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::conventions::Conventions;
+pub use super::tree::{SkillTree, TreeFile};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::template::{TemplateEngine, describe_error};
 
@@ -80,12 +81,29 @@ impl TrustPolicy {
         skill: &str,
         proposal: &str,
     ) -> Result<String, String> {
+        Ok(self.read_tree(templates, root, skill, proposal)?.hash())
+    }
+
+    /// Everything the source hash covers, read once: what promotion keeps and restore puts back.
+    pub fn read_tree(
+        &self,
+        templates: &TemplateEngine,
+        root: &Path,
+        skill: &str,
+        proposal: &str,
+    ) -> Result<SkillTree, String> {
         let text = crate::sandbox::open_beneath(root, proposal)
             .and_then(|file| crate::sandbox::read_bounded(file, PROPOSAL_LIMIT))
             .map_err(|e| format!("cannot read the proposal {proposal}: {e}"))?;
         let folder = self.folder_of(templates, skill)?;
-        source_hash(&root.join(&folder), &self.exclude, &text)
-            .map_err(|e| format!("cannot hash {folder}: {e}"))
+        let files = read_folder(&root.join(&folder), &self.exclude)
+            .map_err(|e| format!("cannot hash {folder}: {e}"))?;
+        Ok(SkillTree {
+            proposal_path: proposal.to_owned(),
+            proposal: text,
+            folder,
+            files,
+        })
     }
 }
 
@@ -94,7 +112,20 @@ pub(super) const PROPOSAL_LIMIT: u64 = 1024 * 1024;
 
 /// The source hash of a proposal's text and a folder; see the module documentation for the
 /// exact definition.
-pub fn source_hash(folder: &Path, exclude: &GlobSet, proposal: &[u8]) -> std::io::Result<String> {
+#[cfg(test)]
+fn source_hash(folder: &Path, exclude: &GlobSet, proposal: &[u8]) -> std::io::Result<String> {
+    Ok(SkillTree {
+        proposal_path: String::new(),
+        proposal: proposal.to_vec(),
+        folder: String::new(),
+        files: read_folder(folder, exclude)?,
+    }
+    .hash())
+}
+
+/// The regular files under `folder` that are not excluded, in byte order of their relative
+/// paths. A symlink anywhere is refused.
+pub(super) fn read_folder(folder: &Path, exclude: &GlobSet) -> std::io::Result<Vec<TreeFile>> {
     if !folder.is_dir() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
@@ -118,22 +149,20 @@ pub fn source_hash(folder: &Path, exclude: &GlobSet, proposal: &[u8]) -> std::io
         }
     }
     files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    let mut hasher = Sha256::new();
-    let mut entry = |path: &str, content: &[u8]| {
-        hasher.update(path.as_bytes());
-        hasher.update([0]);
-        hasher.update(content.len().to_string().as_bytes());
-        hasher.update([0]);
-        hasher.update(content);
-    };
-    entry("", proposal);
-    let mut buffer = Vec::new();
-    for (relative, path) in files {
-        buffer.clear();
-        std::fs::File::open(&path)?.read_to_end(&mut buffer)?;
-        entry(&relative, &buffer);
-    }
-    Ok(format!("sha256:{:x}", hasher.finalize()))
+    files
+        .into_iter()
+        .map(|(path, absolute)| {
+            let mut bytes = Vec::new();
+            let mut file = std::fs::File::open(&absolute)?;
+            file.read_to_end(&mut bytes)?;
+            let executable = file.metadata()?.permissions().mode() & 0o111 != 0;
+            Ok(TreeFile {
+                path,
+                bytes,
+                executable,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

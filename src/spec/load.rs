@@ -253,6 +253,8 @@ pub fn load_pipeline_str(
     let mut nodes = Vec::new();
     let mut governing = GoverningSet::default();
     governing.add(Role::Pipeline, Arc::clone(&file));
+    // Nodes declared but refused: a `needs` naming one is not a second problem.
+    let mut unloaded: Vec<String> = Vec::new();
     match raw_nodes {
         None => problems.push(
             Diagnostic::new("a pipeline needs at least one node")
@@ -264,12 +266,16 @@ pub fn load_pipeline_str(
             match value.into_inner() {
                 DeValue::Table(table) => {
                     for (id, node) in table {
+                        let name = id.get_ref().to_string();
                         match load_node(&file, id, node, context, &params) {
                             Ok((node, used)) => {
                                 nodes.push(node);
                                 governing.extend(&used);
                             }
-                            Err(diagnostic) => problems.push(diagnostic),
+                            Err(diagnostic) => {
+                                problems.push(diagnostic);
+                                unloaded.push(name);
+                            }
                         }
                     }
                 }
@@ -279,7 +285,7 @@ pub fn load_pipeline_str(
             }
         }
     }
-    check_needs(&file, &nodes, &mut problems);
+    check_needs(&file, &nodes, &unloaded, &mut problems);
 
     if !problems.is_empty() {
         return Err(problems.into());
@@ -493,8 +499,17 @@ fn check_param_reads(
 }
 
 /// Every `needs` entry must name another node of this pipeline.
-fn check_needs(file: &Arc<SourceFile>, nodes: &[NodeSpec], problems: &mut Vec<Diagnostic>) {
-    let ids: std::collections::HashSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+fn check_needs(
+    file: &Arc<SourceFile>,
+    nodes: &[NodeSpec],
+    unloaded: &[String],
+    problems: &mut Vec<Diagnostic>,
+) {
+    let ids: std::collections::HashSet<&str> = nodes
+        .iter()
+        .map(|n| n.id.as_str())
+        .chain(unloaded.iter().map(String::as_str))
+        .collect();
     for node in nodes {
         for need in &node.needs {
             if !ids.contains(need.get_ref().as_str()) {
