@@ -1008,16 +1008,16 @@ fn policy_check_names_every_lifecycle_dead_end_at_its_line() {
     // A buildable state nothing leads to.
     let limbo = shipped
         .replace(
-            "\"REVOKED\"]\n# A build",
-            "\"REVOKED\", \"LIMBO\"]\n# A build",
+            "\"REJECTED\"]\n# A build",
+            "\"REJECTED\", \"LIMBO\"]\n# A build",
         )
         .replace(
             "buildable = [\"PROPOSED\", \"BUILT\", \"SUSPENDED\"]",
             "buildable = [\"PROPOSED\", \"BUILT\", \"SUSPENDED\", \"LIMBO\"]",
         )
         .replace(
-            "terminal = [\"REVOKED\"]",
-            "terminal = [\"REVOKED\", \"LIMBO\"]",
+            "terminal = [\"REVOKED\", \"REJECTED\"]",
+            "terminal = [\"REVOKED\", \"REJECTED\", \"LIMBO\"]",
         );
     let stderr = check(&limbo);
     assert!(
@@ -1034,4 +1034,143 @@ fn policy_check_names_every_lifecycle_dead_end_at_its_line() {
         "{stderr}"
     );
     std::fs::write(&path, shipped).unwrap();
+}
+
+#[test]
+fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let gated = "from = \"VERIFIED\"\nto = \"TRUSTED\"\n";
+    assert!(text.contains(gated));
+    std::fs::write(
+        &path,
+        text.replacen(gated, &format!("{gated}approval = true\n"), 1),
+    )
+    .unwrap();
+
+    assert_eq!(forge(root, "word_count", "").status.code(), Some(6));
+    let (run, attempts) = last_forge(root);
+    assert_eq!(run["status"], "awaiting_review");
+    let promote = node(&attempts[0], "promote");
+    assert_eq!(promote["state"], "awaiting_review");
+    assert_eq!(promote["outputs"]["triggers"][0]["trigger"], "APPROVAL");
+    assert_eq!(promote["outputs"]["triggers"][0]["from"], "VERIFIED");
+    // Stopping for a person is not a failure: the failure handlers stay out.
+    assert_eq!(node(&attempts[0], "classify")["state"], "skipped");
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "VERIFIED");
+
+    let run_id = run["id"].to_string();
+    let out = kavi(root, &["approve", &run_id, "--comment", "read the diff"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("moved `word_count` VERIFIED -> TRUSTED"),
+        "{stdout}"
+    );
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "TRUSTED");
+    let last = skill["transitions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["to_state"], "TRUSTED");
+    assert_eq!(last["node_id"], "promote");
+    assert!(
+        last["comment"]
+            .as_str()
+            .unwrap()
+            .starts_with("approved in review by ")
+            && last["comment"]
+                .as_str()
+                .unwrap()
+                .ends_with(": read the diff"),
+        "{last}"
+    );
+    // Promoted by the approval at the verified hash, with its files kept: it runs.
+    let ran = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            "{\"text\": \"a b\"}",
+        ],
+    );
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    common::assert_ledger_verifies(root);
+}
+
+#[test]
+fn a_rejected_build_leaves_nothing_behind_and_the_skill_says_rejected() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    // A forbidden import is a security failure: the first attempt stops for review, its files
+    // already copied back.
+    assert_eq!(forge(root, "write_note", "1=policy").status.code(), Some(6));
+    let source = root.join("skills/write_note/skill.py");
+    assert!(
+        std::fs::read_to_string(&source)
+            .unwrap()
+            .contains("import subprocess")
+    );
+    let out = kavi(root, &["reject", "latest", "--comment", "no subprocess"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("`write_note`: removed the "), "{stdout}");
+    assert!(stdout.contains("`write_note` is REJECTED"), "{stdout}");
+    assert!(!source.exists(), "the rejected build's file stayed");
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "REJECTED");
+    let last = shown["transitions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["comment"]
+            .as_str()
+            .unwrap()
+            .contains(": no subprocess; removed the "),
+        "{last}"
+    );
+
+    // A skill with a trusted version gets that version back.
+    assert!(forge(root, "word_count", "").status.success());
+    let source = root.join("skills/word_count/skill.py");
+    let trusted = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(&source, format!("{trusted}# drift\n")).unwrap();
+    assert_eq!(kavi(root, &["skill", "verify"]).status.code(), Some(1));
+    // Attempts count on from the first forge: this is attempt 2.
+    assert_eq!(forge(root, "word_count", "2=policy").status.code(), Some(6));
+    assert!(
+        std::fs::read_to_string(&source)
+            .unwrap()
+            .contains("import subprocess")
+    );
+    let out = kavi(root, &["reject", "latest"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("`word_count`: its files are those trusted at sha256:"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), trusted);
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["state"], "REJECTED");
+    common::assert_ledger_verifies(root);
 }

@@ -15,6 +15,7 @@ fn workspace() -> tempfile::TempDir {
     }
     for file in [
         "policies/lifecycle.toml",
+        "policies/escalation.toml",
         "policies/conventions.toml",
         "policies/trust.toml",
         "proposals/write_note.toml",
@@ -138,7 +139,8 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Make BUILT -> VERIFIED need an approval instead: no rebuild, the next run follows it.
+    // Make BUILT -> VERIFIED need an approval instead: no rebuild, the next run follows it and
+    // stops there for a person.
     let forbidden = text.replace(
         "from = \"BUILT\"\nto = \"VERIFIED\"",
         "from = \"BUILT\"\nto = \"VERIFIED\"\napproval = true",
@@ -148,25 +150,28 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
         dir.path(),
         &["pipeline", "run", "advance", "--set", "skill=write_note"],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(6));
     let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(run["nodes"][0]["state"], "succeeded");
     assert_eq!(
         run["nodes"][0]["outputs"],
         serde_json::json!({"skill": "write_note", "from": "PROPOSED", "to": "BUILT"})
     );
-    assert_eq!(run["nodes"][1]["state"], "failed");
+    assert_eq!(run["nodes"][1]["state"], "awaiting_review");
     assert_eq!(
         run["nodes"][1]["error"],
-        "the transition BUILT -> VERIFIED needs a recorded approval (policies/lifecycle.toml)"
+        format!(
+            "awaiting review: APPROVAL (the transition BUILT -> VERIFIED needs a recorded approval (policies/lifecycle.toml)); decide with `kavi approve {id}` or `kavi reject {id}`",
+            id = run["id"]
+        )
     );
     let lifecycle = run["governing"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["role"] == "policy")
+        .find(|p| p["path"] == "policies/lifecycle.toml")
         .unwrap();
-    assert_eq!(lifecycle["path"], "policies/lifecycle.toml");
+    assert_eq!(lifecycle["role"], "policy");
 
     let shown = json(&kavi(
         dir.path(),
@@ -188,17 +193,13 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     );
     assert_eq!(shown["transitions"][1]["node_id"], "built");
 
-    // Restore the policy: the same run now goes through.
-    std::fs::write(&policy, text).unwrap();
-    std::fs::write(
-        dir.path().join("pipelines/verify.toml"),
-        "[pipeline]\nname = \"verify\"\n[nodes.v]\nkind = \"transition\"\nskill = \"write_note\"\nto = \"VERIFIED\"\n",
-    )
-    .unwrap();
+    // A person approves: the move is made, by the approval.
+    let approved = kavi(dir.path(), &["approve", "latest", "--comment", "fine"]);
+    let stdout = String::from_utf8_lossy(&approved.stdout);
+    assert!(approved.status.success(), "{stdout}");
     assert!(
-        kavi(dir.path(), &["pipeline", "run", "verify"])
-            .status
-            .success()
+        stdout.contains("moved `write_note` BUILT -> VERIFIED"),
+        "{stdout}"
     );
     let shown = json(&kavi(
         dir.path(),

@@ -9,8 +9,13 @@ use serde_json::Value;
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{Ledger, RunOrigin};
+use crate::ledger::{EscalationRow, Ledger, RunOrigin, short_hash};
+use crate::nodes::review::APPROVAL;
+use crate::skills::TRUSTED;
+use crate::skills::promotion::Promotion;
+use crate::skills::trust::SkillTree;
 use crate::state::RunStatus;
+use crate::template::TemplateEngine;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Decision {
@@ -48,8 +53,18 @@ pub async fn decide(
             triggers.join(", "),
         );
     }
+    let only_moves =
+        approve && make_approved_moves(workspace, &mut ledger, &decided, &actor, comment)?;
     match decision {
+        Decision::Approve { resume: true } if only_moves => {
+            outln!(
+                "the approved moves are made; run `kavi pipeline run {}` to go on",
+                root.spec_path
+            );
+            Ok(exit::SUCCESS)
+        }
         Decision::Reject => {
+            clean_up_rejected(workspace, &mut ledger, root.id, &decided, &actor, comment)?;
             for escalation in &decided {
                 outln!("`{}` is not built again", escalation.skill);
             }
@@ -81,6 +96,166 @@ pub async fn decide(
             .await
         }
     }
+}
+
+/// Makes the lifecycle moves that approved APPROVAL escalations asked for, each checked against
+/// the lifecycle as it is now and recorded as approved by `actor`. Returns whether every decided
+/// escalation only asked for moves (then nothing is left to resume).
+fn make_approved_moves(
+    workspace: &Workspace,
+    ledger: &mut Ledger,
+    decided: &[EscalationRow],
+    actor: &str,
+    comment: Option<&str>,
+) -> Result<bool, Error> {
+    let moves: Vec<(&EscalationRow, &Value)> = decided
+        .iter()
+        .flat_map(|e| {
+            e.triggers
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |t| (e, t))
+        })
+        .filter(|(_, t)| t["trigger"] == APPROVAL)
+        .collect();
+    if moves.is_empty() {
+        return Ok(false);
+    }
+    let lifecycle = super::skills::load_lifecycle(workspace)?;
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = super::skills::load_trust(workspace, &templates)?;
+    let store = super::open_store(workspace)?;
+    let note = match comment {
+        Some(comment) => format!("approved in review by {actor}: {comment}"),
+        None => format!("approved in review by {actor}"),
+    };
+    for (escalation, trigger) in &moves {
+        let (from, to) = (
+            trigger["from"].as_str().unwrap_or_default(),
+            trigger["to"].as_str().unwrap_or_default(),
+        );
+        // The skill must still be where it was when the run stopped.
+        let check = |now: &str, to: &str| {
+            if now == from {
+                lifecycle.check_approved(now, to)
+            } else {
+                Err(format!(
+                    "`{}` is now {now}, not {from}: the approved move no longer applies",
+                    escalation.skill
+                ))
+            }
+        };
+        let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
+        let refused = |reason: String| {
+            Error::Usage(format!(
+                "the approved move {from} -> {to} of `{}` was not made: {reason}",
+                escalation.skill
+            ))
+        };
+        if to == TRUSTED {
+            let source = workspace
+                .root
+                .join(trigger["source"].as_str().unwrap_or("."));
+            Promotion {
+                store: &store,
+                trust: &trust,
+                templates: &templates,
+                workspace: &workspace.root,
+                source: &source,
+            }
+            .promote(ledger, &escalation.skill, check, origin, Some(&note))
+            .map_err(refused)?;
+        } else {
+            ledger
+                .transition_skill(&escalation.skill, to, check, origin, actor, Some(&note))
+                .map_err(|e| refused(e.to_string()))?;
+        }
+        outln!("moved `{}` {from} -> {to}", escalation.skill);
+    }
+    let only_moves = decided.iter().all(|e| {
+        e.triggers
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|t| t["trigger"] == APPROVAL)
+    });
+    Ok(only_moves)
+}
+
+/// Undoes what a rejected run left in the workspace and records the rejection in the skill's
+/// state: its files go back to the last trusted version when there is one, and otherwise the
+/// files the run's copy-back nodes wrote are removed; then the skill moves to the lifecycle's
+/// `rejected` state.
+fn clean_up_rejected(
+    workspace: &Workspace,
+    ledger: &mut Ledger,
+    run: i64,
+    decided: &[EscalationRow],
+    actor: &str,
+    comment: Option<&str>,
+) -> Result<(), Error> {
+    let lifecycle = super::skills::load_lifecycle(workspace)?;
+    let mut skills: Vec<&str> = decided.iter().map(|e| e.skill.as_str()).collect();
+    skills.dedup();
+    let failed = |skill: &str, reason: String| Error::Io {
+        context: format!("failed to clean up after the rejected `{skill}`"),
+        source: std::io::Error::other(reason),
+    };
+    for skill in skills {
+        let row = ledger.skill(skill)?;
+        let undone = match (&row.trusted_tree, &row.trusted_hash) {
+            (Some(tree), Some(hash)) => {
+                let templates = TemplateEngine::new(&workspace.templates_dir());
+                let trust = super::skills::load_trust(workspace, &templates)?;
+                let store = super::open_store(workspace)?;
+                SkillTree::load(&store, tree, hash)
+                    .and_then(|tree| {
+                        tree.write_into(&workspace.root, |path| trust.exclude.is_match(path))
+                    })
+                    .map_err(|reason| failed(skill, reason))?;
+                format!("its files are those trusted at {}", short_hash(hash))
+            }
+            _ => {
+                let mut removed = 0;
+                for (target, path) in ledger.copied_back(run)? {
+                    // Only inside the workspace, whatever the record says.
+                    let folder = std::path::Path::new(&target)
+                        .strip_prefix(&workspace.root)
+                        .map_err(|_| failed(skill, format!("{target} is outside the workspace")))?;
+                    let relative = folder.join(&path);
+                    let target =
+                        crate::sandbox::destination(&workspace.root, &relative.to_string_lossy())
+                            .map_err(|reason| failed(skill, reason))?;
+                    match std::fs::remove_file(&target) {
+                        Ok(()) => removed += 1,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(failed(skill, format!("{path}: {e}"))),
+                    }
+                }
+                format!("removed the {removed} files its builds copied back")
+            }
+        };
+        outln!("`{skill}`: {undone}");
+        if let Some(rejected) = &lifecycle.rejected {
+            let note = match comment {
+                Some(comment) => format!("rejected in review by {actor}: {comment}; {undone}"),
+                None => format!("rejected in review by {actor}; {undone}"),
+            };
+            ledger
+                .transition_skill(
+                    skill,
+                    rejected,
+                    |from, to| lifecycle.check(from, to),
+                    (Some(run), None),
+                    actor,
+                    Some(&note),
+                )
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            outln!("`{skill}` is {rejected}");
+        }
+    }
+    Ok(())
 }
 
 /// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON

@@ -19,7 +19,7 @@ use crate::template::TemplateEngine;
 
 const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
 
-fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> {
+pub(super) fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> {
     let source = crate::policy::read(&workspace.root, LIFECYCLE)
         .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
     Ok(Lifecycle::parse(&source).map_err(SpecError::from)?)
@@ -530,7 +530,10 @@ pub(super) fn confirm(name: &str, class: SideEffects) -> Result<bool, Error> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
 }
 
-fn load_trust(workspace: &Workspace, templates: &TemplateEngine) -> Result<TrustPolicy, Error> {
+pub(super) fn load_trust(
+    workspace: &Workspace,
+    templates: &TemplateEngine,
+) -> Result<TrustPolicy, Error> {
     let read = |path: &str| {
         crate::policy::read(&workspace.root, path)
             .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))

@@ -368,6 +368,13 @@ impl Executor<'_> {
                 return Some((NodeState::Cancelled, why));
             }
             (Trigger::Success, Some((_, why))) => return Some((NodeState::Blocked, why)),
+            // A dependency that stopped for a person did not fail: failure handlers stay out.
+            (Trigger::Failure, Some((NodeState::AwaitingReview, why))) => {
+                return Some((
+                    NodeState::Skipped,
+                    format!("{why}; nothing failed, and it runs only on failure"),
+                ));
+            }
             (Trigger::Failure, None) => {
                 return Some((
                     NodeState::Skipped,

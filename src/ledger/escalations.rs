@@ -56,7 +56,7 @@ impl Ledger {
         run_id: i64,
         node_id: &str,
         triggers: &Value,
-        policy: &str,
+        policy: Option<&str>,
     ) -> Result<i64> {
         self.conn.execute(
             "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at, policy)
@@ -64,6 +64,35 @@ impl Ledger {
             params![skill, run_id, node_id, triggers.to_string(), now(), policy],
         )?;
         Ok(self.conn.last_insert_rowid())
+    }
+
+    /// The files the `copy_back` nodes of run `run_id` and its child runs wrote, as (target
+    /// folder, path relative to it).
+    pub fn copied_back(&self, run_id: i64) -> Result<Vec<(String, String)>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{RUN_TREE}
+             SELECT outputs FROM node_runs
+             WHERE run_id IN (SELECT id FROM tree) AND kind = 'copy_back' AND state = 'succeeded'"
+        ))?;
+        let outputs = stmt
+            .query_map([run_id], |r| super::json_column(r, 0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut paths: Vec<(String, String)> = outputs
+            .into_iter()
+            .flatten()
+            .flat_map(|o| {
+                let target = o["target"].as_str().unwrap_or_default().to_owned();
+                o["copied"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p.as_str().map(|p| (target.clone(), p.to_owned())))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        paths.sort();
+        paths.dedup();
+        Ok(paths)
     }
 
     /// The newest escalation of a skill, whatever its status.

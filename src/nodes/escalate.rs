@@ -14,7 +14,6 @@ use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::{BuildRow, Ledger};
 use crate::policy::classifier::Classifier;
 use crate::research::advisory;
-use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
     name: "escalate",
@@ -206,35 +205,16 @@ impl Escalate {
                 "consecutive_failures": consecutive,
             })));
         }
-        let triggers = serde_json::Value::Array(triggers);
-        let id = ledger
-            .raise_escalation(&skill, ctx.run_id, ctx.node_id, &triggers, &self.rules_hash)
-            .map_err(|e| e.to_string())?;
-        let names: Vec<String> = triggers
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| {
-                format!(
-                    "{} ({})",
-                    t["trigger"].as_str().unwrap_or_default(),
-                    t["reason"].as_str().unwrap_or_default()
-                )
-            })
-            .collect();
-        let mut outcome = NodeOutcome::succeeded(json!({
-            "triggers": triggers,
-            "escalation": id,
-            "consecutive_failures": consecutive,
-        }));
-        outcome.state = NodeState::AwaitingReview;
-        // A person decides on the run they started, which may be this run's parent.
-        let run = ledger.root_run(ctx.run_id).map_err(|e| e.to_string())?.id;
-        outcome.error = Some(format!(
-            "awaiting review: {}; decide with `kavi approve {run}` or `kavi reject {run}`",
-            names.join(", "),
-        ));
-        Ok(outcome)
+        let outputs =
+            serde_json::Map::from_iter([("consecutive_failures".to_owned(), json!(consecutive))]);
+        super::review::stop_for_review(
+            ctx,
+            &mut ledger,
+            &skill,
+            serde_json::Value::Array(triggers),
+            Some(&self.rules_hash),
+            outputs,
+        )
     }
 }
 

@@ -21,6 +21,7 @@ mod pipeline;
 mod promote;
 mod propose;
 mod render;
+pub mod review;
 mod sandbox;
 mod transition;
 mod vars;

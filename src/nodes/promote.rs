@@ -11,11 +11,11 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
+use super::review;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
-use crate::sandbox::contained_path;
-use crate::skills::registry::write_registry;
+use crate::skills::promotion::Promotion;
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Lifecycle, TRUSTED};
 
@@ -42,6 +42,8 @@ struct Promote {
     comment: Option<String>,
     trust: TrustPolicy,
     lifecycle: Lifecycle,
+    /// The spec hash of the escalation rules, when promotion may need an approval.
+    approval_rules: Option<String>,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -55,6 +57,8 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let trust = config.load_trust(raw.trust.as_ref())?;
     let lifecycle_source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
+    let lifecycle = Lifecycle::parse(&lifecycle_source)?;
+    let approval_rules = review::approval_rules(config, &lifecycle)?;
     Ok(Arc::new(Promote {
         skill: raw.skill.into_inner(),
         source: raw
@@ -62,52 +66,51 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             .map_or_else(|| ".".to_owned(), Spanned::into_inner),
         comment: raw.comment.map(Spanned::into_inner),
         trust,
-        lifecycle: Lifecycle::parse(&lifecycle_source)?,
+        lifecycle,
+        approval_rules,
     }))
 }
 
 impl Promote {
     fn promote(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = ctx.render_skill(&self.skill)?;
-        let root = ctx.env.workspace.join(ctx.render("source", &self.source)?);
+        let source = ctx.render("source", &self.source)?;
+        let root = ctx.env.workspace.join(&source);
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
-        let proposal = ledger
-            .skill(&skill)
-            .map_err(|e| e.to_string())?
-            .proposal_path;
-        // The bytes hashed are the bytes kept: restore puts back exactly what was trusted.
-        let tree = self
-            .trust
-            .read_tree(&ctx.env.templates, &root, &skill, &proposal)?;
-        let hash = tree.hash();
-        let kept = tree
-            .store(&ctx.env.artifacts)
-            .map_err(|e| format!("failed to keep the trusted tree: {e}"))?;
-        let actor = crate::identity::actor();
-        let moved = ledger
-            .promote_skill(
-                &skill,
-                TRUSTED,
-                &hash,
-                |from, to| self.lifecycle.check(from, to),
-                (Some(ctx.run_id), Some(ctx.node_id)),
-                &actor,
-                comment.as_deref(),
-                &kept,
-            )
-            .map_err(|e| e.to_string())?;
-        let registry = contained_path(&ctx.env.workspace, &self.trust.registry)
-            .map_err(|e| format!("refused registry path: {e}"))?;
-        let listed = write_registry(&ledger, &registry, TRUSTED)?;
+        if let Some(stopped) = review::approval(
+            ctx,
+            &mut ledger,
+            &self.lifecycle,
+            &skill,
+            TRUSTED,
+            self.approval_rules.as_deref(),
+            Some(&source),
+        )? {
+            return Ok(stopped);
+        }
+        let promoted = Promotion {
+            store: &ctx.env.artifacts,
+            trust: &self.trust,
+            templates: &ctx.env.templates,
+            workspace: &ctx.env.workspace,
+            source: &root,
+        }
+        .promote(
+            &mut ledger,
+            &skill,
+            |from, to| self.lifecycle.check(from, to),
+            (Some(ctx.run_id), Some(ctx.node_id)),
+            comment.as_deref(),
+        )?;
         Ok(NodeOutcome::succeeded(json!({
             "skill": skill,
-            "from": moved.from,
-            "to": moved.to,
-            "source_hash": hash,
-            "trusted_tree": kept[0].sha256,
+            "from": promoted.from,
+            "to": TRUSTED,
+            "source_hash": promoted.source_hash,
+            "trusted_tree": promoted.trusted_tree,
             "registry": self.trust.registry,
-            "registry_skills": listed,
+            "registry_skills": promoted.registry_skills,
         })))
     }
 }

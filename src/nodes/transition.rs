@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
+use super::review;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
@@ -36,6 +37,8 @@ struct Transition {
     to: String,
     comment: Option<String>,
     lifecycle: Lifecycle,
+    /// The spec hash of the escalation rules, when a move may need an approval.
+    approval_rules: Option<String>,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -72,11 +75,13 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             )
             .with_help("add a [[transition]] with this `to`, or remove the node"));
     }
+    let approval_rules = review::approval_rules(config, &lifecycle)?;
     Ok(Arc::new(Transition {
         skill: raw.skill.into_inner(),
         to: raw.to.into_inner(),
         comment: raw.comment.map(Spanned::into_inner),
         lifecycle,
+        approval_rules,
     }))
 }
 
@@ -86,6 +91,17 @@ impl Transition {
         let to = ctx.render("to", &self.to)?;
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        if let Some(stopped) = review::approval(
+            ctx,
+            &mut ledger,
+            &self.lifecycle,
+            &skill,
+            &to,
+            self.approval_rules.as_deref(),
+            None,
+        )? {
+            return Ok(stopped);
+        }
         let actor = crate::identity::actor();
         let moved = ledger
             .transition_skill(

@@ -5,6 +5,7 @@
 //! derives from it, so it may hold no path characters.
 
 pub mod conventions;
+pub mod promotion;
 pub mod propose;
 pub mod registry;
 mod side_effect;
@@ -211,6 +212,8 @@ struct RawLifecycle {
     drifted: Option<Spanned<String>>,
     /// Where `kavi skill revoke` moves a skill.
     revoked: Option<Spanned<String>>,
+    /// Where `kavi reject` moves the skill of a rejected run.
+    rejected: Option<Spanned<String>>,
     /// States a skill may stay in for good: not dead ends.
     #[serde(default)]
     terminal: Vec<Spanned<String>>,
@@ -239,6 +242,8 @@ pub struct Lifecycle {
     pub drifted: Option<String>,
     /// Where `kavi skill revoke` moves a skill (such as REVOKED).
     pub revoked: Option<String>,
+    /// Where `kavi reject` moves the skill of a rejected run (such as REJECTED).
+    pub rejected: Option<String>,
     /// States a skill may stay in for good.
     pub terminal: Vec<String>,
     /// (from, to, needs approval)
@@ -281,6 +286,7 @@ impl Lifecycle {
         let buildable = raw.buildable.iter().map(known).collect::<Result<_, _>>()?;
         let drifted = raw.drifted.as_ref().map(known).transpose()?;
         let revoked = raw.revoked.as_ref().map(known).transpose()?;
+        let rejected = raw.rejected.as_ref().map(known).transpose()?;
         let terminal = raw.terminal.iter().map(known).collect::<Result<_, _>>()?;
         let mut transitions = Vec::new();
         for t in &raw.transitions {
@@ -292,6 +298,7 @@ impl Lifecycle {
             buildable,
             drifted,
             revoked,
+            rejected,
             terminal,
             transitions,
             source: Arc::clone(source),
@@ -372,15 +379,41 @@ impl Lifecycle {
                 declared.span(),
             ));
         }
-        if let (Some(revoked), Some(declared)) = (&self.revoked, &self.declared.revoked)
-            && !self.has_way_into(revoked)
-        {
-            found.push(at(
-                format!("`revoked` is {revoked}, but no transition leads to it"),
-                declared.span(),
-            ));
+        for (key, state, declared) in [
+            ("revoked", &self.revoked, &self.declared.revoked),
+            ("rejected", &self.rejected, &self.declared.rejected),
+        ] {
+            if let (Some(state), Some(declared)) = (state, declared)
+                && !self.has_way_into(state)
+            {
+                found.push(at(
+                    format!("`{key}` is {state}, but no transition leads to it"),
+                    declared.span(),
+                ));
+            }
         }
         found
+    }
+
+    /// Whether the move is declared with `approval = true`.
+    pub fn needs_approval(&self, from: &str, to: &str) -> bool {
+        self.transitions
+            .iter()
+            .any(|(f, t, approval)| f == from && t == to && *approval)
+    }
+
+    /// Whether any move needs an approval.
+    pub fn has_approvals(&self) -> bool {
+        self.transitions.iter().any(|(_, _, approval)| *approval)
+    }
+
+    /// Checks a move that a person approved: declared, approval or not.
+    pub fn check_approved(&self, from: &str, to: &str) -> Result<(), String> {
+        if self.needs_approval(from, to) {
+            Ok(())
+        } else {
+            self.check(from, to)
+        }
     }
 
     /// Checks a move; the error says what is allowed instead.
@@ -424,14 +457,15 @@ pub fn build_refusal(
     skill: &str,
 ) -> Result<Option<String>, crate::ledger::LedgerError> {
     let state = ledger.skill(skill)?.state;
-    if !lifecycle.buildable.contains(&state) {
-        return Ok(Some(format!(
+    let not_buildable = (!lifecycle.buildable.contains(&state)).then(|| {
+        format!(
             "`{skill}` is {state}, which is not buildable (buildable: {})",
             lifecycle.buildable.join(", ")
-        )));
-    }
+        )
+    });
+    // A person's pending or negative decision says more than the state it left the skill in.
     let Some(escalation) = ledger.latest_escalation(skill)? else {
-        return Ok(None);
+        return Ok(not_buildable);
     };
     Ok(match escalation.status.as_str() {
         "pending" => Some(format!(
@@ -448,7 +482,7 @@ pub fn build_refusal(
                 .map(|c| format!(" ({c})"))
                 .unwrap_or_default()
         )),
-        _ => None,
+        _ => not_buildable,
     })
 }
 
@@ -514,7 +548,7 @@ mod tests {
         assert!(lifecycle.check("PROPOSED", "BUILT").is_ok());
         assert_eq!(
             lifecycle.check("PROPOSED", "TRUSTED").unwrap_err(),
-            "the transition PROPOSED -> TRUSTED is not allowed by policies/lifecycle.toml (from PROPOSED it allows: BUILT)"
+            "the transition PROPOSED -> TRUSTED is not allowed by policies/lifecycle.toml (from PROPOSED it allows: BUILT, REJECTED)"
         );
     }
 

@@ -1,0 +1,101 @@
+//! Stopping a run for a person's decision, shared by the nodes that do: `escalate` when its
+//! rules fire, and `transition` and `promote` when the lifecycle says a move needs an approval.
+//!
+//! A move with `approval = true` stops the run `awaiting_review` with an APPROVAL escalation
+//! that names the move; `kavi approve RUN` records the decision and makes the move.
+
+use serde_json::{Map, Value, json};
+
+use super::{NodeConfig, NodeContext, NodeOutcome};
+use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
+use crate::skills::Lifecycle;
+use crate::state::NodeState;
+
+/// The trigger of an escalation that asks for a lifecycle move.
+pub const APPROVAL: &str = "APPROVAL";
+
+/// Raises an escalation for `skill` with `triggers` (each `{trigger, reason}`) and returns the
+/// node's outcome: `awaiting_review`, its outputs with the triggers and the escalation id, and
+/// an error saying how to decide. `policy` is the spec hash of the escalation rules in force,
+/// which decide whether the account that started the run may approve it.
+pub(super) fn stop_for_review(
+    ctx: &NodeContext<'_>,
+    ledger: &mut Ledger,
+    skill: &str,
+    triggers: Value,
+    policy: Option<&str>,
+    mut outputs: Map<String, Value>,
+) -> Result<NodeOutcome, String> {
+    let id = ledger
+        .raise_escalation(skill, ctx.run_id, ctx.node_id, &triggers, policy)
+        .map_err(|e| e.to_string())?;
+    let names: Vec<String> = triggers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            format!(
+                "{} ({})",
+                t["trigger"].as_str().unwrap_or_default(),
+                t["reason"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    outputs.insert("triggers".into(), triggers);
+    outputs.insert("escalation".into(), json!(id));
+    let mut outcome = NodeOutcome::succeeded(Value::Object(outputs));
+    outcome.state = NodeState::AwaitingReview;
+    // A person decides on the run they started, which may be this run's parent.
+    let run = ledger.root_run(ctx.run_id).map_err(|e| e.to_string())?.id;
+    outcome.error = Some(format!(
+        "awaiting review: {}; decide with `kavi approve {run}` or `kavi reject {run}`",
+        names.join(", "),
+    ));
+    Ok(outcome)
+}
+
+/// The escalation rules that govern approvals of lifecycle moves (whether the account that
+/// started a run may approve it), loaded only when the lifecycle has a move that needs one.
+/// Returns their spec hash, which the escalation records.
+pub(super) fn approval_rules(
+    config: &mut NodeConfig<'_>,
+    lifecycle: &Lifecycle,
+) -> Result<Option<String>, Diagnostic> {
+    if !lifecycle.has_approvals() {
+        return Ok(None);
+    }
+    let source = config.load_policy_source(None, super::escalate::DEFAULT_POLICY)?;
+    Ok(Some(crate::spec::spec_hash(&source.text)))
+}
+
+/// Stops the run for a person when the lifecycle says moving `skill` to `to` needs an
+/// approval: raises an APPROVAL escalation that names the move (and `source`, the tree a
+/// promotion reads the skill from) and returns the node's `awaiting_review` outcome. `None`:
+/// the move needs no approval.
+pub(super) fn approval(
+    ctx: &NodeContext<'_>,
+    ledger: &mut Ledger,
+    lifecycle: &Lifecycle,
+    skill: &str,
+    to: &str,
+    policy: Option<&str>,
+    source: Option<&str>,
+) -> Result<Option<NodeOutcome>, String> {
+    let from = ledger.skill(skill).map_err(|e| e.to_string())?.state;
+    if !lifecycle.needs_approval(&from, to) {
+        return Ok(None);
+    }
+    let triggers = json!([{
+        "trigger": APPROVAL,
+        "reason": format!(
+            "the transition {from} -> {to} needs a recorded approval ({})",
+            lifecycle.source.path.display()
+        ),
+        "from": from,
+        "to": to,
+        "source": source,
+    }]);
+    let outputs = Map::from_iter([("skill".to_owned(), json!(skill))]);
+    stop_for_review(ctx, ledger, skill, triggers, policy, outputs).map(Some)
+}
