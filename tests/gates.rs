@@ -183,6 +183,49 @@ fn a_failing_test_fails_the_tests_gate() {
 }
 
 #[test]
+fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
+    // An unused import (the lint gate) and a failing test (the tests gate).
+    let skill = format!("import os\n{SKILL}");
+    let dir = workspace(&skill, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
+    let gates = dir.path().join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    let shipped = "precedence = [\"VERIFY_POLICY\", \"VERIFY_INVARIANT\", \"VERIFY_LINT\", \"VERIFY_TEST\", \"TIMEOUT\"]";
+    assert!(text.contains(shipped));
+    // The tests gate moved to the top of the file: lint still names the attempt.
+    let at = text.find("[[gate]]\nid = \"tests\"").unwrap();
+    let first = text.find("[[gate]]").unwrap();
+    let reordered = format!("{}{}\n{}", &text[..first], &text[at..], &text[first..at]);
+    std::fs::write(&gates, &reordered).unwrap();
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    assert_eq!(verification(&run, "lint")["status"], "failed");
+    assert_eq!(verification(&run, "tests")["status"], "failed");
+    assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_LINT");
+
+    // The precedence is policy: put tests first and the same failure is a test failure; a kind
+    // the classifier does not declare is refused at check.
+    let tests_first = "precedence = [\"VERIFY_TEST\"]";
+    std::fs::write(&gates, reordered.replace(shipped, tests_first)).unwrap();
+    assert_eq!(run_verify(dir.path()), Some(1));
+    assert_eq!(
+        last_run(dir.path())["nodes"][0]["outputs"]["failure_kind"],
+        "VERIFY_TEST"
+    );
+    std::fs::write(
+        &gates,
+        text.replace(shipped, "precedence = [\"VERIFY_TSET\"]"),
+    )
+    .unwrap();
+    let out = kavi(dir.path(), &["pipeline", "check", "verify"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`VERIFY_TSET` is not a known failure kind"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
     // The test prints its pid, then sleeps far longer than any run should wait.
     let hanging = TEST.replace(

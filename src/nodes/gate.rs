@@ -91,6 +91,8 @@ struct CompiledGate {
 #[derive(Debug)]
 struct Gate {
     gates: Vec<CompiledGate>,
+    /// Failure kinds in the order they name an attempt (see [`GateSet::precedence`]).
+    precedence: Vec<String>,
     vars: Vars,
     cwd: String,
     skill: Option<String>,
@@ -117,6 +119,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
     let classifier = config.load_classifier(raw.classifier.as_ref())?;
     let set_timeout = set.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    for kind in &set.precedence {
+        classifier.check_kind(kind, &source)?;
+    }
+    let precedence = set.precedence.iter().map(|k| k.get_ref().clone()).collect();
     let mut seen = HashSet::new();
     let mut gates = Vec::new();
     for gate in set.gates {
@@ -176,6 +182,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     }
     Ok(Arc::new(Gate {
         gates,
+        precedence,
         vars,
         cwd: raw.cwd.map_or_else(|| ".".to_owned(), Spanned::into_inner),
         skill: raw.skill.map(Spanned::into_inner),
@@ -416,6 +423,18 @@ impl Gate {
             .iter()
             .filter(|r| r.required && r.status != "passed")
             .collect();
+        // The kind that names the attempt: by the declared precedence, then by gate order.
+        let rank = |r: &GateResult| {
+            r.failure_kind
+                .as_ref()
+                .and_then(|kind| self.precedence.iter().position(|p| p == kind))
+                .unwrap_or(usize::MAX)
+        };
+        let deciding = blocking
+            .iter()
+            .enumerate()
+            .min_by_key(|(order, r)| (rank(r), *order))
+            .map(|(_, r)| r);
 
         let report = json!({
             "set": self.set_path,
@@ -444,7 +463,7 @@ impl Gate {
         let mut outcome = NodeOutcome::succeeded(json!({
             "passed": blocking.is_empty(),
             "gates": results,
-            "failure_kind": blocking.first().and_then(|r| r.failure_kind.clone()),
+            "failure_kind": deciding.and_then(|r| r.failure_kind.clone()),
             "source_hash": before,
             "report": artifact.sha256,
             "confinement": confined.as_ref().map(|(c, _)| c.record()),

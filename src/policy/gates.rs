@@ -11,6 +11,10 @@ pub struct GateSet {
     /// How long a command gate may run unless it says otherwise (default [`DEFAULT_TIMEOUT`]).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
     pub timeout: Option<Duration>,
+    /// Which failure kind names an attempt when several required gates fail: the first listed;
+    /// kinds not listed come after, in the order of their gates.
+    #[serde(default)]
+    pub precedence: Vec<Spanned<String>>,
     #[serde(rename = "gate")]
     pub gates: Vec<GateSpec>,
 }
