@@ -38,3 +38,35 @@ fn cli_scenarios() {
         .case("tests/cmd/*.toml")
         .case("tests/cmd/*.md");
 }
+
+/// Completions and the man page describe kavi itself: they need no workspace, even a broken one,
+/// and the bash script is valid bash.
+#[test]
+fn completions_and_the_man_page_cover_every_command_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kavi.toml"), "jobs = \"not a number\"\n").unwrap();
+    let script = common::kavi(dir.path(), &["completions", "bash"]);
+    assert!(
+        script.status.success(),
+        "{}",
+        String::from_utf8_lossy(&script.stderr)
+    );
+    let text = String::from_utf8_lossy(&script.stdout);
+    for command in ["pipeline", "policy", "restore", "revoke", "completions"] {
+        assert!(text.contains(command), "{command} is not completed");
+    }
+    let mut bash = std::process::Command::new("bash")
+        .arg("-n")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(bash.stdin.as_mut().unwrap(), &script.stdout).unwrap();
+    assert!(bash.wait().unwrap().success(), "bash rejects the script");
+    let man = common::kavi(dir.path(), &["man"]);
+    assert!(man.status.success());
+    let page = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        page.contains(".TH kavi 1") && page.contains("kavi\\-policy"),
+        "{page}"
+    );
+}

@@ -30,6 +30,7 @@ mod builds;
 mod chains;
 mod doctor;
 mod executions;
+mod help;
 mod ledger;
 mod output;
 mod pipeline;
@@ -132,7 +133,22 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
-    command: Command,
+    command: TopCommand,
+}
+
+/// Every command: those that work in a workspace, and those that describe kavi itself.
+#[derive(Debug, Subcommand)]
+enum TopCommand {
+    #[command(flatten)]
+    InWorkspace(Command),
+    /// Print a shell completion script, such as `kavi completions bash >
+    /// ~/.local/share/bash-completion/completions/kavi`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print kavi's man page (roff), such as `kavi man > ~/.local/share/man/man1/kavi.1`.
+    Man,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -208,8 +224,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Approve a run that stopped for review, and resume it: its pipeline runs again with the
-    /// same parameters, and the forge goes on with the next attempt.
+    /// Approve a run that stopped for review: make the lifecycle moves it waited for, and resume
+    /// it if it stopped for anything else (its pipeline runs again with the same parameters, and
+    /// the forge goes on with the next attempt).
     Approve {
         /// A run id (the run or one of its child runs), or `latest`.
         run: String,
@@ -219,7 +236,8 @@ enum Command {
         #[arg(long)]
         no_resume: bool,
     },
-    /// Reject a run that stopped for review: the skill is not built again.
+    /// Reject a run that stopped for review: what it copied back is undone (or the trusted files
+    /// put back), the skill moves to the lifecycle's rejected state and is not built again.
     Reject {
         /// A run id (the run or one of its child runs), or `latest`.
         run: String,
@@ -481,16 +499,28 @@ pub fn main() -> i32 {
 }
 
 async fn dispatch(cli: Cli) -> Result<i32, Error> {
-    let jobs = match &cli.command {
+    match cli.command {
+        // These describe kavi itself and need no workspace.
+        TopCommand::Completions { shell } => help::completions(shell),
+        TopCommand::Man => help::man_page(),
+        TopCommand::InWorkspace(command) => {
+            in_workspace(command, cli.workspace.as_deref(), cli.ledger).await
+        }
+    }
+}
+
+async fn in_workspace(
+    command: Command,
+    root: Option<&std::path::Path>,
+    ledger: Option<PathBuf>,
+) -> Result<i32, Error> {
+    let jobs = match &command {
         Command::Pipeline(PipelineCommand::Run { jobs, .. }) => *jobs,
         _ => None,
     };
-    let overrides = Overrides {
-        ledger: cli.ledger.clone(),
-        jobs,
-    };
-    let workspace = Workspace::load(cli.workspace.as_deref(), &overrides)?;
-    match cli.command {
+    let overrides = Overrides { ledger, jobs };
+    let workspace = Workspace::load(root, &overrides)?;
+    match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run { pipeline, json, .. } => {
                 pipeline::run(
