@@ -60,7 +60,8 @@ impl Error {
 
 fn ledger_exit_code(error: &LedgerError) -> i32 {
     match error {
-        LedgerError::RunNotFound(_)
+        LedgerError::Missing(_)
+        | LedgerError::RunNotFound(_)
         | LedgerError::SpecNotFound(_)
         | LedgerError::SkillNotFound(_)
         | LedgerError::BuildNotFound(_)

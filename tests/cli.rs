@@ -70,3 +70,30 @@ fn completions_and_the_man_page_cover_every_command_anywhere() {
         "{page}"
     );
 }
+
+/// In a folder where nothing has run, reading commands say so and leave nothing behind.
+#[test]
+fn reading_commands_never_make_a_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, code, says) in [
+        (vec!["runs", "list"], 0, "no runs yet"),
+        (vec!["skill", "list"], 0, "no trusted skills yet"),
+        (vec!["runs", "show", "1"], 5, "no ledger at"),
+        (vec!["spec", "show", "sha256:00"], 5, "no ledger at"),
+        (vec!["builds", "list", "demo"], 5, "no ledger at"),
+        (vec!["skill", "show", "demo"], 5, "no ledger at"),
+        (vec!["policy", "diff", "1"], 5, "no ledger at"),
+        (vec!["ledger", "verify"], 5, "no ledger at"),
+    ] {
+        let out = common::kavi(dir.path(), &args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {text}");
+        assert!(text.contains(says), "{args:?}: {text}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "reading left {left:?}");
+}

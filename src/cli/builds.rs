@@ -6,7 +6,7 @@ use crate::error::{Error, exit};
 use crate::ledger::Ledger;
 
 pub fn list(workspace: &Workspace, skill: &str, json: bool) -> Result<i32, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     ledger.skill(skill)?;
     let builds = ledger.builds(skill)?;
     if json {

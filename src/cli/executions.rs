@@ -90,7 +90,7 @@ pub async fn replay(
     yes: bool,
     no_log: bool,
 ) -> Result<i32, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let original = match id {
         "latest" => ledger
             .latest_execution()?
@@ -153,7 +153,7 @@ pub enum SessionOf<'a> {
 
 /// The tree an execution belongs to: from its root through every descendant, by start time.
 pub fn session(workspace: &Workspace, of: SessionOf<'_>, json: bool) -> Result<i32, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let id = match of {
         SessionOf::Execution(id) => id.to_owned(),
         SessionOf::Latest => match ledger.latest_execution()? {

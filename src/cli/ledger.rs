@@ -40,7 +40,7 @@ fn key_path(workspace: &Workspace) -> Result<&Path, Error> {
 pub(super) fn findings(
     workspace: &Workspace,
 ) -> Result<(Findings, Option<ed25519_dalek::VerifyingKey>), Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let store = super::open_store(workspace)?;
     // The key the checkpoints must be signed with; without one, they are checked against the
     // keys they name, which a writer could have swapped for their own.
@@ -80,7 +80,7 @@ pub fn keygen(workspace: &Workspace) -> Result<i32, Error> {
 pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {
     let path = key_path(workspace)?;
     let key = checkpoint::load(path).map_err(Error::Usage)?;
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     match ledger.checkpoint(&key)? {
         Some(signed) => {
             checkpoint::log(path, &ledger_id(workspace), &signed).map_err(|source| Error::Io {

@@ -177,7 +177,7 @@ fn compare(from: &Side, to: &Side) -> Vec<FileChange> {
 
 /// Exits 0 when both sides are governed by the same files, 1 when governance changed.
 pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> Result<i32, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let from = run_side(&ledger, from)?;
     let to = match to {
         Some(reference) => run_side(&ledger, reference)?,

@@ -28,7 +28,7 @@ pub async fn run(
     advise: bool,
     json: bool,
 ) -> Result<i32, Error> {
-    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let build = ledger.build(build_id)?;
     let run_id = build
         .run_id

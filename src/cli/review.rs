@@ -29,7 +29,7 @@ pub async fn decide(
     decision: Decision,
     comment: Option<&str>,
 ) -> Result<i32, Error> {
-    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let root = ledger.root_run(ledger.resolve_run(run)?)?;
     let actor = crate::identity::actor();
     let approve = matches!(decision, Decision::Approve { .. });

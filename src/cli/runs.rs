@@ -3,14 +3,18 @@
 use super::output::{duration_ms, mark, short_hash, table};
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerError};
 
 fn open(workspace: &Workspace) -> Result<Ledger, Error> {
-    Ok(Ledger::open(&workspace.config.ledger)?)
+    Ok(Ledger::open_existing(&workspace.config.ledger)?)
 }
 
 pub fn list(workspace: &Workspace, limit: usize, json: bool) -> Result<i32, Error> {
-    let runs = open(workspace)?.list_runs(limit)?;
+    // No ledger is no runs: listing must not make one.
+    let runs = match open(workspace) {
+        Err(Error::Ledger(LedgerError::Missing(_))) => Vec::new(),
+        ledger => ledger?.list_runs(limit)?,
+    };
     if json {
         outln!(
             "{}",

@@ -96,7 +96,7 @@ fn workspace_relative(workspace: &Workspace, file: &str) -> Result<String, Error
 }
 
 pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
     let transitions = ledger.skill_transitions(name)?;
     if json {
@@ -137,7 +137,7 @@ pub(super) fn rehash_trusted(
     workspace: &Workspace,
     name: Option<&str>,
 ) -> Result<Vec<serde_json::Value>, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
     let mut skills = ledger.trusted_skills(TRUSTED)?;
@@ -275,7 +275,7 @@ fn move_skill(
 /// Puts a skill's trusted files back, byte for byte as they were promoted, and (when it was
 /// suspended for drift) returns it to TRUSTED.
 pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Result<i32, Error> {
-    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
     let lifecycle = load_lifecycle(workspace)?;
     let restorable = skill.state == TRUSTED || lifecycle.drifted.as_ref() == Some(&skill.state);
@@ -324,7 +324,7 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
 
 /// Revokes a skill: it moves to the lifecycle's `revoked` state and never runs again.
 pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, Error> {
-    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let lifecycle = load_lifecycle(workspace)?;
     let Some(revoked) = &lifecycle.revoked else {
         return Err(Error::Usage(format!(
@@ -442,25 +442,33 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
 
 /// Lists trusted skills with what a caller needs: description, side effect, secrets, schemas.
 pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
-    let ledger = Ledger::open(&workspace.config.ledger)?;
-    let store = super::open_store(workspace)?;
     let mut listed = Vec::new();
-    for trusted in ledger.trusted_skills(TRUSTED)? {
-        let skill = ledger.skill(&trusted.name)?;
-        let proposal =
-            Proposal::from_artifact(&store, &skill.spec_artifact).map_err(|e| Error::Io {
-                context: format!("failed to read the proposal of `{}`", skill.name),
-                source: std::io::Error::other(e),
-            })?;
-        listed.push(json!({
-            "name": skill.name,
-            "description": proposal.description,
-            "side_effect": proposal.side_effect,
-            "secrets": proposal.secrets,
-            "input_schema": proposal.input_schema,
-            "output_schema": proposal.output_schema,
-            "trusted_hash": trusted.trusted_hash,
-        }));
+    // No ledger is no skills: listing must not make one.
+    match Ledger::open_existing(&workspace.config.ledger) {
+        Err(LedgerError::Missing(_)) => {}
+        ledger => {
+            let ledger = ledger?;
+            let store = super::open_store(workspace)?;
+            for trusted in ledger.trusted_skills(TRUSTED)? {
+                let skill = ledger.skill(&trusted.name)?;
+                let proposal =
+                    Proposal::from_artifact(&store, &skill.spec_artifact).map_err(|e| {
+                        Error::Io {
+                            context: format!("failed to read the proposal of `{}`", skill.name),
+                            source: std::io::Error::other(e),
+                        }
+                    })?;
+                listed.push(json!({
+                    "name": skill.name,
+                    "description": proposal.description,
+                    "side_effect": proposal.side_effect,
+                    "secrets": proposal.secrets,
+                    "input_schema": proposal.input_schema,
+                    "output_schema": proposal.output_schema,
+                    "trusted_hash": trusted.trusted_hash,
+                }));
+            }
+        }
     }
     if json {
         outln!(

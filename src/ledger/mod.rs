@@ -58,6 +58,12 @@ pub enum LedgerError {
     Sqlite(#[from] rusqlite::Error),
     #[error("ledger file operation failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "no ledger at {}: nothing has been recorded in this workspace yet (the first run, or \
+         `kavi skill propose`, makes it)",
+        .0.display()
+    )]
+    Missing(PathBuf),
     #[error("no run `{0}` in the ledger")]
     RunNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]
@@ -339,6 +345,15 @@ fn millis(duration: Duration) -> i64 {
 impl Ledger {
     /// Opens (creating if needed) the ledger at `path`, applies pending migrations, and marks
     /// runs whose process died as interrupted.
+    /// Opens the ledger only if it exists: for commands that read, which must not leave a
+    /// ledger behind in a folder where nothing has run.
+    pub fn open_existing(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(LedgerError::Missing(path.to_owned()));
+        }
+        Self::open(path)
+    }
+
     pub fn open(path: &Path) -> Result<Self> {
         let open_error = |source| LedgerError::Open {
             path: path.to_owned(),
