@@ -21,3 +21,32 @@ pub fn man_page() -> Result<i32, Error> {
         })?;
     Ok(exit::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command and every argument says what it is for, in `--help`, the man page and
+    /// the completions alike.
+    #[test]
+    fn every_command_and_argument_is_described() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if !matches!(id, "help" | "version") && arg.get_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(path.clone());
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kavi", &mut missing);
+        assert!(missing.is_empty(), "no description: {missing:#?}");
+    }
+}

@@ -144,6 +144,7 @@ enum TopCommand {
     /// Print a shell completion script, such as `kavi completions bash >
     /// ~/.local/share/bash-completion/completions/kavi`.
     Completions {
+        /// The shell to complete for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -183,6 +184,7 @@ enum Command {
     /// Check that this workspace is ready: ledger, artifact store, every pipeline and chain, the
     /// builder, python3, trusted skills' hashes, the gateway (exit 1 if a check failed).
     Doctor {
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -206,11 +208,13 @@ enum Command {
     },
     /// Show the tree of executions one belongs to: its root and every descendant.
     Session {
+        /// An execution id, or a unique prefix of one.
         #[arg(long, required_unless_present = "latest", conflicts_with = "latest")]
         execution_id: Option<String>,
         /// The tree of the newest execution.
         #[arg(long)]
         latest: bool,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -221,6 +225,7 @@ enum Command {
         /// Also ask the LLM gateway (`[gateway]` in kavi.toml) for a revised packet.
         #[arg(long)]
         advise: bool,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -230,6 +235,7 @@ enum Command {
     Approve {
         /// A run id (the run or one of its child runs), or `latest`.
         run: String,
+        /// Why, recorded with the decision.
         #[arg(long)]
         comment: Option<String>,
         /// Only record the decision; start nothing.
@@ -241,6 +247,7 @@ enum Command {
     Reject {
         /// A run id (the run or one of its child runs), or `latest`.
         run: String,
+        /// Why, recorded with the decision.
         #[arg(long)]
         comment: Option<String>,
     },
@@ -258,11 +265,15 @@ enum ChainCommand {
         /// Confirm the side effects (FILE_WRITE, NETWORK, SECRET_READ) of every step.
         #[arg(long)]
         yes: bool,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Validate a chain: fields, step references, templates and JSONPath mappings.
-    Check { file: String },
+    Check {
+        /// A chain file, or a name looked up in the workspace's chains/ folder.
+        file: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,10 +283,13 @@ enum ExecutionsCommand {
         /// How many records.
         #[arg(short = 'n', default_value_t = 10)]
         count: usize,
+        /// Only the executions that did not succeed.
         #[arg(long)]
         only_failures: bool,
+        /// Only the executions of this skill.
         #[arg(long)]
         skill: Option<String>,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -285,7 +299,9 @@ enum ExecutionsCommand {
 enum BuildsCommand {
     /// A skill's build attempts, first first, with their lineage and failure kinds.
     List {
+        /// The skill whose builds to list.
         skill: String,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -295,24 +311,30 @@ enum BuildsCommand {
 enum SkillCommand {
     /// Record a skill proposal (a TOML file) in its initial lifecycle state.
     Propose {
+        /// The proposal file, inside the workspace, named after the skill.
         file: String,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// List trusted skills: description, side-effect class, secrets, input and output schemas.
     List {
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Show a skill's state and every transition it went through.
     Show {
+        /// The skill's name.
         name: String,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Run a trusted skill with JSON input and print its execution record: re-hashed first and
     /// refused on drift; input and output checked against its schemas.
     Run {
+        /// The skill's name.
         name: String,
         /// The input, as JSON.
         #[arg(long)]
@@ -324,6 +346,7 @@ enum SkillCommand {
     /// Put a skill's trusted files back, byte for byte as promoted, and (if it was suspended for
     /// drift) return it to TRUSTED.
     Restore {
+        /// The skill's name.
         name: String,
         /// Why, recorded with the transition.
         #[arg(long)]
@@ -331,6 +354,7 @@ enum SkillCommand {
     },
     /// Revoke a skill: it moves to the lifecycle's `revoked` state and never runs again.
     Revoke {
+        /// The skill's name.
         name: String,
         /// Why, recorded with the transition.
         #[arg(long)]
@@ -344,6 +368,7 @@ enum SkillCommand {
         /// Every trusted skill (the default when no name is given).
         #[arg(long, conflicts_with = "name")]
         all: bool,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -380,6 +405,7 @@ enum PipelineCommand {
     Plan {
         #[command(flatten)]
         pipeline: PipelineArgs,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -387,6 +413,7 @@ enum PipelineCommand {
     Graph {
         /// A pipeline file, or a name looked up in pipelines/.
         file: String,
+        /// DOT for Graphviz, or Mermaid for Markdown.
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
         format: GraphFormat,
     },
@@ -396,8 +423,10 @@ enum PipelineCommand {
 enum RunsCommand {
     /// List runs, newest first.
     List {
+        /// How many runs, newest first.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -406,6 +435,7 @@ enum RunsCommand {
         /// A run id, or `latest`.
         #[arg(default_value = "latest")]
         run: String,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -417,6 +447,7 @@ enum LedgerCommand {
     /// stored spec and artifact file (exit 1 naming the first entry, row or file that does not
     /// match).
     Verify {
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -441,6 +472,7 @@ enum PolicyCommand {
         from: String,
         /// The later run; without it, the workspace as a run of the same pipeline would see it now.
         to: Option<String>,
+        /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -449,7 +481,10 @@ enum PolicyCommand {
 #[derive(Debug, Subcommand)]
 enum SpecCommand {
     /// Print the spec text recorded under a hash (`sha256:...`, or a unique prefix).
-    Show { hash: String },
+    Show {
+        /// `sha256:<hex>`, or a unique prefix of the hex.
+        hash: String,
+    },
 }
 
 /// The workspace's artifact store, with an error that names it.
