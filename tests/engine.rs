@@ -1358,3 +1358,83 @@ fn extreme_durations_and_counts_are_refused_at_check_with_their_range() {
     );
     assert!(kavi(dir.path(), &["pipeline", "run", "p"]).status.success());
 }
+
+#[test]
+fn retry_on_names_what_is_tried_again() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/retry_on.toml",
+        r#"
+[pipeline]
+name = "retry_on"
+
+[nodes.hang_not_retried]
+kind = "exec"
+shell = "echo x >> hang_not_retried; sleep 5"
+timeout = "200ms"
+retry = { attempts = 3, on = ["failed"] }
+on_failure = "continue"
+
+[nodes.hang_retried]
+kind = "exec"
+shell = "echo x >> hang_retried; sleep 5"
+timeout = "200ms"
+retry = { attempts = 3, on = ["timed_out"] }
+on_failure = "continue"
+
+[nodes.exit_3_not_retried]
+kind = "exec"
+shell = "echo x >> exit_3_not_retried; exit 3"
+retry = { attempts = 3, on = [2] }
+on_failure = "continue"
+
+[nodes.exit_2_retried]
+kind = "exec"
+shell = "echo x >> exit_2_retried; exit 2"
+retry = { attempts = 3, backoff = "10ms", factor = 1, max_backoff = "10ms", on = [2, "timed_out"] }
+on_failure = "continue"
+"#,
+    );
+    // Every node continues on failure, so the run itself goes on to the end.
+    kavi(dir.path(), &["pipeline", "run", "retry_on"]);
+    let tries = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap()
+            .lines()
+            .count()
+    };
+    assert_eq!(tries("hang_not_retried"), 1);
+    assert_eq!(tries("hang_retried"), 3);
+    assert_eq!(tries("exit_3_not_retried"), 1);
+    assert_eq!(tries("exit_2_retried"), 3);
+
+    // What `on` may name is checked where it is written.
+    for (on, message) in [
+        ("[0]", "exit codes are from 1 to 255"),
+        (
+            "[\"succeeded\"]",
+            "a node is never retried from `succeeded`",
+        ),
+        (
+            "[\"VERIFY_TSET\"]",
+            "`VERIFY_TSET` is not a known failure kind",
+        ),
+    ] {
+        common::copy_policies(dir.path(), &["classifier.toml"]);
+        write(
+            dir.path(),
+            "pipelines/bad_on.toml",
+            &format!(
+                "[pipeline]\nname = \"bad_on\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\nretry = {{ attempts = 2, on = {on} }}\n"
+            ),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "bad_on"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{on}: {stderr}");
+        assert!(
+            stderr.contains(message) && stderr.contains("pipelines/bad_on.toml:6:"),
+            "{on}: {stderr}"
+        );
+    }
+}

@@ -381,6 +381,11 @@ fn builds_outside_the_allowlist_never_reach_the_target_and_repeated_failure_esca
     let (run, attempts) = last_forge(root);
     assert_eq!(run["status"], "awaiting_review");
     assert_eq!(attempts.len(), 3, "the attempt limit is three");
+    // The attempt node carries its child run's classification, which `retry.on` can name.
+    assert_eq!(
+        node(&run, "attempt")["outputs"]["failure_kind"],
+        "GATE_VIOLATION"
+    );
     for attempt in &attempts {
         assert_eq!(
             node(attempt, "diff")["error"],

@@ -481,7 +481,9 @@ impl Executor<'_> {
             duration,
         } = finished;
         let node = &self.dag.pipeline.nodes[index];
-        let retryable = matches!(outcome.state, NodeState::Failed | NodeState::TimedOut);
+        let retryable = node
+            .retry
+            .retries(outcome.state, outcome.exit_code, &outcome.outputs);
         let will_retry = retryable && attempt < node.retry.attempts && self.stop_reason.is_none();
         tracing::debug!(run = self.run_id, node = %node.id, attempt, state = %outcome.state, will_retry, "node finished");
         self.ledger.finish_node(

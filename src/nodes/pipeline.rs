@@ -136,10 +136,16 @@ impl SubPipeline {
                 json!({ "state": node.state, "outputs": node.outputs.clone().unwrap_or(json!({})) }),
             );
         }
+        // The child's own classification of its failure, for `retry.on` and for readers.
+        let failure_kind = crate::ledger::final_attempts(&detail.nodes)
+            .into_iter()
+            .filter(|n| n.kind == super::classify::KIND.name && n.state == NodeState::Succeeded)
+            .find_map(|n| n.outputs.as_ref()?.get("kind")?.as_str().map(str::to_owned));
         let outputs = json!({
             "run_id": outcome.run_id,
             "status": outcome.status,
             "nodes": Value::Object(nodes),
+            "failure_kind": failure_kind,
         });
         let (state, error) = match outcome.status {
             RunStatus::Succeeded => (NodeState::Succeeded, None),

@@ -17,9 +17,10 @@ use toml::de::{DeTable, DeValue};
 
 use super::governing::{GoverningSet, Role};
 use super::params::{ParamDecl, ParamType};
-use super::{NodeSpec, OnFailure, Pipeline, RetryPolicy, SpecError, Trigger};
+use super::{NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::nodes::{self, NodeConfig};
+use crate::state::NodeState;
 use crate::template::{TemplateEngine, describe_error};
 
 /// Fields every node has, whatever its kind.
@@ -82,6 +83,22 @@ struct RawRetry {
     attempts: Spanned<u32>,
     #[serde(default, deserialize_with = "backoff")]
     backoff: Option<Duration>,
+    /// The backoff is multiplied by this before each later try (default 2; 1 keeps it constant).
+    factor: Option<Spanned<u32>>,
+    /// The longest wait, however many tries came before.
+    #[serde(default, deserialize_with = "backoff")]
+    max_backoff: Option<Duration>,
+    /// What is retried: exit codes, states (`failed`, `timed_out`) and failure kinds. Empty:
+    /// every failure.
+    #[serde(default)]
+    on: Vec<Spanned<RawRetryOn>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawRetryOn {
+    Code(i64),
+    Name(String),
 }
 
 /// The range of a node's `timeout`: a zero timeout would stop every node at once, and one past
@@ -130,6 +147,49 @@ pub(crate) fn timeout<'de, D: Deserializer<'de>>(
 
 fn backoff<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
     duration_in(deserializer, "retry.backoff", BACKOFF_RANGE)
+}
+
+/// Checks what `retry.on` names: an exit code other than 0, a state a node is retried from, or
+/// a failure kind the classifier declares (its file then governs the node).
+fn retry_on(
+    file: &Arc<SourceFile>,
+    raw: &[Spanned<RawRetryOn>],
+    config: &mut NodeConfig<'_>,
+) -> Result<Vec<RetryOn>, Diagnostic> {
+    let retried = [NodeState::Failed, NodeState::TimedOut];
+    let mut classifier = None;
+    let mut on = Vec::with_capacity(raw.len());
+    for item in raw {
+        on.push(match item.get_ref() {
+            RawRetryOn::Code(code) if (1..=255).contains(code) => RetryOn::Exit(*code),
+            RawRetryOn::Code(_) => {
+                return Err(Diagnostic::new(
+                    "`retry.on` exit codes are from 1 to 255 (0 is success, never retried)",
+                )
+                .at(file, item.span()));
+            }
+            RawRetryOn::Name(name) => match name.parse::<NodeState>().ok() {
+                Some(state) if retried.contains(&state) => RetryOn::State(state),
+                Some(_) => {
+                    return Err(Diagnostic::new(format!(
+                        "a node is never retried from `{name}`; `retry.on` states are failed and timed_out"
+                    ))
+                    .at(file, item.span()));
+                }
+                None => {
+                    if classifier.is_none() {
+                        classifier = Some(config.load_classifier(None)?);
+                    }
+                    let named = Spanned::new(item.span(), name.clone());
+                    if let Some(classifier) = &classifier {
+                        classifier.check_kind(&named, file)?;
+                    }
+                    RetryOn::Kind(name.clone())
+                }
+            },
+        });
+    }
+    Ok(on)
 }
 
 /// A TOML error as a diagnostic located in `file`.
@@ -456,6 +516,16 @@ fn load_node(
         Some(raw) => RetryPolicy {
             attempts: raw.attempts.into_inner(),
             backoff: raw.backoff.unwrap_or(Duration::ZERO),
+            factor: match raw.factor {
+                None => 2,
+                Some(factor) if (1..=10).contains(factor.get_ref()) => factor.into_inner(),
+                Some(factor) => {
+                    return Err(Diagnostic::new("`retry.factor` must be from 1 to 10")
+                        .at(file, factor.span()));
+                }
+            },
+            max_backoff: raw.max_backoff,
+            on: retry_on(file, &raw.on, &mut config)?,
         },
     };
 

@@ -72,13 +72,29 @@ pub struct NodeSpec {
     pub action: Arc<dyn NodeAction>,
 }
 
-/// How many times a node is tried, and how long to wait between tries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How many times a node is tried, which failures are tried again, and how long to wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Total tries, the first included (1 means no retry).
     pub attempts: u32,
-    /// Wait before the second try; doubled before each later one.
+    /// Wait before the second try.
     pub backoff: Duration,
+    /// The wait is multiplied by this before each later try.
+    pub factor: u32,
+    /// The longest wait.
+    pub max_backoff: Option<Duration>,
+    /// What is retried; empty: every failure.
+    pub on: Vec<RetryOn>,
+}
+
+/// One thing `retry.on` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryOn {
+    Exit(i64),
+    State(crate::state::NodeState),
+    /// A failure kind, as a node reports it in its `failure_kind` output (a gate node; a
+    /// `pipeline` node whose child run classified its failure).
+    Kind(String),
 }
 
 impl Default for RetryPolicy {
@@ -86,6 +102,9 @@ impl Default for RetryPolicy {
         Self {
             attempts: 1,
             backoff: Duration::ZERO,
+            factor: 2,
+            max_backoff: None,
+            on: Vec::new(),
         }
     }
 }
@@ -93,8 +112,31 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The wait before try number `attempt` (2 for the first retry).
     pub fn delay_before(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(2).min(16);
-        self.backoff.saturating_mul(1 << doublings)
+        let growths = attempt.saturating_sub(2).min(16);
+        let delay = self
+            .backoff
+            .saturating_mul(self.factor.saturating_pow(growths));
+        self.max_backoff.map_or(delay, |max| delay.min(max))
+    }
+
+    /// Whether a failed try with this state, exit code and outputs is tried again (attempts
+    /// allowing).
+    pub fn retries(
+        &self,
+        state: crate::state::NodeState,
+        exit_code: Option<i32>,
+        outputs: &serde_json::Value,
+    ) -> bool {
+        use crate::state::NodeState;
+        if !matches!(state, NodeState::Failed | NodeState::TimedOut) {
+            return false;
+        }
+        self.on.is_empty()
+            || self.on.iter().any(|on| match on {
+                RetryOn::Exit(code) => exit_code.map(i64::from) == Some(*code),
+                RetryOn::State(named) => state == *named,
+                RetryOn::Kind(kind) => outputs["failure_kind"].as_str() == Some(kind.as_str()),
+            })
     }
 }
 
@@ -129,9 +171,29 @@ mod tests {
         let retry = RetryPolicy {
             attempts: 4,
             backoff: Duration::from_millis(100),
+            ..RetryPolicy::default()
         };
         assert_eq!(retry.delay_before(2), Duration::from_millis(100));
         assert_eq!(retry.delay_before(3), Duration::from_millis(200));
         assert_eq!(retry.delay_before(4), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn the_backoff_grows_by_its_factor_up_to_its_cap() {
+        let policy = RetryPolicy {
+            attempts: 5,
+            backoff: Duration::from_secs(1),
+            factor: 3,
+            max_backoff: Some(Duration::from_secs(5)),
+            on: Vec::new(),
+        };
+        let delays: Vec<u64> = (2..=5).map(|a| policy.delay_before(a).as_secs()).collect();
+        assert_eq!(delays, [1, 3, 5, 5]);
+        let constant = RetryPolicy {
+            factor: 1,
+            max_backoff: None,
+            ..policy
+        };
+        assert_eq!(constant.delay_before(5), Duration::from_secs(1));
     }
 }
