@@ -1438,3 +1438,58 @@ on_failure = "continue"
         );
     }
 }
+
+#[test]
+fn a_spent_budget_stops_the_run_failed_and_names_the_budget() {
+    let dir = workspace();
+    common::copy_policies(dir.path(), &["network.toml"]);
+    let run = |name: &str, text: &str| {
+        write(dir.path(), &format!("pipelines/{name}.toml"), text);
+        let out = kavi(dir.path(), &["pipeline", "run", name]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        json(&kavi(dir.path(), &["runs", "show", "--json"]))
+    };
+
+    // Three attempts in all, though the node would try ten times.
+    let attempts = run(
+        "attempts",
+        "[pipeline]\nname = \"attempts\"\n[pipeline.budget]\nattempts = 3\n\
+         [nodes.flaky]\nkind = \"exec\"\nshell = \"echo x >> tries; exit 1\"\nretry = { attempts = 10 }\n",
+    );
+    assert_eq!(attempts["status"], "failed");
+    assert_eq!(
+        attempts["error"],
+        "the run's `attempts` budget (3 node attempts) is spent"
+    );
+    let tries = std::fs::read_to_string(dir.path().join("tries")).unwrap();
+    assert_eq!(tries.lines().count(), 3);
+
+    // The whole run may take 300ms: the sleeping node is cancelled, the next never starts.
+    let wall = run(
+        "wall",
+        "[pipeline]\nname = \"wall\"\n[pipeline.budget]\nwall = \"300ms\"\n\
+         [nodes.slow]\nkind = \"exec\"\nrun = [\"sleep\", \"5\"]\n\
+         [nodes.after]\nkind = \"exec\"\nneeds = [\"slow\"]\ntrigger = \"always\"\nrun = [\"true\"]\n",
+    );
+    assert_eq!(wall["status"], "failed");
+    assert_eq!(wall["error"], "the run's `wall` budget (300ms) is spent");
+    assert_eq!(node(&wall, "slow")["state"], "cancelled");
+    assert_eq!(node(&wall, "after")["state"], "cancelled");
+
+    // No HTTP call at all: the http node is not started.
+    let http = run(
+        "http_calls",
+        "[pipeline]\nname = \"http_calls\"\n[pipeline.budget]\nhttp_calls = 0\n\
+         [nodes.fetch]\nkind = \"http\"\nurl = \"http://127.0.0.1:9/x\"\n",
+    );
+    assert_eq!(
+        http["error"],
+        "the run's `http_calls` budget (0 HTTP calls) is spent"
+    );
+    assert_eq!(node(&http, "fetch")["state"], "cancelled");
+}

@@ -127,10 +127,25 @@ pub struct Executor<'a> {
     retries: BinaryHeap<Reverse<(Instant, usize, u32)>>,
     running: JoinSet<Finished>,
     run_cancel: CancellationToken,
+    /// Parent of every node's token: cancelled by the user's cancel, or when a budget is spent
+    /// (which fails the run rather than cancelling it).
+    nodes_cancel: CancellationToken,
+    /// A `[pipeline.budget]` ran out.
+    budget_spent: bool,
+    /// Attempts started, all nodes and HTTP-calling nodes, for the budgets.
+    attempts_started: u32,
+    http_attempts_started: u32,
     stop_reason: Option<String>,
     failed: bool,
     /// A node stopped the run for a person's decision.
     awaiting_review: bool,
+}
+
+/// How a wall budget reads in a reason.
+fn wall_text(wall: Option<(Instant, Duration)>) -> String {
+    wall.map_or_else(String::new, |(_, limit)| {
+        humantime::format_duration(limit).to_string()
+    })
 }
 
 /// Runs `dag` with resolved `params`, recording it as a new run started by `origin`. `cancel` stops the run (Ctrl-C): running nodes are stopped and
@@ -193,6 +208,10 @@ pub async fn execute(
         to_start: BinaryHeap::new(),
         retries: BinaryHeap::new(),
         running: JoinSet::new(),
+        nodes_cancel: cancel.child_token(),
+        budget_spent: false,
+        attempts_started: 0,
+        http_attempts_started: 0,
         run_cancel: cancel,
         stop_reason: None,
         failed: false,
@@ -233,6 +252,8 @@ pub async fn execute(
 
 impl Executor<'_> {
     async fn run_loop(&mut self) -> Result<(), LedgerError> {
+        let budget = self.dag.pipeline.budget;
+        let wall = budget.wall.map(|limit| (Instant::now() + limit, limit));
         for i in 0..self.slots.len() {
             if self.slots[i].waiting_on == 0 {
                 self.ready.push(Reverse(i));
@@ -253,6 +274,9 @@ impl Executor<'_> {
                     tokio::select! {
                         () = tokio::time::sleep_until(due.into()) => {}
                         () = self.run_cancel.cancelled() => self.stop("run cancelled"),
+                        () = sleep_until_opt(wall.map(|(at, _)| at)), if !self.budget_spent => {
+                            self.spend_budget("wall", &wall_text(wall));
+                        }
                     }
                     self.promote_due_retries();
                     continue;
@@ -267,6 +291,9 @@ impl Executor<'_> {
                 }
                 () = sleep_until_opt(next_retry) => self.promote_due_retries(),
                 () = self.run_cancel.cancelled(), if self.stop_reason.is_none() => self.stop("run cancelled"),
+                () = sleep_until_opt(wall.map(|(at, _)| at)), if !self.budget_spent => {
+                    self.spend_budget("wall", &wall_text(wall));
+                }
             }
         }
         Ok(())
@@ -278,13 +305,45 @@ impl Executor<'_> {
         }
     }
 
+    /// A budget ran out: the run fails with a reason naming it, its running nodes are cancelled
+    /// and nothing more starts, failure handlers included.
+    fn spend_budget(&mut self, name: &str, limit: &str) {
+        if self.budget_spent {
+            return;
+        }
+        self.budget_spent = true;
+        self.failed = true;
+        self.stop_reason = Some(format!("the run's `{name}` budget ({limit}) is spent"));
+        self.nodes_cancel.cancel();
+    }
+
+    /// Spends a budget if starting `index` would take more than it allows.
+    fn check_budget(&mut self, index: usize) {
+        let budget = self.dag.pipeline.budget;
+        let node = &self.dag.pipeline.nodes[index];
+        if budget
+            .attempts
+            .is_some_and(|limit| self.attempts_started >= limit)
+        {
+            let limit = budget.attempts.unwrap_or_default();
+            self.spend_budget("attempts", &format!("{limit} node attempts"));
+        } else if crate::nodes::HTTP_KINDS.contains(&node.kind)
+            && budget
+                .http_calls
+                .is_some_and(|limit| self.http_attempts_started >= limit)
+        {
+            let limit = budget.http_calls.unwrap_or_default();
+            self.spend_budget("http_calls", &format!("{limit} HTTP calls"));
+        }
+    }
+
     /// Why a node may not start because the run is stopping, if it may not. A user's cancel stops
     /// everything; a fail_fast stop spares failure handlers and cleanup (`trigger` other than
     /// `success`), which exist for exactly that moment.
     fn stopped_for(&self, index: usize) -> Option<String> {
         let reason = self.stop_reason.clone()?;
         let handler = self.dag.pipeline.nodes[index].trigger != Trigger::Success;
-        (self.run_cancel.is_cancelled() || !handler).then_some(reason)
+        (self.run_cancel.is_cancelled() || self.budget_spent || !handler).then_some(reason)
     }
 
     fn promote_due_retries(&mut self) {
@@ -407,6 +466,7 @@ impl Executor<'_> {
             let Some(Reverse((index, attempt))) = self.to_start.pop() else {
                 break;
             };
+            self.check_budget(index);
             if let Some(reason) = self.stopped_for(index) {
                 self.finish_without_running_attempt(
                     index,
@@ -437,8 +497,12 @@ impl Executor<'_> {
         let timeout = node.timeout;
         let vars = self.context_for(index);
         let env = Arc::clone(&self.env);
-        let cancel = self.run_cancel.child_token();
+        let cancel = self.nodes_cancel.child_token();
         let run_id = self.run_id;
+        self.attempts_started += 1;
+        if crate::nodes::HTTP_KINDS.contains(&node.kind) {
+            self.http_attempts_started += 1;
+        }
         self.running.spawn(async move {
             let started = Instant::now();
             let ctx = NodeContext {

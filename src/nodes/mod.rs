@@ -74,6 +74,9 @@ pub const KINDS: &[NodeKind] = &[
 /// The failure classifier a `classify` node uses unless it names another.
 pub const CLASSIFIER_POLICY: &str = "policies/classifier.toml";
 
+/// The kinds whose attempts call out over HTTP, counted by `[pipeline.budget] http_calls`.
+pub const HTTP_KINDS: &[&str] = &[http::KIND.name, advise::KIND.name];
+
 /// The skill lifecycle every skill command and node follows unless told otherwise.
 pub const LIFECYCLE_POLICY: &str = "policies/lifecycle.toml";
 

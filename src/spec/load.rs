@@ -17,7 +17,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::governing::{GoverningSet, Role};
 use super::params::{ParamDecl, ParamType};
-use super::{NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
+use super::{Budget, NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::nodes::{self, NodeConfig};
 use crate::state::NodeState;
@@ -50,6 +50,8 @@ struct RawPipelineSection {
     description: Option<String>,
     #[serde(default)]
     fail_fast: bool,
+    #[serde(default)]
+    budget: Budget,
 }
 
 #[derive(Deserialize)]
@@ -356,6 +358,7 @@ pub fn load_pipeline_str(
         source: file,
         spec_hash,
         fail_fast: header.pipeline.fail_fast,
+        budget: header.pipeline.budget,
         params,
         nodes,
         governing,

@@ -40,6 +40,8 @@ pub struct Pipeline {
     pub spec_hash: String,
     /// Stop starting new nodes after the first failure (nodes already running finish).
     pub fail_fast: bool,
+    /// Limits on the whole run (`[pipeline.budget]`).
+    pub budget: Budget,
     pub params: IndexMap<String, ParamDecl>,
     pub nodes: Vec<NodeSpec>,
     /// The files that govern a run of it (this file, its policies, templates, ...), recorded
@@ -85,6 +87,20 @@ pub struct RetryPolicy {
     pub max_backoff: Option<Duration>,
     /// What is retried; empty: every failure.
     pub on: Vec<RetryOn>,
+}
+
+/// `[pipeline.budget]`: what one run may spend. When a budget is spent the run stops, failed,
+/// with a reason naming it: running nodes are cancelled and nothing more starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Wall-clock time for the whole run.
+    #[serde(default, deserialize_with = "load::timeout")]
+    pub wall: Option<Duration>,
+    /// Node attempts, retries included.
+    pub attempts: Option<u32>,
+    /// Attempts of the nodes that call out over HTTP (`http`, `advise`).
+    pub http_calls: Option<u32>,
 }
 
 /// One thing `retry.on` names.
