@@ -37,6 +37,10 @@ pub enum Error {
     Execution(#[from] crate::executions::ExecutionError),
     #[error("{0}")]
     Usage(String),
+    /// Something named on the command line that a record does not have (a node of a run, an
+    /// output a node did not keep).
+    #[error("{0}")]
+    NotFound(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -54,6 +58,7 @@ impl Error {
             Error::Execution(crate::executions::ExecutionError::Ledger(e)) => ledger_exit_code(e),
             Error::Execution(_) => exit::ENVIRONMENT,
             Error::Usage(_) => exit::USAGE,
+            Error::NotFound(_) => exit::NOT_FOUND,
         }
     }
 }
@@ -62,6 +67,7 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
     match error {
         LedgerError::Missing(_)
         | LedgerError::RunNotFound(_)
+        | LedgerError::ArtifactNotFound(_)
         | LedgerError::SpecNotFound(_)
         | LedgerError::SkillNotFound(_)
         | LedgerError::BuildNotFound(_)

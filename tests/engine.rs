@@ -1493,3 +1493,94 @@ fn a_spent_budget_stops_the_run_failed_and_names_the_budget() {
     );
     assert_eq!(node(&http, "fetch")["state"], "cancelled");
 }
+
+#[test]
+fn logs_artifacts_listings_and_run_filters_read_what_was_recorded() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/talk.toml",
+        "[pipeline]\nname = \"talk\"\ndescription = \"says things\"\n[nodes.a]\nkind = \"exec\"\nshell = \"echo hello; echo oops >&2\"\n",
+    );
+    write(
+        dir.path(),
+        "pipelines/fail.toml",
+        "[pipeline]\nname = \"fail\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"false\"]\n",
+    );
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "talk"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "fail"]).status.code(),
+        Some(1)
+    );
+
+    let logs = kavi(dir.path(), &["runs", "logs", "1", "a"]);
+    assert_eq!(logs.stdout, b"hello\n");
+    let errors = kavi(dir.path(), &["runs", "logs", "1", "a", "--stderr"]);
+    assert_eq!(errors.stdout, b"oops\n");
+    assert_eq!(
+        kavi(dir.path(), &["runs", "logs", "1", "b"]).status.code(),
+        Some(5)
+    );
+
+    // An artifact is printed whole, and refused once its file no longer matches its hash.
+    let run = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    let stdout = node(&run, "a")["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "stdout")
+        .unwrap()
+        .clone();
+    let sha = stdout["sha256"].as_str().unwrap();
+    assert_eq!(
+        kavi(dir.path(), &["artifact", "cat", &sha[..10]]).stdout,
+        b"hello\n"
+    );
+    let file = dir
+        .path()
+        .join(".kavi/artifacts")
+        .join(stdout["path"].as_str().unwrap());
+    let mut permissions = std::fs::metadata(&file).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    permissions.set_readonly(false);
+    std::fs::set_permissions(&file, permissions).unwrap();
+    std::fs::write(&file, "HELLO\n").unwrap();
+    let refused = kavi(dir.path(), &["artifact", "cat", sha]);
+    assert_eq!(refused.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("was altered"));
+
+    // Filters.
+    let listed = |args: &[&str]| {
+        let mut command = vec!["runs", "list", "--json"];
+        command.extend(args);
+        json(&kavi(dir.path(), &command))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["pipeline"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(&["--status", "failed"]), ["fail"]);
+    assert_eq!(listed(&["--pipeline", "talk"]), ["talk"]);
+    assert_eq!(listed(&["--since", "1h"]), ["fail", "talk"]);
+    assert_eq!(
+        kavi(dir.path(), &["runs", "list", "--status", "nope"])
+            .status
+            .code(),
+        Some(2)
+    );
+
+    // Listings check each file; a broken one is shown with its problem (exit 3).
+    let pipelines = json(&kavi(dir.path(), &["pipeline", "list", "--json"]));
+    assert_eq!(pipelines[1]["name"], "talk");
+    assert_eq!(pipelines[1]["nodes"], 1);
+    assert_eq!(pipelines[1]["description"], "says things");
+    write(dir.path(), "pipelines/zbroken.toml", "[pipeline\n");
+    let broken = kavi(dir.path(), &["pipeline", "list"]);
+    assert_eq!(broken.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&broken.stdout).contains("pipelines/zbroken.toml  INVALID: "));
+}

@@ -32,6 +32,7 @@ mod doctor;
 mod executions;
 mod help;
 mod ledger;
+mod listing;
 mod output;
 mod pipeline;
 mod policy;
@@ -169,6 +170,9 @@ enum Command {
     /// Inspect stored spec texts.
     #[command(subcommand)]
     Spec(SpecCommand),
+    /// Read stored artifacts.
+    #[command(subcommand)]
+    Artifact(ArtifactCommand),
     /// Check the ledger's integrity: its journal, every row, every stored spec and artifact.
     #[command(subcommand)]
     Ledger(LedgerCommand),
@@ -255,6 +259,12 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum ChainCommand {
+    /// List the workspace's chains (chains/*.toml), each checked: name, steps, description.
+    List {
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a chain's steps in order; each leaves an execution record (exit 1 if any failed).
     Run {
         /// A chain file, or a name looked up in chains/.
@@ -385,6 +395,12 @@ struct PipelineArgs {
 
 #[derive(Debug, Subcommand)]
 enum PipelineCommand {
+    /// List the workspace's pipelines (pipelines/*.toml), each checked: name, nodes, description.
+    List {
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a pipeline and record it in the ledger.
     Run {
         #[command(flatten)]
@@ -426,9 +442,28 @@ enum RunsCommand {
         /// How many runs, newest first.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Only runs in this status (running, succeeded, failed, cancelled, awaiting_review, ...).
+        #[arg(long, value_parser = |s: &str| s.parse::<crate::state::RunStatus>())]
+        status: Option<crate::state::RunStatus>,
+        /// Only runs of this pipeline (its `name`).
+        #[arg(long)]
+        pipeline: Option<String>,
+        /// Only runs started within this long, such as `2h` or `3days`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
+    },
+    /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed.
+    Logs {
+        /// A run id, or `latest`.
+        run: String,
+        /// The node's id.
+        node: String,
+        /// Its stderr instead of its stdout.
+        #[arg(long)]
+        stderr: bool,
     },
     /// Show one run and every node run in it.
     Show {
@@ -475,6 +510,15 @@ enum PolicyCommand {
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ArtifactCommand {
+    /// Print an artifact's bytes, re-hashed as they are read (a changed file is refused).
+    Cat {
+        /// `sha256:<hex>`, or a unique prefix of the hex.
+        hash: String,
     },
 }
 
@@ -568,12 +612,42 @@ async fn in_workspace(
                 .await
             }
             PipelineCommand::Check { file } => pipeline::check(&workspace, &file),
+            PipelineCommand::List { json } => listing::pipelines(&workspace, json),
             PipelineCommand::Plan { pipeline, json } => {
                 pipeline::plan(&workspace, &pipeline.file, &pipeline.sets, json)
             }
             PipelineCommand::Graph { file, format } => pipeline::graph(&workspace, &file, format),
         },
-        Command::Runs(RunsCommand::List { limit, json }) => runs::list(&workspace, limit, json),
+        Command::Runs(RunsCommand::List {
+            limit,
+            status,
+            pipeline,
+            since,
+            json,
+        }) => {
+            let since = since
+                .map(|age| {
+                    jiff::SignedDuration::try_from(age)
+                        .ok()
+                        .and_then(|age| jiff::Timestamp::now().checked_sub(age).ok())
+                        .ok_or_else(|| {
+                            Error::Usage(format!(
+                                "--since {age:?} reaches before any time kavi can name"
+                            ))
+                        })
+                })
+                .transpose()?;
+            let filter = crate::ledger::RunFilter {
+                status,
+                pipeline,
+                since,
+            };
+            runs::list(&workspace, &filter, limit, json)
+        }
+        Command::Runs(RunsCommand::Logs { run, node, stderr }) => {
+            runs::logs(&workspace, &run, &node, stderr)
+        }
+        Command::Artifact(ArtifactCommand::Cat { hash }) => runs::artifact_cat(&workspace, &hash),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
         Command::Policy(PolicyCommand::Check) => policy::check(&workspace),
@@ -621,6 +695,7 @@ async fn in_workspace(
             json,
         }) => chains::run(&workspace, &file, &sets, yes, json).await,
         Command::Chain(ChainCommand::Check { file }) => chains::check(&workspace, &file),
+        Command::Chain(ChainCommand::List { json }) => listing::chains(&workspace, json),
         Command::Executions(ExecutionsCommand::Tail {
             count,
             only_failures,

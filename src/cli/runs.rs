@@ -3,17 +3,22 @@
 use super::output::{duration_ms, mark, short_hash, table};
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{Ledger, LedgerError, RunFilter};
 
 fn open(workspace: &Workspace) -> Result<Ledger, Error> {
     Ok(Ledger::open_existing(&workspace.config.ledger)?)
 }
 
-pub fn list(workspace: &Workspace, limit: usize, json: bool) -> Result<i32, Error> {
+pub fn list(
+    workspace: &Workspace,
+    filter: &RunFilter,
+    limit: usize,
+    json: bool,
+) -> Result<i32, Error> {
     // No ledger is no runs: listing must not make one.
     let runs = match open(workspace) {
         Err(Error::Ledger(LedgerError::Missing(_))) => Vec::new(),
-        ledger => ledger?.list_runs(limit)?,
+        ledger => ledger?.find_runs(filter, limit)?,
     };
     if json {
         outln!(
@@ -171,5 +176,80 @@ fn describe_confinement(record: &serde_json::Value) -> Option<String> {
 pub fn spec_show(workspace: &Workspace, hash: &str) -> Result<i32, Error> {
     let (_, text) = open(workspace)?.spec_text(hash)?;
     out!("{text}");
+    Ok(exit::SUCCESS)
+}
+
+/// Writes raw bytes to stdout (a node's output is not always text).
+fn write_out(bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(|source| Error::Io {
+            context: "failed to write to stdout".into(),
+            source,
+        })
+}
+
+/// Reads a stored artifact, re-hashed.
+fn read_artifact(workspace: &Workspace, sha256: &str) -> Result<Vec<u8>, Error> {
+    super::open_store(workspace)?
+        .read_bytes(sha256)
+        .map_err(|reason| Error::Io {
+            context: format!("failed to read artifact sha256:{sha256}"),
+            source: std::io::Error::other(reason),
+        })
+}
+
+/// What a node wrote to stdout or stderr in its last attempt, as the ledger kept it.
+pub fn logs(workspace: &Workspace, run: &str, node: &str, stderr: bool) -> Result<i32, Error> {
+    let ledger = open(workspace)?;
+    let detail = ledger.run_detail(ledger.resolve_run(run)?)?;
+    let role = if stderr { "stderr" } else { "stdout" };
+    let Some(attempt) = crate::ledger::final_attempts(&detail.nodes)
+        .into_iter()
+        .find(|n| n.node_id == node)
+    else {
+        let known: Vec<&str> = detail.nodes.iter().map(|n| n.node_id.as_str()).collect();
+        return Err(Error::NotFound(format!(
+            "run {} has no node `{node}` (its nodes: {})",
+            detail.run.id,
+            known.join(", ")
+        )));
+    };
+    // A build node keeps its builder's output, both streams, as its `log`.
+    let found = attempt
+        .artifacts
+        .iter()
+        .find(|a| a.role == role)
+        .or_else(|| {
+            (!stderr)
+                .then(|| attempt.artifacts.iter().find(|a| a.role == "log"))
+                .flatten()
+        });
+    let Some(artifact) = found else {
+        let kept: Vec<String> = attempt
+            .artifacts
+            .iter()
+            .map(|a| format!("{} {}", a.role, short_hash(&a.sha256)))
+            .collect();
+        let kept = if kept.is_empty() {
+            "nothing".to_owned()
+        } else {
+            format!("{} (`kavi artifact cat HASH` prints one)", kept.join(", "))
+        };
+        return Err(Error::NotFound(format!(
+            "node `{node}` of run {} kept no {role}; it kept {kept}",
+            detail.run.id
+        )));
+    };
+    write_out(&read_artifact(workspace, &artifact.sha256)?)?;
+    Ok(exit::SUCCESS)
+}
+
+pub fn artifact_cat(workspace: &Workspace, hash: &str) -> Result<i32, Error> {
+    let artifact = open(workspace)?.artifact(hash)?;
+    write_out(&read_artifact(workspace, &artifact.sha256)?)?;
     Ok(exit::SUCCESS)
 }

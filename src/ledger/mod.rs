@@ -66,6 +66,8 @@ pub enum LedgerError {
     Missing(PathBuf),
     #[error("no run `{0}` in the ledger")]
     RunNotFound(String),
+    #[error("no artifact `{0}` in the ledger (or the prefix names more than one)")]
+    ArtifactNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]
     SpecNotFound(String),
     #[error(
@@ -172,6 +174,15 @@ pub struct NewRun<'a> {
     pub nodes: &'a [(&'a str, &'a str)],
     /// The run's governing set (see [`crate::spec::governing`]), as (role, path, hash, text).
     pub governing: &'a [(&'a str, &'a str, &'a str, &'a str)],
+}
+
+/// Which runs to list; `None` matches all.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub pipeline: Option<String>,
+    /// Started at or after.
+    pub since: Option<jiff::Timestamp>,
 }
 
 /// Who started a run.
@@ -634,11 +645,49 @@ impl Ledger {
 
     /// The newest runs first.
     pub fn list_runs(&self, limit: usize) -> Result<Vec<RunRow>> {
+        self.find_runs(&RunFilter::default(), limit)
+    }
+
+    /// The newest runs first that match `filter`.
+    pub fn find_runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRow>> {
+        let since = filter.since.map(format_time);
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?1"
+            "SELECT {RUN_COLUMNS} FROM runs
+             WHERE (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR pipeline = ?3)
+               AND (?4 IS NULL OR started_at >= ?4)
+             ORDER BY id DESC LIMIT ?1"
         ))?;
-        let rows = stmt.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], run_row)?;
+        let rows = stmt.query_map(
+            params![
+                i64::try_from(limit).unwrap_or(i64::MAX),
+                filter.status.map(RunStatus::as_str),
+                filter.pipeline,
+                since
+            ],
+            run_row,
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// A stored artifact's row, by its SHA-256 or a unique prefix of it.
+    pub fn artifact(&self, prefix: &str) -> Result<Artifact> {
+        let hex = prefix.strip_prefix("sha256:").unwrap_or(prefix);
+        let found: Vec<Artifact> = self
+            .conn
+            .prepare("SELECT sha256, kind, size, path FROM artifacts WHERE sha256 LIKE ?1 LIMIT 2")?
+            .query_map([format!("{hex}%")], |row| {
+                Ok(Artifact {
+                    sha256: row.get(0)?,
+                    kind: row.get(1)?,
+                    size: row.get(2)?,
+                    path: row.get(3)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        match <[Artifact; 1]>::try_from(found) {
+            Ok([artifact]) if !hex.is_empty() => Ok(artifact),
+            _ => Err(LedgerError::ArtifactNotFound(prefix.to_owned())),
+        }
     }
 
     /// The run a user started that `run_id` belongs to: itself, or the top of its parent chain.
