@@ -8,7 +8,6 @@ use crate::config::Workspace;
 use crate::error::{Error, exit};
 use crate::ledger::{ArtifactStore, Ledger};
 use crate::policy::network::{self, NetworkPolicy};
-use crate::template::TemplateEngine;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -31,19 +30,6 @@ fn check(name: impl Into<String>, status: Status, detail: impl Into<String>) -> 
         status,
         detail: detail.into(),
     }
-}
-
-/// The `.toml` files of a workspace folder, sorted.
-pub(super) fn specs_in(workspace: &Workspace, folder: &str) -> Vec<std::path::PathBuf> {
-    let mut files: Vec<_> = std::fs::read_dir(workspace.root.join(folder))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
-        .collect();
-    files.sort();
-    files
 }
 
 /// Whether a program is on PATH (or, with a `/`, exists).
@@ -112,49 +98,25 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
         Err(e) => check("artifacts", Status::Fail, e.to_string()),
     });
 
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    for path in specs_in(workspace, "pipelines") {
-        let shown = path
-            .strip_prefix(&workspace.root)
-            .unwrap_or(&path)
-            .to_owned();
-        let context = crate::spec::LoadContext {
-            root: &workspace.root,
-            templates: &templates,
-            including: &[],
-        };
-        let loaded = crate::spec::load_pipeline(&path, &shown, &context).and_then(|pipeline| {
-            crate::dag::compile(&pipeline)?;
-            Ok(pipeline.nodes.len())
-        });
+    for (shown, loaded) in super::listing::workspace_pipelines(workspace) {
+        let name = shown.display().to_string();
         found.push(match loaded {
-            Ok(nodes) => check(
-                shown.display().to_string(),
-                Status::Ok,
-                format!("{nodes} nodes"),
-            ),
+            Ok(pipeline) => check(name, Status::Ok, format!("{} nodes", pipeline.nodes.len())),
             Err(e) => check(
-                shown.display().to_string(),
+                name,
                 Status::Fail,
-                first_line(&e.to_string()),
+                super::listing::first_line(&e.to_string()),
             ),
         });
     }
-    for path in specs_in(workspace, "chains") {
-        let shown = path
-            .strip_prefix(&workspace.root)
-            .unwrap_or(&path)
-            .to_owned();
-        found.push(match crate::chains::load(&path, &shown, &templates) {
-            Ok(chain) => check(
-                shown.display().to_string(),
-                Status::Ok,
-                format!("{} steps", chain.steps.len()),
-            ),
+    for (shown, loaded) in super::listing::workspace_chains(workspace) {
+        let name = shown.display().to_string();
+        found.push(match loaded {
+            Ok(chain) => check(name, Status::Ok, format!("{} steps", chain.steps.len())),
             Err(e) => check(
-                shown.display().to_string(),
+                name,
                 Status::Fail,
-                first_line(&e.to_string()),
+                super::listing::first_line(&e.to_string()),
             ),
         });
     }
@@ -294,10 +256,6 @@ fn sandboxes_check(workspace: &Workspace) -> Check {
             ),
         ),
     }
-}
-
-fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or_default().to_owned()
 }
 
 pub fn run(workspace: &Workspace, json: bool) -> Result<i32, Error> {

@@ -1,12 +1,71 @@
-//! `kavi pipeline list` and `kavi chain list`: what the workspace offers to run, each file
-//! checked as `check` would, so a broken one shows with its first problem.
+//! The workspace's pipelines and chains, each loaded and checked as `check` would: listed by
+//! `kavi pipeline list` and `kavi chain list`, and checked by `kavi doctor` and `kavi policy
+//! check`.
 
 use serde_json::{Value, json};
 
 use super::output::table;
+use std::path::{Path, PathBuf};
+
+use crate::chains::Chain;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
+use crate::spec::{Pipeline, SpecError};
 use crate::template::TemplateEngine;
+
+/// The `.toml` files of a workspace folder, sorted.
+fn specs_in(workspace: &Workspace, folder: &str) -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(workspace.root.join(folder))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every spec of a workspace folder, as (path shown, what `load` made of it).
+fn load_all<T>(
+    workspace: &Workspace,
+    folder: &str,
+    load: impl Fn(&Path, &Path, &TemplateEngine) -> Result<T, SpecError>,
+) -> Vec<(PathBuf, Result<T, SpecError>)> {
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    specs_in(workspace, folder)
+        .into_iter()
+        .map(|path| {
+            let shown = path
+                .strip_prefix(&workspace.root)
+                .unwrap_or(&path)
+                .to_owned();
+            let loaded = load(&path, &shown, &templates);
+            (shown, loaded)
+        })
+        .collect()
+}
+
+/// Every pipeline of `pipelines/`, loaded and compiled.
+pub(super) fn workspace_pipelines(
+    workspace: &Workspace,
+) -> Vec<(PathBuf, Result<Pipeline, SpecError>)> {
+    load_all(workspace, "pipelines", |path, shown, templates| {
+        let context = crate::spec::LoadContext {
+            root: &workspace.root,
+            templates,
+            including: &[],
+        };
+        let pipeline = crate::spec::load_pipeline(path, shown, &context)?;
+        crate::dag::compile(&pipeline)?;
+        Ok(pipeline)
+    })
+}
+
+/// Every chain of `chains/`, loaded.
+pub(super) fn workspace_chains(workspace: &Workspace) -> Vec<(PathBuf, Result<Chain, SpecError>)> {
+    load_all(workspace, "chains", crate::chains::load)
+}
 
 /// One listed file: its path, and its name, size (in `unit`) and description, or its first
 /// problem.
@@ -58,26 +117,16 @@ fn print(listed: &[Value], unit: &str, json: bool) -> Result<i32, Error> {
     })
 }
 
-fn first_line(text: &str) -> String {
+pub(super) fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_owned()
 }
 
 pub fn pipelines(workspace: &Workspace, json: bool) -> Result<i32, Error> {
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let listed: Vec<Value> = super::doctor::specs_in(workspace, "pipelines")
-        .iter()
-        .map(|path| {
-            let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
-            let context = crate::spec::LoadContext {
-                root: &workspace.root,
-                templates: &templates,
-                including: &[],
-            };
-            let loaded = crate::spec::load_pipeline(path, shown, &context)
-                .and_then(|p| {
-                    crate::dag::compile(&p)?;
-                    Ok((p.name.clone(), p.nodes.len(), p.description.clone()))
-                })
+    let listed: Vec<Value> = workspace_pipelines(workspace)
+        .into_iter()
+        .map(|(shown, loaded)| {
+            let loaded = loaded
+                .map(|p| (p.name, p.nodes.len(), p.description))
                 .map_err(|e| first_line(&e.to_string()));
             entry(&shown.display().to_string(), "nodes", loaded)
         })
@@ -86,13 +135,11 @@ pub fn pipelines(workspace: &Workspace, json: bool) -> Result<i32, Error> {
 }
 
 pub fn chains(workspace: &Workspace, json: bool) -> Result<i32, Error> {
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let listed: Vec<Value> = super::doctor::specs_in(workspace, "chains")
-        .iter()
-        .map(|path| {
-            let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
-            let loaded = crate::chains::load(path, shown, &templates)
-                .map(|c| (c.name.clone(), c.steps.len(), c.description.clone()))
+    let listed: Vec<Value> = workspace_chains(workspace)
+        .into_iter()
+        .map(|(shown, loaded)| {
+            let loaded = loaded
+                .map(|c| (c.name, c.steps.len(), c.description))
                 .map_err(|e| first_line(&e.to_string()));
             entry(&shown.display().to_string(), "steps", loaded)
         })

@@ -11,7 +11,6 @@ use crate::ledger::{Ledger, short_hash};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
 use crate::spec::governing::set_hash;
-use crate::template::TemplateEngine;
 
 /// The lifecycle every skill command follows.
 const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
@@ -246,8 +245,8 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
             }
         }
     };
-    let spec_problems = |error: SpecError| match error {
-        SpecError::Invalid(found) => found.0,
+    let spec_problems = |error: &SpecError| match error {
+        SpecError::Invalid(found) => found.0.clone(),
         other => vec![Diagnostic::new(other.to_string())],
     };
     match crate::policy::read(&workspace.root, LIFECYCLE)
@@ -257,25 +256,15 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
         Ok(lifecycle) => add(lifecycle.dead_ends()),
         Err(problem) => add(vec![problem]),
     }
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let pipelines = super::doctor::specs_in(workspace, "pipelines");
-    for path in &pipelines {
-        let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
-        let context = crate::spec::LoadContext {
-            root: &workspace.root,
-            templates: &templates,
-            including: &[],
-        };
-        let loaded = crate::spec::load_pipeline(path, shown, &context)
-            .and_then(|pipeline| crate::dag::compile(&pipeline).map(|_| ()));
+    let pipelines = super::listing::workspace_pipelines(workspace);
+    for (_, loaded) in &pipelines {
         if let Err(error) = loaded {
             add(spec_problems(error));
         }
     }
-    let chains = super::doctor::specs_in(workspace, "chains");
-    for path in &chains {
-        let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
-        if let Err(error) = crate::chains::load(path, shown, &templates) {
+    let chains = super::listing::workspace_chains(workspace);
+    for (_, loaded) in &chains {
+        if let Err(error) = loaded {
             add(spec_problems(error));
         }
     }
