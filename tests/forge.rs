@@ -1068,6 +1068,22 @@ fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
     assert_eq!(skill["skill"]["state"], "VERIFIED");
 
     let run_id = run["id"].to_string();
+    // Files changed since verification: the approved promotion is refused, and nothing is
+    // decided, so the run still awaits review.
+    let source = root.join("skills/word_count/skill.py");
+    let verified = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(&source, format!("{verified}# after review\n")).unwrap();
+    let refused = kavi(root, &["approve", &run_id]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("changed since it was verified"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let still = json(&kavi(root, &["runs", "show", &run_id, "--json"]));
+    assert_eq!(still["status"], "awaiting_review");
+    std::fs::write(&source, verified).unwrap();
+
     let out = kavi(root, &["approve", &run_id, "--comment", "read the diff"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

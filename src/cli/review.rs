@@ -36,6 +36,12 @@ pub async fn decide(
     if approve && root.started_by.as_deref() == Some(actor.as_str()) {
         refuse_self_approval(&ledger, root.id, &actor)?;
     }
+    // The approved moves are made first: one the lifecycle or the verified hash refuses now
+    // leaves the run awaiting review, to be decided again once the cause is fixed.
+    let only_moves = approve && {
+        let pending = ledger.pending_escalations(root.id)?;
+        make_approved_moves(workspace, &mut ledger, &pending, &actor, comment)?
+    };
     let decided = ledger.decide_escalations(root.id, approve, &actor, comment)?;
     for escalation in &decided {
         let triggers: Vec<&str> = escalation
@@ -53,8 +59,6 @@ pub async fn decide(
             triggers.join(", "),
         );
     }
-    let only_moves =
-        approve && make_approved_moves(workspace, &mut ledger, &decided, &actor, comment)?;
     match decision {
         Decision::Approve { resume: true } if only_moves => {
             outln!(
