@@ -181,7 +181,8 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     if drifted > 0
         && let Some(state) = &lifecycle.drifted
     {
-        let mut ledger = Ledger::open(&workspace.config.ledger)?;
+        let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+        let trust = load_trust(workspace, &TemplateEngine::new(&workspace.templates_dir()))?;
         for r in results.iter_mut().filter(|r| r["drifted"] == true) {
             let skill = r["skill"].as_str().unwrap_or_default().to_owned();
             let comment = format!(
@@ -189,7 +190,15 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
                 r["current_hash"].as_str().unwrap_or("nothing readable"),
                 r["trusted_hash"].as_str().unwrap_or_default()
             );
-            move_skill(workspace, &mut ledger, &lifecycle, &skill, state, &comment)?;
+            move_skill(
+                workspace,
+                &trust,
+                &mut ledger,
+                &lifecycle,
+                &skill,
+                state,
+                &comment,
+            )?;
             r["state"] = json!(state);
         }
     }
@@ -242,6 +251,7 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
 /// and rewrites the registry of trusted skills.
 fn move_skill(
     workspace: &Workspace,
+    trust: &TrustPolicy,
     ledger: &mut Ledger,
     lifecycle: &Lifecycle,
     skill: &str,
@@ -261,13 +271,11 @@ fn move_skill(
             LedgerError::TransitionRefused(reason) => Error::Usage(reason),
             other => other.into(),
         })?;
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = load_trust(workspace, &templates)?;
-    let registry = crate::sandbox::contained_path(&workspace.root, &trust.registry)
-        .map_err(|e| Error::Usage(format!("refused registry path: {e}")))?;
-    crate::skills::registry::write_registry(ledger, &registry, TRUSTED).map_err(|e| Error::Io {
-        context: "failed to rewrite the registry".into(),
-        source: std::io::Error::other(e),
+    crate::skills::registry::write_registry(ledger, &workspace.root, trust).map_err(|e| {
+        Error::Io {
+            context: "failed to rewrite the registry".into(),
+            source: std::io::Error::other(e),
+        }
     })?;
     Ok(())
 }
@@ -313,7 +321,15 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
             || format!("restored the files trusted at {trusted_hash}"),
             str::to_owned,
         );
-        move_skill(workspace, &mut ledger, &lifecycle, name, TRUSTED, &comment)?;
+        move_skill(
+            workspace,
+            &trust,
+            &mut ledger,
+            &lifecycle,
+            name,
+            TRUSTED,
+            &comment,
+        )?;
     }
     outln!(
         "restored `{name}`: its files are those trusted at {}; it is {TRUSTED}",
@@ -332,7 +348,16 @@ pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, E
         )));
     };
     ledger.skill(name)?;
-    move_skill(workspace, &mut ledger, &lifecycle, name, revoked, comment)?;
+    let trust = load_trust(workspace, &TemplateEngine::new(&workspace.templates_dir()))?;
+    move_skill(
+        workspace,
+        &trust,
+        &mut ledger,
+        &lifecycle,
+        name,
+        revoked,
+        comment,
+    )?;
     outln!("revoked `{name}`: it is {revoked} and does not run");
     Ok(exit::SUCCESS)
 }

@@ -67,9 +67,7 @@ impl Promotion<'_> {
                 &kept,
             )
             .map_err(|e| e.to_string())?;
-        let registry = crate::sandbox::contained_path(self.workspace, &self.trust.registry)
-            .map_err(|e| format!("refused registry path: {e}"))?;
-        let registry_skills = write_registry(ledger, &registry, TRUSTED)?;
+        let registry_skills = write_registry(ledger, self.workspace, self.trust)?;
         Ok(Promoted {
             from: moved.from,
             source_hash: hash,

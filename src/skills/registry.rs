@@ -5,11 +5,22 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::trust::TrustPolicy;
 use crate::ledger::Ledger;
 
-/// Writes the registry of skills in `state` to `path`, atomically.
-pub fn write_registry(ledger: &Ledger, path: &Path, state: &str) -> Result<usize, String> {
-    let skills = ledger.trusted_skills(state).map_err(|e| e.to_string())?;
+/// Rewrites the registry of TRUSTED skills where the trust policy puts it (inside `workspace`),
+/// atomically; after every move into or out of TRUSTED. Returns how many skills it lists.
+pub fn write_registry(
+    ledger: &Ledger,
+    workspace: &Path,
+    trust: &TrustPolicy,
+) -> Result<usize, String> {
+    let path = crate::sandbox::contained_path(workspace, &trust.registry)
+        .map_err(|e| format!("refused registry path: {e}"))?;
+    let path = path.as_path();
+    let skills = ledger
+        .trusted_skills(super::TRUSTED)
+        .map_err(|e| e.to_string())?;
     let text = serde_json::to_string_pretty(&json!({
         "derived_from": "the kavi ledger; regenerated on every promotion, edits are overwritten",
         "skills": skills,
