@@ -1030,8 +1030,17 @@ fn policy_check_names_every_lifecycle_dead_end_at_its_line() {
         "{stderr}"
     );
 
-    // A move the forge pipeline makes that the lifecycle lacks: its `reset` node goes to PROPOSED.
-    let no_reset = without(&shipped, "BUILT", "PROPOSED");
+    // A move the forge pipeline makes that the lifecycle lacks: its `reset` node goes to PROPOSED
+    // (and so do new versions, from TRUSTED and SUSPENDED).
+    let no_reset = without(
+        &without(
+            &without(&shipped, "BUILT", "PROPOSED"),
+            "TRUSTED",
+            "PROPOSED",
+        ),
+        "SUSPENDED",
+        "PROPOSED",
+    );
     let stderr = check(&no_reset);
     assert!(
         stderr.contains("no transition in policies/lifecycle.toml leads to `PROPOSED`: this node could never move a skill")
@@ -1193,5 +1202,144 @@ fn a_rejected_build_leaves_nothing_behind_and_the_skill_says_rejected() {
     assert_eq!(std::fs::read_to_string(&source).unwrap(), trusted);
     let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
     assert_eq!(shown["skill"]["state"], "REJECTED");
+    common::assert_ledger_verifies(root);
+}
+
+/// Runs `word_count` and returns its execution record.
+fn count_words(root: &Path) -> Value {
+    let out = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            r#"{"text": "a b c"}"#,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(&out)
+}
+
+#[test]
+fn a_new_version_is_forged_while_the_trusted_one_runs_and_a_rejected_one_gives_way() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count", "").status.success());
+    assert_eq!(count_words(root)["skill_version"], 1);
+
+    // A changed proposal of a trusted skill is its next version.
+    let proposal = root.join("proposals/word_count.toml");
+    let first = std::fs::read_to_string(&proposal).unwrap();
+    let edit = |from: &str, to: &str| {
+        let text = std::fs::read_to_string(&proposal).unwrap();
+        std::fs::write(&proposal, text.replace(from, to)).unwrap();
+    };
+    edit("Count the words", "Count the words (v2)");
+    let out = kavi(root, &["skill", "propose", "proposals/word_count.toml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("proposed version 2 of `word_count`"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("version 1 stays trusted"), "{stdout}");
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["state"], "PROPOSED");
+    assert_eq!(shown["skill"]["version"], 2);
+    assert_eq!(shown["skill"]["trusted_version"], 1);
+
+    // While version 2 is forged in the folder, version 1 runs from the files kept at its
+    // promotion, and stays listed.
+    let source = root.join("skills/word_count/skill.py");
+    std::fs::write(&source, "raise SystemExit(3)\n").unwrap();
+    let record = count_words(root);
+    assert_eq!(record["skill_version"], 1);
+    assert_eq!(record["output"]["words"], 3);
+    let listed = json(&kavi(root, &["skill", "list", "--json"]));
+    assert_eq!(listed[0]["name"], "word_count");
+    assert_eq!(listed[0]["version"], 1);
+    assert_eq!(
+        listed[0]["description"],
+        "Count the words, lines and characters of a text"
+    );
+    assert!(kavi(root, &["skill", "verify"]).status.success());
+
+    // A rejected new version gives way: the trusted files come back and version 1 is TRUSTED.
+    // Attempts count on from the first forge: this is attempt 2.
+    assert_eq!(forge(root, "word_count", "2=policy").status.code(), Some(6));
+    assert_eq!(count_words(root)["skill_version"], 1);
+    let out = kavi(root, &["reject", "latest", "--comment", "no subprocess"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("`word_count` is back at version 1, TRUSTED"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&proposal).unwrap(), first);
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+    assert_eq!(shown["skill"]["version"], 1);
+    assert_eq!(count_words(root)["skill_version"], 1);
+
+    // The forge proposes the next version itself, and promoting it makes it the one that runs.
+    // Version numbers are not reused.
+    edit("Count the words", "Count the words (v3)");
+    let out = forge(root, "word_count", "");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record = count_words(root);
+    assert_eq!(record["skill_version"], 3);
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["trusted_version"], 3);
+    assert!(
+        shown["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["comment"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("version 2 REJECTED: rejected in review"))),
+        "{shown}"
+    );
+
+    // The ledger keeps every version and what each promotion trusted.
+    let ledger = rusqlite::Connection::open(root.join(".kavi/ledger.db")).unwrap();
+    let versions: Vec<(i64, String)> = ledger
+        .prepare("SELECT version, description FROM skill_versions WHERE skill = 'word_count' ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(versions.iter().map(|v| v.0).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(versions[2].1.contains("(v3)"));
+    let promoted: Vec<i64> = ledger
+        .prepare("SELECT version FROM promotions WHERE skill = 'word_count' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(promoted, [1, 3]);
+
+    // Editing the proposal of a trusted skill is drift until it is proposed; proposed, it is the
+    // next version, and the suspended trusted version runs again from its kept files.
+    edit("Count the words", "Count the words (v4)");
+    assert_eq!(kavi(root, &["skill", "verify"]).status.code(), Some(1));
+    assert!(
+        kavi(root, &["skill", "propose", "proposals/word_count.toml"])
+            .status
+            .success()
+    );
+    assert_eq!(count_words(root)["skill_version"], 3);
     common::assert_ledger_verifies(root);
 }

@@ -246,6 +246,25 @@ fn clean_up_rejected(
                 Some(comment) => format!("rejected in review by {actor}: {comment}; {undone}"),
                 None => format!("rejected in review by {actor}; {undone}"),
             };
+            // A rejected new version gives way to the trusted one, which never stopped running.
+            if row
+                .trusted_version
+                .is_some_and(|trusted| trusted < row.version)
+            {
+                let version = ledger
+                    .abandon_version(
+                        skill,
+                        rejected,
+                        TRUSTED,
+                        |from, to| lifecycle.check(from, to),
+                        (Some(run), None),
+                        actor,
+                        &note,
+                    )
+                    .map_err(|e| Error::Usage(e.to_string()))?;
+                outln!("`{skill}` is back at version {version}, {TRUSTED}");
+                continue;
+            }
             ledger
                 .transition_skill(
                     skill,

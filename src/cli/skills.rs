@@ -37,7 +37,7 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
         store: &store,
         templates: &templates,
         trust: &trust,
-        initial_state: &lifecycle.initial,
+        lifecycle: &lifecycle,
     }
     .record(&mut ledger, &relative)
     .map_err(|e| match e {
@@ -51,6 +51,17 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
         outln!(
             "{}",
             serde_json::to_string_pretty(&skill).expect("skill serializes")
+        );
+    } else if proposed.created && proposed.version > 1 {
+        let skill = ledger.skill(name)?;
+        outln!(
+            "proposed version {} of `{name}` ({}): {}, spec {}; version {} stays trusted and runs \
+             until this one is promoted",
+            proposed.version,
+            proposed.proposal.side_effect,
+            skill.state,
+            short_hash(&proposed.spec.sha256),
+            skill.trusted_version.unwrap_or_default()
         );
     } else if proposed.created {
         outln!(
@@ -109,6 +120,12 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     }
     outln!("skill {}: {}", skill.name, skill.state);
     outln!("  {}", skill.description);
+    outln!("  version      {}", skill.version);
+    if let Some(trusted) = skill.trusted_version
+        && let Some(hash) = &skill.trusted_hash
+    {
+        outln!("  trusted      version {trusted} at {}", short_hash(hash));
+    }
     outln!("  side effect  {}", skill.side_effect);
     outln!("  spec         sha256:{}", skill.spec_artifact);
     outln!();
@@ -132,7 +149,8 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
 }
 
 /// Each trusted skill (or the one named), re-hashed: its trusted hash, its hash now (or why it
-/// cannot be read) and whether it drifted.
+/// cannot be read) and whether it drifted. A trusted version whose folder holds a newer version
+/// being forged is checked in the tree kept at its promotion, which is what runs.
 pub(super) fn rehash_trusted(
     workspace: &Workspace,
     name: Option<&str>,
@@ -151,17 +169,28 @@ pub(super) fn rehash_trusted(
             )));
         }
     }
+    let store = super::open_store(workspace)?;
     Ok(skills
         .iter()
         .map(|skill| {
-            let now = trust.source_hash(
-                &templates,
-                &workspace.root,
-                &skill.name,
-                &skill.proposal_path,
-            );
+            let now = match (skill.newer_version, &skill.trusted_tree) {
+                (None, _) => trust.source_hash(
+                    &templates,
+                    &workspace.root,
+                    &skill.name,
+                    &skill.proposal_path,
+                ),
+                (Some(_), Some(tree)) => {
+                    SkillTree::load(&store, tree, &skill.trusted_hash).map(|tree| tree.hash())
+                }
+                (Some(_), None) => {
+                    Err("no kept tree: it was promoted before kavi kept them".into())
+                }
+            };
             json!({
                 "skill": skill.name,
+                "version": skill.version,
+                "newer_version": skill.newer_version,
                 "trusted_hash": skill.trusted_hash,
                 "current_hash": now.as_ref().ok(),
                 "error": now.as_ref().err(),
@@ -183,7 +212,12 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
     {
         let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
         let trust = load_trust(workspace, &TemplateEngine::new(&workspace.templates_dir()))?;
-        for r in results.iter_mut().filter(|r| r["drifted"] == true) {
+        // A kept tree that no longer hashes right is refused when it would run; the skill's
+        // state belongs to the newer version, so nothing moves.
+        for r in results
+            .iter_mut()
+            .filter(|r| r["drifted"] == true && r["newer_version"].is_null())
+        {
             let skill = r["skill"].as_str().unwrap_or_default().to_owned();
             let comment = format!(
                 "drift: its files hash to {}, trusted {}",
@@ -267,10 +301,24 @@ fn move_skill(
             &crate::identity::actor(),
             Some(comment),
         )
-        .map_err(|e| match e {
-            LedgerError::TransitionRefused(reason) => Error::Usage(reason),
-            other => other.into(),
-        })?;
+        .map_err(refused_move)?;
+    rewrite_registry(workspace, trust, ledger)
+}
+
+/// A refused move is the user's to fix (exit 2); anything else is the ledger's.
+fn refused_move(e: LedgerError) -> Error {
+    match e {
+        LedgerError::TransitionRefused(reason) => Error::Usage(reason),
+        other => other.into(),
+    }
+}
+
+/// Rewrites the registry of trusted skills after a move into or out of TRUSTED.
+fn rewrite_registry(
+    workspace: &Workspace,
+    trust: &TrustPolicy,
+    ledger: &Ledger,
+) -> Result<(), Error> {
     crate::skills::registry::write_registry(ledger, &workspace.root, trust).map_err(|e| {
         Error::Io {
             context: "failed to rewrite the registry".into(),
@@ -338,7 +386,7 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
     Ok(exit::SUCCESS)
 }
 
-/// Revokes a skill: it moves to the lifecycle's `revoked` state and never runs again.
+/// Revokes a skill: it moves to the lifecycle's `revoked` state and no version of it runs again.
 pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let lifecycle = load_lifecycle(workspace)?;
@@ -349,15 +397,16 @@ pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, E
     };
     ledger.skill(name)?;
     let trust = load_trust(workspace, &TemplateEngine::new(&workspace.templates_dir()))?;
-    move_skill(
-        workspace,
-        &trust,
-        &mut ledger,
-        &lifecycle,
-        name,
-        revoked,
-        comment,
-    )?;
+    ledger
+        .revoke_skill(
+            name,
+            revoked,
+            |from, to| lifecycle.check(from, to),
+            &crate::identity::actor(),
+            comment,
+        )
+        .map_err(refused_move)?;
+    rewrite_registry(workspace, &trust, &ledger)?;
     outln!("revoked `{name}`: it is {revoked} and does not run");
     Ok(exit::SUCCESS)
 }
@@ -475,16 +524,16 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
             let ledger = ledger?;
             let store = super::open_store(workspace)?;
             for trusted in ledger.trusted_skills(TRUSTED)? {
-                let skill = ledger.skill(&trusted.name)?;
                 let proposal =
-                    Proposal::from_artifact(&store, &skill.spec_artifact).map_err(|e| {
+                    Proposal::from_artifact(&store, &trusted.spec_artifact).map_err(|e| {
                         Error::Io {
-                            context: format!("failed to read the proposal of `{}`", skill.name),
+                            context: format!("failed to read the proposal of `{}`", trusted.name),
                             source: std::io::Error::other(e),
                         }
                     })?;
                 listed.push(json!({
-                    "name": skill.name,
+                    "name": trusted.name,
+                    "version": trusted.version,
                     "description": proposal.description,
                     "side_effect": proposal.side_effect,
                     "secrets": proposal.secrets,

@@ -62,6 +62,7 @@ mod tests {
             parent_execution_id: None,
             skill: "word_count".into(),
             source_hash: Some("sha256:ab".into()),
+            skill_version: Some(1),
             side_effect: "READ_ONLY".into(),
             input: Some(serde_json::json!({"text": "a"})),
             output: Some(serde_json::json!({"words": 1})),

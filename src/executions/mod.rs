@@ -1,7 +1,8 @@
 //! Running trusted skills, and the record each run leaves.
 //!
 //! [`Runner::ready`] is the trust check: the skill must be TRUSTED and its files must hash to
-//! the hash it was promoted at. [`Runner::run`] then validates the input against the skill's
+//! the hash it was promoted at; or, while a newer version is forged in its folder, the tree
+//! kept at its trusted version's promotion must (that tree then runs). [`Runner::run`] then validates the input against the skill's
 //! input schema, runs its command with the JSON on stdin, in an environment scrubbed to the
 //! minimum plus the secrets it declares, under a timeout, and validates the output against the
 //! output schema. Every run, and every step that failed before reaching its skill
@@ -19,9 +20,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::confinement::policy::ConfinementPolicy;
-use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
+use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner, TrustedSkill};
 use crate::redact::Redactor;
-use crate::skills::trust::TrustPolicy;
+use crate::skills::trust::{SkillTree, TrustPolicy};
 use crate::skills::{Proposal, TRUSTED};
 use crate::template::TemplateEngine;
 
@@ -71,6 +72,29 @@ pub struct Ready {
     pub proposal: Proposal,
     /// The trusted hash, which the files were just checked against.
     pub hash: String,
+    /// The trusted version, which is the one that runs.
+    pub version: i64,
+    /// The trusted version's files, written out of the tree kept at its promotion, when a newer
+    /// version is being forged in the skill's folder: the command runs these instead.
+    kept: Option<std::sync::Arc<KeptFiles>>,
+}
+
+/// A trusted version's files in a private folder, removed when the last run using them ends.
+#[derive(Debug)]
+struct KeptFiles {
+    dir: tempfile::TempDir,
+    /// The skill's folder, relative to the workspace and to `dir`.
+    folder: String,
+}
+
+impl Ready {
+    /// The argv that runs this version.
+    fn command(&self) -> Vec<String> {
+        match &self.kept {
+            None => self.proposal.command.get_ref().clone(),
+            Some(kept) => self.proposal.command_under(&kept.folder, kept.dir.path()),
+        }
+    }
 }
 
 /// What running skills needs from the workspace.
@@ -140,6 +164,27 @@ impl Runner<'_> {
                     skill.state
                 ))
             })?;
+        let kept = match trusted.newer_version {
+            None => {
+                self.check_working_files(&trusted)?;
+                None
+            }
+            Some(newer) => Some(std::sync::Arc::new(self.kept_files(&trusted, newer)?)),
+        };
+        let proposal = Proposal::from_artifact(self.artifacts, &trusted.spec_artifact)
+            .map_err(Refusal::Unreadable)?;
+        Ok(Ready {
+            name: name.to_owned(),
+            proposal,
+            hash: trusted.trusted_hash,
+            version: trusted.version,
+            kept,
+        })
+    }
+
+    /// The trust check of a skill that runs from its folder: the files hash to the trusted hash.
+    fn check_working_files(&self, trusted: &TrustedSkill) -> Result<(), Refusal> {
+        let name = &trusted.name;
         let now = self
             .trust
             .source_hash(self.templates, self.root, name, &trusted.proposal_path)
@@ -152,12 +197,35 @@ impl Runner<'_> {
                 crate::ledger::short_hash(&now)
             )));
         }
-        let proposal = Proposal::from_artifact(self.artifacts, &skill.spec_artifact)
-            .map_err(Refusal::Unreadable)?;
-        Ok(Ready {
-            name: name.to_owned(),
-            proposal,
-            hash: trusted.trusted_hash,
+        Ok(())
+    }
+
+    /// The trusted version's kept tree, re-hashed on reading and written into a private folder:
+    /// the skill's own folder holds the newer version being forged.
+    fn kept_files(&self, trusted: &TrustedSkill, newer: i64) -> Result<KeptFiles, Refusal> {
+        let name = &trusted.name;
+        let refused = |reason: String| {
+            Refusal::Hash(format!(
+                "refusing to run version {} of `{name}` (version {newer} is being forged in its \
+                 folder): {reason}",
+                trusted.version
+            ))
+        };
+        let manifest = trusted.trusted_tree.as_deref().ok_or_else(|| {
+            refused(
+                "it was promoted before kavi kept trusted files; promote the new version".into(),
+            )
+        })?;
+        let tree =
+            SkillTree::load(self.artifacts, manifest, &trusted.trusted_hash).map_err(refused)?;
+        let dir = tempfile::Builder::new()
+            .prefix("kavi-trusted-")
+            .tempdir()
+            .map_err(|e| refused(e.to_string()))?;
+        tree.write_into(dir.path(), |_| false).map_err(refused)?;
+        Ok(KeptFiles {
+            dir,
+            folder: tree.folder,
         })
     }
 
@@ -176,6 +244,7 @@ impl Runner<'_> {
             parent_execution_id: lineage.parent.clone(),
             skill: skill.to_owned(),
             source_hash: None,
+            skill_version: None,
             side_effect: side_effect.to_owned(),
             input,
             output: None,
@@ -208,6 +277,7 @@ impl Runner<'_> {
             parent_execution_id: lineage.parent.clone(),
             skill: ready.name.clone(),
             source_hash: Some(ready.hash.clone()),
+            skill_version: Some(ready.version),
             side_effect: proposal.side_effect.to_string(),
             input: Some(input.clone()),
             output: None,
@@ -305,7 +375,7 @@ impl Runner<'_> {
         let mut env = crate::process::base_env();
         env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
         env.extend(secrets.iter().cloned());
-        let mut argv = ready.proposal.command.get_ref().clone();
+        let mut argv = ready.command();
         let spec = crate::process::CommandSpec {
             program: argv.remove(0),
             args: argv,

@@ -17,6 +17,9 @@ pub struct ExecutionRecord {
     pub skill: String,
     /// The hash the skill's files had when it ran; none when it was not reached.
     pub source_hash: Option<String>,
+    /// The version of the skill that ran; none when it was not reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill_version: Option<i64>,
     pub side_effect: String,
     pub input: Option<Value>,
     pub output: Option<Value>,
@@ -39,7 +42,7 @@ pub struct ExecutionRecord {
 }
 
 const COLUMNS: &str = "id, parent, skill, source_hash, side_effect, input, output, success, error, \
-                       started_at, finished_at, duration_ms, chain, step, run_id, confinement";
+                       started_at, finished_at, duration_ms, chain, step, run_id, confinement, skill_version";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
     Ok(ExecutionRecord {
@@ -59,6 +62,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         step: r.get(13)?,
         run_id: r.get(14)?,
         confinement: super::json_column(r, 15)?,
+        skill_version: r.get(16)?,
     })
 }
 
@@ -83,7 +87,7 @@ impl Ledger {
         self.conn.execute(
             &format!(
                 "INSERT INTO executions ({COLUMNS}, status, owner)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
                  ON CONFLICT (id) DO UPDATE SET
                      source_hash = excluded.source_hash, output = excluded.output,
                      success = excluded.success, error = excluded.error,
@@ -107,6 +111,7 @@ impl Ledger {
                 record.step,
                 record.run_id,
                 record.confinement.as_ref().map(Value::to_string),
+                record.skill_version,
                 status,
                 owner,
             ],

@@ -1055,6 +1055,7 @@ mod tests {
             parent_execution_id: None,
             skill: "s".into(),
             source_hash: None,
+            skill_version: None,
             side_effect: "READ_ONLY".into(),
             input: None,
             output: None,

@@ -34,6 +34,13 @@ pub struct SkillRow {
     /// The SKILL_TREE artifact kept at that promotion (see [`crate::skills::SkillTree`]); none
     /// for skills promoted before trees were kept.
     pub trusted_tree: Option<String>,
+    /// The newest version: the one `state`, `spec_artifact` and the working files describe.
+    pub version: i64,
+    /// When that version was proposed.
+    pub version_proposed_at: String,
+    /// The version that runs, if one may: it differs from `version` while a new version of a
+    /// trusted skill is forged.
+    pub trusted_version: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -47,15 +54,25 @@ pub struct TransitionRow {
     pub comment: Option<String>,
 }
 
-/// A trusted skill, as the registry lists it.
+/// A skill with a version that runs, as the registry lists it: its trusted version's facts.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrustedSkill {
     pub name: String,
     pub description: String,
     pub side_effect: String,
+    /// The spec of the trusted version.
     pub spec_artifact: String,
     pub proposal_path: String,
     pub trusted_hash: String,
+    pub version: i64,
+    /// The SKILL_TREE kept when this version was promoted.
+    #[serde(skip)]
+    pub trusted_tree: Option<String>,
+    /// A newer version being forged, if any: the trusted version then runs from its kept tree,
+    /// since the working files are the new version's. Not in the registry, which is rewritten
+    /// on moves into and out of TRUSTED only.
+    #[serde(skip)]
+    pub newer_version: Option<i64>,
 }
 
 /// A transition that was recorded.
@@ -101,16 +118,168 @@ impl Ledger {
              VALUES (?1, NULL, ?2, ?3, ?4, 'proposed')",
             params![new.name, new.initial_state, new.actor, now],
         )?;
+        keep_version(&tx, new, 1, &now)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Records a new version of a skill from a changed proposal: the skill must have a trusted
+    /// version and be in one of `from_states` (TRUSTED, or suspended for drift), and
+    /// `check(from, new.initial_state)` must allow the move. The trusted version stays trusted
+    /// (and runs, from the files kept at its promotion) until the new one is promoted. Returns
+    /// the new version.
+    pub fn propose_version(
+        &mut self,
+        new: &NewSkill<'_>,
+        from_states: &[&str],
+        check: impl FnOnce(&str, &str) -> Result<(), String>,
+    ) -> Result<i64> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Standing {
+            state: from,
+            trusted_version: trusted,
+            ..
+        } = standing_of(&tx, new.name)?;
+        // Numbers are never reused: a version that was rejected keeps its number.
+        let next: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM skill_versions WHERE skill = ?1",
+            [new.name],
+            |r| r.get(0),
+        )?;
+        let Some(trusted) = trusted.filter(|_| from_states.contains(&from.as_str())) else {
+            return Err(LedgerError::TransitionRefused(format!(
+                "`{}` is {from}: a new version starts from a skill with a trusted version that \
+                 is {}",
+                new.name,
+                from_states.join(" or ")
+            )));
+        };
+        check(&from, new.initial_state).map_err(LedgerError::TransitionRefused)?;
+        let comment = format!("version {} proposed; version {trusted} stays trusted", next);
+        let now = move_state(
+            &tx,
+            new.name,
+            &from,
+            new.initial_state,
+            (None, None),
+            new.actor,
+            Some(&comment),
+        )?;
+        keep_artifact(&tx, new.spec, &now)?;
+        tx.execute(
+            "UPDATE skills SET version = ?1, spec_artifact = ?2, description = ?3, side_effect = ?4,
+                               verified_hash = NULL
+             WHERE name = ?5",
+            params![
+                next,
+                new.spec.sha256,
+                new.description,
+                new.side_effect,
+                new.name
+            ],
+        )?;
+        keep_version(&tx, new, next, &now)?;
+        tx.commit()?;
+        Ok(next)
+    }
+
+    /// Gives up the newest version of a skill whose trusted version is older: `check(from, to)`
+    /// must allow the move to the lifecycle's `rejected` state `to`, and the skill then returns
+    /// to its trusted version, in `trusted_state`, recorded as one transition. Returns the
+    /// version it returned to.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one rejection's worth of facts, written together"
+    )]
+    pub fn abandon_version(
+        &mut self,
+        name: &str,
+        to: &str,
+        trusted_state: &str,
+        check: impl FnOnce(&str, &str) -> Result<(), String>,
+        origin: (Option<i64>, Option<&str>),
+        actor: &str,
+        comment: &str,
+    ) -> Result<i64> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Standing {
+            state: from,
+            version,
+            trusted_version: trusted,
+            ..
+        } = standing_of(&tx, name)?;
+        let Some(trusted) = trusted.filter(|trusted| *trusted < version) else {
+            return Err(LedgerError::TransitionRefused(format!(
+                "`{name}` has no older trusted version to return to"
+            )));
+        };
+        check(&from, to).map_err(LedgerError::TransitionRefused)?;
+        let (spec, description, side_effect): (String, String, String) = tx.query_row(
+            "SELECT spec_artifact, description, side_effect FROM skill_versions
+             WHERE skill = ?1 AND version = ?2",
+            params![name, trusted],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        let comment = format!(
+            "version {version} {to}: {comment}; version {trusted} is {trusted_state} again"
+        );
+        move_state(
+            &tx,
+            name,
+            &from,
+            trusted_state,
+            origin,
+            actor,
+            Some(&comment),
+        )?;
+        tx.execute(
+            "UPDATE skills SET version = ?1, spec_artifact = ?2, description = ?3,
+                               side_effect = ?4, verified_hash = trusted_hash
+             WHERE name = ?5",
+            params![trusted, spec, description, side_effect, name],
+        )?;
+        tx.commit()?;
+        Ok(trusted)
+    }
+
+    /// Revokes a skill: moves it to `to` as `check` allows, and no version of it runs again.
+    pub fn revoke_skill(
+        &mut self,
+        name: &str,
+        to: &str,
+        check: impl FnOnce(&str, &str) -> Result<(), String>,
+        actor: &str,
+        comment: &str,
+    ) -> Result<Transitioned> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let from = standing_of(&tx, name)?.state;
+        check(&from, to).map_err(LedgerError::TransitionRefused)?;
+        move_state(&tx, name, &from, to, (None, None), actor, Some(comment))?;
+        tx.execute(
+            "UPDATE skills SET trusted_version = NULL WHERE name = ?1",
+            [name],
+        )?;
+        tx.commit()?;
+        Ok(Transitioned {
+            from,
+            to: to.to_owned(),
+        })
     }
 
     pub fn skill(&self, name: &str) -> Result<SkillRow> {
         self.conn
             .query_row(
-                "SELECT name, description, side_effect, spec_artifact, proposal_path, state, created_at,
-                        updated_at, trusted_hash, trusted_tree
-                 FROM skills WHERE name = ?1",
+                "SELECT s.name, s.description, s.side_effect, s.spec_artifact, s.proposal_path,
+                        s.state, s.created_at, s.updated_at, s.trusted_hash, s.trusted_tree,
+                        s.version, s.trusted_version, v.proposed_at
+                 FROM skills s JOIN skill_versions v ON v.skill = s.name AND v.version = s.version
+                 WHERE s.name = ?1",
                 [name],
                 |row| {
                     Ok(SkillRow {
@@ -124,6 +293,9 @@ impl Ledger {
                         updated_at: row.get(7)?,
                         trusted_hash: row.get(8)?,
                         trusted_tree: row.get(9)?,
+                        version: row.get(10)?,
+                        trusted_version: row.get(11)?,
+                        version_proposed_at: row.get(12)?,
                     })
                 },
             )
@@ -172,14 +344,11 @@ impl Ledger {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (from, verified): (String, Option<String>) = tx
-            .query_row(
-                "SELECT state, verified_hash FROM skills WHERE name = ?1",
-                [name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?
-            .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))?;
+        let Standing {
+            state: from,
+            verified_hash: verified,
+            ..
+        } = standing_of(&tx, name)?;
         check(&from, to).map_err(LedgerError::TransitionRefused)?;
         match verified {
             None => {
@@ -199,12 +368,14 @@ impl Ledger {
             keep_artifact(&tx, artifact, &now)?;
         }
         tx.execute(
-            "UPDATE skills SET trusted_hash = ?1, trusted_tree = ?2 WHERE name = ?3",
+            "UPDATE skills SET trusted_hash = ?1, trusted_tree = ?2, trusted_version = version
+             WHERE name = ?3",
             params![current_hash, tree.first().map(|a| &a.sha256), name],
         )?;
         tx.execute(
-            "INSERT INTO promotions (skill, from_state, to_state, source_hash, run_id, node_id, actor, at, comment)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO promotions (skill, from_state, to_state, source_hash, run_id, node_id, actor,
+                                     at, comment, version)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, version FROM skills WHERE name = ?1",
             params![name, from, to, current_hash, origin.0, origin.1, actor, now, comment],
         )?;
         tx.commit()?;
@@ -214,13 +385,22 @@ impl Ledger {
         })
     }
 
-    /// Skills with a trusted hash in the given state (TRUSTED), by name.
-    pub fn trusted_skills(&self, state: &str) -> Result<Vec<TrustedSkill>> {
+    /// Skills with a version that runs, by name: those in `trusted_state` (TRUSTED), and those
+    /// whose newer version is being forged while an older one stays trusted. Drift (which
+    /// leaves TRUSTED) and revocation (which withdraws the trusted version) end both.
+    pub fn trusted_skills(&self, trusted_state: &str) -> Result<Vec<TrustedSkill>> {
         let mut stmt = self.conn.prepare(
-            "SELECT name, description, side_effect, spec_artifact, proposal_path, trusted_hash
-             FROM skills WHERE state = ?1 AND trusted_hash IS NOT NULL ORDER BY name",
+            "SELECT s.name, v.description, v.side_effect, v.spec_artifact, s.proposal_path,
+                    s.trusted_hash, s.trusted_version, s.trusted_tree, s.version
+             FROM skills s JOIN skill_versions v
+                  ON v.skill = s.name AND v.version = s.trusted_version
+             WHERE s.trusted_hash IS NOT NULL
+               AND (s.state = ?1 OR s.version > s.trusted_version)
+             ORDER BY s.name",
         )?;
-        let rows = stmt.query_map([state], |row| {
+        let rows = stmt.query_map([trusted_state], |row| {
+            let version: i64 = row.get(6)?;
+            let newest: i64 = row.get(8)?;
             Ok(TrustedSkill {
                 name: row.get(0)?,
                 description: row.get(1)?,
@@ -228,6 +408,9 @@ impl Ledger {
                 spec_artifact: row.get(3)?,
                 proposal_path: row.get(4)?,
                 trusted_hash: row.get(5)?,
+                version,
+                trusted_tree: row.get(7)?,
+                newer_version: (newest > version).then_some(newest),
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -247,12 +430,7 @@ impl Ledger {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let from: String = tx
-            .query_row("SELECT state FROM skills WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()?
-            .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))?;
+        let from = standing_of(&tx, name)?.state;
         check(&from, to).map_err(LedgerError::TransitionRefused)?;
         move_state(&tx, name, &from, to, origin, actor, comment)?;
         tx.commit()?;
@@ -285,4 +463,54 @@ fn move_state(
         params![name, from, to, origin.0, origin.1, actor, now, comment],
     )?;
     Ok(now)
+}
+
+/// Records one version's spec, inside the caller's transaction.
+fn keep_version(
+    tx: &rusqlite::Transaction<'_>,
+    new: &NewSkill<'_>,
+    version: i64,
+    now: &str,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO skill_versions (skill, version, spec_artifact, description, side_effect,
+                                     proposed_at, actor)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            new.name,
+            version,
+            new.spec.sha256,
+            new.description,
+            new.side_effect,
+            now,
+            new.actor
+        ],
+    )?;
+    Ok(())
+}
+
+/// Where a skill stands in its lifecycle, as a move reads it.
+struct Standing {
+    state: String,
+    version: i64,
+    trusted_version: Option<i64>,
+    verified_hash: Option<String>,
+}
+
+/// Reads where a skill stands, inside the caller's transaction.
+fn standing_of(tx: &rusqlite::Transaction<'_>, name: &str) -> Result<Standing> {
+    tx.query_row(
+        "SELECT state, version, trusted_version, verified_hash FROM skills WHERE name = ?1",
+        [name],
+        |r| {
+            Ok(Standing {
+                state: r.get(0)?,
+                version: r.get(1)?,
+                trusted_version: r.get(2)?,
+                verified_hash: r.get(3)?,
+            })
+        },
+    )
+    .optional()?
+    .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))
 }

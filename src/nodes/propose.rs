@@ -1,8 +1,8 @@
 //! `propose`: make sure a skill's proposal is in the ledger, and hand it to later nodes.
 //!
 //! Proposing is idempotent: a skill already proposed from the same text is left as it is. A
-//! proposal file that changed since is refused, because the skill's lifecycle so far was earned
-//! by the old text (see [`crate::skills::propose`]).
+//! proposal file that changed since is a new version of a trusted skill, or refused (see
+//! [`crate::skills::propose`]).
 
 use std::sync::Arc;
 
@@ -66,12 +66,13 @@ impl Propose {
             proposal,
             spec,
             created,
+            version,
         } = Proposing {
             root: &ctx.env.workspace,
             store: &ctx.env.artifacts,
             templates: &ctx.env.templates,
             trust: &self.trust,
-            initial_state: &self.lifecycle.initial,
+            lifecycle: &self.lifecycle,
         }
         .record(&mut ledger, &relative)
         .map_err(|e| e.to_string())?;
@@ -87,6 +88,7 @@ impl Propose {
             "skill": name,
             "state": state,
             "created": created,
+            "version": version,
             "spec": spec.sha256,
             "proposal": proposal,
         }));

@@ -145,11 +145,8 @@ impl Proposal {
         folder: &str,
     ) -> Result<(), Diagnostic> {
         for (i, arg) in self.command.get_ref().iter().enumerate() {
-            let value = match (i, arg.split_once('=')) {
-                (0, _) => arg.as_str(),
-                (_, Some((flag, value))) if flag.starts_with('-') => value,
-                (_, None) if arg.starts_with('-') => continue,
-                _ => arg.as_str(),
+            let Some(value) = path_value(i, arg) else {
+                continue;
             };
             let looks_like_path = (value.contains('/') && !value.contains("://"))
                 || (i > 0 && !value.is_empty() && root.join(value).symlink_metadata().is_ok());
@@ -180,9 +177,38 @@ impl Proposal {
         Ok(())
     }
 
+    /// The command with every argument that names something in the skill's `folder` (a path
+    /// relative to the workspace) pointed into `base` instead: how a trusted version runs from
+    /// its kept files while a newer version occupies the folder.
+    pub fn command_under(&self, folder: &str, base: &std::path::Path) -> Vec<String> {
+        let command = self.command.get_ref();
+        command
+            .iter()
+            .enumerate()
+            .map(|(i, arg)| match path_value(i, arg) {
+                Some(value) if std::path::Path::new(value).starts_with(folder) => {
+                    let prefix = &arg[..arg.len() - value.len()];
+                    format!("{prefix}{}", base.join(value).display())
+                }
+                _ => arg.clone(),
+            })
+            .collect()
+    }
+
     /// The paths a FILE_WRITE skill may write under, relative to the workspace.
     pub fn write_paths(&self) -> Vec<String> {
         self.writes.iter().map(|w| w.get_ref().clone()).collect()
+    }
+}
+
+/// The part of the command's `i`th argument that may name a file: the program, a plain
+/// argument, or the value of a `--flag=value`; none for a bare flag.
+fn path_value(i: usize, arg: &str) -> Option<&str> {
+    match (i, arg.split_once('=')) {
+        (0, _) => Some(arg),
+        (_, Some((flag, value))) if flag.starts_with('-') => Some(value),
+        (_, None) if arg.starts_with('-') => None,
+        _ => Some(arg),
     }
 }
 
@@ -456,7 +482,8 @@ pub fn build_refusal(
     lifecycle: &Lifecycle,
     skill: &str,
 ) -> Result<Option<String>, crate::ledger::LedgerError> {
-    let state = ledger.skill(skill)?.state;
+    let row = ledger.skill(skill)?;
+    let state = row.state;
     let not_buildable = (!lifecycle.buildable.contains(&state)).then(|| {
         format!(
             "`{skill}` is {state}, which is not buildable (buildable: {})",
@@ -464,7 +491,11 @@ pub fn build_refusal(
         )
     });
     // A person's pending or negative decision says more than the state it left the skill in.
-    let Some(escalation) = ledger.latest_escalation(skill)? else {
+    // A decision about an older version (one rejected, say) does not bind a newer one.
+    let Some(escalation) = ledger
+        .latest_escalation(skill)?
+        .filter(|e| e.raised_at >= row.version_proposed_at)
+    else {
         return Ok(not_buildable);
     };
     Ok(match escalation.status.as_str() {
@@ -505,6 +536,31 @@ mod tests {
         ] {
             assert!(invalid_name_reason(bad).is_some(), "{bad} was accepted");
         }
+    }
+
+    #[test]
+    fn a_kept_version_runs_its_own_files_and_nothing_else_is_rewritten() {
+        let text = r#"
+name = "demo"
+description = "d"
+side_effect = "READ_ONLY"
+command = ["python3", "-u", "skills/demo/run.py", "--config=skills/demo/c.json", "--mode=fast", "skills/demo2/x"]
+input_schema = { type = "object" }
+output_schema = { type = "object" }
+"#;
+        let proposal = Proposal::parse(&SourceFile::new("proposals/demo.toml", text)).unwrap();
+        let base = std::path::Path::new("/tmp/kept");
+        assert_eq!(
+            proposal.command_under("skills/demo", base),
+            [
+                "python3",
+                "-u",
+                "/tmp/kept/skills/demo/run.py",
+                "--config=/tmp/kept/skills/demo/c.json",
+                "--mode=fast",
+                "skills/demo2/x",
+            ]
+        );
     }
 
     #[test]

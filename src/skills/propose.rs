@@ -2,14 +2,16 @@
 //!
 //! A proposal is read from a file inside the workspace (trust re-reads that file for as long as
 //! the skill is trusted), parsed, checked against the skill's folder, stored as a `SKILL_SPEC`
-//! artifact and recorded in the ledger. Proposing the same text again is a no-op; a proposal file
-//! that changed since it was recorded is refused, because the skill's lifecycle so far was earned
-//! by the old text.
+//! artifact and recorded in the ledger. Proposing the same text again is a no-op. A proposal file
+//! that changed since it was recorded is a new version when the skill is TRUSTED or suspended for
+//! drift (and the lifecycle allows the move to its initial state): the trusted version keeps
+//! running, from the files kept at its promotion, until the new one is promoted. Otherwise a changed file is refused, because the skill's lifecycle so far
+//! was earned by the old text.
 
 use std::path::Path;
 
-use super::Proposal;
 use super::trust::TrustPolicy;
+use super::{Lifecycle, Proposal, TRUSTED};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::{Artifact, ArtifactStore, Ledger, LedgerError, NewSkill};
 use crate::spec::SpecError;
@@ -21,8 +23,8 @@ pub struct Proposing<'a> {
     pub store: &'a ArtifactStore,
     pub templates: &'a TemplateEngine,
     pub trust: &'a TrustPolicy,
-    /// The state a new skill starts in (the lifecycle's initial state).
-    pub initial_state: &'a str,
+    /// A new skill starts in its initial state; a new version moves there as it allows.
+    pub lifecycle: &'a Lifecycle,
 }
 
 /// A recorded proposal.
@@ -32,6 +34,8 @@ pub struct Proposed {
     pub spec: Artifact,
     /// False when the same text was recorded before.
     pub created: bool,
+    /// The version the text is: above 1 for a new version of a trusted skill.
+    pub version: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,13 +47,15 @@ pub enum ProposeError {
     Path { path: String, reason: String },
     #[error(
         "{path} changed since `{name}` was proposed (proposed sha256:{proposed}, now \
-         sha256:{now}); a proposal is fixed once recorded: propose the change under a new name"
+         sha256:{now}), and {reason}"
     )]
     Changed {
         path: String,
         name: String,
         proposed: String,
         now: String,
+        /// Why it cannot be a new version.
+        reason: String,
     },
     #[error("failed to store the skill spec: {0}")]
     Store(std::io::Error),
@@ -105,27 +111,42 @@ impl Proposing<'_> {
             .store
             .put_bytes("SKILL_SPEC", source.text.as_bytes())
             .map_err(ProposeError::Store)?;
-        let created = match ledger.propose_skill(&NewSkill {
+        let new = NewSkill {
             name,
             description: &proposal.description,
             side_effect: &proposal.side_effect.to_string(),
             spec: &spec,
             proposal_path: relative,
-            initial_state: self.initial_state,
+            initial_state: &self.lifecycle.initial,
             actor: &crate::identity::actor(),
-        }) {
-            Ok(()) => true,
+        };
+        let (created, version) = match ledger.propose_skill(&new) {
+            Ok(()) => (true, 1),
             Err(LedgerError::SkillExists(_)) => {
                 let existing = ledger.skill(name)?;
-                if existing.spec_artifact != spec.sha256 {
-                    return Err(ProposeError::Changed {
-                        path: relative.to_owned(),
-                        name: name.clone(),
-                        proposed: existing.spec_artifact[..12].to_owned(),
-                        now: spec.sha256[..12].to_owned(),
-                    });
+                if existing.spec_artifact == spec.sha256 {
+                    (false, existing.version)
+                } else {
+                    let from: Vec<&str> = std::iter::once(TRUSTED)
+                        .chain(self.lifecycle.drifted.as_deref())
+                        .collect();
+                    let version = ledger
+                        .propose_version(&new, &from, |from, to| self.lifecycle.check(from, to))
+                        .map_err(|e| match e {
+                            LedgerError::TransitionRefused(reason) => ProposeError::Changed {
+                                path: relative.to_owned(),
+                                name: name.clone(),
+                                proposed: existing.spec_artifact[..12].to_owned(),
+                                now: spec.sha256[..12].to_owned(),
+                                reason: format!(
+                                    "it cannot be a new version: {reason}; promote or restore \
+                                     the skill first, or propose the change under a new name"
+                                ),
+                            },
+                            other => other.into(),
+                        })?;
+                    (true, version)
                 }
-                false
             }
             Err(e) => return Err(e.into()),
         };
@@ -133,6 +154,7 @@ impl Proposing<'_> {
             proposal,
             spec,
             created,
+            version,
         })
     }
 }
