@@ -7,11 +7,11 @@ with the build packet on stdin. It writes the prepared files of the skill named 
 end on a machine with no agent and no network. It is never told where the workspace is.
 
 KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2=test".
-    syntax  the skill does not compile                 (compile gate)
-    lint    the skill imports a module it never uses     (lint gate)
-    type    a helper returns a str where it declares int (types gate)
-    test    a unit test expects the wrong value        (tests gate)
-    policy  the skill imports a forbidden module       (policy gate)
+    syntax  the skill does not parse                          (lint gate: ruff)
+    lint    the skill imports a module it never uses          (lint gate: ruff F401)
+    type    a helper returns its str argument, declaring int  (types gate: mypy --strict)
+    test    a unit test expects the wrong value               (tests gate: pytest)
+    policy  the skill imports a forbidden module              (policy gate)
     scope   a file outside the allowlist is written    (diff gate)
     link    an allowed path is a symlink out of the tree (diff gate)
     fail    the builder exits 1 without writing        (build error)
@@ -57,15 +57,15 @@ def main():
     if flaw == "syntax":
         skill_file.write_text(skill_file.read_text() + "\ndef broken(:\n    pass\n")
     elif flaw == "lint":
-        skill_file.write_text("import textwrap\n" + skill_file.read_text())
+        skill_file.write_text(skill_file.read_text().replace("import json\n", "import json\nimport textwrap\n", 1))
     elif flaw == "type":
         skill_file.write_text(
-            skill_file.read_text() + '\n\ndef _empty_count() -> int:\n    return "zero"\n'
+            skill_file.read_text() + "\n\ndef _word_total(text: str) -> int:\n    return text.strip()\n"
         )
     elif flaw == "test":
         test_file.write_text(test_file.read_text().replace("assertEqual(", "assertNotEqual(", 1))
     elif flaw == "policy":
-        skill_file.write_text("import subprocess\n" + skill_file.read_text())
+        skill_file.write_text(skill_file.read_text().replace("import json\n", "import json\nimport subprocess\n", 1))
     elif flaw == "scope":
         pathlib.Path("notes.txt").write_text("written outside the allowlist\n")
     elif flaw == "link":

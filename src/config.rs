@@ -37,6 +37,20 @@ pub struct Config {
     /// The ed25519 key that signs ledger checkpoints, kept outside the workspace. Empty:
     /// `$XDG_CONFIG_HOME/kavi/signing.key` (or `~/.config/kavi/signing.key`).
     pub signing_key: PathBuf,
+    /// Where kavi provisions the toolchains gates run (`policies/toolchains.toml`), one folder
+    /// per declaration. Empty: `$XDG_CACHE_HOME/kavi/toolchains` (or `~/.cache/kavi/toolchains`).
+    pub toolchains: PathBuf,
+    /// Existing environments to use instead of provisioning, by toolchain name: for a machine
+    /// with no package registry. Their versions must still be the pinned ones.
+    pub toolchain: std::collections::BTreeMap<String, ExistingToolchain>,
+}
+
+/// `[toolchain.NAME]` in kavi.toml.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExistingToolchain {
+    /// A virtual environment holding the toolchain's pinned packages.
+    pub path: PathBuf,
 }
 
 impl Config {
@@ -100,6 +114,8 @@ impl Default for Config {
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
             skill_timeout: "60s".to_owned(),
             signing_key: PathBuf::new(),
+            toolchains: PathBuf::new(),
+            toolchain: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -113,6 +129,18 @@ fn default_signing_key() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
         .unwrap_or_else(|| PathBuf::from("/nonexistent"));
     config.join("kavi").join("signing.key")
+}
+
+/// Where toolchains are provisioned unless configured: this user's cache folder, shared by
+/// every workspace, so one environment serves them all.
+fn default_toolchains() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("kavi-{}", nix::unistd::getuid())))
+        .join("kavi")
+        .join("toolchains")
 }
 
 /// Where sandboxes go unless configured: a folder of this user's in the system's temporary
@@ -185,6 +213,7 @@ impl Workspace {
                 "executions_log",
                 "skill_timeout",
                 "signing_key",
+                "toolchains",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
             .merge(
@@ -213,11 +242,32 @@ impl Workspace {
         } else {
             root.join(&config.signing_key)
         };
+        config.toolchains = if config.toolchains.as_os_str().is_empty() {
+            default_toolchains()
+        } else {
+            root.join(&config.toolchains)
+        };
+        for existing in config.toolchain.values_mut() {
+            existing.path = root.join(&existing.path);
+        }
         Ok(Self {
             root,
             config,
             config_file,
         })
+    }
+
+    /// Where this workspace's toolchains are, or are made.
+    pub fn toolchain_home(&self) -> crate::toolchains::Home {
+        crate::toolchains::Home {
+            cache: self.config.toolchains.clone(),
+            existing: self
+                .config
+                .toolchain
+                .iter()
+                .map(|(name, existing)| (name.clone(), existing.path.clone()))
+                .collect(),
+        }
     }
 
     pub fn templates_dir(&self) -> PathBuf {
@@ -237,6 +287,8 @@ impl Workspace {
             "executions_log": self.config.executions_log,
             "skill_timeout": self.config.skill_timeout,
             "jobs": self.config.jobs,
+            "toolchains": self.config.toolchains,
+            "toolchain": self.config.toolchain,
         })
     }
 }

@@ -35,6 +35,8 @@ pub enum Error {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Execution(#[from] crate::executions::ExecutionError),
+    #[error(transparent)]
+    Toolchain(#[from] crate::toolchains::ToolchainError),
     #[error("{0}")]
     Usage(String),
     /// Something named on the command line that a record does not have (a node of a run, an
@@ -56,7 +58,7 @@ impl Error {
             Error::Spec(_) => exit::INVALID_SPEC,
             Error::Ledger(e) => ledger_exit_code(e),
             Error::Execution(crate::executions::ExecutionError::Ledger(e)) => ledger_exit_code(e),
-            Error::Execution(_) => exit::ENVIRONMENT,
+            Error::Execution(_) | Error::Toolchain(_) => exit::ENVIRONMENT,
             Error::Usage(_) => exit::USAGE,
             Error::NotFound(_) => exit::NOT_FOUND,
         }

@@ -28,5 +28,6 @@ pub mod skills;
 pub mod spec;
 pub mod state;
 pub mod template;
+pub mod toolchains;
 
 pub use error::Error;

@@ -31,9 +31,23 @@ fn cli_scenarios() {
     // own under target/, emptied here.
     let sandboxes = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trycmd-sandboxes");
     let _ = std::fs::remove_dir_all(&sandboxes);
+    // The stories show runs, not an install: the toolchains are provisioned before they start.
+    let installed = common::kavi(
+        &common::repo().join("tests/cmd/forge.in"),
+        &["toolchain", "install"],
+    );
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
     // Stories change files between steps with `sh`, as a user would with an editor.
     trycmd::TestCases::new()
         .env("KAVI_SANDBOXES", sandboxes.display().to_string())
+        .env(
+            "KAVI_TOOLCHAINS",
+            common::toolchains().display().to_string(),
+        )
         .register_bin("sh", Path::new("/bin/sh"))
         .case("tests/cmd/*.toml")
         .case("tests/cmd/*.md");

@@ -116,11 +116,19 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         .iter()
         .map(|v| v["gate"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        gates,
-        ["policy", "invariants", "compile", "lint", "types", "tests"]
-    );
+    assert_eq!(gates, ["policy", "invariants", "lint", "types", "tests"]);
     assert!(verifications.iter().all(|v| v["status"] == "passed"));
+    // The real tools ran, from the pinned toolchain, and each row says which version.
+    for (gate, tool, version) in [
+        ("lint", "ruff", "0.17.6"),
+        ("types", "mypy", "2.4.1"),
+        ("tests", "pytest", "9.2.0"),
+    ] {
+        let row = verifications.iter().find(|v| v["gate"] == gate).unwrap();
+        assert_eq!(row["tool"]["tool"], tool, "{row}");
+        assert_eq!(row["tool"]["version"], version, "{row}");
+        assert_eq!(row["tool"]["toolchain"], "python", "{row}");
+    }
     assert_eq!(
         node(run, "promote")["outputs"]["source_hash"],
         verifications[0]["source_hash"]
@@ -162,6 +170,12 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
     );
     assert_eq!(node(&again, "attempt")["state"], "blocked");
     assert!(attempts.is_empty());
+
+    // Another skill's forge reuses the provisioned toolchain: nothing is installed.
+    let other = self::forge(root, "find_notes", "");
+    assert!(other.status.success());
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(!stderr.contains("provisioning toolchain"), "{stderr}");
 
     common::assert_ledger_verifies(root);
     every_edit_outside_kavi_is_named(root);
@@ -528,7 +542,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     assert_eq!(policy["status"], "failed");
     assert_eq!(
         policy["detail"],
-        "skills/write_note/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
+        "skills/write_note/skill.py:4: [forbidden-import] imports forbidden module `subprocess`"
     );
     assert_eq!(node(run, "promote")["state"], "blocked");
     let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
@@ -581,7 +595,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
         ),
         "{packet}"
     );
-    assert!(packet.contains("- `policy` (failed): skills/write_note/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"), "{packet}");
+    assert!(packet.contains("- `policy` (failed): skills/write_note/skill.py:4: [forbidden-import] imports forbidden module `subprocess`"), "{packet}");
     let builds = json(&kavi(root, &["builds", "list", "write_note", "--json"]));
     let lineage: Vec<(i64, Option<i64>, Option<&str>, bool)> = builds
         .as_array()
@@ -647,9 +661,9 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         ("fail", "BUILD_ERROR", "build", None),
         ("scope", "GATE_VIOLATION", "diff", None),
         ("link", "GATE_VIOLATION", "diff", None),
-        ("syntax", "VERIFY_LINT", "verify", Some("compile")),
+        ("syntax", "VERIFY_LINT", "verify", Some("lint")),
         ("lint", "VERIFY_LINT", "verify", Some("lint")),
-        ("type", "VERIFY_LINT", "verify", Some("types")),
+        ("type", "VERIFY_TYPES", "verify", Some("types")),
         ("test", "VERIFY_TEST", "verify", Some("tests")),
         ("policy", "VERIFY_POLICY", "verify", Some("policy")),
     ] {
@@ -783,7 +797,8 @@ fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff
         ("pipelines/forge_attempt.toml", "pipeline"),
         ("policies/gates.toml", "policy"),
         ("templates/build_packet.md.j2", "template"),
-        ("checks/lint.py", "script"),
+        ("policies/toolchains.toml", "policy"),
+        ("policies/ruff.toml", "script"),
         ("builders/scripted.py", "script"),
         ("kavi.toml", "config"),
     ] {

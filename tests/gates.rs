@@ -1,5 +1,6 @@
-//! The gate set with real tools: python3 compiles and tests the skill, kavi's scanner applies
-//! the policy rules, and every result is a verification row.
+//! The shipped gate set with its real tools: ruff, mypy --strict and pytest from the pinned
+//! toolchain (provisioned once, under target/), kavi's scanner and invariants, and every result
+//! a verification row.
 
 mod common;
 
@@ -26,8 +27,8 @@ fn statuses(run: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-const SKILL: &str = "import json\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': json.loads(json.dumps(data))}\n";
-const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n";
+const SKILL: &str = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n";
+const TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
 
 fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -48,7 +49,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
             "lifecycle.toml",
         ],
     );
-    common::copy_gate_checks(root);
+    common::copy_gate_tools(root);
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
     std::fs::write(
@@ -88,7 +89,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        ["policy", "invariants", "compile", "lint", "types", "tests"]
+        ["policy", "invariants", "lint", "types", "tests"]
             .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
@@ -141,6 +142,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
             "policies/gates.toml",
             "policies/invariants.toml",
             "policies/scanner.toml",
+            "policies/toolchains.toml",
             "policies/trust.toml"
         ]
     );
@@ -162,7 +164,7 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
     // failure kind.
     assert_eq!(
         run["nodes"][0]["error"],
-        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1: F401 `subprocess` imported but unused"
+        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1:8: F401 [*] `subprocess` imported but unused\n    Found 1 error.\n    [*] 1 fixable with `--fix`."
     );
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
 }
@@ -189,7 +191,7 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     let dir = workspace(&skill, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
-    let shipped = "precedence = [\"VERIFY_POLICY\", \"VERIFY_INVARIANT\", \"VERIFY_LINT\", \"VERIFY_TEST\", \"TIMEOUT\"]";
+    let shipped = "precedence = [\n    \"VERIFY_POLICY\", \"VERIFY_INVARIANT\", \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
     assert!(text.contains(shipped));
     // The tests gate moved to the top of the file: lint still names the attempt.
     let at = text.find("[[gate]]\nid = \"tests\"").unwrap();
@@ -227,11 +229,8 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
 
 #[test]
 fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
-    // The test prints its pid, then sleeps far longer than any run should wait.
-    let hanging = TEST.replace(
-        "class T",
-        "import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(100000)\n\nclass T",
-    );
+    // The test sleeps far longer than any run should wait.
+    let hanging = TEST.replace("class T", "import time\n\ntime.sleep(100000)\n\n\nclass T");
     let dir = workspace(SKILL, &hanging);
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
@@ -251,16 +250,19 @@ fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "TIMEOUT");
     let detail = tests["detail"].as_str().unwrap();
     assert!(detail.starts_with("timed out after 2s"), "{detail}");
-    let pid = detail
-        .split_whitespace()
-        .skip_while(|w| *w != "pid")
-        .nth(1)
-        .expect("the test printed its pid");
-    assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "the hanging test {pid} outlived its gate"
-    );
-    for other in ["policy", "invariants", "compile", "lint", "types"] {
+    // Nothing the gate started lives on: no process still works in this workspace.
+    let workspace = dir.path().canonicalize().unwrap();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            cwd.starts_with(&workspace)
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    assert!(left.is_empty(), "processes outlived their gate: {left:?}");
+    for other in ["policy", "invariants", "lint", "types"] {
         assert_eq!(verification(&run, other)["status"], "passed", "{other}");
     }
 }
@@ -384,4 +386,227 @@ fn a_gate_set_without_command_gates_is_not_confined() {
     let run = last_run(root);
     assert_eq!(verification(&run, "policy")["status"], "passed");
     assert!(run["nodes"][0]["outputs"]["confinement"].is_null());
+}
+
+/// Ten ordinary mistakes, each of which the earlier stand-in lint and type checks let through:
+/// the shipped gate set catches every one, with the tool the mistake belongs to.
+#[test]
+fn ordinary_mistakes_are_caught_by_ruff_or_mypy() {
+    // (what, imports to put first, code to append, the gate that must fail)
+    let mistakes = [
+        (
+            "unused variable",
+            "",
+            "def helper() -> int:\n    unused = 1\n    return 2\n",
+            "lint",
+        ),
+        (
+            "undefined name",
+            "",
+            "def helper() -> int:\n    return missing_name\n",
+            "lint",
+        ),
+        (
+            "bare except",
+            "",
+            "def helper() -> int:\n    try:\n        return int('x')\n    except:\n        return 0\n",
+            "lint",
+        ),
+        (
+            "f-string without placeholders",
+            "",
+            "def helper() -> str:\n    return f'constant'\n",
+            "lint",
+        ),
+        (
+            "shadowed import",
+            "from json import loads\nfrom ast import literal_eval as loads\n",
+            "def helper() -> Any:\n    return loads('1')\n",
+            "lint",
+        ),
+        ("star import", "from os.path import *\n", "", "lint"),
+        (
+            "wrong argument type",
+            "",
+            "def helper(n: int) -> int:\n    return n\n\n\ndef caller() -> int:\n    return helper('one')\n",
+            "types",
+        ),
+        (
+            "missing return",
+            "",
+            "def helper(flag: bool) -> int:\n    if flag:\n        return 1\n",
+            "types",
+        ),
+        (
+            "optional misuse",
+            "",
+            "def helper(text: str | None) -> int:\n    return len(text)\n",
+            "types",
+        ),
+        (
+            "non-literal wrong return",
+            "",
+            "def helper(text: str) -> int:\n    return text.upper()\n",
+            "types",
+        ),
+    ];
+    for (what, imports, code, gate) in mistakes {
+        let dir = workspace(&format!("{imports}{SKILL}\n\n{code}"), TEST);
+        assert_eq!(run_verify(dir.path()), Some(1), "{what} passed the gates");
+        let run = last_run(dir.path());
+        let result = verification(&run, gate);
+        assert_eq!(result["status"], "failed", "{what}: {result}");
+        assert!(
+            ["VERIFY_LINT", "VERIFY_TYPES"]
+                .contains(&run["nodes"][0]["outputs"]["failure_kind"].as_str().unwrap()),
+            "{what}: {}",
+            run["nodes"][0]["outputs"]["failure_kind"]
+        );
+        assert_eq!(verification(&run, "tests")["status"], "passed", "{what}");
+    }
+}
+
+/// A gate names its tool through a declared toolchain, and `check` says where it does not.
+#[test]
+fn a_gate_tool_outside_every_declared_toolchain_is_refused_at_check() {
+    let dir = workspace(SKILL, TEST);
+    let gates = dir.path().join("policies/gates.toml");
+    let shipped = std::fs::read_to_string(&gates).unwrap();
+    for (edit, says) in [
+        (
+            ("run = [\"mypy\"", "run = [\"mypyy\""),
+            "gate `types` runs `mypyy`, which is not a tool of toolchain `python`",
+        ),
+        (
+            (
+                "id = \"types\"\nkind = \"command\"\ntoolchain = \"python\"\n",
+                "id = \"types\"\nkind = \"command\"\n",
+            ),
+            "gate `types` runs `mypy` from PATH, but toolchain `python` declares it",
+        ),
+        (
+            (
+                "id = \"types\"\nkind = \"command\"\ntoolchain = \"python\"",
+                "id = \"types\"\nkind = \"command\"\ntoolchain = \"node\"",
+            ),
+            "gate `types` names toolchain `node`, which policies/toolchains.toml does not declare",
+        ),
+    ] {
+        assert!(shipped.contains(edit.0), "{}", edit.0);
+        std::fs::write(&gates, shipped.replace(edit.0, edit.1)).unwrap();
+        let out = kavi(dir.path(), &["pipeline", "check", "verify"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains("--> policies/gates.toml:"), "{stderr}");
+    }
+    std::fs::write(&gates, &shipped).unwrap();
+    let toolchains = dir.path().join("policies/toolchains.toml");
+    let declared = std::fs::read_to_string(&toolchains).unwrap();
+    std::fs::write(
+        &toolchains,
+        declared.replace("ruff = \"0.17.6\"", "ruff = \">=0.17\""),
+    )
+    .unwrap();
+    let out = kavi(dir.path(), &["pipeline", "check", "verify"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("`ruff` = \">=0.17\" is not one exact version")
+            && stderr.contains("--> policies/toolchains.toml:"),
+        "{stderr}"
+    );
+}
+
+/// With no package registry, provisioning fails saying what could not be installed and how to
+/// use an environment that exists; the gates that needed it are errors, never passes. Pointed at
+/// an environment, kavi uses it, and only if it holds the pinned versions.
+#[test]
+fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand_in() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    // The tests' own toolchain, provisioned once for the whole suite: the environment to point at.
+    let installed = kavi(root, &["toolchain", "install"]);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let existing = String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "python"]).stdout)
+        .trim()
+        .to_owned();
+    let offline = |args: &[&str]| {
+        let cache = tempfile::tempdir().unwrap();
+        common::kavi_command(root, args)
+            .env("KAVI_TOOLCHAINS", cache.path())
+            // A registry that refuses every connection: what a machine without network sees.
+            .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+            .output()
+            .unwrap()
+    };
+
+    let out = offline(&["toolchain", "install"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains(
+            "could not provision toolchain `python` (mypy 2.4.1, pytest 9.2.0, ruff 0.17.6)"
+        ) && stderr.contains("`[toolchain.python]` then `path = \"/path/to/venv\"`"),
+        "{stderr}"
+    );
+    assert_eq!(
+        offline(&["pipeline", "run", "verify"]).status.code(),
+        Some(1)
+    );
+    let run = last_run(root);
+    for gate in ["lint", "types", "tests"] {
+        let result = verification(&run, gate);
+        assert_eq!(result["status"], "error", "{gate}: {result}");
+        assert!(
+            result["detail"]
+                .as_str()
+                .unwrap()
+                .contains("could not provision toolchain `python`"),
+            "{result}"
+        );
+    }
+
+    std::fs::write(
+        root.join("kavi.toml"),
+        format!("[toolchain.python]\npath = \"{existing}\"\n"),
+    )
+    .unwrap();
+    let out = offline(&["pipeline", "run", "verify"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = last_run(root);
+    let lint = verification(&run, "lint");
+    assert_eq!(lint["tool"]["origin"], "existing");
+    assert_eq!(lint["tool"]["version"], "0.17.6");
+
+    // The same environment under other pins is refused, naming the difference.
+    let toolchains = root.join("policies/toolchains.toml");
+    let declared = std::fs::read_to_string(&toolchains).unwrap();
+    std::fs::write(
+        &toolchains,
+        declared.replace("ruff = \"0.17.6\"", "ruff = \"0.17.5\""),
+    )
+    .unwrap();
+    assert_eq!(
+        offline(&["pipeline", "run", "verify"]).status.code(),
+        Some(1)
+    );
+    let run = last_run(root);
+    let lint = verification(&run, "lint");
+    assert_eq!(lint["status"], "error");
+    assert!(
+        lint["detail"]
+            .as_str()
+            .unwrap()
+            .contains("holds other versions: ruff is 0.17.6, pinned 0.17.5"),
+        "{lint}"
+    );
 }

@@ -50,8 +50,8 @@ comment = "all gates passed"
 "#;
 
 const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n";
-const SKILL: &str = "import json\nimport sys\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    return {'echo': data}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n";
-const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run(1), {'echo': 1})\n";
+const SKILL: &str = "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': data}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n";
+const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
 
 fn workspace() -> tempfile::TempDir {
     workspace_with(PROPOSAL, SKILL, TEST)
@@ -77,7 +77,7 @@ fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir 
             "confinement.toml",
         ],
     );
-    common::copy_gate_checks(root);
+    common::copy_gate_tools(root);
     std::fs::write(root.join("proposals/demo.toml"), proposal).unwrap();
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
@@ -334,8 +334,8 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
     let proposal = PROPOSAL
         .replace("READ_ONLY", "SECRET_READ")
         .replace("description", "secrets = [\"DEMO_TOKEN\"]\ndescription");
-    let skill = "import json\nimport os\nimport sys\n\nSIDE_EFFECT = \"SECRET_READ\"\n\ndef run(data):\n    token = os.environ.get('DEMO_TOKEN', '')\n    return {'token': 'token=' + token, 'other': os.environ.get('OTHER_VAR'), 'length': len(token), 'keyed': {token: 'x'}}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
-    let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_shape(self):\n        self.assertIn('length', run({}))\n";
+    let skill = "import json\nimport os\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"SECRET_READ\"\n\ndef run(data: Any) -> dict[str, Any]:\n    token = os.environ.get('DEMO_TOKEN', '')\n    return {'token': 'token=' + token, 'other': os.environ.get('OTHER_VAR'), 'length': len(token), 'keyed': {token: 'x'}}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
+    let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_shape(self) -> None:\n        self.assertIn('length', run({}))\n";
     let dir = workspace_with(&proposal, skill, test);
     let root = dir.path();
     verify_and_promote(root);
@@ -369,8 +369,8 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
 /// signal does not reach it) and records the execution as cancelled; kavi exits 130.
 #[test]
 fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
-    let skill = "import json\nimport os\nimport sys\nimport time\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data):\n    if data.get('wait'):\n        with open('skill.pid', 'w') as out:\n            out.write(str(os.getpid()) + '\\n')\n        time.sleep(60)\n    return {'echo': data}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
-    let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run({}), {'echo': {}})\n";
+    let skill = "import json\nimport os\nimport sys\nimport time\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data: Any) -> dict[str, Any]:\n    if data.get('wait'):\n        with open('skill.pid', 'w') as out:\n            out.write(str(os.getpid()) + '\\n')\n        time.sleep(60)\n    return {'echo': data}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
+    let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run({}), {'echo': {}})\n";
     let dir = workspace_with(PROPOSAL, skill, test);
     let root = dir.path();
     // This test is about Ctrl-C: its READ_ONLY skill may write its pid file into the workspace.
@@ -440,8 +440,8 @@ fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
 /// A skill that writes where its input says, or fetches a URL: what a READ_ONLY skill must not do.
 fn side_effect_skill(class: &str) -> String {
     format!(
-        "import json\nimport os\nimport sys\nimport urllib.request\n\nSIDE_EFFECT = \"{class}\"\n\n\
-         def run(data):\n    if 'write' in data:\n        with open(data['write'], 'w') as out:\n            \
+        "import json\nimport os\nimport sys\nimport urllib.request\nfrom typing import Any\n\nSIDE_EFFECT = \"{class}\"\n\n\
+         def run(data: Any) -> dict[str, Any]:\n    if 'write' in data:\n        with open(data['write'], 'w') as out:\n            \
          out.write('written\\n')\n    if 'scratch' in data:\n        \
          with open(os.path.join(os.environ['TMPDIR'], 'scratch'), 'w') as out:\n            \
          out.write('ok\\n')\n    if 'fetch' in data:\n        urllib.request.urlopen(data['fetch'], timeout=5)\n    \
@@ -449,7 +449,7 @@ fn side_effect_skill(class: &str) -> String {
     )
 }
 
-const SIDE_EFFECT_TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self):\n        self.assertEqual(run({}), {'echo': {}})\n";
+const SIDE_EFFECT_TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run({}), {'echo': {}})\n";
 
 /// Leaves the kernel alone to enforce the class: drops the invariants' capability rules (the
 /// gate's early refusal), as if the skill's code had found a way past them.

@@ -167,6 +167,8 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
         )
     });
 
+    found.extend(toolchain_checks(workspace));
+
     match super::skills::rehash_trusted(workspace, None) {
         Ok(results) => {
             let drifted: Vec<&str> = results
@@ -285,4 +287,54 @@ pub fn run(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     } else {
         exit::SUCCESS
     })
+}
+
+/// Each declared toolchain: provisioned, named in kavi.toml, or still to be made (a warning: the
+/// first run that needs it makes it). A workspace that declares none has nothing to check.
+fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
+    if !workspace
+        .root
+        .join(crate::toolchains::DEFAULT_POLICY)
+        .exists()
+    {
+        return Vec::new();
+    }
+    let set = match super::toolchain::load(workspace) {
+        Ok(set) => set,
+        Err(e) => return vec![check("toolchains", Status::Fail, e.to_string())],
+    };
+    let home = workspace.toolchain_home();
+    set.toolchains
+        .iter()
+        .map(|toolchain| {
+            let name = format!("toolchain {}", toolchain.name);
+            if let Some(path) = home.existing_for(toolchain) {
+                return check(
+                    &name,
+                    Status::Ok,
+                    format!(
+                        "kavi.toml names {}; a run checks its versions",
+                        path.display()
+                    ),
+                );
+            }
+            match crate::toolchains::provision::read_manifest(toolchain, &home.folder_of(toolchain))
+            {
+                Some(ready) => check(
+                    &name,
+                    Status::Ok,
+                    format!("{} at {}", toolchain.describe_pins(), ready.path.display()),
+                ),
+                None => check(
+                    &name,
+                    Status::Warn,
+                    format!(
+                        "not provisioned yet ({}): the first run that needs it installs it, or \
+                         `kavi toolchain install`",
+                        toolchain.describe_pins()
+                    ),
+                ),
+            }
+        })
+        .collect()
 }

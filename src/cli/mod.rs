@@ -40,6 +40,7 @@ mod research;
 mod review;
 mod runs;
 mod skills;
+mod toolchain;
 
 use std::path::PathBuf;
 
@@ -185,6 +186,9 @@ enum Command {
     /// Inspect build attempts.
     #[command(subcommand)]
     Builds(BuildsCommand),
+    /// Provision or inspect the toolchains gates run (`policies/toolchains.toml`).
+    #[command(subcommand)]
+    Toolchain(ToolchainCommand),
     /// Check that this workspace is ready: ledger, artifact store, every pipeline and chain, the
     /// builder, python3, trusted skills' hashes, the gateway (exit 1 if a check failed).
     Doctor {
@@ -302,6 +306,30 @@ enum ExecutionsCommand {
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ToolchainCommand {
+    /// Provision the declared toolchains now (or one), as the first run needing them would;
+    /// an environment already made for the same declaration is reused.
+    Install {
+        /// The toolchain to provision; all of them when omitted.
+        name: Option<String>,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the declared toolchains: pins, and whether and where each is provisioned.
+    List {
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the folder of a provisioned toolchain's environment (its tools are in `bin/`).
+    Path {
+        /// The toolchain, as declared.
+        name: String,
     },
 }
 
@@ -660,6 +688,11 @@ async fn in_workspace(
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)
         }
+        Command::Toolchain(ToolchainCommand::Install { name, json }) => {
+            toolchain::install(&workspace, name.as_deref(), json).await
+        }
+        Command::Toolchain(ToolchainCommand::List { json }) => toolchain::list(&workspace, json),
+        Command::Toolchain(ToolchainCommand::Path { name }) => toolchain::path(&workspace, &name),
         Command::Research {
             build,
             advise,

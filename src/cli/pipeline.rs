@@ -86,6 +86,7 @@ pub async fn run(
         config: workspace.run_config(),
         jobs: workspace.config.jobs,
         depth: 0,
+        toolchains: Arc::new(workspace.toolchain_home()),
         child_runs: Arc::new(ChildRunner {
             observer: Box::new(move |depth| Box::new(Console { quiet: json, depth })),
         }),

@@ -312,4 +312,8 @@ pub const MIGRATIONS: &[&str] = &[
     UPDATE promotions SET version = 1;
     ALTER TABLE executions ADD COLUMN skill_version INTEGER;
     "#,
+    // 19: the tool a gate ran from a declared toolchain, with its version (JSON).
+    r#"
+    ALTER TABLE verifications ADD COLUMN tool TEXT;
+    "#,
 ];

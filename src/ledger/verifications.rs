@@ -15,6 +15,10 @@ pub struct GateResult {
     pub status: String,
     pub failure_kind: Option<String>,
     pub detail: Option<String>,
+    /// For a gate that ran a toolchain's tool: the toolchain, the tool and its version, the
+    /// declaration's hash, and whether kavi provisioned the environment or kavi.toml named it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,11 +59,22 @@ impl Ledger {
         for r in results {
             tx.execute(
                 "INSERT INTO verifications (run_id, node_id, skill, gate_id, gate_kind, required, status,
-                                            failure_kind, detail, report, at, source_hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                                            failure_kind, detail, report, at, source_hash, tool)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
-                    run_id, node_id, skill, r.gate, r.kind, r.required, r.status, r.failure_kind,
-                    r.detail, report.sha256, now, source_hash
+                    run_id,
+                    node_id,
+                    skill,
+                    r.gate,
+                    r.kind,
+                    r.required,
+                    r.status,
+                    r.failure_kind,
+                    r.detail,
+                    report.sha256,
+                    now,
+                    source_hash,
+                    r.tool.as_ref().map(serde_json::Value::to_string)
                 ],
             )?;
         }
@@ -77,7 +92,7 @@ impl Ledger {
     pub fn verifications(&self, run_id: i64) -> Result<Vec<VerificationRow>, LedgerError> {
         let mut stmt = self.conn.prepare(
             "SELECT run_id, node_id, skill, gate_id, gate_kind, required, status, failure_kind, detail, report, at,
-                    source_hash
+                    source_hash, tool
              FROM verifications WHERE run_id = ?1 ORDER BY id",
         )?;
         let rows = stmt.query_map([run_id], |row| {
@@ -92,6 +107,7 @@ impl Ledger {
                     status: row.get(6)?,
                     failure_kind: row.get(7)?,
                     detail: row.get(8)?,
+                    tool: super::json_column(row, 12)?,
                 },
                 report: row.get(9)?,
                 at: row.get(10)?,

@@ -37,6 +37,8 @@ pub struct Environment {
     pub depth: usize,
     /// Starts the child runs of `pipeline` nodes.
     pub child_runs: Arc<dyn ChildRuns>,
+    /// Where the toolchains gates run are, or are provisioned.
+    pub toolchains: Arc<crate::toolchains::Home>,
 }
 
 impl std::fmt::Debug for Environment {

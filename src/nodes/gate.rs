@@ -5,7 +5,9 @@
 //! run at all: a missing tool is never a pass); each is a `verifications` row, and together they
 //! form a VERIFICATION_REPORT artifact. Editing the gate set changes the next run. Command gates
 //! run under the `gate` profile of `policies/confinement.toml`: by default they may write only a
-//! private temporary folder, so a gate cannot change what it verifies.
+//! private temporary folder, so a gate cannot change what it verifies. A command gate that names
+//! a toolchain runs its tool from that toolchain's environment, provisioned on first use (see
+//! [`crate::toolchains`]), and its result records the tool's version.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -30,6 +32,7 @@ use crate::process::{self, CommandSpec, Exit};
 use crate::skills::trust::TrustPolicy;
 use crate::spec::governing::Role;
 use crate::state::NodeState;
+use crate::toolchains::{Provisioned, Toolchain, ToolchainSet};
 
 pub const KIND: NodeKind = NodeKind {
     name: "gate",
@@ -71,6 +74,8 @@ enum Check {
     Command {
         argv: Vec<String>,
         timeout: Duration,
+        /// The toolchain whose environment runs `argv[0]`, one of its tools.
+        toolchain: Option<Arc<Toolchain>>,
     },
     Scan {
         scanner: Scanner,
@@ -123,6 +128,14 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         classifier.check_kind(kind, &source)?;
     }
     let precedence = set.precedence.iter().map(|k| k.get_ref().clone()).collect();
+    let toolchains = if set.toolchains.is_some() || set.gates.iter().any(|g| g.toolchain.is_some())
+    {
+        let toolchains_source = config
+            .load_policy_source(set.toolchains.as_ref(), crate::toolchains::DEFAULT_POLICY)?;
+        Some(ToolchainSet::parse(&toolchains_source)?)
+    } else {
+        None
+    };
     let mut seen = HashSet::new();
     let mut gates = Vec::new();
     for gate in set.gates {
@@ -146,6 +159,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 Check::Command {
                     argv: gate.run.iter().map(|a| a.get_ref().clone()).collect(),
                     timeout: gate.timeout.unwrap_or(set_timeout),
+                    toolchain: tool_of(&gate, toolchains.as_ref(), &source)?,
                 }
             }
             GateKind::PolicyScan => {
@@ -190,6 +204,64 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         set_path: source.path.display().to_string(),
         confinement,
     }))
+}
+
+/// The toolchain a command gate runs its program from: the one it names, which must declare
+/// the program as a tool. A gate that names no toolchain but runs a declared tool is refused:
+/// it would run whatever version PATH has instead of the pinned one.
+fn tool_of(
+    gate: &crate::policy::gates::GateSpec,
+    toolchains: Option<&ToolchainSet>,
+    set: &Arc<crate::diagnostic::SourceFile>,
+) -> Result<Option<Arc<Toolchain>>, Diagnostic> {
+    let program = &gate.run[0];
+    let Some(named) = &gate.toolchain else {
+        if let Some(declaring) = toolchains
+            .into_iter()
+            .flat_map(|set| &set.toolchains)
+            .find(|t| t.has_tool(program.get_ref()))
+        {
+            return Err(Diagnostic::new(format!(
+                "gate `{}` runs `{}` from PATH, but toolchain `{}` declares it",
+                gate.id.get_ref(),
+                program.get_ref(),
+                declaring.name
+            ))
+            .at(set, program.span())
+            .with_help(format!(
+                "add `toolchain = \"{}\"` to the gate, so that the pinned version runs",
+                declaring.name
+            )));
+        }
+        return Ok(None);
+    };
+    let toolchains = toolchains.expect("a gate names a toolchain, so the set was loaded");
+    let toolchain = toolchains.get(named.get_ref()).ok_or_else(|| {
+        Diagnostic::new(format!(
+            "gate `{}` names toolchain `{}`, which {} does not declare",
+            gate.id.get_ref(),
+            named.get_ref(),
+            toolchains.source.path.display()
+        ))
+        .at(set, named.span())
+        .with_help(format!("declared toolchains: {}", toolchains.names()))
+    })?;
+    if !toolchain.has_tool(program.get_ref()) {
+        let tools: Vec<&str> = toolchain.tools().collect();
+        return Err(Diagnostic::new(format!(
+            "gate `{}` runs `{}`, which is not a tool of toolchain `{}`",
+            gate.id.get_ref(),
+            program.get_ref(),
+            toolchain.name
+        ))
+        .at(set, program.span())
+        .with_help(format!(
+            "its tools: {}; declare the package in {}",
+            tools.join(", "),
+            toolchains.source.path.display()
+        )));
+    }
+    Ok(Some(Arc::clone(toolchain)))
 }
 
 /// Reads the rules file a policy_scan or invariant gate names, recording it as governing.
@@ -241,13 +313,43 @@ impl CompiledGate {
         vars: &minijinja::Value,
         class: Option<&str>,
         confined: Option<(&Confinement, &Path)>,
+        toolchains: &Toolchains,
     ) -> GateResult {
-        let (status, detail) = match self.check(ctx, cwd, vars, class, confined).await {
+        // A toolchain that could not be provisioned is this gate's error: never a pass.
+        let tool = match &self.check {
+            Check::Command {
+                argv,
+                toolchain: Some(toolchain),
+                ..
+            } => match &toolchains[&toolchain.name] {
+                Ok(provisioned) => Some((provisioned, argv[0].as_str())),
+                Err(error) => return self.result("error", Some(error.clone()), None),
+            },
+            _ => None,
+        };
+        let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
+        let (status, detail) = match self
+            .check(ctx, cwd, vars, class, confined, program.as_deref())
+            .await
+        {
             Ok(Verdict::Passed) => ("passed", None),
             Ok(Verdict::Failed(detail)) => ("failed", Some(detail)),
             Ok(Verdict::TimedOut(detail)) => ("timed_out", Some(detail)),
             Err(detail) => ("error", Some(detail)),
         };
+        self.result(
+            status,
+            detail,
+            tool.map(|(provisioned, tool)| provisioned.record(tool)),
+        )
+    }
+
+    fn result(
+        &self,
+        status: &str,
+        detail: Option<String>,
+        tool: Option<serde_json::Value>,
+    ) -> GateResult {
         let failure_kind = match status {
             "passed" => None,
             "timed_out" => Some(TIMEOUT_KIND.to_owned()),
@@ -263,10 +365,12 @@ impl CompiledGate {
             status: status.to_owned(),
             failure_kind,
             detail,
+            tool,
         }
     }
 
-    /// The verdict, or `Err(why)` when the gate could not run.
+    /// The verdict, or `Err(why)` when the gate could not run. `tool` is the toolchain's
+    /// executable a command gate runs in place of its program's name.
     async fn check(
         &self,
         ctx: &NodeContext<'_>,
@@ -274,6 +378,7 @@ impl CompiledGate {
         vars: &minijinja::Value,
         class: Option<&str>,
         confined: Option<(&Confinement, &Path)>,
+        tool: Option<&Path>,
     ) -> Result<Verdict, String> {
         match &self.check {
             Check::Invariants(invariants) => {
@@ -285,16 +390,19 @@ impl CompiledGate {
                 }
                 Ok(Verdict::failed_if(violations.join("\n")))
             }
-            Check::Command { argv, timeout } => {
+            Check::Command { argv, timeout, .. } => {
                 let mut args = argv
                     .iter()
                     .map(|a| Vars::apply(ctx, a, vars))
                     .collect::<Result<Vec<_>, _>>()?;
-                let program = args.remove(0);
+                let named = args.remove(0);
+                let program = tool.map_or(named, |tool| tool.display().to_string());
                 let (confinement, tmp) =
                     confined.ok_or("a command gate ran without its confinement")?;
                 let mut env = process::base_env();
                 env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
+                // A gate may not write where it reads; Python would try, for its bytecode cache.
+                env.push(("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()));
                 let spec = CommandSpec {
                     program: program.clone(),
                     args,
@@ -357,7 +465,39 @@ impl CompiledGate {
     }
 }
 
+/// Each toolchain the gates name, ready or why not, by name.
+type Toolchains = std::collections::HashMap<String, Result<Provisioned, String>>;
+
 impl Gate {
+    /// Makes ready, once each, the toolchains the gates name; an install is reported on stderr
+    /// as it happens.
+    async fn provision(&self, ctx: &NodeContext<'_>) -> Toolchains {
+        let mut ready = Toolchains::new();
+        for gate in &self.gates {
+            let Check::Command {
+                toolchain: Some(toolchain),
+                ..
+            } = &gate.check
+            else {
+                continue;
+            };
+            if ready.contains_key(&toolchain.name) {
+                continue;
+            }
+            let provisioned = crate::toolchains::provision::ensure(
+                toolchain,
+                &ctx.env.toolchains,
+                &ctx.env.owner.capture(64 * 1024),
+                &ctx.cancel,
+                &|line| eprintln!("{line}"),
+            )
+            .await
+            .map_err(|e| e.to_string());
+            ready.insert(toolchain.name.clone(), provisioned);
+        }
+        ready
+    }
+
     async fn verify(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let vars = self.vars.render(ctx)?;
         let cwd = ctx.env.workspace.join(ctx.render("cwd", &self.cwd)?);
@@ -406,11 +546,17 @@ impl Gate {
             None
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
-        let results = futures_util::future::join_all(
-            self.gates
-                .iter()
-                .map(|gate| gate.run(ctx, &cwd, &vars, class.as_deref(), for_commands)),
-        )
+        let toolchains = self.provision(ctx).await;
+        let results = futures_util::future::join_all(self.gates.iter().map(|gate| {
+            gate.run(
+                ctx,
+                &cwd,
+                &vars,
+                class.as_deref(),
+                for_commands,
+                &toolchains,
+            )
+        }))
         .await;
         // What passed must be what is recorded: files that changed under the gates void the run.
         if hash()? != before {

@@ -15,6 +15,9 @@ pub struct GateSet {
     /// kinds not listed come after, in the order of their gates.
     #[serde(default)]
     pub precedence: Vec<Spanned<String>>,
+    /// The policy declaring the toolchains gates name (default
+    /// [`crate::toolchains::DEFAULT_POLICY`]).
+    pub toolchains: Option<Spanned<String>>,
     #[serde(rename = "gate")]
     pub gates: Vec<GateSpec>,
 }
@@ -41,6 +44,9 @@ pub struct GateSpec {
     /// `command`: the argv, each element a template over the node's `vars`.
     #[serde(default)]
     pub run: Vec<Spanned<String>>,
+    /// `command`: the declared toolchain whose environment runs `run`'s program, which must be
+    /// one of its tools. Without it, the program is found on PATH.
+    pub toolchain: Option<Spanned<String>>,
     /// `policy_scan`: the scanner policy; `invariant`: the invariants policy.
     pub rules: Option<Spanned<String>>,
     /// `policy_scan`: the files to scan, templates over `vars`.

@@ -37,6 +37,7 @@ const SEEDS: &[&str] = &[
     "policies/network.toml",
     "policies/sandbox.toml",
     "policies/scanner.toml",
+    "policies/toolchains.toml",
     "policies/trust.toml",
     "chains/search_and_summarize.toml",
     "proposals/find_notes.toml",
@@ -198,7 +199,7 @@ fn load_everything(root: &Path) -> Vec<String> {
 fn shipped_workspace() -> tempfile::TempDir {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().expect("a temporary folder");
-    for folder in ["templates", "checks", "builders"] {
+    for folder in ["templates", "builders"] {
         copy_folder(&repo.join(folder), &dir.path().join(folder));
     }
     for seed in SEEDS {

@@ -24,7 +24,7 @@ pub enum Role {
     Chain,
     Policy,
     Template,
-    /// A workspace file a command names (a gate's `checks/*.py`, the builder's script).
+    /// A workspace file a command names (a gate's `--config policies/ruff.toml`, the builder's script).
     Script,
     /// The resolved configuration (`kavi.toml` and its overrides), secrets redacted.
     Config,

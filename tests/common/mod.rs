@@ -29,7 +29,8 @@ pub fn kavi_command(dir: &Path, args: &[&str]) -> Command {
         .args(args)
         .current_dir(dir)
         .env_remove("RUST_LOG")
-        .env("KAVI_SANDBOXES", sandboxes());
+        .env("KAVI_SANDBOXES", sandboxes())
+        .env("KAVI_TOOLCHAINS", toolchains());
     command
 }
 
@@ -89,7 +90,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Copies the shipped workspace (pipelines, policies, templates, proposals, the scripted builder,
-/// the gate set's checks, the chains and kavi.toml) into `dir`: what a user starts from.
+/// the chains and kavi.toml) into `dir`: what a user starts from.
 pub fn copy_shipped_workspace(dir: &Path) {
     for folder in [
         "pipelines",
@@ -97,7 +98,6 @@ pub fn copy_shipped_workspace(dir: &Path) {
         "templates",
         "proposals",
         "builders",
-        "checks",
         "chains",
     ] {
         copy_dir(&repo().join(folder), &dir.join(folder));
@@ -124,9 +124,16 @@ pub fn copy_policies(root: &Path, names: &[&str]) {
     }
 }
 
-/// Copies `checks/`, the stdlib tools the shipped gate set runs.
-pub fn copy_gate_checks(root: &Path) {
-    copy_dir(&repo().join("checks"), &root.join("checks"));
+/// Copies what the shipped gate set's tools are declared and configured by: the toolchains and
+/// the lint rules.
+pub fn copy_gate_tools(root: &Path) {
+    copy_policies(root, &["toolchains.toml", "ruff.toml"]);
+}
+
+/// Where the tests' toolchains are provisioned: under `target/`, shared by every test and kept
+/// between runs, so that the real ruff, mypy and pytest are installed once per checkout.
+pub fn toolchains() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("toolchains")
 }
 
 /// Fails if any file under `dir` (the ledger, its write-ahead log, artifacts, logs) holds

@@ -3,11 +3,12 @@
 import json
 import pathlib
 import sys
+from typing import Any
 
 SIDE_EFFECT = "READ_ONLY"
 
 
-def inside(folder):
+def inside(folder: str) -> pathlib.Path:
     """The folder, refused when it could leave the current one."""
     path = pathlib.PurePosixPath(folder)
     if path.is_absolute() or ".." in path.parts:
@@ -15,12 +16,13 @@ def inside(folder):
     return pathlib.Path(path)
 
 
-def run(data):
-    query = data["query"].lower()
-    folder = inside(data.get("folder", "notes"))
-    results = []
+def run(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    query = str(data["query"]).lower()
+    folder = inside(str(data.get("folder", "notes")))
+    results: list[dict[str, Any]] = []
     for note in sorted(folder.glob("*.md")):
-        for number, text in enumerate(note.read_text(encoding="utf-8").splitlines(), start=1):
+        lines = note.read_text(encoding="utf-8").splitlines()
+        for number, text in enumerate(lines, start=1):
             if query in text.lower():
                 results.append({"path": note.as_posix(), "line": number, "text": text})
     return {"results": results}

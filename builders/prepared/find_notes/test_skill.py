@@ -7,7 +7,7 @@ from skill import run
 
 
 class FindNotesTest(unittest.TestCase):
-    def test_finds_matching_lines_in_path_order(self):
+    def test_finds_matching_lines_in_path_order(self) -> None:
         with tempfile.TemporaryDirectory() as root:
             notes = pathlib.Path(root, "notes")
             notes.mkdir()
@@ -28,7 +28,7 @@ class FindNotesTest(unittest.TestCase):
                 ],
             )
 
-    def test_a_folder_outside_the_workspace_is_refused(self):
+    def test_a_folder_outside_the_workspace_is_refused(self) -> None:
         for folder in ["/etc", "../notes"]:
             with self.assertRaises(ValueError):
                 run({"query": "x", "folder": folder})

@@ -7,7 +7,7 @@ from skill import run
 
 
 class SummarizeNoteTest(unittest.TestCase):
-    def test_title_words_and_lines(self):
+    def test_title_words_and_lines(self) -> None:
         with tempfile.TemporaryDirectory() as root:
             pathlib.Path(root, "n.md").write_text("# Hello, kavi\n\nTwo words.\n")
             cwd = os.getcwd()
@@ -20,7 +20,7 @@ class SummarizeNoteTest(unittest.TestCase):
                 summary, {"path": "n.md", "title": "Hello, kavi", "words": 5, "lines": 3}
             )
 
-    def test_a_path_outside_the_workspace_is_refused(self):
+    def test_a_path_outside_the_workspace_is_refused(self) -> None:
         for path in ["/etc/passwd", "../x.md"]:
             with self.assertRaises(ValueError):
                 run({"path": path})

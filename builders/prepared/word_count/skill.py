@@ -2,12 +2,13 @@
 
 import json
 import sys
+from typing import Any
 
 SIDE_EFFECT = "READ_ONLY"
 
 
-def run(data):
-    text = data["text"]
+def run(data: dict[str, Any]) -> dict[str, int]:
+    text = str(data["text"])
     return {
         "words": len(text.split()),
         "lines": len(text.splitlines()),

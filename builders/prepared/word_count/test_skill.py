@@ -4,10 +4,12 @@ from skill import run
 
 
 class WordCountTest(unittest.TestCase):
-    def test_counts_words_lines_and_characters(self):
-        self.assertEqual(run({"text": "one two\nthree"}), {"words": 3, "lines": 2, "characters": 13})
+    def test_counts_words_lines_and_characters(self) -> None:
+        self.assertEqual(
+            run({"text": "one two\nthree"}), {"words": 3, "lines": 2, "characters": 13}
+        )
 
-    def test_empty_text(self):
+    def test_empty_text(self) -> None:
         self.assertEqual(run({"text": ""}), {"words": 0, "lines": 0, "characters": 0})
 
 

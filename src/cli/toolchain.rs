@@ -1,0 +1,150 @@
+//! `kavi toolchain install|list|path`: the toolchains gates run (`policies/toolchains.toml`),
+//! provisioned ahead of a run or inspected.
+
+use serde_json::json;
+
+use super::output::table;
+use crate::config::Workspace;
+use crate::error::{Error, exit};
+use crate::process::CaptureOptions;
+use crate::spec::SpecError;
+use crate::toolchains::{DEFAULT_POLICY, Provisioned, Toolchain, ToolchainSet, provision};
+
+/// The workspace's declared toolchains.
+pub(super) fn load(workspace: &Workspace) -> Result<ToolchainSet, Error> {
+    let source = crate::policy::read(&workspace.root, DEFAULT_POLICY)
+        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+    Ok(ToolchainSet::parse(&source).map_err(SpecError::from)?)
+}
+
+/// The declared toolchain `name`, or all of them.
+fn chosen<'a>(set: &'a ToolchainSet, name: Option<&str>) -> Result<Vec<&'a Toolchain>, Error> {
+    match name {
+        None => Ok(set.toolchains.iter().map(AsRef::as_ref).collect()),
+        Some(name) => set.get(name).map(|t| vec![t.as_ref()]).ok_or_else(|| {
+            Error::NotFound(format!(
+                "{DEFAULT_POLICY} declares no toolchain `{name}` (declared: {})",
+                set.names()
+            ))
+        }),
+    }
+}
+
+/// Provisions the toolchains now (or checks the environments kavi.toml names), so that the
+/// first run does not wait for them.
+pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
+    let set = load(workspace)?;
+    let home = workspace.toolchain_home();
+    let options = CaptureOptions {
+        limit: 1024 * 1024,
+        spill_dir: std::env::temp_dir(),
+        roster: None,
+    };
+    let cancel = super::cancel_on_signals("provisioning");
+    let mut ready = Vec::new();
+    for toolchain in chosen(&set, name)? {
+        let provisioned = provision::ensure(toolchain, &home, &options, &cancel, &|line| {
+            eprintln!("{line}")
+        })
+        .await?;
+        if !json {
+            outln!(
+                "{}  {}  {}",
+                toolchain.name,
+                describe_versions(&provisioned),
+                provisioned.path.display()
+            );
+        }
+        ready.push(provisioned);
+    }
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&ready).expect("toolchains serialize")
+        );
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Each declared toolchain: its pins, and whether and where its environment is.
+pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
+    let set = load(workspace)?;
+    let home = workspace.toolchain_home();
+    let listed: Vec<serde_json::Value> = set
+        .toolchains
+        .iter()
+        .map(|toolchain| {
+            let (state, path) = match home.existing_for(toolchain) {
+                Some(path) => ("existing", Some(path.to_owned())),
+                None => {
+                    let folder = home.folder_of(toolchain);
+                    match provision::read_manifest(toolchain, &folder) {
+                        Some(ready) => ("provisioned", Some(ready.path)),
+                        None => ("not provisioned", None),
+                    }
+                }
+            };
+            json!({
+                "name": toolchain.name,
+                "interpreter": toolchain.interpreter,
+                "packages": toolchain.packages,
+                "hash": toolchain.hash(),
+                "state": state,
+                "path": path,
+            })
+        })
+        .collect();
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&listed).expect("toolchains serialize")
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let mut rows = vec![
+        ["TOOLCHAIN", "PINS", "STATE", "PATH"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for (toolchain, entry) in set.toolchains.iter().zip(&listed) {
+        rows.push(vec![
+            toolchain.name.clone(),
+            toolchain.describe_pins(),
+            entry["state"].as_str().unwrap_or_default().to_owned(),
+            entry["path"].as_str().unwrap_or("-").to_owned(),
+        ]);
+    }
+    out!("{}", table(&rows));
+    Ok(exit::SUCCESS)
+}
+
+/// Prints the folder of a toolchain's environment (its tools are in `bin/`), if it is ready.
+pub fn path(workspace: &Workspace, name: &str) -> Result<i32, Error> {
+    let set = load(workspace)?;
+    let home = workspace.toolchain_home();
+    let toolchain = chosen(&set, Some(name))?[0];
+    let path = match home.existing_for(toolchain) {
+        Some(path) => path.to_owned(),
+        None => provision::read_manifest(toolchain, &home.folder_of(toolchain))
+            .map(|ready| ready.path)
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "toolchain `{name}` is not provisioned yet: `kavi toolchain install {name}` \
+                     makes it (the first run that needs it does too)"
+                ))
+            })?,
+    };
+    outln!("{}", path.display());
+    Ok(exit::SUCCESS)
+}
+
+/// `ruff 0.17.6, mypy 2.4.1, python 3.11.7`.
+fn describe_versions(provisioned: &Provisioned) -> String {
+    provisioned
+        .packages
+        .iter()
+        .map(|(package, version)| format!("{package} {version}"))
+        .chain(std::iter::once(format!("python {}", provisioned.python)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,280 @@
+//! Toolchains: the tools gates run, declared with pinned versions and provisioned by kavi.
+//!
+//! `policies/toolchains.toml` declares each toolchain: the interpreter its environment is made
+//! from and every package pinned to one exact version. As pre-commit does for its hooks, kavi
+//! makes the environment on first use (a Python virtual environment, see [`provision`]), under
+//! its cache folder, in a folder named by the hash of the declaration: later runs reuse it, and
+//! an edited declaration gets a fresh one. A gate that names a toolchain runs the tool from that
+//! environment, never whatever PATH holds, and its result records the tool's version.
+//!
+//! Where no registry is reachable, `[toolchain.NAME] path = "..."` in `kavi.toml` points kavi at
+//! an existing environment instead; its versions must still be the pinned ones.
+
+pub mod provision;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use toml::Spanned;
+
+use crate::diagnostic::{Diagnostic, SourceFile};
+
+pub use provision::{Provisioned, ToolchainError};
+
+pub const DEFAULT_POLICY: &str = "policies/toolchains.toml";
+
+/// The tool every Python toolchain has besides its packages: the environment's interpreter.
+pub const INTERPRETER_TOOL: &str = "python";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSet {
+    #[serde(default)]
+    toolchain: IndexMap<String, Spanned<RawToolchain>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolchain {
+    /// The interpreter the environment is made from: a name on PATH or an absolute path.
+    #[serde(default = "default_interpreter")]
+    interpreter: String,
+    /// Package name to exact version.
+    packages: IndexMap<String, Spanned<String>>,
+}
+
+fn default_interpreter() -> String {
+    "python3".to_owned()
+}
+
+/// One declared toolchain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Toolchain {
+    pub name: String,
+    pub interpreter: String,
+    /// Package name to its pinned version, as declared.
+    pub packages: BTreeMap<String, String>,
+}
+
+impl Toolchain {
+    /// `sha256:<hex>` over what makes the environment: the interpreter and the pins. The
+    /// environment's folder is named by it, so an edited declaration gets a fresh one.
+    pub fn hash(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(b"kavi-toolchain-v1\npython\n");
+        hasher.update(self.interpreter.as_bytes());
+        for (package, version) in &self.packages {
+            hasher.update(format!("\n{package}=={version}").as_bytes());
+        }
+        format!("sha256:{:x}", hasher.finalize())
+    }
+
+    /// The tools a gate may name: each package, and the environment's interpreter.
+    pub fn tools(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(INTERPRETER_TOOL).chain(self.packages.keys().map(String::as_str))
+    }
+
+    pub fn has_tool(&self, tool: &str) -> bool {
+        self.tools().any(|t| t == tool)
+    }
+
+    /// The pins as pip takes them: `name==version`.
+    pub fn requirements(&self) -> Vec<String> {
+        self.packages
+            .iter()
+            .map(|(package, version)| format!("{package}=={version}"))
+            .collect()
+    }
+
+    /// The pins for people: `ruff 0.17.6, mypy 2.4.1`.
+    pub fn describe_pins(&self) -> String {
+        self.packages
+            .iter()
+            .map(|(package, version)| format!("{package} {version}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `policies/toolchains.toml`, parsed and checked.
+#[derive(Debug, Clone)]
+pub struct ToolchainSet {
+    pub toolchains: Vec<Arc<Toolchain>>,
+    pub source: Arc<SourceFile>,
+}
+
+impl ToolchainSet {
+    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+        let raw: RawSet =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        let mut toolchains = Vec::new();
+        for (name, declared) in raw.toolchain {
+            let at = |message: String, span: std::ops::Range<usize>| {
+                Diagnostic::new(message).at(source, span)
+            };
+            if !is_name(&name) {
+                return Err(at(
+                    format!(
+                        "toolchain name `{name}`: use lowercase letters, digits, `-` and `_`, \
+                         starting with a letter"
+                    ),
+                    declared.span(),
+                ));
+            }
+            let span = declared.span();
+            let declared = declared.into_inner();
+            if declared.packages.is_empty() {
+                return Err(at(
+                    format!("toolchain `{name}` declares no packages"),
+                    span.clone(),
+                ));
+            }
+            let mut packages = BTreeMap::new();
+            for (package, version) in declared.packages {
+                if !is_package_name(&package) {
+                    return Err(at(
+                        format!("`{package}` is not a package name"),
+                        version.span(),
+                    ));
+                }
+                if !is_exact_version(version.get_ref()) {
+                    return Err(at(
+                        format!(
+                            "`{package}` = \"{}\" is not one exact version: pin it, as in \
+                             `{package} = \"1.2.3\"`, so that an upgrade never changes a gate \
+                             silently",
+                            version.get_ref()
+                        ),
+                        version.span(),
+                    ));
+                }
+                if package == INTERPRETER_TOOL {
+                    return Err(at(
+                        format!(
+                            "`{INTERPRETER_TOOL}` is the environment's interpreter, not a package"
+                        ),
+                        version.span(),
+                    ));
+                }
+                packages.insert(package, version.into_inner());
+            }
+            toolchains.push(Arc::new(Toolchain {
+                name,
+                interpreter: declared.interpreter,
+                packages,
+            }));
+        }
+        Ok(Self {
+            toolchains,
+            source: Arc::clone(source),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Toolchain>> {
+        self.toolchains.iter().find(|t| t.name == name)
+    }
+
+    /// The toolchains' names, for an error that lists them.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self.toolchains.iter().map(|t| t.name.as_str()).collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+fn is_package_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// One release, as pip's `==` takes it: no ranges, wildcards or spaces.
+fn is_exact_version(version: &str) -> bool {
+    version.chars().next().is_some_and(|c| c.is_ascii_digit())
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-'))
+}
+
+/// Where toolchains live on this machine: the cache folder kavi provisions into, and the
+/// environments `kavi.toml` names instead (`[toolchain.NAME] path`).
+#[derive(Debug, Clone, Default)]
+pub struct Home {
+    pub cache: PathBuf,
+    pub existing: BTreeMap<String, PathBuf>,
+}
+
+impl Home {
+    /// The folder a toolchain's environment is provisioned into: named by its declaration's
+    /// hash, so each declaration has its own.
+    pub fn folder_of(&self, toolchain: &Toolchain) -> PathBuf {
+        let hash = toolchain.hash();
+        let digest = hash.trim_start_matches("sha256:");
+        self.cache
+            .join(format!("{}-{}", toolchain.name, &digest[..16]))
+    }
+
+    /// The existing environment `kavi.toml` names for `toolchain`, if any.
+    pub fn existing_for(&self, toolchain: &Toolchain) -> Option<&Path> {
+        self.existing.get(&toolchain.name).map(PathBuf::as_path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ToolchainSet, String> {
+        ToolchainSet::parse(&SourceFile::new("policies/toolchains.toml", text))
+            .map_err(|d| d.to_string())
+    }
+
+    #[test]
+    fn pins_are_exact_and_the_hash_follows_the_declaration() {
+        let set = parse("[toolchain.python]\npackages = { ruff = \"0.17.6\", mypy = \"2.4.1\" }\n")
+            .unwrap();
+        let python = set.get("python").unwrap();
+        assert_eq!(python.interpreter, "python3");
+        assert_eq!(python.requirements(), ["mypy==2.4.1", "ruff==0.17.6"]);
+        assert!(python.has_tool("ruff") && python.has_tool("python") && !python.has_tool("black"));
+        let upgraded =
+            parse("[toolchain.python]\npackages = { ruff = \"0.17.7\", mypy = \"2.4.1\" }\n")
+                .unwrap();
+        assert_ne!(python.hash(), upgraded.get("python").unwrap().hash());
+        let reordered =
+            parse("[toolchain.python]\npackages = { mypy = \"2.4.1\", ruff = \"0.17.6\" }\n")
+                .unwrap();
+        assert_eq!(python.hash(), reordered.get("python").unwrap().hash());
+
+        for (bad, says) in [
+            ("ruff = \">=0.17\"", "is not one exact version"),
+            ("ruff = \"latest\"", "is not one exact version"),
+            ("ruff = \"0.17 ; rm -rf /\"", "is not one exact version"),
+            ("\"-e git+https://x\" = \"1\"", "is not a package name"),
+            ("python = \"3.11\"", "the environment's interpreter"),
+        ] {
+            let error =
+                parse(&format!("[toolchain.python]\npackages = {{ {bad} }}\n")).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+            assert!(error.contains("policies/toolchains.toml:2:"), "{error}");
+        }
+        assert!(
+            parse("[toolchain.python]\npackages = {}\n")
+                .unwrap_err()
+                .contains("declares no packages")
+        );
+    }
+}

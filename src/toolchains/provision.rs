@@ -1,0 +1,356 @@
+//! Making a toolchain's environment, once, and finding it again.
+//!
+//! A Python toolchain is a virtual environment made with `<interpreter> -m venv`, into which pip
+//! installs the pinned packages (wheels only: no package's build script runs here). Its folder
+//! is named by the declaration's hash (see [`super::Home::folder_of`]); a manifest written last,
+//! `kavi-toolchain.json`, says it is complete and which versions it holds. A lock file beside
+//! the folder lets one kavi process provision while the others wait and then reuse it. A folder
+//! without its manifest (an install that was killed) is made again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::{Home, INTERPRETER_TOOL, Toolchain};
+use crate::process::{CaptureOptions, CommandSpec, Exit};
+
+/// The file that says an environment is complete.
+const MANIFEST: &str = "kavi-toolchain.json";
+
+/// How many lines of a failed step's output an error repeats.
+const OUTPUT_LINES: usize = 12;
+
+/// Prints what an environment reports about itself: its Python and each package's version.
+const INSPECT: &str = "import importlib.metadata as m, json, platform, sys
+found = {}
+for p in sys.argv[1:]:
+    try:
+        found[p] = m.version(p)
+    except m.PackageNotFoundError:
+        found[p] = None
+print(json.dumps({'python': platform.python_version(), 'packages': found}))";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolchainError {
+    #[error(
+        "could not provision toolchain `{toolchain}` ({pins}): {reason}\n\
+         help: without a reachable package registry, point kavi at an environment that has these \
+         versions: in kavi.toml, `[toolchain.{toolchain}]` then `path = \"/path/to/venv\"`"
+    )]
+    Install {
+        toolchain: String,
+        pins: String,
+        reason: String,
+    },
+    #[error("toolchain `{toolchain}`: the environment {path} (from kavi.toml) {reason}")]
+    Existing {
+        toolchain: String,
+        path: String,
+        reason: String,
+    },
+    #[error("toolchain `{toolchain}`: {context}: {source}")]
+    Io {
+        toolchain: String,
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+/// A toolchain ready to run: where its tools are and which versions they are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Provisioned {
+    pub toolchain: String,
+    /// The declaration's hash (see [`Toolchain::hash`]).
+    pub hash: String,
+    /// The environment's folder.
+    pub path: PathBuf,
+    /// `provisioned` (by kavi, in its cache) or `existing` (named in kavi.toml).
+    pub origin: String,
+    /// The environment's Python version.
+    pub python: String,
+    /// Each package's installed version.
+    pub packages: BTreeMap<String, String>,
+}
+
+impl Provisioned {
+    /// The executable of `tool` in the environment.
+    pub fn tool_path(&self, tool: &str) -> PathBuf {
+        self.path.join("bin").join(tool)
+    }
+
+    /// The version of `tool`: a package's, or the interpreter's.
+    pub fn version_of(&self, tool: &str) -> Option<&str> {
+        if tool == INTERPRETER_TOOL {
+            Some(&self.python)
+        } else {
+            self.packages.get(tool).map(String::as_str)
+        }
+    }
+
+    /// What a gate result records about the tool it ran.
+    pub fn record(&self, tool: &str) -> serde_json::Value {
+        serde_json::json!({
+            "toolchain": self.toolchain,
+            "tool": tool,
+            "version": self.version_of(tool),
+            "hash": self.hash,
+            "origin": self.origin,
+        })
+    }
+}
+
+/// Reports progress while an environment is made.
+pub type Progress<'a> = &'a (dyn Fn(&str) + Sync);
+
+/// The toolchain's environment: the one `kavi.toml` names, else kavi's own, made now if it is
+/// not there yet. `progress` hears about an install; a reused environment says nothing.
+pub async fn ensure(
+    toolchain: &Toolchain,
+    home: &Home,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+    progress: Progress<'_>,
+) -> Result<Provisioned, ToolchainError> {
+    if let Some(path) = home.existing_for(toolchain) {
+        return existing(toolchain, path, options, cancel).await;
+    }
+    let folder = home.folder_of(toolchain);
+    let io = |context: String| {
+        let toolchain = toolchain.name.clone();
+        move |source| ToolchainError::Io {
+            toolchain,
+            context,
+            source,
+        }
+    };
+    std::fs::create_dir_all(&home.cache)
+        .map_err(io(format!("cannot create {}", home.cache.display())))?;
+    let lock_path = folder.with_extension("lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(io(format!("cannot create {}", lock_path.display())))?;
+    // Another kavi may be provisioning the same declaration: wait for it, then reuse its work.
+    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
+        .await
+        .map_err(|e| io("waiting for the lock".into())(std::io::Error::other(e)))?
+        .map_err(io(format!("cannot lock {}", lock_path.display())))?;
+    if let Some(ready) = read_manifest(toolchain, &folder) {
+        return Ok(ready);
+    }
+    let started = Instant::now();
+    progress(&format!(
+        "provisioning toolchain `{}` ({}) into {} ...",
+        toolchain.name,
+        toolchain.describe_pins(),
+        folder.display()
+    ));
+    let installed = install(toolchain, &folder, options, cancel).await;
+    if installed.is_err() {
+        let _ = std::fs::remove_dir_all(&folder);
+    }
+    let mut provisioned = installed?;
+    provisioned.origin = "provisioned".into();
+    let text = serde_json::to_string_pretty(&provisioned).expect("a manifest serializes");
+    let temp = folder.join(format!("{MANIFEST}.partial"));
+    std::fs::write(&temp, text)
+        .and_then(|()| std::fs::rename(&temp, folder.join(MANIFEST)))
+        .map_err(io("cannot write its manifest".into()))?;
+    drop(lock);
+    progress(&format!(
+        "toolchain `{}` ready in {:.1}s",
+        toolchain.name,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(provisioned)
+}
+
+/// The manifest of a complete environment of this declaration, if there is one and its tools
+/// are still in place.
+pub fn read_manifest(toolchain: &Toolchain, folder: &Path) -> Option<Provisioned> {
+    let text = std::fs::read_to_string(folder.join(MANIFEST)).ok()?;
+    let provisioned: Provisioned = serde_json::from_str(&text).ok()?;
+    let complete = provisioned.hash == toolchain.hash()
+        && provisioned.path == folder
+        && toolchain
+            .tools()
+            .all(|tool| provisioned.tool_path(tool).is_file());
+    complete.then_some(provisioned)
+}
+
+/// Makes the environment in `folder` (removing what an earlier attempt left) and checks it.
+async fn install(
+    toolchain: &Toolchain,
+    folder: &Path,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> Result<Provisioned, ToolchainError> {
+    let failed = |reason: String| ToolchainError::Install {
+        toolchain: toolchain.name.clone(),
+        pins: toolchain.describe_pins(),
+        reason,
+    };
+    if folder.exists() {
+        std::fs::remove_dir_all(folder).map_err(|e| {
+            failed(format!(
+                "cannot remove the unfinished {}: {e}",
+                folder.display()
+            ))
+        })?;
+    }
+    let folder_arg = folder.display().to_string();
+    step(
+        &toolchain.interpreter,
+        &["-m", "venv", &folder_arg],
+        options,
+        cancel,
+    )
+    .await
+    .map_err(|e| failed(format!("`{} -m venv` failed: {e}", toolchain.interpreter)))?;
+    let python = folder.join("bin").join("python").display().to_string();
+    let mut args: Vec<String> = [
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "--retries",
+        "2",
+        "--timeout",
+        "20",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(toolchain.requirements());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    step(&python, &args, options, cancel)
+        .await
+        .map_err(|e| failed(format!("pip could not install them: {e}")))?;
+    let provisioned = inspect(toolchain, folder, options, cancel)
+        .await
+        .map_err(failed)?;
+    check_pins(toolchain, &provisioned).map_err(failed)?;
+    Ok(provisioned)
+}
+
+/// An environment named in kavi.toml: used as it is, if it holds the pinned versions.
+async fn existing(
+    toolchain: &Toolchain,
+    path: &Path,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> Result<Provisioned, ToolchainError> {
+    let refused = |reason: String| ToolchainError::Existing {
+        toolchain: toolchain.name.clone(),
+        path: path.display().to_string(),
+        reason,
+    };
+    let mut provisioned = inspect(toolchain, path, options, cancel)
+        .await
+        .map_err(refused)?;
+    provisioned.origin = "existing".into();
+    check_pins(toolchain, &provisioned).map_err(refused)?;
+    for tool in toolchain.tools() {
+        if !provisioned.tool_path(tool).is_file() {
+            return Err(refused(format!("has no bin/{tool}")));
+        }
+    }
+    Ok(provisioned)
+}
+
+/// Asks the environment's interpreter for its versions.
+async fn inspect(
+    toolchain: &Toolchain,
+    folder: &Path,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> Result<Provisioned, String> {
+    let python = folder.join("bin").join("python");
+    if !python.is_file() {
+        return Err(format!("has no interpreter at {}", python.display()));
+    }
+    let python = python.display().to_string();
+    let mut args = vec!["-I", "-c", INSPECT];
+    args.extend(toolchain.packages.keys().map(String::as_str));
+    let output = step(&python, &args, options, cancel).await?;
+    #[derive(Deserialize)]
+    struct Found {
+        python: String,
+        packages: BTreeMap<String, Option<String>>,
+    }
+    let found: Found = serde_json::from_str(output.trim())
+        .map_err(|e| format!("its interpreter answered what kavi cannot read ({e}): {output}"))?;
+    Ok(Provisioned {
+        toolchain: toolchain.name.clone(),
+        hash: toolchain.hash(),
+        path: folder.to_owned(),
+        origin: String::new(),
+        python: found.python,
+        packages: found
+            .packages
+            .into_iter()
+            .map(|(package, version)| (package, version.unwrap_or_default()))
+            .collect(),
+    })
+}
+
+/// Refuses an environment whose versions are not the pinned ones.
+fn check_pins(toolchain: &Toolchain, provisioned: &Provisioned) -> Result<(), String> {
+    let wrong: Vec<String> = toolchain
+        .packages
+        .iter()
+        .filter_map(|(package, pinned)| {
+            let found = provisioned.packages.get(package).map_or("", String::as_str);
+            (!found.eq_ignore_ascii_case(pinned)).then(|| {
+                if found.is_empty() {
+                    format!("{package} is not installed (pinned {pinned})")
+                } else {
+                    format!("{package} is {found}, pinned {pinned}")
+                }
+            })
+        })
+        .collect();
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("holds other versions: {}", wrong.join("; ")))
+    }
+}
+
+/// Runs one step of making or reading an environment, with kavi's own environment (pip needs
+/// its proxy and index settings); returns its stdout, or the end of its output when it fails.
+async fn step(
+    program: &str,
+    args: &[&str],
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> Result<String, String> {
+    let spec = CommandSpec {
+        program: program.to_owned(),
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        env: std::env::vars().collect(),
+        cwd: std::env::temp_dir(),
+        stdin: None,
+        confinement: None,
+    };
+    let finished = crate::process::run(&spec, options, cancel)
+        .await
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&finished.stdout.head).into_owned();
+    match finished.exit {
+        Exit::Code(0) => Ok(stdout),
+        exit => {
+            let output = format!("{stdout}{}", String::from_utf8_lossy(&finished.stderr.head));
+            let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+            let tail = lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n    ");
+            let how = match exit {
+                Exit::Code(code) => format!("exited with code {code}"),
+                Exit::Signal(signal) => format!("was killed by signal {signal}"),
+                Exit::Cancelled => "was cancelled".to_owned(),
+            };
+            Err(format!("{how}\n    {tail}"))
+        }
+    }
+}
