@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Scheduling overhead, measured side by side: kavi against make and ninja on the same generated
-# graphs, and against spawning `true` directly. Also times `check` and `plan` of a 10,000-node
-# layered DAG. Needs hyperfine, make and ninja (Debian: hyperfine, make, ninja-build).
+# kavi against make, ninja and just, side by side in one run, on the same generated graphs, next
+# to the spawn floor (a small C program that posix_spawns the same command N times):
 #
-#   benches/bench.sh            # full run
+#   chain     N nodes, each `touch out/i`, each needing the one before (jobs 1)
+#   wide      N independent `touch out/i` (jobs $JOBS)
+#   printing  a chain whose nodes each `echo` a line of their own: every node stores an output
+#             (kavi with a fresh ledger and store; then again, its outputs already stored)
+#
+# then `check` and `plan` of layered DAGs of 10,000 and 100,000 nodes, `runs show` of a
+# 10,000-node run, the ledger's growth per node run, and the README's forge run split by node.
+#
+#   benches/bench.sh            # full run (RUNS=10)
 #   RUNS=3 benches/bench.sh     # fewer repetitions
 #
-# Results go to stdout and to $OUT (default target/bench) as markdown tables.
+# It installs what it needs where it can (Debian: hyperfine, make, ninja-build, a C compiler;
+# just from its package on PyPI, into target/bench-tools) and otherwise says what is missing.
+# Results go to stdout and to $OUT (default target/bench) as markdown and JSON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,9 +23,26 @@ RUNS=${RUNS:-10}
 N=${N:-1000}
 JOBS=${JOBS:-2}
 OUT=${OUT:-target/bench}
-for tool in hyperfine make ninja; do
-    command -v "$tool" >/dev/null || { echo "bench: $tool is missing (apt-get install hyperfine make ninja-build)" >&2; exit 2; }
+TOOLS="$PWD/target/bench-tools"
+
+missing=()
+for tool in hyperfine make ninja cc; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
 done
+if ((${#missing[@]})) && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+    echo "bench: installing ${missing[*]}" >&2
+    apt-get install -y hyperfine make ninja-build gcc >/dev/null 2>&1 \
+        || { apt-get update >/dev/null && apt-get install -y hyperfine make ninja-build gcc >/dev/null; }
+fi
+for tool in hyperfine make ninja cc; do
+    command -v "$tool" >/dev/null || { echo "bench: $tool is missing (apt-get install hyperfine make ninja-build gcc)" >&2; exit 2; }
+done
+if ! command -v just >/dev/null && [[ ! -x $TOOLS/bin/just ]]; then
+    echo "bench: installing just from PyPI into $TOOLS" >&2
+    python3 -m venv "$TOOLS" && "$TOOLS/bin/pip" install --quiet rust-just \
+        || { echo "bench: just is missing and could not be installed (pip install rust-just)" >&2; exit 2; }
+fi
+JUST=$(command -v just || echo "$TOOLS/bin/just")
 
 cargo build --release --quiet
 KAVI="$PWD/target/release/kavi"
@@ -24,16 +50,46 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# gen KIND DIR: writes pipelines/g.toml, Makefile and build.ninja for one graph shape.
+# The floor: posix_spawn the command N times, one after another, waiting for each.
+cat > "$work/floor.c" <<'C'
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]);
+    char line[32];
+    for (int i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "out/%d", i);
+        snprintf(line, sizeof line, "line %d", i);
+        char *touch[] = {"touch", path, NULL};
+        char *echo[] = {"echo", line, NULL};
+        char **args = strcmp(argv[2], "echo") == 0 ? echo : touch;
+        pid_t pid;
+        int status;
+        if (posix_spawnp(&pid, args[0], NULL, NULL, args, environ) != 0) return 1;
+        waitpid(pid, &status, 0);
+    }
+    return 0;
+}
+C
+cc -O2 -o "$work/floor" "$work/floor.c"
+
+# gen KIND DIR: pipelines/g.toml, Makefile, build.ninja and justfile for one graph.
 gen() {
     local kind=$1 dir=$2
-    mkdir -p "$dir/pipelines"
+    mkdir -p "$dir/pipelines" "$dir/out"
     printf '# generated\n' > "$dir/kavi.toml"
+    local cmd
     {
         printf '[pipeline]\nname = "%s"\n' "$kind"
         for ((i = 0; i < N; i++)); do
-            printf '\n[nodes.n%d]\nkind = "exec"\nrun = ["true"]\n' "$i"
-            [[ $kind == chain && $i -gt 0 ]] && printf 'needs = ["n%d"]\n' $((i - 1))
+            if [[ $kind == printing ]]; then cmd="[\"echo\", \"line $i\"]"; else cmd="[\"touch\", \"out/$i\"]"; fi
+            printf '\n[nodes.n%d]\nkind = "exec"\nrun = %s\n' "$i" "$cmd"
+            [[ $kind != wide && $i -gt 0 ]] && printf 'needs = ["n%d"]\n' $((i - 1))
         done
     } > "$dir/pipelines/g.toml"
     {
@@ -43,42 +99,68 @@ gen() {
         for ((i = 0; i < N; i++)); do printf ' n%d' "$i"; done
         printf '\n'
         for ((i = 0; i < N; i++)); do
-            if [[ $kind == chain && $i -gt 0 ]]; then printf 'n%d: n%d\n\t@true\n' "$i" $((i - 1)); else printf 'n%d:\n\t@true\n' "$i"; fi
+            if [[ $kind == printing ]]; then cmd="echo line $i"; else cmd="touch out/$i"; fi
+            if [[ $kind != wide && $i -gt 0 ]]; then printf 'n%d: n%d\n\t@%s\n' "$i" $((i - 1)) "$cmd"; else printf 'n%d:\n\t@%s\n' "$i" "$cmd"; fi
         done
     } > "$dir/Makefile"
     {
-        printf 'rule t\n  command = true\n'
+        printf 'rule touch\n  command = touch $out\nrule echo\n  command = echo $text\n'
         for ((i = 0; i < N; i++)); do
-            # Outputs are never created, so ninja runs every edge on every invocation.
-            if [[ $kind == chain && $i -gt 0 ]]; then printf 'build n%d: t | n%d\n' "$i" $((i - 1)); else printf 'build n%d: t\n' "$i"; fi
+            local dep=""
+            [[ $kind != wide && $i -gt 0 ]] && dep=" | n$((i - 1))"
+            # Phony-like outputs that are never created: ninja runs every edge every time.
+            if [[ $kind == printing ]]; then printf 'build n%d: echo%s\n  text = line %d\n' "$i" "$dep" "$i"
+            else printf 'build n%d: touch%s\n  out = out/%d\n' "$i" "$dep" "$i"; fi
         done
     } > "$dir/build.ninja"
+    {
+        printf 'all:'
+        for ((i = 0; i < N; i++)); do printf ' n%d' "$i"; done
+        printf '\n'
+        for ((i = 0; i < N; i++)); do
+            if [[ $kind == printing ]]; then cmd="echo line $i"; else cmd="touch out/$i"; fi
+            if [[ $kind != wide && $i -gt 0 ]]; then printf 'n%d: n%d\n    @%s\n' "$i" $((i - 1)) "$cmd"; else printf 'n%d:\n    @%s\n' "$i" "$cmd"; fi
+        done
+    } > "$dir/justfile"
 }
 
-# The floor: spawning `true` N times from a shell.
-printf '#!/bin/sh\ni=0\nwhile [ $i -lt %d ]; do /bin/true; i=$((i + 1)); done\n' "$N" > "$work/spawn.sh"
-
-for kind in chain independent; do
+for kind in chain wide printing; do
     dir="$work/$kind"
     gen "$kind" "$dir"
-    jobs=$([[ $kind == chain ]] && echo 1 || echo "$JOBS")
+    jobs=$([[ $kind == wide ]] && echo "$JOBS" || echo 1)
+    floor=$([[ $kind == printing ]] && echo echo || echo touch)
     echo "== $N nodes, $kind (jobs $jobs)"
-    hyperfine --runs "$RUNS" --warmup 1 --style basic \
-        --export-markdown "$OUT/$kind.md" --export-json "$OUT/$kind.json" \
-        -n "spawn true x$N" "sh $work/spawn.sh" \
-        -n "kavi" --prepare "rm -rf $dir/.kavi" "cd $dir && $KAVI pipeline run g.toml --jobs $jobs --json > /dev/null" \
-        -n "make" "make -s -C $dir -j$jobs all" \
-        -n "ninja" "ninja -C $dir -j$jobs > /dev/null"
+    run_kavi="sh -c 'cd $dir && $KAVI pipeline run g.toml --jobs $jobs --json > /dev/null'"
+    # One --prepare per command: kavi starts from a fresh ledger and store each time.
+    commands=(
+        --prepare true -n "floor" "sh -c 'cd $dir && $work/floor $N $floor > /dev/null'"
+        --prepare "rm -rf $dir/.kavi" -n "kavi" "$run_kavi"
+        --prepare true -n "make" "make -s -C $dir -j$jobs all"
+        --prepare true -n "ninja" "sh -c 'ninja -C $dir -j$jobs > /dev/null'"
+        --prepare true -n "just" "sh -c 'cd $dir && $JUST all > /dev/null'"
+    )
+    if [[ $kind == printing ]]; then
+        # The same run again, its outputs already in the ledger: the cost of recording alone.
+        commands+=(--prepare true -n "kavi (outputs stored)" "$run_kavi")
+    fi
+    hyperfine --runs "$RUNS" --warmup 1 --style basic -N \
+        --export-markdown "$OUT/$kind.md" --export-json "$OUT/$kind.json" "${commands[@]}"
+    if [[ $kind == printing ]]; then
+        rm -rf "$dir/.kavi"
+        (cd "$dir" && "$KAVI" pipeline run g.toml --jobs 1 --json > /dev/null)
+        du -sb "$dir/.kavi" | awk -v n="$N" '{ printf "%d\n", $1 / n }' > "$OUT/bytes_per_node"
+    fi
 done
 
-# A layered DAG of 10,000 nodes: 100 layers of 100, each node needing three of the layer above.
-big="$work/big"
-mkdir -p "$big/pipelines"
-printf '# generated\n' > "$big/kavi.toml"
-python3 - "$big/pipelines/big.toml" <<'PY'
+# Layered DAGs: L layers of 100, each node needing three of the layer above.
+layered() {
+    local layers=$1 dir=$2
+    mkdir -p "$dir/pipelines"
+    printf '# generated\n' > "$dir/kavi.toml"
+    python3 - "$dir/pipelines/big.toml" "$layers" <<'PY'
 import sys
-layers, width = 100, 100
-with open(sys.argv[1], "w") as f:
+path, layers, width = sys.argv[1], int(sys.argv[2]), 100
+with open(path, "w") as f:
     f.write('[pipeline]\nname = "big"\n')
     for l in range(layers):
         for w in range(width):
@@ -87,23 +169,62 @@ with open(sys.argv[1], "w") as f:
                 needs = ", ".join(f'"l{l-1}_{(w + k) % width}"' for k in range(3))
                 f.write(f"needs = [{needs}]\n")
 PY
-echo "== check and plan, 10,000 nodes"
-hyperfine --runs "$RUNS" --warmup 1 --style basic \
+}
+layered 100 "$work/big10k"
+layered 1000 "$work/big100k"
+echo "== check and plan, 10,000 and 100,000 nodes"
+hyperfine --runs "$RUNS" --warmup 1 --style basic -N \
     --export-markdown "$OUT/big.md" --export-json "$OUT/big.json" \
-    -n "kavi pipeline check" "cd $big && $KAVI pipeline check big.toml" \
-    -n "kavi pipeline plan" "cd $big && $KAVI pipeline plan big.toml > /dev/null"
+    -n "check 10k" "sh -c 'cd $work/big10k && $KAVI pipeline check big.toml'" \
+    -n "plan 10k" "sh -c 'cd $work/big10k && $KAVI pipeline plan big.toml > /dev/null'" \
+    -n "check 100k" "sh -c 'cd $work/big100k && $KAVI pipeline check big.toml'" \
+    -n "plan 100k" "sh -c 'cd $work/big100k && $KAVI pipeline plan big.toml > /dev/null'"
+
+echo "== runs show of a 10,000-node run"
+(cd "$work/big10k" && "$KAVI" pipeline run big.toml --jobs "$JOBS" --json > /dev/null)
+hyperfine --runs "$RUNS" --warmup 1 --style basic -N \
+    --export-markdown "$OUT/show.md" --export-json "$OUT/show.json" \
+    -n "runs show 10k" "sh -c 'cd $work/big10k && $KAVI runs show latest > /dev/null'" \
+    -n "runs show 10k --json" "sh -c 'cd $work/big10k && $KAVI runs show latest --json > /dev/null'"
+
+echo "== the README's forge run, by node"
+forge="$work/forge"
+mkdir -p "$forge"
+cp -r kavi.toml pipelines policies templates proposals builders chains "$forge/"
+(cd "$forge" && "$KAVI" toolchain install > /dev/null 2>&1 || true)
+start=$(date +%s.%N)
+(cd "$forge" && "$KAVI" pipeline run forge.toml --set skill=word_count --json > /dev/null)
+end=$(date +%s.%N)
+(cd "$forge" && "$KAVI" runs show latest --json > "$OUT/forge_run.json")
+(cd "$forge" && "$KAVI" runs show "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["children"][0]["id"])' "$OUT/forge_run.json")" --json > "$OUT/forge_attempt.json")
+echo "$start $end" > "$OUT/forge_wall"
 
 python3 - "$OUT" "$N" <<'PY'
 import json, sys
 out, n = sys.argv[1], int(sys.argv[2])
-print("\n== summary (mean seconds; per-node = (tool - nothing) / N)")
-for kind in ("chain", "independent"):
-    r = {x["command"]: x["mean"] for x in json.load(open(f"{out}/{kind}.json"))["results"]}
-    spawn = r[f"spawn true x{n}"] / n
-    line = [f"{kind:12}", f"spawn true {spawn*1e3:.3f} ms/node"]
-    for tool in ("kavi", "make", "ninja"):
-        line.append(f"{tool} {r[tool]/n*1e3:.3f} ms/node ({r[tool]/n/spawn:.2f}x spawn)")
-    print("  ".join(line))
-for x in json.load(open(f"{out}/big.json"))["results"]:
-    print(f"{x['command']:22} 10,000 nodes: {x['mean']*1e3:.0f} ms")
+def means(name):
+    return {x["command"]: x["mean"] for x in json.load(open(f"{out}/{name}.json"))["results"]}
+print(f"\n== summary: mean seconds for {n} nodes; ratios to make and to the floor")
+print("| graph | floor | make | ninja | just | kavi | kavi / make | kavi / floor |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for kind in ("chain", "wide", "printing"):
+    r = means(kind)
+    print(f"| {kind} | {r['floor']:.2f} | {r['make']:.2f} | {r['ninja']:.2f} | {r['just']:.2f} | "
+          f"{r['kavi']:.2f} | {r['kavi'] / r['make']:.2f} | {r['kavi'] / r['floor']:.2f} |")
+    if "kavi (outputs stored)" in r:
+        s = r["kavi (outputs stored)"]
+        print(f"| {kind}, outputs stored | | | | | {s:.2f} | {s / r['make']:.2f} | {s / r['floor']:.2f} |")
+big = means("big")
+print(f"\ncheck 10k {big['check 10k']*1e3:.0f} ms, 100k {big['check 100k']*1e3:.0f} ms "
+      f"({big['check 100k'] / big['check 10k']:.1f}x); plan 10k {big['plan 10k']*1e3:.0f} ms, "
+      f"100k {big['plan 100k']*1e3:.0f} ms ({big['plan 100k'] / big['plan 10k']:.1f}x)")
+show = means("show")
+print(f"runs show of a 10,000-node run: {show['runs show 10k']*1e3:.0f} ms "
+      f"(--json {show['runs show 10k --json']*1e3:.0f} ms)")
+print(f"ledger and store growth per node run (printing chain): {open(f'{out}/bytes_per_node').read().strip()} bytes")
+start, end = map(float, open(f"{out}/forge_wall").read().split())
+attempt = json.load(open(f"{out}/forge_attempt.json"))
+nodes = sorted(((x.get("duration_ms") or 0, x["node_id"]) for x in attempt["nodes"]), reverse=True)
+print(f"forge run (README command, toolchain provisioned): {end - start:.2f} s wall; slowest nodes: "
+      + ", ".join(f"{name} {ms} ms" for ms, name in nodes[:5]))
 PY

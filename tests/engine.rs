@@ -1540,18 +1540,35 @@ fn logs_artifacts_listings_and_run_filters_read_what_was_recorded() {
         kavi(dir.path(), &["artifact", "cat", &sha[..10]]).stdout,
         b"hello\n"
     );
-    let file = dir
-        .path()
-        .join(".kavi/artifacts")
-        .join(stdout["path"].as_str().unwrap());
-    let mut permissions = std::fs::metadata(&file).unwrap().permissions();
-    #[allow(clippy::permissions_set_readonly_false)]
-    permissions.set_readonly(false);
-    std::fs::set_permissions(&file, permissions).unwrap();
-    std::fs::write(&file, "HELLO\n").unwrap();
+    // A line of output is kept in the ledger, not in a file of its own; altered there, it is
+    // refused on reading and reported by `ledger verify`.
+    assert_eq!(stdout["path"], "");
+    let ledger = rusqlite::Connection::open(dir.path().join(".kavi/ledger.db")).unwrap();
+    let changed = ledger
+        .execute(
+            "UPDATE artifact_contents SET content = CAST('HELLO\n' AS BLOB) WHERE sha256 = ?1",
+            [sha],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
     let refused = kavi(dir.path(), &["artifact", "cat", sha]);
     assert_eq!(refused.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("was altered"));
+    let verify = kavi(dir.path(), &["ledger", "verify"]);
+    assert_eq!(verify.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&verify.stdout).contains(&format!(
+            "artifact {sha}: the content the ledger keeps no longer hashes to its name"
+        )),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    ledger
+        .execute(
+            "UPDATE artifact_contents SET content = CAST('hello\n' AS BLOB) WHERE sha256 = ?1",
+            [sha],
+        )
+        .unwrap();
 
     // Filters.
     let listed = |args: &[&str]| {

@@ -225,6 +225,19 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // An advisory gate never names the attempt: with lint advisory, the same skill's failing
+    // test is what the attempt is, whatever the precedence says.
+    let advisory = text.replace(
+        "failure = \"VERIFY_LINT\"\nrequired = true",
+        "failure = \"VERIFY_LINT\"\nrequired = false",
+    );
+    assert_ne!(advisory, text);
+    std::fs::write(&gates, advisory).unwrap();
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    assert_eq!(verification(&run, "lint")["status"], "failed");
+    assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_TEST");
 }
 
 #[test]

@@ -192,10 +192,10 @@ fn write_out(bytes: &[u8]) -> Result<(), Error> {
         })
 }
 
-/// Reads a stored artifact, re-hashed.
+/// Reads a stored artifact, re-hashed, wherever it is kept.
 fn read_artifact(workspace: &Workspace, sha256: &str) -> Result<Vec<u8>, Error> {
-    super::open_store(workspace)?
-        .read_bytes(sha256)
+    open(workspace)?
+        .read_artifact(&super::open_store(workspace)?, sha256)
         .map_err(|reason| Error::Io {
             context: format!("failed to read artifact sha256:{sha256}"),
             source: std::io::Error::other(reason),

@@ -219,7 +219,9 @@ pub async fn execute(
     };
     let result = executor.run_loop().await;
     if result.is_err() {
-        // The ledger failed under us: stop everything we started before reporting it.
+        // The ledger failed under us: stop everything we started before reporting it, without
+        // holding the ledger's lock while they stop.
+        executor.ledger.rollback_batch();
         executor.run_cancel.cancel();
         while executor.running.join_next().await.is_some() {}
     }
@@ -260,7 +262,10 @@ impl Executor<'_> {
             }
         }
         let mut done = 0;
+        // What one wake-up records (a node finished, the nodes it released decided and started)
+        // is one transaction, committed before the loop waits again.
         while done < self.slots.len() {
+            self.ledger.begin_batch()?;
             done += self.settle_ready()?;
             self.start_due_nodes()?;
             // Nodes cancelled by a stop release their dependants into `ready`: decide those
@@ -268,6 +273,7 @@ impl Executor<'_> {
             if !self.ready.is_empty() {
                 continue;
             }
+            self.ledger.commit_batch()?;
             if self.running.is_empty() && self.to_start.is_empty() {
                 if let Some(Reverse((due, _, _))) = self.retries.peek() {
                     let due = *due;
@@ -287,6 +293,7 @@ impl Executor<'_> {
             tokio::select! {
                 joined = self.running.join_next(), if !self.running.is_empty() => {
                     let finished = joined.expect("join set is not empty").expect("node tasks do not panic");
+                    self.ledger.begin_batch()?;
                     done += self.attempt_finished(finished)?;
                 }
                 () = sleep_until_opt(next_retry) => self.promote_due_retries(),
@@ -296,7 +303,7 @@ impl Executor<'_> {
                 }
             }
         }
-        Ok(())
+        self.ledger.commit_batch()
     }
 
     fn stop(&mut self, reason: &str) {

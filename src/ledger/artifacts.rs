@@ -3,6 +3,11 @@
 //! Files are written to a temporary name in the store and renamed into place, so a reader never
 //! sees half an artifact, and the ledger row is written only once the file exists. Content that
 //! is already stored is not written again.
+//!
+//! Small outputs ([`ArtifactStore::put_small`]) are not files at all: their bytes travel with the
+//! artifact to the ledger, which keeps them in `artifact_contents` in the same transaction as the
+//! row that records them. A node that prints a line then costs a row, not a file and an fsync,
+//! and the content is exactly as durable as the record of it.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -18,9 +23,17 @@ pub struct Artifact {
     pub sha256: String,
     pub kind: String,
     pub size: u64,
-    /// Relative to the store root.
+    /// Relative to the store root; empty for content the ledger keeps (see `inline`).
     pub path: String,
+    /// The content of a small artifact, which the ledger keeps instead of a file.
+    #[serde(skip)]
+    pub inline: Option<std::sync::Arc<[u8]>>,
 }
+
+/// The most an artifact kept in the ledger holds: above it, a file is cheaper than a row.
+/// Measured with benches/bench.sh (docs/benchmarks.md): a node's line of output as a row costs
+/// a fraction of a file's create, fsync and rename.
+pub const INLINE_LIMIT: usize = 16 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct ArtifactStore {
@@ -48,15 +61,27 @@ impl ArtifactStore {
             kind: kind.to_owned(),
             size,
             path,
+            inline: None,
         }
     }
 
+    /// Stores `bytes` in the ledger when they are small (up to [`INLINE_LIMIT`]), else as a
+    /// file: the ledger writes an inline artifact's content with the row that records it.
+    pub fn put_small(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
+        if bytes.len() > INLINE_LIMIT {
+            return self.put_bytes(kind, bytes);
+        }
+        Ok(Artifact {
+            sha256: content_hash(bytes),
+            kind: kind.to_owned(),
+            size: bytes.len() as u64,
+            path: String::new(),
+            inline: Some(bytes.into()),
+        })
+    }
+
     pub fn put_bytes(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
-        let artifact = self.artifact(
-            kind,
-            format!("{:x}", Sha256::digest(bytes)),
-            bytes.len() as u64,
-        );
+        let artifact = self.artifact(kind, content_hash(bytes), bytes.len() as u64);
         let destination = self.path_of(&artifact);
         if !destination.exists() {
             let mut temp = NamedTempFile::new_in(self.temp_dir())?;
@@ -112,7 +137,7 @@ impl ArtifactStore {
         let path = self.path_of_sha256(sha256);
         let bytes = std::fs::read(&path)
             .map_err(|e| format!("failed to read artifact {}: {e}", path.display()))?;
-        if format!("{:x}", Sha256::digest(&bytes)) != sha256 {
+        if content_hash(&bytes) != sha256 {
             return Err(format!(
                 "artifact {} was altered: its content no longer matches its hash",
                 path.display()
@@ -120,6 +145,11 @@ impl ArtifactStore {
         }
         Ok(bytes)
     }
+}
+
+/// The SHA-256 (hex) that names `bytes` in the store.
+pub fn content_hash(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// Where an artifact lives in the store: `sha256/<first two hex>/<hex>`.
@@ -171,6 +201,24 @@ mod tests {
             hash_file(&store.path_of(&a)).unwrap(),
             (a.sha256.clone(), 6)
         );
+    }
+
+    #[test]
+    fn small_content_travels_with_the_artifact_and_large_content_is_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        let small = store.put_small("STDOUT", b"hello\n").unwrap();
+        assert_eq!(small.inline.as_deref(), Some(&b"hello\n"[..]));
+        assert_eq!(small.path, "");
+        assert_eq!(
+            small.sha256,
+            store.put_bytes("STDOUT", b"hello\n").unwrap().sha256
+        );
+        let large = store
+            .put_small("STDOUT", &vec![b'x'; INLINE_LIMIT + 1])
+            .unwrap();
+        assert!(large.inline.is_none());
+        assert!(store.path_of(&large).is_file());
     }
 
     #[test]

@@ -32,7 +32,14 @@ use super::Result;
 const HASH_FUNCTION: &str = "kavi_sha256";
 
 /// Tables that are the journal's own bookkeeping, not state it vouches for.
-const UNJOURNALED: &[&str] = &["journal", "schema_version", "sqlite_sequence"];
+/// Tables without journal entries: the journal itself, bookkeeping, and the content of small
+/// artifacts (bound by the SHA-256 of its journaled artifact row, and re-hashed by `verify`).
+const UNJOURNALED: &[&str] = &[
+    "journal",
+    "schema_version",
+    "sqlite_sequence",
+    "artifact_contents",
+];
 
 /// Registers the hash function the triggers call. A connection without it (the `sqlite3` shell,
 /// say) cannot write a journaled table unless it drops the triggers, which `verify` reports.
@@ -372,13 +379,28 @@ pub fn verify(
         }
     }
 
-    // Artifact files hash to their names.
-    let mut stmt = conn.prepare("SELECT sha256, size FROM artifacts ORDER BY sha256")?;
+    // Artifacts hash to their names: the content the ledger keeps, or the file.
+    let mut stmt = conn.prepare(
+        "SELECT a.sha256, a.size, c.content FROM artifacts a
+         LEFT JOIN artifact_contents c ON c.sha256 = a.sha256 ORDER BY a.sha256",
+    )?;
     let artifacts = stmt.query_map([], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<Vec<u8>>>(2)?,
+        ))
     })?;
     for artifact in artifacts {
-        let (sha256, size) = artifact?;
+        let (sha256, size, kept) = artifact?;
+        if let Some(content) = kept {
+            if sha256_hex(&content) != sha256 || i64::try_from(content.len()) != Ok(size) {
+                findings.problems.push(format!(
+                    "artifact {sha256}: the content the ledger keeps no longer hashes to its name"
+                ));
+            }
+            continue;
+        }
         let path = store.path_of_sha256(&sha256);
         match super::hash_file(&path) {
             Err(e) => findings.problems.push(format!(

@@ -101,17 +101,23 @@ pub fn short_hash(hash: &str) -> String {
 
 /// Records a stored artifact's row (once: content already recorded is left as it is).
 fn keep_artifact(conn: &Connection, artifact: &Artifact, at: &str) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            artifact.sha256,
-            artifact.kind,
-            artifact.size,
-            artifact.path,
-            at
-        ],
-    )?;
+    )?
+    .execute(params![
+        artifact.sha256,
+        artifact.kind,
+        artifact.size,
+        artifact.path,
+        at
+    ])?;
+    if let Some(content) = &artifact.inline {
+        conn.prepare_cached(
+            "INSERT OR IGNORE INTO artifact_contents (sha256, content) VALUES (?1, ?2)",
+        )?
+        .execute(params![artifact.sha256, &content[..]])?;
+    }
     Ok(())
 }
 
@@ -464,7 +470,34 @@ impl Ledger {
         Ok(())
     }
 
-    /// Records how a node run ended, with its artifacts, in one transaction.
+    /// Starts grouping this connection's writes into one transaction, until
+    /// [`Ledger::commit_batch`]: the executor records what one scheduler wake-up decided (a node
+    /// finished, the nodes it released started) in one commit. Inside a batch, a no-op. The
+    /// caller must not await while a batch is open: other kavi processes wait for its lock.
+    pub fn begin_batch(&self) -> Result<()> {
+        if self.conn.is_autocommit() {
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        }
+        Ok(())
+    }
+
+    /// Commits the open batch, if there is one.
+    pub fn commit_batch(&self) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            self.conn.execute_batch("COMMIT")?;
+        }
+        Ok(())
+    }
+
+    /// Gives up the open batch, if there is one, releasing its lock.
+    pub fn rollback_batch(&self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+
+    /// Records how a node run ended, with its artifacts, atomically (inside a batch, as part
+    /// of it).
     pub fn finish_node(
         &mut self,
         run_id: i64,
@@ -473,9 +506,7 @@ impl Ledger {
         state: NodeState,
         record: &NodeRecord<'_>,
     ) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.savepoint()?;
         let node_run_id: i64 = tx.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
                     outputs = ?5, error = ?6, reason = ?7
@@ -681,6 +712,7 @@ impl Ledger {
                     kind: row.get(1)?,
                     size: row.get(2)?,
                     path: row.get(3)?,
+                    inline: None,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;
@@ -688,6 +720,29 @@ impl Ledger {
             Ok([artifact]) if !hex.is_empty() => Ok(artifact),
             _ => Err(LedgerError::ArtifactNotFound(prefix.to_owned())),
         }
+    }
+
+    /// An artifact's bytes, re-hashed as they are read: from the ledger when it keeps them,
+    /// else from the store's file.
+    pub fn read_artifact(&self, store: &ArtifactStore, sha256: &str) -> Result<Vec<u8>, String> {
+        let kept: Option<Vec<u8>> = self
+            .conn
+            .query_row(
+                "SELECT content FROM artifact_contents WHERE sha256 = ?1",
+                [sha256],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(|e| e.to_string())?;
+        let Some(bytes) = kept else {
+            return store.read_bytes(sha256);
+        };
+        if artifacts::content_hash(&bytes) != sha256 {
+            return Err(format!(
+                "artifact {sha256} in the ledger was altered: its content no longer matches its hash"
+            ));
+        }
+        Ok(bytes)
     }
 
     /// The run a user started that `run_id` belongs to: itself, or the top of its parent chain.

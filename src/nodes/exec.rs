@@ -245,7 +245,7 @@ fn store_output(ctx: &NodeContext<'_>, kind: &str, captured: Captured) -> std::i
     let text = text.into_owned();
     let artifact = match captured.spill {
         Some(file) => ctx.env.artifacts.put_file(kind, file)?,
-        None => ctx.env.artifacts.put_bytes(kind, &captured.head)?,
+        None => ctx.env.artifacts.put_small(kind, &captured.head)?,
     };
     Ok(Kept {
         artifact,
