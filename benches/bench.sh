@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-10}
 N=${N:-1000}
 JOBS=${JOBS:-2}
-OUT=${OUT:-target/bench}
+OUT=$(realpath -m "${OUT:-target/bench}")
 TOOLS="$PWD/target/bench-tools"
 
 missing=()
@@ -104,13 +104,13 @@ gen() {
         done
     } > "$dir/Makefile"
     {
-        printf 'rule touch\n  command = touch $out\nrule echo\n  command = echo $text\n'
+        printf 'rule touch\n  command = touch $path\nrule echo\n  command = echo $text\n'
         for ((i = 0; i < N; i++)); do
             local dep=""
             [[ $kind != wide && $i -gt 0 ]] && dep=" | n$((i - 1))"
             # Phony-like outputs that are never created: ninja runs every edge every time.
             if [[ $kind == printing ]]; then printf 'build n%d: echo%s\n  text = line %d\n' "$i" "$dep" "$i"
-            else printf 'build n%d: touch%s\n  out = out/%d\n' "$i" "$dep" "$i"; fi
+            else printf 'build n%d: touch%s\n  path = out/%d\n' "$i" "$dep" "$i"; fi
         done
     } > "$dir/build.ninja"
     {

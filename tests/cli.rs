@@ -111,3 +111,57 @@ fn reading_commands_never_make_a_ledger() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "reading left {left:?}");
 }
+
+/// `kavi init` makes a workspace in which the README's forge runs as shipped, and never
+/// overwrites one.
+#[test]
+fn init_writes_a_workspace_the_forge_runs_in_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::kavi(dir.path(), &["init", "ws"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("policies/ ("), "{stdout}");
+    assert!(
+        stdout.contains("kavi pipeline run forge --set skill=word_count"),
+        "{stdout}"
+    );
+    let ws = dir.path().join("ws");
+    for file in [
+        "kavi.toml",
+        "pipelines/forge.toml",
+        "policies/toolchains.toml",
+        "builders/scripted.py",
+        ".gitignore",
+    ] {
+        assert!(ws.join(file).is_file(), "{file} was not written");
+    }
+    let forged = common::kavi(
+        &ws,
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(
+        forged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forged.stdout)
+    );
+    let shown = common::json(&common::kavi(
+        &ws,
+        &["skill", "show", "word_count", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+
+    // A workspace is not initialized twice, and a folder holding shipped files is not touched.
+    let again = common::kavi(&ws, &["init"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is a kavi workspace already"));
+    let partial = dir.path().join("partial");
+    std::fs::create_dir_all(partial.join("policies")).unwrap();
+    std::fs::write(partial.join("policies/gates.toml"), "# mine\n").unwrap();
+    let refused = common::kavi(dir.path(), &["init", "partial"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        std::fs::read_to_string(partial.join("policies/gates.toml")).unwrap(),
+        "# mine\n"
+    );
+    assert!(!partial.join("kavi.toml").exists());
+}

@@ -31,6 +31,7 @@ mod chains;
 mod doctor;
 mod executions;
 mod help;
+mod init;
 mod ledger;
 mod listing;
 mod output;
@@ -152,6 +153,13 @@ enum TopCommand {
     },
     /// Print kavi's man page (roff), such as `kavi man > ~/.local/share/man/man1/kavi.1`.
     Man,
+    /// Write a working workspace (kavi.toml, the shipped pipelines, policies, chains, templates,
+    /// example proposals and the offline scripted builder) into DIR, and say what it wrote.
+    Init {
+        /// The folder to make a workspace of (made if missing); the current one by default.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -434,8 +442,8 @@ enum PipelineCommand {
         #[command(flatten)]
         pipeline: PipelineArgs,
         /// How many nodes may run at once (default: from config, else the number of CPUs).
-        #[arg(long, short)]
-        jobs: Option<usize>,
+        #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
         /// Print the recorded run as JSON instead of progress lines.
         #[arg(long)]
         json: bool,
@@ -610,6 +618,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
         // These describe kavi itself and need no workspace.
         TopCommand::Completions { shell } => help::completions(shell),
         TopCommand::Man => help::man_page(),
+        TopCommand::Init { dir } => init::run(&dir),
         TopCommand::InWorkspace(command) => {
             in_workspace(command, cli.workspace.as_deref(), cli.ledger).await
         }
@@ -622,7 +631,7 @@ async fn in_workspace(
     ledger: Option<PathBuf>,
 ) -> Result<i32, Error> {
     let jobs = match &command {
-        Command::Pipeline(PipelineCommand::Run { jobs, .. }) => *jobs,
+        Command::Pipeline(PipelineCommand::Run { jobs, .. }) => jobs.map(|jobs| jobs as usize),
         _ => None,
     };
     let overrides = Overrides { ledger, jobs };

@@ -530,10 +530,10 @@ impl Ledger {
         )?;
         for (role, artifact) in record.artifacts {
             keep_artifact(&tx, artifact, &now())?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256) VALUES (?1, ?2, ?3)",
-                params![node_run_id, role, artifact.sha256],
-            )?;
+            )?
+            .execute(params![node_run_id, role, artifact.sha256])?;
         }
         tx.commit()?;
         Ok(())
@@ -797,9 +797,8 @@ impl Ledger {
         let mut stmt = self.conn.prepare(
             "SELECT id, node_id, kind, state, attempt, started_at, finished_at, duration_ms,
                     exit_code, outputs, error, reason
-             FROM node_runs n WHERE run_id = ?1
-             ORDER BY (SELECT min(m.id) FROM node_runs m
-                       WHERE m.run_id = n.run_id AND m.node_id = n.node_id), attempt",
+             FROM node_runs WHERE run_id = ?1
+             ORDER BY min(id) OVER (PARTITION BY node_id), attempt",
         )?;
         let mut artifacts_stmt = self.conn.prepare(
             "SELECT l.role, a.sha256, a.kind, a.size, a.path

@@ -110,9 +110,9 @@ impl GoverningSet {
     /// inside `root`. Options, `NAME=value` assignments, templates and programs found on `PATH`
     /// are not files of the workspace and are left out; so is a path that leaves the root.
     pub fn add_named_files<'w>(&mut self, root: &Path, words: impl IntoIterator<Item = &'w str>) {
-        let Ok(canonical_root) = root.canonicalize() else {
-            return;
-        };
+        // Resolved once, and only when a word names something: most words (`true`, `echo`) are
+        // not files, and a pipeline of 100,000 nodes asks this of each.
+        let mut canonical_root = None;
         for word in words {
             let word = word.trim_matches(|c| c == '"' || c == '\'');
             if word.is_empty()
@@ -123,10 +123,20 @@ impl GoverningSet {
             {
                 continue;
             }
-            let Ok(path) = root.join(word).canonicalize() else {
+            let named = root.join(word);
+            if named.symlink_metadata().is_err() {
+                continue;
+            }
+            let Ok(path) = named.canonicalize() else {
                 continue;
             };
-            if !path.is_file() || !path.starts_with(&canonical_root) {
+            if canonical_root.is_none() {
+                canonical_root = root.canonicalize().ok();
+            }
+            let inside = canonical_root
+                .as_ref()
+                .is_some_and(|root| path.starts_with(root));
+            if !path.is_file() || !inside {
                 continue;
             }
             // Scripts are text; a binary the command names is still named, by its bytes' hash.
