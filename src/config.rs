@@ -11,10 +11,13 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::diagnostic::{Diagnostic, SourceFile};
+
 pub const CONFIG_FILE: &str = "kavi.toml";
 
+// `default` so that kavi.toml alone can be checked against this type, with toml's spans.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The SQLite ledger file.
     pub ledger: PathBuf,
@@ -160,16 +163,60 @@ pub struct Overrides {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A value in kavi.toml, a `KAVI_*` variable or a flag that cannot be used; located in
+    /// kavi.toml when it comes from there.
     #[error("invalid configuration: {0}")]
-    Invalid(Box<figment::Error>),
-    #[error("invalid configuration: `jobs` must be at least 1")]
-    ZeroJobs,
-    #[error("invalid configuration: {0}")]
-    Duration(String),
+    Invalid(Box<Diagnostic>),
+    #[error("failed to read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to read the current directory: {0}")]
     CurrentDir(std::io::Error),
     #[error("workspace {} is not a directory", .0.display())]
     NotADirectory(PathBuf),
+}
+
+impl ConfigError {
+    fn invalid(diagnostic: Diagnostic) -> Self {
+        ConfigError::Invalid(Box::new(diagnostic))
+    }
+}
+
+/// What is wrong with a `KAVI_*` variable (kavi.toml was checked before, and flags by clap),
+/// naming the variable as the user set it.
+fn from_environment(error: &figment::Error) -> String {
+    let from_env = error
+        .metadata
+        .as_ref()
+        .is_some_and(|metadata| metadata.name.contains("environment"));
+    if !from_env || error.path.is_empty() {
+        return error.to_string();
+    }
+    let variable = variable_name(&error.path);
+    let value = std::env::var(&variable).unwrap_or_default();
+    format!("{variable}={value:?}: {}", error.kind)
+}
+
+/// The `KAVI_*` variable that sets a key: `gateway.timeout` is `KAVI_GATEWAY_TIMEOUT`.
+fn variable_name(key: &[impl AsRef<str>]) -> String {
+    let parts: Vec<&str> = key.iter().map(AsRef::as_ref).collect();
+    format!("KAVI_{}", parts.join("_").to_ascii_uppercase())
+}
+
+/// The span of the value at `key` (a dotted path) in TOML text.
+fn value_span(text: &str, key: &[&str]) -> Option<std::ops::Range<usize>> {
+    let root = toml::de::DeTable::parse(text).ok()?;
+    let mut table = root.get_ref();
+    let (last, parents) = key.split_last()?;
+    for part in parents {
+        match table.get(*part)?.get_ref() {
+            toml::de::DeValue::Table(inner) => table = inner,
+            _ => return None,
+        }
+    }
+    Some(table.get(*last)?.span())
 }
 
 /// A resolved workspace: its root and its configuration with absolute paths.
@@ -200,10 +247,22 @@ impl Workspace {
         };
         let config_file = Some(root.join(CONFIG_FILE)).filter(|p| p.is_file());
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(file) = &config_file {
-            figment = figment.merge(Toml::file_exact(file));
-        }
-        let mut config: Config = figment
+        let file_text = match &config_file {
+            Some(file) => {
+                let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+                    path: file.clone(),
+                    source,
+                })?;
+                let source = SourceFile::new(file, text.clone());
+                // toml knows where each value is; figment does not, so the file is checked here.
+                toml::from_str::<Config>(&text)
+                    .map_err(|e| ConfigError::invalid(crate::spec::toml_error(&source, &e)))?;
+                figment = figment.merge(Toml::string(&text));
+                Some(source)
+            }
+            None => None,
+        };
+        let figment = figment
             .merge(Env::prefixed("KAVI_").only(&[
                 "ledger",
                 "artifacts",
@@ -221,14 +280,42 @@ impl Workspace {
                     .only(&["base_url", "model", "timeout", "max_prompt_chars"])
                     .map(|key| format!("gateway.{key}").into()),
             )
-            .merge(Serialized::defaults(overrides))
+            .merge(Serialized::defaults(overrides));
+        // Points at the layer that set a value: its place in kavi.toml, or its variable.
+        let located = |key: &[&str], message: String| {
+            let source = figment
+                .find_metadata(&key.join("."))
+                .map_or("", |metadata| metadata.name.as_ref());
+            if source.contains("environment") {
+                return Diagnostic::new(format!("{} ({message})", variable_name(key)));
+            }
+            let diagnostic = Diagnostic::new(message);
+            match (&file_text, source.contains("TOML")) {
+                (Some(file), true) => match value_span(&file.text, key) {
+                    Some(span) => diagnostic.at(file, span),
+                    None => diagnostic,
+                },
+                _ => diagnostic,
+            }
+        };
+        let mut config: Config = figment
             .extract()
-            .map_err(|e| ConfigError::Invalid(Box::new(e)))?;
+            .map_err(|e| ConfigError::invalid(Diagnostic::new(from_environment(&e))))?;
         if config.jobs == 0 {
-            return Err(ConfigError::ZeroJobs);
+            return Err(ConfigError::invalid(located(
+                &["jobs"],
+                "`jobs` must be at least 1".into(),
+            )));
         }
-        config.gateway.timeout().map_err(ConfigError::Duration)?;
-        config.skill_timeout().map_err(ConfigError::Duration)?;
+        if let Err(message) = config.gateway.timeout() {
+            return Err(ConfigError::invalid(located(
+                &["gateway", "timeout"],
+                message,
+            )));
+        }
+        if let Err(message) = config.skill_timeout() {
+            return Err(ConfigError::invalid(located(&["skill_timeout"], message)));
+        }
         config.ledger = root.join(&config.ledger);
         config.artifacts = root.join(&config.artifacts);
         config.sandboxes = if config.sandboxes.as_os_str().is_empty() {
@@ -352,6 +439,36 @@ mod tests {
             jail.create_file("kavi.toml", "jobz = 3\n")?;
             let err = Workspace::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("jobz"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
+    fn a_bad_value_is_named_where_it_was_set() {
+        Jail::expect_with(|jail| {
+            jail.create_file("kavi.toml", "# comment\njobs = \"four\"\n")?;
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("kavi.toml:2:8"), "{err}");
+
+            jail.create_file("kavi.toml", "[gateway]\ntimeout = \"soon\"\n")?;
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("kavi.toml:2:11"), "{err}");
+
+            jail.create_file("kavi.toml", "")?;
+            jail.set_env("KAVI_JOBS", "abc");
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            assert!(err.to_string().contains("KAVI_JOBS=\"abc\""), "{err}");
+
+            jail.set_env("KAVI_JOBS", "0");
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("KAVI_JOBS (`jobs` must be"),
+                "{err}"
+            );
             Ok(())
         });
     }

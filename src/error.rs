@@ -43,6 +43,9 @@ pub enum Error {
     /// output a node did not keep).
     #[error("{0}")]
     NotFound(String),
+    /// kavi could not read what it needs, for a reason already put in words.
+    #[error("{0}")]
+    Unusable(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -53,7 +56,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Config(_) | Error::Io { .. } => exit::ENVIRONMENT,
+            Error::Config(_) | Error::Io { .. } | Error::Unusable(_) => exit::ENVIRONMENT,
             Error::Spec(SpecError::NotFound { .. }) => exit::NOT_FOUND,
             Error::Spec(_) => exit::INVALID_SPEC,
             Error::Ledger(e) => ledger_exit_code(e),
@@ -61,6 +64,19 @@ impl Error {
             Error::Execution(_) | Error::Toolchain(_) => exit::ENVIRONMENT,
             Error::Usage(_) => exit::USAGE,
             Error::NotFound(_) => exit::NOT_FOUND,
+        }
+    }
+}
+
+/// Why a skill may not run: one that does not exist is not found; one that may not run (not
+/// trusted, drifted) is the caller's mistake.
+impl From<crate::executions::Refusal> for Error {
+    fn from(refusal: crate::executions::Refusal) -> Self {
+        use crate::executions::Refusal;
+        match refusal {
+            Refusal::Unknown(detail) => Error::NotFound(detail),
+            Refusal::Trust(detail) | Refusal::Hash(detail) => Error::Usage(detail),
+            Refusal::Unreadable(detail) => Error::Unusable(detail),
         }
     }
 }
@@ -79,5 +95,37 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
         | LedgerError::ExecutionAmbiguous(_) => exit::USAGE,
         LedgerError::TransitionRefused(_) => exit::RUN_FAILED,
         _ => exit::ENVIRONMENT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit;
+
+    /// docs/exit-codes.md lists exactly the codes kavi exits with.
+    #[test]
+    fn the_documented_table_is_the_one_in_code() {
+        let documented: std::collections::BTreeSet<i32> = include_str!("../docs/exit-codes.md")
+            .lines()
+            .filter_map(|line| line.strip_prefix("| ")?.split(' ').next()?.parse().ok())
+            .collect();
+        let signals = [
+            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::Signal::SIGHUP,
+        ];
+        let in_code: std::collections::BTreeSet<i32> = [
+            exit::SUCCESS,
+            exit::RUN_FAILED,
+            exit::USAGE,
+            exit::INVALID_SPEC,
+            exit::ENVIRONMENT,
+            exit::NOT_FOUND,
+            exit::AWAITING_REVIEW,
+            exit::CANCELLED,
+        ]
+        .into_iter()
+        .chain(signals.map(|signal| 128 + signal as i32))
+        .collect();
+        assert_eq!(documented, in_code);
     }
 }

@@ -92,9 +92,9 @@ pub async fn replay(
 ) -> Result<i32, Error> {
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let original = match id {
-        "latest" => ledger
-            .latest_execution()?
-            .ok_or_else(|| Error::Usage("no executions recorded yet; nothing to replay".into()))?,
+        "latest" => ledger.latest_execution()?.ok_or_else(|| {
+            Error::NotFound("no executions recorded yet; nothing to replay".into())
+        })?,
         id => ledger.execution(id)?,
     };
     let id = original.execution_id.as_str();
@@ -110,7 +110,7 @@ pub async fn replay(
         .map_err(|refusal| match refusal {
             Refusal::Trust(detail) => refused("trust", detail),
             Refusal::Hash(detail) => refused("hash", detail),
-            Refusal::Unreadable(detail) => Error::Usage(detail),
+            other => Error::from(other),
         })?;
     match &original.source_hash {
         Some(then) if *then == ready.hash => {}

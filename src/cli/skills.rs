@@ -82,11 +82,15 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
 /// `file` (as the user named it, from the current folder) relative to the workspace: a proposal
 /// lives in the workspace, where trust re-reads it.
 fn workspace_relative(workspace: &Workspace, file: &str) -> Result<String, Error> {
-    let not_found = |source| {
-        Error::Spec(SpecError::Read {
-            path: file.into(),
-            source,
-        })
+    let not_found = |source: std::io::Error| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            Error::NotFound(format!("no proposal file `{file}`"))
+        } else {
+            Error::Spec(SpecError::Read {
+                path: file.into(),
+                source,
+            })
+        }
     };
     let absolute = std::path::Path::new(file)
         .canonicalize()
@@ -501,11 +505,18 @@ pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i3
 pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
     let input: serde_json::Value = serde_json::from_str(input)
         .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
+    // A skill that does not exist is said so before policies are read or anything is made.
+    match Ledger::open_existing(&workspace.config.ledger) {
+        Err(LedgerError::Missing(_)) => {
+            return Err(Error::NotFound(format!(
+                "no skill `{name}`: nothing has been recorded in this workspace yet"
+            )));
+        }
+        ledger => drop(ledger?.skill(name)?),
+    }
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, true);
-    let ready = runner
-        .ready(name)
-        .map_err(|refusal| Error::Usage(refusal.to_string()))?;
+    let ready = runner.ready(name)?;
     require_confirmation(name, ready.proposal.side_effect, yes)?;
     let cancel = super::cancel_on_signals("the skill");
     let record = runner

@@ -54,7 +54,10 @@ pub struct Lineage {
 /// Why a skill may not run: which check failed, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// No such skill, or it is not TRUSTED.
+    /// No such skill (or no ledger yet, so no skill at all).
+    #[error("{0}")]
+    Unknown(String),
+    /// The skill is not TRUSTED.
     #[error("{0}")]
     Trust(String),
     /// Its files do not hash to what was trusted (or cannot be read).
@@ -149,10 +152,17 @@ fn millis(d: Duration) -> i64 {
 impl Runner<'_> {
     /// The trust check. The error says which check failed and how to recover.
     pub fn ready(&self, name: &str) -> Result<Ready, Refusal> {
-        let ledger = Ledger::open(self.ledger).map_err(|e| Refusal::Unreadable(e.to_string()))?;
-        let skill = ledger
-            .skill(name)
-            .map_err(|e| Refusal::Trust(e.to_string()))?;
+        // Running a skill never makes a ledger: with none, there is no skill to run.
+        let ledger = Ledger::open_existing(self.ledger).map_err(|e| match e {
+            LedgerError::Missing(_) => Refusal::Unknown(format!(
+                "no skill `{name}`: nothing has been recorded in this workspace yet"
+            )),
+            e => Refusal::Unreadable(e.to_string()),
+        })?;
+        let skill = ledger.skill(name).map_err(|e| match e {
+            LedgerError::SkillNotFound(_) => Refusal::Unknown(e.to_string()),
+            e => Refusal::Unreadable(e.to_string()),
+        })?;
         let trusted = ledger
             .trusted_skills(TRUSTED)
             .map_err(|e| Refusal::Unreadable(e.to_string()))?
