@@ -219,6 +219,21 @@ fn value_span(text: &str, key: &[&str]) -> Option<std::ops::Range<usize>> {
     Some(table.get(*last)?.span())
 }
 
+/// The keys of `config` in templates (see [`Workspace::run_config`]).
+pub const RUN_CONFIG_KEYS: &[&str] = &[
+    "workspace",
+    "ledger",
+    "artifacts",
+    "sandboxes",
+    "builder",
+    "gateway",
+    "executions_log",
+    "skill_timeout",
+    "jobs",
+    "toolchains",
+    "toolchain",
+];
+
 /// A resolved workspace: its root and its configuration with absolute paths.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -362,7 +377,7 @@ impl Workspace {
     }
 
     /// The configuration as runs see it: `config` in templates, and the `config` member of
-    /// every run's governing set.
+    /// every run's governing set. Its keys are [`RUN_CONFIG_KEYS`].
     pub fn run_config(&self) -> serde_json::Value {
         serde_json::json!({
             "workspace": self.root,
@@ -425,6 +440,27 @@ mod tests {
             assert_eq!(gateway.base_url, "http://127.0.0.1:9");
             assert_eq!(gateway.model, "m");
             assert_eq!(gateway.max_prompt_chars, 16_000);
+            Ok(())
+        });
+    }
+
+    /// `check` knows the keys of `config` in templates from [`RUN_CONFIG_KEYS`].
+    #[test]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
+    fn run_config_has_exactly_the_keys_check_knows() {
+        Jail::expect_with(|_| {
+            let ws = Workspace::load(None, &Overrides::default()).unwrap();
+            let keys: Vec<String> = ws
+                .run_config()
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+            assert_eq!(keys, RUN_CONFIG_KEYS);
             Ok(())
         });
     }

@@ -86,10 +86,13 @@ impl Diagnostic {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.message)?;
+        // `= help` lines up with the `|` of the source line above it.
+        let mut help_pad = " ".to_owned();
         if let Some((file, span)) = &self.location {
             let (line, col) = file.line_col(span.start);
             let gutter = line.to_string().len();
             let pad = " ".repeat(gutter);
+            help_pad = pad.clone();
             let source_line = file.text.lines().nth(line - 1).unwrap_or("");
             // Carets cover the span, but never run past the end of the first line it touches.
             let line_chars = source_line.chars().count();
@@ -107,9 +110,35 @@ impl fmt::Display for Diagnostic {
             )?;
         }
         if let Some(help) = &self.help {
-            write!(f, "\n  = help: {help}")?;
+            write!(f, "\n{help_pad} = help: {help}")?;
         }
         Ok(())
+    }
+}
+
+/// The candidate closest to a mistyped `word`, when one is close enough to be what was meant.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let allowed = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|candidate| (strsim::damerau_levenshtein(word, candidate), candidate))
+        .filter(|(distance, _)| *distance <= allowed)
+        .min()
+        .map(|(_, candidate)| candidate)
+}
+
+/// `did you mean `x`?`, or what the choices are when none is close.
+pub fn suggest(word: &str, candidates: &[&str]) -> String {
+    match closest(word, candidates.iter().copied()) {
+        Some(close) => format!("did you mean `{close}`?"),
+        None => format!(
+            "known: {}",
+            candidates
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
@@ -140,6 +169,15 @@ mod tests {
         assert_eq!(file.line_col(6), (2, 1));
         // 'é' is two bytes: the '=' after "bé " is column 4.
         assert_eq!(file.line_col(10), (2, 4));
+    }
+
+    #[test]
+    fn a_close_name_is_suggested_and_a_far_one_is_not() {
+        let known = ["outputs", "state", "kind", "error"];
+        assert_eq!(closest("ouputs", known), Some("outputs"));
+        assert_eq!(closest("stat", known), Some("state"));
+        assert_eq!(closest("banana", known), None);
+        assert_eq!(suggest("x", &["id", "pipeline"]), "known: `id`, `pipeline`");
     }
 
     #[test]

@@ -29,7 +29,20 @@ pub fn is_templated(text: &str) -> bool {
 fn strict_environment(templates_dir: &Path) -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // Keeps each error's template source, so an error can quote the expression that failed
+    // (minijinja turns this off in release builds).
+    env.set_debug(true);
     env.set_keep_trailing_newline(true);
+    // Booleans print as TOML and JSON write them (`true`, not Python's `True`), so a rendered
+    // value can be handed back as a boolean parameter.
+    env.set_formatter(|out, state, value| {
+        if value.kind() == minijinja::value::ValueKind::Bool {
+            out.write_str(if value.is_true() { "true" } else { "false" })?;
+            Ok(())
+        } else {
+            minijinja::escape_formatter(out, state, value)
+        }
+    });
     env.set_loader(minijinja::path_loader(templates_dir));
     env
 }
@@ -95,14 +108,96 @@ impl TemplateEngine {
     }
 }
 
-/// A one-line description of a minijinja error, without its debug dump.
+/// What a template may read: the roots it is rendered with, each with its fields when those are
+/// fixed, so `check` refuses `{{ run.nosuch }}` instead of the run failing on it.
+#[derive(Debug, Clone, Default)]
+pub struct Scope<'a> {
+    roots: Vec<(&'a str, Option<Vec<&'a str>>)>,
+}
+
+/// The fields of `run` in a node's templates (see `Executor::context_for`).
+pub const RUN_FIELDS: &[&str] = &["id", "pipeline", "spec_hash"];
+
+impl<'a> Scope<'a> {
+    /// What every node's templates are rendered with: `params` and `nodes`, whose names the
+    /// pipeline declares and `check` resolves against it, `run` and `config`.
+    pub fn node() -> Self {
+        Self::default()
+            .with("params", None)
+            .with("nodes", None)
+            .with("run", Some(RUN_FIELDS.to_vec()))
+            .with("config", Some(crate::config::RUN_CONFIG_KEYS.to_vec()))
+    }
+
+    /// Adds a root, with its fields when they are fixed.
+    pub fn with(mut self, root: &'a str, fields: Option<Vec<&'a str>>) -> Self {
+        self.roots.push((root, fields));
+        self
+    }
+
+    /// The first path in `reads` this scope does not have, with why and a suggestion.
+    pub fn unknown(&self, reads: &BTreeSet<String>) -> Option<(String, String, String)> {
+        let names: Vec<&str> = self.roots.iter().map(|(root, _)| *root).collect();
+        reads.iter().find_map(|path| {
+            let mut parts = path.split('.');
+            let root = parts.next()?;
+            let Some((_, fields)) = self.roots.iter().find(|(name, _)| *name == root) else {
+                return Some((
+                    path.clone(),
+                    format!("template reads `{root}`, which templates here do not have"),
+                    crate::diagnostic::suggest(root, &names),
+                ));
+            };
+            let field = parts.next()?;
+            let fields = fields.as_ref()?;
+            (!fields.contains(&field)).then(|| {
+                (
+                    path.clone(),
+                    format!("template reads `{root}.{field}`, but `{root}` has no `{field}`"),
+                    crate::diagnostic::suggest(field, fields),
+                )
+            })
+        })
+    }
+}
+
+/// Where a template first reads `path` inside a `{{ }}` or `{% %}` block, for pointing at it.
+pub fn find_read(text: &str, path: &str) -> Option<std::ops::Range<usize>> {
+    let is_name = |c: char| c.is_alphanumeric() || c == '_' || c == '.';
+    text.match_indices(path).map(|(at, _)| at).find_map(|at| {
+        let before = &text[..at];
+        let opened = before.rfind("{{").max(before.rfind("{%"));
+        let closed = before.rfind("}}").max(before.rfind("%}"));
+        let inside = opened.is_some() && opened > closed;
+        let bounded = !before.chars().next_back().is_some_and(is_name)
+            && !text[at + path.len()..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        (inside && bounded).then(|| at..at + path.len())
+    })
+}
+
+/// A one-line description of a minijinja error, without its debug dump: for a value that is not
+/// there, the expression that reads it; and the template's own line.
 pub fn describe_error(err: &minijinja::Error) -> String {
-    let mut text = match err.detail() {
-        Some(detail) => format!("{}: {detail}", err.kind()),
-        None => err.kind().to_string(),
+    let culprit = err
+        .template_source()
+        .zip(err.range())
+        .and_then(|(source, range)| source.get(range));
+    let mut text = match (err.kind(), err.detail(), culprit) {
+        (minijinja::ErrorKind::UndefinedError, _, Some(culprit)) => {
+            format!("undefined value `{culprit}`")
+        }
+        (kind, Some(detail), _) => format!("{kind}: {detail}"),
+        (kind, None, _) => kind.to_string(),
     };
-    if let Some(line) = err.line() {
-        text.push_str(&format!(" (template line {line})"));
+    match (err.name(), err.line()) {
+        (Some(name), Some(line)) if name != "<string>" && name != "<expression>" => {
+            text.push_str(&format!(" ({name} line {line})"));
+        }
+        (_, Some(line)) => text.push_str(&format!(" (template line {line})")),
+        _ => {}
     }
     text
 }
@@ -128,6 +223,60 @@ mod tests {
             .render_str("{{ params.missing }}", &ctx())
             .unwrap_err();
         assert_eq!(err.kind(), minijinja::ErrorKind::UndefinedError);
+        assert_eq!(
+            describe_error(&err),
+            "undefined value `params.missing` (template line 1)"
+        );
+    }
+
+    /// A template file's error names the variable and the line in that file, not in the
+    /// pipeline that renders it.
+    #[test]
+    fn errors_in_a_template_file_name_the_variable_and_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("report.md.j2"),
+            "# Report\n\n{{ params.greeting }}\n{% if true %}\n{{ vars.titel | upper }}\n{% endif %}\n",
+        )
+        .unwrap();
+        let err = TemplateEngine::new(dir.path())
+            .render_file("report.md.j2", &ctx())
+            .unwrap_err();
+        assert_eq!(
+            describe_error(&err),
+            "undefined value `vars.titel` (report.md.j2 line 5)"
+        );
+    }
+
+    #[test]
+    fn a_scope_refuses_roots_and_fields_templates_do_not_have() {
+        let reads = |paths: &[&str]| paths.iter().map(|p| p.to_string()).collect();
+        let scope = Scope::node().with("vars", Some(vec!["title"]));
+        assert_eq!(
+            scope.unknown(&reads(&["params.x", "nodes.a.outputs", "run.id"])),
+            None
+        );
+        let (path, message, help) = scope.unknown(&reads(&["run.idd"])).unwrap();
+        assert_eq!(path, "run.idd");
+        assert_eq!(message, "template reads `run.idd`, but `run` has no `idd`");
+        assert_eq!(help, "did you mean `id`?");
+        let (_, message, help) = scope.unknown(&reads(&["env.HOME"])).unwrap();
+        assert_eq!(
+            message,
+            "template reads `env`, which templates here do not have"
+        );
+        assert!(help.starts_with("known: `params`, `nodes`"), "{help}");
+        let (_, _, help) = scope.unknown(&reads(&["vars.titel"])).unwrap();
+        assert_eq!(help, "did you mean `title`?");
+        assert_eq!(scope.unknown(&reads(&["config.workspace"])), None);
+    }
+
+    #[test]
+    fn a_read_is_found_inside_a_block_not_in_prose() {
+        let text = "run.id is the run\n{{ run.idd }} and {{ run.id }}";
+        assert_eq!(find_read(text, "run.id"), Some(39..45));
+        assert_eq!(find_read(text, "run.idd"), Some(21..28));
+        assert_eq!(find_read(text, "run.x"), None);
     }
 
     #[test]

@@ -195,6 +195,15 @@ fn check_node_reads(dag: &Dag<'_>, index_of: &HashMap<&str, usize>) -> Result<()
                 );
                 continue;
             };
+            if let Some(problem) = unknown_node_field(&dag.pipeline.nodes[t], parts) {
+                let (message, help) = problem;
+                problems.push(
+                    Diagnostic::new(format!("node `{}` reads `{path}`: {message}", node.id))
+                        .at(&dag.pipeline.source, span.clone())
+                        .with_help(help),
+                );
+                continue;
+            }
             let upstream = upstream.get_or_insert_with(|| ancestors(dag, i));
             if !upstream.contains(&t) {
                 problems.push(
@@ -213,6 +222,31 @@ fn check_node_reads(dag: &Dag<'_>, index_of: &HashMap<&str, usize>) -> Result<()
     } else {
         Err(problems.into())
     }
+}
+
+/// What is wrong with reading `nodes.<target>.<rest>`: a field the entry does not have, or an
+/// output the target's kind never produces.
+fn unknown_node_field<'p>(
+    target: &crate::spec::NodeSpec,
+    mut rest: impl Iterator<Item = &'p str>,
+) -> Option<(String, String)> {
+    use crate::diagnostic::suggest;
+    use crate::nodes::NODE_ENTRY_FIELDS;
+    let field = rest.next()?;
+    if !NODE_ENTRY_FIELDS.contains(&field) {
+        return Some((
+            format!("a node has no `{field}`"),
+            suggest(field, NODE_ENTRY_FIELDS),
+        ));
+    }
+    let output = rest.next().filter(|_| field == "outputs")?;
+    let keys = target.action.output_keys()?;
+    (!keys.contains(&output)).then(|| {
+        (
+            format!("`{}` nodes have no output `{output}`", target.kind),
+            suggest(output, keys),
+        )
+    })
 }
 
 fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {

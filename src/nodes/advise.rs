@@ -18,6 +18,7 @@ use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::policy::network::{self, NetworkPolicy};
 use crate::research::advisory::{Advice, Advisor, PROMPT_TEMPLATE};
+use crate::template::Scope;
 
 pub const KIND: NodeKind = NodeKind {
     name: "advise",
@@ -42,7 +43,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let raw: AdviseConfig = config.deserialize()?;
     config.check_template(&raw.skill)?;
     let template = Spanned::new(config.span.clone(), PROMPT_TEMPLATE.to_owned());
-    config.check_template_file(&template)?;
+    // The prompt is rendered with the failed build, its packet and its research note only.
+    let prompt_scope = Scope::default()
+        .with("build", None)
+        .with("packet", None)
+        .with("note", None);
+    config.check_template_file(&template, &prompt_scope)?;
     let source = config.load_policy_source(raw.network.as_ref(), network::DEFAULT_POLICY)?;
     Ok(Arc::new(Advise {
         skill: raw.skill.into_inner(),

@@ -24,7 +24,7 @@ use crate::ledger::Ledger;
 use crate::process::{self, CommandSpec, Exit};
 use crate::skills::Lifecycle;
 use crate::state::NodeState;
-use crate::template::describe_error;
+use crate::template::{Scope, describe_error};
 
 pub const KIND: NodeKind = NodeKind {
     name: "build",
@@ -76,7 +76,13 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let raw: BuildConfig = config.deserialize()?;
     config.check_template(&raw.skill)?;
     config.check_template(&raw.sandbox)?;
-    config.check_template_file(&raw.template)?;
+    // What `Build::run` adds to the node's context for the packet.
+    let packet_scope = Scope::node()
+        .with("build", None)
+        .with("paths", Some(vec!["allowed", "required"]))
+        .with("previous", None)
+        .with("vars", None);
+    config.check_template_file(&raw.template, &packet_scope)?;
     config.governing.mark_builder();
     let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
     for value in raw.env.values() {

@@ -167,6 +167,10 @@ impl ChainNode {
 
 #[async_trait::async_trait]
 impl NodeAction for ChainNode {
+    fn output_keys(&self) -> Option<&'static [&'static str]> {
+        Some(&["chain", "steps"])
+    }
+
     fn describe(&self) -> String {
         format!(
             "run chain `{}` ({} steps)",

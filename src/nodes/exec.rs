@@ -303,6 +303,18 @@ fn parse_json(stdout: &mut Captured, redactor: Option<&Redactor>) -> Result<Valu
 
 #[async_trait::async_trait]
 impl NodeAction for Exec {
+    fn output_keys(&self) -> Option<&'static [&'static str]> {
+        Some(&[
+            "exit_code",
+            "stdout",
+            "stderr",
+            "truncated",
+            "stdout_lossy",
+            "stderr_lossy",
+            "json",
+        ])
+    }
+
     fn describe(&self) -> String {
         let mut described = match &self.program {
             Program::Argv(argv) => shlex::try_join(argv.iter().map(String::as_str))

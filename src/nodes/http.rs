@@ -195,6 +195,10 @@ impl Http {
 
 #[async_trait::async_trait]
 impl NodeAction for Http {
+    fn output_keys(&self) -> Option<&'static [&'static str]> {
+        Some(&["status", "body", "extract"])
+    }
+
     fn describe(&self) -> String {
         format!("{} {}", self.method, self.url)
     }

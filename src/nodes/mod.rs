@@ -43,7 +43,7 @@ use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::Artifact;
 use crate::spec::governing::{GoverningSet, Role};
 use crate::state::NodeState;
-use crate::template::{TemplateEngine, describe_error};
+use crate::template::{Scope, TemplateEngine, describe_error, find_read};
 
 /// A node kind: its name in TOML and how to parse its fields.
 pub struct NodeKind {
@@ -71,6 +71,9 @@ pub const KINDS: &[NodeKind] = &[
     chain::KIND,
 ];
 
+/// The fields of `nodes.<id>` in templates (see `Executor::finish_node`).
+pub const NODE_ENTRY_FIELDS: &[&str] = &["state", "kind", "error", "outputs"];
+
 /// The failure classifier a `classify` node uses unless it names another.
 pub const CLASSIFIER_POLICY: &str = "policies/classifier.toml";
 
@@ -89,6 +92,12 @@ pub fn kind(name: &str) -> Option<&'static NodeKind> {
 pub trait NodeAction: Send + Sync + Debug {
     /// One line for `pipeline plan`, e.g. the command it runs.
     fn describe(&self) -> String;
+
+    /// The keys its `outputs` can have, so `check` can refuse a template that reads one it
+    /// never has; `None` when they are not known before it runs.
+    fn output_keys(&self) -> Option<&'static [&'static str]> {
+        None
+    }
 
     /// Runs the node once. Must return promptly after `ctx.cancel` fires, having stopped
     /// everything it started; the executor decides whether that was a timeout or a cancel.
@@ -259,31 +268,47 @@ impl<'a> NodeConfig<'a> {
         Diagnostic::new(message).at(self.file, span)
     }
 
-    /// Checks a templated string field and records what it reads.
+    /// Checks a templated string field, rendered with the node's context, and records what it
+    /// reads.
     pub fn check_template(&mut self, field: &Spanned<String>) -> Result<(), Diagnostic> {
         let reads = self
             .templates
             .check_str(field.get_ref())
             .map_err(|e| self.template_error(&e, field.span()))?;
+        if let Some((_, message, help)) = Scope::node().unknown(&reads) {
+            return Err(self.error(message, field.span()).with_help(help));
+        }
         self.record_reads(reads, field.span());
         Ok(())
     }
 
-    /// Checks a template file under `templates/`, records what it reads, and records it as
-    /// governing.
-    pub fn check_template_file(&mut self, name: &Spanned<String>) -> Result<(), Diagnostic> {
+    /// Checks a template file under `templates/`, rendered with `scope`: what it reads that
+    /// the scope lacks is reported in the template file itself. Records what it reads, and the
+    /// file as governing.
+    pub fn check_template_file(
+        &mut self,
+        name: &Spanned<String>,
+        scope: &Scope<'_>,
+    ) -> Result<(), Diagnostic> {
         let (reads, text) = self
             .templates
             .check_file(name.get_ref())
             .map_err(|e| self.template_error(&e, name.span()))?;
-        self.record_reads(reads, name.span());
         let dir = self.templates.dir();
         let path = dir
             .strip_prefix(self.root)
             .unwrap_or(dir)
             .join(name.get_ref());
-        self.governing
-            .add(Role::Template, SourceFile::new(path, text));
+        let source = SourceFile::new(path, text);
+        if let Some((read, message, help)) = scope.unknown(&reads) {
+            let diagnostic = Diagnostic::new(message).with_help(help);
+            return Err(match find_read(&source.text, &read) {
+                Some(span) => diagnostic.at(&source, span),
+                None => diagnostic.at(self.file, name.span()),
+            });
+        }
+        self.record_reads(reads, name.span());
+        self.governing.add(Role::Template, source);
         Ok(())
     }
 

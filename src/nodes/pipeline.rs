@@ -193,6 +193,10 @@ impl SubPipeline {
 
 #[async_trait::async_trait]
 impl NodeAction for SubPipeline {
+    fn output_keys(&self) -> Option<&'static [&'static str]> {
+        Some(&["run_id", "status", "nodes", "failure_kind"])
+    }
+
     fn describe(&self) -> String {
         format!(
             "run pipeline `{}` ({}) as a child run",

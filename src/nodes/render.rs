@@ -12,7 +12,7 @@ use toml::Spanned;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::sandbox::contained_path;
-use crate::template::describe_error;
+use crate::template::{Scope, describe_error};
 
 pub const KIND: NodeKind = NodeKind {
     name: "render",
@@ -48,7 +48,8 @@ struct Render {
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
     let raw: RenderConfig = config.deserialize()?;
-    config.check_template_file(&raw.template)?;
+    let vars = raw.vars.keys().map(String::as_str).collect();
+    config.check_template_file(&raw.template, &Scope::node().with("vars", Some(vars)))?;
     for value in raw.vars.values() {
         config.check_template(value)?;
     }
@@ -114,6 +115,10 @@ impl Render {
 
 #[async_trait::async_trait]
 impl NodeAction for Render {
+    fn output_keys(&self) -> Option<&'static [&'static str]> {
+        Some(&["artifact", "path", "bytes", "dest"])
+    }
+
     fn describe(&self) -> String {
         match &self.dest {
             Some(dest) => format!("render {} -> {dest}", self.template),

@@ -502,6 +502,11 @@ fn load_node(
             Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
                 .at(file, when.span())
         })?;
+        if let Some((_, message, help)) = crate::template::Scope::node().unknown(&reads) {
+            return Err(Diagnostic::new(message)
+                .at(file, when.span())
+                .with_help(help));
+        }
         config
             .reads
             .extend(reads.into_iter().map(|path| (path, when.span())));

@@ -28,12 +28,33 @@ impl ParamType {
 
     /// Parses a command-line value as this type.
     pub fn parse(self, text: &str) -> Result<Value, String> {
-        let bad = || format!("`{text}` is not a valid {}", self.name());
+        let bad = || {
+            let accepted = match self {
+                ParamType::String => "any text",
+                ParamType::Integer => "a whole number, such as 3 or -1",
+                ParamType::Float => "a number, such as 0.5 or 2",
+                ParamType::Boolean => "true or false",
+            };
+            format!(
+                "`{text}` is not a valid {} (accepted: {accepted})",
+                self.name()
+            )
+        };
         Ok(match self {
             ParamType::String => Value::String(text.to_owned()),
             ParamType::Integer => Value::from(text.parse::<i64>().map_err(|_| bad())?),
-            ParamType::Float => Value::from(text.parse::<f64>().map_err(|_| bad())?),
-            ParamType::Boolean => Value::Bool(text.parse::<bool>().map_err(|_| bad())?),
+            ParamType::Float => Value::from(
+                text.parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .ok_or_else(bad)?,
+            ),
+            // `True` too: Jinja-minded tools print booleans that way.
+            ParamType::Boolean => match text.to_ascii_lowercase().as_str() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => return Err(bad()),
+            },
         })
     }
 
@@ -77,10 +98,13 @@ pub fn resolve(
     for (key, _) in sets {
         if !declared.contains_key(key) {
             let known: Vec<_> = declared.keys().map(|k| format!("`{k}`")).collect();
-            let help = if known.is_empty() {
-                "this pipeline declares no parameters".to_owned()
-            } else {
-                format!("declared parameters: {}", known.join(", "))
+            let help = match crate::diagnostic::closest(key, declared.keys().map(String::as_str)) {
+                _ if known.is_empty() => "this pipeline declares no parameters".to_owned(),
+                Some(close) => format!(
+                    "did you mean `{close}`? declared parameters: {}",
+                    known.join(", ")
+                ),
+                None => format!("declared parameters: {}", known.join(", ")),
             };
             problems.push(Diagnostic::new(format!("unknown parameter `{key}`")).with_help(help));
         }
@@ -160,11 +184,36 @@ mod tests {
                 "missing required parameter `count`"
             ]
         );
+        let err = resolve(&decls(), &[("cuont".into(), "3".into())]).unwrap_err();
+        assert_eq!(
+            err[0].help.as_deref(),
+            Some("did you mean `count`? declared parameters: `greeting`, `count`")
+        );
         let err = resolve(&decls(), &[("count".into(), "three".into())]).unwrap_err();
         assert_eq!(
             err[0].message,
-            "invalid value for parameter `count`: `three` is not a valid integer"
+            "invalid value for parameter `count`: `three` is not a valid integer (accepted: a \
+             whole number, such as 3 or -1)"
         );
+    }
+
+    /// What a template prints for a boolean is accepted back as one, so a value can go from
+    /// one pipeline's template into another's `--set` or child parameters.
+    #[test]
+    fn booleans_round_trip_through_templates() {
+        let engine = crate::template::TemplateEngine::new(std::path::Path::new("."));
+        for flag in [true, false] {
+            let context = minijinja::Value::from_serialize(serde_json::json!({ "flag": flag }));
+            let rendered = engine.render_str("{{ flag }}", &context).unwrap();
+            assert_eq!(rendered, flag.to_string());
+            assert_eq!(
+                ParamType::Boolean.parse(&rendered).unwrap(),
+                Value::Bool(flag)
+            );
+        }
+        assert_eq!(ParamType::Boolean.parse("True").unwrap(), Value::Bool(true));
+        let refused = ParamType::Boolean.parse("yes").unwrap_err();
+        assert!(refused.contains("accepted: true or false"), "{refused}");
     }
 
     #[test]
