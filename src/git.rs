@@ -91,6 +91,7 @@ pub async fn run(work_tree: &Path, args: &[&str]) -> Result<String, String> {
         limit: OUTPUT_LIMIT,
         spill_dir: std::env::temp_dir(),
         roster: None,
+        live: None,
     };
     let finished = process::run(&spec, &options, &CancellationToken::new())
         .await

@@ -1601,3 +1601,60 @@ fn logs_artifacts_listings_and_run_filters_read_what_was_recorded() {
     assert_eq!(broken.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&broken.stdout).contains("pipelines/zbroken.toml  INVALID: "));
 }
+
+/// `--stream` prints what a node writes while it runs, after the node's id, with its secrets
+/// hidden; off a terminal, every node's start is a line too.
+#[test]
+fn stream_shows_node_output_while_the_node_runs_with_secrets_hidden() {
+    use std::io::BufRead;
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/talk.toml",
+        r#"
+[pipeline]
+name = "talk"
+
+[nodes.talk]
+kind = "exec"
+# Says it is ready, then waits until the test has seen that line: the line was printed live.
+shell = 'echo "ready $API_TOKEN"; while [ ! -e go ]; do sleep 0.02; done; echo done >&2; printf tail'
+secrets = ["API_TOKEN"]
+
+[nodes.after]
+kind = "exec"
+needs = ["talk"]
+run = ["true"]
+"#,
+    );
+    let mut child = kavi_command(dir.path(), &["pipeline", "run", "talk", "--stream"])
+        .env("API_TOKEN", "sk-live-987")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut seen = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "{seen:?}");
+        seen.push(line.trim_end().to_owned());
+        if line.starts_with("talk | ready") {
+            break;
+        }
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let mut remaining = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut remaining).unwrap();
+    seen.extend(remaining.lines().map(str::to_owned));
+    let rest = child.wait_with_output().unwrap();
+    assert!(rest.status.success());
+    let stderr = String::from_utf8_lossy(&rest.stderr);
+    assert_eq!(seen[1], "  ..     talk started", "{seen:?}");
+    assert_eq!(seen[2], "talk | ready [redacted]", "{seen:?}");
+    assert_eq!(seen[3], "talk | tail", "{seen:?}");
+    assert!(seen[4].starts_with("  ok     talk succeeded"), "{seen:?}");
+    assert_eq!(seen[5], "  ..     after started", "{seen:?}");
+    assert!(stderr.contains("talk | done"), "{stderr}");
+    assert!(!format!("{seen:?}{stderr}").contains("sk-live-987"));
+}

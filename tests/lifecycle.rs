@@ -225,3 +225,124 @@ fn a_transition_to_an_undeclared_state_is_a_check_error() {
     );
     assert!(stderr.contains("--> pipelines/bad.toml:6:6"), "{stderr}");
 }
+
+/// `kavi gc` prunes old runs and the artifacts only they used, keeps the runs a skill's history
+/// names, changes nothing with `--dry-run`, and leaves a ledger that verifies.
+#[test]
+fn gc_prunes_old_runs_but_never_a_skills_history() {
+    let dir = workspace();
+    std::fs::write(
+        dir.path().join("pipelines/say.toml"),
+        r#"
+[pipeline]
+name = "say"
+
+[params.word]
+type = "string"
+
+[nodes.say]
+kind = "exec"
+run = ["echo", "{{ params.word }}"]
+"#,
+    )
+    .unwrap();
+    let said = |word: &str| {
+        let out = kavi(
+            dir.path(),
+            &[
+                "pipeline",
+                "run",
+                "say",
+                "--set",
+                &format!("word={word}"),
+                "--json",
+            ],
+        );
+        assert!(out.status.success());
+        json(&out)
+    };
+    let only_mine = said("only-in-run-1");
+    said("shared");
+    json(&kavi(
+        dir.path(),
+        &["skill", "propose", "proposals/write_note.toml", "--json"],
+    ));
+    let advanced = kavi(
+        dir.path(),
+        &["pipeline", "run", "advance", "--set", "skill=write_note"],
+    );
+    assert!(advanced.status.success());
+    said("shared");
+    let store = dir.path().join(".kavi/artifacts");
+    let only_mine_stdout = only_mine["nodes"][0]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "stdout")
+        .unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let listed = |dir: &std::path::Path| json(&kavi(dir, &["runs", "list", "--json"]));
+    let before = listed(dir.path());
+
+    // Nothing is old enough by default, and a dry run removes nothing.
+    let out = kavi(dir.path(), &["gc"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("removed no runs"));
+    let out = kavi(
+        dir.path(),
+        &[
+            "gc",
+            "--older-than",
+            "0s",
+            "--keep",
+            "1",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    let would = json(&out);
+    assert_eq!(would["runs"], serde_json::json!([1, 2]), "{would}");
+    assert_eq!(would["kept_as_evidence"], 1, "{would}");
+    assert_eq!(listed(dir.path()), before);
+
+    // A temporary file a killed kavi left a day ago goes; one being written now stays.
+    let stale = std::fs::File::create(store.join("tmp/stale.part")).unwrap();
+    stale
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86_400))
+        .unwrap();
+    std::fs::write(store.join("tmp/fresh.part"), "x").unwrap();
+    let out = kavi(
+        dir.path(),
+        &["gc", "--older-than", "0s", "--keep", "1", "--json"],
+    );
+    let removed = json(&out);
+    assert_eq!(removed["temp_files"], 1, "{removed}");
+    assert_eq!(removed["runs"], serde_json::json!([1, 2]));
+    // Run 1's stdout was its own; run 2's is shared with run 4, which stays.
+    let artifacts: Vec<&str> = removed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(artifacts.contains(&only_mine_stdout.as_str()), "{removed}");
+    assert!(
+        kavi(dir.path(), &["artifact", "cat", &only_mine_stdout])
+            .status
+            .code()
+            == Some(5)
+    );
+    let runs: Vec<i64> = listed(dir.path())
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(runs, [4, 3], "the transition run is the skill's history");
+    let shown = kavi(dir.path(), &["runs", "show", "4"]);
+    assert!(shown.status.success());
+    assert!(!store.join("tmp/stale.part").exists());
+    assert!(store.join("tmp/fresh.part").exists());
+    common::assert_ledger_verifies(dir.path());
+}

@@ -30,6 +30,7 @@ mod builds;
 mod chains;
 mod doctor;
 mod executions;
+mod gc;
 mod help;
 mod init;
 mod ledger;
@@ -37,6 +38,7 @@ mod listing;
 mod output;
 mod pipeline;
 mod policy;
+mod progress;
 mod research;
 mod review;
 mod runs;
@@ -200,6 +202,23 @@ enum Command {
     /// Check that this workspace is ready: ledger, artifact store, every pipeline and chain, the
     /// builder, python3, trusted skills' hashes, the gateway (exit 1 if a check failed).
     Doctor {
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove old runs that no skill's record needs, the artifacts only they used, sandboxes whose
+    /// keeping time is up and leftover temporary files; the journal records every deletion, so
+    /// `kavi ledger verify` still holds.
+    Gc {
+        /// Runs that finished longer ago than this may go, such as `30d` or `12h`.
+        #[arg(long, default_value = "30d")]
+        older_than: String,
+        /// The latest runs started by a person (with their child runs) that always stay.
+        #[arg(long, default_value_t = 20)]
+        keep: u32,
+        /// Say what would be removed, and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
@@ -447,6 +466,10 @@ enum PipelineCommand {
         /// Print the recorded run as JSON instead of progress lines.
         #[arg(long)]
         json: bool,
+        /// Print what the nodes' processes write as they write it, each line after its node's
+        /// id (secrets hidden).
+        #[arg(long, conflicts_with = "json")]
+        stream: bool,
     },
     /// Validate a pipeline without running it.
     Check {
@@ -638,12 +661,17 @@ async fn in_workspace(
     let workspace = Workspace::load(root, &overrides)?;
     match command {
         Command::Pipeline(command) => match command {
-            PipelineCommand::Run { pipeline, json, .. } => {
+            PipelineCommand::Run {
+                pipeline,
+                json,
+                stream,
+                ..
+            } => {
                 pipeline::run(
                     &workspace,
                     &pipeline.file,
                     &pipeline.sets,
-                    json,
+                    pipeline::Watch { json, stream },
                     RunOrigin::User,
                 )
                 .await
@@ -730,6 +758,20 @@ async fn in_workspace(
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
         Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
         Command::Doctor { json } => doctor::run(&workspace, json),
+        Command::Gc {
+            older_than,
+            keep,
+            dry_run,
+            json,
+        } => gc::run(
+            &workspace,
+            &gc::Options {
+                older_than,
+                keep,
+                dry_run,
+                json,
+            },
+        ),
         Command::Chain(ChainCommand::Run {
             file,
             sets,

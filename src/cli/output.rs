@@ -1,9 +1,7 @@
-//! Human output: durations, tables, and the console observer that prints node progress.
+//! Human output: durations, tables, state marks.
 
-use std::io::Write;
 use std::time::Duration;
 
-use crate::executor::{Event, Observer};
 use crate::state::NodeState;
 
 pub fn duration_ms(ms: i64) -> String {
@@ -82,79 +80,5 @@ pub fn mark(state: NodeState) -> &'static str {
         NodeState::Interrupted => "INTR",
         NodeState::AwaitingReview => "REVIEW",
         NodeState::Pending | NodeState::Running => "..",
-    }
-}
-
-/// How many lines of a failed node's stderr the console shows; the whole is an artifact.
-const STDERR_TAIL_LINES: usize = 5;
-
-fn last_lines(text: &str, n: usize) -> Vec<&str> {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].to_vec()
-}
-
-/// Prints one line per finished node to stdout, as it happens. A child run (a `pipeline` node's)
-/// is indented under the node that started it.
-#[derive(Debug, Clone, Copy)]
-pub struct Console {
-    pub quiet: bool,
-    pub depth: usize,
-}
-
-impl Observer for Console {
-    fn event(&mut self, event: &Event<'_>) {
-        if self.quiet {
-            return;
-        }
-        let indent = "    ".repeat(self.depth);
-        let mut out = std::io::stdout().lock();
-        let _ = match event {
-            Event::RunStarted {
-                run_id,
-                pipeline,
-                spec_hash,
-                nodes,
-            } => writeln!(
-                out,
-                "{indent}run {run_id}: {pipeline} ({}, spec {})",
-                plural(*nodes, "node"),
-                short_hash(spec_hash)
-            ),
-            Event::NodeStarted { .. } => Ok(()),
-            Event::NodeFinished {
-                node,
-                attempt,
-                state,
-                duration: took,
-                detail,
-                outputs,
-                will_retry,
-            } => {
-                let mut line = format!("{indent}  {:<6} {node}", mark(*state));
-                if *attempt > 1 {
-                    line.push_str(&format!(" (attempt {attempt})"));
-                }
-                line.push_str(&format!(" {state}"));
-                if let Some(took) = took {
-                    line.push_str(&format!(" in {}", duration(*took)));
-                }
-                if let Some(detail) = detail {
-                    // Later lines of a long detail sit under the node, not at the margin.
-                    let under = format!("\n{indent}         ");
-                    line.push_str(&format!(": {}", detail.replace('\n', &under)));
-                }
-                if *will_retry {
-                    line.push_str(" (will retry)");
-                }
-                if matches!(state, NodeState::Failed | NodeState::TimedOut)
-                    && let Some(stderr) = outputs.and_then(|o| o["stderr"].as_str())
-                {
-                    for tail in last_lines(stderr, STDERR_TAIL_LINES) {
-                        line.push_str(&format!("\n{indent}         | {tail}"));
-                    }
-                }
-                writeln!(out, "{line}")
-            }
-        };
     }
 }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::output::{Console, duration_ms, plural, short_hash, table};
+use super::output::{duration_ms, plural, short_hash, table};
+use super::progress::{Console, Screen, Silent, StreamPrinter};
 use crate::config::Workspace;
 use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
@@ -16,6 +17,15 @@ use crate::nodes::Environment;
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
+
+/// What watches a run at `depth`: nothing for `--json`, else the console.
+fn observer(json: bool, screen: &Arc<Screen>, depth: usize) -> Box<dyn executor::Observer + Send> {
+    if json {
+        Box::new(Silent)
+    } else {
+        Box::new(Console::new(Arc::clone(screen), depth))
+    }
+}
 
 /// How a pipeline file is named in messages: relative to the workspace when inside it.
 fn display_path(root: &Path, path: &Path) -> PathBuf {
@@ -48,13 +58,23 @@ fn resolve_params(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
 }
 
+/// How a run shows itself while it runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Watch {
+    /// Print the recorded run as JSON at the end, and nothing before.
+    pub json: bool,
+    /// Print what nodes' processes write as they write it.
+    pub stream: bool,
+}
+
 pub async fn run(
     workspace: &Workspace,
     file: &str,
     sets: &[(String, String)],
-    json: bool,
+    watch: Watch,
     origin: RunOrigin,
 ) -> Result<i32, Error> {
+    let json = watch.json;
     let (pipeline, templates) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
     let params = resolve_params(&pipeline, sets)?;
@@ -70,6 +90,8 @@ pub async fn run(
         crate::ledger::locks_dir(&config.ledger),
         config.artifacts.clone(),
     ];
+    let screen = Screen::new();
+    let child_screen = Arc::clone(&screen);
     let owner =
         Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
             context: "failed to claim the run's lock beside the ledger".into(),
@@ -88,22 +110,24 @@ pub async fn run(
         depth: 0,
         toolchains: Arc::new(workspace.toolchain_home()),
         child_runs: Arc::new(ChildRunner {
-            observer: Box::new(move |depth| Box::new(Console { quiet: json, depth })),
+            observer: Box::new(move |depth| observer(json, &child_screen, depth)),
+        }),
+        live_output: (watch.stream && !json).then(|| {
+            Arc::new(StreamPrinter {
+                screen: Arc::clone(&screen),
+            }) as Arc<dyn crate::nodes::LiveNodeOutput>
         }),
     };
 
     let cancel = super::cancel_on_signals("running nodes");
 
-    let mut console = Console {
-        quiet: json,
-        depth: 0,
-    };
+    let mut console = observer(json, &screen, 0);
     let outcome = executor::execute(
         &dag,
         params,
         Arc::new(env),
         &mut ledger,
-        &mut console,
+        console.as_mut(),
         cancel,
         origin,
     )
@@ -131,6 +155,7 @@ pub async fn run(
             duration_ms(i64::try_from(outcome.duration_ms).unwrap_or(i64::MAX)),
             counts.join(", ")
         );
+        report_skills(&ledger, outcome.run_id)?;
         if outcome.status == RunStatus::AwaitingReview {
             outln!(
                 "awaiting review: decide with `kavi approve {id} --comment ...` or `kavi reject {id} --comment ...`",
@@ -146,6 +171,25 @@ pub async fn run(
         RunStatus::AwaitingReview => exit::AWAITING_REVIEW,
         _ => exit::RUN_FAILED,
     })
+}
+
+/// What became of each skill the run moved through its lifecycle, and what to do with it now.
+fn report_skills(ledger: &Ledger, run_id: i64) -> Result<(), Error> {
+    for (name, states) in ledger.skills_moved_by(run_id)? {
+        let skill = ledger.skill(&name)?;
+        outln!(
+            "skill `{name}` is {} (version {}): {}",
+            skill.state,
+            skill.version,
+            states.join(" -> ")
+        );
+        if skill.state == crate::skills::TRUSTED {
+            outln!(
+                "run it: kavi skill run {name} --input JSON  (its input: kavi skill show {name})"
+            );
+        }
+    }
+    Ok(())
 }
 
 pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {

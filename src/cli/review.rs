@@ -94,7 +94,7 @@ pub async fn decide(
                 workspace,
                 &path.to_string_lossy(),
                 &sets,
-                false,
+                super::pipeline::Watch::default(),
                 RunOrigin::Resume { of: root.id },
             )
             .await

@@ -39,6 +39,7 @@ pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> R
         limit: 1024 * 1024,
         spill_dir: std::env::temp_dir(),
         roster: None,
+        live: None,
     };
     let cancel = super::cancel_on_signals("provisioning");
     let mut ready = Vec::new();

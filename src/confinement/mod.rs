@@ -270,6 +270,7 @@ mod tests {
             limit: 4096,
             spill_dir: dir.path().to_owned(),
             roster: None,
+            live: None,
         };
         let finished = process::run(&spec, &options, &Default::default())
             .await

@@ -41,7 +41,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EscalationRow> {
 }
 
 /// `tree`: run `?1` and every run below it.
-const RUN_TREE: &str = "WITH RECURSIVE tree(id) AS (
+pub(super) const RUN_TREE: &str = "WITH RECURSIVE tree(id) AS (
         SELECT id FROM runs WHERE id = ?1
         UNION ALL SELECT runs.id FROM runs JOIN tree ON runs.parent_run = tree.id
     )";

@@ -12,6 +12,7 @@ mod builds;
 pub mod checkpoint;
 mod escalations;
 mod executions;
+mod gc;
 pub mod journal;
 mod owner;
 mod sandboxes;
@@ -31,6 +32,7 @@ pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader};
 pub use builds::{BuildRow, NewBuild};
 pub use escalations::EscalationRow;
 pub use executions::ExecutionRecord;
+pub use gc::{GcRule, Pruned};
 pub use owner::Owner;
 pub use sandboxes::{NewSandbox, SandboxLimits, SandboxRow};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
@@ -129,7 +131,7 @@ pub fn now() -> String {
     format_time(jiff::Timestamp::now())
 }
 
-fn format_time(time: jiff::Timestamp) -> String {
+pub fn format_time(time: jiff::Timestamp) -> String {
     time.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 

@@ -97,6 +97,7 @@ impl Owner {
             limit,
             spill_dir: self.roster.spill_dir().to_owned(),
             roster: Some(Arc::clone(&self.roster)),
+            live: None,
         }
     }
 }

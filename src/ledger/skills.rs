@@ -303,6 +303,38 @@ impl Ledger {
             .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))
     }
 
+    /// The skills run `run_id` and its child runs moved, each with the states it went through
+    /// in them, in order: what became of them, for the end of a forge run.
+    pub fn skills_moved_by(&self, run_id: i64) -> Result<Vec<(String, Vec<String>)>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{}
+             SELECT skill, from_state, to_state FROM skill_transitions
+             WHERE run_id IN (SELECT id FROM tree) ORDER BY id",
+            super::escalations::RUN_TREE
+        ))?;
+        let rows = stmt
+            .query_map([run_id], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<String>>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut moved: Vec<(String, Vec<String>)> = Vec::new();
+        for (skill, from, to) in rows {
+            let index = match moved.iter().position(|(name, _)| *name == skill) {
+                Some(index) => index,
+                None => {
+                    moved.push((skill, from.into_iter().collect()));
+                    moved.len() - 1
+                }
+            };
+            moved[index].1.push(to);
+        }
+        Ok(moved)
+    }
+
     /// Every transition of a skill, oldest first.
     pub fn skill_transitions(&self, name: &str) -> Result<Vec<TransitionRow>> {
         let mut stmt = self.conn.prepare(

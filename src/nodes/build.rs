@@ -257,7 +257,7 @@ impl Build {
             stdin: Some(packet_text.into_bytes()),
             confinement: Some(confinement.clone()),
         };
-        let options = ctx.env.owner.capture(LOG_LIMIT);
+        let options = ctx.capture(LOG_LIMIT, None);
         let finished = process::run(&spec, &options, &ctx.cancel).await;
         let (exit, log_text) = match &finished {
             Ok(f) => (

@@ -5,12 +5,14 @@
 //! kinds, never the other way round.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::{ArtifactStore, Owner};
+use crate::process::Stream;
+use crate::redact::Redactor;
 use crate::spec::Pipeline;
 use crate::state::RunStatus;
 use crate::template::TemplateEngine;
@@ -39,6 +41,64 @@ pub struct Environment {
     pub child_runs: Arc<dyn ChildRuns>,
     /// Where the toolchains gates run are, or are provisioned.
     pub toolchains: Arc<crate::toolchains::Home>,
+    /// Who sees the output of the processes nodes start as it arrives (`--stream`), if anyone.
+    pub live_output: Option<Arc<dyn LiveNodeOutput>>,
+}
+
+/// Sees the output of every process a node starts, line by line, as it arrives.
+pub trait LiveNodeOutput: Send + Sync {
+    fn line(&self, node: &str, stream: Stream, text: &str);
+}
+
+/// Cuts one process's output into lines for a [`LiveNodeOutput`], hiding the node's secrets
+/// line by line. What is left without a newline goes out when the process's capture options
+/// are dropped, after it ended.
+pub(super) struct LiveLines {
+    pub node: String,
+    pub watcher: Arc<dyn LiveNodeOutput>,
+    pub redactor: Option<Redactor>,
+    pub partial: Mutex<[Vec<u8>; 2]>,
+}
+
+impl LiveLines {
+    pub fn push(&self, stream: Stream, chunk: &[u8]) {
+        let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
+        let buffer = &mut partial[stream as usize];
+        buffer.extend_from_slice(chunk);
+        let Some(last) = buffer.iter().rposition(|b| *b == b'\n') else {
+            return;
+        };
+        let lines: Vec<u8> = buffer.drain(..=last).collect();
+        drop(partial);
+        for line in lines[..lines.len() - 1].split(|b| *b == b'\n') {
+            self.emit(stream, line);
+        }
+    }
+
+    fn emit(&self, stream: Stream, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        let text = match &self.redactor {
+            Some(redactor) => redactor.text(&text),
+            None => text.into_owned(),
+        };
+        self.watcher
+            .line(&self.node, stream, text.trim_end_matches('\r'));
+    }
+}
+
+impl Drop for LiveLines {
+    fn drop(&mut self) {
+        let partial = std::mem::take(
+            self.partial
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (stream, rest) in [Stream::Stdout, Stream::Stderr].into_iter().zip(partial) {
+            if !rest.is_empty() {
+                self.emit(stream, &rest);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Environment {

@@ -339,7 +339,7 @@ impl NodeAction for Exec {
             Err(error) => return NodeOutcome::failed(error),
         };
         let redactor = Redactor::new(&secrets);
-        let options = ctx.env.owner.capture(OUTPUT_TEXT_LIMIT);
+        let options = ctx.capture(OUTPUT_TEXT_LIMIT, redactor.as_ref());
         let finished = match process::run(&spec, &options, &ctx.cancel).await {
             Ok(finished) => finished,
             Err(e) => {

@@ -411,7 +411,7 @@ impl CompiledGate {
                     stdin: None,
                     confinement: Some(confinement.clone()),
                 };
-                let options = ctx.env.owner.capture(64 * 1024);
+                let options = ctx.capture(64 * 1024, None);
                 // Past its time limit the gate's own token stops it (its whole process group);
                 // the node's token still stops it for a cancel or the node's timeout.
                 let stop = ctx.cancel.child_token();
@@ -487,7 +487,7 @@ impl Gate {
             let provisioned = crate::toolchains::provision::ensure(
                 toolchain,
                 &ctx.env.toolchains,
-                &ctx.env.owner.capture(64 * 1024),
+                &ctx.capture(64 * 1024, None),
                 &ctx.cancel,
                 &|line| eprintln!("{line}"),
             )

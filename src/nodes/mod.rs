@@ -26,7 +26,7 @@ mod sandbox;
 mod transition;
 mod vars;
 
-pub use environment::{ChildRun, ChildRuns, Environment};
+pub use environment::{ChildRun, ChildRuns, Environment, LiveNodeOutput};
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -122,6 +122,26 @@ impl NodeContext<'_> {
             .templates
             .render_str(source, self.vars)
             .map_err(|e| format!("failed to render `{field}`: {}", describe_error(&e)))
+    }
+
+    /// How a process this node starts is captured: by the run's owner, and seen live by whoever
+    /// watches the run's output, with `redactor`'s secrets hidden.
+    pub fn capture(
+        &self,
+        limit: usize,
+        redactor: Option<&crate::redact::Redactor>,
+    ) -> crate::process::CaptureOptions {
+        let mut options = self.env.owner.capture(limit);
+        options.live = self.env.live_output.clone().map(|watcher| {
+            let lines = environment::LiveLines {
+                node: self.node_id.to_owned(),
+                watcher,
+                redactor: redactor.cloned(),
+                partial: Default::default(),
+            };
+            crate::process::LiveOutput(Arc::new(move |stream, chunk| lines.push(stream, chunk)))
+        });
+        options
     }
 
     /// Renders an optional templated field.

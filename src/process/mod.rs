@@ -87,6 +87,28 @@ pub struct CaptureOptions {
     /// Where the child's process group is written down; `None` for short helpers (git, probes)
     /// that die with kavi and start nothing of their own.
     pub roster: Option<Arc<Roster>>,
+    /// Who also sees the output as it arrives (`kavi pipeline run --stream`).
+    pub live: Option<LiveOutput>,
+}
+
+/// One of a child's two output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// A function given each chunk of a child's output as it arrives.
+pub type OutputChunks = dyn Fn(Stream, &[u8]) + Send + Sync;
+
+/// Receives a child's output in the chunks it arrives in, besides its capture.
+#[derive(Clone)]
+pub struct LiveOutput(pub Arc<OutputChunks>);
+
+impl std::fmt::Debug for LiveOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveOutput")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,6 +278,7 @@ fn die_with_parent(parent: u32) -> io::Result<()> {
 /// Reads a pipe to its end, or until `DRAIN_GRACE` after `exited` fires.
 async fn capture(
     pipe: Option<impl AsyncRead + Unpin>,
+    stream: Stream,
     options: &CaptureOptions,
     exited: &CancellationToken,
 ) -> io::Result<Captured> {
@@ -281,6 +304,9 @@ async fn capture(
             break;
         }
         captured.push(&buffer[..n], options)?;
+        if let Some(LiveOutput(live)) = &options.live {
+            live(stream, &buffer[..n]);
+        }
     }
     Ok(captured)
 }
@@ -335,8 +361,8 @@ pub async fn run(
     }
 
     let exited = CancellationToken::new();
-    let stdout = capture(child.stdout.take(), options, &exited);
-    let stderr = capture(child.stderr.take(), options, &exited);
+    let stdout = capture(child.stdout.take(), Stream::Stdout, options, &exited);
+    let stderr = capture(child.stderr.take(), Stream::Stderr, options, &exited);
     let wait = async {
         let exit = tokio::select! {
             status = child.wait() => status.map(|status| {
@@ -375,6 +401,7 @@ mod tests {
 
     fn options(limit: usize, dir: &Path) -> CaptureOptions {
         CaptureOptions {
+            live: None,
             limit,
             spill_dir: dir.to_owned(),
             roster: None,

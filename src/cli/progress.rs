@@ -1,0 +1,193 @@
+//! What a run shows while it runs.
+//!
+//! Off a terminal (a log, CI, a pipe), one line per change of state: a node started, a node
+//! finished. On a terminal, finished nodes print the same way, and below them a live line per
+//! running node counts its time (indicatif, drawn on stderr as cargo draws its bars). With
+//! `--stream`, every line a node's processes write is printed as it comes, after the node's id.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::output::{duration, mark, plural, short_hash};
+use crate::executor::{Event, Observer};
+use crate::nodes::LiveNodeOutput;
+use crate::process::Stream;
+use crate::state::NodeState;
+
+/// How many lines of a failed node's stderr the console shows; the whole is an artifact.
+const STDERR_TAIL_LINES: usize = 5;
+
+/// Where a run's lines go: straight to stdout, or around the live view.
+pub struct Screen {
+    live: Option<MultiProgress>,
+}
+
+impl Screen {
+    /// A live view only for a person at a terminal: stderr is one, and `TERM` is not `dumb`.
+    pub fn new() -> Arc<Self> {
+        let terminal = std::io::stderr().is_terminal()
+            && std::env::var_os("TERM").is_none_or(|term| term != "dumb");
+        Arc::new(Self {
+            live: terminal.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr())),
+        })
+    }
+
+    /// Prints a line to stdout (or stderr), clearing the live view while it does.
+    fn print(&self, text: &str, stream: Stream) {
+        let write = || match stream {
+            Stream::Stdout => outln!("{text}"),
+            Stream::Stderr => eprintln!("{text}"),
+        };
+        match &self.live {
+            Some(live) => live.suspend(write),
+            None => write(),
+        }
+    }
+}
+
+/// Prints each line a node's processes write, after the node's id: stdout lines to stdout,
+/// stderr lines to stderr.
+pub struct StreamPrinter {
+    pub screen: Arc<Screen>,
+}
+
+impl LiveNodeOutput for StreamPrinter {
+    fn line(&self, node: &str, stream: Stream, text: &str) {
+        self.screen.print(&format!("{node} | {text}"), stream);
+    }
+}
+
+/// The observer of one run (a child run, a `pipeline` node's, is indented under its node).
+pub struct Console {
+    screen: Arc<Screen>,
+    depth: usize,
+    /// The live lines of running nodes, by node and attempt.
+    running: HashMap<(String, u32), ProgressBar>,
+}
+
+impl Console {
+    pub fn new(screen: Arc<Screen>, depth: usize) -> Self {
+        Self {
+            screen,
+            depth,
+            running: HashMap::new(),
+        }
+    }
+
+    fn started(&mut self, node: &str, attempt: u32) {
+        let indent = "    ".repeat(self.depth);
+        let Some(live) = &self.screen.live else {
+            let mut line = format!("{indent}  {:<6} {node}", mark(NodeState::Running));
+            if attempt > 1 {
+                line.push_str(&format!(" (attempt {attempt})"));
+            }
+            line.push_str(" started");
+            self.screen.print(&line, Stream::Stdout);
+            return;
+        };
+        let style = ProgressStyle::with_template("{spinner} {prefix} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        let prefix = match attempt {
+            1 => format!("{indent}{node}"),
+            _ => format!("{indent}{node} (attempt {attempt})"),
+        };
+        let bar = live.add(
+            ProgressBar::new_spinner()
+                .with_style(style)
+                .with_prefix(prefix),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        self.running.insert((node.to_owned(), attempt), bar);
+    }
+
+    fn finished(&mut self, node: &str, attempt: u32) {
+        if let Some(bar) = self.running.remove(&(node.to_owned(), attempt)) {
+            bar.finish_and_clear();
+            if let Some(live) = &self.screen.live {
+                live.remove(&bar);
+            }
+        }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        // A run that stopped (Ctrl-C) leaves no spinner behind.
+        for (_, bar) in self.running.drain() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Console {
+    fn event(&mut self, event: &Event<'_>) {
+        let indent = "    ".repeat(self.depth);
+        match event {
+            Event::RunStarted {
+                run_id,
+                pipeline,
+                spec_hash,
+                nodes,
+            } => self.screen.print(
+                &format!(
+                    "{indent}run {run_id}: {pipeline} ({}, spec {})",
+                    plural(*nodes, "node"),
+                    short_hash(spec_hash)
+                ),
+                Stream::Stdout,
+            ),
+            Event::NodeStarted { node, attempt } => self.started(node, *attempt),
+            Event::NodeFinished {
+                node,
+                attempt,
+                state,
+                duration: took,
+                detail,
+                outputs,
+                will_retry,
+            } => {
+                self.finished(node, *attempt);
+                let mut line = format!("{indent}  {:<6} {node}", mark(*state));
+                if *attempt > 1 {
+                    line.push_str(&format!(" (attempt {attempt})"));
+                }
+                line.push_str(&format!(" {state}"));
+                if let Some(took) = took {
+                    line.push_str(&format!(" in {}", duration(*took)));
+                }
+                if let Some(detail) = detail {
+                    // Later lines of a long detail sit under the node, not at the margin.
+                    let under = format!("\n{indent}         ");
+                    line.push_str(&format!(": {}", detail.replace('\n', &under)));
+                }
+                if *will_retry {
+                    line.push_str(" (will retry)");
+                }
+                if matches!(state, NodeState::Failed | NodeState::TimedOut)
+                    && let Some(stderr) = outputs.and_then(|o| o["stderr"].as_str())
+                {
+                    for tail in last_lines(stderr, STDERR_TAIL_LINES) {
+                        line.push_str(&format!("\n{indent}         | {tail}"));
+                    }
+                }
+                self.screen.print(&line, Stream::Stdout);
+            }
+        }
+    }
+}
+
+/// Prints nothing: for `--json`, whose one output is the record at the end.
+pub struct Silent;
+
+impl Observer for Silent {
+    fn event(&mut self, _: &Event<'_>) {}
+}
+
+fn last_lines(text: &str, n: usize) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}

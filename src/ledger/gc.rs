@@ -1,0 +1,226 @@
+//! Pruning old runs: the rows of runs nobody needs any more, and the artifacts only they used.
+//!
+//! What is evidence stays: a run whose tree (it and its child runs) any skill record names (a
+//! transition, promotion, build, escalation, verification or execution) is kept whatever its
+//! age, as is one that is still running, waits for review, or was resumed by a run that is kept.
+//! Rows are deleted through kavi's own connection, so the journal records each deletion and
+//! `kavi ledger verify` still holds afterwards.
+
+use rusqlite::params;
+use serde::Serialize;
+
+use super::{Ledger, Result};
+
+/// Which runs to prune: finished before `before` and not among the `keep` latest.
+#[derive(Debug, Clone)]
+pub struct GcRule {
+    /// An RFC 3339 time; runs that finished before it may go.
+    pub before: String,
+    /// How many of the latest runs (started by a person, with their children) always stay.
+    pub keep: u32,
+}
+
+/// What pruning removed, or would remove.
+#[derive(Debug, Default, Serialize)]
+pub struct Pruned {
+    /// The runs started by a person, each with its child runs.
+    pub runs: Vec<i64>,
+    pub child_runs: usize,
+    pub node_runs: usize,
+    /// Artifacts only these runs used: (SHA-256, size, stored as a file).
+    pub artifacts: Vec<(String, u64, bool)>,
+    /// Old runs kept because a skill's record names them, or their sandbox is still on disk.
+    pub kept_as_evidence: usize,
+}
+
+/// `tree`: the runs of `gc_roots` and every run below them.
+const PRUNED_TREE: &str = "WITH RECURSIVE tree(id) AS (
+        SELECT id FROM gc_roots
+        UNION ALL SELECT runs.id FROM runs JOIN tree ON runs.parent_run = tree.id
+    )";
+
+/// Tables whose rows are a skill's history: a run they name is evidence.
+const EVIDENCE: &[&str] = &[
+    "skill_transitions",
+    "promotions",
+    "builds",
+    "escalations",
+    "verifications",
+    "executions",
+];
+
+impl Ledger {
+    /// Runs that are running now (after recovery marked those of dead kavis interrupted).
+    pub fn live_runs(&self) -> Result<Vec<i64>> {
+        Ok(self
+            .conn
+            .prepare("SELECT id FROM runs WHERE status IN ('pending', 'running') ORDER BY id")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// How many kept sandboxes are due for removal, without settling or removing anything
+    /// (for `--dry-run`).
+    pub fn due_sandbox_count(&self) -> Result<usize> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM sandboxes WHERE status = 'kept' AND keep_until <= ?1",
+            [super::now()],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Prunes what `rule` allows, in one transaction; with `dry_run`, says what it would prune
+    /// and changes nothing. Artifact files are the caller's to remove, after this returns.
+    pub fn prune_runs(&mut self, rule: &GcRule, dry_run: bool) -> Result<Pruned> {
+        let tx = self.conn.transaction()?;
+        tx.execute_batch(
+            "DROP TABLE IF EXISTS temp.gc_roots;
+             CREATE TEMP TABLE gc_roots (id INTEGER PRIMARY KEY);
+             DROP TABLE IF EXISTS temp.gc_tree;
+             CREATE TEMP TABLE gc_tree (root INTEGER, id INTEGER PRIMARY KEY);",
+        )?;
+        // Candidates: finished runs a person started, old enough and not among the latest.
+        tx.execute(
+            "INSERT INTO gc_roots
+             SELECT id FROM runs
+             WHERE parent_run IS NULL
+               AND status NOT IN ('pending', 'running', 'awaiting_review')
+               AND finished_at IS NOT NULL AND finished_at < ?1
+               AND id NOT IN (SELECT id FROM runs WHERE parent_run IS NULL
+                              ORDER BY id DESC LIMIT ?2)",
+            params![rule.before, rule.keep],
+        )?;
+        // Each candidate's tree, to drop whole trees that hold evidence.
+        tx.execute(
+            "INSERT INTO gc_tree
+             WITH RECURSIVE tree(root, id) AS (
+                 SELECT id, id FROM gc_roots
+                 UNION ALL SELECT tree.root, runs.id FROM runs JOIN tree ON runs.parent_run = tree.id
+             )
+             SELECT root, id FROM tree",
+            [],
+        )?;
+        let named_by_evidence = EVIDENCE
+            .iter()
+            .map(|table| format!("SELECT run_id FROM {table} WHERE run_id IS NOT NULL"))
+            .collect::<Vec<_>>()
+            .join(" UNION ");
+        let kept_as_evidence = tx.execute(
+            &format!(
+                "DELETE FROM gc_roots WHERE id IN (
+                     SELECT root FROM gc_tree WHERE id IN ({named_by_evidence})
+                     UNION
+                     -- a sandbox still on disk is removed by its sweep, which needs its row
+                     SELECT root FROM gc_tree WHERE id IN
+                         (SELECT run_id FROM sandboxes WHERE status != 'removed'))"
+            ),
+            [],
+        )?;
+        // A run resumed by one that stays must stay too, and so on down the line of resumes.
+        loop {
+            tx.execute(
+                "DELETE FROM gc_tree WHERE root NOT IN (SELECT id FROM gc_roots)",
+                [],
+            )?;
+            let kept = tx.execute(
+                "DELETE FROM gc_roots WHERE id IN (
+                     SELECT root FROM gc_tree WHERE id IN (
+                         SELECT resumed_from FROM runs
+                         WHERE resumed_from IS NOT NULL AND id NOT IN (SELECT id FROM gc_tree)))",
+                [],
+            )?;
+            if kept == 0 {
+                break;
+            }
+        }
+        let mut pruned = Pruned {
+            kept_as_evidence,
+            ..Pruned::default()
+        };
+        pruned.runs = tx
+            .prepare("SELECT id FROM gc_roots ORDER BY id")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        let tree_size: usize = tx.query_row(
+            &format!("{PRUNED_TREE} SELECT count(*) FROM tree"),
+            [],
+            |r| r.get(0),
+        )?;
+        pruned.child_runs = tree_size - pruned.runs.len();
+        pruned.node_runs = tx.query_row(
+            &format!(
+                "{PRUNED_TREE} SELECT count(*) FROM node_runs WHERE run_id IN (SELECT id FROM tree)"
+            ),
+            [],
+            |r| r.get(0),
+        )?;
+        // Artifacts these runs produced that nothing else refers to: no other node run, no
+        // column that references artifacts, and no kept node's outputs.
+        let referencing: Vec<(String, String)> = tx
+            .prepare(
+                "SELECT m.name, f.\"from\" FROM sqlite_master m
+                 JOIN pragma_foreign_key_list(m.name) f
+                 WHERE m.type = 'table' AND f.\"table\" = 'artifacts'
+                   AND m.name NOT IN ('node_run_artifacts', 'artifact_contents')",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let referenced_elsewhere = referencing
+            .iter()
+            // NOT IN a list holding NULL is never true: leave the NULLs out.
+            .map(|(table, column)| {
+                format!("SELECT {column} FROM {table} WHERE {column} IS NOT NULL")
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ");
+        pruned.artifacts = tx
+            .prepare(&format!(
+                "{PRUNED_TREE},
+                 ours(id) AS (SELECT id FROM node_runs WHERE run_id IN (SELECT id FROM tree))
+                 SELECT DISTINCT a.sha256, a.size, a.path != '' FROM node_run_artifacts nra
+                 JOIN artifacts a ON a.sha256 = nra.sha256
+                 WHERE nra.node_run_id IN (SELECT id FROM ours)
+                   AND a.sha256 NOT IN (SELECT sha256 FROM node_run_artifacts
+                                        WHERE node_run_id NOT IN (SELECT id FROM ours))
+                   AND a.sha256 NOT IN ({referenced_elsewhere})
+                   AND NOT EXISTS (SELECT 1 FROM node_runs n
+                                   WHERE n.id NOT IN (SELECT id FROM ours)
+                                     AND instr(n.outputs, a.sha256) > 0)
+                 ORDER BY a.sha256"
+            ))?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        if dry_run {
+            return Ok(pruned);
+        }
+        tx.execute_batch(&format!(
+            "CREATE TEMP TABLE gc_artifacts AS SELECT sha256 FROM artifacts WHERE 0;
+             DROP TABLE IF EXISTS temp.gc_runs;
+             CREATE TEMP TABLE gc_runs AS {PRUNED_TREE} SELECT id FROM tree;"
+        ))?;
+        {
+            let mut insert = tx.prepare("INSERT INTO gc_artifacts (sha256) VALUES (?1)")?;
+            for (sha256, _, _) in &pruned.artifacts {
+                insert.execute([sha256])?;
+            }
+        }
+        tx.execute_batch(
+            "DELETE FROM node_run_artifacts WHERE node_run_id IN
+                 (SELECT id FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs));
+             DELETE FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs);
+             DELETE FROM run_policies WHERE run_id IN (SELECT id FROM gc_runs);
+             DELETE FROM sandbox_entries WHERE sandbox_id IN
+                 (SELECT id FROM sandboxes WHERE run_id IN (SELECT id FROM gc_runs));
+             DELETE FROM sandboxes WHERE run_id IN (SELECT id FROM gc_runs);
+             -- foreign keys are checked at the end of each statement, so parents, children
+             -- and the runs that resumed one another go together
+             DELETE FROM runs WHERE id IN (SELECT id FROM gc_runs);
+             DELETE FROM artifact_contents WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
+             DELETE FROM artifacts WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
+             DROP TABLE temp.gc_artifacts;
+             DROP TABLE temp.gc_runs;",
+        )?;
+        tx.commit()?;
+        Ok(pruned)
+    }
+}
