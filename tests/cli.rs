@@ -85,7 +85,8 @@ fn completions_and_the_man_page_cover_every_command_anywhere() {
     );
 }
 
-/// In a folder where nothing has run, reading commands say so and leave nothing behind.
+/// In a folder where nothing has run, and with no policies, reading commands say so and leave
+/// nothing behind; the ones that need no policy work without one.
 #[test]
 fn reading_commands_never_make_a_ledger() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,6 +99,16 @@ fn reading_commands_never_make_a_ledger() {
         (vec!["skill", "show", "demo"], 5, "no ledger at"),
         (vec!["policy", "diff", "1"], 5, "no ledger at"),
         (vec!["ledger", "verify"], 5, "no ledger at"),
+        (vec!["skill", "verify"], 0, "no trusted skills"),
+        (
+            vec!["skill", "run", "demo", "--input", "{}"],
+            5,
+            "no skill `demo`",
+        ),
+        (vec!["executions", "tail"], 0, "no executions"),
+        (vec!["gc", "--dry-run"], 0, "nothing recorded"),
+        (vec!["gc"], 0, "nothing recorded"),
+        (vec!["doctor"], 0, "none yet at"),
     ] {
         let out = common::kavi(dir.path(), &args);
         let text = format!(

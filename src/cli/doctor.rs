@@ -53,49 +53,31 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
             None => format!("{} (no kavi.toml: defaults)", workspace.root.display()),
         },
     ));
-    found.push(match Ledger::open(&config.ledger) {
-        Ok(ledger) => match ledger.list_runs(usize::MAX) {
-            Ok(runs) => check(
-                "ledger",
-                Status::Ok,
-                format!("{} ({} runs)", config.ledger.display(), runs.len()),
+    // Doctor only reads: a workspace where nothing was recorded yet has no ledger, and that is
+    // fine (the first run makes it and the artifact store).
+    if !config.ledger.exists() {
+        found.push(check(
+            "ledger",
+            Status::Ok,
+            format!(
+                "none yet at {} (the first run makes it)",
+                config.ledger.display()
             ),
-            Err(e) => check("ledger", Status::Fail, e.to_string()),
-        },
-        Err(e) => check("ledger", Status::Fail, e.to_string()),
-    });
-    found.push(match super::ledger::findings(workspace) {
-        Err(e) => check("journal", Status::Fail, e.to_string()),
-        Ok((findings, _)) => match findings.problems.first() {
-            None => check(
-                "journal",
-                Status::Ok,
-                format!(
-                    "{} entries chain and match the tables ({} checkpoints)",
-                    findings.entries, findings.checkpoints
-                ),
+        ));
+    } else {
+        found.extend(ledger_checks(workspace));
+    }
+    found.push(if !config.artifacts.exists() {
+        check(
+            "artifacts",
+            Status::Ok,
+            format!(
+                "none yet at {} (the first run makes it)",
+                config.artifacts.display()
             ),
-            Some(first) => check(
-                "journal",
-                Status::Fail,
-                format!(
-                    "{first} ({} problems; `kavi ledger verify` lists them)",
-                    findings.problems.len()
-                ),
-            ),
-        },
-    });
-    found.push(sandboxes_check(workspace));
-    found.push(match ArtifactStore::open(&config.artifacts) {
-        Ok(store) => match tempfile::NamedTempFile::new_in(store.temp_dir()) {
-            Ok(_) => check(
-                "artifacts",
-                Status::Ok,
-                config.artifacts.display().to_string(),
-            ),
-            Err(e) => check("artifacts", Status::Fail, format!("not writable: {e}")),
-        },
-        Err(e) => check("artifacts", Status::Fail, e.to_string()),
+        )
+    } else {
+        artifacts_check(workspace)
     });
 
     for (shown, loaded) in super::listing::workspace_pipelines(workspace) {
@@ -218,11 +200,67 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
     found
 }
 
+/// The ledger's own checks: it opens and lists its runs, its journal chains and matches the
+/// tables, and what is left of sandboxes.
+fn ledger_checks(workspace: &Workspace) -> Vec<Check> {
+    let config = &workspace.config;
+    let mut found = vec![match Ledger::open_existing(&config.ledger) {
+        Ok(ledger) => match ledger.list_runs(usize::MAX) {
+            Ok(runs) => check(
+                "ledger",
+                Status::Ok,
+                format!("{} ({} runs)", config.ledger.display(), runs.len()),
+            ),
+            Err(e) => check("ledger", Status::Fail, e.to_string()),
+        },
+        Err(e) => check("ledger", Status::Fail, e.to_string()),
+    }];
+    found.push(match super::ledger::findings(workspace) {
+        Err(e) => check("journal", Status::Fail, e.to_string()),
+        Ok((findings, _)) => match findings.problems.first() {
+            None => check(
+                "journal",
+                Status::Ok,
+                format!(
+                    "{} entries chain and match the tables ({} checkpoints)",
+                    findings.entries, findings.checkpoints
+                ),
+            ),
+            Some(first) => check(
+                "journal",
+                Status::Fail,
+                format!(
+                    "{first} ({} problems; `kavi ledger verify` lists them)",
+                    findings.problems.len()
+                ),
+            ),
+        },
+    });
+    found.push(sandboxes_check(workspace));
+    found
+}
+
+/// The artifact store takes new files.
+fn artifacts_check(workspace: &Workspace) -> Check {
+    let config = &workspace.config;
+    match ArtifactStore::open(&config.artifacts) {
+        Ok(store) => match tempfile::NamedTempFile::new_in(store.temp_dir()) {
+            Ok(_) => check(
+                "artifacts",
+                Status::Ok,
+                config.artifacts.display().to_string(),
+            ),
+            Err(e) => check("artifacts", Status::Fail, format!("not writable: {e}")),
+        },
+        Err(e) => check("artifacts", Status::Fail, e.to_string()),
+    }
+}
+
 /// What is left of sandboxes: kept after runs that did not succeed (normal until their time is
 /// up), or folders kavi failed to remove.
 fn sandboxes_check(workspace: &Workspace) -> Check {
     let root = workspace.config.sandboxes.display();
-    let remaining = match Ledger::open(&workspace.config.ledger)
+    let remaining = match Ledger::open_existing(&workspace.config.ledger)
         .and_then(|ledger| ledger.remaining_sandboxes())
     {
         Ok(remaining) => remaining,

@@ -159,9 +159,11 @@ pub(super) fn rehash_trusted(
     workspace: &Workspace,
     name: Option<&str>,
 ) -> Result<Vec<serde_json::Value>, Error> {
-    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = load_trust(workspace, &templates)?;
+    // No ledger: no skill was ever trusted (one named is not found).
+    let ledger = match Ledger::open_existing(&workspace.config.ledger) {
+        Err(LedgerError::Missing(_)) if name.is_none() => return Ok(Vec::new()),
+        ledger => ledger?,
+    };
     let mut skills = ledger.trusted_skills(TRUSTED)?;
     if let Some(name) = name {
         skills.retain(|s| s.name == name);
@@ -173,6 +175,12 @@ pub(super) fn rehash_trusted(
             )));
         }
     }
+    if skills.is_empty() {
+        // Nothing to re-hash: the trust policy is not needed, so a workspace without one is fine.
+        return Ok(Vec::new());
+    }
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = load_trust(workspace, &templates)?;
     let store = super::open_store(workspace)?;
     Ok(skills
         .iter()
@@ -210,8 +218,12 @@ pub(super) fn rehash_trusted(
 pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
     let mut results = rehash_trusted(workspace, name)?;
     let drifted = results.iter().filter(|r| r["drifted"] == true).count();
-    let lifecycle = load_lifecycle(workspace)?;
-    if drifted > 0
+    let lifecycle = if drifted > 0 {
+        Some(load_lifecycle(workspace)?)
+    } else {
+        None
+    };
+    if let Some(lifecycle) = &lifecycle
         && let Some(state) = &lifecycle.drifted
     {
         let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
@@ -266,7 +278,7 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
                 ),
             }
         }
-        if drifted > 0 {
+        if let Some(lifecycle) = &lifecycle {
             let what = match &lifecycle.drifted {
                 Some(state) => format!("they are now {state} and do not run"),
                 None => format!("they will not run ({LIFECYCLE} declares no `drifted` state)"),
