@@ -244,7 +244,7 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
                 workspace,
                 &trust,
                 &mut ledger,
-                &lifecycle,
+                lifecycle,
                 &skill,
                 state,
                 &comment,
