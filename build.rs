@@ -1,16 +1,17 @@
-//! Embeds the shipped workspace (kavi.toml, pipelines, policies, chains, templates, proposals
-//! and the offline scripted builder) for `kavi init`: a new workspace gets exactly what this
+//! Embeds the shipped workspace (kavi.toml, pipelines, policies, chains, templates, proposals,
+//! the offline scripted builder and the JSON Schemas its files name) for `kavi init`: a new workspace gets exactly what this
 //! checkout ships, and a file added to one of these folders is shipped without a list to edit.
 
 use std::path::Path;
 
-const FOLDERS: [&str; 6] = [
+const FOLDERS: [&str; 7] = [
     "pipelines",
     "policies",
     "chains",
     "templates",
     "proposals",
     "builders",
+    "docs/schemas",
 ];
 
 fn main() {

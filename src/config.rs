@@ -16,7 +16,7 @@ use crate::diagnostic::{Diagnostic, SourceFile};
 pub const CONFIG_FILE: &str = "kavi.toml";
 
 // `default` so that kavi.toml alone can be checked against this type, with toml's spans.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The SQLite ledger file.
@@ -49,7 +49,7 @@ pub struct Config {
 }
 
 /// `[toolchain.NAME]` in kavi.toml.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExistingToolchain {
     /// A virtual environment holding the toolchain's pinned packages.
@@ -66,7 +66,7 @@ impl Config {
 
 /// An OpenAI-compatible chat-completions endpoint. With no `base_url`, there is no advisory and
 /// the forge's `advise` node is skipped.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// The API base, such as `https://llm.example/v1`; `/chat/completions` is appended.

@@ -123,45 +123,24 @@ fn reading_commands_never_make_a_ledger() {
     assert!(left.is_empty(), "reading left {left:?}");
 }
 
-/// `kavi init` makes a workspace in which the README's forge runs as shipped, and never
-/// overwrites one.
+/// `kavi init` never overwrites a workspace, nor a folder holding any file it would write.
+/// (That the workspace it writes works is the README tour's test.)
 #[test]
-fn init_writes_a_workspace_the_forge_runs_in_and_refuses_to_overwrite() {
+fn init_refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
-    let out = common::kavi(dir.path(), &["init", "ws"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("policies/ ("), "{stdout}");
-    assert!(
-        stdout.contains("kavi pipeline run forge --set skill=word_count"),
-        "{stdout}"
-    );
+    let made = common::kavi(dir.path(), &["init", "ws"]);
+    assert!(made.status.success());
     let ws = dir.path().join("ws");
     for file in [
         "kavi.toml",
         "pipelines/forge.toml",
         "policies/toolchains.toml",
         "builders/scripted.py",
+        "docs/schemas/pipeline.json",
         ".gitignore",
     ] {
         assert!(ws.join(file).is_file(), "{file} was not written");
     }
-    let forged = common::kavi(
-        &ws,
-        &["pipeline", "run", "forge", "--set", "skill=word_count"],
-    );
-    assert!(
-        forged.status.success(),
-        "{}",
-        String::from_utf8_lossy(&forged.stdout)
-    );
-    let shown = common::json(&common::kavi(
-        &ws,
-        &["skill", "show", "word_count", "--json"],
-    ));
-    assert_eq!(shown["skill"]["state"], "TRUSTED");
-
-    // A workspace is not initialized twice, and a folder holding shipped files is not touched.
     let again = common::kavi(&ws, &["init"]);
     assert_eq!(again.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&again.stderr).contains("is a kavi workspace already"));
@@ -175,4 +154,74 @@ fn init_writes_a_workspace_the_forge_runs_in_and_refuses_to_overwrite() {
         "# mine\n"
     );
     assert!(!partial.join("kavi.toml").exists());
+}
+
+/// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
+/// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
+/// is the shipped `pipelines/diamond.toml`, byte for byte.
+#[test]
+fn the_readme_tour_runs_as_written() {
+    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
+    let tour = readme
+        .split("## A short tour")
+        .nth(1)
+        .and_then(|rest| rest.split("```console\n").nth(1))
+        .and_then(|block| block.split("```").next())
+        .expect("the README has a tour");
+    let example = readme
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .expect("the README shows a pipeline");
+    assert_eq!(
+        example,
+        std::fs::read_to_string(common::repo().join("pipelines/diamond.toml")).unwrap()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_kavi")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let expected_code = regex::Regex::new(r"\(exit (\d+)\)\s*$").unwrap();
+    let mut cwd = dir.path().to_owned();
+    for line in tour.lines() {
+        let command = line
+            .strip_prefix("$ ")
+            .expect("every tour line is a command");
+        if let Some(folder) = command.strip_prefix("cd ") {
+            cwd = cwd.join(folder.trim());
+            continue;
+        }
+        let code = expected_code
+            .captures(command)
+            .map_or(0, |found| found[1].parse().unwrap());
+        let out = std::process::Command::new("sh")
+            .args(["-c", command])
+            .current_dir(&cwd)
+            .env("PATH", &path)
+            .env("HOME", dir.path())
+            .env_remove("RUST_LOG")
+            .env("KAVI_SANDBOXES", common::sandboxes())
+            .env("KAVI_TOOLCHAINS", common::toolchains())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "`{command}`:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let trusted = common::json(&common::kavi(
+        &cwd,
+        &["skill", "show", "write_note", "--json"],
+    ));
+    assert_eq!(
+        trusted["skill"]["state"], "TRUSTED",
+        "approve resumed the forge"
+    );
 }

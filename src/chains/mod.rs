@@ -51,17 +51,19 @@ pub struct Step {
     pub parent: Option<usize>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawChain {
+pub(crate) struct RawChain {
     chain: RawHeader,
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, RawParam>")]
     params: IndexMap<String, Spanned<RawParam>>,
     #[serde(rename = "step", default)]
+    #[schemars(with = "Vec<RawStep>")]
     steps: Vec<Spanned<RawStep>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawHeader {
     name: String,
@@ -74,15 +76,21 @@ fn default_true() -> bool {
     true
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawStep {
+    #[schemars(with = "String")]
     id: Spanned<String>,
+    #[schemars(with = "String")]
     skill: Spanned<String>,
+    #[schemars(with = "Option<Value>")]
     input: Option<Spanned<toml::Value>>,
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     map: IndexMap<String, Spanned<String>>,
+    #[schemars(with = "Option<Value>")]
     from: Option<Spanned<toml::Value>>,
+    #[schemars(with = "Option<Value>")]
     parent: Option<Spanned<toml::Value>>,
 }
 

@@ -89,6 +89,7 @@ mod tests {
             "templates",
             "proposals",
             "builders",
+            "docs/schemas",
         ] {
             for entry in walkdir::WalkDir::new(root.join(folder)) {
                 let entry = entry.unwrap();

@@ -23,9 +23,9 @@ const GATE_VALUES: &[&str] = &["workspace", "tmp"];
 /// for each path the skill's proposal declares in `writes`, and gives nothing when it has none.
 const SKILL_VALUES: &[&str] = &["workspace", "tmp", "write"];
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawPolicy {
+pub(crate) struct RawPolicy {
     builder: RawProfile,
     gate: RawProfile,
     read_only: RawProfile,
@@ -34,12 +34,14 @@ struct RawPolicy {
     secret_read: RawProfile,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawProfile {
     #[serde(default = "yes")]
     require: bool,
+    #[schemars(with = "Vec<String>")]
     read: Vec<Spanned<String>>,
+    #[schemars(with = "Vec<String>")]
     write: Vec<Spanned<String>>,
     #[serde(default)]
     network: bool,

@@ -23,13 +23,16 @@ use crate::template::Scope;
 pub const KIND: NodeKind = NodeKind {
     name: "advise",
     parse,
+    schema: <AdviseConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AdviseConfig {
+    #[schemars(with = "String")]
     skill: Spanned<String>,
     /// The host allowlist (default `policies/network.toml`).
+    #[schemars(with = "Option<String>")]
     network: Option<Spanned<String>>,
 }
 

@@ -29,31 +29,40 @@ use crate::template::{Scope, describe_error};
 pub const KIND: NodeKind = NodeKind {
     name: "build",
     parse,
+    schema: <BuildConfig as schemars::JsonSchema>::json_schema,
 };
 
 /// How much of the builder's output is kept in the BUILD_LOG (each stream).
 const LOG_LIMIT: usize = 1024 * 1024;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct BuildConfig {
+    #[schemars(with = "String")]
     skill: Spanned<String>,
     /// The sandbox folder, usually `{{ nodes.sandbox.outputs.path }}`.
+    #[schemars(with = "String")]
     sandbox: Spanned<String>,
     /// The packet template under `templates/`.
     #[serde(default = "default_template")]
+    #[schemars(with = "String")]
     template: Spanned<String>,
     /// The allowlist whose paths the packet lists (default `policies/allowlist.toml`).
+    #[schemars(with = "Option<String>")]
     allowlist: Option<Spanned<String>>,
     /// Values for the allowlist's templates, also visible to the packet as `vars`.
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     vars: IndexMap<String, Spanned<String>>,
     /// Extra environment for the builder (values are templates).
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     env: IndexMap<String, Spanned<String>>,
     /// The lifecycle policy: only a skill in a buildable state is built.
+    #[schemars(with = "Option<String>")]
     lifecycle: Option<Spanned<String>>,
     /// The confinement policy whose `builder` profile the builder runs under.
+    #[schemars(with = "Option<String>")]
     confinement: Option<Spanned<String>>,
 }
 

@@ -27,15 +27,18 @@ use crate::state::NodeState;
 pub const KIND: NodeKind = NodeKind {
     name: "chain",
     parse,
+    schema: <ChainConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ChainConfig {
     /// A chain file: a name looked up in `chains/`, or a path in the workspace.
+    #[schemars(with = "String")]
     chain: Spanned<String>,
     /// The chain's parameters, as templated strings.
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     params: IndexMap<String, Spanned<String>>,
     /// Side-effect classes the pipeline's author confirms for the chain's steps.
     #[serde(default)]

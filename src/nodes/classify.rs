@@ -21,15 +21,19 @@ use crate::research::{Step, research};
 pub const KIND: NodeKind = NodeKind {
     name: "classify",
     parse,
+    schema: <ClassifyConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ClassifyConfig {
     /// The nodes to look at, in order; each must be upstream.
+    #[schemars(with = "Vec<String>")]
     from: Vec<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     rules: Option<Spanned<String>>,
     /// The skill the note is about, recorded in it.
+    #[schemars(with = "Option<String>")]
     skill: Option<Spanned<String>>,
 }
 

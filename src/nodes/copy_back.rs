@@ -26,19 +26,24 @@ use crate::sandbox::{destination, write_file};
 pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
     parse,
+    schema: <CopyBackConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CopyBackConfig {
     /// The sandbox folder, usually `{{ nodes.<sandbox>.outputs.path }}`.
+    #[schemars(with = "String")]
     sandbox: Spanned<String>,
     /// The tree to copy into, relative to the workspace (default: the workspace).
+    #[schemars(with = "Option<String>")]
     target: Option<Spanned<String>>,
     /// The allowlist policy (default `policies/allowlist.toml`).
+    #[schemars(with = "Option<String>")]
     allowlist: Option<Spanned<String>>,
     /// Values for the allowlist's path templates, such as `skill`.
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     vars: IndexMap<String, Spanned<String>>,
 }
 

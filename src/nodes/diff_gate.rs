@@ -17,17 +17,21 @@ use crate::state::NodeState;
 pub const KIND: NodeKind = NodeKind {
     name: "diff_gate",
     parse,
+    schema: <DiffGateConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DiffGateConfig {
     /// The sandbox folder, usually `{{ nodes.<sandbox>.outputs.path }}`.
+    #[schemars(with = "String")]
     sandbox: Spanned<String>,
     /// The allowlist policy (default `policies/allowlist.toml`).
+    #[schemars(with = "Option<String>")]
     allowlist: Option<Spanned<String>>,
     /// Values for the allowlist's path templates, such as `skill`.
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     vars: IndexMap<String, Spanned<String>>,
 }
 

@@ -18,33 +18,41 @@ use crate::research::advisory;
 pub const KIND: NodeKind = NodeKind {
     name: "escalate",
     parse,
+    schema: <EscalateConfig as schemars::JsonSchema>::json_schema,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/escalation.toml";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EscalateConfig {
+    #[schemars(with = "String")]
     skill: Spanned<String>,
     /// The failure kind of this attempt, usually `{{ nodes.classify.outputs.kind }}`.
+    #[schemars(with = "String")]
     failure_kind: Spanned<String>,
+    #[schemars(with = "Option<String>")]
     rules: Option<Spanned<String>>,
     /// The classifier declaring the failure kinds the rules may name (default
     /// `policies/classifier.toml`).
+    #[schemars(with = "Option<String>")]
     classifier: Option<Spanned<String>>,
 }
 
 /// `policies/escalation.toml`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Rules {
+pub(crate) struct Rules {
     /// REPEATED_FAILURE: this many consecutive failed attempts (at least 1).
+    #[schemars(with = "u32")]
     repeated_failure: Spanned<u32>,
     /// SECURITY_CLASS: failure kinds that go to a person at once.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     security_kinds: Vec<Spanned<String>>,
     /// AMBIGUOUS: failure kinds the classifier could not name.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     ambiguous_kinds: Vec<Spanned<String>>,
     /// AMBIGUOUS, too: the attempt asked the gateway for an advisory and got none.
     #[serde(default)]
@@ -54,6 +62,7 @@ struct Rules {
     permission_keywords: Vec<String>,
     /// LARGE_DIFF: the largest share of the packet's lines an advisory may rewrite (0.5 = 50 %),
     /// above 0 and at most 1.
+    #[schemars(with = "Option<f64>")]
     large_diff: Option<Spanned<f64>>,
     /// Whether the account that started a run may approve it (`kavi approve`).
     #[serde(default = "allowed")]

@@ -26,6 +26,7 @@ use crate::state::NodeState;
 pub const KIND: NodeKind = NodeKind {
     name: "exec",
     parse,
+    schema: <ExecConfig as schemars::JsonSchema>::json_schema,
 };
 
 /// How much of stdout and stderr is kept in the node's JSON outputs; the whole of each is an
@@ -35,7 +36,7 @@ const OUTPUT_TEXT_LIMIT: usize = 64 * 1024;
 /// The most stdout `stdout = "json"` parses: the document is read whole, in memory.
 pub const JSON_STDOUT_LIMIT: u64 = 16 * 1024 * 1024;
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum StdoutFormat {
     #[default]
@@ -44,20 +45,26 @@ enum StdoutFormat {
     Json,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ExecConfig {
+    #[schemars(with = "Option<Vec<String>>")]
     run: Option<Spanned<Vec<Spanned<String>>>>,
+    #[schemars(with = "Option<String>")]
     shell: Option<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     env: IndexMap<String, Spanned<String>>,
     #[serde(default)]
     inherit_env: bool,
+    #[schemars(with = "Option<String>")]
     cwd: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     stdin: Option<Spanned<String>>,
     #[serde(default)]
     stdout: StdoutFormat,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     secrets: Vec<Spanned<String>>,
 }
 

@@ -37,6 +37,7 @@ use crate::toolchains::{Provisioned, Toolchain, ToolchainSet};
 pub const KIND: NodeKind = NodeKind {
     name: "gate",
     parse,
+    schema: <GateConfig as schemars::JsonSchema>::json_schema,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/gates.toml";
@@ -47,25 +48,32 @@ const DETAIL_IN_ERROR: usize = 5;
 /// How many lines of a failed command's output a result keeps.
 const DETAIL_LINES: usize = 20;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GateConfig {
     /// The gate set policy.
+    #[schemars(with = "Option<String>")]
     set: Option<Spanned<String>>,
     /// Where commands run and files are found, relative to the workspace (default: the workspace).
+    #[schemars(with = "Option<String>")]
     cwd: Option<Spanned<String>>,
     /// The skill being verified: recorded with each result, and its source hash (per the trust
     /// policy) becomes its verified hash when every required gate passes.
+    #[schemars(with = "Option<String>")]
     skill: Option<Spanned<String>>,
     /// The trust policy naming the skill's files (default `policies/trust.toml`).
+    #[schemars(with = "Option<String>")]
     trust: Option<Spanned<String>>,
     /// Values for the gate set's templates, such as `skill`.
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     vars: IndexMap<String, Spanned<String>>,
     /// The confinement policy whose `gate` profile command gates run under.
+    #[schemars(with = "Option<String>")]
     confinement: Option<Spanned<String>>,
     /// The classifier declaring the failure kinds a gate's `failure` may name (default
     /// `policies/classifier.toml`).
+    #[schemars(with = "Option<String>")]
     classifier: Option<Spanned<String>>,
 }
 

@@ -18,27 +18,34 @@ use crate::policy::network::{self, NetworkPolicy, Request};
 pub const KIND: NodeKind = NodeKind {
     name: "http",
     parse,
+    schema: <HttpConfig as schemars::JsonSchema>::json_schema,
 };
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct HttpConfig {
+    #[schemars(with = "String")]
     url: Spanned<String>,
     /// GET by default, POST when there is a `json` body.
+    #[schemars(with = "Option<String>")]
     method: Option<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     headers: IndexMap<String, Spanned<String>>,
     /// The environment variable whose value is sent as a bearer token.
     bearer_env: Option<String>,
     /// The JSON body; every string in it is a template.
+    #[schemars(with = "Option<Value>")]
     json: Option<Spanned<toml::Value>>,
     /// Values to pick out of the JSON answer, by JSONPath (`$.results[0].path`).
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     extract: IndexMap<String, Spanned<String>>,
     /// The statuses that count as success (default: any 2xx).
     ok_status: Option<Vec<u16>>,
+    #[schemars(with = "Option<String>")]
     network: Option<Spanned<String>>,
 }
 

@@ -45,10 +45,12 @@ use crate::spec::governing::{GoverningSet, Role};
 use crate::state::NodeState;
 use crate::template::{Scope, TemplateEngine, describe_error, find_read};
 
-/// A node kind: its name in TOML and how to parse its fields.
+/// A node kind: its name in TOML, how to parse its fields, and their JSON Schema (for editors;
+/// see `spec::schema`).
 pub struct NodeKind {
     pub name: &'static str,
     pub parse: fn(&mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>,
+    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
 }
 
 /// Every kind the executor can run.

@@ -24,15 +24,18 @@ use crate::state::{NodeState, RunStatus};
 pub const KIND: NodeKind = NodeKind {
     name: "pipeline",
     parse,
+    schema: <PipelineConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PipelineConfig {
     /// The child pipeline: a name looked up in `pipelines/`, or a path in the workspace.
+    #[schemars(with = "String")]
     file: Spanned<String>,
     /// The child's parameters, as templated strings (parsed by the child's declared types).
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     params: IndexMap<String, Spanned<String>>,
 }
 

@@ -22,16 +22,22 @@ use crate::skills::{Lifecycle, TRUSTED};
 pub const KIND: NodeKind = NodeKind {
     name: "promote",
     parse,
+    schema: <PromoteConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct PromoteConfig {
+    #[schemars(with = "String")]
     skill: Spanned<String>,
     /// The tree holding the skill's files, relative to the workspace (default: the workspace).
+    #[schemars(with = "Option<String>")]
     source: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     trust: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     lifecycle: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     comment: Option<Spanned<String>>,
 }
 

@@ -20,15 +20,19 @@ use crate::skills::trust::TrustPolicy;
 pub const KIND: NodeKind = NodeKind {
     name: "propose",
     parse,
+    schema: <ProposeConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ProposeConfig {
     /// The proposal file, relative to the workspace.
+    #[schemars(with = "String")]
     file: Spanned<String>,
+    #[schemars(with = "Option<String>")]
     lifecycle: Option<Spanned<String>>,
     /// The trust policy whose skill folder a proposal's `command` must stay in.
+    #[schemars(with = "Option<String>")]
     trust: Option<Spanned<String>>,
     /// Fail unless the skill may be built now (see [`crate::skills::build_refusal`]): the forge
     /// asks once, before its attempt loop, so a skill that cannot be built is not retried.

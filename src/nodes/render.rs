@@ -17,17 +17,21 @@ use crate::template::{Scope, describe_error};
 pub const KIND: NodeKind = NodeKind {
     name: "render",
     parse,
+    schema: <RenderConfig as schemars::JsonSchema>::json_schema,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RenderConfig {
     /// A file name under `templates/`.
+    #[schemars(with = "String")]
     template: Spanned<String>,
     /// Extra values for the template, as `vars.<name>`; each is itself a string template.
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
     vars: IndexMap<String, Spanned<String>>,
     /// Also write the result to this path, relative to the workspace and inside it.
+    #[schemars(with = "Option<String>")]
     dest: Option<Spanned<String>>,
     /// The artifact kind recorded in the ledger.
     #[serde(default = "default_kind")]

@@ -25,6 +25,7 @@ use crate::sandbox::{self, manifest};
 pub const KIND: NodeKind = NodeKind {
     name: "sandbox",
     parse,
+    schema: <SandboxConfig as schemars::JsonSchema>::json_schema,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/sandbox.toml";
@@ -32,12 +33,14 @@ pub const DEFAULT_POLICY: &str = "policies/sandbox.toml";
 /// How long a failed attempt's sandbox is kept when the policy does not say.
 const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 3600);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SandboxConfig {
     /// The tree to copy, relative to the workspace (default: the workspace itself).
+    #[schemars(with = "Option<String>")]
     source: Option<Spanned<String>>,
     /// The policy naming what to leave out.
+    #[schemars(with = "Option<String>")]
     policy: Option<Spanned<String>>,
 }
 

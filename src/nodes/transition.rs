@@ -18,16 +18,21 @@ use crate::template::is_templated;
 pub const KIND: NodeKind = NodeKind {
     name: "transition",
     parse,
+    schema: <TransitionConfig as schemars::JsonSchema>::json_schema,
 };
 
 pub const DEFAULT_POLICY: &str = super::LIFECYCLE_POLICY;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct TransitionConfig {
+    #[schemars(with = "String")]
     skill: Spanned<String>,
+    #[schemars(with = "String")]
     to: Spanned<String>,
+    #[schemars(with = "Option<String>")]
     lifecycle: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     comment: Option<Spanned<String>>,
 }
 

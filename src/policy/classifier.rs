@@ -19,22 +19,27 @@ use crate::state::NodeState;
 /// The kind when no rule matches.
 pub const UNKNOWN: &str = "UNKNOWN";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawClassifier {
+pub(crate) struct RawClassifier {
     /// Every failure kind, with what it means.
     kinds: Option<IndexMap<String, String>>,
     #[serde(rename = "rule")]
     rules: Vec<RawRule>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
+    #[schemars(with = "String")]
     kind: Spanned<String>,
+    #[schemars(with = "Option<String>")]
     node_kind: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     state: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     failure_kind: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     log: Option<Spanned<String>>,
 }
 

@@ -5,18 +5,24 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GateSet {
     /// How long a command gate may run unless it says otherwise (default [`DEFAULT_TIMEOUT`]).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
+    #[schemars(
+        with = "Option<String>",
+        description = "A duration, such as `30s`, `5m` or `1h30m`"
+    )]
     pub timeout: Option<Duration>,
     /// Which failure kind names an attempt when several required gates fail: the first listed;
     /// kinds not listed come after, in the order of their gates.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub precedence: Vec<Spanned<String>>,
     /// The policy declaring the toolchains gates name (default
     /// [`crate::toolchains::DEFAULT_POLICY`]).
+    #[schemars(with = "Option<String>")]
     pub toolchains: Option<Spanned<String>>,
     #[serde(rename = "gate")]
     pub gates: Vec<GateSpec>,
@@ -28,7 +34,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The failure kind of a gate that ran past its time limit.
 pub const TIMEOUT_KIND: &str = "TIMEOUT";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum GateKind {
     Command,
@@ -36,29 +44,39 @@ pub enum GateKind {
     Invariant,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GateSpec {
+    #[schemars(with = "String")]
     pub id: Spanned<String>,
     pub kind: GateKind,
     /// `command`: the argv, each element a template over the node's `vars`.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub run: Vec<Spanned<String>>,
     /// `command`: the declared toolchain whose environment runs `run`'s program, which must be
     /// one of its tools. Without it, the program is found on PATH.
+    #[schemars(with = "Option<String>")]
     pub toolchain: Option<Spanned<String>>,
     /// `policy_scan`: the scanner policy; `invariant`: the invariants policy.
+    #[schemars(with = "Option<String>")]
     pub rules: Option<Spanned<String>>,
     /// `policy_scan`: the files to scan, templates over `vars`.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub files: Vec<Spanned<String>>,
     /// The failure kind a failure of this gate is classified as.
+    #[schemars(with = "String")]
     pub failure: Spanned<String>,
     #[serde(default = "yes")]
     pub required: bool,
     /// `command`: how long it may run before its process group is killed and it is recorded
     /// `timed_out` (failure kind TIMEOUT).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
+    #[schemars(
+        with = "Option<String>",
+        description = "A duration, such as `30s`, `5m` or `1h30m`"
+    )]
     pub timeout: Option<Duration>,
     pub description: Option<String>,
 }

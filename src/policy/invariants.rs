@@ -18,7 +18,7 @@ use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InvariantKind {
     Present,
@@ -26,25 +26,29 @@ pub enum InvariantKind {
     Capability,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawInvariants {
+pub(crate) struct RawInvariants {
     #[serde(rename = "invariant")]
     invariants: Vec<RawInvariant>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawInvariant {
     id: String,
     kind: InvariantKind,
+    #[schemars(with = "String")]
     file: Spanned<String>,
+    #[schemars(with = "String")]
     pattern: Spanned<String>,
     message: String,
     /// For a `side_effect` rule: the name the declaration assigns. Every line that mentions it
     /// must be the one declaration, so a second assignment or an alias cannot change the class.
+    #[schemars(with = "Option<String>")]
     subject: Option<Spanned<String>>,
     /// For a `capability` rule: the classes a skill must be proposed as to match the pattern.
+    #[schemars(with = "Option<Vec<crate::skills::SideEffect>>")]
     classes: Option<Spanned<Vec<crate::skills::SideEffect>>>,
 }
 

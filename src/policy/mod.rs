@@ -54,20 +54,22 @@ pub fn glob_set(
 
 /// `policies/sandbox.toml`: what a sandbox copy of the target leaves out, what a build may bring
 /// back, and how long a failed attempt's sandbox is kept.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxPolicy {
     /// Globs matched against each path relative to the tree root (`**/.env`, `.git`, ...). A
     /// matching folder is skipped with everything in it.
+    #[schemars(with = "Vec<String>")]
     pub skip: Vec<Spanned<String>>,
     #[serde(default)]
     pub limits: SandboxLimitsPolicy,
     /// How long a sandbox is kept after its run failed, such as `24h` (`0s`: removed at once).
+    #[schemars(with = "Option<String>")]
     pub keep_failed: Option<Spanned<String>>,
 }
 
 /// What the diff gate and copy-back accept from one build. Over a limit is a gate violation.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxLimitsPolicy {
     /// Bytes in one copied-back file.
@@ -89,7 +91,7 @@ impl Default for SandboxLimitsPolicy {
 }
 
 /// `policies/allowlist.toml`: what a build may change.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AllowlistPolicy {
     /// Paths a build may create or change, as templates over the pipeline's variables
@@ -99,12 +101,14 @@ pub struct AllowlistPolicy {
     /// Globs of changes that are neither allowed nor violations, and are never copied back:
     /// by-products such as `**/__pycache__/**`.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub ignore: Vec<Spanned<String>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AllowedPath {
+    #[schemars(with = "String")]
     pub path: Spanned<String>,
     /// A required path must exist in the sandbox after the build.
     #[serde(default)]

@@ -12,7 +12,7 @@ use crate::diagnostic::{Diagnostic, SourceFile};
 
 pub const DEFAULT_POLICY: &str = "policies/network.toml";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkPolicy {
     /// Host names or IP addresses, compared exactly (case-insensitively).

@@ -13,9 +13,9 @@ use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawScanner {
+pub(crate) struct RawScanner {
     #[serde(default)]
     comment_prefixes: Vec<String>,
     #[serde(default)]
@@ -24,11 +24,12 @@ struct RawScanner {
     rules: Vec<RawRule>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
     id: String,
     message: String,
+    #[schemars(with = "String")]
     regex: Spanned<String>,
 }
 

@@ -12,9 +12,10 @@ use crate::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/conventions.toml";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawConventions {
+pub(crate) struct RawConventions {
+    #[schemars(with = "IndexMap<String, String>")]
     paths: IndexMap<String, Spanned<String>>,
 }
 

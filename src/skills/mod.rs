@@ -40,22 +40,26 @@ pub fn invalid_name_reason(name: &str) -> Option<String> {
 }
 
 /// A skill proposal, as written in a proposal file.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Proposal {
+    #[schemars(with = "String")]
     pub name: Spanned<String>,
     pub description: String,
     /// One class, or several (see [`SideEffects`]).
     pub side_effect: SideEffects,
     /// Environment variables holding secrets the skill may read; nothing else reaches it.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub secrets: Vec<Spanned<String>>,
     /// The argv that runs the skill; it reads JSON on stdin and writes JSON on stdout. A file it
     /// names in the workspace lies in the skill's folder (see [`Proposal::check_command`]).
+    #[schemars(with = "Vec<String>")]
     pub command: Spanned<Vec<String>>,
     /// For a FILE_WRITE skill: the paths (files or folders, relative to the workspace) it may
     /// write under. Its confinement profile allows writes there and nowhere else.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub writes: Vec<Spanned<String>>,
     pub input_schema: serde_json::Value,
     pub output_schema: serde_json::Value,
@@ -228,29 +232,38 @@ impl Proposal {
 }
 
 /// `policies/lifecycle.toml`, as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawLifecycle {
+pub(crate) struct RawLifecycle {
+    #[schemars(with = "String")]
     initial: Spanned<String>,
+    #[schemars(with = "Vec<String>")]
     states: Vec<Spanned<String>>,
+    #[schemars(with = "Vec<String>")]
     buildable: Vec<Spanned<String>>,
     /// Where re-verification moves a trusted skill whose files changed.
+    #[schemars(with = "Option<String>")]
     drifted: Option<Spanned<String>>,
     /// Where `kavi skill revoke` moves a skill.
+    #[schemars(with = "Option<String>")]
     revoked: Option<Spanned<String>>,
     /// Where `kavi reject` moves the skill of a rejected run.
+    #[schemars(with = "Option<String>")]
     rejected: Option<Spanned<String>>,
     /// States a skill may stay in for good: not dead ends.
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     terminal: Vec<Spanned<String>>,
     #[serde(rename = "transition", default)]
     transitions: Vec<RawTransition>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawTransition {
+    #[schemars(with = "String")]
     from: Spanned<String>,
+    #[schemars(with = "String")]
     to: Spanned<String>,
     #[serde(default)]
     approval: bool,

@@ -13,7 +13,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 /// One side-effect class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum SideEffect {
     ReadOnly,
@@ -142,6 +142,24 @@ impl<'de> Deserialize<'de> for SideEffects {
             }
         }
         deserializer.deserialize_any(Classes)
+    }
+}
+
+/// What [`SideEffects`] reads: one class, a `+`-joined set, or an array of classes.
+impl schemars::JsonSchema for SideEffects {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SideEffects".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let class = generator.subschema_for::<SideEffect>();
+        schemars::json_schema!({
+            "description": "A side-effect class, several joined by `+` (`NETWORK+SECRET_READ`), or an array of them",
+            "anyOf": [
+                { "type": "string", "pattern": "^[A-Z_]+(\\+[A-Z_]+)*$" },
+                { "type": "array", "items": class, "minItems": 1 }
+            ]
+        })
     }
 }
 

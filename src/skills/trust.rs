@@ -25,11 +25,12 @@ use crate::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/trust.toml";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawTrust {
+pub(crate) struct RawTrust {
     folder: String,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     exclude: Vec<Spanned<String>>,
     registry: String,
 }

@@ -35,15 +35,16 @@ const COMMON_FIELDS: &[&str] = &[
     "trigger",
 ];
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawHeader {
+pub(crate) struct RawHeader {
     pipeline: RawPipelineSection,
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, RawParam>")]
     params: IndexMap<String, Spanned<RawParam>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawPipelineSection {
     name: String,
@@ -54,49 +55,69 @@ struct RawPipelineSection {
     budget: Budget,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawParam {
     #[serde(rename = "type")]
     ty: ParamType,
+    #[schemars(with = "Option<serde_json::Value>")]
     default: Option<Spanned<toml::Value>>,
+    #[schemars(with = "Option<bool>")]
     required: Option<Spanned<bool>>,
     description: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawCommon {
+pub(crate) struct RawCommon {
+    #[schemars(with = "String")]
     kind: Spanned<String>,
     description: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     needs: Vec<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     when: Option<Spanned<String>>,
     #[serde(default, deserialize_with = "timeout")]
+    #[schemars(
+        with = "Option<String>",
+        description = "A duration, such as `30s`, `5m` or `1h30m`"
+    )]
     timeout: Option<Duration>,
     retry: Option<RawRetry>,
     on_failure: Option<OnFailure>,
     trigger: Option<Trigger>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRetry {
+    #[schemars(with = "u32")]
     attempts: Spanned<u32>,
     #[serde(default, deserialize_with = "backoff")]
+    #[schemars(
+        with = "Option<String>",
+        description = "A duration, such as `30s`, `5m` or `1h30m`"
+    )]
     backoff: Option<Duration>,
     /// The backoff is multiplied by this before each later try (default 2; 1 keeps it constant).
+    #[schemars(with = "Option<u32>")]
     factor: Option<Spanned<u32>>,
     /// The longest wait, however many tries came before.
     #[serde(default, deserialize_with = "backoff")]
+    #[schemars(
+        with = "Option<String>",
+        description = "A duration, such as `30s`, `5m` or `1h30m`"
+    )]
     max_backoff: Option<Duration>,
     /// What is retried: exit codes, states (`failed`, `timed_out`) and failure kinds. Empty:
     /// every failure.
     #[serde(default)]
+    #[schemars(with = "Vec<RawRetryOn>")]
     on: Vec<Spanned<RawRetryOn>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum RawRetryOn {
     Code(i64),

@@ -8,6 +8,7 @@ mod error;
 pub mod governing;
 mod load;
 mod params;
+pub mod schema;
 
 #[cfg(test)]
 mod fuzz;
@@ -91,11 +92,15 @@ pub struct RetryPolicy {
 
 /// `[pipeline.budget]`: what one run may spend. When a budget is spent the run stops, failed,
 /// with a reason naming it: running nodes are cancelled and nothing more starts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Wall-clock time for the whole run.
     #[serde(default, deserialize_with = "load::timeout")]
+    #[schemars(
+        with = "Option<String>",
+        description = "A duration, such as `30s`, `5m` or `1h30m`"
+    )]
     pub wall: Option<Duration>,
     /// Node attempts, retries included.
     pub attempts: Option<u32>,
@@ -104,7 +109,7 @@ pub struct Budget {
 }
 
 /// One thing `retry.on` names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, schemars::JsonSchema)]
 pub enum RetryOn {
     Exit(i64),
     State(crate::state::NodeState),
@@ -157,7 +162,9 @@ impl RetryPolicy {
 }
 
 /// When a node runs, given how its dependencies ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     /// Only when every dependency succeeded (or was skipped): the default.
@@ -169,7 +176,9 @@ pub enum Trigger {
 }
 
 /// What a node's failure does to the nodes that need it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnFailure {
     /// Dependants are blocked and the run fails.

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::diagnostic::Diagnostic;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ParamType {
     String,

@@ -30,20 +30,22 @@ pub const DEFAULT_POLICY: &str = "policies/toolchains.toml";
 /// The tool every Python toolchain has besides its packages: the environment's interpreter.
 pub const INTERPRETER_TOOL: &str = "python";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct RawSet {
+pub(crate) struct RawSet {
     #[serde(default)]
+    #[schemars(with = "IndexMap<String, RawToolchain>")]
     toolchain: IndexMap<String, Spanned<RawToolchain>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawToolchain {
     /// The interpreter the environment is made from: a name on PATH or an absolute path.
     #[serde(default = "default_interpreter")]
     interpreter: String,
     /// Package name to exact version.
+    #[schemars(with = "IndexMap<String, String>")]
     packages: IndexMap<String, Spanned<String>>,
 }
 

@@ -1,0 +1,282 @@
+//! JSON Schemas of every TOML file kavi reads, generated from the types that read them.
+//!
+//! They are checked in under `docs/schemas/` (a test keeps them in step with the code), and
+//! each shipped file names its schema in a `#:schema` comment on its first line, which TOML
+//! language servers (taplo, tombi) read to complete and check the file as it is edited.
+
+use schemars::{JsonSchema, SchemaGenerator};
+use serde_json::{Value, json};
+
+/// Where the schemas are, relative to the workspace (and this repository).
+pub const DIR: &str = "docs/schemas";
+
+/// One published schema: its file under [`DIR`], and the workspace files it describes (a folder
+/// ending in `/` means every `.toml` in it).
+pub struct Published {
+    pub file: &'static str,
+    pub describes: &'static str,
+    pub schema: Value,
+}
+
+/// Every schema kavi publishes.
+pub fn all() -> Vec<Published> {
+    use crate::{chains, config, confinement, nodes, policy, skills, toolchains};
+    let published = |file, describes, title: &str, schema: Value| Published {
+        file,
+        describes,
+        schema: titled(schema, title),
+    };
+    vec![
+        published(
+            "kavi.json",
+            "kavi.toml",
+            "kavi.toml: workspace configuration",
+            of::<config::Config>(),
+        ),
+        published("pipeline.json", "pipelines/", "A kavi pipeline", pipeline()),
+        published(
+            "chain.json",
+            "chains/",
+            "A chain of trusted skills",
+            of::<chains::RawChain>(),
+        ),
+        published(
+            "proposal.json",
+            "proposals/",
+            "A skill proposal",
+            of::<skills::Proposal>(),
+        ),
+        published(
+            "policies/allowlist.json",
+            "policies/allowlist.toml",
+            "The diff gate's allowlist",
+            of::<policy::AllowlistPolicy>(),
+        ),
+        published(
+            "policies/classifier.json",
+            "policies/classifier.toml",
+            "The failure classifier",
+            of::<policy::classifier::RawClassifier>(),
+        ),
+        published(
+            "policies/confinement.json",
+            "policies/confinement.toml",
+            "What builders, gates and skills may touch",
+            of::<confinement::policy::RawPolicy>(),
+        ),
+        published(
+            "policies/conventions.json",
+            "policies/conventions.toml",
+            "Where a skill's files are",
+            of::<skills::conventions::RawConventions>(),
+        ),
+        published(
+            "policies/escalation.json",
+            "policies/escalation.toml",
+            "When a failed attempt goes to a person",
+            of::<nodes::escalate::Rules>(),
+        ),
+        published(
+            "policies/gates.json",
+            "policies/gates.toml",
+            "The gates a skill must pass",
+            of::<policy::gates::GateSet>(),
+        ),
+        published(
+            "policies/invariants.json",
+            "policies/invariants.toml",
+            "What every skill must hold to",
+            of::<policy::invariants::RawInvariants>(),
+        ),
+        published(
+            "policies/lifecycle.json",
+            "policies/lifecycle.toml",
+            "A skill's lifecycle",
+            of::<skills::RawLifecycle>(),
+        ),
+        published(
+            "policies/network.json",
+            "policies/network.toml",
+            "The hosts nodes may call",
+            of::<policy::network::NetworkPolicy>(),
+        ),
+        published(
+            "policies/sandbox.json",
+            "policies/sandbox.toml",
+            "The limits of a sandbox",
+            of::<policy::SandboxPolicy>(),
+        ),
+        published(
+            "policies/scanner.json",
+            "policies/scanner.toml",
+            "The security scanner's rules",
+            of::<policy::scanner::RawScanner>(),
+        ),
+        published(
+            "policies/toolchains.json",
+            "policies/toolchains.toml",
+            "The pinned toolchains gates run",
+            of::<toolchains::RawSet>(),
+        ),
+        published(
+            "policies/trust.json",
+            "policies/trust.toml",
+            "What a skill's trusted hash covers",
+            of::<skills::trust::RawTrust>(),
+        ),
+    ]
+}
+
+/// The schema of a file read as one `T`.
+fn of<T: JsonSchema>() -> Value {
+    schemars::schema_for!(T).to_value()
+}
+
+fn titled(mut schema: Value, title: &str) -> Value {
+    schema["title"] = json!(title);
+    schema
+}
+
+/// A pipeline: its header, and `nodes`, each a table whose `kind` picks which fields it takes
+/// besides those every node takes (as the loader reads it: common fields, then the kind's).
+fn pipeline() -> Value {
+    let mut generator = SchemaGenerator::default();
+    let mut root = schemars::schema_for!(super::load::RawHeader).to_value();
+    let common = super::load::RawCommon::json_schema(&mut generator).to_value();
+    let kinds: Vec<Value> = crate::nodes::KINDS
+        .iter()
+        .map(|kind| {
+            let specific = (kind.schema)(&mut generator).to_value();
+            let mut properties = common["properties"].clone();
+            if let (Some(all), Some(own)) = (
+                properties.as_object_mut(),
+                specific["properties"].as_object(),
+            ) {
+                all.extend(own.clone());
+                all.insert("kind".into(), json!({ "const": kind.name }));
+            }
+            let mut required = vec![json!("kind")];
+            required.extend(specific["required"].as_array().cloned().unwrap_or_default());
+            json!({
+                "title": format!("a `{}` node", kind.name),
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false,
+            })
+        })
+        .collect();
+    root["properties"]["nodes"] = json!({
+        "description": "The nodes, by id; `kind` says what each does",
+        "type": "object",
+        "propertyNames": { "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$" },
+        "additionalProperties": { "oneOf": kinds },
+    });
+    let definitions = root["$defs"].as_object().cloned().unwrap_or_default();
+    let mut merged = definitions;
+    merged.extend(generator.take_definitions(true));
+    if !merged.is_empty() {
+        root["$defs"] = Value::Object(merged);
+    }
+    root
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn repo() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    /// The checked-in schemas are the ones the code makes. `KAVI_WRITE_SCHEMAS=1 cargo test
+    /// schemas` rewrites them.
+    #[test]
+    fn the_checked_in_schemas_are_the_generated_ones() {
+        let write = std::env::var_os("KAVI_WRITE_SCHEMAS").is_some();
+        for published in all() {
+            let path = repo().join(DIR).join(published.file);
+            let text = serde_json::to_string_pretty(&published.schema).unwrap() + "\n";
+            if write {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &text).unwrap();
+            }
+            let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                checked_in == text,
+                "{} is out of date: run `KAVI_WRITE_SCHEMAS=1 cargo test schemas`",
+                path.display()
+            );
+        }
+    }
+
+    fn shipped_files(describes: &str) -> Vec<std::path::PathBuf> {
+        match describes.strip_suffix('/') {
+            Some(folder) => std::fs::read_dir(repo().join(folder))
+                .unwrap()
+                .map(|entry| entry.unwrap().path())
+                .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+                .collect(),
+            None => vec![repo().join(describes)],
+        }
+    }
+
+    fn validator(published: &Published) -> jsonschema::Validator {
+        jsonschema::validator_for(&published.schema)
+            .unwrap_or_else(|e| panic!("{} is not a valid schema: {e}", published.file))
+    }
+
+    /// Every shipped file passes its schema and names it on its first line, so an editor finds
+    /// it.
+    #[test]
+    fn every_shipped_file_passes_the_schema_it_names() {
+        for published in all() {
+            let validator = validator(&published);
+            for path in shipped_files(published.describes) {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let relative = path.strip_prefix(repo()).unwrap();
+                let depth = relative.components().count() - 1;
+                let expected = format!("#:schema {}{DIR}/{}", "../".repeat(depth), published.file);
+                assert_eq!(
+                    text.lines().next(),
+                    Some(expected.as_str()),
+                    "{}",
+                    relative.display()
+                );
+                let value: Value = toml::from_str(&text).unwrap();
+                let errors: Vec<String> = validator
+                    .iter_errors(&value)
+                    .map(|e| e.to_string())
+                    .collect();
+                assert!(errors.is_empty(), "{}: {errors:?}", relative.display());
+            }
+        }
+    }
+
+    /// The schemas refuse what kavi refuses: a mistyped field, a node kind that does not exist,
+    /// a field of another kind, a value of the wrong type.
+    #[test]
+    fn the_schemas_refuse_what_kavi_refuses() {
+        let schemas = all();
+        let schema = |file: &str| schemas.iter().find(|p| p.file == file).unwrap();
+        let pipeline = validator(schema("pipeline.json"));
+        let valid = json!({
+            "pipeline": { "name": "p" },
+            "nodes": { "a": { "kind": "exec", "run": ["true"], "timeout": "5s" } }
+        });
+        assert!(pipeline.is_valid(&valid));
+        for wrong in [
+            json!({ "pipeline": { "name": "p", "nmae": 1 } }),
+            json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exce" } } }),
+            json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exec", "run": ["true"], "template": "x.j2" } } }),
+            json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exec", "run": "true" } } }),
+        ] {
+            assert!(!pipeline.is_valid(&wrong), "{wrong}");
+        }
+        let config = validator(schema("kavi.json"));
+        assert!(config.is_valid(&json!({ "jobs": 4 })));
+        assert!(!config.is_valid(&json!({ "jobs": "four" })));
+        assert!(!config.is_valid(&json!({ "jobz": 4 })));
+    }
+}
