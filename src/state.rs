@@ -55,6 +55,9 @@ string_enum! {
         Cancelled => "cancelled",
         /// Reserved for result caching.
         Cached => "cached",
+        /// Not run again: `kavi runs resume` took its outputs from the run it resumed, where it
+        /// succeeded.
+        Reused => "reused",
         /// Reserved for nodes that stop the run for a human decision.
         AwaitingReview => "awaiting_review",
         /// Left running by a kavi process that died; found and marked on a later start.
@@ -65,7 +68,10 @@ string_enum! {
 impl NodeState {
     /// Terminal states that count as the node having done its work.
     pub fn is_success(self) -> bool {
-        matches!(self, NodeState::Succeeded | NodeState::Cached)
+        matches!(
+            self,
+            NodeState::Succeeded | NodeState::Cached | NodeState::Reused
+        )
     }
 
     pub fn is_terminal(self) -> bool {

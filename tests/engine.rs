@@ -1658,3 +1658,102 @@ run = ["true"]
     assert!(stderr.contains("talk | done"), "{stderr}");
     assert!(!format!("{seen:?}{stderr}").contains("sk-live-987"));
 }
+
+/// Fix and resume: the nodes that succeeded are reused (a counter proves the expensive one ran
+/// once), the failed node and what needs it run; a change to the files that govern the run is
+/// refused unless allowed.
+#[test]
+fn resume_reruns_only_what_failed_and_what_needs_it() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/fix.toml",
+        r#"
+[pipeline]
+name = "fix"
+
+[nodes.expensive]
+kind = "exec"
+shell = "echo ran >> count.txt; echo 42"
+
+[nodes.flaky]
+kind = "exec"
+needs = ["expensive"]
+env = { GOT = "{{ nodes.expensive.outputs.stdout | trim }}" }
+# What "fixed" it is out of the governing set: no word of the command names the marker's path.
+shell = 'find . -name marker | grep -q . && echo "got $GOT"'
+
+[nodes.after]
+kind = "exec"
+needs = ["flaky"]
+run = ["echo", "{{ nodes.flaky.outputs.stdout | trim }}"]
+"#,
+    );
+    let failed = kavi(dir.path(), &["pipeline", "run", "fix"]);
+    assert_eq!(failed.status.code(), Some(1));
+    std::fs::create_dir(dir.path().join("state")).unwrap();
+    std::fs::write(dir.path().join("state/marker"), "").unwrap();
+
+    let resumed = kavi(dir.path(), &["runs", "resume", "1", "--json"]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "2", "--json"]));
+    assert_eq!(detail["resumed_from"], 1);
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("expensive".into(), "reused".into()),
+            ("flaky".into(), "succeeded".into()),
+            ("after".into(), "succeeded".into()),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("count.txt")).unwrap(),
+        "ran\n",
+        "the expensive node ran once"
+    );
+    // The reused node run points at the one it reused, whose outputs and logs it shows.
+    let first = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    assert_eq!(
+        node(&detail, "expensive")["reused_from"],
+        node(&first, "expensive")["id"]
+    );
+    assert_eq!(node(&detail, "after")["outputs"]["stdout"], "got 42\n");
+    let logs = kavi(dir.path(), &["runs", "logs", "2", "expensive"]);
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "42\n");
+    let shown =
+        String::from_utf8_lossy(&kavi(dir.path(), &["runs", "show", "2"]).stdout).into_owned();
+    assert!(shown.contains("reused from run 1"), "{shown}");
+
+    // Nothing to resume in a run that succeeded.
+    let again = kavi(dir.path(), &["runs", "resume", "2"]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("nothing to resume"));
+
+    // A governing file changed since: refused, naming it, unless allowed.
+    std::fs::remove_file(dir.path().join("state/marker")).unwrap();
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "fix"]).status.code(),
+        Some(1)
+    );
+    let text = std::fs::read_to_string(dir.path().join("pipelines/fix.toml")).unwrap();
+    write(
+        dir.path(),
+        "pipelines/fix.toml",
+        &format!("# edited\n{text}"),
+    );
+    let refused = kavi(dir.path(), &["runs", "resume", "latest"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("changed pipelines/fix.toml"), "{stderr}");
+    std::fs::write(dir.path().join("state/marker"), "").unwrap();
+    let allowed = kavi(dir.path(), &["runs", "resume", "3", "--allow-changed"]);
+    assert!(allowed.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("count.txt")).unwrap(),
+        "ran\nran\n"
+    );
+    common::assert_ledger_verifies(dir.path());
+}

@@ -40,6 +40,7 @@ mod pipeline;
 mod policy;
 mod progress;
 mod research;
+mod resume;
 mod review;
 mod runs;
 mod skills;
@@ -514,6 +515,22 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run a failed (or cancelled, interrupted) run's pipeline again as a new run: the nodes that
+    /// succeeded are reused (their recorded outputs, not run again), the rest and what needs
+    /// them run. Refused when the files that governed the run changed, unless --allow-changed.
+    Resume {
+        /// A run id, or `latest`.
+        run: String,
+        /// Resume although the files that govern the run changed since (`kavi policy diff RUN`).
+        #[arg(long)]
+        allow_changed: bool,
+        /// Print the recorded run as JSON instead of progress lines.
+        #[arg(long)]
+        json: bool,
+        /// Print what the nodes' processes write as they write it.
+        #[arg(long, conflicts_with = "json")]
+        stream: bool,
+    },
     /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed.
     Logs {
         /// A run id, or `latest`.
@@ -672,7 +689,7 @@ async fn in_workspace(
                     &pipeline.file,
                     &pipeline.sets,
                     pipeline::Watch { json, stream },
-                    RunOrigin::User,
+                    RunOrigin::User.into(),
                 )
                 .await
             }
@@ -683,6 +700,20 @@ async fn in_workspace(
             }
             PipelineCommand::Graph { file, format } => pipeline::graph(&workspace, &file, format),
         },
+        Command::Runs(RunsCommand::Resume {
+            run,
+            allow_changed,
+            json,
+            stream,
+        }) => {
+            resume::run(
+                &workspace,
+                &run,
+                allow_changed,
+                pipeline::Watch { json, stream },
+            )
+            .await
+        }
         Command::Runs(RunsCommand::List {
             limit,
             status,

@@ -72,6 +72,7 @@ pub fn mark(state: NodeState) -> &'static str {
     match state {
         NodeState::Succeeded => "ok",
         NodeState::Cached => "cached",
+        NodeState::Reused => "reused",
         NodeState::Skipped => "skip",
         NodeState::Failed => "FAIL",
         NodeState::TimedOut => "TIME",

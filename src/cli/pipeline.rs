@@ -12,7 +12,7 @@ use crate::dag::{self, Dag, GraphFormat};
 use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
 use crate::executor::{self, ChildRunner};
-use crate::ledger::{Ledger, Owner, RunOrigin};
+use crate::ledger::{Ledger, Owner};
 use crate::nodes::Environment;
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
@@ -72,7 +72,7 @@ pub async fn run(
     file: &str,
     sets: &[(String, String)],
     watch: Watch,
-    origin: RunOrigin,
+    start: executor::RunStart,
 ) -> Result<i32, Error> {
     let json = watch.json;
     let (pipeline, templates) = load(workspace, file)?;
@@ -129,7 +129,7 @@ pub async fn run(
         &mut ledger,
         console.as_mut(),
         cancel,
-        origin,
+        start,
     )
     .await?;
     let detail = ledger.run_detail(outcome.run_id)?;

@@ -67,6 +67,21 @@ struct PolicyDiff {
     files: Vec<FileChange>,
 }
 
+/// What changed in the files that govern run `run_id`'s pipeline since it ran, one line each
+/// (`changed policies/gates.toml (policy)`); empty when nothing did.
+pub(super) fn changed_since(
+    workspace: &Workspace,
+    ledger: &Ledger,
+    run_id: i64,
+) -> Result<Vec<String>, Error> {
+    let from = run_side(ledger, &run_id.to_string())?;
+    let to = workspace_side(workspace, &ledger.run(run_id)?.spec_path)?;
+    Ok(compare(&from, &to)
+        .into_iter()
+        .map(|file| format!("{} {} ({})", file.change, file.path, file.role))
+        .collect())
+}
+
 /// A recorded run's governing set.
 fn run_side(ledger: &Ledger, reference: &str) -> Result<Side, Error> {
     let run = ledger.run(ledger.resolve_run(reference)?)?;

@@ -95,7 +95,7 @@ pub async fn decide(
                 &path.to_string_lossy(),
                 &sets,
                 super::pipeline::Watch::default(),
-                RunOrigin::Resume { of: root.id },
+                RunOrigin::Resume { of: root.id }.into(),
             )
             .await
         }
@@ -306,7 +306,7 @@ fn refuse_self_approval(ledger: &Ledger, run: i64, actor: &str) -> Result<(), Er
     Ok(())
 }
 
-fn param_sets(params: &Value) -> Vec<(String, String)> {
+pub(super) fn param_sets(params: &Value) -> Vec<(String, String)> {
     params
         .as_object()
         .into_iter()

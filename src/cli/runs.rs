@@ -85,7 +85,13 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
         outln!("  parent    run {parent}");
     }
     if let Some(resumed) = run.resumed_from {
-        outln!("  resumes   run {resumed}, approved after review");
+        // `kavi approve` resumes a run it approved; `kavi runs resume` one that failed.
+        let how = match ledger.run(resumed).map(|r| r.status) {
+            Ok(crate::state::RunStatus::Approved) => ", approved after review".to_owned(),
+            Ok(status) => format!(", which {status}; its succeeded nodes are reused"),
+            Err(_) => String::new(),
+        };
+        outln!("  resumes   run {resumed}{how}");
     }
     if let Some(error) = &run.error {
         outln!("  note      {error}");

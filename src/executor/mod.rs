@@ -8,7 +8,7 @@
 //! Display hangs off [`Observer`] events, so the executor never prints (moon's subscriber shape).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,7 @@ impl ChildRuns for ChildRunner {
             &mut ledger,
             observer.as_mut(),
             cancel,
-            RunOrigin::Child { parent: parent_run },
+            RunOrigin::Child { parent: parent_run }.into(),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -98,6 +98,32 @@ pub struct RunOutcome {
     pub run_id: i64,
     pub status: RunStatus,
     pub duration_ms: u128,
+}
+
+/// How a run starts: who started it, and, for `kavi runs resume`, the nodes whose outputs it
+/// takes from the run it resumes instead of running them.
+#[derive(Debug, Default)]
+pub struct RunStart {
+    pub origin: RunOrigin,
+    /// By node id.
+    pub reuse: HashMap<String, Reused>,
+}
+
+impl From<RunOrigin> for RunStart {
+    fn from(origin: RunOrigin) -> Self {
+        Self {
+            origin,
+            reuse: HashMap::new(),
+        }
+    }
+}
+
+/// A node run of an earlier run that a resumed run takes as it is.
+#[derive(Debug, Clone)]
+pub struct Reused {
+    pub node_run_id: i64,
+    pub run_id: i64,
+    pub outputs: Value,
 }
 
 struct Finished {
@@ -139,6 +165,7 @@ pub struct Executor<'a> {
     failed: bool,
     /// A node stopped the run for a person's decision.
     awaiting_review: bool,
+    reuse: HashMap<String, Reused>,
 }
 
 /// How a wall budget reads in a reason.
@@ -157,8 +184,9 @@ pub async fn execute(
     ledger: &mut Ledger,
     observer: &mut (dyn Observer + Send),
     cancel: CancellationToken,
-    origin: RunOrigin,
+    start: RunStart,
 ) -> Result<RunOutcome, LedgerError> {
+    let RunStart { origin, reuse } = start;
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
     let node_list: Vec<(&str, &str)> = pipeline
@@ -216,6 +244,7 @@ pub async fn execute(
         stop_reason: None,
         failed: false,
         awaiting_review: false,
+        reuse,
     };
     let result = executor.run_loop().await;
     if result.is_err() {
@@ -369,6 +398,10 @@ impl Executor<'_> {
     fn settle_ready(&mut self) -> Result<usize, LedgerError> {
         let mut finished = 0;
         while let Some(Reverse(index)) = self.ready.pop() {
+            if self.reuse_node(index)? {
+                finished += 1;
+                continue;
+            }
             let node = &self.dag.pipeline.nodes[index];
             // What its dependencies did is the more precise reason; a stop comes second.
             let verdict = self.dependency_verdict(index).or_else(|| {
@@ -412,6 +445,55 @@ impl Executor<'_> {
             }
         }
         Ok(finished)
+    }
+
+    /// Takes a node's outputs from the run being resumed, when it succeeded there and so did
+    /// (there, again) everything it needs: what is upstream of something that runs anew is never
+    /// reused. Returns whether it was.
+    fn reuse_node(&mut self, index: usize) -> Result<bool, LedgerError> {
+        let node = &self.dag.pipeline.nodes[index];
+        let Some(reused) = self.reuse.get(&node.id) else {
+            return Ok(false);
+        };
+        if self
+            .dag
+            .dependencies(index)
+            .any(|dep| self.slots[dep].state != Some(NodeState::Reused))
+            || self.stopped_for(index).is_some()
+        {
+            return Ok(false);
+        }
+        let reason = format!("reused from run {}", reused.run_id);
+        self.ledger.finish_node(
+            self.run_id,
+            &node.id,
+            1,
+            NodeState::Reused,
+            &NodeRecord {
+                outputs: Some(&reused.outputs),
+                reason: Some(&reason),
+                reused_from: Some(reused.node_run_id),
+                ..Default::default()
+            },
+        )?;
+        self.observer.event(&Event::NodeFinished {
+            node: &node.id,
+            attempt: 1,
+            state: NodeState::Reused,
+            duration: None,
+            detail: Some(&format!("from run {}", reused.run_id)),
+            outputs: Some(&reused.outputs),
+            will_retry: false,
+        });
+        // Templates see it as they saw it in the run it comes from: it succeeded there.
+        self.slots[index].entry = json!({
+            "state": NodeState::Succeeded,
+            "kind": node.kind,
+            "error": null,
+            "outputs": reused.outputs,
+        });
+        self.mark_done(index, NodeState::Reused);
+        Ok(true)
     }
 
     /// Why a node cannot run because of its dependencies, if it cannot.
@@ -569,6 +651,7 @@ impl Executor<'_> {
                 reason: None,
                 duration: Some(duration),
                 artifacts: &outcome.artifacts,
+                reused_from: None,
             },
         )?;
         self.observer.event(&Event::NodeFinished {
@@ -749,7 +832,7 @@ pub fn describe_state(state: NodeState) -> &'static str {
         NodeState::Skipped => "was skipped",
         NodeState::Interrupted => "was interrupted",
         NodeState::AwaitingReview => "is awaiting review",
-        NodeState::Succeeded | NodeState::Cached => "succeeded",
+        NodeState::Succeeded | NodeState::Cached | NodeState::Reused => "succeeded",
         NodeState::Pending | NodeState::Running => "did not finish",
     }
 }

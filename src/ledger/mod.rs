@@ -230,6 +230,8 @@ pub struct NodeRecord<'a> {
     pub reason: Option<&'a str>,
     pub duration: Option<Duration>,
     pub artifacts: &'a [(&'static str, Artifact)],
+    /// The node run whose outputs and artifacts this one reuses (`kavi runs resume`).
+    pub reused_from: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -255,6 +257,8 @@ pub struct RunRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeRunRow {
+    /// The node run's own id: what a later `reused_from` names.
+    pub id: i64,
     pub node_id: String,
     pub kind: String,
     pub state: NodeState,
@@ -267,6 +271,8 @@ pub struct NodeRunRow {
     pub error: Option<String>,
     pub reason: Option<String>,
     pub artifacts: Vec<NodeArtifact>,
+    /// For a `reused` node run, the node run it took its outputs from.
+    pub reused_from: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -511,7 +517,7 @@ impl Ledger {
         let tx = self.conn.savepoint()?;
         let node_run_id: i64 = tx.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
-                    outputs = ?5, error = ?6, reason = ?7
+                    outputs = ?5, error = ?6, reason = ?7, reused_from = ?11
              WHERE run_id = ?8 AND node_id = ?9 AND attempt = ?10
              RETURNING id",
         )?
@@ -526,10 +532,18 @@ impl Ledger {
                 record.reason,
                 run_id,
                 node_id,
-                attempt
+                attempt,
+                record.reused_from
             ],
             |row| row.get(0),
         )?;
+        if let Some(reused) = record.reused_from {
+            tx.prepare_cached(
+                "INSERT INTO node_run_artifacts (node_run_id, role, sha256)
+                 SELECT ?1, role, sha256 FROM node_run_artifacts WHERE node_run_id = ?2",
+            )?
+            .execute(params![node_run_id, reused])?;
+        }
         for (role, artifact) in record.artifacts {
             keep_artifact(&tx, artifact, &now())?;
             tx.prepare_cached(
@@ -798,7 +812,7 @@ impl Ledger {
         let run = self.run(run_id)?;
         let mut stmt = self.conn.prepare(
             "SELECT id, node_id, kind, state, attempt, started_at, finished_at, duration_ms,
-                    exit_code, outputs, error, reason
+                    exit_code, outputs, error, reason, reused_from
              FROM node_runs WHERE run_id = ?1
              ORDER BY min(id) OVER (PARTITION BY node_id), attempt",
         )?;
@@ -812,6 +826,7 @@ impl Ledger {
             Ok((
                 row.get::<_, i64>(0)?,
                 NodeRunRow {
+                    id: row.get(0)?,
                     node_id: row.get(1)?,
                     kind: row.get(2)?,
                     state: enum_column(row, 3)?,
@@ -824,6 +839,7 @@ impl Ledger {
                     error: row.get(10)?,
                     reason: row.get(11)?,
                     artifacts: Vec::new(),
+                    reused_from: row.get(12)?,
                 },
             ))
         })?;

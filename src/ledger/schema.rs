@@ -325,4 +325,8 @@ pub const MIGRATIONS: &[&str] = &[
         content BLOB NOT NULL
     );
     "#,
+    // 21: the node run a `reused` node run took its outputs from (`kavi runs resume`).
+    r#"
+    ALTER TABLE node_runs ADD COLUMN reused_from INTEGER REFERENCES node_runs(id);
+    "#,
 ];
