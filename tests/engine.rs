@@ -1660,8 +1660,8 @@ run = ["true"]
 }
 
 /// Fix and resume: the nodes that succeeded are reused (a counter proves the expensive one ran
-/// once), the failed node and what needs it run; a change to the files that govern the run is
-/// refused unless allowed.
+/// once), the failed node and what needs it run, and `explain` says why; a change to the files
+/// that govern the run is refused unless allowed.
 #[test]
 fn resume_reruns_only_what_failed_and_what_needs_it() {
     let dir = workspace();
@@ -1727,6 +1727,32 @@ run = ["echo", "{{ nodes.flaky.outputs.stdout | trim }}"]
     let shown =
         String::from_utf8_lossy(&kavi(dir.path(), &["runs", "show", "2"]).stdout).into_owned();
     assert!(shown.contains("reused from run 1"), "{shown}");
+
+    // explain says why each node did what it did.
+    let explained = |run: &str, node: &str| {
+        let out = kavi(dir.path(), &["explain", run, node]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let blocked = explained("1", "after");
+    assert!(
+        blocked.contains("it did not run: needs `flaky`, which failed"),
+        "{blocked}"
+    );
+    let reused = explained("2", "expensive");
+    assert!(reused.contains("it succeeded in run 1"), "{reused}");
+    let ran = explained("2", "flaky");
+    assert!(
+        ran.contains("it ran") && ran.contains("needs `expensive`: reused"),
+        "{ran}"
+    );
+    let typo = kavi(dir.path(), &["explain", "2", "flakey"]);
+    assert_eq!(typo.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("did you mean `flaky`?"));
 
     // Nothing to resume in a run that succeeded.
     let again = kavi(dir.path(), &["runs", "resume", "2"]);

@@ -30,6 +30,7 @@ mod builds;
 mod chains;
 mod doctor;
 mod executions;
+mod explain;
 mod gc;
 mod help;
 mod init;
@@ -230,6 +231,17 @@ enum Command {
     /// Read the log of skill executions.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
+    /// Say why a node of a recorded run ran, was skipped, blocked, cancelled or reused, and what
+    /// the nodes it needs did.
+    Explain {
+        /// A run id, or `latest`.
+        run: String,
+        /// The node's id.
+        node: String,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a recorded execution again with the same input, if its skill is still trusted at the
     /// same hash; the new record's parent is the original.
     Replay {
@@ -789,6 +801,7 @@ async fn in_workspace(
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
         Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
         Command::Doctor { json } => doctor::run(&workspace, json),
+        Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
         Command::Gc {
             older_than,
             keep,

@@ -10,10 +10,7 @@ use toml::Spanned;
 pub struct GateSet {
     /// How long a command gate may run unless it says otherwise (default [`DEFAULT_TIMEOUT`]).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
-    #[schemars(
-        with = "Option<String>",
-        description = "A duration, such as `30s`, `5m` or `1h30m`"
-    )]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
     /// Which failure kind names an attempt when several required gates fail: the first listed;
     /// kinds not listed come after, in the order of their gates.
@@ -73,10 +70,7 @@ pub struct GateSpec {
     /// `command`: how long it may run before its process group is killed and it is recorded
     /// `timed_out` (failure kind TIMEOUT).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
-    #[schemars(
-        with = "Option<String>",
-        description = "A duration, such as `30s`, `5m` or `1h30m`"
-    )]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
     pub description: Option<String>,
 }

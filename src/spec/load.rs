@@ -38,7 +38,9 @@ const COMMON_FIELDS: &[&str] = &[
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHeader {
+    /// The pipeline's name and run-wide settings.
     pipeline: RawPipelineSection,
+    /// Parameters, by name: set with `--set NAME=VALUE`, read as `{{ params.NAME }}`.
     #[serde(default)]
     #[schemars(with = "IndexMap<String, RawParam>")]
     params: IndexMap<String, Spanned<RawParam>>,
@@ -47,10 +49,14 @@ pub(crate) struct RawHeader {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawPipelineSection {
+    /// The pipeline's name, as runs record it.
     name: String,
+    /// What it is for, shown by `kavi pipeline list`.
     description: Option<String>,
+    /// Stop starting nodes once one fails (running ones finish).
     #[serde(default)]
     fail_fast: bool,
+    /// Limits on the whole run: wall time, node attempts, HTTP calls.
     #[serde(default)]
     budget: Budget,
 }
@@ -58,57 +64,62 @@ struct RawPipelineSection {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawParam {
+    /// `string`, `integer`, `float` or `boolean`.
     #[serde(rename = "type")]
     ty: ParamType,
+    /// The value when `--set` does not give one; without one, the parameter is required.
     #[schemars(with = "Option<serde_json::Value>")]
     default: Option<Spanned<toml::Value>>,
+    /// Say `true` to make a parameter without a default explicitly required.
     #[schemars(with = "Option<bool>")]
     required: Option<Spanned<bool>>,
+    /// What it means, shown by `kavi pipeline plan`.
     description: Option<String>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCommon {
+    /// What the node does: `exec`, `render`, `sandbox`, `build`, `gate`, ... (docs/pipelines.md).
     #[schemars(with = "String")]
     kind: Spanned<String>,
+    /// What it is for.
     description: Option<String>,
+    /// The nodes that must finish first, by id.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     needs: Vec<Spanned<String>>,
+    /// A minijinja expression; the node runs when it is true, and is `skipped` otherwise.
     #[schemars(with = "Option<String>")]
     when: Option<Spanned<String>>,
+    /// How long one attempt may take, such as `30s` or `5m`; then it is killed, `timed_out`.
     #[serde(default, deserialize_with = "timeout")]
-    #[schemars(
-        with = "Option<String>",
-        description = "A duration, such as `30s`, `5m` or `1h30m`"
-    )]
+    #[schemars(with = "Option<String>")]
     timeout: Option<Duration>,
+    /// Try again after a failure: attempts, backoff, and which failures.
     retry: Option<RawRetry>,
+    /// `stop` (default): dependants are blocked and the run fails. `continue`: they run.
     on_failure: Option<OnFailure>,
+    /// `success` (default), `failure` (a failure handler) or `always` (cleanup).
     trigger: Option<Trigger>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRetry {
+    /// How many tries in all, the first included.
     #[schemars(with = "u32")]
     attempts: Spanned<u32>,
+    /// The wait before the second try, such as `1s`.
     #[serde(default, deserialize_with = "backoff")]
-    #[schemars(
-        with = "Option<String>",
-        description = "A duration, such as `30s`, `5m` or `1h30m`"
-    )]
+    #[schemars(with = "Option<String>")]
     backoff: Option<Duration>,
     /// The backoff is multiplied by this before each later try (default 2; 1 keeps it constant).
     #[schemars(with = "Option<u32>")]
     factor: Option<Spanned<u32>>,
-    /// The longest wait, however many tries came before.
+    /// The longest wait, however many tries came before, such as `1m`.
     #[serde(default, deserialize_with = "backoff")]
-    #[schemars(
-        with = "Option<String>",
-        description = "A duration, such as `30s`, `5m` or `1h30m`"
-    )]
+    #[schemars(with = "Option<String>")]
     max_backoff: Option<Duration>,
     /// What is retried: exit codes, states (`failed`, `timed_out`) and failure kinds. Empty:
     /// every failure.

@@ -97,10 +97,7 @@ pub struct RetryPolicy {
 pub struct Budget {
     /// Wall-clock time for the whole run.
     #[serde(default, deserialize_with = "load::timeout")]
-    #[schemars(
-        with = "Option<String>",
-        description = "A duration, such as `30s`, `5m` or `1h30m`"
-    )]
+    #[schemars(with = "Option<String>")]
     pub wall: Option<Duration>,
     /// Node attempts, retries included.
     pub attempts: Option<u32>,

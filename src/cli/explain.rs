@@ -1,0 +1,107 @@
+//! `kavi explain RUN NODE`: why a node of a recorded run ran, was skipped, blocked, cancelled or
+//! reused, from what the ledger holds: the node's attempts, the spec text the run kept (its
+//! `needs` and `when`), and what its dependencies did.
+
+use serde_json::{Value, json};
+
+use crate::config::Workspace;
+use crate::error::{Error, exit};
+use crate::ledger::{Ledger, NodeRunRow, final_attempts};
+use crate::state::NodeState;
+
+pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Result<i32, Error> {
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let detail = ledger.run_detail(ledger.resolve_run(reference)?)?;
+    let run = &detail.run;
+    let attempts: Vec<&NodeRunRow> = detail.nodes.iter().filter(|n| n.node_id == node).collect();
+    let Some(last) = attempts.last() else {
+        let known: Vec<&str> = final_attempts(&detail.nodes)
+            .iter()
+            .map(|n| n.node_id.as_str())
+            .collect();
+        return Err(Error::NotFound(format!(
+            "run {} has no node `{node}`; {}",
+            run.id,
+            crate::diagnostic::suggest(node, &known)
+        )));
+    };
+    // The spec the run kept says what the node needs and when it runs.
+    let (_, spec) = ledger.spec_text(&run.spec_hash)?;
+    let declared: Value = toml::from_str::<Value>(&spec).unwrap_or_default()["nodes"][node].clone();
+    let when = declared["when"].as_str();
+    let needs: Vec<(String, Option<NodeState>)> = declared["needs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|dep| {
+            let state = final_attempts(&detail.nodes)
+                .iter()
+                .find(|n| n.node_id == dep)
+                .map(|n| n.state);
+            (dep.to_owned(), state)
+        })
+        .collect();
+    let because = match last.state {
+        NodeState::Reused => format!(
+            "it was not run: it succeeded in run {} (node run {}), and so did everything it needs",
+            run.resumed_from
+                .map_or_else(|| "?".to_owned(), |r| r.to_string()),
+            last.reused_from.unwrap_or_default()
+        ),
+        NodeState::Skipped | NodeState::Blocked | NodeState::Cancelled => format!(
+            "it did not run: {}",
+            last.reason
+                .as_deref()
+                .or(last.error.as_deref())
+                .unwrap_or("no reason recorded")
+        ),
+        NodeState::Pending | NodeState::Running => "it has not finished".to_owned(),
+        _ => {
+            let mut text = match needs.is_empty() {
+                true => "it ran: it needs nothing".to_owned(),
+                false => "it ran: what it needs finished without blocking it".to_owned(),
+            };
+            text.push_str(&match when {
+                Some(when) => format!(", and `when` ({when}) was true"),
+                None => ", and it has no `when`".to_owned(),
+            });
+            if attempts.len() > 1 {
+                text.push_str(&format!("; {} attempts", attempts.len()));
+            }
+            if let Some(error) = &last.error {
+                text.push_str(&format!("; it ended: {error}"));
+            }
+            text
+        }
+    };
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "run": run.id,
+                "node": node,
+                "state": last.state,
+                "attempts": attempts.len(),
+                "needs": needs.iter().map(|(dep, state)| json!({ "node": dep, "state": state })).collect::<Vec<_>>(),
+                "when": when,
+                "reused_from": last.reused_from,
+                "because": because,
+            }))
+            .expect("an explanation serializes")
+        );
+        return Ok(exit::SUCCESS);
+    }
+    outln!(
+        "node `{node}` of run {} ({}): {}",
+        run.id,
+        run.pipeline,
+        last.state
+    );
+    outln!("  {because}");
+    for (dep, state) in &needs {
+        let state = state.map_or("not recorded", |s| s.as_str());
+        outln!("  needs `{dep}`: {state}");
+    }
+    Ok(exit::SUCCESS)
+}
