@@ -161,6 +161,20 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// The templates a template names literally in `{% include %}`, `{% extends %}`,
+/// `{% import %}` or `{% from ... import %}`: they are rendered with it, so they govern what it
+/// renders. (A name computed at render time cannot be known before.)
+pub fn named_templates(text: &str) -> Vec<String> {
+    static NAMED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r#"\{%-?\s*(?:include|extends|import|from)\s+(?:\[\s*)?["']([^"']+)["']"#)
+            .expect("the pattern is valid")
+    });
+    NAMED
+        .captures_iter(text)
+        .map(|found| found[1].to_owned())
+        .collect()
+}
+
 /// Where a template first reads `path` inside a `{{ }}` or `{% %}` block, for pointing at it.
 pub fn find_read(text: &str, path: &str) -> Option<std::ops::Range<usize>> {
     let is_name = |c: char| c.is_alphanumeric() || c == '_' || c == '.';
@@ -269,6 +283,16 @@ mod tests {
         let (_, _, help) = scope.unknown(&reads(&["vars.titel"])).unwrap();
         assert_eq!(help, "did you mean `title`?");
         assert_eq!(scope.unknown(&reads(&["config.workspace"])), None);
+    }
+
+    #[test]
+    fn included_extended_and_imported_templates_are_named() {
+        let text = "{% extends \"base.j2\" %}{%- include 'part.j2' %}{% import \"m.j2\" as m %}\
+                    {% from 'f.j2' import x %}{% include params.dynamic %}";
+        assert_eq!(
+            named_templates(text),
+            ["base.j2", "part.j2", "m.j2", "f.j2"]
+        );
     }
 
     #[test]

@@ -1783,3 +1783,61 @@ run = ["echo", "{{ nodes.flaky.outputs.stdout | trim }}"]
     );
     common::assert_ledger_verifies(dir.path());
 }
+
+/// A template a rendered template includes governs the run too: editing it is a change of
+/// governance `policy diff` names, and what it reads is checked like its includer's.
+#[test]
+fn an_included_template_is_governing_and_checked() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/report.toml",
+        r#"
+[pipeline]
+name = "report"
+
+[nodes.report]
+kind = "render"
+template = "report.md.j2"
+vars = { title = "Weekly" }
+"#,
+    );
+    write(
+        dir.path(),
+        "templates/report.md.j2",
+        "# {{ vars.title }}\n{% include \"footer.md.j2\" %}\n",
+    );
+    write(dir.path(), "templates/footer.md.j2", "run {{ run.id }}\n");
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "report"])
+            .status
+            .success()
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    let governing: Vec<&str> = detail["governing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        governing.contains(&"templates/footer.md.j2"),
+        "{governing:?}"
+    );
+
+    write(
+        dir.path(),
+        "templates/footer.md.j2",
+        "run {{ run.id }}, by kavi\n",
+    );
+    let diff = kavi(dir.path(), &["policy", "diff", "1"]);
+    assert_eq!(diff.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&diff.stdout);
+    assert!(said.contains("changed  templates/footer.md.j2"), "{said}");
+
+    write(dir.path(), "templates/footer.md.j2", "run {{ run.idd }}\n");
+    let checked = kavi(dir.path(), &["pipeline", "check", "report"]);
+    assert_eq!(checked.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(stderr.contains("templates/footer.md.j2:1:8"), "{stderr}");
+}

@@ -304,33 +304,39 @@ impl<'a> NodeConfig<'a> {
         Ok(())
     }
 
-    /// Checks a template file under `templates/`, rendered with `scope`: what it reads that
-    /// the scope lacks is reported in the template file itself. Records what it reads, and the
-    /// file as governing.
+    /// Checks a template file under `templates/`, rendered with `scope`, and the templates it
+    /// includes, extends or imports by name (rendered with the same values): what one reads that
+    /// the scope lacks is reported in that file. Records what they read, and each file as
+    /// governing, so that editing an included template is a change of governance too.
     pub fn check_template_file(
         &mut self,
         name: &Spanned<String>,
         scope: &Scope<'_>,
     ) -> Result<(), Diagnostic> {
-        let (reads, text) = self
-            .templates
-            .check_file(name.get_ref())
-            .map_err(|e| self.template_error(&e, name.span()))?;
-        let dir = self.templates.dir();
-        let path = dir
-            .strip_prefix(self.root)
-            .unwrap_or(dir)
-            .join(name.get_ref());
-        let source = SourceFile::new(path, text);
-        if let Some((read, message, help)) = scope.unknown(&reads) {
-            let diagnostic = Diagnostic::new(message).with_help(help);
-            return Err(match find_read(&source.text, &read) {
-                Some(span) => diagnostic.at(&source, span),
-                None => diagnostic.at(self.file, name.span()),
-            });
+        let mut pending = vec![name.get_ref().clone()];
+        let mut seen = BTreeSet::new();
+        while let Some(file) = pending.pop() {
+            if !seen.insert(file.clone()) {
+                continue;
+            }
+            let (reads, text) = self
+                .templates
+                .check_file(&file)
+                .map_err(|e| self.template_error(&e, name.span()))?;
+            let dir = self.templates.dir();
+            let path = dir.strip_prefix(self.root).unwrap_or(dir).join(&file);
+            let source = SourceFile::new(path, text);
+            if let Some((read, message, help)) = scope.unknown(&reads) {
+                let diagnostic = Diagnostic::new(message).with_help(help);
+                return Err(match find_read(&source.text, &read) {
+                    Some(span) => diagnostic.at(&source, span),
+                    None => diagnostic.at(self.file, name.span()),
+                });
+            }
+            pending.extend(crate::template::named_templates(&source.text));
+            self.record_reads(reads, name.span());
+            self.governing.add(Role::Template, source);
         }
-        self.record_reads(reads, name.span());
-        self.governing.add(Role::Template, source);
         Ok(())
     }
 
