@@ -1744,7 +1744,10 @@ run = ["echo", "{{ nodes.flaky.outputs.stdout | trim }}"]
         "{blocked}"
     );
     let reused = explained("2", "expensive");
-    assert!(reused.contains("it succeeded in run 1"), "{reused}");
+    assert!(
+        reused.contains("of run 1, which this run resumes"),
+        "{reused}"
+    );
     let ran = explained("2", "flaky");
     assert!(
         ran.contains("it ran") && ran.contains("needs `expensive`: reused"),

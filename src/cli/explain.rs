@@ -43,11 +43,13 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
         })
         .collect();
     let because = match last.state {
+        // The run it resumes succeeded at it, or reused it in turn from the one before.
         NodeState::Reused => format!(
-            "it was not run: it succeeded in run {} (node run {}), and so did everything it needs",
+            "it was not run: it took the outputs of node run {} of run {}, which this run \
+             resumes, as did everything it needs",
+            last.reused_from.unwrap_or_default(),
             run.resumed_from
                 .map_or_else(|| "?".to_owned(), |r| r.to_string()),
-            last.reused_from.unwrap_or_default()
         ),
         NodeState::Skipped | NodeState::Blocked | NodeState::Cancelled => format!(
             "it did not run: {}",
@@ -58,9 +60,10 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
         ),
         NodeState::Pending | NodeState::Running => "it has not finished".to_owned(),
         _ => {
-            let mut text = match needs.is_empty() {
-                true => "it ran: it needs nothing".to_owned(),
-                false => "it ran: what it needs finished without blocking it".to_owned(),
+            let mut text = if needs.is_empty() {
+                "it ran: it needs nothing".to_owned()
+            } else {
+                "it ran: what it needs finished without blocking it".to_owned()
             };
             text.push_str(&match when {
                 Some(when) => format!(", and `when` ({when}) was true"),
