@@ -5,6 +5,7 @@
 //! cycles, stages) → [`executor`] (tokio, running [`nodes`] kinds) → [`ledger`] (SQLite, artifacts).
 //! [`cli`] wires them to commands.
 
+pub mod cache;
 pub mod chains;
 pub mod cli;
 pub mod config;

@@ -1787,6 +1787,181 @@ run = ["echo", "{{ nodes.flaky.outputs.stdout | trim }}"]
     common::assert_ledger_verifies(dir.path());
 }
 
+/// Up-to-date nodes: an unchanged node is cached (a counter proves it ran once) and its output
+/// file put back; touching an input reruns it and `explain` names the input; `--no-cache`,
+/// `cache = false` and a pruned source behave as documented; bad declarations are refused.
+#[test]
+fn a_node_with_unchanged_inputs_is_cached_and_explain_names_what_changed() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    write(dir.path(), "src/a.txt", "alpha\n");
+    write(dir.path(), "src/b.txt", "beta\n");
+    write(
+        dir.path(),
+        "pipelines/make.toml",
+        r#"
+[pipeline]
+name = "make"
+
+[nodes.build]
+kind = "exec"
+shell = "echo ran >> count.txt; mkdir -p out; cat src/*.txt > out/all.txt; wc -l < out/all.txt"
+inputs = ["src/*.txt"]
+outputs = ["out/all.txt"]
+
+[nodes.report]
+kind = "exec"
+needs = ["build"]
+run = ["echo", "lines: {{ nodes.build.outputs.stdout | trim }}"]
+
+[nodes.always]
+kind = "exec"
+shell = "echo ran >> always.txt"
+inputs = ["src"]
+cache = false
+"#,
+    );
+    let run = |args: &[&str]| {
+        let mut all = vec!["pipeline", "run", "make", "--json"];
+        all.extend_from_slice(args);
+        let out = kavi(dir.path(), &all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(&out)
+    };
+    let count = || std::fs::read_to_string(dir.path().join("count.txt")).unwrap();
+    let first = run(&[]);
+    assert_eq!(node(&first, "build")["state"], "succeeded");
+    let second = run(&[]);
+    assert_eq!(
+        nodes_by_state(&second),
+        [
+            ("build".into(), "cached".into()),
+            ("report".into(), "succeeded".into()),
+            ("always".into(), "succeeded".into()),
+        ]
+    );
+    assert_eq!(count(), "ran\n", "the cached node ran once");
+    assert_eq!(node(&second, "report")["outputs"]["stdout"], "lines: 2\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("always.txt")).unwrap(),
+        "ran\nran\n",
+        "`cache = false` always runs"
+    );
+    // Its logs are the ones it recorded when it ran.
+    let logs = kavi(dir.path(), &["runs", "logs", "2", "build"]);
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "2\n");
+
+    // A removed (or altered) output file is put back from the store.
+    std::fs::write(dir.path().join("out/all.txt"), "tampered\n").unwrap();
+    assert_eq!(node(&run(&[]), "build")["state"], "cached");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out/all.txt")).unwrap(),
+        "alpha\nbeta\n"
+    );
+
+    // Touching an input reruns it, and explain names the input.
+    write(dir.path(), "src/a.txt", "alpha\nagain\n");
+    let touched = run(&[]);
+    assert_eq!(node(&touched, "build")["state"], "succeeded");
+    assert_eq!(count(), "ran\nran\n");
+    let explained = kavi(dir.path(), &["explain", "latest", "build"]);
+    let text = String::from_utf8_lossy(&explained.stdout).into_owned();
+    assert!(
+        text.contains("no earlier run of it with this key succeeded"),
+        "{text}"
+    );
+    assert!(text.contains("input `src/a.txt` changed"), "{text}");
+    assert!(!text.contains("src/b.txt"), "{text}");
+    let cached = kavi(dir.path(), &["explain", "3", "build"]);
+    let text = String::from_utf8_lossy(&cached.stdout).into_owned();
+    assert!(text.contains("it was not run: node run"), "{text}");
+    // A new input file is named as one.
+    write(dir.path(), "src/c.txt", "gamma\n");
+    run(&[]);
+    let explained = json(&kavi(dir.path(), &["explain", "latest", "build", "--json"]));
+    assert_eq!(
+        explained["cache"]["changed"],
+        serde_json::json!(["input `src/c.txt` is new"])
+    );
+
+    // --no-cache runs it, and says so.
+    assert_eq!(node(&run(&["--no-cache"]), "build")["state"], "succeeded");
+    assert_eq!(count(), "ran\nran\nran\nran\n");
+    let explained = kavi(dir.path(), &["explain", "latest", "build"]);
+    assert!(String::from_utf8_lossy(&explained.stdout).contains("--no-cache"));
+
+    // Its source pruned, a later cached node run still serves, with its stored output.
+    let pruned = kavi(dir.path(), &["gc", "--older-than", "0s", "--keep", "1"]);
+    assert!(
+        pruned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pruned.stderr)
+    );
+    assert_eq!(node(&run(&[]), "build")["state"], "cached");
+    std::fs::remove_file(dir.path().join("out/all.txt")).unwrap();
+    let kept = kavi(dir.path(), &["gc", "--older-than", "0s", "--keep", "1"]);
+    assert!(kept.status.success());
+    assert_eq!(node(&run(&[]), "build")["state"], "cached");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out/all.txt")).unwrap(),
+        "alpha\nagain\nbeta\ngamma\n"
+    );
+    assert_eq!(count().lines().count(), 4);
+    common::assert_ledger_verifies(dir.path());
+
+    // A declared output the node did not write fails it.
+    write(
+        dir.path(),
+        "pipelines/liar.toml",
+        r#"
+[pipeline]
+name = "liar"
+
+[nodes.liar]
+kind = "exec"
+run = ["true"]
+inputs = ["src"]
+outputs = ["out/never.txt"]
+"#,
+    );
+    let liar = kavi(dir.path(), &["pipeline", "run", "liar", "--json"]);
+    assert_eq!(liar.status.code(), Some(1));
+    let liar: Value = serde_json::from_slice(&liar.stdout).unwrap();
+    assert_eq!(
+        node(&liar, "liar")["error"],
+        "declared output `out/never.txt` was not written"
+    );
+
+    // Declarations that cannot work are refused where they are written.
+    for (field, message) in [
+        ("outputs = [\"x.txt\"]", "`outputs` without `inputs`"),
+        ("inputs = [\"../secret\"]", "`../secret` contains `..`"),
+        ("inputs = [\"/etc/passwd\"]", "is absolute"),
+        (
+            "inputs = [\"src\"]\noutputs = [\"out/*.txt\"]",
+            "`outputs` name files",
+        ),
+        ("inputs = [\"src/[a\"]", "invalid glob"),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/bad.toml",
+            &format!(
+                "[pipeline]\nname = \"bad\"\n\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n{field}\n"
+            ),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "bad"]);
+        assert_eq!(out.status.code(), Some(3), "{field}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{field}: {stderr}");
+        assert!(stderr.contains("pipelines/bad.toml:"), "{field}: {stderr}");
+    }
+}
+
 /// A template a rendered template includes governs the run too: editing it is a change of
 /// governance `policy diff` names, and what it reads is checked like its includer's.
 #[test]

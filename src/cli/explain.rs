@@ -1,6 +1,7 @@
-//! `kavi explain RUN NODE`: why a node of a recorded run ran, was skipped, blocked, cancelled or
-//! reused, from what the ledger holds: the node's attempts, the spec text the run kept (its
-//! `needs` and `when`), and what its dependencies did.
+//! `kavi explain RUN NODE`: why a node of a recorded run ran, was skipped, blocked, cancelled,
+//! reused or cached, from what the ledger holds: the node's attempts, the spec text the run kept
+//! (its `needs` and `when`), what its dependencies did, and for a node that declares its inputs,
+//! its key against the one recorded the time before (which input, parameter or policy changed).
 
 use serde_json::{Value, json};
 
@@ -51,6 +52,12 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
             run.resumed_from
                 .map_or_else(|| "?".to_owned(), |r| r.to_string()),
         ),
+        NodeState::Cached => format!(
+            "it was not run: {}",
+            last.reason
+                .as_deref()
+                .unwrap_or("an earlier result was taken")
+        ),
         NodeState::Skipped | NodeState::Blocked | NodeState::Cancelled => format!(
             "it did not run: {}",
             last.reason
@@ -78,6 +85,7 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
             text
         }
     };
+    let cache = cache_explanation(&ledger, &run.pipeline, last, &declared)?;
     if json {
         outln!(
             "{}",
@@ -90,6 +98,7 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
                 "when": when,
                 "reused_from": last.reused_from,
                 "because": because,
+                "cache": cache,
             }))
             .expect("an explanation serializes")
         );
@@ -106,5 +115,60 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
         let state = state.map_or("not recorded", |s| s.as_str());
         outln!("  needs `{dep}`: {state}");
     }
+    if let Some(summary) = cache["summary"].as_str() {
+        outln!("  cache: {summary}");
+    }
+    for change in cache["changed"].as_array().into_iter().flatten() {
+        outln!("    {}", change.as_str().unwrap_or_default());
+    }
     Ok(exit::SUCCESS)
+}
+
+/// What the node's key says: why an earlier result was or was not taken, and which parts of the
+/// key differ from the one its previous run recorded.
+fn cache_explanation(
+    ledger: &Ledger,
+    pipeline: &str,
+    last: &NodeRunRow,
+    declared: &Value,
+) -> Result<Value, Error> {
+    let Some(recorded) = ledger.recorded_key(last.id)? else {
+        let summary = if declared.get("inputs").is_none() {
+            "it declares no `inputs`, so it is never cached"
+        } else {
+            "no key was recorded: it did not become ready to run"
+        };
+        return Ok(json!({ "summary": summary }));
+    };
+    if last.state == NodeState::Cached {
+        let source = recorded.source.unwrap_or_default();
+        return Ok(json!({
+            "key": recorded.key,
+            "summary": format!("its key is the one node run {source} recorded"),
+            "source": source,
+        }));
+    }
+    let note = recorded.note.as_deref().unwrap_or("it ran");
+    let Some(previous) = ledger.previous_key(pipeline, &last.node_id, last.id)? else {
+        return Ok(json!({
+            "key": recorded.key,
+            "summary": format!("{note}; no earlier run of it recorded a key"),
+        }));
+    };
+    let changed = crate::cache::differences(&previous.parts, &recorded.parts);
+    let against = format!(
+        "node run {} of run {}",
+        previous.node_run_id, previous.run_id
+    );
+    let summary = if changed.is_empty() {
+        format!("{note}; its key is the one {against} recorded")
+    } else {
+        format!("{note}; against {against}:")
+    };
+    Ok(json!({
+        "key": recorded.key,
+        "summary": summary,
+        "compared_with": { "run": previous.run_id, "node_run": previous.node_run_id },
+        "changed": changed,
+    }))
 }

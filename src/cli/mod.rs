@@ -231,8 +231,8 @@ enum Command {
     /// Read the log of skill executions.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
-    /// Say why a node of a recorded run ran, was skipped, blocked, cancelled or reused, and what
-    /// the nodes it needs did.
+    /// Say why a node of a recorded run ran, was skipped, blocked, cancelled, reused or cached,
+    /// what the nodes it needs did, and which of its inputs, parameters or policies changed.
     Explain {
         /// A run id, or `latest`.
         run: String,
@@ -483,6 +483,10 @@ enum PipelineCommand {
         /// id (secrets hidden).
         #[arg(long, conflicts_with = "json")]
         stream: bool,
+        /// Run every node, even one whose inputs are unchanged since a run that succeeded at it
+        /// (its key is still recorded).
+        #[arg(long)]
+        no_cache: bool,
     },
     /// Validate a pipeline without running it.
     Check {
@@ -542,6 +546,9 @@ enum RunsCommand {
         /// Print what the nodes' processes write as they write it.
         #[arg(long, conflicts_with = "json")]
         stream: bool,
+        /// Run every node anew, even one whose key matches an earlier success.
+        #[arg(long)]
+        no_cache: bool,
     },
     /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed.
     Logs {
@@ -694,13 +701,18 @@ async fn in_workspace(
                 pipeline,
                 json,
                 stream,
+                no_cache,
                 ..
             } => {
                 pipeline::run(
                     &workspace,
                     &pipeline.file,
                     &pipeline.sets,
-                    pipeline::Watch { json, stream },
+                    pipeline::RunOptions {
+                        json,
+                        stream,
+                        no_cache,
+                    },
                     RunOrigin::User.into(),
                 )
                 .await
@@ -717,12 +729,17 @@ async fn in_workspace(
             allow_changed,
             json,
             stream,
+            no_cache,
         }) => {
             resume::run(
                 &workspace,
                 &run,
                 allow_changed,
-                pipeline::Watch { json, stream },
+                pipeline::RunOptions {
+                    json,
+                    stream,
+                    no_cache,
+                },
             )
             .await
         }

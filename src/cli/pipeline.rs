@@ -58,23 +58,25 @@ fn resolve_params(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
 }
 
-/// How a run shows itself while it runs.
+/// How a run shows itself while it runs, and whether it takes cached results.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Watch {
+pub struct RunOptions {
     /// Print the recorded run as JSON at the end, and nothing before.
     pub json: bool,
     /// Print what nodes' processes write as they write it.
     pub stream: bool,
+    /// Run every node, even one whose key matches an earlier success (`--no-cache`).
+    pub no_cache: bool,
 }
 
 pub async fn run(
     workspace: &Workspace,
     file: &str,
     sets: &[(String, String)],
-    watch: Watch,
+    options: RunOptions,
     start: executor::RunStart,
 ) -> Result<i32, Error> {
-    let json = watch.json;
+    let json = options.json;
     let (pipeline, templates) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
     let params = resolve_params(&pipeline, sets)?;
@@ -107,12 +109,13 @@ pub async fn run(
         state_paths: Arc::from(state_paths),
         config: workspace.run_config(),
         jobs: workspace.config.jobs,
+        use_cache: !options.no_cache,
         depth: 0,
         toolchains: Arc::new(workspace.toolchain_home()),
         child_runs: Arc::new(ChildRunner {
             observer: Box::new(move |depth| observer(json, &child_screen, depth)),
         }),
-        live_output: (watch.stream && !json).then(|| {
+        live_output: (options.stream && !json).then(|| {
             Arc::new(StreamPrinter {
                 screen: Arc::clone(&screen),
             }) as Arc<dyn crate::nodes::LiveNodeOutput>

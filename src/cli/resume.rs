@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::pipeline::Watch;
+use super::pipeline::RunOptions;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
 use crate::executor::{Reused, RunStart};
@@ -14,7 +14,7 @@ pub async fn run(
     workspace: &Workspace,
     reference: &str,
     allow_changed: bool,
-    watch: Watch,
+    options: RunOptions,
 ) -> Result<i32, Error> {
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let id = ledger.resolve_run(reference)?;
@@ -85,7 +85,7 @@ pub async fn run(
         workspace,
         &path.to_string_lossy(),
         &sets,
-        watch,
+        options,
         RunStart {
             origin: RunOrigin::Resume { of: id },
             reuse,

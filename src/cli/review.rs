@@ -94,7 +94,7 @@ pub async fn decide(
                 workspace,
                 &path.to_string_lossy(),
                 &sets,
-                super::pipeline::Watch::default(),
+                super::pipeline::RunOptions::default(),
                 RunOrigin::Resume { of: root.id }.into(),
             )
             .await

@@ -17,8 +17,9 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::Key;
 use crate::dag::Dag;
-use crate::ledger::{Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
+use crate::ledger::{CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
 use crate::nodes::{ChildRun, ChildRuns, Environment, NodeContext, NodeOutcome};
 use crate::spec::Pipeline;
 use crate::spec::{OnFailure, Trigger};
@@ -138,6 +139,8 @@ struct Slot {
     state: Option<NodeState>,
     waiting_on: usize,
     entry: Value,
+    /// The key of a node that declares its inputs, computed when it became ready.
+    cache: Option<CacheRecord>,
 }
 
 pub struct Executor<'a> {
@@ -166,6 +169,8 @@ pub struct Executor<'a> {
     /// A node stopped the run for a person's decision.
     awaiting_review: bool,
     reuse: HashMap<String, Reused>,
+    /// The run's configuration, part of every node key, as (`config:<path>`, hash).
+    config_parts: Vec<(String, String)>,
 }
 
 /// How a wall budget reads in a reason.
@@ -196,6 +201,12 @@ pub async fn execute(
         .collect();
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
     let members = governing.members();
+    // Each node key has the node's own governing files; the configuration is the run's.
+    let config_parts = members
+        .iter()
+        .filter(|(role, ..)| *role == crate::spec::governing::Role::Config)
+        .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash.clone()))
+        .collect();
     let governing_refs: Vec<(&str, &str, &str, &str)> = members
         .iter()
         .map(|(role, path, hash, text)| (role.as_str(), path.as_str(), hash.as_str(), *text))
@@ -230,6 +241,7 @@ pub async fn execute(
                 state: None,
                 waiting_on: dag.dependencies(i).count(),
                 entry: Value::Null,
+                cache: None,
             })
             .collect(),
         ready: BinaryHeap::new(),
@@ -245,6 +257,7 @@ pub async fn execute(
         failed: false,
         awaiting_review: false,
         reuse,
+        config_parts,
     };
     let result = executor.run_loop().await;
     if result.is_err() {
@@ -432,6 +445,7 @@ impl Executor<'_> {
                 },
             };
             match verdict {
+                None if self.consult_cache(index)? => finished += 1,
                 None => self.to_start.push(Reverse((index, 1))),
                 Some((state, text)) => {
                     let (error, reason) = if state == NodeState::Failed {
@@ -494,6 +508,169 @@ impl Executor<'_> {
         });
         self.mark_done(index, NodeState::Reused);
         Ok(true)
+    }
+
+    /// For a node that declares its inputs: computes its key and, when an earlier node run with
+    /// that key succeeded and its output files can be put back, finishes it as `cached`.
+    /// Otherwise keeps the key (and why it was not used) for when the node finishes. Returns
+    /// whether the node finished.
+    fn consult_cache(&mut self, index: usize) -> Result<bool, LedgerError> {
+        let node = &self.dag.pipeline.nodes[index];
+        let Some(spec) = &node.cache else {
+            return Ok(false);
+        };
+        let key = match self.node_key(index) {
+            Ok(key) => key,
+            Err(e) => {
+                let error = format!("failed to read its inputs: {e}");
+                self.finish_without_running(index, NodeState::Failed, Some(&error), None)?;
+                return Ok(true);
+            }
+        };
+        let mut record = CacheRecord {
+            key: key.digest(),
+            parts: key.parts,
+            ..CacheRecord::default()
+        };
+        let hit = if !spec.enabled {
+            record.note = Some("it has `cache = false`".into());
+            None
+        } else if !self.env.use_cache {
+            record.note = Some("the run was started with --no-cache".into());
+            None
+        } else {
+            self.ledger.cache_hit(&record.key)?
+        };
+        let Some(hit) = hit else {
+            if record.note.is_none() {
+                record.note = Some("no earlier run of it with this key succeeded".into());
+            }
+            self.slots[index].cache = Some(record);
+            return Ok(false);
+        };
+        let (ledger, store) = (&*self.ledger, &self.env.artifacts);
+        match crate::cache::restore_outputs(&self.env.workspace, &hit.files, |sha256| {
+            ledger.read_artifact(store, sha256)
+        }) {
+            Ok(restored) => {
+                self.finish_cached(index, record, &hit, restored)?;
+                Ok(true)
+            }
+            Err(e) => {
+                record.note = Some(format!(
+                    "node run {} of run {} had this key, but {e}",
+                    hit.node_run_id, hit.run_id
+                ));
+                self.slots[index].cache = Some(record);
+                Ok(false)
+            }
+        }
+    }
+
+    fn finish_cached(
+        &mut self,
+        index: usize,
+        mut record: CacheRecord,
+        hit: &CacheHit,
+        restored: usize,
+    ) -> Result<(), LedgerError> {
+        let node = &self.dag.pipeline.nodes[index];
+        record.source = Some(hit.node_run_id);
+        record.files.clone_from(&hit.files);
+        let reason = format!(
+            "node run {} of run {} had the same key: its recorded result was taken, and no \
+             process started",
+            hit.node_run_id, hit.run_id
+        );
+        self.ledger.finish_node(
+            self.run_id,
+            &node.id,
+            1,
+            NodeState::Cached,
+            &NodeRecord {
+                outputs: Some(&hit.outputs),
+                reason: Some(&reason),
+                cache: Some(&record),
+                ..Default::default()
+            },
+        )?;
+        let detail = match restored {
+            0 => format!("from run {}", hit.run_id),
+            n => format!("from run {}, {n} output file(s) restored", hit.run_id),
+        };
+        self.observer.event(&Event::NodeFinished {
+            node: &node.id,
+            attempt: 1,
+            state: NodeState::Cached,
+            duration: None,
+            detail: Some(&detail),
+            outputs: Some(&hit.outputs),
+            will_retry: false,
+        });
+        // Templates see the result as it was when the node ran.
+        self.slots[index].entry = json!({
+            "state": NodeState::Succeeded,
+            "kind": node.kind,
+            "error": null,
+            "outputs": hit.outputs,
+        });
+        self.mark_done(index, NodeState::Cached);
+        Ok(())
+    }
+
+    /// A node's key (see [`crate::cache`]): its definition, kavi's version, the governing
+    /// files, what its templates read, its environment and its input files.
+    fn node_key(&self, index: usize) -> std::io::Result<Key> {
+        let node = &self.dag.pipeline.nodes[index];
+        let spec = node
+            .cache
+            .as_ref()
+            .expect("only nodes with inputs have keys");
+        let mut key = Key::default();
+        key.parts
+            .insert("definition".into(), spec.definition.clone());
+        key.add("kavi", env!("CARGO_PKG_VERSION"));
+        key.parts.extend(spec.governing.iter().cloned());
+        key.parts.extend(self.config_parts.iter().cloned());
+        // What its templates read; `config` is the configuration's governing member.
+        let run = json!({ "id": self.run_id, "pipeline": self.dag.pipeline.name, "spec_hash": self.dag.pipeline.spec_hash });
+        for (path, _) in &node.reads {
+            let mut names = path.split('.');
+            let (root, name) = (names.next().unwrap_or_default(), names.next());
+            let (prefix, values) = match root {
+                "params" => ("param", &self.params),
+                "run" => ("run", &run),
+                "nodes" => {
+                    for (i, other) in self.dag.pipeline.nodes.iter().enumerate() {
+                        if name.is_none_or(|id| id == other.id) && self.slots[i].state.is_some() {
+                            key.add(
+                                format!("node:{}", other.id),
+                                self.slots[i].entry.to_string(),
+                            );
+                        }
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            for (field, value) in values.as_object().into_iter().flatten() {
+                if name.is_none_or(|name| name == field) {
+                    key.add(format!("{prefix}:{field}"), value.to_string());
+                }
+            }
+        }
+        for (name, value) in crate::process::base_env() {
+            key.add(format!("env:{name}"), value);
+        }
+        if node.action.inherits_environment() {
+            let mut inherited: Vec<String> = std::env::vars()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            inherited.sort();
+            key.add("env:*", inherited.join("\0"));
+        }
+        key.add_inputs(&self.env.workspace, &spec.inputs, &self.env.state_paths)?;
+        Ok(key)
     }
 
     /// Why a node cannot run because of its dependencies, if it cannot.
@@ -630,10 +807,32 @@ impl Executor<'_> {
         let Finished {
             index,
             attempt,
-            outcome,
+            mut outcome,
             duration,
         } = finished;
         let node = &self.dag.pipeline.nodes[index];
+        // A node with a key keeps its declared output files, to put back when it is cached.
+        let mut cache = self.slots[index].cache.clone();
+        if let (Some(cache), Some(spec), NodeState::Succeeded) =
+            (&mut cache, &node.cache, outcome.state)
+        {
+            match crate::cache::store_outputs(
+                &self.env.workspace,
+                &spec.outputs,
+                &self.env.artifacts,
+            ) {
+                Ok(stored) => {
+                    for (path, artifact) in stored {
+                        cache.files.insert(path, artifact.sha256.clone());
+                        outcome.artifacts.push(("output", artifact));
+                    }
+                }
+                Err(e) => {
+                    outcome.state = NodeState::Failed;
+                    outcome.error = Some(e);
+                }
+            }
+        }
         let retryable = node
             .retry
             .retries(outcome.state, outcome.exit_code, &outcome.outputs);
@@ -652,6 +851,7 @@ impl Executor<'_> {
                 duration: Some(duration),
                 artifacts: &outcome.artifacts,
                 reused_from: None,
+                cache: cache.as_ref(),
             },
         )?;
         self.observer.event(&Event::NodeFinished {

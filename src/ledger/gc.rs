@@ -205,7 +205,9 @@ impl Ledger {
             }
         }
         tx.execute_batch(
-            "DELETE FROM node_run_artifacts WHERE node_run_id IN
+            "DELETE FROM node_cache WHERE node_run_id IN
+                 (SELECT id FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs));
+             DELETE FROM node_run_artifacts WHERE node_run_id IN
                  (SELECT id FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs));
              DELETE FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs);
              DELETE FROM run_policies WHERE run_id IN (SELECT id FROM gc_runs);

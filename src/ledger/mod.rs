@@ -9,6 +9,7 @@
 
 mod artifacts;
 mod builds;
+mod cache;
 pub mod checkpoint;
 mod escalations;
 mod executions;
@@ -30,6 +31,7 @@ use serde_json::Value;
 
 pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader};
 pub use builds::{BuildRow, NewBuild};
+pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use escalations::EscalationRow;
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
@@ -232,6 +234,8 @@ pub struct NodeRecord<'a> {
     pub artifacts: &'a [(&'static str, Artifact)],
     /// The node run whose outputs and artifacts this one reuses (`kavi runs resume`).
     pub reused_from: Option<i64>,
+    /// The node's key, for a node that declares its inputs.
+    pub cache: Option<&'a CacheRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -537,7 +541,10 @@ impl Ledger {
             ],
             |row| row.get(0),
         )?;
-        if let Some(reused) = record.reused_from {
+        if let Some(cache) = record.cache {
+            cache::record(&tx, node_run_id, cache)?;
+        }
+        if let Some(reused) = record.reused_from.or(record.cache.and_then(|c| c.source)) {
             tx.prepare_cached(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256)
                  SELECT ?1, role, sha256 FROM node_run_artifacts WHERE node_run_id = ?2",

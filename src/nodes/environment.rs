@@ -35,6 +35,9 @@ pub struct Environment {
     /// Exposed to templates as `config`.
     pub config: Value,
     pub jobs: usize,
+    /// Whether nodes that declare their inputs may take an earlier run's result (`--no-cache`
+    /// turns it off; their keys are recorded either way).
+    pub use_cache: bool,
     /// How deeply this run is nested in `pipeline` nodes (0 for a run the user started).
     pub depth: usize,
     /// Starts the child runs of `pipeline` nodes.

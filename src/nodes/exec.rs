@@ -310,6 +310,10 @@ fn parse_json(stdout: &mut Captured, redactor: Option<&Redactor>) -> Result<Valu
 
 #[async_trait::async_trait]
 impl NodeAction for Exec {
+    fn inherits_environment(&self) -> bool {
+        self.inherit_env
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&[
             "exit_code",

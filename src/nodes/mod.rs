@@ -101,6 +101,12 @@ pub trait NodeAction: Send + Sync + Debug {
         None
     }
 
+    /// Whether the process it starts gets all of kavi's environment (not just the base
+    /// variables), which then is part of its key when it is cached.
+    fn inherits_environment(&self) -> bool {
+        false
+    }
+
     /// Runs the node once. Must return promptly after `ctx.cancel` fires, having stopped
     /// everything it started; the executor decides whether that was a timeout or a cancel.
     async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome;

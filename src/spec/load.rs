@@ -33,6 +33,9 @@ const COMMON_FIELDS: &[&str] = &[
     "retry",
     "on_failure",
     "trigger",
+    "inputs",
+    "outputs",
+    "cache",
 ];
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -102,6 +105,21 @@ pub(crate) struct RawCommon {
     on_failure: Option<OnFailure>,
     /// `success` (default), `failure` (a failure handler) or `always` (cleanup).
     trigger: Option<Trigger>,
+    /// Files whose contents decide the node's result: paths (a folder means every file under
+    /// it) or globs (`src/**/*.py`), relative to the workspace. A node that declares them is
+    /// `cached` when a run with the same key (its definition, these files, the parameters and
+    /// outputs it reads, its environment, the governing files) succeeded before.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    inputs: Vec<Spanned<String>>,
+    /// Files the node writes, relative to the workspace: stored when it succeeds, and put back
+    /// when it is cached. Each must exist, as a regular file, when the node succeeds.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    outputs: Vec<Spanned<String>>,
+    /// `false`: always run the node, even with `inputs` declared.
+    #[schemars(with = "Option<bool>")]
+    cache: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -475,6 +493,13 @@ fn load_node(
             ));
     }
     let node_span = node.span();
+    // A cached node's key covers its whole definition, as written.
+    let definition = match node.get_ref() {
+        DeValue::Table(table) if table.contains_key("inputs") => Some(definition_hash(
+            Spanned::new(node_span.clone(), table.clone()),
+        )),
+        _ => None,
+    };
     let DeValue::Table(table) = node.into_inner() else {
         return Err(Diagnostic::new(format!("node `{id}` must be a table")).at(file, node_span));
     };
@@ -545,6 +570,7 @@ fn load_node(
     }
     check_param_reads(file, &config.reads, params)?;
 
+    let mut cache = cache_spec(file, context.root, &common, definition)?;
     let retry = match common.retry {
         None => RetryPolicy::default(),
         Some(raw) if !(1..=MAX_ATTEMPTS).contains(raw.attempts.get_ref()) => {
@@ -569,6 +595,19 @@ fn load_node(
         },
     };
 
+    if let Some(cache) = &mut cache {
+        // The policies, templates and chains that govern this node are part of its key; the
+        // pipeline file is, through its definition. The files its command happens to name are
+        // not: that is a guess (a log it appends to changes every run), and a key is declared,
+        // so a script it runs belongs in its `inputs`.
+        cache.governing = config
+            .governing
+            .members()
+            .into_iter()
+            .filter(|(role, ..)| !matches!(role, Role::Pipeline | Role::Script))
+            .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash))
+            .collect();
+    }
     let node = NodeSpec {
         id,
         span: id_span,
@@ -581,9 +620,75 @@ fn load_node(
         on_failure: common.on_failure.unwrap_or(OnFailure::Stop),
         trigger: common.trigger.unwrap_or(Trigger::Success),
         reads: config.reads,
+        cache,
         action,
     };
     Ok((node, config.governing))
+}
+
+/// The SHA-256 of a node's table as TOML would give it back: the same for the same fields and
+/// values, however they are spaced or commented.
+fn definition_hash(node: Spanned<DeTable<'_>>) -> String {
+    let table = toml::Table::deserialize(toml::de::Deserializer::from(node))
+        .map(|table| table.to_string())
+        .unwrap_or_default();
+    crate::cache::sha256_hex(table.as_bytes())
+}
+
+/// Checks `inputs`, `outputs` and `cache`: paths inside the workspace, valid globs, and no
+/// outputs or `cache` without inputs (there would be nothing to key on).
+fn cache_spec(
+    file: &Arc<SourceFile>,
+    root: &Path,
+    common: &RawCommon,
+    definition: Option<String>,
+) -> Result<Option<crate::cache::CacheSpec>, Diagnostic> {
+    if common.inputs.is_empty() {
+        let stray = common
+            .outputs
+            .first()
+            .map(|o| ("outputs", o.span()))
+            .or_else(|| common.cache.as_ref().map(|c| ("cache", c.span())));
+        return match stray {
+            None => Ok(None),
+            Some((field, span)) => Err(Diagnostic::new(format!(
+                "`{field}` without `inputs`: a node is cached only when it declares its inputs"
+            ))
+            .at(file, span)
+            .with_help("list the files its result depends on in `inputs`")),
+        };
+    }
+    let check = |path: &Spanned<String>| {
+        crate::sandbox::contained_path(root, path.get_ref())
+            .map_err(|e| Diagnostic::new(format!("invalid path: {e}")).at(file, path.span()))
+    };
+    let mut inputs = Vec::with_capacity(common.inputs.len());
+    for input in &common.inputs {
+        check(input)?;
+        inputs.push(
+            crate::cache::InputPattern::parse(input.get_ref())
+                .map_err(|e| Diagnostic::new(e).at(file, input.span()))?,
+        );
+    }
+    let mut outputs = Vec::with_capacity(common.outputs.len());
+    for output in &common.outputs {
+        crate::cache::output_path(root, output.get_ref())
+            .map_err(|e| Diagnostic::new(format!("invalid path: {e}")).at(file, output.span()))?;
+        if output.get_ref().contains(['*', '?', '[', '{']) {
+            return Err(
+                Diagnostic::new("`outputs` name files; globs are for `inputs`")
+                    .at(file, output.span()),
+            );
+        }
+        outputs.push(output.get_ref().clone());
+    }
+    Ok(Some(crate::cache::CacheSpec {
+        inputs,
+        outputs,
+        enabled: common.cache.as_ref().is_none_or(|c| *c.get_ref()),
+        definition: definition.unwrap_or_default(),
+        governing: Vec::new(),
+    }))
 }
 
 /// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now.

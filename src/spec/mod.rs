@@ -72,6 +72,8 @@ pub struct NodeSpec {
     pub trigger: Trigger,
     /// Variable paths this node's templates read (`nodes.a.outputs`), with where they are read.
     pub reads: Vec<(String, Range<usize>)>,
+    /// What makes it up to date: declared when it has `inputs`.
+    pub cache: Option<crate::cache::CacheSpec>,
     pub action: Arc<dyn NodeAction>,
 }
 

@@ -1,0 +1,399 @@
+//! Up-to-date nodes: a node that declares its `inputs` gets a key, and when a node run with the
+//! same key succeeded before, the node is `cached`: its recorded outputs are taken and its
+//! declared output files restored from the artifact store, with no process started.
+//!
+//! The key is the SHA-256 over named parts, each itself a hash: the node's definition, the
+//! parameters and upstream outputs its templates read, the contents of its input files, the
+//! environment its process would get, the files that govern it (its policies, templates and
+//! chains, and the run's configuration; of the pipeline file, its definition is what matters),
+//! and kavi's version. The files a command happens to name are not guessed at: a script a node
+//! runs belongs in its `inputs`. The parts are recorded with the
+//! node run, so `kavi explain` can say which of them changed when a node ran again.
+//!
+//! Nothing is guessed: a node without declared inputs always runs, and `cache = false` or
+//! `--no-cache` runs it whatever its key (the key is still recorded for later runs).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobMatcher};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::ledger::{Artifact, ArtifactStore, hash_file};
+
+/// What a node declares about its files, validated when the pipeline loads.
+#[derive(Debug)]
+pub struct CacheSpec {
+    /// Paths or globs relative to the workspace, as written.
+    pub inputs: Vec<InputPattern>,
+    /// Files relative to the workspace.
+    pub outputs: Vec<String>,
+    /// `cache = false`: the key is recorded, never looked up.
+    pub enabled: bool,
+    /// The SHA-256 of the node's definition (its table in the pipeline file, canonicalised).
+    pub definition: String,
+    /// The files that govern the node, as (`<role>:<path>`, spec hash) when it was loaded.
+    pub governing: Vec<(String, String)>,
+}
+
+/// One entry of `inputs`.
+#[derive(Debug)]
+pub struct InputPattern {
+    pub text: String,
+    /// The folder the pattern cannot match outside of (its part before the first wildcard).
+    base: PathBuf,
+    /// `None` for a plain path, which names a file or a whole folder.
+    glob: Option<GlobMatcher>,
+}
+
+impl InputPattern {
+    /// Parses an `inputs` entry; the caller has checked it stays inside the workspace.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if crate::template::is_templated(text) {
+            return Err("`inputs` are paths and globs, not templates".into());
+        }
+        let wildcard = text.find(['*', '?', '[', '{']);
+        let Some(at) = wildcard else {
+            return Ok(Self {
+                text: text.to_owned(),
+                base: PathBuf::from(text),
+                glob: None,
+            });
+        };
+        let base = text[..at].rsplit_once('/').map_or("", |(dir, _)| dir);
+        let glob = GlobBuilder::new(text)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| format!("invalid glob `{text}`: {}", e.kind()))?
+            .compile_matcher();
+        Ok(Self {
+            text: text.to_owned(),
+            base: PathBuf::from(base),
+            glob: Some(glob),
+        })
+    }
+}
+
+/// A node's key: named parts, each a hash (or a short fact such as `missing`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Key {
+    pub parts: BTreeMap<String, String>,
+}
+
+impl Key {
+    pub fn add(&mut self, name: impl Into<String>, value: impl AsRef<[u8]>) {
+        self.parts.insert(name.into(), sha256_hex(value.as_ref()));
+    }
+
+    /// The key itself: the SHA-256 (hex) of one `name=value` LF line per part, sorted by name.
+    pub fn digest(&self) -> String {
+        let mut hasher = Sha256::new();
+        for (name, value) in &self.parts {
+            hasher.update(format!("{name}={value}\n"));
+        }
+        format!("{:x}", hasher.finalize())
+    }
+
+    pub fn parts_json(&self) -> Value {
+        Value::Object(
+            self.parts
+                .iter()
+                .map(|(name, value)| (name.clone(), Value::String(value.clone())))
+                .collect(),
+        )
+    }
+
+    /// Adds an `input:<path>` part for every file the node's inputs name: its content's hash,
+    /// `symlink:<hash of the target>` for a link (not followed), `missing` for a plain path that
+    /// does not exist. Paths under `skip` (kavi's own state) are never inputs.
+    pub fn add_inputs(
+        &mut self,
+        workspace: &Path,
+        inputs: &[InputPattern],
+        skip: &[PathBuf],
+    ) -> io::Result<()> {
+        for input in inputs {
+            let base = workspace.join(&input.base);
+            if input.glob.is_none() && base.symlink_metadata().is_err() {
+                self.parts
+                    .insert(format!("input:{}", input.text), "missing".into());
+                continue;
+            }
+            let walker = walkdir::WalkDir::new(&base)
+                .follow_links(false)
+                .sort_by_file_name()
+                .into_iter()
+                .filter_entry(|entry| !skip.iter().any(|s| entry.path().starts_with(s)));
+            for entry in walker {
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    // A glob's folder that does not exist matches nothing.
+                    Err(e) if input.glob.is_some() && e.depth() == 0 => break,
+                    Err(e) => return Err(io::Error::other(e)),
+                };
+                let relative = entry
+                    .path()
+                    .strip_prefix(workspace)
+                    .expect("inputs are walked inside the workspace");
+                if input.glob.as_ref().is_some_and(|g| !g.is_match(relative)) {
+                    continue;
+                }
+                let name = format!("input:{}", relative.display());
+                let file_type = entry.file_type();
+                if file_type.is_file() {
+                    self.parts.insert(name, hash_file(entry.path())?.0);
+                } else if file_type.is_symlink() {
+                    let target = std::fs::read_link(entry.path())?;
+                    let target = sha256_hex(target.as_os_str().as_encoded_bytes());
+                    self.parts.insert(name, format!("symlink:{target}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The SHA-256 (hex) of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+/// Where a declared output lives: its folder must resolve inside the workspace; the file itself
+/// is never followed (a link in its place is refused when storing, replaced when restoring).
+pub fn output_path(workspace: &Path, output: &str) -> Result<PathBuf, String> {
+    let (folder, name) = output.rsplit_once('/').unwrap_or((".", output));
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!("`{output}` does not name a file"));
+    }
+    Ok(crate::sandbox::contained_path(workspace, folder)
+        .map_err(|e| e.replace(&format!("`{folder}`"), &format!("`{output}`")))?
+        .join(name))
+}
+
+/// Stores the declared output files of a node that succeeded, as (path, artifact). A declared
+/// output that was not written, or is not a regular file, fails the node: what is restored later
+/// must be what it made.
+pub fn store_outputs(
+    workspace: &Path,
+    outputs: &[String],
+    store: &ArtifactStore,
+) -> Result<Vec<(String, Artifact)>, String> {
+    let mut stored = Vec::with_capacity(outputs.len());
+    for output in outputs {
+        let path = output_path(workspace, output).map_err(|e| format!("declared output {e}"))?;
+        match path.symlink_metadata() {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "declared output `{output}` is not a regular file (outputs are files, not \
+                     links or folders)"
+                ));
+            }
+            Err(_) => return Err(format!("declared output `{output}` was not written")),
+        }
+        let bytes = std::fs::read(&path)
+            .map_err(|e| format!("failed to read declared output `{output}`: {e}"))?;
+        let artifact = store
+            .put_small("OUTPUT", &bytes)
+            .map_err(|e| format!("failed to store declared output `{output}`: {e}"))?;
+        stored.push((output.clone(), artifact));
+    }
+    Ok(stored)
+}
+
+/// Puts recorded output files back where they were written, reading each through `read` (which
+/// re-hashes what it returns). A file that already holds the recorded content is left alone;
+/// another is replaced by a rename, so a link in its place is replaced, never followed.
+pub fn restore_outputs(
+    workspace: &Path,
+    files: &BTreeMap<String, String>,
+    read: impl Fn(&str) -> Result<Vec<u8>, String>,
+) -> Result<usize, String> {
+    // Every stored output must be readable before any file is touched.
+    let mut wanted = Vec::new();
+    for (output, sha256) in files {
+        let path = output_path(workspace, output).map_err(|e| format!("recorded output {e}"))?;
+        let current = path
+            .symlink_metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .and_then(|_| hash_file(&path).ok());
+        if current.is_some_and(|(hash, _)| &hash == sha256) {
+            continue;
+        }
+        let bytes = read(sha256)
+            .map_err(|e| format!("the stored copy of output `{output}` is unusable: {e}"))?;
+        wanted.push((path, bytes));
+    }
+    for (path, bytes) in &wanted {
+        let parent = path.parent().expect("an output path has a parent");
+        std::fs::create_dir_all(parent)
+            .and_then(|()| {
+                let mut temp = tempfile::NamedTempFile::new_in(parent)?;
+                io::Write::write_all(&mut temp, bytes)?;
+                temp.persist(path).map_err(|e| e.error)?;
+                Ok(())
+            })
+            .map_err(|e| format!("failed to restore {}: {e}", path.display()))?;
+    }
+    Ok(wanted.len())
+}
+
+/// How the parts of two keys differ, in words, for `kavi explain`: `changed`, `new` or `gone`,
+/// each naming the part (`input `a.txt``, `parameter `n``, `policy `policies/x.toml``, ...).
+pub fn differences(
+    before: &BTreeMap<String, String>,
+    now: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut differences = Vec::new();
+    for (name, value) in now {
+        match before.get(name) {
+            Some(old) if old == value => {}
+            Some(_) => differences.push(format!("{} changed", describe_part(name))),
+            None => differences.push(format!("{} is new", describe_part(name))),
+        }
+    }
+    for name in before.keys().filter(|name| !now.contains_key(*name)) {
+        differences.push(format!("{} is gone", describe_part(name)));
+    }
+    differences
+}
+
+/// A part's name as a reader would say it.
+fn describe_part(name: &str) -> String {
+    let Some((kind, what)) = name.split_once(':') else {
+        return match name {
+            "definition" => "the node's definition".to_owned(),
+            "kavi" => "kavi's version".to_owned(),
+            other => format!("`{other}`"),
+        };
+    };
+    let kind = match kind {
+        "input" => "input",
+        "param" => "parameter",
+        "node" => "the outputs of node",
+        "run" => "the run's",
+        "env" => "environment variable",
+        other => other,
+    };
+    format!("{kind} `{what}`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(root: &Path, patterns: &[&str]) -> Key {
+        let inputs: Vec<InputPattern> = patterns
+            .iter()
+            .map(|p| InputPattern::parse(p).unwrap())
+            .collect();
+        let mut key = Key::default();
+        key.add_inputs(root, &inputs, &[root.join(".kavi")])
+            .unwrap();
+        key
+    }
+
+    #[test]
+    fn globs_match_within_folders_and_double_stars_cross_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src/deep")).unwrap();
+        std::fs::create_dir_all(root.join(".kavi")).unwrap();
+        for file in [
+            "src/a.py",
+            "src/b.txt",
+            "src/deep/c.py",
+            ".kavi/d.py",
+            "e.py",
+        ] {
+            std::fs::write(root.join(file), file).unwrap();
+        }
+        let names = |key: Key| key.parts.into_keys().collect::<Vec<_>>();
+        assert_eq!(names(key_of(root, &["src/*.py"])), ["input:src/a.py"]);
+        assert_eq!(
+            names(key_of(root, &["src/**/*.py"])),
+            ["input:src/a.py", "input:src/deep/c.py"]
+        );
+        // A plain folder is every file under it; kavi's own state never is an input.
+        assert_eq!(
+            names(key_of(root, &["src"])),
+            ["input:src/a.py", "input:src/b.txt", "input:src/deep/c.py"]
+        );
+        assert_eq!(
+            names(key_of(root, &["**/*.py"])),
+            ["input:e.py", "input:src/a.py", "input:src/deep/c.py"]
+        );
+        assert!(names(key_of(root, &["nowhere/*.py"])).is_empty());
+        assert_eq!(
+            key_of(root, &["absent.txt"]).parts["input:absent.txt"],
+            "missing"
+        );
+    }
+
+    #[test]
+    fn the_key_changes_with_any_part_and_differences_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one").unwrap();
+        let before = key_of(dir.path(), &["a.txt"]);
+        assert_eq!(before.digest(), key_of(dir.path(), &["a.txt"]).digest());
+        std::fs::write(dir.path().join("a.txt"), "two").unwrap();
+        let mut now = key_of(dir.path(), &["a.txt"]);
+        now.add("param:n", "3");
+        assert_ne!(before.digest(), now.digest());
+        assert_eq!(
+            differences(&before.parts, &now.parts),
+            ["input `a.txt` changed", "parameter `n` is new"]
+        );
+    }
+
+    #[test]
+    fn outputs_are_stored_and_restored_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir_all(root.join("out")).unwrap();
+        let store = ArtifactStore::open(&dir.path().join("store")).unwrap();
+        std::fs::write(root.join("out/result.txt"), "made").unwrap();
+        let stored = store_outputs(&root, &["out/result.txt".into()], &store).unwrap();
+        let files: BTreeMap<String, String> = stored
+            .iter()
+            .map(|(path, artifact)| (path.clone(), artifact.sha256.clone()))
+            .collect();
+        let read = |sha: &str| -> Result<Vec<u8>, String> {
+            assert_eq!(sha, sha256_hex(b"made"));
+            Ok(b"made".to_vec())
+        };
+        // Unchanged: nothing written.
+        assert_eq!(restore_outputs(&root, &files, read).unwrap(), 0);
+        // A link put in its place is replaced, and what it pointed at is untouched.
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "keep").unwrap();
+        std::fs::remove_file(root.join("out/result.txt")).unwrap();
+        std::os::unix::fs::symlink(&victim, root.join("out/result.txt")).unwrap();
+        assert_eq!(restore_outputs(&root, &files, read).unwrap(), 1);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(
+            std::fs::read_to_string(root.join("out/result.txt")).unwrap(),
+            "made"
+        );
+        // A folder that leads out of the workspace is refused, and nothing is written there.
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        let escaping = BTreeMap::from([("escape/x.txt".to_owned(), sha256_hex(b"made"))]);
+        let error = restore_outputs(&root, &escaping, read).unwrap_err();
+        assert_eq!(
+            error,
+            "recorded output `escape/x.txt` resolves outside the workspace"
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // An output that is missing, or a link, is refused when storing.
+        let missing = store_outputs(&root, &["out/none.txt".into()], &store).unwrap_err();
+        assert_eq!(missing, "declared output `out/none.txt` was not written");
+        std::os::unix::fs::symlink(&victim, root.join("out/link.txt")).unwrap();
+        let link = store_outputs(&root, &["out/link.txt".into()], &store).unwrap_err();
+        assert!(link.contains("is not a regular file"), "{link}");
+    }
+}
