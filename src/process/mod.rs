@@ -18,7 +18,6 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -28,9 +27,10 @@ use tempfile::NamedTempFile;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::confinement::{Confinement, restrict_child};
+use crate::confinement::Confinement;
 
 pub mod roster;
+mod spawn;
 pub use roster::Roster;
 
 /// How long a cancelled process group gets between SIGTERM and SIGKILL.
@@ -257,22 +257,72 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Asks the kernel to SIGKILL the calling child when kavi dies. Runs between fork and exec. If
-/// kavi died before the request took hold, the child is orphaned already and exits at once.
+/// A child kavi started, waited on through its pidfd, and never left behind: dropped before it
+/// was reaped (its node cancelled by dropping), it is killed and reaped.
 ///
-/// The signal follows the thread that forked the child; kavi runs its processes from one
-/// thread (a current-thread runtime), which lives as long as kavi does.
-fn die_with_parent(parent: u32) -> io::Result<()> {
-    // SAFETY: plain system calls on integers; both are async-signal-safe.
-    unsafe {
-        if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL, 0, 0, 0) != 0 {
-            return Err(io::Error::last_os_error());
+/// The child is set to get SIGKILL when kavi dies (see [`spawn`]). That signal follows the
+/// thread that started the child; kavi runs its processes from one thread (a current-thread
+/// runtime), which lives as long as kavi does.
+struct Child {
+    pid: Pid,
+    exited: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    reaped: bool,
+}
+
+impl Child {
+    fn new(pid: Pid) -> io::Result<Self> {
+        let pidfd = spawn::pidfd(pid).inspect_err(|_| {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+        })?;
+        // SAFETY: an OwnedFd is open and keeps its descriptor for as long as it is owned.
+        let exited = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
         }
-        if u32::try_from(nix::libc::getppid()).ok() != Some(parent) {
-            nix::libc::_exit(1);
+        .map_err(io::Error::from)?;
+        Ok(Self {
+            pid,
+            exited,
+            reaped: false,
+        })
+    }
+
+    /// Waits for the child to exit, and reaps it.
+    async fn wait(&mut self) -> io::Result<Exit> {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        loop {
+            let mut ready = self.exited.readable().await?;
+            match waitpid(self.pid, Some(WaitPidFlag::WNOHANG))? {
+                WaitStatus::Exited(_, code) => {
+                    self.reaped = true;
+                    return Ok(Exit::Code(code));
+                }
+                WaitStatus::Signaled(_, signal, _) => {
+                    self.reaped = true;
+                    return Ok(Exit::Signal(signal as i32));
+                }
+                _ => ready.clear_ready(),
+            }
         }
     }
-    Ok(())
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        if self.reaped {
+            return;
+        }
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        if !matches!(
+            waitpid(self.pid, Some(WaitPidFlag::WNOHANG)),
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+        ) {
+            // Killed but not gone yet: reap it off this thread rather than block here.
+            let pid = self.pid;
+            std::thread::spawn(move || waitpid(pid, None));
+        }
+    }
 }
 
 /// Reads a pipe to its end, or until `DRAIN_GRACE` after `exited` fires.
@@ -318,42 +368,24 @@ pub async fn run(
     cancel: &CancellationToken,
 ) -> io::Result<Finished> {
     let program = resolve_program(&spec.program, &spec.env, &spec.cwd)?;
-    let mut command = tokio::process::Command::new(&program);
-    command
-        .args(&spec.args)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&spec.cwd)
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
     let ruleset = spec.confinement.as_ref().and_then(Confinement::ruleset_fd);
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the child after fork; it only makes system calls.
-    unsafe {
-        command.pre_exec(move || {
-            die_with_parent(parent)?;
-            ruleset.map_or(Ok(()), restrict_child)
-        });
-    }
-    let mut child = command.spawn()?;
+    let spawned = spawn::spawn(
+        &program,
+        &spec.args,
+        &spec.env,
+        &spec.cwd,
+        spec.stdin.is_some(),
+        ruleset,
+    )?;
+    let mut child = Child::new(spawned.pid)?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
-    let pid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .ok_or_else(|| io::Error::other("the child exited before its pid was read"))?;
-    let group = GroupGuard(Pid::from_raw(pid));
+    let group = GroupGuard(spawned.pid);
     if let Some(roster) = &options.roster {
-        roster.enlist(pid)?;
+        roster.enlist(spawned.pid.as_raw())?;
     }
 
-    if let (Some(bytes), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
+    if let (Some(bytes), Some(fd)) = (spec.stdin.clone(), spawned.stdin) {
+        let mut pipe = tokio::net::unix::pipe::Sender::from_owned_fd(fd)?;
         // A child that does not read its stdin closes the pipe; that is not an error.
         tokio::spawn(async move {
             let _ = pipe.write_all(&bytes).await;
@@ -361,18 +393,13 @@ pub async fn run(
     }
 
     let exited = CancellationToken::new();
-    let stdout = capture(child.stdout.take(), Stream::Stdout, options, &exited);
-    let stderr = capture(child.stderr.take(), Stream::Stderr, options, &exited);
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(spawned.stdout)?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(spawned.stderr)?;
+    let stdout = capture(Some(stdout), Stream::Stdout, options, &exited);
+    let stderr = capture(Some(stderr), Stream::Stderr, options, &exited);
     let wait = async {
         let exit = tokio::select! {
-            status = child.wait() => status.map(|status| {
-                use std::os::unix::process::ExitStatusExt;
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => Exit::Code(code),
-                    (None, Some(signal)) => Exit::Signal(signal),
-                    (None, None) => Exit::Code(-1),
-                }
-            }),
+            exit = child.wait() => exit,
             () = cancel.cancelled() => {
                 let _ = killpg(group.0, Signal::SIGTERM);
                 if tokio::time::timeout(TERMINATE_GRACE, child.wait()).await.is_err() {
