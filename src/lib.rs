@@ -19,6 +19,7 @@ pub mod git;
 pub mod identity;
 pub mod jsonpath;
 pub mod ledger;
+pub mod mcp;
 pub mod nodes;
 pub mod policy;
 pub mod process;

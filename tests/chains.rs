@@ -377,3 +377,151 @@ run = ["echo", "{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}"]
     assert_eq!(records[0]["run_id"], run["id"]);
     assert_eq!(records[0]["chain"], "search_and_summarize");
 }
+
+/// A Python environment with the official MCP SDK (`mcp` from PyPI), made once under the target
+/// folder; `None`, with the reason printed, when it cannot be made here.
+fn mcp_client_python() -> Option<std::path::PathBuf> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-client");
+    let python = venv.join("bin/python");
+    let ready = |python: &Path| {
+        std::process::Command::new(python)
+            .args(["-c", "import mcp"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    if ready(&python) {
+        return Some(python);
+    }
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::process::Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "mcp>=2,<3"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if made && ready(&python) {
+        Some(python)
+    } else {
+        eprintln!("skipping: the MCP Python SDK could not be installed (pip install 'mcp>=2,<3')");
+        None
+    }
+}
+
+/// What the official MCP client saw of `kavi mcp` (see tests/mcp/client.py).
+fn mcp_session(python: &Path, root: &Path, extra: &[&str]) -> Value {
+    let out = std::process::Command::new(python)
+        .arg(common::repo().join("tests/mcp/client.py"))
+        .arg(env!("CARGO_BIN_EXE_kavi"))
+        .arg(root)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A real MCP client (the official Python SDK) lists the trusted skills as tools and calls
+/// them through `kavi mcp`: READ_ONLY runs, FILE_WRITE is refused unless policies/mcp.toml
+/// pre-approves it for the client kavi was started for, a drifted skill is no longer offered,
+/// and every call, refused or not, is an execution record naming the client.
+#[test]
+fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
+    let Some(python) = mcp_client_python() else {
+        return;
+    };
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["word_count", "write_note"]);
+
+    let session = mcp_session(&python, root, &[]);
+    assert_eq!(session["server"], "kavi");
+    let tools: Vec<&str> = session["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["word_count", "write_note"]);
+    assert_eq!(session["tools"][0]["read_only"], true);
+    assert_eq!(session["tools"][1]["read_only"], false);
+    assert_eq!(session["tools"][0]["schema"]["required"], json!(["text"]));
+    let calls = &session["calls"];
+    assert_eq!(calls["word_count"]["is_error"], false);
+    assert_eq!(calls["word_count"]["structured"]["output"]["words"], 3);
+    assert_eq!(calls["write_note"]["is_error"], true);
+    assert!(
+        calls["write_note"]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("only READ_ONLY skills run"),
+        "{calls}"
+    );
+    assert!(
+        !root.join("notes/from-mcp.md").exists(),
+        "nothing was written"
+    );
+    assert_eq!(calls["bad_input"]["is_error"], true);
+    assert!(
+        calls["unknown"]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("no skill")
+    );
+
+    // A client the policy names may write; one it does not name still may not, whatever it
+    // calls itself.
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.editor]\nallow = [\"FILE_WRITE\"]\n",
+    );
+    let refused = mcp_session(&python, root, &["--client", "other"]);
+    assert_eq!(refused["calls"]["write_note"]["is_error"], true);
+    let allowed = mcp_session(&python, root, &["--client", "editor"]);
+    assert_eq!(
+        allowed["calls"]["write_note"]["is_error"], false,
+        "{allowed}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/from-mcp.md")).unwrap(),
+        "# from mcp\n\nwritten by an agent\n"
+    );
+
+    // Every call is an execution record, naming the client it came from.
+    let tail = kavi(root, &["executions", "tail", "-n", "100", "--json"]);
+    let records: Vec<Value> = serde_json::from_slice(&tail.stdout).unwrap();
+    let by = |caller: &str, skill: &str| {
+        records
+            .iter()
+            .filter(|r| r["caller"].as_str().is_some_and(|c| c.starts_with(caller)))
+            .filter(|r| r["skill"] == skill)
+            .map(|r| r["success"].as_bool().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by("mcp:unnamed", "write_note"), [false]);
+    assert_eq!(by("mcp:other", "write_note"), [false]);
+    assert_eq!(by("mcp:editor", "write_note"), [true]);
+    assert_eq!(by("mcp:editor", "word_count"), [true, false]);
+
+    // A skill whose files changed is not offered, and a call to it is refused.
+    let script = root.join("skills/word_count/skill.py");
+    let text = std::fs::read_to_string(&script).unwrap();
+    std::fs::write(&script, format!("{text}\n# drifted\n")).unwrap();
+    let drifted = mcp_session(&python, root, &[]);
+    assert_eq!(drifted["tools"].as_array().unwrap().len(), 1, "{drifted}");
+    assert_eq!(drifted["tools"][0]["name"], "write_note");
+    assert_eq!(drifted["calls"]["word_count"]["is_error"], true);
+    assert!(
+        drifted["calls"]["word_count"]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("its files changed since it was trusted"),
+        "{drifted}"
+    );
+}

@@ -367,6 +367,7 @@ pub async fn run(
             chain: Some(chain.name.clone()),
             step: Some(step.id.clone()),
             run_id: cx.lineage.run_id,
+            caller: cx.lineage.caller.clone(),
         };
         let record = run_step(step, &results, &context, cx, &lineage).await?;
         results.push(StepResult {

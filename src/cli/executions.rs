@@ -62,20 +62,25 @@ pub fn tail(workspace: &Workspace, filter: &TailFilter<'_>, json: bool) -> Resul
         outln!("no executions recorded");
         return Ok(exit::SUCCESS);
     }
-    let mut rows = vec![
-        ["", "EXECUTION", "SKILL", "STARTED", "DURATION", "ERROR"]
-            .map(String::from)
-            .to_vec(),
-    ];
+    // Who asked (an MCP client) is a column only when someone other than a kavi command did.
+    let callers = shown.iter().any(|r| r.caller.is_some());
+    let mut header = vec!["", "EXECUTION", "SKILL", "STARTED", "DURATION"];
+    header.extend(callers.then_some("CALLER"));
+    header.push("ERROR");
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
     for record in shown {
-        rows.push(vec![
+        let mut row = vec![
             mark(record).to_owned(),
             short_id(&record.execution_id).to_owned(),
             record.skill.clone(),
             record.started_at.clone(),
             duration_ms(record.duration_ms),
-            record.error.as_deref().map(one_line).unwrap_or_default(),
-        ]);
+        ];
+        if callers {
+            row.push(record.caller.clone().unwrap_or_default());
+        }
+        row.push(record.error.as_deref().map(one_line).unwrap_or_default());
+        rows.push(row);
     }
     out!("{}", table(&rows));
     Ok(exit::SUCCESS)

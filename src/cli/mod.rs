@@ -36,6 +36,7 @@ mod help;
 mod init;
 mod ledger;
 mod listing;
+mod mcp;
 mod output;
 mod pipeline;
 mod policy;
@@ -231,6 +232,13 @@ enum Command {
     /// Read the log of skill executions.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
+    /// Serve the trusted skills to an agent as MCP tools, on stdio (see docs/mcp.md).
+    Mcp {
+        /// The name the client is pre-approved under in policies/mcp.toml; without it, only
+        /// READ_ONLY skills run. Give it in the agent's configuration, where kavi is started.
+        #[arg(long)]
+        client: Option<String>,
+    },
     /// Say why a node of a recorded run ran, was skipped, blocked, cancelled, reused or cached,
     /// what the nodes it needs did, and which of its inputs, parameters or policies changed.
     Explain {
@@ -819,6 +827,7 @@ async fn in_workspace(
         Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
         Command::Doctor { json } => doctor::run(&workspace, json),
         Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
+        Command::Mcp { client } => mcp::run(workspace, client).await,
         Command::Gc {
             older_than,
             keep,

@@ -75,6 +75,7 @@ mod tests {
             step: None,
             run_id: None,
             confinement: None,
+            caller: None,
         }
     }
 

@@ -49,6 +49,8 @@ pub struct Lineage {
     pub chain: Option<String>,
     pub step: Option<String>,
     pub run_id: Option<i64>,
+    /// Who asked from outside kavi's commands (`mcp:<client>`).
+    pub caller: Option<String>,
 }
 
 /// Why a skill may not run: which check failed, and what to do.
@@ -267,6 +269,7 @@ impl Runner<'_> {
             step: lineage.step.clone(),
             run_id: lineage.run_id,
             confinement: None,
+            caller: lineage.caller.clone(),
         };
         self.keep(record)
     }
@@ -300,6 +303,7 @@ impl Runner<'_> {
             step: lineage.step.clone(),
             run_id: lineage.run_id,
             confinement: None,
+            caller: lineage.caller.clone(),
         };
         let ledger = Ledger::open(self.ledger)?;
         // The confinement policy governs the run: its text is kept for the record to name.

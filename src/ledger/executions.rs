@@ -39,10 +39,14 @@ pub struct ExecutionRecord {
     /// skill was not reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<Value>,
+    /// Who asked for it from outside kavi's own commands: `mcp:<client name>` for a call an MCP
+    /// client made through `kavi mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 const COLUMNS: &str = "id, parent, skill, source_hash, side_effect, input, output, success, error, \
-                       started_at, finished_at, duration_ms, chain, step, run_id, confinement, skill_version";
+                       started_at, finished_at, duration_ms, chain, step, run_id, confinement, skill_version, caller";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
     Ok(ExecutionRecord {
@@ -63,6 +67,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
         run_id: r.get(14)?,
         confinement: super::json_column(r, 15)?,
         skill_version: r.get(16)?,
+        caller: r.get(17)?,
     })
 }
 
@@ -87,7 +92,7 @@ impl Ledger {
         self.conn.execute(
             &format!(
                 "INSERT INTO executions ({COLUMNS}, status, owner)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
                  ON CONFLICT (id) DO UPDATE SET
                      source_hash = excluded.source_hash, output = excluded.output,
                      success = excluded.success, error = excluded.error,
@@ -112,6 +117,7 @@ impl Ledger {
                 record.run_id,
                 record.confinement.as_ref().map(Value::to_string),
                 record.skill_version,
+                record.caller,
                 status,
                 owner,
             ],

@@ -1147,6 +1147,7 @@ mod tests {
             step: None,
             run_id: None,
             confinement: None,
+            caller: None,
         };
         ledger
             .start_execution(&execution, dead_owner.name())

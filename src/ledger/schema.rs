@@ -343,4 +343,8 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX node_cache_key ON node_cache(key);
     "#,
+    // 23: who asked for a skill execution from outside kavi's commands (`mcp:<client>`).
+    r#"
+    ALTER TABLE executions ADD COLUMN caller TEXT;
+    "#,
 ];

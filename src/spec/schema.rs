@@ -95,6 +95,12 @@ pub fn all() -> Vec<Published> {
             of::<skills::RawLifecycle>(),
         ),
         published(
+            "policies/mcp.json",
+            "policies/mcp.toml",
+            "What MCP clients may call beyond READ_ONLY skills",
+            of::<crate::mcp::McpPolicy>(),
+        ),
+        published(
             "policies/network.json",
             "policies/network.toml",
             "The hosts nodes may call",

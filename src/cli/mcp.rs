@@ -1,0 +1,48 @@
+//! `kavi mcp`: serve the workspace's trusted skills to an MCP client on stdio (see
+//! [`crate::mcp`]). Nothing but the protocol goes to stdout.
+
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+
+use super::skills::SkillEnv;
+use crate::config::Workspace;
+use crate::error::{Error, exit};
+use crate::executions::Runner;
+use crate::mcp::{McpPolicy, Runners, SkillServer, policy};
+use crate::spec::SpecError;
+
+/// What the server runs skills with: the workspace and what `kavi skill run` loads.
+struct Served {
+    workspace: Workspace,
+    env: SkillEnv,
+}
+
+impl Runners for Served {
+    fn runner(&self) -> Runner<'_> {
+        self.env.runner(&self.workspace, true)
+    }
+}
+
+pub async fn run(workspace: Workspace, client: Option<String>) -> Result<i32, Error> {
+    // No policy file grants nothing: READ_ONLY skills only.
+    let policy = if workspace.root.join(policy::DEFAULT_POLICY).is_file() {
+        let source = crate::policy::read(&workspace.root, policy::DEFAULT_POLICY)
+            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+        McpPolicy::parse(&source).map_err(SpecError::from)?
+    } else {
+        McpPolicy::default()
+    };
+    let env = SkillEnv::load(&workspace)?;
+    let served = Arc::new(Served { workspace, env });
+    let server = SkillServer::new(served, policy, client);
+    let service = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| Error::Usage(format!("the MCP client did not start a session: {e}")))?;
+    service.waiting().await.map_err(|e| Error::Io {
+        context: "the MCP server stopped".into(),
+        source: std::io::Error::other(e),
+    })?;
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,66 @@
+"""Drives `kavi mcp` with the official MCP Python SDK (the `mcp` package from PyPI).
+
+Usage: client.py KAVI WORKSPACE [--client NAME]
+
+Lists the tools, calls `word_count` (READ_ONLY) and `write_note` (FILE_WRITE), and prints one
+JSON object with what the server answered, for the Rust test to check.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def content_text(result):
+    return [block.text for block in result.content if getattr(block, "type", "") == "text"]
+
+
+async def main():
+    kavi, workspace, *extra = sys.argv[1:]
+    server = StdioServerParameters(command=kavi, args=["mcp", *extra], cwd=workspace)
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            tools = await session.list_tools()
+            counted = await session.call_tool("word_count", {"text": "one two three"})
+            written = await session.call_tool(
+                "write_note", {"title": "from mcp", "body": "written by an agent"}
+            )
+            bad_input = await session.call_tool("word_count", {"words": 3})
+            unknown = await session.call_tool("no_such_skill", {})
+            print(
+                json.dumps(
+                    {
+                        "server": init.server_info.name,
+                        "tools": [
+                            {
+                                "name": tool.name,
+                                "read_only": tool.annotations.read_only_hint
+                                if tool.annotations
+                                else None,
+                                "schema": tool.input_schema,
+                            }
+                            for tool in tools.tools
+                        ],
+                        "calls": {
+                            name: {
+                                "is_error": bool(result.is_error),
+                                "text": content_text(result),
+                                "structured": result.structured_content,
+                            }
+                            for name, result in [
+                                ("word_count", counted),
+                                ("write_note", written),
+                                ("bad_input", bad_input),
+                                ("unknown", unknown),
+                            ]
+                        },
+                    }
+                )
+            )
+
+
+asyncio.run(main())
