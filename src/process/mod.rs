@@ -459,4 +459,88 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(err.to_string().contains("no-such-program-kavi"));
     }
+
+    fn sh(script: &str, dir: &Path) -> CommandSpec {
+        CommandSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: base_env(),
+            cwd: dir.to_owned(),
+            stdin: Some(b"on stdin\n".to_vec()),
+            confinement: None,
+        }
+    }
+
+    /// The vfork-style start leaves the child's signals as std's spawn does (nothing blocked,
+    /// though kavi blocks every signal around the clone; SIGPIPE, which Rust ignores, back to
+    /// its default), and gives it its own process group,
+    /// kavi as its parent, its stdin, cwd and exit code where they belong.
+    #[tokio::test]
+    async fn a_child_starts_with_default_signals_in_its_own_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = "grep -E '^Sig(Blk|Ign)' /proc/self/status; \
+                      echo \"pgid=$(ps -o pgid= -p $$ | tr -d ' ') pid=$$ ppid=$PPID\"; \
+                      cat; pwd; exit 7";
+        let finished = run(
+            &sh(script, dir.path()),
+            &options(4096, dir.path()),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(finished.exit, Exit::Code(7));
+        let out = String::from_utf8(finished.stdout.head).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        // What std's own spawn leaves a child with, in this same process.
+        let by_std = std::process::Command::new("sh")
+            .args(["-c", "grep -E '^Sig(Blk|Ign)' /proc/self/status"])
+            .output()
+            .unwrap();
+        let by_std = String::from_utf8(by_std.stdout).unwrap();
+        assert_eq!(lines[..2].join("\n") + "\n", by_std, "{out}");
+        assert_eq!(lines[0], "SigBlk:\t0000000000000000", "{out}");
+        let ids: HashMap<&str, &str> = lines[2]
+            .split(' ')
+            .filter_map(|pair| pair.split_once('='))
+            .collect();
+        assert_eq!(ids["pgid"], ids["pid"], "{out}");
+        assert_eq!(ids["ppid"], std::process::id().to_string(), "{out}");
+        assert_eq!(lines[3], "on stdin");
+        assert_eq!(
+            Path::new(lines[4]).canonicalize().unwrap(),
+            dir.path().canonicalize().unwrap()
+        );
+    }
+
+    /// A step that fails between clone and exec is reported, and leaves no child behind.
+    #[tokio::test]
+    async fn a_child_that_cannot_start_says_which_step_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = sh("true", dir.path());
+        spec.cwd = dir.path().join("gone");
+        let error = run(&spec, &options(4096, dir.path()), &Default::default())
+            .await
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("the child failed to change to its working directory"),
+            "{error}"
+        );
+        let not_executable = dir.path().join("data.txt");
+        std::fs::write(&not_executable, "not a program").unwrap();
+        let mut spec = sh("true", dir.path());
+        spec.program = not_executable.display().to_string();
+        let error = run(&spec, &options(4096, dir.path()), &Default::default())
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
+        // Both children were reaped: none is left as a zombie of this process.
+        let children = std::fs::read_to_string(format!(
+            "/proc/self/task/{}/children",
+            nix::unistd::gettid()
+        ))
+        .unwrap_or_default();
+        assert!(children.trim().is_empty(), "{children}");
+    }
 }

@@ -196,8 +196,14 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
     // SAFETY: async-signal-safe system calls on values prepared by the parent.
     unsafe {
         // kavi's handlers must not run here, nor be inherited: back to the defaults, and SIGPIPE
-        // (which Rust ignores) too; then no signal blocked, as std leaves a child.
-        for signal in 1..=libc::SIGRTMAX() {
+        // (which Rust ignores) too; then no signal blocked, as std leaves a child. The C
+        // library's own signals (32 up to SIGRTMIN), whose handlers live in the memory this
+        // child shares, are ignored, as glibc's posix_spawn does; its sigaction refuses them, so
+        // the kernel is asked directly.
+        for signal in 32..libc::SIGRTMIN() {
+            ignore_internal_signal(signal);
+        }
+        for signal in (1..32).chain(libc::SIGRTMIN()..=libc::SIGRTMAX()) {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue;
             }
@@ -249,6 +255,35 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
             plan.envp.as_ptr(),
         );
         fail(5)
+    }
+}
+
+/// The kernel's `struct sigaction` (not the C library's), for `rt_sigaction`.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Sets `signal` to SIG_IGN with the raw system call.
+fn ignore_internal_signal(signal: c_int) {
+    let ignore = KernelSigaction {
+        handler: libc::SIG_IGN,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: a system call reading a struct on this stack; the mask size is the kernel's (8).
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            signal,
+            &raw const ignore,
+            std::ptr::null_mut::<KernelSigaction>(),
+            std::mem::size_of::<u64>(),
+        );
     }
 }
 
