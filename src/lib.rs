@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod chains;
+pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod confinement;

@@ -525,3 +525,133 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
         "{drifted}"
     );
 }
+
+/// Answers of `kavi chat -m`, as JSON, with the exit code.
+fn chat_once(root: &Path, args: &[&str]) -> (Option<i32>, Value) {
+    let mut all = vec!["chat", "--json", "-m"];
+    all.extend_from_slice(args);
+    let out = kavi(root, &all);
+    let answer = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), answer)
+}
+
+/// The chat's session: each line of `input` a message, one JSON answer per line back.
+fn chat_session(root: &Path, input: &str) -> Vec<Value> {
+    let mut child = common::kavi_command(root, &["chat", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The chat: a message runs the skill its intent names and says what it parsed, planned and
+/// ran; a side effect waits for confirmation and a yes runs the stashed plan, not a re-parse;
+/// "that" is the session's last result; the policy's `allow` is a hard limit; what it does not
+/// understand it says, with what it does.
+#[test]
+fn the_chat_runs_one_trusted_skill_per_message_and_asks_before_side_effects() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+
+    let (code, answer) = chat_once(root, &["summarize notes/kavi.md"]);
+    assert_eq!(code, Some(0), "{answer}");
+    assert_eq!(answer["status"], "executed");
+    assert_eq!(answer["intent"]["name"], "summarize");
+    assert_eq!(answer["intent"]["parser"], "deterministic");
+    assert_eq!(answer["plan"]["name"], "summarize_note");
+    assert_eq!(answer["records"][0]["output"]["title"], "About kavi");
+    assert_eq!(answer["records"][0]["caller"], "chat");
+
+    let (code, answer) = chat_once(root, &["write a note Plans: ship it"]);
+    assert_eq!(code, Some(2));
+    assert_eq!(answer["status"], "needs_confirmation");
+    assert_eq!(answer["plan"]["side_effect"], "FILE_WRITE");
+    assert!(answer["records"].as_array().unwrap().is_empty());
+    assert!(!root.join("notes/plans.md").exists(), "nothing ran");
+    let (code, answer) = chat_once(root, &["write a note Plans: ship it", "--confirmed"]);
+    assert_eq!(code, Some(0), "{answer}");
+    assert_eq!(answer["records"][0]["output"]["path"], "notes/plans.md");
+
+    let (code, answer) = chat_once(root, &["dance for me"]);
+    assert_eq!(code, Some(2));
+    assert_eq!(answer["status"], "unsupported");
+    assert!(
+        answer["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("summarize <note.md>"))
+    );
+    let (code, answer) = chat_once(root, &["summarize that"]);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        answer["error"],
+        "there is no earlier result in this session to refer to"
+    );
+
+    // A session: "that" is what the search found; a yes runs the plan that was shown.
+    let answers = chat_session(
+        root,
+        "find governed\nsummarize that\nwrite a note Later: from the session\nyes\n\
+         write a note Never: declined\nno\nsearch and summarize nothing to see\nexit\n",
+    );
+    assert_eq!(answers.len(), 7, "{answers:?}");
+    assert_eq!(
+        answers[0]["records"][0]["output"]["results"][0]["path"],
+        "notes/kavi.md"
+    );
+    assert_eq!(answers[1]["intent"]["name"], "summarize_that");
+    assert_eq!(answers[1]["plan"]["input"]["path"], "notes/kavi.md");
+    assert_eq!(answers[1]["status"], "executed");
+    assert_eq!(answers[2]["status"], "needs_confirmation");
+    assert_eq!(answers[3]["status"], "executed");
+    assert!(answers[3]["intent"].is_null(), "a yes is not parsed again");
+    assert_eq!(answers[3]["plan"], answers[2]["plan"]);
+    assert!(root.join("notes/later.md").is_file());
+    assert_eq!(answers[5]["status"], "declined");
+    assert!(!root.join("notes/never.md").exists());
+    // A chain intent: both steps' records, in one answer.
+    assert_eq!(answers[6]["plan"]["kind"], "chain");
+    let skills: Vec<&str> = answers[6]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["skill"].as_str().unwrap())
+        .collect();
+    assert_eq!(skills, ["find_notes", "summarize_note"]);
+    assert_eq!(answers[6]["records"][1]["output"]["path"], "notes/other.md");
+
+    // What the policy does not allow is refused, confirmed or not.
+    let policy = std::fs::read_to_string(root.join("policies/chat.toml")).unwrap();
+    write(
+        root,
+        "policies/chat.toml",
+        &policy.replace(
+            "allow = [\"READ_ONLY\", \"FILE_WRITE\"]",
+            "allow = [\"READ_ONLY\"]",
+        ),
+    );
+    let (code, answer) = chat_once(root, &["write a note Blocked: no", "--confirmed"]);
+    assert_eq!(code, Some(2));
+    assert_eq!(answer["status"], "refused");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the chat may not run FILE_WRITE skills"),
+        "{answer}"
+    );
+    assert!(!root.join("notes/blocked.md").exists());
+}

@@ -28,6 +28,7 @@ macro_rules! out {
 
 mod builds;
 mod chains;
+mod chat;
 mod doctor;
 mod executions;
 mod explain;
@@ -232,6 +233,20 @@ enum Command {
     /// Read the log of skill executions.
     #[command(subcommand)]
     Executions(ExecutionsCommand),
+    /// Ask for a trusted skill or chain in words (policies/chat.toml): one message with -m, or
+    /// a session read line by line from stdin (see docs/chat.md).
+    Chat {
+        /// One message; without it, a session: one message per line, `yes`/`no` to a plan that
+        /// waits for confirmation, `exit` to end.
+        #[arg(long, short)]
+        message: Option<String>,
+        /// Run a plan with a side effect the chat allows without asking (with -m).
+        #[arg(long, requires = "message")]
+        confirmed: bool,
+        /// Print each answer as JSON (one line per answer in a session).
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the trusted skills to an agent as MCP tools, on stdio (see docs/mcp.md).
     Mcp {
         /// The name the client is pre-approved under in policies/mcp.toml; without it, only
@@ -828,6 +843,11 @@ async fn in_workspace(
         Command::Doctor { json } => doctor::run(&workspace, json),
         Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
         Command::Mcp { client } => mcp::run(workspace, client).await,
+        Command::Chat {
+            message,
+            confirmed,
+            json,
+        } => chat::run(&workspace, message.as_deref(), confirmed, json).await,
         Command::Gc {
             older_than,
             keep,

@@ -97,6 +97,16 @@ impl SideEffects {
     pub fn iter(self) -> impl Iterator<Item = SideEffect> {
         ALL.into_iter().filter(move |class| self.contains(*class))
     }
+
+    /// Every class of both (what a chain of two skills may touch): READ_ONLY only when both are.
+    pub fn union(self, other: Self) -> Self {
+        let both = Self(self.0 | other.0);
+        if both.is_read_only() {
+            both
+        } else {
+            Self(both.0 & !SideEffect::ReadOnly.bit())
+        }
+    }
 }
 
 impl From<SideEffect> for SideEffects {
@@ -166,6 +176,19 @@ impl schemars::JsonSchema for SideEffects {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_union_is_read_only_only_when_both_are() {
+        let read = SideEffects::parse("READ_ONLY").unwrap();
+        let write = SideEffects::parse("FILE_WRITE").unwrap();
+        let net = SideEffects::parse("NETWORK+SECRET_READ").unwrap();
+        assert_eq!(read.union(read), read);
+        assert_eq!(read.union(write), write);
+        assert_eq!(
+            write.union(net).to_string(),
+            "FILE_WRITE+NETWORK+SECRET_READ"
+        );
+    }
 
     #[test]
     fn a_set_is_named_in_a_fixed_order_and_read_back() {

@@ -95,6 +95,12 @@ pub fn all() -> Vec<Published> {
             of::<skills::RawLifecycle>(),
         ),
         published(
+            "policies/chat.json",
+            "policies/chat.toml",
+            "What `kavi chat` understands",
+            of::<crate::chat::intents::RawChatPolicy>(),
+        ),
+        published(
             "policies/mcp.json",
             "policies/mcp.toml",
             "What MCP clients may call beyond READ_ONLY skills",

@@ -1,0 +1,475 @@
+//! The chat: a bounded conversational surface over trusted skills (`kavi chat`).
+//!
+//! One message is at most one execution: one skill, or one declared chain; no loops, no
+//! retries, no planning beyond what an intent in `policies/chat.toml` declares ([`intents`]).
+//! The deterministic parser matches the message against the intents' patterns; the plan is the
+//! intent's skill or chain with its templates rendered over the message's named groups and the
+//! session's earlier results (`last`, `last_<skill>`: "summarize that"). A READ_ONLY plan runs
+//! at once; any other class the policy allows waits for a yes, which runs the stashed plan as it
+//! was shown, never a re-parse. Every execution is an ordinary execution record (caller `chat`),
+//! run through [`crate::executions::Runner`], like `kavi skill run`.
+
+pub mod intents;
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::chains::{self, Chain, ChainContext, Confirm};
+use crate::executions::{Lineage, Runner};
+use crate::ledger::ExecutionRecord;
+use crate::skills::SideEffects;
+use crate::template::TemplateEngine;
+
+pub use intents::{ChatPolicy, Target};
+
+/// How many earlier results a session keeps to refer to.
+const ANCHORS: usize = 10;
+
+/// How an answer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The plan ran and succeeded.
+    Executed,
+    /// The plan ran and failed (its records say how).
+    Failed,
+    /// The plan has a side effect nobody confirmed yet; nothing ran.
+    NeedsConfirmation,
+    /// The plan may not run (not trusted, a class the chat may not run, nothing to refer to).
+    Refused,
+    /// No intent matches.
+    Unsupported,
+    /// A stashed plan was declined.
+    Declined,
+    /// The list of what the chat understands.
+    Help,
+}
+
+/// What a message was understood as.
+#[derive(Debug, Clone, Serialize)]
+pub struct ParsedIntent {
+    pub name: String,
+    /// Which parser decided: `deterministic`, or `again` for a repeat of the last plan.
+    pub parser: &'static str,
+    /// The message's named groups.
+    pub groups: Map<String, Value>,
+}
+
+/// What would run: shown before it runs, and run exactly as shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub intent: String,
+    /// `skill` or `chain`.
+    pub kind: &'static str,
+    pub name: String,
+    /// The skill's input, or the chain's parameters.
+    pub input: Map<String, Value>,
+    /// Every side-effect class it has (a chain's: all of its steps').
+    pub side_effect: String,
+    #[serde(skip)]
+    classes: Option<SideEffects>,
+}
+
+/// The answer to one message: everything that was decided and done, for a person or a script.
+#[derive(Debug, Serialize)]
+pub struct Answer {
+    pub message: String,
+    pub status: Status,
+    pub intent: Option<ParsedIntent>,
+    pub plan: Option<Plan>,
+    pub records: Vec<ExecutionRecord>,
+    pub error: Option<String>,
+    /// For `help` and `unsupported`: what the chat understands.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub supported: Vec<String>,
+}
+
+impl Answer {
+    fn new(message: &str, status: Status) -> Self {
+        Self {
+            message: message.to_owned(),
+            status,
+            intent: None,
+            plan: None,
+            records: Vec::new(),
+            error: None,
+            supported: Vec::new(),
+        }
+    }
+}
+
+/// An earlier result the session can refer to.
+#[derive(Debug, Clone)]
+struct Anchor {
+    skill: String,
+    output: Value,
+}
+
+/// One conversation: the policy, what runs skills, and what was said and done so far.
+pub struct Session<'a> {
+    pub policy: &'a ChatPolicy,
+    pub runner: &'a Runner<'a>,
+    pub templates: &'a TemplateEngine,
+    /// Loads a chain by name (from the workspace's `chains/`).
+    pub load_chain: &'a dyn Fn(&str) -> Result<Chain, String>,
+    anchors: VecDeque<Anchor>,
+    last_plan: Option<Plan>,
+    stashed: Option<Plan>,
+}
+
+/// Steps of a confirmed (or READ_ONLY) chain plan are confirmed already.
+struct Confirmed;
+
+impl Confirm for Confirmed {
+    fn confirmed(&self, _skill: &str, _classes: SideEffects) -> bool {
+        true
+    }
+}
+
+impl<'a> Session<'a> {
+    pub fn new(
+        policy: &'a ChatPolicy,
+        runner: &'a Runner<'a>,
+        templates: &'a TemplateEngine,
+        load_chain: &'a dyn Fn(&str) -> Result<Chain, String>,
+    ) -> Self {
+        Self {
+            policy,
+            runner,
+            templates,
+            load_chain,
+            anchors: VecDeque::new(),
+            last_plan: None,
+            stashed: None,
+        }
+    }
+
+    /// Whether a plan waits for a yes.
+    pub fn has_stashed_plan(&self) -> bool {
+        self.stashed.is_some()
+    }
+
+    fn supported(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.policy.intents.iter().map(|i| i.help.clone()).collect();
+        lines.extend(["again".to_owned(), "help".to_owned()]);
+        lines
+    }
+
+    /// Answers one message; `confirmed` says yes in advance to a side effect the policy allows.
+    pub async fn message(
+        &mut self,
+        text: &str,
+        confirmed: bool,
+        cancel: &CancellationToken,
+    ) -> Answer {
+        // A new message puts aside a plan that waited for a yes.
+        self.stashed = None;
+        let words = text.trim().to_lowercase();
+        if matches!(words.as_str(), "help" | "?") {
+            let mut answer = Answer::new(text, Status::Help);
+            answer.supported = self.supported();
+            return answer;
+        }
+        let (intent, plan) = if matches!(words.as_str(), "again" | "do it again") {
+            let Some(plan) = self.last_plan.clone() else {
+                let mut answer = Answer::new(text, Status::Refused);
+                answer.error = Some("nothing ran yet in this session to run again".into());
+                return answer;
+            };
+            let intent = ParsedIntent {
+                name: plan.intent.clone(),
+                parser: "again",
+                groups: Map::new(),
+            };
+            (intent, Ok(plan))
+        } else {
+            let Some((intent, groups)) = self.policy.parse_message(text) else {
+                let mut answer = Answer::new(text, Status::Unsupported);
+                answer.error = Some("no intent of policies/chat.toml matches the message".into());
+                answer.supported = self.supported();
+                return answer;
+            };
+            let groups: Map<String, Value> = groups
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect();
+            let plan = self.plan(intent, &groups);
+            let parsed = ParsedIntent {
+                name: intent.name.clone(),
+                parser: "deterministic",
+                groups,
+            };
+            (parsed, plan)
+        };
+        let mut answer = Answer::new(text, Status::Refused);
+        answer.intent = Some(intent);
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(error) => {
+                answer.error = Some(error);
+                return answer;
+            }
+        };
+        answer.plan = Some(plan.clone());
+        let classes = plan.classes.expect("a made plan knows its classes");
+        if let Some(class) = classes.iter().find(|c| !self.policy.allow.contains(c)) {
+            answer.error = Some(format!(
+                "the chat may not run {} skills (`allow` in {}); nothing was run",
+                class.as_str(),
+                intents::DEFAULT_POLICY
+            ));
+            return answer;
+        }
+        if !classes.is_read_only() && !confirmed {
+            answer.status = Status::NeedsConfirmation;
+            answer.error = Some(format!(
+                "`{}` is {classes}: nothing was run; confirm to run it as planned",
+                plan.name
+            ));
+            self.stashed = Some(plan);
+            return answer;
+        }
+        self.execute(plan, answer, cancel).await
+    }
+
+    /// Runs the plan that waited for a yes, as it was shown.
+    pub async fn confirm(&mut self, text: &str, cancel: &CancellationToken) -> Answer {
+        let Some(plan) = self.stashed.take() else {
+            let mut answer = Answer::new(text, Status::Refused);
+            answer.error = Some("nothing waits for a yes".into());
+            return answer;
+        };
+        let mut answer = Answer::new(text, Status::Refused);
+        answer.plan = Some(plan.clone());
+        self.execute(plan, answer, cancel).await
+    }
+
+    /// Puts aside the plan that waited for a yes.
+    pub fn decline(&mut self, text: &str) -> Answer {
+        let mut answer = Answer::new(text, Status::Declined);
+        answer.plan = self.stashed.take();
+        answer
+    }
+
+    /// The template variables: the message's groups, and the session's earlier results.
+    fn variables(&self, groups: &Map<String, Value>) -> minijinja::Value {
+        let mut vars = groups.clone();
+        if let Some(last) = self.anchors.back() {
+            vars.insert("last".into(), last.output.clone());
+        }
+        for anchor in &self.anchors {
+            vars.insert(format!("last_{}", anchor.skill), anchor.output.clone());
+        }
+        minijinja::Value::from_serialize(Value::Object(vars))
+    }
+
+    fn plan(&self, intent: &intents::Intent, groups: &Map<String, Value>) -> Result<Plan, String> {
+        let vars = self.variables(groups);
+        let mut input = Map::new();
+        for (field, template) in &intent.fields {
+            let value = self.templates.render_str(template, &vars).map_err(|e| {
+                if self.anchors.is_empty() && template.contains("last") {
+                    "there is no earlier result in this session to refer to".to_owned()
+                } else {
+                    format!(
+                        "intent `{}`: failed to render `{field}`: {}",
+                        intent.name,
+                        crate::template::describe_error(&e)
+                    )
+                }
+            })?;
+            if value.is_empty() {
+                return Err(format!(
+                    "intent `{}`: `{field}` came out empty; nothing to run it with",
+                    intent.name
+                ));
+            }
+            input.insert(field.clone(), Value::String(value));
+        }
+        let (kind, name, classes) = match &intent.target {
+            Target::Skill(skill) => {
+                let ready = self.runner.ready(skill).map_err(|e| e.to_string())?;
+                ("skill", skill.clone(), ready.proposal.side_effect)
+            }
+            Target::Chain(name) => {
+                let chain = (self.load_chain)(name)?;
+                let mut classes: Option<SideEffects> = None;
+                for step in &chain.steps {
+                    let ready = self.runner.ready(&step.skill).map_err(|e| e.to_string())?;
+                    let step_classes = ready.proposal.side_effect;
+                    classes = Some(match classes {
+                        None => step_classes,
+                        Some(classes) => classes.union(step_classes),
+                    });
+                }
+                let classes = classes.ok_or_else(|| format!("chain `{name}` has no steps"))?;
+                ("chain", name.clone(), classes)
+            }
+        };
+        Ok(Plan {
+            intent: intent.name.clone(),
+            kind,
+            name,
+            input,
+            side_effect: classes.to_string(),
+            classes: Some(classes),
+        })
+    }
+
+    async fn execute(
+        &mut self,
+        plan: Plan,
+        mut answer: Answer,
+        cancel: &CancellationToken,
+    ) -> Answer {
+        let lineage = Lineage {
+            caller: Some("chat".into()),
+            ..Lineage::default()
+        };
+        let records = match plan.kind {
+            "skill" => self.run_skill(&plan, &lineage, cancel).await,
+            _ => self.run_chain(&plan, lineage, cancel).await,
+        };
+        match records {
+            Err(error) => answer.error = Some(error),
+            Ok(records) => {
+                let failed = records.iter().find(|r| !r.success);
+                answer.status = if failed.is_some() || records.is_empty() {
+                    Status::Failed
+                } else {
+                    Status::Executed
+                };
+                answer.error = failed.and_then(|r| r.error.clone());
+                for record in records.iter().filter(|r| r.success) {
+                    if let Some(output) = &record.output {
+                        self.anchors.push_back(Anchor {
+                            skill: record.skill.clone(),
+                            output: output.clone(),
+                        });
+                    }
+                }
+                while self.anchors.len() > ANCHORS {
+                    self.anchors.pop_front();
+                }
+                answer.records = records;
+            }
+        }
+        self.last_plan = Some(plan);
+        answer
+    }
+
+    async fn run_skill(
+        &self,
+        plan: &Plan,
+        lineage: &Lineage,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<ExecutionRecord>, String> {
+        // The trust check again: the files may have changed since the plan was shown.
+        let ready = self.runner.ready(&plan.name).map_err(|e| e.to_string())?;
+        let record = self
+            .runner
+            .run(&ready, Value::Object(plan.input.clone()), lineage, cancel)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(vec![record])
+    }
+
+    async fn run_chain(
+        &self,
+        plan: &Plan,
+        lineage: Lineage,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<ExecutionRecord>, String> {
+        let chain = (self.load_chain)(&plan.name)?;
+        let sets: Vec<(String, String)> = plan
+            .input
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect();
+        let params = crate::spec::resolve_params(&chain.params, &sets).map_err(|problems| {
+            problems
+                .iter()
+                .map(|p| p.message.clone())
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        let context = ChainContext {
+            runner: self.runner,
+            templates: self.templates,
+            confirm: &Confirmed,
+            lineage,
+            cancel,
+        };
+        let results = chains::run(&chain, &params, &context)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(results.into_iter().filter_map(|r| r.record).collect())
+    }
+}
+
+/// The answer as a person reads it.
+pub fn describe(answer: &Answer) -> String {
+    let mut lines = Vec::new();
+    if let Some(intent) = &answer.intent {
+        lines.push(format!("intent: {} ({})", intent.name, intent.parser));
+    }
+    if let Some(plan) = &answer.plan {
+        lines.push(format!(
+            "plan: {} `{}` {} [{}]",
+            plan.kind,
+            plan.name,
+            Value::Object(plan.input.clone()),
+            plan.side_effect
+        ));
+    }
+    match answer.status {
+        Status::Help => lines.push("I understand:".into()),
+        Status::Unsupported => lines.push("unsupported; I understand:".into()),
+        Status::NeedsConfirmation => lines.push(format!(
+            "needs confirmation: {} (answer `yes`, or pass --confirmed)",
+            answer.error.as_deref().unwrap_or_default()
+        )),
+        Status::Declined => lines.push("declined: nothing was run".into()),
+        Status::Refused => lines.push(format!(
+            "refused: {}",
+            answer.error.as_deref().unwrap_or_default()
+        )),
+        Status::Executed | Status::Failed => {
+            for record in &answer.records {
+                let result = if record.success {
+                    record
+                        .output
+                        .as_ref()
+                        .map_or_else(String::new, Value::to_string)
+                } else {
+                    format!("failed: {}", record.error.as_deref().unwrap_or("unknown"))
+                };
+                lines.push(format!(
+                    "ran `{}` (execution {}): {result}",
+                    record.skill,
+                    &record.execution_id[..8.min(record.execution_id.len())]
+                ));
+            }
+            if answer.records.is_empty()
+                && let Some(error) = &answer.error
+            {
+                lines.push(format!("failed: {error}"));
+            }
+        }
+    }
+    lines.extend(answer.supported.iter().map(|s| format!("  {s}")));
+    lines.join("\n")
+}
+
+/// The JSON of an answer (one line in the REPL, pretty for a single message).
+pub fn to_json(answer: &Answer, pretty: bool) -> String {
+    let value = json!(answer);
+    if pretty {
+        serde_json::to_string_pretty(&value).expect("an answer serializes")
+    } else {
+        value.to_string()
+    }
+}
