@@ -655,3 +655,96 @@ fn the_chat_runs_one_trusted_skill_per_message_and_asks_before_side_effects() {
     );
     assert!(!root.join("notes/blocked.md").exists());
 }
+
+/// With a gateway configured, the chat asks it first. No real gateway can exist here: a
+/// stand-in speaks the chat-completions wire format on a loopback port. What it picks must be a
+/// declared intent with that intent's groups; anything else (nonsense, an intent that does not
+/// exist, a gateway that is not there) leaves the decision to the patterns, and the answer says
+/// why.
+#[test]
+fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
+    use common::stand_in::StandIn;
+    let dir = notes_workspace();
+    let root = dir.path();
+    let answer_for = |message: &str| -> String {
+        if message.contains("gist of the kavi note") {
+            "```json\n{\"intent\": \"summarize\", \"groups\": {\"path\": \"notes/kavi.md\"}}\n```"
+                .into()
+        } else if message.contains("wipe") {
+            "{\"intent\": \"delete_everything\", \"groups\": {}}".into()
+        } else {
+            "I think you want to summarize something!".into()
+        }
+    };
+    let gateway = StandIn::start(move |received| {
+        let prompt = received.prompt();
+        let message = &prompt[prompt.find("Message:").unwrap()..];
+        let content = answer_for(message);
+        (
+            200,
+            json!({ "choices": [{ "index": 0, "message": { "role": "assistant", "content": content } }] }),
+        )
+    });
+    let key = "sk-chat-standin-0123456789";
+    let ask = |base: &str, message: &str| -> Value {
+        let out = common::kavi_command(root, &["chat", "--json", "-m", message])
+            .env("KAVI_GATEWAY_BASE_URL", base)
+            .env("KAVI_GATEWAY_MODEL", "stand-in-model")
+            .env("KAVI_GATEWAY_TIMEOUT", "5s")
+            .env("KAVI_GATEWAY_API_KEY", key)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let base = format!("{}/v1", gateway.origin);
+
+    let understood = ask(&base, "could you give me the gist of the kavi note");
+    assert_eq!(understood["status"], "executed", "{understood}");
+    assert_eq!(understood["intent"]["parser"], "llm");
+    assert_eq!(understood["plan"]["input"]["path"], "notes/kavi.md");
+    let request = &gateway.received()[0];
+    assert_eq!(request.request_line, "POST /v1/chat/completions HTTP/1.1");
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+    assert_eq!(request.body["model"], "stand-in-model");
+    assert!(
+        request.prompt().contains("\"summarize_that\""),
+        "the intents are listed"
+    );
+
+    let nonsense = ask(&base, "summarize notes/other.md");
+    assert_eq!(nonsense["intent"]["parser"], "deterministic");
+    assert_eq!(nonsense["status"], "executed");
+    assert!(
+        nonsense["llm_error"]
+            .as_str()
+            .unwrap()
+            .contains("not the JSON asked for"),
+        "{nonsense}"
+    );
+    let invented = ask(&base, "wipe my notes");
+    assert_eq!(invented["status"], "unsupported");
+    assert!(
+        invented["llm_error"]
+            .as_str()
+            .unwrap()
+            .contains("`delete_everything`, which is not a declared intent"),
+        "{invented}"
+    );
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", listener.local_addr().unwrap())
+    };
+    let unreachable = ask(&closed, "summarize notes/kavi.md");
+    assert_eq!(unreachable["status"], "executed");
+    assert!(
+        unreachable["llm_error"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable")
+    );
+    common::assert_nowhere_under(root, key);
+}

@@ -52,6 +52,9 @@ struct RawIntent {
     params: IndexMap<String, String>,
 }
 
+/// An intent a message was understood as, with the text of its named groups.
+pub type Chosen<'p> = (&'p Intent, IndexMap<String, String>);
+
 /// What an intent runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -73,6 +76,23 @@ pub struct Intent {
 pub struct ChatPolicy {
     pub allow: Vec<SideEffect>,
     pub intents: Vec<Intent>,
+}
+
+impl Intent {
+    /// The named groups of its patterns, each once.
+    pub fn groups(&self) -> Vec<&str> {
+        let mut groups: Vec<&str> = Vec::new();
+        for name in self
+            .patterns
+            .iter()
+            .flat_map(|p| p.capture_names().flatten())
+        {
+            if !groups.contains(&name) {
+                groups.push(name);
+            }
+        }
+        groups
+    }
 }
 
 impl ChatPolicy {
@@ -123,7 +143,7 @@ impl ChatPolicy {
     }
 
     /// The first intent one of whose patterns matches all of `message`, with its named groups.
-    pub fn parse_message(&self, message: &str) -> Option<(&Intent, IndexMap<String, String>)> {
+    pub fn parse_message(&self, message: &str) -> Option<Chosen<'_>> {
         let message = message.trim();
         self.intents.iter().find_map(|intent| {
             intent.patterns.iter().find_map(|pattern| {

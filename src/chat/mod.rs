@@ -10,6 +10,7 @@
 //! run through [`crate::executions::Runner`], like `kavi skill run`.
 
 pub mod intents;
+pub mod llm;
 
 use std::collections::VecDeque;
 
@@ -52,7 +53,7 @@ pub enum Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct ParsedIntent {
     pub name: String,
-    /// Which parser decided: `deterministic`, or `again` for a repeat of the last plan.
+    /// Which parser decided: `llm`, `deterministic`, or `again` for a repeat of the last plan.
     pub parser: &'static str,
     /// The message's named groups.
     pub groups: Map<String, Value>,
@@ -82,6 +83,9 @@ pub struct Answer {
     pub plan: Option<Plan>,
     pub records: Vec<ExecutionRecord>,
     pub error: Option<String>,
+    /// Why the LLM parser's answer was not used, when a gateway is configured and it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_error: Option<String>,
     /// For `help` and `unsupported`: what the chat understands.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub supported: Vec<String>,
@@ -96,6 +100,7 @@ impl Answer {
             plan: None,
             records: Vec::new(),
             error: None,
+            llm_error: None,
             supported: Vec::new(),
         }
     }
@@ -115,6 +120,8 @@ pub struct Session<'a> {
     pub templates: &'a TemplateEngine,
     /// Loads a chain by name (from the workspace's `chains/`).
     pub load_chain: &'a dyn Fn(&str) -> Result<Chain, String>,
+    /// Tried first when a gateway is configured.
+    pub llm: Option<llm::LlmParser<'a>>,
     anchors: VecDeque<Anchor>,
     last_plan: Option<Plan>,
     stashed: Option<Plan>,
@@ -141,6 +148,7 @@ impl<'a> Session<'a> {
             runner,
             templates,
             load_chain,
+            llm: None,
             anchors: VecDeque::new(),
             last_plan: None,
             stashed: None,
@@ -173,6 +181,7 @@ impl<'a> Session<'a> {
             answer.supported = self.supported();
             return answer;
         }
+        let mut llm_error = None;
         let (intent, plan) = if matches!(words.as_str(), "again" | "do it again") {
             let Some(plan) = self.last_plan.clone() else {
                 let mut answer = Answer::new(text, Status::Refused);
@@ -186,9 +195,26 @@ impl<'a> Session<'a> {
             };
             (intent, Ok(plan))
         } else {
-            let Some((intent, groups)) = self.policy.parse_message(text) else {
+            // The model first, when there is one; on any failure the patterns decide.
+            let by_model = match &self.llm {
+                None => None,
+                Some(llm) => match llm.parse(self.policy, text).await {
+                    Ok(chosen) => chosen.map(|chosen| (chosen, "llm")),
+                    Err(reason) => {
+                        llm_error = Some(reason);
+                        None
+                    }
+                },
+            };
+            let chosen = by_model.or_else(|| {
+                self.policy
+                    .parse_message(text)
+                    .map(|chosen| (chosen, "deterministic"))
+            });
+            let Some(((intent, groups), parser)) = chosen else {
                 let mut answer = Answer::new(text, Status::Unsupported);
                 answer.error = Some("no intent of policies/chat.toml matches the message".into());
+                answer.llm_error = llm_error;
                 answer.supported = self.supported();
                 return answer;
             };
@@ -199,13 +225,14 @@ impl<'a> Session<'a> {
             let plan = self.plan(intent, &groups);
             let parsed = ParsedIntent {
                 name: intent.name.clone(),
-                parser: "deterministic",
+                parser,
                 groups,
             };
             (parsed, plan)
         };
         let mut answer = Answer::new(text, Status::Refused);
         answer.intent = Some(intent);
+        answer.llm_error = llm_error;
         let plan = match plan {
             Ok(plan) => plan,
             Err(error) => {
@@ -413,6 +440,9 @@ impl<'a> Session<'a> {
 /// The answer as a person reads it.
 pub fn describe(answer: &Answer) -> String {
     let mut lines = Vec::new();
+    if let Some(reason) = &answer.llm_error {
+        lines.push(format!("the gateway's parse was not used: {reason}"));
+    }
     if let Some(intent) = &answer.intent {
         lines.push(format!("intent: {} ({})", intent.name, intent.parser));
     }

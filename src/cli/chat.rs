@@ -6,9 +6,11 @@ use std::path::Path;
 
 use super::skills::SkillEnv;
 use crate::chains::Chain;
+use crate::chat::llm::LlmParser;
 use crate::chat::{self, Answer, ChatPolicy, Session, Status, intents};
 use crate::config::Workspace;
 use crate::error::{Error, exit};
+use crate::policy::network::{self, NetworkPolicy};
 use crate::spec::SpecError;
 
 /// What the answer to a single message means as an exit code (docs/exit-codes.md).
@@ -47,7 +49,19 @@ pub async fn run(
             .map_or_else(|_| path.clone(), Path::to_path_buf);
         crate::chains::load(&path, &display, &env.templates).map_err(|e| e.to_string())
     };
+    // With a gateway configured, the model parses first (and the patterns when it fails).
+    let network = if crate::research::gateway::configured(&workspace.config.gateway) {
+        let source = crate::policy::read(&workspace.root, network::DEFAULT_POLICY)
+            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+        Some(NetworkPolicy::parse(&source).map_err(SpecError::from)?)
+    } else {
+        None
+    };
     let mut session = Session::new(&policy, &runner, &env.templates, &load_chain);
+    session.llm = network.as_ref().map(|network| LlmParser {
+        gateway: &workspace.config.gateway,
+        network,
+    });
     let cancel = super::cancel_on_signals("the chat");
     if let Some(message) = message {
         let answer = session.message(message, confirmed, &cancel).await;

@@ -12,6 +12,7 @@
 
 use serde_json::{Value, json};
 
+use super::gateway::{self, bounded};
 use crate::config::GatewayConfig;
 use crate::ledger::{Artifact, ArtifactStore, Ledger};
 use crate::policy::network::NetworkPolicy;
@@ -42,26 +43,6 @@ pub struct Advisor<'a> {
     pub network: &'a NetworkPolicy,
     pub templates: &'a TemplateEngine,
     pub artifacts: &'a ArtifactStore,
-}
-
-/// Cuts `text` to at most `max` characters, on a character boundary.
-fn bounded(text: String, max: usize) -> (String, bool) {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => (text[..cut].to_owned(), true),
-        None => (text, false),
-    }
-}
-
-/// The revised packet in a chat-completions answer, if the answer holds one.
-fn revised_packet(answer: &Value) -> Result<&str, String> {
-    answer
-        .pointer("/choices/0/message/content")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|content| !content.is_empty())
-        .ok_or_else(|| {
-            "the gateway answered nonsense: no text at choices[0].message.content".to_owned()
-        })
 }
 
 impl Advisor<'_> {
@@ -98,7 +79,7 @@ impl Advisor<'_> {
         let revised = self
             .ask(&prompt)
             .await
-            .and_then(|answer| revised_packet(&answer).map(str::to_owned));
+            .and_then(|answer| gateway::answer_text(&answer).map(str::to_owned));
         let advice = match revised {
             Ok(revised) => {
                 let artifact = self
@@ -125,26 +106,7 @@ impl Advisor<'_> {
     }
 
     async fn ask(&self, prompt: &str) -> Result<Value, String> {
-        if self.gateway.base_url.is_empty() {
-            return Err("no gateway is configured (`[gateway] base_url` in kavi.toml)".into());
-        }
-        let url = format!(
-            "{}/chat/completions",
-            self.gateway.base_url.trim_end_matches('/')
-        );
-        let body = json!({
-            "model": self.gateway.model,
-            "temperature": 0,
-            "messages": [
-                { "role": "system", "content": SYSTEM },
-                { "role": "user", "content": prompt },
-            ],
-        });
-        let token = std::env::var(&self.gateway.api_key_env).ok();
-        let timeout = self.gateway.timeout()?;
-        self.network
-            .post_json(&url, &body, token.as_deref(), timeout)
-            .await
+        gateway::ask(self.gateway, self.network, SYSTEM, prompt).await
     }
 }
 
@@ -212,14 +174,18 @@ mod tests {
     #[test]
     fn only_a_text_answer_is_a_revised_packet() {
         let answer = json!({"choices": [{"message": {"role": "assistant", "content": " # P \n"}}]});
-        assert_eq!(revised_packet(&answer).unwrap(), "# P");
+        assert_eq!(gateway::answer_text(&answer).unwrap(), "# P");
         for nonsense in [
             json!({}),
             json!({"choices": []}),
             json!({"choices": [{"message": {"content": "  "}}]}),
             json!({"choices": [{"message": {"content": 7}}]}),
         ] {
-            assert!(revised_packet(&nonsense).unwrap_err().contains("nonsense"));
+            assert!(
+                gateway::answer_text(&nonsense)
+                    .unwrap_err()
+                    .contains("nonsense")
+            );
         }
     }
 }

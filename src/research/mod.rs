@@ -4,6 +4,7 @@
 //! made.
 
 pub mod advisory;
+pub mod gateway;
 
 use serde_json::{Value, json};
 
