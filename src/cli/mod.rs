@@ -499,17 +499,8 @@ enum PipelineCommand {
         /// How many nodes may run at once (default: from config, else the number of CPUs).
         #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,
-        /// Print the recorded run as JSON instead of progress lines.
-        #[arg(long)]
-        json: bool,
-        /// Print what the nodes' processes write as they write it, each line after its node's
-        /// id (secrets hidden).
-        #[arg(long, conflicts_with = "json")]
-        stream: bool,
-        /// Run every node, even one whose inputs are unchanged since a run that succeeded at it
-        /// (its key is still recorded).
-        #[arg(long)]
-        no_cache: bool,
+        #[command(flatten)]
+        options: pipeline::RunOptions,
     },
     /// Validate a pipeline without running it.
     Check {
@@ -563,15 +554,8 @@ enum RunsCommand {
         /// Resume although the files that govern the run changed since (`kavi policy diff RUN`).
         #[arg(long)]
         allow_changed: bool,
-        /// Print the recorded run as JSON instead of progress lines.
-        #[arg(long)]
-        json: bool,
-        /// Print what the nodes' processes write as they write it.
-        #[arg(long, conflicts_with = "json")]
-        stream: bool,
-        /// Run every node anew, even one whose key matches an earlier success.
-        #[arg(long)]
-        no_cache: bool,
+        #[command(flatten)]
+        options: pipeline::RunOptions,
     },
     /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed.
     Logs {
@@ -721,21 +705,13 @@ async fn in_workspace(
     match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run {
-                pipeline,
-                json,
-                stream,
-                no_cache,
-                ..
+                pipeline, options, ..
             } => {
                 pipeline::run(
                     &workspace,
                     &pipeline.file,
                     &pipeline.sets,
-                    pipeline::RunOptions {
-                        json,
-                        stream,
-                        no_cache,
-                    },
+                    options,
                     RunOrigin::User.into(),
                 )
                 .await
@@ -750,22 +726,8 @@ async fn in_workspace(
         Command::Runs(RunsCommand::Resume {
             run,
             allow_changed,
-            json,
-            stream,
-            no_cache,
-        }) => {
-            resume::run(
-                &workspace,
-                &run,
-                allow_changed,
-                pipeline::RunOptions {
-                    json,
-                    stream,
-                    no_cache,
-                },
-            )
-            .await
-        }
+            options,
+        }) => resume::run(&workspace, &run, allow_changed, options).await,
         Command::Runs(RunsCommand::List {
             limit,
             status,

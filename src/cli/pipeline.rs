@@ -58,14 +58,20 @@ fn resolve_params(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
 }
 
-/// How a run shows itself while it runs, and whether it takes cached results.
-#[derive(Debug, Clone, Copy, Default)]
+/// How a run shows itself while it runs, and whether it takes cached results: the options
+/// `pipeline run` and `runs resume` share.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct RunOptions {
-    /// Print the recorded run as JSON at the end, and nothing before.
+    /// Print the recorded run as JSON instead of progress lines.
+    #[arg(long)]
     pub json: bool,
-    /// Print what nodes' processes write as they write it.
+    /// Print what the nodes' processes write as they write it, each line after its node's id
+    /// (secrets hidden).
+    #[arg(long, conflicts_with = "json")]
     pub stream: bool,
-    /// Run every node, even one whose key matches an earlier success (`--no-cache`).
+    /// Run every node, even one whose inputs are unchanged since a run that succeeded at it
+    /// (its key is still recorded).
+    #[arg(long)]
     pub no_cache: bool,
 }
 
