@@ -36,8 +36,7 @@ pub async fn run(
     confirmed: bool,
     json: bool,
 ) -> Result<i32, Error> {
-    let source = crate::policy::read(&workspace.root, intents::DEFAULT_POLICY)
-        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+    let source = super::read_policy(workspace, intents::DEFAULT_POLICY)?;
     let policy = ChatPolicy::parse(&source).map_err(SpecError::from)?;
     let env = SkillEnv::load(workspace)?;
     let runner = env.runner(workspace, true);
@@ -51,8 +50,7 @@ pub async fn run(
     };
     // With a gateway configured, the model parses first (and the patterns when it fails).
     let network = if crate::research::gateway::configured(&workspace.config.gateway) {
-        let source = crate::policy::read(&workspace.root, network::DEFAULT_POLICY)
-            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+        let source = super::read_policy(workspace, network::DEFAULT_POLICY)?;
         Some(NetworkPolicy::parse(&source).map_err(SpecError::from)?)
     } else {
         None

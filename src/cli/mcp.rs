@@ -27,8 +27,7 @@ impl Runners for Served {
 pub async fn run(workspace: Workspace, client: Option<String>) -> Result<i32, Error> {
     // No policy file grants nothing: READ_ONLY skills only.
     let policy = if workspace.root.join(policy::DEFAULT_POLICY).is_file() {
-        let source = crate::policy::read(&workspace.root, policy::DEFAULT_POLICY)
-            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+        let source = super::read_policy(&workspace, policy::DEFAULT_POLICY)?;
         McpPolicy::parse(&source).map_err(SpecError::from)?
     } else {
         McpPolicy::default()

@@ -633,6 +633,15 @@ enum SpecCommand {
     },
 }
 
+/// A workspace policy file's text; one that cannot be read is a spec error naming it.
+fn read_policy(
+    workspace: &Workspace,
+    relative: &str,
+) -> Result<std::sync::Arc<crate::diagnostic::SourceFile>, crate::spec::SpecError> {
+    crate::policy::read(&workspace.root, relative)
+        .map_err(|message| crate::diagnostic::Diagnostic::new(message).into())
+}
+
 /// The workspace's artifact store, with an error that names it.
 fn open_store(workspace: &Workspace) -> Result<crate::ledger::ArtifactStore, Error> {
     crate::ledger::ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {

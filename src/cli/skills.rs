@@ -20,8 +20,7 @@ use crate::template::TemplateEngine;
 const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
 
 pub(super) fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> {
-    let source = crate::policy::read(&workspace.root, LIFECYCLE)
-        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+    let source = super::read_policy(workspace, LIFECYCLE)?;
     Ok(Lifecycle::parse(&source).map_err(SpecError::from)?)
 }
 
@@ -443,8 +442,7 @@ impl SkillEnv {
         let templates = TemplateEngine::new(&workspace.templates_dir());
         let trust = load_trust(workspace, &templates)?;
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
-        let confinement = crate::policy::read(&workspace.root, confinement::policy::DEFAULT_POLICY)
-            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))
+        let confinement = super::read_policy(workspace, confinement::policy::DEFAULT_POLICY)
             .and_then(|source| {
                 ConfinementPolicy::parse(&source, &templates).map_err(SpecError::from)
             })?;
@@ -639,10 +637,7 @@ pub(super) fn load_trust(
     workspace: &Workspace,
     templates: &TemplateEngine,
 ) -> Result<TrustPolicy, Error> {
-    let read = |path: &str| {
-        crate::policy::read(&workspace.root, path)
-            .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))
-    };
+    let read = |path: &str| super::read_policy(workspace, path);
     let conventions = Conventions::parse(&read(conventions::DEFAULT_POLICY)?, templates)
         .map_err(SpecError::from)?;
     Ok(TrustPolicy::parse(&read(trust::DEFAULT_POLICY)?, conventions).map_err(SpecError::from)?)

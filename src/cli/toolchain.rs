@@ -12,8 +12,7 @@ use crate::toolchains::{DEFAULT_POLICY, Provisioned, Toolchain, ToolchainSet, pr
 
 /// The workspace's declared toolchains.
 pub(super) fn load(workspace: &Workspace) -> Result<ToolchainSet, Error> {
-    let source = crate::policy::read(&workspace.root, DEFAULT_POLICY)
-        .map_err(|message| SpecError::from(crate::diagnostic::Diagnostic::new(message)))?;
+    let source = super::read_policy(workspace, DEFAULT_POLICY)?;
     Ok(ToolchainSet::parse(&source).map_err(SpecError::from)?)
 }
 
