@@ -55,11 +55,30 @@ struct RawIntent {
 /// An intent a message was understood as, with the text of its named groups.
 pub type Chosen<'p> = (&'p Intent, IndexMap<String, String>);
 
-/// What an intent runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What an intent runs; in an answer's plan, `"kind": "skill" | "chain", "name": ...`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "lowercase")]
 pub enum Target {
     Skill(String),
     Chain(String),
+}
+
+impl Target {
+    /// The skill's or the chain's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Skill(name) | Target::Chain(name) => name,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Skill(name) => write!(f, "skill `{name}`"),
+            Target::Chain(name) => write!(f, "chain `{name}`"),
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -63,15 +63,14 @@ pub struct ParsedIntent {
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub intent: String,
-    /// `skill` or `chain`.
-    pub kind: &'static str,
-    pub name: String,
+    #[serde(flatten)]
+    pub target: Target,
     /// The skill's input, or the chain's parameters.
     pub input: Map<String, Value>,
     /// Every side-effect class it has (a chain's: all of its steps').
     pub side_effect: String,
     #[serde(skip)]
-    classes: Option<SideEffects>,
+    classes: SideEffects,
 }
 
 /// The answer to one message: everything that was decided and done, for a person or a script.
@@ -241,7 +240,7 @@ impl<'a> Session<'a> {
             }
         };
         answer.plan = Some(plan.clone());
-        let classes = plan.classes.expect("a made plan knows its classes");
+        let classes = plan.classes;
         if let Some(class) = classes.iter().find(|c| !self.policy.allow.contains(c)) {
             answer.error = Some(format!(
                 "the chat may not run {} skills (`allow` in {}); nothing was run",
@@ -254,7 +253,7 @@ impl<'a> Session<'a> {
             answer.status = Status::NeedsConfirmation;
             answer.error = Some(format!(
                 "`{}` is {classes}: nothing was run; confirm to run it as planned",
-                plan.name
+                plan.target.name()
             ));
             self.stashed = Some(plan);
             return answer;
@@ -316,10 +315,10 @@ impl<'a> Session<'a> {
             }
             input.insert(field.clone(), Value::String(value));
         }
-        let (kind, name, classes) = match &intent.target {
+        let classes = match &intent.target {
             Target::Skill(skill) => {
                 let ready = self.runner.ready(skill).map_err(|e| e.to_string())?;
-                ("skill", skill.clone(), ready.proposal.side_effect)
+                ready.proposal.side_effect
             }
             Target::Chain(name) => {
                 let chain = (self.load_chain)(name)?;
@@ -332,17 +331,15 @@ impl<'a> Session<'a> {
                         Some(classes) => classes.union(step_classes),
                     });
                 }
-                let classes = classes.ok_or_else(|| format!("chain `{name}` has no steps"))?;
-                ("chain", name.clone(), classes)
+                classes.ok_or_else(|| format!("chain `{name}` has no steps"))?
             }
         };
         Ok(Plan {
             intent: intent.name.clone(),
-            kind,
-            name,
+            target: intent.target.clone(),
             input,
             side_effect: classes.to_string(),
-            classes: Some(classes),
+            classes,
         })
     }
 
@@ -356,9 +353,9 @@ impl<'a> Session<'a> {
             caller: Some("chat".into()),
             ..Lineage::default()
         };
-        let records = match plan.kind {
-            "skill" => self.run_skill(&plan, &lineage, cancel).await,
-            _ => self.run_chain(&plan, lineage, cancel).await,
+        let records = match &plan.target {
+            Target::Skill(skill) => self.run_skill(skill, &plan.input, &lineage, cancel).await,
+            Target::Chain(chain) => self.run_chain(chain, &plan.input, lineage, cancel).await,
         };
         match records {
             Err(error) => answer.error = Some(error),
@@ -390,15 +387,16 @@ impl<'a> Session<'a> {
 
     async fn run_skill(
         &self,
-        plan: &Plan,
+        skill: &str,
+        input: &Map<String, Value>,
         lineage: &Lineage,
         cancel: &CancellationToken,
     ) -> Result<Vec<ExecutionRecord>, String> {
         // The trust check again: the files may have changed since the plan was shown.
-        let ready = self.runner.ready(&plan.name).map_err(|e| e.to_string())?;
+        let ready = self.runner.ready(skill).map_err(|e| e.to_string())?;
         let record = self
             .runner
-            .run(&ready, Value::Object(plan.input.clone()), lineage, cancel)
+            .run(&ready, Value::Object(input.clone()), lineage, cancel)
             .await
             .map_err(|e| e.to_string())?;
         Ok(vec![record])
@@ -406,13 +404,13 @@ impl<'a> Session<'a> {
 
     async fn run_chain(
         &self,
-        plan: &Plan,
+        name: &str,
+        input: &Map<String, Value>,
         lineage: Lineage,
         cancel: &CancellationToken,
     ) -> Result<Vec<ExecutionRecord>, String> {
-        let chain = (self.load_chain)(&plan.name)?;
-        let sets: Vec<(String, String)> = plan
-            .input
+        let chain = (self.load_chain)(name)?;
+        let sets: Vec<(String, String)> = input
             .iter()
             .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
             .collect();
@@ -448,9 +446,8 @@ pub fn describe(answer: &Answer) -> String {
     }
     if let Some(plan) = &answer.plan {
         lines.push(format!(
-            "plan: {} `{}` {} [{}]",
-            plan.kind,
-            plan.name,
+            "plan: {} {} [{}]",
+            plan.target,
             Value::Object(plan.input.clone()),
             plan.side_effect
         ));

@@ -38,15 +38,39 @@ struct ChildPlan {
     ruleset: Option<RawFd>,
 }
 
-/// The steps that can fail in the child, as reported.
-const STEPS: [&str; 6] = [
-    "to lead a process group",
-    "to die with kavi",
-    "to be confined",
-    "to set up its standard streams",
-    "to change to its working directory",
-    "to start",
+/// The steps that can fail in the child, reported to the parent by their number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Group,
+    DieWithKavi,
+    Confine,
+    Streams,
+    WorkingDirectory,
+    Exec,
+}
+
+/// Every step, indexed by the number the child reports.
+const STEPS: [Step; 6] = [
+    Step::Group,
+    Step::DieWithKavi,
+    Step::Confine,
+    Step::Streams,
+    Step::WorkingDirectory,
+    Step::Exec,
 ];
+
+impl Step {
+    fn what(self) -> &'static str {
+        match self {
+            Step::Group => "to lead a process group",
+            Step::DieWithKavi => "to die with kavi",
+            Step::Confine => "to be confined",
+            Step::Streams => "to set up its standard streams",
+            Step::WorkingDirectory => "to change to its working directory",
+            Step::Exec => "to start",
+        }
+    }
+}
 
 /// A started child: its pid and kavi's ends of its pipes.
 pub struct Spawned {
@@ -162,8 +186,11 @@ pub fn spawn(
         let cause = io::Error::from_raw_os_error(errno);
         return Err(match STEPS.get(step as usize) {
             // The caller names the program it could not start.
-            Some(&"to start") | None => cause,
-            Some(what) => io::Error::new(cause.kind(), format!("the child failed {what}: {cause}")),
+            Some(Step::Exec) | None => cause,
+            Some(step) => io::Error::new(
+                cause.kind(),
+                format!("the child failed {}: {cause}", step.what()),
+            ),
         });
     }
     Ok(Spawned {
@@ -192,7 +219,7 @@ fn read_full(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
 extern "C" fn child(plan: *mut c_void) -> c_int {
     // SAFETY: `plan` points at the parent's ChildPlan, alive while the parent waits (vfork).
     let plan = unsafe { &*(plan as *const ChildPlan) };
-    let fail = |step: u32| fail(plan.report, step);
+    let fail = |step: Step| fail(plan.report, step);
     // SAFETY: async-signal-safe system calls on values prepared by the parent.
     unsafe {
         // kavi's handlers must not run here, nor be inherited: back to the defaults, and SIGPIPE
@@ -221,10 +248,10 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
         libc::sigemptyset(&raw mut empty);
         libc::pthread_sigmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
         if libc::setpgid(0, 0) != 0 {
-            fail(0);
+            fail(Step::Group);
         }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-            fail(1);
+            fail(Step::DieWithKavi);
         }
         if libc::getppid() != plan.parent {
             libc::_exit(1);
@@ -232,7 +259,7 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
         if let Some(ruleset) = plan.ruleset
             && crate::confinement::restrict_child(ruleset).is_err()
         {
-            fail(2);
+            fail(Step::Confine);
         }
         for (target, &fd) in plan.stdio.iter().enumerate() {
             let target = target as c_int;
@@ -243,18 +270,18 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
                 libc::dup2(fd, target)
             };
             if moved < 0 {
-                fail(3);
+                fail(Step::Streams);
             }
         }
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
-            fail(4);
+            fail(Step::WorkingDirectory);
         }
         libc::execve(
             plan.program.as_ptr(),
             plan.argv.as_ptr(),
             plan.envp.as_ptr(),
         );
-        fail(5)
+        fail(Step::Exec)
     }
 }
 
@@ -288,12 +315,12 @@ fn ignore_internal_signal(signal: c_int) {
 }
 
 /// Reports a failed step and its `errno` to the parent, and exits.
-fn fail(report: RawFd, step: u32) -> ! {
+fn fail(report: RawFd, step: Step) -> ! {
     // SAFETY: reading errno and writing a stack buffer to a pipe are async-signal-safe.
     unsafe {
         let errno = *libc::__errno_location();
         let mut message = [0u8; 8];
-        message[..4].copy_from_slice(&step.to_ne_bytes());
+        message[..4].copy_from_slice(&(step as u32).to_ne_bytes());
         message[4..].copy_from_slice(&errno.to_ne_bytes());
         libc::write(report, message.as_ptr().cast(), message.len());
         libc::_exit(127)
