@@ -378,8 +378,9 @@ run = ["echo", "{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}"]
     assert_eq!(records[0]["chain"], "search_and_summarize");
 }
 
-/// A Python environment with the official MCP SDK (`mcp` from PyPI), made once under the target
-/// folder; `None`, with the reason printed, when it cannot be made here.
+/// A Python environment with the official MCP SDK (`mcp` from PyPI) under the target folder:
+/// `.ci/run` installs it there; elsewhere it is made on first use. `None`, with the reason
+/// printed, when it cannot be made here.
 fn mcp_client_python() -> Option<std::path::PathBuf> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-client");
     let python = venv.join("bin/python");
