@@ -2019,3 +2019,61 @@ vars = { title = "Weekly" }
     let stderr = String::from_utf8_lossy(&checked.stderr);
     assert!(stderr.contains("templates/footer.md.j2:1:8"), "{stderr}");
 }
+
+/// The executor records nodes on a thread of its own while they run; a node whose command runs
+/// kavi starts only once everything before it is committed, so it reads the run as it is. The
+/// test holds the ledger's write lock while `first` ends: the reader may not start until it is
+/// released and `first`'s end is committed.
+#[test]
+fn a_node_that_runs_kavi_starts_once_what_ran_before_it_is_recorded() {
+    let dir = workspace();
+    let kavi_path = env!("CARGO_BIN_EXE_kavi");
+    write(
+        dir.path(),
+        "pipelines/reads.toml",
+        &format!(
+            r#"
+[pipeline]
+name = "reads"
+
+[nodes.first]
+kind = "exec"
+shell = "echo $$ > started.pid; while [ ! -e go ]; do sleep 0.01; done; echo hello"
+
+[nodes.reader]
+kind = "exec"
+run = ["sh", "-c", "touch reader.started; exec \"$0\" runs show \"$1\" --json", "{kavi_path}", "{{{{ run.id }}}}"]
+stdout = "json"
+needs = ["first"]
+"#
+        ),
+    );
+    let mut run = kavi_command(dir.path(), &["pipeline", "run", "reads"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&dir.path().join("started.pid"));
+    let lock = rusqlite::Connection::open(dir.path().join(".kavi/ledger.db")).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    // Long enough for `first` to end and a reader that did not wait to start.
+    std::thread::sleep(Duration::from_secs(1));
+    let started_early = dir.path().join("reader.started").exists();
+    lock.execute_batch("COMMIT").unwrap();
+    assert!(run.wait().unwrap().success());
+    assert!(
+        !started_early,
+        "the reader started before the end of `first` was committed"
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let seen = &detail["nodes"][1]["outputs"]["json"];
+    assert_eq!(
+        nodes_by_state(seen),
+        [
+            ("first".into(), "succeeded".into()),
+            ("reader".into(), "running".into())
+        ],
+        "{seen}"
+    );
+    assert_eq!(seen["nodes"][0]["outputs"]["stdout"], "hello\n");
+}

@@ -6,6 +6,10 @@
 //! and cancellation reach the node through a cancel token, and the node stops what it started.
 //!
 //! Display hangs off [`Observer`] events, so the executor never prints (moon's subscriber shape).
+//!
+//! What the loop decides (a node started, a node ended) goes to the ledger through a
+//! [`recorder::Recorder`], which commits it on a thread of its own while the nodes run. A node
+//! whose own work reads or writes the ledger starts only once everything before it is committed.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -20,10 +24,13 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::Key;
 use crate::dag::Dag;
 use crate::ledger::{CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
+
+mod recorder;
 use crate::nodes::{ChildRun, ChildRuns, Environment, NodeContext, NodeOutcome};
 use crate::spec::Pipeline;
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
+use recorder::{Recorder, Write};
 
 /// Something worth telling the user about, as it happens.
 #[derive(Debug)]
@@ -171,6 +178,7 @@ pub struct Executor<'a> {
     reuse: HashMap<String, Reused>,
     /// The run's configuration, part of every node key, as (`config:<path>`, hash).
     config_parts: Vec<(String, String)>,
+    recorder: Recorder,
 }
 
 /// How a wall budget reads in a reason.
@@ -229,6 +237,7 @@ pub async fn execute(
         nodes: pipeline.nodes.len(),
     });
     let started = Instant::now();
+    let recorder = Recorder::start(ledger, run_id)?;
     let mut executor = Executor {
         dag,
         env,
@@ -258,12 +267,13 @@ pub async fn execute(
         awaiting_review: false,
         reuse,
         config_parts,
+        recorder,
     };
     let result = executor.run_loop().await;
     if result.is_err() {
         // The ledger failed under us: stop everything we started before reporting it, without
         // holding the ledger's lock while they stop.
-        executor.ledger.rollback_batch();
+        let _ = executor.recorder.finish();
         executor.run_cancel.cancel();
         while executor.running.join_next().await.is_some() {}
     }
@@ -304,10 +314,7 @@ impl Executor<'_> {
             }
         }
         let mut done = 0;
-        // What one wake-up records (a node finished, the nodes it released decided and started)
-        // is one transaction, committed before the loop waits again.
         while done < self.slots.len() {
-            self.ledger.begin_batch()?;
             done += self.settle_ready()?;
             self.start_due_nodes()?;
             // Nodes cancelled by a stop release their dependants into `ready`: decide those
@@ -315,7 +322,7 @@ impl Executor<'_> {
             if !self.ready.is_empty() {
                 continue;
             }
-            self.ledger.commit_batch()?;
+            self.recorder.check()?;
             if self.running.is_empty() && self.to_start.is_empty() {
                 if let Some(Reverse((due, _, _))) = self.retries.peek() {
                     let due = *due;
@@ -335,7 +342,6 @@ impl Executor<'_> {
             tokio::select! {
                 joined = self.running.join_next(), if !self.running.is_empty() => {
                     let finished = joined.expect("join set is not empty").expect("node tasks do not panic");
-                    self.ledger.begin_batch()?;
                     done += self.attempt_finished(finished)?;
                 }
                 () = sleep_until_opt(next_retry) => self.promote_due_retries(),
@@ -345,7 +351,7 @@ impl Executor<'_> {
                 }
             }
         }
-        self.ledger.commit_batch()
+        self.recorder.finish()
     }
 
     fn stop(&mut self, reason: &str) {
@@ -411,7 +417,7 @@ impl Executor<'_> {
     fn settle_ready(&mut self) -> Result<usize, LedgerError> {
         let mut finished = 0;
         while let Some(Reverse(index)) = self.ready.pop() {
-            if self.reuse_node(index)? {
+            if self.reuse_node(index) {
                 finished += 1;
                 continue;
             }
@@ -464,10 +470,10 @@ impl Executor<'_> {
     /// Takes a node's outputs from the run being resumed, when it succeeded there and so did
     /// (there, again) everything it needs: what is upstream of something that runs anew is never
     /// reused. Returns whether it was.
-    fn reuse_node(&mut self, index: usize) -> Result<bool, LedgerError> {
+    fn reuse_node(&mut self, index: usize) -> bool {
         let node = &self.dag.pipeline.nodes[index];
         let Some(reused) = self.reuse.get(&node.id) else {
-            return Ok(false);
+            return false;
         };
         if self
             .dag
@@ -475,21 +481,14 @@ impl Executor<'_> {
             .any(|dep| self.slots[dep].state != Some(NodeState::Reused))
             || self.stopped_for(index).is_some()
         {
-            return Ok(false);
+            return false;
         }
-        let reason = format!("reused from run {}", reused.run_id);
-        self.ledger.finish_node(
-            self.run_id,
-            &node.id,
-            1,
-            NodeState::Reused,
-            &NodeRecord {
-                outputs: Some(&reused.outputs),
-                reason: Some(&reason),
-                reused_from: Some(reused.node_run_id),
-                ..Default::default()
-            },
-        )?;
+        let record = NodeRecord {
+            outputs: Some(reused.outputs.clone()),
+            reason: Some(format!("reused from run {}", reused.run_id)),
+            reused_from: Some(reused.node_run_id),
+            ..Default::default()
+        };
         self.observer.event(&Event::NodeFinished {
             node: &node.id,
             attempt: 1,
@@ -506,8 +505,14 @@ impl Executor<'_> {
             "error": null,
             "outputs": reused.outputs,
         });
+        self.recorder.record(Write::Finish {
+            node_id: node.id.clone(),
+            attempt: 1,
+            state: NodeState::Reused,
+            record: Box::new(record),
+        });
         self.mark_done(index, NodeState::Reused);
-        Ok(true)
+        true
     }
 
     /// For a node that declares its inputs: computes its key and, when an earlier node run with
@@ -553,7 +558,7 @@ impl Executor<'_> {
             ledger.read_artifact(store, sha256)
         }) {
             Ok(restored) => {
-                self.finish_cached(index, record, &hit, restored)?;
+                self.finish_cached(index, record, &hit, restored);
                 Ok(true)
             }
             Err(e) => {
@@ -573,7 +578,7 @@ impl Executor<'_> {
         mut record: CacheRecord,
         hit: &CacheHit,
         restored: usize,
-    ) -> Result<(), LedgerError> {
+    ) {
         let node = &self.dag.pipeline.nodes[index];
         record.source = Some(hit.node_run_id);
         record.files.clone_from(&hit.files);
@@ -582,18 +587,6 @@ impl Executor<'_> {
              process started",
             hit.node_run_id, hit.run_id
         );
-        self.ledger.finish_node(
-            self.run_id,
-            &node.id,
-            1,
-            NodeState::Cached,
-            &NodeRecord {
-                outputs: Some(&hit.outputs),
-                reason: Some(&reason),
-                cache: Some(&record),
-                ..Default::default()
-            },
-        )?;
         let detail = match restored {
             0 => format!("from run {}", hit.run_id),
             n => format!("from run {}, {n} output file(s) restored", hit.run_id),
@@ -614,8 +607,19 @@ impl Executor<'_> {
             "error": null,
             "outputs": hit.outputs,
         });
+        let record = NodeRecord {
+            outputs: Some(hit.outputs.clone()),
+            reason: Some(reason),
+            cache: Some(record),
+            ..Default::default()
+        };
+        self.recorder.record(Write::Finish {
+            node_id: node.id.clone(),
+            attempt: 1,
+            state: NodeState::Cached,
+            record: Box::new(record),
+        });
         self.mark_done(index, NodeState::Cached);
-        Ok(())
     }
 
     /// A node's key (see [`crate::cache`]): its definition, kavi's version, the governing
@@ -751,8 +755,15 @@ impl Executor<'_> {
 
     fn spawn_attempt(&mut self, index: usize, attempt: u32) -> Result<(), LedgerError> {
         let node = &self.dag.pipeline.nodes[index];
-        self.ledger
-            .start_node(self.run_id, &node.id, node.kind, attempt)?;
+        self.recorder.record(Write::Start {
+            node_id: node.id.clone(),
+            kind: node.kind,
+            attempt,
+        });
+        if node.action.uses_ledger() {
+            // It reads what the run recorded so far, and writes on a connection of its own.
+            self.recorder.sync()?;
+        }
         tracing::debug!(run = self.run_id, node = %node.id, attempt, "node started");
         self.observer.event(&Event::NodeStarted {
             node: &node.id,
@@ -838,22 +849,6 @@ impl Executor<'_> {
             .retries(outcome.state, outcome.exit_code, &outcome.outputs);
         let will_retry = retryable && attempt < node.retry.attempts && self.stop_reason.is_none();
         tracing::debug!(run = self.run_id, node = %node.id, attempt, state = %outcome.state, will_retry, "node finished");
-        self.ledger.finish_node(
-            self.run_id,
-            &node.id,
-            attempt,
-            outcome.state,
-            &NodeRecord {
-                exit_code: outcome.exit_code,
-                outputs: Some(&outcome.outputs),
-                error: outcome.error.as_deref(),
-                reason: None,
-                duration: Some(duration),
-                artifacts: &outcome.artifacts,
-                reused_from: None,
-                cache: cache.as_ref(),
-            },
-        )?;
         self.observer.event(&Event::NodeFinished {
             node: &node.id,
             attempt,
@@ -862,6 +857,21 @@ impl Executor<'_> {
             detail: outcome.error.as_deref(),
             outputs: Some(&outcome.outputs),
             will_retry,
+        });
+        self.recorder.record(Write::Finish {
+            node_id: node.id.clone(),
+            attempt,
+            state: outcome.state,
+            record: Box::new(NodeRecord {
+                exit_code: outcome.exit_code,
+                outputs: Some(outcome.outputs.clone()),
+                error: outcome.error.clone(),
+                reason: None,
+                duration: Some(duration),
+                artifacts: std::mem::take(&mut outcome.artifacts),
+                reused_from: None,
+                cache,
+            }),
         });
         if will_retry {
             let due = Instant::now() + node.retry.delay_before(attempt + 1);
@@ -901,20 +911,22 @@ impl Executor<'_> {
         let node = &self.dag.pipeline.nodes[index];
         if attempt > 1 {
             // A retry that never started still gets its own row, so the ledger shows why.
-            self.ledger
-                .start_node(self.run_id, &node.id, node.kind, attempt)?;
+            self.recorder.record(Write::Start {
+                node_id: node.id.clone(),
+                kind: node.kind,
+                attempt,
+            });
         }
-        self.ledger.finish_node(
-            self.run_id,
-            &node.id,
+        self.recorder.record(Write::Finish {
+            node_id: node.id.clone(),
             attempt,
             state,
-            &NodeRecord {
-                error,
-                reason,
+            record: Box::new(NodeRecord {
+                error: error.map(str::to_owned),
+                reason: reason.map(str::to_owned),
                 ..Default::default()
-            },
-        )?;
+            }),
+        });
         self.observer.event(&Event::NodeFinished {
             node: &node.id,
             attempt,

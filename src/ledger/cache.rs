@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, Row, Savepoint, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -43,7 +43,7 @@ pub struct RecordedKey {
     pub note: Option<String>,
 }
 
-pub(super) fn record(tx: &Savepoint<'_>, node_run_id: i64, cache: &CacheRecord) -> Result<()> {
+pub(super) fn record(tx: &Connection, node_run_id: i64, cache: &CacheRecord) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO node_cache (node_run_id, key, parts, files, source, note)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

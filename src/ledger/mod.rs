@@ -225,17 +225,17 @@ impl RunOrigin {
 
 /// How a node run ended, as the ledger stores it.
 #[derive(Debug, Default)]
-pub struct NodeRecord<'a> {
+pub struct NodeRecord {
     pub exit_code: Option<i32>,
-    pub outputs: Option<&'a Value>,
-    pub error: Option<&'a str>,
-    pub reason: Option<&'a str>,
+    pub outputs: Option<Value>,
+    pub error: Option<String>,
+    pub reason: Option<String>,
     pub duration: Option<Duration>,
-    pub artifacts: &'a [(&'static str, Artifact)],
+    pub artifacts: Vec<(&'static str, Artifact)>,
     /// The node run whose outputs and artifacts this one reuses (`kavi runs resume`).
     pub reused_from: Option<i64>,
     /// The node's key, for a node that declares its inputs.
-    pub cache: Option<&'a CacheRecord>,
+    pub cache: Option<CacheRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -384,29 +384,26 @@ impl Ledger {
     }
 
     pub fn open(path: &Path) -> Result<Self> {
-        let open_error = |source| LedgerError::Open {
-            path: path.to_owned(),
-            source,
-        };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;
         }
-        let mut conn = Connection::open(path).map_err(open_error)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
-        enable_wal(&conn).map_err(open_error)?;
-        // In WAL mode NORMAL is durable against process crashes; only power loss may drop the
-        // last commits, and never corrupts the file.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(open_error)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(open_error)?;
-        journal::register(&conn).map_err(open_error)?;
+        let mut conn = connect(path)?;
         migrate(&mut conn, path)?;
         let locks_dir = locks_dir(path);
         std::fs::create_dir_all(&locks_dir)?;
         let mut ledger = Self { conn, locks_dir };
         ledger.recover_interrupted()?;
         Ok(ledger)
+    }
+
+    /// One more connection to this ledger, already migrated and recovered by this one: for a
+    /// thread that writes while this connection's owner goes on.
+    pub fn another_connection(&self) -> Result<Self> {
+        let path = PathBuf::from(self.conn.path().unwrap_or_default());
+        Ok(Self {
+            conn: connect(&path)?,
+            locks_dir: self.locks_dir.clone(),
+        })
     }
 
     fn owner_file(&self, owner: &str, extension: &str) -> PathBuf {
@@ -483,12 +480,12 @@ impl Ledger {
     }
 
     /// Starts grouping this connection's writes into one transaction, until
-    /// [`Ledger::commit_batch`]: the executor records what one scheduler wake-up decided (a node
-    /// finished, the nodes it released started) in one commit. Inside a batch, a no-op. The
-    /// caller must not await while a batch is open: other kavi processes wait for its lock.
+    /// [`Ledger::commit_batch`]: the executor's recorder writes what the run decided while it
+    /// committed the last group in one commit. Inside a batch, a no-op. The caller must not
+    /// wait on anything else while a batch is open: other kavi processes wait for its lock.
     pub fn begin_batch(&self) -> Result<()> {
         if self.conn.is_autocommit() {
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         }
         Ok(())
     }
@@ -496,7 +493,7 @@ impl Ledger {
     /// Commits the open batch, if there is one.
     pub fn commit_batch(&self) -> Result<()> {
         if !self.conn.is_autocommit() {
-            self.conn.execute_batch("COMMIT")?;
+            self.conn.prepare_cached("COMMIT")?.execute([])?;
         }
         Ok(())
     }
@@ -508,17 +505,38 @@ impl Ledger {
         }
     }
 
-    /// Records how a node run ended, with its artifacts, atomically (inside a batch, as part
-    /// of it).
+    /// Records how a node run ended, with its artifacts, atomically: in a transaction of its
+    /// own, or inside the open batch as part of it (a failure then spoils the whole batch,
+    /// which the caller rolls back).
     pub fn finish_node(
         &mut self,
         run_id: i64,
         node_id: &str,
         attempt: u32,
         state: NodeState,
-        record: &NodeRecord<'_>,
+        record: &NodeRecord,
     ) -> Result<()> {
-        let tx = self.conn.savepoint()?;
+        let own_transaction = self.conn.is_autocommit();
+        self.begin_batch()?;
+        let result = self.write_node_end(run_id, node_id, attempt, state, record);
+        if own_transaction {
+            match &result {
+                Ok(()) => self.commit_batch()?,
+                Err(_) => self.rollback_batch(),
+            }
+        }
+        result
+    }
+
+    fn write_node_end(
+        &self,
+        run_id: i64,
+        node_id: &str,
+        attempt: u32,
+        state: NodeState,
+        record: &NodeRecord,
+    ) -> Result<()> {
+        let tx = &self.conn;
         let node_run_id: i64 = tx.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
                     outputs = ?5, error = ?6, reason = ?7, reused_from = ?11
@@ -531,9 +549,9 @@ impl Ledger {
                 now(),
                 record.duration.map(millis),
                 record.exit_code,
-                record.outputs.map(Value::to_string),
-                record.error,
-                record.reason,
+                record.outputs.as_ref().map(Value::to_string),
+                record.error.as_deref(),
+                record.reason.as_deref(),
                 run_id,
                 node_id,
                 attempt,
@@ -541,24 +559,26 @@ impl Ledger {
             ],
             |row| row.get(0),
         )?;
-        if let Some(cache) = record.cache {
-            cache::record(&tx, node_run_id, cache)?;
+        if let Some(cache) = &record.cache {
+            cache::record(tx, node_run_id, cache)?;
         }
-        if let Some(reused) = record.reused_from.or(record.cache.and_then(|c| c.source)) {
+        if let Some(reused) = record
+            .reused_from
+            .or(record.cache.as_ref().and_then(|c| c.source))
+        {
             tx.prepare_cached(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256)
                  SELECT ?1, role, sha256 FROM node_run_artifacts WHERE node_run_id = ?2",
             )?
             .execute(params![node_run_id, reused])?;
         }
-        for (role, artifact) in record.artifacts {
-            keep_artifact(&tx, artifact, &now())?;
+        for (role, artifact) in &record.artifacts {
+            keep_artifact(tx, artifact, &now())?;
             tx.prepare_cached(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256) VALUES (?1, ?2, ?3)",
             )?
             .execute(params![node_run_id, role, artifact.sha256])?;
         }
-        tx.commit()?;
         Ok(())
     }
 
@@ -925,6 +945,25 @@ impl Ledger {
 /// How long opening the ledger waits for another process's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A connection to the ledger file at `path`, set up as every kavi connection is.
+fn connect(path: &Path) -> Result<Connection> {
+    let open_error = |source| LedgerError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let conn = Connection::open(path).map_err(open_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
+    enable_wal(&conn).map_err(open_error)?;
+    // In WAL mode NORMAL is durable against process crashes; only power loss may drop the
+    // last commits, and never corrupts the file.
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(open_error)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open_error)?;
+    journal::register(&conn).map_err(open_error)?;
+    Ok(conn)
+}
+
 /// Switches the file to WAL, retrying while another process holds a lock.
 ///
 /// SQLite takes the lock for the switch without calling the busy handler: when several kavi
@@ -988,14 +1027,14 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const DEMO_TEXT: &str = "[pipeline]\nname = \"demo\"\n";
     static DEMO_HASH: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| crate::spec::spec_hash(DEMO_TEXT));
 
-    fn new_run<'a>(
+    pub(crate) fn new_run<'a>(
         params: &'a Value,
         nodes: &'a [(&'a str, &'a str)],
         owner: &'a Owner,
@@ -1071,7 +1110,7 @@ mod tests {
                 NodeState::Succeeded,
                 &NodeRecord {
                     exit_code: Some(0),
-                    outputs: Some(&outputs),
+                    outputs: Some(outputs.clone()),
                     ..Default::default()
                 },
             )

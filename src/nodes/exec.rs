@@ -314,6 +314,16 @@ impl NodeAction for Exec {
         self.inherit_env
     }
 
+    /// A command is a process of its own: it reaches the ledger only by running kavi, which a
+    /// command that never names it cannot do (`sh -c 'kavi …'` and `$KAVI` name it too).
+    fn uses_ledger(&self) -> bool {
+        let names_kavi = |text: &str| text.to_ascii_lowercase().contains("kavi");
+        match &self.program {
+            Program::Argv(argv) => argv.iter().any(|arg| names_kavi(arg)),
+            Program::Shell(text) => names_kavi(text),
+        }
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&[
             "exit_code",

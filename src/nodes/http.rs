@@ -202,6 +202,10 @@ impl Http {
 
 #[async_trait::async_trait]
 impl NodeAction for Http {
+    fn uses_ledger(&self) -> bool {
+        false
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["status", "body", "extract"])
     }

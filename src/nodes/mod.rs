@@ -107,6 +107,13 @@ pub trait NodeAction: Send + Sync + Debug {
         false
     }
 
+    /// Whether running it reads or writes the ledger. The executor records a node's start
+    /// after the process of one that does not has started, so the two overlap; one that does
+    /// starts after what the run decided so far is committed, and sees it.
+    fn uses_ledger(&self) -> bool {
+        true
+    }
+
     /// Runs the node once. Must return promptly after `ctx.cancel` fires, having stopped
     /// everything it started; the executor decides whether that was a timeout or a cancel.
     async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome;

@@ -1,0 +1,265 @@
+//! Writes the executor's decisions to the ledger on a thread of its own.
+//!
+//! The loop hands over each decision (a node started, a node ended) and goes on at once; the
+//! thread writes everything that arrived while it committed the previous group as one
+//! transaction (group commit). On a chain of short nodes the next node's process runs while
+//! the ledger records the one before it, and a commit, which costs more than the writes in
+//! it, is shared by the nodes that ended meanwhile. A hard kill loses only what was not yet
+//! committed: those nodes stay `pending` or `running`, and the next kavi marks them
+//! interrupted like any other unfinished node.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use crate::ledger::{Ledger, LedgerError, NodeRecord};
+use crate::state::NodeState;
+
+/// One decision to record.
+pub(super) enum Write {
+    Start {
+        node_id: String,
+        kind: &'static str,
+        attempt: u32,
+    },
+    Finish {
+        node_id: String,
+        attempt: u32,
+        state: NodeState,
+        /// Boxed: a node's end is far larger than its start.
+        record: Box<NodeRecord>,
+    },
+}
+
+enum Message {
+    Write(Write),
+    /// Answered once everything sent before it is committed (or has failed).
+    Sync(mpsc::SyncSender<()>),
+}
+
+pub(super) struct Recorder {
+    sender: Option<mpsc::Sender<Message>>,
+    thread: Option<JoinHandle<Result<(), LedgerError>>>,
+    failed: Arc<AtomicBool>,
+}
+
+impl Recorder {
+    /// Starts the writer on a connection of its own to `ledger`'s file, recording into run
+    /// `run_id`.
+    pub(super) fn start(ledger: &Ledger, run_id: i64) -> Result<Self, LedgerError> {
+        let mut connection = ledger.another_connection()?;
+        let (sender, receiver) = mpsc::channel();
+        let failed = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&failed);
+        let thread = std::thread::Builder::new()
+            .name("kavi-recorder".into())
+            .spawn(move || {
+                let result = write_groups(&mut connection, run_id, &receiver);
+                if result.is_err() {
+                    flag.store(true, Ordering::Release);
+                    // Whoever waits for a sync learns of the failure from the join.
+                    while let Ok(message) = receiver.recv() {
+                        if let Message::Sync(done) = message {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+                result
+            })?;
+        Ok(Self {
+            sender: Some(sender),
+            thread: Some(thread),
+            failed,
+        })
+    }
+
+    pub(super) fn record(&self, write: Write) {
+        if let Some(sender) = &self.sender {
+            // A closed channel means the writer failed: `check` reports why.
+            let _ = sender.send(Message::Write(write));
+        }
+    }
+
+    /// Waits until everything recorded so far is committed, then reports a failure if the
+    /// writer had one.
+    pub(super) fn sync(&mut self) -> Result<(), LedgerError> {
+        if let Some(sender) = &self.sender {
+            let (done, wait) = mpsc::sync_channel(1);
+            let answered = sender.send(Message::Sync(done)).is_ok() && wait.recv().is_ok();
+            if !answered {
+                // The writer stopped with the group this sync was in.
+                return self.finish();
+            }
+        }
+        self.check()
+    }
+
+    /// The writer's failure, once it has had one.
+    pub(super) fn check(&mut self) -> Result<(), LedgerError> {
+        if self.failed.load(Ordering::Acquire) {
+            return self.finish();
+        }
+        Ok(())
+    }
+
+    /// Commits what is left and stops the writer.
+    pub(super) fn finish(&mut self) -> Result<(), LedgerError> {
+        self.sender = None;
+        match self.thread.take().map(JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(LedgerError::Io(std::io::Error::other(
+                "the thread recording the run into the ledger stopped unexpectedly",
+            ))),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Writes groups until the channel closes: each group is what arrived while the last was
+/// being committed.
+fn write_groups(
+    ledger: &mut Ledger,
+    run_id: i64,
+    receiver: &mpsc::Receiver<Message>,
+) -> Result<(), LedgerError> {
+    let mut synced = Vec::new();
+    while let Ok(first) = receiver.recv() {
+        ledger.begin_batch()?;
+        let mut next = Some(first);
+        while let Some(message) = next {
+            match message {
+                Message::Write(write) => apply(ledger, run_id, write).inspect_err(|_| {
+                    ledger.rollback_batch();
+                })?,
+                Message::Sync(done) => synced.push(done),
+            }
+            next = receiver.try_recv().ok();
+        }
+        ledger
+            .commit_batch()
+            .inspect_err(|_| ledger.rollback_batch())?;
+        for done in synced.drain(..) {
+            let _ = done.send(());
+        }
+    }
+    Ok(())
+}
+
+fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerError> {
+    match write {
+        Write::Start {
+            node_id,
+            kind,
+            attempt,
+        } => ledger.start_node(run_id, &node_id, kind, attempt),
+        Write::Finish {
+            node_id,
+            attempt,
+            state,
+            record,
+        } => ledger.finish_node(run_id, &node_id, attempt, state, &record),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Owner;
+    use crate::ledger::tests::new_run;
+
+    fn states(ledger: &Ledger, run_id: i64) -> Vec<(String, NodeState)> {
+        let detail = ledger.run_detail(run_id).unwrap();
+        detail
+            .nodes
+            .into_iter()
+            .map(|n| (n.node_id, n.state))
+            .collect()
+    }
+
+    #[test]
+    fn a_sync_returns_once_everything_recorded_before_it_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let params = serde_json::json!({});
+        let run_id = ledger
+            .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")], &owner))
+            .unwrap();
+        let mut recorder = Recorder::start(&ledger, run_id).unwrap();
+        let start = |node: &str| Write::Start {
+            node_id: node.into(),
+            kind: "exec",
+            attempt: 1,
+        };
+        recorder.record(start("a"));
+        recorder.record(Write::Finish {
+            node_id: "a".into(),
+            attempt: 1,
+            state: NodeState::Succeeded,
+            record: Box::new(NodeRecord {
+                exit_code: Some(0),
+                ..Default::default()
+            }),
+        });
+        recorder.record(start("b"));
+        recorder.sync().unwrap();
+        assert_eq!(
+            states(&ledger, run_id),
+            [
+                ("a".into(), NodeState::Succeeded),
+                ("b".into(), NodeState::Running)
+            ]
+        );
+        recorder.finish().unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_is_reported_and_its_whole_group_is_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let params = serde_json::json!({});
+        let run_id = ledger
+            .create_run(new_run(&params, &[("a", "exec")], &owner))
+            .unwrap();
+        let mut recorder = Recorder::start(&ledger, run_id).unwrap();
+        // Hold the writer's lock, so that both writes wait and land in one group.
+        ledger.begin_batch().unwrap();
+        recorder.record(Write::Start {
+            node_id: "a".into(),
+            kind: "exec",
+            attempt: 1,
+        });
+        // No such node run: its end cannot be recorded.
+        recorder.record(Write::Finish {
+            node_id: "ghost".into(),
+            attempt: 1,
+            state: NodeState::Succeeded,
+            record: Box::default(),
+        });
+        ledger.commit_batch().unwrap();
+        let error = recorder.sync().unwrap_err();
+        assert!(
+            error.to_string().contains("no rows"),
+            "unexpected error: {error}"
+        );
+        assert_eq!(states(&ledger, run_id), [("a".into(), NodeState::Pending)]);
+        // It stays failed: nothing more is written.
+        recorder.record(Write::Start {
+            node_id: "a".into(),
+            kind: "exec",
+            attempt: 1,
+        });
+        recorder.sync().unwrap();
+        assert_eq!(states(&ledger, run_id), [("a".into(), NodeState::Pending)]);
+    }
+}
