@@ -11,14 +11,16 @@
 //! Because it shares kavi's memory, the child only makes system calls on data prepared before
 //! the clone: no allocation, no lock, no Rust code that could unwind. Signals are blocked around
 //! the clone so that none of kavi's handlers can run in the child; it resets every handler to the
-//! default before unblocking them, as `posix_spawn` does. A step that fails sends its `errno`
-//! through a close-on-exec pipe, which `exec` closes on success.
+//! default before unblocking them, as `posix_spawn` does. A step that fails leaves its number and
+//! `errno` in the plan, which the parent reads once the clone returns (as glibc does too): the
+//! memory is shared, and the parent runs again only after the child's `exec` or exit.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::libc::{self, c_char, c_int, c_void};
 use nix::unistd::Pid;
@@ -31,8 +33,8 @@ struct ChildPlan {
     cwd: CString,
     /// The descriptors to put at 0, 1 and 2.
     stdio: [RawFd; 3],
-    /// Where a failed step writes (step, errno).
-    report: RawFd,
+    /// What a failed step leaves: `(step + 1) << 32 | errno`; zero while none failed.
+    report: AtomicU64,
     /// kavi's pid: a child whose parent is already someone else exits at once.
     parent: libc::pid_t,
     ruleset: Option<RawFd>,
@@ -128,7 +130,6 @@ pub fn spawn(
         let null = std::fs::File::open("/dev/null")?;
         (OwnedFd::from(null), None)
     };
-    let (report_read, report_write) = pipe()?;
 
     // SAFETY: sigset_t is plain data, which sigfillset and pthread_sigmask fill in.
     let (mut all, mut mask): (libc::sigset_t, libc::sigset_t) =
@@ -145,14 +146,15 @@ pub fn spawn(
             stdout_write.as_raw_fd(),
             stderr_write.as_raw_fd(),
         ],
-        report: report_write.as_raw_fd(),
+        report: AtomicU64::new(0),
         parent: libc::pid_t::try_from(std::process::id()).expect("a pid fits a pid_t"),
         ruleset,
     };
-    let mut stack = vec![0u8; 64 * 1024];
+    // Uninitialised: a stack needs no zeroing, and the child touches only its top.
+    let mut stack = Vec::<u8>::with_capacity(64 * 1024);
     // The stack grows down from its end, which must be 16-byte aligned.
     let top = {
-        let end = stack.as_mut_ptr_range().end as usize;
+        let end = stack.as_mut_ptr() as usize + stack.capacity();
         (end & !15) as *mut c_void
     };
     // SAFETY: signals are blocked so that no handler of kavi's runs on the child's stack; the
@@ -168,30 +170,31 @@ pub fn spawn(
         );
         let error = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &raw const mask, std::ptr::null_mut());
-        drop(plan);
         if pid < 0 {
             return Err(error);
         }
         Pid::from_raw(pid)
     };
+    let report = plan.report.load(Ordering::Acquire);
+    drop(plan);
     drop(stack);
-    drop((stdin_read, stdout_write, stderr_write, report_write));
-    let mut report = [0u8; 8];
-    let read = read_full(&report_read, &mut report)?;
-    if read > 0 {
+    drop((stdin_read, stdout_write, stderr_write));
+    if report != 0 {
         // The child failed before exec and has exited: reap it, and say which step failed.
         let _ = nix::sys::wait::waitpid(pid, None);
-        let step = u32::from_ne_bytes(report[..4].try_into().expect("four bytes"));
-        let errno = i32::from_ne_bytes(report[4..].try_into().expect("four bytes"));
+        let step = (report >> 32) - 1;
+        let errno = (report & 0xffff_ffff) as i32;
         let cause = io::Error::from_raw_os_error(errno);
-        return Err(match STEPS.get(step as usize) {
-            // The caller names the program it could not start.
-            Some(Step::Exec) | None => cause,
-            Some(step) => io::Error::new(
-                cause.kind(),
-                format!("the child failed {}: {cause}", step.what()),
-            ),
-        });
+        return Err(
+            match usize::try_from(step).ok().and_then(|step| STEPS.get(step)) {
+                // The caller names the program it could not start.
+                Some(Step::Exec) | None => cause,
+                Some(step) => io::Error::new(
+                    cause.kind(),
+                    format!("the child failed {}: {cause}", step.what()),
+                ),
+            },
+        );
     }
     Ok(Spawned {
         pid,
@@ -201,25 +204,11 @@ pub fn spawn(
     })
 }
 
-/// Reads until `buffer` is full or the pipe's writers are gone.
-fn read_full(fd: &OwnedFd, buffer: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match nix::unistd::read(fd, &mut buffer[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(filled)
-}
-
 /// The child, between clone and exec. Only system calls on the prepared plan.
 extern "C" fn child(plan: *mut c_void) -> c_int {
     // SAFETY: `plan` points at the parent's ChildPlan, alive while the parent waits (vfork).
     let plan = unsafe { &*(plan as *const ChildPlan) };
-    let fail = |step: Step| fail(plan.report, step);
+    let fail = |step: Step| fail(&plan.report, step);
     // SAFETY: async-signal-safe system calls on values prepared by the parent.
     unsafe {
         // kavi's handlers must not run here, nor be inherited: back to the defaults, and SIGPIPE
@@ -314,15 +303,15 @@ fn ignore_internal_signal(signal: c_int) {
     }
 }
 
-/// Reports a failed step and its `errno` to the parent, and exits.
-fn fail(report: RawFd, step: Step) -> ! {
-    // SAFETY: reading errno and writing a stack buffer to a pipe are async-signal-safe.
+/// Leaves a failed step and its `errno` for the parent, and exits.
+fn fail(report: &AtomicU64, step: Step) -> ! {
+    // SAFETY: reading errno and exiting are async-signal-safe.
     unsafe {
         let errno = *libc::__errno_location();
-        let mut message = [0u8; 8];
-        message[..4].copy_from_slice(&(step as u32).to_ne_bytes());
-        message[4..].copy_from_slice(&errno.to_ne_bytes());
-        libc::write(report, message.as_ptr().cast(), message.len());
+        report.store(
+            ((step as u64 + 1) << 32) | u64::from(errno as u32),
+            Ordering::Release,
+        );
         libc::_exit(127)
     }
 }
