@@ -410,10 +410,26 @@ fn mcp_client_python() -> Option<std::path::PathBuf> {
     }
 }
 
-/// What the official MCP client saw of `kavi mcp` (see tests/mcp/client.py).
+/// What the official MCP client saw of `kavi mcp` (see tests/mcp/client.py), answering any
+/// elicitation with `elicit` when given.
 fn mcp_session(python: &Path, root: &Path, extra: &[&str]) -> Value {
+    mcp_session_answering(python, root, None, extra)
+}
+
+fn mcp_session_answering(
+    python: &Path,
+    root: &Path,
+    elicit: Option<&str>,
+    extra: &[&str],
+) -> Value {
     let out = std::process::Command::new(python)
         .arg(common::repo().join("tests/mcp/client.py"))
+        .args(
+            elicit
+                .map(|answer| ["--elicit", answer])
+                .into_iter()
+                .flatten(),
+        )
         .arg(env!("CARGO_BIN_EXE_kavi"))
         .arg(root)
         .args(extra)
@@ -429,8 +445,9 @@ fn mcp_session(python: &Path, root: &Path, extra: &[&str]) -> Value {
 
 /// A real MCP client (the official Python SDK) lists the trusted skills as tools and calls
 /// them through `kavi mcp`: READ_ONLY runs, FILE_WRITE is refused unless policies/mcp.toml
-/// pre-approves it for the client kavi was started for, a drifted skill is no longer offered,
-/// and every call, refused or not, is an execution record naming the client.
+/// pre-approves it for the client kavi was started for, or lets its user confirm it and the
+/// user does (through elicitation), a drifted skill is no longer offered, and every call,
+/// refused or not, is an execution record naming the client.
 #[test]
 fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
     let Some(python) = mcp_client_python() else {
@@ -475,13 +492,46 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
             .contains("no skill")
     );
 
-    // A client the policy names may write; one it does not name still may not, whatever it
-    // calls itself.
+    // A client whose user must confirm: refused when it cannot ask, or when the user says no;
+    // run when the user says yes to the question naming the skill, its class and its input.
     write(
         root,
         "policies/mcp.toml",
-        "[clients.editor]\nallow = [\"FILE_WRITE\"]\n",
+        "[clients.editor]\nallow = [\"FILE_WRITE\"]\n\n[clients.desk]\nconfirm = [\"FILE_WRITE\"]\n",
     );
+    let cannot_ask = mcp_session(&python, root, &["--client", "desk"]);
+    let text = |session: &Value| session["calls"]["write_note"]["text"][0].to_string();
+    assert!(
+        text(&cannot_ask).contains("did not declare the elicitation capability"),
+        "{cannot_ask}"
+    );
+    let declined = mcp_session_answering(&python, root, Some("decline"), &["--client", "desk"]);
+    assert_eq!(declined["calls"]["write_note"]["is_error"], true);
+    assert!(text(&declined).contains("declined"), "{declined}");
+    assert!(!root.join("notes/from-mcp.md").exists());
+    // The READ_ONLY call asked nothing: only the FILE_WRITE one did.
+    let questions = declined["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{declined}");
+    let question = questions[0]["message"].as_str().unwrap();
+    assert!(
+        question.contains("`write_note`")
+            && question.contains("FILE_WRITE")
+            && question.contains("written by an agent"),
+        "{question}"
+    );
+    let confirmed = mcp_session_answering(&python, root, Some("accept"), &["--client", "desk"]);
+    assert_eq!(
+        confirmed["calls"]["write_note"]["is_error"], false,
+        "{confirmed}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/from-mcp.md")).unwrap(),
+        "# from mcp\n\nwritten by an agent\n"
+    );
+    std::fs::remove_file(root.join("notes/from-mcp.md")).unwrap();
+
+    // A client the policy names may write; one it does not name still may not, whatever it
+    // calls itself.
     let refused = mcp_session(&python, root, &["--client", "other"]);
     assert_eq!(refused["calls"]["write_note"]["is_error"], true);
     let allowed = mcp_session(&python, root, &["--client", "editor"]);
@@ -509,6 +559,17 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
     assert_eq!(by("mcp:other", "write_note"), [false]);
     assert_eq!(by("mcp:editor", "write_note"), [true]);
     assert_eq!(by("mcp:editor", "word_count"), [true, false]);
+    assert_eq!(by("mcp:desk", "write_note"), [false, false, true]);
+    assert!(
+        records.iter().any(|r| {
+            let caller = r["caller"].as_str().unwrap_or_default();
+            caller.starts_with("mcp:desk")
+                && caller.ends_with(", confirmed by its user")
+                && r["skill"] == "write_note"
+                && r["success"] == true
+        }),
+        "the confirmed call does not say so"
+    );
 
     // A skill whose files changed is not offered, and a call to it is refused.
     let script = root.join("skills/word_count/skill.py");

@@ -249,8 +249,9 @@ enum Command {
     },
     /// Serve the trusted skills to an agent as MCP tools, on stdio (see docs/mcp.md).
     Mcp {
-        /// The name the client is pre-approved under in policies/mcp.toml; without it, only
-        /// READ_ONLY skills run. Give it in the agent's configuration, where kavi is started.
+        /// The name the client is granted side effects under in policies/mcp.toml; without it,
+        /// only READ_ONLY skills run. Give it in the agent's configuration, where kavi is
+        /// started.
         #[arg(long)]
         client: Option<String>,
     },

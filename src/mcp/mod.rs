@@ -8,8 +8,10 @@
 //! not offered; the server tells the client to list again when that set changes.
 //!
 //! A READ_ONLY skill runs when called. Any other class runs only when `policies/mcp.toml`
-//! pre-approves it for the client (see [`policy`]); otherwise the call is a tool error that says
-//! why, nothing runs, and the refusal is recorded like any other.
+//! pre-approves it for the client, or lets the client's user confirm it and they do: kavi asks
+//! through MCP elicitation, naming the skill, its classes and its input (see [`policy`]).
+//! Otherwise the call is a tool error that says why, nothing runs, and the refusal is recorded
+//! like any other.
 //!
 //! The protocol itself is the official SDK's (`rmcp`); this module only maps skills to tools.
 
@@ -21,10 +23,11 @@ use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    ElicitationAction, ElicitationSchema, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -32,7 +35,7 @@ use crate::executions::{Lineage, Ready, Runner};
 use crate::ledger::{ExecutionRecord, Ledger};
 use crate::skills::{SideEffect, SideEffects, TRUSTED};
 
-pub use policy::McpPolicy;
+pub use policy::{Decision, McpPolicy};
 
 /// Lends the server a runner for each request: the same one `kavi skill run` uses.
 pub trait Runners: Send + Sync + 'static {
@@ -93,24 +96,44 @@ impl SkillServer {
         }
     }
 
-    async fn call(&self, name: &str, input: Value, caller: String) -> CallToolResult {
+    async fn call(
+        &self,
+        name: &str,
+        input: Value,
+        caller: String,
+        peer: &Peer<RoleServer>,
+    ) -> CallToolResult {
         let runner = self.runners.runner();
-        let lineage = Lineage {
+        let mut lineage = Lineage {
             caller: Some(caller),
             ..Lineage::default()
         };
-        let refused = |error: String, side_effect: &str, input: Value| {
-            let record = runner.record_failure(name, side_effect, Some(input), &error, &lineage);
+        let refused = |error: String, side_effect: &str, input: Value, lineage: &Lineage| {
+            let record = runner.record_failure(name, side_effect, Some(input), &error, lineage);
             tool_error(&error, record.ok().as_ref())
         };
         let ready = match runner.ready(name) {
             Ok(ready) => ready,
-            Err(refusal) => return refused(refusal.to_string(), "UNKNOWN", input),
+            Err(refusal) => return refused(refusal.to_string(), "UNKNOWN", input, &lineage),
         };
         let classes = ready.proposal.side_effect;
-        if let Some(why) = self.policy.refusal(self.client.as_deref(), classes) {
-            let error = format!("refusing to run `{name}`: {why}");
-            return refused(error, &classes.to_string(), input);
+        match self.policy.decide(self.client.as_deref(), classes) {
+            Decision::Run => {}
+            Decision::Refuse(why) => {
+                let error = format!("refusing to run `{name}`: {why}");
+                return refused(error, &classes.to_string(), input, &lineage);
+            }
+            Decision::Confirm => match confirm(peer, name, classes, &input).await {
+                Ok(()) => {
+                    if let Some(caller) = &mut lineage.caller {
+                        caller.push_str(", confirmed by its user");
+                    }
+                }
+                Err(why) => {
+                    let error = format!("refusing to run `{name}`: it is {classes}, and {why}");
+                    return refused(error, &classes.to_string(), input, &lineage);
+                }
+            },
         }
         match runner
             .run(&ready, input, &lineage, &CancellationToken::new())
@@ -132,6 +155,57 @@ impl SkillServer {
                 Some(&record),
             ),
         }
+    }
+}
+
+/// Asks the client's user, through elicitation, whether to run `name` with `input`. Only a yes
+/// (the form accepted with `confirm` true) runs it; why not, otherwise.
+async fn confirm(
+    peer: &Peer<RoleServer>,
+    name: &str,
+    classes: SideEffects,
+    input: &Value,
+) -> Result<(), String> {
+    let can_ask = peer
+        .peer_info()
+        .is_some_and(|info| info.capabilities.elicitation.is_some());
+    if !can_ask {
+        return Err(format!(
+            "{DEFAULT_POLICY} runs it once the client's user confirms it, but the client cannot \
+             ask its user (it did not declare the elicitation capability); nothing was run",
+            DEFAULT_POLICY = policy::DEFAULT_POLICY
+        ));
+    }
+    let schema = ElicitationSchema::builder()
+        .required_bool_with("confirm", |b| {
+            b.title("Run it")
+                .description(format!("Run `{name}` ({classes})"))
+        })
+        .build()
+        .map_err(|e| format!("kavi could not build its question: {e}"))?;
+    let message = format!(
+        "An agent asks kavi to run the trusted skill `{name}`, which is {classes}, with this \
+         input: {input}. It runs confined and is recorded. Run it?"
+    );
+    let answer = peer
+        .create_elicitation(ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema: schema,
+        })
+        .await
+        .map_err(|e| format!("asking the client's user failed ({e}); nothing was run"))?;
+    let confirmed = answer.action == ElicitationAction::Accept
+        && answer
+            .content
+            .as_ref()
+            .is_some_and(|content| content["confirm"] == Value::Bool(true));
+    match (confirmed, answer.action) {
+        (true, _) => Ok(()),
+        (false, ElicitationAction::Cancel) => {
+            Err("the client's user cancelled the question; nothing was run".into())
+        }
+        (false, _) => Err("the client's user declined to run it; nothing was run".into()),
     }
 }
 
@@ -177,7 +251,8 @@ impl ServerHandler for SkillServer {
         config.server_info.version = env!("CARGO_PKG_VERSION").into();
         config.instructions = Some(
             "Trusted skills of this kavi workspace. READ_ONLY skills run when called; others \
-             only when the workspace's policies/mcp.toml pre-approves them for this client."
+             only when the workspace's policies/mcp.toml pre-approves them for this client, or \
+             lets its user confirm them (kavi then asks through elicitation)."
                 .into(),
         );
         config
@@ -201,7 +276,7 @@ impl ServerHandler for SkillServer {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context);
         let input = Value::Object(request.arguments.unwrap_or_default());
-        let result = self.call(&request.name, input, caller).await;
+        let result = self.call(&request.name, input, caller, &context.peer).await;
         // A call can be the moment a skill is found drifted: tell the client the list changed.
         let now: Vec<String> = self.ready_skills().iter().map(|r| r.name.clone()).collect();
         let changed = self

@@ -1,16 +1,19 @@
 """Drives `kavi mcp` with the official MCP Python SDK (the `mcp` package from PyPI).
 
-Usage: client.py KAVI WORKSPACE [--client NAME]
+Usage: client.py [--elicit accept|decline] KAVI WORKSPACE [--client NAME]
 
 Lists the tools, calls `word_count` (READ_ONLY) and `write_note` (FILE_WRITE), and prints one
-JSON object with what the server answered, for the Rust test to check.
+JSON object with what the server answered, for the Rust test to check. With `--elicit`, the
+client declares the elicitation capability and answers every question kavi asks its user with
+that choice (standing in for the person the client would show it to); the questions are printed
+too.
 """
 
 import asyncio
 import json
 import sys
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 
@@ -19,10 +22,23 @@ def content_text(result):
 
 
 async def main():
-    kavi, workspace, *extra = sys.argv[1:]
+    args = sys.argv[1:]
+    answer = None
+    if args[0] == "--elicit":
+        answer, args = args[1], args[2:]
+    kavi, workspace, *extra = args
+    questions = []
+
+    async def elicit(context, params):
+        questions.append({"message": params.message, "schema": getattr(params, "requested_schema", None)})
+        if answer == "accept":
+            return types.ElicitResult(action="accept", content={"confirm": True})
+        return types.ElicitResult(action="decline")
+
+    callback = elicit if answer else None
     server = StdioServerParameters(command=kavi, args=["mcp", *extra], cwd=workspace)
     async with stdio_client(server) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, elicitation_callback=callback) as session:
             init = await session.initialize()
             tools = await session.list_tools()
             counted = await session.call_tool("word_count", {"text": "one two three"})
@@ -35,6 +51,7 @@ async def main():
                 json.dumps(
                     {
                         "server": init.server_info.name,
+                        "questions": questions,
                         "tools": [
                             {
                                 "name": tool.name,
