@@ -41,8 +41,15 @@ fn cli_scenarios() {
         "{}",
         String::from_utf8_lossy(&installed.stderr)
     );
-    // Stories change files between steps with `sh`, as a user would with an editor.
+    // Stories change files between steps with `sh`, as a user would with an editor, and pipe
+    // into kavi with it: the kavi under test comes first on its PATH.
+    let kavi_dir = Path::new(env!("CARGO_BIN_EXE_kavi")).parent().unwrap();
+    let path = std::env::join_paths(std::iter::once(kavi_dir.to_owned()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
     trycmd::TestCases::new()
+        .env("PATH", path.to_string_lossy())
         .env("KAVI_SANDBOXES", sandboxes.display().to_string())
         .env(
             "KAVI_TOOLCHAINS",
