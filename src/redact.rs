@@ -20,15 +20,18 @@ pub const REDACTED: &str = "[redacted]";
 #[derive(Debug, Clone)]
 pub struct Redactor {
     automaton: AhoCorasick,
+    /// The values it hides, to build a line-wise redactor from.
+    values: Vec<String>,
 }
 
 impl Redactor {
     /// A redactor for `secrets`; `None` when there is no non-empty value to hide.
     pub fn new<S: AsRef<str>>(secrets: &[S]) -> Option<Self> {
-        let mut values: Vec<&str> = secrets
+        let mut values: Vec<String> = secrets
             .iter()
             .map(AsRef::as_ref)
             .filter(|s| !s.is_empty())
+            .map(str::to_owned)
             .collect();
         if values.is_empty() {
             return None;
@@ -38,9 +41,22 @@ impl Redactor {
         // The longest match wins, so a secret that contains another is hidden whole.
         let automaton = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
-            .build(values)
+            .build(&values)
             .expect("a handful of literal strings always builds");
-        Some(Self { automaton })
+        Some(Self { automaton, values })
+    }
+
+    /// A redactor for text seen one line at a time (live output): a secret of several lines
+    /// never appears whole in one line, so each of its lines is hidden on its own as well.
+    pub fn line_wise(&self) -> Self {
+        let lines = self.values.iter().flat_map(|value| {
+            value
+                .split('\n')
+                .flat_map(|line| [line, line.trim_end_matches('\r')])
+                .map(str::to_owned)
+        });
+        let all: Vec<String> = self.values.iter().cloned().chain(lines).collect();
+        Self::new(&all).expect("it hides at least the values of this one")
     }
 
     /// `text` with every secret replaced.
@@ -136,6 +152,24 @@ mod tests {
         );
         assert_eq!(redactor.text("hunter2hunter2"), "[redacted][redacted]");
         assert!(Redactor::new(&[""]).is_none());
+    }
+
+    #[test]
+    fn line_wise_a_secret_of_several_lines_is_hidden_line_by_line() {
+        let redactor = Redactor::new(&["key-one\r\nkey-two\n", "short"]).unwrap();
+        assert_eq!(
+            redactor.text("key-one\r\nkey-two\n"),
+            "[redacted]",
+            "whole, it is hidden whole"
+        );
+        assert_eq!(redactor.text("key-one"), "key-one");
+        let lines = redactor.line_wise();
+        assert_eq!(lines.text("the key is key-one\r"), "the key is [redacted]");
+        assert_eq!(lines.text("key-two"), "[redacted]");
+        assert_eq!(
+            lines.text("short and key-one\r\nkey-two\n"),
+            "[redacted] and [redacted]"
+        );
     }
 
     #[test]

@@ -529,6 +529,46 @@ fn a_killed_run_leaves_nothing_behind_once_kavi_starts_again() {
     assert_eq!(runs[1]["status"], "interrupted");
 }
 
+/// A secret of several lines printed by a node is hidden in the live output too, which kavi
+/// shows a line at a time (so the secret never appears whole in one of them).
+#[test]
+fn a_secret_of_several_lines_never_reaches_the_live_output() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/leak.toml",
+        r#"
+[pipeline]
+name = "leak"
+
+[nodes.leak]
+kind = "exec"
+shell = "printf 'the key is %s\n' \"$TOKEN\""
+secrets = ["TOKEN"]
+"#,
+    );
+    let out = kavi_command(dir.path(), &["pipeline", "run", "leak", "--stream"])
+        .env("TOKEN", "top-secret-line-one\ntop-secret-line-two")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("leak | the key is [redacted]"),
+        "the line was not shown: {shown}"
+    );
+    assert!(!shown.contains("top-secret"), "{shown}");
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(
+        detail["nodes"][0]["outputs"]["stdout"],
+        "the key is [redacted]\n"
+    );
+}
+
 #[test]
 fn nodes_get_only_a_minimal_environment_unless_they_inherit() {
     let dir = workspace();

@@ -151,7 +151,7 @@ impl NodeContext<'_> {
             let lines = environment::LiveLines {
                 node: self.node_id.to_owned(),
                 watcher,
-                redactor: redactor.cloned(),
+                redactor: redactor.map(crate::redact::Redactor::line_wise),
                 partial: Default::default(),
             };
             crate::process::LiveOutput(Arc::new(move |stream, chunk| lines.push(stream, chunk)))
