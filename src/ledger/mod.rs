@@ -998,6 +998,26 @@ fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    // Almost always the schema is current: say so from a read, without taking the write lock
+    // every kavi command would otherwise take (and commit) just to open the ledger.
+    let has_version = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if has_version {
+        let current: Option<i64> = conn
+            .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
+            .optional()?;
+        if current == Some(schema::MIGRATIONS.len() as i64) {
+            return Ok(());
+        }
+    }
+    // Older, newer or new: decided again under the write lock, which another kavi may have
+    // taken to migrate first.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
     let current: Option<i64> = tx
