@@ -11,6 +11,8 @@
 //! [`recorder::Recorder`], which commits it on a thread of its own while the nodes run. A node
 //! whose own work reads or writes the ledger starts only once everything before it is committed.
 
+mod recorder;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -24,8 +26,6 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::Key;
 use crate::dag::Dag;
 use crate::ledger::{CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
-
-mod recorder;
 use crate::nodes::{ChildRun, ChildRuns, Environment, NodeContext, NodeOutcome};
 use crate::spec::Pipeline;
 use crate::spec::{OnFailure, Trigger};

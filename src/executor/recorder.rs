@@ -2,11 +2,11 @@
 //!
 //! The loop hands over each decision (a node started, a node ended) and goes on at once; the
 //! thread writes the decisions that arrive within a moment of each other as one transaction
-//! (group commit). On a chain of short nodes the next node's process runs while
-//! the ledger records the one before it, and a commit, which costs more than the writes in
-//! it, is shared by the nodes that ended meanwhile. A hard kill loses only what was not yet
-//! committed: those nodes stay `pending` or `running`, and the next kavi marks them
-//! interrupted like any other unfinished node.
+//! (group commit). On a chain of short nodes the next node's process runs while the ledger
+//! records the one before it, and a commit, which costs more than the writes in it, is shared
+//! by the nodes that ended meanwhile. A hard kill loses only what was not yet committed: those
+//! nodes stay `pending` or `running`, and the next kavi marks them interrupted like any other
+//! unfinished node.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -399,9 +399,13 @@ impl Ledger {
     /// One more connection to this ledger, already migrated and recovered by this one: for a
     /// thread that writes while this connection's owner goes on.
     pub fn another_connection(&self) -> Result<Self> {
-        let path = PathBuf::from(self.conn.path().unwrap_or_default());
+        let path = self
+            .conn
+            .path()
+            .filter(|path| !path.is_empty())
+            .ok_or_else(|| std::io::Error::other("this ledger is not a file one can open again"))?;
         Ok(Self {
-            conn: connect(&path)?,
+            conn: connect(Path::new(path))?,
             locks_dir: self.locks_dir.clone(),
         })
     }
@@ -480,9 +484,9 @@ impl Ledger {
     }
 
     /// Starts grouping this connection's writes into one transaction, until
-    /// [`Ledger::commit_batch`]: the executor's recorder writes what the run decided while it
-    /// committed the last group in one commit. Inside a batch, a no-op. The caller must not
-    /// wait on anything else while a batch is open: other kavi processes wait for its lock.
+    /// [`Ledger::commit_batch`]: the executor's recorder writes the decisions that arrive close
+    /// together in one commit. Inside a batch, a no-op. The caller must not wait on anything
+    /// else while a batch is open: other kavi processes wait for its lock.
     pub fn begin_batch(&self) -> Result<()> {
         if self.conn.is_autocommit() {
             self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
@@ -536,8 +540,8 @@ impl Ledger {
         state: NodeState,
         record: &NodeRecord,
     ) -> Result<()> {
-        let tx = &self.conn;
-        let node_run_id: i64 = tx.prepare_cached(
+        let conn = &self.conn;
+        let node_run_id: i64 = conn.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
                     outputs = ?5, error = ?6, reason = ?7, reused_from = ?11
              WHERE run_id = ?8 AND node_id = ?9 AND attempt = ?10
@@ -560,21 +564,21 @@ impl Ledger {
             |row| row.get(0),
         )?;
         if let Some(cache) = &record.cache {
-            cache::record(tx, node_run_id, cache)?;
+            cache::record(conn, node_run_id, cache)?;
         }
         if let Some(reused) = record
             .reused_from
             .or(record.cache.as_ref().and_then(|c| c.source))
         {
-            tx.prepare_cached(
+            conn.prepare_cached(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256)
                  SELECT ?1, role, sha256 FROM node_run_artifacts WHERE node_run_id = ?2",
             )?
             .execute(params![node_run_id, reused])?;
         }
         for (role, artifact) in &record.artifacts {
-            keep_artifact(tx, artifact, &now())?;
-            tx.prepare_cached(
+            keep_artifact(conn, artifact, &now())?;
+            conn.prepare_cached(
                 "INSERT INTO node_run_artifacts (node_run_id, role, sha256) VALUES (?1, ?2, ?3)",
             )?
             .execute(params![node_run_id, role, artifact.sha256])?;
