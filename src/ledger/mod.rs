@@ -447,16 +447,19 @@ impl Ledger {
             ],
         )?;
         let run_id = tx.last_insert_rowid();
+        // Prepared once: a run may have many governing files, and each statement fires the
+        // journal's triggers, which SQLite compiles anew with every preparation.
+        let mut spec = tx.prepare_cached(
+            "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        let mut policy = tx.prepare_cached(
+            "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
+        )?;
         for (role, path, hash, text) in new.governing {
-            tx.execute(
-                "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
-                params![hash, path, text, now],
-            )?;
-            tx.execute(
-                "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
-                params![run_id, path, hash, role],
-            )?;
+            spec.execute(params![hash, path, text, now])?;
+            policy.execute(params![run_id, path, hash, role])?;
         }
+        drop((spec, policy));
         {
             let mut insert = tx.prepare(
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
