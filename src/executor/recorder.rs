@@ -201,6 +201,26 @@ mod tests {
     use crate::ledger::Owner;
     use crate::ledger::tests::new_run;
 
+    /// A ledger in a temporary folder holding one run of exec nodes `nodes`, all pending.
+    fn run_of(nodes: &[&str]) -> (tempfile::TempDir, Ledger, i64) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let params = serde_json::json!({});
+        let nodes: Vec<(&str, &str)> = nodes.iter().map(|node| (*node, "exec")).collect();
+        let run_id = ledger.create_run(new_run(&params, &nodes, &owner)).unwrap();
+        (dir, ledger, run_id)
+    }
+
+    fn start(node: &str) -> Write {
+        Write::Start {
+            node_id: node.into(),
+            kind: "exec",
+            attempt: 1,
+        }
+    }
+
     fn states(ledger: &Ledger, run_id: i64) -> Vec<(String, NodeState)> {
         let detail = ledger.run_detail(run_id).unwrap();
         detail
@@ -212,20 +232,8 @@ mod tests {
 
     #[test]
     fn a_sync_returns_once_everything_recorded_before_it_is_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
-        let params = serde_json::json!({});
-        let run_id = ledger
-            .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")], &owner))
-            .unwrap();
+        let (_dir, ledger, run_id) = run_of(&["a", "b"]);
         let mut recorder = Recorder::start(&ledger, run_id).unwrap();
-        let start = |node: &str| Write::Start {
-            node_id: node.into(),
-            kind: "exec",
-            attempt: 1,
-        };
         recorder.record(start("a"));
         recorder.record(Write::Finish {
             node_id: "a".into(),
@@ -250,22 +258,11 @@ mod tests {
 
     #[test]
     fn a_failed_write_is_reported_and_its_whole_group_is_rolled_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
-        let params = serde_json::json!({});
-        let run_id = ledger
-            .create_run(new_run(&params, &[("a", "exec")], &owner))
-            .unwrap();
+        let (_dir, ledger, run_id) = run_of(&["a"]);
         let mut recorder = Recorder::start(&ledger, run_id).unwrap();
         // Hold the writer's lock, so that both writes wait and land in one group.
         ledger.begin_batch().unwrap();
-        recorder.record(Write::Start {
-            node_id: "a".into(),
-            kind: "exec",
-            attempt: 1,
-        });
+        recorder.record(start("a"));
         // No such node run: its end cannot be recorded.
         recorder.record(Write::Finish {
             node_id: "ghost".into(),
@@ -281,11 +278,7 @@ mod tests {
         );
         assert_eq!(states(&ledger, run_id), [("a".into(), NodeState::Pending)]);
         // It stays failed: nothing more is written.
-        recorder.record(Write::Start {
-            node_id: "a".into(),
-            kind: "exec",
-            attempt: 1,
-        });
+        recorder.record(start("a"));
         recorder.sync().unwrap();
         assert_eq!(states(&ledger, run_id), [("a".into(), NodeState::Pending)]);
     }
