@@ -586,6 +586,24 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
             .contains("its files changed since it was trusted"),
         "{drifted}"
     );
+
+    // A skill edited while its user is being asked does not run: kavi checks it again after
+    // the yes.
+    std::fs::remove_file(root.join("notes/from-mcp.md")).unwrap();
+    let script = root.join("skills/write_note/skill.py");
+    let answer = format!("accept-after-editing={}", script.display());
+    let edited = mcp_session_answering(&python, root, Some(&answer), &["--client", "desk"]);
+    assert_eq!(edited["calls"]["write_note"]["is_error"], true, "{edited}");
+    let refusal = edited["calls"]["write_note"]["text"][0].to_string();
+    assert!(
+        refusal.contains("its files changed since it was trusted")
+            && refusal.contains("found after its user confirmed"),
+        "{edited}"
+    );
+    assert!(
+        !root.join("notes/from-mcp.md").exists(),
+        "nothing was written"
+    );
 }
 
 /// Answers of `kavi chat -m`, as JSON, with the exit code.

@@ -112,7 +112,7 @@ impl SkillServer {
             let record = runner.record_failure(name, side_effect, Some(input), &error, lineage);
             tool_error(&error, record.ok().as_ref())
         };
-        let ready = match runner.ready(name) {
+        let mut ready = match runner.ready(name) {
             Ok(ready) => ready,
             Err(refusal) => return refused(refusal.to_string(), "UNKNOWN", input, &lineage),
         };
@@ -127,6 +127,22 @@ impl SkillServer {
                 Ok(()) => {
                     if let Some(caller) = &mut lineage.caller {
                         caller.push_str(", confirmed by its user");
+                    }
+                    // The question waited on a person: the skill is checked again, and runs
+                    // only if it is still the trusted version the question was about.
+                    match runner.ready(name) {
+                        Ok(again) if again.hash == ready.hash => ready = again,
+                        Ok(_) => {
+                            let error = format!(
+                                "refusing to run `{name}`: its trusted version changed while its \
+                                 user was asked; nothing was run"
+                            );
+                            return refused(error, &classes.to_string(), input, &lineage);
+                        }
+                        Err(refusal) => {
+                            let error = format!("{refusal} (found after its user confirmed)");
+                            return refused(error, &classes.to_string(), input, &lineage);
+                        }
                     }
                 }
                 Err(why) => {

@@ -1,12 +1,13 @@
 """Drives `kavi mcp` with the official MCP Python SDK (the `mcp` package from PyPI).
 
-Usage: client.py [--elicit accept|decline] KAVI WORKSPACE [--client NAME]
+Usage: client.py [--elicit accept|decline|accept-after-editing=FILE] KAVI WORKSPACE [--client NAME]
 
 Lists the tools, calls `word_count` (READ_ONLY) and `write_note` (FILE_WRITE), and prints one
 JSON object with what the server answered, for the Rust test to check. With `--elicit`, the
 client declares the elicitation capability and answers every question kavi asks its user with
 that choice (standing in for the person the client would show it to); the questions are printed
-too.
+too. `accept-after-editing=FILE` appends a line to FILE before accepting: a skill edited while
+its user is being asked.
 """
 
 import asyncio
@@ -31,6 +32,10 @@ async def main():
 
     async def elicit(context, params):
         questions.append({"message": params.message, "schema": getattr(params, "requested_schema", None)})
+        if answer.startswith("accept-after-editing="):
+            with open(answer.split("=", 1)[1], "a") as edited:
+                edited.write("\n# edited while its user was asked\n")
+            return types.ElicitResult(action="accept", content={"confirm": True})
         if answer == "accept":
             return types.ElicitResult(action="accept", content={"confirm": True})
         return types.ElicitResult(action="decline")
