@@ -41,7 +41,7 @@ use toml::de::DeTable;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::Artifact;
-use crate::spec::governing::{GoverningSet, Role};
+use crate::spec::governing::{GoverningSet, NamedFiles, Role};
 use crate::state::NodeState;
 use crate::template::{Scope, TemplateEngine, describe_error, find_read};
 
@@ -236,6 +236,8 @@ pub struct NodeConfig<'a> {
     pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
     /// Files this node is governed by: policies, templates, the scripts its commands name.
     pub(crate) governing: GoverningSet,
+    /// What command words name on disk, shared by the nodes of one pipeline file.
+    pub(crate) named_files: &'a mut NamedFiles,
 }
 
 impl<'a> NodeConfig<'a> {
@@ -355,7 +357,7 @@ impl<'a> NodeConfig<'a> {
 
     /// Records the workspace files a command names (a gate's script) as governing.
     pub fn govern_command<'w>(&mut self, words: impl IntoIterator<Item = &'w str>) {
-        self.governing.add_named_files(self.root, words);
+        self.governing.add_named_files(self.named_files, words);
     }
 
     fn record_reads(&mut self, reads: BTreeSet<String>, span: std::ops::Range<usize>) {

@@ -7,7 +7,8 @@
 //! The set hash is plain enough to recompute with `sqlite3` and `sha256sum`: the SHA-256 of one
 //! line `<role> <path> <spec hash>` LF per member, sorted by path (byte order).
 
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -76,12 +77,14 @@ pub struct GoverningSet {
     /// A `build` node is among the nodes (its own or an included pipeline's): the builder
     /// command from the configuration governs the run, and so do the files it names.
     runs_builder: bool,
+    /// The members' paths, so adding one is not a scan of the others.
+    paths: HashSet<PathBuf>,
 }
 
 impl GoverningSet {
     /// Adds a file; a path already in the set keeps its first role.
     pub fn add(&mut self, role: Role, source: Arc<SourceFile>) {
-        if !self.files.iter().any(|g| g.source.path == source.path) {
+        if self.paths.insert(source.path.clone()) {
             self.files.push(Governing { role, source });
         }
     }
@@ -106,47 +109,16 @@ impl GoverningSet {
         self.files.iter()
     }
 
-    /// Adds every workspace file that one of `words` names: a relative path to a regular file
-    /// inside `root`. Options, `NAME=value` assignments, templates and programs found on `PATH`
-    /// are not files of the workspace and are left out; so is a path that leaves the root.
-    pub fn add_named_files<'w>(&mut self, root: &Path, words: impl IntoIterator<Item = &'w str>) {
-        // Resolved once, and only when a word names something: most words (`true`, `echo`) are
-        // not files, and a pipeline of 100,000 nodes asks this of each.
-        let mut canonical_root = None;
+    /// Adds every workspace file that one of `words` names (see [`NamedFiles`]).
+    pub fn add_named_files<'w>(
+        &mut self,
+        named: &mut NamedFiles,
+        words: impl IntoIterator<Item = &'w str>,
+    ) {
         for word in words {
-            let word = word.trim_matches(|c| c == '"' || c == '\'');
-            if word.is_empty()
-                || word.starts_with('-')
-                || word.contains('=')
-                || Path::new(word).is_absolute()
-                || crate::template::is_templated(word)
-            {
-                continue;
+            if let Some(source) = named.lookup(word) {
+                self.add(Role::Script, source);
             }
-            let named = root.join(word);
-            if named.symlink_metadata().is_err() {
-                continue;
-            }
-            let Ok(path) = named.canonicalize() else {
-                continue;
-            };
-            if canonical_root.is_none() {
-                canonical_root = root.canonicalize().ok();
-            }
-            let inside = canonical_root
-                .as_ref()
-                .is_some_and(|root| path.starts_with(root));
-            if !path.is_file() || !inside {
-                continue;
-            }
-            // Scripts are text; a binary the command names is still named, by its bytes' hash.
-            let text = match std::fs::read(&path) {
-                Ok(bytes) => String::from_utf8(bytes).unwrap_or_else(|e| {
-                    format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes()))
-                }),
-                Err(_) => continue,
-            };
-            self.add(Role::Script, SourceFile::new(word, text));
         }
     }
 
@@ -159,7 +131,7 @@ impl GoverningSet {
         if self.runs_builder
             && let Some(builder) = config["builder"].as_str()
         {
-            governing.add_named_files(root, builder.split_whitespace());
+            governing.add_named_files(&mut NamedFiles::new(root), builder.split_whitespace());
         }
         governing
     }
@@ -180,6 +152,66 @@ impl GoverningSet {
             .collect();
         members.sort_by(|a, b| a.1.cmp(&b.1));
         members
+    }
+}
+
+/// The workspace files command words name: a relative path to a regular file inside the root.
+/// Options, `NAME=value` assignments, templates and programs found on `PATH` are not files of
+/// the workspace and are left out; so is a path that leaves the root. Each word is looked up
+/// once: a pipeline whose 10,000 nodes run `true` stats it once, not 10,000 times.
+#[derive(Debug)]
+pub struct NamedFiles {
+    root: PathBuf,
+    /// Resolved on the first word that names something: most never do.
+    canonical_root: Option<Option<PathBuf>>,
+    looked_up: HashMap<String, Option<Arc<SourceFile>>>,
+}
+
+impl NamedFiles {
+    pub fn new(root: &Path) -> Self {
+        NamedFiles {
+            root: root.to_owned(),
+            canonical_root: None,
+            looked_up: HashMap::new(),
+        }
+    }
+
+    /// The file `word` names, read; `None` when it names no workspace file.
+    pub fn lookup(&mut self, word: &str) -> Option<Arc<SourceFile>> {
+        let word = word.trim_matches(|c| c == '"' || c == '\'');
+        if word.is_empty()
+            || word.starts_with('-')
+            || word.contains('=')
+            || Path::new(word).is_absolute()
+            || crate::template::is_templated(word)
+        {
+            return None;
+        }
+        if let Some(found) = self.looked_up.get(word) {
+            return found.clone();
+        }
+        let found = self.read(word);
+        self.looked_up.insert(word.to_owned(), found.clone());
+        found
+    }
+
+    fn read(&mut self, word: &str) -> Option<Arc<SourceFile>> {
+        let named = self.root.join(word);
+        named.symlink_metadata().ok()?;
+        let path = named.canonicalize().ok()?;
+        let root = self
+            .canonical_root
+            .get_or_insert_with(|| self.root.canonicalize().ok());
+        if !path.is_file() || !root.as_ref().is_some_and(|root| path.starts_with(root)) {
+            return None;
+        }
+        // Scripts are text; a binary the command names is still named, by its bytes' hash.
+        let text = std::fs::read(&path).ok().map(|bytes| {
+            String::from_utf8(bytes).unwrap_or_else(|e| {
+                format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes()))
+            })
+        })?;
+        Some(SourceFile::new(word, text))
     }
 }
 
@@ -308,7 +340,7 @@ mod tests {
         let mut set = GoverningSet::default();
         let escape = format!("../{}", outside.path().display());
         set.add_named_files(
-            dir.path(),
+            &mut NamedFiles::new(dir.path()),
             [
                 "python3",
                 "checks/lint.py",
@@ -326,5 +358,19 @@ mod tests {
         assert_eq!(members[0].0, Role::Script);
         assert_eq!(members[0].1, "checks/lint.py");
         assert_eq!(members[0].3, "print('ok')\n");
+    }
+
+    #[test]
+    fn every_set_a_word_is_looked_up_for_gets_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lint.py"), "print('ok')\n").unwrap();
+        let mut named = NamedFiles::new(dir.path());
+        let (mut first, mut second) = (GoverningSet::default(), GoverningSet::default());
+        first.add_named_files(&mut named, ["python3", "lint.py"]);
+        second.add_named_files(&mut named, ["python3", "lint.py"]);
+        for set in [first, second] {
+            let paths: Vec<_> = set.members().into_iter().map(|m| m.1).collect();
+            assert_eq!(paths, ["lint.py"]);
+        }
     }
 }

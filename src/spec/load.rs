@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::governing::{GoverningSet, Role};
+use super::governing::{GoverningSet, NamedFiles, Role};
 use super::params::{ParamDecl, ParamType};
 use super::{Budget, NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
 use crate::diagnostic::{Diagnostic, SourceFile};
@@ -367,6 +367,7 @@ pub fn load_pipeline_str(
     governing.add(Role::Pipeline, Arc::clone(&file));
     // Nodes declared but refused: a `needs` naming one is not a second problem.
     let mut unloaded: Vec<String> = Vec::new();
+    let mut named_files = NamedFiles::new(context.root);
     match raw_nodes {
         None => problems.push(
             Diagnostic::new("a pipeline needs at least one node")
@@ -379,7 +380,7 @@ pub fn load_pipeline_str(
                 DeValue::Table(table) => {
                     for (id, node) in table {
                         let name = id.get_ref().to_string();
-                        match load_node(&file, id, node, context, &params) {
+                        match load_node(&file, id, node, context, &params, &mut named_files) {
                             Ok((node, used)) => {
                                 nodes.push(node);
                                 governing.extend(&used);
@@ -481,6 +482,7 @@ fn load_node(
     node: Spanned<DeValue<'_>>,
     context: &LoadContext<'_>,
     params: &IndexMap<String, ParamDecl>,
+    named_files: &mut NamedFiles,
 ) -> Result<(NodeSpec, GoverningSet), Diagnostic> {
     let templates = context.templates;
     let id_span = id.span();
@@ -539,6 +541,7 @@ fn load_node(
         including: context.including,
         reads: Vec::new(),
         governing: GoverningSet::default(),
+        named_files,
     };
     let action = (kind.parse)(&mut config).map_err(|mut d| {
         let in_this_file = d
