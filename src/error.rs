@@ -20,6 +20,9 @@ pub mod exit {
     pub const NOT_FOUND: i32 = 5;
     /// The run stopped for a person's decision (`kavi approve` / `kavi reject`).
     pub const AWAITING_REVIEW: i32 = 6;
+    /// `kavi pipeline step`: the node's retry policy wants another attempt (`EX_TEMPFAIL`, what
+    /// an exported workflow's retry strategy retries on).
+    pub const RETRY: i32 = 75;
     /// The run was cancelled (Ctrl-C); 128 + SIGINT, as shells report it. SIGTERM and SIGHUP
     /// cancel the same way and exit 128 + their number (see `cli::cancelled_exit_code`).
     pub const CANCELLED: i32 = 130;
@@ -121,6 +124,7 @@ mod tests {
             exit::ENVIRONMENT,
             exit::NOT_FOUND,
             exit::AWAITING_REVIEW,
+            exit::RETRY,
             exit::CANCELLED,
         ]
         .into_iter()

@@ -16,6 +16,7 @@ pub mod diagnostic;
 pub mod error;
 pub mod executions;
 pub mod executor;
+pub mod export;
 pub mod git;
 pub mod identity;
 pub mod jsonpath;

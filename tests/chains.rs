@@ -378,36 +378,9 @@ run = ["echo", "{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}"]
     assert_eq!(records[0]["chain"], "search_and_summarize");
 }
 
-/// A Python environment with the official MCP SDK (`mcp` from PyPI) under the target folder:
-/// `.ci/run` installs it there; elsewhere it is made on first use. `None`, with the reason
-/// printed, when it cannot be made here.
+/// A Python environment with the official MCP SDK (see [`common::python_with`]).
 fn mcp_client_python() -> Option<std::path::PathBuf> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-client");
-    let python = venv.join("bin/python");
-    let ready = |python: &Path| {
-        std::process::Command::new(python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    };
-    if ready(&python) {
-        return Some(python);
-    }
-    let made = std::process::Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .is_ok_and(|s| s.success())
-        && std::process::Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "mcp>=2,<3"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if made && ready(&python) {
-        Some(python)
-    } else {
-        eprintln!("skipping: the MCP Python SDK could not be installed (pip install 'mcp>=2,<3')");
-        None
-    }
+    common::python_with("mcp-client", "mcp>=2,<3", "mcp")
 }
 
 /// What the official MCP client saw of `kavi mcp` (see tests/mcp/client.py), answering any

@@ -47,6 +47,7 @@ mod resume;
 mod review;
 mod runs;
 mod skills;
+mod steps;
 mod toolchain;
 
 use std::path::PathBuf;
@@ -503,6 +504,67 @@ enum PipelineCommand {
         #[command(flatten)]
         options: pipeline::RunOptions,
     },
+    /// Record a run whose nodes another scheduler runs, one `kavi pipeline step` each (such as
+    /// an exported Argo workflow), and print its id.
+    Start {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Also write the run id into this file (where Argo reads a task's output).
+        #[arg(long, value_name = "PATH")]
+        id_file: Option<PathBuf>,
+    },
+    /// Decide one node of a run started with `kavi pipeline start` and run it once, once the
+    /// nodes it needs have finished. Exits 75 when its retry policy wants another attempt.
+    Step {
+        /// The run's pipeline file, or a name looked up in pipelines/.
+        file: String,
+        /// The run, as `kavi pipeline start` printed it.
+        #[arg(long)]
+        run: i64,
+        /// The node to run.
+        node: String,
+        #[command(flatten)]
+        options: pipeline::RunOptions,
+    },
+    /// Close a run started with `kavi pipeline start` once its steps are over: nodes no step
+    /// decided are recorded, and the run gets its status.
+    End {
+        /// The run's pipeline file, or a name looked up in pipelines/.
+        file: String,
+        /// The run, as `kavi pipeline start` printed it.
+        #[arg(long)]
+        run: i64,
+        /// Print the recorded run as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the pipeline out for another engine to run, each node a `kavi pipeline step` that
+    /// records into the ledger; what the engine cannot carry out itself is listed on stderr.
+    Export {
+        /// A pipeline file, or a name looked up in pipelines/.
+        file: String,
+        /// The engine.
+        #[arg(long, value_enum)]
+        format: crate::export::ExportFormat,
+        /// The container image every task runs: `kavi` on its PATH, the workspace at --workdir.
+        #[arg(long)]
+        image: String,
+        /// The workspace folder inside the container.
+        #[arg(long, default_value = "/workspace")]
+        workdir: String,
+        /// A PersistentVolumeClaim holding the workspace, mounted at --workdir in every task.
+        #[arg(long, value_name = "CLAIM")]
+        workspace_claim: Option<String>,
+        /// The ledger the tasks record into (their KAVI_LEDGER); the workspace's by default.
+        #[arg(long, value_name = "LEDGER")]
+        task_ledger: Option<String>,
+        /// At most this many tasks at once.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        parallelism: Option<u32>,
+        /// Write the manifest here instead of to stdout.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Validate a pipeline without running it.
     Check {
         /// A pipeline file, or a name looked up in pipelines/.
@@ -725,6 +787,39 @@ async fn in_workspace(
                     RunOrigin::User.into(),
                 )
                 .await
+            }
+            PipelineCommand::Start { pipeline, id_file } => steps::start(
+                &workspace,
+                &pipeline.file,
+                &pipeline.sets,
+                id_file.as_deref(),
+            ),
+            PipelineCommand::Step {
+                file,
+                run,
+                node,
+                options,
+            } => steps::step(&workspace, &file, run, &node, options).await,
+            PipelineCommand::End { file, run, json } => steps::end(&workspace, &file, run, json),
+            PipelineCommand::Export {
+                file,
+                format,
+                image,
+                workdir,
+                workspace_claim,
+                task_ledger,
+                parallelism,
+                output,
+            } => {
+                let options = crate::export::argo::ArgoOptions {
+                    image,
+                    workdir,
+                    workspace_claim,
+                    ledger: task_ledger,
+                    parallelism,
+                    file: String::new(),
+                };
+                pipeline::export(&workspace, &file, format, options, output.as_deref())
             }
             PipelineCommand::Check { file } => pipeline::check(&workspace, &file),
             PipelineCommand::List { json } => listing::pipelines(&workspace, json),

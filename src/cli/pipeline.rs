@@ -89,45 +89,8 @@ pub async fn run(
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
     crate::sandbox::cleanup::sweep(&mut ledger)?;
-    let artifacts = super::open_store(workspace)?;
-    let config = &workspace.config;
-    let state_paths = vec![
-        config.ledger.clone(),
-        PathBuf::from(format!("{}-wal", config.ledger.display())),
-        PathBuf::from(format!("{}-shm", config.ledger.display())),
-        crate::ledger::locks_dir(&config.ledger),
-        config.artifacts.clone(),
-    ];
     let screen = Screen::new();
-    let child_screen = Arc::clone(&screen);
-    let owner =
-        Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
-            context: "failed to claim the run's lock beside the ledger".into(),
-            source,
-        })?;
-    let env = Environment {
-        owner: Arc::new(owner),
-        workspace: Arc::from(workspace.root.as_path()),
-        templates,
-        artifacts,
-        sandboxes: Arc::from(config.sandboxes.as_path()),
-        ledger: Arc::from(config.ledger.as_path()),
-        state_paths: Arc::from(state_paths),
-        config: workspace.run_config(),
-        jobs: workspace.config.jobs,
-        use_cache: !options.no_cache,
-        depth: 0,
-        toolchains: Arc::new(workspace.toolchain_home()),
-        child_runs: Arc::new(ChildRunner {
-            observer: Box::new(move |depth| observer(json, &child_screen, depth)),
-        }),
-        live_output: (options.stream && !json).then(|| {
-            Arc::new(StreamPrinter {
-                screen: Arc::clone(&screen),
-            }) as Arc<dyn crate::nodes::LiveNodeOutput>
-        }),
-    };
-
+    let env = environment(workspace, templates, options, &screen)?;
     let cancel = super::cancel_on_signals("running nodes");
 
     let mut console = observer(json, &screen, 0);
@@ -148,38 +111,100 @@ pub async fn run(
             serde_json::to_string_pretty(&detail).expect("run detail serializes")
         );
     } else {
-        let mut counts: Vec<(NodeState, usize)> = Vec::new();
-        for node in crate::ledger::final_attempts(&detail.nodes) {
-            match counts.iter_mut().find(|(s, _)| *s == node.state) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((node.state, 1)),
-            }
-        }
-        counts.sort_by_key(|(state, _)| NodeState::ALL.iter().position(|s| s == state));
-        let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
-        outln!(
-            "run {} {} in {}: {}",
-            outcome.run_id,
-            outcome.status,
-            duration_ms(i64::try_from(outcome.duration_ms).unwrap_or(i64::MAX)),
-            counts.join(", ")
-        );
-        report_skills(&ledger, outcome.run_id)?;
-        if outcome.status == RunStatus::AwaitingReview {
-            outln!(
-                "awaiting review: decide with `kavi approve {id} --comment ...` or `kavi reject {id} --comment ...`",
-                id = outcome.run_id
-            );
-        } else if outcome.status != RunStatus::Succeeded {
-            outln!("see the details with: kavi runs show {}", outcome.run_id);
+        let duration = i64::try_from(outcome.duration_ms).unwrap_or(i64::MAX);
+        report_run(&ledger, &detail, outcome.status, duration)?;
+    }
+    Ok(run_exit_code(outcome.status))
+}
+
+/// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
+pub(super) fn environment(
+    workspace: &Workspace,
+    templates: Arc<TemplateEngine>,
+    options: RunOptions,
+    screen: &Arc<Screen>,
+) -> Result<Environment, Error> {
+    let json = options.json;
+    let artifacts = super::open_store(workspace)?;
+    let config = &workspace.config;
+    let state_paths = vec![
+        config.ledger.clone(),
+        PathBuf::from(format!("{}-wal", config.ledger.display())),
+        PathBuf::from(format!("{}-shm", config.ledger.display())),
+        crate::ledger::locks_dir(&config.ledger),
+        config.artifacts.clone(),
+    ];
+    let child_screen = Arc::clone(screen);
+    let owner =
+        Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
+            context: "failed to claim the run's lock beside the ledger".into(),
+            source,
+        })?;
+    Ok(Environment {
+        owner: Arc::new(owner),
+        workspace: Arc::from(workspace.root.as_path()),
+        templates,
+        artifacts,
+        sandboxes: Arc::from(config.sandboxes.as_path()),
+        ledger: Arc::from(config.ledger.as_path()),
+        state_paths: Arc::from(state_paths),
+        config: workspace.run_config(),
+        jobs: workspace.config.jobs,
+        use_cache: !options.no_cache,
+        depth: 0,
+        toolchains: Arc::new(workspace.toolchain_home()),
+        child_runs: Arc::new(ChildRunner {
+            observer: Box::new(move |depth| observer(json, &child_screen, depth)),
+        }),
+        live_output: (options.stream && !json).then(|| {
+            Arc::new(StreamPrinter {
+                screen: Arc::clone(screen),
+            }) as Arc<dyn crate::nodes::LiveNodeOutput>
+        }),
+    })
+}
+
+/// The line that sums up a finished run, what its skills became, and what to do next.
+pub(super) fn report_run(
+    ledger: &Ledger,
+    detail: &crate::ledger::RunDetail,
+    status: RunStatus,
+    millis: i64,
+) -> Result<(), Error> {
+    let run_id = detail.run.id;
+    let mut counts: Vec<(NodeState, usize)> = Vec::new();
+    for node in crate::ledger::final_attempts(&detail.nodes) {
+        match counts.iter_mut().find(|(s, _)| *s == node.state) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((node.state, 1)),
         }
     }
-    Ok(match outcome.status {
+    counts.sort_by_key(|(state, _)| NodeState::ALL.iter().position(|s| s == state));
+    let counts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    outln!(
+        "run {run_id} {status} in {}: {}",
+        duration_ms(millis),
+        counts.join(", ")
+    );
+    report_skills(ledger, run_id)?;
+    if status == RunStatus::AwaitingReview {
+        outln!(
+            "awaiting review: decide with `kavi approve {run_id} --comment ...` or `kavi reject {run_id} --comment ...`"
+        );
+    } else if status != RunStatus::Succeeded {
+        outln!("see the details with: kavi runs show {run_id}");
+    }
+    Ok(())
+}
+
+/// The exit code of a run that ended in `status` (see docs/exit-codes.md).
+pub(super) fn run_exit_code(status: RunStatus) -> i32 {
+    match status {
         RunStatus::Succeeded => exit::SUCCESS,
         RunStatus::Cancelled => super::cancelled_exit_code(),
         RunStatus::AwaitingReview => exit::AWAITING_REVIEW,
         _ => exit::RUN_FAILED,
-    })
+    }
 }
 
 /// What became of each skill the run moved through its lifecycle, and what to do with it now.
@@ -213,6 +238,36 @@ pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
         plural(stages, "stage"),
         plural(pipeline.params.len(), "parameter"),
     );
+    Ok(exit::SUCCESS)
+}
+
+/// `kavi pipeline export`: the manifest on stdout (or into `output`), and what the engine does
+/// not carry out itself on stderr.
+pub fn export(
+    workspace: &Workspace,
+    file: &str,
+    format: crate::export::ExportFormat,
+    mut options: crate::export::argo::ArgoOptions,
+    output: Option<&Path>,
+) -> Result<i32, Error> {
+    let (pipeline, _) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    // Inside the container, kavi finds the file where it is in the workspace.
+    options.file = pipeline.source.path.display().to_string();
+    let export = match format {
+        crate::export::ExportFormat::Argo => crate::export::argo::export(&dag, &options),
+    };
+    let text = serde_json::to_string_pretty(&export.manifest).expect("a manifest serializes");
+    match output {
+        None => outln!("{text}"),
+        Some(path) => std::fs::write(path, format!("{text}\n")).map_err(|source| Error::Io {
+            context: format!("failed to write {}", path.display()),
+            source,
+        })?,
+    }
+    for note in &export.notes {
+        eprintln!("note: {note}");
+    }
     Ok(exit::SUCCESS)
 }
 

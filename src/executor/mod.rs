@@ -12,6 +12,7 @@
 //! whose own work reads or writes the ledger starts only once everything before it is committed.
 
 mod recorder;
+mod step;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -28,9 +29,11 @@ use crate::dag::Dag;
 use crate::ledger::{CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
 use crate::nodes::{ChildRun, ChildRuns, Environment, NodeContext, NodeOutcome};
 use crate::spec::Pipeline;
+use crate::spec::governing::Role;
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
 use recorder::{Recorder, Write};
+pub use step::{Progress, StepOutcome, execute_step, progress, rows_by_node, settle_external_run};
 
 /// Something worth telling the user about, as it happens.
 #[derive(Debug)]
@@ -134,6 +137,19 @@ pub struct Reused {
     pub outputs: Value,
 }
 
+/// The run's configuration as part of every node key, from the run's governing set: each key
+/// has the node's own governing files, and the configuration is the run's.
+fn config_parts(members: &[GoverningMember<'_>]) -> Vec<(String, String)> {
+    members
+        .iter()
+        .filter(|(role, ..)| *role == Role::Config)
+        .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash.clone()))
+        .collect()
+}
+
+/// A member of a run's governing set: role, path, hash and text.
+pub type GoverningMember<'t> = (Role, String, String, &'t str);
+
 struct Finished {
     index: usize,
     attempt: u32,
@@ -202,34 +218,16 @@ pub async fn execute(
     let RunStart { origin, reuse } = start;
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
-    let node_list: Vec<(&str, &str)> = pipeline
-        .nodes
-        .iter()
-        .map(|n| (n.id.as_str(), n.kind))
-        .collect();
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
     let members = governing.members();
-    // Each node key has the node's own governing files; the configuration is the run's.
-    let config_parts = members
-        .iter()
-        .filter(|(role, ..)| *role == crate::spec::governing::Role::Config)
-        .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash.clone()))
-        .collect();
-    let governing_refs: Vec<(&str, &str, &str, &str)> = members
-        .iter()
-        .map(|(role, path, hash, text)| (role.as_str(), path.as_str(), hash.as_str(), *text))
-        .collect();
-    let run_id = ledger.create_run(NewRun {
-        pipeline: &pipeline.name,
-        spec_path: &pipeline.source.path.display().to_string(),
-        spec_hash: &pipeline.spec_hash,
-        spec_text: &pipeline.source.text,
-        params: &params,
+    let run_id = create_run(
+        pipeline,
+        &params,
+        &members,
+        ledger,
         origin,
-        owner: env.owner.name(),
-        nodes: &node_list,
-        governing: &governing_refs,
-    })?;
+        env.owner.name(),
+    )?;
     observer.event(&Event::RunStarted {
         run_id,
         pipeline: &pipeline.name,
@@ -237,38 +235,9 @@ pub async fn execute(
         nodes: pipeline.nodes.len(),
     });
     let started = Instant::now();
-    let recorder = Recorder::start(ledger, run_id)?;
-    let mut executor = Executor {
-        dag,
-        env,
-        ledger,
-        observer,
-        params,
-        run_id,
-        slots: (0..dag.len())
-            .map(|i| Slot {
-                state: None,
-                waiting_on: dag.dependencies(i).count(),
-                entry: Value::Null,
-                cache: None,
-            })
-            .collect(),
-        ready: BinaryHeap::new(),
-        to_start: BinaryHeap::new(),
-        retries: BinaryHeap::new(),
-        running: JoinSet::new(),
-        nodes_cancel: cancel.child_token(),
-        budget_spent: false,
-        attempts_started: 0,
-        http_attempts_started: 0,
-        run_cancel: cancel,
-        stop_reason: None,
-        failed: false,
-        awaiting_review: false,
-        reuse,
-        config_parts,
-        recorder,
-    };
+    let mut executor = Executor::new(dag, env, ledger, observer, params, run_id, cancel)?;
+    executor.config_parts = config_parts(&members);
+    executor.reuse = reuse;
     let result = executor.run_loop().await;
     if result.is_err() {
         // The ledger failed under us: stop everything we started before reporting it, without
@@ -304,7 +273,82 @@ pub async fn execute(
     })
 }
 
-impl Executor<'_> {
+/// Records a new run of `pipeline`, governed by `members` (its set resolved for the run), all
+/// its nodes pending; returns its id.
+pub fn create_run(
+    pipeline: &Pipeline,
+    params: &Value,
+    members: &[GoverningMember<'_>],
+    ledger: &mut Ledger,
+    origin: RunOrigin,
+    owner: &str,
+) -> Result<i64, LedgerError> {
+    let nodes: Vec<(&str, &str)> = pipeline
+        .nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.kind))
+        .collect();
+    let governing: Vec<(&str, &str, &str, &str)> = members
+        .iter()
+        .map(|(role, path, hash, text)| (role.as_str(), path.as_str(), hash.as_str(), *text))
+        .collect();
+    ledger.create_run(NewRun {
+        pipeline: &pipeline.name,
+        spec_path: &pipeline.source.path.display().to_string(),
+        spec_hash: &pipeline.spec_hash,
+        spec_text: &pipeline.source.text,
+        params,
+        origin,
+        owner,
+        nodes: &nodes,
+        governing: &governing,
+    })
+}
+
+impl<'a> Executor<'a> {
+    fn new(
+        dag: &'a Dag<'a>,
+        env: Arc<Environment>,
+        ledger: &'a mut Ledger,
+        observer: &'a mut (dyn Observer + Send),
+        params: Value,
+        run_id: i64,
+        cancel: CancellationToken,
+    ) -> Result<Self, LedgerError> {
+        let recorder = Recorder::start(ledger, run_id)?;
+        Ok(Executor {
+            dag,
+            env,
+            ledger,
+            observer,
+            params,
+            run_id,
+            slots: (0..dag.len())
+                .map(|i| Slot {
+                    state: None,
+                    waiting_on: dag.dependencies(i).count(),
+                    entry: Value::Null,
+                    cache: None,
+                })
+                .collect(),
+            ready: BinaryHeap::new(),
+            to_start: BinaryHeap::new(),
+            retries: BinaryHeap::new(),
+            running: JoinSet::new(),
+            nodes_cancel: cancel.child_token(),
+            budget_spent: false,
+            attempts_started: 0,
+            http_attempts_started: 0,
+            run_cancel: cancel,
+            stop_reason: None,
+            failed: false,
+            awaiting_review: false,
+            reuse: HashMap::new(),
+            config_parts: Vec::new(),
+            recorder,
+        })
+    }
+
     async fn run_loop(&mut self) -> Result<(), LedgerError> {
         let budget = self.dag.pipeline.budget;
         let wall = budget.wall.map(|limit| (Instant::now() + limit, limit));
@@ -342,7 +386,7 @@ impl Executor<'_> {
             tokio::select! {
                 joined = self.running.join_next(), if !self.running.is_empty() => {
                     let finished = joined.expect("join set is not empty").expect("node tasks do not panic");
-                    done += self.attempt_finished(finished)?;
+                    done += self.attempt_finished(finished)?.0;
                 }
                 () = sleep_until_opt(next_retry) => self.promote_due_retries(),
                 () = self.run_cancel.cancelled(), if self.stop_reason.is_none() => self.stop("run cancelled"),
@@ -814,7 +858,9 @@ impl Executor<'_> {
         Ok(())
     }
 
-    fn attempt_finished(&mut self, finished: Finished) -> Result<usize, LedgerError> {
+    /// Records an attempt's end; returns how many nodes finished (none when it is tried again)
+    /// and the state the attempt ended in.
+    fn attempt_finished(&mut self, finished: Finished) -> Result<(usize, NodeState), LedgerError> {
         let Finished {
             index,
             attempt,
@@ -876,7 +922,7 @@ impl Executor<'_> {
         if will_retry {
             let due = Instant::now() + node.retry.delay_before(attempt + 1);
             self.retries.push(Reverse((due, index, attempt + 1)));
-            return Ok(0);
+            return Ok((0, outcome.state));
         }
         self.slots[index].entry = json!({
             "state": outcome.state,
@@ -885,7 +931,7 @@ impl Executor<'_> {
             "outputs": outcome.outputs,
         });
         self.mark_done(index, outcome.state);
-        Ok(1)
+        Ok((1, outcome.state))
     }
 
     fn finish_without_running(
@@ -947,16 +993,26 @@ impl Executor<'_> {
 
     /// Records a node's final state and releases the nodes that were waiting on it.
     fn mark_done(&mut self, index: usize, state: NodeState) {
+        self.note_final(index, state);
+        let dependants: Vec<usize> = self.dag.dependants(index).collect();
+        for dependant in dependants {
+            let slot = &mut self.slots[dependant];
+            slot.waiting_on -= 1;
+            if slot.waiting_on == 0 {
+                self.ready.push(Reverse(dependant));
+            }
+        }
+    }
+
+    /// What a node's final state does to the run: a failure fails it (and stops it, when the
+    /// pipeline is fail_fast), a node awaiting review makes it wait.
+    fn note_final(&mut self, index: usize, state: NodeState) {
         self.slots[index].state = Some(state);
         if state == NodeState::AwaitingReview {
             self.awaiting_review = true;
         }
         let node = &self.dag.pipeline.nodes[index];
-        let counts_as_failure = matches!(
-            state,
-            NodeState::Failed | NodeState::TimedOut | NodeState::Blocked | NodeState::Cancelled
-        ) && node.on_failure == OnFailure::Stop;
-        if counts_as_failure && !self.run_cancel.is_cancelled() {
+        if counts_as_failure(node, state) && !self.run_cancel.is_cancelled() {
             self.failed = true;
             if self.dag.pipeline.fail_fast && state != NodeState::Blocked {
                 self.stop(&format!(
@@ -964,14 +1020,6 @@ impl Executor<'_> {
                     node.id,
                     describe_state(state)
                 ));
-            }
-        }
-        let dependants: Vec<usize> = self.dag.dependants(index).collect();
-        for dependant in dependants {
-            let slot = &mut self.slots[dependant];
-            slot.waiting_on -= 1;
-            if slot.waiting_on == 0 {
-                self.ready.push(Reverse(dependant));
             }
         }
     }
@@ -1013,6 +1061,14 @@ impl Executor<'_> {
             "config": self.env.config,
         }))
     }
+}
+
+/// Whether a node ending in `state` fails its run.
+pub fn counts_as_failure(node: &crate::spec::NodeSpec, state: NodeState) -> bool {
+    matches!(
+        state,
+        NodeState::Failed | NodeState::TimedOut | NodeState::Blocked | NodeState::Cancelled
+    ) && node.on_failure == OnFailure::Stop
 }
 
 /// Whether a node's templates read `nodes.<id>.outputs` (or all of `nodes`).

@@ -35,7 +35,7 @@ pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use escalations::EscalationRow;
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
-pub use owner::Owner;
+pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner};
 pub use sandboxes::{NewSandbox, SandboxLimits, SandboxRow};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
@@ -624,6 +624,7 @@ impl Ledger {
                 owners.insert(owner?);
             }
         }
+        owners.remove(owner::EXTERNAL);
         let mut recovered = Vec::new();
         for name in owners {
             let mut alive = false;
@@ -828,6 +829,15 @@ impl Ledger {
             }
         };
         found.ok_or_else(|| LedgerError::RunNotFound(reference.to_owned()))
+    }
+
+    /// Who owns run `run_id`: a kavi process's name, or [`owner::EXTERNAL`].
+    pub fn run_owner(&self, run_id: i64) -> Result<String> {
+        Ok(self
+            .conn
+            .query_row("SELECT owner FROM runs WHERE id = ?1", [run_id], |row| {
+                row.get(0)
+            })?)
     }
 
     /// One run's row.

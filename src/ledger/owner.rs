@@ -14,6 +14,11 @@ use std::sync::Arc;
 
 use crate::process::{CaptureOptions, Roster};
 
+/// The owner of a run whose nodes another scheduler drives (`kavi pipeline start`): no kavi
+/// process lives as long as such a run, so none holds a lock for it, and recovery leaves it
+/// alone; `kavi pipeline end` closes it.
+pub const EXTERNAL: &str = "external";
+
 /// An owner's lock file, by extension: `claiming` while it is being claimed, then `lock`.
 pub(super) const LOCKS: [&str; 2] = ["lock", "claiming"];
 /// An owner's roster, by extension.

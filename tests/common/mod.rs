@@ -38,6 +38,40 @@ pub fn kavi(dir: &Path, args: &[&str]) -> Output {
     kavi_command(dir, args).output().unwrap()
 }
 
+/// A Python environment under the target folder named `venv`, with `requirement` from PyPI
+/// (which makes `module` importable): `.ci/run` installs it there; elsewhere it is made on first
+/// use. `None`, with the reason printed, when it cannot be made here.
+pub fn python_with(venv: &str, requirement: &str, module: &str) -> Option<std::path::PathBuf> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(venv);
+    let python = venv.join("bin/python");
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    if ready(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", requirement])
+            .status()
+            .is_ok_and(|s| s.success());
+    if made && ready(&python) {
+        Some(python)
+    } else {
+        eprintln!(
+            "skipping: {requirement} could not be installed from PyPI (pip install '{requirement}')"
+        );
+        None
+    }
+}
+
 /// The JSON a successful command printed.
 pub fn json(output: &Output) -> Value {
     assert!(

@@ -1,0 +1,283 @@
+//! `kavi pipeline start|step|end`: a run whose nodes another scheduler orders (an Argo
+//! Workflows DAG, see `kavi pipeline export`), one process per node, recorded in the same
+//! ledger as any run (see [`crate::executor::execute_step`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::pipeline::{RunOptions, environment, load, report_run, run_exit_code};
+use super::progress::Screen;
+use crate::config::Workspace;
+use crate::dag::{self, Dag};
+use crate::error::{Error, exit};
+use crate::executor::{self, Progress};
+use crate::ledger::{EXTERNAL_OWNER, Ledger, RunDetail, RunOrigin};
+use crate::spec::Pipeline;
+use crate::spec::governing::Role;
+use crate::state::{NodeState, RunStatus};
+use crate::template::TemplateEngine;
+
+/// `kavi pipeline start`: records a run with every node pending, and prints its id (alone on
+/// stdout, for the scheduler to hand to the steps; also into `id_file` when given).
+pub fn start(
+    workspace: &Workspace,
+    file: &str,
+    sets: &[(String, String)],
+    id_file: Option<&Path>,
+) -> Result<i32, Error> {
+    let (pipeline, _) = load(workspace, file)?;
+    dag::compile(&pipeline)?;
+    let params = crate::spec::resolve_params(&pipeline.params, sets)
+        .map_err(|problems| Error::Usage(crate::diagnostic::Diagnostics(problems).to_string()))?;
+    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    let governing = pipeline
+        .governing
+        .resolved(&workspace.run_config(), &workspace.root);
+    let run_id = executor::create_run(
+        &pipeline,
+        &serde_json::Value::Object(params),
+        &governing.members(),
+        &mut ledger,
+        RunOrigin::User,
+        EXTERNAL_OWNER,
+    )?;
+    if let Some(path) = id_file {
+        std::fs::write(path, format!("{run_id}\n")).map_err(|source| Error::Io {
+            context: format!("failed to write the run id to {}", path.display()),
+            source,
+        })?;
+    }
+    outln!("{run_id}");
+    Ok(exit::SUCCESS)
+}
+
+/// A run started with `kavi pipeline start` that is still open, loaded with its pipeline, which
+/// must be governed as it was when the run started: a step under other rules would record
+/// results the run's governing set does not vouch for.
+fn open_run(workspace: &Workspace, file: &str, run_id: i64) -> Result<OpenRun, Error> {
+    let (pipeline, templates) = load(workspace, file)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let run = ledger.run_detail(ledger.resolve_run(&run_id.to_string())?)?;
+    if ledger.run_owner(run_id)? != EXTERNAL_OWNER {
+        return Err(Error::Usage(format!(
+            "run {run_id} is run by kavi itself, not node by node: steps are for runs started \
+             with `kavi pipeline start`"
+        )));
+    }
+    if run.run.spec_hash != pipeline.spec_hash {
+        return Err(Error::Usage(format!(
+            "run {run_id} is a run of {} ({}), not of {file} as it is now ({})",
+            run.run.spec_path, run.run.spec_hash, pipeline.spec_hash
+        )));
+    }
+    let changed = changed_rules(workspace, &pipeline, &ledger, run_id)?;
+    if !changed.is_empty() {
+        return Err(Error::Usage(format!(
+            "the files that govern run {run_id} changed since it started:\n  {}\nits steps must \
+             run under the rules it started with (`kavi policy diff {run_id}` shows the change)",
+            changed.join("\n  ")
+        )));
+    }
+    Ok(OpenRun {
+        pipeline,
+        templates,
+        ledger,
+        run,
+    })
+}
+
+/// What changed since run `run_id` started in the rules `pipeline` runs under: its pipeline
+/// files, chains, policies, templates and configuration, one line each. The workspace files its
+/// commands name (`script` members) are left out: the run's own nodes write some of them (a
+/// log, an output a later command names), and a run kavi schedules itself reads them once, when
+/// it starts, too.
+fn changed_rules(
+    workspace: &Workspace,
+    pipeline: &Pipeline,
+    ledger: &Ledger,
+    run_id: i64,
+) -> Result<Vec<String>, Error> {
+    let script = Role::Script.as_str();
+    let mut recorded: BTreeMap<String, (String, String)> = ledger
+        .governing(run_id)?
+        .into_iter()
+        .filter(|file| file.role != script)
+        .map(|file| (file.path, (file.role, file.spec_hash)))
+        .collect();
+    let governing = pipeline
+        .governing
+        .resolved(&workspace.run_config(), &workspace.root);
+    let mut changed = Vec::new();
+    for (role, path, hash, _) in governing.members() {
+        if role == Role::Script {
+            continue;
+        }
+        match recorded.remove(&path) {
+            Some((_, then)) if then == hash => {}
+            Some(_) => changed.push(format!("changed {path} ({role})")),
+            None => changed.push(format!("added {path} ({role})")),
+        }
+    }
+    changed.extend(
+        recorded
+            .into_iter()
+            .map(|(path, (role, _))| format!("removed {path} ({role})")),
+    );
+    Ok(changed)
+}
+
+struct OpenRun {
+    pipeline: Pipeline,
+    templates: Arc<TemplateEngine>,
+    ledger: Ledger,
+    run: RunDetail,
+}
+
+/// `kavi pipeline step`: decides one node of an open run and runs it once.
+pub async fn step(
+    workspace: &Workspace,
+    file: &str,
+    run_id: i64,
+    node: &str,
+    options: RunOptions,
+) -> Result<i32, Error> {
+    let OpenRun {
+        pipeline,
+        templates,
+        mut ledger,
+        run,
+    } = open_run(workspace, file, run_id)?;
+    let dag = dag::compile(&pipeline)?;
+    let Some(index) = pipeline.nodes.iter().position(|n| n.id == node) else {
+        return Err(Error::NotFound(format!(
+            "pipeline `{}` has no node `{node}`",
+            pipeline.name
+        )));
+    };
+    if run.run.status != RunStatus::Running {
+        return Err(Error::Usage(format!(
+            "run {run_id} is {}: its steps are over",
+            run.run.status
+        )));
+    }
+    check_needs(&dag, &run, index)?;
+    let screen = Screen::new();
+    let env = environment(workspace, templates, options, &screen)?;
+    let cancel = super::cancel_on_signals("the node");
+    let mut console: Box<dyn executor::Observer + Send> = if options.json {
+        Box::new(super::progress::Silent)
+    } else {
+        Box::new(super::progress::Console::new(Arc::clone(&screen), 0))
+    };
+    let outcome = executor::execute_step(
+        &dag,
+        Arc::new(env),
+        &mut ledger,
+        console.as_mut(),
+        cancel.clone(),
+        &run,
+        index,
+    )
+    .await?;
+    if options.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "run_id": run_id,
+                "node": node,
+                "attempt": outcome.attempt,
+                "state": outcome.state,
+                "retry": outcome.retry,
+            }))
+            .expect("a step's outcome serializes")
+        );
+    } else if outcome.retry {
+        outln!(
+            "run {run_id}: `{node}` attempt {} {}; its retry policy tries again (exit {})",
+            outcome.attempt,
+            outcome.state,
+            exit::RETRY
+        );
+    } else {
+        outln!(
+            "run {run_id}: `{node}` {} (attempt {})",
+            outcome.state,
+            outcome.attempt
+        );
+    }
+    Ok(if outcome.retry {
+        exit::RETRY
+    } else if cancel.is_cancelled() {
+        super::cancelled_exit_code()
+    } else {
+        step_exit_code(outcome.state)
+    })
+}
+
+/// What a step exits with for a node that ended in `state`: 0 when it succeeded or was
+/// skipped, 6 when it waits for a person, 1 when it did not run to success (failed, timed out,
+/// blocked, cancelled or interrupted), even when the run goes on without it: the scheduler shows
+/// the node as it was (an exported workflow continues on through an `on_failure = "continue"`
+/// node's failure).
+fn step_exit_code(state: NodeState) -> i32 {
+    match state {
+        NodeState::AwaitingReview => exit::AWAITING_REVIEW,
+        state if state.is_success() || state == NodeState::Skipped => exit::SUCCESS,
+        _ => exit::RUN_FAILED,
+    }
+}
+
+/// Refuses a step whose node needs one that has not finished in the run: the scheduler runs
+/// steps in the graph's order, so this is a step started out of turn.
+fn check_needs(dag: &Dag<'_>, run: &RunDetail, index: usize) -> Result<(), Error> {
+    let rows = executor::rows_by_node(run);
+    let nodes = &dag.pipeline.nodes;
+    for dep in dag.dependencies(index) {
+        let rows = rows
+            .get(nodes[dep].id.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        if !matches!(executor::progress(&nodes[dep], rows), Progress::Finished(_)) {
+            return Err(Error::Usage(format!(
+                "`{}` needs `{}`, which has not finished in run {}: its step comes first",
+                nodes[index].id, nodes[dep].id, run.run.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `kavi pipeline end`: closes an open run once its steps are over, recording the nodes no step
+/// decided, and exits as `kavi pipeline run` would have.
+pub fn end(workspace: &Workspace, file: &str, run_id: i64, json: bool) -> Result<i32, Error> {
+    let OpenRun {
+        pipeline,
+        mut ledger,
+        run,
+        ..
+    } = open_run(workspace, file, run_id)?;
+    let dag = dag::compile(&pipeline)?;
+    let status = if run.run.status == RunStatus::Running {
+        executor::settle_external_run(&dag, &mut ledger, &run)?
+    } else {
+        // Ended before: say how, again.
+        run.run.status
+    };
+    let detail = ledger.run_detail(run_id)?;
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&detail).expect("run detail serializes")
+        );
+    } else {
+        report_run(
+            &ledger,
+            &detail,
+            status,
+            detail.run.duration_ms.unwrap_or(0),
+        )?;
+    }
+    Ok(run_exit_code(status))
+}

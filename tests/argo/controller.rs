@@ -1,0 +1,246 @@
+//! A stand-in for the Argo Workflows controller, for the manifests `kavi pipeline export`
+//! writes: Kubernetes cannot run here. It carries out the part of Argo's semantics those
+//! manifests use, on real processes: the DAG's tasks in dependency order, each task's `depends`
+//! expression (`&&`, `||`, parentheses, `task.Phase`), a container as its `command` and `args`
+//! run in the workspace (the container's own `/tmp` becomes a folder of its own), global output
+//! parameters read from files, `retryStrategy` with `limit` and an exit-code `expression`, and
+//! the `onExit` handler. Tasks run one at a time.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// What became of one workflow.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Each task's phase: Succeeded, Failed or Omitted (its `depends` was false).
+    pub phases: HashMap<String, &'static str>,
+    /// Each task's exit codes, one per try.
+    pub exits: HashMap<String, Vec<i32>>,
+    /// The exit handler's exit code.
+    pub on_exit: Option<i32>,
+    /// The workflow's global output parameters.
+    pub globals: HashMap<String, String>,
+}
+
+/// Runs `manifest` in `workspace`, with `kavi` (the binary under test) for the containers'
+/// `kavi` command and `parameters` for the workflow's arguments (defaults otherwise).
+pub fn run(
+    manifest: &Value,
+    workspace: &Path,
+    kavi: &Path,
+    parameters: &[(&str, &str)],
+) -> Outcome {
+    let spec = &manifest["spec"];
+    let templates: HashMap<&str, &Value> = spec["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t))
+        .collect();
+    let mut outcome = Outcome {
+        phases: HashMap::new(),
+        exits: HashMap::new(),
+        on_exit: None,
+        globals: HashMap::new(),
+    };
+    let mut params: HashMap<String, String> = HashMap::new();
+    for p in spec["arguments"]["parameters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(value) = p["value"].as_str() {
+            params.insert(p["name"].as_str().unwrap().to_owned(), value.to_owned());
+        }
+    }
+    for (name, value) in parameters {
+        params.insert((*name).to_owned(), (*value).to_owned());
+    }
+    let entry = templates[spec["entrypoint"].as_str().unwrap()];
+    let tasks = entry["dag"]["tasks"].as_array().unwrap();
+    while outcome.phases.len() < tasks.len() {
+        let next = tasks.iter().find(|task| {
+            let name = task["name"].as_str().unwrap();
+            !outcome.phases.contains_key(name)
+                && referenced_tasks(task["depends"].as_str().unwrap_or(""))
+                    .iter()
+                    .all(|dep| outcome.phases.contains_key(dep.as_str()))
+        });
+        let task =
+            next.expect("a task is ready: the DAG has no cycle and every depends names a task");
+        let name = task["name"].as_str().unwrap().to_owned();
+        let depends = task["depends"].as_str().unwrap_or("");
+        if !depends.is_empty() && !Depends::new(depends, &outcome.phases).expression() {
+            outcome.phases.insert(name, "Omitted");
+            continue;
+        }
+        let template = templates[task["template"].as_str().unwrap()];
+        let (phase, exits) = run_template(template, workspace, kavi, &params, &mut outcome.globals);
+        outcome.phases.insert(name.clone(), phase);
+        outcome.exits.insert(name, exits);
+    }
+    if let Some(handler) = spec["onExit"].as_str() {
+        let (_, exits) = run_template(
+            templates[handler],
+            workspace,
+            kavi,
+            &params,
+            &mut outcome.globals,
+        );
+        outcome.on_exit = exits.last().copied();
+    }
+    outcome
+}
+
+/// Runs a container template, trying again as its `retryStrategy` says; returns its phase and
+/// the exit code of each try.
+fn run_template(
+    template: &Value,
+    workspace: &Path,
+    kavi: &Path,
+    params: &HashMap<String, String>,
+    globals: &mut HashMap<String, String>,
+) -> (&'static str, Vec<i32>) {
+    let container = &template["container"];
+    assert_eq!(container["command"], serde_json::json!(["kavi"]));
+    let own_tmp = tempfile::tempdir().unwrap();
+    let substitute = |arg: &str, globals: &HashMap<String, String>| {
+        let mut arg = arg.replace("/tmp/", &format!("{}/", own_tmp.path().display()));
+        for (name, value) in params {
+            arg = arg.replace(&format!("{{{{workflow.parameters.{name}}}}}"), value);
+        }
+        for (name, value) in globals {
+            arg = arg.replace(
+                &format!("{{{{workflow.outputs.parameters.{name}}}}}"),
+                value,
+            );
+        }
+        assert!(!arg.contains("{{"), "an unresolved variable in `{arg}`");
+        arg
+    };
+    let retry = &template["retryStrategy"];
+    let limit = retry["limit"].as_u64().unwrap_or(0);
+    // The exported expression is `asInt(lastRetry.exitCode) == N`.
+    let retry_on: Option<i32> = retry["expression"].as_str().map(|e| {
+        e.strip_prefix("asInt(lastRetry.exitCode) == ")
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("an expression the stand-in does not know: {e}"))
+    });
+    let mut exits = Vec::new();
+    loop {
+        let args: Vec<String> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| substitute(a.as_str().unwrap(), globals))
+            .collect();
+        let status = Command::new(kavi)
+            .args(&args)
+            .current_dir(workspace)
+            .env_remove("RUST_LOG")
+            .env("KAVI_SANDBOXES", super::common::sandboxes())
+            .env("KAVI_TOOLCHAINS", super::common::toolchains())
+            .output()
+            .unwrap();
+        let code = status.status.code().unwrap_or(-1);
+        exits.push(code);
+        let tries = u64::try_from(exits.len()).unwrap();
+        if code != 0 && retry_on == Some(code) && tries <= limit {
+            continue;
+        }
+        if code != 0 {
+            return ("Failed", exits);
+        }
+        break;
+    }
+    for output in template["outputs"]["parameters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let path = substitute(output["valueFrom"]["path"].as_str().unwrap(), globals);
+        let value = std::fs::read_to_string(path).unwrap().trim().to_owned();
+        if let Some(global) = output["globalName"].as_str() {
+            globals.insert(global.to_owned(), value);
+        }
+    }
+    ("Succeeded", exits)
+}
+
+/// The task names a `depends` expression reads.
+fn referenced_tasks(depends: &str) -> Vec<String> {
+    depends
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .filter(|word| !word.is_empty())
+        .map(|word| word.split('.').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Evaluates a `depends` expression over the phases of the tasks that ended.
+struct Depends<'a> {
+    tokens: Vec<String>,
+    at: usize,
+    phases: &'a HashMap<String, &'static str>,
+}
+
+impl<'a> Depends<'a> {
+    fn new(text: &str, phases: &'a HashMap<String, &'static str>) -> Self {
+        let spaced = text
+            .replace('(', " ( ")
+            .replace(')', " ) ")
+            .replace("&&", " && ")
+            .replace("||", " || ");
+        Depends {
+            tokens: spaced.split_whitespace().map(str::to_owned).collect(),
+            at: 0,
+            phases,
+        }
+    }
+
+    fn next(&mut self) -> Option<String> {
+        let token = self.tokens.get(self.at).cloned();
+        self.at += 1;
+        token
+    }
+
+    fn peek(&self) -> Option<&str> {
+        self.tokens.get(self.at).map(String::as_str)
+    }
+
+    fn expression(&mut self) -> bool {
+        let mut value = self.conjunction();
+        while self.peek() == Some("||") {
+            self.next();
+            value |= self.conjunction();
+        }
+        value
+    }
+
+    fn conjunction(&mut self) -> bool {
+        let mut value = self.operand();
+        while self.peek() == Some("&&") {
+            self.next();
+            value &= self.operand();
+        }
+        value
+    }
+
+    fn operand(&mut self) -> bool {
+        let token = self.next().expect("an operand");
+        if token == "(" {
+            let value = self.expression();
+            assert_eq!(self.next().as_deref(), Some(")"));
+            return value;
+        }
+        let (task, phase) = token.split_once('.').unwrap_or((token.as_str(), ""));
+        let actual = self.phases[task];
+        match phase {
+            // A bare name: the task succeeded (or was skipped).
+            "" => matches!(actual, "Succeeded" | "Skipped"),
+            phase => actual == phase,
+        }
+    }
+}

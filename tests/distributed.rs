@@ -1,0 +1,363 @@
+//! Runs that another scheduler drives, node by node (`kavi pipeline start|step|end`), and the
+//! Argo Workflows manifests `kavi pipeline export` writes for them: real `kavi` processes, a
+//! real ledger file, and the manifests checked against Argo's published schema.
+
+mod common;
+#[path = "argo/controller.rs"]
+mod controller;
+
+use std::path::Path;
+
+use common::{json, kavi};
+use serde_json::Value;
+
+/// A pipeline with one of everything a step decides: a parameter, a `when` that is false, a
+/// node that fails twice before it succeeds (retried), one that reads another's outputs, a
+/// failure that does not stop the run, one that does, a node it blocks, a failure handler and
+/// a cleanup node.
+const PARITY: &str = r#"
+[pipeline]
+name = "parity"
+
+[params.word]
+type = "string"
+default = "kavi"
+
+[nodes.greet]
+kind = "exec"
+run = ["echo", "hello {{ params.word }}"]
+
+[nodes.flaky]
+kind = "exec"
+needs = ["greet"]
+shell = "n=$(cat tries 2>/dev/null || echo 0); echo $((n + 1)) > tries; test $n -ge 2"
+retry = { attempts = 3 }
+
+[nodes.echo_back]
+kind = "exec"
+needs = ["flaky"]
+run = ["echo", "{{ nodes.greet.outputs.stdout }}"]
+
+[nodes.skipped]
+kind = "exec"
+needs = ["greet"]
+when = "params.word == 'nobody'"
+run = ["false"]
+
+[nodes.tolerated]
+kind = "exec"
+needs = ["greet"]
+run = ["false"]
+on_failure = "continue"
+
+[nodes.hard_fail]
+kind = "exec"
+needs = ["echo_back", "tolerated"]
+run = ["sh", "-c", "exit 3"]
+
+[nodes.blocked]
+kind = "exec"
+needs = ["hard_fail"]
+run = ["true"]
+
+[nodes.handler]
+kind = "exec"
+needs = ["hard_fail"]
+trigger = "failure"
+run = ["echo", "handled"]
+
+[nodes.cleanup]
+kind = "exec"
+needs = ["blocked", "handler", "skipped"]
+trigger = "always"
+run = ["echo", "cleaned"]
+"#;
+
+fn workspace_with(pipeline: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pipelines")).unwrap();
+    std::fs::write(dir.path().join("kavi.toml"), "# a workspace\n").unwrap();
+    std::fs::write(dir.path().join("pipelines/parity.toml"), pipeline).unwrap();
+    dir
+}
+
+fn code(output: &std::process::Output) -> i32 {
+    output.status.code().unwrap()
+}
+
+fn text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every node run of a run, as (node, attempt, state, exit code, outputs), in the ledger's order.
+fn node_runs(root: &Path, run: &str) -> Vec<(String, i64, String, Value, Value)> {
+    let detail = json(&kavi(root, &["runs", "show", run, "--json"]));
+    detail["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node_id"].as_str().unwrap().to_owned(),
+                n["attempt"].as_i64().unwrap(),
+                n["state"].as_str().unwrap().to_owned(),
+                n["exit_code"].clone(),
+                n["outputs"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn export(root: &Path, file: &str, extra: &[&str]) -> Value {
+    let mut args = vec![
+        "pipeline",
+        "export",
+        file,
+        "--format",
+        "argo",
+        "--image",
+        "registry.example/kavi:test",
+    ];
+    args.extend_from_slice(extra);
+    json(&kavi(root, &args))
+}
+
+#[test]
+fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
+    // The same pipeline twice, each in a workspace of its own: once as `kavi pipeline run`
+    // schedules it, once as Argo would, task by task, from the exported manifest.
+    let local = workspace_with(PARITY);
+    let run = kavi(
+        local.path(),
+        &["pipeline", "run", "parity", "--set", "word=argo"],
+    );
+    assert_eq!(code(&run), 1, "{}", text(&run));
+    let expected = node_runs(local.path(), "latest");
+
+    let driven = workspace_with(PARITY);
+    let manifest = export(driven.path(), "parity", &["--workspace-claim", "ws"]);
+    let outcome = controller::run(
+        &manifest,
+        driven.path(),
+        Path::new(env!("CARGO_BIN_EXE_kavi")),
+        &[("word", "argo")],
+    );
+    let run_id = &outcome.globals["kavi-run"];
+    assert_eq!(node_runs(driven.path(), run_id), expected);
+
+    // Argo saw what kavi decided: the retried node asked twice for another try, the failure
+    // that stops the run failed its task, the tolerated one too (its task continues on), and
+    // what kavi skipped or blocked ran as a task that recorded so.
+    assert_eq!(outcome.exits["node-flaky"], [75, 75, 0]);
+    assert_eq!(outcome.phases["node-hard-fail"], "Failed");
+    assert_eq!(outcome.phases["node-tolerated"], "Failed");
+    assert_eq!(outcome.phases["node-skipped"], "Succeeded");
+    assert_eq!(outcome.phases["node-blocked"], "Failed");
+    assert_eq!(outcome.phases["node-cleanup"], "Succeeded");
+    // The exit handler closed the run as `kavi pipeline run` did, with its exit code.
+    assert_eq!(outcome.on_exit, Some(1));
+    let detail = json(&kavi(driven.path(), &["runs", "show", run_id, "--json"]));
+    assert_eq!(detail["status"], "failed");
+    assert_eq!(detail["params"]["word"], "argo");
+    common::assert_ledger_verifies(driven.path());
+}
+
+#[test]
+fn a_step_refuses_what_would_record_a_result_the_run_does_not_vouch_for() {
+    let dir = workspace_with(PARITY);
+    let root = dir.path();
+    let start = kavi(root, &["pipeline", "start", "parity"]);
+    assert_eq!(code(&start), 0, "{}", text(&start));
+    let run = String::from_utf8_lossy(&start.stdout).trim().to_owned();
+    let step = |node: &str| kavi(root, &["pipeline", "step", "parity", "--run", &run, node]);
+
+    // Out of turn: what it needs has not finished.
+    let early = step("flaky");
+    assert_eq!(code(&early), 2, "{}", text(&early));
+    assert!(
+        text(&early).contains("`flaky` needs `greet`, which has not finished"),
+        "{}",
+        text(&early)
+    );
+
+    // Another kavi opening the ledger meanwhile does not take the run for an abandoned one.
+    kavi(root, &["runs", "list"]);
+    let detail = json(&kavi(root, &["runs", "show", &run, "--json"]));
+    assert_eq!(detail["status"], "running");
+
+    let greet = step("greet");
+    assert_eq!(code(&greet), 0, "{}", text(&greet));
+    // Again: the node is decided; the step says so and runs nothing.
+    let again = step("greet");
+    assert_eq!(code(&again), 0, "{}", text(&again));
+    let greets = node_runs(root, &run)
+        .into_iter()
+        .filter(|(node, ..)| node == "greet")
+        .count();
+    assert_eq!(greets, 1);
+
+    // The rules changed since the run started: a policy, the configuration, the pipeline.
+    std::fs::write(root.join("kavi.toml"), "jobs = 3\n").unwrap();
+    let changed = step("flaky");
+    assert_eq!(code(&changed), 2, "{}", text(&changed));
+    assert!(
+        text(&changed).contains("changed kavi.toml (config)"),
+        "{}",
+        text(&changed)
+    );
+    std::fs::write(root.join("kavi.toml"), "# a workspace\n").unwrap();
+    let edited = format!("{PARITY}\n# edited\n");
+    std::fs::write(root.join("pipelines/parity.toml"), edited).unwrap();
+    let other = step("flaky");
+    assert_eq!(code(&other), 2, "{}", text(&other));
+    assert!(text(&other).contains("not of parity"), "{}", text(&other));
+    std::fs::write(root.join("pipelines/parity.toml"), PARITY).unwrap();
+
+    // Only runs started for steps take them.
+    let own = kavi(root, &["pipeline", "run", "parity"]);
+    let own_id = json(&kavi(root, &["runs", "show", "--json"]))["id"].to_string();
+    assert_eq!(code(&own), 1, "{}", text(&own));
+    let refused = kavi(
+        root,
+        &["pipeline", "step", "parity", "--run", &own_id, "greet"],
+    );
+    assert_eq!(code(&refused), 2, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("not node by node"),
+        "{}",
+        text(&refused)
+    );
+
+    // The run ends with what no step decided recorded, not left pending.
+    let end = kavi(
+        root,
+        &["pipeline", "end", "parity", "--run", &run, "--json"],
+    );
+    assert_eq!(code(&end), 1, "{}", text(&end));
+    let detail: Value = serde_json::from_slice(&end.stdout).unwrap();
+    assert_eq!(detail["status"], "interrupted");
+    let states: Vec<&str> = detail["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states.iter().filter(|s| **s == "cancelled").count(), 8);
+    assert!(!states.contains(&"pending"), "{states:?}");
+    // A step after the end is refused; the end again changes nothing.
+    let late = step("flaky");
+    assert_eq!(code(&late), 2, "{}", text(&late));
+    let end_again = kavi(root, &["pipeline", "end", "parity", "--run", &run]);
+    assert_eq!(code(&end_again), 1, "{}", text(&end_again));
+    common::assert_ledger_verifies(root);
+}
+
+/// Argo's published JSON Schema for `Workflow`, as the models hera generates from it (see
+/// tests/argo/validate.py), accepts every shipped pipeline's manifest, and the validator
+/// catches a manifest Argo would reject.
+#[test]
+fn exported_manifests_are_valid_argo_workflows() {
+    let Some(python) = common::python_with("argo-schema", "hera==7.1.0", "hera") else {
+        return;
+    };
+    let validate = |manifest: &Value| {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), manifest.to_string()).unwrap();
+        let output = std::process::Command::new(&python)
+            .arg(common::repo().join("tests/argo/validate.py"))
+            .arg(file.path())
+            .output()
+            .unwrap();
+        (output.status.success(), text(&output))
+    };
+    let dir = common::shipped_workspace();
+    let root = dir.path();
+    std::fs::write(root.join("pipelines/parity.toml"), PARITY).unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(root.join("pipelines"))
+        .unwrap()
+        .map(|entry| format!("pipelines/{}", entry.unwrap().file_name().to_string_lossy()))
+        .collect();
+    files.sort();
+    assert!(files.contains(&"pipelines/forge_attempt.toml".to_owned()));
+    for file in &files {
+        let manifest = export(
+            root,
+            file,
+            &[
+                "--workspace-claim",
+                "kavi-workspace",
+                "--task-ledger",
+                "/ledger/ledger.db",
+                "--parallelism",
+                "4",
+            ],
+        );
+        let (valid, report) = validate(&manifest);
+        assert!(valid, "{file}: {report}");
+    }
+
+    let mut broken = export(root, "pipelines/forge_attempt.toml", &[]);
+    broken["spec"]["templates"][1]["container"]["arguments"] = serde_json::json!(["x"]);
+    let (valid, report) = validate(&broken);
+    assert!(
+        !valid && report.contains("container.arguments: not a field"),
+        "{report}"
+    );
+}
+
+#[test]
+fn an_export_lists_what_argo_does_not_carry_out_itself() {
+    let dir = workspace_with(PARITY);
+    let output = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "export",
+            "parity",
+            "--format",
+            "argo",
+            "--image",
+            "kavi:test",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", text(&output));
+    let notes = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "node `skipped`: its `when` is decided by kavi",
+        "node `handler`: runs only when a node it needs did not succeed",
+        "node `cleanup`: runs only after the nodes it needs, whatever they did",
+        "the tasks share no workspace",
+        "give --task-ledger",
+    ] {
+        assert!(
+            notes.contains(expected),
+            "missing `{expected}` in:\n{notes}"
+        );
+    }
+    let manifest: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let annotation = manifest["metadata"]["annotations"]["kavi.dev/notes"]
+        .as_str()
+        .unwrap();
+    assert!(annotation.contains("node `skipped`"), "{annotation}");
+    // Mapped, not noted: the retry, the tolerated failure, the parameter.
+    let templates = manifest["spec"]["templates"].as_array().unwrap();
+    let flaky = templates
+        .iter()
+        .find(|t| t["name"] == "node-flaky")
+        .unwrap();
+    assert_eq!(flaky["retryStrategy"]["limit"], 2);
+    let tasks = templates[0]["dag"]["tasks"].as_array().unwrap();
+    let tolerated = tasks
+        .iter()
+        .find(|t| t["name"] == "node-tolerated")
+        .unwrap();
+    assert_eq!(tolerated["continueOn"]["failed"], true);
+    assert_eq!(
+        manifest["spec"]["arguments"]["parameters"][0]["value"],
+        "kavi"
+    );
+}
