@@ -1,7 +1,7 @@
 //! Build attempts: each is its own row with an attempt number and a parent build, so a skill's
 //! lineage of attempts can be read back.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use super::db::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
@@ -41,7 +41,7 @@ const BUILD_COLUMNS: &str = "id, skill, attempt, parent_build, run_id, status, p
                              exit_code, started_at, finished_at, failure_kind, research_note, \
                              advisory, advisory_error";
 
-fn build_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRow> {
+fn build_row(r: &super::db::Row) -> super::db::Result<BuildRow> {
     Ok(BuildRow {
         id: r.get(0)?,
         skill: r.get(1)?,
@@ -64,9 +64,7 @@ fn build_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BuildRow> {
 impl Ledger {
     /// Starts the next build attempt of a skill; its parent is the skill's previous build.
     pub fn start_build(&mut self, skill: &str, run_id: i64, node_id: &str) -> Result<NewBuild> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let exists: Option<String> = tx
             .query_row("SELECT name FROM skills WHERE name = ?1", [skill], |r| {
                 r.get(0)
@@ -84,12 +82,12 @@ impl Ledger {
             .optional()?;
         let attempt = previous.map_or(1, |(_, a)| a + 1);
         let parent_build = previous.map(|(id, _)| id);
-        tx.execute(
+        let id: i64 = tx.query_row(
             "INSERT INTO builds (skill, attempt, parent_build, run_id, node_id, status, started_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6)",
+             VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6) RETURNING id",
             params![skill, attempt, parent_build, run_id, node_id, now()],
+            |row| row.get(0),
         )?;
-        let id = tx.last_insert_rowid();
         tx.commit()?;
         Ok(NewBuild {
             id,
@@ -108,9 +106,7 @@ impl Ledger {
         log: Option<&Artifact>,
     ) -> Result<()> {
         let now = now();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         for artifact in [Some(packet), log].into_iter().flatten() {
             keep_artifact(&tx, artifact, &now)?;
         }
@@ -136,9 +132,7 @@ impl Ledger {
         failure_kind: &str,
         note: &Artifact,
     ) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         keep_artifact(&tx, note, &now())?;
         tx.execute(
             "UPDATE builds SET failure_kind = ?1, research_note = ?2 WHERE id = ?3",
@@ -154,9 +148,7 @@ impl Ledger {
         build_id: i64,
         advisory: std::result::Result<&Artifact, &str>,
     ) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let (sha, error) = match advisory {
             Ok(artifact) => {
                 keep_artifact(&tx, artifact, &now())?;
@@ -178,7 +170,7 @@ impl Ledger {
             "SELECT {BUILD_COLUMNS} FROM builds WHERE skill = ?1 ORDER BY attempt"
         ))?;
         let rows = stmt.query_map([skill], build_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// One build, by id.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use super::db::{Db, OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -43,7 +43,7 @@ pub struct RecordedKey {
     pub note: Option<String>,
 }
 
-pub(super) fn record(tx: &Connection, node_run_id: i64, cache: &CacheRecord) -> Result<()> {
+pub(super) fn record(tx: &Db, node_run_id: i64, cache: &CacheRecord) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO node_cache (node_run_id, key, parts, files, source, note)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -68,7 +68,7 @@ const RECORDED_KEY: &str =
     "SELECT c.node_run_id, n.run_id, c.key, c.parts, c.files, c.source, c.note
      FROM node_cache c JOIN node_runs n ON n.id = c.node_run_id";
 
-fn recorded_key(row: &Row<'_>) -> rusqlite::Result<RecordedKey> {
+fn recorded_key(row: &Row) -> super::db::Result<RecordedKey> {
     Ok(RecordedKey {
         node_run_id: row.get(0)?,
         run_id: row.get(1)?,

@@ -10,8 +10,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use super::db::{Db, params};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use rusqlite::params;
 
 use super::{Ledger, Result, now};
 
@@ -79,7 +79,7 @@ impl Ledger {
     /// Signs the journal's head with `key` and records the checkpoint.
     pub fn checkpoint(&self, key: &SigningKey) -> Result<Option<Signed>> {
         let head: Option<(i64, String)> =
-            rusqlite::OptionalExtension::optional(self.conn.query_row(
+            super::db::OptionalExtension::optional(self.conn.query_row(
                 "SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1",
                 [],
                 |row| Ok((row.get(0)?, row.get(1)?)),
@@ -120,12 +120,8 @@ pub struct Signed {
 
 impl Signed {
     /// Why this checkpoint does not hold, if it does not.
-    fn problem(
-        &self,
-        conn: &rusqlite::Connection,
-        trusted: Option<&VerifyingKey>,
-    ) -> Result<Option<String>> {
-        let journaled: Option<String> = rusqlite::OptionalExtension::optional(conn.query_row(
+    fn problem(&self, conn: &Db, trusted: Option<&VerifyingKey>) -> Result<Option<String>> {
+        let journaled: Option<String> = super::db::OptionalExtension::optional(conn.query_row(
             "SELECT hash FROM journal WHERE seq = ?1",
             [self.seq],
             |row| row.get(0),
@@ -202,7 +198,7 @@ pub fn logged(key: &Path, ledger: &Path) -> Vec<Signed> {
 /// hash it signed, the signature holds, and the key is `trusted` (when one is known). Returns how
 /// many there are, and the problems.
 pub(super) fn verify(
-    conn: &rusqlite::Connection,
+    conn: &Db,
     trusted: Option<&VerifyingKey>,
     logged: &[Signed],
 ) -> Result<(usize, Vec<String>)> {
@@ -220,7 +216,7 @@ pub(super) fn verify(
                 },
             ))
         })?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::db::Result<_>>()?;
     for (id, signed) in &recorded {
         if let Some(problem) = signed.problem(conn, trusted)? {
             problems.push(format!("checkpoint {id}: {problem}"));

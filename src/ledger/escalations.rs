@@ -1,6 +1,6 @@
 //! Escalations: a run stopped for a person's decision, and the decision (who, when, what).
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use super::db::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -24,7 +24,7 @@ pub struct EscalationRow {
     pub policy: Option<String>,
 }
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EscalationRow> {
+fn row(r: &super::db::Row) -> super::db::Result<EscalationRow> {
     Ok(EscalationRow {
         id: r.get(0)?,
         skill: r.get(1)?,
@@ -58,12 +58,12 @@ impl Ledger {
         triggers: &Value,
         policy: Option<&str>,
     ) -> Result<i64> {
-        self.conn.execute(
+        Ok(self.conn.query_row(
             "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at, policy)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6) RETURNING id",
             params![skill, run_id, node_id, triggers.to_string(), now(), policy],
-        )?;
-        Ok(self.conn.last_insert_rowid())
+            |row| row.get(0),
+        )?)
     }
 
     /// The files the `copy_back` nodes of run `run_id` and its child runs wrote, as (target
@@ -76,7 +76,7 @@ impl Ledger {
         ))?;
         let outputs = stmt
             .query_map([run_id], |r| super::json_column(r, 0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            .collect::<super::db::Result<Vec<_>>>()?;
         let mut paths: Vec<(String, String)> = outputs
             .into_iter()
             .flatten()
@@ -118,7 +118,7 @@ impl Ledger {
         ))?;
         Ok(stmt
             .query_map([run_id], row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?)
+            .collect::<super::db::Result<Vec<_>>>()?)
     }
 
     /// Records a decision on every pending escalation of a run and of its child runs (a forge
@@ -131,9 +131,7 @@ impl Ledger {
         actor: &str,
         comment: Option<&str>,
     ) -> Result<Vec<EscalationRow>> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let now = now();
         let status = if approve { "approved" } else { "rejected" };
         let changed = tx.execute(
@@ -162,7 +160,7 @@ impl Ledger {
                  WHERE run_id IN (SELECT id FROM tree) AND decided_at = ?2 ORDER BY id"
             ))?;
             stmt.query_map(params![run_id, now], row)?
-                .collect::<rusqlite::Result<Vec<_>>>()?
+                .collect::<super::db::Result<Vec<_>>>()?
         };
         tx.commit()?;
         Ok(decided)

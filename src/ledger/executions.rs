@@ -1,7 +1,7 @@
 //! Executions of trusted skills: one row per attempt to run a skill (from `kavi skill run`, a
 //! chain step, or a replay), linked to the execution it follows by `parent`.
 
-use rusqlite::{OptionalExtension, params};
+use super::db::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -48,7 +48,7 @@ pub struct ExecutionRecord {
 const COLUMNS: &str = "id, parent, skill, source_hash, side_effect, input, output, success, error, \
                        started_at, finished_at, duration_ms, chain, step, run_id, confinement, skill_version, caller";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ExecutionRecord> {
+fn row(r: &super::db::Row) -> super::db::Result<ExecutionRecord> {
     Ok(ExecutionRecord {
         execution_id: r.get(0)?,
         parent_execution_id: r.get(1)?,
@@ -133,7 +133,7 @@ impl Ledger {
         ))?;
         let found = stmt
             .query_map([pattern], row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            .collect::<super::db::Result<Vec<_>>>()?;
         // Ids have one length, so a whole id is never the prefix of another.
         match found.as_slice() {
             [one] if !id.is_empty() => Ok(one.clone()),
@@ -174,6 +174,6 @@ impl Ledger {
              ORDER BY started_at, rowid"
         ))?;
         let rows = stmt.query_map([id], row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 }

@@ -6,7 +6,7 @@
 //! Rows are deleted through kavi's own connection, so the journal records each deletion and
 //! `kavi ledger verify` still holds afterwards.
 
-use rusqlite::params;
+use super::db::params;
 use serde::Serialize;
 
 use super::{Ledger, Result};
@@ -56,7 +56,7 @@ impl Ledger {
             .conn
             .prepare("SELECT id FROM runs WHERE status IN ('pending', 'running') ORDER BY id")?
             .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?)
+            .collect::<super::db::Result<_>>()?)
     }
 
     /// How many kept sandboxes are due for removal, without settling or removing anything
@@ -140,7 +140,7 @@ impl Ledger {
         pruned.runs = tx
             .prepare("SELECT id FROM gc_roots ORDER BY id")?
             .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         let tree_size: usize = tx.query_row(
             &format!("{PRUNED_TREE} SELECT count(*) FROM tree"),
             [],
@@ -164,7 +164,7 @@ impl Ledger {
                    AND m.name NOT IN ('node_run_artifacts', 'artifact_contents')",
             )?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         let referenced_elsewhere = referencing
             .iter()
             // NOT IN a list holding NULL is never true: leave the NULLs out.
@@ -189,7 +189,7 @@ impl Ledger {
                  ORDER BY a.sha256"
             ))?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<super::db::Result<_>>()?;
         if dry_run {
             return Ok(pruned);
         }

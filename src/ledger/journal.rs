@@ -22,8 +22,8 @@
 
 use std::collections::HashMap;
 
+use super::db::{Db, Transaction, params};
 use rusqlite::functions::FunctionFlags;
-use rusqlite::{Connection, Transaction, params};
 use sha2::{Digest, Sha256};
 
 use super::Result;
@@ -43,7 +43,7 @@ const UNJOURNALED: &[&str] = &[
 
 /// Registers the hash function the triggers call. A connection without it (the `sqlite3` shell,
 /// say) cannot write a journaled table unless it drops the triggers, which `verify` reports.
-pub(super) fn register(conn: &Connection) -> rusqlite::Result<()> {
+pub(super) fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     conn.create_scalar_function(
         HASH_FUNCTION,
         1,
@@ -119,7 +119,7 @@ impl Table {
     }
 
     /// Every row as (key, content), computed as the triggers compute them.
-    fn rows(&self, conn: &Connection) -> Result<Vec<(String, String)>> {
+    fn rows(&self, conn: &Db) -> Result<Vec<(String, String)>> {
         let sql = format!(
             "SELECT {}, {} FROM \"{}\" AS t",
             self.key_sql("t"),
@@ -128,15 +128,15 @@ impl Table {
         );
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 }
 
-fn tables(conn: &Connection) -> Result<Vec<Table>> {
+fn tables(conn: &Db) -> Result<Vec<Table>> {
     let names: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
         .query_map([], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::db::Result<_>>()?;
     let mut tables = Vec::new();
     for name in names {
         if UNJOURNALED.contains(&name.as_str()) {
@@ -168,7 +168,7 @@ fn tables(conn: &Connection) -> Result<Vec<Table>> {
 /// The last entry of every row the journal knows: (table, key) → (seq, op, content).
 type Latest = HashMap<(String, String), (i64, String, String)>;
 
-fn latest(conn: &Connection) -> Result<Latest> {
+fn latest(conn: &Db) -> Result<Latest> {
     let mut latest = Latest::new();
     let mut stmt = conn.prepare("SELECT seq, tbl, op, key, content FROM journal ORDER BY seq")?;
     let entries = stmt.query_map([], |row| {
@@ -257,7 +257,7 @@ pub struct Findings {
 /// Recomputes the chain and checks every table against it, every stored spec, and every
 /// artifact file in `store`.
 pub fn verify(
-    conn: &Connection,
+    conn: &Db,
     store: &super::ArtifactStore,
     trusted: Option<&ed25519_dalek::VerifyingKey>,
     logged: &[super::checkpoint::Signed],
@@ -266,10 +266,10 @@ pub fn verify(
     // The chain.
     let mut stmt =
         conn.prepare("SELECT seq, tbl, op, key, content, prev, hash FROM journal ORDER BY seq")?;
-    let mut entries = stmt.query([])?;
     let mut expected_prev = String::new();
     let mut expected_seq = 1;
-    while let Some(row) = entries.next()? {
+    let mut broken = false;
+    stmt.for_each([], |row| {
         let (seq, table, op, key, content, prev, hash): (
             i64,
             String,
@@ -307,12 +307,16 @@ pub fn verify(
         if let Some(problem) = problem {
             findings.problems.push(problem);
             // One break in the chain makes every later entry suspect; the first is named.
-            return Ok(findings);
+            broken = true;
+            return Ok(false);
         }
         expected_prev = hash;
         expected_seq += 1;
+        Ok(true)
+    })?;
+    if broken {
+        return Ok(findings);
     }
-    drop(entries);
     drop(stmt);
 
     // The tables against the chain.
@@ -321,7 +325,7 @@ pub fn verify(
     let triggers: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")?
         .query_map([], |row| row.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<super::db::Result<_>>()?;
     for table in &tables {
         for op in ["insert", "update", "delete"] {
             if !triggers.contains(&table.trigger_name(op)) {
@@ -440,7 +444,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         {
-            let conn = Connection::open(&path).unwrap();
+            let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
                 .unwrap();
             for migration in &schema::MIGRATIONS[..15] {
@@ -468,7 +472,7 @@ mod tests {
             .unwrap()
             .query_map([], |row| row.get(0))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<crate::ledger::db::Result<_>>()
             .unwrap();
         assert_eq!(ops, ["snapshot", "snapshot"]);
 

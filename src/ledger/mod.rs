@@ -11,6 +11,7 @@ mod artifacts;
 mod builds;
 mod cache;
 pub mod checkpoint;
+pub mod db;
 mod escalations;
 mod executions;
 mod gc;
@@ -25,7 +26,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use db::{Db, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -45,10 +46,7 @@ use crate::state::{NodeState, RunStatus};
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("failed to open the ledger at {}: {source}", path.display())]
-    Open {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
+    Open { path: PathBuf, source: db::DbError },
     #[error(
         "the ledger at {} has schema version {found}, newer than this kavi knows ({known}); upgrade kavi",
         path.display()
@@ -59,7 +57,7 @@ pub enum LedgerError {
         known: usize,
     },
     #[error("ledger query failed: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Db(#[from] db::DbError),
     #[error("ledger file operation failed: {0}")]
     Io(#[from] std::io::Error),
     #[error(
@@ -104,7 +102,7 @@ pub fn short_hash(hash: &str) -> String {
 }
 
 /// Records a stored artifact's row (once: content already recorded is left as it is).
-fn keep_artifact(conn: &Connection, artifact: &Artifact, at: &str) -> rusqlite::Result<()> {
+fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> db::Result<()> {
     conn.prepare_cached(
         "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -138,7 +136,7 @@ pub fn format_time(time: jiff::Timestamp) -> String {
 }
 
 pub struct Ledger {
-    conn: Connection,
+    conn: Db,
     locks_dir: PathBuf,
 }
 
@@ -329,7 +327,7 @@ const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, s
                            finished_at, duration_ms, parent_run, error, resumed_from, started_by, \
                            governing_hash";
 
-fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+fn run_row(row: &db::Row) -> db::Result<RunRow> {
     Ok(RunRow {
         id: row.get(0)?,
         pipeline: row.get(1)?,
@@ -348,23 +346,18 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     })
 }
 
-fn json_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
+fn json_column(row: &db::Row, index: usize) -> db::Result<Option<Value>> {
     let text: Option<String> = row.get(index)?;
     text.map(|t| serde_json::from_str(&t))
         .transpose()
-        .map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
+        .map_err(|e| db::DbError::Conversion {
+            column: index,
+            message: e.to_string(),
         })
 }
 
-fn enum_column<T: std::str::FromStr<Err = String>>(
-    row: &rusqlite::Row<'_>,
-    index: usize,
-) -> rusqlite::Result<T> {
-    let text: String = row.get(index)?;
-    text.parse().map_err(|e: String| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, e.into())
-    })
+fn enum_column<T: std::str::FromStr<Err = String>>(row: &db::Row, index: usize) -> db::Result<T> {
+    row.parse(index, |text| text.parse::<T>())
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -402,10 +395,9 @@ impl Ledger {
         let path = self
             .conn
             .path()
-            .filter(|path| !path.is_empty())
             .ok_or_else(|| std::io::Error::other("this ledger is not a file one can open again"))?;
         Ok(Self {
-            conn: connect(Path::new(path))?,
+            conn: connect(path)?,
             locks_dir: self.locks_dir.clone(),
         })
     }
@@ -422,17 +414,16 @@ impl Ledger {
                 .iter()
                 .map(|(role, path, hash, _)| (*role, *path, *hash)),
         );
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         tx.execute(
             "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
             params![new.spec_hash, new.spec_path, new.spec_text, now],
         )?;
-        tx.execute(
+        let run_id: i64 = tx.query_row(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
                                resumed_from, owner, started_by, governing_hash)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10)",
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10)
+             RETURNING id",
             params![
                 new.pipeline,
                 new.spec_path,
@@ -445,8 +436,8 @@ impl Ledger {
                 crate::identity::actor(),
                 governing_hash,
             ],
+            |row| row.get(0),
         )?;
-        let run_id = tx.last_insert_rowid();
         // Prepared once: a run may have many governing files, and each statement fires the
         // journal's triggers, which SQLite compiles anew with every preparation.
         let mut spec = tx.prepare_cached(
@@ -670,9 +661,7 @@ impl Ledger {
     /// Marks what `owner` left unfinished as interrupted, in one transaction; returns the runs.
     fn mark_interrupted(&mut self, owner: &str) -> Result<Vec<i64>> {
         let now = now();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let runs = tx
             .prepare(
                 "UPDATE runs SET status = 'interrupted', finished_at = ?1,
@@ -680,7 +669,7 @@ impl Ledger {
                  WHERE owner = ?2 AND status = 'running' RETURNING id",
             )?
             .query_map(params![now, owner], |row| row.get::<_, i64>(0))?
-            .collect::<rusqlite::Result<Vec<i64>>>()?;
+            .collect::<db::Result<Vec<i64>>>()?;
         for run_id in &runs {
             tx.execute(
                 "UPDATE node_runs SET state = 'interrupted', finished_at = ?1,
@@ -748,7 +737,7 @@ impl Ledger {
             ],
             run_row,
         )?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<db::Result<_>>()?)
     }
 
     /// A stored artifact's row, by its SHA-256 or a unique prefix of it.
@@ -766,7 +755,7 @@ impl Ledger {
                     inline: None,
                 })
             })?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<db::Result<_>>()?;
         match <[Artifact; 1]>::try_from(found) {
             Ok([artifact]) if !hex.is_empty() => Ok(artifact),
             _ => Err(LedgerError::ArtifactNotFound(prefix.to_owned())),
@@ -899,7 +888,7 @@ impl Ledger {
                         path: row.get(4)?,
                     })
                 })?
-                .collect::<rusqlite::Result<_>>()?;
+                .collect::<db::Result<_>>()?;
             nodes.push(node);
         }
         let governing = self.governing(run_id)?;
@@ -910,7 +899,7 @@ impl Ledger {
                 "SELECT {RUN_COLUMNS} FROM runs WHERE parent_run = ?1 ORDER BY id"
             ))?
             .query_map([run_id], run_row)?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<db::Result<_>>()?;
         Ok(RunDetail {
             run,
             governing,
@@ -934,7 +923,7 @@ impl Ledger {
                     spec_hash: row.get(2)?,
                 })
             })?
-            .collect::<rusqlite::Result<_>>()?)
+            .collect::<db::Result<_>>()?)
     }
 
     /// The stored text of a spec, by its hash (`sha256:<hex>`, or a unique prefix of the hex).
@@ -947,7 +936,7 @@ impl Ledger {
             .query_map([format!("sha256:{hex}%")], |row| {
                 Ok((row.get(0)?, row.get(1)?))
             })?
-            .collect::<rusqlite::Result<_>>()?;
+            .collect::<db::Result<_>>()?;
         match found.as_slice() {
             // A spec is served only if it still is what its name says.
             [(name, text)] if !hex.is_empty() && crate::spec::spec_hash(text) != *name => {
@@ -963,12 +952,12 @@ impl Ledger {
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to the ledger file at `path`, set up as every kavi connection is.
-fn connect(path: &Path) -> Result<Connection> {
-    let open_error = |source| LedgerError::Open {
+fn connect(path: &Path) -> Result<Db> {
+    let open_error = |source: rusqlite::Error| LedgerError::Open {
         path: path.to_owned(),
-        source,
+        source: source.into(),
     };
-    let conn = Connection::open(path).map_err(open_error)?;
+    let conn = rusqlite::Connection::open(path).map_err(open_error)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
     enable_wal(&conn).map_err(open_error)?;
     // In WAL mode NORMAL is durable against process crashes; only power loss may drop the
@@ -978,7 +967,7 @@ fn connect(path: &Path) -> Result<Connection> {
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open_error)?;
     journal::register(&conn).map_err(open_error)?;
-    Ok(conn)
+    Ok(Db::from_sqlite(conn))
 }
 
 /// Switches the file to WAL, retrying while another process holds a lock.
@@ -987,7 +976,7 @@ fn connect(path: &Path) -> Result<Connection> {
 /// processes open a fresh ledger at once, the switch fails with `SQLITE_BUSY`, or silently leaves
 /// the old journal mode in place (the pragma answers with the mode in force). Either way, retry
 /// until the file answers `wal`.
-fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
+fn enable_wal(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
     loop {
         let mode = conn
@@ -1014,7 +1003,7 @@ fn enable_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+fn migrate(conn: &mut Db, path: &Path) -> Result<()> {
     // Almost always the schema is current: say so from a read, without taking the write lock
     // every kavi command would otherwise take (and commit) just to open the ledger.
     let has_version = conn
@@ -1035,7 +1024,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
     }
     // Older, newer or new: decided again under the write lock, which another kavi may have
     // taken to migrate first.
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn.transaction()?;
     tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")?;
     let current: Option<i64> = tx
         .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
@@ -1120,7 +1109,7 @@ pub(crate) mod tests {
                     panic!("round {round}: {e}");
                 }
             }
-            let mode: String = Connection::open(&path)
+            let mode: String = rusqlite::Connection::open(&path)
                 .unwrap()
                 .query_row("PRAGMA journal_mode", [], |row| row.get(0))
                 .unwrap();
@@ -1255,7 +1244,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         drop(Ledger::open(&path).unwrap());
-        let conn = Connection::open(&path).unwrap();
+        let conn = rusqlite::Connection::open(&path).unwrap();
         let version: i64 = conn
             .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
             .unwrap();

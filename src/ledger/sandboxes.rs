@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use super::db::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::{Ledger, LedgerError, format_time, millis, now};
@@ -58,7 +58,7 @@ const SANDBOX_COLUMNS: &str = "id, path, run_id, node_id, policy, max_file_bytes
                                max_total_bytes, max_changed_files, keep_failed_ms, status, \
                                created_at, keep_until, removed_at, error";
 
-fn sandbox_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SandboxRow> {
+fn sandbox_row(r: &super::db::Row) -> super::db::Result<SandboxRow> {
     let unsigned = |i: usize| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
     Ok(SandboxRow {
         id: r.get(0)?,
@@ -98,14 +98,12 @@ fn after(keep: Duration) -> String {
 impl Ledger {
     /// Records a new sandbox and its manifest, in one transaction.
     pub fn record_sandbox(&mut self, new: NewSandbox<'_>) -> Result<i64> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute(
+        let tx = self.conn.transaction()?;
+        let id: i64 = tx.query_row(
             "INSERT INTO sandboxes (path, run_id, node_id, policy, max_file_bytes,
                                     max_total_bytes, max_changed_files, keep_failed_ms,
                                     status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'active', ?9)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'active', ?9) RETURNING id",
             params![
                 new.path.display().to_string(),
                 new.run_id,
@@ -117,8 +115,8 @@ impl Ledger {
                 millis(new.limits.keep_failed),
                 now(),
             ],
+            |row| row.get(0),
         )?;
-        let id = tx.last_insert_rowid();
         {
             let mut insert = tx.prepare(
                 "INSERT INTO sandbox_entries (sandbox_id, path, kind, mode, size, links, sha256,
@@ -178,21 +176,19 @@ impl Ledger {
                 target: r.get(6)?,
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// A run ended: its sandboxes are due for removal now if it succeeded; otherwise they are
     /// kept for as long as their policy says.
     pub fn settle_sandboxes(&mut self, run_id: i64, succeeded: bool) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let active: Vec<(i64, i64)> = {
             let mut stmt = tx.prepare(
                 "SELECT id, keep_failed_ms FROM sandboxes WHERE run_id = ?1 AND status = 'active'",
             )?;
             stmt.query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?
+                .collect::<super::db::Result<_>>()?
         };
         for (id, keep_ms) in active {
             let keep = if succeeded {
@@ -218,7 +214,7 @@ impl Ledger {
                  WHERE s.status = 'active' AND r.status != 'running'",
             )?;
             stmt.query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?
+                .collect::<super::db::Result<_>>()?
         };
         for run_id in orphaned {
             self.settle_sandboxes(run_id, false)?;
@@ -228,7 +224,7 @@ impl Ledger {
              WHERE status = 'kept' AND keep_until <= ?1 ORDER BY id"
         ))?;
         let rows = stmt.query_map([now()], sandbox_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// Records that a sandbox's folder is gone, or why it could not be removed.
@@ -253,6 +249,6 @@ impl Ledger {
             "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE status != 'removed' ORDER BY id"
         ))?;
         let rows = stmt.query_map([], sandbox_row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 }

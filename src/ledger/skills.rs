@@ -1,6 +1,6 @@
 //! Skills in the ledger: proposals and every lifecycle transition, with who and which run.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use super::db::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
@@ -87,9 +87,7 @@ impl Ledger {
     /// transition, in one transaction.
     pub fn propose_skill(&mut self, new: &NewSkill<'_>) -> Result<()> {
         let now = now();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let exists: Option<String> = tx
             .query_row("SELECT name FROM skills WHERE name = ?1", [new.name], |r| {
                 r.get(0)
@@ -134,9 +132,7 @@ impl Ledger {
         from_states: &[&str],
         check: impl FnOnce(&str, &str) -> Result<(), String>,
     ) -> Result<i64> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let Standing {
             state: from,
             trusted_version: trusted,
@@ -203,9 +199,7 @@ impl Ledger {
         actor: &str,
         comment: &str,
     ) -> Result<i64> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let Standing {
             state: from,
             version,
@@ -255,9 +249,7 @@ impl Ledger {
         actor: &str,
         comment: &str,
     ) -> Result<Transitioned> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let from = standing_of(&tx, name)?.state;
         check(&from, to).map_err(LedgerError::TransitionRefused)?;
         move_state(&tx, name, &from, to, (None, None), actor, Some(comment))?;
@@ -320,7 +312,7 @@ impl Ledger {
                     row.get::<_, String>(2)?,
                 ))
             })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            .collect::<super::db::Result<Vec<_>>>()?;
         let mut moved: Vec<(String, Vec<String>)> = Vec::new();
         for (skill, from, to) in rows {
             let index = match moved.iter().position(|(name, _)| *name == skill) {
@@ -352,7 +344,7 @@ impl Ledger {
                 comment: row.get(6)?,
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// Promotes a skill: `to` must be allowed from its state by `check`, and `current_hash` must
@@ -373,9 +365,7 @@ impl Ledger {
         comment: Option<&str>,
         tree: &[Artifact],
     ) -> Result<Transitioned> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let Standing {
             state: from,
             verified_hash: verified,
@@ -445,7 +435,7 @@ impl Ledger {
                 newer_version: (newest > version).then_some(newest),
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// Moves a skill to `to` if `check(from, to)` allows it. Reading the current state, checking
@@ -459,9 +449,7 @@ impl Ledger {
         actor: &str,
         comment: Option<&str>,
     ) -> Result<Transitioned> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         let from = standing_of(&tx, name)?.state;
         check(&from, to).map_err(LedgerError::TransitionRefused)?;
         move_state(&tx, name, &from, to, origin, actor, comment)?;
@@ -476,7 +464,7 @@ impl Ledger {
 /// Moves a skill's state and records the transition, inside the caller's transaction. Returns
 /// the time it recorded.
 fn move_state(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &super::db::Transaction<'_>,
     name: &str,
     from: &str,
     to: &str,
@@ -499,7 +487,7 @@ fn move_state(
 
 /// Records one version's spec, inside the caller's transaction.
 fn keep_version(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &super::db::Transaction<'_>,
     new: &NewSkill<'_>,
     version: i64,
     now: &str,
@@ -530,7 +518,7 @@ struct Standing {
 }
 
 /// Reads where a skill stands, inside the caller's transaction.
-fn standing_of(tx: &rusqlite::Transaction<'_>, name: &str) -> Result<Standing> {
+fn standing_of(tx: &super::db::Transaction<'_>, name: &str) -> Result<Standing> {
     tx.query_row(
         "SELECT state, version, trusted_version, verified_hash FROM skills WHERE name = ?1",
         [name],

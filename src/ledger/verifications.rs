@@ -1,6 +1,6 @@
 //! Verifications in the ledger: one row per gate result, with the report they belong to.
 
-use rusqlite::{TransactionBehavior, params};
+use super::db::params;
 use serde::Serialize;
 
 use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
@@ -52,9 +52,7 @@ impl Ledger {
         report: &Artifact,
     ) -> Result<(), LedgerError> {
         let now = now();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self.conn.transaction()?;
         keep_artifact(&tx, report, &now)?;
         for r in results {
             tx.execute(
@@ -114,6 +112,6 @@ impl Ledger {
                 source_hash: row.get(11)?,
             })
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 }
