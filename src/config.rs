@@ -331,7 +331,10 @@ impl Workspace {
         if let Err(message) = config.skill_timeout() {
             return Err(ConfigError::invalid(located(&["skill_timeout"], message)));
         }
-        config.ledger = root.join(&config.ledger);
+        // A server's URL is no path in the workspace.
+        if crate::ledger::postgres_url(&config.ledger).is_none() {
+            config.ledger = root.join(&config.ledger);
+        }
         config.artifacts = root.join(&config.artifacts);
         config.sandboxes = if config.sandboxes.as_os_str().is_empty() {
             default_sandboxes()

@@ -95,6 +95,7 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
         | LedgerError::ExecutionNotFound(_) => exit::NOT_FOUND,
         LedgerError::SkillExists(_)
         | LedgerError::NothingToDecide(_)
+        | LedgerError::CopyRefused(_)
         | LedgerError::ExecutionAmbiguous(_) => exit::USAGE,
         LedgerError::TransitionRefused(_) => exit::RUN_FAILED,
         _ => exit::ENVIRONMENT,

@@ -361,3 +361,311 @@ fn an_export_lists_what_argo_does_not_carry_out_itself() {
         "kavi"
     );
 }
+
+/// `kavi` in `root` with its ledger on the tests' PostgreSQL server at `url`.
+fn on_server(root: &Path, url: &str, args: &[&str]) -> std::process::Output {
+    common::kavi_command(root, args)
+        .env("KAVI_LEDGER", url)
+        .output()
+        .unwrap()
+}
+
+/// Every text the server's ledger keeps that could carry a secret: the journal holds each row's
+/// content, and the specs every governing file's text.
+fn server_texts(url: &str) -> String {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let mut texts = String::new();
+    for sql in [
+        "SELECT content || key FROM journal",
+        "SELECT text FROM specs",
+        "SELECT coalesce(error, '') || owner FROM runs",
+    ] {
+        for row in client.query(sql, &[]).unwrap() {
+            texts.push_str(&row.get::<_, String>(0));
+            texts.push('\n');
+        }
+    }
+    texts
+}
+
+#[test]
+fn the_readme_forge_runs_on_a_server_ledger_which_verifies_and_keeps_no_password() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    // The tests' server asks for the password its URL carries, which must be kept secret.
+    let password = url
+        .split_once("kavi:")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .map(|(password, _)| password.to_owned())
+        .unwrap();
+    let dir = common::shipped_workspace();
+    let root = dir.path();
+    let run = on_server(
+        root,
+        &url,
+        &["pipeline", "run", "forge.toml", "--set", "skill=word_count"],
+    );
+    assert_eq!(code(&run), 0, "{}", text(&run));
+    assert!(
+        text(&run).contains("skill `word_count` is TRUSTED"),
+        "{}",
+        text(&run)
+    );
+    let verify = on_server(root, &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+    assert!(text(&verify).starts_with("ok: "), "{}", text(&verify));
+    let doctor = on_server(root, &url, &["doctor"]);
+    assert!(
+        text(&doctor).contains("postgres://kavi:[redacted]@127.0.0.1"),
+        "{}",
+        text(&doctor)
+    );
+    for output in [&run, &verify, &doctor] {
+        assert!(!text(output).contains(&password), "{}", text(output));
+    }
+    assert!(!server_texts(&url).contains(&password));
+    common::assert_nowhere_under(root, &password);
+    // Nothing of the ledger went into the workspace's own SQLite file.
+    assert!(!root.join(".kavi/ledger.db").exists());
+
+    // The password can stay out of the URL: PGPASSWORD gives it, as to libpq. Without it, the
+    // server refuses, and kavi says so.
+    let bare = url.replacen(&format!(":{password}@"), "@", 1);
+    let listed = common::kavi_command(root, &["runs", "list"])
+        .env("KAVI_LEDGER", &bare)
+        .env("PGPASSWORD", &password)
+        .output()
+        .unwrap();
+    assert_eq!(code(&listed), 0, "{}", text(&listed));
+    assert!(text(&listed).contains("forge"), "{}", text(&listed));
+    let refused = common::kavi_command(root, &["runs", "list"])
+        .env("KAVI_LEDGER", &bare)
+        .env_remove("PGPASSWORD")
+        .output()
+        .unwrap();
+    assert_eq!(code(&refused), 4, "{}", text(&refused));
+    assert!(text(&refused).contains("password"), "{}", text(&refused));
+}
+
+/// Two checkouts of one workspace on two machines, one server ledger and one artifact store:
+/// the skill one promotes is TRUSTED on the other, which runs it.
+#[test]
+fn a_skill_promoted_by_one_kavi_is_trusted_by_another_on_the_same_server() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let store = tempfile::tempdir().unwrap();
+    let store = store.path().display().to_string();
+    let (first, second) = (common::shipped_workspace(), common::shipped_workspace());
+    let kavi_at = |root: &Path, args: &[&str]| {
+        common::kavi_command(root, args)
+            .env("KAVI_LEDGER", &url)
+            .env("KAVI_ARTIFACTS", &store)
+            .output()
+            .unwrap()
+    };
+    let forged = kavi_at(
+        first.path(),
+        &["pipeline", "run", "forge.toml", "--set", "skill=word_count"],
+    );
+    assert_eq!(code(&forged), 0, "{}", text(&forged));
+    // The second checkout gets the skill's files as a team does, through version control.
+    common::copy_dir(
+        &first.path().join("skills/word_count"),
+        &second.path().join("skills/word_count"),
+    );
+    let shown = json(&kavi_at(
+        second.path(),
+        &["skill", "show", "word_count", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+    let ran = kavi_at(
+        second.path(),
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            r#"{"text": "one two three"}"#,
+        ],
+    );
+    assert_eq!(code(&ran), 0, "{}", text(&ran));
+    let record: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(record["output"]["words"], 3);
+    // Its files changed on the second machine: drift, seen there, suspends it for both.
+    std::fs::write(
+        second.path().join("skills/word_count/skill.py"),
+        "print('changed')\n",
+    )
+    .unwrap();
+    let verified = kavi_at(second.path(), &["skill", "verify"]);
+    assert_eq!(code(&verified), 1, "{}", text(&verified));
+    let shown = json(&kavi_at(
+        first.path(),
+        &["skill", "show", "word_count", "--json"],
+    ));
+    assert_ne!(shown["skill"]["state"], "TRUSTED");
+}
+
+#[test]
+fn four_runs_at_once_on_one_server_lose_nothing() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let mut pipeline = String::from("[pipeline]\nname = \"many\"\n");
+    for i in 0..25 {
+        pipeline.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nrun = [\"echo\", \"node {i}\"]\n"
+        ));
+        if i >= 5 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 5));
+        }
+    }
+    let dir = workspace_with(&pipeline);
+    let root = dir.path();
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            common::kavi_command(
+                root,
+                &["pipeline", "run", "parity", "--jobs", "3", "--json"],
+            )
+            .env("KAVI_LEDGER", &url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for run in runs {
+        let output = run.wait_with_output().unwrap();
+        assert_eq!(code(&output), 0, "{}", text(&output));
+        let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(detail["status"], "succeeded");
+        let nodes = detail["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 25);
+        assert!(nodes.iter().all(|n| n["state"] == "succeeded"), "{nodes:?}");
+        ids.push(detail["id"].as_i64().unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    let listed = json(&on_server(root, &url, &["runs", "list", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 4);
+    let verify = on_server(root, &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+}
+
+#[test]
+fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(PARITY);
+    let root = dir.path();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("signing.key");
+    let with_key = |args: &[&str]| {
+        common::kavi_command(root, args)
+            .env("KAVI_SIGNING_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(code(&kavi(root, &["pipeline", "run", "parity"])), 1);
+    assert_eq!(code(&with_key(&["ledger", "keygen"])), 0);
+    assert_eq!(code(&with_key(&["ledger", "checkpoint"])), 0);
+    assert_eq!(
+        code(&kavi(
+            root,
+            &["pipeline", "run", "parity", "--set", "word=x"]
+        )),
+        1
+    );
+
+    let moved = with_key(&["ledger", "migrate", "--to", &url]);
+    assert_eq!(code(&moved), 0, "{}", text(&moved));
+    assert!(text(&moved).contains("2 runs"), "{}", text(&moved));
+    assert!(text(&moved).contains("1 checkpoints"), "{}", text(&moved));
+    assert!(
+        text(&moved).contains("the copy verifies"),
+        "{}",
+        text(&moved)
+    );
+    let on_copy = |args: &[&str]| {
+        common::kavi_command(root, args)
+            .env("KAVI_SIGNING_KEY", &key)
+            .env("KAVI_LEDGER", &url)
+            .output()
+            .unwrap()
+    };
+    let verify = on_copy(&["ledger", "verify", "--json"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+    let findings: Value = serde_json::from_slice(&verify.stdout).unwrap();
+    assert_eq!(findings["checkpoints"], 1);
+    // The copy goes on where the file stopped.
+    assert_eq!(code(&on_copy(&["pipeline", "run", "parity"])), 1);
+    let listed = json(&on_copy(&["runs", "list", "--json"]));
+    assert_eq!(listed[0]["id"], 3);
+    assert_eq!(code(&on_copy(&["ledger", "verify"])), 0);
+
+    // Into a database that holds a ledger: refused.
+    let again = with_key(&["ledger", "migrate", "--to", &url]);
+    assert_eq!(code(&again), 2, "{}", text(&again));
+    assert!(
+        text(&again).contains("holds a ledger already"),
+        "{}",
+        text(&again)
+    );
+    // A ledger changed outside kavi is not copied.
+    let mut ledger = common::LedgerConnection::open(root);
+    ledger.batch("DROP TRIGGER journal_runs_update; UPDATE runs SET status = 'succeeded';");
+    let Some(other) = common::postgres::database() else {
+        return;
+    };
+    let tampered = with_key(&["ledger", "migrate", "--to", &other]);
+    assert_eq!(code(&tampered), 1, "{}", text(&tampered));
+    assert!(
+        text(&tampered).contains("refused: the ledger does not verify"),
+        "{}",
+        text(&tampered)
+    );
+}
+
+/// A server's ledger names the kavi processes of every machine that uses it: a kavi recovers
+/// only what its own machine's dead processes left, and leaves the rest running.
+#[test]
+fn recovery_on_a_server_leaves_other_machines_runs_alone() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(PARITY);
+    let root = dir.path();
+    assert_eq!(
+        code(&on_server(root, &url, &["pipeline", "run", "parity"])),
+        1
+    );
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    for owner in ["123-456@elsewhere.example", &format!("124-457@{host}")] {
+        client
+            .execute(
+                "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, owner)
+                 SELECT pipeline, spec_path, spec_hash, params, 'running', started_at, $1
+                 FROM runs WHERE id = 1",
+                &[&owner],
+            )
+            .unwrap();
+    }
+    let listed = json(&on_server(root, &url, &["runs", "list", "--json"]));
+    let status = |id: i64| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|run| run["id"] == id)
+            .unwrap()["status"]
+            .clone()
+    };
+    assert_eq!(status(2), "running");
+    assert_eq!(status(3), "interrupted");
+}

@@ -1583,14 +1583,20 @@ fn logs_artifacts_listings_and_run_filters_read_what_was_recorded() {
     // A line of output is kept in the ledger, not in a file of its own; altered there, it is
     // refused on reading and reported by `ledger verify`.
     assert_eq!(stdout["path"], "");
-    let ledger = rusqlite::Connection::open(dir.path().join(".kavi/ledger.db")).unwrap();
-    let changed = ledger
-        .execute(
-            "UPDATE artifact_contents SET content = CAST('HELLO\n' AS BLOB) WHERE sha256 = ?1",
-            [sha],
+    let mut ledger = common::LedgerConnection::open(dir.path());
+    let set_content = |ledger: &mut common::LedgerConnection, text: &str| {
+        ledger.execute(
+            &format!(
+                "UPDATE artifact_contents SET content = CAST('{text}\n' AS BLOB) WHERE sha256 = ?1"
+            ),
+            &format!(
+                "UPDATE artifact_contents SET content = convert_to('{text}' || chr(10), 'UTF8') \
+                 WHERE sha256 = $1"
+            ),
+            sha,
         )
-        .unwrap();
-    assert_eq!(changed, 1);
+    };
+    assert_eq!(set_content(&mut ledger, "HELLO"), 1);
     let refused = kavi(dir.path(), &["artifact", "cat", sha]);
     assert_eq!(refused.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("was altered"));
@@ -1603,12 +1609,7 @@ fn logs_artifacts_listings_and_run_filters_read_what_was_recorded() {
         "{}",
         String::from_utf8_lossy(&verify.stdout)
     );
-    ledger
-        .execute(
-            "UPDATE artifact_contents SET content = CAST('hello\n' AS BLOB) WHERE sha256 = ?1",
-            [sha],
-        )
-        .unwrap();
+    set_content(&mut ledger, "hello");
 
     // Filters.
     let listed = |args: &[&str]| {
@@ -2085,7 +2086,14 @@ kind = "exec"
 run = ["sh", "-c", "touch reader.started; exec \"$0\" runs show \"$1\" --json", "{kavi_path}", "{{{{ run.id }}}}"]
 stdout = "json"
 needs = ["first"]
-"#
+env = {{ KAVI_LEDGER = "{ledger}" }}
+"#,
+            // The kavi it runs reads the same ledger (a server's, given to kavi by KAVI_LEDGER).
+            ledger = common::postgres::ledger_for(dir.path()).unwrap_or_else(|| dir
+                .path()
+                .join(".kavi/ledger.db")
+                .display()
+                .to_string()),
         ),
     );
     let mut run = kavi_command(dir.path(), &["pipeline", "run", "reads"])
@@ -2093,13 +2101,21 @@ needs = ["first"]
         .spawn()
         .unwrap();
     wait_for_file(&dir.path().join("started.pid"));
-    let lock = rusqlite::Connection::open(dir.path().join(".kavi/ledger.db")).unwrap();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // The write lock: SQLite's, or the advisory lock kavi's writers take on a server.
+    let (take, release) = match common::postgres::ledger_for(dir.path()) {
+        None => ("BEGIN IMMEDIATE", "COMMIT"),
+        Some(_) => (
+            "SELECT pg_advisory_lock(1801549417)",
+            "SELECT pg_advisory_unlock(1801549417)",
+        ),
+    };
+    let mut lock = common::LedgerConnection::open(dir.path());
+    lock.batch(take);
     std::fs::write(dir.path().join("go"), "").unwrap();
     // Long enough for `first` to end and a reader that did not wait to start.
     std::thread::sleep(Duration::from_secs(1));
     let started_early = dir.path().join("reader.started").exists();
-    lock.execute_batch("COMMIT").unwrap();
+    lock.batch(release);
     assert!(run.wait().unwrap().success());
     assert!(
         !started_early,

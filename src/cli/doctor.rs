@@ -55,7 +55,8 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
     ));
     // Doctor only reads: a workspace where nothing was recorded yet has no ledger, and that is
     // fine (the first run makes it and the artifact store).
-    if !config.ledger.exists() {
+    let on_server = crate::ledger::postgres_url(&config.ledger).is_some();
+    if !on_server && !config.ledger.exists() {
         found.push(check(
             "ledger",
             Status::Ok,
@@ -209,7 +210,11 @@ fn ledger_checks(workspace: &Workspace) -> Vec<Check> {
             Ok(runs) => check(
                 "ledger",
                 Status::Ok,
-                format!("{} ({} runs)", config.ledger.display(), runs.len()),
+                format!(
+                    "{} ({} runs)",
+                    crate::ledger::display_location(&config.ledger),
+                    runs.len()
+                ),
             ),
             Err(e) => check("ledger", Status::Fail, e.to_string()),
         },

@@ -40,25 +40,33 @@ fn key_path(workspace: &Workspace) -> Result<&Path, Error> {
 pub(super) fn findings(
     workspace: &Workspace,
 ) -> Result<(Findings, Option<ed25519_dalek::VerifyingKey>), Error> {
-    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    findings_at(workspace, &workspace.config.ledger)
+}
+
+/// What verifying the ledger at `location` finds, with the workspace's artifacts and key.
+fn findings_at(
+    workspace: &Workspace,
+    location: &Path,
+) -> Result<(Findings, Option<ed25519_dalek::VerifyingKey>), Error> {
+    let ledger = Ledger::open_existing(location)?;
     let store = super::open_store(workspace)?;
     // The key the checkpoints must be signed with; without one, they are checked against the
     // keys they name, which a writer could have swapped for their own.
     let trusted = checkpoint::load(&workspace.config.signing_key)
         .ok()
         .map(|key| key.verifying_key());
-    let logged = checkpoint::logged(&workspace.config.signing_key, &ledger_id(workspace));
+    let logged = checkpoint::logged(&workspace.config.signing_key, &ledger_id(location));
     let findings = ledger.verify(&store, trusted.as_ref(), &logged)?;
     Ok((findings, trusted))
 }
 
-/// How the checkpoint log names a ledger: its canonical path.
-fn ledger_id(workspace: &Workspace) -> std::path::PathBuf {
-    workspace
-        .config
-        .ledger
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.config.ledger.clone())
+/// How the checkpoint log names a ledger: its canonical path, or its server's URL without a
+/// password.
+fn ledger_id(ledger: &Path) -> std::path::PathBuf {
+    if crate::ledger::postgres_url(ledger).is_some() {
+        return crate::ledger::display_location(ledger).into();
+    }
+    ledger.canonicalize().unwrap_or_else(|_| ledger.to_owned())
 }
 
 /// Makes the signing key (once); prints its public half.
@@ -83,13 +91,15 @@ pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     match ledger.checkpoint(&key)? {
         Some(signed) => {
-            checkpoint::log(path, &ledger_id(workspace), &signed).map_err(|source| Error::Io {
-                context: format!(
-                    "failed to log the checkpoint beside the key ({})",
-                    checkpoint::log_path(path).display()
-                ),
-                source,
-            })?;
+            checkpoint::log(path, &ledger_id(&workspace.config.ledger), &signed).map_err(
+                |source| Error::Io {
+                    context: format!(
+                        "failed to log the checkpoint beside the key ({})",
+                        checkpoint::log_path(path).display()
+                    ),
+                    source,
+                },
+            )?;
             outln!(
                 "checkpoint: journal entry {} ({}) signed by {}",
                 signed.seq,
@@ -99,6 +109,66 @@ pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {
         }
         None => outln!("the journal is empty: nothing to sign"),
     }
+    Ok(exit::SUCCESS)
+}
+
+/// Copies the workspace's SQLite ledger into the empty PostgreSQL database at `url`: only a
+/// ledger that verifies is copied, and the copy is verified in turn. The checkpoints logged
+/// beside the signing key are logged for the copy too.
+pub fn migrate(workspace: &Workspace, url: &str) -> Result<i32, Error> {
+    let target = Path::new(url);
+    if crate::ledger::postgres_url(target).is_none() {
+        return Err(Error::Usage(format!(
+            "--to takes a PostgreSQL URL (postgres://user@host/database), not `{url}`"
+        )));
+    }
+    let source = &workspace.config.ledger;
+    let (before, _) = findings_at(workspace, source)?;
+    if !before.problems.is_empty() {
+        for problem in &before.problems {
+            outln!("MISMATCH  {problem}");
+        }
+        outln!(
+            "refused: the ledger does not verify, and a copy would carry what was changed              outside kavi"
+        );
+        return Ok(exit::RUN_FAILED);
+    }
+    let copied = Ledger::open_existing(source)?.copy_to_postgres(url)?;
+    let key = &workspace.config.signing_key;
+    for signed in checkpoint::logged(key, &ledger_id(source)) {
+        checkpoint::log(key, &ledger_id(target), &signed).map_err(|source| Error::Io {
+            context: "failed to log the copied checkpoints beside the key".into(),
+            source,
+        })?;
+    }
+    let rows: usize = copied.iter().map(|(_, rows)| rows).sum();
+    let count = |table: &str| {
+        copied
+            .iter()
+            .find(|(name, _)| name == table)
+            .map_or(0, |(_, rows)| *rows)
+    };
+    let shown = crate::ledger::display_location(target);
+    outln!(
+        "copied {rows} rows of {} tables to {shown}: {} runs, {} journal entries, {} checkpoints",
+        copied.len(),
+        count("runs"),
+        count("journal"),
+        count("checkpoints")
+    );
+    let (after, _) = findings_at(workspace, target)?;
+    for problem in &after.problems {
+        outln!("MISMATCH  {problem}");
+    }
+    if !after.problems.is_empty() {
+        outln!("the copy does not verify");
+        return Ok(exit::RUN_FAILED);
+    }
+    outln!(
+        "the copy verifies: {} journal entries chain, and every row, spec and artifact matches",
+        after.entries
+    );
+    outln!("use it: `ledger = \"{shown}\"` in kavi.toml (with its password), or KAVI_LEDGER");
     Ok(exit::SUCCESS)
 }
 

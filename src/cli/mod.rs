@@ -656,6 +656,13 @@ enum LedgerCommand {
     Keygen,
     /// Sign the journal's head, so that a rewrite of the chain up to it is detected.
     Checkpoint,
+    /// Copy the workspace's SQLite ledger, journal and checkpoints included, into an empty
+    /// PostgreSQL database, and verify the copy (exit 1 when either does not verify).
+    Migrate {
+        /// The database: postgres://user[:password]@host[:port]/database.
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -872,6 +879,7 @@ async fn in_workspace(
         Command::Ledger(LedgerCommand::Verify { json }) => ledger::verify(&workspace, json),
         Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(&workspace),
         Command::Ledger(LedgerCommand::Checkpoint) => ledger::checkpoint(&workspace),
+        Command::Ledger(LedgerCommand::Migrate { to }) => ledger::migrate(&workspace, &to),
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)
         }

@@ -1,9 +1,12 @@
-//! The ledger's connection to its database, behind one small interface, so that every query is
-//! written once, in SQL that SQLite and PostgreSQL both speak: numbered parameters (`?1`),
-//! `RETURNING`, `ON CONFLICT ... DO NOTHING`. Values cross it as [`Value`]s; rows come back
-//! whole, as [`Row`]s.
+//! The ledger's connection to its database, a SQLite file or a PostgreSQL server, behind one
+//! small interface, so that every query is written once, in SQL both speak: numbered parameters
+//! (`?1`), `RETURNING`, `ON CONFLICT ... DO NOTHING`. Values cross it as [`Value`]s; rows come
+//! back whole, as [`Row`]s.
 
+use std::cell::Cell;
 use std::path::Path;
+
+use super::postgres::{Pg, PgError};
 
 use rusqlite::types::ValueRef;
 
@@ -12,17 +15,17 @@ use rusqlite::types::ValueRef;
 pub enum DbError {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Postgres(#[from] PgError),
     #[error("the query returned no rows")]
     NoRows,
     #[error("column {column}: {message}")]
     Conversion { column: usize, message: String },
 }
 
-impl DbError {
-    /// Whether another connection holds the lock this one waited for, past the busy timeout.
-    pub fn is_busy(&self) -> bool {
-        matches!(self, DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
-            if e.code == rusqlite::ErrorCode::DatabaseBusy)
+impl From<postgres::Error> for DbError {
+    fn from(error: postgres::Error) -> Self {
+        DbError::Postgres(PgError::Postgres(error))
     }
 }
 
@@ -211,6 +214,14 @@ pub struct Row {
 }
 
 impl Row {
+    pub fn new(values: Vec<Value>) -> Row {
+        Row { values }
+    }
+
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+
     /// Column `column` as a `T`; `row.get::<_, T>(i)` names the type.
     pub fn get<I: ColumnIndex, T: FromSql>(&self, column: I) -> Result<T> {
         let column = column.index();
@@ -305,30 +316,68 @@ impl<T> OptionalExtension<T> for Result<T> {
     }
 }
 
+/// Which database a [`Db`] is connected to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug)]
+enum Connection {
+    Sqlite(rusqlite::Connection),
+    Postgres {
+        pg: Pg,
+        /// A transaction is open (the server keeps no flag the client can read without asking).
+        open: Cell<bool>,
+    },
+}
+
 /// A connection to the ledger's database.
 #[derive(Debug)]
 pub struct Db {
-    conn: rusqlite::Connection,
+    conn: Connection,
 }
 
 impl Db {
     pub fn from_sqlite(conn: rusqlite::Connection) -> Self {
         // Every statement goes through the cache: the recorder's few run thousands of times.
         conn.set_prepared_statement_cache_capacity(64);
-        Db { conn }
+        Db {
+            conn: Connection::Sqlite(conn),
+        }
     }
 
-    /// The SQLite connection, for what only SQLite has (pragmas, its schema tables).
-    pub fn sqlite(&self) -> &rusqlite::Connection {
-        &self.conn
+    pub fn connect_postgres(url: &str) -> Result<Self> {
+        Ok(Db {
+            conn: Connection::Postgres {
+                pg: Pg::connect(url)?,
+                open: Cell::new(false),
+            },
+        })
     }
 
-    /// The file this connection opened, when it is one.
+    pub fn backend(&self) -> Backend {
+        match self.conn {
+            Connection::Sqlite(_) => Backend::Sqlite,
+            Connection::Postgres { .. } => Backend::Postgres,
+        }
+    }
+
+    /// The file this connection opened, when it is a SQLite file.
     pub fn path(&self) -> Option<&Path> {
-        self.conn
-            .path()
-            .filter(|path| !path.is_empty())
-            .map(Path::new)
+        match &self.conn {
+            Connection::Sqlite(conn) => conn.path().filter(|path| !path.is_empty()).map(Path::new),
+            Connection::Postgres { .. } => None,
+        }
+    }
+
+    /// The server this connection reached, when it is a PostgreSQL one.
+    pub fn url(&self) -> Option<&str> {
+        match &self.conn {
+            Connection::Sqlite(_) => None,
+            Connection::Postgres { pg, .. } => Some(pg.url()),
+        }
     }
 
     /// A statement to run once or several times.
@@ -347,18 +396,29 @@ impl Db {
     /// Runs one statement; returns how many rows it changed.
     pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
         let values = params.values();
-        let mut statement = self.conn.prepare_cached(sql)?;
-        Ok(statement.execute(rusqlite::params_from_iter(values.iter()))?)
+        match &self.conn {
+            Connection::Sqlite(conn) => {
+                let mut statement = conn.prepare_cached(sql)?;
+                Ok(statement.execute(rusqlite::params_from_iter(values.iter()))?)
+            }
+            Connection::Postgres { pg, .. } => {
+                Ok(usize::try_from(pg.execute(sql, values)?).unwrap_or(usize::MAX))
+            }
+        }
     }
 
     /// Every row a query returns.
     fn rows(&self, sql: &str, params: impl Params) -> Result<Vec<Row>> {
         let values = params.values();
-        let mut statement = self.conn.prepare_cached(sql)?;
-        let rows = statement.query_map(rusqlite::params_from_iter(values.iter()), |row| {
-            Row::from_sqlite(row)
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        match &self.conn {
+            Connection::Sqlite(conn) => {
+                let mut statement = conn.prepare_cached(sql)?;
+                let rows = statement
+                    .query_map(rusqlite::params_from_iter(values.iter()), Row::from_sqlite)?;
+                Ok(rows.collect::<rusqlite::Result<_>>()?)
+            }
+            Connection::Postgres { pg, .. } => Ok(pg.query(sql, values)?),
+        }
     }
 
     /// The first row a query returns, read with `read`; [`DbError::NoRows`] when it returns
@@ -369,41 +429,84 @@ impl Db {
         params: impl Params,
         read: impl FnOnce(&Row) -> Result<T>,
     ) -> Result<T> {
-        let values = params.values();
-        let mut statement = self.conn.prepare_cached(sql)?;
-        let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
-        match rows.next()? {
-            None => Err(DbError::NoRows),
-            Some(row) => read(&Row::from_sqlite(row)?),
+        match &self.conn {
+            Connection::Sqlite(conn) => {
+                let values = params.values();
+                let mut statement = conn.prepare_cached(sql)?;
+                let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
+                match rows.next()? {
+                    None => Err(DbError::NoRows),
+                    Some(row) => read(&Row::from_sqlite(row)?),
+                }
+            }
+            Connection::Postgres { .. } => match self.rows(sql, params)?.first() {
+                None => Err(DbError::NoRows),
+                Some(row) => read(row),
+            },
         }
     }
 
     /// Runs statements separated by `;`, without parameters (schema changes).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
-        Ok(self.conn.execute_batch(sql)?)
+        match &self.conn {
+            Connection::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
+            Connection::Postgres { pg, .. } => Ok(pg.batch(sql)?),
+        }
     }
 
     /// Whether no transaction is open on this connection.
     pub fn is_autocommit(&self) -> bool {
-        self.conn.is_autocommit()
+        match &self.conn {
+            Connection::Sqlite(conn) => conn.is_autocommit(),
+            Connection::Postgres { open, .. } => !open.get(),
+        }
     }
 
     /// Opens a transaction that takes the write lock at once: a writer that read first and
-    /// then found the lock taken would have to start over.
+    /// then found the lock taken would have to start over. On PostgreSQL the lock is the
+    /// ledger's advisory lock (see [`super::postgres`]).
     pub fn begin(&self) -> Result<()> {
-        self.execute("BEGIN IMMEDIATE", [])?;
+        match &self.conn {
+            Connection::Sqlite(_) => {
+                self.execute("BEGIN IMMEDIATE", [])?;
+            }
+            Connection::Postgres { pg, open } => {
+                pg.batch(&format!(
+                    "BEGIN; SELECT pg_advisory_xact_lock({})",
+                    super::postgres::WRITE_LOCK
+                ))?;
+                open.set(true);
+            }
+        }
         Ok(())
     }
 
     pub fn commit(&self) -> Result<()> {
-        self.execute("COMMIT", [])?;
+        match &self.conn {
+            Connection::Sqlite(_) => {
+                self.execute("COMMIT", [])?;
+            }
+            Connection::Postgres { pg, open } => {
+                open.set(false);
+                pg.batch("COMMIT")?;
+            }
+        }
         Ok(())
     }
 
     /// Gives up the open transaction, if there is one.
     pub fn rollback(&self) {
-        if !self.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+        if self.is_autocommit() {
+            return;
+        }
+        match &self.conn {
+            Connection::Sqlite(conn) => {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Connection::Postgres { pg, open } => {
+                open.set(false);
+                let _ = pg.batch("ROLLBACK");
+            }
         }
     }
 
@@ -453,8 +556,16 @@ impl Statement<'_> {
         params: impl Params,
         mut read: impl FnMut(&Row) -> Result<bool>,
     ) -> Result<()> {
+        let Connection::Sqlite(conn) = &self.db.conn else {
+            for row in self.db.rows(&self.sql, params)? {
+                if !read(&row)? {
+                    break;
+                }
+            }
+            return Ok(());
+        };
         let values = params.values();
-        let mut statement = self.db.conn.prepare_cached(&self.sql)?;
+        let mut statement = conn.prepare_cached(&self.sql)?;
         let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
         while let Some(row) = rows.next()? {
             if !read(&Row::from_sqlite(row)?)? {

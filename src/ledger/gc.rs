@@ -74,10 +74,10 @@ impl Ledger {
     pub fn prune_runs(&mut self, rule: &GcRule, dry_run: bool) -> Result<Pruned> {
         let tx = self.conn.transaction()?;
         tx.execute_batch(
-            "DROP TABLE IF EXISTS temp.gc_roots;
-             CREATE TEMP TABLE gc_roots (id INTEGER PRIMARY KEY);
-             DROP TABLE IF EXISTS temp.gc_tree;
-             CREATE TEMP TABLE gc_tree (root INTEGER, id INTEGER PRIMARY KEY);",
+            "DROP TABLE IF EXISTS gc_roots;
+             CREATE TEMP TABLE gc_roots (id BIGINT PRIMARY KEY);
+             DROP TABLE IF EXISTS gc_tree;
+             CREATE TEMP TABLE gc_tree (root BIGINT, id BIGINT PRIMARY KEY);",
         )?;
         // Candidates: finished runs a person started, old enough and not among the latest.
         tx.execute(
@@ -157,12 +157,27 @@ impl Ledger {
         // Artifacts these runs produced that nothing else refers to: no other node run, no
         // column that references artifacts, and no kept node's outputs.
         let referencing: Vec<(String, String)> = tx
-            .prepare(
-                "SELECT m.name, f.\"from\" FROM sqlite_master m
-                 JOIN pragma_foreign_key_list(m.name) f
-                 WHERE m.type = 'table' AND f.\"table\" = 'artifacts'
-                   AND m.name NOT IN ('node_run_artifacts', 'artifact_contents')",
-            )?
+            .prepare(match tx.backend() {
+                super::db::Backend::Sqlite => {
+                    "SELECT m.name, f.\"from\" FROM sqlite_master m
+                     JOIN pragma_foreign_key_list(m.name) f
+                     WHERE m.type = 'table' AND f.\"table\" = 'artifacts'
+                       AND m.name NOT IN ('node_run_artifacts', 'artifact_contents')"
+                }
+                super::db::Backend::Postgres => {
+                    "SELECT tc.table_name::text, kcu.column_name::text
+                     FROM information_schema.table_constraints tc
+                     JOIN information_schema.key_column_usage kcu
+                       ON kcu.constraint_name = tc.constraint_name
+                      AND kcu.table_schema = tc.table_schema
+                     JOIN information_schema.constraint_column_usage ccu
+                       ON ccu.constraint_name = tc.constraint_name
+                      AND ccu.table_schema = tc.table_schema
+                     WHERE tc.constraint_type = 'FOREIGN KEY' AND ccu.table_name = 'artifacts'
+                       AND tc.table_schema = current_schema()
+                       AND tc.table_name NOT IN ('node_run_artifacts', 'artifact_contents')"
+                }
+            })?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<super::db::Result<_>>()?;
         let referenced_elsewhere = referencing
@@ -185,7 +200,7 @@ impl Ledger {
                    AND a.sha256 NOT IN ({referenced_elsewhere})
                    AND NOT EXISTS (SELECT 1 FROM node_runs n
                                    WHERE n.id NOT IN (SELECT id FROM ours)
-                                     AND instr(n.outputs, a.sha256) > 0)
+                                     AND n.outputs LIKE '%' || a.sha256 || '%')
                  ORDER BY a.sha256"
             ))?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
@@ -194,8 +209,9 @@ impl Ledger {
             return Ok(pruned);
         }
         tx.execute_batch(&format!(
-            "CREATE TEMP TABLE gc_artifacts AS SELECT sha256 FROM artifacts WHERE 0;
-             DROP TABLE IF EXISTS temp.gc_runs;
+            "DROP TABLE IF EXISTS gc_artifacts;
+             CREATE TEMP TABLE gc_artifacts AS SELECT sha256 FROM artifacts WHERE 1 = 0;
+             DROP TABLE IF EXISTS gc_runs;
              CREATE TEMP TABLE gc_runs AS {PRUNED_TREE} SELECT id FROM tree;"
         ))?;
         {
@@ -219,8 +235,8 @@ impl Ledger {
              DELETE FROM runs WHERE id IN (SELECT id FROM gc_runs);
              DELETE FROM artifact_contents WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifacts WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
-             DROP TABLE temp.gc_artifacts;
-             DROP TABLE temp.gc_runs;",
+             DROP TABLE gc_artifacts;
+             DROP TABLE gc_runs;",
         )?;
         tx.commit()?;
         Ok(pruned)

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use super::db::{Db, Transaction, params};
+use super::db::{Backend, Db, Transaction, params};
 use rusqlite::functions::FunctionFlags;
 use sha2::{Digest, Sha256};
 
@@ -67,26 +67,60 @@ struct Table {
     columns: Vec<String>,
     /// Primary key columns, in key order; empty for a table keyed by rowid.
     key: Vec<String>,
+    backend: Backend,
 }
 
 impl Table {
     /// The row's key as SQL over `row` (`NEW`, `OLD`, or the table itself).
     fn key_sql(&self, row: &str) -> String {
-        if self.key.is_empty() {
-            return format!("json_array({row}.rowid)");
+        let key = if self.key.is_empty() {
+            vec!["rowid".to_owned()]
+        } else {
+            self.key.clone()
+        };
+        match self.backend {
+            Backend::Sqlite => {
+                let parts: Vec<String> = key.iter().map(|c| format!("{row}.\"{c}\"")).collect();
+                format!("json_array({})", parts.join(", "))
+            }
+            // The text SQLite's json_array gives: no spaces.
+            Backend::Postgres => {
+                let parts: Vec<String> = key
+                    .iter()
+                    .map(|c| format!("COALESCE(to_json({row}.\"{c}\")::text, 'null')"))
+                    .collect();
+                format!("'[' || {} || ']'", parts.join(" || ',' || "))
+            }
         }
-        let parts: Vec<String> = self.key.iter().map(|c| format!("{row}.\"{c}\"")).collect();
-        format!("json_array({})", parts.join(", "))
     }
 
     /// The row's content as SQL: a JSON object of every column, in table order.
     fn content_sql(&self, row: &str) -> String {
-        let parts: Vec<String> = self
-            .columns
-            .iter()
-            .map(|c| format!("'{c}', {row}.\"{c}\""))
-            .collect();
-        format!("json_object({})", parts.join(", "))
+        match self.backend {
+            Backend::Sqlite => {
+                let parts: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|c| format!("'{c}', {row}.\"{c}\""))
+                    .collect();
+                format!("json_object({})", parts.join(", "))
+            }
+            // The text SQLite's json_object gives, so that an entry reads the same whichever
+            // database wrote it (and a ledger copied from one to the other verifies).
+            Backend::Postgres => {
+                let parts: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        format!("'\"{c}\":' || COALESCE(to_json({row}.\"{c}\")::text, 'null')")
+                    })
+                    .collect();
+                if parts.is_empty() {
+                    return "'{}'".to_owned();
+                }
+                format!("'{{' || {} || '}}'", parts.join(" || ',' || "))
+            }
+        }
     }
 
     fn trigger_name(&self, op: &str) -> String {
@@ -101,6 +135,31 @@ impl Table {
             _ => ("DELETE", "OLD"),
         };
         let name = &self.name;
+        if self.backend == Backend::Postgres {
+            // Entries are appended one writer at a time, as SQLite's lock made them.
+            return format!(
+                "CREATE OR REPLACE FUNCTION \"{trigger}\"() RETURNS trigger LANGUAGE plpgsql AS $journal$
+                 DECLARE s BIGINT; p TEXT; k TEXT; c TEXT;
+                 BEGIN
+                   PERFORM pg_advisory_xact_lock({lock});
+                   SELECT COALESCE(MAX(seq), 0) + 1 INTO s FROM journal;
+                   SELECT COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') INTO p;
+                   k := {key};
+                   c := {content};
+                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
+                   VALUES (s, '{name}', '{op}', k, c, p,
+                           encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
+                                                    || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex'));
+                   RETURN NULL;
+                 END $journal$;
+                 CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
+                   FOR EACH ROW EXECUTE FUNCTION \"{trigger}\"();",
+                trigger = self.trigger_name(op),
+                lock = super::postgres::WRITE_LOCK,
+                key = self.key_sql(row),
+                content = self.content_sql(row),
+            );
+        }
         format!(
             "CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\" BEGIN
                INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
@@ -133,6 +192,9 @@ impl Table {
 }
 
 fn tables(conn: &Db) -> Result<Vec<Table>> {
+    if conn.backend() == Backend::Postgres {
+        return postgres_tables(conn);
+    }
     let names: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
         .query_map([], |row| row.get(0))?
@@ -160,6 +222,50 @@ fn tables(conn: &Db) -> Result<Vec<Table>> {
             name,
             columns,
             key: key.into_iter().map(|(_, column)| column).collect(),
+            backend: Backend::Sqlite,
+        });
+    }
+    Ok(tables)
+}
+
+/// The journaled tables of a server's ledger. Its `rowid` columns stand for SQLite's hidden
+/// rowid: part of no row's content, the key of a table without a primary key.
+fn postgres_tables(conn: &Db) -> Result<Vec<Table>> {
+    let names: Vec<String> = conn
+        .prepare(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+             ORDER BY table_name",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<super::db::Result<_>>()?;
+    let mut tables = Vec::new();
+    for name in names {
+        if UNJOURNALED.contains(&name.as_str()) {
+            continue;
+        }
+        let columns: Vec<String> = conn
+            .prepare(
+                "SELECT column_name::text FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name = ?1 AND column_name <> 'rowid'
+                 ORDER BY ordinal_position",
+            )?
+            .query_map([&name], |row| row.get(0))?
+            .collect::<super::db::Result<_>>()?;
+        let key: Vec<String> = conn
+            .prepare(
+                "SELECT a.attname::text FROM pg_index i
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+                 WHERE i.indrelid = to_regclass(?1) AND i.indisprimary
+                 ORDER BY array_position(i.indkey, a.attnum)",
+            )?
+            .query_map([&name], |row| row.get(0))?
+            .collect::<super::db::Result<_>>()?;
+        tables.push(Table {
+            name,
+            columns,
+            key,
+            backend: Backend::Postgres,
         });
     }
     Ok(tables)
@@ -214,19 +320,30 @@ fn append(tx: &Transaction<'_>, table: &str, op: &str, key: &str, content: &str)
 /// Installs the triggers for the schema as it is now, after migrations changed it, and records
 /// the rows the journal does not cover as they are: every row when the journal is new
 /// (`snapshot`), the rows a migration reshaped otherwise (`migrate`).
-pub(super) fn install(tx: &Transaction<'_>) -> Result<()> {
-    let fresh: bool = tx.query_row("SELECT NOT EXISTS (SELECT 1 FROM journal)", [], |row| {
-        row.get(0)
-    })?;
+/// Drops the journal's triggers, for a change that [`install`] then records (or for a copy).
+pub(super) fn drop_triggers(tx: &Transaction<'_>) -> Result<()> {
     let tables = tables(tx)?;
     for table in &tables {
         for op in ["insert", "update", "delete"] {
             tx.execute_batch(&format!(
-                "DROP TRIGGER IF EXISTS \"{}\";",
-                table.trigger_name(op)
+                "DROP TRIGGER IF EXISTS \"{}\"{};",
+                table.trigger_name(op),
+                match table.backend {
+                    Backend::Sqlite => String::new(),
+                    Backend::Postgres => format!(" ON \"{}\"", table.name),
+                }
             ))?;
         }
     }
+    Ok(())
+}
+
+pub(super) fn install(tx: &Transaction<'_>) -> Result<()> {
+    let fresh: bool = tx.query_row("SELECT NOT EXISTS (SELECT 1 FROM journal)", [], |row| {
+        row.get(0)
+    })?;
+    drop_triggers(tx)?;
+    let tables = tables(tx)?;
     let latest = latest(tx)?;
     let op = if fresh { "snapshot" } else { "migrate" };
     for table in &tables {
@@ -323,7 +440,10 @@ pub fn verify(
     let mut latest = latest(conn)?;
     let tables = tables(conn)?;
     let triggers: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")?
+        .prepare(match conn.backend() {
+            Backend::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'trigger'",
+            Backend::Postgres => "SELECT tgname::text FROM pg_trigger WHERE NOT tgisinternal",
+        })?
         .query_map([], |row| row.get(0))?
         .collect::<super::db::Result<_>>()?;
     for table in &tables {

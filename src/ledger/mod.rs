@@ -11,12 +11,14 @@ mod artifacts;
 mod builds;
 mod cache;
 pub mod checkpoint;
+mod copy;
 pub mod db;
 mod escalations;
 mod executions;
 mod gc;
 pub mod journal;
 mod owner;
+mod postgres;
 mod sandboxes;
 mod schema;
 mod skills;
@@ -91,6 +93,18 @@ pub enum LedgerError {
     ExecutionAmbiguous(String),
     #[error("run {0} has no escalation awaiting a decision")]
     NothingToDecide(i64),
+    #[error("{0}")]
+    CopyRefused(String),
+    #[error(
+        "the ledger at {} has schema version {found}, older than this kavi's ({known}), and kavi \
+         does not migrate a server's ledger yet",
+        path.display()
+    )]
+    ServerTooOld {
+        path: PathBuf,
+        found: usize,
+        known: usize,
+    },
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
@@ -104,8 +118,8 @@ pub fn short_hash(hash: &str) -> String {
 /// Records a stored artifact's row (once: content already recorded is left as it is).
 fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> db::Result<()> {
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO artifacts (sha256, kind, size, path, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO artifacts (sha256, kind, size, path, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
     )?
     .execute(params![
         artifact.sha256,
@@ -116,7 +130,7 @@ fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> db::Result<()> {
     ])?;
     if let Some(content) = &artifact.inline {
         conn.prepare_cached(
-            "INSERT OR IGNORE INTO artifact_contents (sha256, content) VALUES (?1, ?2)",
+            "INSERT INTO artifact_contents (sha256, content) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
         )?
         .execute(params![artifact.sha256, &content[..]])?;
     }
@@ -141,8 +155,34 @@ pub struct Ledger {
 }
 
 /// Where owners keep their lock files and rosters: beside the ledger file.
+/// A server's ledger keeps them in a folder of this machine's own (the processes they name run
+/// here), named for the server.
 pub fn locks_dir(ledger: &Path) -> PathBuf {
-    ledger.with_extension("locks")
+    match postgres_url(ledger) {
+        None => ledger.with_extension("locks"),
+        Some(url) => {
+            use sha2::Digest as _;
+            let digest = format!("{:x}", sha2::Sha256::digest(url.as_bytes()));
+            std::env::temp_dir().join(format!(
+                "kavi-locks-{}-{}",
+                nix::unistd::getuid(),
+                &digest[..16]
+            ))
+        }
+    }
+}
+
+/// The PostgreSQL URL a ledger location is, if it is one.
+pub fn postgres_url(location: &Path) -> Option<&str> {
+    location.to_str().filter(|text| postgres::is_url(text))
+}
+
+/// How messages name a ledger location: a server's password left out.
+pub fn display_location(location: &Path) -> String {
+    match postgres_url(location) {
+        Some(url) => postgres::redacted(url),
+        None => location.display().to_string(),
+    }
 }
 
 /// Whether somebody holds the lock on the file at `path`; a missing file is not held.
@@ -370,18 +410,32 @@ impl Ledger {
     /// Opens the ledger only if it exists: for commands that read, which must not leave a
     /// ledger behind in a folder where nothing has run.
     pub fn open_existing(path: &Path) -> Result<Self> {
-        if !path.exists() {
+        if let Some(url) = postgres_url(path) {
+            let conn = connect_postgres(url)?;
+            if !postgres_schema_exists(&conn)? {
+                return Err(LedgerError::Missing(PathBuf::from(postgres::redacted(url))));
+            }
+        } else if !path.exists() {
             return Err(LedgerError::Missing(path.to_owned()));
         }
         Self::open(path)
     }
 
+    /// Opens the ledger at `path`: a SQLite file, or a PostgreSQL server when `path` is a
+    /// `postgres://` URL.
     pub fn open(path: &Path) -> Result<Self> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let mut conn = connect(path)?;
-        migrate(&mut conn, path)?;
+        let conn = if let Some(url) = postgres_url(path) {
+            let mut conn = connect_postgres(url)?;
+            migrate_postgres(&mut conn, url)?;
+            conn
+        } else {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)?;
+            }
+            let mut conn = connect(path)?;
+            migrate(&mut conn, path)?;
+            conn
+        };
         let locks_dir = locks_dir(path);
         std::fs::create_dir_all(&locks_dir)?;
         let mut ledger = Self { conn, locks_dir };
@@ -392,12 +446,17 @@ impl Ledger {
     /// One more connection to this ledger, already migrated and recovered by this one: for a
     /// thread that writes while this connection's owner goes on.
     pub fn another_connection(&self) -> Result<Self> {
-        let path = self
-            .conn
-            .path()
-            .ok_or_else(|| std::io::Error::other("this ledger is not a file one can open again"))?;
+        let conn = match (self.conn.path(), self.conn.url()) {
+            (Some(path), _) => connect(path)?,
+            (None, Some(url)) => connect_postgres(url)?,
+            (None, None) => {
+                return Err(
+                    std::io::Error::other("this ledger is not one kavi can open again").into(),
+                );
+            }
+        };
         Ok(Self {
-            conn: connect(path)?,
+            conn,
             locks_dir: self.locks_dir.clone(),
         })
     }
@@ -416,7 +475,7 @@ impl Ledger {
         );
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             params![new.spec_hash, new.spec_path, new.spec_text, now],
         )?;
         let run_id: i64 = tx.query_row(
@@ -441,7 +500,7 @@ impl Ledger {
         // Prepared once: a run may have many governing files, and each statement fires the
         // journal's triggers, which SQLite compiles anew with every preparation.
         let mut spec = tx.prepare_cached(
-            "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
         )?;
         let mut policy = tx.prepare_cached(
             "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
@@ -483,7 +542,7 @@ impl Ledger {
     /// else while a batch is open: other kavi processes wait for its lock.
     pub fn begin_batch(&self) -> Result<()> {
         if self.conn.is_autocommit() {
-            self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+            self.conn.begin()?;
         }
         Ok(())
     }
@@ -491,7 +550,7 @@ impl Ledger {
     /// Commits the open batch, if there is one.
     pub fn commit_batch(&self) -> Result<()> {
         if !self.conn.is_autocommit() {
-            self.conn.prepare_cached("COMMIT")?.execute([])?;
+            self.conn.commit()?;
         }
         Ok(())
     }
@@ -499,7 +558,7 @@ impl Ledger {
     /// Gives up the open batch, if there is one, releasing its lock.
     pub fn rollback_batch(&self) {
         if !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+            self.conn.rollback();
         }
     }
 
@@ -616,6 +675,8 @@ impl Ledger {
             }
         }
         owners.remove(owner::EXTERNAL);
+        // A shared ledger names owners on other machines: only this one's can be checked.
+        owners.retain(|name| owner::runs_here(name));
         let mut recovered = Vec::new();
         for name in owners {
             let mut alive = false;
@@ -708,7 +769,7 @@ impl Ledger {
     pub fn keep_spec(&self, source: &crate::diagnostic::SourceFile) -> Result<String> {
         let hash = crate::spec::spec_hash(&source.text);
         self.conn.execute(
-            "INSERT OR IGNORE INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             params![hash, source.path.display().to_string(), source.text, now()],
         )?;
         Ok(hash)
@@ -724,8 +785,9 @@ impl Ledger {
         let since = filter.since.map(format_time);
         let mut stmt = self.conn.prepare(&format!(
             "SELECT {RUN_COLUMNS} FROM runs
-             WHERE (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR pipeline = ?3)
-               AND (?4 IS NULL OR started_at >= ?4)
+             WHERE (CAST(?2 AS TEXT) IS NULL OR status = ?2)
+               AND (CAST(?3 AS TEXT) IS NULL OR pipeline = ?3)
+               AND (CAST(?4 AS TEXT) IS NULL OR started_at >= ?4)
              ORDER BY id DESC LIMIT ?1"
         ))?;
         let rows = stmt.query_map(
@@ -1001,6 +1063,74 @@ fn enable_wal(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+fn connect_postgres(url: &str) -> Result<Db> {
+    Db::connect_postgres(url).map_err(|source| LedgerError::Open {
+        path: PathBuf::from(postgres::redacted(url)),
+        source,
+    })
+}
+
+fn postgres_schema_exists(conn: &Db) -> Result<bool> {
+    Ok(conn.query_row(
+        "SELECT to_regclass('schema_version') IS NOT NULL",
+        [],
+        |row| row.get(0),
+    )?)
+}
+
+/// A server's ledger is made whole at the schema's current version, from the schema SQLite
+/// reaches after every migration (see [`postgres::schema`]); one made by an older kavi is
+/// refused until kavi migrates server ledgers.
+fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
+    let known = schema::MIGRATIONS.len();
+    let version = |conn: &Db| -> Result<Option<usize>> {
+        if !postgres_schema_exists(conn)? {
+            return Ok(None);
+        }
+        let version: i64 =
+            conn.query_row("SELECT version FROM schema_version", [], |row| row.get(0))?;
+        Ok(Some(usize::try_from(version).unwrap_or(usize::MAX)))
+    };
+    let found = match version(conn)? {
+        Some(found) => found,
+        None => {
+            // Decided again under the write lock: another kavi may be making it too.
+            let tx = conn.transaction()?;
+            if version(&tx)?.is_none() {
+                for statement in postgres::schema(&sqlite_schema()?) {
+                    tx.execute_batch(&statement)?;
+                }
+                tx.execute_batch("CREATE TABLE schema_version (version BIGINT NOT NULL)")?;
+                tx.execute("INSERT INTO schema_version (version) VALUES (?1)", [known])?;
+                journal::install(&tx)?;
+            }
+            tx.commit()?;
+            known
+        }
+    };
+    let path = PathBuf::from(postgres::redacted(url));
+    match found.cmp(&known) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Greater => Err(LedgerError::TooNew { path, found, known }),
+        std::cmp::Ordering::Less => Err(LedgerError::ServerTooOld { path, found, known }),
+    }
+}
+
+/// The schema as SQLite has it after every migration: (kind, name, SQL) in creation order.
+fn sqlite_schema() -> Result<Vec<(String, String, String)>> {
+    let conn = Db::from_sqlite(rusqlite::Connection::open_in_memory().map_err(db::DbError::from)?);
+    for migration in schema::MIGRATIONS {
+        conn.execute_batch(migration)?;
+    }
+    Ok(conn
+        .prepare(
+            "SELECT type, name, sql FROM sqlite_master
+             WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
+        )?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<db::Result<_>>()?)
 }
 
 fn migrate(conn: &mut Db, path: &Path) -> Result<()> {

@@ -24,8 +24,9 @@ pub(super) const LOCKS: [&str; 2] = ["lock", "claiming"];
 /// An owner's roster, by extension.
 pub(super) const ROSTER: &str = "procs";
 
-/// The owner a file in the locks folder belongs to. Names have one form, `<pid>-<nanos>`; a file
-/// of another form is not an owner's (and its contents are never acted on).
+/// The owner a file in the locks folder belongs to. Names have one form, `<pid>-<nanos>@<host>`
+/// (older kavis wrote `<pid>-<nanos>`); a file of another form is not an owner's (and its
+/// contents are never acted on).
 pub(super) fn name_of(path: &Path) -> Option<&str> {
     let extension = path.extension()?.to_str()?;
     let name = path.file_stem()?.to_str()?;
@@ -33,11 +34,33 @@ pub(super) fn name_of(path: &Path) -> Option<&str> {
 }
 
 fn well_formed(name: &str) -> bool {
-    name.split_once('-').is_some_and(|(pid, nanos)| {
-        [pid, nanos]
-            .iter()
-            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
-    })
+    let (process, host) = name.split_once('@').unwrap_or((name, "localhost"));
+    let host_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    host_ok
+        && process.split_once('-').is_some_and(|(pid, nanos)| {
+            [pid, nanos]
+                .iter()
+                .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// This machine's name, as owners name it.
+fn this_host() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .filter(|name| well_formed(&format!("0-0@{name}")))
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Whether the owner `name` ran on this machine, where its lock and processes can be checked:
+/// a ledger on a server names owners on every machine that shares it.
+pub(super) fn runs_here(name: &str) -> bool {
+    name.split_once('@')
+        .is_none_or(|(_, host)| host == this_host())
 }
 
 /// Removes a dead owner's spill folder. The path comes from a file, so it is trusted only when
@@ -68,9 +91,10 @@ impl Owner {
         let locks = super::locks_dir(ledger);
         std::fs::create_dir_all(&locks)?;
         let name = format!(
-            "{}-{}",
+            "{}-{}@{}",
             std::process::id(),
-            jiff::Timestamp::now().as_nanosecond()
+            jiff::Timestamp::now().as_nanosecond(),
+            this_host()
         );
         let [lock, claiming, roster] =
             [LOCKS[0], LOCKS[1], ROSTER].map(|extension| locks.join(format!("{name}.{extension}")));

@@ -5,6 +5,7 @@
     reason = "each test crate uses a different subset of these helpers"
 )]
 
+pub mod postgres;
 pub mod stand_in;
 
 use std::path::Path;
@@ -31,6 +32,9 @@ pub fn kavi_command(dir: &Path, args: &[&str]) -> Command {
         .env_remove("RUST_LOG")
         .env("KAVI_SANDBOXES", sandboxes())
         .env("KAVI_TOOLCHAINS", toolchains());
+    if let Some(url) = postgres::ledger_for(dir) {
+        command.env("KAVI_LEDGER", url);
+    }
     command
 }
 
@@ -69,6 +73,43 @@ pub fn python_with(venv: &str, requirement: &str, module: &str) -> Option<std::p
             "skipping: {requirement} could not be installed from PyPI (pip install '{requirement}')"
         );
         None
+    }
+}
+
+/// A connection of its own to a workspace's ledger, as someone working on it outside kavi has:
+/// its SQLite file, or its database on the tests' server.
+pub enum LedgerConnection {
+    Sqlite(rusqlite::Connection),
+    Postgres(::postgres::Client),
+}
+
+impl LedgerConnection {
+    pub fn open(workspace: &Path) -> Self {
+        match postgres::ledger_for(workspace) {
+            None => LedgerConnection::Sqlite(
+                rusqlite::Connection::open(workspace.join(".kavi/ledger.db")).unwrap(),
+            ),
+            Some(url) => LedgerConnection::Postgres(
+                ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap(),
+            ),
+        }
+    }
+
+    /// Runs one statement with one text parameter: `sqlite` as SQLite says it (`?1`), or
+    /// `postgres` as PostgreSQL does (`$1`). Returns how many rows it changed.
+    pub fn execute(&mut self, sqlite: &str, postgres: &str, param: &str) -> u64 {
+        match self {
+            LedgerConnection::Sqlite(conn) => conn.execute(sqlite, [param]).unwrap() as u64,
+            LedgerConnection::Postgres(client) => client.execute(postgres, &[&param]).unwrap(),
+        }
+    }
+
+    /// Runs statements without parameters.
+    pub fn batch(&mut self, sql: &str) {
+        match self {
+            LedgerConnection::Sqlite(conn) => conn.execute_batch(sql).unwrap(),
+            LedgerConnection::Postgres(client) => client.batch_execute(sql).unwrap(),
+        }
     }
 }
 
