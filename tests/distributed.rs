@@ -166,6 +166,39 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
     common::assert_ledger_verifies(driven.path());
 }
 
+/// The exported workflow's tasks record into a server's ledger (`--task-ledger`), as tasks on
+/// several machines would.
+#[test]
+fn an_exported_workflow_records_into_a_server_ledger() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(PARITY);
+    let manifest = export(
+        dir.path(),
+        "parity",
+        &["--workspace-claim", "ws", "--task-ledger", &url],
+    );
+    let outcome = controller::run(
+        &manifest,
+        dir.path(),
+        Path::new(env!("CARGO_BIN_EXE_kavi")),
+        &[],
+    );
+    assert_eq!(outcome.on_exit, Some(1));
+    let run_id = &outcome.globals["kavi-run"];
+    let detail = json(&on_server(
+        dir.path(),
+        &url,
+        &["runs", "show", run_id, "--json"],
+    ));
+    assert_eq!(detail["status"], "failed");
+    assert_eq!(detail["nodes"].as_array().unwrap().len(), 11);
+    assert!(!dir.path().join(".kavi/ledger.db").exists());
+    let verify = on_server(dir.path(), &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+}
+
 #[test]
 fn a_step_refuses_what_would_record_a_result_the_run_does_not_vouch_for() {
     let dir = workspace_with(PARITY);

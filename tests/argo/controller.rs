@@ -137,14 +137,21 @@ fn run_template(
             .iter()
             .map(|a| substitute(a.as_str().unwrap(), globals))
             .collect();
-        let status = Command::new(kavi)
+        let mut command = Command::new(kavi);
+        command
             .args(&args)
             .current_dir(workspace)
             .env_remove("RUST_LOG")
             .env("KAVI_SANDBOXES", super::common::sandboxes())
-            .env("KAVI_TOOLCHAINS", super::common::toolchains())
-            .output()
-            .unwrap();
+            .env("KAVI_TOOLCHAINS", super::common::toolchains());
+        // The container's environment, as the manifest gives it (the shared ledger).
+        for variable in container["env"].as_array().into_iter().flatten() {
+            command.env(
+                variable["name"].as_str().unwrap(),
+                variable["value"].as_str().unwrap(),
+            );
+        }
+        let status = command.output().unwrap();
         let code = status.status.code().unwrap_or(-1);
         exits.push(code);
         let tries = u64::try_from(exits.len()).unwrap();
