@@ -23,6 +23,9 @@ use super::db::{Row, Value};
 /// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
 pub const WRITE_LOCK: i64 = 0x6b61_7669;
 
+/// How long a writer waits for [`WRITE_LOCK`]: what SQLite's busy timeout is for a file.
+const LOCK_TIMEOUT: std::time::Duration = super::BUSY_TIMEOUT;
+
 /// Whether a ledger location names a PostgreSQL server rather than a file.
 pub fn is_url(location: &str) -> bool {
     location.starts_with("postgres://") || location.starts_with("postgresql://")
@@ -90,7 +93,12 @@ impl Pg {
         let thread = std::thread::Builder::new()
             .name("kavi-postgres".into())
             .spawn(move || {
-                let client = match config.connect(postgres::NoTls) {
+                // A writer waits for the write lock as long as a SQLite one would, then fails.
+                let lock_timeout = format!("SET lock_timeout = '{}ms'", LOCK_TIMEOUT.as_millis());
+                let client = match config
+                    .connect(postgres::NoTls)
+                    .and_then(|mut client| client.batch_execute(&lock_timeout).map(|()| client))
+                {
                     Ok(client) => client,
                     Err(e) => {
                         let _ = ready.send(Err(e));
