@@ -286,6 +286,48 @@ fn a_step_refuses_what_would_record_a_result_the_run_does_not_vouch_for() {
     assert_eq!(code(&late), 2, "{}", text(&late));
     let end_again = kavi(root, &["pipeline", "end", "parity", "--run", &run]);
     assert_eq!(code(&end_again), 1, "{}", text(&end_again));
+
+    // A node that failed without running (its `when` could not be evaluated) is decided, as in
+    // `kavi pipeline run`: its retry policy is for attempts that ran, and a second step of it
+    // runs nothing.
+    std::fs::write(
+        root.join("pipelines/unevaluable.toml"),
+        r#"
+[pipeline]
+name = "unevaluable"
+
+[nodes.a]
+kind = "exec"
+run = ["echo", "x"]
+
+[nodes.b]
+kind = "exec"
+needs = ["a"]
+when = "nodes.a.outputs.stdout + 1 == 2"
+run = ["echo", "ran"]
+retry = { attempts = 2 }
+"#,
+    )
+    .unwrap();
+    let started = kavi(root, &["pipeline", "start", "unevaluable"]);
+    let other = String::from_utf8_lossy(&started.stdout).trim().to_owned();
+    let step = |node: &str| {
+        kavi(
+            root,
+            &["pipeline", "step", "unevaluable", "--run", &other, node],
+        )
+    };
+    assert_eq!(code(&step("a")), 0);
+    for _ in 0..2 {
+        let b = step("b");
+        assert_eq!(code(&b), 1, "{}", text(&b));
+        assert!(text(&b).contains("`b` failed (attempt 1)"), "{}", text(&b));
+    }
+    let attempts: Vec<_> = node_runs(root, &other)
+        .into_iter()
+        .filter(|(node, ..)| node == "b")
+        .collect();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
     common::assert_ledger_verifies(root);
 }
 

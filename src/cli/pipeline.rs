@@ -50,7 +50,7 @@ pub(super) fn load(
     Ok((pipeline, templates))
 }
 
-fn resolve_params(
+pub(super) fn resolve_params(
     pipeline: &Pipeline,
     sets: &[(String, String)],
 ) -> Result<serde_json::Map<String, Value>, Error> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::pipeline::{RunOptions, environment, load, report_run, run_exit_code};
+use super::pipeline::{RunOptions, environment, load, report_run, resolve_params, run_exit_code};
 use super::progress::Screen;
 use crate::config::Workspace;
 use crate::dag::{self, Dag};
@@ -30,8 +30,7 @@ pub fn start(
 ) -> Result<i32, Error> {
     let (pipeline, _) = load(workspace, file)?;
     dag::compile(&pipeline)?;
-    let params = crate::spec::resolve_params(&pipeline.params, sets)
-        .map_err(|problems| Error::Usage(crate::diagnostic::Diagnostics(problems).to_string()))?;
+    let params = resolve_params(&pipeline, sets)?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     let governing = pipeline
         .governing

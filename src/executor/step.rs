@@ -50,7 +50,13 @@ pub fn progress(node: &NodeSpec, rows: &[&NodeRunRow]) -> Progress {
         state => {
             let exit_code = last.exit_code.and_then(|code| i32::try_from(code).ok());
             let outputs = last.outputs.clone().unwrap_or(Value::Null);
-            if attempt < node.retry.attempts && node.retry.retries(state, exit_code, &outputs) {
+            // Only an attempt that ran is tried again: a node failed without running (its
+            // `when` could not be evaluated, its inputs not read) is decided.
+            let ran = last.started_at.is_some();
+            if ran
+                && attempt < node.retry.attempts
+                && node.retry.retries(state, exit_code, &outputs)
+            {
                 Progress::Retry {
                     attempt: attempt + 1,
                 }
