@@ -172,13 +172,7 @@ pub async fn execute_step(
     };
     // The run's wall budget counts from its start, whichever machine started it.
     let wall = dag.pipeline.budget.wall.map(|limit| {
-        let spent = run
-            .run
-            .started_at
-            .parse::<jiff::Timestamp>()
-            .ok()
-            .and_then(|started| Duration::try_from(jiff::Timestamp::now() - started).ok())
-            .unwrap_or_default();
+        let spent = since_start(run);
         (
             std::time::Instant::now() + limit.saturating_sub(spent),
             limit,
@@ -218,6 +212,16 @@ pub async fn execute_step(
         state,
         retry,
     })
+}
+
+/// How long ago the run started, whichever machine started it.
+fn since_start(run: &RunDetail) -> Duration {
+    run.run
+        .started_at
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .and_then(|started| Duration::try_from(jiff::Timestamp::now() - started).ok())
+        .unwrap_or_default()
 }
 
 /// What templates see of a node that finished, from its last row (as the executor keeps it).
@@ -296,14 +300,7 @@ pub fn settle_external_run(
     } else {
         (RunStatus::Succeeded, None)
     };
-    let duration = run
-        .run
-        .started_at
-        .parse::<jiff::Timestamp>()
-        .ok()
-        .and_then(|started| Duration::try_from(jiff::Timestamp::now() - started).ok())
-        .unwrap_or_default();
-    ledger.finish_run(run.run.id, status, duration, error.as_deref())?;
+    ledger.finish_run(run.run.id, status, since_start(run), error.as_deref())?;
     crate::sandbox::cleanup::settle_run(ledger, run.run.id, status == RunStatus::Succeeded)?;
     Ok(status)
 }

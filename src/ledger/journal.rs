@@ -192,11 +192,16 @@ impl Table {
 }
 
 fn tables(conn: &Db) -> Result<Vec<Table>> {
-    if conn.backend() == Backend::Postgres {
-        return postgres_tables(conn);
-    }
+    let backend = conn.backend();
     let names: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
+        .prepare(match backend {
+            Backend::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+            Backend::Postgres => {
+                "SELECT table_name::text FROM information_schema.tables
+                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+                 ORDER BY table_name"
+            }
+        })?
         .query_map([], |row| row.get(0))?
         .collect::<super::db::Result<_>>()?;
     let mut tables = Vec::new();
@@ -204,71 +209,60 @@ fn tables(conn: &Db) -> Result<Vec<Table>> {
         if UNJOURNALED.contains(&name.as_str()) {
             continue;
         }
-        let mut columns = Vec::new();
-        let mut key: Vec<(i64, String)> = Vec::new();
-        let mut stmt = conn.prepare(&format!("PRAGMA table_info(\"{name}\")"))?;
-        let infos = stmt.query_map([], |row| {
-            Ok((row.get::<_, String>(1)?, row.get::<_, i64>(5)?))
-        })?;
-        for info in infos {
-            let (column, pk) = info?;
-            if pk > 0 {
-                key.push((pk, column.clone()));
-            }
-            columns.push(column);
-        }
-        key.sort();
+        let (columns, key) = match backend {
+            Backend::Sqlite => sqlite_columns(conn, &name)?,
+            Backend::Postgres => postgres_columns(conn, &name)?,
+        };
         tables.push(Table {
             name,
             columns,
-            key: key.into_iter().map(|(_, column)| column).collect(),
-            backend: Backend::Sqlite,
+            key,
+            backend,
         });
     }
     Ok(tables)
 }
 
-/// The journaled tables of a server's ledger. Its `rowid` columns stand for SQLite's hidden
-/// rowid: part of no row's content, the key of a table without a primary key.
-fn postgres_tables(conn: &Db) -> Result<Vec<Table>> {
-    let names: Vec<String> = conn
-        .prepare(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
-             ORDER BY table_name",
-        )?
-        .query_map([], |row| row.get(0))?
-        .collect::<super::db::Result<_>>()?;
-    let mut tables = Vec::new();
-    for name in names {
-        if UNJOURNALED.contains(&name.as_str()) {
-            continue;
+/// A table's columns, and its primary key's in key order.
+fn sqlite_columns(conn: &Db, table: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let mut columns = Vec::new();
+    let mut key: Vec<(i64, String)> = Vec::new();
+    let mut stmt = conn.prepare(&format!("PRAGMA table_info(\"{table}\")"))?;
+    let infos = stmt.query_map([], |row| {
+        Ok((row.get::<_, String>(1)?, row.get::<_, i64>(5)?))
+    })?;
+    for info in infos {
+        let (column, pk) = info?;
+        if pk > 0 {
+            key.push((pk, column.clone()));
         }
-        let columns: Vec<String> = conn
-            .prepare(
-                "SELECT column_name::text FROM information_schema.columns
-                 WHERE table_schema = current_schema() AND table_name = ?1 AND column_name <> 'rowid'
-                 ORDER BY ordinal_position",
-            )?
-            .query_map([&name], |row| row.get(0))?
-            .collect::<super::db::Result<_>>()?;
-        let key: Vec<String> = conn
-            .prepare(
-                "SELECT a.attname::text FROM pg_index i
-                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-                 WHERE i.indrelid = to_regclass(?1) AND i.indisprimary
-                 ORDER BY array_position(i.indkey, a.attnum)",
-            )?
-            .query_map([&name], |row| row.get(0))?
-            .collect::<super::db::Result<_>>()?;
-        tables.push(Table {
-            name,
-            columns,
-            key,
-            backend: Backend::Postgres,
-        });
+        columns.push(column);
     }
-    Ok(tables)
+    key.sort();
+    Ok((columns, key.into_iter().map(|(_, column)| column).collect()))
+}
+
+/// The same on a server. Its `rowid` columns stand for SQLite's hidden rowid: part of no row's
+/// content, the key of a table without a primary key.
+fn postgres_columns(conn: &Db, table: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let columns = conn
+        .prepare(
+            "SELECT column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = ?1 AND column_name <> 'rowid'
+             ORDER BY ordinal_position",
+        )?
+        .query_map([table], |row| row.get(0))?
+        .collect::<super::db::Result<_>>()?;
+    let key = conn
+        .prepare(
+            "SELECT a.attname::text FROM pg_index i
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+             WHERE i.indrelid = to_regclass(?1) AND i.indisprimary
+             ORDER BY array_position(i.indkey, a.attnum)",
+        )?
+        .query_map([table], |row| row.get(0))?
+        .collect::<super::db::Result<_>>()?;
+    Ok((columns, key))
 }
 
 /// The last entry of every row the journal knows: (table, key) → (seq, op, content).
