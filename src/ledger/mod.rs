@@ -405,37 +405,46 @@ fn millis(duration: Duration) -> i64 {
 }
 
 impl Ledger {
-    /// Opens (creating if needed) the ledger at `path`, applies pending migrations, and marks
-    /// runs whose process died as interrupted.
     /// Opens the ledger only if it exists: for commands that read, which must not leave a
     /// ledger behind in a folder where nothing has run.
     pub fn open_existing(path: &Path) -> Result<Self> {
-        if let Some(url) = postgres_url(path) {
-            let conn = connect_postgres(url)?;
-            if !postgres_schema_exists(&conn)? {
-                return Err(LedgerError::Missing(PathBuf::from(postgres::redacted(url))));
+        match postgres_url(path) {
+            // The connection that found the schema is the ledger's: one login, not two.
+            Some(url) => {
+                let conn = connect_postgres(url)?;
+                if !postgres_schema_exists(&conn)? {
+                    return Err(LedgerError::Missing(PathBuf::from(postgres::redacted(url))));
+                }
+                Self::opened(conn, path)
             }
-        } else if !path.exists() {
-            return Err(LedgerError::Missing(path.to_owned()));
+            None if !path.exists() => Err(LedgerError::Missing(path.to_owned())),
+            None => Self::open(path),
         }
-        Self::open(path)
     }
 
-    /// Opens the ledger at `path`: a SQLite file, or a PostgreSQL server when `path` is a
-    /// `postgres://` URL.
+    /// Opens (creating if needed) the ledger at `path`, a SQLite file, or a PostgreSQL server
+    /// when `path` is a `postgres://` URL; applies pending migrations, and marks runs whose
+    /// process died as interrupted.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = if let Some(url) = postgres_url(path) {
-            let mut conn = connect_postgres(url)?;
-            migrate_postgres(&mut conn, url)?;
-            conn
-        } else {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent)?;
+        let conn = match postgres_url(path) {
+            Some(url) => connect_postgres(url)?,
+            None => {
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent)?;
+                }
+                connect(path)?
             }
-            let mut conn = connect(path)?;
-            migrate(&mut conn, path)?;
-            conn
         };
+        Self::opened(conn, path)
+    }
+
+    /// The ledger on `conn`, a new connection to `path`: migrated, and recovered from the kavi
+    /// processes of this machine that died.
+    fn opened(mut conn: Db, path: &Path) -> Result<Self> {
+        match postgres_url(path) {
+            Some(url) => migrate_postgres(&mut conn, url)?,
+            None => migrate(&mut conn, path)?,
+        }
         let locks_dir = locks_dir(path);
         std::fs::create_dir_all(&locks_dir)?;
         let mut ledger = Self { conn, locks_dir };
