@@ -567,6 +567,11 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
         ) && stderr.contains("`[toolchain.python]` then `path = \"/path/to/venv\"`"),
         "{stderr}"
     );
+    // pip's own reason, not the traceback printed after it.
+    assert!(
+        stderr.contains("ERROR: No matching distribution found for"),
+        "{stderr}"
+    );
     assert_eq!(
         offline(&["pipeline", "run", "verify"]).status.code(),
         Some(1)

@@ -1,7 +1,8 @@
 //! Making a toolchain's environment, once, and finding it again.
 //!
-//! A Python toolchain is a virtual environment made with `<interpreter> -m venv`, into which pip
-//! installs the pinned packages (wheels only: no package's build script runs here). Its folder
+//! A Python toolchain is a virtual environment made with `<interpreter> -m venv`, given pip by
+//! its own `ensurepip` (a step of its own, so that its error reaches the user: `venv` swallows
+//! it), into which pip installs the pinned packages (wheels only: no package's build script runs here). Its folder
 //! is named by the declaration's hash (see [`super::Home::folder_of`]); a manifest written last,
 //! `kavi-toolchain.json`, says it is complete and which versions it holds. A lock file beside
 //! the folder lets one kavi process provision while the others wait and then reuse it. A folder
@@ -202,13 +203,21 @@ async fn install(
     let folder_arg = folder.display().to_string();
     step(
         &toolchain.interpreter,
-        &["-m", "venv", &folder_arg],
+        &["-m", "venv", "--without-pip", &folder_arg],
         options,
         cancel,
     )
     .await
     .map_err(|e| failed(format!("`{} -m venv` failed: {e}", toolchain.interpreter)))?;
     let python = folder.join("bin").join("python").display().to_string();
+    step(
+        &python,
+        &["-m", "ensurepip", "--default-pip"],
+        options,
+        cancel,
+    )
+    .await
+    .map_err(|e| failed(format!("the environment could not be given pip: {e}")))?;
     let mut args: Vec<String> = [
         "-m",
         "pip",
@@ -343,14 +352,53 @@ async fn step(
         Exit::Code(0) => Ok(stdout),
         exit => {
             let output = format!("{stdout}{}", String::from_utf8_lossy(&finished.stderr.head));
-            let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
-            let tail = lines[lines.len().saturating_sub(OUTPUT_LINES)..].join("\n    ");
+            let summary = failure_summary(&output);
             let how = match exit {
                 Exit::Code(code) => format!("exited with code {code}"),
                 Exit::Signal(signal) => format!("was killed by signal {signal}"),
                 Exit::Cancelled => "was cancelled".to_owned(),
             };
-            Err(format!("{how}\n    {tail}"))
+            Err(format!("{how}\n    {summary}"))
         }
+    }
+}
+
+/// What of a failed step's output says why: pip's `ERROR:` lines when it printed any (a
+/// traceback after them only says that a subprocess failed), else the last lines.
+fn failure_summary(output: &str) -> String {
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let errors: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|line| line.starts_with("ERROR:"))
+        .collect();
+    let chosen = if errors.is_empty() { &lines } else { &errors };
+    chosen[chosen.len().saturating_sub(OUTPUT_LINES)..].join("\n    ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_summary;
+
+    #[test]
+    fn pips_error_lines_are_the_summary_not_the_traceback_after_them() {
+        // What `python -m ensurepip` printed on a full disk (abridged).
+        let output = "Looking in links: /tmp/tmpv9ox301z\n\
+            Processing /tmp/tmpv9ox301z/setuptools-65.5.0-py3-none-any.whl\n\
+            ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n\
+            \n\
+            Traceback (most recent call last):\n  File \"<frozen runpy>\", line 198, in _run_module_as_main\n\
+            subprocess.CalledProcessError: Command '['/v/bin/python', '-c', '...']' returned non-zero exit status 1.\n";
+        assert_eq!(
+            failure_summary(output),
+            "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device"
+        );
+    }
+
+    #[test]
+    fn without_error_lines_the_last_lines_are_the_summary() {
+        let output: String = (1..=20).map(|i| format!("line {i}\n\n")).collect();
+        let expected: Vec<String> = (9..=20).map(|i| format!("line {i}")).collect();
+        assert_eq!(failure_summary(&output), expected.join("\n    "));
     }
 }
