@@ -206,12 +206,26 @@ pub struct Finished {
     pub stderr: Captured,
 }
 
-/// Kills the whole group when dropped, whatever path the caller took out.
-struct GroupGuard(Pid);
+/// Kills the whole group when dropped, whatever path the caller took out, unless it was killed
+/// already.
+struct GroupGuard(Pid, std::sync::atomic::AtomicBool);
+
+impl GroupGuard {
+    fn new(leader: Pid) -> Self {
+        Self(leader, std::sync::atomic::AtomicBool::new(false))
+    }
+
+    fn kill(&self) {
+        let _ = killpg(self.0, Signal::SIGKILL);
+        self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        let _ = killpg(self.0, Signal::SIGKILL);
+        if !self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            self.kill();
+        }
     }
 }
 
@@ -379,7 +393,7 @@ pub async fn run(
     )?;
     let mut child = Child::new(spawned.pid)?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
-    let group = GroupGuard(spawned.pid);
+    let group = GroupGuard::new(spawned.pid);
     if let Some(roster) = &options.roster {
         roster.enlist(spawned.pid.as_raw())?;
     }
@@ -393,8 +407,9 @@ pub async fn run(
     }
 
     let exited = CancellationToken::new();
-    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(spawned.stdout)?;
-    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(spawned.stderr)?;
+    // Known pipes, their ends made non-blocking by `spawn`: no checking them again.
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(spawned.stdout)?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(spawned.stderr)?;
     let stdout = capture(Some(stdout), Stream::Stdout, options, &exited);
     let stderr = capture(Some(stderr), Stream::Stderr, options, &exited);
     let wait = async {
@@ -410,7 +425,7 @@ pub async fn run(
             }
         };
         // Whatever the child left running in its group goes with it; that closes the pipes.
-        let _ = killpg(group.0, Signal::SIGKILL);
+        group.kill();
         exited.cancel();
         exit
     };

@@ -100,7 +100,26 @@ struct Stat {
 
 impl Stat {
     fn read(pid: i32) -> io::Result<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        use std::io::Read;
+        // One read: the line is at most a few hundred bytes (a 15-byte name and 52 numbers),
+        // and `read_to_string` would stat the file and read it in growing pieces, on every
+        // node's start.
+        let mut buffer = [0u8; 2048];
+        let mut file = std::fs::File::open(format!("/proc/{pid}/stat"))?;
+        let mut filled = 0;
+        loop {
+            match file.read(&mut buffer[filled..])? {
+                0 => break,
+                read => filled += read,
+            }
+            if filled == buffer.len() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("/proc/{pid}/stat is longer than a stat line can be"),
+                ));
+            }
+        }
+        let text = String::from_utf8_lossy(&buffer[..filled]);
         Self::parse(pid, &text).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -74,7 +74,8 @@ impl Step {
     }
 }
 
-/// A started child: its pid and kavi's ends of its pipes.
+/// A started child: its pid and kavi's ends of its pipes (its stdout and stderr ends already
+/// non-blocking, for the reactor).
 pub struct Spawned {
     pub pid: Pid,
     pub stdin: Option<OwnedFd>,
@@ -93,6 +94,32 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+}
+
+/// A pipe for the child's output: kavi's read end made non-blocking at birth, the child's write
+/// end blocking as programs expect. One `fcntl` where registering a blocking end with the
+/// reactor took three, on every node's start.
+fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    fcntl(&write, FcntlArg::F_SETFL(OFlag::empty()))?;
+    Ok((read, write))
+}
+
+/// `/dev/null`, opened once for every child that reads no input (each dups it to its stdin).
+fn dev_null() -> io::Result<RawFd> {
+    static NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    if let Some(null) = NULL.get() {
+        return Ok(null.as_raw_fd());
+    }
+    let opened = OwnedFd::from(std::fs::File::open("/dev/null")?);
+    Ok(NULL.get_or_init(|| opened).as_raw_fd())
+}
+
+/// kavi's pid, asked once: it does not change, and every spawn hands it to the child.
+fn own_pid() -> libc::pid_t {
+    static PID: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| libc::pid_t::try_from(std::process::id()).expect("a pid fits a pid_t"))
 }
 
 /// Starts `program` (a resolved path) with exactly `env`, in `cwd`, leading a new process group,
@@ -121,14 +148,17 @@ pub fn spawn(
             .chain(std::iter::once(std::ptr::null()))
             .collect::<Vec<_>>()
     };
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
+    let (stdout_read, stdout_write) = output_pipe()?;
+    let (stderr_read, stderr_write) = output_pipe()?;
     let (stdin_read, stdin_write) = if stdin {
         let (read, write) = pipe()?;
-        (read, Some(write))
+        (Some(read), Some(write))
     } else {
-        let null = std::fs::File::open("/dev/null")?;
-        (OwnedFd::from(null), None)
+        (None, None)
+    };
+    let stdin_fd = match &stdin_read {
+        Some(read) => read.as_raw_fd(),
+        None => dev_null()?,
     };
 
     // SAFETY: sigset_t is plain data, which sigfillset and pthread_sigmask fill in.
@@ -141,13 +171,9 @@ pub fn spawn(
         argv: pointers(&args_c),
         envp: pointers(&env_c),
         cwd: c_string(cwd.as_os_str().as_bytes())?,
-        stdio: [
-            stdin_read.as_raw_fd(),
-            stdout_write.as_raw_fd(),
-            stderr_write.as_raw_fd(),
-        ],
+        stdio: [stdin_fd, stdout_write.as_raw_fd(), stderr_write.as_raw_fd()],
         report: AtomicU64::new(0),
-        parent: libc::pid_t::try_from(std::process::id()).expect("a pid fits a pid_t"),
+        parent: own_pid(),
         ruleset,
     };
     // Uninitialised: a stack needs no zeroing, and the child touches only its top.

@@ -159,10 +159,17 @@ impl GoverningSet {
 /// Options, `NAME=value` assignments, templates and programs found on `PATH` are not files of
 /// the workspace and are left out; so is a path that leaves the root. Each word is looked up
 /// once: a pipeline whose 10,000 nodes run `true` stats it once, not 10,000 times.
+///
+/// A word is opened with `openat2(RESOLVE_BENEATH)` below the root: the kernel refuses any
+/// resolution that leaves it, in one call where resolving the path in user space took a
+/// `readlink` per component. What that call cannot settle (an absolute symlink, a kernel
+/// without it) is resolved the slow way, with the same answer.
 #[derive(Debug)]
 pub struct NamedFiles {
     root: PathBuf,
-    /// Resolved on the first word that names something: most never do.
+    /// Opened on the first word that names something: most never do.
+    root_dir: Option<Option<std::os::fd::OwnedFd>>,
+    /// Resolved on the first word the kernel could not settle.
     canonical_root: Option<Option<PathBuf>>,
     looked_up: HashMap<String, Option<Arc<SourceFile>>>,
 }
@@ -171,6 +178,7 @@ impl NamedFiles {
     pub fn new(root: &Path) -> Self {
         NamedFiles {
             root: root.to_owned(),
+            root_dir: None,
             canonical_root: None,
             looked_up: HashMap::new(),
         }
@@ -196,6 +204,46 @@ impl NamedFiles {
     }
 
     fn read(&mut self, word: &str) -> Option<Arc<SourceFile>> {
+        let bytes = match self.open_beneath(word) {
+            Beneath::Opened(file) => read_regular(file)?,
+            Beneath::Absent => return None,
+            Beneath::Unsettled => self.read_resolved(word)?,
+        };
+        // Scripts are text; a binary the command names is still named, by its bytes' hash.
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|e| format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes())));
+        Some(SourceFile::new(word, text))
+    }
+
+    fn open_beneath(&mut self, word: &str) -> Beneath {
+        use nix::errno::Errno;
+        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+        use nix::sys::stat::Mode;
+        let root = &self.root;
+        let Some(root_dir) = self.root_dir.get_or_insert_with(|| {
+            open(
+                root,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()
+        }) else {
+            return Beneath::Unsettled;
+        };
+        // Non-blocking: opening a FIFO to read would otherwise wait for a writer.
+        let how = OpenHow::new()
+            .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        match openat2(&*root_dir, word, how) {
+            Ok(fd) => Beneath::Opened(std::fs::File::from(fd)),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Beneath::Absent,
+            // EXDEV: an absolute symlink or a `..` that leaves; ENOSYS: an older kernel.
+            Err(_) => Beneath::Unsettled,
+        }
+    }
+
+    /// The file `word` names, its path resolved in user space and compared with the root's.
+    fn read_resolved(&mut self, word: &str) -> Option<Vec<u8>> {
         let named = self.root.join(word);
         named.symlink_metadata().ok()?;
         let path = named.canonicalize().ok()?;
@@ -205,14 +253,29 @@ impl NamedFiles {
         if !path.is_file() || !root.as_ref().is_some_and(|root| path.starts_with(root)) {
             return None;
         }
-        // Scripts are text; a binary the command names is still named, by its bytes' hash.
-        let text = std::fs::read(&path).ok().map(|bytes| {
-            String::from_utf8(bytes).unwrap_or_else(|e| {
-                format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes()))
-            })
-        })?;
-        Some(SourceFile::new(word, text))
+        std::fs::read(&path).ok()
     }
+}
+
+/// What opening a word below the workspace root found.
+enum Beneath {
+    Opened(std::fs::File),
+    /// Nothing there: the word names no file.
+    Absent,
+    /// The kernel would not say: resolve it the slow way.
+    Unsettled,
+}
+
+/// The bytes of an opened file, if it is a regular one.
+fn read_regular(mut file: std::fs::File) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    file.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The resolved configuration a run sees as `config`, as a member named `kavi.toml`: TOML, with
@@ -358,6 +421,45 @@ mod tests {
         assert_eq!(members[0].0, Role::Script);
         assert_eq!(members[0].1, "checks/lint.py");
         assert_eq!(members[0].3, "print('ok')\n");
+    }
+
+    #[test]
+    fn links_count_where_they_resolve_inside_the_root_and_a_fifo_is_no_file() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("lint.py"), "print('ok')\n").unwrap();
+        let outside = tempfile::NamedTempFile::new().unwrap();
+        symlink("lint.py", root.join("relative.py")).unwrap();
+        // The kernel will not resolve an absolute link below a root: the slow path does.
+        symlink(root.join("lint.py"), root.join("absolute.py")).unwrap();
+        symlink(outside.path(), root.join("away.py")).unwrap();
+        symlink("../../etc/hostname", root.join("sub/up.py")).unwrap();
+        nix::unistd::mkfifo(&root.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut set = GoverningSet::default();
+        set.add_named_files(
+            &mut NamedFiles::new(root),
+            [
+                "relative.py",
+                "absolute.py",
+                "away.py",
+                "sub/up.py",
+                "sub/../lint.py",
+                "fifo",
+                "sub",
+            ],
+        );
+        let members: Vec<_> = set.members().into_iter().map(|m| (m.1, m.3)).collect();
+        let ok = "print('ok')\n";
+        assert_eq!(
+            members,
+            [
+                ("absolute.py".to_owned(), ok),
+                ("relative.py".to_owned(), ok),
+                ("sub/../lint.py".to_owned(), ok),
+            ]
+        );
     }
 
     #[test]
