@@ -116,7 +116,7 @@ fn dev_null() -> io::Result<RawFd> {
     Ok(NULL.get_or_init(|| opened).as_raw_fd())
 }
 
-/// kavi's pid, asked once: it does not change, and every spawn hands it to the child.
+/// kavi's pid, asked once (kavi never forks, so it cannot change) for every spawn to hand on.
 fn own_pid() -> libc::pid_t {
     static PID: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
     *PID.get_or_init(|| libc::pid_t::try_from(std::process::id()).expect("a pid fits a pid_t"))
