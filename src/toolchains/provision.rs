@@ -2,11 +2,11 @@
 //!
 //! A Python toolchain is a virtual environment made with `<interpreter> -m venv`, given pip by
 //! its own `ensurepip` (a step of its own, so that its error reaches the user: `venv` swallows
-//! it), into which pip installs the pinned packages (wheels only: no package's build script runs here). Its folder
-//! is named by the declaration's hash (see [`super::Home::folder_of`]); a manifest written last,
-//! `kavi-toolchain.json`, says it is complete and which versions it holds. A lock file beside
-//! the folder lets one kavi process provision while the others wait and then reuse it. A folder
-//! without its manifest (an install that was killed) is made again.
+//! it), into which pip installs the pinned packages (wheels only: no package's build script
+//! runs here). Its folder is named by the declaration's hash (see [`super::Home::folder_of`]); a
+//! manifest written last, `kavi-toolchain.json`, says it is complete and which versions it
+//! holds. A lock file beside the folder lets one kavi process provision while the others wait
+//! and then reuse it. A folder without its manifest (an install that was killed) is made again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
