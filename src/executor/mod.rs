@@ -195,6 +195,16 @@ pub struct Executor<'a> {
     /// The run's configuration, part of every node key, as (`config:<path>`, hash).
     config_parts: Vec<(String, String)>,
     recorder: Recorder,
+    /// The parts of every node's template context that do not change during the run, made
+    /// once: converting them again for each node cost more than the node's own part.
+    run_vars: RunVars,
+}
+
+/// `params`, `run` and `config` as templates see them.
+struct RunVars {
+    params: minijinja::Value,
+    run: minijinja::Value,
+    config: minijinja::Value,
 }
 
 /// How a wall budget reads in a reason.
@@ -316,6 +326,15 @@ impl<'a> Executor<'a> {
         cancel: CancellationToken,
     ) -> Result<Self, LedgerError> {
         let recorder = Recorder::start(ledger, run_id)?;
+        let run_vars = RunVars {
+            params: minijinja::Value::from_serialize(&params),
+            run: minijinja::Value::from_serialize(json!({
+                "id": run_id,
+                "pipeline": dag.pipeline.name,
+                "spec_hash": dag.pipeline.spec_hash,
+            })),
+            config: minijinja::Value::from_serialize(&env.config),
+        };
         Ok(Executor {
             dag,
             env,
@@ -346,6 +365,7 @@ impl<'a> Executor<'a> {
             reuse: HashMap::new(),
             config_parts: Vec::new(),
             recorder,
+            run_vars,
         })
     }
 
@@ -1054,12 +1074,12 @@ impl<'a> Executor<'a> {
                 );
             }
         }
-        minijinja::Value::from_serialize(json!({
-            "params": self.params,
-            "nodes": nodes,
-            "run": { "id": self.run_id, "pipeline": self.dag.pipeline.name, "spec_hash": self.dag.pipeline.spec_hash },
-            "config": self.env.config,
-        }))
+        minijinja::context! {
+            params => self.run_vars.params.clone(),
+            nodes => minijinja::Value::from_serialize(&nodes),
+            run => self.run_vars.run.clone(),
+            config => self.run_vars.config.clone(),
+        }
     }
 }
 

@@ -5,15 +5,21 @@
 //! group is appended to a file before it can matter, and the next kavi process that finds the
 //! file's owner gone stops whatever is still running in those groups.
 //!
-//! A process id can be reused once its process is gone. Each entry keeps the group leader's start
-//! time (clock ticks since boot) and the file keeps the boot id, so a group is stopped only when
-//! its processes are the ones kavi started: not after a reboot, not when the leader's id now
+//! A process id can be reused once its process is gone. Each entry keeps when the group leader
+//! started (clock ticks since boot) and the file keeps the boot id, so a group is stopped only
+//! when its processes are the ones kavi started: not after a reboot, not when the leader's id now
 //! belongs to a newer process, and never a process that started before the group did.
+//!
+//! The start time is not read back from `/proc/<pid>/stat`, which costs a path walk and the
+//! kernel's whole stat line on every node. The kernel stamps a process when it is cloned, on the
+//! boot clock, and reports that stamp in clock ticks; kavi reads the same clock just before and
+//! just after the clone, so the stamp lies in the window between the two readings, which is
+//! almost always a single tick.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -30,8 +36,65 @@ enum Line {
         /// The folder this kavi process spills captured output into; removed with it.
         spill: PathBuf,
     },
-    /// A process group, by its leader's id and start time.
-    Group { pgid: i32, start: u64 },
+    /// A process group, by its leader's id and the ticks it started within: from `start` to
+    /// `until` (absent in rosters that recorded the exact tick, which is then `start`).
+    Group {
+        pgid: i32,
+        start: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<u64>,
+    },
+}
+
+/// The ticks since boot (the unit of `/proc/<pid>/stat`'s start time) that a process can have
+/// been stamped with: from a reading of the boot clock taken before it was cloned to one after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartWindow {
+    earliest: u64,
+    latest: u64,
+}
+
+impl StartWindow {
+    /// Opens the window: call just before the clone.
+    pub fn open() -> Self {
+        let now = boot_ticks();
+        Self {
+            earliest: now,
+            latest: now,
+        }
+    }
+
+    /// Closes it: call after the clone returned.
+    fn close(self) -> Self {
+        Self {
+            latest: boot_ticks(),
+            ..self
+        }
+    }
+
+    fn holds(self, start: u64) -> bool {
+        (self.earliest..=self.latest).contains(&start)
+    }
+}
+
+/// The boot clock in clock ticks, as the kernel converts a process's start stamp: whole ticks,
+/// rounded down.
+fn boot_ticks() -> u64 {
+    static NANOS_PER_TICK: OnceLock<u64> = OnceLock::new();
+    let per_tick = *NANOS_PER_TICK.get_or_init(|| {
+        let hertz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .and_then(|hz| u64::try_from(hz).ok())
+            .filter(|&hz| hz > 0)
+            .unwrap_or(100);
+        1_000_000_000 / hertz
+    });
+    // The boot clock cannot fail on Linux; a zero would only make the window start at boot.
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0);
+    now / per_tick
 }
 
 /// The file a kavi process lists its process groups in.
@@ -66,12 +129,19 @@ impl Roster {
         &self.spill
     }
 
-    /// Writes down the group `pid` leads. Called right after spawning, before kavi waits for the
-    /// child, so its `/proc` entry is there even if it already exited.
-    pub fn enlist(&self, pid: i32) -> io::Result<()> {
-        let start = Stat::read(pid)?.start;
+    /// Writes down the group `pid` leads, cloned after `window` was opened. Called right after
+    /// spawning, before kavi waits for the child.
+    pub fn enlist(&self, pid: i32, window: StartWindow) -> io::Result<()> {
+        let window = window.close();
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        write_line(&mut file, &Line::Group { pgid: pid, start })
+        write_line(
+            &mut file,
+            &Line::Group {
+                pgid: pid,
+                start: window.earliest,
+                until: Some(window.latest),
+            },
+        )
     }
 }
 
@@ -182,7 +252,13 @@ pub fn stop_leftovers(path: &Path) -> io::Result<Leftovers> {
                 same_boot = boot_id().is_ok_and(|now| now == id);
                 leftovers.spill = Some(spill);
             }
-            Line::Group { pgid, start } => groups.push((pgid, start)),
+            Line::Group { pgid, start, until } => groups.push((
+                pgid,
+                StartWindow {
+                    earliest: start,
+                    latest: until.unwrap_or(start),
+                },
+            )),
         }
     }
     // After a reboot nothing the roster lists can still run.
@@ -205,16 +281,17 @@ pub fn stop_leftovers(path: &Path) -> io::Result<Leftovers> {
 }
 
 /// The processes that belong to the listed groups: in the group, started no earlier than its
-/// leader, and in a group whose leader id, if it is taken, is still taken by that leader.
-fn ours(processes: &[Stat], groups: &[(i32, u64)]) -> Vec<i32> {
+/// leader could have, and in a group whose leader id, if it is taken, is still taken by that
+/// leader.
+fn ours(processes: &[Stat], groups: &[(i32, StartWindow)]) -> Vec<i32> {
     processes
         .iter()
         .filter(|process| {
-            groups.iter().any(|&(pgid, start)| {
+            groups.iter().any(|&(pgid, window)| {
                 let leader_reused = processes
                     .iter()
-                    .any(|other| other.pid == pgid && other.start != start);
-                process.pgrp == pgid && process.start >= start && !leader_reused
+                    .any(|other| other.pid == pgid && !window.holds(other.start));
+                process.pgrp == pgid && process.start >= window.earliest && !leader_reused
             })
         })
         .map(|process| process.pid)
@@ -242,9 +319,16 @@ mod tests {
         }
     }
 
+    fn at(tick: u64) -> StartWindow {
+        StartWindow {
+            earliest: tick,
+            latest: tick,
+        }
+    }
+
     #[test]
     fn only_processes_of_the_listed_groups_started_after_their_leader_are_ours() {
-        let listed = [(100, 50)];
+        let listed = [(100, at(50))];
         let procs = [
             stat(101, 100, 60), // a child left in the group: ours
             stat(102, 100, 40), // older than the group: not ours
@@ -267,6 +351,7 @@ mod tests {
         let group = Line::Group {
             pgid: std::process::id() as i32,
             start: 0,
+            until: None,
         };
         let mut file = File::create(&path).unwrap();
         write_line(&mut file, &header).unwrap();
@@ -288,8 +373,9 @@ mod tests {
             }
             command.spawn().unwrap()
         };
+        let window = StartWindow::open();
         let (mut listed, mut other) = (spawn(true), spawn(true));
-        roster.enlist(listed.id() as i32).unwrap();
+        roster.enlist(listed.id() as i32, window).unwrap();
         let leftovers = stop_leftovers(&dir.path().join("r.procs")).unwrap();
         assert_eq!(leftovers.killed, 1);
         use std::os::unix::process::ExitStatusExt;
@@ -300,5 +386,34 @@ mod tests {
         );
         other.kill().unwrap();
         other.wait().unwrap();
+    }
+
+    #[test]
+    fn the_window_holds_the_start_time_the_kernel_reports() {
+        for _ in 0..20 {
+            let window = StartWindow::open();
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            let window = window.close();
+            let stat = Stat::read(child.id() as i32).unwrap();
+            child.wait().unwrap();
+            assert!(
+                window.holds(stat.start),
+                "started at tick {} outside {window:?}",
+                stat.start
+            );
+        }
+    }
+
+    #[test]
+    fn a_roster_line_with_an_exact_start_still_reads() {
+        let line: Line = serde_json::from_str(r#"{"entry":"group","pgid":7,"start":42}"#).unwrap();
+        assert!(matches!(
+            line,
+            Line::Group {
+                pgid: 7,
+                start: 42,
+                until: None
+            }
+        ));
     }
 }
