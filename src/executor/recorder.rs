@@ -49,14 +49,16 @@ impl Recorder {
     /// Starts the writer on a connection of its own to `ledger`'s file, recording into run
     /// `run_id`.
     pub(super) fn start(ledger: &Ledger, run_id: i64) -> Result<Self, LedgerError> {
-        let mut connection = ledger.another_connection()?;
+        let connection = ledger.another_connection()?;
         let (sender, receiver) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&failed);
         let thread = std::thread::Builder::new()
             .name("kavi-recorder".into())
             .spawn(move || {
-                let result = write_groups(&mut connection, run_id, &receiver);
+                let result = connection
+                    .open()
+                    .and_then(|mut connection| write_groups(&mut connection, run_id, &receiver));
                 if result.is_err() {
                     flag.store(true, Ordering::Release);
                     // Whoever waits for a sync learns of the failure from the join.

@@ -154,6 +154,33 @@ pub struct Ledger {
     locks_dir: PathBuf,
 }
 
+/// A connection to a ledger that is already open, not yet made: see
+/// [`Ledger::another_connection`].
+#[derive(Debug)]
+pub struct AnotherConnection {
+    address: Address,
+    locks_dir: PathBuf,
+}
+
+#[derive(Debug)]
+enum Address {
+    File(PathBuf),
+    Server(String),
+}
+
+impl AnotherConnection {
+    pub fn open(self) -> Result<Ledger> {
+        let conn = match &self.address {
+            Address::File(path) => connect(path)?,
+            Address::Server(url) => connect_postgres(url)?,
+        };
+        Ok(Ledger {
+            conn,
+            locks_dir: self.locks_dir,
+        })
+    }
+}
+
 /// Where owners keep their lock files and rosters: beside the ledger file.
 /// A server's ledger keeps them in a folder of this machine's own (the processes they name run
 /// here), named for the server.
@@ -452,20 +479,21 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// One more connection to this ledger, already migrated and recovered by this one: for a
-    /// thread that writes while this connection's owner goes on.
-    pub fn another_connection(&self) -> Result<Self> {
-        let conn = match (self.conn.path(), self.conn.url()) {
-            (Some(path), _) => connect(path)?,
-            (None, Some(url)) => connect_postgres(url)?,
+    /// How to open one more connection to this ledger, already migrated and recovered by this
+    /// one: for a thread that writes while this connection's owner goes on. The thread opens it
+    /// itself, so that reading the schema (every journal trigger) is not on the caller's time.
+    pub fn another_connection(&self) -> Result<AnotherConnection> {
+        let address = match (self.conn.path(), self.conn.url()) {
+            (Some(path), _) => Address::File(path.to_owned()),
+            (None, Some(url)) => Address::Server(url.to_owned()),
             (None, None) => {
                 return Err(
                     std::io::Error::other("this ledger is not one kavi can open again").into(),
                 );
             }
         };
-        Ok(Self {
-            conn,
+        Ok(AnotherConnection {
+            address,
             locks_dir: self.locks_dir.clone(),
         })
     }
