@@ -77,10 +77,20 @@ impl Recorder {
         })
     }
 
+    /// Hands `write` over. While the writer lingers it is parked, not waiting on the channel,
+    /// so this wakes nobody: a chain of short nodes sends four decisions per node, and a wake
+    /// costs a system call here and a context switch there.
     pub(super) fn record(&self, write: Write) {
         if let Some(sender) = &self.sender {
             // A closed channel means the writer failed: `check` reports why.
             let _ = sender.send(Message::Write(write));
+        }
+    }
+
+    /// Cuts the writer's linger short: someone waits.
+    fn hurry(&self) {
+        if let Some(thread) = &self.thread {
+            thread.thread().unpark();
         }
     }
 
@@ -89,7 +99,9 @@ impl Recorder {
     pub(super) fn sync(&mut self) -> Result<(), LedgerError> {
         if let Some(sender) = &self.sender {
             let (done, wait) = mpsc::sync_channel(1);
-            let answered = sender.send(Message::Sync(done)).is_ok() && wait.recv().is_ok();
+            let sent = sender.send(Message::Sync(done)).is_ok();
+            self.hurry();
+            let answered = sent && wait.recv().is_ok();
             if !answered {
                 // The writer stopped with the group this sync was in.
                 return self.finish();
@@ -109,6 +121,7 @@ impl Recorder {
     /// Commits what is left and stops the writer.
     pub(super) fn finish(&mut self) -> Result<(), LedgerError> {
         self.sender = None;
+        self.hurry();
         match self.thread.take().map(JoinHandle::join) {
             None => Ok(()),
             Some(Ok(result)) => result,
@@ -162,22 +175,33 @@ fn write_groups(
 }
 
 /// Collects `first` and what follows it until `deadline`, a sync (someone waits for it), or
-/// the end of the run.
+/// the end of the run. In between it parks rather than waiting on the channel: senders then
+/// have no one to wake, and a sync or the end unparks it (see [`Recorder::hurry`]).
 fn gather(
     first: Message,
     receiver: &mpsc::Receiver<Message>,
     deadline: Instant,
     group: &mut Vec<Message>,
 ) {
-    let mut next = Some(first);
-    while let Some(message) = next {
-        let sync = matches!(message, Message::Sync(_));
-        group.push(message);
+    let mut next = first;
+    loop {
+        let sync = matches!(next, Message::Sync(_));
+        group.push(next);
         if sync {
             return;
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        next = receiver.recv_timeout(left).ok();
+        next = loop {
+            match receiver.try_recv() {
+                Ok(message) => break message,
+                Err(mpsc::TryRecvError::Disconnected) => return,
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::park_timeout(left);
+        };
     }
 }
 
