@@ -169,6 +169,7 @@ enum Address {
 }
 
 impl AnotherConnection {
+    /// Connects, on the calling thread: no migration or recovery, which the first connection did.
     pub fn open(self) -> Result<Ledger> {
         let conn = match &self.address {
             Address::File(path) => connect(path)?,
