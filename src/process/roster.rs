@@ -64,6 +64,14 @@ impl StartWindow {
         }
     }
 
+    /// The window a roster line gives: from `start` to `until`, or the exact tick `start`.
+    fn recorded(start: u64, until: Option<u64>) -> Self {
+        Self {
+            earliest: start,
+            latest: until.unwrap_or(start),
+        }
+    }
+
     /// Closes it: call after the clone returned.
     fn close(self) -> Self {
         Self {
@@ -252,13 +260,9 @@ pub fn stop_leftovers(path: &Path) -> io::Result<Leftovers> {
                 same_boot = boot_id().is_ok_and(|now| now == id);
                 leftovers.spill = Some(spill);
             }
-            Line::Group { pgid, start, until } => groups.push((
-                pgid,
-                StartWindow {
-                    earliest: start,
-                    latest: until.unwrap_or(start),
-                },
-            )),
+            Line::Group { pgid, start, until } => {
+                groups.push((pgid, StartWindow::recorded(start, until)));
+            }
         }
     }
     // After a reboot nothing the roster lists can still run.
@@ -319,16 +323,9 @@ mod tests {
         }
     }
 
-    fn at(tick: u64) -> StartWindow {
-        StartWindow {
-            earliest: tick,
-            latest: tick,
-        }
-    }
-
     #[test]
     fn only_processes_of_the_listed_groups_started_after_their_leader_are_ours() {
-        let listed = [(100, at(50))];
+        let listed = [(100, StartWindow::recorded(50, None))];
         let procs = [
             stat(101, 100, 60), // a child left in the group: ours
             stat(102, 100, 40), // older than the group: not ours
