@@ -58,15 +58,19 @@ pub fn compile(pipeline: &Pipeline) -> Result<Dag<'_>, SpecError> {
         .enumerate()
         .map(|(i, n)| (n.id.as_str(), i))
         .collect();
-    let mut graph = DiGraph::with_capacity(pipeline.nodes.len(), pipeline.nodes.len());
+    let edges = pipeline.nodes.iter().map(|n| n.needs.len()).sum();
+    let mut graph = DiGraph::with_capacity(pipeline.nodes.len(), edges);
     for i in 0..pipeline.nodes.len() {
         graph.add_node(i);
     }
+    // `needed_by[d] == i` once node `i` has its edge from `d`: a need listed twice makes one
+    // edge, with no set allocated per node.
+    let mut needed_by = vec![usize::MAX; pipeline.nodes.len()];
     for (i, node) in pipeline.nodes.iter().enumerate() {
-        let mut seen = HashSet::new();
         for need in &node.needs {
             let dep = index_of[need.get_ref().as_str()];
-            if seen.insert(dep) {
+            if needed_by[dep] != i {
+                needed_by[dep] = i;
                 graph.add_edge(NodeIndex::new(dep), NodeIndex::new(i), ());
             }
         }
@@ -260,4 +264,34 @@ fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {
         }
     }
     seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{LoadContext, load_pipeline_str};
+    use crate::template::TemplateEngine;
+
+    #[test]
+    fn a_need_listed_twice_makes_one_edge() {
+        let root = tempfile::tempdir().unwrap();
+        let templates = TemplateEngine::new(&root.path().join("templates"));
+        let context = LoadContext {
+            root: root.path(),
+            templates: &templates,
+            including: &[],
+        };
+        let text = "[pipeline]\nname = \"p\"\n\
+                    [nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n\
+                    [nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\n\
+                    [nodes.c]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"a\", \"b\", \"a\"]\n";
+        let path = std::path::Path::new("p.toml");
+        let pipeline = load_pipeline_str(path, text.into(), &context).unwrap();
+        let dag = compile(&pipeline).unwrap();
+        assert_eq!(dag.graph.edge_count(), 2);
+        let mut needed: Vec<usize> = dag.dependencies(2).collect();
+        needed.sort_unstable();
+        assert_eq!(needed, [0, 1]);
+        assert_eq!(dag.stage, [0, 0, 1]);
+    }
 }

@@ -378,6 +378,9 @@ pub fn load_pipeline_str(
             let span = value.span();
             match value.into_inner() {
                 DeValue::Table(table) => {
+                    // Sized once: a node spec is large, and growing the vector by doubling
+                    // copies every spec and touches fresh memory each time.
+                    nodes.reserve_exact(table.len());
                     for (id, node) in table {
                         let name = id.get_ref().to_string();
                         match load_node(&file, id, node, context, &params, &mut named_files) {
