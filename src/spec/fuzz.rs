@@ -4,7 +4,8 @@
 //! proposals), damages it (an extreme value in place of a value, a line dropped or repeated, the
 //! text cut short, stray characters) and loads the whole workspace as `kavi pipeline check`,
 //! `kavi chain check` and `kavi skill propose` would. A loader may refuse the file, and must say
-//! why; it may never panic.
+//! why; it may never panic. The damaged file must also read the same through the one-pass
+//! reader of pipelines as through toml (`spec::document`).
 //!
 //! The default is 64 cases a run. For a longer campaign:
 //! `PROPTEST_CASES=20000 cargo test --lib spec::fuzz`; a failure prints the smallest damaged file
@@ -275,6 +276,10 @@ proptest! {
                 "a loader panicked on this {}:\n{damaged}",
                 SEEDS[seed]
             );
+            // Pipelines are read in one pass where they can be: damaged, every file must
+            // still read exactly as toml reads it, or be left to toml.
+            let agreed = super::document::agrees_with_toml(&damaged);
+            prop_assert!(agreed.is_ok(), "{agreed:?} on this {}:\n{damaged}", SEEDS[seed]);
             Ok(())
         })?;
     }

@@ -341,7 +341,10 @@ pub fn load_pipeline_str(
 ) -> Result<Pipeline, SpecError> {
     let file = SourceFile::new(display_path, text);
     let spec_hash = spec_hash(&file.text);
-    let root = DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?;
+    let root = match super::document::parse(&file.text) {
+        Some(root) => root,
+        None => DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?,
+    };
     let root_span = root.span();
 
     let mut header_table = DeTable::new();

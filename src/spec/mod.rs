@@ -4,6 +4,7 @@
 //! keeping byte spans, and turns it into a [`Pipeline`] whose nodes already hold their parsed
 //! kind-specific action. Anything wrong is reported as a [`SpecError`] pointing into the file.
 
+mod document;
 mod error;
 pub mod governing;
 mod load;
