@@ -729,7 +729,8 @@ fn check_needs(
     unloaded: &[String],
     problems: &mut Vec<Diagnostic>,
 ) {
-    let ids: std::collections::HashSet<&str> = nodes
+    // foldhash, not SipHash: the ids are the operator's, and there can be tens of thousands.
+    let ids: std::collections::HashSet<&str, foldhash::fast::RandomState> = nodes
         .iter()
         .map(|n| n.id.as_str())
         .chain(unloaded.iter().map(String::as_str))
