@@ -24,6 +24,7 @@ mod schema;
 mod skills;
 mod verifications;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -949,17 +950,35 @@ impl Ledger {
              FROM node_runs WHERE run_id = ?1
              ORDER BY min(id) OVER (PARTITION BY node_id), attempt",
         )?;
-        let mut artifacts_stmt = self.conn.prepare(
-            "SELECT l.role, a.sha256, a.kind, a.size, a.path
-             FROM node_run_artifacts l JOIN artifacts a ON a.sha256 = l.sha256
-             WHERE l.node_run_id = ?1 ORDER BY l.role",
-        )?;
-        let mut nodes = Vec::new();
-        let rows = stmt.query_map([run_id], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                NodeRunRow {
-                    id: row.get(0)?,
+        // All the run's artifacts in one query, not one per node run: each query is its own
+        // read transaction, and a 1,000-node run would take the lock 1,000 times.
+        let mut artifacts: HashMap<i64, Vec<NodeArtifact>> = HashMap::new();
+        self.conn
+            .prepare(
+                "SELECT l.node_run_id, l.role, a.sha256, a.kind, a.size, a.path
+                 FROM node_runs n
+                 JOIN node_run_artifacts l ON l.node_run_id = n.id
+                 JOIN artifacts a ON a.sha256 = l.sha256
+                 WHERE n.run_id = ?1 ORDER BY l.node_run_id, l.role",
+            )?
+            .for_each([run_id], |row| {
+                artifacts
+                    .entry(row.get(0)?)
+                    .or_default()
+                    .push(NodeArtifact {
+                        role: row.get(1)?,
+                        sha256: row.get(2)?,
+                        kind: row.get(3)?,
+                        size: row.get(4)?,
+                        path: row.get(5)?,
+                    });
+                Ok(true)
+            })?;
+        let nodes = stmt
+            .query_map([run_id], |row| {
+                let id = row.get(0)?;
+                Ok(NodeRunRow {
+                    id,
                     node_id: row.get(1)?,
                     kind: row.get(2)?,
                     state: enum_column(row, 3)?,
@@ -971,26 +990,11 @@ impl Ledger {
                     outputs: json_column(row, 9)?,
                     error: row.get(10)?,
                     reason: row.get(11)?,
-                    artifacts: Vec::new(),
+                    artifacts: artifacts.remove(&id).unwrap_or_default(),
                     reused_from: row.get(12)?,
-                },
-            ))
-        })?;
-        for row in rows {
-            let (node_run_id, mut node) = row?;
-            node.artifacts = artifacts_stmt
-                .query_map([node_run_id], |row| {
-                    Ok(NodeArtifact {
-                        role: row.get(0)?,
-                        sha256: row.get(1)?,
-                        kind: row.get(2)?,
-                        size: row.get(3)?,
-                        path: row.get(4)?,
-                    })
-                })?
-                .collect::<db::Result<_>>()?;
-            nodes.push(node);
-        }
+                })
+            })?
+            .collect::<db::Result<Vec<_>>>()?;
         let governing = self.governing(run_id)?;
         let verifications = self.verifications(run_id)?;
         let children = self
