@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -24,7 +25,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tempfile::NamedTempFile;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::confinement::Confinement;
@@ -132,6 +133,18 @@ pub struct Captured {
 }
 
 impl Captured {
+    /// Keeps a chunk of `stream` as it arrived, and shows it to whoever watches live.
+    fn keep(&mut self, stream: Stream, chunk: &[u8], options: &CaptureOptions) -> io::Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        self.push(chunk, options)?;
+        if let Some(LiveOutput(live)) = &options.live {
+            live(stream, chunk);
+        }
+        Ok(())
+    }
+
     fn push(&mut self, chunk: &[u8], options: &CaptureOptions) -> io::Result<()> {
         self.total += chunk.len() as u64;
         if self.spill.is_none() && self.head.len() + chunk.len() <= options.limit {
@@ -340,16 +353,22 @@ impl Drop for Child {
 }
 
 /// Reads a pipe to its end, or until `DRAIN_GRACE` after `exited` fires.
+///
+/// What the pipe holds already is read first, without the reactor: after a child's exit that is
+/// all of it, and the pipe never wakes kavi.
 async fn capture(
-    pipe: Option<impl AsyncRead + Unpin>,
+    pipe: OwnedFd,
     stream: Stream,
     options: &CaptureOptions,
     exited: &CancellationToken,
 ) -> io::Result<Captured> {
     let mut captured = Captured::default();
-    let Some(mut pipe) = pipe else {
+    let pipe = std::fs::File::from(pipe);
+    if read_held(&pipe, stream, &mut captured, options)? {
         return Ok(captured);
-    };
+    }
+    // Known pipes, their ends made non-blocking by `spawn`: no checking them again.
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(OwnedFd::from(pipe))?;
     let deadline = async {
         exited.cancelled().await;
         tokio::time::sleep(DRAIN_GRACE).await;
@@ -357,7 +376,7 @@ async fn capture(
     tokio::pin!(deadline);
     // Read into spare capacity: a zeroed 64 KiB buffer per stream was a memset of 128 KiB on
     // every node, most of which print nothing.
-    let mut buffer = Vec::with_capacity(64 * 1024);
+    let mut buffer = Vec::with_capacity(PIPE_CHUNK);
     loop {
         buffer.clear();
         let n = tokio::select! {
@@ -370,13 +389,43 @@ async fn capture(
         if n == 0 {
             break;
         }
-        captured.push(&buffer[..n], options)?;
-        if let Some(LiveOutput(live)) = &options.live {
-            live(stream, &buffer[..n]);
-        }
+        captured.keep(stream, &buffer[..n], options)?;
     }
     Ok(captured)
 }
+
+/// How much is read from a pipe at a time: its default capacity.
+const PIPE_CHUNK: usize = 64 * 1024;
+
+/// Reads what the non-blocking `pipe` holds now, without waiting; `true` once it is at its end
+/// (every writer gone).
+fn read_held(
+    pipe: &std::fs::File,
+    stream: Stream,
+    captured: &mut Captured,
+    options: &CaptureOptions,
+) -> io::Result<bool> {
+    let mut chunk = Vec::new();
+    loop {
+        chunk.clear();
+        // Bounded: a writer outside the group may keep the pipe full for as long as it likes.
+        let read = pipe.take(PIPE_CHUNK as u64).read_to_end(&mut chunk);
+        captured.keep(stream, &chunk, options)?;
+        match read {
+            Ok(_) if chunk.len() < PIPE_CHUNK => return Ok(true),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How long a child is waited for alone, its pipes left unwatched, before kavi reads them as it
+/// runs. Most commands a pipeline runs are done sooner: kavi reads their output once they exit,
+/// and is woken once per child rather than also for the end of each pipe. A child that fills a
+/// pipe meanwhile waits at most this long for kavi to read it.
+const QUIET_START: Duration = Duration::from_millis(10);
 
 /// Runs a command to completion, capturing its output.
 pub async fn run(
@@ -411,28 +460,37 @@ pub async fn run(
     }
 
     let exited = CancellationToken::new();
-    // Known pipes, their ends made non-blocking by `spawn`: no checking them again.
-    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(spawned.stdout)?;
-    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(spawned.stderr)?;
-    let stdout = capture(Some(stdout), Stream::Stdout, options, &exited);
-    let stderr = capture(Some(stderr), Stream::Stderr, options, &exited);
+    // Output someone watches live is read as it comes, from the start.
+    let quick_exit = match options.live {
+        Some(_) => None,
+        None => tokio::select! {
+            exit = child.wait() => Some(exit),
+            () = tokio::time::sleep(QUIET_START) => None,
+            () = cancel.cancelled() => None,
+        },
+    };
     let wait = async {
-        let exit = tokio::select! {
-            exit = child.wait() => exit,
-            () = cancel.cancelled() => {
-                let _ = killpg(group.0, Signal::SIGTERM);
-                if tokio::time::timeout(TERMINATE_GRACE, child.wait()).await.is_err() {
-                    let _ = killpg(group.0, Signal::SIGKILL);
-                    let _ = child.wait().await;
+        let exit = match quick_exit {
+            Some(exit) => exit,
+            None => tokio::select! {
+                exit = child.wait() => exit,
+                () = cancel.cancelled() => {
+                    let _ = killpg(group.0, Signal::SIGTERM);
+                    if tokio::time::timeout(TERMINATE_GRACE, child.wait()).await.is_err() {
+                        let _ = killpg(group.0, Signal::SIGKILL);
+                        let _ = child.wait().await;
+                    }
+                    Ok(Exit::Cancelled)
                 }
-                Ok(Exit::Cancelled)
-            }
+            },
         };
         // Whatever the child left running in its group goes with it; that closes the pipes.
         group.kill();
         exited.cancel();
         exit
     };
+    let stdout = capture(spawned.stdout, Stream::Stdout, options, &exited);
+    let stderr = capture(spawned.stderr, Stream::Stderr, options, &exited);
     let (exit, stdout, stderr) = tokio::join!(wait, stdout, stderr);
     Ok(Finished {
         exit: exit?,
