@@ -10,10 +10,7 @@ pub fn list(workspace: &Workspace, skill: &str, json: bool) -> Result<i32, Error
     ledger.skill(skill)?;
     let builds = ledger.builds(skill)?;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&builds).expect("builds serialize")
-        );
+        super::print_json(&builds);
         return Ok(exit::SUCCESS);
     }
     if builds.is_empty() {

@@ -67,10 +67,7 @@ pub async fn run(
     };
     let results = chains::run(&chain, &params, &context).await?;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&results).expect("results serialize")
-        );
+        super::print_json(&results);
     } else {
         print_results(&chain, &results);
     }

@@ -307,10 +307,7 @@ pub fn run(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let found = checks(workspace);
     let failed = found.iter().any(|c| c.status == Status::Fail);
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&found).expect("checks serialize")
-        );
+        super::print_json(&found);
     } else {
         let rows: Vec<Vec<String>> = found
             .iter()

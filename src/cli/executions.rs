@@ -52,10 +52,7 @@ pub fn tail(workspace: &Workspace, filter: &TailFilter<'_>, json: bool) -> Resul
         .collect();
     let shown = &selected[selected.len().saturating_sub(filter.count)..];
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(shown).expect("records serialize")
-        );
+        super::print_json(shown);
         return Ok(exit::SUCCESS);
     }
     if shown.is_empty() {
@@ -203,10 +200,7 @@ pub fn session(workspace: &Workspace, of: SessionOf<'_>, json: bool) -> Result<i
             .flatten()
             .map(|root| nest(root, &children))
             .collect();
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!(roots)).expect("the tree serializes")
-        );
+        super::print_json(&json!(roots));
         return Ok(exit::SUCCESS);
     }
     fn print(

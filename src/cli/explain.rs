@@ -87,21 +87,17 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
     };
     let cache = cache_explanation(&ledger, &run.pipeline, last, &declared)?;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "run": run.id,
-                "node": node,
-                "state": last.state,
-                "attempts": attempts.len(),
-                "needs": needs.iter().map(|(dep, state)| json!({ "node": dep, "state": state })).collect::<Vec<_>>(),
-                "when": when,
-                "reused_from": last.reused_from,
-                "because": because,
-                "cache": cache,
-            }))
-            .expect("an explanation serializes")
-        );
+        super::print_json(&json!({
+            "run": run.id,
+            "node": node,
+            "state": last.state,
+            "attempts": attempts.len(),
+            "needs": needs.iter().map(|(dep, state)| json!({ "node": dep, "state": state })).collect::<Vec<_>>(),
+            "when": when,
+            "reused_from": last.reused_from,
+            "because": because,
+            "cache": cache,
+        }));
         return Ok(exit::SUCCESS);
     }
     outln!(

@@ -69,21 +69,17 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
         "removed"
     };
     if options.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "dry_run": options.dry_run,
-                "runs": pruned.runs,
-                "child_runs": pruned.child_runs,
-                "node_runs": pruned.node_runs,
-                "artifacts": pruned.artifacts.iter().map(|(sha, _, _)| sha).collect::<Vec<_>>(),
-                "sandboxes": sandboxes,
-                "temp_files": temp_files,
-                "bytes": freed,
-                "kept_as_evidence": pruned.kept_as_evidence,
-            }))
-            .expect("gc report serializes")
-        );
+        super::print_json(&json!({
+            "dry_run": options.dry_run,
+            "runs": pruned.runs,
+            "child_runs": pruned.child_runs,
+            "node_runs": pruned.node_runs,
+            "artifacts": pruned.artifacts.iter().map(|(sha, _, _)| sha).collect::<Vec<_>>(),
+            "sandboxes": sandboxes,
+            "temp_files": temp_files,
+            "bytes": freed,
+            "kept_as_evidence": pruned.kept_as_evidence,
+        }));
         return Ok(exit::SUCCESS);
     }
     let runs = match (pruned.runs.first(), pruned.runs.last()) {

@@ -177,17 +177,13 @@ pub fn migrate(workspace: &Workspace, url: &str) -> Result<i32, Error> {
 pub fn verify(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let (findings, trusted) = findings(workspace)?;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "entries": findings.entries,
-                "checkpoints": findings.checkpoints,
-                "key": trusted.as_ref().map(checkpoint::public_hex),
-                "ok": findings.problems.is_empty(),
-                "problems": findings.problems,
-            }))
-            .expect("findings serialize")
-        );
+        super::print_json(&json!({
+            "entries": findings.entries,
+            "checkpoints": findings.checkpoints,
+            "key": trusted.as_ref().map(checkpoint::public_hex),
+            "ok": findings.problems.is_empty(),
+            "problems": findings.problems,
+        }));
     } else {
         for problem in &findings.problems {
             outln!("MISMATCH  {problem}");

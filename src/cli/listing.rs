@@ -80,10 +80,7 @@ fn entry(path: &str, unit: &str, loaded: Result<(String, usize, Option<String>),
 
 fn print(listed: &[Value], unit: &str, json: bool) -> Result<i32, Error> {
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(listed).expect("a listing serializes")
-        );
+        super::print_json(listed);
     } else {
         let mut rows = vec![
             ["NAME", &unit.to_uppercase(), "FILE", "DESCRIPTION"]

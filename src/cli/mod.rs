@@ -26,6 +26,23 @@ macro_rules! out {
     }};
 }
 
+/// Prints `value` as pretty JSON and a newline on stdout, written as it is serialized (a run of
+/// many nodes is never held whole as text), with the same handling of a closed pipe as
+/// [`outln!`].
+fn print_json<T: serde::Serialize + ?Sized>(value: &T) {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(out))
+        .and_then(|()| out.flush());
+    if let Err(e) = written
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
 mod builds;
 mod chains;
 mod chat;

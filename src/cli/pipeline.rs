@@ -83,14 +83,22 @@ pub async fn run(
     start: executor::RunStart,
 ) -> Result<i32, Error> {
     let json = options.json;
-    let (pipeline, templates) = load(workspace, file)?;
+    let opening = open_ledger_meanwhile(&workspace.config.ledger);
+    let loaded = load(workspace, file);
+    let opened = opening
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let (pipeline, templates) = loaded?;
+    let mut ledger = opened?;
     let dag = dag::compile(&pipeline)?;
+    tracing::debug!(
+        nodes = dag.len(),
+        "pipeline loaded and planned, ledger open"
+    );
     let params = resolve_params(&pipeline, sets)?;
-    let mut ledger = Ledger::open(&workspace.config.ledger)?;
-    // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
-    crate::sandbox::cleanup::sweep(&mut ledger)?;
     let screen = Screen::new();
     let env = environment(workspace, templates, options, &screen)?;
+    tracing::debug!("store open");
     let cancel = super::cancel_on_signals("running nodes");
 
     let mut console = observer(json, &screen, 0);
@@ -105,16 +113,27 @@ pub async fn run(
     )
     .await?;
     let detail = ledger.run_detail(outcome.run_id)?;
+    tracing::debug!("run read back");
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&detail).expect("run detail serializes")
-        );
+        super::print_json(&detail);
     } else {
         let duration = i64::try_from(outcome.duration_ms).unwrap_or(i64::MAX);
         report_run(&ledger, &detail, outcome.status, duration)?;
     }
+    tracing::debug!("run reported");
     Ok(run_exit_code(outcome.status))
+}
+
+/// Opens the ledger at `path` on a thread of its own, while the caller reads the pipeline: on a
+/// fresh workspace, creating the schema takes about as long as reading a 1,000-node pipeline.
+/// Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go too.
+fn open_ledger_meanwhile(path: &Path) -> std::thread::JoinHandle<Result<Ledger, Error>> {
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let mut ledger = Ledger::open(&path)?;
+        crate::sandbox::cleanup::sweep(&mut ledger)?;
+        Ok(ledger)
+    })
 }
 
 /// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
@@ -334,10 +353,7 @@ pub fn plan(
             "params": params,
             "stages": stages,
         });
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&plan).expect("plan serializes")
-        );
+        super::print_json(&plan);
         return Ok(exit::SUCCESS);
     }
     outln!(

@@ -208,10 +208,7 @@ pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> 
     };
     let report = PolicyDiff { from, to, files };
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a policy diff serializes")
-        );
+        super::print_json(&report);
         return Ok(code);
     }
     let (from, to) = (&report.from, &report.to);

@@ -112,10 +112,7 @@ pub async fn run(
             "note_path": artifacts.path_of(&found.note),
             "advice": advisory_json,
         });
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&answer).expect("research serializes")
-        );
+        super::print_json(&answer);
     } else {
         outln!(
             "build {build_id} (`{}`, attempt {}): {} at `{}`",

@@ -21,10 +21,7 @@ pub fn list(
         ledger => ledger?.find_runs(filter, limit)?,
     };
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&runs).expect("runs serialize")
-        );
+        super::print_json(&runs);
         return Ok(exit::SUCCESS);
     }
     if runs.is_empty() {
@@ -58,10 +55,7 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
     let ledger = open(workspace)?;
     let detail = ledger.run_detail(ledger.resolve_run(reference)?)?;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&detail).expect("run detail serializes")
-        );
+        super::print_json(&detail);
         return Ok(exit::SUCCESS);
     }
     let run = &detail.run;

@@ -47,10 +47,7 @@ pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Err
     let name = proposed.proposal.name.get_ref();
     if json {
         let skill = ledger.skill(name)?;
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&skill).expect("skill serializes")
-        );
+        super::print_json(&skill);
     } else if proposed.created && proposed.version > 1 {
         let skill = ledger.skill(name)?;
         outln!(
@@ -115,10 +112,7 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     let transitions = ledger.skill_transitions(name)?;
     if json {
         let value = json!({ "skill": skill, "transitions": transitions });
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&value).expect("skill serializes")
-        );
+        super::print_json(&value);
         return Ok(exit::SUCCESS);
     }
     outln!("skill {}: {}", skill.name, skill.state);
@@ -252,10 +246,7 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
         }
     }
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&results).expect("results serialize")
-        );
+        super::print_json(&results);
     } else if results.is_empty() {
         outln!("no trusted skills");
     } else {
@@ -492,10 +483,7 @@ pub(super) fn require_confirmation(name: &str, class: SideEffects, yes: bool) ->
 /// Prints an execution record and maps it to an exit code: 0 when the skill succeeded, 130 when
 /// Ctrl-C stopped it.
 pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i32 {
-    outln!(
-        "{}",
-        serde_json::to_string_pretty(record).expect("a record serializes")
-    );
+    super::print_json(record);
     if record.success {
         exit::SUCCESS
     } else if cancel.is_cancelled() {
@@ -566,10 +554,7 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         }
     }
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&listed).expect("skills serialize")
-        );
+        super::print_json(&listed);
         return Ok(exit::SUCCESS);
     }
     if listed.is_empty() {

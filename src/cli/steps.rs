@@ -182,17 +182,13 @@ pub async fn step(
     )
     .await?;
     if options.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "run_id": run_id,
-                "node": node,
-                "attempt": outcome.attempt,
-                "state": outcome.state,
-                "retry": outcome.retry,
-            }))
-            .expect("a step's outcome serializes")
-        );
+        super::print_json(&json!({
+            "run_id": run_id,
+            "node": node,
+            "attempt": outcome.attempt,
+            "state": outcome.state,
+            "retry": outcome.retry,
+        }));
     } else if outcome.retry {
         outln!(
             "run {run_id}: `{node}` attempt {} {}; its retry policy tries again (exit {})",
@@ -266,10 +262,7 @@ pub fn end(workspace: &Workspace, file: &str, run_id: i64, json: bool) -> Result
     };
     let detail = ledger.run_detail(run_id)?;
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&detail).expect("run detail serializes")
-        );
+        super::print_json(&detail);
     } else {
         report_run(
             &ledger,

@@ -58,10 +58,7 @@ pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> R
         ready.push(provisioned);
     }
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&ready).expect("toolchains serialize")
-        );
+        super::print_json(&ready);
     }
     Ok(exit::SUCCESS)
 }
@@ -95,10 +92,7 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         })
         .collect();
     if json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&listed).expect("toolchains serialize")
-        );
+        super::print_json(&listed);
         return Ok(exit::SUCCESS);
     }
     let mut rows = vec![

@@ -230,6 +230,7 @@ pub async fn execute(
     let params = Value::Object(params);
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
     let members = governing.members();
+    tracing::debug!(members = members.len(), "governing set read");
     let run_id = create_run(
         pipeline,
         &params,
@@ -238,6 +239,7 @@ pub async fn execute(
         origin,
         env.owner.name(),
     )?;
+    tracing::debug!(run = run_id, "run recorded");
     observer.event(&Event::RunStarted {
         run_id,
         pipeline: &pipeline.name,
@@ -249,6 +251,7 @@ pub async fn execute(
     executor.config_parts = config_parts(&members);
     executor.reuse = reuse;
     let result = executor.run_loop().await;
+    tracing::debug!(run = run_id, "nodes settled");
     if result.is_err() {
         // The ledger failed under us: stop everything we started before reporting it, without
         // holding the ledger's lock while they stop.
@@ -276,6 +279,7 @@ pub async fn execute(
         .finish_run(run_id, status, duration, error.as_deref())?;
     // The run's sandboxes go with it, or stay for a person to look at when it did not succeed.
     crate::sandbox::cleanup::settle_run(executor.ledger, run_id, status == RunStatus::Succeeded)?;
+    tracing::debug!(run = run_id, %status, "run finished");
     Ok(RunOutcome {
         run_id,
         status,
