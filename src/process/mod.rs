@@ -620,4 +620,66 @@ mod tests {
         .unwrap_or_default();
         assert!(children.trim().is_empty(), "{children}");
     }
+
+    /// Output is whole whichever way it was read: a quick child's after its exit, a child that
+    /// filled its pipe before kavi watched it, and a child that outlived the quiet start.
+    #[tokio::test]
+    async fn output_is_whole_however_long_the_child_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = options(1 << 20, dir.path());
+        let cancel = CancellationToken::new();
+        let quick = run(&sh("echo out; echo err >&2", dir.path()), &options, &cancel)
+            .await
+            .unwrap();
+        assert_eq!(
+            (quick.stdout.head.as_slice(), quick.stderr.head.as_slice()),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+        // Three pipes' worth: the child blocks on the full pipe until kavi starts reading.
+        let filling = run(
+            &sh("head -c 200000 /dev/zero", dir.path()),
+            &options,
+            &cancel,
+        )
+        .await
+        .unwrap();
+        assert_eq!(filling.stdout.total, 200_000);
+        assert_eq!(filling.stdout.head.len(), 200_000);
+        let slow = run(
+            &sh("echo before; sleep 0.1; echo after", dir.path()),
+            &options,
+            &cancel,
+        )
+        .await
+        .unwrap();
+        assert_eq!(slow.stdout.head, b"before\nafter\n");
+        assert!(!(quick.stdout.abandoned || filling.stdout.abandoned || slow.stdout.abandoned));
+    }
+
+    /// A process that left the child's group (setsid) and keeps its stdout open does not keep
+    /// the child's capture waiting: what came before the child's exit is kept, and the pipe is
+    /// given up after the drain grace.
+    #[tokio::test]
+    async fn a_pipe_held_past_the_exit_is_given_up_after_the_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let finished = run(
+            // The child waits until the holder is in a session of its own, out of reach of
+            // the group's kill at the child's exit.
+            &sh(
+                "setsid sh -c 'echo $$ > holder; exec sleep 30' & \
+                 while [ ! -s holder ]; do sleep 0.01; done; cat holder",
+                dir.path(),
+            ),
+            &options(4096, dir.path()),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let out = String::from_utf8(finished.stdout.head).unwrap();
+        let holder: i32 = out.trim().parse().expect("the holder's pid");
+        let _ = nix::sys::signal::kill(Pid::from_raw(holder), Signal::SIGKILL);
+        assert_eq!(finished.exit, Exit::Code(0));
+        assert!(finished.stdout.abandoned, "{out}");
+        assert!(!finished.stderr.abandoned || finished.stderr.head.is_empty());
+    }
 }
