@@ -83,19 +83,14 @@ pub async fn run(
     start: executor::RunStart,
 ) -> Result<i32, Error> {
     let json = options.json;
-    let opening = open_ledger_meanwhile(&workspace.config.ledger);
-    let loaded = load(workspace, file);
-    let opened = opening
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    let (pipeline, templates) = loaded?;
-    let mut ledger = opened?;
+    let (pipeline, templates) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
-    tracing::debug!(
-        nodes = dag.len(),
-        "pipeline loaded and planned, ledger open"
-    );
+    tracing::debug!(nodes = dag.len(), "pipeline loaded and planned");
     let params = resolve_params(&pipeline, sets)?;
+    let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
+    crate::sandbox::cleanup::sweep(&mut ledger)?;
+    tracing::debug!("ledger open");
     let screen = Screen::new();
     let env = environment(workspace, templates, options, &screen)?;
     tracing::debug!("store open");
@@ -122,18 +117,6 @@ pub async fn run(
     }
     tracing::debug!("run reported");
     Ok(run_exit_code(outcome.status))
-}
-
-/// Opens the ledger at `path` on a thread of its own, while the caller reads the pipeline: on a
-/// fresh workspace, creating the schema takes about as long as reading a 1,000-node pipeline.
-/// Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go too.
-fn open_ledger_meanwhile(path: &Path) -> std::thread::JoinHandle<Result<Ledger, Error>> {
-    let path = path.to_owned();
-    std::thread::spawn(move || {
-        let mut ledger = Ledger::open(&path)?;
-        crate::sandbox::cleanup::sweep(&mut ledger)?;
-        Ok(ledger)
-    })
 }
 
 /// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
