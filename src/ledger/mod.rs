@@ -1209,11 +1209,13 @@ fn migrate(conn: &mut Db, path: &Path) -> Result<()> {
             known: schema::MIGRATIONS.len(),
         });
     }
-    for migration in &schema::MIGRATIONS[current..] {
-        tx.execute_batch(migration)?;
-    }
-    if current < schema::MIGRATIONS.len() {
-        journal::install(&tx)?;
+    if current == 0 && schema::is_empty(&tx)? {
+        // A new ledger gets the schema the migrations reach, journal triggers included, in one
+        // script: replaying them re-reads the whole schema at every ALTER TABLE, which made
+        // creating a ledger most of a new workspace's first run.
+        tx.execute_batch(schema::CURRENT)?;
+    } else {
+        schema::replay(&tx, current)?;
     }
     tx.execute("DELETE FROM schema_version", [])?;
     tx.execute(

@@ -1,5 +1,37 @@
 //! The ledger's schema, as ordered migrations. A migration is never edited once shipped: a
 //! change is a new entry at the end. `schema_version` holds how many have been applied.
+//!
+//! A new ledger is not built by replaying them: [`CURRENT`] is the schema they reach (the
+//! statements SQLite keeps for it, journal triggers included), checked against a replay by a
+//! test that also rewrites it (`KAVI_BLESS=1 cargo test --lib ledger::schema`).
+
+use super::Result;
+use super::db::{Db, Transaction};
+use super::journal;
+
+/// The schema every migration leads to, as one script for an empty database; `schema_version`
+/// (created before, under the write lock) is not in it.
+pub const CURRENT: &str = include_str!("schema.sql");
+
+/// Whether the database holds nothing but `schema_version`.
+pub(super) fn is_empty(conn: &Db) -> Result<bool> {
+    Ok(conn.query_row(
+        "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master WHERE name <> 'schema_version')",
+        [],
+        |row| row.get(0),
+    )?)
+}
+
+/// Applies the migrations after the first `current`, then journals what they changed.
+pub(super) fn replay(tx: &Transaction<'_>, current: usize) -> Result<()> {
+    for migration in &MIGRATIONS[current..] {
+        tx.execute_batch(migration)?;
+    }
+    if current < MIGRATIONS.len() {
+        journal::install(tx)?;
+    }
+    Ok(())
+}
 
 /// Each entry moves the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
@@ -348,3 +380,64 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE executions ADD COLUMN caller TEXT;
     "#,
 ];
+
+/// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order
+/// they were made, without SQLite's own tables and `schema_version`.
+#[cfg(test)]
+fn script(conn: &Db) -> Result<String> {
+    let statements: Vec<String> = conn
+        .prepare(
+            "SELECT sql FROM sqlite_master
+             WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite_%' AND name <> 'schema_version'
+             ORDER BY rowid",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<super::db::Result<_>>()?;
+    Ok(format!(
+        "-- Generated from MIGRATIONS in schema.rs: KAVI_BLESS=1 cargo test --lib ledger::schema\n\n{};\n",
+        statements.join(";\n\n")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn empty_ledger() -> Db {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        journal::register(&conn).unwrap();
+        let mut db = Db::from_sqlite(conn);
+        let tx = db.transaction().unwrap();
+        tx.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            .unwrap();
+        tx.commit().unwrap();
+        db
+    }
+
+    /// `CURRENT` is what replaying every migration makes, statement for statement: the same
+    /// tables with their columns in the same order, the same indexes and journal triggers.
+    #[test]
+    fn the_current_schema_is_what_the_migrations_make() {
+        let mut replayed = empty_ledger();
+        let tx = replayed.transaction().unwrap();
+        replay(&tx, 0).unwrap();
+        tx.commit().unwrap();
+        let expected = script(&replayed).unwrap();
+        if std::env::var_os("KAVI_BLESS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ledger/schema.sql");
+            std::fs::write(path, &expected).unwrap();
+        }
+        assert!(
+            CURRENT == expected,
+            "src/ledger/schema.sql is not what the migrations make; \
+             rewrite it with KAVI_BLESS=1 cargo test --lib ledger::schema"
+        );
+        let mut fresh = empty_ledger();
+        assert!(is_empty(&fresh).unwrap());
+        let tx = fresh.transaction().unwrap();
+        tx.execute_batch(CURRENT).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(script(&fresh).unwrap(), expected);
+        assert!(!is_empty(&fresh).unwrap());
+    }
+}
