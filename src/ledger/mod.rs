@@ -950,35 +950,10 @@ impl Ledger {
              FROM node_runs WHERE run_id = ?1
              ORDER BY min(id) OVER (PARTITION BY node_id), attempt",
         )?;
-        // All the run's artifacts in one query, not one per node run: each query is its own
-        // read transaction, and a 1,000-node run would take the lock 1,000 times.
-        let mut artifacts: HashMap<i64, Vec<NodeArtifact>> = HashMap::new();
-        self.conn
-            .prepare(
-                "SELECT l.node_run_id, l.role, a.sha256, a.kind, a.size, a.path
-                 FROM node_runs n
-                 JOIN node_run_artifacts l ON l.node_run_id = n.id
-                 JOIN artifacts a ON a.sha256 = l.sha256
-                 WHERE n.run_id = ?1 ORDER BY l.node_run_id, l.role",
-            )?
-            .for_each([run_id], |row| {
-                artifacts
-                    .entry(row.get(0)?)
-                    .or_default()
-                    .push(NodeArtifact {
-                        role: row.get(1)?,
-                        sha256: row.get(2)?,
-                        kind: row.get(3)?,
-                        size: row.get(4)?,
-                        path: row.get(5)?,
-                    });
-                Ok(true)
-            })?;
-        let nodes = stmt
+        let mut nodes = stmt
             .query_map([run_id], |row| {
-                let id = row.get(0)?;
                 Ok(NodeRunRow {
-                    id,
+                    id: row.get(0)?,
                     node_id: row.get(1)?,
                     kind: row.get(2)?,
                     state: enum_column(row, 3)?,
@@ -990,11 +965,41 @@ impl Ledger {
                     outputs: json_column(row, 9)?,
                     error: row.get(10)?,
                     reason: row.get(11)?,
-                    artifacts: artifacts.remove(&id).unwrap_or_default(),
+                    artifacts: Vec::new(),
                     reused_from: row.get(12)?,
                 })
             })?
             .collect::<db::Result<Vec<_>>>()?;
+        // All the run's artifacts in one query, not one per node run: each query is its own
+        // read transaction, and a 1,000-node run would take the lock 1,000 times. Read after
+        // the node runs, as each node run's were: a node run never shows an artifact missing
+        // that its state says it recorded.
+        let position: HashMap<i64, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (node.id, i))
+            .collect();
+        self.conn
+            .prepare(
+                "SELECT l.node_run_id, l.role, a.sha256, a.kind, a.size, a.path
+                 FROM node_runs n
+                 JOIN node_run_artifacts l ON l.node_run_id = n.id
+                 JOIN artifacts a ON a.sha256 = l.sha256
+                 WHERE n.run_id = ?1 ORDER BY l.node_run_id, l.role",
+            )?
+            .for_each([run_id], |row| {
+                // A node run recorded since the first read is not shown, nor are its artifacts.
+                if let Some(&i) = position.get(&row.get::<_, i64>(0)?) {
+                    nodes[i].artifacts.push(NodeArtifact {
+                        role: row.get(1)?,
+                        sha256: row.get(2)?,
+                        kind: row.get(3)?,
+                        size: row.get(4)?,
+                        path: row.get(5)?,
+                    });
+                }
+                Ok(true)
+            })?;
         let governing = self.governing(run_id)?;
         let verifications = self.verifications(run_id)?;
         let children = self
