@@ -827,6 +827,7 @@ impl<'a> Executor<'a> {
             node_id: node.id.clone(),
             kind: node.kind,
             attempt,
+            at: jiff::Timestamp::now(),
         });
         if node.action.uses_ledger() {
             // It reads what the run recorded so far, and writes on a connection of its own.
@@ -941,6 +942,7 @@ impl<'a> Executor<'a> {
                 artifacts: std::mem::take(&mut outcome.artifacts),
                 reused_from: None,
                 cache,
+                started_at: None,
             }),
         });
         if will_retry {
@@ -985,6 +987,7 @@ impl<'a> Executor<'a> {
                 node_id: node.id.clone(),
                 kind: node.kind,
                 attempt,
+                at: jiff::Timestamp::now(),
             });
         }
         self.recorder.record(Write::Finish {

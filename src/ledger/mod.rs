@@ -303,6 +303,9 @@ pub struct NodeRecord {
     pub reused_from: Option<i64>,
     /// The node's key, for a node that declares its inputs.
     pub cache: Option<CacheRecord>,
+    /// When the node started, for a first attempt whose start was never written on its own
+    /// (see `executor::recorder`): its pending row goes straight to how it ended.
+    pub started_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -562,8 +565,16 @@ impl Ledger {
         Ok(run_id)
     }
 
-    /// Marks a node run as running. Attempt 1 reuses the pending row; a retry adds a row.
-    pub fn start_node(&self, run_id: i64, node_id: &str, kind: &str, attempt: u32) -> Result<()> {
+    /// Marks a node run as running since `started_at`. Attempt 1 reuses the pending row; a retry
+    /// adds a row.
+    pub fn start_node(
+        &self,
+        run_id: i64,
+        node_id: &str,
+        kind: &str,
+        attempt: u32,
+        started_at: &str,
+    ) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at, governing_hash)
@@ -571,7 +582,7 @@ impl Ledger {
              ON CONFLICT (run_id, node_id, attempt)
              DO UPDATE SET state = 'running', started_at = excluded.started_at",
             )?
-            .execute(params![run_id, node_id, kind, attempt, now()])?;
+            .execute(params![run_id, node_id, kind, attempt, started_at])?;
         Ok(())
     }
 
@@ -635,7 +646,8 @@ impl Ledger {
         let conn = &self.conn;
         let node_run_id: i64 = conn.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
-                    outputs = ?5, error = ?6, reason = ?7, reused_from = ?11
+                    outputs = ?5, error = ?6, reason = ?7, reused_from = ?11,
+                    started_at = COALESCE(?12, started_at)
              WHERE run_id = ?8 AND node_id = ?9 AND attempt = ?10
              RETURNING id",
         )?
@@ -651,7 +663,8 @@ impl Ledger {
                 run_id,
                 node_id,
                 attempt,
-                record.reused_from
+                record.reused_from,
+                record.started_at.as_deref()
             ],
             |row| row.get(0),
         )?;
@@ -1305,7 +1318,7 @@ pub(crate) mod tests {
         let run_id = ledger
             .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")], &owner))
             .unwrap();
-        ledger.start_node(run_id, "a", "exec", 1).unwrap();
+        ledger.start_node(run_id, "a", "exec", 1, &now()).unwrap();
         let outputs = serde_json::json!({"exit_code": 0});
         ledger
             .finish_node(
@@ -1358,7 +1371,7 @@ pub(crate) mod tests {
         let dead = ledger
             .create_run(new_run(&params, &[("a", "exec")], &dead_owner))
             .unwrap();
-        ledger.start_node(dead, "a", "exec", 1).unwrap();
+        ledger.start_node(dead, "a", "exec", 1, &now()).unwrap();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         let spec = store.put_bytes("SKILL_SPEC", b"{}").unwrap();
         ledger
