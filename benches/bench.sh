@@ -50,15 +50,18 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The floor: posix_spawn the command N times, one after another, waiting for each.
+# The floor: posix_spawn the command N times in the graph's folder, one after another, waiting
+# for each.
 cat > "$work/floor.c" <<'C'
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 extern char **environ;
 int main(int argc, char **argv) {
+    if (argc != 4 || chdir(argv[3]) != 0) return 2;
     int n = atoi(argv[1]);
     char line[32];
     for (int i = 0; i < n; i++) {
@@ -130,14 +133,16 @@ for kind in chain wide printing; do
     jobs=$([[ $kind == wide ]] && echo "$JOBS" || echo 1)
     floor=$([[ $kind == printing ]] && echo echo || echo touch)
     echo "== $N nodes, $kind (jobs $jobs)"
-    run_kavi="sh -c 'cd $dir && $KAVI pipeline run g.toml --jobs $jobs --json > /dev/null'"
+    # Every command is started by hyperfine itself, no shell in between (-N), its output sent to
+    # /dev/null by hyperfine: none of them pays for a shell the others do not.
+    run_kavi="$KAVI pipeline run --workspace $dir g.toml --jobs $jobs --json"
     # One --prepare per command: kavi starts from a fresh ledger and store each time.
     commands=(
-        --prepare true -n "floor" "sh -c 'cd $dir && $work/floor $N $floor > /dev/null'"
+        --prepare true -n "floor" "$work/floor $N $floor $dir"
         --prepare "rm -rf $dir/.kavi" -n "kavi" "$run_kavi"
         --prepare true -n "make" "make -s -C $dir -j$jobs all"
-        --prepare true -n "ninja" "sh -c 'ninja -C $dir -j$jobs > /dev/null'"
-        --prepare true -n "just" "sh -c 'cd $dir && $JUST all > /dev/null'"
+        --prepare true -n "ninja" "ninja -C $dir -j$jobs"
+        --prepare true -n "just" "$JUST --justfile $dir/justfile --working-directory $dir all"
     )
     if [[ $kind == printing ]]; then
         # The same run again, its outputs already in the ledger: the cost of recording alone.
