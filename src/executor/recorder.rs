@@ -254,20 +254,15 @@ fn fold_starts(group: &mut Vec<Message>) {
     if folded.is_empty() {
         return;
     }
-    for &(_, at, end) in &folded {
+    let mut keep = vec![true; group.len()];
+    for (start, at, end) in folded {
+        keep[start] = false;
         if let Message::Write(Write::Finish { record, .. }) = &mut group[end] {
             record.started_at = Some(format_time(at));
         }
     }
-    let mut starts: Vec<usize> = folded.iter().map(|&(start, ..)| start).collect();
-    starts.sort_unstable();
-    let mut dropped = starts.into_iter().peekable();
-    let mut index = 0;
-    group.retain(|_| {
-        let keep = dropped.next_if_eq(&index).is_none();
-        index += 1;
-        keep
-    });
+    let mut keep = keep.into_iter();
+    group.retain(|_| keep.next().unwrap_or(true));
 }
 
 fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerError> {
