@@ -1,0 +1,48 @@
+//! Opening the ledger on a second thread while the caller does work it must do anyway.
+//!
+//! A new ledger's schema and the syncs of switching it to WAL take milliseconds before a run's
+//! first node can start; none of it needs the pipeline, which can load meanwhile.
+
+use std::path::Path;
+
+use super::{Ledger, LedgerError, Result};
+
+/// Runs `meanwhile` on this thread while the ledger at `path` is opened (as [`Ledger::open`]:
+/// created, migrated, recovered) on another, and returns both. The ledger is opened whatever
+/// `meanwhile` returns; if no thread can be started, it is opened here, afterwards.
+pub fn open_during<T>(path: &Path, meanwhile: impl FnOnce() -> T) -> (T, Result<Ledger>) {
+    std::thread::scope(|scope| {
+        let opening = std::thread::Builder::new()
+            .name("kavi-ledger-open".into())
+            .spawn_scoped(scope, || Ledger::open(path));
+        let value = meanwhile();
+        let ledger = match opening {
+            Ok(thread) => thread.join().unwrap_or_else(|_| {
+                Err(LedgerError::Io(std::io::Error::other(
+                    "the thread opening the ledger stopped unexpectedly",
+                )))
+            }),
+            Err(_) => Ledger::open(path),
+        };
+        (value, ledger)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_opens_while_the_caller_works_and_either_failure_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".kavi/ledger.db");
+        let (value, ledger) = open_during(&path, || 7);
+        assert_eq!(value, 7);
+        assert!(ledger.is_ok());
+        // A ledger that cannot be made: its parent is a file.
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let (value, ledger) = open_during(&dir.path().join("file/ledger.db"), || "loaded");
+        assert_eq!(value, "loaded");
+        assert!(ledger.is_err());
+    }
+}
