@@ -390,6 +390,13 @@ impl<'a> Executor<'a> {
             if !self.ready.is_empty() {
                 continue;
             }
+            if self.recorder.holds_any() {
+                // The nodes just started get their processes first (their tasks' first poll):
+                // handing the turn's decisions to the writer may wake it, and that wake is not
+                // to delay them.
+                tokio::task::yield_now().await;
+                self.recorder.hand_over();
+            }
             self.recorder.check()?;
             if self.running.is_empty() && self.to_start.is_empty() {
                 if let Some(Reverse((due, _, _))) = self.retries.peek() {
