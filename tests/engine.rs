@@ -794,6 +794,12 @@ kind = "exec"
 run = ["pwd"]
 cwd = "sub"
 
+[nodes.no_cwd]
+kind = "exec"
+run = ["pwd"]
+cwd = "gone"
+on_failure = "continue"
+
 [nodes.json]
 kind = "exec"
 run = ["echo", "{\"n\": 7}"]
@@ -827,6 +833,12 @@ dest = "{{ params.dest }}"
         .trim()
         .to_owned();
     assert!(cwd.ends_with("/sub"), "{cwd}");
+    assert_eq!(node(&detail, "no_cwd")["state"], "failed");
+    let error = node(&detail, "no_cwd")["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("working directory ") && error.ends_with("/gone does not exist"),
+        "{error}"
+    );
     assert_eq!(node(&detail, "json")["outputs"]["json"]["n"], 7);
     assert_eq!(node(&detail, "not_json")["state"], "failed");
     assert!(

@@ -208,12 +208,6 @@ impl Exec {
             None => ctx.env.workspace.to_path_buf(),
             Some(cwd) => ctx.env.workspace.join(ctx.render("cwd", cwd)?),
         };
-        if !cwd.is_dir() {
-            return Err(format!(
-                "working directory {} does not exist",
-                cwd.display()
-            ));
-        }
         let stdin = match &self.stdin {
             None => None,
             Some(stdin) => Some(ctx.render("stdin", stdin)?.into_bytes()),
@@ -363,6 +357,14 @@ impl NodeAction for Exec {
         let options = ctx.capture(OUTPUT_TEXT_LIMIT, redactor.as_ref());
         let finished = match process::run(&spec, &options, &ctx.cancel).await {
             Ok(finished) => finished,
+            // Whether the working directory is there is asked only now: on a chain of short
+            // nodes a question per node is time between one node's end and the next's start.
+            Err(_) if !spec.cwd.is_dir() => {
+                return NodeOutcome::failed(format!(
+                    "working directory {} does not exist",
+                    spec.cwd.display()
+                ));
+            }
             Err(e) => {
                 return NodeOutcome::failed(format!("failed to start `{}`: {e}", spec.program));
             }
