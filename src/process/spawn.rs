@@ -20,6 +20,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::libc::{self, c_char, c_int, c_void};
@@ -106,6 +107,34 @@ fn output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((read, write))
 }
 
+/// Output pipes made while a child runs, for the next child to take: on a chain of short
+/// nodes, two `pipe2` and two `fcntl` fewer between one node's end and the next one's start.
+/// Close-on-exec like every other pipe here, so no child inherits them.
+static SPARE_PIPES: Mutex<Vec<(OwnedFd, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// A child's worth: its stdout and its stderr.
+const SPARE: usize = 2;
+
+/// An output pipe: a spare one when there is one, else a new one.
+fn take_output_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let spare = SPARE_PIPES.lock().ok().and_then(|mut spare| spare.pop());
+    spare.map_or_else(output_pipe, Ok)
+}
+
+/// Makes the spare pipes the next child takes; called once a child has started, while it runs.
+/// A pipe that cannot be made now is made when it is needed, and fails then.
+fn make_spare_pipes() {
+    let Ok(mut spare) = SPARE_PIPES.lock() else {
+        return;
+    };
+    while spare.len() < SPARE {
+        match output_pipe() {
+            Ok(pipe) => spare.push(pipe),
+            Err(_) => break,
+        }
+    }
+}
+
 /// `/dev/null`, opened once for every child that reads no input (each dups it to its stdin).
 fn dev_null() -> io::Result<RawFd> {
     static NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
@@ -148,8 +177,8 @@ pub fn spawn(
             .chain(std::iter::once(std::ptr::null()))
             .collect::<Vec<_>>()
     };
-    let (stdout_read, stdout_write) = output_pipe()?;
-    let (stderr_read, stderr_write) = output_pipe()?;
+    let (stdout_read, stdout_write) = take_output_pipe()?;
+    let (stderr_read, stderr_write) = take_output_pipe()?;
     let (stdin_read, stdin_write) = if stdin {
         let (read, write) = pipe()?;
         (Some(read), Some(write))
@@ -205,6 +234,7 @@ pub fn spawn(
     drop(plan);
     drop(stack);
     drop((stdin_read, stdout_write, stderr_write));
+    make_spare_pipes();
     if report != 0 {
         // The child failed before exec and has exited: reap it, and say which step failed.
         let _ = nix::sys::wait::waitpid(pid, None);
@@ -351,4 +381,33 @@ pub fn pidfd(pid: Pid) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel just gave us this descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+
+    /// A spare pipe is made for a child not started yet: no other child may inherit it, and the
+    /// one that takes it gets what a new pipe gives (kavi's end non-blocking, its own blocking).
+    #[test]
+    fn spare_pipes_close_on_exec_and_block_only_on_the_childs_side() {
+        make_spare_pipes();
+        let taken = take_output_pipe().unwrap();
+        for fd in [&taken.0, &taken.1] {
+            let flags = FdFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFD).unwrap());
+            assert!(flags.contains(FdFlag::FD_CLOEXEC));
+        }
+        let status =
+            |fd: &OwnedFd| OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL).unwrap());
+        assert!(status(&taken.0).contains(OFlag::O_NONBLOCK));
+        assert!(!status(&taken.1).contains(OFlag::O_NONBLOCK));
+        make_spare_pipes();
+        for (read, write) in SPARE_PIPES.lock().unwrap().iter() {
+            for fd in [read, write] {
+                let flags = FdFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFD).unwrap());
+                assert!(flags.contains(FdFlag::FD_CLOEXEC));
+            }
+        }
+    }
 }
