@@ -588,6 +588,17 @@ impl Ledger {
         Ok(())
     }
 
+    /// Has this connection copy the WAL into the ledger file whenever one of its commits leaves
+    /// more than `pages` pages there (SQLite's own threshold is 1,000). A server's ledger has
+    /// no WAL.
+    pub fn checkpoint_every(&self, pages: u32) -> Result<()> {
+        if self.conn.backend() == db::Backend::Sqlite {
+            self.conn
+                .execute_batch(&format!("PRAGMA wal_autocheckpoint = {pages}"))?;
+        }
+        Ok(())
+    }
+
     /// Starts grouping this connection's writes into one transaction, until
     /// [`Ledger::commit_batch`]: the executor's recorder writes the decisions that arrive close
     /// together in one commit. Inside a batch, a no-op. The caller must not wait on anything
@@ -1278,6 +1289,46 @@ pub(crate) mod tests {
         assert_eq!(at(1_700_000_000_120), "2023-11-14T22:13:20.120Z");
         assert_eq!(at(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
         assert!(at(1_700_000_000_120) < at(1_700_000_000_123));
+    }
+
+    /// How many frames the WAL holds, and how many of them are in the file: the WAL index's
+    /// `mxFrame` and `nBackfill`, read from the `-shm` file (native byte order).
+    fn wal_frames(path: &Path) -> (u32, u32) {
+        let shm = std::fs::read(format!("{}-shm", path.display())).unwrap();
+        let word = |at: usize| u32::from_ne_bytes(shm[at..at + 4].try_into().unwrap());
+        (word(16), word(96))
+    }
+
+    #[test]
+    fn a_connection_told_to_checkpoint_often_leaves_few_pages_in_the_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let often = Ledger::open(&path).unwrap();
+        often.checkpoint_every(8).unwrap();
+        let text = "x".repeat(4096);
+        often.conn.execute_batch("CREATE TABLE t (x)").unwrap();
+        for _ in 0..20 {
+            often
+                .conn
+                .execute("INSERT INTO t VALUES (?1)", params![text])
+                .unwrap();
+        }
+        let (frames, copied) = wal_frames(&path);
+        assert!(frames - copied <= 8 + 2, "{frames} frames, {copied} copied");
+        // SQLite's own threshold copies nothing yet.
+        let seldom = Ledger::open(&dir.path().join("other.db")).unwrap();
+        seldom.conn.execute_batch("CREATE TABLE t (x)").unwrap();
+        for _ in 0..20 {
+            seldom
+                .conn
+                .execute("INSERT INTO t VALUES (?1)", params![text])
+                .unwrap();
+        }
+        let (frames, copied) = wal_frames(&dir.path().join("other.db"));
+        assert!(
+            frames > 20 && copied == 0,
+            "{frames} frames, {copied} copied"
+        );
     }
 
     /// Regression: CI saw "database is locked" when several processes opened a fresh ledger at
