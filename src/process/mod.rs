@@ -589,6 +589,29 @@ mod tests {
         );
     }
 
+    /// A descriptor kavi holds without close-on-exec (one it inherited from whoever started
+    /// it, say) does not reach a child: only the child's three standard streams do.
+    #[tokio::test]
+    async fn a_child_gets_its_standard_streams_and_nothing_else() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::open("/dev/null").unwrap();
+        // SAFETY: a copy of a descriptor this test holds, closed below; `dup` does not set
+        // close-on-exec on it.
+        let held = unsafe { nix::libc::dup(file.as_raw_fd()) };
+        assert!(held > 2);
+        let finished = run(
+            &sh("ls /proc/$$/fd", dir.path()),
+            &options(4096, dir.path()),
+            &Default::default(),
+        )
+        .await;
+        // SAFETY: closes the copy made above, once.
+        unsafe { nix::libc::close(held) };
+        let out = String::from_utf8(finished.unwrap().stdout.head).unwrap();
+        assert_eq!(out.lines().collect::<Vec<_>>(), ["0", "1", "2"], "{out}");
+    }
+
     /// A step that fails between clone and exec is reported, and leaves no child behind.
     #[tokio::test]
     async fn a_child_that_cannot_start_says_which_step_failed() {

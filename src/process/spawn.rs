@@ -50,16 +50,18 @@ enum Step {
     Streams,
     WorkingDirectory,
     Exec,
+    Descriptors,
 }
 
 /// Every step, indexed by the number the child reports.
-const STEPS: [Step; 6] = [
+const STEPS: [Step; 7] = [
     Step::Group,
     Step::DieWithKavi,
     Step::Confine,
     Step::Streams,
     Step::WorkingDirectory,
     Step::Exec,
+    Step::Descriptors,
 ];
 
 impl Step {
@@ -71,6 +73,7 @@ impl Step {
             Step::Streams => "to set up its standard streams",
             Step::WorkingDirectory => "to change to its working directory",
             Step::Exec => "to start",
+            Step::Descriptors => "to close the descriptors it must not inherit",
         }
     }
 }
@@ -317,6 +320,14 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
             if moved < 0 {
                 fail(Step::Streams);
             }
+        }
+        // Whatever else is open (a descriptor kavi inherited without close-on-exec from
+        // whoever started it, say) is not the child's to have. A kernel without close_range
+        // (before 5.9) leaves them be.
+        if libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0) != 0
+            && *libc::__errno_location() != libc::ENOSYS
+        {
+            fail(Step::Descriptors);
         }
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
             fail(Step::WorkingDirectory);
