@@ -1303,27 +1303,25 @@ pub(crate) mod tests {
     fn a_connection_told_to_checkpoint_often_leaves_few_pages_in_the_wal() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
+        // A table, then 20 commits of a page or more each.
+        let text = "x".repeat(4096);
+        let fill = |ledger: &Ledger| {
+            ledger.conn.execute_batch("CREATE TABLE t (x)").unwrap();
+            for _ in 0..20 {
+                ledger
+                    .conn
+                    .execute("INSERT INTO t VALUES (?1)", params![text])
+                    .unwrap();
+            }
+        };
         let often = Ledger::open(&path).unwrap();
         often.checkpoint_every(8).unwrap();
-        let text = "x".repeat(4096);
-        often.conn.execute_batch("CREATE TABLE t (x)").unwrap();
-        for _ in 0..20 {
-            often
-                .conn
-                .execute("INSERT INTO t VALUES (?1)", params![text])
-                .unwrap();
-        }
+        fill(&often);
         let (frames, copied) = wal_frames(&path);
         assert!(frames - copied <= 8 + 2, "{frames} frames, {copied} copied");
         // SQLite's own threshold copies nothing yet.
         let seldom = Ledger::open(&dir.path().join("other.db")).unwrap();
-        seldom.conn.execute_batch("CREATE TABLE t (x)").unwrap();
-        for _ in 0..20 {
-            seldom
-                .conn
-                .execute("INSERT INTO t VALUES (?1)", params![text])
-                .unwrap();
-        }
+        fill(&seldom);
         let (frames, copied) = wal_frames(&dir.path().join("other.db"));
         assert!(
             frames > 20 && copied == 0,
