@@ -35,14 +35,13 @@ pub fn start(
     let governing = pipeline
         .governing
         .resolved(&workspace.run_config(), &workspace.root);
-    let run_id = executor::create_run(
+    let run_id = ledger.create_run(&executor::new_run(
         &pipeline,
         &serde_json::Value::Object(params),
         &governing.members(),
-        &mut ledger,
         RunOrigin::User,
         EXTERNAL_OWNER,
-    )?;
+    ))?;
     if let Some(path) = id_file {
         std::fs::write(path, format!("{run_id}\n")).map_err(|source| Error::Io {
             context: format!("failed to write the run id to {}", path.display()),

@@ -231,15 +231,13 @@ pub async fn execute(
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
     let members = governing.members();
     tracing::debug!(members = members.len(), "governing set read");
-    let run_id = create_run(
-        pipeline,
-        &params,
-        &members,
+    // The recorder writes the run, its governing set and its pending node runs in one
+    // transaction, and hands back the run's id first: the nodes start while it writes the rest.
+    let (recorder, run_id) = Recorder::begin(
         ledger,
-        origin,
-        env.owner.name(),
+        new_run(pipeline, &params, &members, origin, env.owner.name()),
     )?;
-    tracing::debug!(run = run_id, "run recorded");
+    tracing::debug!(run = run_id, "run begun");
     observer.event(&Event::RunStarted {
         run_id,
         pipeline: &pipeline.name,
@@ -247,7 +245,15 @@ pub async fn execute(
         nodes: pipeline.nodes.len(),
     });
     let started = Instant::now();
-    let mut executor = Executor::new(dag, env, ledger, observer, params, run_id, cancel)?;
+    let mut executor = Executor::new(
+        dag,
+        env,
+        ledger,
+        observer,
+        params,
+        (recorder, run_id),
+        cancel,
+    );
     executor.config_parts = config_parts(&members);
     executor.reuse = reuse;
     let result = executor.run_loop().await;
@@ -287,36 +293,40 @@ pub async fn execute(
     })
 }
 
-/// Records a new run of `pipeline`, governed by `members` (its set resolved for the run), all
-/// its nodes pending; returns its id.
-pub fn create_run(
+/// What a new run of `pipeline` records before its nodes start: governed by `members` (its
+/// set resolved for the run), all its nodes pending.
+pub fn new_run(
     pipeline: &Pipeline,
     params: &Value,
     members: &[GoverningMember<'_>],
-    ledger: &mut Ledger,
     origin: RunOrigin,
     owner: &str,
-) -> Result<i64, LedgerError> {
-    let nodes: Vec<(&str, &str)> = pipeline
-        .nodes
-        .iter()
-        .map(|n| (n.id.as_str(), n.kind))
-        .collect();
-    let governing: Vec<(&str, &str, &str, &str)> = members
-        .iter()
-        .map(|(role, path, hash, text)| (role.as_str(), path.as_str(), hash.as_str(), *text))
-        .collect();
-    ledger.create_run(NewRun {
-        pipeline: &pipeline.name,
-        spec_path: &pipeline.source.path.display().to_string(),
-        spec_hash: &pipeline.spec_hash,
-        spec_text: &pipeline.source.text,
-        params,
+) -> NewRun {
+    NewRun {
+        pipeline: pipeline.name.clone(),
+        spec_path: pipeline.source.path.display().to_string(),
+        spec_hash: pipeline.spec_hash.clone(),
+        spec_text: pipeline.source.text.clone(),
+        params: params.clone(),
         origin,
-        owner,
-        nodes: &nodes,
-        governing: &governing,
-    })
+        owner: owner.to_owned(),
+        nodes: pipeline
+            .nodes
+            .iter()
+            .map(|n| (n.id.clone(), n.kind))
+            .collect(),
+        governing: members
+            .iter()
+            .map(|(role, path, hash, text)| {
+                (
+                    role.as_str(),
+                    path.clone(),
+                    hash.clone(),
+                    (*text).to_owned(),
+                )
+            })
+            .collect(),
+    }
 }
 
 impl<'a> Executor<'a> {
@@ -326,10 +336,9 @@ impl<'a> Executor<'a> {
         ledger: &'a mut Ledger,
         observer: &'a mut (dyn Observer + Send),
         params: Value,
-        run_id: i64,
+        (recorder, run_id): (Recorder, i64),
         cancel: CancellationToken,
-    ) -> Result<Self, LedgerError> {
-        let recorder = Recorder::start(ledger, run_id)?;
+    ) -> Self {
         let run_vars = RunVars {
             params: minijinja::Value::from_serialize(&params),
             run: minijinja::Value::from_serialize(json!({
@@ -339,7 +348,7 @@ impl<'a> Executor<'a> {
             })),
             config: minijinja::Value::from_serialize(&env.config),
         };
-        Ok(Executor {
+        Executor {
             dag,
             env,
             ledger,
@@ -370,7 +379,7 @@ impl<'a> Executor<'a> {
             config_parts: Vec::new(),
             recorder,
             run_vars,
-        })
+        }
     }
 
     async fn run_loop(&mut self) -> Result<(), LedgerError> {

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::ledger::{Ledger, LedgerError, NodeRecord, format_time};
+use crate::ledger::{Ledger, LedgerError, NewRun, NodeRecord, format_time};
 use crate::state::NodeState;
 
 /// One decision to record.
@@ -57,8 +57,41 @@ pub(super) struct Recorder {
 
 impl Recorder {
     /// Starts the writer on a connection of its own to `ledger`'s file, recording into run
-    /// `run_id`.
+    /// `run_id`, which the ledger already holds.
     pub(super) fn start(ledger: &Ledger, run_id: i64) -> Result<Self, LedgerError> {
+        Self::launch(ledger, move |_| Ok(run_id))
+    }
+
+    /// Starts the writer on a connection of its own to `ledger`'s file. It records `run` (the
+    /// run, its governing set and a pending node run per node, in one transaction) and then
+    /// the run's decisions. Returns with the run's id as soon as the writer has it, while the
+    /// writer goes on with the rest of that transaction: on a 1,000-node pipeline that is most
+    /// of it, and the first nodes run meanwhile. A node that uses the ledger syncs first, so it
+    /// reads the run whole (see [`Recorder::sync`]).
+    pub(super) fn begin(ledger: &Ledger, run: NewRun) -> Result<(Self, i64), LedgerError> {
+        let (announce, announced) = mpsc::sync_channel(1);
+        let mut recorder = Self::launch(ledger, move |connection| {
+            connection.create_run_announcing(&run, |id| {
+                let _ = announce.send(id);
+            })
+        })?;
+        match announced.recv() {
+            Ok(run_id) => Ok((recorder, run_id)),
+            // The writer failed before the run had an id: its join says why.
+            Err(_) => Err(recorder.finish().err().unwrap_or_else(|| {
+                LedgerError::Io(std::io::Error::other(
+                    "the thread recording the run stopped before the run was recorded",
+                ))
+            })),
+        }
+    }
+
+    /// Starts the writer: once connected, it calls `first` for the run to record into, then
+    /// writes the loop's decisions until the recorder finishes.
+    fn launch(
+        ledger: &Ledger,
+        first: impl FnOnce(&mut Ledger) -> Result<i64, LedgerError> + Send + 'static,
+    ) -> Result<Self, LedgerError> {
         let connection = ledger.another_connection()?;
         let (sender, receiver) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
@@ -66,9 +99,11 @@ impl Recorder {
         let thread = std::thread::Builder::new()
             .name("kavi-recorder".into())
             .spawn(move || {
-                let result = connection
-                    .open()
-                    .and_then(|mut connection| write_groups(&mut connection, run_id, &receiver));
+                let result = connection.open().and_then(|mut connection| {
+                    connection.checkpoint_every(CHECKPOINT_PAGES)?;
+                    let run_id = first(&mut connection)?;
+                    write_groups(&mut connection, run_id, &receiver)
+                });
                 if result.is_err() {
                     flag.store(true, Ordering::Release);
                     // Whoever waits for a sync learns of the failure from the join.
@@ -190,7 +225,6 @@ fn write_groups(
     run_id: i64,
     receiver: &mpsc::Receiver<Message>,
 ) -> Result<(), LedgerError> {
-    ledger.checkpoint_every(CHECKPOINT_PAGES)?;
     let mut group = Vec::new();
     let (mut groups, mut writes) = (0_usize, 0_usize);
     while let Ok(first) = receiver.recv() {
@@ -320,16 +354,18 @@ mod tests {
     use crate::ledger::Owner;
     use crate::ledger::tests::new_run;
 
-    /// A ledger in a temporary folder holding one run of exec nodes `nodes`, all pending.
-    fn run_of(nodes: &[&str]) -> (tempfile::TempDir, Ledger, i64) {
+    /// A ledger in a temporary folder, and a recorder that has begun a run of exec nodes
+    /// `nodes` in it, committed, all pending.
+    fn run_of(nodes: &[&str]) -> (tempfile::TempDir, Ledger, Recorder, i64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
+        let ledger = Ledger::open(&path).unwrap();
         let owner = Owner::claim(&path, dir.path()).unwrap();
         let params = serde_json::json!({});
-        let nodes: Vec<(&str, &str)> = nodes.iter().map(|node| (*node, "exec")).collect();
-        let run_id = ledger.create_run(new_run(&params, &nodes, &owner)).unwrap();
-        (dir, ledger, run_id)
+        let (mut recorder, run_id) =
+            Recorder::begin(&ledger, new_run(&params, nodes, &owner)).unwrap();
+        recorder.sync().unwrap();
+        (dir, ledger, recorder, run_id)
     }
 
     fn start(node: &str) -> Write {
@@ -352,8 +388,7 @@ mod tests {
 
     #[test]
     fn a_sync_returns_once_everything_recorded_before_it_is_committed() {
-        let (_dir, ledger, run_id) = run_of(&["a", "b"]);
-        let mut recorder = Recorder::start(&ledger, run_id).unwrap();
+        let (_dir, ledger, mut recorder, run_id) = run_of(&["a", "b"]);
         recorder.record(start("a"));
         recorder.record(Write::Finish {
             node_id: "a".into(),
@@ -377,9 +412,32 @@ mod tests {
     }
 
     #[test]
+    fn a_run_whose_plan_cannot_be_written_is_not_recorded_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let ledger = Ledger::open(&path).unwrap();
+        let owner = Owner::claim(&path, dir.path()).unwrap();
+        // Two nodes with one id: the second pending row breaks the node runs' unique key,
+        // after the run already has its id.
+        let (mut recorder, run_id) = Recorder::begin(
+            &ledger,
+            new_run(&serde_json::Value::Null, &["a", "a"], &owner),
+        )
+        .unwrap();
+        let error = recorder.sync().unwrap_err();
+        assert!(
+            error.to_string().contains("UNIQUE"),
+            "unexpected error: {error}"
+        );
+        assert!(matches!(
+            ledger.run(run_id),
+            Err(LedgerError::RunNotFound(_))
+        ));
+    }
+
+    #[test]
     fn decisions_are_held_until_the_turn_hands_them_over() {
-        let (_dir, ledger, run_id) = run_of(&["a"]);
-        let mut recorder = Recorder::start(&ledger, run_id).unwrap();
+        let (_dir, ledger, mut recorder, run_id) = run_of(&["a"]);
         recorder.record(start("a"));
         // Time enough for the writer to have committed it, had it been handed over.
         std::thread::sleep(LINGER * 5);
@@ -465,8 +523,7 @@ mod tests {
 
     #[test]
     fn a_folded_start_is_recorded_with_the_end() {
-        let (_dir, ledger, run_id) = run_of(&["a"]);
-        let mut recorder = Recorder::start(&ledger, run_id).unwrap();
+        let (_dir, ledger, mut recorder, run_id) = run_of(&["a"]);
         // Hold the writer's lock, so that both writes land in one group.
         ledger.begin_batch().unwrap();
         let at = jiff::Timestamp::from_second(1_700_000_000).unwrap();
@@ -489,8 +546,7 @@ mod tests {
 
     #[test]
     fn a_failed_write_is_reported_and_its_whole_group_is_rolled_back() {
-        let (_dir, ledger, run_id) = run_of(&["a"]);
-        let mut recorder = Recorder::start(&ledger, run_id).unwrap();
+        let (_dir, ledger, mut recorder, run_id) = run_of(&["a"]);
         // Hold the writer's lock, so that both writes wait and land in one group.
         ledger.begin_batch().unwrap();
         recorder.record(start("a"));

@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::recorder::Recorder;
 use super::{Executor, Observer, counts_as_failure, sleep_until_opt};
 use crate::dag::Dag;
 use crate::ledger::{Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail};
@@ -100,15 +101,16 @@ pub async fn execute_step(
 ) -> Result<StepOutcome, LedgerError> {
     let governing = dag.pipeline.governing.resolved(&env.config, &env.workspace);
     let members = governing.members();
+    let recorder = Recorder::start(ledger, run.run.id)?;
     let mut executor = Executor::new(
         dag,
         env,
         ledger,
         observer,
         run.run.params.clone(),
-        run.run.id,
+        (recorder, run.run.id),
         cancel,
-    )?;
+    );
     executor.config_parts = super::config_parts(&members);
     let rows = rows_by_node(run);
     let (mut progress_here, mut last_attempt) = (Progress::NotStarted, 1);

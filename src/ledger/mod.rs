@@ -239,20 +239,22 @@ pub struct Recovered {
     pub killed: usize,
 }
 
-/// What a new run records before any node starts.
-pub struct NewRun<'a> {
-    pub pipeline: &'a str,
-    pub spec_path: &'a str,
-    pub spec_hash: &'a str,
-    pub spec_text: &'a str,
-    pub params: &'a Value,
+/// What a new run records before any node starts. Owned, so that a thread of its own can
+/// record it (see the executor's recorder).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub pipeline: String,
+    pub spec_path: String,
+    pub spec_hash: String,
+    pub spec_text: String,
+    pub params: Value,
     pub origin: RunOrigin,
     /// The name of the [`Owner`] running it.
-    pub owner: &'a str,
+    pub owner: String,
     /// Every node as (id, kind); each gets a `pending` node run.
-    pub nodes: &'a [(&'a str, &'a str)],
+    pub nodes: Vec<(String, &'static str)>,
     /// The run's governing set (see [`crate::spec::governing`]), as (role, path, hash, text).
-    pub governing: &'a [(&'a str, &'a str, &'a str, &'a str)],
+    pub governing: Vec<(&'static str, String, String, String)>,
 }
 
 /// Which runs to list; `None` matches all.
@@ -510,12 +512,23 @@ impl Ledger {
     }
 
     /// Records a new run, its spec text, and a pending node run per node, in one transaction.
-    pub fn create_run(&mut self, new: NewRun<'_>) -> Result<i64> {
+    pub fn create_run(&mut self, new: &NewRun) -> Result<i64> {
+        self.create_run_announcing(new, |_| {})
+    }
+
+    /// [`Ledger::create_run`], handing the run's id to `announce` as soon as the run has one,
+    /// before its governing set and its node runs are written: whoever waits for the id can go
+    /// on while the rest of the transaction is written. Nothing is committed before all of it.
+    pub fn create_run_announcing(
+        &mut self,
+        new: &NewRun,
+        announce: impl FnOnce(i64),
+    ) -> Result<i64> {
         let now = now();
         let governing_hash = crate::spec::governing::set_hash(
             new.governing
                 .iter()
-                .map(|(role, path, hash, _)| (*role, *path, *hash)),
+                .map(|(role, path, hash, _)| (*role, path.as_str(), hash.as_str())),
         );
         let tx = self.conn.transaction()?;
         tx.execute(
@@ -541,6 +554,7 @@ impl Ledger {
             ],
             |row| row.get(0),
         )?;
+        announce(run_id);
         // Prepared once: a run may have many governing files, and each statement fires the
         // journal's triggers, which SQLite compiles anew with every preparation.
         let mut spec = tx.prepare_cached(
@@ -549,7 +563,7 @@ impl Ledger {
         let mut policy = tx.prepare_cached(
             "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
         )?;
-        for (role, path, hash, text) in new.governing {
+        for (role, path, hash, text) in &new.governing {
             spec.execute(params![hash, path, text, now])?;
             policy.execute(params![run_id, path, hash, role])?;
         }
@@ -559,7 +573,7 @@ impl Ledger {
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
                  VALUES (?1, ?2, ?3, 'pending', 1, ?4)",
             )?;
-            for (node_id, kind) in new.nodes {
+            for (node_id, kind) in &new.nodes {
                 insert.execute(params![run_id, node_id, kind, governing_hash])?;
             }
         }
@@ -1265,21 +1279,21 @@ pub(crate) mod tests {
     static DEMO_HASH: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| crate::spec::spec_hash(DEMO_TEXT));
 
-    pub(crate) fn new_run<'a>(
-        params: &'a Value,
-        nodes: &'a [(&'a str, &'a str)],
-        owner: &'a Owner,
-    ) -> NewRun<'a> {
+    /// A run of the demo pipeline, with `params` and exec nodes `nodes`, no governing set.
+    pub(crate) fn new_run(params: &Value, nodes: &[&str], owner: &Owner) -> NewRun {
         NewRun {
-            owner: owner.name(),
-            pipeline: "demo",
-            spec_path: "pipelines/demo.toml",
-            spec_hash: &DEMO_HASH,
-            spec_text: DEMO_TEXT,
-            params,
+            owner: owner.name().to_owned(),
+            pipeline: "demo".into(),
+            spec_path: "pipelines/demo.toml".into(),
+            spec_hash: DEMO_HASH.clone(),
+            spec_text: DEMO_TEXT.into(),
+            params: params.clone(),
             origin: RunOrigin::User,
-            nodes,
-            governing: &[],
+            nodes: nodes
+                .iter()
+                .map(|node| ((*node).to_owned(), "exec"))
+                .collect(),
+            governing: Vec::new(),
         }
     }
 
@@ -1361,13 +1375,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_run_s_id_is_announced_before_any_of_it_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let reader = ledger.another_connection().unwrap().open().unwrap();
+        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let mut announced = None;
+        let run_id = ledger
+            .create_run_announcing(&new_run(&Value::Null, &["a", "b"], &owner), |id| {
+                // Another connection sees nothing of the run yet.
+                assert!(matches!(reader.run(id), Err(LedgerError::RunNotFound(_))));
+                announced = Some(id);
+            })
+            .unwrap();
+        assert_eq!(announced, Some(run_id));
+        let nodes = reader.run_detail(run_id).unwrap().nodes;
+        let states: Vec<_> = nodes
+            .iter()
+            .map(|n| (n.node_id.as_str(), n.state))
+            .collect();
+        assert_eq!(
+            states,
+            [("a", NodeState::Pending), ("b", NodeState::Pending)]
+        );
+    }
+
+    #[test]
     fn a_run_records_every_node_and_its_spec() {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
         let owner = Owner::claim(&dir.path().join("ledger.db"), dir.path()).unwrap();
         let params = serde_json::json!({"x": 1});
         let run_id = ledger
-            .create_run(new_run(&params, &[("a", "exec"), ("b", "exec")], &owner))
+            .create_run(&new_run(&params, &["a", "b"], &owner))
             .unwrap();
         ledger.start_node(run_id, "a", "exec", 1, &now()).unwrap();
         let outputs = serde_json::json!({"exit_code": 0});
@@ -1417,10 +1458,10 @@ pub(crate) mod tests {
         );
         let params = serde_json::json!({});
         let live = ledger
-            .create_run(new_run(&params, &[("a", "exec")], &live_owner))
+            .create_run(&new_run(&params, &["a"], &live_owner))
             .unwrap();
         let dead = ledger
-            .create_run(new_run(&params, &[("a", "exec")], &dead_owner))
+            .create_run(&new_run(&params, &["a"], &dead_owner))
             .unwrap();
         ledger.start_node(dead, "a", "exec", 1, &now()).unwrap();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
