@@ -58,7 +58,7 @@ pub(super) struct Recorder {
 impl Recorder {
     /// Starts the writer on a connection of its own to `ledger`'s file, recording into run
     /// `run_id`, which the ledger already holds.
-    pub(super) fn start(ledger: &Ledger, run_id: i64) -> Result<Self, LedgerError> {
+    pub(super) fn start(ledger: &mut Ledger, run_id: i64) -> Result<Self, LedgerError> {
         Self::launch(ledger, move |_| Ok(run_id))
     }
 
@@ -68,7 +68,7 @@ impl Recorder {
     /// writer goes on with the rest of that transaction: on a 1,000-node pipeline that is most
     /// of it, and the first nodes run meanwhile. A node that uses the ledger syncs first, so it
     /// reads the run whole (see [`Recorder::sync`]).
-    pub(super) fn begin(ledger: &Ledger, run: NewRun) -> Result<(Self, i64), LedgerError> {
+    pub(super) fn begin(ledger: &mut Ledger, run: NewRun) -> Result<(Self, i64), LedgerError> {
         let (announce, announced) = mpsc::sync_channel(1);
         let mut recorder = Self::launch(ledger, move |connection| {
             connection.create_run_announcing(&run, |id| {
@@ -89,7 +89,7 @@ impl Recorder {
     /// Starts the writer: once connected, it calls `first` for the run to record into, then
     /// writes the loop's decisions until the recorder finishes.
     fn launch(
-        ledger: &Ledger,
+        ledger: &mut Ledger,
         first: impl FnOnce(&mut Ledger) -> Result<i64, LedgerError> + Send + 'static,
     ) -> Result<Self, LedgerError> {
         let connection = ledger.another_connection()?;
@@ -359,11 +359,11 @@ mod tests {
     fn run_of(nodes: &[&str]) -> (tempfile::TempDir, Ledger, Recorder, i64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let ledger = Ledger::open(&path).unwrap();
+        let mut ledger = Ledger::open(&path).unwrap();
         let owner = Owner::claim(&path, dir.path()).unwrap();
         let params = serde_json::json!({});
         let (mut recorder, run_id) =
-            Recorder::begin(&ledger, new_run(&params, nodes, &owner)).unwrap();
+            Recorder::begin(&mut ledger, new_run(&params, nodes, &owner)).unwrap();
         recorder.sync().unwrap();
         (dir, ledger, recorder, run_id)
     }
@@ -415,12 +415,12 @@ mod tests {
     fn a_run_whose_plan_cannot_be_written_is_not_recorded_at_all() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let ledger = Ledger::open(&path).unwrap();
+        let mut ledger = Ledger::open(&path).unwrap();
         let owner = Owner::claim(&path, dir.path()).unwrap();
         // Two nodes with one id: the second pending row breaks the node runs' unique key,
         // after the run already has its id.
         let (mut recorder, run_id) = Recorder::begin(
-            &ledger,
+            &mut ledger,
             new_run(&serde_json::Value::Null, &["a", "a"], &owner),
         )
         .unwrap();

@@ -155,14 +155,23 @@ pub fn format_time(time: jiff::Timestamp) -> String {
 pub struct Ledger {
     conn: Db,
     locks_dir: PathBuf,
+    /// A second connection made ahead of time ([`Ledger::open_spare`]), which the next
+    /// [`Ledger::another_connection`] hands out.
+    spare: Option<Box<Ledger>>,
 }
 
-/// A connection to a ledger that is already open, not yet made: see
+/// A connection to a ledger that is already open, not yet made (or made ahead of time): see
 /// [`Ledger::another_connection`].
-#[derive(Debug)]
-pub struct AnotherConnection {
-    address: Address,
-    locks_dir: PathBuf,
+pub struct AnotherConnection(Way);
+
+enum Way {
+    /// Connect to this address when opened.
+    To {
+        address: Address,
+        locks_dir: PathBuf,
+    },
+    /// The spare connection, already open.
+    Made(Box<Ledger>),
 }
 
 #[derive(Debug)]
@@ -174,13 +183,18 @@ enum Address {
 impl AnotherConnection {
     /// Connects, on the calling thread: no migration or recovery, which the first connection did.
     pub fn open(self) -> Result<Ledger> {
-        let conn = match &self.address {
+        let (address, locks_dir) = match self.0 {
+            Way::Made(ledger) => return Ok(*ledger),
+            Way::To { address, locks_dir } => (address, locks_dir),
+        };
+        let conn = match &address {
             Address::File(path) => connect(path)?,
             Address::Server(url) => connect_postgres(url)?,
         };
         Ok(Ledger {
             conn,
-            locks_dir: self.locks_dir,
+            locks_dir,
+            spare: None,
         })
     }
 }
@@ -501,15 +515,37 @@ impl Ledger {
         }
         let locks_dir = locks_dir(path);
         std::fs::create_dir_all(&locks_dir)?;
-        let mut ledger = Self { conn, locks_dir };
+        let mut ledger = Self {
+            conn,
+            locks_dir,
+            spare: None,
+        };
         ledger.recover_interrupted()?;
         Ok(ledger)
     }
 
+    /// Makes, on this thread, the connection the next [`Ledger::another_connection`] hands
+    /// out: for a caller that has a thread with time to spare now, where the connection's
+    /// first use would otherwise wait for it (reading the schema, every journal trigger, takes
+    /// milliseconds).
+    pub fn open_spare(&mut self) -> Result<()> {
+        let spare = self.another_connection()?.open()?;
+        // A connection reads the schema when it prepares its first statement: now, then.
+        spare
+            .conn
+            .execute_batch("SELECT version FROM schema_version")?;
+        self.spare = Some(Box::new(spare));
+        Ok(())
+    }
+
     /// How to open one more connection to this ledger, already migrated and recovered by this
     /// one: for a thread that writes while this connection's owner goes on. The thread opens it
-    /// itself, so that reading the schema (every journal trigger) is not on the caller's time.
-    pub fn another_connection(&self) -> Result<AnotherConnection> {
+    /// itself, so that reading the schema is not on the caller's time; or it gets the spare
+    /// one, already open.
+    pub fn another_connection(&mut self) -> Result<AnotherConnection> {
+        if let Some(spare) = self.spare.take() {
+            return Ok(AnotherConnection(Way::Made(spare)));
+        }
         let address = match (self.conn.path(), self.conn.url()) {
             (Some(path), _) => Address::File(path.to_owned()),
             (None, Some(url)) => Address::Server(url.to_owned()),
@@ -519,10 +555,10 @@ impl Ledger {
                 );
             }
         };
-        Ok(AnotherConnection {
+        Ok(AnotherConnection(Way::To {
             address,
             locks_dir: self.locks_dir.clone(),
-        })
+        }))
     }
 
     fn owner_file(&self, owner: &str, extension: &str) -> PathBuf {

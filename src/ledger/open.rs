@@ -9,12 +9,18 @@ use super::{Ledger, LedgerError, Result};
 
 /// Runs `meanwhile` on this thread while the ledger at `path` is opened (as [`Ledger::open`]:
 /// created, migrated, recovered) on another, and returns both. The ledger is opened whatever
-/// `meanwhile` returns; if no thread can be started, it is opened here, afterwards.
+/// `meanwhile` returns; if no thread can be started, it is opened here, afterwards. The other
+/// thread also makes the spare connection the run's recorder will write on
+/// ([`Ledger::open_spare`]); should that fail, the recorder tries again and says why.
 pub fn open_during<T>(path: &Path, meanwhile: impl FnOnce() -> T) -> (T, Result<Ledger>) {
     std::thread::scope(|scope| {
         let opening = std::thread::Builder::new()
             .name("kavi-ledger-open".into())
-            .spawn_scoped(scope, || Ledger::open(path));
+            .spawn_scoped(scope, || {
+                let mut ledger = Ledger::open(path)?;
+                let _ = ledger.open_spare();
+                Ok(ledger)
+            });
         let value = meanwhile();
         let ledger = match opening {
             Ok(thread) => thread.join().unwrap_or_else(|_| {
@@ -38,7 +44,25 @@ mod tests {
         let path = dir.path().join(".kavi/ledger.db");
         let (value, ledger) = open_during(&path, || 7);
         assert_eq!(value, 7);
-        assert!(ledger.is_ok());
+        // It comes with its spare connection, which is handed out once.
+        let mut ledger = ledger.unwrap();
+        let spare = ledger.another_connection().unwrap();
+        assert!(matches!(spare.0, super::super::Way::Made(_)));
+        assert!(matches!(
+            ledger.another_connection().unwrap().0,
+            super::super::Way::To { .. }
+        ));
+        // The spare writes to the same file.
+        let mut spare = spare.open().unwrap();
+        let owner = super::super::Owner::claim(&path, dir.path()).unwrap();
+        let run_id = spare
+            .create_run(&super::super::tests::new_run(
+                &serde_json::Value::Null,
+                &["a"],
+                &owner,
+            ))
+            .unwrap();
+        assert!(ledger.run(run_id).is_ok());
         // A ledger that cannot be made: its parent is a file.
         std::fs::write(dir.path().join("file"), "").unwrap();
         let (value, ledger) = open_during(&dir.path().join("file/ledger.db"), || "loaded");
