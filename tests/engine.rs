@@ -1577,6 +1577,18 @@ fn logs_artifacts_listings_and_run_filters_read_what_was_recorded() {
         kavi(dir.path(), &["runs", "logs", "1", "b"]).status.code(),
         Some(5)
     );
+    // `false` writes nothing: no artifact is kept for either stream, and its logs are empty.
+    let silent = json(&kavi(dir.path(), &["runs", "show", "2", "--json"]));
+    assert_eq!(node(&silent, "a")["artifacts"], serde_json::json!([]));
+    assert_eq!(node(&silent, "a")["outputs"]["stdout"], "");
+    for stream in [
+        &["runs", "logs", "2", "a"][..],
+        &["runs", "logs", "2", "a", "--stderr"],
+    ] {
+        let logs = kavi(dir.path(), stream);
+        assert!(logs.status.success(), "{logs:?}");
+        assert!(logs.stdout.is_empty());
+    }
 
     // An artifact is printed whole, and refused once its file no longer matches its hash.
     let run = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));

@@ -228,6 +228,10 @@ pub fn logs(workspace: &Workspace, run: &str, node: &str, stderr: bool) -> Resul
                 .then(|| attempt.artifacts.iter().find(|a| a.role == "log"))
                 .flatten()
         });
+    // An exec node keeps no artifact of a stream it wrote nothing to; its outputs say so.
+    if found.is_none() && attempt.outputs.as_ref().is_some_and(|o| o[role] == "") {
+        return Ok(exit::SUCCESS);
+    }
     let Some(artifact) = found else {
         let kept: Vec<String> = attempt
             .artifacts

@@ -224,10 +224,11 @@ impl Exec {
     }
 }
 
-/// One stream, kept: its artifact, its head as text, whether the head is only part of it, and
-/// whether the head was not valid UTF-8 (and had bytes replaced to become text).
+/// One stream, kept: its artifact (none when it was empty), its head as text, whether the head
+/// is only part of it, and whether the head was not valid UTF-8 (and had bytes replaced to
+/// become text).
 struct Kept {
-    artifact: Artifact,
+    artifact: Option<Artifact>,
     text: String,
     truncated: bool,
     lossy: bool,
@@ -244,9 +245,12 @@ fn store_output(ctx: &NodeContext<'_>, kind: &str, captured: Captured) -> std::i
     let text = String::from_utf8_lossy(head);
     let lossy = matches!(text, std::borrow::Cow::Owned(_));
     let text = text.into_owned();
+    // An empty stream is not kept: the outputs' text says it was empty, and a node that prints
+    // nothing is spared a row and a journal entry per stream.
     let artifact = match captured.spill {
-        Some(file) => ctx.env.artifacts.put_file(kind, file)?,
-        None => ctx.env.artifacts.put_small(kind, &captured.head)?,
+        Some(file) => Some(ctx.env.artifacts.put_file(kind, file)?),
+        None if captured.head.is_empty() => None,
+        None => Some(ctx.env.artifacts.put_small(kind, &captured.head)?),
     };
     Ok(Kept {
         artifact,
@@ -406,7 +410,10 @@ impl NodeAction for Exec {
                 outputs[key] = json!(true);
             }
         }
-        let artifacts = vec![("stdout", out.artifact), ("stderr", err.artifact)];
+        let artifacts = [("stdout", out.artifact), ("stderr", err.artifact)]
+            .into_iter()
+            .filter_map(|(role, artifact)| Some((role, artifact?)))
+            .collect();
         let (state, error) = match (exit, parsed) {
             (Exit::Code(0), None) => (NodeState::Succeeded, None),
             (Exit::Code(0), Some(Ok(parsed))) => {
