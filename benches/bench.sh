@@ -12,6 +12,7 @@
 #
 #   benches/bench.sh            # full run (RUNS=10)
 #   RUNS=3 benches/bench.sh     # fewer repetitions
+#   GRAPHS=dir benches/bench.sh # keep the generated graphs in dir (for benches/ab.py)
 #
 # It installs what it needs where it can (Debian: hyperfine, make, ninja-build, a C compiler;
 # just from its package on PyPI, into target/bench-tools) and otherwise says what is missing.
@@ -47,8 +48,12 @@ JUST=$(command -v just || echo "$TOOLS/bin/just")
 cargo build --release --quiet
 KAVI="$PWD/target/release/kavi"
 rm -rf "$OUT" && mkdir -p "$OUT"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+if [[ -n ${GRAPHS:-} ]]; then
+    work=$(realpath -m "$GRAPHS") && rm -rf "$work" && mkdir -p "$work"
+else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+fi
 
 # The floor: posix_spawn the command N times in the graph's folder, one after another, waiting
 # for each.

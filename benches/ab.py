@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Two kavi builds and make on one of bench.sh's graphs, interleaved round by round.
+
+hyperfine runs each command's repetitions in one block, so on a machine whose speed drifts
+within minutes a block can land in a slow spell. Here every round runs each command once, in
+turn, each kavi on a fresh ledger (as bench.sh's --prepare does), and the figure to read is the
+median over rounds of kavi's time minus make's in the same round.
+
+    GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/{chain,wide,printing}
+    benches/ab.py /tmp/graphs/chain 1 25 before=/path/to/old/kavi after=target/release/kavi
+    benches/ab.py /tmp/graphs/wide 2 25 before=... after=...
+"""
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+
+def main():
+    if len(sys.argv) < 5:
+        sys.exit(__doc__)
+    graph, jobs, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    commands = {}
+    for named in sys.argv[4:]:
+        name, binary = named.split("=", 1)
+        commands[name] = [binary, "pipeline", "run", "--workspace", graph, "g.toml",
+                          "--jobs", jobs, "--json"]
+    commands["make"] = ["make", "-s", "-C", graph, f"-j{jobs}"]
+    times = {name: [] for name in commands}
+    # One round more than asked: the first warms the caches and is not counted.
+    for round_ in range(rounds + 1):
+        for name, command in commands.items():
+            shutil.rmtree(f"{graph}/.kavi", ignore_errors=True)
+            start = time.perf_counter()
+            subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True)
+            if round_:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    for name, each in times.items():
+        behind = [mine - make for mine, make in zip(each, times["make"])]
+        print(f"{name:10s} median {statistics.median(each):7.1f} ms   "
+              f"behind make, median of rounds {statistics.median(behind):6.1f} ms")
+
+
+main()
