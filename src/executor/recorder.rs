@@ -351,16 +351,12 @@ fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Owner;
-    use crate::ledger::tests::new_run;
+    use crate::ledger::tests::{fresh_ledger, new_run};
 
     /// A ledger in a temporary folder, and a recorder that has begun a run of exec nodes
     /// `nodes` in it, committed, all pending.
     fn run_of(nodes: &[&str]) -> (tempfile::TempDir, Ledger, Recorder, i64) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let (dir, mut ledger, owner) = fresh_ledger();
         let params = serde_json::json!({});
         let (mut recorder, run_id) =
             Recorder::begin(&mut ledger, new_run(&params, nodes, &owner)).unwrap();
@@ -413,10 +409,7 @@ mod tests {
 
     #[test]
     fn a_run_whose_plan_cannot_be_written_is_not_recorded_at_all() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let (_dir, mut ledger, owner) = fresh_ledger();
         // Two nodes with one id: the second pending row breaks the node runs' unique key,
         // after the run already has its id.
         let (mut recorder, run_id) = Recorder::begin(

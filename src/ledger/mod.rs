@@ -255,7 +255,7 @@ pub struct Recovered {
 
 /// What a new run records before any node starts. Owned, so that a thread of its own can
 /// record it (see the executor's recorder).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct NewRun {
     pub pipeline: String,
     pub spec_path: String,
@@ -1337,6 +1337,15 @@ pub(crate) mod tests {
     static DEMO_HASH: std::sync::LazyLock<String> =
         std::sync::LazyLock::new(|| crate::spec::spec_hash(DEMO_TEXT));
 
+    /// A new ledger in a temporary folder, and an owner of it.
+    pub(crate) fn fresh_ledger() -> (tempfile::TempDir, Ledger, Owner) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let ledger = Ledger::open(&path).unwrap();
+        let owner = Owner::claim(&path, dir.path()).unwrap();
+        (dir, ledger, owner)
+    }
+
     /// A run of the demo pipeline, with `params` and exec nodes `nodes`, no governing set.
     pub(crate) fn new_run(params: &Value, nodes: &[&str], owner: &Owner) -> NewRun {
         NewRun {
@@ -1434,11 +1443,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_s_id_is_announced_before_any_of_it_is_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
+        let (_dir, mut ledger, owner) = fresh_ledger();
         let reader = ledger.another_connection().unwrap().open().unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
         let mut announced = None;
         let run_id = ledger
             .create_run_announcing(&new_run(&Value::Null, &["a", "b"], &owner), |id| {
@@ -1461,10 +1467,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_s_node_runs_read_back_by_node_then_attempt() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
+        let (_dir, mut ledger, owner) = fresh_ledger();
         let run_id = ledger
             .create_run(&new_run(&Value::Null, &["c", "a", "b"], &owner))
             .unwrap();
@@ -1487,9 +1490,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_records_every_node_and_its_spec() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
-        let owner = Owner::claim(&dir.path().join("ledger.db"), dir.path()).unwrap();
+        let (_dir, mut ledger, owner) = fresh_ledger();
         let params = serde_json::json!({"x": 1});
         let run_id = ledger
             .create_run(&new_run(&params, &["a", "b"], &owner))
