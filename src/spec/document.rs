@@ -6,7 +6,9 @@
 //! memory (best of 50 in one process: 16 ms for the whole parse, 4.7 ms for the tokens and
 //! events alone). Here the tables are built as toml's own parser reports each event, from the
 //! same tokens, so the syntax accepted and the values decoded are toml's: 12 to 13 ms measured
-//! the same way.
+//! the same way. The tokens are lexed a chunk at a time (see [`Chunks`]), and each array is
+//! made at its size: on that pipeline, `kavi pipeline check` touched 61 MB before, 43 MB after,
+//! and every page first touched is one the kernel must zero.
 //!
 //! Only the shapes pipeline files use are built here: `[table]` headers, keys (dotted ones
 //! too), strings, numbers, booleans, dates, arrays and inline tables. On anything else (an
@@ -23,6 +25,7 @@ use toml::Spanned;
 use toml::de::{DeArray, DeTable, DeValue};
 use toml::map::Entry;
 use toml_parser::decoder::{Encoding, ScalarKind};
+use toml_parser::lexer::{Token, TokenKind};
 use toml_parser::parser::{EventReceiver, RecursionGuard, ValidateWhitespace};
 use toml_parser::{ErrorSink, ParseError, Raw, Source, Span};
 
@@ -35,22 +38,86 @@ type Key<'i> = Spanned<Cow<'i, str>>;
 /// holds something this reader leaves to toml (see the module's doc).
 pub(crate) fn parse(text: &str) -> Option<Spanned<DeTable<'_>>> {
     let source = Source::new(text);
-    // Sized so that it rarely grows: a pipeline has a token for every two or three bytes.
-    let mut tokens = Vec::with_capacity(text.len() / 2 + 1);
-    tokens.extend(source.lex());
     let mut builder = Builder::new(text);
     let mut failed = false;
     {
         let mut errors = |_: ParseError| failed = true;
         let mut whitespace = ValidateWhitespace::new(&mut builder, source);
         let mut guarded = RecursionGuard::new(&mut whitespace, DEPTH_LIMIT);
-        toml_parser::parser::parse_document(&tokens, &mut guarded, &mut errors);
+        let mut chunks = Chunks::new(source);
+        while let Some(tokens) = chunks.next_chunk() {
+            toml_parser::parser::parse_document(tokens, &mut guarded, &mut errors);
+        }
     }
-    drop(tokens);
     if failed {
         return None;
     }
     builder.finish()
+}
+
+/// About how many tokens are parsed at a time. Lexing the whole 10,000-node pipeline of
+/// `benches/bench.sh` first held some 300,000 tokens, 7 MB that were written once and dropped;
+/// a chunk this size is reused and stays in the cache. Tests use tiny chunks, so that every
+/// document they compare is cut in many places.
+const CHUNK_TOKENS: usize = if cfg!(test) { 8 } else { 4096 };
+
+/// The document's tokens, lexed a chunk at a time. A chunk ends only before a `[` that opens
+/// a line outside any bracket, so between two expressions: a table header. Its tokens are the
+/// ones lexing the whole text gives (one lexer reads it all, spans count from its start), and
+/// toml's parser gives the same events for them chunk by chunk as in one go, because it keeps
+/// nothing from one expression to the next.
+struct Chunks<'i> {
+    lexer: toml_parser::lexer::Lexer<'i>,
+    tokens: Vec<Token>,
+    /// The header bracket that ended the last chunk: the next one starts with it.
+    carried: Option<Token>,
+    /// Brackets and braces open (headers' too); negative in a malformed document.
+    depth: i64,
+    after_newline: bool,
+    done: bool,
+}
+
+impl<'i> Chunks<'i> {
+    fn new(source: Source<'i>) -> Self {
+        Chunks {
+            lexer: source.lex(),
+            tokens: Vec::with_capacity(CHUNK_TOKENS),
+            carried: None,
+            depth: 0,
+            after_newline: true,
+            done: false,
+        }
+    }
+
+    fn next_chunk(&mut self) -> Option<&[Token]> {
+        if self.done {
+            return None;
+        }
+        self.tokens.clear();
+        self.tokens.extend(self.carried.take());
+        for token in self.lexer.by_ref() {
+            let kind = token.kind();
+            if kind == TokenKind::LeftSquareBracket
+                && self.depth == 0
+                && self.after_newline
+                && self.tokens.len() >= CHUNK_TOKENS
+            {
+                self.carried = Some(token);
+                self.depth = 1;
+                self.after_newline = false;
+                return Some(&self.tokens);
+            }
+            match kind {
+                TokenKind::LeftSquareBracket | TokenKind::LeftCurlyBracket => self.depth += 1,
+                TokenKind::RightSquareBracket | TokenKind::RightCurlyBracket => self.depth -= 1,
+                _ => {}
+            }
+            self.after_newline = kind == TokenKind::Newline;
+            self.tokens.push(token);
+        }
+        self.done = true;
+        Some(&self.tokens)
+    }
 }
 
 /// The tables built so far, and where in the document the parser is.
@@ -74,6 +141,10 @@ struct Builder<'i> {
     awaiting: bool,
     /// The arrays and inline tables open, innermost last.
     open: Vec<Open<'i>>,
+    /// The items of the open arrays, outermost first: each array is made at its `]`, at its
+    /// size. Pushed one by one, toml's arrays started at room for four items, and most of a
+    /// pipeline's hold one (`run = ["make"]`).
+    items: Vec<Spanned<DeValue<'i>>>,
     /// Something this reader leaves to toml was met.
     unsupported: bool,
 }
@@ -81,7 +152,8 @@ struct Builder<'i> {
 enum Open<'i> {
     Array {
         start: usize,
-        items: DeArray<'i>,
+        /// Where its items start in [`Builder::items`].
+        first: usize,
     },
     Table {
         start: usize,
@@ -108,6 +180,7 @@ impl<'i> Builder<'i> {
             pending: Vec::new(),
             awaiting: false,
             open: Vec::new(),
+            items: Vec::new(),
             unsupported: false,
         }
     }
@@ -162,7 +235,7 @@ impl<'i> Builder<'i> {
     /// under the document-level key it follows.
     fn deliver(&mut self, value: Spanned<DeValue<'i>>) {
         match self.open.last_mut() {
-            Some(Open::Array { items, .. }) => items.push(value),
+            Some(Open::Array { .. }) => self.items.push(value),
             Some(Open::Table { table, key, .. }) => match key.take() {
                 Some(key) => insert_new(table, key, value, &mut self.unsupported),
                 None => self.unsupported = true,
@@ -303,14 +376,15 @@ impl EventReceiver for Builder<'_> {
     fn array_open(&mut self, span: Span, _errors: &mut dyn ErrorSink) -> bool {
         self.open.push(Open::Array {
             start: span.start(),
-            items: DeArray::new(),
+            first: self.items.len(),
         });
         true
     }
 
     fn array_close(&mut self, span: Span, _errors: &mut dyn ErrorSink) {
         match self.open.pop() {
-            Some(Open::Array { start, items }) if !self.unsupported => {
+            Some(Open::Array { start, first }) if !self.unsupported => {
+                let items: DeArray<'_> = self.items.drain(first..).collect();
                 self.deliver(Spanned::new(start..span.end(), DeValue::Array(items)));
             }
             _ => self.unsupported = true,
@@ -482,6 +556,10 @@ mod tests {
         );
         read_here("t = { a = 1, b = { c = [1, { d = 'e' }] } }\nempty = {}\n");
         read_here("arr = [\n  1, # one\n  2,\n]\n");
+        // Lines that open with `[` inside brackets are not headers: no chunk ends there. Nor
+        // inside a string that holds a line opening with `[`.
+        read_here("a = 1\nb = 2\nmatrix = [\n[1, 2],\n[3, [4]],\n]\n[t]\nx = 1\n[u]\n");
+        read_here("a = 1\nb = 2\ns = '''\n[not.a.header]\n'''\n[t]\nx = 1\n");
     }
 
     #[test]
