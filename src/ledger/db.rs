@@ -616,6 +616,7 @@ mod tests {
     use super::*;
 
     fn db() -> Db {
+        crate::ledger::memory::use_mimalloc();
         Db::from_sqlite(rusqlite::Connection::open_in_memory().unwrap())
     }
 

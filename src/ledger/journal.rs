@@ -558,6 +558,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         {
+            crate::ledger::memory::use_mimalloc();
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
                 .unwrap();

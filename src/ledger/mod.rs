@@ -17,6 +17,7 @@ mod escalations;
 mod executions;
 mod gc;
 pub mod journal;
+mod memory;
 mod open;
 mod owner;
 mod postgres;
@@ -1164,6 +1165,7 @@ fn connect(path: &Path) -> Result<Db> {
         path: path.to_owned(),
         source: source.into(),
     };
+    memory::use_mimalloc();
     let conn = rusqlite::Connection::open(path).map_err(open_error)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
     enable_wal(&conn).map_err(open_error)?;
@@ -1265,6 +1267,7 @@ fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
 
 /// The schema as SQLite has it after every migration: (kind, name, SQL) in creation order.
 fn sqlite_schema() -> Result<Vec<(String, String, String)>> {
+    memory::use_mimalloc();
     let conn = Db::from_sqlite(rusqlite::Connection::open_in_memory().map_err(db::DbError::from)?);
     for migration in schema::MIGRATIONS {
         conn.execute_batch(migration)?;
@@ -1433,6 +1436,7 @@ pub(crate) mod tests {
                     panic!("round {round}: {e}");
                 }
             }
+            super::memory::use_mimalloc();
             let mode: String = rusqlite::Connection::open(&path)
                 .unwrap()
                 .query_row("PRAGMA journal_mode", [], |row| row.get(0))
@@ -1613,6 +1617,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         drop(Ledger::open(&path).unwrap());
+        super::memory::use_mimalloc();
         let conn = rusqlite::Connection::open(&path).unwrap();
         let version: i64 = conn
             .query_row("SELECT version FROM schema_version", [], |r| r.get(0))

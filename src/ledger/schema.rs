@@ -404,6 +404,7 @@ mod tests {
     use super::*;
 
     fn empty_ledger() -> Db {
+        crate::ledger::memory::use_mimalloc();
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         journal::register(&conn).unwrap();
         let mut db = Db::from_sqlite(conn);
