@@ -167,8 +167,8 @@ impl GoverningSet {
 #[derive(Debug)]
 pub struct NamedFiles {
     root: PathBuf,
-    /// Opened on the first word looked up.
-    root_dir: Option<Option<std::os::fd::OwnedFd>>,
+    /// Opened on the first word looked up, with the device the root is on.
+    root_dir: Option<Option<(std::os::fd::OwnedFd, u64)>>,
     /// Resolved on the first word the kernel could not settle.
     canonical_root: Option<Option<PathBuf>>,
     looked_up: HashMap<String, Option<Arc<SourceFile>>>,
@@ -205,7 +205,7 @@ impl NamedFiles {
 
     fn read(&mut self, word: &str) -> Option<Arc<SourceFile>> {
         let bytes = match self.open_beneath(word) {
-            Beneath::Opened(file) => read_regular(file)?,
+            Beneath::Opened(file, root_device) => read_regular(file, root_device)?,
             Beneath::Absent => return None,
             Beneath::Unsettled => self.read_resolved(word)?,
         };
@@ -220,13 +220,15 @@ impl NamedFiles {
         use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
         use nix::sys::stat::Mode;
         let root = &self.root;
-        let Some(root_dir) = self.root_dir.get_or_insert_with(|| {
-            open(
+        let Some((root_dir, root_device)) = self.root_dir.get_or_insert_with(|| {
+            let dir = open(
                 root,
                 OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
                 Mode::empty(),
             )
-            .ok()
+            .ok()?;
+            let device = nix::sys::stat::fstat(&dir).ok()?.st_dev;
+            Some((dir, device))
         }) else {
             return Beneath::Unsettled;
         };
@@ -235,7 +237,7 @@ impl NamedFiles {
             .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
         match openat2(&*root_dir, word, how) {
-            Ok(fd) => Beneath::Opened(std::fs::File::from(fd)),
+            Ok(fd) => Beneath::Opened(std::fs::File::from(fd), *root_device),
             Err(Errno::ENOENT | Errno::ENOTDIR) => Beneath::Absent,
             // EXDEV: an absolute symlink or a `..` that leaves; ENOSYS: an older kernel.
             Err(_) => Beneath::Unsettled,
@@ -259,7 +261,8 @@ impl NamedFiles {
 
 /// What opening a word below the workspace root found.
 enum Beneath {
-    Opened(std::fs::File),
+    /// The file, and the device the workspace root is on.
+    Opened(std::fs::File, u64),
     /// Nothing there: the word names no file.
     Absent,
     /// The kernel would not say: resolve it the slow way.
@@ -267,11 +270,19 @@ enum Beneath {
 }
 
 /// The bytes of an opened file, if it is a regular one.
-fn read_regular(file: std::fs::File) -> Option<Vec<u8>> {
+///
+/// An empty file on the root's own device is not read: a read would only find its end, and it
+/// stamps the file's access time, a journaled inode write on ext4, for every output a pipeline
+/// names (`touch out/1`). Elsewhere (procfs, sysfs), a file sized 0 may still hold text.
+fn read_regular(file: std::fs::File, root_device: u64) -> Option<Vec<u8>> {
     use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
     let metadata = file.metadata().ok()?;
     if !metadata.is_file() {
         return None;
+    }
+    if metadata.len() == 0 && metadata.dev() == root_device {
+        return Some(Vec::new());
     }
     let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
     // Through `Take`, not the `File`: std's `File::read_to_end` asks the kernel for the size
@@ -479,5 +490,40 @@ mod tests {
             let paths: Vec<_> = set.members().into_iter().map(|m| m.1).collect();
             assert_eq!(paths, ["lint.py"]);
         }
+    }
+
+    #[test]
+    fn an_empty_file_is_named_without_being_read() {
+        use std::fs::{File, FileTimes};
+        use std::time::{Duration, SystemTime};
+        let dir = tempfile::tempdir().unwrap();
+        // Read last long before it was changed: a read stamps it, even under relatime.
+        let stale = FileTimes::new()
+            .set_accessed(SystemTime::UNIX_EPOCH + Duration::from_secs(1))
+            .set_modified(SystemTime::now());
+        let accessed = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().accessed();
+        for name in ["read", "named"] {
+            File::create(dir.path().join(name))
+                .unwrap()
+                .set_times(stale)
+                .unwrap();
+        }
+        let before = accessed("read").unwrap();
+        std::fs::read(dir.path().join("read")).unwrap();
+        if accessed("read").unwrap() == before {
+            eprintln!(
+                "skipped: {} is mounted without access times",
+                dir.path().display()
+            );
+            return;
+        }
+        let before = accessed("named").unwrap();
+        let named = NamedFiles::new(dir.path()).lookup("named").unwrap();
+        assert_eq!(named.text, "");
+        assert_eq!(
+            accessed("named").unwrap(),
+            before,
+            "the empty file was read"
+        );
     }
 }
