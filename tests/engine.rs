@@ -480,6 +480,17 @@ fn a_killed_run_leaves_nothing_behind_once_kavi_starts_again() {
     let spill = dir.path().join(".kavi/artifacts/tmp");
     let spilled = || files_under(&spill);
     assert_eq!(spilled(), 1, "the node's output did not spill to a file");
+    // A run is recorded whole, and its first plain nodes may start before that commit (on a
+    // server ledger, milliseconds later): what is tested is what the next kavi does with a
+    // run that was recorded, so the kill waits for the record.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while json(&kavi(dir.path(), &["runs", "list", "--json"]))
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < deadline, "the run was never recorded");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(
