@@ -111,7 +111,7 @@ impl Default for Config {
             ledger: PathBuf::from(".kavi/ledger.db"),
             artifacts: PathBuf::from(".kavi/artifacts"),
             sandboxes: PathBuf::new(),
-            jobs: std::thread::available_parallelism().map_or(1, usize::from),
+            jobs: default_jobs(),
             builder: DEFAULT_BUILDER.to_owned(),
             gateway: GatewayConfig::default(),
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
@@ -121,6 +121,13 @@ impl Default for Config {
             toolchain: std::collections::BTreeMap::new(),
         }
     }
+}
+
+/// As many jobs as kavi may use processors. Asked once: std reads the cgroup's CPU quota each
+/// time (four files), and loading the configuration makes its defaults more than once.
+fn default_jobs() -> usize {
+    static JOBS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *JOBS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// Where the signing key is unless configured: this user's configuration folder, which no
