@@ -5,12 +5,20 @@
 //! containers; the real uid is what the kernel vouches for.
 
 /// `name (uid N)`, or `uid N` for an id with no account (a container's arbitrary uid).
+///
+/// Looked up once per process (kavi never changes its uid): the lookup goes through NSS, a
+/// socket to nscd and two files read here, and a run records it before its first node starts.
 pub fn actor() -> String {
-    let uid = nix::unistd::getuid();
-    match nix::unistd::User::from_uid(uid) {
-        Ok(Some(user)) => format!("{} (uid {uid})", user.name),
-        _ => format!("uid {uid}"),
-    }
+    static ACTOR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ACTOR
+        .get_or_init(|| {
+            let uid = nix::unistd::getuid();
+            match nix::unistd::User::from_uid(uid) {
+                Ok(Some(user)) => format!("{} (uid {uid})", user.name),
+                _ => format!("uid {uid}"),
+            }
+        })
+        .clone()
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use super::{Ledger, LedgerError, Result};
 /// created, migrated, recovered) on another, and returns both. The ledger is opened whatever
 /// `meanwhile` returns; if no thread can be started, it is opened here, afterwards. The other
 /// thread also makes the spare connection the run's recorder will write on
-/// ([`Ledger::open_spare`]); should that fail, the recorder tries again and says why.
+/// ([`Ledger::open_spare`]); should that fail, the recorder tries again and says why. It also
+/// looks up who is acting ([`crate::identity::actor`]), which the run records.
 pub fn open_during<T>(path: &Path, meanwhile: impl FnOnce() -> T) -> (T, Result<Ledger>) {
     std::thread::scope(|scope| {
         let opening = std::thread::Builder::new()
@@ -19,6 +20,9 @@ pub fn open_during<T>(path: &Path, meanwhile: impl FnOnce() -> T) -> (T, Result<
             .spawn_scoped(scope, || {
                 let mut ledger = Ledger::open(path)?;
                 let _ = ledger.open_spare();
+                // The run records who started it before its first node starts: the account's
+                // lookup is made here rather than then.
+                crate::identity::actor();
                 Ok(ledger)
             });
         let value = meanwhile();
