@@ -13,6 +13,7 @@
 #   benches/bench.sh            # full run (RUNS=10)
 #   RUNS=3 benches/bench.sh     # fewer repetitions
 #   GRAPHS=dir benches/bench.sh # keep the generated graphs in dir (for benches/ab.py)
+#   GRAPHS=dir GRAPHS_ONLY=1 N=100 benches/bench.sh  # only make the graphs (benches/slope.py)
 #
 # It installs what it needs where it can (Debian: hyperfine, make, ninja-build, a C compiler;
 # just from its package on PyPI, into target/bench-tools) and otherwise says what is missing.
@@ -131,6 +132,14 @@ gen() {
         done
     } > "$dir/justfile"
 }
+
+# GRAPHS_ONLY=1 (with GRAPHS=dir): the graphs, and nothing run (for benches/slope.py).
+if [[ -n ${GRAPHS_ONLY:-} ]]; then
+    [[ -n ${GRAPHS:-} ]] || { echo "bench: GRAPHS_ONLY needs GRAPHS=dir to keep them in" >&2; exit 2; }
+    for kind in chain wide printing; do gen "$kind" "$work/$kind"; done
+    echo "bench: $N-node graphs in $work" >&2
+    exit 0
+fi
 
 for kind in chain wide printing; do
     dir="$work/$kind"
