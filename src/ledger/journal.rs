@@ -31,7 +31,6 @@ use super::Result;
 /// The SQL function the triggers hash with; registered on every connection kavi opens.
 const HASH_FUNCTION: &str = "kavi_sha256";
 
-/// Tables that are the journal's own bookkeeping, not state it vouches for.
 /// Tables without journal entries: the journal itself, bookkeeping, and the content of small
 /// artifacts (bound by the SHA-256 of its journaled artifact row, and re-hashed by `verify`).
 const UNJOURNALED: &[&str] = &[
@@ -40,6 +39,33 @@ const UNJOURNALED: &[&str] = &[
     "sqlite_sequence",
     "artifact_contents",
 ];
+
+/// What a SQLite ledger's table triggers write their entries into: a view that holds nothing,
+/// whose [`APPENDER`] trigger turns each row written into it into the next journal entry.
+/// Every connection reads every trigger of the schema when it first prepares a statement; with
+/// the entry's numbering and hashing written once here rather than in each of the 54 table
+/// triggers, that text is 37 KB instead of 65 KB (opening a ledger and running a first query:
+/// 0.65 ms instead of 1.2 ms), and an entry costs what it did.
+const APPEND_VIEW: &str = "journal_append";
+
+/// The trigger behind [`APPEND_VIEW`].
+const APPENDER: &str = "journal_append_entry";
+
+/// The view and its trigger, made before the table triggers that use them.
+fn appender_sql() -> String {
+    format!(
+        "CREATE VIEW {APPEND_VIEW} (tbl, op, key, content) AS
+           SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
+         CREATE TRIGGER {APPENDER} INSTEAD OF INSERT ON {APPEND_VIEW} BEGIN
+           INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
+           SELECT seq, NEW.tbl, NEW.op, NEW.key, NEW.content, prev,
+                  {HASH_FUNCTION}(prev || char(10) || seq || char(10) || NEW.tbl || char(10)
+                                  || NEW.op || char(10) || NEW.key || char(10) || NEW.content)
+           FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
+                        COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev);
+         END;"
+    )
+}
 
 /// Registers the hash function the triggers call. A connection without it (the `sqlite3` shell,
 /// say) cannot write a journaled table unless it drops the triggers, which `verify` reports.
@@ -160,16 +186,12 @@ impl Table {
                 content = self.content_sql(row),
             );
         }
+        // The entry itself (its number, the hash before it, its own hash) is made by the
+        // appender, once for all tables: see [`APPEND_VIEW`].
         format!(
             "CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, '{name}', '{op}', key, content, prev,
-                      {HASH_FUNCTION}(prev || char(10) || seq || char(10) || '{name}' || char(10)
-                                      || '{op}' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            {key} AS key,
-                            {content} AS content);
+               INSERT INTO {APPEND_VIEW} (tbl, op, key, content)
+               VALUES ('{name}', '{op}', {key}, {content});
              END;",
             trigger = self.trigger_name(op),
             key = self.key_sql(row),
@@ -316,6 +338,11 @@ fn append(tx: &Transaction<'_>, table: &str, op: &str, key: &str, content: &str)
 /// (`snapshot`), the rows a migration reshaped otherwise (`migrate`).
 /// Drops the journal's triggers, for a change that [`install`] then records (or for a copy).
 pub(super) fn drop_triggers(tx: &Transaction<'_>) -> Result<()> {
+    if tx.backend() == Backend::Sqlite {
+        tx.execute_batch(&format!(
+            "DROP TRIGGER IF EXISTS {APPENDER}; DROP VIEW IF EXISTS {APPEND_VIEW};"
+        ))?;
+    }
     let tables = tables(tx)?;
     for table in &tables {
         for op in ["insert", "update", "delete"] {
@@ -348,12 +375,29 @@ pub(super) fn install(tx: &Transaction<'_>) -> Result<()> {
             }
         }
     }
+    if tx.backend() == Backend::Sqlite {
+        tx.execute_batch(&appender_sql())?;
+    }
     for table in &tables {
         for op in ["insert", "update", "delete"] {
             tx.execute_batch(&table.trigger_sql(op))?;
         }
     }
     Ok(())
+}
+
+/// Whether the journal's triggers are the ones [`install`] makes now. A SQLite ledger made
+/// before the appender (see [`APPEND_VIEW`]) has its entries written out in every table
+/// trigger: it is current in every other way, and [`install`] remakes them.
+pub(super) fn current(conn: &Db) -> Result<bool> {
+    if conn.backend() != Backend::Sqlite {
+        return Ok(true);
+    }
+    Ok(conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?1)",
+        [APPENDER],
+        |row| row.get(0),
+    )?)
 }
 
 /// What [`verify`] found: problems, each naming an entry, a row or a file.
@@ -440,6 +484,11 @@ pub fn verify(
         })?
         .query_map([], |row| row.get(0))?
         .collect::<super::db::Result<_>>()?;
+    if conn.backend() == Backend::Sqlite && !triggers.iter().any(|t| t == APPENDER) {
+        findings.problems.push(format!(
+            "the journal's appender (trigger {APPENDER}) is missing (dropped outside kavi)"
+        ));
+    }
     for table in &tables {
         for op in ["insert", "update", "delete"] {
             if !triggers.contains(&table.trigger_name(op)) {
@@ -604,5 +653,45 @@ mod tests {
             "{:?}",
             findings.problems
         );
+    }
+
+    /// The table triggers write through one appender. Without it a write fails rather than go
+    /// unjournaled, `verify` names it, and the next kavi to open the ledger makes it again.
+    #[test]
+    fn without_its_appender_a_ledger_refuses_writes_until_it_is_opened_again() {
+        let (dir, ledger, _owner) = crate::ledger::tests::fresh_ledger();
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let hash = crate::spec::spec_hash("text");
+        let insert = format!("INSERT INTO specs VALUES ('{hash}', 'p.toml', 'text', 'now')");
+        ledger
+            .conn
+            .execute_batch(&format!("DROP TRIGGER {APPENDER}"))
+            .unwrap();
+        let refused = ledger.conn.execute_batch(&insert).unwrap_err();
+        assert!(refused.to_string().contains(APPEND_VIEW), "{refused}");
+        let findings = ledger.verify(&store, None, &[]).unwrap();
+        assert_eq!(
+            findings.problems,
+            [format!(
+                "the journal's appender (trigger {APPENDER}) is missing (dropped outside kavi)"
+            )]
+        );
+        assert!(!current(&ledger.conn).unwrap());
+        drop(ledger);
+
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        assert!(current(&ledger.conn).unwrap());
+        ledger.conn.execute_batch(&insert).unwrap();
+        let findings = ledger.verify(&store, None, &[]).unwrap();
+        assert!(findings.problems.is_empty(), "{:?}", findings.problems);
+        let last: (String, String) = ledger
+            .conn
+            .query_row(
+                "SELECT tbl, op FROM journal ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(last, ("specs".to_owned(), "insert".to_owned()));
     }
 }

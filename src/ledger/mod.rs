@@ -1297,6 +1297,16 @@ fn migrate(conn: &mut Db, path: &Path) -> Result<()> {
             .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
             .optional()?;
         if current == Some(schema::MIGRATIONS.len() as i64) {
+            if journal::current(conn)? {
+                return Ok(());
+            }
+            // Made before the journal's appender: the same schema, its triggers remade (under
+            // the write lock, where another kavi may have remade them first).
+            let tx = conn.transaction()?;
+            if !journal::current(&tx)? {
+                journal::install(&tx)?;
+            }
+            tx.commit()?;
             return Ok(());
         }
     }

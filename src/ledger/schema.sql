@@ -253,596 +253,284 @@ CREATE TABLE node_cache (
 
 CREATE INDEX node_cache_key ON node_cache(key);
 
+CREATE VIEW journal_append (tbl, op, key, content) AS
+           SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
+
+CREATE TRIGGER journal_append_entry INSTEAD OF INSERT ON journal_append BEGIN
+           INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
+           SELECT seq, NEW.tbl, NEW.op, NEW.key, NEW.content, prev,
+                  kavi_sha256(prev || char(10) || seq || char(10) || NEW.tbl || char(10)
+                                  || NEW.op || char(10) || NEW.key || char(10) || NEW.content)
+           FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
+                        COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev);
+         END;
+
 CREATE TRIGGER "journal_artifacts_insert" AFTER INSERT ON "artifacts" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'artifacts', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'artifacts' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."sha256") AS key,
-                            json_object('sha256', NEW."sha256", 'kind', NEW."kind", 'size', NEW."size", 'path', NEW."path", 'created_at', NEW."created_at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('artifacts', 'insert', json_array(NEW."sha256"), json_object('sha256', NEW."sha256", 'kind', NEW."kind", 'size', NEW."size", 'path', NEW."path", 'created_at', NEW."created_at"));
              END;
 
 CREATE TRIGGER "journal_artifacts_update" AFTER UPDATE ON "artifacts" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'artifacts', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'artifacts' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."sha256") AS key,
-                            json_object('sha256', NEW."sha256", 'kind', NEW."kind", 'size', NEW."size", 'path', NEW."path", 'created_at', NEW."created_at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('artifacts', 'update', json_array(NEW."sha256"), json_object('sha256', NEW."sha256", 'kind', NEW."kind", 'size', NEW."size", 'path', NEW."path", 'created_at', NEW."created_at"));
              END;
 
 CREATE TRIGGER "journal_artifacts_delete" AFTER DELETE ON "artifacts" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'artifacts', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'artifacts' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."sha256") AS key,
-                            json_object('sha256', OLD."sha256", 'kind', OLD."kind", 'size', OLD."size", 'path', OLD."path", 'created_at', OLD."created_at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('artifacts', 'delete', json_array(OLD."sha256"), json_object('sha256', OLD."sha256", 'kind', OLD."kind", 'size', OLD."size", 'path', OLD."path", 'created_at', OLD."created_at"));
              END;
 
 CREATE TRIGGER "journal_builds_insert" AFTER INSERT ON "builds" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'builds', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'builds' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'attempt', NEW."attempt", 'parent_build', NEW."parent_build", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'status', NEW."status", 'packet', NEW."packet", 'log', NEW."log", 'exit_code', NEW."exit_code", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'failure_kind', NEW."failure_kind", 'research_note', NEW."research_note", 'advisory', NEW."advisory", 'advisory_error', NEW."advisory_error") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('builds', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'attempt', NEW."attempt", 'parent_build', NEW."parent_build", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'status', NEW."status", 'packet', NEW."packet", 'log', NEW."log", 'exit_code', NEW."exit_code", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'failure_kind', NEW."failure_kind", 'research_note', NEW."research_note", 'advisory', NEW."advisory", 'advisory_error', NEW."advisory_error"));
              END;
 
 CREATE TRIGGER "journal_builds_update" AFTER UPDATE ON "builds" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'builds', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'builds' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'attempt', NEW."attempt", 'parent_build', NEW."parent_build", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'status', NEW."status", 'packet', NEW."packet", 'log', NEW."log", 'exit_code', NEW."exit_code", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'failure_kind', NEW."failure_kind", 'research_note', NEW."research_note", 'advisory', NEW."advisory", 'advisory_error', NEW."advisory_error") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('builds', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'attempt', NEW."attempt", 'parent_build', NEW."parent_build", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'status', NEW."status", 'packet', NEW."packet", 'log', NEW."log", 'exit_code', NEW."exit_code", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'failure_kind', NEW."failure_kind", 'research_note', NEW."research_note", 'advisory', NEW."advisory", 'advisory_error', NEW."advisory_error"));
              END;
 
 CREATE TRIGGER "journal_builds_delete" AFTER DELETE ON "builds" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'builds', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'builds' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'skill', OLD."skill", 'attempt', OLD."attempt", 'parent_build', OLD."parent_build", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'status', OLD."status", 'packet', OLD."packet", 'log', OLD."log", 'exit_code', OLD."exit_code", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'failure_kind', OLD."failure_kind", 'research_note', OLD."research_note", 'advisory', OLD."advisory", 'advisory_error', OLD."advisory_error") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('builds', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'attempt', OLD."attempt", 'parent_build', OLD."parent_build", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'status', OLD."status", 'packet', OLD."packet", 'log', OLD."log", 'exit_code', OLD."exit_code", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'failure_kind', OLD."failure_kind", 'research_note', OLD."research_note", 'advisory', OLD."advisory", 'advisory_error', OLD."advisory_error"));
              END;
 
 CREATE TRIGGER "journal_checkpoints_insert" AFTER INSERT ON "checkpoints" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'checkpoints', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'checkpoints' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'seq', NEW."seq", 'hash', NEW."hash", 'public_key', NEW."public_key", 'signature', NEW."signature", 'at', NEW."at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('checkpoints', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'seq', NEW."seq", 'hash', NEW."hash", 'public_key', NEW."public_key", 'signature', NEW."signature", 'at', NEW."at"));
              END;
 
 CREATE TRIGGER "journal_checkpoints_update" AFTER UPDATE ON "checkpoints" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'checkpoints', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'checkpoints' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'seq', NEW."seq", 'hash', NEW."hash", 'public_key', NEW."public_key", 'signature', NEW."signature", 'at', NEW."at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('checkpoints', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'seq', NEW."seq", 'hash', NEW."hash", 'public_key', NEW."public_key", 'signature', NEW."signature", 'at', NEW."at"));
              END;
 
 CREATE TRIGGER "journal_checkpoints_delete" AFTER DELETE ON "checkpoints" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'checkpoints', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'checkpoints' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'seq', OLD."seq", 'hash', OLD."hash", 'public_key', OLD."public_key", 'signature', OLD."signature", 'at', OLD."at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('checkpoints', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'seq', OLD."seq", 'hash', OLD."hash", 'public_key', OLD."public_key", 'signature', OLD."signature", 'at', OLD."at"));
              END;
 
 CREATE TRIGGER "journal_escalations_insert" AFTER INSERT ON "escalations" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'escalations', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'escalations' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('escalations', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy"));
              END;
 
 CREATE TRIGGER "journal_escalations_update" AFTER UPDATE ON "escalations" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'escalations', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'escalations' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('escalations', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy"));
              END;
 
 CREATE TRIGGER "journal_escalations_delete" AFTER DELETE ON "escalations" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'escalations', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'escalations' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'skill', OLD."skill", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'triggers', OLD."triggers", 'status', OLD."status", 'raised_at', OLD."raised_at", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at", 'comment', OLD."comment", 'policy', OLD."policy") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('escalations', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'triggers', OLD."triggers", 'status', OLD."status", 'raised_at', OLD."raised_at", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at", 'comment', OLD."comment", 'policy', OLD."policy"));
              END;
 
 CREATE TRIGGER "journal_executions_insert" AFTER INSERT ON "executions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'executions', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'executions' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'parent', NEW."parent", 'skill', NEW."skill", 'source_hash', NEW."source_hash", 'side_effect', NEW."side_effect", 'input', NEW."input", 'output', NEW."output", 'success', NEW."success", 'error', NEW."error", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'chain', NEW."chain", 'step', NEW."step", 'run_id', NEW."run_id", 'confinement', NEW."confinement", 'status', NEW."status", 'owner', NEW."owner", 'skill_version', NEW."skill_version", 'caller', NEW."caller") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('executions', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'parent', NEW."parent", 'skill', NEW."skill", 'source_hash', NEW."source_hash", 'side_effect', NEW."side_effect", 'input', NEW."input", 'output', NEW."output", 'success', NEW."success", 'error', NEW."error", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'chain', NEW."chain", 'step', NEW."step", 'run_id', NEW."run_id", 'confinement', NEW."confinement", 'status', NEW."status", 'owner', NEW."owner", 'skill_version', NEW."skill_version", 'caller', NEW."caller"));
              END;
 
 CREATE TRIGGER "journal_executions_update" AFTER UPDATE ON "executions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'executions', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'executions' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'parent', NEW."parent", 'skill', NEW."skill", 'source_hash', NEW."source_hash", 'side_effect', NEW."side_effect", 'input', NEW."input", 'output', NEW."output", 'success', NEW."success", 'error', NEW."error", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'chain', NEW."chain", 'step', NEW."step", 'run_id', NEW."run_id", 'confinement', NEW."confinement", 'status', NEW."status", 'owner', NEW."owner", 'skill_version', NEW."skill_version", 'caller', NEW."caller") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('executions', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'parent', NEW."parent", 'skill', NEW."skill", 'source_hash', NEW."source_hash", 'side_effect', NEW."side_effect", 'input', NEW."input", 'output', NEW."output", 'success', NEW."success", 'error', NEW."error", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'chain', NEW."chain", 'step', NEW."step", 'run_id', NEW."run_id", 'confinement', NEW."confinement", 'status', NEW."status", 'owner', NEW."owner", 'skill_version', NEW."skill_version", 'caller', NEW."caller"));
              END;
 
 CREATE TRIGGER "journal_executions_delete" AFTER DELETE ON "executions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'executions', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'executions' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'parent', OLD."parent", 'skill', OLD."skill", 'source_hash', OLD."source_hash", 'side_effect', OLD."side_effect", 'input', OLD."input", 'output', OLD."output", 'success', OLD."success", 'error', OLD."error", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'chain', OLD."chain", 'step', OLD."step", 'run_id', OLD."run_id", 'confinement', OLD."confinement", 'status', OLD."status", 'owner', OLD."owner", 'skill_version', OLD."skill_version", 'caller', OLD."caller") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('executions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'parent', OLD."parent", 'skill', OLD."skill", 'source_hash', OLD."source_hash", 'side_effect', OLD."side_effect", 'input', OLD."input", 'output', OLD."output", 'success', OLD."success", 'error', OLD."error", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'chain', OLD."chain", 'step', OLD."step", 'run_id', OLD."run_id", 'confinement', OLD."confinement", 'status', OLD."status", 'owner', OLD."owner", 'skill_version', OLD."skill_version", 'caller', OLD."caller"));
              END;
 
 CREATE TRIGGER "journal_node_cache_insert" AFTER INSERT ON "node_cache" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_cache', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_cache' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."node_run_id") AS key,
-                            json_object('node_run_id', NEW."node_run_id", 'key', NEW."key", 'parts', NEW."parts", 'files', NEW."files", 'source', NEW."source", 'note', NEW."note") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_cache', 'insert', json_array(NEW."node_run_id"), json_object('node_run_id', NEW."node_run_id", 'key', NEW."key", 'parts', NEW."parts", 'files', NEW."files", 'source', NEW."source", 'note', NEW."note"));
              END;
 
 CREATE TRIGGER "journal_node_cache_update" AFTER UPDATE ON "node_cache" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_cache', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_cache' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."node_run_id") AS key,
-                            json_object('node_run_id', NEW."node_run_id", 'key', NEW."key", 'parts', NEW."parts", 'files', NEW."files", 'source', NEW."source", 'note', NEW."note") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_cache', 'update', json_array(NEW."node_run_id"), json_object('node_run_id', NEW."node_run_id", 'key', NEW."key", 'parts', NEW."parts", 'files', NEW."files", 'source', NEW."source", 'note', NEW."note"));
              END;
 
 CREATE TRIGGER "journal_node_cache_delete" AFTER DELETE ON "node_cache" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_cache', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_cache' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."node_run_id") AS key,
-                            json_object('node_run_id', OLD."node_run_id", 'key', OLD."key", 'parts', OLD."parts", 'files', OLD."files", 'source', OLD."source", 'note', OLD."note") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_cache', 'delete', json_array(OLD."node_run_id"), json_object('node_run_id', OLD."node_run_id", 'key', OLD."key", 'parts', OLD."parts", 'files', OLD."files", 'source', OLD."source", 'note', OLD."note"));
              END;
 
 CREATE TRIGGER "journal_node_run_artifacts_insert" AFTER INSERT ON "node_run_artifacts" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_run_artifacts', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_run_artifacts' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."node_run_id", NEW."role") AS key,
-                            json_object('node_run_id', NEW."node_run_id", 'role', NEW."role", 'sha256', NEW."sha256") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_run_artifacts', 'insert', json_array(NEW."node_run_id", NEW."role"), json_object('node_run_id', NEW."node_run_id", 'role', NEW."role", 'sha256', NEW."sha256"));
              END;
 
 CREATE TRIGGER "journal_node_run_artifacts_update" AFTER UPDATE ON "node_run_artifacts" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_run_artifacts', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_run_artifacts' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."node_run_id", NEW."role") AS key,
-                            json_object('node_run_id', NEW."node_run_id", 'role', NEW."role", 'sha256', NEW."sha256") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_run_artifacts', 'update', json_array(NEW."node_run_id", NEW."role"), json_object('node_run_id', NEW."node_run_id", 'role', NEW."role", 'sha256', NEW."sha256"));
              END;
 
 CREATE TRIGGER "journal_node_run_artifacts_delete" AFTER DELETE ON "node_run_artifacts" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_run_artifacts', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_run_artifacts' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."node_run_id", OLD."role") AS key,
-                            json_object('node_run_id', OLD."node_run_id", 'role', OLD."role", 'sha256', OLD."sha256") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_run_artifacts', 'delete', json_array(OLD."node_run_id", OLD."role"), json_object('node_run_id', OLD."node_run_id", 'role', OLD."role", 'sha256', OLD."sha256"));
              END;
 
 CREATE TRIGGER "journal_node_runs_insert" AFTER INSERT ON "node_runs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_runs', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_runs' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from"));
              END;
 
 CREATE TRIGGER "journal_node_runs_update" AFTER UPDATE ON "node_runs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_runs', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_runs' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from"));
              END;
 
 CREATE TRIGGER "journal_node_runs_delete" AFTER DELETE ON "node_runs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'node_runs', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'node_runs' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'kind', OLD."kind", 'state', OLD."state", 'attempt', OLD."attempt", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'exit_code', OLD."exit_code", 'outputs', OLD."outputs", 'error', OLD."error", 'reason', OLD."reason", 'governing_hash', OLD."governing_hash", 'reused_from', OLD."reused_from") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('node_runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'kind', OLD."kind", 'state', OLD."state", 'attempt', OLD."attempt", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'exit_code', OLD."exit_code", 'outputs', OLD."outputs", 'error', OLD."error", 'reason', OLD."reason", 'governing_hash', OLD."governing_hash", 'reused_from', OLD."reused_from"));
              END;
 
 CREATE TRIGGER "journal_promotions_insert" AFTER INSERT ON "promotions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'promotions', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'promotions' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('promotions', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version"));
              END;
 
 CREATE TRIGGER "journal_promotions_update" AFTER UPDATE ON "promotions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'promotions', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'promotions' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('promotions', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version"));
              END;
 
 CREATE TRIGGER "journal_promotions_delete" AFTER DELETE ON "promotions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'promotions', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'promotions' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'source_hash', OLD."source_hash", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment", 'version', OLD."version") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('promotions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'source_hash', OLD."source_hash", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment", 'version', OLD."version"));
              END;
 
 CREATE TRIGGER "journal_run_policies_insert" AFTER INSERT ON "run_policies" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'run_policies', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'run_policies' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."run_id", NEW."path") AS key,
-                            json_object('run_id', NEW."run_id", 'path', NEW."path", 'spec_hash', NEW."spec_hash", 'role', NEW."role") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('run_policies', 'insert', json_array(NEW."run_id", NEW."path"), json_object('run_id', NEW."run_id", 'path', NEW."path", 'spec_hash', NEW."spec_hash", 'role', NEW."role"));
              END;
 
 CREATE TRIGGER "journal_run_policies_update" AFTER UPDATE ON "run_policies" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'run_policies', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'run_policies' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."run_id", NEW."path") AS key,
-                            json_object('run_id', NEW."run_id", 'path', NEW."path", 'spec_hash', NEW."spec_hash", 'role', NEW."role") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('run_policies', 'update', json_array(NEW."run_id", NEW."path"), json_object('run_id', NEW."run_id", 'path', NEW."path", 'spec_hash', NEW."spec_hash", 'role', NEW."role"));
              END;
 
 CREATE TRIGGER "journal_run_policies_delete" AFTER DELETE ON "run_policies" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'run_policies', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'run_policies' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."run_id", OLD."path") AS key,
-                            json_object('run_id', OLD."run_id", 'path', OLD."path", 'spec_hash', OLD."spec_hash", 'role', OLD."role") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('run_policies', 'delete', json_array(OLD."run_id", OLD."path"), json_object('run_id', OLD."run_id", 'path', OLD."path", 'spec_hash', OLD."spec_hash", 'role', OLD."role"));
              END;
 
 CREATE TRIGGER "journal_runs_insert" AFTER INSERT ON "runs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'runs', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'runs' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash"));
              END;
 
 CREATE TRIGGER "journal_runs_update" AFTER UPDATE ON "runs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'runs', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'runs' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash"));
              END;
 
 CREATE TRIGGER "journal_runs_delete" AFTER DELETE ON "runs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'runs', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'runs' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'pipeline', OLD."pipeline", 'spec_path', OLD."spec_path", 'spec_hash', OLD."spec_hash", 'params', OLD."params", 'status', OLD."status", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'parent_run', OLD."parent_run", 'owner', OLD."owner", 'error', OLD."error", 'resumed_from', OLD."resumed_from", 'started_by', OLD."started_by", 'governing_hash', OLD."governing_hash") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'pipeline', OLD."pipeline", 'spec_path', OLD."spec_path", 'spec_hash', OLD."spec_hash", 'params', OLD."params", 'status', OLD."status", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'parent_run', OLD."parent_run", 'owner', OLD."owner", 'error', OLD."error", 'resumed_from', OLD."resumed_from", 'started_by', OLD."started_by", 'governing_hash', OLD."governing_hash"));
              END;
 
 CREATE TRIGGER "journal_sandbox_entries_insert" AFTER INSERT ON "sandbox_entries" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'sandbox_entries', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'sandbox_entries' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."sandbox_id", NEW."path") AS key,
-                            json_object('sandbox_id', NEW."sandbox_id", 'path', NEW."path", 'kind', NEW."kind", 'mode', NEW."mode", 'size', NEW."size", 'links', NEW."links", 'sha256', NEW."sha256", 'target', NEW."target") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('sandbox_entries', 'insert', json_array(NEW."sandbox_id", NEW."path"), json_object('sandbox_id', NEW."sandbox_id", 'path', NEW."path", 'kind', NEW."kind", 'mode', NEW."mode", 'size', NEW."size", 'links', NEW."links", 'sha256', NEW."sha256", 'target', NEW."target"));
              END;
 
 CREATE TRIGGER "journal_sandbox_entries_update" AFTER UPDATE ON "sandbox_entries" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'sandbox_entries', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'sandbox_entries' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."sandbox_id", NEW."path") AS key,
-                            json_object('sandbox_id', NEW."sandbox_id", 'path', NEW."path", 'kind', NEW."kind", 'mode', NEW."mode", 'size', NEW."size", 'links', NEW."links", 'sha256', NEW."sha256", 'target', NEW."target") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('sandbox_entries', 'update', json_array(NEW."sandbox_id", NEW."path"), json_object('sandbox_id', NEW."sandbox_id", 'path', NEW."path", 'kind', NEW."kind", 'mode', NEW."mode", 'size', NEW."size", 'links', NEW."links", 'sha256', NEW."sha256", 'target', NEW."target"));
              END;
 
 CREATE TRIGGER "journal_sandbox_entries_delete" AFTER DELETE ON "sandbox_entries" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'sandbox_entries', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'sandbox_entries' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."sandbox_id", OLD."path") AS key,
-                            json_object('sandbox_id', OLD."sandbox_id", 'path', OLD."path", 'kind', OLD."kind", 'mode', OLD."mode", 'size', OLD."size", 'links', OLD."links", 'sha256', OLD."sha256", 'target', OLD."target") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('sandbox_entries', 'delete', json_array(OLD."sandbox_id", OLD."path"), json_object('sandbox_id', OLD."sandbox_id", 'path', OLD."path", 'kind', OLD."kind", 'mode', OLD."mode", 'size', OLD."size", 'links', OLD."links", 'sha256', OLD."sha256", 'target', OLD."target"));
              END;
 
 CREATE TRIGGER "journal_sandboxes_insert" AFTER INSERT ON "sandboxes" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'sandboxes', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'sandboxes' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('sandboxes', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error"));
              END;
 
 CREATE TRIGGER "journal_sandboxes_update" AFTER UPDATE ON "sandboxes" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'sandboxes', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'sandboxes' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('sandboxes', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error"));
              END;
 
 CREATE TRIGGER "journal_sandboxes_delete" AFTER DELETE ON "sandboxes" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'sandboxes', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'sandboxes' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'path', OLD."path", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'policy', OLD."policy", 'max_file_bytes', OLD."max_file_bytes", 'max_total_bytes', OLD."max_total_bytes", 'max_changed_files', OLD."max_changed_files", 'keep_failed_ms', OLD."keep_failed_ms", 'status', OLD."status", 'created_at', OLD."created_at", 'keep_until', OLD."keep_until", 'removed_at', OLD."removed_at", 'error', OLD."error") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('sandboxes', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'path', OLD."path", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'policy', OLD."policy", 'max_file_bytes', OLD."max_file_bytes", 'max_total_bytes', OLD."max_total_bytes", 'max_changed_files', OLD."max_changed_files", 'keep_failed_ms', OLD."keep_failed_ms", 'status', OLD."status", 'created_at', OLD."created_at", 'keep_until', OLD."keep_until", 'removed_at', OLD."removed_at", 'error', OLD."error"));
              END;
 
 CREATE TRIGGER "journal_skill_transitions_insert" AFTER INSERT ON "skill_transitions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skill_transitions', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skill_transitions' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skill_transitions', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment"));
              END;
 
 CREATE TRIGGER "journal_skill_transitions_update" AFTER UPDATE ON "skill_transitions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skill_transitions', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skill_transitions' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skill_transitions', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment"));
              END;
 
 CREATE TRIGGER "journal_skill_transitions_delete" AFTER DELETE ON "skill_transitions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skill_transitions', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skill_transitions' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skill_transitions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment"));
              END;
 
 CREATE TRIGGER "journal_skill_versions_insert" AFTER INSERT ON "skill_versions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skill_versions', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skill_versions' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."skill", NEW."version") AS key,
-                            json_object('skill', NEW."skill", 'version', NEW."version", 'spec_artifact', NEW."spec_artifact", 'description', NEW."description", 'side_effect', NEW."side_effect", 'proposed_at', NEW."proposed_at", 'actor', NEW."actor") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skill_versions', 'insert', json_array(NEW."skill", NEW."version"), json_object('skill', NEW."skill", 'version', NEW."version", 'spec_artifact', NEW."spec_artifact", 'description', NEW."description", 'side_effect', NEW."side_effect", 'proposed_at', NEW."proposed_at", 'actor', NEW."actor"));
              END;
 
 CREATE TRIGGER "journal_skill_versions_update" AFTER UPDATE ON "skill_versions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skill_versions', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skill_versions' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."skill", NEW."version") AS key,
-                            json_object('skill', NEW."skill", 'version', NEW."version", 'spec_artifact', NEW."spec_artifact", 'description', NEW."description", 'side_effect', NEW."side_effect", 'proposed_at', NEW."proposed_at", 'actor', NEW."actor") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skill_versions', 'update', json_array(NEW."skill", NEW."version"), json_object('skill', NEW."skill", 'version', NEW."version", 'spec_artifact', NEW."spec_artifact", 'description', NEW."description", 'side_effect', NEW."side_effect", 'proposed_at', NEW."proposed_at", 'actor', NEW."actor"));
              END;
 
 CREATE TRIGGER "journal_skill_versions_delete" AFTER DELETE ON "skill_versions" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skill_versions', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skill_versions' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."skill", OLD."version") AS key,
-                            json_object('skill', OLD."skill", 'version', OLD."version", 'spec_artifact', OLD."spec_artifact", 'description', OLD."description", 'side_effect', OLD."side_effect", 'proposed_at', OLD."proposed_at", 'actor', OLD."actor") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skill_versions', 'delete', json_array(OLD."skill", OLD."version"), json_object('skill', OLD."skill", 'version', OLD."version", 'spec_artifact', OLD."spec_artifact", 'description', OLD."description", 'side_effect', OLD."side_effect", 'proposed_at', OLD."proposed_at", 'actor', OLD."actor"));
              END;
 
 CREATE TRIGGER "journal_skills_insert" AFTER INSERT ON "skills" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skills', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skills' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."name") AS key,
-                            json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skills', 'insert', json_array(NEW."name"), json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version"));
              END;
 
 CREATE TRIGGER "journal_skills_update" AFTER UPDATE ON "skills" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skills', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skills' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."name") AS key,
-                            json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skills', 'update', json_array(NEW."name"), json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version"));
              END;
 
 CREATE TRIGGER "journal_skills_delete" AFTER DELETE ON "skills" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'skills', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'skills' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."name") AS key,
-                            json_object('name', OLD."name", 'description', OLD."description", 'side_effect', OLD."side_effect", 'spec_artifact', OLD."spec_artifact", 'state', OLD."state", 'created_at', OLD."created_at", 'updated_at', OLD."updated_at", 'verified_hash', OLD."verified_hash", 'trusted_hash', OLD."trusted_hash", 'proposal_path', OLD."proposal_path", 'trusted_tree', OLD."trusted_tree", 'version', OLD."version", 'trusted_version', OLD."trusted_version") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('skills', 'delete', json_array(OLD."name"), json_object('name', OLD."name", 'description', OLD."description", 'side_effect', OLD."side_effect", 'spec_artifact', OLD."spec_artifact", 'state', OLD."state", 'created_at', OLD."created_at", 'updated_at', OLD."updated_at", 'verified_hash', OLD."verified_hash", 'trusted_hash', OLD."trusted_hash", 'proposal_path', OLD."proposal_path", 'trusted_tree', OLD."trusted_tree", 'version', OLD."version", 'trusted_version', OLD."trusted_version"));
              END;
 
 CREATE TRIGGER "journal_specs_insert" AFTER INSERT ON "specs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'specs', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'specs' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."hash") AS key,
-                            json_object('hash', NEW."hash", 'path', NEW."path", 'text', NEW."text", 'created_at', NEW."created_at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('specs', 'insert', json_array(NEW."hash"), json_object('hash', NEW."hash", 'path', NEW."path", 'text', NEW."text", 'created_at', NEW."created_at"));
              END;
 
 CREATE TRIGGER "journal_specs_update" AFTER UPDATE ON "specs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'specs', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'specs' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."hash") AS key,
-                            json_object('hash', NEW."hash", 'path', NEW."path", 'text', NEW."text", 'created_at', NEW."created_at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('specs', 'update', json_array(NEW."hash"), json_object('hash', NEW."hash", 'path', NEW."path", 'text', NEW."text", 'created_at', NEW."created_at"));
              END;
 
 CREATE TRIGGER "journal_specs_delete" AFTER DELETE ON "specs" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'specs', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'specs' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."hash") AS key,
-                            json_object('hash', OLD."hash", 'path', OLD."path", 'text', OLD."text", 'created_at', OLD."created_at") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('specs', 'delete', json_array(OLD."hash"), json_object('hash', OLD."hash", 'path', OLD."path", 'text', OLD."text", 'created_at', OLD."created_at"));
              END;
 
 CREATE TRIGGER "journal_verifications_insert" AFTER INSERT ON "verifications" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'verifications', 'insert', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'verifications' || char(10)
-                                      || 'insert' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'skill', NEW."skill", 'gate_id', NEW."gate_id", 'gate_kind', NEW."gate_kind", 'required', NEW."required", 'status', NEW."status", 'failure_kind', NEW."failure_kind", 'detail', NEW."detail", 'report', NEW."report", 'at', NEW."at", 'source_hash', NEW."source_hash", 'tool', NEW."tool") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('verifications', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'skill', NEW."skill", 'gate_id', NEW."gate_id", 'gate_kind', NEW."gate_kind", 'required', NEW."required", 'status', NEW."status", 'failure_kind', NEW."failure_kind", 'detail', NEW."detail", 'report', NEW."report", 'at', NEW."at", 'source_hash', NEW."source_hash", 'tool', NEW."tool"));
              END;
 
 CREATE TRIGGER "journal_verifications_update" AFTER UPDATE ON "verifications" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'verifications', 'update', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'verifications' || char(10)
-                                      || 'update' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(NEW."id") AS key,
-                            json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'skill', NEW."skill", 'gate_id', NEW."gate_id", 'gate_kind', NEW."gate_kind", 'required', NEW."required", 'status', NEW."status", 'failure_kind', NEW."failure_kind", 'detail', NEW."detail", 'report', NEW."report", 'at', NEW."at", 'source_hash', NEW."source_hash", 'tool', NEW."tool") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('verifications', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'skill', NEW."skill", 'gate_id', NEW."gate_id", 'gate_kind', NEW."gate_kind", 'required', NEW."required", 'status', NEW."status", 'failure_kind', NEW."failure_kind", 'detail', NEW."detail", 'report', NEW."report", 'at', NEW."at", 'source_hash', NEW."source_hash", 'tool', NEW."tool"));
              END;
 
 CREATE TRIGGER "journal_verifications_delete" AFTER DELETE ON "verifications" BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, 'verifications', 'delete', key, content, prev,
-                      kavi_sha256(prev || char(10) || seq || char(10) || 'verifications' || char(10)
-                                      || 'delete' || char(10) || key || char(10) || content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev,
-                            json_array(OLD."id") AS key,
-                            json_object('id', OLD."id", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'skill', OLD."skill", 'gate_id', OLD."gate_id", 'gate_kind', OLD."gate_kind", 'required', OLD."required", 'status', OLD."status", 'failure_kind', OLD."failure_kind", 'detail', OLD."detail", 'report', OLD."report", 'at', OLD."at", 'source_hash', OLD."source_hash", 'tool', OLD."tool") AS content);
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('verifications', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'skill', OLD."skill", 'gate_id', OLD."gate_id", 'gate_kind', OLD."gate_kind", 'required', OLD."required", 'status', OLD."status", 'failure_kind', OLD."failure_kind", 'detail', OLD."detail", 'report', OLD."report", 'at', OLD."at", 'source_hash', OLD."source_hash", 'tool', OLD."tool"));
              END;
