@@ -1301,12 +1301,19 @@ fn migrate(conn: &mut Db, path: &Path) -> Result<()> {
                 return Ok(());
             }
             // Made before the journal's appender: the same schema, its triggers remade (under
-            // the write lock, where another kavi may have remade them first).
-            let tx = conn.transaction()?;
-            if !journal::current(&tx)? {
-                journal::install(&tx)?;
+            // the write lock, where another kavi may have remade them first). The triggers it
+            // has still journal every write: a ledger this kavi cannot write to now (a
+            // read-only file, a lock held past the timeout) is used as it is.
+            let remade = (|| -> Result<()> {
+                let tx = conn.transaction()?;
+                if !journal::current(&tx)? {
+                    journal::install(&tx)?;
+                }
+                Ok(tx.commit()?)
+            })();
+            if let Err(e) = remade {
+                tracing::debug!(error = %e, "the journal's triggers were left as they were");
             }
-            tx.commit()?;
             return Ok(());
         }
     }
