@@ -694,4 +694,25 @@ mod tests {
             .unwrap();
         assert_eq!(last, ("specs".to_owned(), "insert".to_owned()));
     }
+
+    /// A ledger whose triggers cannot be remade now (another process holds the write lock past
+    /// the timeout, here 10 s) opens with the ones it has, and has them remade once it can.
+    #[test]
+    fn a_ledger_that_cannot_be_written_now_opens_with_its_older_triggers() {
+        let (dir, ledger, _owner) = crate::ledger::tests::fresh_ledger();
+        let path = dir.path().join("ledger.db");
+        ledger
+            .conn
+            .execute_batch(&format!("DROP TRIGGER {APPENDER}"))
+            .unwrap();
+        drop(ledger);
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let ledger = Ledger::open(&path).unwrap();
+        assert!(!current(&ledger.conn).unwrap());
+        drop(ledger);
+        holder.execute_batch("ROLLBACK").unwrap();
+        let ledger = Ledger::open(&path).unwrap();
+        assert!(current(&ledger.conn).unwrap());
+    }
 }
