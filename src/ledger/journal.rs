@@ -400,6 +400,16 @@ pub(super) fn current(conn: &Db) -> Result<bool> {
     )?)
 }
 
+/// Remakes the triggers of a ledger made before the appender (see [`current`]), under the
+/// write lock, where another kavi may have remade them first.
+pub(super) fn remake(conn: &mut Db) -> Result<()> {
+    let tx = conn.transaction()?;
+    if !current(&tx)? {
+        install(&tx)?;
+    }
+    Ok(tx.commit()?)
+}
+
 /// What [`verify`] found: problems, each naming an entry, a row or a file.
 #[derive(Debug, Default)]
 pub struct Findings {

@@ -1297,22 +1297,12 @@ fn migrate(conn: &mut Db, path: &Path) -> Result<()> {
             .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
             .optional()?;
         if current == Some(schema::MIGRATIONS.len() as i64) {
-            if journal::current(conn)? {
-                return Ok(());
-            }
-            // Made before the journal's appender: the same schema, its triggers remade (under
-            // the write lock, where another kavi may have remade them first). The triggers it
-            // has still journal every write: a ledger this kavi cannot write to now (a
-            // read-only file, a lock held past the timeout) is used as it is.
-            let remade = (|| -> Result<()> {
-                let tx = conn.transaction()?;
-                if !journal::current(&tx)? {
-                    journal::install(&tx)?;
+            if !journal::current(conn)? {
+                // The triggers it has still journal every write: a ledger this kavi cannot
+                // write to now (a read-only file, a lock held past the timeout) is used as is.
+                if let Err(e) = journal::remake(conn) {
+                    tracing::debug!(error = %e, "the journal's triggers were left as they were");
                 }
-                Ok(tx.commit()?)
-            })();
-            if let Err(e) = remade {
-                tracing::debug!(error = %e, "the journal's triggers were left as they were");
             }
             return Ok(());
         }
