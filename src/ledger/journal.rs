@@ -375,10 +375,15 @@ pub(super) fn install(tx: &Transaction<'_>) -> Result<()> {
             }
         }
     }
+    make_triggers(tx, &tables)
+}
+
+/// The appender (SQLite) and every table's triggers, where none are.
+fn make_triggers(tx: &Transaction<'_>, tables: &[Table]) -> Result<()> {
     if tx.backend() == Backend::Sqlite {
         tx.execute_batch(&appender_sql())?;
     }
-    for table in &tables {
+    for table in tables {
         for op in ["insert", "update", "delete"] {
             tx.execute_batch(&table.trigger_sql(op))?;
         }
@@ -388,7 +393,7 @@ pub(super) fn install(tx: &Transaction<'_>) -> Result<()> {
 
 /// Whether the journal's triggers are the ones [`install`] makes now. A SQLite ledger made
 /// before the appender (see [`APPEND_VIEW`]) has its entries written out in every table
-/// trigger: it is current in every other way, and [`install`] remakes them.
+/// trigger: it is current in every other way, and [`remake`] remakes them.
 pub(super) fn current(conn: &Db) -> Result<bool> {
     if conn.backend() != Backend::Sqlite {
         return Ok(true);
@@ -401,11 +406,15 @@ pub(super) fn current(conn: &Db) -> Result<bool> {
 }
 
 /// Remakes the triggers of a ledger made before the appender (see [`current`]), under the
-/// write lock, where another kavi may have remade them first.
+/// write lock, where another kavi may have remade them first. Unlike [`install`] it records
+/// no row: no migration changed any, and one that differs from its last entry was edited
+/// behind the triggers (dropping the appender is how one would get here on purpose), which
+/// `verify` must go on reporting.
 pub(super) fn remake(conn: &mut Db) -> Result<()> {
     let tx = conn.transaction()?;
     if !current(&tx)? {
-        install(&tx)?;
+        drop_triggers(&tx)?;
+        make_triggers(&tx, &tables(&tx)?)?;
     }
     Ok(tx.commit()?)
 }
@@ -724,5 +733,41 @@ mod tests {
         holder.execute_batch("ROLLBACK").unwrap();
         let ledger = Ledger::open(&path).unwrap();
         assert!(current(&ledger.conn).unwrap());
+    }
+
+    /// Remaking the triggers records nothing: a row edited behind them (the appender and the
+    /// table's trigger dropped first) is still reported after the next kavi opens the ledger,
+    /// not taken into the journal as a `migrate` entry.
+    #[test]
+    fn remade_triggers_do_not_take_in_a_row_edited_behind_them() {
+        let (dir, ledger, owner) = crate::ledger::tests::fresh_ledger();
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let mut ledger = ledger;
+        ledger
+            .create_run(&crate::ledger::tests::new_run(
+                &serde_json::json!({}),
+                &["a"],
+                &owner,
+            ))
+            .unwrap();
+        ledger
+            .conn
+            .execute_batch(&format!(
+                "DROP TRIGGER {APPENDER}; DROP TRIGGER journal_runs_update;
+                 UPDATE runs SET status = 'failed'"
+            ))
+            .unwrap();
+        drop(ledger);
+        let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
+        assert!(current(&ledger.conn).unwrap());
+        let findings = ledger.verify(&store, None, &[]).unwrap();
+        assert!(
+            findings
+                .problems
+                .iter()
+                .any(|p| p.starts_with("table runs row [1]: differs from journal entry")),
+            "{:?}",
+            findings.problems
+        );
     }
 }
