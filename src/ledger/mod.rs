@@ -53,6 +53,11 @@ use crate::state::{NodeState, RunStatus};
 pub enum LedgerError {
     #[error("failed to open the ledger at {}: {source}", path.display())]
     Open { path: PathBuf, source: db::DbError },
+    #[error("failed to create the ledger at {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "the ledger at {} has schema version {found}, newer than this kavi knows ({known}); upgrade kavi",
         path.display()
@@ -501,6 +506,10 @@ impl Ledger {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     std::fs::create_dir_all(parent)?;
                 }
+                schema::create(path).map_err(|source| LedgerError::Create {
+                    path: path.to_owned(),
+                    source,
+                })?;
                 connect(path)?
             }
         };
