@@ -164,14 +164,40 @@ impl GoverningSet {
 /// resolution that leaves it, in one call where resolving the path in user space took a
 /// `readlink` per component. What that call cannot settle (an absolute symlink, a kernel
 /// without it) is resolved the slow way, with the same answer.
+///
+/// Most words a pipeline names are empty files in a few folders (`touch out/1`): each folder is
+/// opened below the root once, and such a file is known from one `stat` in it, where opening,
+/// checking and closing it took three calls.
 #[derive(Debug)]
 pub struct NamedFiles {
     root: PathBuf,
     /// Opened on the first word looked up, with the device the root is on.
     root_dir: Option<Option<(std::os::fd::OwnedFd, u64)>>,
+    /// The folders words are in (but the root), opened below the root as they come.
+    folders: HashMap<String, Folder>,
     /// Resolved on the first word the kernel could not settle.
     canonical_root: Option<Option<PathBuf>>,
     looked_up: HashMap<String, Option<Arc<SourceFile>>>,
+}
+
+/// A folder of named words, as opening it below the root found it.
+#[derive(Debug)]
+enum Folder {
+    Opened(std::os::fd::OwnedFd),
+    /// Not there, or not a folder: nothing in it is a file.
+    Absent,
+    /// The kernel would not say (see [`Beneath::Unsettled`]).
+    Unsettled,
+}
+
+/// What a `stat` of a word in its folder tells without opening it.
+enum Glance {
+    /// No regular file there.
+    Absent,
+    /// An empty regular file on the root's device that anyone may read: its text is "".
+    Empty,
+    /// Anything else (a link, a file with bytes, a folder the kernel would not open): opened.
+    Unsure,
 }
 
 impl NamedFiles {
@@ -179,6 +205,7 @@ impl NamedFiles {
         NamedFiles {
             root: root.to_owned(),
             root_dir: None,
+            folders: HashMap::new(),
             canonical_root: None,
             looked_up: HashMap::new(),
         }
@@ -204,6 +231,11 @@ impl NamedFiles {
     }
 
     fn read(&mut self, word: &str) -> Option<Arc<SourceFile>> {
+        match self.glance(word) {
+            Glance::Absent => return None,
+            Glance::Empty => return Some(SourceFile::new(word, String::new())),
+            Glance::Unsure => {}
+        }
         let bytes = match self.open_beneath(word) {
             Beneath::Opened(file, root_device) => read_regular(file, root_device)?,
             Beneath::Absent => return None,
@@ -215,12 +247,14 @@ impl NamedFiles {
         Some(SourceFile::new(word, text))
     }
 
-    fn open_beneath(&mut self, word: &str) -> Beneath {
-        use nix::errno::Errno;
-        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    /// The root, opened on the first call, and the device it is on.
+    fn root_dir<'a>(
+        slot: &'a mut Option<Option<(std::os::fd::OwnedFd, u64)>>,
+        root: &Path,
+    ) -> Option<&'a (std::os::fd::OwnedFd, u64)> {
+        use nix::fcntl::{OFlag, open};
         use nix::sys::stat::Mode;
-        let root = &self.root;
-        let Some((root_dir, root_device)) = self.root_dir.get_or_insert_with(|| {
+        slot.get_or_insert_with(|| {
             let dir = open(
                 root,
                 OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -229,14 +263,72 @@ impl NamedFiles {
             .ok()?;
             let device = nix::sys::stat::fstat(&dir).ok()?.st_dev;
             Some((dir, device))
-        }) else {
+        })
+        .as_ref()
+    }
+
+    /// Looks at `word` with one `stat` in its folder, the folder opened below the root (once).
+    /// Only what opening the word would answer the same is told: a link, or a file that has
+    /// bytes or that not everyone may read, is left to [`NamedFiles::open_beneath`].
+    fn glance(&mut self, word: &str) -> Glance {
+        use nix::errno::Errno;
+        use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
+        use nix::sys::stat::{SFlag, fstatat};
+        use std::os::fd::AsFd;
+        let (folder, name) = word.rsplit_once('/').unwrap_or(("", word));
+        if matches!(name, "" | "." | "..") {
+            return Glance::Unsure;
+        }
+        let Some((root_dir, root_device)) = Self::root_dir(&mut self.root_dir, &self.root) else {
+            return Glance::Unsure;
+        };
+        let stat = if folder.is_empty() {
+            fstatat(root_dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        } else {
+            if !self.folders.contains_key(folder) {
+                let how = OpenHow::new()
+                    .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+                    .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+                let opened = match openat2(root_dir, folder, how) {
+                    Ok(fd) => Folder::Opened(fd),
+                    Err(Errno::ENOENT | Errno::ENOTDIR) => Folder::Absent,
+                    Err(_) => Folder::Unsettled,
+                };
+                self.folders.insert(folder.to_owned(), opened);
+            }
+            match &self.folders[folder] {
+                Folder::Opened(fd) => fstatat(fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW),
+                Folder::Absent => return Glance::Absent,
+                Folder::Unsettled => return Glance::Unsure,
+            }
+        };
+        let stat = match stat {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT | Errno::ENOTDIR) => return Glance::Absent,
+            Err(_) => return Glance::Unsure,
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+        let readable = stat.st_mode & 0o444 == 0o444;
+        match kind {
+            SFlag::S_IFREG if stat.st_size == 0 && stat.st_dev == *root_device && readable => {
+                Glance::Empty
+            }
+            SFlag::S_IFREG | SFlag::S_IFLNK => Glance::Unsure,
+            _ => Glance::Absent,
+        }
+    }
+
+    fn open_beneath(&mut self, word: &str) -> Beneath {
+        use nix::errno::Errno;
+        use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+        let Some((root_dir, root_device)) = Self::root_dir(&mut self.root_dir, &self.root) else {
             return Beneath::Unsettled;
         };
         // Non-blocking: opening a FIFO to read would otherwise wait for a writer.
         let how = OpenHow::new()
             .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        match openat2(&*root_dir, word, how) {
+        match openat2(root_dir, word, how) {
             Ok(fd) => Beneath::Opened(std::fs::File::from(fd), *root_device),
             Err(Errno::ENOENT | Errno::ENOTDIR) => Beneath::Absent,
             // EXDEV: an absolute symlink or a `..` that leaves; ENOSYS: an older kernel.
@@ -474,6 +566,57 @@ mod tests {
                 ("absolute.py".to_owned(), ok),
                 ("relative.py".to_owned(), ok),
                 ("sub/../lint.py".to_owned(), ok),
+            ]
+        );
+    }
+
+    /// An empty file is known from a `stat` in its folder, opened below the root: a folder or a
+    /// last part that leaves the root is still refused, and whatever the `stat` cannot settle
+    /// is answered as opening it answers.
+    #[test]
+    fn empty_files_in_folders_count_only_below_the_root() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("empty"), "").unwrap();
+        std::fs::create_dir_all(root.join("out/sub")).unwrap();
+        std::fs::write(root.join("out/empty"), "").unwrap();
+        std::fs::write(root.join("out/full"), "text").unwrap();
+        std::fs::write(root.join("out/private"), "").unwrap();
+        std::fs::set_permissions(root.join("out/private"), PermissionsExt::from_mode(0o600))
+            .unwrap();
+        symlink(outside.path(), root.join("away")).unwrap();
+        symlink("../../", root.join("out/sub/up")).unwrap();
+        symlink(outside.path().join("empty"), root.join("out/link")).unwrap();
+        symlink("empty", root.join("out/relative")).unwrap();
+        let mut set = GoverningSet::default();
+        set.add_named_files(
+            &mut NamedFiles::new(root),
+            [
+                "out/empty",
+                "out/full",
+                "out/private",
+                "out/relative",
+                "out/./empty",
+                "out/sub",
+                "out/missing",
+                "missing/empty",
+                "out/empty/x",
+                "away/empty",
+                "out/link",
+                "out/sub/up/away/empty",
+            ],
+        );
+        let members: Vec<_> = set.members().into_iter().map(|m| (m.1, m.3)).collect();
+        assert_eq!(
+            members,
+            // `out/./empty` is the same path as `out/empty`: one member.
+            [
+                ("out/empty".to_owned(), ""),
+                ("out/full".to_owned(), "text"),
+                ("out/private".to_owned(), ""),
+                ("out/relative".to_owned(), ""),
             ]
         );
     }
