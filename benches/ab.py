@@ -10,6 +10,7 @@ median over rounds of kavi's time minus make's in the same round.
     benches/ab.py /tmp/graphs/chain 1 25 before=/path/to/old/kavi after=target/release/kavi
     benches/ab.py /tmp/graphs/wide 2 25 before=... after=...
 """
+import random
 import shutil
 import statistics
 import subprocess
@@ -29,8 +30,15 @@ def main():
     commands["make"] = ["make", "-s", "-C", graph, f"-j{jobs}"]
     times = {name: [] for name in commands}
     # One round more than asked: the first warms the caches and is not counted.
+    # Each round in its own order: whichever command runs right after make is slower (one
+    # binary three times a round, first after make: 41, 27 and 26 ms behind make, the same
+    # with a `sync` before each command), so a fixed order favoured every command but the first.
+    order = list(commands)
+    shuffle = random.Random(0).shuffle
     for round_ in range(rounds + 1):
-        for name, command in commands.items():
+        shuffle(order)
+        for name in order:
+            command = commands[name]
             shutil.rmtree(f"{graph}/.kavi", ignore_errors=True)
             start = time.perf_counter()
             subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
