@@ -528,6 +528,15 @@ mod tests {
         assert_eq!(members[0].3, "print('ok')\n");
     }
 
+    /// Asserts that `words`, named below `root`, make a set of exactly `expected` (path, text).
+    fn assert_named_members(root: &Path, words: &[&str], expected: &[(&str, &str)]) {
+        let mut set = GoverningSet::default();
+        set.add_named_files(&mut NamedFiles::new(root), words.iter().copied());
+        let members = set.members();
+        let members: Vec<_> = members.iter().map(|m| (m.1.as_str(), m.3)).collect();
+        assert_eq!(members, expected);
+    }
+
     #[test]
     fn links_count_where_they_resolve_inside_the_root_and_a_fifo_is_no_file() {
         use std::os::unix::fs::symlink;
@@ -545,10 +554,10 @@ mod tests {
         symlink(climbs, root.join("sub/up.py")).unwrap();
         assert!(root.join("sub/up.py").is_file());
         nix::unistd::mkfifo(&root.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let mut set = GoverningSet::default();
-        set.add_named_files(
-            &mut NamedFiles::new(root),
-            [
+        let ok = "print('ok')\n";
+        assert_named_members(
+            root,
+            &[
                 "relative.py",
                 "absolute.py",
                 "away.py",
@@ -557,16 +566,11 @@ mod tests {
                 "fifo",
                 "sub",
             ],
-        );
-        let members: Vec<_> = set.members().into_iter().map(|m| (m.1, m.3)).collect();
-        let ok = "print('ok')\n";
-        assert_eq!(
-            members,
-            [
-                ("absolute.py".to_owned(), ok),
-                ("relative.py".to_owned(), ok),
-                ("sub/../lint.py".to_owned(), ok),
-            ]
+            &[
+                ("absolute.py", ok),
+                ("relative.py", ok),
+                ("sub/../lint.py", ok),
+            ],
         );
     }
 
@@ -590,10 +594,9 @@ mod tests {
         symlink("../../", root.join("out/sub/up")).unwrap();
         symlink(outside.path().join("empty"), root.join("out/link")).unwrap();
         symlink("empty", root.join("out/relative")).unwrap();
-        let mut set = GoverningSet::default();
-        set.add_named_files(
-            &mut NamedFiles::new(root),
-            [
+        assert_named_members(
+            root,
+            &[
                 "out/empty",
                 "out/full",
                 "out/private",
@@ -607,17 +610,13 @@ mod tests {
                 "out/link",
                 "out/sub/up/away/empty",
             ],
-        );
-        let members: Vec<_> = set.members().into_iter().map(|m| (m.1, m.3)).collect();
-        assert_eq!(
-            members,
             // `out/./empty` is the same path as `out/empty`: one member.
-            [
-                ("out/empty".to_owned(), ""),
-                ("out/full".to_owned(), "text"),
-                ("out/private".to_owned(), ""),
-                ("out/relative".to_owned(), ""),
-            ]
+            &[
+                ("out/empty", ""),
+                ("out/full", "text"),
+                ("out/private", ""),
+                ("out/relative", ""),
+            ],
         );
     }
 
