@@ -97,4 +97,31 @@ mod tests {
             ffi::sqlite3_free(block);
         }
     }
+
+    /// The `no_thp` feature of libmimalloc-sys (Cargo.toml says why): no mapping of this
+    /// process is marked for huge pages (`hg` in smaps' VmFlags), though mimalloc has just
+    /// reserved and touched memory of its own, and the process does not turn huge pages off for
+    /// the programs it starts.
+    #[test]
+    fn mimalloc_asks_for_no_huge_pages_and_leaves_them_to_children() {
+        const BLOCK: usize = 8 << 20;
+        // SAFETY: a block written and freed again.
+        unsafe {
+            let block = mi::mi_malloc(BLOCK).cast::<u8>();
+            assert!(!block.is_null());
+            block.write_bytes(1, BLOCK);
+            assert!(mi::mi_is_in_heap_region(block.cast()));
+            let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+            mi::mi_free(block.cast());
+            let marked: Vec<&str> = smaps
+                .lines()
+                .filter(|line| line.starts_with("VmFlags:"))
+                .filter(|line| line.split_whitespace().any(|flag| flag == "hg"))
+                .collect();
+            assert!(marked.is_empty(), "mappings marked for huge pages: {marked:?}");
+        }
+        // SAFETY: a query with no pointer arguments.
+        let disabled = unsafe { nix::libc::prctl(nix::libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+        assert_eq!(disabled, 0, "huge pages turned off for this process and its children");
+    }
 }
