@@ -280,9 +280,15 @@ pub async fn execute(
         _ => executor.stop_reason.clone(),
     };
     let duration = started.elapsed();
-    executor
-        .ledger
-        .finish_run(run_id, status, duration, error.as_deref())?;
+    executor.recorder.record(Write::RunEnd {
+        status,
+        duration,
+        error,
+    });
+    executor.recorder.finish()?;
+    if let Some(closing) = executor.recorder.closing() {
+        executor.ledger.close_after(closing);
+    }
     // The run's sandboxes go with it, or stay for a person to look at when it did not succeed.
     crate::sandbox::cleanup::settle_run(executor.ledger, run_id, status == RunStatus::Succeeded)?;
     tracing::debug!(run = run_id, %status, "run finished");
@@ -435,7 +441,7 @@ impl<'a> Executor<'a> {
                 }
             }
         }
-        self.recorder.finish()
+        self.recorder.check()
     }
 
     fn stop(&mut self, reason: &str) {

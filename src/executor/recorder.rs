@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::ledger::{Ledger, LedgerError, NewRun, NodeRecord, format_time};
-use crate::state::NodeState;
+use crate::state::{NodeState, RunStatus};
 
 /// One decision to record.
 pub(super) enum Write {
@@ -39,6 +39,12 @@ pub(super) enum Write {
         /// Boxed: a node's end is far larger than its start.
         record: Box<NodeRecord>,
     },
+    /// How the run ended: the last decision, committed with the nodes' last ends.
+    RunEnd {
+        status: RunStatus,
+        duration: Duration,
+        error: Option<String>,
+    },
 }
 
 enum Message {
@@ -51,7 +57,11 @@ pub(super) struct Recorder {
     /// Decisions of the loop's current turn, not handed over yet (see [`Recorder::hand_over`]).
     held: Vec<Write>,
     sender: Option<mpsc::Sender<Message>>,
-    thread: Option<JoinHandle<Result<(), LedgerError>>>,
+    /// How the writing ended, sent once the channel closed and the last group is committed.
+    written: Option<mpsc::Receiver<Result<(), LedgerError>>>,
+    /// The writer's thread, which goes on closing its connection after it has written (see
+    /// [`Recorder::closing`]).
+    thread: Option<JoinHandle<()>>,
     failed: Arc<AtomicBool>,
 }
 
@@ -94,6 +104,7 @@ impl Recorder {
     ) -> Result<Self, LedgerError> {
         let connection = ledger.another_connection()?;
         let (sender, receiver) = mpsc::channel();
+        let (report, written) = mpsc::sync_channel(1);
         let failed = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&failed);
         let thread = std::thread::Builder::new()
@@ -102,22 +113,36 @@ impl Recorder {
                 let result = connection.open().and_then(|mut connection| {
                     connection.checkpoint_every(CHECKPOINT_PAGES)?;
                     let run_id = first(&mut connection)?;
-                    write_groups(&mut connection, run_id, &receiver)
+                    write_groups(&mut connection, run_id, &receiver)?;
+                    Ok(connection)
                 });
-                if result.is_err() {
-                    flag.store(true, Ordering::Release);
-                    // Whoever waits for a sync learns of the failure from the join.
-                    while let Ok(message) = receiver.recv() {
-                        if let Message::Sync(done) = message {
-                            let _ = done.send(());
+                match result {
+                    Ok(connection) => {
+                        let _ = report.send(Ok(()));
+                        // Written: the run's end is committed and the loop reads it back. The
+                        // WAL pages the last commits left are copied into the file meanwhile,
+                        // on this thread, rather than by the last connection to close, on the
+                        // run's time (see `Ledger::close_after`).
+                        if let Err(e) = connection.copy_wal() {
+                            tracing::debug!(error = %e, "the recorder's last checkpoint failed");
                         }
                     }
+                    Err(e) => {
+                        flag.store(true, Ordering::Release);
+                        // Whoever waits for a sync learns of the failure from `finish`.
+                        while let Ok(message) = receiver.recv() {
+                            if let Message::Sync(done) = message {
+                                let _ = done.send(());
+                            }
+                        }
+                        let _ = report.send(Err(e));
+                    }
                 }
-                result
             })?;
         Ok(Self {
             held: Vec::new(),
             sender: Some(sender),
+            written: Some(written),
             thread: Some(thread),
             failed,
         })
@@ -180,24 +205,37 @@ impl Recorder {
         Ok(())
     }
 
-    /// Commits what is left and stops the writer.
+    /// Commits what is left and stops the writer, returning once everything is committed. Its
+    /// thread may still be closing its connection: see [`Recorder::closing`].
     pub(super) fn finish(&mut self) -> Result<(), LedgerError> {
         self.hand_over();
         self.sender = None;
         self.hurry();
-        match self.thread.take().map(JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result,
+        match self.written.take().map(|written| written.recv()) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e),
             Some(Err(_)) => Err(LedgerError::Io(std::io::Error::other(
                 "the thread recording the run into the ledger stopped unexpectedly",
             ))),
         }
+    }
+
+    /// The writer's thread, once [`Recorder::finish`]ed, for whoever closes the ledger last to
+    /// wait for: it may still be copying the WAL into the ledger file.
+    pub(super) fn closing(&mut self) -> Option<JoinHandle<()>> {
+        if self.written.is_some() {
+            return None;
+        }
+        self.thread.take()
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
         let _ = self.finish();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -345,6 +383,11 @@ fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerErr
             state,
             record,
         } => ledger.finish_node(run_id, &node_id, attempt, state, &record),
+        Write::RunEnd {
+            status,
+            duration,
+            error,
+        } => ledger.finish_run(run_id, status, duration, error.as_deref()),
     }
 }
 
@@ -472,6 +515,7 @@ mod tests {
                     *attempt,
                     record.started_at.as_deref(),
                 ),
+                Message::Write(Write::RunEnd { .. }) => ("run end", "", 0, None),
                 Message::Sync(_) => ("sync", "", 0, None),
             })
             .collect()
@@ -561,5 +605,59 @@ mod tests {
         recorder.record(start("a"));
         recorder.sync().unwrap();
         assert_eq!(states(&ledger, run_id), [("a".into(), NodeState::Pending)]);
+    }
+
+    #[test]
+    fn the_runs_end_is_committed_with_the_last_group_and_the_writer_copies_the_wal() {
+        let (dir, ledger, mut recorder, run_id) = run_of(&["a"]);
+        recorder.record(start("a"));
+        recorder.record(finish("a", 1));
+        recorder.record(Write::RunEnd {
+            status: RunStatus::Failed,
+            duration: Duration::from_millis(7),
+            error: Some("a reason".into()),
+        });
+        recorder.finish().unwrap();
+        // Committed once `finish` returns, though the writer's thread may still be closing.
+        let run = ledger.run(run_id).unwrap();
+        assert_eq!(run.status, RunStatus::Failed);
+        assert_eq!(run.error.as_deref(), Some("a reason"));
+        assert_eq!(
+            states(&ledger, run_id),
+            [("a".into(), NodeState::Succeeded)]
+        );
+        let closing = recorder
+            .closing()
+            .expect("the writer's thread, once finished");
+        closing.join().unwrap();
+        // The writer copied every frame of the WAL into the file before it closed. The
+        // wal-index says so without a checkpoint of its own (sqlite.org/walformat.html: the
+        // last valid frame is the u32 at byte 16, the frames copied the one at byte 96).
+        let index = std::fs::read(dir.path().join("ledger.db-shm")).unwrap();
+        let word = |at: usize| u32::from_ne_bytes(index[at..at + 4].try_into().unwrap());
+        let (frames, copied) = (word(16), word(96));
+        assert!(frames > 0, "the run was written through the WAL");
+        assert_eq!(copied, frames, "frames left in the WAL");
+        // The ledger's connection closes last and removes the WAL.
+        let wal = dir.path().join("ledger.db-wal");
+        assert!(wal.exists());
+        drop(ledger);
+        assert!(
+            !wal.exists(),
+            "the last connection to close leaves the WAL behind"
+        );
+    }
+
+    #[test]
+    fn a_ledger_waits_for_the_connections_it_was_handed_to_close() {
+        let (_dir, mut ledger, _owner) = fresh_ledger();
+        let closed = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&closed);
+        ledger.close_after(std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            flag.store(true, Ordering::Release);
+        }));
+        drop(ledger);
+        assert!(closed.load(Ordering::Acquire));
     }
 }

@@ -118,10 +118,16 @@ mod tests {
                 .filter(|line| line.starts_with("VmFlags:"))
                 .filter(|line| line.split_whitespace().any(|flag| flag == "hg"))
                 .collect();
-            assert!(marked.is_empty(), "mappings marked for huge pages: {marked:?}");
+            assert!(
+                marked.is_empty(),
+                "mappings marked for huge pages: {marked:?}"
+            );
         }
         // SAFETY: a query with no pointer arguments.
         let disabled = unsafe { nix::libc::prctl(nix::libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
-        assert_eq!(disabled, 0, "huge pages turned off for this process and its children");
+        assert_eq!(
+            disabled, 0,
+            "huge pages turned off for this process and its children"
+        );
     }
 }

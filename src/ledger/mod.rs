@@ -164,6 +164,18 @@ pub struct Ledger {
     /// A second connection made ahead of time ([`Ledger::open_spare`]), which the next
     /// [`Ledger::another_connection`] hands out.
     spare: Option<Box<Ledger>>,
+    /// Threads still closing other connections to this ledger ([`Ledger::close_after`]).
+    closing: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Ledger {
+    /// Waits for the threads closing other connections first: this connection then closes
+    /// last, and the last one to close is the one that removes the WAL.
+    fn drop(&mut self) {
+        for thread in self.closing.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// A connection to a ledger that is already open, not yet made (or made ahead of time): see
@@ -201,6 +213,7 @@ impl AnotherConnection {
             conn,
             locks_dir,
             spare: None,
+            closing: Vec::new(),
         })
     }
 }
@@ -529,6 +542,7 @@ impl Ledger {
             conn,
             locks_dir,
             spare: None,
+            closing: Vec::new(),
         };
         ledger.recover_interrupted()?;
         Ok(ledger)
@@ -675,6 +689,22 @@ impl Ledger {
                 .execute_batch(&format!("PRAGMA wal_autocheckpoint = {pages}"))?;
         }
         Ok(())
+    }
+
+    /// Copies what the WAL holds into the ledger file now, without waiting for anyone: for a
+    /// connection about to close while another stays open. A server's ledger has no WAL.
+    pub fn copy_wal(&self) -> Result<()> {
+        if self.conn.backend() == db::Backend::Sqlite {
+            self.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)")?;
+        }
+        Ok(())
+    }
+
+    /// Has this connection wait for `thread`, which is closing another connection to this
+    /// ledger, before it closes itself. The thread's checkpoint runs while this one's owner
+    /// goes on; this connection, closing last, finds the WAL copied and only removes it.
+    pub fn close_after(&mut self, thread: std::thread::JoinHandle<()>) {
+        self.closing.push(thread);
     }
 
     /// Starts grouping this connection's writes into one transaction, until
