@@ -394,7 +394,7 @@ fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::tests::{fresh_ledger, new_run};
+    use crate::ledger::tests::{fresh_ledger, new_run, wal_frames};
 
     /// A ledger in a temporary folder, and a recorder that has begun a run of exec nodes
     /// `nodes` in it, committed, all pending.
@@ -630,12 +630,9 @@ mod tests {
             .closing()
             .expect("the writer's thread, once finished");
         closing.join().unwrap();
-        // The writer copied every frame of the WAL into the file before it closed. The
-        // wal-index says so without a checkpoint of its own (sqlite.org/walformat.html: the
-        // last valid frame is the u32 at byte 16, the frames copied the one at byte 96).
-        let index = std::fs::read(dir.path().join("ledger.db-shm")).unwrap();
-        let word = |at: usize| u32::from_ne_bytes(index[at..at + 4].try_into().unwrap());
-        let (frames, copied) = (word(16), word(96));
+        // The writer copied every frame of the WAL into the file before it closed (the
+        // wal-index says so, without a checkpoint of its own).
+        let (frames, copied) = wal_frames(&dir.path().join("ledger.db"));
         assert!(frames > 0, "the run was written through the WAL");
         assert_eq!(copied, frames, "frames left in the WAL");
         // The ledger's connection closes last and removes the WAL.

@@ -1423,7 +1423,7 @@ pub(crate) mod tests {
 
     /// How many frames the WAL holds, and how many of them are in the file: the WAL index's
     /// `mxFrame` and `nBackfill`, read from the `-shm` file (native byte order).
-    fn wal_frames(path: &Path) -> (u32, u32) {
+    pub(crate) fn wal_frames(path: &Path) -> (u32, u32) {
         let shm = std::fs::read(format!("{}-shm", path.display())).unwrap();
         let word = |at: usize| u32::from_ne_bytes(shm[at..at + 4].try_into().unwrap());
         (word(16), word(96))
