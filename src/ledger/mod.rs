@@ -513,6 +513,13 @@ impl Ledger {
     /// when `path` is a `postgres://` URL; applies pending migrations, and marks runs whose
     /// process died as interrupted.
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_telling(path, || {})
+    }
+
+    /// [`Ledger::open`], calling `made` once a ledger file is there to connect to (a server's
+    /// ledger never calls it): another thread may then make a connection of its own while this
+    /// one is set up.
+    fn open_telling(path: &Path, made: impl FnOnce()) -> Result<Self> {
         let conn = match postgres_url(path) {
             Some(url) => connect_postgres(url)?,
             None => {
@@ -523,6 +530,7 @@ impl Ledger {
                     path: path.to_owned(),
                     source,
                 })?;
+                made();
                 connect(path)?
             }
         };
@@ -554,11 +562,28 @@ impl Ledger {
     /// milliseconds).
     pub fn open_spare(&mut self) -> Result<()> {
         let spare = self.another_connection()?.open()?;
-        // A connection reads the schema when it prepares its first statement: now, then.
-        spare
-            .conn
-            .execute_batch("SELECT version FROM schema_version")?;
+        spare.read_schema()?;
         self.spare = Some(Box::new(spare));
+        Ok(())
+    }
+
+    /// The connection [`Ledger::open_spare`] makes, made by a thread that has no ledger yet:
+    /// to the file at `path`, which another thread is opening.
+    fn connect_spare(path: &Path) -> Result<Ledger> {
+        let spare = AnotherConnection(Way::To {
+            address: Address::File(path.to_owned()),
+            locks_dir: locks_dir(path),
+        })
+        .open()?;
+        spare.read_schema()?;
+        Ok(spare)
+    }
+
+    /// Reads the schema, which a connection otherwise does when it prepares its first
+    /// statement: every journal trigger, about a millisecond.
+    fn read_schema(&self) -> Result<()> {
+        self.conn
+            .execute_batch("SELECT version FROM schema_version")?;
         Ok(())
     }
 
