@@ -51,17 +51,20 @@ pub fn table(rows: &[Vec<String>]) -> String {
                 .unwrap_or(0)
         })
         .collect();
+    // Written into one string, padded by hand: `plan` of 10,000 nodes made a string per cell
+    // and one per line.
     let mut out = String::new();
     for row in rows {
-        let mut line = String::new();
+        let line = out.len();
         for (c, cell) in row.iter().enumerate() {
-            if c + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<width$}  ", width = widths[c]));
+            out.push_str(cell);
+            if c + 1 < row.len() {
+                let pad = widths[c].saturating_sub(cell.chars().count()) + 2;
+                out.extend(std::iter::repeat_n(' ', pad));
             }
         }
-        out.push_str(line.trim_end());
+        let kept = out[line..].trim_end().len();
+        out.truncate(line + kept);
         out.push('\n');
     }
     out
@@ -81,5 +84,24 @@ pub fn mark(state: NodeState) -> &'static str {
         NodeState::Interrupted => "INTR",
         NodeState::AwaitingReview => "REVIEW",
         NodeState::Pending | NodeState::Running => "..",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table;
+
+    #[test]
+    fn a_table_pads_each_column_to_its_widest_cell_in_characters_and_trims_each_line() {
+        let rows = vec![
+            vec!["  née".to_owned(), "exec".to_owned(), "true".to_owned()],
+            vec!["  b".to_owned(), "http".to_owned(), String::new()],
+            vec!["  ccccc".to_owned(), "x".to_owned(), "last".to_owned()],
+        ];
+        assert_eq!(
+            table(&rows),
+            "  née    exec  true\n  b      http\n  ccccc  x     last\n"
+        );
+        assert_eq!(table(&[]), "");
     }
 }
