@@ -1,14 +1,24 @@
 #!/usr/bin/env python3
-"""The once-per-run costs of kavi builds, which benches/ab.py's rounds are too noisy to see.
+"""Where a run's time goes, from the kernel's view of its processes: what benches/ab.py's
+wall-time rounds are too noisy to split.
 
-Each run is recorded with perf's sched_process_{fork,exec,exit} tracepoints; from them come
-"start", the time from kavi's exec to the fork of its first node, and "tail", from the last
-node's exit to kavi's own. Builds take turns, in a new order every round, each on a fresh
-ledger; the first round warms the caches and is not counted. Medians and quartiles are
-printed. perf's recording adds a little to both figures, the same for every build.
+Each run is recorded with perf's sched_process_{fork,exec,exit} tracepoints, and cut into:
+
+    start   from the runner's exec to the fork of its first node
+    tail    from the last node's exit to the runner's own
+    turns   summed over the nodes, from one node's exit to the next one's fork
+    spawn   summed over the nodes, from a node's fork to its exec
+    lives   summed over the nodes, from a node's exec to its exit
+
+Every graph is run one node at a time (kavi `--jobs 1`, make `-j1`), so the five add up to the
+whole run. A build named `make` runs `make -s -j1` in the graph instead of kavi.
+Builds take turns, in a new order every round, each kavi on a fresh ledger; the first round
+warms the caches and is not counted. Medians are printed (quartiles of start and tail too).
+perf's recording adds a little to every figure, the same for every build.
 
     GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/{chain,wide,printing}
     benches/ends.py /tmp/graphs/chain 10 before=/path/to/old/kavi after=target/release/kavi
+    benches/ends.py /tmp/graphs/chain 10 kavi=target/release/kavi make=make
 """
 import random
 import re
@@ -19,13 +29,18 @@ import sys
 
 EVENTS = "sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit"
 LINE = re.compile(r"\s*\S+\s+(\d+)\s+(?:\[\d+\]\s+)?([\d.]+):\s+(\S+):\s*(.*)")
+PARTS = ("start", "tail", "turns", "spawn", "lives")
 
 
-def ends(binary, graph):
-    """(start, tail) in ms of one run of `binary` on `graph`."""
+def split(name, binary, graph):
+    """The parts of one run, in ms, keyed as PARTS."""
     shutil.rmtree(f"{graph}/.kavi", ignore_errors=True)
-    subprocess.run(["perf", "record", "-q", "-e", EVENTS, "-o", "/tmp/ends.data", "--",
-                    binary, "pipeline", "run", "--workspace", graph, "g.toml", "--json"],
+    if name == "make":
+        command = ["make", "-s", "-C", graph, "-j1"]
+    else:
+        command = [binary, "pipeline", "run", "--workspace", graph, "g.toml", "--jobs", "1",
+                   "--json"]
+    subprocess.run(["perf", "record", "-q", "-e", EVENTS, "-o", "/tmp/ends.data", "--"] + command,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     script = subprocess.run(["perf", "script", "-i", "/tmp/ends.data"], capture_output=True,
                             text=True, check=True).stdout
@@ -35,39 +50,51 @@ def ends(binary, graph):
         if match:
             pid, at, event, rest = match.groups()
             events.append((int(pid), float(at), event.split(":")[-1], rest))
-    kavi, began = events[0][0], events[0][1]
+    runner, began = events[0][0], events[0][1]
     forks, execs, exits = {}, {}, {}
     for pid, at, event, rest in events:
         if event == "sched_process_fork":
             forks[int(re.search(r"child_pid=(\d+)", rest).group(1))] = at
-        elif event == "sched_process_exec" and pid != kavi:
+        elif event == "sched_process_exec" and pid != runner:
             execs[pid] = at
         elif event == "sched_process_exit":
             exits[pid] = at
     nodes = sorted(execs, key=execs.get)
-    return ((forks[nodes[0]] - began) * 1e3, (exits[kavi] - exits[nodes[-1]]) * 1e3)
+    parts = (
+        forks[nodes[0]] - began,
+        exits[runner] - exits[nodes[-1]],
+        sum(forks[after] - exits[before] for before, after in zip(nodes, nodes[1:])),
+        sum(execs[node] - forks[node] for node in nodes),
+        sum(exits[node] - execs[node] for node in nodes),
+    )
+    return dict(zip(PARTS, (part * 1e3 for part in parts)))
 
 
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     graph, rounds = sys.argv[1], int(sys.argv[2])
+    if rounds < 2:
+        sys.exit("ends.py: at least 2 rounds, for the quartiles")
     builds = dict(named.split("=", 1) for named in sys.argv[3:])
-    measured = {name: ([], []) for name in builds}
+    measured = {name: {part: [] for part in PARTS} for name in builds}
     order = list(builds)
     shuffle = random.Random(0).shuffle
     for round_ in range(rounds + 1):
         shuffle(order)
         for name in order:
-            start, tail = ends(builds[name], graph)
+            parts = split(name, builds[name], graph)
             if round_:
-                measured[name][0].append(start)
-                measured[name][1].append(tail)
-    for name, (starts, tails) in measured.items():
+                for part, value in parts.items():
+                    measured[name][part].append(value)
+    for name, parts in measured.items():
         q = lambda xs: statistics.quantiles(xs, n=4)
-        print(f"{name:10s} start {statistics.median(starts):6.2f} ms "
-              f"(q1 {q(starts)[0]:.2f}, q3 {q(starts)[2]:.2f})   "
-              f"tail {statistics.median(tails):6.2f} ms (q1 {q(tails)[0]:.2f}, q3 {q(tails)[2]:.2f})")
+        start, tail = parts["start"], parts["tail"]
+        print(f"{name:10s} start {statistics.median(start):6.2f} ms "
+              f"(q1 {q(start)[0]:.2f}, q3 {q(start)[2]:.2f})   "
+              f"tail {statistics.median(tail):6.2f} ms (q1 {q(tail)[0]:.2f}, q3 {q(tail)[2]:.2f})   "
+              + "   ".join(f"{part} {statistics.median(parts[part]):7.1f} ms"
+                           for part in PARTS[2:]))
 
 
 main()
