@@ -531,14 +531,20 @@ impl Statement<'_> {
         self.db.execute(&self.sql, params)
     }
 
-    /// Each row read with `read`, to collect (`.collect::<Result<Vec<_>>>()`).
+    /// Each row read with `read`, to collect (`.collect::<Result<Vec<_>>>()`). On SQLite each
+    /// row is read as it comes, so that no more than one is held besides what `read` makes:
+    /// reading back a 1,000-node run held all of its rows at once before.
     pub fn query_map<T>(
         &mut self,
         params: impl Params,
-        read: impl FnMut(&Row) -> Result<T>,
+        mut read: impl FnMut(&Row) -> Result<T>,
     ) -> Result<std::vec::IntoIter<Result<T>>> {
-        let rows = self.db.rows(&self.sql, params)?;
-        Ok(rows.iter().map(read).collect::<Vec<_>>().into_iter())
+        let mut read_rows = Vec::new();
+        self.for_each(params, |row| {
+            read_rows.push(read(row));
+            Ok(true)
+        })?;
+        Ok(read_rows.into_iter())
     }
 
     pub fn query_row<T>(
