@@ -229,14 +229,15 @@ pub async fn execute(
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
-    let members = governing.members();
-    tracing::debug!(members = members.len(), "governing set read");
+    let mut members = Vec::new();
     // The recorder writes the run, its governing set and its pending node runs in one
     // transaction, and hands back the run's id first: the nodes start while it writes the rest.
-    let (recorder, run_id) = Recorder::begin(
-        ledger,
-        new_run(pipeline, &params, &members, origin, env.owner.name()),
-    )?;
+    // The run is put together while the recorder connects.
+    let (recorder, run_id) = Recorder::begin(ledger, || {
+        members = governing.members();
+        tracing::debug!(members = members.len(), "governing set read");
+        new_run(pipeline, &params, &members, origin, env.owner.name())
+    })?;
     tracing::debug!(run = run_id, "run begun");
     observer.event(&Event::RunStarted {
         run_id,
