@@ -102,8 +102,8 @@ impl Owner {
         // files exist, so that recovery never finds them without a held lock beside them.
         let held = File::create(&claiming)?;
         held.lock()?;
+        // The spill folder is made with the first spill (see `process::spill_file`).
         let spill = spill_root.join(&name);
-        std::fs::create_dir_all(&spill)?;
         let roster_file = Arc::new(Roster::create(&roster, &spill)?);
         std::fs::rename(&claiming, &lock)?;
         Ok(Self {

@@ -152,7 +152,7 @@ impl Captured {
             return Ok(());
         }
         if self.spill.is_none() {
-            let mut file = NamedTempFile::new_in(&options.spill_dir)?;
+            let mut file = spill_file(&options.spill_dir)?;
             file.write_all(&self.head)?;
             self.spill = Some(file);
         }
@@ -282,6 +282,19 @@ fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A new spill file in `dir`, which is made with the first one: most runs never spill, and an
+/// empty folder made for each cost a `mkdir` as kavi started and an `rmdir` as it ended (0.37 ms
+/// of a 1,000-node chain's tail, `perf trace`).
+fn spill_file(dir: &Path) -> io::Result<NamedTempFile> {
+    match NamedTempFile::new_in(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir)?;
+            NamedTempFile::new_in(dir)
+        }
+        made => made,
+    }
 }
 
 /// A child kavi started, waited on through its pidfd, and never left behind: dropped before it
@@ -524,6 +537,19 @@ mod tests {
         assert!(captured.truncated());
         let spilled = std::fs::read(captured.spill.unwrap().path()).unwrap();
         assert_eq!(spilled, b"abcdefg");
+    }
+
+    #[test]
+    fn the_spill_folder_is_made_with_the_first_spill() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = dir.path().join("tmp/owner");
+        let mut captured = Captured::default();
+        captured.push(b"abc", &options(4, &spill)).unwrap();
+        assert!(!spill.exists(), "made before anything spilled");
+        captured.push(b"defg", &options(4, &spill)).unwrap();
+        let file = captured.spill.unwrap();
+        assert_eq!(file.path().parent(), Some(spill.as_path()));
+        assert_eq!(std::fs::read(file.path()).unwrap(), b"abcdefg");
     }
 
     #[test]
