@@ -620,8 +620,9 @@ impl Ledger {
     }
 
     /// [`Ledger::create_run`], handing the run's id to `announce` as soon as the run has one,
-    /// before its governing set and its node runs are written: whoever waits for the id can go
-    /// on while the rest of the transaction is written. Nothing is committed before all of it.
+    /// before its governing set and its node runs are written (and, on SQLite, its spec):
+    /// whoever waits for the id can go on while the rest of the transaction is written. Nothing
+    /// is committed before all of it.
     pub fn create_run_announcing(
         &mut self,
         new: &NewRun,
