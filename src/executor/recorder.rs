@@ -95,11 +95,11 @@ impl Recorder {
                 let _ = announce.send(id);
             })
         })?;
-        // A writer that failed to connect has dropped its end: its join says why, below.
+        // A writer that failed to connect has dropped its end: `finish` says why, below.
         let _ = hand_run.send(make_run());
         match announced.recv() {
             Ok(run_id) => Ok((recorder, run_id)),
-            // The writer failed before the run had an id: its join says why.
+            // The writer failed before the run had an id: `finish` says why.
             Err(_) => Err(recorder.finish().err().unwrap_or_else(|| {
                 LedgerError::Io(std::io::Error::other(
                     "the thread recording the run stopped before the run was recorded",

@@ -561,8 +561,7 @@ impl Ledger {
     /// first use would otherwise wait for it (reading the schema, every journal trigger, takes
     /// milliseconds).
     pub fn open_spare(&mut self) -> Result<()> {
-        let spare = self.another_connection()?.open()?;
-        spare.read_schema()?;
+        let spare = Self::spare_from(self.another_connection()?)?;
         self.spare = Some(Box::new(spare));
         Ok(())
     }
@@ -570,21 +569,20 @@ impl Ledger {
     /// The connection [`Ledger::open_spare`] makes, made by a thread that has no ledger yet:
     /// to the file at `path`, which another thread is opening.
     fn connect_spare(path: &Path) -> Result<Ledger> {
-        let spare = AnotherConnection(Way::To {
+        Self::spare_from(AnotherConnection(Way::To {
             address: Address::File(path.to_owned()),
             locks_dir: locks_dir(path),
-        })
-        .open()?;
-        spare.read_schema()?;
-        Ok(spare)
+        }))
     }
 
-    /// Reads the schema, which a connection otherwise does when it prepares its first
-    /// statement: every journal trigger, about a millisecond.
-    fn read_schema(&self) -> Result<()> {
-        self.conn
+    /// Opens `connection` and reads the schema, which a connection otherwise does when it
+    /// prepares its first statement: every journal trigger, about a millisecond.
+    fn spare_from(connection: AnotherConnection) -> Result<Ledger> {
+        let spare = connection.open()?;
+        spare
+            .conn
             .execute_batch("SELECT version FROM schema_version")?;
-        Ok(())
+        Ok(spare)
     }
 
     /// How to open one more connection to this ledger, already migrated and recovered by this
