@@ -7,7 +7,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The text of one spec file, shared by every diagnostic that points into it.
 #[derive(Debug)]
@@ -15,6 +15,9 @@ pub struct SourceFile {
     /// The path as the user named it (kept relative so messages stay short and stable).
     pub path: PathBuf,
     pub text: String,
+    /// `sha256:<hex>` of the text, made on the first ask: a run's governing set names every
+    /// member by it, and the set is listed more than once (a 1,000-node chain's has 1,002).
+    hash: OnceLock<String>,
 }
 
 impl SourceFile {
@@ -22,7 +25,13 @@ impl SourceFile {
         Arc::new(Self {
             path: path.into(),
             text: text.into(),
+            hash: OnceLock::new(),
         })
+    }
+
+    /// The text's spec hash, as [`crate::spec::spec_hash`] gives it.
+    pub fn spec_hash(&self) -> &str {
+        self.hash.get_or_init(|| crate::spec::spec_hash(&self.text))
     }
 
     /// One-based line and column (in characters) of a byte offset.
@@ -161,6 +170,19 @@ impl fmt::Display for Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hash a file keeps is the one the ledger names texts by, the same on every ask: the
+    /// journal's verification recomputes it from the stored text.
+    #[test]
+    fn a_files_kept_hash_is_its_spec_hash() {
+        let file = SourceFile::new("p.toml", "[pipeline]\nname = \"p\"\n");
+        assert_eq!(file.spec_hash(), crate::spec::spec_hash(&file.text));
+        assert_eq!(file.spec_hash(), file.spec_hash());
+        assert_eq!(
+            SourceFile::new("out/1", "").spec_hash(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
 
     #[test]
     fn line_and_column_are_one_based_and_count_characters() {

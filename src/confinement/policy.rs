@@ -253,7 +253,7 @@ fn check(
         role: role.to_owned(),
         policy: super::PolicyRef {
             path: source.path.display().to_string(),
-            hash: crate::spec::spec_hash(&source.text),
+            hash: source.spec_hash().to_owned(),
         },
         require: raw.require,
         read: plain(raw.read),

@@ -978,7 +978,7 @@ impl Ledger {
 
     /// Keeps a spec or policy text (by its hash) so that records can name it; kept once.
     pub fn keep_spec(&self, source: &crate::diagnostic::SourceFile) -> Result<String> {
-        let hash = crate::spec::spec_hash(&source.text);
+        let hash = source.spec_hash().to_owned();
         self.conn.execute(
             "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             params![hash, source.path.display().to_string(), source.text, now()],

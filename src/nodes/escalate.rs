@@ -129,7 +129,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         skill: raw.skill.into_inner(),
         failure_kind: raw.failure_kind.into_inner(),
         rules,
-        rules_hash: crate::spec::spec_hash(&source.text),
+        rules_hash: source.spec_hash().to_owned(),
     }))
 }
 

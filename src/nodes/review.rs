@@ -66,7 +66,7 @@ pub(super) fn approval_rules(
         return Ok(None);
     }
     let source = config.load_policy_source(None, super::escalate::DEFAULT_POLICY)?;
-    Ok(Some(crate::spec::spec_hash(&source.text)))
+    Ok(Some(source.spec_hash().to_owned()))
 }
 
 /// Stops the run for a person when the lifecycle says moving `skill` to `to` needs an

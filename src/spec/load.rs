@@ -340,7 +340,7 @@ pub fn load_pipeline_str(
     context: &LoadContext<'_>,
 ) -> Result<Pipeline, SpecError> {
     let file = SourceFile::new(display_path, text);
-    let spec_hash = spec_hash(&file.text);
+    let spec_hash = file.spec_hash().to_owned();
     let root = match super::document::parse(&file.text) {
         Some(root) => root,
         None => DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?,
