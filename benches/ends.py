@@ -11,7 +11,8 @@ Each run is recorded with perf's sched_process_{fork,exec,exit} tracepoints, and
     lives   summed over the nodes, from a node's exec to its exit
 
 Every graph is run one node at a time (kavi `--jobs 1`, make `-j1`), so the five add up to the
-whole run. A build named `make` runs `make -s -j1` in the graph instead of kavi.
+whole run. A build named `make` runs `make -s -j1` in the graph instead of kavi; one named
+`floor` is bench.sh's spawn floor (`floor=/tmp/graphs/floor`, kept with GRAPHS=dir).
 Builds take turns, in a new order every round, each kavi on a fresh ledger; the first round
 warms the caches and is not counted. Medians are printed (quartiles of start and tail too).
 perf's recording adds a little to every figure, the same for every build.
@@ -19,6 +20,7 @@ perf's recording adds a little to every figure, the same for every build.
     GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/{chain,wide,printing}
     benches/ends.py /tmp/graphs/chain 10 before=/path/to/old/kavi after=target/release/kavi
     benches/ends.py /tmp/graphs/chain 10 kavi=target/release/kavi make=make
+    benches/ends.py /tmp/graphs/chain 10 kavi=... make=make floor=/tmp/graphs/floor
 """
 import random
 import re
@@ -37,6 +39,12 @@ def split(name, binary, graph):
     shutil.rmtree(f"{graph}/.kavi", ignore_errors=True)
     if name == "make":
         command = ["make", "-s", "-C", graph, "-j1"]
+    elif name == "floor":
+        # bench.sh's spawn floor, on as many nodes as the graph has, with its command.
+        with open(f"{graph}/pipelines/g.toml") as spec:
+            text = spec.read()
+        kind = "echo" if '"echo"' in text else "touch"
+        command = [binary, str(text.count("[nodes.")), kind, graph]
     else:
         command = [binary, "pipeline", "run", "--workspace", graph, "g.toml", "--jobs", "1",
                    "--json"]
