@@ -15,8 +15,8 @@ pub struct SourceFile {
     /// The path as the user named it (kept relative so messages stay short and stable).
     pub path: PathBuf,
     pub text: String,
-    /// `sha256:<hex>` of the text, made on the first ask: a run's governing set names every
-    /// member by it, and the set is listed more than once (a 1,000-node chain's has 1,002).
+    /// `sha256:<hex>` of the text, made on the first ask and kept: one file is named by it in
+    /// several places (a cached node's key, the run's governing set, the ledger's spec rows).
     hash: OnceLock<String>,
 }
 
