@@ -85,11 +85,9 @@ fn copy_table(source: &Db, target: &Db, table: &str) -> Result<usize> {
     source
         .prepare(&format!("SELECT {list} FROM \"{table}\" ORDER BY {order}"))?
         .for_each([], |row| {
-            let values: Vec<&dyn super::db::ToSql> = row
-                .values()
-                .iter()
-                .map(|v| v as &dyn super::db::ToSql)
-                .collect();
+            let owned = row.values();
+            let values: Vec<&dyn super::db::ToSql> =
+                owned.iter().map(|v| v as &dyn super::db::ToSql).collect();
             match target.execute(&insert, values.as_slice()) {
                 Ok(_) => {
                     count += 1;

@@ -1,14 +1,12 @@
 //! The ledger's connection to its database, a SQLite file or a PostgreSQL server, behind one
 //! small interface, so that every query is written once, in SQL both speak: numbered parameters
-//! (`?1`), `RETURNING`, `ON CONFLICT ... DO NOTHING`. Values cross it as [`Value`]s; rows come
-//! back whole, as [`Row`]s.
+//! (`?1`), `RETURNING`, `ON CONFLICT ... DO NOTHING`. Values cross it as [`Value`]s; rows are
+//! read as [`Row`]s, a SQLite one where SQLite holds it, a server's as it came whole.
 
 use std::cell::Cell;
 use std::path::Path;
 
 use super::postgres::{Pg, PgError};
-
-use rusqlite::types::ValueRef;
 
 /// What a query failed at.
 #[derive(Debug, thiserror::Error)]
@@ -118,59 +116,112 @@ macro_rules! params {
 }
 pub(crate) use params;
 
+/// One value of a row, borrowed from wherever the row is: a SQLite row is read where SQLite
+/// keeps it, without a copy of each column first (half of reading a 1,000-node run back).
+#[derive(Clone, Copy)]
+pub enum ValueRef<'a> {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(&'a [u8]),
+    Blob(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    /// The value, owned; text that is not UTF-8 is read lossily, as it always was.
+    pub fn to_owned_value(self) -> Value {
+        match self {
+            ValueRef::Null => Value::Null,
+            ValueRef::Integer(n) => Value::Integer(n),
+            ValueRef::Real(x) => Value::Real(x),
+            ValueRef::Text(text) => Value::Text(String::from_utf8_lossy(text).into_owned()),
+            ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
+        }
+    }
+}
+
+impl std::fmt::Debug for ValueRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_owned_value().fmt(f)
+    }
+}
+
+impl Value {
+    fn as_value_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::Null => ValueRef::Null,
+            Value::Integer(n) => ValueRef::Integer(*n),
+            Value::Real(x) => ValueRef::Real(*x),
+            Value::Text(text) => ValueRef::Text(text.as_bytes()),
+            Value::Blob(bytes) => ValueRef::Blob(bytes),
+        }
+    }
+}
+
+impl<'a> From<rusqlite::types::ValueRef<'a>> for ValueRef<'a> {
+    fn from(value: rusqlite::types::ValueRef<'a>) -> Self {
+        match value {
+            rusqlite::types::ValueRef::Null => ValueRef::Null,
+            rusqlite::types::ValueRef::Integer(n) => ValueRef::Integer(n),
+            rusqlite::types::ValueRef::Real(x) => ValueRef::Real(x),
+            rusqlite::types::ValueRef::Text(text) => ValueRef::Text(text),
+            rusqlite::types::ValueRef::Blob(bytes) => ValueRef::Blob(bytes),
+        }
+    }
+}
+
 /// What a column can be read as.
 pub trait FromSql: Sized {
-    fn from_sql(value: &Value) -> Result<Self, String>;
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String>;
 }
 
 impl FromSql for Value {
-    fn from_sql(value: &Value) -> Result<Self, String> {
-        Ok(value.clone())
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
+        Ok(value.to_owned_value())
     }
 }
 
 impl FromSql for String {
-    fn from_sql(value: &Value) -> Result<Self, String> {
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
         match value {
-            Value::Text(text) => Ok(text.clone()),
+            ValueRef::Text(text) => Ok(String::from_utf8_lossy(text).into_owned()),
             other => Err(format!("expected text, found {other:?}")),
         }
     }
 }
 
 impl FromSql for Vec<u8> {
-    fn from_sql(value: &Value) -> Result<Self, String> {
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
         match value {
-            Value::Blob(bytes) => Ok(bytes.clone()),
-            Value::Text(text) => Ok(text.as_bytes().to_vec()),
+            ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Ok(bytes.to_vec()),
             other => Err(format!("expected bytes, found {other:?}")),
         }
     }
 }
 
 impl FromSql for i64 {
-    fn from_sql(value: &Value) -> Result<Self, String> {
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
         match value {
-            Value::Integer(n) => Ok(*n),
+            ValueRef::Integer(n) => Ok(n),
             other => Err(format!("expected an integer, found {other:?}")),
         }
     }
 }
 
 impl FromSql for f64 {
-    fn from_sql(value: &Value) -> Result<Self, String> {
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
         match value {
-            Value::Real(x) => Ok(*x),
+            ValueRef::Real(x) => Ok(x),
             // Exact below 2^53, which is all a ledger counts.
             #[allow(clippy::cast_precision_loss)]
-            Value::Integer(n) => Ok(*n as f64),
+            ValueRef::Integer(n) => Ok(n as f64),
             other => Err(format!("expected a number, found {other:?}")),
         }
     }
 }
 
 impl FromSql for bool {
-    fn from_sql(value: &Value) -> Result<Self, String> {
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
         i64::from_sql(value).map(|n| n != 0)
     }
 }
@@ -178,7 +229,7 @@ impl FromSql for bool {
 macro_rules! integer_from_sql {
     ($($t:ty),*) => {$(
         impl FromSql for $t {
-            fn from_sql(value: &Value) -> Result<Self, String> {
+            fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
                 let n = i64::from_sql(value)?;
                 <$t>::try_from(n).map_err(|_| format!("{n} is out of range"))
             }
@@ -188,9 +239,9 @@ macro_rules! integer_from_sql {
 integer_from_sql!(i32, u32, u64, usize);
 
 impl<T: FromSql> FromSql for Option<T> {
-    fn from_sql(value: &Value) -> Result<Self, String> {
+    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
         match value {
-            Value::Null => Ok(None),
+            ValueRef::Null => Ok(None),
             value => T::from_sql(value).map(Some),
         }
     }
@@ -207,25 +258,67 @@ impl ColumnIndex for usize {
     }
 }
 
-/// One row of a result, whole.
-#[derive(Debug, Clone)]
-pub struct Row {
-    values: Vec<Value>,
+/// One row of a result, read where it is: a server's, as it came whole; a SQLite row, where
+/// SQLite holds it while it is read.
+pub struct Row<'a> {
+    cells: Cells<'a>,
 }
 
-impl Row {
-    pub fn new(values: Vec<Value>) -> Row {
-        Row { values }
+enum Cells<'a> {
+    Owned(&'a [Value]),
+    Sqlite(&'a rusqlite::Row<'a>),
+}
+
+impl std::fmt::Debug for Row<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Row")
+            .field("values", &self.values())
+            .finish()
+    }
+}
+
+/// A SQLite row's values, copied out: for rows kept after the next one is read.
+fn sqlite_values(row: &rusqlite::Row<'_>) -> rusqlite::Result<Vec<Value>> {
+    Ok(Row::from_sqlite(row).values())
+}
+
+impl<'a> Row<'a> {
+    /// A row that came whole.
+    pub fn new(values: &'a [Value]) -> Self {
+        Row {
+            cells: Cells::Owned(values),
+        }
     }
 
-    pub fn values(&self) -> &[Value] {
-        &self.values
+    /// A SQLite row, read in place.
+    fn from_sqlite(row: &'a rusqlite::Row<'a>) -> Self {
+        Row {
+            cells: Cells::Sqlite(row),
+        }
+    }
+
+    /// Every column, owned.
+    pub fn values(&self) -> Vec<Value> {
+        match &self.cells {
+            Cells::Owned(values) => values.to_vec(),
+            Cells::Sqlite(row) => (0..row.as_ref().column_count())
+                .map_while(|i| row.get_ref(i).ok())
+                .map(|value| ValueRef::from(value).to_owned_value())
+                .collect(),
+        }
+    }
+
+    fn cell(&self, column: usize) -> Option<ValueRef<'_>> {
+        match &self.cells {
+            Cells::Owned(values) => values.get(column).map(Value::as_value_ref),
+            Cells::Sqlite(row) => row.get_ref(column).ok().map(ValueRef::from),
+        }
     }
 
     /// Column `column` as a `T`; `row.get::<_, T>(i)` names the type.
     pub fn get<I: ColumnIndex, T: FromSql>(&self, column: I) -> Result<T> {
         let column = column.index();
-        let value = self.values.get(column).ok_or_else(|| DbError::Conversion {
+        let value = self.cell(column).ok_or_else(|| DbError::Conversion {
             column,
             message: "no such column".into(),
         })?;
@@ -243,21 +336,6 @@ impl Row {
             message: e.to_string(),
         })
     }
-
-    fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
-        let count = row.as_ref().column_count();
-        let mut values = Vec::with_capacity(count);
-        for i in 0..count {
-            values.push(match row.get_ref(i)? {
-                ValueRef::Null => Value::Null,
-                ValueRef::Integer(n) => Value::Integer(n),
-                ValueRef::Real(x) => Value::Real(x),
-                ValueRef::Text(text) => Value::Text(String::from_utf8_lossy(text).into_owned()),
-                ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
-            });
-        }
-        Ok(Row { values })
-    }
 }
 
 impl rusqlite::ToSql for Value {
@@ -267,8 +345,10 @@ impl rusqlite::ToSql for Value {
             Value::Null => ToSqlOutput::Owned(rusqlite::types::Value::Null),
             Value::Integer(n) => ToSqlOutput::Owned(rusqlite::types::Value::Integer(*n)),
             Value::Real(x) => ToSqlOutput::Owned(rusqlite::types::Value::Real(*x)),
-            Value::Text(text) => ToSqlOutput::Borrowed(ValueRef::Text(text.as_bytes())),
-            Value::Blob(bytes) => ToSqlOutput::Borrowed(ValueRef::Blob(bytes)),
+            Value::Text(text) => {
+                ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Text(text.as_bytes()))
+            }
+            Value::Blob(bytes) => ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Blob(bytes)),
         })
     }
 }
@@ -408,13 +488,13 @@ impl Db {
     }
 
     /// Every row a query returns.
-    fn rows(&self, sql: &str, params: impl Params) -> Result<Vec<Row>> {
+    fn rows(&self, sql: &str, params: impl Params) -> Result<Vec<Vec<Value>>> {
         let values = params.values();
         match &self.conn {
             Connection::Sqlite(conn) => {
                 let mut statement = conn.prepare_cached(sql)?;
                 let rows = statement
-                    .query_map(rusqlite::params_from_iter(values.iter()), Row::from_sqlite)?;
+                    .query_map(rusqlite::params_from_iter(values.iter()), sqlite_values)?;
                 Ok(rows.collect::<rusqlite::Result<_>>()?)
             }
             Connection::Postgres { pg, .. } => Ok(pg.query(sql, values)?),
@@ -436,12 +516,12 @@ impl Db {
                 let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
                 match rows.next()? {
                     None => Err(DbError::NoRows),
-                    Some(row) => read(&Row::from_sqlite(row)?),
+                    Some(row) => read(&Row::from_sqlite(row)),
                 }
             }
             Connection::Postgres { .. } => match self.rows(sql, params)?.first() {
                 None => Err(DbError::NoRows),
-                Some(row) => read(row),
+                Some(row) => read(&Row::new(row)),
             },
         }
     }
@@ -564,7 +644,7 @@ impl Statement<'_> {
     ) -> Result<()> {
         let Connection::Sqlite(conn) = &self.db.conn else {
             for row in self.db.rows(&self.sql, params)? {
-                if !read(&row)? {
+                if !read(&Row::new(&row))? {
                     break;
                 }
             }
@@ -574,7 +654,7 @@ impl Statement<'_> {
         let mut statement = conn.prepare_cached(&self.sql)?;
         let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
         while let Some(row) = rows.next()? {
-            if !read(&Row::from_sqlite(row)?)? {
+            if !read(&Row::from_sqlite(row))? {
                 break;
             }
         }
@@ -658,6 +738,38 @@ mod tests {
                 .get::<_, i64>(0)),
             Err(DbError::NoRows)
         ));
+    }
+
+    /// A SQLite row is read where SQLite holds it, and reads as a copied one does: text that is
+    /// not UTF-8 lossily, a column past the last one as an error, and every column owned.
+    #[test]
+    fn a_row_read_in_place_reads_as_a_copied_one() {
+        let db = db();
+        db.execute_batch("CREATE TABLE t (s TEXT, n INTEGER, x REAL)")
+            .unwrap();
+        db.execute_batch("INSERT INTO t VALUES (CAST(X'61FF62' AS TEXT), NULL, 1.5)")
+            .unwrap();
+        let (text, missing, values) = db
+            .query_row("SELECT s, n, x FROM t", [], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, Option<i64>>(3),
+                    row.values(),
+                ))
+            })
+            .unwrap();
+        assert_eq!(text, "a\u{FFFD}b");
+        assert!(
+            matches!(missing, Err(DbError::Conversion { column: 3, .. })),
+            "{missing:?}"
+        );
+        assert_eq!(
+            values,
+            [Value::Text(text.clone()), Value::Null, Value::Real(1.5)]
+        );
+        let copied = Row::new(&values);
+        assert_eq!(copied.get::<_, String>(0).unwrap(), text);
+        assert_eq!(copied.get::<_, f64>(2).unwrap(), 1.5);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::db::{Row, Value};
+use super::db::Value;
 
 /// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
 pub const WRITE_LOCK: i64 = 0x6b61_7669;
@@ -155,7 +155,7 @@ impl Pg {
         })
     }
 
-    pub fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>, PgError> {
+    pub fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Vec<Value>>, PgError> {
         let sql = sql.to_owned();
         self.call(move |session| {
             let statement = session.statement(&sql)?;
@@ -203,7 +203,8 @@ fn describe(error: &postgres::Error) -> String {
     }
 }
 
-fn row(row: &postgres::Row) -> Result<Row, PgError> {
+/// A row's values, as the ledger reads them.
+fn row(row: &postgres::Row) -> Result<Vec<Value>, PgError> {
     let mut values = Vec::with_capacity(row.len());
     for (i, column) in row.columns().iter().enumerate() {
         let ty = column.type_();
@@ -233,7 +234,7 @@ fn row(row: &postgres::Row) -> Result<Row, PgError> {
         };
         values.push(value.unwrap_or(Value::Null));
     }
-    Ok(Row::new(values))
+    Ok(values)
 }
 
 /// A value bound to a parameter of whatever type the server gave it: the ledger's SQL is
