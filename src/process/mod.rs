@@ -47,12 +47,18 @@ const BASE_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TZ",
 ];
 
-/// The minimal environment: the `BASE_ENV` variables that are set.
+/// The minimal environment: the `BASE_ENV` variables that are set. Read from kavi's own
+/// environment once, which kavi never changes: each node's start asked for all ten anew, each
+/// ask a scan of the environment under its lock, between one node's end and the next's start.
 pub fn base_env() -> Vec<(String, String)> {
-    BASE_ENV
-        .iter()
-        .filter_map(|key| std::env::var(key).ok().map(|v| ((*key).to_owned(), v)))
-        .collect()
+    static BASE: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        BASE_ENV
+            .iter()
+            .filter_map(|key| std::env::var(key).ok().map(|v| ((*key).to_owned(), v)))
+            .collect()
+    })
+    .clone()
 }
 
 /// Whether `name` can name an environment variable: letters, digits and `_`, not starting
