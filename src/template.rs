@@ -20,10 +20,14 @@ impl std::fmt::Debug for TemplateEngine {
     }
 }
 
-/// Whether a string contains template syntax at all; most strings do not, and skipping them
-/// keeps large pipelines cheap to check and run.
+/// Whether a string contains template syntax at all (`{{`, `{%` or `{#`); most strings do not,
+/// and skipping them keeps large pipelines cheap to check and run. One pass over the bytes:
+/// three substring searches cost some 200 instructions each in setting up, on strings such as
+/// `out/5` (12,000 of them in checking a 1,000-node chain).
 pub fn is_templated(text: &str) -> bool {
-    text.contains("{{") || text.contains("{%") || text.contains("{#")
+    text.as_bytes()
+        .windows(2)
+        .any(|pair| pair[0] == b'{' && matches!(pair[1], b'{' | b'%' | b'#'))
 }
 
 fn strict_environment(templates_dir: &Path) -> Environment<'static> {
@@ -229,6 +233,17 @@ mod tests {
             "params": { "greeting": "it's $(rm -rf /)", "n": 2 },
             "nodes": { "a": { "outputs": { "exit_code": 0 } } }
         }))
+    }
+
+    /// Template syntax is found wherever it starts, and a lone brace is not syntax.
+    #[test]
+    fn template_syntax_is_told_from_plain_text() {
+        for templated in ["{{ x }}", "a{%if%}", "{# note #}", "x{{", "{{"] {
+            assert!(is_templated(templated), "{templated}");
+        }
+        for plain in ["", "{", "out/5", "{ a }", "a}}", "{x{", "{ {", "%}"] {
+            assert!(!is_templated(plain), "{plain}");
+        }
     }
 
     #[test]
