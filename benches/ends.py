@@ -13,8 +13,9 @@ Each run is recorded with perf's sched_process_{fork,exec,exit} tracepoints, and
 Every graph is run one node at a time (kavi `--jobs 1`, make `-j1`), so the five add up to the
 whole run. A build named `make` runs `make -s -j1` in the graph instead of kavi; one named
 `floor` is bench.sh's spawn floor (`floor=/tmp/graphs/floor`, kept with GRAPHS=dir).
-Builds take turns, in a new order every round, each kavi on a fresh ledger; the first round
-warms the caches and is not counted. Medians are printed (quartiles of start and tail too).
+Builds take turns, taking every order in turn (a multiple of the number of orders is
+balanced), each kavi on a fresh ledger; the first round warms the caches and is not counted.
+Medians are printed (quartiles of start and tail too).
 perf's recording adds a little to every figure, the same for every build.
 
     GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/{chain,wide,printing}
@@ -22,7 +23,7 @@ perf's recording adds a little to every figure, the same for every build.
     benches/ends.py /tmp/graphs/chain 10 kavi=target/release/kavi make=make
     benches/ends.py /tmp/graphs/chain 10 kavi=... make=make floor=/tmp/graphs/floor
 """
-import random
+import itertools
 import re
 import shutil
 import statistics
@@ -86,11 +87,10 @@ def main():
         sys.exit("ends.py: at least 2 rounds, for the quartiles")
     builds = dict(named.split("=", 1) for named in sys.argv[3:])
     measured = {name: {part: [] for part in PARTS} for name in builds}
-    order = list(builds)
-    shuffle = random.Random(0).shuffle
+    # Every order in turn, so that each build holds each place as often (see ab.py).
+    orders = list(itertools.permutations(builds))
     for round_ in range(rounds + 1):
-        shuffle(order)
-        for name in order:
+        for name in orders[(round_ - 1) % len(orders)]:
             parts = split(name, builds[name], graph)
             if round_:
                 for part, value in parts.items():
