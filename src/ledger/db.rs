@@ -117,7 +117,7 @@ macro_rules! params {
 pub(crate) use params;
 
 /// One value of a row, borrowed from wherever the row is: a SQLite row is read where SQLite
-/// keeps it, without a copy of each column first (half of reading a 1,000-node run back).
+/// keeps it, without a copy of each column first. Text read as bytes is its exact bytes.
 #[derive(Clone, Copy)]
 pub enum ValueRef<'a> {
     Null,
