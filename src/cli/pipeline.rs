@@ -124,6 +124,9 @@ pub async fn run(
         .map(std::time::Duration::from)
         .unwrap_or_default();
     tracing::debug!(cpu = ?cpu, "run reported");
+    super::leave_to_exit(detail);
+    super::leave_to_exit(dag);
+    super::leave_to_exit(pipeline);
     Ok(run_exit_code(outcome.status))
 }
 
@@ -248,6 +251,8 @@ pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
         plural(stages, "stage"),
         plural(pipeline.params.len(), "parameter"),
     );
+    super::leave_to_exit(dag);
+    super::leave_to_exit(pipeline);
     Ok(exit::SUCCESS)
 }
 
@@ -345,6 +350,8 @@ pub fn plan(
             "stages": stages,
         });
         super::print_json(&plan);
+        super::leave_to_exit(dag);
+        super::leave_to_exit(pipeline);
         return Ok(exit::SUCCESS);
     }
     outln!(
@@ -397,6 +404,8 @@ pub fn plan(
             .collect();
         out!("{}", table(&rows));
     }
+    super::leave_to_exit(dag);
+    super::leave_to_exit(pipeline);
     Ok(exit::SUCCESS)
 }
 
