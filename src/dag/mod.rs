@@ -273,24 +273,14 @@ fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{LoadContext, load_pipeline_str};
-    use crate::template::TemplateEngine;
 
     #[test]
     fn a_need_listed_twice_makes_one_edge() {
-        let root = tempfile::tempdir().unwrap();
-        let templates = TemplateEngine::new(&root.path().join("templates"));
-        let context = LoadContext {
-            root: root.path(),
-            templates: &templates,
-            including: &[],
-        };
         let text = "[pipeline]\nname = \"p\"\n\
                     [nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n\
                     [nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\n\
                     [nodes.c]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"a\", \"b\", \"a\"]\n";
-        let path = std::path::Path::new("p.toml");
-        let pipeline = load_pipeline_str(path, text.into(), &context).unwrap();
+        let pipeline = crate::spec::load_text(text).unwrap();
         let dag = compile(&pipeline).unwrap();
         assert_eq!(dag.graph.edge_count(), 2);
         let mut needed: Vec<usize> = dag.dependencies(2).collect();

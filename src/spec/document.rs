@@ -55,6 +55,77 @@ pub(crate) fn parse(text: &str) -> Option<Spanned<DeTable<'_>>> {
     Some(Spanned::new(0..0, root))
 }
 
+/// What [`parse_taking`] hands over: the table of each `[PREFIX.NAME]` header, in the
+/// document's order, as soon as the next header shows that no header adds to it. The tables
+/// taken are dropped as they are used, so a long document is never held whole: on the
+/// 10,000-node pipeline the nodes' tables are most of the memory its reading touches.
+pub(crate) trait Taker<'i> {
+    /// Takes `table`, named `name`; `root` is the document's tables so far (keys read before
+    /// this header, and those after that are not headers). Giving the table back stops the
+    /// taking: it and the tables after it stay in the tree.
+    fn take(
+        &mut self,
+        root: &DeTable<'i>,
+        name: Key<'i>,
+        table: Spanned<DeValue<'i>>,
+    ) -> Option<Spanned<DeValue<'i>>>;
+}
+
+/// A document read by [`parse_taking`].
+pub(crate) enum Read<'i> {
+    /// Its tables. Under the prefix, the first `handed` names stand for the tables handed
+    /// over (each an empty table spanning its header): the taker keeps those and no others.
+    Tables {
+        root: Spanned<DeTable<'i>>,
+        handed: usize,
+    },
+    /// What this reader leaves to toml (see [`parse`]).
+    LeftToToml,
+}
+
+/// Reads `text` as [`parse`] does, handing each `[PREFIX.NAME]` table to `taker` as it ends.
+/// Handing over stops (the rest staying in the tree) where a header adds to the table just
+/// read, or where the prefix's table already held something; where a header reaches into a
+/// table already handed over, or under one of the document-level keys in `reads` after a
+/// table was handed over, the document is read again with nothing handed over. A document
+/// read in parts hands nothing over.
+pub(crate) fn parse_taking<'i>(
+    text: &'i str,
+    prefix: &str,
+    reads: &[&str],
+    taker: &mut dyn Taker<'i>,
+) -> Read<'i> {
+    let tables = |root: Option<DeTable<'i>>, handed| match root {
+        Some(root) => Read::Tables {
+            root: Spanned::new(0..0, root),
+            handed,
+        },
+        None => Read::LeftToToml,
+    };
+    if parts_for(text.len()) > 1 {
+        return tables(parse(text).map(Spanned::into_inner), 0);
+    }
+    let mut builder = Builder::new(text, 0);
+    builder.taking = Some(Taking {
+        prefix,
+        reads,
+        taker,
+        held: None,
+        handed: 0,
+        state: TakingState::Taking,
+    });
+    let read = read_with(text, 0..text.len(), builder, |mut builder| {
+        let ended = builder.end();
+        let taking = builder.taking.take().map(|t| (t.state, t.handed));
+        (ended.then_some(builder.root), taking)
+    });
+    match read {
+        Some((_, Some((TakingState::Spoiled, _)))) => tables(parse_part(text, 0..text.len()), 0),
+        Some((root, taking)) => tables(root, taking.map_or(0, |(_, handed)| handed)),
+        None => Read::LeftToToml,
+    }
+}
+
 /// A part is at least this long. Below it a second thread costs more than it saves here: on
 /// the 10,000-node pipeline of `benches/bench.sh` (830 KB), read in two parts on two cores,
 /// `check` took 34.9 -> 36.9 ms and 36.5 -> 46.4 ms of CPU, the second thread's fresh memory
@@ -135,8 +206,19 @@ fn parse_parts<'i>(text: &'i str, cuts: &[usize]) -> Option<DeTable<'i>> {
 /// Reads `text[part]`, a part that starts where an expression may: at the document's start or
 /// at a table header.
 fn parse_part(text: &str, part: Range<usize>) -> Option<DeTable<'_>> {
-    let source = Source::new(text.get(part.clone())?);
-    let mut builder = Builder::new(text, part.start);
+    let builder = Builder::new(text, part.start);
+    read_with(text, part, builder, Builder::finish).flatten()
+}
+
+/// Feeds the events of `text[part]` to `builder`, then gives it to `finish`; `None` when the
+/// part does not parse.
+fn read_with<'s, 'i, T>(
+    text: &'i str,
+    part: Range<usize>,
+    mut builder: Builder<'s, 'i>,
+    finish: impl FnOnce(Builder<'s, 'i>) -> T,
+) -> Option<T> {
+    let source = Source::new(text.get(part)?);
     let mut failed = false;
     {
         let mut errors = |_: ParseError| failed = true;
@@ -148,9 +230,9 @@ fn parse_part(text: &str, part: Range<usize>) -> Option<DeTable<'_>> {
         }
     }
     if failed {
-        return None;
+        builder.unsupported = true;
     }
-    builder.finish()
+    Some(finish(builder))
 }
 
 /// Adds the tables a later part read to those the parts before it made, as reading on from
@@ -252,7 +334,7 @@ impl<'i> Chunks<'i> {
 }
 
 /// The tables built so far, and where in the document the parser is.
-struct Builder<'i> {
+struct Builder<'s, 'i> {
     /// The whole document: spans index it.
     text: &'i str,
     /// Where the part this builder reads starts in `text`: the parser's spans count from there.
@@ -281,6 +363,34 @@ struct Builder<'i> {
     items: Vec<Spanned<DeValue<'i>>>,
     /// Something this reader leaves to toml was met.
     unsupported: bool,
+    /// Tables handed over as they end, when the caller takes them ([`parse_taking`]).
+    taking: Option<Taking<'s, 'i>>,
+}
+
+/// Handing `[PREFIX.NAME]` tables over as they end (see [`parse_taking`]).
+struct Taking<'s, 'i> {
+    prefix: &'s str,
+    /// The document-level keys the taker reads: a header under one of them after a table was
+    /// handed over means the taker read too early.
+    reads: &'s [&'s str],
+    taker: &'s mut dyn Taker<'i>,
+    /// The last `[PREFIX.NAME]` table read, held until the next header shows that no header
+    /// adds to it. A table with nothing in it stands for it in the tree, so that the name is
+    /// known there.
+    held: Option<(Key<'i>, Range<usize>, DeTable<'i>)>,
+    handed: usize,
+    state: TakingState,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TakingState {
+    Taking,
+    /// The tables from here on stay in the tree: a header added to the held one, the taker
+    /// gave one back, or the prefix's table held others before the first.
+    Stopped,
+    /// A header reached into a table already handed over, or into what the taker read: the
+    /// document must be read again, with nothing handed over.
+    Spoiled,
 }
 
 enum Open<'i> {
@@ -297,7 +407,7 @@ enum Open<'i> {
     },
 }
 
-impl<'i> Builder<'i> {
+impl<'s, 'i> Builder<'s, 'i> {
     fn new(text: &'i str, base: usize) -> Self {
         Self {
             text,
@@ -313,16 +423,24 @@ impl<'i> Builder<'i> {
             open: Vec::new(),
             items: Vec::new(),
             unsupported: false,
+            taking: None,
         }
     }
 
     /// The tables, once the part has ended where an expression may end.
     fn finish(mut self) -> Option<DeTable<'i>> {
+        self.end().then_some(self.root)
+    }
+
+    /// Ends the part: its last section joins the tree and the held table is handed over.
+    /// `false` when the part ended inside an expression or met what is left to toml.
+    fn end(&mut self) -> bool {
         if self.unsupported || !self.open.is_empty() || self.awaiting {
-            return None;
+            return false;
         }
         self.finish_section();
-        (!self.unsupported).then_some(self.root)
+        self.hand_over_held();
+        !self.unsupported
     }
 
     /// Where `span` starts and ends in the whole document.
@@ -337,13 +455,112 @@ impl<'i> Builder<'i> {
             None => self.root = table,
             Some((key, span)) => {
                 let text = self.text;
+                let taking = self.taking.as_mut().filter(|taking| {
+                    taking.state == TakingState::Taking
+                        && matches!(&self.header_path[..], [prefix] if prefix.get_ref() == taking.prefix)
+                });
                 match descend(&mut self.root, &self.header_path, text) {
-                    Some(parent) => {
-                        parent.insert(key, Spanned::new(span, DeValue::Table(table)));
-                    }
+                    Some(parent) => match taking {
+                        Some(taking) if taking.handed > 0 || parent.is_empty() => {
+                            let placeholder = DeValue::Table(DeTable::new());
+                            parent.insert(key.clone(), Spanned::new(span.clone(), placeholder));
+                            taking.held = Some((key, span, table));
+                        }
+                        _ => {
+                            if let Some(taking) = taking {
+                                taking.state = TakingState::Stopped;
+                            }
+                            parent.insert(key, Spanned::new(span, DeValue::Table(table)));
+                        }
+                    },
                     None => self.unsupported = true,
                 }
             }
+        }
+    }
+
+    /// Hands the held table over, or, when the taker gives it back, puts it in the tree and
+    /// stops taking.
+    fn hand_over_held(&mut self) {
+        let Some(taking) = self.taking.as_mut() else {
+            return;
+        };
+        let Some((key, span, table)) = taking.held.take() else {
+            return;
+        };
+        let table = Spanned::new(span, DeValue::Table(table));
+        match taking.taker.take(&self.root, key.clone(), table) {
+            None => taking.handed += 1,
+            Some(given_back) => {
+                taking.state = TakingState::Stopped;
+                self.put_back(&key, given_back);
+            }
+        }
+    }
+
+    /// Puts a held table in the tree, where the table that stood for it is.
+    fn put_back(&mut self, key: &Key<'i>, table: Spanned<DeValue<'i>>) {
+        let Some(taking) = &self.taking else {
+            return;
+        };
+        let slot = self
+            .root
+            .get_mut(taking.prefix)
+            .and_then(|prefix| match prefix.get_mut() {
+                DeValue::Table(named) => named.get_mut(key.get_ref().as_ref()),
+                _ => None,
+            });
+        match slot {
+            Some(slot) => *slot = table,
+            None => self.unsupported = true,
+        }
+    }
+
+    /// Before a header's path is followed: the held table is handed over, unless this header
+    /// adds to it; a header into a table handed over, or into what the taker read, spoils the
+    /// reading.
+    fn settle_held(&mut self, key: &Key<'i>) {
+        let Some(taking) = &self.taking else {
+            return;
+        };
+        if taking.state != TakingState::Taking {
+            return;
+        }
+        let mut path = self
+            .header_path
+            .iter()
+            .chain(std::iter::once(key))
+            .map(|key| key.get_ref().as_ref());
+        let (first, second, deeper) = (path.next(), path.next(), path.next().is_some());
+        let into_taken = deeper && first == Some(taking.prefix);
+        let adds_to_held = into_taken
+            && taking
+                .held
+                .as_ref()
+                .is_some_and(|(name, _, _)| second == Some(name.get_ref().as_ref()));
+        let into_read = first.is_some_and(|first| taking.reads.contains(&first));
+        if adds_to_held {
+            if let Some(taking) = self.taking.as_mut()
+                && let Some((name, span, table)) = taking.held.take()
+            {
+                taking.state = TakingState::Stopped;
+                self.put_back(&name, Spanned::new(span, DeValue::Table(table)));
+            }
+            return;
+        }
+        if into_taken {
+            self.spoil();
+            return;
+        }
+        self.hand_over_held();
+        if into_read && self.taking.as_ref().is_some_and(|taking| taking.handed > 0) {
+            self.spoil();
+        }
+    }
+
+    fn spoil(&mut self) {
+        if let Some(taking) = self.taking.as_mut() {
+            taking.state = TakingState::Spoiled;
         }
     }
 
@@ -357,6 +574,15 @@ impl<'i> Builder<'i> {
         std::mem::swap(&mut self.keys, &mut self.header_path);
         self.keys.clear();
         if self.header_path.len() >= DEPTH_LIMIT as usize {
+            self.unsupported = true;
+            return;
+        }
+        self.settle_held(&key);
+        if self
+            .taking
+            .as_ref()
+            .is_some_and(|taking| taking.state == TakingState::Spoiled)
+        {
             self.unsupported = true;
             return;
         }
@@ -473,7 +699,7 @@ fn descend<'t, 'i>(
     Some(table)
 }
 
-impl EventReceiver for Builder<'_> {
+impl EventReceiver for Builder<'_, '_> {
     fn std_table_open(&mut self, span: Span, _errors: &mut dyn ErrorSink) {
         if self.unsupported {
             return;
@@ -598,6 +824,37 @@ pub(super) fn agrees_with_toml(text: &str) -> Result<bool, String> {
         Ok(true)
     };
     let whole = agrees(parse(text).map(Spanned::into_inner))?;
+    // Tables handed over as they are read, put back where their names stand, make the same
+    // tree; a reading that hands some over and then is left to toml is one the whole is too.
+    for (prefix, reads) in [("a", &["b"][..]), ("b", &[][..])] {
+        let mut taken = Collect::default();
+        match parse_taking(text, prefix, reads, &mut taken) {
+            Read::LeftToToml if whole => return Err(format!("taking {prefix}: left to toml")),
+            Read::LeftToToml => {}
+            Read::Tables { root, handed } => {
+                if handed != 0 && handed != taken.0.len() {
+                    return Err(format!("{handed} handed over, {} taken", taken.0.len()));
+                }
+                let mut root = root.into_inner();
+                if handed > 0 {
+                    let Some(DeValue::Table(named)) = root.get_mut(prefix).map(Spanned::get_mut)
+                    else {
+                        return Err(format!("no table `{prefix}` for what was handed over"));
+                    };
+                    for (name, table) in taken.0.drain(..) {
+                        let Some(slot) = named.get_mut(name.get_ref().as_ref()) else {
+                            return Err(format!("no stand-in for `{}`", name.get_ref()));
+                        };
+                        *slot = table;
+                    }
+                }
+                let read = agrees(Some(root)).map_err(|e| format!("taking {prefix}: {e}"))?;
+                if read != whole {
+                    return Err(format!("taking {prefix}: read {read}, whole {whole}"));
+                }
+            }
+        }
+    }
     let line_starts: Vec<usize> = text.match_indices("\n[").map(|(at, _)| at + 1).collect();
     for &cut in &line_starts {
         agrees(parse_parts(text, &[cut])).map_err(|e| format!("cut at {cut}: {e}"))?;
@@ -606,6 +863,24 @@ pub(super) fn agrees_with_toml(text: &str) -> Result<bool, String> {
         agrees(parse_parts(text, &line_starts)).map_err(|e| format!("cut at every line: {e}"))?;
     }
     Ok(whole)
+}
+
+/// Keeps what it is handed.
+#[cfg(test)]
+#[derive(Default)]
+struct Collect<'i>(Vec<(Key<'i>, Spanned<DeValue<'i>>)>);
+
+#[cfg(test)]
+impl<'i> Taker<'i> for Collect<'i> {
+    fn take(
+        &mut self,
+        _root: &DeTable<'i>,
+        name: Key<'i>,
+        table: Spanned<DeValue<'i>>,
+    ) -> Option<Spanned<DeValue<'i>>> {
+        self.0.push((name, table));
+        None
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use super::document::Read;
 use super::governing::{GoverningSet, NamedFiles, Role};
 use super::params::{ParamDecl, ParamType};
 use super::{Budget, NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
@@ -341,10 +342,18 @@ pub fn load_pipeline_str(
 ) -> Result<Pipeline, SpecError> {
     let file = SourceFile::new(display_path, text);
     let spec_hash = file.spec_hash().to_owned();
-    let root = match super::document::parse(&file.text) {
-        Some(root) => root,
-        None => DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?,
-    };
+    let mut loader = NodeLoader::new(&file, context);
+    // Each node is loaded as soon as its table is read, and the table dropped: the nodes'
+    // tables are never all held at once.
+    let (root, handed) =
+        match super::document::parse_taking(&file.text, "nodes", &["params"], &mut loader) {
+            Read::Tables { root, handed } => (root, handed),
+            Read::LeftToToml => (
+                DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?,
+                0,
+            ),
+        };
+    loader.keep_first(handed);
     let root_span = root.span();
 
     let mut header_table = DeTable::new();
@@ -361,18 +370,13 @@ pub fn load_pipeline_str(
         header_table,
     )))
     .map_err(|e| toml_error(&file, &e))?;
+    if loader.params.is_none() {
+        let params = load_params(&file, header.params, &mut loader.problems);
+        loader.params = Some(params);
+    }
 
-    let mut problems = Vec::new();
-    let params = load_params(&file, header.params, &mut problems);
-
-    let mut nodes = Vec::new();
-    let mut governing = GoverningSet::default();
-    governing.add(Role::Pipeline, Arc::clone(&file));
-    // Nodes declared but refused: a `needs` naming one is not a second problem.
-    let mut unloaded: Vec<String> = Vec::new();
-    let mut named_files = NamedFiles::new(context.root);
     match raw_nodes {
-        None => problems.push(
+        None => loader.problems.push(
             Diagnostic::new("a pipeline needs at least one node")
                 .at(&file, 0..0)
                 .with_help("add a table such as [nodes.hello] with kind = \"exec\""),
@@ -380,30 +384,27 @@ pub fn load_pipeline_str(
         Some(value) => {
             let span = value.span();
             match value.into_inner() {
+                // The first `handed` stand for the nodes loaded as they were read.
                 DeValue::Table(table) => {
-                    // Sized once: a node spec is large, and growing the vector by doubling
-                    // copies every spec and touches fresh memory each time.
-                    nodes.reserve_exact(table.len());
-                    for (id, node) in table {
-                        let name = id.get_ref().to_string();
-                        match load_node(&file, id, node, context, &params, &mut named_files) {
-                            Ok((node, used)) => {
-                                nodes.push(node);
-                                governing.extend(&used);
-                            }
-                            Err(diagnostic) => {
-                                problems.push(diagnostic);
-                                unloaded.push(name);
-                            }
-                        }
+                    for (id, node) in table.into_iter().skip(handed) {
+                        loader.load(id, node);
                     }
                 }
-                _ => problems.push(
+                _ => loader.problems.push(
                     Diagnostic::new("`nodes` must be a table of node tables").at(&file, span),
                 ),
             }
         }
     }
+    let NodeLoader {
+        params,
+        mut problems,
+        nodes,
+        governing,
+        unloaded,
+        ..
+    } = loader;
+    let params = params.unwrap_or_default();
     check_needs(&file, &nodes, &unloaded, &mut problems);
 
     if !problems.is_empty() {
@@ -420,6 +421,112 @@ pub fn load_pipeline_str(
         nodes,
         governing,
     })
+}
+
+/// Loads a pipeline's nodes, one at a time, in the file's order: as the reader hands their
+/// tables over, then those it left in the tree.
+struct NodeLoader<'a, 'c> {
+    file: &'a Arc<SourceFile>,
+    context: &'a LoadContext<'c>,
+    /// Read from the document before the first node, or from its header after the last.
+    params: Option<IndexMap<String, ParamDecl>>,
+    problems: Vec<Diagnostic>,
+    nodes: Vec<NodeSpec>,
+    governing: GoverningSet,
+    /// Nodes declared but refused: a `needs` naming one is not a second problem.
+    unloaded: Vec<String>,
+    named_files: NamedFiles,
+    /// How many node tables were taken from the reader, refused ones too.
+    taken: usize,
+}
+
+impl<'a, 'c> NodeLoader<'a, 'c> {
+    fn new(file: &'a Arc<SourceFile>, context: &'a LoadContext<'c>) -> Self {
+        let mut governing = GoverningSet::default();
+        governing.add(Role::Pipeline, Arc::clone(file));
+        // Sized once, by the headers that may name nodes: a node spec is large, and growing
+        // the vector by doubling copies every spec and touches fresh memory each time.
+        let headers = memchr::memmem::find_iter(file.text.as_bytes(), b"\n[nodes.").count() + 1;
+        Self {
+            file,
+            context,
+            params: None,
+            problems: Vec::new(),
+            nodes: Vec::with_capacity(headers),
+            governing,
+            unloaded: Vec::new(),
+            named_files: NamedFiles::new(context.root),
+            taken: 0,
+        }
+    }
+
+    fn load(&mut self, id: Spanned<std::borrow::Cow<'_, str>>, node: Spanned<DeValue<'_>>) {
+        let params = self
+            .params
+            .as_ref()
+            .expect("parameters are read before nodes");
+        let name = id.get_ref().to_string();
+        match load_node(
+            self.file,
+            id,
+            node,
+            self.context,
+            params,
+            &mut self.named_files,
+        ) {
+            Ok((node, used)) => {
+                self.nodes.push(node);
+                self.governing.extend(&used);
+            }
+            Err(diagnostic) => {
+                self.problems.push(diagnostic);
+                self.unloaded.push(name);
+            }
+        }
+    }
+
+    /// Keeps what the first `handed` tables taken made: a reading that was spoiled, or left
+    /// to toml, hands over none, and everything is loaded again from the tree.
+    fn keep_first(&mut self, handed: usize) {
+        if handed == 0 && self.taken > 0 {
+            let fresh = Self::new(self.file, self.context);
+            *self = fresh;
+        }
+        debug_assert!(handed == 0 || handed == self.taken);
+    }
+}
+
+/// The parameters alone, as [`RawHeader`] reads them.
+#[derive(Deserialize)]
+struct RawParams {
+    #[serde(default)]
+    params: IndexMap<String, Spanned<RawParam>>,
+}
+
+impl<'i> super::document::Taker<'i> for NodeLoader<'_, '_> {
+    fn take(
+        &mut self,
+        root: &DeTable<'i>,
+        name: Spanned<std::borrow::Cow<'i, str>>,
+        table: Spanned<DeValue<'i>>,
+    ) -> Option<Spanned<DeValue<'i>>> {
+        if self.params.is_none() {
+            let mut params = DeTable::new();
+            if let Some((key, value)) = root.get_key_value("params") {
+                params.insert(key.clone(), value.clone());
+            }
+            // A mistake there is reported with the header's: the nodes wait for the tree.
+            let Ok(raw) =
+                RawParams::deserialize(toml::de::Deserializer::from(Spanned::new(0..0, params)))
+            else {
+                return Some(table);
+            };
+            self.params = Some(load_params(self.file, raw.params, &mut self.problems));
+        }
+        self.taken += 1;
+        self.load(name, table);
+        None
+    }
 }
 
 pub(crate) fn load_params(
@@ -748,5 +855,90 @@ fn check_needs(
                 );
             }
         }
+    }
+}
+
+/// `text`, loaded as `p.toml` in an empty workspace: for tests.
+#[cfg(test)]
+pub(crate) fn load_text(text: &str) -> Result<Pipeline, SpecError> {
+    let root = tempfile::tempdir().unwrap();
+    let templates = TemplateEngine::new(&root.path().join("templates"));
+    let context = LoadContext {
+        root: root.path(),
+        templates: &templates,
+        including: &[],
+    };
+    load_pipeline_str(Path::new("p.toml"), text.into(), &context)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a layout must not change: the nodes in order with their tries, and the parameters.
+    fn summary(text: &str) -> (Vec<(String, u32)>, Vec<String>) {
+        let pipeline = load_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let nodes = pipeline
+            .nodes
+            .iter()
+            .map(|node| (node.id.clone(), node.retry.attempts))
+            .collect();
+        (nodes, pipeline.params.keys().cloned().collect())
+    }
+
+    fn messages(text: &str) -> Vec<String> {
+        match load_text(text) {
+            Ok(_) => panic!("loaded\n{text}"),
+            Err(SpecError::Invalid(problems)) => {
+                problems.0.iter().map(|p| p.message.clone()).collect()
+            }
+            Err(e) => vec![e.to_string()],
+        }
+    }
+
+    #[test]
+    fn nodes_load_alike_however_their_tables_are_laid_out() {
+        let head = "[pipeline]\nname = \"p\"\n";
+        let x = "[params.x]\ntype = \"string\"\ndefault = \"v\"\n";
+        let a = "[nodes.a]\nkind = \"exec\"\nrun = [\"echo\", \"{{ params.x }}\"]\n";
+        let b = "[nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"a\"]\n";
+        let retry = "[nodes.a.retry]\nattempts = 3\n";
+        // Nothing read as the file is read: the nodes are values of a `[nodes]` table.
+        let inline = format!(
+            "{head}{x}[nodes]\na = {{ kind = \"exec\", run = [\"echo\", \"{{{{ params.x }}}}\"], retry = {{ attempts = 3 }} }}\n\
+             b = {{ kind = \"exec\", run = [\"true\"], needs = [\"a\"] }}\n"
+        );
+        let expected = summary(&inline);
+        assert_eq!(expected.0, [("a".to_owned(), 3), ("b".to_owned(), 1)]);
+        for text in [
+            // Every node loaded as it is read.
+            format!("{head}{x}{}retry.attempts = 3\n{b}", a),
+            // A header adds to the node just read: it and the rest are loaded at the end.
+            format!("{head}{x}{a}{retry}{b}"),
+            // A header reaches into a node already loaded, or parameters come after one:
+            // read again, all loaded at the end.
+            format!("{head}{x}{a}{b}{retry}"),
+            format!("{head}{a}retry.attempts = 3\n{b}{x}"),
+            format!("{a}retry.attempts = 3\n{x}{b}{head}"),
+        ] {
+            assert_eq!(summary(&text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn problems_come_in_the_file_s_order_however_its_nodes_are_read() {
+        let head = "[pipeline]\nname = \"p\"\n";
+        let x = "[params.x]\ntype = \"integer\"\ndefault = \"v\"\n";
+        let a = "[nodes.a]\nkind = \"nope\"\n";
+        let b = "[nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"zz\"]\n";
+        let first = messages(&format!("{head}{x}{a}{b}"));
+        assert_eq!(first.len(), 3, "{first:?}");
+        assert!(first[0].contains("parameter `x`"), "{first:?}");
+        assert!(first[1].contains("unknown node kind"), "{first:?}");
+        assert_eq!(
+            messages(&format!("{head}{x}{a}{b}[nodes.b.retry]\nattempts = 1\n")),
+            first
+        );
+        assert_eq!(messages(&format!("{head}{a}{b}{x}")), first);
     }
 }

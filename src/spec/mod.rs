@@ -22,6 +22,8 @@ use indexmap::IndexMap;
 use toml::Spanned;
 
 pub use error::SpecError;
+#[cfg(test)]
+pub(crate) use load::load_text;
 pub use load::{
     LoadContext, load_pipeline, load_pipeline_str, resolve_pipeline_path, resolve_spec_path,
     spec_hash,
