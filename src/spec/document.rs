@@ -88,24 +88,56 @@ pub(crate) enum Read<'i> {
 /// read, or where the prefix's table already held something; where a header reaches into a
 /// table already handed over, or under one of the document-level keys in `reads` after a
 /// table was handed over, the document is read again with nothing handed over. A document
-/// read in parts hands nothing over.
+/// read in parts hands over the tables of its first part, the one read on this thread.
 pub(crate) fn parse_taking<'i>(
     text: &'i str,
     prefix: &str,
     reads: &[&str],
     taker: &mut dyn Taker<'i>,
 ) -> Read<'i> {
-    let tables = |root: Option<DeTable<'i>>, handed| match root {
-        Some(root) => Read::Tables {
+    let cuts = cut_points(text, parts_for(text.len()));
+    match take_parts(text, &cuts, prefix, reads, taker) {
+        Some((root, handed)) => Read::Tables {
             root: Spanned::new(0..0, root),
             handed,
         },
-        None => Read::LeftToToml,
-    };
-    if parts_for(text.len()) > 1 {
-        return tables(parse(text).map(Spanned::into_inner), 0);
+        None => match parse(text) {
+            Some(root) => Read::Tables { root, handed: 0 },
+            None => Read::LeftToToml,
+        },
     }
-    let mut builder = Builder::new(text, 0);
+}
+
+/// Reads the parts `cuts` make, the first handing its `[PREFIX.NAME]` tables over: the
+/// tables and how many were handed over, or `None` when a part does not parse, the reading
+/// was spoiled, or the parts do not join.
+fn take_parts<'i>(
+    text: &'i str,
+    cuts: &[usize],
+    prefix: &str,
+    reads: &[&str],
+    taker: &mut dyn Taker<'i>,
+) -> Option<(DeTable<'i>, usize)> {
+    let mut take = |part| take_part(text, part, prefix, reads, taker);
+    if cuts.is_empty() {
+        return take(0..text.len());
+    }
+    let joins = |root: &DeTable<'i>, later: &DeTable<'i>, handed: &usize| {
+        *handed == 0 || !reaches_into_taken(root, later, prefix, reads, text)
+    };
+    read_parts(text, cuts, take, joins)
+}
+
+/// Reads `text[part]` handing its `[PREFIX.NAME]` tables over: the part's tables and how many
+/// were handed over, or `None` when the part does not parse or its reading was spoiled.
+fn take_part<'i>(
+    text: &'i str,
+    part: Range<usize>,
+    prefix: &str,
+    reads: &[&str],
+    taker: &mut dyn Taker<'i>,
+) -> Option<(DeTable<'i>, usize)> {
+    let mut builder = Builder::new(text, part.start);
     builder.taking = Some(Taking {
         prefix,
         reads,
@@ -114,16 +146,40 @@ pub(crate) fn parse_taking<'i>(
         handed: 0,
         state: TakingState::Taking,
     });
-    let read = read_with(text, 0..text.len(), builder, |mut builder| {
+    read_with(text, part, builder, |mut builder| {
         let ended = builder.end();
-        let taking = builder.taking.take().map(|t| (t.state, t.handed));
-        (ended.then_some(builder.root), taking)
-    });
-    match read {
-        Some((_, Some((TakingState::Spoiled, _)))) => tables(parse_part(text, 0..text.len()), 0),
-        Some((root, taking)) => tables(root, taking.map_or(0, |(_, handed)| handed)),
-        None => Read::LeftToToml,
-    }
+        let taking = builder.taking.take()?;
+        (ended && taking.state != TakingState::Spoiled).then_some((builder.root, taking.handed))
+    })
+    .flatten()
+}
+
+/// Whether a later part reaches into what the first one handed over: a header under a name
+/// the prefix's table already has (a table the later part made on a header's path there), or
+/// a document-level key the taker read.
+fn reaches_into_taken(
+    root: &DeTable<'_>,
+    later: &DeTable<'_>,
+    prefix: &str,
+    reads: &[&str],
+    text: &str,
+) -> bool {
+    later.iter().any(|(key, value)| {
+        let key = key.get_ref().as_ref();
+        if reads.contains(&key) {
+            return true;
+        }
+        let (Some(DeValue::Table(named)), DeValue::Table(later_named)) =
+            (root.get(key).map(Spanned::get_ref), value.get_ref())
+        else {
+            return false;
+        };
+        key == prefix
+            && later_named.iter().any(|(name, value)| {
+                text.as_bytes().get(value.span().start) != Some(&b'[')
+                    && named.contains_key(name.get_ref().as_ref())
+            })
+    })
 }
 
 /// A part is at least this long. Below it a second thread costs more than it saves here: on
@@ -170,6 +226,19 @@ fn cut_points(text: &str, parts: usize) -> Vec<usize> {
 
 /// Reads the parts `cuts` make, all but the first on threads of their own, and joins them.
 fn parse_parts<'i>(text: &'i str, cuts: &[usize]) -> Option<DeTable<'i>> {
+    let first = |part| Some((parse_part(text, part)?, ()));
+    read_parts(text, cuts, first, |_, _, ()| true).map(|(root, ())| root)
+}
+
+/// Reads the first part with `first`, on this thread, and each later part on a thread of its
+/// own, then joins them in order where `joins` allows it; `None` where a part does not parse
+/// or the parts do not join.
+fn read_parts<'i, T>(
+    text: &'i str,
+    cuts: &[usize],
+    first: impl FnOnce(Range<usize>) -> Option<(DeTable<'i>, T)>,
+    joins: impl Fn(&DeTable<'i>, &DeTable<'i>, &T) -> bool,
+) -> Option<(DeTable<'i>, T)> {
     let starts = std::iter::once(0).chain(cuts.iter().copied());
     let ends = cuts.iter().copied().chain(std::iter::once(text.len()));
     let parts: Vec<Range<usize>> = starts.zip(ends).map(|(start, end)| start..end).collect();
@@ -187,19 +256,21 @@ fn parse_parts<'i>(text: &'i str, cuts: &[usize]) -> Option<DeTable<'i>> {
                 (part, thread)
             })
             .collect();
-        let mut root = parse_part(text, parts[0].clone());
+        let mut read = first(parts[0].clone());
         for (part, thread) in later {
             // A thread that could not start: its part is read here.
             let tables = match thread {
                 Ok(thread) => thread.join().ok().flatten(),
                 Err(_) => parse_part(text, part),
             };
-            root = match (root, tables) {
-                (Some(mut root), Some(tables)) => merge(&mut root, tables, text).then_some(root),
+            read = match (read, tables) {
+                (Some((mut root, with)), Some(tables)) => (joins(&root, &tables, &with)
+                    && merge(&mut root, tables, text))
+                .then_some((root, with)),
                 _ => None,
             };
         }
-        root
+        read
     })
 }
 
@@ -824,37 +895,6 @@ pub(super) fn agrees_with_toml(text: &str) -> Result<bool, String> {
         Ok(true)
     };
     let whole = agrees(parse(text).map(Spanned::into_inner))?;
-    // Tables handed over as they are read, put back where their names stand, make the same
-    // tree; a reading that hands some over and then is left to toml is one the whole is too.
-    for (prefix, reads) in [("a", &["b"][..]), ("b", &[][..])] {
-        let mut taken = Collect::default();
-        match parse_taking(text, prefix, reads, &mut taken) {
-            Read::LeftToToml if whole => return Err(format!("taking {prefix}: left to toml")),
-            Read::LeftToToml => {}
-            Read::Tables { root, handed } => {
-                if handed != 0 && handed != taken.0.len() {
-                    return Err(format!("{handed} handed over, {} taken", taken.0.len()));
-                }
-                let mut root = root.into_inner();
-                if handed > 0 {
-                    let Some(DeValue::Table(named)) = root.get_mut(prefix).map(Spanned::get_mut)
-                    else {
-                        return Err(format!("no table `{prefix}` for what was handed over"));
-                    };
-                    for (name, table) in taken.0.drain(..) {
-                        let Some(slot) = named.get_mut(name.get_ref().as_ref()) else {
-                            return Err(format!("no stand-in for `{}`", name.get_ref()));
-                        };
-                        *slot = table;
-                    }
-                }
-                let read = agrees(Some(root)).map_err(|e| format!("taking {prefix}: {e}"))?;
-                if read != whole {
-                    return Err(format!("taking {prefix}: read {read}, whole {whole}"));
-                }
-            }
-        }
-    }
     let line_starts: Vec<usize> = text.match_indices("\n[").map(|(at, _)| at + 1).collect();
     for &cut in &line_starts {
         agrees(parse_parts(text, &[cut])).map_err(|e| format!("cut at {cut}: {e}"))?;
@@ -862,7 +902,61 @@ pub(super) fn agrees_with_toml(text: &str) -> Result<bool, String> {
     if !line_starts.is_empty() {
         agrees(parse_parts(text, &line_starts)).map_err(|e| format!("cut at every line: {e}"))?;
     }
+    // Tables handed over as they are read, put back where their names stand, make the same
+    // tree; a reading that hands some over and then is left to toml is one the whole is too.
+    // So do those handed over by the first part, with the text cut before any one line that
+    // opens with `[` or before all of them.
+    let mut cut_sets: Vec<Vec<usize>> = line_starts.iter().map(|&cut| vec![cut]).collect();
+    cut_sets.push(line_starts.clone());
+    for (prefix, reads) in [("a", &["b"][..]), ("b", &[][..])] {
+        for cuts in &cut_sets {
+            let mut taken = Collect::default();
+            if let Some((mut root, handed)) = take_parts(text, cuts, prefix, reads, &mut taken) {
+                put_back(&mut root, prefix, &mut taken, handed)?;
+                agrees(Some(root)).map_err(|e| format!("taking {prefix}, cuts {cuts:?}: {e}"))?;
+            }
+        }
+        let mut taken = Collect::default();
+        match parse_taking(text, prefix, reads, &mut taken) {
+            Read::LeftToToml if whole => return Err(format!("taking {prefix}: left to toml")),
+            Read::LeftToToml => {}
+            Read::Tables { root, handed } => {
+                let mut root = root.into_inner();
+                put_back(&mut root, prefix, &mut taken, handed)?;
+                let read = agrees(Some(root)).map_err(|e| format!("taking {prefix}: {e}"))?;
+                if read != whole {
+                    return Err(format!("taking {prefix}: read {read}, whole {whole}"));
+                }
+            }
+        }
+    }
     Ok(whole)
+}
+
+/// Puts the tables `taken` was handed back where their stand-ins are in `root`.
+#[cfg(test)]
+fn put_back<'i>(
+    root: &mut DeTable<'i>,
+    prefix: &str,
+    taken: &mut Collect<'i>,
+    handed: usize,
+) -> Result<(), String> {
+    if handed == 0 {
+        return Ok(());
+    }
+    if handed != taken.0.len() {
+        return Err(format!("{handed} handed over, {} taken", taken.0.len()));
+    }
+    let Some(DeValue::Table(named)) = root.get_mut(prefix).map(Spanned::get_mut) else {
+        return Err(format!("no table `{prefix}` for what was handed over"));
+    };
+    for (name, table) in taken.0.drain(..) {
+        let Some(slot) = named.get_mut(name.get_ref().as_ref()) else {
+            return Err(format!("no stand-in for `{}`", name.get_ref()));
+        };
+        *slot = table;
+    }
+    Ok(())
 }
 
 /// Keeps what it is handed.
@@ -989,6 +1083,8 @@ mod tests {
         // inside a string that holds a line opening with `[`.
         read_here("a = 1\nb = 2\nmatrix = [\n[1, 2],\n[3, [4]],\n]\n[t]\nx = 1\n[u]\n");
         read_here("a = 1\nb = 2\ns = '''\n[not.a.header]\n'''\n[t]\nx = 1\n");
+        // A later header adds to a table read before another: handed over, it must not be.
+        read_here("[a.b]\nx = 1\n[c]\n[a.b.c]\ny = 2\n[a.d]\n");
     }
 
     #[test]
