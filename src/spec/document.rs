@@ -178,8 +178,7 @@ fn reaches_into_taken(
         };
         key == prefix
             && later_named.iter().any(|(name, value)| {
-                text.as_bytes().get(value.span().start) != Some(&b'[')
-                    && named.contains_key(name.get_ref().as_ref())
+                made_on_path(value, text) && named.contains_key(name.get_ref().as_ref())
             })
     })
 }
@@ -313,17 +312,15 @@ fn read_with<'s, 'i, T>(
 /// name already there (one not inline); anything else must be new. `false` where reading on
 /// would have left the document to toml.
 fn merge<'i>(into: &mut DeTable<'i>, later: DeTable<'i>, text: &str) -> bool {
-    let starts_with = |span: Range<usize>, byte: u8| text.as_bytes().get(span.start) == Some(&byte);
     for (key, value) in later {
-        // A header's own table spans from its `[`; a table made on its path spans the key.
-        let made_on_path = !starts_with(value.span(), b'[');
+        let made_on_path = made_on_path(&value, text);
         match into.entry(key) {
             Entry::Vacant(entry) => {
                 entry.insert(value);
             }
             Entry::Occupied(mut entry) if made_on_path => {
                 let there = entry.get_mut();
-                if starts_with(there.span(), b'{') {
+                if text.as_bytes().get(there.span().start) == Some(&b'{') {
                     return false;
                 }
                 let (DeValue::Table(there), DeValue::Table(later)) =
@@ -339,6 +336,12 @@ fn merge<'i>(into: &mut DeTable<'i>, later: DeTable<'i>, text: &str) -> bool {
         }
     }
     true
+}
+
+/// Whether a later part made `value` on a header's path: a header's own table spans from its
+/// `[`, a table made on its path spans the key.
+fn made_on_path(value: &Spanned<DeValue<'_>>, text: &str) -> bool {
+    text.as_bytes().get(value.span().start) != Some(&b'[')
 }
 
 /// About how many tokens are parsed at a time. Lexing the whole 10,000-node pipeline of
