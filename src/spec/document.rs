@@ -246,8 +246,8 @@ fn read_parts<'i, T>(
     std::thread::scope(|scope| {
         let later: Vec<_> = parts[1..]
             .iter()
+            .cloned()
             .map(|part| {
-                let part = part.clone();
                 let thread = std::thread::Builder::new()
                     .name("kavi-toml".into())
                     .spawn_scoped(scope, {
