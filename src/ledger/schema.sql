@@ -258,11 +258,10 @@ CREATE VIEW journal_append (tbl, op, key, content) AS
 
 CREATE TRIGGER journal_append_entry INSTEAD OF INSERT ON journal_append BEGIN
            INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-           SELECT seq, NEW.tbl, NEW.op, NEW.key, NEW.content, prev,
-                  kavi_sha256(prev || char(10) || seq || char(10) || NEW.tbl || char(10)
-                                  || NEW.op || char(10) || NEW.key || char(10) || NEW.content)
-           FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                        COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') AS prev);
+           VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM journal), NEW.tbl, NEW.op, NEW.key, NEW.content, COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), ''),
+                   kavi_sha256(COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') || char(10) || (SELECT COALESCE(MAX(seq), 0) + 1 FROM journal) || char(10) || NEW.tbl
+                                   || char(10) || NEW.op || char(10) || NEW.key || char(10)
+                                   || NEW.content));
          END;
 
 CREATE TRIGGER "journal_artifacts_insert" AFTER INSERT ON "artifacts" BEGIN
