@@ -634,6 +634,10 @@ static SHARES: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
 /// Node tables handed to the loading thread at once: one wake for many nodes.
 const BATCH: usize = 64;
 
+/// Batches handed over and not loaded yet, at most: where the loader falls behind, the reader
+/// waits, so that the tables of a long pipeline are still never all held at once.
+const QUEUED: usize = 8;
+
 /// Hands the reader's node tables to the [`NodeLoader`]: directly, or, for a long pipeline,
 /// to a thread that loads them while the reader goes on, in batches and in order. The two
 /// cores then share what one did in turn: reading a node's table, and turning it into a node
@@ -653,7 +657,7 @@ enum Loading<'scope, 'i> {
     /// On a thread of their own, handed over a batch at a time.
     Apart {
         batch: Tables<'i>,
-        sender: mpsc::Sender<Tables<'i>>,
+        sender: mpsc::SyncSender<Tables<'i>>,
         thread: std::thread::ScopedJoinHandle<'scope, ()>,
     },
 }
@@ -688,7 +692,7 @@ where
         if lock(self.loader).headers < LOAD_APART_FROM {
             return Loading::Here;
         }
-        let (sender, receiver) = mpsc::channel::<Tables<'i>>();
+        let (sender, receiver) = mpsc::sync_channel::<Tables<'i>>(QUEUED);
         let loader = self.loader;
         let thread = std::thread::Builder::new()
             .name("kavi-load".into())
