@@ -856,8 +856,13 @@ fn load_node(
         return Err(Diagnostic::new(format!("node `{id}` must be a table")).at(file, node_span));
     };
 
-    let mut common = DeTable::new();
-    let mut specific = DeTable::new();
+    // Each made at its size: growing them rehashes every key again.
+    let common_fields = table
+        .keys()
+        .filter(|key| COMMON_FIELDS.contains(&key.get_ref().as_ref()))
+        .count();
+    let mut common = DeTable::with_capacity(common_fields);
+    let mut specific = DeTable::with_capacity(table.len() - common_fields);
     for (key, value) in table {
         if COMMON_FIELDS.contains(&key.get_ref().as_ref()) {
             common.insert(key, value);
