@@ -424,10 +424,10 @@ pub(super) fn current(conn: &Db) -> Result<bool> {
 }
 
 /// Remakes the triggers of a ledger made before the appender or its current text (see
-/// [`current`]), under the write lock, where another kavi may have remade them first. Unlike [`install`] it records
-/// no row: no migration changed any, and one that differs from its last entry was edited
-/// behind the triggers (dropping the appender is how one would get here on purpose), which
-/// `verify` must go on reporting.
+/// [`current`]), under the write lock, where another kavi may have remade them first. Unlike
+/// [`install`] it records no row: no migration changed any, and one that differs from its
+/// last entry was edited behind the triggers (dropping the appender is how one would get here
+/// on purpose), which `verify` must go on reporting.
 pub(super) fn remake(conn: &mut Db) -> Result<()> {
     let tx = conn.transaction()?;
     if !current(&tx)? {
