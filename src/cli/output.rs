@@ -51,9 +51,10 @@ pub fn table(rows: &[Vec<String>]) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    // Written into one string, padded by hand: `plan` of 10,000 nodes made a string per cell
-    // and one per line.
-    let mut out = String::new();
+    // Written into one string, padded by hand and made at its size: `plan` of 10,000 nodes made
+    // a string per cell and one per line.
+    let line_width: usize = widths.iter().map(|w| w + 2).sum::<usize>() + 1;
+    let mut out = String::with_capacity(rows.len() * line_width);
     for row in rows {
         let line = out.len();
         for (c, cell) in row.iter().enumerate() {
