@@ -41,6 +41,9 @@ const DEPTH_LIMIT: u32 = 80;
 /// A key as written, with where it is.
 pub(super) type Key<'i> = Spanned<Cow<'i, str>>;
 
+/// Tables by name, in the document's order: what a [`Taker`] may collect.
+pub(super) type Tables<'i> = Vec<(Key<'i>, Spanned<DeValue<'i>>)>;
+
 /// The document's tables exactly as `DeTable::parse(text)` gives them, or `None` when `text`
 /// holds something this reader leaves to toml (see the module's doc).
 ///
@@ -972,7 +975,7 @@ fn put_back<'i>(
 /// Keeps what it is handed.
 #[cfg(test)]
 #[derive(Default)]
-struct Collect<'i>(Vec<(Key<'i>, Spanned<DeValue<'i>>)>);
+struct Collect<'i>(Tables<'i>);
 
 #[cfg(test)]
 impl<'i> Taker<'i> for Collect<'i> {

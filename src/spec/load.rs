@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::document::{Key, Read};
+use super::document::{Key, Read, Tables};
 use super::governing::{GoverningSet, NamedFiles, Role};
 use super::params::{ParamDecl, ParamType};
 use super::{Budget, NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
@@ -611,9 +611,6 @@ impl NodeLoader<'_, '_> {
         self.load(name, table);
     }
 }
-
-/// Node tables by name, in the file's order.
-type Tables<'i> = Vec<(Key<'i>, Spanned<DeValue<'i>>)>;
 
 /// How many nodes a pipeline has before they are loaded on threads of their own (while the
 /// reader goes on, or in shares): below it, starting a thread and handing the tables over
