@@ -20,9 +20,8 @@
 //!
 //! On more than two cores, a document of megabytes is read in parts, one thread each, cut
 //! before table headers, and the parts' tables joined as reading on would have joined them
-//! (see [`parse`]). A pipeline's
-//! nodes are handed to the loader one by one as their tables end ([`parse_taking`]), so that
-//! the tables of a long pipeline are never all held at once.
+//! (see [`parse`]). A pipeline's nodes are handed to the loader one by one as their tables
+//! end ([`parse_taking`]), so that the tables of a long pipeline are never all held at once.
 
 use std::borrow::Cow;
 use std::ops::Range;

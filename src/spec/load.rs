@@ -447,17 +447,22 @@ struct NodeLoader<'a, 'c> {
     named_files: NamedFiles,
     /// How many node tables were taken from the reader, refused ones too.
     taken: usize,
-    /// How many headers may name a node: how long the pipeline is, before it is read.
+    /// How many nodes it has room for: the headers that may name one, or its share's size.
     headers: usize,
 }
 
 impl<'a, 'c> NodeLoader<'a, 'c> {
     fn new(file: &'a Arc<SourceFile>, context: &'a LoadContext<'c>) -> Self {
-        let mut governing = GoverningSet::default();
-        governing.add(Role::Pipeline, Arc::clone(file));
         // Sized once, by the headers that may name nodes: a node spec is large, and growing
         // the vector by doubling copies every spec and touches fresh memory each time.
         let headers = memchr::memmem::find_iter(file.text.as_bytes(), b"\n[nodes.").count() + 1;
+        Self::sized(file, context, headers)
+    }
+
+    /// A loader with room for `headers` nodes.
+    fn sized(file: &'a Arc<SourceFile>, context: &'a LoadContext<'c>, headers: usize) -> Self {
+        let mut governing = GoverningSet::default();
+        governing.add(Role::Pipeline, Arc::clone(file));
         Self {
             file,
             context,
@@ -489,7 +494,7 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
             let threads: Vec<_> = later
                 .iter()
                 .map(|share| {
-                    let mut sibling = self.sibling();
+                    let mut sibling = self.sibling(size);
                     let thread = std::thread::Builder::new()
                         .name("kavi-load".into())
                         .spawn_scoped(scope, move || {
@@ -506,7 +511,7 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
                     Ok(Ok(sibling)) => sibling,
                     Ok(Err(panic)) => std::panic::resume_unwind(panic),
                     Err(_) => {
-                        let mut sibling = self.sibling();
+                        let mut sibling = self.sibling(size);
                         sibling.load_each(&mut lock(share));
                         sibling
                     }
@@ -525,11 +530,12 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
         }
     }
 
-    /// A loader for a later share of this one's nodes: the same file and parameters.
-    fn sibling(&self) -> Self {
+    /// A loader for a later share of this one's nodes, `size` of them: the same file and
+    /// parameters.
+    fn sibling(&self, size: usize) -> Self {
         Self {
             params: self.params.clone(),
-            ..Self::new(self.file, self.context)
+            ..Self::sized(self.file, self.context, size)
         }
     }
 
@@ -570,7 +576,7 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
     /// to toml, hands over none, and everything is loaded again from the tree.
     fn keep_first(&mut self, handed: usize) {
         if handed == 0 && self.taken > 0 {
-            let fresh = Self::new(self.file, self.context);
+            let fresh = Self::sized(self.file, self.context, self.headers);
             *self = fresh;
         }
         debug_assert!(handed == 0 || handed == self.taken);
