@@ -373,21 +373,18 @@ pub fn plan(
                 // 10,000 nodes formatted 30,000 strings, 6% of its instructions, and growing
                 // them was 4% more.
                 let mut notes = String::new();
-                let mut note = |part: &str| {
+                let note = |notes: &mut String, part: &str| {
                     notes.push_str(if notes.is_empty() { "[" } else { "; " });
                     notes.push_str(part);
                 };
                 if !node.needs.is_empty() {
-                    let names: usize = node.needs.iter().map(|n| n.get_ref().len() + 2).sum();
-                    let mut needs = String::with_capacity("needs ".len() + names);
-                    needs.push_str("needs ");
+                    note(&mut notes, "needs ");
                     for (n, need) in node.needs.iter().enumerate() {
                         if n > 0 {
-                            needs.push_str(", ");
+                            notes.push_str(", ");
                         }
-                        needs.push_str(need.get_ref());
+                        notes.push_str(need.get_ref());
                     }
-                    note(&needs);
                 }
                 if let Some(when) = &node.when {
                     let verdict = match decide_now(&dag, i, &templates, &params) {
@@ -395,13 +392,14 @@ pub fn plan(
                         Some(false) => "false now: will be skipped",
                         None => "decided at run time",
                     };
-                    note(&format!("when {} ({verdict})", when.get_ref()));
+                    note(&mut notes, &format!("when {} ({verdict})", when.get_ref()));
                 }
                 if let Some(timeout) = node.timeout {
-                    note(&format!("timeout {}", humantime::format_duration(timeout)));
+                    let timeout = humantime::format_duration(timeout);
+                    note(&mut notes, &format!("timeout {timeout}"));
                 }
                 if node.retry.attempts > 1 {
-                    note(&format!("{} attempts", node.retry.attempts));
+                    note(&mut notes, &format!("{} attempts", node.retry.attempts));
                 }
                 if !notes.is_empty() {
                     notes.push(']');
