@@ -237,14 +237,11 @@ impl NamedFiles {
             Glance::Empty => return Some(SourceFile::new(word, String::new())),
             Glance::Unsure => {}
         }
-        let bytes = match self.open_beneath(word) {
+        let text = match self.open_beneath(word) {
             Beneath::Opened(file, root_device) => read_regular(file, root_device)?,
             Beneath::Absent => return None,
             Beneath::Unsettled => self.read_resolved(word)?,
         };
-        // Scripts are text; a binary the command names is still named, by its bytes' hash.
-        let text = String::from_utf8(bytes)
-            .unwrap_or_else(|e| format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes())));
         Some(SourceFile::new(word, text))
     }
 
@@ -338,7 +335,7 @@ impl NamedFiles {
     }
 
     /// The file `word` names, its path resolved in user space and compared with the root's.
-    fn read_resolved(&mut self, word: &str) -> Option<Vec<u8>> {
+    fn read_resolved(&mut self, word: &str) -> Option<String> {
         let named = self.root.join(word);
         named.symlink_metadata().ok()?;
         let path = named.canonicalize().ok()?;
@@ -348,7 +345,9 @@ impl NamedFiles {
         if !path.is_file() || !root.as_ref().is_some_and(|root| path.starts_with(root)) {
             return None;
         }
-        std::fs::read(&path).ok()
+        let file = std::fs::File::open(&path).ok()?;
+        let size = file.metadata().ok()?.len();
+        member_text(file, size)
     }
 }
 
@@ -362,26 +361,52 @@ enum Beneath {
     Unsettled,
 }
 
-/// The bytes of an opened file, if it is a regular one.
+/// What an opened file is in the set (see [`member_text`]), if it is a regular one.
 ///
 /// An empty file on the root's own device is not read: a read would only find its end, and it
 /// stamps the file's access time, a journaled inode write on ext4, for every output a pipeline
 /// names (`touch out/1`). Elsewhere (procfs, sysfs), a file sized 0 may still hold text.
-fn read_regular(file: std::fs::File, root_device: u64) -> Option<Vec<u8>> {
-    use std::io::Read;
+fn read_regular(file: std::fs::File, root_device: u64) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let metadata = file.metadata().ok()?;
     if !metadata.is_file() {
         return None;
     }
     if metadata.len() == 0 && metadata.dev() == root_device {
-        return Some(Vec::new());
+        return Some(String::new());
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    member_text(file, metadata.len())
+}
+
+/// The most of a named file the set keeps as its text (see [`member_text`]).
+const KEPT_WHOLE: u64 = 1024 * 1024;
+
+/// What a named file of about `size` bytes is in the set: its text, as scripts and rules files
+/// are. A binary file is named by its bytes' SHA-256 instead, and so is a file longer than
+/// [`KEPT_WHOLE`], hashed as it is read rather than held: a command may name a data file of
+/// any size (`python3 train.py data/big.csv`), and its hash binds its content as its text
+/// would, without every `check` holding it or the ledger storing it.
+fn member_text(mut file: std::fs::File, size: u64) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(usize::try_from(size.min(KEPT_WHOLE + 1)).unwrap_or(0));
     // Through `Take`, not the `File`: std's `File::read_to_end` asks the kernel for the size
     // again (`statx` and `lseek`), two system calls per named file that `metadata` made moot.
-    file.take(u64::MAX).read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    (&mut file)
+        .take(KEPT_WHOLE + 1)
+        .read_to_end(&mut head)
+        .ok()?;
+    if head.len() as u64 > KEPT_WHOLE {
+        let mut hasher = Sha256::new();
+        let size = std::io::copy(&mut head.as_slice().chain(file), &mut hasher).ok()?;
+        return Some(format!(
+            "file of {size} bytes, kept by its hash: sha256:{:x}",
+            hasher.finalize()
+        ));
+    }
+    Some(
+        String::from_utf8(head)
+            .unwrap_or_else(|e| format!("binary file, sha256:{:x}", Sha256::digest(e.as_bytes()))),
+    )
 }
 
 /// The resolved configuration a run sees as `config`, as a member named `kavi.toml`: TOML, with
@@ -527,6 +552,41 @@ mod tests {
         assert_eq!(members[0].0, Role::Script);
         assert_eq!(members[0].1, "checks/lint.py");
         assert_eq!(members[0].3, "print('ok')\n");
+    }
+
+    /// A command may name a data file of any size: what governs the run is its content, which
+    /// its SHA-256 binds as well as its text would, so a large one is neither held in memory
+    /// whole nor stored in the ledger as text. One at the limit is still kept whole.
+    #[test]
+    fn a_large_named_file_is_governed_by_its_hash_not_its_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        let limit = usize::try_from(KEPT_WHOLE).unwrap();
+        let large: Vec<u8> = b"a,b\n".iter().copied().cycle().take(limit + 1).collect();
+        std::fs::write(dir.path().join("data/large.csv"), &large).unwrap();
+        std::fs::write(dir.path().join("data/kept.csv"), &large[..limit]).unwrap();
+        let member = |word: &str| NamedFiles::new(dir.path()).lookup(word).unwrap();
+
+        let expected = format!(
+            "file of {} bytes, kept by its hash: sha256:{:x}",
+            limit + 1,
+            Sha256::digest(&large)
+        );
+        // Compared by hand: a failure prints the member's length, not a megabyte of it.
+        let text = member("data/large.csv").text.clone();
+        assert!(text == expected, "a member of {} bytes", text.len());
+        assert_eq!(member("data/kept.csv").text.len(), limit);
+
+        // Any byte of it, past the limit too, changes the member and so the set's hash.
+        let mut changed = large.clone();
+        changed[limit] = b'!';
+        std::fs::write(dir.path().join("data/large.csv"), &changed).unwrap();
+        let text = member("data/large.csv").text.clone();
+        assert!(
+            text.starts_with("file of ") && text != expected,
+            "a member of {} bytes",
+            text.len()
+        );
     }
 
     /// Asserts that `words`, named below `root`, make a set of exactly `expected` (path, text).
