@@ -238,7 +238,7 @@ impl NamedFiles {
             Glance::Unsure => {}
         }
         let text = match self.open_beneath(word) {
-            Beneath::Opened(file, root_device) => read_regular(file, root_device)?,
+            Beneath::Opened(file, root_device) => read_regular(file, Some(root_device))?,
             Beneath::Absent => return None,
             Beneath::Unsettled => self.read_resolved(word)?,
         };
@@ -345,9 +345,14 @@ impl NamedFiles {
         if !path.is_file() || !root.as_ref().is_some_and(|root| path.starts_with(root)) {
             return None;
         }
-        let file = std::fs::File::open(&path).ok()?;
-        let size = file.metadata().ok()?.len();
-        member_text(file, size)
+        // Opened as below the root: a FIFO put in the file's place since is not waited on.
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+            .open(&path)
+            .ok()?;
+        read_regular(file, None)
     }
 }
 
@@ -363,16 +368,17 @@ enum Beneath {
 
 /// What an opened file is in the set (see [`member_text`]), if it is a regular one.
 ///
-/// An empty file on the root's own device is not read: a read would only find its end, and it
-/// stamps the file's access time, a journaled inode write on ext4, for every output a pipeline
-/// names (`touch out/1`). Elsewhere (procfs, sysfs), a file sized 0 may still hold text.
-fn read_regular(file: std::fs::File, root_device: u64) -> Option<String> {
+/// An empty file on the root's own device (when it is known) is not read: a read would only
+/// find its end, and it stamps the file's access time, a journaled inode write on ext4, for
+/// every output a pipeline names (`touch out/1`). Elsewhere (procfs, sysfs), a file sized 0 may
+/// still hold text.
+fn read_regular(file: std::fs::File, root_device: Option<u64>) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let metadata = file.metadata().ok()?;
     if !metadata.is_file() {
         return None;
     }
-    if metadata.len() == 0 && metadata.dev() == root_device {
+    if metadata.len() == 0 && Some(metadata.dev()) == root_device {
         return Some(String::new());
     }
     member_text(file, metadata.len())
