@@ -2038,6 +2038,128 @@ outputs = ["out/never.txt"]
     }
 }
 
+/// Real work's files. An output past what the ledger keeps is copied into the store as it is
+/// hashed, and put back from it with a new file's permissions; a stored copy altered since makes
+/// the node run again. Hashing a large input, which the loop once did itself, holds up no other
+/// node: one that prints a megabyte (more than its pipe holds, so it ends only once kavi reads)
+/// ends while the key of a node with 1 GiB of input is still being made.
+#[test]
+fn large_files_are_stored_hashed_and_put_back_in_a_stream_off_the_loop() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    write(dir.path(), "data/seed.txt", "1\n");
+    // Sparse: as long to hash as 1 GiB of data, and nothing on disk.
+    std::fs::File::create(dir.path().join("data/big.bin"))
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    write(
+        dir.path(),
+        "pipelines/big.toml",
+        r#"
+[pipeline]
+name = "big"
+
+[nodes.model]
+kind = "exec"
+shell = "mkdir -p out; seq 1 400000 > out/model.bin"
+inputs = ["data/seed.txt"]
+outputs = ["out/model.bin"]
+
+[nodes.hashed]
+kind = "exec"
+run = ["true"]
+inputs = ["data/big.bin"]
+
+[nodes.quick]
+kind = "exec"
+shell = "yes | head -c 1048576"
+"#,
+    );
+    let run = || {
+        let out = kavi(
+            dir.path(),
+            &["pipeline", "run", "big", "--json", "--jobs", "4"],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(&out)
+    };
+    let model = dir.path().join("out/model.bin");
+    let first = run();
+    assert_eq!(
+        nodes_by_state(&first),
+        [
+            ("model".into(), "succeeded".into()),
+            ("hashed".into(), "succeeded".into()),
+            ("quick".into(), "succeeded".into()),
+        ]
+    );
+    let (quick_end, hashed_start) = (
+        node(&first, "quick")["finished_at"].as_str().unwrap(),
+        node(&first, "hashed")["started_at"].as_str().unwrap(),
+    );
+    assert!(
+        quick_end < hashed_start,
+        "`quick` ended at {quick_end}, after `hashed` started at {hashed_start}: its output \
+         waited for the hashing"
+    );
+    let made = std::fs::read(&model).unwrap();
+    let output = node(&first, "model")["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "output")
+        .unwrap()
+        .clone();
+    assert_eq!(output["size"], made.len());
+    let stored = dir
+        .path()
+        .join(".kavi/artifacts")
+        .join(output["path"].as_str().unwrap());
+    assert_eq!(std::fs::read(&stored).unwrap(), made, "a file in the store");
+
+    // Gone from the workspace: put back, the same bytes, made as a new file would be.
+    std::fs::remove_file(&model).unwrap();
+    let second = run();
+    assert_eq!(node(&second, "model")["state"], "cached");
+    assert_eq!(node(&second, "hashed")["state"], "cached");
+    assert_eq!(std::fs::read(&model).unwrap(), made);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let fresh = write(dir.path(), "out/fresh.txt", "");
+    assert_eq!(mode(&model), mode(&fresh), "not a temporary file's 0600");
+
+    // The store's copy altered: refused as it is copied, and the node runs again.
+    let mut altered = std::fs::read(&stored).unwrap();
+    altered[0] = b'9';
+    let mut permissions = std::fs::metadata(&stored).unwrap().permissions();
+    permissions.set_mode(0o644);
+    std::fs::set_permissions(&stored, permissions).unwrap();
+    std::fs::write(&stored, &altered).unwrap();
+    std::fs::write(&model, "kept\n").unwrap();
+    let third = run();
+    assert_eq!(node(&third, "model")["state"], "succeeded");
+    assert_eq!(std::fs::read(&model).unwrap(), made);
+    let explained = kavi(dir.path(), &["explain", "latest", "model"]);
+    let text = String::from_utf8_lossy(&explained.stdout).into_owned();
+    assert!(
+        text.contains("the stored copy of output `out/model.bin` is unusable")
+            && text.contains("was altered"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join(".kavi/artifacts/tmp"))
+            .unwrap()
+            .count(),
+        0,
+        "no staged copy is left behind"
+    );
+}
+
 /// A template a rendered template includes governs the run too: editing it is a change of
 /// governance `policy diff` names, and what it reads is checked like its includer's.
 #[test]

@@ -21,7 +21,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::ledger::{Artifact, ArtifactStore, hash_file};
+use crate::ledger::{Artifact, ArtifactStore, hash_file, open_regular};
 
 /// What a node declares about its files, validated when the pipeline loads.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ pub struct CacheSpec {
 }
 
 /// One entry of `inputs`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct InputPattern {
     pub text: String,
     /// The folder the pattern cannot match outside of (its part before the first wildcard).
@@ -193,25 +193,28 @@ pub fn store_outputs(
             }
             Err(_) => return Err(format!("declared output `{output}` was not written")),
         }
-        let bytes = std::fs::read(&path)
-            .map_err(|e| format!("failed to read declared output `{output}`: {e}"))?;
-        let artifact = store
-            .put_small("OUTPUT", &bytes)
+        // Opened as what was just checked, or refused: a FIFO or a link swapped in meanwhile is
+        // neither waited on nor followed.
+        let artifact = open_regular(&path)
+            .and_then(|(mut file, _)| store.put_read("OUTPUT", &mut file))
             .map_err(|e| format!("failed to store declared output `{output}`: {e}"))?;
         stored.push((output.clone(), artifact));
     }
     Ok(stored)
 }
 
-/// Puts recorded output files back where they were written, reading each through `read` (which
-/// re-hashes what it returns). A file that already holds the recorded content is left alone;
-/// another is replaced by a rename, so a link in its place is replaced, never followed.
+/// Puts recorded output files back where they were written, each copied through `copy` (which
+/// re-hashes what it writes, and fails when that is not what was recorded). A file that already
+/// holds the recorded content is left alone; another is replaced by a rename, so a link in its
+/// place is replaced, never followed. Every copy is made and checked in `staging` (the store's
+/// temporary folder) before any output is touched, one buffer at a time: an output of any size
+/// is never held in memory.
 pub fn restore_outputs(
     workspace: &Path,
     files: &BTreeMap<String, String>,
-    read: impl Fn(&str) -> Result<Vec<u8>, String>,
+    staging: &Path,
+    copy: impl Fn(&str, &mut dyn io::Write) -> Result<(), String>,
 ) -> Result<usize, String> {
-    // Every stored output must be readable before any file is touched.
     let mut wanted = Vec::new();
     for (output, sha256) in files {
         let path = output_path(workspace, output).map_err(|e| format!("recorded output {e}"))?;
@@ -223,22 +226,42 @@ pub fn restore_outputs(
         if current.is_some_and(|(hash, _)| &hash == sha256) {
             continue;
         }
-        let bytes = read(sha256)
-            .map_err(|e| format!("the stored copy of output `{output}` is unusable: {e}"))?;
-        wanted.push((path, bytes));
+        let unusable = |e: String| format!("the stored copy of output `{output}` is unusable: {e}");
+        let mut staged = new_output_file(staging).map_err(|e| unusable(e.to_string()))?;
+        copy(sha256, staged.as_file_mut()).map_err(unusable)?;
+        wanted.push((path, staged));
     }
-    for (path, bytes) in &wanted {
-        let parent = path.parent().expect("an output path has a parent");
-        std::fs::create_dir_all(parent)
-            .and_then(|()| {
-                let mut temp = tempfile::NamedTempFile::new_in(parent)?;
-                io::Write::write_all(&mut temp, bytes)?;
-                temp.persist(path).map_err(|e| e.error)?;
-                Ok(())
-            })
+    let restored = wanted.len();
+    for (path, staged) in wanted {
+        put_in_place(staged, &path)
             .map_err(|e| format!("failed to restore {}: {e}", path.display()))?;
     }
-    Ok(wanted.len())
+    Ok(restored)
+}
+
+/// A temporary file in `folder` made as a program would make its output: readable as the umask
+/// allows, not only by its owner as temporary files are.
+fn new_output_file(folder: &Path) -> io::Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(folder)
+}
+
+/// Renames `staged` to `path`, making its folder first; where the two are on different file
+/// systems, copies it into a temporary file beside `path` and renames that.
+fn put_in_place(staged: tempfile::NamedTempFile, path: &Path) -> io::Result<()> {
+    let parent = path.parent().expect("an output path has a parent");
+    std::fs::create_dir_all(parent)?;
+    let staged = match staged.persist(path) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.error.raw_os_error() == Some(nix::libc::EXDEV) => e.file,
+        Err(e) => return Err(e.error),
+    };
+    let mut local = new_output_file(parent)?;
+    io::copy(&mut staged.reopen()?, local.as_file_mut())?;
+    local.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// How the parts of two keys differ, in words, for `kavi explain`: `changed`, `new` or `gone`,
@@ -361,18 +384,19 @@ mod tests {
             .iter()
             .map(|(path, artifact)| (path.clone(), artifact.sha256.clone()))
             .collect();
-        let read = |sha: &str| -> Result<Vec<u8>, String> {
+        let staging = store.temp_dir();
+        let read = |sha: &str, to: &mut dyn io::Write| -> Result<(), String> {
             assert_eq!(sha, sha256_hex(b"made"));
-            Ok(b"made".to_vec())
+            to.write_all(b"made").map_err(|e| e.to_string())
         };
         // Unchanged: nothing written.
-        assert_eq!(restore_outputs(&root, &files, read).unwrap(), 0);
+        assert_eq!(restore_outputs(&root, &files, &staging, read).unwrap(), 0);
         // A link put in its place is replaced, and what it pointed at is untouched.
         let victim = dir.path().join("victim.txt");
         std::fs::write(&victim, "keep").unwrap();
         std::fs::remove_file(root.join("out/result.txt")).unwrap();
         std::os::unix::fs::symlink(&victim, root.join("out/result.txt")).unwrap();
-        assert_eq!(restore_outputs(&root, &files, read).unwrap(), 1);
+        assert_eq!(restore_outputs(&root, &files, &staging, read).unwrap(), 1);
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         assert_eq!(
             std::fs::read_to_string(root.join("out/result.txt")).unwrap(),
@@ -383,7 +407,7 @@ mod tests {
         std::fs::create_dir(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
         let escaping = BTreeMap::from([("escape/x.txt".to_owned(), sha256_hex(b"made"))]);
-        let error = restore_outputs(&root, &escaping, read).unwrap_err();
+        let error = restore_outputs(&root, &escaping, &staging, read).unwrap_err();
         assert_eq!(
             error,
             "recorded output `escape/x.txt` resolves outside the workspace"

@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::Key;
 use crate::dag::Dag;
-use crate::ledger::{CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin};
+use crate::ledger::{
+    Artifact, CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin,
+};
 use crate::nodes::{ChildRun, ChildRuns, Environment, NodeContext, NodeOutcome};
 use crate::spec::Pipeline;
 use crate::spec::governing::Role;
@@ -150,11 +152,31 @@ fn config_parts(members: &[GoverningMember<'_>]) -> Vec<(String, String)> {
 /// A member of a run's governing set: role, path, hash and text.
 pub type GoverningMember<'t> = (Role, String, String, &'t str);
 
+/// What a task of the loop's set ended with.
+enum Done {
+    /// A node's attempt ended.
+    Attempt(Finished),
+    /// A node's input files are hashed: its key is whole, or why it could not be.
+    Keyed {
+        index: usize,
+        key: std::io::Result<Key>,
+    },
+    /// A cached node's output files are put back, or why they could not be.
+    Restored {
+        index: usize,
+        record: CacheRecord,
+        hit: CacheHit,
+        restored: Result<usize, String>,
+    },
+}
+
 struct Finished {
     index: usize,
     attempt: u32,
     outcome: NodeOutcome,
     duration: Duration,
+    /// A node with a key that succeeded: its declared output files, as stored.
+    stored: Option<Result<Vec<(String, Artifact)>, String>>,
 }
 
 /// What the loop knows about one node.
@@ -175,9 +197,12 @@ pub struct Executor<'a> {
     run_id: i64,
     slots: Vec<Slot>,
     ready: BinaryHeap<Reverse<usize>>,
+    /// Due to start, by node and attempt; attempt 0 is the making of a node's key.
     to_start: BinaryHeap<Reverse<(usize, u32)>>,
     retries: BinaryHeap<Reverse<(Instant, usize, u32)>>,
-    running: JoinSet<Finished>,
+    /// The nodes' attempts, and the hashing of input files for nodes' keys: the work `--jobs`
+    /// bounds.
+    running: JoinSet<Done>,
     run_cancel: CancellationToken,
     /// Parent of every node's token: cancelled by the user's cancel, or when a budget is spent
     /// (which fails the run rather than cancelling it).
@@ -432,8 +457,8 @@ impl<'a> Executor<'a> {
             let next_retry = self.retries.peek().map(|Reverse((due, _, _))| *due);
             tokio::select! {
                 joined = self.running.join_next(), if !self.running.is_empty() => {
-                    let finished = joined.expect("join set is not empty").expect("node tasks do not panic");
-                    done += self.attempt_finished(finished)?.0;
+                    let task = joined.expect("join set is not empty").expect("node tasks do not panic");
+                    done += self.task_done(task)?.0;
                 }
                 () = sleep_until_opt(next_retry) => self.promote_due_retries(),
                 () = self.run_cancel.cancelled(), if self.stop_reason.is_none() => self.stop("run cancelled"),
@@ -542,7 +567,8 @@ impl<'a> Executor<'a> {
                 },
             };
             match verdict {
-                None if self.consult_cache(index)? => finished += 1,
+                // Its key first: attempt 0 (see `start_due_nodes`).
+                None if node.cache.is_some() => self.to_start.push(Reverse((index, 0))),
                 None => self.to_start.push(Reverse((index, 1))),
                 Some((state, text)) => {
                     let (error, reason) = if state == NodeState::Failed {
@@ -606,16 +632,46 @@ impl<'a> Executor<'a> {
         true
     }
 
-    /// For a node that declares its inputs: computes its key and, when an earlier node run with
-    /// that key succeeded and its output files can be put back, finishes it as `cached`.
-    /// Otherwise keeps the key (and why it was not used) for when the node finishes. Returns
-    /// whether the node finished.
-    fn consult_cache(&mut self, index: usize) -> Result<bool, LedgerError> {
+    /// For a node that declares its inputs: makes its key's parts that the loop knows, and
+    /// hashes its input files on a thread of the blocking pool, as a task of the loop's set
+    /// (`--jobs` bounds those as it bounds attempts).
+    /// Inputs of gigabytes hold up neither the running nodes (their output is read, their
+    /// timeouts kept) nor a cancel; [`Executor::consult_cache`] takes the key when it is whole.
+    fn start_keying(&mut self, index: usize) {
+        let spec = self.dag.pipeline.nodes[index]
+            .cache
+            .as_ref()
+            .expect("only nodes with inputs have keys");
+        let mut key = self.node_key(index);
+        let inputs = spec.inputs.clone();
+        let workspace = Arc::clone(&self.env.workspace);
+        let skip = Arc::clone(&self.env.state_paths);
+        self.running.spawn(async move {
+            let hashing = tokio::task::spawn_blocking(move || {
+                key.add_inputs(&workspace, &inputs, &skip).map(|()| key)
+            });
+            let key = hashing
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            Done::Keyed { index, key }
+        });
+    }
+
+    /// For a node whose key is whole: when an earlier node run with that key succeeded, starts
+    /// putting its output files back (see [`Executor::outputs_restored`]). Otherwise keeps the
+    /// key (and why it was not used) for when the node finishes, and makes it due to start.
+    /// Returns whether the node finished: only when its inputs could not be read, which fails it.
+    fn consult_cache(
+        &mut self,
+        index: usize,
+        key: std::io::Result<Key>,
+    ) -> Result<bool, LedgerError> {
         let node = &self.dag.pipeline.nodes[index];
-        let Some(spec) = &node.cache else {
-            return Ok(false);
-        };
-        let key = match self.node_key(index) {
+        let spec = node
+            .cache
+            .as_ref()
+            .expect("only nodes with inputs have keys");
+        let key = match key {
             Ok(key) => key,
             Err(e) => {
                 let error = format!("failed to read its inputs: {e}");
@@ -642,15 +698,56 @@ impl<'a> Executor<'a> {
                 record.note = Some("no earlier run of it with this key succeeded".into());
             }
             self.slots[index].cache = Some(record);
+            self.to_start.push(Reverse((index, 1)));
             return Ok(false);
         };
-        let (ledger, store) = (&*self.ledger, &self.env.artifacts);
-        match crate::cache::restore_outputs(&self.env.workspace, &hit.files, |sha256| {
-            ledger.read_artifact(store, sha256)
-        }) {
+        // What the ledger keeps of the outputs is read here, on its connection; the files are
+        // compared, copied and checked on a thread of the blocking pool, as the inputs were
+        // hashed (see `start_keying`).
+        let mut kept = HashMap::new();
+        for sha256 in hit.files.values() {
+            match self.ledger.kept_artifact(sha256) {
+                Ok(None) => {}
+                Ok(Some(bytes)) => _ = kept.insert(sha256.clone(), Ok(bytes)),
+                Err(e) => _ = kept.insert(sha256.clone(), Err(e)),
+            }
+        }
+        let workspace = Arc::clone(&self.env.workspace);
+        let store = self.env.artifacts.clone();
+        self.running.spawn(async move {
+            let files = hit.files.clone();
+            let restoring = tokio::task::spawn_blocking(move || {
+                let copy = |sha256: &str, to: &mut dyn std::io::Write| match kept.get(sha256) {
+                    Some(Ok(bytes)) => to.write_all(bytes).map_err(|e| e.to_string()),
+                    Some(Err(e)) => Err(e.clone()),
+                    None => store.copy_out(sha256, to),
+                };
+                crate::cache::restore_outputs(&workspace, &files, &store.temp_dir(), copy)
+            });
+            let restored = restoring.await.unwrap_or_else(|e| Err(e.to_string()));
+            Done::Restored {
+                index,
+                record,
+                hit,
+                restored,
+            }
+        });
+        Ok(false)
+    }
+
+    /// Takes a cached node's restored outputs: finishes it as `cached`, or, when they could not
+    /// be put back, makes it due to run with the reason kept. Returns whether it finished.
+    fn outputs_restored(
+        &mut self,
+        index: usize,
+        mut record: CacheRecord,
+        hit: &CacheHit,
+        restored: Result<usize, String>,
+    ) -> bool {
+        match restored {
             Ok(restored) => {
-                self.finish_cached(index, record, &hit, restored);
-                Ok(true)
+                self.finish_cached(index, record, hit, restored);
+                true
             }
             Err(e) => {
                 record.note = Some(format!(
@@ -658,7 +755,8 @@ impl<'a> Executor<'a> {
                     hit.node_run_id, hit.run_id
                 ));
                 self.slots[index].cache = Some(record);
-                Ok(false)
+                self.to_start.push(Reverse((index, 1)));
+                false
             }
         }
     }
@@ -715,7 +813,8 @@ impl<'a> Executor<'a> {
 
     /// A node's key (see [`crate::cache`]): its definition, kavi's version, the governing
     /// files, what its templates read, its environment and its input files.
-    fn node_key(&self, index: usize) -> std::io::Result<Key> {
+    /// The parts of a node's key the loop knows: all but its input files'.
+    fn node_key(&self, index: usize) -> Key {
         let node = &self.dag.pipeline.nodes[index];
         let spec = node
             .cache
@@ -764,8 +863,7 @@ impl<'a> Executor<'a> {
             inherited.sort();
             key.add("env:*", inherited.join("\0"));
         }
-        key.add_inputs(&self.env.workspace, &spec.inputs, &self.env.state_paths)?;
-        Ok(key)
+        key
     }
 
     /// Why a node cannot run because of its dependencies, if it cannot.
@@ -822,16 +920,21 @@ impl<'a> Executor<'a> {
             })
     }
 
+    /// Starts what is due, as `--jobs` allows: nodes' attempts, and the making of keys (attempt
+    /// 0, for a node that declares inputs: hashing them is work as an attempt is, and a pipeline
+    /// of many such nodes would otherwise hash them all at once).
     fn start_due_nodes(&mut self) -> Result<(), LedgerError> {
         while self.running.len() < self.env.jobs.max(1) {
             let Some(Reverse((index, attempt))) = self.to_start.pop() else {
                 break;
             };
-            self.check_budget(index);
+            if attempt > 0 {
+                self.check_budget(index);
+            }
             if let Some(reason) = self.stopped_for(index) {
                 self.finish_without_running_attempt(
                     index,
-                    attempt,
+                    attempt.max(1),
                     NodeState::Cancelled,
                     None,
                     Some(&format!("not started: {reason}")),
@@ -839,7 +942,11 @@ impl<'a> Executor<'a> {
                 self.mark_done(index, NodeState::Cancelled);
                 continue;
             }
-            self.spawn_attempt(index, attempt)?;
+            if attempt == 0 {
+                self.start_keying(index);
+            } else {
+                self.spawn_attempt(index, attempt)?;
+            }
         }
         Ok(())
     }
@@ -864,6 +971,13 @@ impl<'a> Executor<'a> {
         let action = Arc::clone(&node.action);
         let node_id = node.id.clone();
         let timeout = node.timeout;
+        // A node with a key keeps its declared output files, to put back when it is cached.
+        let outputs = node
+            .cache
+            .as_ref()
+            .filter(|_| self.slots[index].cache.is_some())
+            .map(|spec| spec.outputs.clone())
+            .filter(|outputs| !outputs.is_empty());
         let vars = self.context_for(index);
         let env = Arc::clone(&self.env);
         let cancel = self.nodes_cancel.child_token();
@@ -901,9 +1015,43 @@ impl<'a> Executor<'a> {
             if outcome.state == NodeState::Cancelled && outcome.error.is_none() {
                 outcome.error = Some("cancelled while running".into());
             }
-            Finished { index, attempt, outcome, duration: started.elapsed() }
+            let duration = started.elapsed();
+            let stored = match outputs {
+                Some(outputs) if outcome.state == NodeState::Succeeded => {
+                    // Read and copied on a thread of the blocking pool: an output of gigabytes
+                    // holds up neither the other nodes' output nor their timeouts.
+                    let (workspace, store) = (Arc::clone(&env.workspace), env.artifacts.clone());
+                    let storing = tokio::task::spawn_blocking(move || {
+                        crate::cache::store_outputs(&workspace, &outputs, &store)
+                    });
+                    Some(storing.await.unwrap_or_else(|e| Err(format!("storing its declared outputs failed: {e}"))))
+                }
+                _ => None,
+            };
+            Done::Attempt(Finished { index, attempt, outcome, duration, stored })
         });
         Ok(())
+    }
+
+    /// Takes what a task of the loop's set ended with: returns how many nodes finished, and the
+    /// state an attempt ended in, when it was an attempt.
+    fn task_done(&mut self, task: Done) -> Result<(usize, Option<NodeState>), LedgerError> {
+        Ok(match task {
+            Done::Attempt(finished) => {
+                let (finished, state) = self.attempt_finished(finished)?;
+                (finished, Some(state))
+            }
+            Done::Keyed { index, key } => (usize::from(self.consult_cache(index, key)?), None),
+            Done::Restored {
+                index,
+                record,
+                hit,
+                restored,
+            } => (
+                usize::from(self.outputs_restored(index, record, &hit, restored)),
+                None,
+            ),
+        })
     }
 
     /// Records an attempt's end; returns how many nodes finished (none when it is tried again)
@@ -914,29 +1062,22 @@ impl<'a> Executor<'a> {
             attempt,
             mut outcome,
             duration,
+            stored,
         } = finished;
         let node = &self.dag.pipeline.nodes[index];
-        // A node with a key keeps its declared output files, to put back when it is cached.
         let mut cache = self.slots[index].cache.clone();
-        if let (Some(cache), Some(spec), NodeState::Succeeded) =
-            (&mut cache, &node.cache, outcome.state)
-        {
-            match crate::cache::store_outputs(
-                &self.env.workspace,
-                &spec.outputs,
-                &self.env.artifacts,
-            ) {
-                Ok(stored) => {
-                    for (path, artifact) in stored {
-                        cache.files.insert(path, artifact.sha256.clone());
-                        outcome.artifacts.push(("output", artifact));
-                    }
-                }
-                Err(e) => {
-                    outcome.state = NodeState::Failed;
-                    outcome.error = Some(e);
+        match (stored, &mut cache) {
+            (Some(Ok(stored)), Some(cache)) => {
+                for (path, artifact) in stored {
+                    cache.files.insert(path, artifact.sha256.clone());
+                    outcome.artifacts.push(("output", artifact));
                 }
             }
+            (Some(Err(e)), _) => {
+                outcome.state = NodeState::Failed;
+                outcome.error = Some(e);
+            }
+            _ => {}
         }
         let retryable = node
             .retry

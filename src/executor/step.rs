@@ -189,10 +189,12 @@ pub async fn execute_step(
     while done == 0 && !executor.running.is_empty() {
         tokio::select! {
             joined = executor.running.join_next() => {
-                let finished = joined.expect("join set is not empty").expect("node tasks do not panic");
-                let (finished, state) = executor.attempt_finished(finished)?;
+                let task = joined.expect("join set is not empty").expect("node tasks do not panic");
+                let (finished, state) = executor.task_done(task)?;
                 done += finished;
-                ended_in = Some(state);
+                ended_in = state.or(ended_in);
+                // A node whose key is now whole and found nothing is due to start.
+                executor.start_due_nodes()?;
             }
             () = executor.run_cancel.cancelled(), if executor.stop_reason.is_none() => {
                 executor.stop("run cancelled");

@@ -9,8 +9,9 @@
 //! row that records them. A node that prints a line then costs a row, not a file and an fsync,
 //! and the content is exactly as durable as the record of it.
 
-use std::fs::File;
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -91,6 +92,27 @@ impl ArtifactStore {
         Ok(artifact)
     }
 
+    /// Stores everything `reader` yields: kept in the ledger when it ends within
+    /// [`INLINE_LIMIT`], else copied into the store as it is hashed, so that an output of any
+    /// size costs one buffer of memory and one read of each byte.
+    pub fn put_read(&self, kind: &str, reader: &mut impl Read) -> io::Result<Artifact> {
+        let mut head = Vec::new();
+        reader
+            .take(INLINE_LIMIT as u64 + 1)
+            .read_to_end(&mut head)?;
+        if head.len() <= INLINE_LIMIT {
+            return self.put_small(kind, &head);
+        }
+        let mut temp = NamedTempFile::new_in(self.temp_dir())?;
+        let (sha256, size) = copy_hashing(&mut head.as_slice().chain(reader), temp.as_file_mut())?;
+        let artifact = self.artifact(kind, sha256, size);
+        let destination = self.path_of(&artifact);
+        if !destination.exists() {
+            self.persist(temp, &destination)?;
+        }
+        Ok(artifact)
+    }
+
     /// Moves a finished temporary file into the store under its hash.
     pub fn put_file(&self, kind: &str, mut temp: NamedTempFile) -> io::Result<Artifact> {
         // A writer may have left the offset anywhere.
@@ -134,16 +156,26 @@ impl ArtifactStore {
 
     /// The bytes of the artifact with this SHA-256 (hex), re-hashed as they are read.
     pub fn read_bytes(&self, sha256: &str) -> Result<Vec<u8>, String> {
+        let mut bytes = Vec::new();
+        self.copy_out(sha256, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Writes the artifact with this SHA-256 (hex) to `writer`, re-hashing it on the way: an
+    /// error, once all is written, when the file no longer matches its name (the writer's copy
+    /// is then not to be used).
+    pub fn copy_out(&self, sha256: &str, writer: &mut dyn Write) -> Result<(), String> {
         let path = self.path_of_sha256(sha256);
-        let bytes = std::fs::read(&path)
+        let (found, _) = open_regular(&path)
+            .and_then(|(mut file, _)| copy_hashing(&mut file, writer))
             .map_err(|e| format!("failed to read artifact {}: {e}", path.display()))?;
-        if content_hash(&bytes) != sha256 {
+        if found != sha256 {
             return Err(format!(
                 "artifact {} was altered: its content no longer matches its hash",
                 path.display()
             ));
         }
-        Ok(bytes)
+        Ok(())
     }
 }
 
@@ -157,22 +189,52 @@ fn relative_path(sha256: &str) -> String {
     format!("sha256/{}/{}", &sha256[..2.min(sha256.len())], sha256)
 }
 
-/// SHA-256 (hex) and size of a file, read in chunks.
+/// SHA-256 (hex) and size of a regular file (see [`open_regular`]), read in chunks.
 pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    hash_reader(&mut File::open(path)?)
+    hash_reader(&mut open_regular(path)?.0)
+}
+
+/// Opens a regular file to read, neither following a link in its place nor waiting on a FIFO
+/// put there (opened to read, a FIFO waits for a writer, and so would kavi): anything but a
+/// regular file is an error. A type checked by path beforehand may belong to another file by now.
+pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is no longer a regular file",
+            path.display()
+        )));
+    }
+    Ok((file, metadata))
 }
 
 /// The SHA-256 (hex) and length of everything `reader` yields.
 pub fn hash_reader(reader: &mut impl Read) -> io::Result<(String, u64)> {
+    copy_hashing(reader, &mut io::sink())
+}
+
+/// Copies everything `reader` yields to `writer` through one buffer, hashing it on the way:
+/// returns its SHA-256 (hex) and length.
+pub fn copy_hashing(
+    reader: &mut impl Read,
+    writer: &mut (impl Write + ?Sized),
+) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
-    let mut buffer = [0u8; 64 * 1024];
+    let mut buffer = vec![0u8; 256 * 1024];
     let mut size = 0u64;
     loop {
-        let n = reader.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
+        let n = match reader.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         hasher.update(&buffer[..n]);
+        writer.write_all(&buffer[..n])?;
         size += n as u64;
     }
     Ok((format!("{:x}", hasher.finalize()), size))
@@ -219,6 +281,46 @@ mod tests {
             .unwrap();
         assert!(large.inline.is_none());
         assert!(store.path_of(&large).is_file());
+    }
+
+    #[test]
+    fn content_read_in_is_kept_inline_when_small_and_else_copied_as_it_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        let at_limit = vec![b'a'; INLINE_LIMIT];
+        let small = store.put_read("OUTPUT", &mut at_limit.as_slice()).unwrap();
+        assert_eq!(small, store.put_small("OUTPUT", &at_limit).unwrap());
+        assert!(small.inline.is_some());
+        // One byte over the limit, and over several of the copy's buffers: the file `put_bytes`
+        // makes of the same bytes, and `copy_out` gives them back.
+        for size in [INLINE_LIMIT + 1, 3 * 256 * 1024 + 7] {
+            let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let large = store.put_read("OUTPUT", &mut bytes.as_slice()).unwrap();
+            assert!(large.inline.is_none());
+            assert_eq!(large, store.put_bytes("OUTPUT", &bytes).unwrap());
+            assert_eq!(std::fs::read(store.path_of(&large)).unwrap(), bytes);
+            let mut copy = Vec::new();
+            store.copy_out(&large.sha256, &mut copy).unwrap();
+            assert_eq!(copy, bytes);
+        }
+        assert_eq!(std::fs::read_dir(store.temp_dir()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn hashing_refuses_a_fifo_or_a_link_without_waiting_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Opened to read as a file is, a FIFO waits for a writer: this call would not return.
+        let error = hash_file(&fifo).unwrap_err();
+        assert!(
+            error.to_string().ends_with("is no longer a regular file"),
+            "{error}"
+        );
+        std::fs::write(dir.path().join("file"), "x").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("file"), dir.path().join("link")).unwrap();
+        let error = hash_file(&dir.path().join("link")).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(nix::libc::ELOOP), "{error}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ use db::{Db, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader};
+pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader, open_regular};
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use escalations::EscalationRow;
@@ -1038,6 +1038,15 @@ impl Ledger {
     /// An artifact's bytes, re-hashed as they are read: from the ledger when it keeps them,
     /// else from the store's file.
     pub fn read_artifact(&self, store: &ArtifactStore, sha256: &str) -> Result<Vec<u8>, String> {
+        match self.kept_artifact(sha256)? {
+            Some(bytes) => Ok(bytes),
+            None => store.read_bytes(sha256),
+        }
+    }
+
+    /// The bytes of an artifact the ledger keeps, checked against its hash; `None` when it is
+    /// the store's file.
+    pub fn kept_artifact(&self, sha256: &str) -> Result<Option<Vec<u8>>, String> {
         let kept: Option<Vec<u8>> = self
             .conn
             .query_row(
@@ -1047,15 +1056,12 @@ impl Ledger {
             )
             .optional()
             .map_err(|e| e.to_string())?;
-        let Some(bytes) = kept else {
-            return store.read_bytes(sha256);
-        };
-        if artifacts::content_hash(&bytes) != sha256 {
-            return Err(format!(
+        match kept {
+            Some(bytes) if artifacts::content_hash(&bytes) != sha256 => Err(format!(
                 "artifact {sha256} in the ledger was altered: its content no longer matches its hash"
-            ));
+            )),
+            kept => Ok(kept),
         }
-        Ok(bytes)
     }
 
     /// The run a user started that `run_id` belongs to: itself, or the top of its parent chain.

@@ -7,10 +7,10 @@
 //! lists every entry however many there are.
 
 use std::collections::BTreeMap;
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::Metadata;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use serde::Serialize;
@@ -124,23 +124,6 @@ pub fn path_text(bytes: &[u8]) -> String {
     text
 }
 
-/// Opens a regular file for reading without following a link and without blocking on a FIFO
-/// that replaced it; anything but a regular file is an error.
-pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)?;
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(io::Error::other(format!(
-            "{} is no longer a regular file",
-            path.display()
-        )));
-    }
-    Ok((file, metadata))
-}
-
 /// Lists every entry under `root` (not `root` itself), sorted by path. A regular file is hashed
 /// when `hash(path, size)` says so. An entry that cannot be read is an error: a tree kavi cannot
 /// see all of is never taken as unchanged.
@@ -166,7 +149,7 @@ pub fn scan(root: &Path, hash: &dyn Fn(&str, u64) -> bool) -> io::Result<Vec<Ent
         let metadata = entry.path().symlink_metadata()?;
         let kind = EntryKind::of(&metadata);
         let sha256 = if kind == EntryKind::File && hash(&path, metadata.len()) {
-            let (mut file, _) = open_regular(entry.path())?;
+            let (mut file, _) = crate::ledger::open_regular(entry.path())?;
             Some(crate::ledger::hash_reader(&mut file)?.0)
         } else {
             None
