@@ -420,4 +420,39 @@ mod tests {
         let link = store_outputs(&root, &["out/link.txt".into()], &store).unwrap_err();
         assert!(link.contains("is not a regular file"), "{link}");
     }
+
+    #[test]
+    fn an_output_is_put_back_across_file_systems_by_a_copy() {
+        use std::os::unix::fs::MetadataExt;
+        let workspace = tempfile::tempdir().unwrap();
+        // The staging folder on another file system, where a rename cannot reach the workspace.
+        let Some(staging) = ["/dev/shm", "/run"]
+            .iter()
+            .filter_map(|base| tempfile::tempdir_in(base).ok())
+            .find(|dir| {
+                let device = |path: &Path| std::fs::metadata(path).unwrap().dev();
+                device(dir.path()) != device(workspace.path())
+            })
+        else {
+            eprintln!("skipped: no writable folder on a file system other than the workspace's");
+            return;
+        };
+        let files = BTreeMap::from([("out/a.txt".to_owned(), sha256_hex(b"made"))]);
+        let copy =
+            |_: &str, to: &mut dyn io::Write| to.write_all(b"made").map_err(|e| e.to_string());
+        let restored = restore_outputs(workspace.path(), &files, staging.path(), copy).unwrap();
+        assert_eq!(restored, 1);
+        assert_eq!(
+            std::fs::read(workspace.path().join("out/a.txt")).unwrap(),
+            b"made"
+        );
+        assert_eq!(std::fs::read_dir(staging.path()).unwrap().count(), 0);
+        // Only the output is left in its folder, no temporary copy beside it.
+        assert_eq!(
+            std::fs::read_dir(workspace.path().join("out"))
+                .unwrap()
+                .count(),
+            1
+        );
+    }
 }
