@@ -446,6 +446,73 @@ fn sigterm_and_sighup_cancel_running_nodes_like_ctrl_c() {
     }
 }
 
+/// Ctrl-C while a node's key is being made ends the hashing of its inputs too: kavi exits at
+/// once, the node cancelled, where reading a 1 TiB input through would take many minutes.
+#[test]
+fn ctrl_c_stops_the_hashing_of_inputs() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    // Sparse: nothing on disk, and as long to read as a terabyte.
+    std::fs::File::create(dir.path().join("data/huge.bin"))
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    write(
+        dir.path(),
+        "pipelines/huge.toml",
+        r#"
+[pipeline]
+name = "huge"
+
+[nodes.hashed]
+kind = "exec"
+run = ["true"]
+inputs = ["data/huge.bin"]
+
+[nodes.marker]
+kind = "exec"
+shell = "echo $$ > child.pid; sleep 600"
+"#,
+    );
+    let mut child = kavi_command(dir.path(), &["pipeline", "run", "huge", "--jobs", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // `marker` starts once `hashed`'s hashing has (it comes first): the loop is running.
+    wait_for_file(&dir.path().join("child.pid"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("kavi was still hashing a minute after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(detail["status"], "cancelled");
+    assert_eq!(
+        nodes_by_state(&detail),
+        [
+            ("hashed".into(), "cancelled".into()),
+            ("marker".into(), "cancelled".into())
+        ]
+    );
+    assert_eq!(
+        node(&detail, "hashed")["reason"],
+        "not started: run cancelled"
+    );
+}
+
 fn files_under(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap()

@@ -21,7 +21,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::ledger::{Artifact, ArtifactStore, hash_file, open_regular};
+use crate::ledger::{Artifact, ArtifactStore, hash_file, hash_reader, open_regular};
 
 /// What a node declares about its files, validated when the pipeline loads.
 #[derive(Debug)]
@@ -108,12 +108,22 @@ impl Key {
     /// Adds an `input:<path>` part for every file the node's inputs name: its content's hash,
     /// `symlink:<hash of the target>` for a link (not followed), `missing` for a plain path that
     /// does not exist. Paths under `skip` (kavi's own state) are never inputs.
+    ///
+    /// `stopped` is asked before each file and each buffer of one: once it says yes (the run
+    /// was cancelled), hashing ends with an error at once, however much is left to read.
     pub fn add_inputs(
         &mut self,
         workspace: &Path,
         inputs: &[InputPattern],
         skip: &[PathBuf],
+        stopped: &dyn Fn() -> bool,
     ) -> io::Result<()> {
+        let check = || {
+            if stopped() {
+                return Err(io::Error::other("the run stopped while they were read"));
+            }
+            Ok(())
+        };
         for input in inputs {
             let base = workspace.join(&input.base);
             if input.glob.is_none() && base.symlink_metadata().is_err() {
@@ -140,10 +150,13 @@ impl Key {
                 if input.glob.as_ref().is_some_and(|g| !g.is_match(relative)) {
                     continue;
                 }
+                check()?;
                 let name = format!("input:{}", relative.display());
                 let file_type = entry.file_type();
                 if file_type.is_file() {
-                    self.parts.insert(name, hash_file(entry.path())?.0);
+                    let (file, _) = open_regular(entry.path())?;
+                    let mut reading = Checked { file, check };
+                    self.parts.insert(name, hash_reader(&mut reading)?.0);
                 } else if file_type.is_symlink() {
                     let target = std::fs::read_link(entry.path())?;
                     let target = sha256_hex(target.as_os_str().as_encoded_bytes());
@@ -152,6 +165,19 @@ impl Key {
             }
         }
         Ok(())
+    }
+}
+
+/// A file read while `check` allows: each read asks it first.
+struct Checked<C> {
+    file: std::fs::File,
+    check: C,
+}
+
+impl<C: Fn() -> io::Result<()>> io::Read for Checked<C> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (self.check)()?;
+        self.file.read(buf)
     }
 }
 
@@ -314,7 +340,7 @@ mod tests {
             .map(|p| InputPattern::parse(p).unwrap())
             .collect();
         let mut key = Key::default();
-        key.add_inputs(root, &inputs, &[root.join(".kavi")])
+        key.add_inputs(root, &inputs, &[root.join(".kavi")], &|| false)
             .unwrap();
         key
     }

@@ -646,9 +646,14 @@ impl<'a> Executor<'a> {
         let inputs = spec.inputs.clone();
         let workspace = Arc::clone(&self.env.workspace);
         let skip = Arc::clone(&self.env.state_paths);
+        // A cancel (or a spent budget) ends the hashing too: inputs of terabytes would
+        // otherwise hold kavi's exit for as long as they take to read.
+        let cancel = self.nodes_cancel.child_token();
         self.running.spawn(async move {
             let hashing = tokio::task::spawn_blocking(move || {
-                key.add_inputs(&workspace, &inputs, &skip).map(|()| key)
+                let stopped = || cancel.is_cancelled();
+                key.add_inputs(&workspace, &inputs, &skip, &stopped)
+                    .map(|()| key)
             });
             let key = hashing
                 .await
@@ -673,6 +678,15 @@ impl<'a> Executor<'a> {
             .expect("only nodes with inputs have keys");
         let key = match key {
             Ok(key) => key,
+            Err(_) if self.nodes_cancel.is_cancelled() => {
+                // The loop may take the cancel itself only after this.
+                let reason = self
+                    .stopped_for(index)
+                    .unwrap_or_else(|| "run cancelled".into());
+                let reason = format!("not started: {reason}");
+                self.finish_without_running(index, NodeState::Cancelled, None, Some(&reason))?;
+                return Ok(true);
+            }
             Err(e) => {
                 let error = format!("failed to read its inputs: {e}");
                 self.finish_without_running(index, NodeState::Failed, Some(&error), None)?;
