@@ -55,6 +55,25 @@ fn wait_for_file(path: &Path) -> String {
     }
 }
 
+/// Waits for kavi to exit, killing it and failing with `never` once `seconds` have passed.
+fn exit_within(
+    child: &mut std::process::Child,
+    seconds: u64,
+    never: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{never}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn process_alive(pid: i32) -> bool {
     // A zombie (state Z, after the command name in parentheses) has exited already.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -486,17 +505,11 @@ shell = "echo $$ > child.pid; sleep 600"
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("kavi was still hashing a minute after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(
+        &mut child,
+        60,
+        "kavi was still hashing a minute after Ctrl-C",
+    );
     assert_eq!(status.code(), Some(130));
     let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(detail["status"], "cancelled");
@@ -1118,17 +1131,7 @@ run = ["true"]
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("the run never finished");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(&mut child, 30, "the run never finished");
     assert_eq!(status.code(), Some(1));
     let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(
