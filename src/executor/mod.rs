@@ -200,8 +200,8 @@ pub struct Executor<'a> {
     /// Due to start, by node and attempt; attempt 0 is the making of a node's key.
     to_start: BinaryHeap<Reverse<(usize, u32)>>,
     retries: BinaryHeap<Reverse<(Instant, usize, u32)>>,
-    /// The nodes' attempts, and the hashing of input files for nodes' keys: the work `--jobs`
-    /// bounds.
+    /// The nodes' attempts, and for nodes that declare inputs the hashing of those and the
+    /// putting back of their outputs: the work `--jobs` bounds.
     running: JoinSet<Done>,
     run_cancel: CancellationToken,
     /// Parent of every node's token: cancelled by the user's cancel, or when a budget is spent
@@ -825,9 +825,9 @@ impl<'a> Executor<'a> {
         self.mark_done(index, NodeState::Cached);
     }
 
-    /// A node's key (see [`crate::cache`]): its definition, kavi's version, the governing
-    /// files, what its templates read, its environment and its input files.
-    /// The parts of a node's key the loop knows: all but its input files'.
+    /// A node's key (see [`crate::cache`]) but for its input files, which are hashed off the
+    /// loop (see [`Executor::start_keying`]): its definition, kavi's version, the governing
+    /// files, what its templates read and its environment.
     fn node_key(&self, index: usize) -> Key {
         let node = &self.dag.pipeline.nodes[index];
         let spec = node
