@@ -154,7 +154,7 @@ impl Key {
                 let name = format!("input:{}", relative.display());
                 let file_type = entry.file_type();
                 if file_type.is_file() {
-                    let (file, _) = open_regular(entry.path())?;
+                    let file = open_regular(entry.path())?;
                     let mut reading = Checked { file, check };
                     self.parts.insert(name, hash_reader(&mut reading)?.0);
                 } else if file_type.is_symlink() {
@@ -169,12 +169,12 @@ impl Key {
 }
 
 /// A file read while `check` allows: each read asks it first.
-struct Checked<C> {
-    file: std::fs::File,
+struct Checked<R, C> {
+    file: R,
     check: C,
 }
 
-impl<C: Fn() -> io::Result<()>> io::Read for Checked<C> {
+impl<R: io::Read, C: Fn() -> io::Result<()>> io::Read for Checked<R, C> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         (self.check)()?;
         self.file.read(buf)
@@ -222,7 +222,7 @@ pub fn store_outputs(
         // Opened as what was just checked, or refused: a FIFO or a link swapped in meanwhile is
         // neither waited on nor followed.
         let artifact = open_regular(&path)
-            .and_then(|(mut file, _)| store.put_read("OUTPUT", &mut file))
+            .and_then(|mut file| store.put_read("OUTPUT", &mut file))
             .map_err(|e| format!("failed to store declared output `{output}`: {e}"))?;
         stored.push((output.clone(), artifact));
     }

@@ -9,7 +9,7 @@
 //! row that records them. A node that prints a line then costs a row, not a file and an fsync,
 //! and the content is exactly as durable as the record of it.
 
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -167,7 +167,7 @@ impl ArtifactStore {
     pub fn copy_out(&self, sha256: &str, writer: &mut dyn Write) -> Result<(), String> {
         let path = self.path_of_sha256(sha256);
         let (found, _) = open_regular(&path)
-            .and_then(|(mut file, _)| copy_hashing(&mut file, writer))
+            .and_then(|mut file| copy_hashing(&mut file, writer))
             .map_err(|e| format!("failed to read artifact {}: {e}", path.display()))?;
         if found != sha256 {
             return Err(format!(
@@ -191,13 +191,15 @@ fn relative_path(sha256: &str) -> String {
 
 /// SHA-256 (hex) and size of a regular file (see [`open_regular`]), read in chunks.
 pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    hash_reader(&mut open_regular(path)?.0)
+    hash_reader(&mut open_regular(path)?)
 }
 
-/// Opens a regular file to read, neither following a link in its place nor waiting on a FIFO
-/// put there (opened to read, a FIFO waits for a writer, and so would kavi): anything but a
-/// regular file is an error. A type checked by path beforehand may belong to another file by now.
-pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
+/// Opens a regular file to read as it was when opened, neither following a link in its place
+/// nor waiting on a FIFO put there (opened to read, a FIFO waits for a writer, and so would
+/// kavi): anything but a regular file is an error. A type checked by path beforehand may belong
+/// to another file by now. The file's length when opened bounds what is read: a process still
+/// appending to it (one a node left running, say) cannot make the read endless.
+pub fn open_regular(path: &Path) -> io::Result<io::Take<File>> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
@@ -209,7 +211,7 @@ pub fn open_regular(path: &Path) -> io::Result<(File, Metadata)> {
             path.display()
         )));
     }
-    Ok((file, metadata))
+    Ok(file.take(metadata.len()))
 }
 
 /// The SHA-256 (hex) and length of everything `reader` yields.
@@ -321,6 +323,24 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("file"), dir.path().join("link")).unwrap();
         let error = hash_file(&dir.path().join("link")).unwrap_err();
         assert_eq!(error.raw_os_error(), Some(nix::libc::ELOOP), "{error}");
+    }
+
+    #[test]
+    fn a_file_is_read_as_long_as_it_was_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("growing.log");
+        std::fs::write(&path, "first\n").unwrap();
+        let mut opened = open_regular(&path).unwrap();
+        // What a process still writing to it adds after the open is not read.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"more\n")
+            .unwrap();
+        let mut read = String::new();
+        opened.read_to_string(&mut read).unwrap();
+        assert_eq!(read, "first\n");
     }
 
     #[test]
