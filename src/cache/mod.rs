@@ -118,12 +118,7 @@ impl Key {
         skip: &[PathBuf],
         stopped: &dyn Fn() -> bool,
     ) -> io::Result<()> {
-        let check = || {
-            if stopped() {
-                return Err(io::Error::other("the run stopped while they were read"));
-            }
-            Ok(())
-        };
+        let check = until(stopped);
         for input in inputs {
             let base = workspace.join(&input.base);
             if input.glob.is_none() && base.symlink_metadata().is_err() {
@@ -155,7 +150,10 @@ impl Key {
                 let file_type = entry.file_type();
                 if file_type.is_file() {
                     let file = open_regular(entry.path())?;
-                    let mut reading = Checked { file, check };
+                    let mut reading = Checked {
+                        inner: file,
+                        check: &check,
+                    };
                     self.parts.insert(name, hash_reader(&mut reading)?.0);
                 } else if file_type.is_symlink() {
                     let target = std::fs::read_link(entry.path())?;
@@ -168,16 +166,38 @@ impl Key {
     }
 }
 
-/// A file read while `check` allows: each read asks it first.
-struct Checked<R, C> {
-    file: R,
+/// A check that fails once `stopped` says the run stopped (it was cancelled): asked between
+/// buffers, it ends a read or copy of any size at once.
+fn until(stopped: &dyn Fn() -> bool) -> impl Fn() -> io::Result<()> + '_ {
+    move || {
+        if stopped() {
+            return Err(io::Error::other("the run stopped meanwhile"));
+        }
+        Ok(())
+    }
+}
+
+/// A file read, or written, while `check` allows: each read or write asks it first.
+struct Checked<T, C> {
+    inner: T,
     check: C,
 }
 
 impl<R: io::Read, C: Fn() -> io::Result<()>> io::Read for Checked<R, C> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         (self.check)()?;
-        self.file.read(buf)
+        self.inner.read(buf)
+    }
+}
+
+impl<W: io::Write, C: Fn() -> io::Result<()>> io::Write for Checked<W, C> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (self.check)()?;
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -201,11 +221,15 @@ pub fn output_path(workspace: &Path, output: &str) -> Result<PathBuf, String> {
 /// Stores the declared output files of a node that succeeded, as (path, artifact). A declared
 /// output that was not written, or is not a regular file, fails the node: what is restored later
 /// must be what it made.
+///
+/// `stopped` is asked between buffers, as by [`Key::add_inputs`].
 pub fn store_outputs(
     workspace: &Path,
     outputs: &[String],
     store: &ArtifactStore,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<Vec<(String, Artifact)>, String> {
+    let check = until(stopped);
     let mut stored = Vec::with_capacity(outputs.len());
     for output in outputs {
         let path = output_path(workspace, output).map_err(|e| format!("declared output {e}"))?;
@@ -222,7 +246,13 @@ pub fn store_outputs(
         // Opened as what was just checked, or refused: a FIFO or a link swapped in meanwhile is
         // neither waited on nor followed.
         let artifact = open_regular(&path)
-            .and_then(|mut file| store.put_read("OUTPUT", &mut file))
+            .and_then(|file| {
+                let mut reading = Checked {
+                    inner: file,
+                    check: &check,
+                };
+                store.put_read("OUTPUT", &mut reading)
+            })
             .map_err(|e| format!("failed to store declared output `{output}`: {e}"))?;
         stored.push((output.clone(), artifact));
     }
@@ -235,12 +265,17 @@ pub fn store_outputs(
 /// place is replaced, never followed. Every copy is made and checked in `staging` (the store's
 /// temporary folder) before any output is touched, one buffer at a time: an output of any size
 /// is never held in memory.
+///
+/// `stopped` is asked between buffers, as by [`Key::add_inputs`]: a stop leaves every output
+/// as it was.
 pub fn restore_outputs(
     workspace: &Path,
     files: &BTreeMap<String, String>,
     staging: &Path,
     copy: impl Fn(&str, &mut dyn io::Write) -> Result<(), String>,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<usize, String> {
+    let check = until(stopped);
     let mut wanted = Vec::new();
     for (output, sha256) in files {
         let path = output_path(workspace, output).map_err(|e| format!("recorded output {e}"))?;
@@ -254,7 +289,11 @@ pub fn restore_outputs(
         }
         let unusable = |e: String| format!("the stored copy of output `{output}` is unusable: {e}");
         let mut staged = new_output_file(staging).map_err(|e| unusable(e.to_string()))?;
-        copy(sha256, staged.as_file_mut()).map_err(unusable)?;
+        let mut writing = Checked {
+            inner: staged.as_file_mut(),
+            check: &check,
+        };
+        copy(sha256, &mut writing).map_err(unusable)?;
         wanted.push((path, staged));
     }
     let restored = wanted.len();
@@ -405,7 +444,7 @@ mod tests {
         std::fs::create_dir_all(root.join("out")).unwrap();
         let store = ArtifactStore::open(&dir.path().join("store")).unwrap();
         std::fs::write(root.join("out/result.txt"), "made").unwrap();
-        let stored = store_outputs(&root, &["out/result.txt".into()], &store).unwrap();
+        let stored = store_outputs(&root, &["out/result.txt".into()], &store, &|| false).unwrap();
         let files: BTreeMap<String, String> = stored
             .iter()
             .map(|(path, artifact)| (path.clone(), artifact.sha256.clone()))
@@ -416,13 +455,19 @@ mod tests {
             to.write_all(b"made").map_err(|e| e.to_string())
         };
         // Unchanged: nothing written.
-        assert_eq!(restore_outputs(&root, &files, &staging, read).unwrap(), 0);
+        assert_eq!(
+            restore_outputs(&root, &files, &staging, read, &|| false).unwrap(),
+            0
+        );
         // A link put in its place is replaced, and what it pointed at is untouched.
         let victim = dir.path().join("victim.txt");
         std::fs::write(&victim, "keep").unwrap();
         std::fs::remove_file(root.join("out/result.txt")).unwrap();
         std::os::unix::fs::symlink(&victim, root.join("out/result.txt")).unwrap();
-        assert_eq!(restore_outputs(&root, &files, &staging, read).unwrap(), 1);
+        assert_eq!(
+            restore_outputs(&root, &files, &staging, read, &|| false).unwrap(),
+            1
+        );
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         assert_eq!(
             std::fs::read_to_string(root.join("out/result.txt")).unwrap(),
@@ -433,17 +478,18 @@ mod tests {
         std::fs::create_dir(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
         let escaping = BTreeMap::from([("escape/x.txt".to_owned(), sha256_hex(b"made"))]);
-        let error = restore_outputs(&root, &escaping, &staging, read).unwrap_err();
+        let error = restore_outputs(&root, &escaping, &staging, read, &|| false).unwrap_err();
         assert_eq!(
             error,
             "recorded output `escape/x.txt` resolves outside the workspace"
         );
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
         // An output that is missing, or a link, is refused when storing.
-        let missing = store_outputs(&root, &["out/none.txt".into()], &store).unwrap_err();
+        let missing =
+            store_outputs(&root, &["out/none.txt".into()], &store, &|| false).unwrap_err();
         assert_eq!(missing, "declared output `out/none.txt` was not written");
         std::os::unix::fs::symlink(&victim, root.join("out/link.txt")).unwrap();
-        let link = store_outputs(&root, &["out/link.txt".into()], &store).unwrap_err();
+        let link = store_outputs(&root, &["out/link.txt".into()], &store, &|| false).unwrap_err();
         assert!(link.contains("is not a regular file"), "{link}");
     }
 
@@ -466,7 +512,8 @@ mod tests {
         let files = BTreeMap::from([("out/a.txt".to_owned(), sha256_hex(b"made"))]);
         let copy =
             |_: &str, to: &mut dyn io::Write| to.write_all(b"made").map_err(|e| e.to_string());
-        let restored = restore_outputs(workspace.path(), &files, staging.path(), copy).unwrap();
+        let restored =
+            restore_outputs(workspace.path(), &files, staging.path(), copy, &|| false).unwrap();
         assert_eq!(restored, 1);
         assert_eq!(
             std::fs::read(workspace.path().join("out/a.txt")).unwrap(),
@@ -480,5 +527,34 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn a_stop_ends_storing_and_putting_back_and_leaves_every_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir_all(root.join("out")).unwrap();
+        let store = ArtifactStore::open(&dir.path().join("store")).unwrap();
+        // Past the 16 KiB the ledger keeps: a file copied into the store, buffer by buffer.
+        let made = vec![b'x'; 64 * 1024];
+        std::fs::write(root.join("out/big.bin"), &made).unwrap();
+        let outputs = ["out/big.bin".to_owned()];
+        let error = store_outputs(&root, &outputs, &store, &|| true).unwrap_err();
+        assert!(error.ends_with("the run stopped meanwhile"), "{error}");
+        assert_eq!(std::fs::read_dir(store.temp_dir()).unwrap().count(), 0);
+        let stored = store_outputs(&root, &outputs, &store, &|| false).unwrap();
+        let files = BTreeMap::from([(outputs[0].clone(), stored[0].1.sha256.clone())]);
+        std::fs::write(root.join("out/big.bin"), "changed").unwrap();
+        let copy = |sha256: &str, to: &mut dyn io::Write| store.copy_out(sha256, to);
+        let staging = store.temp_dir();
+        let error = restore_outputs(&root, &files, &staging, copy, &|| true).unwrap_err();
+        assert!(error.ends_with("the run stopped meanwhile"), "{error}");
+        assert_eq!(std::fs::read(root.join("out/big.bin")).unwrap(), b"changed");
+        assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0);
+        assert_eq!(
+            restore_outputs(&root, &files, &staging, copy, &|| false),
+            Ok(1)
+        );
+        assert_eq!(std::fs::read(root.join("out/big.bin")).unwrap(), made);
     }
 }

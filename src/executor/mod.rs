@@ -728,15 +728,17 @@ impl<'a> Executor<'a> {
         }
         let workspace = Arc::clone(&self.env.workspace);
         let store = self.env.artifacts.clone();
+        let cancel = self.nodes_cancel.child_token();
         self.running.spawn(async move {
             let files = hit.files.clone();
             let restoring = tokio::task::spawn_blocking(move || {
+                let stopped = || cancel.is_cancelled();
                 let copy = |sha256: &str, to: &mut dyn std::io::Write| match kept.get(sha256) {
                     Some(Ok(bytes)) => to.write_all(bytes).map_err(|e| e.to_string()),
                     Some(Err(e)) => Err(e.clone()),
                     None => store.copy_out(sha256, to),
                 };
-                crate::cache::restore_outputs(&workspace, &files, &store.temp_dir(), copy)
+                crate::cache::restore_outputs(&workspace, &files, &store.temp_dir(), copy, &stopped)
             });
             let restored = restoring.await.unwrap_or_else(|e| Err(e.to_string()));
             Done::Restored {
@@ -1035,10 +1037,20 @@ impl<'a> Executor<'a> {
                     // Read and copied on a thread of the blocking pool: an output of gigabytes
                     // holds up neither the other nodes' output nor their timeouts.
                     let (workspace, store) = (Arc::clone(&env.workspace), env.artifacts.clone());
+                    let stopping = cancel.clone();
                     let storing = tokio::task::spawn_blocking(move || {
-                        crate::cache::store_outputs(&workspace, &outputs, &store)
+                        let stopped = || stopping.is_cancelled();
+                        crate::cache::store_outputs(&workspace, &outputs, &store, &stopped)
                     });
-                    Some(storing.await.unwrap_or_else(|e| Err(format!("storing its declared outputs failed: {e}"))))
+                    let stored = storing.await.unwrap_or_else(|e| Err(format!("storing its declared outputs failed: {e}")));
+                    // A cancel ends the storing too (a copy of gigabytes would hold kavi's exit).
+                    if stored.is_err() && cancel.is_cancelled() {
+                        outcome.state = NodeState::Cancelled;
+                        outcome.error = Some("cancelled while its declared outputs were stored".into());
+                        None
+                    } else {
+                        Some(stored)
+                    }
                 }
                 _ => None,
             };
