@@ -1168,6 +1168,31 @@ fn a_closed_stdout_ends_a_command_quietly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0));
+
+    // A log of a megabyte, printed whole when read whole, and ended quietly when its reader
+    // goes away (`kavi runs logs RUN NODE | head`).
+    write(
+        dir.path(),
+        "pipelines/loud.toml",
+        "[pipeline]\nname = \"loud\"\n[nodes.a]\nkind = \"exec\"\nshell = \"yes | head -c 1048576\"\n",
+    );
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "loud"])
+            .status
+            .success()
+    );
+    let whole = kavi(dir.path(), &["runs", "logs", "latest", "a"]);
+    assert!(whole.status.success());
+    assert_eq!(whole.stdout.len(), 1 << 20);
+    let mut child = kavi_command(dir.path(), &["runs", "logs", "latest", "a"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
 }
 
 const OUTER: &str = r#"
@@ -2210,6 +2235,12 @@ shell = "yes | head -c 1048576"
     permissions.set_mode(0o644);
     std::fs::set_permissions(&stored, permissions).unwrap();
     std::fs::write(&stored, &altered).unwrap();
+    // Printed, it is refused before a byte of it is.
+    let sha256 = output["sha256"].as_str().unwrap();
+    let refused = kavi(dir.path(), &["artifact", "cat", sha256]);
+    assert_eq!(refused.status.code(), Some(4));
+    assert!(refused.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("was altered"));
     std::fs::write(&model, "kept\n").unwrap();
     let third = run();
     assert_eq!(node(&third, "model")["state"], "succeeded");

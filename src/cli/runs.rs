@@ -179,27 +179,64 @@ pub fn spec_show(workspace: &Workspace, hash: &str) -> Result<i32, Error> {
     Ok(exit::SUCCESS)
 }
 
-/// Writes raw bytes to stdout (a node's output is not always text).
-fn write_out(bytes: &[u8]) -> Result<(), Error> {
+/// Prints a stored artifact, wherever it is kept, its hash checked before a byte is printed: a
+/// file in the store is read twice rather than held (a node's log may be gigabytes). A reader
+/// that went away (`kavi runs logs RUN NODE | head`) ends the command quietly, as `outln!` does.
+fn print_artifact(workspace: &Workspace, sha256: &str) -> Result<(), Error> {
     use std::io::Write as _;
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(bytes)
-        .and_then(|()| stdout.flush())
-        .map_err(|source| Error::Io {
+    let unreadable = |reason: String| Error::Io {
+        context: format!("failed to read artifact sha256:{sha256}"),
+        source: std::io::Error::other(reason),
+    };
+    let kept = open(workspace)?.kept_artifact(sha256).map_err(unreadable)?;
+    let mut stdout = Watched {
+        inner: std::io::stdout().lock(),
+        failed: None,
+    };
+    let printed = match kept {
+        Some(bytes) => stdout.write_all(&bytes).map_err(|e| e.to_string()),
+        None => {
+            let store = super::open_store(workspace)?;
+            store
+                .copy_out(sha256, &mut std::io::sink())
+                .map_err(unreadable)?;
+            store.copy_out(sha256, &mut stdout)
+        }
+    }
+    .and_then(|()| stdout.flush().map_err(|e| e.to_string()));
+    match (printed, stdout.failed) {
+        (_, Some(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        (_, Some(source)) => Err(Error::Io {
             context: "failed to write to stdout".into(),
             source,
-        })
+        }),
+        (printed, None) => printed.map_err(unreadable),
+    }
 }
 
-/// Reads a stored artifact, re-hashed, wherever it is kept.
-fn read_artifact(workspace: &Workspace, sha256: &str) -> Result<Vec<u8>, Error> {
-    open(workspace)?
-        .read_artifact(&super::open_store(workspace)?, sha256)
-        .map_err(|reason| Error::Io {
-            context: format!("failed to read artifact sha256:{sha256}"),
-            source: std::io::Error::other(reason),
-        })
+/// A writer that keeps its first error: what a copy reports in words, the caller still tells
+/// apart by kind.
+struct Watched<W> {
+    inner: W,
+    failed: Option<std::io::Error>,
+}
+
+impl<W: std::io::Write> std::io::Write for Watched<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| self.keep(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().inspect_err(|e| self.keep(e))
+    }
+}
+
+impl<W> Watched<W> {
+    fn keep(&mut self, e: &std::io::Error) {
+        if self.failed.is_none() {
+            self.failed = Some(std::io::Error::new(e.kind(), e.to_string()));
+        }
+    }
 }
 
 /// What a node wrote to stdout or stderr in its last attempt, as the ledger kept it.
@@ -248,12 +285,12 @@ pub fn logs(workspace: &Workspace, run: &str, node: &str, stderr: bool) -> Resul
             detail.run.id
         )));
     };
-    write_out(&read_artifact(workspace, &artifact.sha256)?)?;
+    print_artifact(workspace, &artifact.sha256)?;
     Ok(exit::SUCCESS)
 }
 
 pub fn artifact_cat(workspace: &Workspace, hash: &str) -> Result<i32, Error> {
     let artifact = open(workspace)?.artifact(hash)?;
-    write_out(&read_artifact(workspace, &artifact.sha256)?)?;
+    print_artifact(workspace, &artifact.sha256)?;
     Ok(exit::SUCCESS)
 }

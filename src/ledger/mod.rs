@@ -1035,15 +1035,6 @@ impl Ledger {
         }
     }
 
-    /// An artifact's bytes, re-hashed as they are read: from the ledger when it keeps them,
-    /// else from the store's file.
-    pub fn read_artifact(&self, store: &ArtifactStore, sha256: &str) -> Result<Vec<u8>, String> {
-        match self.kept_artifact(sha256)? {
-            Some(bytes) => Ok(bytes),
-            None => store.read_bytes(sha256),
-        }
-    }
-
     /// The bytes of an artifact the ledger keeps, checked against its hash; `None` when it is
     /// the store's file.
     pub fn kept_artifact(&self, sha256: &str) -> Result<Option<Vec<u8>>, String> {
