@@ -23,6 +23,22 @@ fn write(dir: &Path, relative: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Writes a pipeline `name` of one exec node, `a`, whose `run` or `shell` line is `action`, and
+/// runs it, which must succeed.
+fn run_one_node(dir: &Path, name: &str, action: &str) {
+    write(
+        dir,
+        &format!("pipelines/{name}.toml"),
+        &format!("[pipeline]\nname = \"{name}\"\n[nodes.a]\nkind = \"exec\"\n{action}\n"),
+    );
+    let out = kavi(dir, &["pipeline", "run", name]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn nodes_by_state(detail: &Value) -> Vec<(String, String)> {
     detail["nodes"]
         .as_array()
@@ -605,16 +621,7 @@ fn a_killed_run_leaves_nothing_behind_once_kavi_starts_again() {
         ]
     );
     // The ledger is intact and usable: a new run records normally.
-    write(
-        dir.path(),
-        "pipelines/ok.toml",
-        "[pipeline]\nname = \"ok\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
-    );
-    assert!(
-        kavi(dir.path(), &["pipeline", "run", "ok"])
-            .status
-            .success()
-    );
+    run_one_node(dir.path(), "ok", "run = [\"true\"]");
     let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
     assert_eq!(runs[0]["status"], "succeeded");
     assert_eq!(runs[1]["status"], "interrupted");
@@ -1148,16 +1155,7 @@ run = ["true"]
 #[test]
 fn a_closed_stdout_ends_a_command_quietly() {
     let dir = workspace();
-    write(
-        dir.path(),
-        "pipelines/ok.toml",
-        "[pipeline]\nname = \"ok\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
-    );
-    assert!(
-        kavi(dir.path(), &["pipeline", "run", "ok"])
-            .status
-            .success()
-    );
+    run_one_node(dir.path(), "ok", "run = [\"true\"]");
     let mut child = kavi_command(dir.path(), &["runs", "show", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1171,16 +1169,7 @@ fn a_closed_stdout_ends_a_command_quietly() {
 
     // A log of a megabyte, printed whole when read whole, and ended quietly when its reader
     // goes away (`kavi runs logs RUN NODE | head`).
-    write(
-        dir.path(),
-        "pipelines/loud.toml",
-        "[pipeline]\nname = \"loud\"\n[nodes.a]\nkind = \"exec\"\nshell = \"yes | head -c 1048576\"\n",
-    );
-    assert!(
-        kavi(dir.path(), &["pipeline", "run", "loud"])
-            .status
-            .success()
-    );
+    run_one_node(dir.path(), "loud", "shell = \"yes | head -c 1048576\"");
     let whole = kavi(dir.path(), &["runs", "logs", "latest", "a"]);
     assert!(whole.status.success());
     assert_eq!(whole.stdout.len(), 1 << 20);
