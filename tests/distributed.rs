@@ -166,6 +166,46 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
     common::assert_ledger_verifies(driven.path());
 }
 
+/// A step takes a node from the cache as `pipeline run` does: its key made and its outputs put
+/// back off the step's loop, with no process started.
+#[test]
+fn a_step_takes_an_up_to_date_node_from_the_cache() {
+    let dir = workspace_with(
+        r#"
+[pipeline]
+name = "parity"
+
+[nodes.build]
+kind = "exec"
+shell = "echo ran >> count.txt; cat src.txt > out.txt"
+inputs = ["src.txt"]
+outputs = ["out.txt"]
+"#,
+    );
+    std::fs::write(dir.path().join("src.txt"), "made\n").unwrap();
+    let step = |dir: &Path| {
+        let start = kavi(dir, &["pipeline", "start", "parity"]);
+        assert_eq!(code(&start), 0, "{}", text(&start));
+        let run = String::from_utf8_lossy(&start.stdout).trim().to_owned();
+        let step = kavi(dir, &["pipeline", "step", "--run", &run, "parity", "build"]);
+        assert_eq!(code(&step), 0, "{}", text(&step));
+        let end = kavi(dir, &["pipeline", "end", "--run", &run, "parity"]);
+        assert_eq!(code(&end), 0, "{}", text(&end));
+        node_runs(dir, &run)[0].2.clone()
+    };
+    assert_eq!(step(dir.path()), "succeeded");
+    std::fs::remove_file(dir.path().join("out.txt")).unwrap();
+    assert_eq!(step(dir.path()), "cached");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "made\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("count.txt")).unwrap(),
+        "ran\n"
+    );
+}
+
 /// The exported workflow's tasks record into a server's ledger (`--task-ledger`), as tasks on
 /// several machines would.
 #[test]
