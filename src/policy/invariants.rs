@@ -219,9 +219,17 @@ pub fn parse(source: &Arc<SourceFile>) -> Result<Vec<Invariant>, Diagnostic> {
         .collect()
 }
 
-/// Reads a file an invariant names; a file that cannot be read is an error, not a pass.
+/// Reads a file an invariant or a scan names; a file that cannot be read is an error, not a
+/// pass. Only a regular file is read, as long as it was when opened: the root is often a
+/// builder's sandbox, and a FIFO put in a file's place would hold the gate (and the loop it
+/// runs on) forever.
 pub fn read(root: &Path, file: &str) -> Result<String, String> {
-    std::fs::read_to_string(root.join(file)).map_err(|e| format!("cannot read {file}: {e}"))
+    use std::io::Read as _;
+    let mut text = String::new();
+    crate::ledger::open_regular(&root.join(file))
+        .and_then(|mut opened| opened.read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {file}: {e}"))?;
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -136,8 +136,7 @@ impl Scanner {
     pub fn scan_files(&self, root: &Path, files: &[String]) -> Result<Vec<Finding>, String> {
         let mut findings = Vec::new();
         for file in files {
-            let text = std::fs::read_to_string(root.join(file))
-                .map_err(|e| format!("cannot scan {file}: {e}"))?;
+            let text = super::invariants::read(root, file)?;
             findings.extend(self.scan_text(file, &text));
         }
         Ok(findings)
@@ -213,5 +212,20 @@ mod tests {
             err.message
         );
         assert_eq!(err.position().as_deref(), Some("s.toml:4:9"));
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_scanned_file_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&dir.path().join("skill.py"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Opened to read as a file is, a FIFO waits for a writer: this call would not return.
+        let error = shipped()
+            .scan_files(dir.path(), &["skill.py".into()])
+            .unwrap_err();
+        assert!(
+            error.starts_with("cannot read skill.py:")
+                && error.ends_with("no longer a regular file"),
+            "{error}"
+        );
     }
 }

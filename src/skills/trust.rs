@@ -153,10 +153,12 @@ pub(super) fn read_folder(folder: &Path, exclude: &GlobSet) -> std::io::Result<V
     files
         .into_iter()
         .map(|(path, absolute)| {
+            // Opened as what the walk saw, or refused: a FIFO put in a file's place since is
+            // not waited on, and a file still growing is read as it was.
             let mut bytes = Vec::new();
-            let mut file = std::fs::File::open(&absolute)?;
+            let mut file = crate::ledger::open_regular(&absolute)?;
             file.read_to_end(&mut bytes)?;
-            let executable = file.metadata()?.permissions().mode() & 0o111 != 0;
+            let executable = file.get_ref().metadata()?.permissions().mode() & 0o111 != 0;
             Ok(TreeFile {
                 path,
                 bytes,
