@@ -550,6 +550,46 @@ fn files_under(dir: &Path) -> usize {
         .sum()
 }
 
+/// A kavi killed while it copies a declared output of gigabytes into the store leaves no part
+/// of the copy behind once the next kavi starts: it is made in the run's own spill folder,
+/// which that kavi's recovery removes.
+#[test]
+fn a_copy_cut_short_by_a_kill_is_removed_by_the_next_kavi() {
+    let dir = workspace();
+    write(dir.path(), "seed.txt", "1\n");
+    write(
+        dir.path(),
+        "pipelines/big.toml",
+        r#"
+[pipeline]
+name = "big"
+
+[nodes.model]
+kind = "exec"
+shell = "mkdir -p out; truncate -s 2G out/model.bin"
+inputs = ["seed.txt"]
+outputs = ["out/model.bin"]
+"#,
+    );
+    let mut child = kavi_command(dir.path(), &["pipeline", "run", "big"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let temporary = dir.path().join(".kavi/artifacts/tmp");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !temporary.is_dir() || files_under(&temporary) == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended first");
+        assert!(Instant::now() < deadline, "the output was never copied");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL, mid-copy
+    child.wait().unwrap();
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    assert_eq!(runs[0]["status"], "interrupted");
+    assert_eq!(files_under(&temporary), 0, "the cut copy was left behind");
+}
+
 /// SIGKILL gives kavi no chance to clean up. The kernel stops the node's shell with kavi; the
 /// next kavi command stops what the shell left in its group, marks every row of the run
 /// interrupted, and removes the spill file.

@@ -222,11 +222,13 @@ pub fn output_path(workspace: &Path, output: &str) -> Result<PathBuf, String> {
 /// output that was not written, or is not a regular file, fails the node: what is restored later
 /// must be what it made.
 ///
-/// `stopped` is asked between buffers, as by [`Key::add_inputs`].
+/// Each is copied through `scratch` (see [`ArtifactStore::put_read`]); `stopped` is asked
+/// between buffers, as by [`Key::add_inputs`].
 pub fn store_outputs(
     workspace: &Path,
     outputs: &[String],
     store: &ArtifactStore,
+    scratch: &Path,
     stopped: &dyn Fn() -> bool,
 ) -> Result<Vec<(String, Artifact)>, String> {
     let check = until(stopped);
@@ -251,7 +253,7 @@ pub fn store_outputs(
                     inner: file,
                     check: &check,
                 };
-                store.put_read("OUTPUT", &mut reading)
+                store.put_read("OUTPUT", &mut reading, scratch)
             })
             .map_err(|e| format!("failed to store declared output `{output}`: {e}"))?;
         stored.push((output.clone(), artifact));
@@ -262,9 +264,9 @@ pub fn store_outputs(
 /// Puts recorded output files back where they were written, each copied through `copy` (which
 /// re-hashes what it writes, and fails when that is not what was recorded). A file that already
 /// holds the recorded content is left alone; another is replaced by a rename, so a link in its
-/// place is replaced, never followed. Every copy is made and checked in `staging` (the store's
-/// temporary folder) before any output is touched, one buffer at a time: an output of any size
-/// is never held in memory.
+/// place is replaced, never followed. Every copy is made and checked in `staging` (the run's
+/// spill folder, on the store's file system) before any output is touched, one buffer at a
+/// time: an output of any size is never held in memory.
 ///
 /// `stopped` is asked between buffers, as by [`Key::add_inputs`]: a stop leaves every output
 /// as it was.
@@ -304,13 +306,13 @@ pub fn restore_outputs(
     Ok(restored)
 }
 
-/// A temporary file in `folder` made as a program would make its output: readable as the umask
-/// allows, not only by its owner as temporary files are.
+/// A temporary file in `folder` (made if need be) made as a program would make its output:
+/// readable as the umask allows, not only by its owner as temporary files are.
 fn new_output_file(folder: &Path) -> io::Result<tempfile::NamedTempFile> {
     use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(folder)
+    let mut builder = tempfile::Builder::new();
+    builder.permissions(std::fs::Permissions::from_mode(0o666));
+    crate::ledger::temp_file_in(folder, &builder)
 }
 
 /// Renames `staged` to `path`, making its folder first; where the two are on different file
@@ -444,7 +446,12 @@ mod tests {
         std::fs::create_dir_all(root.join("out")).unwrap();
         let store = ArtifactStore::open(&dir.path().join("store")).unwrap();
         std::fs::write(root.join("out/result.txt"), "made").unwrap();
-        let stored = store_outputs(&root, &["out/result.txt".into()], &store, &|| false).unwrap();
+        let store_one = |output: &str| {
+            store_outputs(&root, &[output.into()], &store, &store.temp_dir(), &|| {
+                false
+            })
+        };
+        let stored = store_one("out/result.txt").unwrap();
         let files: BTreeMap<String, String> = stored
             .iter()
             .map(|(path, artifact)| (path.clone(), artifact.sha256.clone()))
@@ -485,11 +492,10 @@ mod tests {
         );
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
         // An output that is missing, or a link, is refused when storing.
-        let missing =
-            store_outputs(&root, &["out/none.txt".into()], &store, &|| false).unwrap_err();
+        let missing = store_one("out/none.txt").unwrap_err();
         assert_eq!(missing, "declared output `out/none.txt` was not written");
         std::os::unix::fs::symlink(&victim, root.join("out/link.txt")).unwrap();
-        let link = store_outputs(&root, &["out/link.txt".into()], &store, &|| false).unwrap_err();
+        let link = store_one("out/link.txt").unwrap_err();
         assert!(link.contains("is not a regular file"), "{link}");
     }
 
@@ -539,10 +545,11 @@ mod tests {
         let made = vec![b'x'; 64 * 1024];
         std::fs::write(root.join("out/big.bin"), &made).unwrap();
         let outputs = ["out/big.bin".to_owned()];
-        let error = store_outputs(&root, &outputs, &store, &|| true).unwrap_err();
+        let error =
+            store_outputs(&root, &outputs, &store, &store.temp_dir(), &|| true).unwrap_err();
         assert!(error.ends_with("the run stopped meanwhile"), "{error}");
         assert_eq!(std::fs::read_dir(store.temp_dir()).unwrap().count(), 0);
-        let stored = store_outputs(&root, &outputs, &store, &|| false).unwrap();
+        let stored = store_outputs(&root, &outputs, &store, &store.temp_dir(), &|| false).unwrap();
         let files = BTreeMap::from([(outputs[0].clone(), stored[0].1.sha256.clone())]);
         std::fs::write(root.join("out/big.bin"), "changed").unwrap();
         let copy = |sha256: &str, to: &mut dyn io::Write| store.copy_out(sha256, to);

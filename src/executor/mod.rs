@@ -728,6 +728,7 @@ impl<'a> Executor<'a> {
         }
         let workspace = Arc::clone(&self.env.workspace);
         let store = self.env.artifacts.clone();
+        let staging = self.env.owner.spill_dir().to_owned();
         let cancel = self.nodes_cancel.child_token();
         self.running.spawn(async move {
             let files = hit.files.clone();
@@ -738,7 +739,7 @@ impl<'a> Executor<'a> {
                     Some(Err(e)) => Err(e.clone()),
                     None => store.copy_out(sha256, to),
                 };
-                crate::cache::restore_outputs(&workspace, &files, &store.temp_dir(), copy, &stopped)
+                crate::cache::restore_outputs(&workspace, &files, &staging, copy, &stopped)
             });
             let restored = restoring.await.unwrap_or_else(|e| Err(e.to_string()));
             Done::Restored {
@@ -1036,11 +1037,12 @@ impl<'a> Executor<'a> {
                 Some(outputs) if outcome.state == NodeState::Succeeded => {
                     // Read and copied on a thread of the blocking pool: an output of gigabytes
                     // holds up neither the other nodes' output nor their timeouts.
-                    let (workspace, store) = (Arc::clone(&env.workspace), env.artifacts.clone());
                     let stopping = cancel.clone();
+                    let env = Arc::clone(&env);
                     let storing = tokio::task::spawn_blocking(move || {
                         let stopped = || stopping.is_cancelled();
-                        crate::cache::store_outputs(&workspace, &outputs, &store, &stopped)
+                        let scratch = env.owner.spill_dir();
+                        crate::cache::store_outputs(&env.workspace, &outputs, &env.artifacts, scratch, &stopped)
                     });
                     let stored = storing.await.unwrap_or_else(|e| Err(format!("storing its declared outputs failed: {e}")));
                     // A cancel ends the storing too (a copy of gigabytes would hold kavi's exit).

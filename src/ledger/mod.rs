@@ -35,7 +35,7 @@ use db::{Db, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader, open_regular};
+pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader, open_regular, temp_file_in};
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use escalations::EscalationRow;

@@ -120,11 +120,17 @@ impl Owner {
         &self.name
     }
 
+    /// This owner's own folder for temporary files, removed with it (or by the recovery of a
+    /// later kavi, when it was killed); made only when first used.
+    pub fn spill_dir(&self) -> &Path {
+        self.roster.spill_dir()
+    }
+
     /// How this owner's children capture output: spilling into its folder, listed in its roster.
     pub fn capture(&self, limit: usize) -> CaptureOptions {
         CaptureOptions {
             limit,
-            spill_dir: self.roster.spill_dir().to_owned(),
+            spill_dir: self.spill_dir().to_owned(),
             roster: Some(Arc::clone(&self.roster)),
             live: None,
         }

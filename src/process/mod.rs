@@ -290,17 +290,10 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// A new spill file in `dir`, which is made with the first one: most runs never spill, and an
-/// empty folder made for each cost a `mkdir` as kavi started and an `rmdir` as it ended (0.37 ms
-/// of a 1,000-node chain's tail, `perf trace`).
+/// A new spill file in `dir`, which is made with the first one (see
+/// [`crate::ledger::temp_file_in`]).
 fn spill_file(dir: &Path) -> io::Result<NamedTempFile> {
-    match NamedTempFile::new_in(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)?;
-            NamedTempFile::new_in(dir)
-        }
-        made => made,
-    }
+    crate::ledger::temp_file_in(dir, &tempfile::Builder::new())
 }
 
 /// A child kavi started, waited on through its pidfd, and never left behind: dropped before it
