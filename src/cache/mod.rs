@@ -21,7 +21,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::ledger::{Artifact, ArtifactStore, hash_file, hash_reader, open_regular};
+use crate::ledger::{Artifact, ArtifactStore, hash_reader, open_regular};
 
 /// What a node declares about its files, validated when the pipeline loads.
 #[derive(Debug)]
@@ -149,12 +149,7 @@ impl Key {
                 let name = format!("input:{}", relative.display());
                 let file_type = entry.file_type();
                 if file_type.is_file() {
-                    let file = open_regular(entry.path())?;
-                    let mut reading = Checked {
-                        inner: file,
-                        check: &check,
-                    };
-                    self.parts.insert(name, hash_reader(&mut reading)?.0);
+                    self.parts.insert(name, hash_checked(entry.path(), &check)?);
                 } else if file_type.is_symlink() {
                     let target = std::fs::read_link(entry.path())?;
                     let target = sha256_hex(target.as_os_str().as_encoded_bytes());
@@ -175,6 +170,15 @@ fn until(stopped: &dyn Fn() -> bool) -> impl Fn() -> io::Result<()> + '_ {
         }
         Ok(())
     }
+}
+
+/// The SHA-256 (hex) of a regular file (see [`open_regular`]), read while `check` allows.
+fn hash_checked(path: &Path, check: &impl Fn() -> io::Result<()>) -> io::Result<String> {
+    let mut reading = Checked {
+        inner: open_regular(path)?,
+        check,
+    };
+    Ok(hash_reader(&mut reading)?.0)
 }
 
 /// A file read, or written, while `check` allows: each read or write asks it first.
@@ -285,8 +289,8 @@ pub fn restore_outputs(
             .symlink_metadata()
             .ok()
             .filter(std::fs::Metadata::is_file)
-            .and_then(|_| hash_file(&path).ok());
-        if current.is_some_and(|(hash, _)| &hash == sha256) {
+            .and_then(|_| hash_checked(&path, &check).ok());
+        if current.is_some_and(|hash| &hash == sha256) {
             continue;
         }
         let unusable = |e: String| format!("the stored copy of output `{output}` is unusable: {e}");
