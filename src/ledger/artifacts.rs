@@ -249,7 +249,9 @@ pub fn copy_hashing(
     writer: &mut (impl Write + ?Sized),
 ) -> io::Result<(String, u64)> {
     let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 256 * 1024];
+    // On the stack, as before the copy: hashing a sandbox of thousands of small files calls
+    // this for each, and a larger buffer would be zeroed as many times.
+    let mut buffer = [0u8; 64 * 1024];
     let mut size = 0u64;
     loop {
         let n = match reader.read(&mut buffer) {
@@ -320,7 +322,7 @@ mod tests {
         assert!(small.inline.is_some());
         // One byte over the limit, and over several of the copy's buffers: the file `put_bytes`
         // makes of the same bytes, and `copy_out` gives them back.
-        for size in [INLINE_LIMIT + 1, 3 * 256 * 1024 + 7] {
+        for size in [INLINE_LIMIT + 1, 3 * 64 * 1024 + 7] {
             let bytes: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
             let large = store
                 .put_read("OUTPUT", &mut bytes.as_slice(), &store.temp_dir())
