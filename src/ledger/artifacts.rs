@@ -114,12 +114,7 @@ impl ArtifactStore {
         }
         let mut temp = temp_file_in(scratch, &tempfile::Builder::new())?;
         let (sha256, size) = copy_hashing(&mut head.as_slice().chain(reader), temp.as_file_mut())?;
-        let artifact = self.artifact(kind, sha256, size);
-        let destination = self.path_of(&artifact);
-        if !destination.exists() {
-            self.persist(temp, &destination)?;
-        }
-        Ok(artifact)
+        self.keep_file(kind, temp, sha256, size)
     }
 
     /// Moves a finished temporary file into the store under its hash.
@@ -127,6 +122,18 @@ impl ArtifactStore {
         // A writer may have left the offset anywhere.
         temp.as_file_mut().seek(SeekFrom::Start(0))?;
         let (sha256, size) = hash_reader(temp.as_file_mut())?;
+        self.keep_file(kind, temp, sha256, size)
+    }
+
+    /// Moves `temp`, whose content hashes to `sha256`, into the store under that hash, unless
+    /// the store has it already.
+    fn keep_file(
+        &self,
+        kind: &str,
+        temp: NamedTempFile,
+        sha256: String,
+        size: u64,
+    ) -> io::Result<Artifact> {
         let artifact = self.artifact(kind, sha256, size);
         let destination = self.path_of(&artifact);
         if !destination.exists() {
