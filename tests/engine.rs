@@ -2290,6 +2290,96 @@ shell = "yes | head -c 1048576"
     );
 }
 
+/// A large input unchanged since the last run is recognised by its identity and times, not read
+/// again; a change disguised as none (same size, modification time put back) is still seen.
+#[test]
+fn an_unchanged_large_input_is_not_read_again_and_a_disguised_change_is_seen() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    let big = dir.path().join("data/big.bin");
+    std::fs::write(&big, vec![b'a'; 2 << 20]).unwrap();
+    let written = std::time::Instant::now();
+    write(
+        dir.path(),
+        "pipelines/big.toml",
+        r#"
+[pipeline]
+name = "big"
+
+[nodes.use]
+kind = "exec"
+run = ["true"]
+inputs = ["data/big.bin"]
+"#,
+    );
+    let run = || {
+        let out = kavi(dir.path(), &["pipeline", "run", "big", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        node(&json(&out), "use")["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let memos = || {
+        std::fs::read_dir(dir.path().join(".kavi/artifacts/digests"))
+            .map_or(Vec::new(), |entries| {
+                entries.map(|e| e.unwrap().path()).collect()
+            })
+    };
+    // Just written, the file may yet change within one tick of the file system's clock without
+    // its times showing it: it is read, and nothing is remembered.
+    let settled = std::time::Duration::from_secs(2);
+    assert_eq!(run(), "succeeded");
+    if written.elapsed() < settled {
+        assert!(memos().is_empty(), "{:?}", memos());
+    } else {
+        eprintln!(
+            "not checked that a file changed under 2 s ago is not remembered: the first run \
+             ended {:?} after the file was written",
+            written.elapsed()
+        );
+    }
+    // Settled (a change time can only be waited out, not set), it is remembered...
+    std::thread::sleep(
+        (settled + std::time::Duration::from_millis(100)).saturating_sub(written.elapsed()),
+    );
+    assert_eq!(run(), "cached");
+    let remembered = memos();
+    assert_eq!(remembered.len(), 1);
+    // ...and what is remembered is what the next run takes, without reading the file: a memo
+    // saying otherwise changes the node's key, and it runs.
+    let text = std::fs::read_to_string(&remembered[0]).unwrap();
+    let digest = text.lines().nth(3).unwrap();
+    assert_eq!(digest.len(), 64, "{text}");
+    std::fs::write(&remembered[0], text.replace(digest, &"0".repeat(64))).unwrap();
+    assert_eq!(run(), "succeeded");
+    std::fs::write(&remembered[0], text).unwrap();
+    assert_eq!(run(), "cached");
+
+    // The content changed in place, same size, modification time put back: seen, and run.
+    let before = std::fs::metadata(&big).unwrap();
+    let mut file = std::fs::OpenOptions::new().write(true).open(&big).unwrap();
+    std::io::Write::write_all(&mut file, &vec![b'b'; 2 << 20]).unwrap();
+    file.set_modified(before.modified().unwrap()).unwrap();
+    drop(file);
+    let after = std::fs::metadata(&big).unwrap();
+    assert_eq!(
+        (after.len(), after.mtime(), after.mtime_nsec(), after.ino()),
+        (
+            before.len(),
+            before.mtime(),
+            before.mtime_nsec(),
+            before.ino()
+        )
+    );
+    assert_eq!(run(), "succeeded");
+}
+
 /// A template a rendered template includes governs the run too: editing it is a change of
 /// governance `policy diff` names, and what it reads is checked like its includer's.
 #[test]

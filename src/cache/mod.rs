@@ -23,6 +23,9 @@ use sha2::{Digest, Sha256};
 
 use crate::ledger::{Artifact, ArtifactStore, hash_reader, open_regular};
 
+mod digests;
+pub use digests::DigestMemo;
+
 /// What a node declares about its files, validated when the pipeline loads.
 #[derive(Debug)]
 pub struct CacheSpec {
@@ -107,7 +110,8 @@ impl Key {
 
     /// Adds an `input:<path>` part for every file the node's inputs name: its content's hash,
     /// `symlink:<hash of the target>` for a link (not followed), `missing` for a plain path that
-    /// does not exist. Paths under `skip` (kavi's own state) are never inputs.
+    /// does not exist. Paths under `skip` (kavi's own state) are never inputs. A large file
+    /// unchanged since `memo` last read it is not read again (see [`DigestMemo`]).
     ///
     /// `stopped` is asked before each file and each buffer of one: once it says yes (the run
     /// was cancelled), hashing ends with an error at once, however much is left to read.
@@ -116,6 +120,7 @@ impl Key {
         workspace: &Path,
         inputs: &[InputPattern],
         skip: &[PathBuf],
+        memo: &DigestMemo,
         stopped: &dyn Fn() -> bool,
     ) -> io::Result<()> {
         let check = until(stopped);
@@ -149,7 +154,8 @@ impl Key {
                 let name = format!("input:{}", relative.display());
                 let file_type = entry.file_type();
                 if file_type.is_file() {
-                    self.parts.insert(name, hash_checked(entry.path(), &check)?);
+                    let digest = memo.hash(entry.path(), &relative.to_string_lossy(), &check)?;
+                    self.parts.insert(name, digest);
                 } else if file_type.is_symlink() {
                     let target = std::fs::read_link(entry.path())?;
                     let target = sha256_hex(target.as_os_str().as_encoded_bytes());
@@ -172,10 +178,13 @@ fn until(stopped: &dyn Fn() -> bool) -> impl Fn() -> io::Result<()> + '_ {
     }
 }
 
-/// The SHA-256 (hex) of a regular file (see [`open_regular`]), read while `check` allows.
-fn hash_checked(path: &Path, check: &impl Fn() -> io::Result<()>) -> io::Result<String> {
+/// The SHA-256 (hex) of what `reader` yields, read while `check` allows.
+fn hash_checked(
+    reader: &mut impl io::Read,
+    check: &impl Fn() -> io::Result<()>,
+) -> io::Result<String> {
     let mut reading = Checked {
-        inner: open_regular(path)?,
+        inner: reader,
         check,
     };
     Ok(hash_reader(&mut reading)?.0)
@@ -286,7 +295,9 @@ pub fn restore_outputs(
     for (output, sha256) in files {
         let path = output_path(workspace, output).map_err(|e| format!("recorded output {e}"))?;
         // Anything but a regular file (missing, a link, a FIFO) is refused by the open: replaced.
-        let current = hash_checked(&path, &check).ok();
+        let current = open_regular(&path)
+            .and_then(|mut file| hash_checked(&mut file, &check))
+            .ok();
         if current.is_some_and(|hash| &hash == sha256) {
             continue;
         }
@@ -382,7 +393,8 @@ mod tests {
             .map(|p| InputPattern::parse(p).unwrap())
             .collect();
         let mut key = Key::default();
-        key.add_inputs(root, &inputs, &[root.join(".kavi")], &|| false)
+        let memo = DigestMemo::of_store(&ArtifactStore::open(&root.join(".kavi")).unwrap());
+        key.add_inputs(root, &inputs, &[root.join(".kavi")], &memo, &|| false)
             .unwrap();
         key
     }

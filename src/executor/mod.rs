@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::Key;
+use crate::cache::{DigestMemo, Key};
 use crate::dag::Dag;
 use crate::ledger::{
     Artifact, CacheHit, CacheRecord, Ledger, LedgerError, NewRun, NodeRecord, RunOrigin,
@@ -646,13 +646,14 @@ impl<'a> Executor<'a> {
         let inputs = spec.inputs.clone();
         let workspace = Arc::clone(&self.env.workspace);
         let skip = Arc::clone(&self.env.state_paths);
+        let memo = DigestMemo::of_store(&self.env.artifacts);
         // A cancel (or a spent budget) ends the hashing too: inputs of terabytes would
         // otherwise hold kavi's exit for as long as they take to read.
         let cancel = self.nodes_cancel.child_token();
         self.running.spawn(async move {
             let hashing = tokio::task::spawn_blocking(move || {
                 let stopped = || cancel.is_cancelled();
-                key.add_inputs(&workspace, &inputs, &skip, &stopped)
+                key.add_inputs(&workspace, &inputs, &skip, &memo, &stopped)
                     .map(|()| key)
             });
             let key = hashing

@@ -55,6 +55,12 @@ impl ArtifactStore {
         self.root.join("tmp")
     }
 
+    /// Where the digests of large input files are remembered (see `cache::DigestMemo`): kavi's
+    /// state, beside what it describes.
+    pub fn digests_dir(&self) -> PathBuf {
+        self.root.join("digests")
+    }
+
     fn artifact(&self, kind: &str, sha256: String, size: u64) -> Artifact {
         let path = relative_path(&sha256);
         Artifact {
