@@ -10,9 +10,10 @@
 //! when its reading began, and still the same when it ended. A file changed more recently than
 //! that is read on every run until it settles.
 //!
-//! Files below [`MEMO_MIN`] are simply read. The memo lives in the artifact store, kavi's state, which no sandbox copy holds and no
-//! confined process may write; it is one small file per input path, written by rename and
-//! never synced: a memo lost or torn by a crash is ignored, and the input read again.
+//! Files below [`MEMO_MIN`] are simply read. The memo lives in the artifact store, kavi's
+//! state, which no sandbox copy holds and no confined process may write; it is one small file
+//! per input path, written by rename and never synced: a memo lost or torn by a crash is
+//! ignored, and the input read again.
 
 use std::fs;
 use std::io::{self, Read, Write};
