@@ -2288,6 +2288,14 @@ shell = "yes | head -c 1048576"
         0,
         "no staged copy is left behind"
     );
+    // Its output stored again replaced the altered copy: the next run takes it.
+    assert!(
+        std::fs::read(&stored).unwrap() == made,
+        "the store's copy is still the altered one"
+    );
+    std::fs::remove_file(&model).unwrap();
+    assert_eq!(node(&run(), "model")["state"], "cached");
+    assert_eq!(std::fs::read(&model).unwrap(), made);
 }
 
 /// A large input unchanged since the last run is recognised by its identity and times, not read

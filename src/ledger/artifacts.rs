@@ -90,7 +90,7 @@ impl ArtifactStore {
     pub fn put_bytes(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
         let artifact = self.artifact(kind, content_hash(bytes), bytes.len() as u64);
         let destination = self.path_of(&artifact);
-        if !destination.exists() {
+        if !holds(&destination, &artifact) {
             let mut temp = NamedTempFile::new_in(self.temp_dir())?;
             temp.write_all(bytes)?;
             self.persist(temp, &destination)?;
@@ -142,7 +142,7 @@ impl ArtifactStore {
     ) -> io::Result<Artifact> {
         let artifact = self.artifact(kind, sha256, size);
         let destination = self.path_of(&artifact);
-        if !destination.exists() {
+        if !holds(&destination, &artifact) {
             self.persist(temp, &destination)?;
         }
         Ok(artifact)
@@ -199,6 +199,22 @@ impl ArtifactStore {
         }
         Ok(())
     }
+}
+
+/// Whether the store's file at `path` holds `artifact`'s content. A copy altered since it was
+/// stored (or damaged on disk) does not, and whoever stores that content next replaces it:
+/// otherwise every later run would find the copy unusable, and a cached node would run every
+/// time. Checking costs a read of the stored copy, only when the content is stored again (a
+/// node that ran and made the same output), and none when the size alone tells.
+fn holds(path: &Path, artifact: &Artifact) -> bool {
+    open_regular(path)
+        .and_then(|mut file| {
+            if file.limit() != artifact.size {
+                return Ok(false);
+            }
+            Ok(hash_reader(&mut file)?.0 == artifact.sha256)
+        })
+        .unwrap_or(false)
 }
 
 /// The SHA-256 (hex) that names `bytes` in the store.
@@ -402,5 +418,16 @@ mod tests {
             error.ends_with("was altered: its content no longer matches its hash"),
             "{error}"
         );
+        // Stored again, the content replaces the altered copy: same size, or another size.
+        assert_eq!(store.put_bytes("NOTE", b"hello\n").unwrap(), a);
+        assert_eq!(store.read_text(&a.sha256).unwrap(), "hello\n");
+        for altered in [&b"hellO\n"[..], b"hello, world\n"] {
+            std::fs::remove_file(&path).unwrap();
+            std::fs::write(&path, altered).unwrap();
+            let mut temp = NamedTempFile::new_in(store.temp_dir()).unwrap();
+            temp.write_all(b"hello\n").unwrap();
+            assert_eq!(store.put_file("NOTE", temp).unwrap(), a);
+            assert_eq!(store.read_text(&a.sha256).unwrap(), "hello\n");
+        }
     }
 }
