@@ -113,8 +113,8 @@ impl Key {
     /// does not exist. Paths under `skip` (kavi's own state) are never inputs. A large file
     /// unchanged since `memo` last read it is not read again (see [`DigestMemo`]).
     ///
-    /// `stopped` is asked before each file and each buffer of one: once it says yes (the run
-    /// was cancelled), hashing ends with an error at once, however much is left to read.
+    /// `stopped` is asked before each entry walked and each buffer read: once it says yes (the
+    /// run was cancelled), hashing ends with an error at once, however much is left to read.
     pub fn add_inputs(
         &mut self,
         workspace: &Path,
@@ -143,6 +143,9 @@ impl Key {
                     Err(e) if input.glob.is_some() && e.depth() == 0 => break,
                     Err(e) => return Err(io::Error::other(e)),
                 };
+                // Asked for every entry walked, matched or not: a glob over a large tree that
+                // matches little is as much work as one that matches much.
+                check()?;
                 let relative = entry
                     .path()
                     .strip_prefix(workspace)
@@ -150,7 +153,6 @@ impl Key {
                 if input.glob.as_ref().is_some_and(|g| !g.is_match(relative)) {
                     continue;
                 }
-                check()?;
                 let name = format!("input:{}", relative.display());
                 let file_type = entry.file_type();
                 if file_type.is_file() {
