@@ -7,6 +7,11 @@
 #   printing  a chain whose nodes each `echo` a line of their own: every node stores an output
 #             (kavi with a fresh ledger and store; then again, its outputs already stored)
 #
+#   up to date  a chain whose nodes each copy `src/i` to `out/i`, inputs and outputs declared,
+#             run when nothing changed since the last run: make and ninja compare times, kavi
+#             finds every node's key in its ledger (restored before each run to the one the
+#             building run left, so that it does not grow from round to round)
+#
 # then `check` and `plan` of layered DAGs of 10,000 and 100,000 nodes, `runs show` of a
 # 10,000-node run, the ledger's growth per node run, and the README's forge run split by node.
 #
@@ -171,6 +176,44 @@ for kind in chain wide printing; do
     fi
 done
 
+# The up-to-date chain: real files in and out, so that make and ninja have times to compare and
+# kavi has inputs to key and outputs to find in place.
+uptodate() {
+    local dir=$1
+    mkdir -p "$dir/pipelines" "$dir/src" "$dir/out"
+    printf '# generated\n' > "$dir/kavi.toml"
+    python3 - "$dir" "$N" <<'PY'
+import sys
+root, n = sys.argv[1], int(sys.argv[2])
+with open(f"{root}/pipelines/g.toml", "w") as toml, open(f"{root}/Makefile", "w") as make, \
+        open(f"{root}/build.ninja", "w") as ninja:
+    toml.write('[pipeline]\nname = "uptodate"\n')
+    make.write("all:" + "".join(f" out/{i}" for i in range(n)) + "\n")
+    ninja.write("rule cp\n  command = cp $in $out\n")
+    for i in range(n):
+        with open(f"{root}/src/{i}", "w") as f:
+            f.write(f"{i}\n")
+        after = f"out/{i - 1}" if i else ""
+        toml.write(f'\n[nodes.n{i}]\nkind = "exec"\nrun = ["cp", "src/{i}", "out/{i}"]\n'
+                   f'inputs = ["src/{i}"]\noutputs = ["out/{i}"]\n')
+        if i:
+            toml.write(f'needs = ["n{i - 1}"]\n')
+        make.write(f"out/{i}: src/{i} {after}\n\t@cp src/{i} out/{i}\n")
+        ninja.write(f"build out/{i}: cp src/{i}" + (f" | {after}" if i else "") + "\n")
+PY
+}
+dir="$work/uptodate"
+uptodate "$dir"
+echo "== $N nodes, up to date (jobs 1)"
+make -s -C "$dir" -j1 all && ninja -C "$dir" -j1 > /dev/null
+run_kavi="$KAVI pipeline run --workspace $dir g.toml --jobs 1 --json"
+$run_kavi > /dev/null && $run_kavi > /dev/null && cp -a "$dir/.kavi" "$dir/.kavi-built"
+hyperfine --runs "$RUNS" --warmup 1 --style basic -N \
+    --export-markdown "$OUT/uptodate.md" --export-json "$OUT/uptodate.json" \
+    --prepare "sh -c 'rm -rf $dir/.kavi && cp -a $dir/.kavi-built $dir/.kavi'" -n "kavi" "$run_kavi" \
+    --prepare true -n "make" "make -s -C $dir -j1 all" \
+    --prepare true -n "ninja" "ninja -C $dir -j1"
+
 # Layered DAGs: L layers of 100, each node needing three of the layer above.
 layered() {
     local layers=$1 dir=$2
@@ -236,6 +279,9 @@ for kind in ("chain", "wide", "printing"):
     if "kavi (outputs stored)" in r:
         s = r["kavi (outputs stored)"]
         print(f"| {kind}, outputs stored | | | | | {s:.2f} | {s / r['make']:.2f} | {s / r['floor']:.2f} |")
+r = means("uptodate")
+print(f"| up to date | | {r['make']:.2f} | {r['ninja']:.2f} | | {r['kavi']:.2f} | "
+      f"{r['kavi'] / r['make']:.2f} | |")
 big = means("big")
 print(f"\ncheck 10k {big['check 10k']*1e3:.0f} ms, 100k {big['check 100k']*1e3:.0f} ms "
       f"({big['check 100k'] / big['check 10k']:.1f}x); plan 10k {big['plan 10k']*1e3:.0f} ms, "
