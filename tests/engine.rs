@@ -2386,6 +2386,12 @@ inputs = ["data/big.bin"]
         )
     );
     assert_eq!(run(), "succeeded");
+
+    // The input gone, `kavi gc` forgets what was remembered of it.
+    std::fs::remove_file(&big).unwrap();
+    let gc = json(&kavi(dir.path(), &["gc", "--json"]));
+    assert_eq!(gc["input_digests"], 1, "{gc}");
+    assert!(memos().is_empty(), "{:?}", memos());
 }
 
 /// A template a rendered template includes governs the run too: editing it is a change of

@@ -124,6 +124,36 @@ impl DigestMemo {
         Ok(digest)
     }
 
+    /// Removes (unless `dry_run`) the memos of inputs no longer in `workspace`, and anything
+    /// in the memo's folder that is no memo: returns how many, and their bytes. Each memo names
+    /// its input, so a workspace that deleted or renamed large inputs keeps no memo of them.
+    pub fn forget_gone(&self, workspace: &Path, dry_run: bool) -> (usize, u64) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return (0, 0);
+        };
+        let mut gone = (0, 0);
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let mut head = String::new();
+            let named = open_regular(&path)
+                .and_then(|file| file.take(4096).read_to_string(&mut head))
+                .ok()
+                .and_then(|_| match head.split('\n').collect::<Vec<_>>()[..] {
+                    [FORMAT, name, ..] => Some(workspace.join(name)),
+                    _ => None,
+                });
+            if named.is_some_and(|input| input.symlink_metadata().is_ok()) {
+                continue;
+            }
+            gone.0 += 1;
+            gone.1 += entry.metadata().map_or(0, |m| m.len());
+            if !dry_run {
+                let _ = fs::remove_file(&path);
+            }
+        }
+        gone
+    }
+
     fn remember(&self, memo: &Path, name: &str, stamp: &Stamp, digest: &str) -> io::Result<()> {
         let mut temp = temp_file_in(&self.temp, tempfile::Builder::new().prefix("digest"))?;
         write!(temp, "{FORMAT}\n{name}\n{}\n{digest}\n", stamp.line())?;
@@ -270,6 +300,26 @@ mod tests {
             assert_eq!(recalled_digest, None, "{bad:?}");
         }
         assert_eq!(hash(&memo, &path), sha256_hex(&large(b'a')));
+    }
+
+    #[test]
+    fn the_memos_of_inputs_no_longer_there_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let memo = eager_memo(dir.path());
+        for name in ["kept.bin", "gone.bin"] {
+            let path = dir.path().join(name);
+            fs::write(&path, large(b'a')).unwrap();
+            memo.hash(&path, name, &|| Ok(())).unwrap();
+        }
+        fs::write(memo.dir.join("stray"), "not a memo").unwrap();
+        fs::remove_file(dir.path().join("gone.bin")).unwrap();
+        assert_eq!(memos(&memo), 3);
+        let (count, bytes) = memo.forget_gone(dir.path(), true);
+        assert_eq!((count, memos(&memo)), (2, 3), "a dry run removes nothing");
+        assert!(bytes > 0);
+        assert_eq!(memo.forget_gone(dir.path(), false), (count, bytes));
+        assert_eq!(memos(&memo), 1);
+        assert!(memo.dir.join(sha256_hex(b"kept.bin")).is_file());
     }
 
     #[test]

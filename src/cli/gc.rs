@@ -1,5 +1,6 @@
-//! `kavi gc`: prune old runs, the artifacts only they used, expired sandboxes and old temporary
-//! files. What a skill's history names is never pruned (see `ledger::gc`).
+//! `kavi gc`: prune old runs, the artifacts only they used, expired sandboxes, old temporary
+//! files and the remembered digests of inputs no longer there. What a skill's history names is
+//! never pruned (see `ledger::gc`).
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -63,6 +64,9 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
     }
     let (temp_files, temp_bytes) = stale_temp_files(&store, options.dry_run);
     freed += temp_bytes;
+    let (digests, digest_bytes) =
+        crate::cache::DigestMemo::of_store(&store).forget_gone(&workspace.root, options.dry_run);
+    freed += digest_bytes;
     let verb = if options.dry_run {
         "would remove"
     } else {
@@ -77,6 +81,7 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
             "artifacts": pruned.artifacts.iter().map(|(sha, _, _)| sha).collect::<Vec<_>>(),
             "sandboxes": sandboxes,
             "temp_files": temp_files,
+            "input_digests": digests,
             "bytes": freed,
             "kept_as_evidence": pruned.kept_as_evidence,
         }));
@@ -106,6 +111,17 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
         plural(temp_files, "temporary file"),
         bytes(freed)
     );
+    if digests > 0 {
+        let forget = if options.dry_run {
+            "would forget"
+        } else {
+            "forgot"
+        };
+        outln!(
+            "{forget} the remembered digests of {} no longer in the workspace",
+            plural(digests, "large input")
+        );
+    }
     if pruned.kept_as_evidence > 0 {
         outln!(
             "kept {} older than {} that a skill's record names or whose sandbox is kept",
