@@ -103,19 +103,22 @@ impl DigestMemo {
         check: &impl Fn() -> io::Result<()>,
     ) -> io::Result<String> {
         let mut file = open_regular(path)?;
-        let opened = file.get_ref().metadata()?;
-        if opened.len() < MEMO_MIN {
+        // The length at open bounds the read: no second `fstat` for the many small inputs.
+        if file.limit() < MEMO_MIN {
             return hash_checked(&mut file, check);
         }
-        let stamp = Stamp::of(&opened);
+        let stamp = Stamp::of(&file.get_ref().metadata()?);
         let memo = self.dir.join(sha256_hex(name.as_bytes()));
         if let Some(digest) = recalled(&memo, name, &stamp) {
             return Ok(digest);
         }
         let began = SystemTime::now();
+        // What is read is as long as the file was at open; a file that grew since is not the
+        // one the stamp describes.
+        let whole = u64::try_from(stamp.0[2]).is_ok_and(|size| size == file.limit());
         let digest = hash_checked(&mut file, check)?;
         let unchanged = Stamp::of(&file.get_ref().metadata()?) == stamp;
-        if unchanged && stamp.settled_before(began, self.settled) {
+        if whole && unchanged && stamp.settled_before(began, self.settled) {
             // Only a memo lost: the next run reads the file again.
             if let Err(e) = self.remember(&memo, name, &stamp, &digest) {
                 tracing::debug!(error = %e, input = name, "failed to remember an input's digest");
