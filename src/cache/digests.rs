@@ -137,14 +137,7 @@ impl DigestMemo {
         let mut gone = (0, 0);
         for entry in entries.flatten() {
             let path = entry.path();
-            let mut head = String::new();
-            let named = open_regular(&path)
-                .and_then(|file| file.take(4096).read_to_string(&mut head))
-                .ok()
-                .and_then(|_| match head.split('\n').collect::<Vec<_>>()[..] {
-                    [FORMAT, name, ..] => Some(workspace.join(name)),
-                    _ => None,
-                });
+            let named = memo_lines(&path).and_then(|lines| Some(workspace.join(lines.get(1)?)));
             if named.is_some_and(|input| input.symlink_metadata().is_ok()) {
                 continue;
             }
@@ -166,28 +159,36 @@ impl DigestMemo {
     }
 }
 
-/// The digest `memo` holds for the file `name` as `stamp` describes it, if it holds one: a
-/// memo of another format, another file or another stamp, or not whole, holds none.
-fn recalled(memo: &Path, name: &str, stamp: &Stamp) -> Option<String> {
+/// The lines of the memo file at `path`: none for a file that is not one of kavi's memos (of
+/// this format, and a few hundred bytes; a larger file is no memo).
+fn memo_lines(path: &Path) -> Option<Vec<String>> {
     let mut text = String::new();
-    // A memo is a few hundred bytes; a larger file is no memo of kavi's.
-    open_regular(memo)
+    open_regular(path)
         .ok()?
         .take(4096)
         .read_to_string(&mut text)
         .ok()?;
-    let mut lines = text.strip_suffix('\n')?.split('\n');
-    let parts = (lines.next()?, lines.next()?, lines.next()?, lines.next()?);
-    let (FORMAT, remembered_name, remembered_stamp, digest) = parts else {
+    let lines: Vec<String> = text
+        .strip_suffix('\n')?
+        .split('\n')
+        .map(str::to_owned)
+        .collect();
+    (lines.first().map(String::as_str) == Some(FORMAT)).then_some(lines)
+}
+
+/// The digest `memo` holds for the file `name` as `stamp` describes it, if it holds one: a
+/// memo of another format, another file or another stamp, or not whole, holds none.
+fn recalled(memo: &Path, name: &str, stamp: &Stamp) -> Option<String> {
+    let lines = memo_lines(memo)?;
+    let [_, remembered_name, remembered_stamp, digest] = &lines[..] else {
         return None;
     };
-    let whole = lines.next().is_none()
-        && digest.len() == 64
+    let well_formed = digest.len() == 64
         && digest
             .bytes()
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    (whole && remembered_name == name && remembered_stamp == stamp.line())
-        .then(|| digest.to_owned())
+    (well_formed && remembered_name == name && *remembered_stamp == stamp.line())
+        .then(|| digest.clone())
 }
 
 #[cfg(test)]
