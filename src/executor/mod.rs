@@ -187,6 +187,22 @@ impl<'c> OnTheLoop<'c> {
     }
 }
 
+/// Runs `work` on the loop's thread, and when it proves too much there (see [`OnTheLoop`]),
+/// again from the start on the blocking pool. `work` is told to stop through its argument.
+async fn here_else_on_the_pool<T: Send + 'static>(
+    cancel: CancellationToken,
+    work: impl Fn(&dyn Fn() -> bool) -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    {
+        let here = OnTheLoop::new(&cancel);
+        let tried = work(&|| here.stopped());
+        if !here.moved() {
+            return Ok(tried);
+        }
+    }
+    tokio::task::spawn_blocking(move || work(&|| cancel.is_cancelled())).await
+}
+
 /// What a task of the loop's set ended with.
 enum Done {
     /// A node's attempt ended.
@@ -678,7 +694,7 @@ impl<'a> Executor<'a> {
             .cache
             .as_ref()
             .expect("only nodes with inputs have keys");
-        let mut key = self.node_key(index);
+        let key = self.node_key(index);
         let inputs = spec.inputs.clone();
         let workspace = Arc::clone(&self.env.workspace);
         let skip = Arc::clone(&self.env.state_paths);
@@ -687,21 +703,12 @@ impl<'a> Executor<'a> {
         // otherwise hold kavi's exit for as long as they take to read.
         let cancel = self.nodes_cancel.child_token();
         self.running.spawn(async move {
-            let here = OnTheLoop::new(&cancel);
-            let mut tried = key.clone();
-            let hashed = tried.add_inputs(&workspace, &inputs, &skip, &memo, &|| here.stopped());
-            if !here.moved() {
-                return Done::Keyed {
-                    index,
-                    key: hashed.map(|()| tried),
-                };
-            }
-            let hashing = tokio::task::spawn_blocking(move || {
-                let stopped = || cancel.is_cancelled();
-                key.add_inputs(&workspace, &inputs, &skip, &memo, &stopped)
+            let hash = move |stopped: &dyn Fn() -> bool| {
+                let mut key = key.clone();
+                key.add_inputs(&workspace, &inputs, &skip, &memo, stopped)
                     .map(|()| key)
-            });
-            let key = hashing
+            };
+            let key = here_else_on_the_pool(cancel, hash)
                 .await
                 .unwrap_or_else(|e| Err(std::io::Error::other(e)));
             Done::Keyed { index, key }
@@ -786,17 +793,11 @@ impl<'a> Executor<'a> {
                 };
                 crate::cache::restore_outputs(&workspace, &files, &staging, copy, stopped)
             };
-            // Tried here first: most outputs are already in place and small. A stop part way
-            // leaves every output as it was, so the blocking pool can start over.
-            let here = OnTheLoop::new(&cancel);
-            let tried = restore(&|| here.stopped());
-            let restored = if here.moved() {
-                let restoring =
-                    tokio::task::spawn_blocking(move || restore(&|| cancel.is_cancelled()));
-                restoring.await.unwrap_or_else(|e| Err(e.to_string()))
-            } else {
-                tried
-            };
+            // Most outputs are already in place and small. A stop part way leaves every output
+            // as it was, so the blocking pool can start over.
+            let restored = here_else_on_the_pool(cancel, restore)
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
             Done::Restored {
                 index,
                 record,
