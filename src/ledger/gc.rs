@@ -233,6 +233,10 @@ impl Ledger {
              -- foreign keys are checked at the end of each statement, so parents, children
              -- and the runs that resumed one another go together
              DELETE FROM runs WHERE id IN (SELECT id FROM gc_runs);
+             -- a governing set goes with the last run that named it (a node run names its
+             -- run's set)
+             DELETE FROM governing_members WHERE set_hash NOT IN
+                 (SELECT governing_hash FROM runs WHERE governing_hash IS NOT NULL);
              DELETE FROM artifact_contents WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifacts WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DROP TABLE gc_artifacts;

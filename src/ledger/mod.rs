@@ -671,19 +671,30 @@ impl Ledger {
         if spec_after_run {
             insert_spec(&tx)?;
         }
-        // Prepared once: a run may have many governing files, and each statement fires the
-        // journal's triggers, which SQLite compiles anew with every preparation.
-        let mut spec = tx.prepare_cached(
-            "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+        // A set is kept once, under its hash: a run over the same files as an earlier one (the
+        // usual case) finds every member there, with its text, and writes nothing for them.
+        // Members are only ever added in whole sets, in the transaction of the run that brought
+        // them; a set found short (rows deleted by hand) is completed.
+        let stored: i64 = tx.query_row(
+            "SELECT COUNT(*) FROM governing_members WHERE set_hash = ?1",
+            [&governing_hash],
+            |row| row.get(0),
         )?;
-        let mut policy = tx.prepare_cached(
-            "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
-        )?;
-        for (role, path, hash, text) in &new.governing {
-            spec.execute(params![hash, path, text, now])?;
-            policy.execute(params![run_id, path, hash, role])?;
+        if usize::try_from(stored).ok() != Some(new.governing.len()) {
+            // Prepared once: a run may have many governing files, and each statement fires the
+            // journal's triggers, which SQLite compiles anew with every preparation.
+            let mut spec = tx.prepare_cached(
+                "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+            )?;
+            let mut member = tx.prepare_cached(
+                "INSERT INTO governing_members (set_hash, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT DO NOTHING",
+            )?;
+            for (role, path, hash, text) in &new.governing {
+                spec.execute(params![hash, path, text, now])?;
+                member.execute(params![governing_hash, path, hash, role])?;
+            }
         }
-        drop((spec, policy));
         {
             let mut insert = tx.prepare(
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
@@ -1191,12 +1202,17 @@ impl Ledger {
         })
     }
 
-    /// The files that governed a run, sorted by path.
+    /// The files that governed a run, sorted by path: its set's members, or for a run recorded
+    /// before sets were kept once, its own rows (a member of both is listed once).
     pub fn governing(&self, run_id: i64) -> Result<Vec<GoverningFile>> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT role, path, spec_hash FROM run_policies WHERE run_id = ?1 ORDER BY path",
+                "SELECT role, path, spec_hash FROM governing_members
+                 WHERE set_hash = (SELECT governing_hash FROM runs WHERE id = ?1)
+                 UNION
+                 SELECT role, path, spec_hash FROM run_policies WHERE run_id = ?1
+                 ORDER BY path",
             )?
             .query_map([run_id], |row| {
                 Ok(GoverningFile {
@@ -1446,6 +1462,120 @@ pub(crate) mod tests {
                 .collect(),
             governing: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_governing_set_is_kept_once_for_every_run_that_has_it() {
+        let (dir, mut ledger, owner) = fresh_ledger();
+        let params = serde_json::json!({});
+        let member = |path: &str, text: &str| {
+            let hash = crate::spec::spec_hash(text);
+            ("policy", path.to_owned(), hash, text.to_owned())
+        };
+        let run_with =
+            |ledger: &mut Ledger, governing: &[(&'static str, String, String, String)]| {
+                let new = NewRun {
+                    governing: governing.to_vec(),
+                    ..new_run(&params, &["n"], &owner)
+                };
+                let id = ledger.create_run(&new).unwrap();
+                ledger
+                    .finish_run(id, RunStatus::Succeeded, Duration::ZERO, None)
+                    .unwrap();
+                id
+            };
+        let count = |ledger: &Ledger, sql: &str| -> i64 {
+            ledger.conn.query_row(sql, [], |row| row.get(0)).unwrap()
+        };
+        let listed = |ledger: &Ledger, run: i64| -> Vec<(String, String, String)> {
+            let files = ledger.governing(run).unwrap();
+            files
+                .into_iter()
+                .map(|f| (f.role, f.path, f.spec_hash))
+                .collect()
+        };
+        let set = [
+            member("policies/a.toml", "a = 1"),
+            member("policies/b.toml", "b = 2"),
+        ];
+        let expected = |set: &[(&str, String, String, String)]| -> Vec<(String, String, String)> {
+            set.iter()
+                .map(|(role, path, hash, _)| ((*role).to_owned(), path.clone(), hash.clone()))
+                .collect()
+        };
+
+        let first = run_with(&mut ledger, &set);
+        let second = run_with(&mut ledger, &set);
+        // The second run wrote nothing for its set: two members, two journal entries, and no
+        // row per run.
+        let members = "SELECT COUNT(*) FROM governing_members";
+        assert_eq!(count(&ledger, members), 2);
+        assert_eq!(
+            count(
+                &ledger,
+                "SELECT COUNT(*) FROM journal WHERE tbl = 'governing_members'"
+            ),
+            2
+        );
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM run_policies"), 0);
+        assert_eq!(listed(&ledger, first), expected(&set));
+        assert_eq!(listed(&ledger, second), expected(&set));
+
+        // One file changed: another set, and the first runs still list theirs.
+        let changed = [set[0].clone(), member("policies/b.toml", "b = 3")];
+        let third = run_with(&mut ledger, &changed);
+        assert_eq!(count(&ledger, members), 4);
+        assert_eq!(listed(&ledger, third), expected(&changed));
+        assert_eq!(listed(&ledger, first), expected(&set));
+
+        // A set found short (a member deleted by hand) is completed by the next run with it.
+        ledger
+            .conn
+            .execute(
+                "DELETE FROM governing_members WHERE path = 'policies/a.toml' AND spec_hash = ?1
+                 AND set_hash = (SELECT governing_hash FROM runs WHERE id = ?2)",
+                params![set[0].2, first],
+            )
+            .unwrap();
+        let fourth = run_with(&mut ledger, &set);
+        assert_eq!(listed(&ledger, fourth), expected(&set));
+        assert_eq!(listed(&ledger, first), expected(&set));
+
+        // A run recorded before sets were kept once has its members in run_policies: listed,
+        // and a member in both tables once.
+        for (role, path, hash, _) in &set {
+            ledger
+                .conn
+                .execute(
+                    "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
+                    params![first, path, hash, role],
+                )
+                .unwrap();
+        }
+        assert_eq!(listed(&ledger, first), expected(&set));
+        ledger
+            .conn
+            .execute(
+                "UPDATE runs SET governing_hash = NULL WHERE id = ?1",
+                [first],
+            )
+            .unwrap();
+        assert_eq!(listed(&ledger, first), expected(&set));
+
+        // gc: the set of the pruned runs stays while a kept run names it, and goes with the
+        // last one. Keep the latest run (the fourth, with the first set): the changed set goes.
+        let rule = super::gc::GcRule {
+            before: "9999-01-01T00:00:00Z".into(),
+            keep: 1,
+        };
+        let pruned = ledger.prune_runs(&rule, false).unwrap();
+        assert_eq!(pruned.runs, vec![first, second, third]);
+        assert_eq!(count(&ledger, members), 2);
+        assert_eq!(listed(&ledger, fourth), expected(&set));
+        assert_eq!(count(&ledger, "SELECT COUNT(*) FROM run_policies"), 0);
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let findings = ledger.verify(&store, None, &[]).unwrap();
+        assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
 
     #[test]

@@ -253,6 +253,14 @@ CREATE TABLE node_cache (
 
 CREATE INDEX node_cache_key ON node_cache(key);
 
+CREATE TABLE governing_members (
+        set_hash    TEXT NOT NULL,             -- runs.governing_hash (see spec/governing.rs)
+        path        TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL REFERENCES specs(hash),
+        role        TEXT NOT NULL,
+        PRIMARY KEY (set_hash, path)
+    ) WITHOUT ROWID;
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 
@@ -337,6 +345,21 @@ CREATE TRIGGER "journal_executions_update" AFTER UPDATE ON "executions" BEGIN
 CREATE TRIGGER "journal_executions_delete" AFTER DELETE ON "executions" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
                VALUES ('executions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'parent', OLD."parent", 'skill', OLD."skill", 'source_hash', OLD."source_hash", 'side_effect', OLD."side_effect", 'input', OLD."input", 'output', OLD."output", 'success', OLD."success", 'error', OLD."error", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'chain', OLD."chain", 'step', OLD."step", 'run_id', OLD."run_id", 'confinement', OLD."confinement", 'status', OLD."status", 'owner', OLD."owner", 'skill_version', OLD."skill_version", 'caller', OLD."caller"));
+             END;
+
+CREATE TRIGGER "journal_governing_members_insert" AFTER INSERT ON "governing_members" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('governing_members', 'insert', json_array(NEW."set_hash", NEW."path"), json_object('set_hash', NEW."set_hash", 'path', NEW."path", 'spec_hash', NEW."spec_hash", 'role', NEW."role"));
+             END;
+
+CREATE TRIGGER "journal_governing_members_update" AFTER UPDATE ON "governing_members" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('governing_members', 'update', json_array(NEW."set_hash", NEW."path"), json_object('set_hash', NEW."set_hash", 'path', NEW."path", 'spec_hash', NEW."spec_hash", 'role', NEW."role"));
+             END;
+
+CREATE TRIGGER "journal_governing_members_delete" AFTER DELETE ON "governing_members" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('governing_members', 'delete', json_array(OLD."set_hash", OLD."path"), json_object('set_hash', OLD."set_hash", 'path', OLD."path", 'spec_hash', OLD."spec_hash", 'role', OLD."role"));
              END;
 
 CREATE TRIGGER "journal_node_cache_insert" AFTER INSERT ON "node_cache" BEGIN
