@@ -223,6 +223,8 @@ impl Ledger {
         tx.execute_batch(
             "DELETE FROM node_cache WHERE node_run_id IN
                  (SELECT id FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs));
+             -- a key's parts go with the last node run that recorded it
+             DELETE FROM cache_parts WHERE key NOT IN (SELECT key FROM node_cache);
              DELETE FROM node_run_artifacts WHERE node_run_id IN
                  (SELECT id FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs));
              DELETE FROM node_runs WHERE run_id IN (SELECT id FROM gc_runs);

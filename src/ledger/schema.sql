@@ -242,17 +242,6 @@ CREATE TABLE artifact_contents (
         content BLOB NOT NULL
     );
 
-CREATE TABLE node_cache (
-        node_run_id INTEGER PRIMARY KEY REFERENCES node_runs(id),
-        key         TEXT NOT NULL,             -- sha256 hex over the parts
-        parts       TEXT NOT NULL,             -- JSON object: part name -> hash
-        files       TEXT NOT NULL,             -- JSON object: output path -> artifact sha256
-        source      INTEGER,                   -- the node run a cached one took its result from
-        note        TEXT                       -- why the key was not looked up, or missed
-    );
-
-CREATE INDEX node_cache_key ON node_cache(key);
-
 CREATE TABLE governing_members (
         set_hash    TEXT NOT NULL,             -- runs.governing_hash (see spec/governing.rs)
         path        TEXT NOT NULL,
@@ -260,6 +249,22 @@ CREATE TABLE governing_members (
         role        TEXT NOT NULL,
         PRIMARY KEY (set_hash, path)
     ) WITHOUT ROWID;
+
+CREATE TABLE cache_parts (
+        key         TEXT PRIMARY KEY,          -- sha256 hex over the parts
+        parts       TEXT NOT NULL              -- JSON object: part name -> hash
+    ) WITHOUT ROWID;
+
+CREATE TABLE node_cache (
+        node_run_id INTEGER PRIMARY KEY REFERENCES node_runs(id),
+        key         TEXT NOT NULL,             -- sha256 hex over the parts
+        parts       TEXT,                      -- JSON object, for rows before 25; else in cache_parts
+        files       TEXT NOT NULL,             -- JSON object: output path -> artifact sha256
+        source      INTEGER,                   -- the node run a cached one took its result from
+        note        TEXT                       -- why the key was not looked up, or missed
+    );
+
+CREATE INDEX node_cache_key ON node_cache(key);
 
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
@@ -300,6 +305,21 @@ CREATE TRIGGER "journal_builds_update" AFTER UPDATE ON "builds" BEGIN
 CREATE TRIGGER "journal_builds_delete" AFTER DELETE ON "builds" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
                VALUES ('builds', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'attempt', OLD."attempt", 'parent_build', OLD."parent_build", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'status', OLD."status", 'packet', OLD."packet", 'log', OLD."log", 'exit_code', OLD."exit_code", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'failure_kind', OLD."failure_kind", 'research_note', OLD."research_note", 'advisory', OLD."advisory", 'advisory_error', OLD."advisory_error"));
+             END;
+
+CREATE TRIGGER "journal_cache_parts_insert" AFTER INSERT ON "cache_parts" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('cache_parts', 'insert', json_array(NEW."key"), json_object('key', NEW."key", 'parts', NEW."parts"));
+             END;
+
+CREATE TRIGGER "journal_cache_parts_update" AFTER UPDATE ON "cache_parts" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('cache_parts', 'update', json_array(NEW."key"), json_object('key', NEW."key", 'parts', NEW."parts"));
+             END;
+
+CREATE TRIGGER "journal_cache_parts_delete" AFTER DELETE ON "cache_parts" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('cache_parts', 'delete', json_array(OLD."key"), json_object('key', OLD."key", 'parts', OLD."parts"));
              END;
 
 CREATE TRIGGER "journal_checkpoints_insert" AFTER INSERT ON "checkpoints" BEGIN
