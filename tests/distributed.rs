@@ -784,3 +784,139 @@ fn recovery_on_a_server_leaves_other_machines_runs_alone() {
     assert_eq!(status(2), "running");
     assert_eq!(status(3), "interrupted");
 }
+
+/// The tables, columns, constraints and indexes of a server's ledger, for comparing two.
+fn server_schema(url: &str) -> Vec<String> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let mut described = Vec::new();
+    for sql in [
+        "SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
+                || ' ' || is_identity || ' ' || coalesce(column_default, '')
+         FROM information_schema.columns WHERE table_schema = current_schema()",
+        "SELECT table_name || ' ' || constraint_type || ' ' || constraint_name
+         FROM information_schema.table_constraints
+         -- NOT NULL is a CHECK named after the table's oid here; is_nullable says it above
+         WHERE table_schema = current_schema() AND constraint_type <> 'CHECK'",
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema()",
+        "SELECT event_object_table || ' ' || trigger_name || ' ' || event_manipulation
+         FROM information_schema.triggers WHERE trigger_schema = current_schema()",
+    ] {
+        for row in client.query(sql, &[]).unwrap() {
+            described.push(row.get::<_, String>(0));
+        }
+    }
+    described.sort();
+    described
+}
+
+/// A ledger the first kavi with server ledgers made (schema 23) is brought up to date by the
+/// first command of this one: what it holds reads as before, the next run finds its node up to
+/// date, the chain verifies, and its schema is that of a ledger made new.
+#[test]
+fn a_server_ledger_from_schema_23_is_upgraded_and_reads_as_before() {
+    let (Some(url), Some(fresh)) = (common::postgres::database(), common::postgres::database())
+    else {
+        return;
+    };
+    let dir = workspace_with(
+        r#"
+[pipeline]
+name = "parity"
+
+[nodes.copy]
+kind = "exec"
+run = ["cp", "src/a.txt", "out/a.txt"]
+inputs = ["src/a.txt"]
+outputs = ["out/a.txt"]
+"#,
+    );
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("out")).unwrap();
+    std::fs::write(root.join("src/a.txt"), "a\n").unwrap();
+    let first = on_server(root, &url, &["pipeline", "run", "parity"]);
+    assert_eq!(code(&first), 0, "{}", text(&first));
+    let shown = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
+    assert_eq!(shown["governing"].as_array().unwrap().len(), 3, "{shown}");
+    let explained = text(&on_server(root, &url, &["explain", "1", "copy"]));
+
+    // Back to schema 23, as the kavi before wrote that run: the set's members in run_policies,
+    // the key's parts in node_cache, and neither table since. Through the journal's triggers,
+    // so that the chain stays whole.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO run_policies (run_id, path, spec_hash, role)
+                 SELECT r.id, g.path, g.spec_hash, g.role
+                 FROM runs r JOIN governing_members g ON g.set_hash = r.governing_hash;
+             UPDATE node_cache SET parts = (SELECT parts FROM cache_parts p
+                                            WHERE p.key = node_cache.key);
+             DELETE FROM governing_members;
+             DELETE FROM cache_parts;
+             DROP TABLE governing_members;
+             DROP TABLE cache_parts;
+             ALTER TABLE node_cache ALTER COLUMN parts SET NOT NULL;
+             UPDATE schema_version SET version = 23;",
+        )
+        .unwrap();
+    drop(client);
+
+    // Three kavis open it at once: one upgrades it, under the write lock, and the others find
+    // it done.
+    let opening: Vec<_> = (0..3)
+        .map(|_| {
+            common::kavi_command(root, &["ledger", "verify"])
+                .env("KAVI_LEDGER", &url)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for kavi in opening {
+        let verify = kavi.wait_with_output().unwrap();
+        assert_eq!(code(&verify), 0, "{}", text(&verify));
+    }
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let count = |client: &mut postgres::Client, sql: &str| -> i64 {
+        client.query_one(sql, &[]).unwrap().get(0)
+    };
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 25);
+    let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
+    assert_eq!(shown_again["governing"], shown["governing"]);
+    assert_eq!(
+        text(&on_server(root, &url, &["explain", "1", "copy"])),
+        explained
+    );
+
+    // The next run finds its node up to date from the old key, and writes its set and the
+    // key's parts once, in the new tables.
+    let second = json(&on_server(
+        root,
+        &url,
+        &["pipeline", "run", "parity", "--json"],
+    ));
+    assert_eq!(second["nodes"][0]["state"], "cached", "{second}");
+    // (its set has one member more: `out/a.txt`, which its command names, is there now)
+    let members = second["governing"].as_array().unwrap().len();
+    assert_eq!(members, 4, "{second}");
+    assert_eq!(
+        count(&mut client, "SELECT COUNT(*) FROM governing_members"),
+        4
+    );
+    assert_eq!(count(&mut client, "SELECT COUNT(*) FROM cache_parts"), 1);
+    assert_eq!(
+        count(
+            &mut client,
+            "SELECT COUNT(*) FROM node_cache WHERE parts IS NULL"
+        ),
+        1
+    );
+    let verify = on_server(root, &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+
+    // Its schema is that of a ledger made new by this kavi.
+    let made = on_server(root, &fresh, &["pipeline", "run", "parity"]);
+    assert_eq!(code(&made), 0, "{}", text(&made));
+    assert_eq!(server_schema(&url), server_schema(&fresh));
+}

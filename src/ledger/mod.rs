@@ -105,9 +105,10 @@ pub enum LedgerError {
     #[error("{0}")]
     CopyRefused(String),
     #[error(
-        "the ledger at {} has schema version {found}, older than this kavi's ({known}), and kavi \
-         does not migrate a server's ledger yet",
-        path.display()
+        "the ledger at {} has schema version {found}, older than any server ledger this kavi \
+         can bring up to date (from {} to {known})",
+        path.display(),
+        schema::FIRST_ON_A_SERVER
     )]
     ServerTooOld {
         path: PathBuf,
@@ -1319,7 +1320,7 @@ fn postgres_schema_exists(conn: &Db) -> Result<bool> {
 
 /// A server's ledger is made whole at the schema's current version, from the schema SQLite
 /// reaches after every migration (see [`postgres::schema`]); one made by an older kavi is
-/// refused until kavi migrates server ledgers.
+/// brought up to it by [`schema::SERVER_STEPS`], under the write lock, in one transaction.
 fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
     let known = schema::MIGRATIONS.len();
     let version = |conn: &Db| -> Result<Option<usize>> {
@@ -1347,12 +1348,49 @@ fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
             known
         }
     };
+    let found = if (schema::FIRST_ON_A_SERVER..known).contains(&found) {
+        upgrade_postgres(conn)?;
+        known
+    } else {
+        found
+    };
     let path = PathBuf::from(postgres::redacted(url));
     match found.cmp(&known) {
         std::cmp::Ordering::Equal => Ok(()),
         std::cmp::Ordering::Greater => Err(LedgerError::TooNew { path, found, known }),
         std::cmp::Ordering::Less => Err(LedgerError::ServerTooOld { path, found, known }),
     }
+}
+
+/// Takes a server's ledger from its version to the current one, each migration's steps in turn,
+/// then journals what they changed and remakes the journal's triggers, as SQLite's migrations
+/// do. The version is read again under the write lock: another kavi may have upgraded it.
+fn upgrade_postgres(conn: &mut Db) -> Result<()> {
+    let tx = conn.transaction()?;
+    let version: i64 = tx.query_row("SELECT version FROM schema_version", [], |row| row.get(0))?;
+    let version = usize::try_from(version).unwrap_or(usize::MAX);
+    let Some(steps) = version
+        .checked_sub(schema::FIRST_ON_A_SERVER)
+        .and_then(|done| schema::SERVER_STEPS.get(done..))
+        .filter(|steps| !steps.is_empty())
+    else {
+        return Ok(tx.commit()?);
+    };
+    let current = sqlite_schema()?;
+    for step in steps.iter().flat_map(|steps| steps.iter()) {
+        let sql = match step {
+            schema::ServerStep::Table(name) => postgres::table_named(&current, name)
+                .ok_or_else(|| std::io::Error::other(format!("no table {name} in the schema")))?,
+            schema::ServerStep::Sql(sql) => (*sql).to_owned(),
+        };
+        tx.execute_batch(&sql)?;
+    }
+    tx.execute(
+        "UPDATE schema_version SET version = ?1",
+        [schema::MIGRATIONS.len()],
+    )?;
+    journal::install(&tx)?;
+    Ok(tx.commit()?)
 }
 
 /// The schema as SQLite has it after every migration: (kind, name, SQL) in creation order.

@@ -305,6 +305,14 @@ pub fn schema(sqlite_schema: &[(String, String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// The statement that makes table `name` of a SQLite schema on a server, as [`schema`] makes it.
+pub fn table_named(sqlite_schema: &[(String, String, String)], name: &str) -> Option<String> {
+    sqlite_schema
+        .iter()
+        .find(|(kind, table, _)| kind == "table" && table == name)
+        .map(|(_, _, sql)| table(sql))
+}
+
 /// The tables of a SQLite schema as (name, SQLite's SQL), each after the tables its foreign
 /// keys name: the order to create them in, or to fill them.
 pub fn tables_in_order(sqlite_schema: &[(String, String, String)]) -> Vec<(String, String)> {

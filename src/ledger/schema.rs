@@ -15,6 +15,31 @@ use super::Result;
 use super::db::{Db, Transaction};
 use super::journal;
 
+/// The schema version of the first ledgers kept on a PostgreSQL server: each migration after it
+/// is brought to such a ledger by the step of [`SERVER_STEPS`] at its place.
+pub const FIRST_ON_A_SERVER: usize = 23;
+
+/// What a migration does to a server's ledger.
+#[derive(Debug)]
+pub enum ServerStep {
+    /// Makes the table of this name as a new server ledger has it (translated from SQLite's,
+    /// see [`super::postgres::schema`]), so that an upgraded ledger and a new one are alike.
+    Table(&'static str),
+    /// PostgreSQL's own statement, for a change to what is there.
+    Sql(&'static str),
+}
+
+/// The migrations after [`FIRST_ON_A_SERVER`], in order, as a server's ledger takes them.
+pub const SERVER_STEPS: &[&[ServerStep]] = &[
+    // 24
+    &[ServerStep::Table("governing_members")],
+    // 25
+    &[
+        ServerStep::Table("cache_parts"),
+        ServerStep::Sql("ALTER TABLE node_cache ALTER COLUMN parts DROP NOT NULL"),
+    ],
+];
+
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
 /// (created before, under the write lock) is not in it.
 pub const CURRENT: &str = include_str!("schema.sql");
@@ -476,6 +501,21 @@ fn script(conn: &Db) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A migration without its server step would leave every server's ledger refused.
+    #[test]
+    fn every_migration_since_server_ledgers_has_its_server_step() {
+        assert_eq!(FIRST_ON_A_SERVER + SERVER_STEPS.len(), MIGRATIONS.len());
+        let schema = crate::ledger::sqlite_schema().unwrap();
+        for step in SERVER_STEPS.iter().flat_map(|steps| steps.iter()) {
+            if let ServerStep::Table(name) = step {
+                assert!(
+                    super::super::postgres::table_named(&schema, name).is_some(),
+                    "no table {name} in the schema"
+                );
+            }
+        }
+    }
 
     fn empty_ledger() -> Db {
         crate::ledger::memory::use_mimalloc();
