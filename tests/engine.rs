@@ -576,8 +576,18 @@ outputs = ["out/model.bin"]
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let temporary = dir.path().join(".kavi/artifacts/tmp");
+    // The run's record may commit after its first node starts (on a server ledger,
+    // milliseconds later): what is tested is what the next kavi does with a recorded run, so
+    // the kill waits for the record, then for the copy.
     let deadline = Instant::now() + Duration::from_secs(60);
+    while json(&kavi(dir.path(), &["runs", "list", "--json"]))
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < deadline, "the run was never recorded");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let temporary = dir.path().join(".kavi/artifacts/tmp");
     while !temporary.is_dir() || files_under(&temporary) == 0 {
         assert!(child.try_wait().unwrap().is_none(), "the run ended first");
         assert!(Instant::now() < deadline, "the output was never copied");
