@@ -485,6 +485,29 @@ fn on_server(root: &Path, url: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `count` kavis started at once with `args` on the server's ledger, and what each did.
+fn on_server_at_once(
+    root: &Path,
+    url: &str,
+    args: &[&str],
+    count: usize,
+) -> Vec<std::process::Output> {
+    let started: Vec<_> = (0..count)
+        .map(|_| {
+            common::kavi_command(root, args)
+                .env("KAVI_LEDGER", url)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    started
+        .into_iter()
+        .map(|kavi| kavi.wait_with_output().unwrap())
+        .collect()
+}
+
 /// Every text the server's ledger keeps that could carry a secret: the journal holds each row's
 /// content, and the specs every governing file's text.
 fn server_texts(url: &str) -> String {
@@ -639,22 +662,14 @@ fn four_runs_at_once_on_one_server_lose_nothing() {
     }
     let dir = workspace_with(&pipeline);
     let root = dir.path();
-    let runs: Vec<_> = (0..4)
-        .map(|_| {
-            common::kavi_command(
-                root,
-                &["pipeline", "run", "parity", "--jobs", "3", "--json"],
-            )
-            .env("KAVI_LEDGER", &url)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
-        .collect();
+    let runs = on_server_at_once(
+        root,
+        &url,
+        &["pipeline", "run", "parity", "--jobs", "3", "--json"],
+        4,
+    );
     let mut ids = Vec::new();
-    for run in runs {
-        let output = run.wait_with_output().unwrap();
+    for output in runs {
         assert_eq!(code(&output), 0, "{}", text(&output));
         let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
         assert_eq!(detail["status"], "succeeded");
@@ -863,18 +878,7 @@ outputs = ["out/a.txt"]
 
     // Three kavis open it at once: one upgrades it, under the write lock, and the others find
     // it done.
-    let opening: Vec<_> = (0..3)
-        .map(|_| {
-            common::kavi_command(root, &["ledger", "verify"])
-                .env("KAVI_LEDGER", &url)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for kavi in opening {
-        let verify = kavi.wait_with_output().unwrap();
+    for verify in on_server_at_once(root, &url, &["ledger", "verify"], 3) {
         assert_eq!(code(&verify), 0, "{}", text(&verify));
     }
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();

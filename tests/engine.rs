@@ -550,6 +550,20 @@ fn files_under(dir: &Path) -> usize {
         .sum()
 }
 
+/// Waits until the workspace's ledger holds a run. A run is recorded whole, and its first
+/// plain nodes may start before that commit (on a server ledger, milliseconds later): a test
+/// of what the next kavi does with a killed run kills only once the run is recorded.
+fn wait_for_the_run_record(root: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while json(&kavi(root, &["runs", "list", "--json"]))
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < deadline, "the run was never recorded");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A kavi killed while it copies a declared output of gigabytes into the store leaves no part
 /// of the copy behind once the next kavi starts: it is made in the run's own spill folder,
 /// which that kavi's recovery removes.
@@ -576,17 +590,9 @@ outputs = ["out/model.bin"]
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // The run's record may commit after its first node starts (on a server ledger,
-    // milliseconds later): what is tested is what the next kavi does with a recorded run, so
-    // the kill waits for the record, then for the copy.
+    // The kill waits for the run's record, then for the copy.
+    wait_for_the_run_record(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
-    while json(&kavi(dir.path(), &["runs", "list", "--json"]))
-        .as_array()
-        .is_none_or(Vec::is_empty)
-    {
-        assert!(Instant::now() < deadline, "the run was never recorded");
-        std::thread::sleep(Duration::from_millis(5));
-    }
     let temporary = dir.path().join(".kavi/artifacts/tmp");
     while !temporary.is_dir() || files_under(&temporary) == 0 {
         assert!(child.try_wait().unwrap().is_none(), "the run ended first");
@@ -626,17 +632,7 @@ fn a_killed_run_leaves_nothing_behind_once_kavi_starts_again() {
     let spill = dir.path().join(".kavi/artifacts/tmp");
     let spilled = || files_under(&spill);
     assert_eq!(spilled(), 1, "the node's output did not spill to a file");
-    // A run is recorded whole, and its first plain nodes may start before that commit (on a
-    // server ledger, milliseconds later): what is tested is what the next kavi does with a
-    // run that was recorded, so the kill waits for the record.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while json(&kavi(dir.path(), &["runs", "list", "--json"]))
-        .as_array()
-        .is_none_or(Vec::is_empty)
-    {
-        assert!(Instant::now() < deadline, "the run was never recorded");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_the_run_record(dir.path());
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(
