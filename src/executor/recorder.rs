@@ -316,8 +316,9 @@ fn write_groups(
 const GROUP_MOST: usize = 128;
 
 /// Collects `first` and what follows it until `deadline`, [`GROUP_MOST`] decisions, a sync
-/// (someone waits for it), or the end of the run. In between it parks rather than waiting on the channel: senders then
-/// have no one to wake, and a sync or the end unparks it (see [`Recorder::hurry`]).
+/// (someone waits for it), or the end of the run. In between it parks rather than waiting on
+/// the channel: senders then have no one to wake, and a sync or the end unparks it (see
+/// [`Recorder::hurry`]).
 fn gather(
     first: Message,
     receiver: &mpsc::Receiver<Message>,

@@ -191,12 +191,10 @@ mod tests {
         };
         let first = run_ending(&mut ledger, NodeState::Succeeded, built);
         let taken = CacheRecord {
+            key: key.clone(),
+            parts: parts.clone(),
             source: Some(first),
-            ..CacheRecord {
-                key: key.clone(),
-                parts: parts.clone(),
-                ..CacheRecord::default()
-            }
+            ..CacheRecord::default()
         };
         let second = run_ending(&mut ledger, NodeState::Cached, taken);
 

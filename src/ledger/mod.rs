@@ -1369,21 +1369,14 @@ fn upgrade_postgres(conn: &mut Db) -> Result<()> {
     let tx = conn.transaction()?;
     let version: i64 = tx.query_row("SELECT version FROM schema_version", [], |row| row.get(0))?;
     let version = usize::try_from(version).unwrap_or(usize::MAX);
-    let Some(steps) = version
-        .checked_sub(schema::FIRST_ON_A_SERVER)
-        .and_then(|done| schema::SERVER_STEPS.get(done..))
-        .filter(|steps| !steps.is_empty())
-    else {
+    if version >= schema::MIGRATIONS.len() {
         return Ok(tx.commit()?);
-    };
-    let current = sqlite_schema()?;
-    for step in steps.iter().flat_map(|steps| steps.iter()) {
-        let sql = match step {
-            schema::ServerStep::Table(name) => postgres::table_named(&current, name)
-                .ok_or_else(|| std::io::Error::other(format!("no table {name} in the schema")))?,
-            schema::ServerStep::Sql(sql) => (*sql).to_owned(),
-        };
-        tx.execute_batch(&sql)?;
+    }
+    // Migration `done` (counted from 0) makes version `done + 1`.
+    for done in version.max(schema::FIRST_ON_A_SERVER)..schema::MIGRATIONS.len() {
+        for step in schema::SERVER_STEPS[done - schema::FIRST_ON_A_SERVER] {
+            tx.execute_batch(&server_sql(step, done + 1)?)?;
+        }
     }
     tx.execute(
         "UPDATE schema_version SET version = ?1",
@@ -1393,11 +1386,29 @@ fn upgrade_postgres(conn: &mut Db) -> Result<()> {
     Ok(tx.commit()?)
 }
 
+/// What `step`, of the migration that makes the schema version `version`, runs on a server. A
+/// table is made as that migration left it (a later one's steps change it from there).
+fn server_sql(step: &schema::ServerStep, version: usize) -> Result<String> {
+    match step {
+        schema::ServerStep::Table(name) => {
+            postgres::table_named(&sqlite_schema_after(version)?, name).ok_or_else(|| {
+                std::io::Error::other(format!("migration {version} makes no table {name}")).into()
+            })
+        }
+        schema::ServerStep::Sql(sql) => Ok((*sql).to_owned()),
+    }
+}
+
 /// The schema as SQLite has it after every migration: (kind, name, SQL) in creation order.
 fn sqlite_schema() -> Result<Vec<(String, String, String)>> {
+    sqlite_schema_after(schema::MIGRATIONS.len())
+}
+
+/// The schema as SQLite has it after the first `migrations` migrations.
+fn sqlite_schema_after(migrations: usize) -> Result<Vec<(String, String, String)>> {
     memory::use_mimalloc();
     let conn = Db::from_sqlite(rusqlite::Connection::open_in_memory().map_err(db::DbError::from)?);
-    for migration in schema::MIGRATIONS {
+    for migration in &schema::MIGRATIONS[..migrations] {
         conn.execute_batch(migration)?;
     }
     Ok(conn

@@ -22,8 +22,9 @@ pub const FIRST_ON_A_SERVER: usize = 23;
 /// What a migration does to a server's ledger.
 #[derive(Debug)]
 pub enum ServerStep {
-    /// Makes the table of this name as a new server ledger has it (translated from SQLite's,
-    /// see [`super::postgres::schema`]), so that an upgraded ledger and a new one are alike.
+    /// Makes the table of this name as the migration leaves it on SQLite, translated as a new
+    /// server ledger's tables are (see [`super::postgres::schema`]): an upgraded ledger and a
+    /// new one are alike.
     Table(&'static str),
     /// PostgreSQL's own statement, for a change to what is there.
     Sql(&'static str),
@@ -502,16 +503,16 @@ fn script(conn: &Db) -> Result<String> {
 mod tests {
     use super::*;
 
-    /// A migration without its server step would leave every server's ledger refused.
+    /// A migration without its server steps would leave every server's ledger refused.
     #[test]
-    fn every_migration_since_server_ledgers_has_its_server_step() {
+    fn every_migration_since_server_ledgers_has_its_server_steps() {
         assert_eq!(FIRST_ON_A_SERVER + SERVER_STEPS.len(), MIGRATIONS.len());
-        let schema = crate::ledger::sqlite_schema().unwrap();
-        for step in SERVER_STEPS.iter().flat_map(|steps| steps.iter()) {
-            if let ServerStep::Table(name) = step {
+        for (done, steps) in SERVER_STEPS.iter().enumerate() {
+            let version = FIRST_ON_A_SERVER + done + 1;
+            for step in *steps {
                 assert!(
-                    super::super::postgres::table_named(&schema, name).is_some(),
-                    "no table {name} in the schema"
+                    crate::ledger::server_sql(step, version).is_ok(),
+                    "{step:?} of migration {version}"
                 );
             }
         }
