@@ -111,7 +111,7 @@ impl Default for Config {
             ledger: PathBuf::from(".kavi/ledger.db"),
             artifacts: PathBuf::from(".kavi/artifacts"),
             sandboxes: PathBuf::new(),
-            jobs: default_jobs(),
+            jobs: cores(),
             builder: DEFAULT_BUILDER.to_owned(),
             gateway: GatewayConfig::default(),
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
@@ -123,11 +123,12 @@ impl Default for Config {
     }
 }
 
-/// As many jobs as kavi may use processors. Asked once: std reads the cgroup's CPU quota each
-/// time (four files), and loading the configuration makes its defaults more than once.
-fn default_jobs() -> usize {
-    static JOBS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *JOBS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+/// How many processors kavi may use: the default number of jobs, and how many parts a large
+/// pipeline is read and loaded in. Asked once per process: std reads the cgroup's CPU quota
+/// each time (four files), and a run asked it in three places.
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// Where the signing key is unless configured: this user's configuration folder, which no

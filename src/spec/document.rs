@@ -206,8 +206,9 @@ fn parts_for(len: usize) -> usize {
     if len < 2 * PART_BYTES {
         return 1;
     }
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    (cores - 1).min(len / PART_BYTES).clamp(1, MAX_PARTS)
+    (crate::config::cores() - 1)
+        .min(len / PART_BYTES)
+        .clamp(1, MAX_PARTS)
 }
 
 /// Where to cut `text` into `parts` parts of about the same length: each cut just before a `[`

@@ -481,7 +481,7 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
     /// first here and each other on a thread of its own with a loader of its own, whose nodes,
     /// problems and governing files are then added in order.
     fn load_all(&mut self, nodes: Tables<'_>) {
-        let shares = (*SHARES).min(nodes.len() / LOAD_APART_FROM).max(1);
+        let shares = shares().min(nodes.len() / LOAD_APART_FROM).max(1);
         let size = nodes.len().div_ceil(shares);
         let mut nodes = nodes.into_iter();
         let mut first: Vec<_> = nodes.by_ref().take(size).collect();
@@ -626,13 +626,13 @@ const LOAD_APART_FROM: usize = if cfg!(test) { 2 } else { 512 };
 
 /// How many shares a long list of nodes is loaded in: one per core; three in tests, whatever
 /// the machine, so that shares are joined in order there.
-static SHARES: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
+fn shares() -> usize {
     if cfg!(test) {
         3
     } else {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        crate::config::cores()
     }
-});
+}
 
 /// Node tables handed to the loading thread at once: one wake for many nodes.
 const BATCH: usize = 64;
