@@ -429,7 +429,7 @@ pub struct RunDetail {
     pub children: Vec<RunRow>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GoverningFile {
     pub role: String,
     pub path: String,
@@ -1206,23 +1206,30 @@ impl Ledger {
     /// The files that governed a run, sorted by path: its set's members, or for a run recorded
     /// before sets were kept once, its own rows (a member of both is listed once).
     pub fn governing(&self, run_id: i64) -> Result<Vec<GoverningFile>> {
-        Ok(self
-            .conn
-            .prepare_cached(
-                "SELECT role, path, spec_hash FROM governing_members
-                 WHERE set_hash = (SELECT governing_hash FROM runs WHERE id = ?1)
-                 UNION
-                 SELECT role, path, spec_hash FROM run_policies WHERE run_id = ?1
-                 ORDER BY path",
-            )?
-            .query_map([run_id], |row| {
-                Ok(GoverningFile {
-                    role: row.get(0)?,
-                    path: row.get(1)?,
-                    spec_hash: row.get(2)?,
-                })
-            })?
-            .collect::<db::Result<_>>()?)
+        // Two reads in key order, merged here: as one `UNION ... ORDER BY`, SQLite sorted the
+        // set in a temporary B-tree, about half the read on a set of 1,000 members.
+        let read = |sql: &str| -> Result<Vec<GoverningFile>> {
+            Ok(self
+                .conn
+                .prepare_cached(sql)?
+                .query_map([run_id], |row| {
+                    Ok(GoverningFile {
+                        role: row.get(0)?,
+                        path: row.get(1)?,
+                        spec_hash: row.get(2)?,
+                    })
+                })?
+                .collect::<db::Result<_>>()?)
+        };
+        let members = read(
+            "SELECT role, path, spec_hash FROM governing_members
+             WHERE set_hash = (SELECT governing_hash FROM runs WHERE id = ?1)
+             ORDER BY path",
+        )?;
+        // Runs recorded before sets were kept once (schema 24) list theirs here.
+        let legacy =
+            read("SELECT role, path, spec_hash FROM run_policies WHERE run_id = ?1 ORDER BY path")?;
+        Ok(merge_by_path(members, legacy))
     }
 
     /// The stored text of a spec, by its hash (`sha256:<hex>`, or a unique prefix of the hex).
@@ -1245,6 +1252,34 @@ impl Ledger {
             _ => Err(LedgerError::SpecNotFound(hash.to_owned())),
         }
     }
+}
+
+/// Two lists sorted by path as one, sorted by path, a file listed in both the same way once.
+fn merge_by_path(a: Vec<GoverningFile>, b: Vec<GoverningFile>) -> Vec<GoverningFile> {
+    if b.is_empty() {
+        return a;
+    }
+    let mut merged: Vec<GoverningFile> = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x.path <= y.path => a.next(),
+            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, None) => break,
+        };
+        if let Some(file) = next {
+            let listed = merged
+                .iter()
+                .rev()
+                .take_while(|m| m.path == file.path)
+                .any(|m| *m == file);
+            if !listed {
+                merged.push(file);
+            }
+        }
+    }
+    merged
 }
 
 /// How long opening the ledger waits for another process's lock before giving up.
@@ -1511,6 +1546,42 @@ pub(crate) mod tests {
                 .collect(),
             governing: Vec::new(),
         }
+    }
+
+    #[test]
+    fn two_lists_of_governing_files_merge_in_path_order_each_file_once() {
+        let file = |path: &str, hash: &str| GoverningFile {
+            role: "policy".into(),
+            path: path.into(),
+            spec_hash: hash.into(),
+        };
+        let members = vec![file("a", "1"), file("c", "3"), file("d", "4")];
+        let legacy = vec![
+            file("b", "2"),
+            file("c", "3"),
+            file("c", "9"),
+            file("e", "5"),
+        ];
+        let merged = merge_by_path(members, legacy);
+        let listed: Vec<(&str, &str)> = merged
+            .iter()
+            .map(|f| (f.path.as_str(), f.spec_hash.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("a", "1"),
+                ("b", "2"),
+                ("c", "3"),
+                ("c", "9"),
+                ("d", "4"),
+                ("e", "5")
+            ]
+        );
+        assert_eq!(
+            merge_by_path(Vec::new(), vec![file("x", "1")]),
+            [file("x", "1")]
+        );
     }
 
     #[test]
