@@ -7,19 +7,27 @@ use super::Cli;
 use crate::error::{Error, exit};
 
 pub fn completions(shell: clap_complete::Shell) -> Result<i32, Error> {
-    let mut command = Cli::command();
+    let mut command = every_command();
     clap_complete::generate(shell, &mut command, "kavi", &mut std::io::stdout());
     Ok(exit::SUCCESS)
 }
 
 pub fn man_page() -> Result<i32, Error> {
-    clap_mangen::Man::new(Cli::command())
+    clap_mangen::Man::new(every_command())
         .render(&mut std::io::stdout())
         .map_err(|source| Error::Io {
             context: "failed to write the man page".into(),
             source,
         })?;
     Ok(exit::SUCCESS)
+}
+
+/// kavi's commands with every argument made: parsing makes only the given command's (see
+/// `TopCommand`).
+fn every_command() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    command
 }
 
 #[cfg(test)]
@@ -46,7 +54,7 @@ mod tests {
             }
         }
         let mut missing = Vec::new();
-        walk(&Cli::command(), "kavi", &mut missing);
+        walk(&every_command(), "kavi", &mut missing);
         assert!(missing.is_empty(), "no description: {missing:#?}");
     }
 }

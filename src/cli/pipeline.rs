@@ -58,8 +58,10 @@ pub(super) fn resolve_params(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
 }
 
-/// How a run shows itself while it runs, and whether it takes cached results: the options
-/// `pipeline run` and `runs resume` share.
+// How a run shows itself while it runs, and whether it takes cached results: the options
+// `pipeline run` and `runs resume` share. Not a doc comment: clap would make it the about of
+// the commands it is flattened into, over their own (their arguments are made late, see
+// `TopCommand`).
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct RunOptions {
     /// Print the recorded run as JSON instead of progress lines.
