@@ -429,7 +429,7 @@ pub struct RunDetail {
     pub children: Vec<RunRow>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct GoverningFile {
     pub role: String,
     pub path: String,
@@ -1254,32 +1254,20 @@ impl Ledger {
     }
 }
 
-/// Two lists sorted by path as one, sorted by path, a file listed in both the same way once.
-fn merge_by_path(a: Vec<GoverningFile>, b: Vec<GoverningFile>) -> Vec<GoverningFile> {
-    if b.is_empty() {
-        return a;
+/// The set's members and a legacy run's rows as one list sorted by path, a file listed the same
+/// way in both once. Each list comes sorted by the database; the rare run with both is sorted
+/// here, so that a server's collation cannot leave a file listed twice.
+fn merge_by_path(
+    mut members: Vec<GoverningFile>,
+    legacy: Vec<GoverningFile>,
+) -> Vec<GoverningFile> {
+    if legacy.is_empty() {
+        return members;
     }
-    let mut merged: Vec<GoverningFile> = Vec::with_capacity(a.len() + b.len());
-    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
-    loop {
-        let next = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) if x.path <= y.path => a.next(),
-            (Some(_), Some(_)) | (None, Some(_)) => b.next(),
-            (Some(_), None) => a.next(),
-            (None, None) => break,
-        };
-        if let Some(file) = next {
-            let listed = merged
-                .iter()
-                .rev()
-                .take_while(|m| m.path == file.path)
-                .any(|m| *m == file);
-            if !listed {
-                merged.push(file);
-            }
-        }
-    }
-    merged
+    let listed: std::collections::HashSet<GoverningFile> = members.iter().cloned().collect();
+    members.extend(legacy.into_iter().filter(|file| !listed.contains(file)));
+    members.sort_by(|a, b| a.path.cmp(&b.path));
+    members
 }
 
 /// How long opening the ledger waits for another process's lock before giving up.
@@ -1549,7 +1537,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn two_lists_of_governing_files_merge_in_path_order_each_file_once() {
+    fn a_sets_members_and_legacy_rows_merge_in_path_order_each_file_once() {
         let file = |path: &str, hash: &str| GoverningFile {
             role: "policy".into(),
             path: path.into(),
@@ -1582,6 +1570,13 @@ pub(crate) mod tests {
             merge_by_path(Vec::new(), vec![file("x", "1")]),
             [file("x", "1")]
         );
+        // A server may sort by a collation of its own: the merge does not rely on the order.
+        let merged = merge_by_path(
+            vec![file("b", "2"), file("a-b", "1")],
+            vec![file("a-b", "1"), file("a_c", "3")],
+        );
+        let paths: Vec<&str> = merged.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["a-b", "a_c", "b"]);
     }
 
     #[test]
