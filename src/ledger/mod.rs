@@ -155,8 +155,12 @@ pub fn now() -> String {
     format_time(jiff::Timestamp::now())
 }
 
+/// RFC 3339 in UTC to the millisecond (`2026-11-26T12:47:41.908Z`), as every time in the ledger
+/// is written: fixed width, so that times compare as text. Through jiff's own RFC 3339 printer,
+/// not `strftime`, which reads its format string anew each call (the writer formats two or three
+/// times a node).
 pub fn format_time(time: jiff::Timestamp) -> String {
-    time.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    format!("{time:.3}")
 }
 
 pub struct Ledger {
@@ -682,29 +686,46 @@ impl Ledger {
             |row| row.get(0),
         )?;
         if usize::try_from(stored).ok() != Some(new.governing.len()) {
-            // Prepared once: a run may have many governing files, and each statement fires the
-            // journal's triggers, which SQLite compiles anew with every preparation.
-            let mut spec = tx.prepare_cached(
-                "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+            let members = Value::Array(
+                new.governing
+                    .iter()
+                    .map(|(role, path, hash, text)| serde_json::json!([path, hash, role, text]))
+                    .collect(),
+            )
+            .to_string();
+            let rows = json_rows(tx.backend(), "?1");
+            tx.execute(
+                &format!(
+                    "INSERT INTO specs (hash, path, text, created_at)
+                     SELECT e.value ->> 1, e.value ->> 0, e.value ->> 3, ?2 {rows}
+                     ON CONFLICT DO NOTHING"
+                ),
+                params![members, now],
             )?;
-            let mut member = tx.prepare_cached(
-                "INSERT INTO governing_members (set_hash, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT DO NOTHING",
+            tx.execute(
+                &format!(
+                    "INSERT INTO governing_members (set_hash, path, spec_hash, role)
+                     SELECT ?2, e.value ->> 0, e.value ->> 1, e.value ->> 2 {rows}
+                     ON CONFLICT DO NOTHING"
+                ),
+                params![members, governing_hash],
             )?;
-            for (role, path, hash, text) in &new.governing {
-                spec.execute(params![hash, path, text, now])?;
-                member.execute(params![governing_hash, path, hash, role])?;
-            }
         }
-        {
-            let mut insert = tx.prepare(
+        let nodes = Value::Array(
+            new.nodes
+                .iter()
+                .map(|(node_id, kind)| serde_json::json!([node_id, kind]))
+                .collect(),
+        )
+        .to_string();
+        tx.execute(
+            &format!(
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
-                 VALUES (?1, ?2, ?3, 'pending', 1, ?4)",
-            )?;
-            for (node_id, kind) in &new.nodes {
-                insert.execute(params![run_id, node_id, kind, governing_hash])?;
-            }
-        }
+                 SELECT ?2, e.value ->> 0, e.value ->> 1, 'pending', 1, ?3 {}",
+                json_rows(tx.backend(), "?1")
+            ),
+            params![nodes, run_id, governing_hash],
+        )?;
         tx.commit()?;
         Ok(run_id)
     }
@@ -1270,6 +1291,21 @@ fn merge_by_path(
     members
 }
 
+/// `FROM` the elements of the JSON array bound at `parameter`, each as `e.value`, in the array's
+/// order, `WHERE` true (so that an `ON CONFLICT` after it is not read as a join's): how a run's
+/// many rows (a pending node run per node, its governing files) are written by one statement
+/// rather than one each. Each statement fires the journal's triggers and, on SQLite, keeps a
+/// statement journal of every page it touches; on a server, each is a round trip.
+fn json_rows(backend: db::Backend, parameter: &str) -> String {
+    match backend {
+        db::Backend::Sqlite => format!("FROM json_each({parameter}) AS e WHERE true ORDER BY e.key"),
+        db::Backend::Postgres => format!(
+            "FROM json_array_elements(CAST({parameter} AS TEXT)::json) WITH ORDINALITY AS e (value, n)
+             WHERE true ORDER BY e.n"
+        ),
+    }
+}
+
 /// How long opening the ledger waits for another process's lock before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -1577,6 +1613,102 @@ pub(crate) mod tests {
         );
         let paths: Vec<&str> = merged.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["a-b", "a_c", "b"]);
+    }
+
+    #[test]
+    fn times_are_written_to_the_millisecond_in_fixed_width() {
+        for (ms, text) in [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_795_000_000_000, "2026-11-18T11:06:40.000Z"),
+            (1_795_000_000_908, "2026-11-18T11:06:40.908Z"),
+            (1_795_000_000_050, "2026-11-18T11:06:40.050Z"),
+            (253_402_207_199_999, "9999-12-30T21:59:59.999Z"),
+        ] {
+            let time = jiff::Timestamp::from_millisecond(ms).unwrap();
+            assert_eq!(format_time(time), text);
+            // What `strftime` wrote before: the ledger's older rows compare with these.
+            assert_eq!(time.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(), text);
+        }
+        // Below the millisecond is cut, not rounded, as before.
+        let time = jiff::Timestamp::from_nanosecond(1_795_000_000_999_999_999).unwrap();
+        assert_eq!(format_time(time), "2026-11-18T11:06:40.999Z");
+    }
+
+    #[test]
+    fn a_runs_rows_written_in_one_statement_keep_their_order_and_exact_texts() {
+        let (dir, mut ledger, owner) = fresh_ledger();
+        // Texts that JSON must escape, and one that is not valid as a C string: each is stored
+        // byte for byte and still hashes to its name.
+        let texts = [
+            "plain",
+            "quote \" backslash \\ tab \t newline \n",
+            "nul \0 inside",
+            "unicode é ✓ 𝄞",
+            "",
+        ];
+        let governing: Vec<(&'static str, String, String, String)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let hash = crate::spec::spec_hash(text);
+                (
+                    "script",
+                    format!("scripts/{i}.sh"),
+                    hash,
+                    (*text).to_owned(),
+                )
+            })
+            .collect();
+        // Node ids in an order that is not sorted: the rows follow the pipeline's order.
+        let nodes: Vec<String> = (0..300).map(|i| format!("n{}", (i * 7) % 300)).collect();
+        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        let new = NewRun {
+            governing: governing.clone(),
+            ..new_run(&serde_json::json!({}), &names, &owner)
+        };
+        let run = ledger.create_run(&new).unwrap();
+
+        let written: Vec<(String, String, String)> = ledger
+            .conn
+            .prepare("SELECT node_id, kind, state FROM node_runs WHERE run_id = ?1 ORDER BY id")
+            .unwrap()
+            .query_map(params![run], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .unwrap()
+            .collect::<std::result::Result<_, _>>()
+            .unwrap();
+        let expected: Vec<(String, String, String)> = nodes
+            .iter()
+            .map(|id| (id.clone(), "exec".to_owned(), "pending".to_owned()))
+            .collect();
+        assert_eq!(written, expected);
+        for (_, path, hash, text) in &governing {
+            let (stored, stored_path): (String, String) = ledger
+                .conn
+                .query_row(
+                    "SELECT text, path FROM specs WHERE hash = ?1",
+                    params![hash],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .unwrap();
+            assert_eq!((&stored, &stored_path), (text, path));
+        }
+        let listed: Vec<String> = ledger
+            .governing(run)
+            .unwrap()
+            .into_iter()
+            .map(|file| file.path)
+            .collect();
+        assert_eq!(
+            listed,
+            (0..texts.len())
+                .map(|i| format!("scripts/{i}.sh"))
+                .collect::<Vec<_>>()
+        );
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let findings = ledger.verify(&store, None, &[]).unwrap();
+        assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
 
     #[test]
