@@ -218,7 +218,16 @@ impl<W: io::Write, C: Fn() -> io::Result<()>> io::Write for Checked<W, C> {
 
 /// The SHA-256 (hex) of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
+    // By table rather than through `format!`, whose formatter writes a byte at a time: the
+    // journal hashes every change the ledger records with this.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    hex
 }
 
 /// Where a declared output lives: its folder must resolve inside the workspace; the file itself

@@ -23,8 +23,8 @@
 use std::collections::HashMap;
 
 use super::db::{Backend, Db, OptionalExtension, Transaction, params};
+use crate::cache::sha256_hex;
 use rusqlite::functions::FunctionFlags;
-use sha2::{Digest, Sha256};
 
 use super::Result;
 
@@ -90,12 +90,9 @@ pub(super) fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
         HASH_FUNCTION,
         1,
         FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        |ctx| Ok(sha256_hex(ctx.get::<String>(0)?.as_bytes())),
+        // Read in place: the argument is the whole entry, its content every column of a row.
+        |ctx| Ok(sha256_hex(ctx.get_raw(0).as_str()?.as_bytes())),
     )
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// The hash of one entry.
