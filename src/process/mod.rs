@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -439,6 +440,54 @@ fn read_held(
 /// pipe meanwhile waits at most this long for kavi to read it.
 const QUIET_START: Duration = Duration::from_millis(10);
 
+thread_local! {
+    /// Quiet-start timers of children that have ended, each with the runtime it belongs to, for
+    /// the next children started on this thread (see [`QuietStart`]).
+    static QUIET_TIMERS: std::cell::RefCell<Vec<(tokio::runtime::Id, Pin<Box<tokio::time::Sleep>>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A child's [`QUIET_START`] timer, handed on to the next child once this one has exited.
+///
+/// tokio wakes its own driver (an eventfd write, then a poll that finds only that) whenever a
+/// timer is set earlier than every timer the driver saw at its last poll. A new timer for each
+/// child always was: on a chain, the previous child's timer was dropped with it, and the driver
+/// polled in between. Reset, the previous timer is still registered at an earlier deadline
+/// when the next child's is set, and no wake is needed; a kept timer no child takes fires once,
+/// with no one waiting.
+struct QuietStart {
+    runtime: tokio::runtime::Id,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl QuietStart {
+    fn begin() -> Self {
+        let runtime = tokio::runtime::Handle::current().id();
+        let deadline = tokio::time::Instant::now() + QUIET_START;
+        let kept = QUIET_TIMERS.with_borrow_mut(|kept| {
+            // A timer of another runtime (one that has ended, on this thread) cannot be reset
+            // into this one.
+            kept.retain(|(id, _)| *id == runtime);
+            kept.pop().map(|(_, timer)| timer)
+        });
+        let timer = match kept {
+            Some(mut timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        };
+        Self { runtime, timer }
+    }
+
+    /// Keeps the timer for the next child. One whose wait was cut short (its node cancelled by
+    /// dropping) is dropped instead.
+    fn hand_on(self) {
+        // At the thread's end the list may be gone already; the timer is then dropped.
+        let _ = QUIET_TIMERS.try_with(|kept| kept.borrow_mut().push((self.runtime, self.timer)));
+    }
+}
+
 /// Runs a command to completion, capturing its output.
 pub async fn run(
     spec: &CommandSpec,
@@ -475,11 +524,16 @@ pub async fn run(
     // Output someone watches live is read as it comes, from the start.
     let quick_exit = match options.live {
         Some(_) => None,
-        None => tokio::select! {
-            exit = child.wait() => Some(exit),
-            () = tokio::time::sleep(QUIET_START) => None,
-            () = cancel.cancelled() => None,
-        },
+        None => {
+            let mut quiet = QuietStart::begin();
+            let exit = tokio::select! {
+                exit = child.wait() => Some(exit),
+                () = quiet.timer.as_mut() => None,
+                () = cancel.cancelled() => None,
+            };
+            quiet.hand_on();
+            exit
+        }
     };
     let wait = async {
         let exit = match quick_exit {
@@ -683,6 +737,13 @@ mod tests {
             (quick.stdout.head.as_slice(), quick.stderr.head.as_slice()),
             (&b"out\n"[..], &b"err\n"[..])
         );
+        // The quick child's quiet-start timer is kept, and the next child's is that one, reset:
+        // the filling child below is read only once it fires.
+        let runtime = tokio::runtime::Handle::current().id();
+        let kept = || {
+            QUIET_TIMERS.with_borrow(|kept| kept.iter().filter(|(id, _)| *id == runtime).count())
+        };
+        assert_eq!(kept(), 1);
         // Three pipes' worth: the child blocks on the full pipe until kavi starts reading.
         let filling = run(
             &sh("head -c 200000 /dev/zero", dir.path()),
@@ -701,6 +762,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(slow.stdout.head, b"before\nafter\n");
+        assert_eq!(kept(), 1);
         assert!(!(quick.stdout.abandoned || filling.stdout.abandoned || slow.stdout.abandoned));
     }
 
