@@ -685,19 +685,16 @@ impl Ledger {
             [&governing_hash],
             |row| row.get(0),
         )?;
+        // Each kind of row in one statement, over the rows as a JSON array (a tuple is an array
+        // of its fields, in order).
+        let rows = json_rows(tx.backend(), "?1");
         if usize::try_from(stored).ok() != Some(new.governing.len()) {
-            let members = Value::Array(
-                new.governing
-                    .iter()
-                    .map(|(role, path, hash, text)| serde_json::json!([path, hash, role, text]))
-                    .collect(),
-            )
-            .to_string();
-            let rows = json_rows(tx.backend(), "?1");
+            // (role, path, hash, text)
+            let members = serde_json::to_string(&new.governing).map_err(std::io::Error::other)?;
             tx.execute(
                 &format!(
                     "INSERT INTO specs (hash, path, text, created_at)
-                     SELECT e.value ->> 1, e.value ->> 0, e.value ->> 3, ?2 {rows}
+                     SELECT e.value ->> 2, e.value ->> 1, e.value ->> 3, ?2 {rows}
                      ON CONFLICT DO NOTHING"
                 ),
                 params![members, now],
@@ -705,24 +702,18 @@ impl Ledger {
             tx.execute(
                 &format!(
                     "INSERT INTO governing_members (set_hash, path, spec_hash, role)
-                     SELECT ?2, e.value ->> 0, e.value ->> 1, e.value ->> 2 {rows}
+                     SELECT ?2, e.value ->> 1, e.value ->> 2, e.value ->> 0 {rows}
                      ON CONFLICT DO NOTHING"
                 ),
                 params![members, governing_hash],
             )?;
         }
-        let nodes = Value::Array(
-            new.nodes
-                .iter()
-                .map(|(node_id, kind)| serde_json::json!([node_id, kind]))
-                .collect(),
-        )
-        .to_string();
+        // (node id, kind)
+        let nodes = serde_json::to_string(&new.nodes).map_err(std::io::Error::other)?;
         tx.execute(
             &format!(
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
-                 SELECT ?2, e.value ->> 0, e.value ->> 1, 'pending', 1, ?3 {}",
-                json_rows(tx.backend(), "?1")
+                 SELECT ?2, e.value ->> 0, e.value ->> 1, 'pending', 1, ?3 {rows}"
             ),
             params![nodes, run_id, governing_hash],
         )?;
