@@ -119,22 +119,25 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
             ),
         )
     });
-    let abi = crate::confinement::kernel_abi();
-    found.push(if abi >= 4 {
-        check(
+    found.push(match crate::confinement::runtime::bwrap() {
+        Ok(bwrap) => check(
             "confinement",
             Status::Ok,
-            format!("Landlock ABI {abi}: files and TCP are confined per policies/confinement.toml"),
-        )
-    } else {
-        check(
+            format!(
+                "{}: builders, gates and skills run in namespaces of their own \
+                 (policies/confinement.toml); bounds by {}",
+                bwrap.display(),
+                crate::confinement::bounds::cgroup_support().describe()
+            ),
+        ),
+        Err(missing) => check(
             "confinement",
             Status::Warn,
             format!(
-                "Landlock ABI {abi} (4 or later needed): roles with `require = true` in \
-                 policies/confinement.toml will refuse to run"
+                "{missing}: roles with `require = true` in policies/confinement.toml will \
+                 refuse to run"
             ),
-        )
+        ),
     });
     found.push(if on_path("python3") {
         check(

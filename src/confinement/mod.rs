@@ -1,45 +1,49 @@
-//! Confinement: the kernel's limits on what a process kavi starts for a role may touch.
+//! Confinement: the isolation every process kavi starts for a builder, a gate or a skill runs
+//! under.
 //!
-//! A role's profile (`policies/confinement.toml`) says which paths may be read, which may be
-//! written, and whether TCP may be used. kavi turns it into a Landlock ruleset in its own process
-//! ([`prepare`]), and the one place that spawns processes applies it in the child between fork
-//! and exec ([`restrict_child`]): `PR_SET_NO_NEW_PRIVS`, then `landlock_restrict_self`. Only
-//! those two system calls run in the child, since after a fork in a multi-threaded program
-//! nothing that allocates or locks is safe. A violation is then an ordinary `EACCES` inside the
-//! child, which fails its node.
+//! A role's profile (`policies/confinement.toml`) says what the process may read, where it may
+//! write, what is hidden from it, whether it may use the network, and its resource bounds.
+//! [`prepare`] turns it into an isolated launch: bubblewrap ([`runtime`]) builds new namespaces
+//! and a mount view of exactly those paths, with no capabilities and no terminal; seccomp
+//! programs ([`seccomp`]) kill the calls only an attack makes and refuse the sockets the profile
+//! does not allow; cgroups and rlimits ([`bounds`]) bound memory, processes, CPU and files. The
+//! one place that spawns processes ([`crate::process`]) starts bubblewrap in place of the
+//! program, its descriptors and bounds set between clone and exec.
 //!
-//! Where the kernel cannot enforce a profile, the profile's `require` decides: refuse to run the
-//! role, naming what is missing, or run it unconfined and record `none`.
+//! Where the machine cannot isolate (no bubblewrap, no namespaces), the profile's `require`
+//! decides: refuse to run the role, naming what is missing, or run it unconfined and record
+//! `none`.
 
+pub mod bounds;
 pub mod policy;
+pub mod runtime;
+mod seccomp;
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr,
-};
+pub use bounds::Limits;
 use serde::Serialize;
-
-/// The file-system rights kavi handles, from Landlock ABI 3 (which adds truncation). Anything not
-/// granted by a rule is denied.
-const FS_ABI: ABI = ABI::V3;
-
-/// TCP bind and connect rules arrived with Landlock ABI 4.
-const NET_ABI: i32 = 4;
 
 /// What one role's process may touch, with every path resolved.
 #[derive(Debug, Clone, Serialize)]
 pub struct Profile {
     pub role: String,
+    /// Read-only in the view (the system's programs and libraries among them).
     pub read: Vec<PathBuf>,
+    /// Read-write in the view.
     pub write: Vec<PathBuf>,
-    /// Whether TCP connect and bind are allowed.
+    /// Present in the view but empty: an empty read-only folder, or an empty file.
+    pub hide: Vec<PathBuf>,
+    /// Whether the host's network is reachable; without it the process has a network
+    /// namespace of its own with only loopback, and only local sockets.
     pub network: bool,
-    /// Refuse to run the role where the kernel cannot enforce the profile.
+    /// Refuse to run the role where the machine cannot isolate it.
     pub require: bool,
+    pub limits: Limits,
+    /// The search path programs are found on, inside the view.
+    pub path: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,14 +53,202 @@ pub enum ConfinementError {
          confinement; set `require = false` for the role to run it unconfined instead)"
     )]
     Unsupported { role: String, missing: String },
-    #[error("failed to prepare the {role}'s confinement for {}: {reason}", path.display())]
+    #[error("refusing to run the {role}: {}: {reason}", path.display())]
     Path {
         role: String,
         path: PathBuf,
         reason: String,
     },
     #[error("failed to prepare the {role}'s confinement: {reason}")]
-    Ruleset { role: String, reason: String },
+    Filters { role: String, reason: String },
+}
+
+/// A policy file, as the ledger names it: its path and `sha256:` hash (the text is among the
+/// stored specs, `kavi spec show <hash>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyRef {
+    pub path: String,
+    pub hash: String,
+}
+
+/// A profile made ready for a child process, or the decision to run it unconfined.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    pub profile: Profile,
+    /// The policy the profile comes from.
+    pub policy: Option<PolicyRef>,
+    /// The seccomp programs; `None` when running unconfined.
+    filters: Option<Arc<Vec<Vec<u8>>>>,
+    /// The Landlock ruleset applied before bubblewrap starts, and the ABI it was made for.
+    landlock: Option<(Arc<OwnedFd>, i32)>,
+    /// Why the process runs unconfined, when it does.
+    pub unconfined_because: Option<String>,
+}
+
+/// How [`crate::process`] starts a confined program: bubblewrap, its arguments, the seccomp
+/// programs it reads from descriptors 3, 4, ..., the cgroup the child joins and the rlimits it
+/// sets.
+pub struct Launch {
+    /// The Landlock ruleset the child restricts itself with before it execs bubblewrap.
+    pub landlock: Option<Arc<OwnedFd>>,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub filters: Arc<Vec<Vec<u8>>>,
+    pub cgroup: Option<(bounds::Cgroup, Vec<std::os::fd::OwnedFd>)>,
+    pub rlimits: Vec<(nix::libc::__rlimit_resource_t, u64)>,
+}
+
+impl Confinement {
+    /// Whether the process will be isolated.
+    pub fn isolated(&self) -> bool {
+        self.filters.is_some()
+    }
+
+    /// The launch of `program` (absolute, and inside the view) with `args` in `cwd`; `None`
+    /// when running unconfined.
+    pub fn launch(
+        &self,
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+    ) -> std::io::Result<Option<Launch>> {
+        let Some(filters) = &self.filters else {
+            return Ok(None);
+        };
+        let bwrap = runtime::bwrap()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::Unsupported, e))?;
+        let mut read = self.profile.read.clone();
+        read.extend(installation_of(program));
+        let mut wrapped = runtime::arguments(
+            &read,
+            &self.profile.write,
+            &self.profile.hide,
+            self.profile.network,
+            cwd,
+            filters.len(),
+            self.profile.limits.memory_mib.map(|mib| mib << 20),
+        );
+        wrapped.push(program.display().to_string());
+        wrapped.extend(args.iter().cloned());
+        let cgroup = bounds::Cgroup::make(&self.profile.limits)?;
+        let rlimits = bounds::rlimits(&self.profile.limits, cgroup.is_some());
+        Ok(Some(Launch {
+            landlock: self.landlock.as_ref().map(|(fd, _)| Arc::clone(fd)),
+            program: bwrap.to_owned(),
+            args: wrapped,
+            filters: Arc::clone(filters),
+            cgroup,
+            rlimits,
+        }))
+    }
+
+    /// What the ledger records of this confinement.
+    pub fn record(&self) -> serde_json::Value {
+        serde_json::json!({
+            "role": self.profile.role,
+            "enforced": if self.isolated() { "bubblewrap" } else { "none" },
+            "isolation": self.isolated().then(|| serde_json::json!({
+                "namespaces": if self.profile.network {
+                    vec!["user", "pid", "mount", "ipc", "uts", "cgroup"]
+                } else {
+                    vec!["user", "pid", "mount", "ipc", "uts", "cgroup", "net"]
+                },
+                "seccomp": true,
+                "capabilities": "none",
+                "terminal": "none",
+                "bounds": bounds::cgroup_support().describe(),
+                "landlock": self.landlock.as_ref().map(|(_, abi)| format!(
+                    "ABI {abi}: signals and abstract unix sockets scoped to the sandbox{}",
+                    if self.profile.network { "" } else { ", TCP denied" }
+                )),
+            })),
+            "unconfined_because": self.unconfined_because,
+            "read": self.profile.read,
+            "write": self.profile.write,
+            "hide": self.profile.hide,
+            "network": if self.profile.network { "host" } else { "none" },
+            "limits": self.profile.limits,
+            "policy": self.policy.as_ref().map(|p| &p.path),
+            "policy_hash": self.policy.as_ref().map(|p| &p.hash),
+        })
+    }
+}
+
+/// What a program needs besides itself when it lives in a Python virtual environment (a pinned
+/// toolchain): the environment, and the installation of the interpreter it was made from,
+/// read from its `pyvenv.cfg`. Nothing for any other program.
+fn installation_of(program: &Path) -> Vec<PathBuf> {
+    let Some(venv) = program.parent().and_then(Path::parent) else {
+        return Vec::new();
+    };
+    let Ok(cfg) = std::fs::read_to_string(venv.join("pyvenv.cfg")) else {
+        return Vec::new();
+    };
+    let home = cfg.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "home").then(|| PathBuf::from(value.trim()))
+    });
+    let mut paths = vec![venv.to_owned()];
+    // `home` is the interpreter's bin folder; its installation is the folder above.
+    if let Some(prefix) =
+        home.and_then(|home| home.canonicalize().ok()?.parent().map(Path::to_owned))
+    {
+        paths.push(prefix);
+    }
+    paths
+}
+
+/// Makes the isolation for `profile` ready, or decides to run it unconfined where the machine
+/// cannot isolate and the profile allows that.
+pub fn prepare(profile: Profile) -> Result<Confinement, ConfinementError> {
+    prepare_with(profile, runtime::bwrap().err())
+}
+
+/// [`prepare`] on a machine that cannot isolate for the reason `missing`, if any.
+fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, ConfinementError> {
+    let role = profile.role.clone();
+    if let Some(missing) = missing {
+        if profile.require {
+            return Err(ConfinementError::Unsupported {
+                role,
+                missing: missing.to_owned(),
+            });
+        }
+        tracing::warn!("running the {role} unconfined: {missing}");
+        return Ok(Confinement {
+            profile,
+            policy: None,
+            filters: None,
+            landlock: None,
+            unconfined_because: Some(missing.to_owned()),
+        });
+    }
+    // A write scope is mounted where it points: one reached through a symlink would grant
+    // whatever the link names (the ledger, the policies), so it is refused.
+    for path in &profile.write {
+        if let Ok(real) = path.canonicalize()
+            && real != *path
+        {
+            return Err(ConfinementError::Path {
+                role,
+                path: path.clone(),
+                reason: format!(
+                    "a write scope reached through a symlink (it leads to {})",
+                    real.display()
+                ),
+            });
+        }
+    }
+    let filters = seccomp::filters(profile.network)
+        .map_err(|reason| ConfinementError::Filters { role, reason })?;
+    let landlock = landlock_layer(profile.network).map(|fd| (Arc::new(fd), kernel_abi()));
+    Ok(Confinement {
+        profile,
+        policy: None,
+        filters: Some(Arc::new(filters)),
+        landlock,
+        unconfined_because: None,
+    })
 }
 
 /// The Landlock ABI version this kernel offers (0: none).
@@ -74,251 +266,276 @@ pub fn kernel_abi() -> i32 {
     i32::try_from(version).unwrap_or(0).max(0)
 }
 
-/// A policy file, as the ledger names it: its path and `sha256:` hash (the text is among the
-/// stored specs, `kavi spec show <hash>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyRef {
-    pub path: String,
-    pub hash: String,
-}
-
-/// A profile made ready for a child process, or the decision to run it unconfined.
-#[derive(Debug, Clone)]
-pub struct Confinement {
-    pub profile: Profile,
-    /// The policy the profile comes from.
-    pub policy: Option<PolicyRef>,
-    /// The Landlock ruleset to apply in the child; `None` when running unconfined.
-    ruleset: Option<Arc<OwnedFd>>,
-    /// Why the process runs unconfined, when it does.
-    pub unconfined_because: Option<String>,
-    pub abi: i32,
-}
-
-impl Confinement {
-    /// The ruleset's descriptor, for [`restrict_child`].
-    pub fn ruleset_fd(&self) -> Option<RawFd> {
-        self.ruleset.as_ref().map(|fd| fd.as_raw_fd())
-    }
-
-    /// What the ledger records of this confinement.
-    pub fn record(&self) -> serde_json::Value {
-        serde_json::json!({
-            "role": self.profile.role,
-            "enforced": if self.ruleset.is_some() {
-                format!("landlock (ABI {})", self.abi)
-            } else {
-                "none".to_owned()
-            },
-            "unconfined_because": self.unconfined_because,
-            "read": self.profile.read,
-            "write": self.profile.write,
-            "network": self.profile.network,
-            "policy": self.policy.as_ref().map(|p| &p.path),
-            "policy_hash": self.policy.as_ref().map(|p| &p.hash),
-        })
-    }
-}
-
-/// Builds the Landlock ruleset for `profile` in this process.
-pub fn prepare(profile: Profile) -> Result<Confinement, ConfinementError> {
-    prepare_for(profile, kernel_abi())
-}
-
-/// [`prepare`] for a kernel offering Landlock ABI `abi`.
-fn prepare_for(profile: Profile, abi: i32) -> Result<Confinement, ConfinementError> {
-    let role = profile.role.clone();
-    let missing = if abi == 0 {
-        Some("this kernel has no Landlock".to_owned())
-    } else if abi < FS_ABI as i32 {
-        Some(format!(
-            "Landlock ABI {} is needed for file rules and the kernel has ABI {abi}",
-            FS_ABI as i32
-        ))
-    } else if !profile.network && abi < NET_ABI {
-        Some(format!(
-            "Landlock ABI {NET_ABI} is needed to deny the network and the kernel has ABI {abi}"
-        ))
-    } else {
-        None
-    };
-    if let Some(missing) = missing {
-        if profile.require {
-            return Err(ConfinementError::Unsupported { role, missing });
-        }
-        tracing::warn!("running the {role} unconfined: {missing}");
-        return Ok(Confinement {
-            profile,
-            policy: None,
-            ruleset: None,
-            unconfined_because: Some(missing),
-            abi,
-        });
-    }
-    let ruleset_error = |e: &dyn std::fmt::Display| ConfinementError::Ruleset {
-        role: role.clone(),
-        reason: e.to_string(),
-    };
+/// Landlock as a second layer under the namespaces, where the kernel has it: signals and
+/// abstract unix sockets scoped to the sandbox (ABI 6), which matters most for a profile that
+/// shares the host's network namespace, and TCP bind and connect denied without the network
+/// (ABI 4). No file rights: a ruleset that handles them forbids the mounts bubblewrap makes.
+fn landlock_layer(network: bool) -> Option<OwnedFd> {
+    use landlock::{AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
     let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::from_all(FS_ABI))
-        .map_err(|e| ruleset_error(&e))?;
-    if !profile.network {
-        // Handled with no rule: every TCP bind and connect is denied.
+        .set_compatibility(CompatLevel::BestEffort)
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .ok()?;
+    if !network {
         ruleset = ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-            .map_err(|e| ruleset_error(&e))?;
+            .ok()?;
     }
-    let mut created = ruleset.create().map_err(|e| ruleset_error(&e))?;
-    let grants = [
-        (&profile.read, AccessFs::from_read(FS_ABI)),
-        (&profile.write, AccessFs::from_all(FS_ABI)),
-    ];
-    for (paths, rights) in grants {
-        for path in paths {
-            let path_error = |reason: String| ConfinementError::Path {
-                role: role.clone(),
-                path: path.clone(),
-                reason,
-            };
-            let Ok(metadata) = std::fs::metadata(path) else {
-                // A granted path that does not exist grants nothing.
-                continue;
-            };
-            // Folder-only rights cannot be granted on a file.
-            let rights = if metadata.is_dir() {
-                rights
-            } else {
-                rights & AccessFs::from_file(FS_ABI)
-            };
-            let fd = PathFd::new(path).map_err(|e| path_error(e.to_string()))?;
-            created = created
-                .add_rule(PathBeneath::new(fd, rights))
-                .map_err(|e| path_error(e.to_string()))?;
-        }
-    }
-    let fd: Option<OwnedFd> = created.into();
-    let fd = fd.ok_or_else(|| ruleset_error(&"the kernel made no ruleset"))?;
-    Ok(Confinement {
-        profile,
-        policy: None,
-        ruleset: Some(Arc::new(fd)),
-        unconfined_because: None,
-        abi,
-    })
-}
-
-/// Applies a prepared ruleset to the calling process. Runs in the child between fork and exec:
-/// it makes two system calls and nothing else (no allocation, no lock).
-pub fn restrict_child(ruleset: RawFd) -> std::io::Result<()> {
-    // SAFETY: plain system calls on integers; both are async-signal-safe.
-    unsafe {
-        if nix::libc::prctl(nix::libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if nix::libc::syscall(nix::libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    let fd: Option<OwnedFd> = ruleset.create().ok()?.into();
+    fd
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::{self, CaptureOptions, CommandSpec};
+    use crate::process::{self, CaptureOptions, CommandSpec, Exit, Violation};
 
-    #[tokio::test]
-    async fn a_confined_child_writes_only_where_its_profile_allows() {
-        let abi = kernel_abi();
-        if abi < NET_ABI {
-            eprintln!("skipping: this kernel has Landlock ABI {abi}, and {NET_ABI} is needed");
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let (inside, outside) = (dir.path().join("inside"), dir.path().join("outside"));
-        std::fs::create_dir_all(&inside).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        let confinement = prepare(Profile {
+    /// A profile like the shipped skill ones, over `dir`.
+    fn profile(dir: &Path, write: Vec<PathBuf>, limits: Limits) -> Profile {
+        Profile {
             role: "test".into(),
-            read: vec!["/".into()],
-            write: vec![inside.clone()],
+            read: ["/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache"]
+                .map(PathBuf::from)
+                .into_iter()
+                .chain([dir.to_owned()])
+                .collect(),
+            write,
+            hide: vec![dir.join("hidden")],
             network: false,
             require: true,
-        })
-        .unwrap();
-        assert!(
-            confinement.record()["enforced"]
-                .as_str()
-                .unwrap()
-                .starts_with("landlock")
-        );
-        let script = format!(
-            "echo ok > {}/a; echo no > {}/b",
-            inside.display(),
-            outside.display()
-        );
+            limits,
+            path: "/usr/bin:/bin".into(),
+        }
+    }
+
+    /// Runs `script` with `sh` under `profile`, in `dir`. `None` when this machine cannot
+    /// isolate: the caller skips (and fails under CI, where it must).
+    async fn run_sh(dir: &Path, profile: Profile, script: &str) -> Option<process::Finished> {
+        if let Err(missing) = runtime::bwrap() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must be able to isolate: {missing}"
+            );
+            eprintln!("skipping: {missing}");
+            return None;
+        }
         let spec = CommandSpec {
             program: "sh".into(),
-            args: vec!["-c".into(), script],
-            env: process::base_env(),
-            cwd: dir.path().to_owned(),
+            args: vec!["-c".into(), script.to_owned()],
+            env: vec![("SECRET_OF_KAVI".into(), "hunter2".into())],
+            cwd: dir.to_owned(),
             stdin: None,
-            confinement: Some(confinement),
+            confinement: Some(prepare(profile).unwrap()),
         };
         let options = CaptureOptions {
-            limit: 4096,
-            spill_dir: dir.path().to_owned(),
+            limit: 1 << 20,
+            spill_dir: dir.to_owned(),
             roster: None,
             live: None,
         };
-        let finished = process::run(&spec, &options, &Default::default())
+        Some(
+            process::run(&spec, &options, &Default::default())
+                .await
+                .unwrap(),
+        )
+    }
+
+    fn stdout(finished: &process::Finished) -> String {
+        String::from_utf8_lossy(&finished.stdout.head).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_confined_child_sees_and_writes_only_its_view() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let inside = dir.join("inside");
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(dir.join("hidden")).unwrap();
+        std::fs::write(dir.join("hidden/ledger"), "rows").unwrap();
+        std::fs::write(dir.join("read-only"), "trusted").unwrap();
+        let script = format!(
+            "echo ok > {inside}/a; echo no > {dir}/b; chmod 777 {dir}/read-only; \
+             ls /root /home 2>&1; cat /etc/shadow 2>&1; cat {dir}/hidden/ledger 2>&1; \
+             cat /proc/1/environ /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SECRET; \
+             ls /proc | grep -c '^[0-9]'",
+            inside = inside.display(),
+            dir = dir.display()
+        );
+        let Some(finished) = run_sh(
+            &dir,
+            profile(&dir, vec![inside.clone()], Limits::default()),
+            &script,
+        )
+        .await
+        else {
+            return;
+        };
+        let out = stdout(&finished);
+        assert_eq!(std::fs::read_to_string(inside.join("a")).unwrap(), "ok\n");
+        assert!(!dir.join("b").exists(), "wrote outside its scope");
+        assert_eq!(
+            std::fs::metadata(dir.join("read-only"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o644,
+            "changed a read-only file's mode"
+        );
+        assert!(out.contains("No such file"), "{out}");
+        assert!(!out.contains("rows"), "read a hidden file: {out}");
+        // /etc/shadow is not in the view; no process outside it (kavi's environment) is.
+        let lines: Vec<&str> = out.lines().collect();
+        let processes: usize = lines.last().unwrap().trim().parse().unwrap();
+        assert!(processes <= 4, "sees {processes} processes: {out}");
+        use std::os::unix::fs::PermissionsExt;
+    }
+
+    #[tokio::test]
+    async fn nothing_a_confined_child_starts_outlives_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let token = format!("kavi-daemon-{}", std::process::id());
+        // A double-forked, setsid daemon that would sleep for a minute.
+        let script =
+            format!("setsid sh -c 'sleep 60; echo {token}' >/dev/null 2>&1 & echo started");
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), &script).await
+        else {
+            return;
+        };
+        assert_eq!(stdout(&finished).trim(), "started");
+        // The namespace is gone with its init; the kernel kills the rest as it goes.
+        let alive = || {
+            std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+                std::fs::read(entry.path().join("cmdline"))
+                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&token))
+            })
+        };
+        for _ in 0..100 {
+            if !alive() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("the daemon outlived its run");
+    }
+
+    #[tokio::test]
+    async fn terminal_injection_is_killed_as_a_security_violation() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        // TIOCSTI on stdin (whatever it is): seccomp kills before the kernel looks at the fd.
+        let script = "python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b\"x\")'";
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+        else {
+            return;
+        };
+        assert_eq!(finished.exit, Exit::Signal(nix::libc::SIGSYS));
+        assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
+    }
+
+    #[tokio::test]
+    async fn without_the_network_only_local_sockets_open_and_reaching_out_is_a_violation() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let probe = r#"python3 -c '
+import socket
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); print("netlink allowed")
+except OSError as e:
+    print("netlink refused", e.errno)
+socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
+'"#;
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), probe).await
+        else {
+            return;
+        };
+        assert_eq!(stdout(&finished), "netlink refused 1\nunix\n");
+        // UDP, TCP over IPv6, and MPTCP: each kills the process that tries.
+        for (family, kind, proto) in [
+            ("AF_INET", "SOCK_DGRAM", 0),
+            ("AF_INET6", "SOCK_STREAM", 0),
+            ("AF_INET", "SOCK_STREAM", 262),
+        ] {
+            let script = format!(
+                "exec python3 -c 'import socket; socket.socket(socket.{family}, socket.{kind}, {proto}); print(\"open\")'"
+            );
+            let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), &script)
+                .await
+                .unwrap();
+            assert_eq!(
+                finished.violation,
+                Some(Violation::ForbiddenCall),
+                "{family} {kind} {proto}"
+            );
+            assert_eq!(stdout(&finished), "");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_process_tree_past_its_bounds_is_stopped_and_says_which() {
+        if matches!(bounds::cgroup_support(), bounds::CgroupSupport::None(_)) {
+            eprintln!("skipping: {}", bounds::cgroup_support().describe());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let limits = Limits {
+            memory_mib: Some(64),
+            processes: Some(16),
+            ..Limits::default()
+        };
+        let grow = "python3 -c 'b = bytearray(256 << 20); print(len(b))'";
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], limits), grow).await else {
+            return;
+        };
+        assert_eq!(
+            finished.violation,
+            Some(Violation::Bound("its memory bound (64 MiB)".into()))
+        );
+        let fork = "for i in $(seq 40); do sleep 5 & done; wait";
+        let finished = run_sh(&dir, profile(&dir, vec![], limits), fork)
             .await
             .unwrap();
-        assert!(inside.join("a").exists());
-        assert!(!outside.join("b").exists());
-        let stderr = String::from_utf8_lossy(&finished.stderr.head);
-        assert!(stderr.contains("Permission denied"), "{stderr}");
+        assert_eq!(
+            finished.violation,
+            Some(Violation::Bound("its process bound (16 processes)".into()))
+        );
     }
 
     #[test]
-    fn without_the_kernel_a_required_profile_refuses_and_an_optional_one_runs_unconfined() {
-        let profile = |require, network| Profile {
-            role: "builder".into(),
-            read: vec!["/".into()],
-            write: vec![],
-            network,
-            require,
-        };
-        let err = prepare_for(profile(true, false), 0)
-            .unwrap_err()
-            .to_string();
+    fn without_isolation_a_required_profile_refuses_and_an_optional_one_runs_unconfined() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut optional = profile(dir.path(), vec![], Limits::default());
+        let err = prepare_with(
+            optional.clone(),
+            Some("bubblewrap (`bwrap`) is not installed"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
-            err.starts_with("refusing to run the builder unconfined: this kernel has no Landlock"),
+            err.starts_with("refusing to run the test unconfined: bubblewrap"),
             "{err}"
         );
-        let err = prepare_for(profile(true, false), 3)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("Landlock ABI 4 is needed to deny the network"),
-            "{err}"
-        );
-        let unconfined = prepare_for(profile(false, false), 0).unwrap();
-        assert_eq!(unconfined.ruleset_fd(), None);
+        optional.require = false;
+        let unconfined = prepare_with(optional, Some("no namespaces")).unwrap();
+        assert!(!unconfined.isolated());
         assert_eq!(unconfined.record()["enforced"], "none");
-        assert_eq!(
-            unconfined.record()["unconfined_because"],
-            "this kernel has no Landlock"
-        );
-        // A profile that allows the network needs no TCP rules, so ABI 3 enforces it.
-        if kernel_abi() >= 3 {
-            assert!(
-                prepare_for(profile(true, true), 3)
-                    .unwrap()
-                    .ruleset_fd()
-                    .is_some()
-            );
-        }
+        assert_eq!(unconfined.record()["unconfined_because"], "no namespaces");
+    }
+
+    #[test]
+    fn a_write_scope_reached_through_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(dir.join(".kavi")).unwrap();
+        std::os::unix::fs::symlink(".kavi", dir.join("notes")).unwrap();
+        let err = prepare_with(
+            profile(&dir, vec![dir.join("notes")], Limits::default()),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("through a symlink"), "{err}");
     }
 }

@@ -21,11 +21,12 @@ const GATE_VALUES: &[&str] = &["workspace", "tmp"];
 
 /// The values a skill's path templates may read. An entry that reads `write` is repeated once
 /// for each path the skill's proposal declares in `writes`, and gives nothing when it has none.
-const SKILL_VALUES: &[&str] = &["workspace", "tmp", "write"];
+const SKILL_VALUES: &[&str] = &["workspace", "tmp", "write", "snapshot"];
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPolicy {
+    system: RawSystem,
     builder: RawProfile,
     gate: RawProfile,
     read_only: RawProfile,
@@ -34,17 +35,34 @@ pub(crate) struct RawPolicy {
     secret_read: RawProfile,
 }
 
+/// What every role's view holds and how it finds programs.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawSystem {
+    /// Read-only in every role's view: the system's programs, libraries and the few files of
+    /// /etc they need.
+    read: Vec<String>,
+    /// The search path programs are found on, inside the view.
+    path: String,
+}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawProfile {
     #[serde(default = "yes")]
     require: bool,
+    #[serde(default)]
     #[schemars(with = "Vec<String>")]
     read: Vec<Spanned<String>>,
     #[schemars(with = "Vec<String>")]
     write: Vec<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    hide: Vec<Spanned<String>>,
+    #[serde(default)]
     network: bool,
+    #[serde(default)]
+    limits: super::Limits,
 }
 
 fn yes() -> bool {
@@ -67,7 +85,11 @@ pub struct RoleProfile {
     require: bool,
     read: Vec<PathTemplate>,
     write: Vec<PathTemplate>,
+    hide: Vec<PathTemplate>,
     network: bool,
+    limits: super::Limits,
+    /// The system's part of the view, shared by every role.
+    system: Arc<(Vec<PathBuf>, String)>,
 }
 
 impl RoleProfile {
@@ -129,12 +151,22 @@ impl RoleProfile {
                 })
                 .collect()
         };
+        let mut read = self.system.0.clone();
+        for path in render(&self.read)? {
+            // One mount a path: the snapshot is the workspace when nothing else runs.
+            if !read.contains(&path) {
+                read.push(path);
+            }
+        }
         Ok(Profile {
             role: self.role.to_owned(),
-            read: render(&self.read)?,
+            read,
             write: render(&self.write)?,
+            hide: render(&self.hide)?,
             network: self.network,
             require: self.require,
+            limits: self.limits,
+            path: self.system.1.clone(),
         })
     }
 }
@@ -170,14 +202,25 @@ impl ConfinementPolicy {
             require: false,
             read: Vec::new(),
             write: Vec::new(),
+            hide: Vec::new(),
             network: false,
+            limits: super::Limits::default(),
+            system: Arc::clone(&self.read_only.system),
         };
+        let mut first = true;
         for profile in profiles {
             union.require |= profile.require;
             union.network |= profile.network;
+            // Each bound the tightest any class sets: a union must not loosen one silently.
+            union.limits = if std::mem::take(&mut first) {
+                profile.limits
+            } else {
+                union.limits.tightest(&profile.limits)
+            };
             for (from, into) in [
                 (&profile.read, &mut union.read),
                 (&profile.write, &mut union.write),
+                (&profile.hide, &mut union.hide),
             ] {
                 for path in from {
                     if !into.iter().any(|p: &PathTemplate| p.text == path.text) {
@@ -196,10 +239,19 @@ impl ConfinementPolicy {
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
         let raw: RawPolicy =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
-        let skill = |role, raw| check(source, templates, role, SKILL_VALUES, raw);
+        let system = Arc::new((
+            raw.system
+                .read
+                .iter()
+                .map(PathBuf::from)
+                .collect::<Vec<_>>(),
+            raw.system.path.clone(),
+        ));
+        let check = |role, provided, raw| check(source, templates, role, provided, raw, &system);
+        let skill = |role, raw| check(role, SKILL_VALUES, raw);
         Ok(Self {
-            builder: check(source, templates, "builder", BUILDER_VALUES, raw.builder)?,
-            gate: check(source, templates, "gate", GATE_VALUES, raw.gate)?,
+            builder: check("builder", BUILDER_VALUES, raw.builder)?,
+            gate: check("gate", GATE_VALUES, raw.gate)?,
             read_only: skill("READ_ONLY skill", raw.read_only)?,
             file_write: skill("FILE_WRITE skill", raw.file_write)?,
             network: skill("NETWORK skill", raw.network)?,
@@ -215,9 +267,10 @@ fn check(
     role: &'static str,
     provided: &[&str],
     raw: RawProfile,
+    system: &Arc<(Vec<PathBuf>, String)>,
 ) -> Result<RoleProfile, Diagnostic> {
     let mut per_write = std::collections::HashSet::new();
-    for path in raw.read.iter().chain(&raw.write) {
+    for path in raw.read.iter().chain(&raw.write).chain(&raw.hide) {
         let reads = templates.check_str(path.get_ref()).map_err(|e| {
             Diagnostic::new(format!("invalid template: {}", describe_error(&e)))
                 .at(source, path.span())
@@ -258,7 +311,10 @@ fn check(
         require: raw.require,
         read: plain(raw.read),
         write: plain(raw.write),
+        hide: plain(raw.hide),
         network: raw.network,
+        limits: raw.limits,
+        system: Arc::clone(system),
     })
 }
 
@@ -267,6 +323,12 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ConfinementPolicy, Diagnostic> {
+        let text = if text.contains("[system]") {
+            text.to_owned()
+        } else {
+            format!("{text}[system]\nread = [\"/usr\"]\npath = \"/usr/bin\"\n")
+        };
+        let text = text.as_str();
         let dir = tempfile::tempdir().unwrap();
         let templates = TemplateEngine::new(dir.path());
         ConfinementPolicy::parse(
@@ -328,7 +390,7 @@ mod tests {
         let policy = parse(&text).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let templates = TemplateEngine::new(dir.path());
-        let values = minijinja::context! { workspace => "/ws", tmp => "/t" };
+        let values = minijinja::context! { workspace => "/ws", tmp => "/t", snapshot => "/ws" };
         let classes = crate::skills::SideEffects::parse("FILE_WRITE+NETWORK").unwrap();
         let union = policy.for_skill(classes);
         assert_eq!(union.role, "FILE_WRITE+NETWORK skill");

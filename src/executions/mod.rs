@@ -376,7 +376,14 @@ impl Runner<'_> {
                 ));
             }
         }
-        let values = minijinja::context! { workspace => self.root, tmp => tmp.path() };
+        // The files that run: the kept trusted tree when a newer version is being forged in the
+        // skill's folder, else the workspace's.
+        let snapshot = ready
+            .kept
+            .as_ref()
+            .map_or(self.root, |kept| kept.dir.path());
+        let values =
+            minijinja::context! { workspace => self.root, tmp => tmp.path(), snapshot => snapshot };
         let confinement = match self.confinement.for_skill(class).confine(
             self.templates,
             &values,
@@ -424,6 +431,9 @@ impl Runner<'_> {
         // A denial shows in the skill's stderr; the error names the profile that denied it.
         let profile = format!("under the {class} profile");
         let outcome = match finished.exit {
+            _ if let Some(violation) = &finished.violation => {
+                Err(with_stderr(format!("{violation} {profile}")))
+            }
             crate::process::Exit::Code(0) if finished.stdout.truncated() => Err(format!(
                 "the output is larger than the {} MiB a skill may print",
                 OUTPUT_LIMIT >> 20

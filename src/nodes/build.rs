@@ -312,7 +312,7 @@ impl Build {
             Exit::Code(code) => {
                 outcome.state = NodeState::Failed;
                 outcome.error = Some(match finished {
-                    Err(e) => format!("could not start the builder `{builder}`: {e}"),
+                    Err(ref e) => format!("could not start the builder `{builder}`: {e}"),
                     Ok(_) => format!("the builder exited with code {code}"),
                 });
             }
@@ -320,6 +320,17 @@ impl Build {
                 outcome.state = NodeState::Failed;
                 outcome.error = Some(format!("the builder was killed by signal {signal}"));
             }
+        }
+        // Stopped by its confinement: a kind of its own, so that the classifier (and so the
+        // escalation rules) see what happened rather than a crash.
+        if let Ok(Some(violation)) = finished.as_ref().map(|f| f.violation.as_ref()) {
+            let kind = match violation {
+                process::Violation::ForbiddenCall => "CONFINEMENT_DENIED",
+                process::Violation::Bound(_) => "RESOURCE_LIMIT",
+            };
+            outcome.state = NodeState::Failed;
+            outcome.outputs["failure_kind"] = json!(kind);
+            outcome.error = Some(format!("the builder was {violation}"));
         }
         Ok(outcome)
     }

@@ -5,8 +5,9 @@
 //! child exits, whatever it left behind in its group is killed too: a node's processes never
 //! outlive the node.
 //!
-//! A child that runs for a confined role gets its Landlock ruleset applied between fork and exec
-//! (see [`crate::confinement`]).
+//! A child that runs for a confined role is started through bubblewrap, in namespaces of its own,
+//! with its seccomp programs, cgroup and rlimits set between clone and exec (see
+//! [`crate::confinement`]).
 //!
 //! Children must not outlive kavi unnoticed: each is set to get SIGKILL when kavi dies, and each
 //! group is written down in kavi's [`roster::Roster`] so that the next kavi process can stop what
@@ -17,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -224,6 +225,46 @@ pub struct Finished {
     pub exit: Exit,
     pub stdout: Captured,
     pub stderr: Captured,
+    /// What a confined process did that its confinement stopped it for, if anything.
+    pub violation: Option<Violation>,
+}
+
+/// Why a confined process was stopped by its confinement rather than ending on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// seccomp killed it for a system call only an attack makes (ptrace, mount, TIOCSTI, ...).
+    ForbiddenCall,
+    /// It hit a resource bound: which, in words.
+    Bound(String),
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::ForbiddenCall => f.write_str(
+                "killed by its confinement for a forbidden system call (seccomp: tracing, \
+                 mounting, kernel code, or terminal injection)",
+            ),
+            Violation::Bound(bound) => write!(f, "stopped for exceeding {bound}"),
+        }
+    }
+}
+
+/// A memfd holding `bytes`, at descriptor 10 or above, closed on exec (the child dups it).
+fn memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a plain system call with a static name; a non-negative result is ours.
+    let fd = unsafe { nix::libc::memfd_create(c"kavi-seccomp".as_ptr(), nix::libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just made.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    (&file).write_all(bytes)?;
+    (&file).seek(SeekFrom::Start(0))?;
+    let high = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
+    // SAFETY: fcntl just made this descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
 
 /// Kills the whole group when dropped, whatever path the caller took out, unless it was killed
@@ -494,17 +535,63 @@ pub async fn run(
     options: &CaptureOptions,
     cancel: &CancellationToken,
 ) -> io::Result<Finished> {
-    let program = resolve_program(&spec.program, &spec.env, &spec.cwd)?;
-    let ruleset = spec.confinement.as_ref().and_then(Confinement::ruleset_fd);
+    // A confined program is found on its profile's search path, inside its view.
+    let confined_env;
+    let env = match &spec.confinement {
+        Some(confinement) if confinement.isolated() => {
+            confined_env = spec
+                .env
+                .iter()
+                .filter(|(key, _)| key != "PATH")
+                .cloned()
+                .chain([("PATH".to_owned(), confinement.profile.path.clone())])
+                .collect::<Vec<_>>();
+            &confined_env
+        }
+        _ => &spec.env,
+    };
+    let program = resolve_program(&spec.program, env, &spec.cwd)?;
+    let launch = match &spec.confinement {
+        Some(confinement) => confinement.launch(&program, &spec.args, &spec.cwd)?,
+        None => None,
+    };
     let window = roster::StartWindow::open();
-    let spawned = spawn::spawn(
-        &program,
-        &spec.args,
-        &spec.env,
-        &spec.cwd,
-        spec.stdin.is_some(),
-        ruleset,
-    )?;
+    let spawned = match &launch {
+        None => spawn::spawn(
+            &program,
+            &spec.args,
+            env,
+            &spec.cwd,
+            spec.stdin.is_some(),
+            &spawn::Extras::default(),
+        )?,
+        Some(launch) => {
+            let filters = launch
+                .filters
+                .iter()
+                .map(|program| memfd(program))
+                .collect::<io::Result<Vec<_>>>()?;
+            let pass: Vec<_> = filters.iter().map(|fd| fd.as_raw_fd()).collect();
+            let cgroups: Vec<_> = launch
+                .cgroup
+                .iter()
+                .flat_map(|(_, procs)| procs.iter().map(|fd| fd.as_raw_fd()))
+                .collect();
+            spawn::spawn(
+                &launch.program,
+                &launch.args,
+                env,
+                &spec.cwd,
+                spec.stdin.is_some(),
+                &spawn::Extras {
+                    pass: &pass,
+                    cgroups: &cgroups,
+                    rlimits: &launch.rlimits,
+                    landlock: launch.landlock.as_ref().map(|fd| fd.as_raw_fd()),
+                },
+            )?
+        }
+    };
     let mut child = Child::new(spawned.pid)?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
     let group = GroupGuard::new(spawned.pid);
@@ -558,10 +645,36 @@ pub async fn run(
     let stdout = capture(spawned.stdout, Stream::Stdout, options, &exited);
     let stderr = capture(spawned.stderr, Stream::Stderr, options, &exited);
     let (exit, stdout, stderr) = tokio::join!(wait, stdout, stderr);
+    let mut exit = exit?;
+    let mut violation = None;
+    if let Some(launch) = &launch {
+        // bubblewrap exits with 128 + the signal that killed the program.
+        if let Exit::Code(code @ 129..=192) = exit {
+            exit = Exit::Signal(code - 128);
+        }
+        let limits = &spec
+            .confinement
+            .as_ref()
+            .expect("launched confined")
+            .profile
+            .limits;
+        violation = match exit {
+            Exit::Signal(signal) if signal == nix::libc::SIGSYS => Some(Violation::ForbiddenCall),
+            Exit::Signal(signal) => {
+                crate::confinement::bounds::exceeded_by_signal(signal, limits).map(Violation::Bound)
+            }
+            _ => None,
+        }
+        .or_else(|| {
+            let (cgroup, _) = launch.cgroup.as_ref()?;
+            cgroup.exceeded().map(Violation::Bound)
+        });
+    }
     Ok(Finished {
-        exit: exit?,
+        exit,
         stdout: stdout?,
         stderr: stderr?,
+        violation,
     })
 }
 

@@ -43,7 +43,24 @@ struct ChildPlan {
     /// The kernel cleared the child's signal handlers as it made it (see [`clone_clearing`]):
     /// the child need not ask after each of them.
     handlers_cleared: bool,
-    ruleset: Option<RawFd>,
+    /// Descriptors the child gets at 3, 4, ... in this order (the confinement's seccomp
+    /// programs, which bubblewrap reads); each is at 10 or above in kavi.
+    pass: Vec<RawFd>,
+    /// `cgroup.procs` files the child writes itself into.
+    cgroups: Vec<RawFd>,
+    /// Resource limits the child sets: `(resource, soft, hard)`.
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
+    /// A Landlock ruleset the child restricts itself with.
+    landlock: Option<RawFd>,
+}
+
+/// What a confined child gets besides its streams (see [`crate::confinement::Launch`]).
+#[derive(Default)]
+pub struct Extras<'a> {
+    pub pass: &'a [RawFd],
+    pub cgroups: &'a [RawFd],
+    pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
+    pub landlock: Option<RawFd>,
 }
 
 /// The steps that can fail in the child, reported to the parent by their number.
@@ -51,6 +68,8 @@ struct ChildPlan {
 enum Step {
     Group,
     DieWithKavi,
+    Cgroup,
+    Bounds,
     Confine,
     Streams,
     WorkingDirectory,
@@ -65,6 +84,8 @@ enum Step {
 const STEPS: &[Step] = &[
     Step::Group,
     Step::DieWithKavi,
+    Step::Cgroup,
+    Step::Bounds,
     Step::Confine,
     Step::Streams,
     Step::WorkingDirectory,
@@ -79,7 +100,9 @@ impl Step {
         match self {
             Step::Group => "to lead a process group",
             Step::DieWithKavi => "to die with kavi",
-            Step::Confine => "to be confined",
+            Step::Cgroup => "to join its cgroup",
+            Step::Bounds => "to set its resource bounds",
+            Step::Confine => "to restrict itself with Landlock",
             Step::Streams => "to set up its standard streams",
             Step::WorkingDirectory => "to change to its working directory",
             Step::Exec => "to start",
@@ -167,16 +190,17 @@ fn own_pid() -> libc::pid_t {
 }
 
 /// Starts `program` (a resolved path) with exactly `env`, in `cwd`, leading a new process group,
-/// set to die with kavi, confined by `ruleset` when given, its stdout and stderr piped, and its
-/// stdin piped when `stdin` is true (else `/dev/null`).
+/// set to die with kavi, with `extras` (descriptors, cgroups, bounds) when given, its stdout and
+/// stderr piped, and its stdin piped when `stdin` is true (else `/dev/null`).
 pub fn spawn(
     program: &Path,
     args: &[String],
     env: &[(String, String)],
     cwd: &Path,
     stdin: bool,
-    ruleset: Option<RawFd>,
+    extras: &Extras<'_>,
 ) -> io::Result<Spawned> {
+    debug_assert!(extras.pass.iter().all(|&fd| fd >= 10) && extras.pass.len() < 7);
     let program_c = c_string(program.as_os_str().as_bytes())?;
     let args_c = std::iter::once(Ok(program_c.clone()))
         .chain(args.iter().map(|a| c_string(a.as_bytes())))
@@ -219,7 +243,29 @@ pub fn spawn(
         report: AtomicU64::new(0),
         parent: own_pid(),
         handlers_cleared: true,
-        ruleset,
+        pass: extras.pass.to_vec(),
+        cgroups: extras.cgroups.to_vec(),
+        rlimits: extras
+            .rlimits
+            .iter()
+            .map(|&(resource, value)| {
+                // CPU: the soft limit sends SIGXCPU, which kavi reports; the hard one a second
+                // later kills a process that ignores it.
+                let hard = if resource == libc::RLIMIT_CPU {
+                    value + 1
+                } else {
+                    value
+                };
+                (
+                    resource,
+                    libc::rlimit {
+                        rlim_cur: value,
+                        rlim_max: hard,
+                    },
+                )
+            })
+            .collect(),
+        landlock: extras.landlock,
     };
     // Uninitialised: a stack needs no zeroing, and the child touches only its top.
     let mut stack = Vec::<u8>::with_capacity(64 * 1024);
@@ -415,8 +461,20 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
         if libc::getppid() != plan.parent {
             libc::_exit(1);
         }
-        if let Some(ruleset) = plan.ruleset
-            && crate::confinement::restrict_child(ruleset).is_err()
+        for &procs in &plan.cgroups {
+            // "0" moves the writer: this child, before it execs, so all it starts is inside.
+            if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+                fail(Step::Cgroup);
+            }
+        }
+        for (resource, limit) in &plan.rlimits {
+            if libc::setrlimit(*resource, limit) != 0 {
+                fail(Step::Bounds);
+            }
+        }
+        if let Some(ruleset) = plan.landlock
+            && (libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0)
         {
             fail(Step::Confine);
         }
@@ -432,10 +490,16 @@ extern "C" fn child(plan: *mut c_void) -> c_int {
                 fail(Step::Streams);
             }
         }
+        for (index, &fd) in plan.pass.iter().enumerate() {
+            if libc::dup2(fd, 3 + index as c_int) < 0 {
+                fail(Step::Streams);
+            }
+        }
         // Whatever else is open (a descriptor kavi inherited without close-on-exec from
         // whoever started it, say) is not the child's to have. A kernel without close_range
         // (before 5.9) leaves them be.
-        if libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0) != 0
+        let first_closed = 3 + plan.pass.len() as libc::c_uint;
+        if libc::syscall(libc::SYS_close_range, first_closed, libc::c_uint::MAX, 0) != 0
             && *libc::__errno_location() != libc::ENOSYS
         {
             fail(Step::Descriptors);
@@ -539,7 +603,7 @@ mod tests {
             &[],
             Path::new("/"),
             false,
-            None,
+            &Extras::default(),
         )?;
         let status = nix::sys::wait::waitpid(spawned.pid, None).map_err(io::Error::from)?;
         assert_eq!(status, nix::sys::wait::WaitStatus::Exited(spawned.pid, 0));

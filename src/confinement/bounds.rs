@@ -1,0 +1,295 @@
+//! Resource bounds: memory, processes, CPU seconds, open files and file size.
+//!
+//! Memory and processes are bounded for the whole process tree by a cgroup of its own where the
+//! machine lets kavi make one (cgroup v2, or v1's `memory` and `pids` controllers); the child
+//! moves itself into it before it execs. CPU seconds, open files and the size of one file are
+//! rlimits, set in the child before it execs. Without a cgroup, memory falls back to an address
+//! space rlimit and processes are unbounded; the record and `kavi doctor` say which applies.
+//!
+//! After the process exits, the cgroup's counters say whether a bound was hit (an OOM kill, a
+//! refused fork), which kavi reports as its own failure, never as a plain crash.
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::libc;
+use serde::{Deserialize, Serialize};
+
+/// The bounds a profile sets; `None`: unbounded.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Memory of the whole process tree, in MiB.
+    pub memory_mib: Option<u64>,
+    /// Processes (and threads) alive at once in the tree.
+    pub processes: Option<u64>,
+    /// CPU time of each process, in seconds.
+    pub cpu_seconds: Option<u64>,
+    /// Open files of each process.
+    pub open_files: Option<u64>,
+    /// The largest file a process may write, in MiB.
+    pub file_size_mib: Option<u64>,
+}
+
+impl Limits {
+    /// Each bound the smaller of the two; unbounded only where both are.
+    pub fn tightest(&self, other: &Limits) -> Limits {
+        let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Limits {
+            memory_mib: min(self.memory_mib, other.memory_mib),
+            processes: min(self.processes, other.processes),
+            cpu_seconds: min(self.cpu_seconds, other.cpu_seconds),
+            open_files: min(self.open_files, other.open_files),
+            file_size_mib: min(self.file_size_mib, other.file_size_mib),
+        }
+    }
+}
+
+/// How the machine bounds memory and processes.
+#[derive(Debug, Clone)]
+pub enum CgroupSupport {
+    /// A cgroup v2 folder kavi may make children in.
+    V2(PathBuf),
+    /// cgroup v1: the `memory` and `pids` hierarchies' folders kavi may make children in.
+    V1 { memory: PathBuf, pids: PathBuf },
+    /// Neither: why not.
+    None(String),
+}
+
+impl CgroupSupport {
+    pub fn describe(&self) -> String {
+        match self {
+            CgroupSupport::V2(path) => format!("cgroup v2 ({})", path.display()),
+            CgroupSupport::V1 { .. } => "cgroup v1 (memory, pids)".to_owned(),
+            CgroupSupport::None(why) => format!("rlimits only ({why})"),
+        }
+    }
+}
+
+/// This process's cgroup path in the hierarchy whose line in /proc/self/cgroup matches.
+fn own_cgroup(controller: &str) -> Option<String> {
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let matches = if controller.is_empty() {
+            controllers.is_empty()
+        } else {
+            controllers.split(',').any(|c| c == controller)
+        };
+        matches.then(|| path.trim_start_matches('/').to_owned())
+    })
+}
+
+/// Whether a child cgroup can be made (and removed) in `folder`, with `file` in it written.
+fn can_make_child(folder: &Path, file: &str, value: &str) -> bool {
+    let probe = folder.join(format!("kavi-probe-{}", std::process::id()));
+    let ok = fs::create_dir(&probe).is_ok() && fs::write(probe.join(file), value).is_ok();
+    let _ = fs::remove_dir(&probe);
+    ok
+}
+
+/// What this machine offers, asked once.
+pub fn cgroup_support() -> &'static CgroupSupport {
+    static SUPPORT: OnceLock<CgroupSupport> = OnceLock::new();
+    SUPPORT.get_or_init(|| {
+        let root = Path::new("/sys/fs/cgroup");
+        if let Some(own) = own_cgroup("") {
+            let folder = root.join(&own);
+            let controllers = fs::read_to_string(folder.join("cgroup.subtree_control"))
+                .or_else(|_| fs::read_to_string(folder.join("cgroup.controllers")))
+                .unwrap_or_default();
+            let has = |c| controllers.split_whitespace().any(|x| x == c);
+            if has("memory") && has("pids") && can_make_child(&folder, "pids.max", "max") {
+                return CgroupSupport::V2(folder);
+            }
+        }
+        let v1 = |controller: &str| {
+            let own = own_cgroup(controller)?;
+            let folder = root.join(controller).join(own);
+            folder.is_dir().then_some(folder)
+        };
+        match (v1("memory"), v1("pids")) {
+            (Some(memory), Some(pids))
+                if can_make_child(&memory, "memory.limit_in_bytes", "-1")
+                    && can_make_child(&pids, "pids.max", "max") =>
+            {
+                CgroupSupport::V1 { memory, pids }
+            }
+            _ => CgroupSupport::None(
+                "no cgroup with the memory and pids controllers that kavi may make children in"
+                    .to_owned(),
+            ),
+        }
+    })
+}
+
+/// One process tree's cgroup folders, removed when dropped.
+#[derive(Debug)]
+pub struct Cgroup {
+    folders: Vec<PathBuf>,
+    limits: Limits,
+}
+
+/// A distinct name for each cgroup this kavi makes.
+fn next_name() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "kavi-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Cgroup {
+    /// Makes the cgroup for `limits` (or none, when nothing it bounds is asked for or the
+    /// machine has none) and opens the `cgroup.procs` files the child writes itself into.
+    pub fn make(limits: &Limits) -> std::io::Result<Option<(Cgroup, Vec<OwnedFd>)>> {
+        if limits.memory_mib.is_none() && limits.processes.is_none() {
+            return Ok(None);
+        }
+        let name = next_name();
+        let memory = limits
+            .memory_mib
+            .map_or("max".to_owned(), |m| (m << 20).to_string());
+        let pids = limits.processes.map_or("max".to_owned(), |p| p.to_string());
+        let (folders, settings): (Vec<PathBuf>, Vec<(usize, &str, String)>) = match cgroup_support()
+        {
+            CgroupSupport::V2(root) => (
+                vec![root.join(&name)],
+                vec![
+                    (0, "memory.max", memory),
+                    (0, "memory.swap.max", "0".to_owned()),
+                    (0, "pids.max", pids),
+                ],
+            ),
+            CgroupSupport::V1 { memory: m, pids: p } => (
+                vec![m.join(&name), p.join(&name)],
+                vec![
+                    (
+                        0,
+                        "memory.limit_in_bytes",
+                        if memory == "max" { "-1".into() } else { memory },
+                    ),
+                    (1, "pids.max", pids),
+                ],
+            ),
+            CgroupSupport::None(_) => return Ok(None),
+        };
+        let cgroup = Cgroup {
+            folders: Vec::new(),
+            limits: *limits,
+        };
+        let mut cgroup = cgroup;
+        for folder in &folders {
+            fs::create_dir(folder)?;
+            cgroup.folders.push(folder.clone());
+        }
+        for (index, file, value) in settings {
+            let path = folders[index].join(file);
+            // memory.swap.max is absent where swap accounting is off: nothing to bound then.
+            if file == "memory.swap.max" && !path.exists() {
+                continue;
+            }
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(value.as_bytes()))
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        }
+        let procs = folders
+            .iter()
+            .map(|folder| {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC)
+                    .open(folder.join("cgroup.procs"))
+                    .map(OwnedFd::from)
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Some((cgroup, procs)))
+    }
+
+    /// The bound the tree hit, if it hit one, read from the cgroup's event counters.
+    pub fn exceeded(&self) -> Option<String> {
+        let count = |file: &Path, key: &str| -> u64 {
+            fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .find_map(|line| {
+                    let (k, v) = line.split_once(' ')?;
+                    (k == key).then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0)
+        };
+        for folder in &self.folders {
+            let oom = count(&folder.join("memory.events"), "oom_kill")
+                + count(&folder.join("memory.oom_control"), "oom_kill");
+            if oom > 0
+                && let Some(mib) = self.limits.memory_mib
+            {
+                return Some(format!("its memory bound ({mib} MiB)"));
+            }
+            if count(&folder.join("pids.events"), "max") > 0
+                && let Some(processes) = self.limits.processes
+            {
+                return Some(format!("its process bound ({processes} processes)"));
+            }
+        }
+        None
+    }
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // The tree dies with its namespace's init; the kernel may take a moment to empty it.
+        for folder in &self.folders {
+            for _ in 0..200 {
+                if fs::remove_dir(folder).is_ok() || !folder.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// The rlimits the child sets before it execs: `(resource, value)`.
+pub fn rlimits(limits: &Limits, memory_by_cgroup: bool) -> Vec<(libc::__rlimit_resource_t, u64)> {
+    let mut set = vec![(libc::RLIMIT_CORE, 0)];
+    if let Some(seconds) = limits.cpu_seconds {
+        set.push((libc::RLIMIT_CPU, seconds));
+    }
+    if let Some(files) = limits.open_files {
+        set.push((libc::RLIMIT_NOFILE, files));
+    }
+    if let Some(mib) = limits.file_size_mib {
+        set.push((libc::RLIMIT_FSIZE, mib << 20));
+    }
+    if !memory_by_cgroup && let Some(mib) = limits.memory_mib {
+        set.push((libc::RLIMIT_AS, mib << 20));
+    }
+    set
+}
+
+/// The bound a process killed by `signal` hit, for the ones the kernel signals.
+pub fn exceeded_by_signal(signal: i32, limits: &Limits) -> Option<String> {
+    match signal {
+        libc::SIGXCPU => limits.cpu_seconds.map(|s| format!("its CPU bound ({s} s)")),
+        libc::SIGXFSZ => limits
+            .file_size_mib
+            .map(|m| format!("its file size bound ({m} MiB)")),
+        _ => None,
+    }
+}

@@ -1,0 +1,136 @@
+//! The runtime that builds the isolated process: bubblewrap (`bwrap`), the sandbox Flatpak,
+//! Claude Code's and Codex CLI's Linux sandboxes use. kavi asks it for new user, PID, mount,
+//! IPC, UTS, cgroup and (unless the profile allows the network) network namespaces, a fresh
+//! `/proc`, a mount view holding only what the profile lists, no capabilities, a new session
+//! with no controlling terminal, and the seccomp programs; bubblewrap's own init reaps the tree,
+//! and when the process it started exits, the namespace goes and every process in it dies.
+//!
+//! bubblewrap was chosen over making the namespaces from kavi itself: building a mount view
+//! needs a fork after `unshare(CLONE_NEWPID)`, `pivot_root` and a reaper, which bubblewrap does
+//! in a small, audited setuid-capable C program that every Linux desktop already trusts, and
+//! which kavi's clone-and-exec spawner (no allocation between clone and exec) could not do.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Where bubblewrap is looked for: the distribution's path first, never the workspace's.
+const BWRAP: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+
+/// The namespaces kavi asks for, as `/proc/self/ns` names them.
+const NAMESPACES: &[&str] = &["user", "pid", "mnt", "ipc", "uts", "net", "cgroup"];
+
+/// bubblewrap's path, or why isolation cannot be had on this machine. Asked once.
+pub fn bwrap() -> Result<&'static Path, &'static str> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let bwrap = BWRAP
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.is_file())
+                .ok_or_else(|| {
+                    "bubblewrap (`bwrap`) is not installed: install Debian's or your \
+                     distribution's `bubblewrap` package"
+                        .to_owned()
+                })?;
+            if let Some(missing) = NAMESPACES
+                .iter()
+                .find(|ns| !Path::new("/proc/self/ns").join(ns).exists())
+            {
+                return Err(format!("this kernel has no {missing} namespaces"));
+            }
+            let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            if max == Some(0) {
+                return Err(
+                    "user namespaces are switched off (user.max_user_namespaces = 0)".to_owned(),
+                );
+            }
+            Ok(bwrap)
+        })
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(String::as_str)
+}
+
+/// What a mount in the view does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Mount {
+    Read,
+    Write,
+    Hide,
+}
+
+/// bubblewrap's arguments for a view of `read`, `write` and `hide` (each the same path inside as
+/// outside, so that every path kavi hands the process stays true), without the program.
+///
+/// Parents are mounted before their children, and for one path a write after a read, so that a
+/// write scope inside a read-only folder stays writable and a hidden folder stays hidden.
+pub fn arguments(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    hide: &[PathBuf],
+    network: bool,
+    cwd: &Path,
+    filters: usize,
+    tmp_bytes: Option<u64>,
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "kavi",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
+    .map(str::to_owned)
+    .into();
+    // The private /tmp lives in memory: it is bounded like memory.
+    if let Some(bytes) = tmp_bytes {
+        args.extend(["--size".into(), bytes.to_string()]);
+    }
+    args.extend(["--tmpfs".into(), "/tmp".into()]);
+    if network {
+        args.push("--share-net".into());
+    }
+    let mut mounts: Vec<(usize, Mount, &PathBuf)> = read
+        .iter()
+        .map(|p| (Mount::Read, p))
+        .chain(write.iter().map(|p| (Mount::Write, p)))
+        .chain(hide.iter().map(|p| (Mount::Hide, p)))
+        .map(|(kind, path)| (path.components().count(), kind, path))
+        .collect();
+    mounts.sort();
+    for (_, kind, path) in mounts {
+        let path = path.display().to_string();
+        match kind {
+            Mount::Read => args.extend(["--ro-bind-try".into(), path.clone(), path]),
+            Mount::Write => args.extend(["--bind-try".into(), path.clone(), path]),
+            Mount::Hide if Path::new(&path).is_dir() => {
+                args.extend(["--tmpfs".into(), path.clone(), "--remount-ro".into(), path]);
+            }
+            Mount::Hide if Path::new(&path).exists() => {
+                args.extend(["--ro-bind".into(), "/dev/null".into(), path]);
+            }
+            Mount::Hide => {}
+        }
+    }
+    // The view's own root (the folders made to mount on) is read-only too: what the profile
+    // does not list as writable is not, even where nothing is mounted.
+    args.extend(["--remount-ro".into(), "/".into()]);
+    args.extend(["--chdir".into(), cwd.display().to_string()]);
+    // The programs' descriptors are 3, 4, ... in the child (see process::spawn).
+    for fd in 0..filters {
+        args.extend(["--add-seccomp-fd".into(), (3 + fd).to_string()]);
+    }
+    args.push("--".into());
+    args
+}

@@ -1,0 +1,224 @@
+//! The seccomp filters a confined process runs under, compiled with `seccompiler` (rust-vmm's
+//! compiler, as Firecracker uses) and handed to bubblewrap as BPF programs.
+//!
+//! Two programs, because a program has one action for everything it matches and the kernel
+//! takes the strictest action of all the programs a process runs under:
+//! - **kill**: calls no program under review has a reason to make, which only an attack would:
+//!   tracing another process, changing mounts, loading BPF or kernel code, rebooting, and the
+//!   terminal ioctls that push input into a terminal (TIOCSTI) or drive its console
+//!   (TIOCLINUX). The process dies with SIGSYS, which kavi reports as a security violation.
+//!   Raw and packet sockets and MPTCP are in it, and, for a profile without the network, every
+//!   IPv4 and IPv6 socket.
+//! - **deny** (EPERM): calls an ordinary program may probe and cope without: the kernel keyring,
+//!   performance counters, new namespaces, io_uring (which makes sockets without `socket`), and
+//!   every socket family but unix, IPv4 and IPv6.
+//!
+//! On x86-64 a third, written by hand, kills any call made through the x32 ABI: its numbers are
+//! the native ones with bit 30 set, which a filter keyed on the native numbers would let by.
+
+use std::collections::BTreeMap;
+
+use nix::libc;
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// The terminal ioctls that inject input or drive the console.
+const TIOCSTI: u64 = 0x5412;
+const TIOCLINUX: u64 = 0x541C;
+
+/// `IPPROTO_MPTCP`: a TCP-like protocol that Landlock's TCP rules never covered.
+const IPPROTO_MPTCP: u64 = 262;
+
+fn arch() -> Result<TargetArch, String> {
+    std::env::consts::ARCH.try_into().map_err(|_| {
+        format!(
+            "seccomp filters are not built for {}",
+            std::env::consts::ARCH
+        )
+    })
+}
+
+/// One condition on a system call's argument.
+fn arg(index: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string())
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conditions).map_err(|e| e.to_string())
+}
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    action: SeccompAction,
+) -> Result<Vec<u8>, String> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch()?)
+        .map_err(|e| e.to_string())?;
+    let program: BpfProgram = filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())?;
+    Ok(bytes(&program))
+}
+
+/// The program as the kernel reads it: each instruction's 8 bytes in native order.
+fn bytes(program: &[seccompiler::sock_filter]) -> Vec<u8> {
+    program
+        .iter()
+        .flat_map(|insn| {
+            let mut bytes = Vec::with_capacity(8);
+            bytes.extend_from_slice(&insn.code.to_ne_bytes());
+            bytes.push(insn.jt);
+            bytes.push(insn.jf);
+            bytes.extend_from_slice(&insn.k.to_ne_bytes());
+            bytes
+        })
+        .collect()
+}
+
+/// The calls that kill the process: made only by an attack. Without the network, that includes
+/// opening any IPv4 or IPv6 socket: a process that may not talk to anyone and tries to is
+/// trying to get something out.
+fn kill_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let always = [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_fsconfig,
+        libc::SYS_mount_setattr,
+        libc::SYS_bpf,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+    ];
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        always.into_iter().map(|call| (call, Vec::new())).collect();
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![arg(1, SeccompCmpOp::Eq, TIOCSTI)?])?,
+            rule(vec![arg(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
+        ],
+    );
+    let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
+    let mut socket = vec![rule(vec![arg(2, SeccompCmpOp::Eq, IPPROTO_MPTCP)?])?];
+    for family in [inet, inet6] {
+        if network {
+            // Raw sockets and SOCK_PACKET (10, the obsolete packet socket): the type's low bits.
+            for kind in [libc::SOCK_RAW as u64, 10] {
+                socket.push(rule(vec![
+                    arg(0, SeccompCmpOp::Eq, family)?,
+                    arg(1, SeccompCmpOp::MaskedEq(0xf), kind)?,
+                ])?);
+            }
+        } else {
+            socket.push(rule(vec![arg(0, SeccompCmpOp::Eq, family)?])?);
+        }
+    }
+    rules.insert(libc::SYS_socket, socket);
+    Ok(rules)
+}
+
+/// The calls refused with EPERM: what an ordinary program may probe and do without, and every
+/// socket family but local (unix) ones and IPv4 and IPv6 (which [`kill_rules`] decides).
+fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let always = [
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        libc::SYS_syslog,
+        libc::SYS_lookup_dcookie,
+        // io_uring makes sockets and connections without the calls filtered here
+        // (IORING_OP_SOCKET, IORING_OP_CONNECT); libraries that probe it fall back.
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        // Opening a file by handle walks past the mount view (it also needs a capability).
+        libc::SYS_open_by_handle_at,
+    ];
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        always.into_iter().map(|call| (call, Vec::new())).collect();
+    let (unix, inet, inet6) = (
+        libc::AF_UNIX as u64,
+        libc::AF_INET as u64,
+        libc::AF_INET6 as u64,
+    );
+    // Netlink, packet, vsock, bluetooth, ...: any family but the three.
+    rules.insert(
+        libc::SYS_socket,
+        vec![rule(vec![
+            arg(0, SeccompCmpOp::Ne, unix)?,
+            arg(0, SeccompCmpOp::Ne, inet)?,
+            arg(0, SeccompCmpOp::Ne, inet6)?,
+        ])?],
+    );
+    // A socket pair is local whatever its family says; only unix ones exist.
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![arg(0, SeccompCmpOp::Ne, unix)?])?],
+    );
+    Ok(rules)
+}
+
+/// On x86-64: kill every call made through the x32 ABI (a number with bit 30 set).
+#[cfg(target_arch = "x86_64")]
+fn no_x32() -> Vec<u8> {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    // seccomp_data: nr at offset 0. Another architecture is killed by the other programs.
+    bytes(&[
+        insn(LD_W_ABS, 0, 0, 0),
+        insn(JGE_K, 0, 1, 0x4000_0000),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_KILL_PROCESS),
+        insn(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ])
+}
+
+/// The BPF programs for a profile, each as the bytes bubblewrap reads from a descriptor.
+pub fn filters(network: bool) -> Result<Vec<Vec<u8>>, String> {
+    #[allow(unused_mut)]
+    let mut programs = vec![
+        compile(kill_rules(network)?, SeccompAction::KillProcess)?,
+        compile(deny_rules()?, SeccompAction::Errno(libc::EPERM as u32))?,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32());
+    Ok(programs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_profile_compiles_to_whole_instructions() {
+        for network in [false, true] {
+            let programs = filters(network).unwrap();
+            assert!(programs.len() >= 2);
+            for program in programs {
+                assert!(!program.is_empty() && program.len() % 8 == 0);
+            }
+        }
+    }
+}
