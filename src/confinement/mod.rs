@@ -357,6 +357,9 @@ mod tests {
             "echo ok > {inside}/a; echo no > {dir}/b; chmod 777 {dir}/read-only; \
              ls /root /home 2>&1; cat /etc/shadow 2>&1; cat {dir}/hidden/ledger 2>&1; \
              cat /proc/1/environ /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SECRET; \
+             v=$(cat /proc/sys/kernel/printk_ratelimit_burst); \
+             (echo $v > /proc/sys/kernel/printk_ratelimit_burst) 2>/dev/null || echo sysctl-refused; \
+             (echo > /proc/sysrq-trigger) 2>/dev/null || echo sysrq-refused; \
              ls /proc | grep -c '^[0-9]'",
             inside = inside.display(),
             dir = dir.display()
@@ -384,6 +387,11 @@ mod tests {
         );
         assert!(out.contains("No such file"), "{out}");
         assert!(!out.contains("rows"), "read a hidden file: {out}");
+        // uid 0 inside may be the host's: the kernel's knobs must not be writable through /proc.
+        assert!(
+            out.contains("sysctl-refused") && out.contains("sysrq-refused"),
+            "{out}"
+        );
         // /etc/shadow is not in the view; no process outside it (kavi's environment) is.
         let lines: Vec<&str> = out.lines().collect();
         let processes: usize = lines.last().unwrap().trim().parse().unwrap();

@@ -93,6 +93,30 @@ pub fn arguments(
     ]
     .map(str::to_owned)
     .into();
+    // The process is uid 0 of its user namespace, which is the host's uid 0 when kavi runs
+    // as root, and /proc's kernel knobs check the uid, not a capability: the ones that reach
+    // the host (core_pattern, sysrq, binfmt_misc, IRQs) are read-only, and the ones that show
+    // its memory or keys are empty, as Docker does for its containers.
+    for knob in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+    ] {
+        args.extend(["--ro-bind-try".into(), knob.into(), knob.into()]);
+    }
+    // Only where this kernel has them: bubblewrap cannot make a file to mount on in /proc.
+    for shown in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/sched_debug",
+    ] {
+        if Path::new(shown).exists() {
+            args.extend(["--ro-bind".into(), "/dev/null".into(), shown.into()]);
+        }
+    }
     // The private /tmp lives in memory: it is bounded like memory.
     if let Some(bytes) = tmp_bytes {
         args.extend(["--size".into(), bytes.to_string()]);

@@ -84,6 +84,8 @@ fn kill_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
+        libc::SYS_process_madvise,
+        libc::SYS_pidfd_getfd,
         libc::SYS_mount,
         libc::SYS_umount2,
         libc::SYS_pivot_root,

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""What isolation costs a skill run and a forge, against running the same work bare.
+
+    benches/isolation.py ROUNDS KAVI [BASELINE_KAVI]
+
+Makes a workspace with `KAVI init`, forges `word_count`, then times, round by round and in
+turn (so that a slow spell of the machine falls on every command alike):
+
+  skill    `KAVI skill run word_count --input ...`: hash check, the ledger's records, and the
+           skill run isolated (bubblewrap, seccomp, cgroup)
+  python   the same file run bare: `python3 -I -B skills/word_count/skill.py`, the input on stdin
+
+and prints each one's median and the ratio skill / python (the isolation issue's target: at most
+1.25). With BASELINE_KAVI (an older build), it also times the README's forge run with each
+build, on a fresh copy of the workspace each time, and prints their ratio (target: within 15%).
+"""
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+INPUT = '{"text": "one two three"}'
+
+
+def timed(command, cwd, stdin=None):
+    start = time.perf_counter()
+    subprocess.run(command, cwd=cwd, input=stdin, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, text=True)
+    return time.perf_counter() - start
+
+
+def forge(kavi, workspace):
+    subprocess.run([kavi, "init", str(workspace)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([kavi, "pipeline", "run", "forge.toml", "--set", "skill=word_count"],
+                   cwd=workspace, check=True, stdout=subprocess.DEVNULL)
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    rounds, kavi = int(sys.argv[1]), str(Path(sys.argv[2]).resolve())
+    baseline = str(Path(sys.argv[3]).resolve()) if len(sys.argv) > 3 else None
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp) / "ws"
+        forge(kavi, workspace)
+        commands = {
+            "skill": ([kavi, "skill", "run", "word_count", "--input", INPUT], None),
+            "python": (["python3", "-I", "-B", "skills/word_count/skill.py"], INPUT),
+        }
+        times = {name: [] for name in commands}
+        for round_ in range(rounds + 1):
+            order = list(commands) if round_ % 2 else list(reversed(commands))
+            for name in order:
+                took = timed(commands[name][0], workspace, commands[name][1])
+                if round_:  # the first round warms the caches
+                    times[name].append(took)
+        for name, values in times.items():
+            print(f"{name:8} median {statistics.median(values) * 1000:7.1f} ms "
+                  f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f}, n {len(values)})")
+        ratios = [s / p for s, p in zip(times["skill"], times["python"])]
+        print(f"skill / python, round by round: median {statistics.median(ratios):.2f}")
+        if baseline:
+            forged = {"kavi": [], "baseline": []}
+            for round_ in range(max(3, rounds // 4)):
+                for name, binary in (("kavi", kavi), ("baseline", baseline))[:: 1 if round_ % 2 else -1]:
+                    fresh = Path(tmp) / f"forge-{name}-{round_}"
+                    subprocess.run([binary, "init", str(fresh)], check=True,
+                                   stdout=subprocess.DEVNULL)
+                    forged[name].append(timed(
+                        [binary, "pipeline", "run", "forge.toml", "--set", "skill=word_count"],
+                        fresh))
+                    shutil.rmtree(fresh)
+            for name, values in forged.items():
+                print(f"forge ({name}) median {statistics.median(values):.2f} s")
+            print(f"forge kavi / baseline: "
+                  f"{statistics.median(forged['kavi']) / statistics.median(forged['baseline']):.2f}")
+
+
+if __name__ == "__main__":
+    main()
