@@ -36,6 +36,10 @@ pub struct Profile {
     pub write: Vec<PathBuf>,
     /// Present in the view but empty: an empty read-only folder, or an empty file.
     pub hide: Vec<PathBuf>,
+    /// Globs, and the folders below which each match is hidden too: the role's own readable
+    /// folders (the workspace), searched when the profile is prepared.
+    #[serde(skip)]
+    pub hide_matching: Option<(Arc<globset::GlobSet>, Vec<PathBuf>)>,
     /// Whether the host's network is reachable; without it the process has a network
     /// namespace of its own with only loopback, and only local sockets.
     pub network: bool,
@@ -239,6 +243,8 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
             });
         }
     }
+    let mut profile = profile;
+    profile.hide.extend(matching(&profile));
     let filters = seccomp::filters(profile.network)
         .map_err(|reason| ConfinementError::Filters { role, reason })?;
     let landlock = landlock_layer(profile.network).map(|fd| (Arc::new(fd), kernel_abi()));
@@ -249,6 +255,38 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
         landlock,
         unconfined_because: None,
     })
+}
+
+/// The paths below the profile's own folders that its `hide_matching` globs match, each
+/// outermost match once (a matching folder is hidden whole), never inside what is hidden
+/// already or through a symlink.
+fn matching(profile: &Profile) -> Vec<PathBuf> {
+    let Some((globs, roots)) = &profile.hide_matching else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for root in roots {
+        let mut walker = walkdir::WalkDir::new(root).follow_links(false).into_iter();
+        while let Some(Ok(entry)) = walker.next() {
+            let path = entry.path();
+            if profile.hide.iter().any(|hidden| path.starts_with(hidden)) {
+                if entry.file_type().is_dir() {
+                    walker.skip_current_dir();
+                }
+                continue;
+            }
+            let Ok(relative) = path.strip_prefix(root) else {
+                continue;
+            };
+            if !relative.as_os_str().is_empty() && globs.is_match(relative) {
+                found.push(path.to_owned());
+                if entry.file_type().is_dir() {
+                    walker.skip_current_dir();
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The Landlock ABI version this kernel offers (0: none).
@@ -301,6 +339,7 @@ mod tests {
                 .collect(),
             write,
             hide: vec![dir.join("hidden")],
+            hide_matching: None,
             network: false,
             require: true,
             limits,
@@ -353,9 +392,12 @@ mod tests {
         std::fs::create_dir_all(dir.join("hidden")).unwrap();
         std::fs::write(dir.join("hidden/ledger"), "rows").unwrap();
         std::fs::write(dir.join("read-only"), "trusted").unwrap();
+        std::fs::create_dir_all(dir.join("app")).unwrap();
+        std::fs::write(dir.join("app/.env"), "API_KEY=sk-live").unwrap();
         let script = format!(
             "echo ok > {inside}/a; echo no > {dir}/b; chmod 777 {dir}/read-only; \
              ls /root /home 2>&1; cat /etc/shadow 2>&1; cat {dir}/hidden/ledger 2>&1; \
+             cat {dir}/app/.env; \
              cat /proc/1/environ /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SECRET; \
              v=$(cat /proc/sys/kernel/printk_ratelimit_burst); \
              (echo $v > /proc/sys/kernel/printk_ratelimit_burst) 2>/dev/null || echo sysctl-refused; \
@@ -364,13 +406,11 @@ mod tests {
             inside = inside.display(),
             dir = dir.display()
         );
-        let Some(finished) = run_sh(
-            &dir,
-            profile(&dir, vec![inside.clone()], Limits::default()),
-            &script,
-        )
-        .await
-        else {
+        let mut profile = profile(&dir, vec![inside.clone()], Limits::default());
+        let mut secrets = globset::GlobSetBuilder::new();
+        secrets.add(globset::Glob::new("**/.env").unwrap());
+        profile.hide_matching = Some((Arc::new(secrets.build().unwrap()), vec![dir.clone()]));
+        let Some(finished) = run_sh(&dir, profile, &script).await else {
             return;
         };
         let out = stdout(&finished);
@@ -387,6 +427,10 @@ mod tests {
         );
         assert!(out.contains("No such file"), "{out}");
         assert!(!out.contains("rows"), "read a hidden file: {out}");
+        assert!(
+            !out.contains("sk-live"),
+            "read a secret the globs hide: {out}"
+        );
         // uid 0 inside may be the host's: the kernel's knobs must not be writable through /proc.
         assert!(
             out.contains("sysctl-refused") && out.contains("sysrq-refused"),

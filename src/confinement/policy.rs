@@ -59,6 +59,11 @@ struct RawProfile {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     hide: Vec<Spanned<String>>,
+    /// Globs, matched below each of the role's own `read` folders (not the system's): every
+    /// match is hidden too (secrets, keys, databases the workspace holds).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    hide_matching: Vec<Spanned<String>>,
     #[serde(default)]
     network: bool,
     #[serde(default)]
@@ -86,6 +91,8 @@ pub struct RoleProfile {
     read: Vec<PathTemplate>,
     write: Vec<PathTemplate>,
     hide: Vec<PathTemplate>,
+    /// Globs checked when the policy was parsed.
+    hide_matching: Vec<String>,
     network: bool,
     limits: super::Limits,
     /// The system's part of the view, shared by every role.
@@ -152,10 +159,11 @@ impl RoleProfile {
                 .collect()
         };
         let mut read = self.system.0.clone();
-        for path in render(&self.read)? {
+        let own = render(&self.read)?;
+        for path in &own {
             // One mount a path: the snapshot is the workspace when nothing else runs.
-            if !read.contains(&path) {
-                read.push(path);
+            if !read.contains(path) {
+                read.push(path.clone());
             }
         }
         Ok(Profile {
@@ -163,6 +171,18 @@ impl RoleProfile {
             read,
             write: render(&self.write)?,
             hide: render(&self.hide)?,
+            hide_matching: if self.hide_matching.is_empty() {
+                None
+            } else {
+                let mut globs = globset::GlobSetBuilder::new();
+                for pattern in &self.hide_matching {
+                    globs.add(globset::Glob::new(pattern).map_err(|e| e.to_string())?);
+                }
+                let globs = globs.build().map_err(|e| e.to_string())?;
+                let mut roots: Vec<PathBuf> = own.into_iter().filter(|p| p.is_dir()).collect();
+                roots.dedup();
+                Some((Arc::new(globs), roots))
+            },
             network: self.network,
             require: self.require,
             limits: self.limits,
@@ -203,6 +223,7 @@ impl ConfinementPolicy {
             read: Vec::new(),
             write: Vec::new(),
             hide: Vec::new(),
+            hide_matching: Vec::new(),
             network: false,
             limits: super::Limits::default(),
             system: Arc::clone(&self.read_only.system),
@@ -211,6 +232,12 @@ impl ConfinementPolicy {
         for profile in profiles {
             union.require |= profile.require;
             union.network |= profile.network;
+            // Every class's hidden matches are hidden.
+            for pattern in &profile.hide_matching {
+                if !union.hide_matching.contains(pattern) {
+                    union.hide_matching.push(pattern.clone());
+                }
+            }
             // Each bound the tightest any class sets: a union must not loosen one silently.
             union.limits = if std::mem::take(&mut first) {
                 profile.limits
@@ -312,6 +339,14 @@ fn check(
         read: plain(raw.read),
         write: plain(raw.write),
         hide: plain(raw.hide),
+        hide_matching: {
+            // Checked here, at their lines; compiled when a profile is resolved.
+            crate::policy::glob_set(&raw.hide_matching, source)?;
+            raw.hide_matching
+                .into_iter()
+                .map(Spanned::into_inner)
+                .collect()
+        },
         network: raw.network,
         limits: raw.limits,
         system: Arc::clone(system),
