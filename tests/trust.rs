@@ -696,3 +696,101 @@ fn a_proposal_is_named_as_its_file_and_its_secrets_are_variable_names() {
     let good = secret_read.replace("command =", "secrets = [\"API_TOKEN\"]\ncommand =");
     assert_eq!(propose("demo.toml", &good).0, Some(0));
 }
+
+/// A skill that reports how it was started: the file it ran from and Python's flags.
+const INTROSPECT: &str = "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\n        \"echo\": data,\n        \"file\": __file__,\n        \"isolated\": sys.flags.isolated,\n        \"no_bytecode\": sys.flags.dont_write_bytecode,\n    }\n\n\nif __name__ == \"__main__\":\n    print(json.dumps(run(json.load(sys.stdin))))\n";
+const INTROSPECT_TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1)[\"echo\"], 1)\n";
+
+/// A module that, imported as `json`, makes the skill print something else.
+const EVIL_JSON: &str =
+    "def load(f):\n    return {}\n\n\ndef dumps(o):\n    return '{\"pwned\": true}'\n";
+
+/// The trusted bytes run, from a private read-only snapshot, under an isolated interpreter;
+/// files the hash leaves out (a `json.pyc` beside `skill.py`, `__pycache__/`) never reach it.
+#[test]
+fn a_skill_runs_its_trusted_bytes_from_a_snapshot_and_planted_bytecode_changes_nothing() {
+    let dir = workspace_with(PROPOSAL, INTROSPECT, INTROSPECT_TEST);
+    let root = dir.path();
+    verify_and_promote(root);
+
+    let record = run_demo(root, r#"{"x": 1}"#, false);
+    assert_eq!(record["success"], true, "{record}");
+    let output = &record["output"];
+    assert_eq!(output["echo"], serde_json::json!({"x": 1}));
+    let file = std::path::PathBuf::from(output["file"].as_str().unwrap());
+    assert!(
+        file.ends_with("skills/demo/skill.py") && !file.starts_with(root),
+        "it ran from {}",
+        file.display()
+    );
+    assert!(!file.exists(), "the snapshot outlived the run");
+    assert_eq!(output["isolated"], 1, "{output}");
+    assert_eq!(output["no_bytecode"], 1, "{output}");
+
+    // Bytecode the hash excludes, planted beside the skill and in its cache: sourceless
+    // `json.pyc` shadowed the standard library when the skill ran from its folder.
+    let evil = root.join("evil_json.py");
+    std::fs::write(&evil, EVIL_JSON).unwrap();
+    let folder = root.join("skills/demo");
+    std::fs::create_dir_all(folder.join("__pycache__")).unwrap();
+    for planted in ["json.pyc", "__pycache__/json.cpython-311.pyc"] {
+        let compiled = std::process::Command::new("python3")
+            .args(["-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)"])
+            .arg(&evil)
+            .arg(folder.join(planted))
+            .status()
+            .unwrap();
+        assert!(compiled.success());
+    }
+    std::fs::remove_file(&evil).unwrap();
+    let verify = kavi(root, &["skill", "verify", "demo"]);
+    assert!(verify.status.success(), "excluded files are not drift");
+    let record = run_demo(root, r#"{"x": 2}"#, false);
+    assert_eq!(record["success"], true, "{record}");
+    assert_eq!(
+        record["output"]["echo"],
+        serde_json::json!({"x": 2}),
+        "{record}"
+    );
+    assert!(
+        !folder.join("__pycache__/skill.cpython-311.pyc").exists(),
+        "the run wrote bytecode into the skill's folder"
+    );
+}
+
+/// A loop rewriting `skill.py` while the skill is run again and again never gets its bytes run
+/// under the trusted hash: each run either runs the trusted bytes or is refused as drift.
+#[test]
+fn bytes_rewritten_during_runs_never_run_under_the_trusted_hash() {
+    let dir = workspace();
+    let root = dir.path().to_owned();
+    verify_and_promote(&root);
+    let skill = root.join("skills/demo/skill.py");
+    let trusted = std::fs::read_to_string(&skill).unwrap();
+    let other = trusted.replace("{'echo': data}", "{'echo': 'other bytes'}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rewriter = {
+        let (stop, skill, trusted) = (stop.clone(), skill.clone(), trusted.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Written in place, as an attacker racing the interpreter's open would.
+                std::fs::write(&skill, &other).unwrap();
+                std::fs::write(&skill, &trusted).unwrap();
+            }
+        })
+    };
+    let mut ran = 0;
+    for _ in 0..25 {
+        let out = kavi(&root, &["skill", "run", "demo", "--input", "1"]);
+        if out.status.success() {
+            ran += 1;
+            assert_eq!(json(&out)["output"], serde_json::json!({"echo": 1}));
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("refusing to run `demo`"), "{stderr}");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    rewriter.join().unwrap();
+    eprintln!("{ran} of 25 runs ran (the others were refused as drift)");
+}

@@ -9,6 +9,7 @@ pub mod promotion;
 pub mod propose;
 pub mod registry;
 mod side_effect;
+pub mod snapshot;
 mod tree;
 pub mod trust;
 
