@@ -794,3 +794,109 @@ fn bytes_rewritten_during_runs_never_run_under_the_trusted_hash() {
     rewriter.join().unwrap();
     eprintln!("{ran} of 25 runs ran (the others were refused as drift)");
 }
+
+/// A FILE_WRITE scope cannot name kavi's state, its governance, other skills, hidden files at
+/// the workspace root or anything outside the workspace: refused at propose and by
+/// `kavi policy check`, pointing at the entry, with what was probably meant.
+#[test]
+fn writes_that_name_kavis_state_are_refused_at_propose_and_by_policy_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    copy_policies(root, &["lifecycle.toml", "conventions.toml", "trust.toml"]);
+    std::fs::create_dir_all(root.join("proposals")).unwrap();
+    let file_write = PROPOSAL.replace("READ_ONLY", "FILE_WRITE");
+    let with_writes = |entry: &str| {
+        file_write.replace(
+            "command =",
+            &format!(
+                "writes = [\"notes\", {}]\ncommand =",
+                toml::Value::from(entry)
+            ),
+        )
+    };
+    for (entry, said) in [
+        (".kavi", "`.kavi` holds the ledger"),
+        (".kavi/ledger.db", "`.kavi` holds the ledger"),
+        ("policies", "`policies` holds the policies"),
+        ("policies/confinement.toml", "`policies` holds"),
+        ("pipelines", "`pipelines` holds"),
+        ("chains/x", "`chains` holds"),
+        ("templates", "`templates` holds"),
+        ("kavi.toml", "`kavi.toml` holds"),
+        (".git", "`.git` holds"),
+        (".git/config", "`.git` holds"),
+        ("proposals", "`proposals` holds"),
+        ("skills/other", "`skills` holds the skills' trusted files"),
+        ("skills", "`skills` holds"),
+        (".python-version", "hidden at the workspace root"),
+        ("../elsewhere", "contains `..`"),
+        ("/etc", "absolute"),
+        (".", "not normalised"),
+        ("notes/../.kavi", "contains `..`"),
+    ] {
+        std::fs::write(root.join("proposals/demo.toml"), with_writes(entry)).unwrap();
+        let out = kavi(root, &["skill", "propose", "proposals/demo.toml"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{entry}: {stderr}");
+        // The second entry of line 4: `writes = ["notes", ` is 19 characters.
+        assert!(
+            stderr.contains(&format!("`writes` path `{entry}` is refused"))
+                && stderr.contains(said)
+                && stderr.contains("proposals/demo.toml:4:20")
+                && stderr.contains("help:"),
+            "{entry}: {stderr}"
+        );
+        let checked = kavi(root, &["policy", "check"]);
+        let stderr = String::from_utf8_lossy(&checked.stderr);
+        assert_eq!(checked.status.code(), Some(3), "{entry}: {stderr}");
+        assert!(
+            stderr.contains(&format!("`writes` path `{entry}` is refused"))
+                && stderr.contains("proposals/demo.toml:4:20"),
+            "{entry}: {stderr}"
+        );
+    }
+
+    // A link on the way out of the workspace, or into its state: refused once it is there.
+    std::fs::write(
+        root.join("proposals/demo.toml"),
+        with_writes("notes/shared"),
+    )
+    .unwrap();
+    assert!(kavi(root, &["policy", "check"]).status.success());
+    std::fs::create_dir_all(root.join("notes")).unwrap();
+    std::os::unix::fs::symlink("../.kavi", root.join("notes/shared")).unwrap();
+    for args in [
+        &["skill", "propose", "proposals/demo.toml"][..],
+        &["policy", "check"],
+    ] {
+        let out = kavi(root, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("`notes/shared` is a symlink") && stderr.contains("demo.toml:4:20"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// A scope that became a symlink after promotion is refused when the skill runs.
+#[test]
+fn a_write_scope_turned_into_a_symlink_after_promotion_is_refused_at_run_time() {
+    let proposal = PROPOSAL
+        .replace("READ_ONLY", "FILE_WRITE")
+        .replace("command =", "writes = [\"out\"]\ncommand =");
+    let dir = workspace_with(
+        &proposal,
+        &side_effect_skill("FILE_WRITE"),
+        SIDE_EFFECT_TEST,
+    );
+    let root = dir.path();
+    kernel_only(root);
+    verify_and_promote(root);
+    std::os::unix::fs::symlink(".kavi", root.join("out")).unwrap();
+    let record = run_demo(root, r#"{"write": "out/forged.txt"}"#, true);
+    assert_eq!(record["success"], false, "{record}");
+    let error = record["error"].as_str().unwrap();
+    assert!(error.contains("`out` is a symlink"), "{error}");
+    assert!(!root.join(".kavi/forged.txt").exists());
+}

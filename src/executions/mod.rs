@@ -381,6 +381,10 @@ impl Runner<'_> {
         // A declared path that does not exist yet is made as a folder, so that the profile can
         // grant it; one that resolves outside the workspace is refused.
         for write in ready.proposal.write_paths() {
+            // Checked again here: the workspace may have changed (a link made) since proposal.
+            if let Some(refused) = crate::skills::write_scope_refusal(Some(self.root), &write) {
+                return Ok((Err(refused.to_string()), None));
+            }
             let made = crate::sandbox::contained_path(self.root, &write).and_then(|path| {
                 if path.symlink_metadata().is_ok() {
                     return Ok(());
