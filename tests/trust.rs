@@ -900,3 +900,58 @@ fn a_write_scope_turned_into_a_symlink_after_promotion_is_refused_at_run_time() 
     assert!(error.contains("`out` is a symlink"), "{error}");
     assert!(!root.join(".kavi/forged.txt").exists());
 }
+
+/// A trusted file's mode or modification time changing is drift, though its bytes (and so the
+/// source hash) are the same: refused before a run, suspended by `skill verify`, and `skill
+/// restore` puts mode and time back.
+#[test]
+fn a_chmod_or_a_new_mtime_on_a_trusted_file_is_drift() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = workspace();
+    let root = dir.path();
+    verify_and_promote(root);
+    let skill = root.join("skills/demo/skill.py");
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+
+    let mode = std::fs::metadata(&skill).unwrap().permissions().mode();
+    std::fs::set_permissions(&skill, std::fs::Permissions::from_mode(mode | 0o111)).unwrap();
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("the mode of skills/demo/skill.py changed"),
+        "{stderr}"
+    );
+    let drift = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(drift.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&drift.stdout);
+    assert!(stdout.contains("same bytes, but the mode of"), "{stdout}");
+    let shown = json(&kavi(root, &["skill", "show", "demo", "--json"]));
+    assert_eq!(shown["skill"]["state"], "SUSPENDED", "{shown}");
+
+    let restored = kavi(root, &["skill", "restore", "demo"]);
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+
+    // The same bytes written again: a new modification time.
+    let bytes = std::fs::read(&skill).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&skill, &bytes).unwrap();
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("skills/demo/skill.py was modified"),
+        "{stderr}"
+    );
+    assert!(kavi(root, &["skill", "restore", "demo"]).status.success());
+    assert!(
+        kavi(root, &["skill", "run", "demo", "--input", "{}"])
+            .status
+            .success()
+    );
+}

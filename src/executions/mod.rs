@@ -25,7 +25,7 @@ use crate::confinement::policy::ConfinementPolicy;
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner, TrustedSkill};
 use crate::redact::Redactor;
 use crate::skills::snapshot::Snapshot;
-use crate::skills::trust::{SkillTree, TrustPolicy};
+use crate::skills::trust::{Drift, SkillTree, TrustPolicy};
 use crate::skills::{Proposal, TRUSTED};
 use crate::template::TemplateEngine;
 
@@ -224,20 +224,35 @@ impl Runner<'_> {
     /// hash.
     fn working_tree(&self, trusted: &TrustedSkill) -> Result<SkillTree, Refusal> {
         let name = &trusted.name;
-        let tree = self
-            .trust
-            .read_tree(self.templates, self.root, name, &trusted.proposal_path)
-            .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
-        let now = tree.hash();
-        if now != trusted.trusted_hash {
-            return Err(Refusal::Hash(format!(
-                "refusing to run `{name}`: its files changed since it was trusted (trusted {}, now {}); \
-                 verify and promote it again (run the forge) to trust the new files",
-                crate::ledger::short_hash(&trusted.trusted_hash),
-                crate::ledger::short_hash(&now)
-            )));
-        }
-        Ok(tree)
+        let kept = trusted
+            .trusted_tree
+            .as_deref()
+            .map(|manifest| (self.artifacts, manifest));
+        self.trust
+            .check_tree(
+                self.templates,
+                self.root,
+                name,
+                &trusted.proposal_path,
+                &trusted.trusted_hash,
+                kept,
+            )
+            .map_err(|drift| {
+                Refusal::Hash(match drift {
+                    Drift::Unreadable(e) => format!("refusing to run `{name}`: {e}"),
+                    Drift::Hash(now) => format!(
+                        "refusing to run `{name}`: its files changed since it was trusted \
+                         (trusted {}, now {}); verify and promote it again (run the forge) to \
+                         trust the new files",
+                        crate::ledger::short_hash(&trusted.trusted_hash),
+                        crate::ledger::short_hash(&now)
+                    ),
+                    Drift::Metadata(reason) => format!(
+                        "refusing to run `{name}`: its files changed since it was trusted \
+                         ({reason}); `kavi skill restore {name}` puts them back as trusted"
+                    ),
+                })
+            })
     }
 
     /// The trusted version's kept tree, re-hashed on reading: the skill's own folder holds the

@@ -143,11 +143,13 @@ mod tests {
                     path: "lib/helper.py".into(),
                     bytes: b"X = 1\n".to_vec(),
                     executable: false,
+                    meta: None,
                 },
                 TreeFile {
                     path: "run.sh".into(),
                     bytes: b"#!/bin/sh\n".to_vec(),
                     executable: true,
+                    meta: None,
                 },
             ],
         }
