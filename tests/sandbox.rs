@@ -738,7 +738,8 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
     let m = marker.display();
     let attempt = drill.attempt(&format!(
         r#"printf '[core]\n\tfsmonitor = "touch {m}; false"\n' >> .git/config &&
-           mkdir -p notes && cp -r .git notes/.git && printf 'gitdir: {m}.git\n' > skills/.git"#
+           mkdir -p notes && cp -r .git notes/.git && printf 'gitdir: {m}.git\n' > skills/.git &&
+           mkdir -p .hg && printf '[hooks]\npre-status = touch {m}\n' > .hg/hgrc"#
     ));
     attempt.failed("diff");
     let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
@@ -753,7 +754,7 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
     let left: Vec<_> = walkdir::WalkDir::new(sandbox)
         .into_iter()
         .map(|e| e.unwrap())
-        .filter(|e| e.file_name() == ".git")
+        .filter(|e| e.file_name() == ".git" || e.file_name() == ".hg")
         .map(|e| e.path().display().to_string())
         .collect();
     assert!(left.is_empty(), "left in the kept sandbox: {left:?}");

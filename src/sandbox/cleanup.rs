@@ -7,7 +7,7 @@
 //!
 //! A person looks at a kept sandbox with their own tools, as themselves: before it is kept,
 //! every `.git` in it goes (a builder-written `core.fsmonitor` or hook ran when a person ran
-//! `git status` there), and one holding more than its budget (`keep_max_bytes`) is not kept at
+//! `git status` there), and so does other version control's state (`.hg`: a `pre-status` hook), and one holding more than its budget (`keep_max_bytes`) is not kept at
 //! all. `kavi gc` does both again for every kept sandbox, so one a kavi that was killed left
 //! behind, or one that grew since, is held to the same rules.
 
@@ -85,13 +85,19 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
     Ok(false)
 }
 
-/// Removes every `.git` (folder or file) under `dir`, without following links: what git would
-/// read configuration, hooks or a `gitdir:` redirection from when a person runs it there.
+/// What version control reads configuration and hooks from, which runs commands when a person
+/// runs its `status` there: git (`core.fsmonitor`, hooks, a `gitdir:` file) and Mercurial
+/// (`[hooks] pre-status`, `[extensions]`), and the others of their kind.
+const VCS_STATE: &[&str] = &[".git", ".hg", ".jj", ".svn", ".bzr"];
+
+/// Removes every version-control folder or file ([`VCS_STATE`]) under `dir`, without following
+/// links.
 pub fn neutralise(dir: &Path) -> io::Result<()> {
     let mut walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
     while let Some(entry) = walk.next() {
         let entry = entry.map_err(io::Error::other)?;
-        if entry.depth() == 0 || entry.file_name() != ".git" {
+        let vcs = VCS_STATE.iter().any(|name| entry.file_name() == *name);
+        if entry.depth() == 0 || !vcs {
             continue;
         }
         if entry.file_type().is_dir() {
