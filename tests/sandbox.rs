@@ -756,3 +756,111 @@ fn drill_a_link_on_an_allowlisted_path_stops_the_build_before_the_builder_runs()
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     }
 }
+
+/// A failed attempt's sandbox is kept for a person to look at, inert: no `.git` is left in it
+/// (the builder's `core.fsmonitor` ran as the person when they ran `git status` there), nested
+/// ones included.
+#[test]
+fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
+    let drill = Drill::new();
+    let marker = drill.sandboxes.path().join("PWNED");
+    let m = marker.display();
+    let attempt = drill.attempt(&format!(
+        r#"printf '[core]\n\tfsmonitor = "touch {m}; false"\n' >> .git/config &&
+           mkdir -p notes && cp -r .git notes/.git && printf 'gitdir: {m}.git\n' > skills/.git &&
+           mkdir -p .hg && printf '[hooks]\npre-status = touch {m}\n' > .hg/hgrc"#
+    ));
+    attempt.failed("diff");
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sandbox = Path::new(&sandbox);
+    assert!(
+        sandbox.is_dir(),
+        "the failed attempt's sandbox was not kept"
+    );
+    let left: Vec<_> = walkdir::WalkDir::new(sandbox)
+        .into_iter()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() == ".git" || e.file_name() == ".hg")
+        .map(|e| e.path().display().to_string())
+        .collect();
+    assert!(left.is_empty(), "left in the kept sandbox: {left:?}");
+    for dir in [sandbox.to_owned(), sandbox.join("notes")] {
+        // As a person would: their own git, in the folder, with the sandbox's files.
+        let _ = std::process::Command::new("git")
+            .arg("status")
+            .current_dir(&dir)
+            .env("GIT_CEILING_DIRECTORIES", sandbox.parent().unwrap())
+            .output()
+            .unwrap();
+    }
+    assert!(
+        !marker.exists(),
+        "git status in the kept sandbox ran the builder's command"
+    );
+}
+
+/// A failed attempt's sandbox over its budget (`keep_max_bytes`) is not kept; the ledger says
+/// why. `kavi gc` holds sandboxes kept before to the same budget.
+#[test]
+fn drill_a_sandbox_over_its_keep_budget_is_not_kept_and_the_record_says_why() {
+    let drill = Drill::new();
+    let policy = drill.root().join("policies/sandbox.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(
+        &policy,
+        text.replace("keep_max_bytes = 268_435_456", "keep_max_bytes = 1_048_576"),
+    )
+    .unwrap();
+    let attempt = drill.attempt("head -c 2000000 /dev/zero > big.bin");
+    attempt.failed("diff");
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !Path::new(&sandbox).exists(),
+        "a sandbox over its budget was kept"
+    );
+    if common::postgres::ledger_for(drill.root()).is_none() {
+        let conn = rusqlite::Connection::open(drill.root().join(".kavi/ledger.db")).unwrap();
+        let (status, error, budget): (String, String, i64) = conn
+            .query_row(
+                "SELECT status, error, keep_max_bytes FROM sandboxes WHERE path = ?1",
+                [&sandbox],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!((status.as_str(), budget), ("removed", 1_048_576));
+        assert!(
+            error.starts_with("not kept: it holds ") && error.contains("`keep_max_bytes`"),
+            "{error}"
+        );
+    }
+
+    // One kept under a larger budget that grew past it since (a survivor kept writing) goes
+    // at the next `kavi gc`.
+    std::fs::write(&policy, &text).unwrap();
+    let attempt = drill.attempt("true > extra.txt");
+    attempt.failed("diff");
+    let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(Path::new(&sandbox).is_dir());
+    let grown = std::fs::File::create(Path::new(&sandbox).join("grown.bin")).unwrap();
+    grown.set_len(300 * 1024 * 1024).unwrap();
+    drop(grown);
+    let gc = kavi(drill.root(), &["gc"]);
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert!(
+        !Path::new(&sandbox).exists(),
+        "gc left a kept sandbox over its budget"
+    );
+}

@@ -729,3 +729,262 @@ fn a_proposal_is_named_as_its_file_and_its_secrets_are_variable_names() {
     let good = secret_read.replace("command =", "secrets = [\"API_TOKEN\"]\ncommand =");
     assert_eq!(propose("demo.toml", &good).0, Some(0));
 }
+
+/// A skill that reports how it was started: the file it ran from and Python's flags.
+const INTROSPECT: &str = "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\n        \"echo\": data,\n        \"file\": __file__,\n        \"isolated\": sys.flags.isolated,\n        \"no_bytecode\": sys.flags.dont_write_bytecode,\n    }\n\n\nif __name__ == \"__main__\":\n    print(json.dumps(run(json.load(sys.stdin))))\n";
+const INTROSPECT_TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1)[\"echo\"], 1)\n";
+
+/// A module that, imported as `json`, makes the skill print something else.
+const EVIL_JSON: &str =
+    "def load(f):\n    return {}\n\n\ndef dumps(o):\n    return '{\"pwned\": true}'\n";
+
+/// The trusted bytes run, from a private read-only snapshot, under an isolated interpreter;
+/// files the hash leaves out (a `json.pyc` beside `skill.py`, `__pycache__/`) never reach it.
+#[test]
+fn a_skill_runs_its_trusted_bytes_from_a_snapshot_and_planted_bytecode_changes_nothing() {
+    let dir = workspace_with(PROPOSAL, INTROSPECT, INTROSPECT_TEST);
+    let root = dir.path();
+    verify_and_promote(root);
+
+    let record = run_demo(root, r#"{"x": 1}"#, false);
+    assert_eq!(record["success"], true, "{record}");
+    let output = &record["output"];
+    assert_eq!(output["echo"], serde_json::json!({"x": 1}));
+    let file = std::path::PathBuf::from(output["file"].as_str().unwrap());
+    assert!(
+        file.ends_with("skills/demo/skill.py") && !file.starts_with(root),
+        "it ran from {}",
+        file.display()
+    );
+    assert!(!file.exists(), "the snapshot outlived the run");
+    assert_eq!(output["isolated"], 1, "{output}");
+    assert_eq!(output["no_bytecode"], 1, "{output}");
+
+    // Bytecode the hash excludes, planted beside the skill and in its cache: sourceless
+    // `json.pyc` shadowed the standard library when the skill ran from its folder.
+    let evil = root.join("evil_json.py");
+    std::fs::write(&evil, EVIL_JSON).unwrap();
+    let folder = root.join("skills/demo");
+    std::fs::create_dir_all(folder.join("__pycache__")).unwrap();
+    for planted in ["json.pyc", "__pycache__/json.cpython-311.pyc"] {
+        let compiled = std::process::Command::new("python3")
+            .args(["-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)"])
+            .arg(&evil)
+            .arg(folder.join(planted))
+            .status()
+            .unwrap();
+        assert!(compiled.success());
+    }
+    std::fs::remove_file(&evil).unwrap();
+    let verify = kavi(root, &["skill", "verify", "demo"]);
+    assert!(verify.status.success(), "excluded files are not drift");
+    let record = run_demo(root, r#"{"x": 2}"#, false);
+    assert_eq!(record["success"], true, "{record}");
+    assert_eq!(
+        record["output"]["echo"],
+        serde_json::json!({"x": 2}),
+        "{record}"
+    );
+    assert!(
+        !folder.join("__pycache__/skill.cpython-311.pyc").exists(),
+        "the run wrote bytecode into the skill's folder"
+    );
+}
+
+/// A loop rewriting `skill.py` while the skill is run again and again never gets its bytes run
+/// under the trusted hash: each run either runs the trusted bytes or is refused as drift.
+#[test]
+fn bytes_rewritten_during_runs_never_run_under_the_trusted_hash() {
+    let dir = workspace();
+    let root = dir.path().to_owned();
+    verify_and_promote(&root);
+    let skill = root.join("skills/demo/skill.py");
+    let trusted = std::fs::read_to_string(&skill).unwrap();
+    let other = trusted.replace("{'echo': data}", "{'echo': 'other bytes'}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rewriter = {
+        let (stop, skill, trusted) = (stop.clone(), skill.clone(), trusted.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Written in place, as an attacker racing the interpreter's open would.
+                std::fs::write(&skill, &other).unwrap();
+                std::fs::write(&skill, &trusted).unwrap();
+            }
+        })
+    };
+    let mut ran = 0;
+    for _ in 0..25 {
+        let out = kavi(&root, &["skill", "run", "demo", "--input", "1"]);
+        if out.status.success() {
+            ran += 1;
+            assert_eq!(json(&out)["output"], serde_json::json!({"echo": 1}));
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("refusing to run `demo`"), "{stderr}");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    rewriter.join().unwrap();
+    eprintln!("{ran} of 25 runs ran (the others were refused as drift)");
+}
+
+/// A FILE_WRITE scope cannot name kavi's state, its governance, other skills, hidden files at
+/// the workspace root or anything outside the workspace: refused at propose and by
+/// `kavi policy check`, pointing at the entry, with what was probably meant.
+#[test]
+fn writes_that_name_kavis_state_are_refused_at_propose_and_by_policy_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    copy_policies(root, &["lifecycle.toml", "conventions.toml", "trust.toml"]);
+    std::fs::create_dir_all(root.join("proposals")).unwrap();
+    let file_write = PROPOSAL.replace("READ_ONLY", "FILE_WRITE");
+    let with_writes = |entry: &str| {
+        file_write.replace(
+            "command =",
+            &format!(
+                "writes = [\"notes\", {}]\ncommand =",
+                toml::Value::from(entry)
+            ),
+        )
+    };
+    for (entry, said) in [
+        (".kavi", "`.kavi` holds the ledger"),
+        (".kavi/ledger.db", "`.kavi` holds the ledger"),
+        ("policies", "`policies` holds the policies"),
+        ("policies/confinement.toml", "`policies` holds"),
+        ("pipelines", "`pipelines` holds"),
+        ("chains/x", "`chains` holds"),
+        ("templates", "`templates` holds"),
+        ("kavi.toml", "`kavi.toml` holds"),
+        (".git", "`.git` holds"),
+        (".git/config", "`.git` holds"),
+        ("proposals", "`proposals` holds"),
+        ("skills/other", "`skills` holds the skills' trusted files"),
+        ("skills", "`skills` holds"),
+        (".python-version", "hidden at the workspace root"),
+        ("../elsewhere", "contains `..`"),
+        ("/etc", "absolute"),
+        (".", "not normalised"),
+        ("notes/../.kavi", "contains `..`"),
+    ] {
+        std::fs::write(root.join("proposals/demo.toml"), with_writes(entry)).unwrap();
+        let out = kavi(root, &["skill", "propose", "proposals/demo.toml"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{entry}: {stderr}");
+        // The second entry of line 4: `writes = ["notes", ` is 19 characters.
+        assert!(
+            stderr.contains(&format!("`writes` path `{entry}` is refused"))
+                && stderr.contains(said)
+                && stderr.contains("proposals/demo.toml:4:20")
+                && stderr.contains("help:"),
+            "{entry}: {stderr}"
+        );
+        let checked = kavi(root, &["policy", "check"]);
+        let stderr = String::from_utf8_lossy(&checked.stderr);
+        assert_eq!(checked.status.code(), Some(3), "{entry}: {stderr}");
+        assert!(
+            stderr.contains(&format!("`writes` path `{entry}` is refused"))
+                && stderr.contains("proposals/demo.toml:4:20"),
+            "{entry}: {stderr}"
+        );
+    }
+
+    // A link on the way out of the workspace, or into its state: refused once it is there.
+    std::fs::write(
+        root.join("proposals/demo.toml"),
+        with_writes("notes/shared"),
+    )
+    .unwrap();
+    assert!(kavi(root, &["policy", "check"]).status.success());
+    std::fs::create_dir_all(root.join("notes")).unwrap();
+    std::os::unix::fs::symlink("../.kavi", root.join("notes/shared")).unwrap();
+    for args in [
+        &["skill", "propose", "proposals/demo.toml"][..],
+        &["policy", "check"],
+    ] {
+        let out = kavi(root, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("`notes/shared` is a symlink") && stderr.contains("demo.toml:4:20"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// A scope that became a symlink after promotion is refused when the skill runs.
+#[test]
+fn a_write_scope_turned_into_a_symlink_after_promotion_is_refused_at_run_time() {
+    let proposal = PROPOSAL
+        .replace("READ_ONLY", "FILE_WRITE")
+        .replace("command =", "writes = [\"out\"]\ncommand =");
+    let dir = workspace_with(
+        &proposal,
+        &side_effect_skill("FILE_WRITE"),
+        SIDE_EFFECT_TEST,
+    );
+    let root = dir.path();
+    kernel_only(root);
+    verify_and_promote(root);
+    std::os::unix::fs::symlink(".kavi", root.join("out")).unwrap();
+    let record = run_demo(root, r#"{"write": "out/forged.txt"}"#, true);
+    assert_eq!(record["success"], false, "{record}");
+    let error = record["error"].as_str().unwrap();
+    assert!(error.contains("`out` is a symlink"), "{error}");
+    assert!(!root.join(".kavi/forged.txt").exists());
+}
+
+/// A trusted file's mode or modification time changing is drift, though its bytes (and so the
+/// source hash) are the same: refused before a run, suspended by `skill verify`, and `skill
+/// restore` puts mode and time back.
+#[test]
+fn a_chmod_or_a_new_mtime_on_a_trusted_file_is_drift() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = workspace();
+    let root = dir.path();
+    verify_and_promote(root);
+    let skill = root.join("skills/demo/skill.py");
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+
+    let mode = std::fs::metadata(&skill).unwrap().permissions().mode();
+    std::fs::set_permissions(&skill, std::fs::Permissions::from_mode(mode | 0o111)).unwrap();
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("the mode of skills/demo/skill.py changed"),
+        "{stderr}"
+    );
+    let drift = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(drift.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&drift.stdout);
+    assert!(stdout.contains("same bytes, but the mode of"), "{stdout}");
+    let shown = json(&kavi(root, &["skill", "show", "demo", "--json"]));
+    assert_eq!(shown["skill"]["state"], "SUSPENDED", "{shown}");
+
+    let restored = kavi(root, &["skill", "restore", "demo"]);
+    assert!(
+        restored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restored.stderr)
+    );
+    assert!(kavi(root, &["skill", "verify", "demo"]).status.success());
+
+    // The same bytes written again: a new modification time.
+    let bytes = std::fs::read(&skill).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&skill, &bytes).unwrap();
+    let refused = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("skills/demo/skill.py was modified"),
+        "{stderr}"
+    );
+    assert!(kavi(root, &["skill", "restore", "demo"]).status.success());
+    assert!(
+        kavi(root, &["skill", "run", "demo", "--input", "{}"])
+            .status
+            .success()
+    );
+}

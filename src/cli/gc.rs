@@ -1,4 +1,5 @@
-//! `kavi gc`: prune old runs, the artifacts only they used, expired sandboxes, old temporary
+//! `kavi gc`: prune old runs, the artifacts only they used, expired sandboxes (and kept ones
+//! over their budget, the rest made inert again), old temporary
 //! files and the remembered digests of inputs no longer there. What a skill's history names is
 //! never pruned (see `ledger::gc`).
 
@@ -47,7 +48,9 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
     let sandboxes = if options.dry_run {
         ledger.due_sandbox_count()?
     } else {
+        // Kept ones too: made inert again, and gone when they hold more than their budget.
         crate::sandbox::cleanup::sweep(&mut ledger)?.len()
+            + crate::sandbox::cleanup::enforce_kept(&mut ledger)?.len()
     };
     let rule = GcRule {
         before: crate::ledger::format_time(before),

@@ -280,13 +280,44 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
             add(spec_problems(error));
         }
     }
+    let proposals = workspace_proposals(workspace);
+    for loaded in &proposals {
+        if let Err(problem) = loaded {
+            add(vec![problem.clone()]);
+        }
+    }
     if !problems.is_empty() {
         return Err(Error::Spec(SpecError::Invalid(Diagnostics(problems))));
     }
     outln!(
-        "ok: {LIFECYCLE} has no dead end; {} pipelines and {} chains check, with every policy they read",
+        "ok: {LIFECYCLE} has no dead end; {} pipelines, {} chains and {} proposals check, with every policy they read",
         pipelines.len(),
-        chains.len()
+        chains.len(),
+        proposals.len()
     );
     Ok(exit::SUCCESS)
+}
+
+/// Each proposal under `proposals/`, parsed and its `writes` checked against the workspace as it
+/// is now (a symlink made since it was proposed is found here), in name order.
+fn workspace_proposals(workspace: &Workspace) -> Vec<Result<(), Diagnostic>> {
+    let Ok(entries) = std::fs::read_dir(workspace.root.join("proposals")) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| {
+            let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Diagnostic::new(format!("cannot read {}: {e}", shown.display())))?;
+            let source = crate::diagnostic::SourceFile::new(shown, text);
+            crate::skills::Proposal::parse(&source)?.check_writes(&source, &workspace.root)
+        })
+        .collect()
 }

@@ -12,7 +12,7 @@ use crate::executions::{Lineage, Runner};
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::propose::{ProposeError, Proposing};
-use crate::skills::trust::{self, SkillTree, TrustPolicy};
+use crate::skills::trust::{self, Drift, SkillTree, TrustPolicy};
 use crate::skills::{Lifecycle, Proposal, SideEffects, TRUSTED};
 use crate::spec::SpecError;
 use crate::template::TemplateEngine;
@@ -178,28 +178,41 @@ pub(super) fn rehash_trusted(
     Ok(skills
         .iter()
         .map(|skill| {
-            let now = match (skill.newer_version, &skill.trusted_tree) {
-                (None, _) => trust.source_hash(
+            // The hash now, and what else drifted (the bytes are the trusted ones but a file's
+            // mode or time changed) or why the files cannot be read.
+            let (now, problem) = match (skill.newer_version, &skill.trusted_tree) {
+                (None, kept) => match trust.check_tree(
                     &templates,
                     &workspace.root,
                     &skill.name,
                     &skill.proposal_path,
+                    &skill.trusted_hash,
+                    kept.as_deref().map(|manifest| (&store, manifest)),
+                ) {
+                    Ok(_) => (Some(skill.trusted_hash.clone()), None),
+                    Err(Drift::Hash(now)) => (Some(now), None),
+                    Err(Drift::Metadata(reason)) => {
+                        (Some(skill.trusted_hash.clone()), Some(reason))
+                    }
+                    Err(Drift::Unreadable(reason)) => (None, Some(reason)),
+                },
+                (Some(_), Some(tree)) => match SkillTree::load(&store, tree, &skill.trusted_hash) {
+                    Ok(tree) => (Some(tree.hash()), None),
+                    Err(reason) => (None, Some(reason)),
+                },
+                (Some(_), None) => (
+                    None,
+                    Some("no kept tree: it was promoted before kavi kept them".to_owned()),
                 ),
-                (Some(_), Some(tree)) => {
-                    SkillTree::load(&store, tree, &skill.trusted_hash).map(|tree| tree.hash())
-                }
-                (Some(_), None) => {
-                    Err("no kept tree: it was promoted before kavi kept them".into())
-                }
             };
             json!({
                 "skill": skill.name,
                 "version": skill.version,
                 "newer_version": skill.newer_version,
                 "trusted_hash": skill.trusted_hash,
-                "current_hash": now.as_ref().ok(),
-                "error": now.as_ref().err(),
-                "drifted": now.as_ref() != Ok(&skill.trusted_hash),
+                "current_hash": now,
+                "error": problem,
+                "drifted": problem.is_some() || now.as_ref() != Some(&skill.trusted_hash),
             })
         })
         .collect())
@@ -228,11 +241,14 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
             .filter(|r| r["drifted"] == true && r["newer_version"].is_null())
         {
             let skill = r["skill"].as_str().unwrap_or_default().to_owned();
-            let comment = format!(
+            let mut comment = format!(
                 "drift: its files hash to {}, trusted {}",
                 r["current_hash"].as_str().unwrap_or("nothing readable"),
                 r["trusted_hash"].as_str().unwrap_or_default()
             );
+            if let Some(reason) = r["error"].as_str() {
+                comment.push_str(&format!("; {reason}"));
+            }
             move_skill(
                 workspace,
                 &trust,
@@ -259,7 +275,10 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
                 r["error"].as_str(),
             ) {
                 (false, _, _) => outln!("ok     {name}  {trusted}"),
-                (true, Some(now), _) => {
+                (true, Some(_), Some(reason)) => {
+                    outln!("DRIFT  {name}  trusted {trusted}, same bytes, but {reason}")
+                }
+                (true, Some(now), None) => {
                     outln!("DRIFT  {name}  trusted {trusted}, now {}", short_hash(now))
                 }
                 (true, None, error) => outln!(

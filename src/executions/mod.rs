@@ -2,7 +2,9 @@
 //!
 //! [`Runner::ready`] is the trust check: the skill must be TRUSTED and its files must hash to
 //! the hash it was promoted at; or, while a newer version is forged in its folder, the tree
-//! kept at its trusted version's promotion must (that tree then runs). [`Runner::run`] then validates the input against the skill's
+//! kept at its trusted version's promotion must. The bytes checked are written into a private
+//! read-only [`Snapshot`], hashed again there, and the command runs them from there, never from
+//! the workspace path. [`Runner::run`] then validates the input against the skill's
 //! input schema, runs its command with the JSON on stdin, in an environment scrubbed to the
 //! minimum plus the secrets it declares, under a timeout, and validates the output against the
 //! output schema. Every run, and every step that failed before reaching its skill
@@ -22,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::confinement::policy::ConfinementPolicy;
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner, TrustedSkill};
 use crate::redact::Redactor;
-use crate::skills::trust::{SkillTree, TrustPolicy};
+use crate::skills::snapshot::Snapshot;
+use crate::skills::trust::{Drift, SkillTree, TrustPolicy};
 use crate::skills::{Proposal, TRUSTED};
 use crate::template::TemplateEngine;
 
@@ -79,26 +82,48 @@ pub struct Ready {
     pub hash: String,
     /// The trusted version, which is the one that runs.
     pub version: i64,
-    /// The trusted version's files, written out of the tree kept at its promotion, when a newer
-    /// version is being forged in the skill's folder: the command runs these instead.
-    kept: Option<std::sync::Arc<KeptFiles>>,
-}
-
-/// A trusted version's files in a private folder, removed when the last run using them ends.
-#[derive(Debug)]
-struct KeptFiles {
-    dir: tempfile::TempDir,
-    /// The skill's folder, relative to the workspace and to `dir`.
-    folder: String,
+    /// The bytes that were hashed, in a private read-only folder: the command runs these, never
+    /// the workspace's files. Removed when the last run using them ends.
+    snapshot: std::sync::Arc<Snapshot>,
 }
 
 impl Ready {
-    /// The argv that runs this version.
+    /// The argv that runs this version: paths into the skill's folder point into its snapshot,
+    /// and a Python interpreter runs isolated.
     fn command(&self) -> Vec<String> {
-        match &self.kept {
-            None => self.proposal.command.get_ref().clone(),
-            Some(kept) => self.proposal.command_under(&kept.folder, kept.dir.path()),
-        }
+        let mut argv = self
+            .proposal
+            .command_under(self.snapshot.folder(), self.snapshot.path());
+        isolate_python(&mut argv);
+        argv
+    }
+}
+
+/// The flags a Python interpreter runs a skill with: `-I` (no user site, no `PYTHON*`
+/// environment, neither the script's folder nor the working folder on `sys.path`) and `-B` (no
+/// bytecode written).
+const PYTHON_ISOLATED: [&str; 2] = ["-I", "-B"];
+
+/// Puts [`PYTHON_ISOLATED`] after the interpreter when the program is one: `argv[0]`, or under
+/// `env`, its first argument that is neither an option nor a `NAME=value`. An interpreter is a
+/// file named `python`, `python3` or `python3.X` (any folder).
+fn isolate_python(argv: &mut Vec<String>) {
+    let name = |arg: &str| arg.rsplit('/').next().unwrap_or(arg).to_owned();
+    let at = if name(&argv[0]) == "env" {
+        argv.iter()
+            .skip(1)
+            .position(|a| !a.starts_with('-') && !a.contains('='))
+            .map(|i| i + 1)
+    } else {
+        Some(0)
+    };
+    let Some(at) = at else { return };
+    let program = name(&argv[at]);
+    let is_python = program
+        .strip_prefix("python")
+        .is_some_and(|version| version.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    if is_python {
+        argv.splice(at + 1..at + 1, PYTHON_ISOLATED.map(str::to_owned));
     }
 }
 
@@ -176,13 +201,14 @@ impl Runner<'_> {
                     skill.state
                 ))
             })?;
-        let kept = match trusted.newer_version {
-            None => {
-                self.check_working_files(&trusted)?;
-                None
-            }
-            Some(newer) => Some(std::sync::Arc::new(self.kept_files(&trusted, newer)?)),
+        // The bytes hashed are the bytes that run: they are read once, checked, and written
+        // into the snapshot, which is hashed again.
+        let tree = match trusted.newer_version {
+            None => self.working_tree(&trusted)?,
+            Some(newer) => self.kept_tree(&trusted, newer)?,
         };
+        let snapshot = Snapshot::make(&tree, &trusted.trusted_hash)
+            .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
         let proposal = Proposal::from_artifact(self.artifacts, &trusted.spec_artifact)
             .map_err(Refusal::Unreadable)?;
         Ok(Ready {
@@ -190,31 +216,48 @@ impl Runner<'_> {
             proposal,
             hash: trusted.trusted_hash,
             version: trusted.version,
-            kept,
+            snapshot: std::sync::Arc::new(snapshot),
         })
     }
 
-    /// The trust check of a skill that runs from its folder: the files hash to the trusted hash.
-    fn check_working_files(&self, trusted: &TrustedSkill) -> Result<(), Refusal> {
+    /// The files of a skill that runs from its folder, read once; they must hash to the trusted
+    /// hash.
+    fn working_tree(&self, trusted: &TrustedSkill) -> Result<SkillTree, Refusal> {
         let name = &trusted.name;
-        let now = self
-            .trust
-            .source_hash(self.templates, self.root, name, &trusted.proposal_path)
-            .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
-        if now != trusted.trusted_hash {
-            return Err(Refusal::Hash(format!(
-                "refusing to run `{name}`: its files changed since it was trusted (trusted {}, now {}); \
-                 verify and promote it again (run the forge) to trust the new files",
-                crate::ledger::short_hash(&trusted.trusted_hash),
-                crate::ledger::short_hash(&now)
-            )));
-        }
-        Ok(())
+        let kept = trusted
+            .trusted_tree
+            .as_deref()
+            .map(|manifest| (self.artifacts, manifest));
+        self.trust
+            .check_tree(
+                self.templates,
+                self.root,
+                name,
+                &trusted.proposal_path,
+                &trusted.trusted_hash,
+                kept,
+            )
+            .map_err(|drift| {
+                Refusal::Hash(match drift {
+                    Drift::Unreadable(e) => format!("refusing to run `{name}`: {e}"),
+                    Drift::Hash(now) => format!(
+                        "refusing to run `{name}`: its files changed since it was trusted \
+                         (trusted {}, now {}); verify and promote it again (run the forge) to \
+                         trust the new files",
+                        crate::ledger::short_hash(&trusted.trusted_hash),
+                        crate::ledger::short_hash(&now)
+                    ),
+                    Drift::Metadata(reason) => format!(
+                        "refusing to run `{name}`: its files changed since it was trusted \
+                         ({reason}); `kavi skill restore {name}` puts them back as trusted"
+                    ),
+                })
+            })
     }
 
-    /// The trusted version's kept tree, re-hashed on reading and written into a private folder:
-    /// the skill's own folder holds the newer version being forged.
-    fn kept_files(&self, trusted: &TrustedSkill, newer: i64) -> Result<KeptFiles, Refusal> {
+    /// The trusted version's kept tree, re-hashed on reading: the skill's own folder holds the
+    /// newer version being forged.
+    fn kept_tree(&self, trusted: &TrustedSkill, newer: i64) -> Result<SkillTree, Refusal> {
         let name = &trusted.name;
         let refused = |reason: String| {
             Refusal::Hash(format!(
@@ -228,17 +271,7 @@ impl Runner<'_> {
                 "it was promoted before kavi kept trusted files; promote the new version".into(),
             )
         })?;
-        let tree =
-            SkillTree::load(self.artifacts, manifest, &trusted.trusted_hash).map_err(refused)?;
-        let dir = tempfile::Builder::new()
-            .prefix("kavi-trusted-")
-            .tempdir()
-            .map_err(|e| refused(e.to_string()))?;
-        tree.write_into(dir.path(), |_| false).map_err(refused)?;
-        Ok(KeptFiles {
-            dir,
-            folder: tree.folder,
-        })
+        SkillTree::load(self.artifacts, manifest, &trusted.trusted_hash).map_err(refused)
     }
 
     /// Records a run that never reached its skill (a refusal, a mapping or schema failure).
@@ -363,6 +396,10 @@ impl Runner<'_> {
         // A declared path that does not exist yet is made as a folder, so that the profile can
         // grant it; one that resolves outside the workspace is refused.
         for write in ready.proposal.write_paths() {
+            // Checked again here: the workspace may have changed (a link made) since proposal.
+            if let Some(refused) = crate::skills::write_scope_refusal(Some(self.root), &write) {
+                return Ok((Err(refused.to_string()), None));
+            }
             let made = crate::sandbox::contained_path(self.root, &write).and_then(|path| {
                 if path.symlink_metadata().is_ok() {
                     return Ok(());
@@ -376,14 +413,19 @@ impl Runner<'_> {
                 ));
             }
         }
-        // The files that run: the kept trusted tree when a newer version is being forged in the
-        // skill's folder, else the workspace's.
-        let snapshot = ready
-            .kept
-            .as_ref()
-            .map_or(self.root, |kept| kept.dir.path());
-        let values =
-            minijinja::context! { workspace => self.root, tmp => tmp.path(), snapshot => snapshot };
+        // The snapshot is hashed once more right before the run: a confirmation prompt or a
+        // chain's earlier steps may lie between making it and running it.
+        if let Err(drift) = ready.snapshot.check() {
+            return Ok((
+                Err(format!("refusing to run `{}`: {drift}", ready.name)),
+                None,
+            ));
+        }
+        let values = minijinja::context! {
+            workspace => self.root,
+            tmp => tmp.path(),
+            snapshot => ready.snapshot.path(),
+        };
         let confinement = match self.confinement.for_skill(class).confine(
             self.templates,
             &values,
@@ -480,6 +522,43 @@ fn new_id() -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn python_interpreters_run_isolated_and_other_programs_are_left_alone() {
+        let isolated = |argv: &[&str]| {
+            let mut argv: Vec<String> = argv.iter().map(|a| (*a).to_owned()).collect();
+            isolate_python(&mut argv);
+            argv
+        };
+        for (argv, want) in [
+            (
+                &["python3", "s.py"][..],
+                &["python3", "-I", "-B", "s.py"][..],
+            ),
+            (
+                &["/usr/bin/python3.11", "s.py"],
+                &["/usr/bin/python3.11", "-I", "-B", "s.py"],
+            ),
+            (&["python", "-m", "m"], &["python", "-I", "-B", "-m", "m"]),
+            (
+                &["/usr/bin/env", "-i", "PYTHONPATH=x", "python3", "s.py"],
+                &[
+                    "/usr/bin/env",
+                    "-i",
+                    "PYTHONPATH=x",
+                    "python3",
+                    "-I",
+                    "-B",
+                    "s.py",
+                ],
+            ),
+            (&["sh", "run.sh"], &["sh", "run.sh"]),
+            (&["python3-config"], &["python3-config"]),
+            (&["env"], &["env"]),
+        ] {
+            assert_eq!(isolated(argv), want, "{argv:?}");
+        }
+    }
 
     #[test]
     fn schema_errors_name_the_failing_json_pointer() {

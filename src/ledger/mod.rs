@@ -43,7 +43,7 @@ pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
 pub use open::open_during;
 pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner};
-pub use sandboxes::{NewSandbox, SandboxLimits, SandboxRow};
+pub use sandboxes::{DEFAULT_KEEP_MAX_BYTES, NewSandbox, SandboxLimits, SandboxRow};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 

@@ -22,7 +22,13 @@ pub struct SandboxLimits {
     /// How long a sandbox is kept after a run that did not succeed, for a person to look.
     #[serde(serialize_with = "serialize_duration")]
     pub keep_failed: Duration,
+    /// The most a failed run's sandbox may hold and still be kept.
+    pub keep_max_bytes: u64,
 }
+
+/// The budget of a kept sandbox whose policy named none (and of those made before there was
+/// one).
+pub const DEFAULT_KEEP_MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 fn serialize_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&humantime::format_duration(*d).to_string())
@@ -56,7 +62,7 @@ pub struct SandboxRow {
 
 const SANDBOX_COLUMNS: &str = "id, path, run_id, node_id, policy, max_file_bytes, \
                                max_total_bytes, max_changed_files, keep_failed_ms, status, \
-                               created_at, keep_until, removed_at, error";
+                               created_at, keep_until, removed_at, error, keep_max_bytes";
 
 fn sandbox_row(r: &super::db::Row) -> super::db::Result<SandboxRow> {
     let unsigned = |i: usize| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
@@ -71,6 +77,9 @@ fn sandbox_row(r: &super::db::Row) -> super::db::Result<SandboxRow> {
             max_total_bytes: unsigned(6)?,
             max_changed_files: unsigned(7)?,
             keep_failed: Duration::from_millis(unsigned(8)?),
+            keep_max_bytes: r
+                .get::<_, Option<i64>>(14)?
+                .map_or(DEFAULT_KEEP_MAX_BYTES, |v| u64::try_from(v).unwrap_or(0)),
         },
         status: r.get(9)?,
         created_at: r.get(10)?,
@@ -102,8 +111,8 @@ impl Ledger {
         let id: i64 = tx.query_row(
             "INSERT INTO sandboxes (path, run_id, node_id, policy, max_file_bytes,
                                     max_total_bytes, max_changed_files, keep_failed_ms,
-                                    status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'active', ?9) RETURNING id",
+                                    status, created_at, keep_max_bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'active', ?9, ?10) RETURNING id",
             params![
                 new.path.display().to_string(),
                 new.run_id,
@@ -114,6 +123,7 @@ impl Ledger {
                 stored(new.limits.max_changed_files),
                 millis(new.limits.keep_failed),
                 now(),
+                stored(new.limits.keep_max_bytes),
             ],
             |row| row.get(0),
         )?;
@@ -240,6 +250,25 @@ impl Ledger {
                 params![error, sandbox_id],
             )?,
         };
+        Ok(())
+    }
+
+    /// A run's sandboxes that are still `active`, oldest first.
+    pub fn active_sandboxes(&self, run_id: i64) -> Result<Vec<SandboxRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE run_id = ?1 AND status = 'active'
+             ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([run_id], sandbox_row)?;
+        Ok(rows.collect::<super::db::Result<_>>()?)
+    }
+
+    /// Records that a sandbox was removed instead of kept for review, and why.
+    pub fn sandbox_not_kept(&mut self, sandbox_id: i64, reason: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE sandboxes SET status = 'removed', removed_at = ?1, error = ?2 WHERE id = ?3",
+            params![now(), reason, sandbox_id],
+        )?;
         Ok(())
     }
 

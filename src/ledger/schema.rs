@@ -39,6 +39,10 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
         ServerStep::Table("cache_parts"),
         ServerStep::Sql("ALTER TABLE node_cache ALTER COLUMN parts DROP NOT NULL"),
     ],
+    // 26
+    &[ServerStep::Sql(
+        "ALTER TABLE sandboxes ADD COLUMN keep_max_bytes BIGINT",
+    )],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -478,6 +482,11 @@ pub const MIGRATIONS: &[&str] = &[
         SELECT node_run_id, key, parts, files, source, note FROM node_cache_before_25;
     DROP TABLE node_cache_before_25;
     CREATE INDEX node_cache_key ON node_cache(key);
+    "#,
+    // 26: the most a failed run's sandbox may hold and still be kept for review. NULL for
+    // sandboxes made before, which are held to the default budget.
+    r#"
+    ALTER TABLE sandboxes ADD COLUMN keep_max_bytes INTEGER;
     "#,
 ];
 

@@ -187,7 +187,7 @@ CREATE TABLE sandboxes (
         keep_until        TEXT,
         removed_at        TEXT,
         error             TEXT                 -- why it could not be removed, if it could not
-    );
+    , keep_max_bytes INTEGER);
 
 CREATE INDEX sandboxes_run ON sandboxes(run_id);
 
@@ -489,17 +489,17 @@ CREATE TRIGGER "journal_sandbox_entries_delete" AFTER DELETE ON "sandbox_entries
 
 CREATE TRIGGER "journal_sandboxes_insert" AFTER INSERT ON "sandboxes" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('sandboxes', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error"));
+               VALUES ('sandboxes', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error", 'keep_max_bytes', NEW."keep_max_bytes"));
              END;
 
 CREATE TRIGGER "journal_sandboxes_update" AFTER UPDATE ON "sandboxes" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('sandboxes', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error"));
+               VALUES ('sandboxes', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'path', NEW."path", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'policy', NEW."policy", 'max_file_bytes', NEW."max_file_bytes", 'max_total_bytes', NEW."max_total_bytes", 'max_changed_files', NEW."max_changed_files", 'keep_failed_ms', NEW."keep_failed_ms", 'status', NEW."status", 'created_at', NEW."created_at", 'keep_until', NEW."keep_until", 'removed_at', NEW."removed_at", 'error', NEW."error", 'keep_max_bytes', NEW."keep_max_bytes"));
              END;
 
 CREATE TRIGGER "journal_sandboxes_delete" AFTER DELETE ON "sandboxes" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('sandboxes', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'path', OLD."path", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'policy', OLD."policy", 'max_file_bytes', OLD."max_file_bytes", 'max_total_bytes', OLD."max_total_bytes", 'max_changed_files', OLD."max_changed_files", 'keep_failed_ms', OLD."keep_failed_ms", 'status', OLD."status", 'created_at', OLD."created_at", 'keep_until', OLD."keep_until", 'removed_at', OLD."removed_at", 'error', OLD."error"));
+               VALUES ('sandboxes', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'path', OLD."path", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'policy', OLD."policy", 'max_file_bytes', OLD."max_file_bytes", 'max_total_bytes', OLD."max_total_bytes", 'max_changed_files', OLD."max_changed_files", 'keep_failed_ms', OLD."keep_failed_ms", 'status', OLD."status", 'created_at', OLD."created_at", 'keep_until', OLD."keep_until", 'removed_at', OLD."removed_at", 'error', OLD."error", 'keep_max_bytes', OLD."keep_max_bytes"));
              END;
 
 CREATE TRIGGER "journal_skill_transitions_insert" AFTER INSERT ON "skill_transitions" BEGIN

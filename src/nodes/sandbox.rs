@@ -86,6 +86,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             max_total_bytes: limits.max_total_bytes,
             max_changed_files: limits.max_changed_files,
             keep_failed,
+            keep_max_bytes: policy
+                .value
+                .keep_max_bytes
+                .unwrap_or(crate::ledger::DEFAULT_KEEP_MAX_BYTES),
         },
         policy_path: policy.source.path.display().to_string(),
     }))

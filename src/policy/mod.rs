@@ -66,6 +66,10 @@ pub struct SandboxPolicy {
     /// How long a sandbox is kept after its run failed, such as `24h` (`0s`: removed at once).
     #[schemars(with = "Option<String>")]
     pub keep_failed: Option<Spanned<String>>,
+    /// The most bytes a failed run's sandbox may hold and still be kept; a larger one is
+    /// removed at once, and the ledger says why.
+    #[serde(default)]
+    pub keep_max_bytes: Option<u64>,
 }
 
 /// What the diff gate and copy-back accept from one build. Over a limit is a gate violation.

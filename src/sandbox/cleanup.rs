@@ -1,9 +1,18 @@
-//! Removing sandboxes once their time is up.
+//! Removing sandboxes once their time is up, and making the ones kept for review inert.
 //!
 //! A sandbox belongs to the run that made it. When that run succeeds its sandboxes go at once;
 //! when it fails they stay for the time the sandbox policy says (`keep_failed`), so a person
 //! can look, and the next `kavi pipeline run` removes them after that. A kavi that was killed
 //! leaves its sandboxes `active`; they are then treated as a failed run's.
+//!
+//! A person looks at a kept sandbox with their own tools, as themselves: before it is kept,
+//! every `.git` in it goes (a builder-written `core.fsmonitor` or hook ran when a person ran
+//! `git status` there), and so does other version control's state (`.hg`: a `pre-status` hook), and one holding more than its budget (`keep_max_bytes`) is not kept at
+//! all. `kavi gc` does both again for every kept sandbox, so one a kavi that was killed left
+//! behind, or one that grew since, is held to the same rules.
+
+use std::io;
+use std::path::Path;
 
 use crate::ledger::{Ledger, LedgerError, SandboxRow};
 
@@ -12,7 +21,7 @@ use crate::ledger::{Ledger, LedgerError, SandboxRow};
 pub fn sweep(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError> {
     let mut removed = Vec::new();
     for sandbox in ledger.due_sandboxes()? {
-        match super::remove(std::path::Path::new(&sandbox.path)) {
+        match super::remove(Path::new(&sandbox.path)) {
             Ok(()) => {
                 ledger.sandbox_removed(sandbox.id, None)?;
                 removed.push(sandbox);
@@ -29,6 +38,87 @@ pub fn sweep(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError> {
 
 /// A run ended: settle its sandboxes (see the module doc) and remove what is due.
 pub fn settle_run(ledger: &mut Ledger, run_id: i64, succeeded: bool) -> Result<(), LedgerError> {
+    if !succeeded {
+        for sandbox in ledger.active_sandboxes(run_id)? {
+            keep_inert(ledger, &sandbox)?;
+        }
+    }
     ledger.settle_sandboxes(run_id, succeeded)?;
     sweep(ledger).map(drop)
+}
+
+/// Makes every kept sandbox inert and removes those over their budget; returns the ones it
+/// removed (`kavi gc`).
+pub fn enforce_kept(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError> {
+    let kept: Vec<SandboxRow> = ledger
+        .remaining_sandboxes()?
+        .into_iter()
+        .filter(|s| s.status == "kept")
+        .collect();
+    let mut removed = Vec::new();
+    for sandbox in kept {
+        if !keep_inert(ledger, &sandbox)? {
+            removed.push(sandbox);
+        }
+    }
+    Ok(removed)
+}
+
+/// Neutralises a sandbox about to be kept, or removes it (recording why) when it cannot be
+/// neutralised or holds more than its budget. Whether it is still there.
+fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerError> {
+    let dir = Path::new(&sandbox.path);
+    let budget = sandbox.limits.keep_max_bytes;
+    let why_not = match neutralise(dir).and_then(|()| size(dir)) {
+        Err(e) => format!("not kept: it could not be made inert: {e}"),
+        Ok(bytes) if bytes > budget => {
+            format!("not kept: it holds {bytes} bytes, over the {budget} bytes of `keep_max_bytes`")
+        }
+        Ok(_) => return Ok(true),
+    };
+    let reason = match super::remove(dir) {
+        Ok(()) => why_not,
+        Err(e) => format!("{why_not}; removing it failed: {e}"),
+    };
+    tracing::warn!("sandbox {}: {reason}", sandbox.path);
+    ledger.sandbox_not_kept(sandbox.id, &reason)?;
+    Ok(false)
+}
+
+/// What version control reads configuration and hooks from, which runs commands when a person
+/// runs its `status` there: git (`core.fsmonitor`, hooks, a `gitdir:` file) and Mercurial
+/// (`[hooks] pre-status`, `[extensions]`), and the others of their kind.
+const VCS_STATE: &[&str] = &[".git", ".hg", ".jj", ".svn", ".bzr"];
+
+/// Removes every version-control folder or file ([`VCS_STATE`]) under `dir`, without following
+/// links.
+pub fn neutralise(dir: &Path) -> io::Result<()> {
+    let mut walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
+    while let Some(entry) = walk.next() {
+        let entry = entry.map_err(io::Error::other)?;
+        let vcs = VCS_STATE.iter().any(|name| entry.file_name() == *name);
+        if entry.depth() == 0 || !vcs {
+            continue;
+        }
+        if entry.file_type().is_dir() {
+            walk.skip_current_dir();
+            super::remove(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The bytes the files under `dir` hold, links not followed (a sparse file counts at its
+/// length: that is what a person copying it away would get).
+fn size(dir: &Path) -> io::Result<u64> {
+    let mut total: u64 = 0;
+    for entry in walkdir::WalkDir::new(dir).follow_links(false) {
+        let entry = entry.map_err(io::Error::other)?;
+        if entry.file_type().is_file() {
+            total = total.saturating_add(entry.metadata().map_err(io::Error::other)?.len());
+        }
+    }
+    Ok(total)
 }

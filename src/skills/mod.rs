@@ -9,6 +9,7 @@ pub mod promotion;
 pub mod propose;
 pub mod registry;
 mod side_effect;
+pub mod snapshot;
 mod tree;
 pub mod trust;
 
@@ -124,15 +125,26 @@ impl Proposal {
                 ))
                 .at(source, write.span()));
             }
-            if let Some(reason) = crate::sandbox::unsafe_path_reason(write.get_ref()) {
-                return Err(Diagnostic::new(format!(
-                    "`writes` path `{}` is refused: {reason}",
-                    write.get_ref()
-                ))
-                .at(source, write.span()));
+            if let Some(refused) = write_scope_refusal(None, write.get_ref()) {
+                return Err(refused.at(source, write.span()));
             }
         }
         Ok(proposal)
+    }
+
+    /// Refuses a `writes` entry that passes through a symlink in the workspace at `root`, on
+    /// top of what [`Proposal::parse`] refuses: the link's target is not the scope reviewed.
+    pub fn check_writes(
+        &self,
+        source: &Arc<SourceFile>,
+        root: &std::path::Path,
+    ) -> Result<(), Diagnostic> {
+        for write in &self.writes {
+            if let Some(refused) = write_scope_refusal(Some(root), write.get_ref()) {
+                return Err(refused.at(source, write.span()));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a `command` that would run a workspace file outside the skill's folder (relative
@@ -203,6 +215,94 @@ impl Proposal {
     pub fn write_paths(&self) -> Vec<String> {
         self.writes.iter().map(|w| w.get_ref().clone()).collect()
     }
+}
+
+/// The workspace's top-level entries that hold kavi's state, its governance or the skills
+/// themselves, with what each holds. A skill's `writes` may not equal, contain or lie under one:
+/// a skill that could write them could rewrite its own rules, the ledger, or another skill.
+const RESERVED: &[(&str, &str)] = &[
+    (".kavi", "the ledger, artifacts and registry"),
+    (".git", "the repository"),
+    ("kavi.toml", "the workspace configuration"),
+    ("policies", "the policies that govern every run"),
+    ("pipelines", "the pipelines"),
+    ("chains", "the chains"),
+    ("templates", "the templates"),
+    ("proposals", "the skill proposals"),
+    ("skills", "the skills' trusted files"),
+];
+
+/// Why the `writes` entry `path` is refused, if it is: a path that is not a plain relative one
+/// inside the workspace, one that names what [`RESERVED`] lists or another hidden entry at the
+/// workspace root (tool configuration such as `.python-version` or `.envrc` lives there), or,
+/// given the workspace `root`, one that passes through a symlink. The diagnostic says what was
+/// probably meant.
+pub fn write_scope_refusal(root: Option<&std::path::Path>, path: &str) -> Option<Diagnostic> {
+    let refused =
+        |reason: String| Diagnostic::new(format!("`writes` path `{path}` is refused: {reason}"));
+    let data = "name the folder of the data the skill writes, relative to the workspace, such as \
+                `notes` or `out/reports`";
+    if let Some(reason) = crate::sandbox::unsafe_path_reason(path) {
+        let help = match path.trim_start_matches('/').trim_end_matches('/') {
+            plain if !plain.is_empty() && crate::sandbox::unsafe_path_reason(plain).is_none() => {
+                format!(
+                    "write it as `{plain}`, relative to the workspace, without leading or trailing `/`"
+                )
+            }
+            _ => data.to_owned(),
+        };
+        return Some(refused(reason.to_owned()).with_help(help));
+    }
+    let top = path.split('/').next().unwrap_or(path);
+    if let Some((name, holds)) = RESERVED.iter().find(|(name, _)| *name == top) {
+        let help = if *name == "skills" {
+            "a skill's files change only through the forge (propose, build, verify, promote); \
+             for data the skill produces, name a folder of its own, such as `notes`"
+                .to_owned()
+        } else {
+            format!(
+                "kavi's own state changes only through kavi's commands and a person's review; {data}"
+            )
+        };
+        return Some(
+            refused(format!("`{name}` holds {holds}, which no skill may write")).with_help(help),
+        );
+    }
+    if top.starts_with('.') {
+        return Some(
+            refused(format!(
+                "`{top}` is hidden at the workspace root, where tools read their configuration"
+            ))
+            .with_help(data),
+        );
+    }
+    let root = root?;
+    let mut walked = root.to_path_buf();
+    for part in path.split('/') {
+        walked.push(part);
+        match walked.symlink_metadata() {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let shown = walked
+                    .strip_prefix(root)
+                    .unwrap_or(&walked)
+                    .display()
+                    .to_string();
+                return Some(
+                    refused(format!(
+                        "`{shown}` is a symlink, and a scope is never followed out of itself"
+                    ))
+                    .with_help(format!(
+                        "replace the link `{shown}` with a real folder, or name the folder it \
+                         points to if that lies in the workspace"
+                    )),
+                );
+            }
+            Ok(_) => {}
+            // Nothing further exists, so nothing further is a link yet; the run makes it.
+            Err(_) => break,
+        }
+    }
+    None
 }
 
 /// The part of the command's `i`th argument that may name a file: the program, a plain

@@ -107,6 +107,9 @@ impl Proposing<'_> {
         proposal
             .check_command(&source, self.root, &folder)
             .map_err(SpecError::from)?;
+        proposal
+            .check_writes(&source, self.root)
+            .map_err(SpecError::from)?;
         let spec = self
             .store
             .put_bytes("SKILL_SPEC", source.text.as_bytes())

@@ -20,6 +20,40 @@ pub struct TreeFile {
     pub path: String,
     pub bytes: Vec<u8>,
     pub executable: bool,
+    /// Its mode and modification time as read; `None` from a tree kept before kavi recorded
+    /// them. Not part of the source hash (whose definition predates them): compared beside it.
+    pub meta: Option<FileMeta>,
+}
+
+/// What a file's metadata says beyond its bytes: a change to either is drift, not a new hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Permission bits (`0o7777`).
+    pub mode: u32,
+    /// Modification time: seconds and nanoseconds since the epoch.
+    pub mtime: (i64, i64),
+}
+
+impl FileMeta {
+    pub fn of(metadata: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            mode: metadata.mode() & 0o7777,
+            mtime: (metadata.mtime(), metadata.mtime_nsec()),
+        }
+    }
+
+    /// Gives `path` this mode and modification time.
+    fn apply(&self, path: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let file = std::fs::File::options().write(true).open(path)?;
+        let nanos = u32::try_from(self.mtime.1).unwrap_or(0);
+        let at = u64::try_from(self.mtime.0).map_or(std::time::UNIX_EPOCH, |secs| {
+            std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos)
+        });
+        file.set_modified(at)?;
+        file.set_permissions(std::fs::Permissions::from_mode(self.mode))
+    }
 }
 
 /// Everything a skill's source hash covers.
@@ -49,6 +83,8 @@ struct ManifestFile {
     path: String,
     sha256: String,
     executable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    meta: Option<FileMeta>,
 }
 
 impl SkillTree {
@@ -80,6 +116,7 @@ impl SkillTree {
                 path: file.path.clone(),
                 sha256: artifact.sha256.clone(),
                 executable: file.executable,
+                meta: file.meta,
             });
             stored.push(artifact);
         }
@@ -114,6 +151,7 @@ impl SkillTree {
                 path: file.path.clone(),
                 bytes: store.read_bytes(&file.sha256)?,
                 executable: file.executable,
+                meta: file.meta,
             });
         }
         let tree = SkillTree {
@@ -131,9 +169,33 @@ impl SkillTree {
         Ok(tree)
     }
 
+    /// How this tree's files differ from `trusted`'s in mode or modification time, if they do:
+    /// the first difference, in words. Files whose trusted metadata was not recorded are not
+    /// compared; the bytes are the source hash's to check.
+    pub fn metadata_drift(&self, trusted: &SkillTree) -> Option<String> {
+        trusted.files.iter().find_map(|was| {
+            let was_meta = was.meta?;
+            let now = self.files.iter().find(|f| f.path == was.path)?.meta?;
+            let path = format!("{}/{}", trusted.folder, was.path);
+            if now.mode != was_meta.mode {
+                Some(format!(
+                    "the mode of {path} changed from {:04o} to {:04o}",
+                    was_meta.mode, now.mode
+                ))
+            } else if now.mtime != was_meta.mtime {
+                Some(format!(
+                    "{path} was modified (its modification time changed)"
+                ))
+            } else {
+                None
+            }
+        })
+    }
+
     /// Writes the tree into the workspace at `root`: the proposal file, and the folder made to
     /// hold exactly these files (others that the hash would cover are removed; excluded ones,
-    /// such as caches, stay). No path on the way may be a symlink.
+    /// such as caches, stay), each with its recorded mode and modification time. No path on the
+    /// way may be a symlink.
     pub fn write_into(
         &self,
         root: &Path,
@@ -165,11 +227,12 @@ impl SkillTree {
             }
         }
         for file in &self.files {
-            write(
-                &format!("{}/{}", self.folder, file.path),
-                &file.bytes,
-                file.executable,
-            )?;
+            let relative = format!("{}/{}", self.folder, file.path);
+            write(&relative, &file.bytes, file.executable)?;
+            if let Some(meta) = &file.meta {
+                meta.apply(&root.join(&relative))
+                    .map_err(|e| format!("failed to set the mode and time of {relative}: {e}"))?;
+            }
         }
         Ok(())
     }
@@ -189,11 +252,16 @@ mod tests {
                     path: "run.sh".into(),
                     bytes: b"#!/bin/sh\n".to_vec(),
                     executable: true,
+                    meta: Some(FileMeta {
+                        mode: 0o750,
+                        mtime: (1_700_000_000, 5),
+                    }),
                 },
                 TreeFile {
                     path: "skill.py".into(),
                     bytes: b"def run(d): return d\n".to_vec(),
                     executable: false,
+                    meta: None,
                 },
             ],
         }
@@ -230,7 +298,17 @@ mod tests {
             .unwrap()
             .permissions()
             .mode();
-        assert_eq!(mode & 0o111, 0o111);
+        assert_eq!(mode & 0o7777, 0o750, "the recorded mode was not put back");
+        let written = std::fs::read_dir(root.join("skills/demo"))
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name() == "run.sh")
+            .unwrap();
+        assert_eq!(
+            FileMeta::of(&written.metadata().unwrap()),
+            loaded.files[0].meta.unwrap(),
+            "the recorded modification time was not put back"
+        );
         assert_eq!(
             std::fs::read(root.join("proposals/demo.toml")).unwrap(),
             tree.proposal

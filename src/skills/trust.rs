@@ -19,7 +19,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::conventions::Conventions;
-pub use super::tree::{SkillTree, TreeFile};
+pub use super::tree::{FileMeta, SkillTree, TreeFile};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::template::{TemplateEngine, describe_error};
 
@@ -108,6 +108,48 @@ impl TrustPolicy {
     }
 }
 
+/// How a skill's files differ from what was trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drift {
+    /// They cannot be read (or the kept tree cannot): the reason.
+    Unreadable(String),
+    /// They hash to this, not to the trusted hash.
+    Hash(String),
+    /// The bytes are the trusted ones, but a file's mode or modification time changed.
+    Metadata(String),
+}
+
+impl TrustPolicy {
+    /// The skill's files under `root`, read once and checked against what was trusted: the
+    /// source hash, then, when the promotion kept its tree (`kept`: the store and the
+    /// SKILL_TREE artifact) with their metadata, each file's mode and modification time.
+    pub fn check_tree(
+        &self,
+        templates: &TemplateEngine,
+        root: &Path,
+        skill: &str,
+        proposal: &str,
+        trusted_hash: &str,
+        kept: Option<(&crate::ledger::ArtifactStore, &str)>,
+    ) -> Result<SkillTree, Drift> {
+        let tree = self
+            .read_tree(templates, root, skill, proposal)
+            .map_err(Drift::Unreadable)?;
+        let now = tree.hash();
+        if now != trusted_hash {
+            return Err(Drift::Hash(now));
+        }
+        if let Some((store, manifest)) = kept {
+            let trusted = SkillTree::load(store, manifest, trusted_hash)
+                .map_err(|e| Drift::Unreadable(format!("the tree kept at its promotion: {e}")))?;
+            if let Some(reason) = tree.metadata_drift(&trusted) {
+                return Err(Drift::Metadata(reason));
+            }
+        }
+        Ok(tree)
+    }
+}
+
 /// The most a proposal file may hold.
 pub(super) const PROPOSAL_LIMIT: u64 = 1024 * 1024;
 
@@ -158,11 +200,12 @@ pub(super) fn read_folder(folder: &Path, exclude: &GlobSet) -> std::io::Result<V
             let mut bytes = Vec::new();
             let mut file = crate::ledger::open_regular(&absolute)?;
             file.read_to_end(&mut bytes)?;
-            let executable = file.get_ref().metadata()?.permissions().mode() & 0o111 != 0;
+            let metadata = file.get_ref().metadata()?;
             Ok(TreeFile {
                 path,
                 bytes,
-                executable,
+                executable: metadata.permissions().mode() & 0o111 != 0,
+                meta: Some(FileMeta::of(&metadata)),
             })
         })
         .collect()
