@@ -856,7 +856,7 @@ outputs = ["out/a.txt"]
     let explained = text(&on_server(root, &url, &["explain", "1", "copy"]));
 
     // Back to schema 23, as the kavi before wrote that run: the set's members in run_policies,
-    // the key's parts in node_cache, and neither table since. Through the journal's triggers,
+    // the key's parts in node_cache, neither table since, and no sandbox budget. Through the journal's triggers,
     // so that the chain stays whole.
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client
@@ -871,6 +871,7 @@ outputs = ["out/a.txt"]
              DROP TABLE governing_members;
              DROP TABLE cache_parts;
              ALTER TABLE node_cache ALTER COLUMN parts SET NOT NULL;
+             ALTER TABLE sandboxes DROP COLUMN keep_max_bytes;
              UPDATE schema_version SET version = 23;",
         )
         .unwrap();
@@ -885,7 +886,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 25);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 26);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

@@ -1,8 +1,36 @@
 //! Human output: durations, tables, state marks.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::state::NodeState;
+
+/// `bytes` made safe to show on a terminal: every control character but tab and newline (the
+/// escape that starts a sequence setting the window title or the clipboard, a carriage return
+/// that overwrites a line, and the C1 controls UTF-8 can carry) in caret notation (`^[`), so
+/// that what a builder or a skill printed is read, never obeyed, by the terminal.
+pub fn terminal_safe(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let control = |b: u8| (b < 0x20 && b != b'\t' && b != b'\n') || b == 0x7f;
+    let c1 = |pair: &[u8]| pair[0] == 0xc2 && (0x80..=0x9f).contains(&pair[1]);
+    if !bytes.iter().copied().any(control) && !bytes.windows(2).any(c1) {
+        return Cow::Borrowed(bytes);
+    }
+    let mut safe = Vec::with_capacity(bytes.len() + 8);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if control(b) {
+            safe.extend_from_slice(&[b'^', b ^ 0x40]);
+        } else if i + 1 < bytes.len() && c1(&bytes[i..i + 2]) {
+            safe.extend_from_slice(format!("\\x{:02x}", bytes[i + 1]).as_bytes());
+            i += 1;
+        } else {
+            safe.push(b);
+        }
+        i += 1;
+    }
+    Cow::Owned(safe)
+}
 
 pub fn duration_ms(ms: i64) -> String {
     if ms < 1000 {
@@ -104,5 +132,25 @@ mod tests {
             "  née    exec  true\n  b      http\n  ccccc  x     last\n"
         );
         assert_eq!(table(&[]), "");
+    }
+}
+
+#[cfg(test)]
+mod terminal_tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn escapes_and_c1_controls_are_shown_not_obeyed() {
+        let printed = b"title\x1b]0;pwned\x07 clip\x1b]52;c;ZQ==\x07 csi\xc2\x9b2J ok\tdone\n";
+        let safe = terminal_safe(printed);
+        assert_eq!(
+            String::from_utf8_lossy(&safe),
+            "title^[]0;pwned^G clip^[]52;c;ZQ==^G csi\\x9b2J ok\tdone\n"
+        );
+        assert!(matches!(
+            terminal_safe(b"plain text\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(&*terminal_safe("é ü".as_bytes()), "é ü".as_bytes());
     }
 }

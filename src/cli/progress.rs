@@ -57,7 +57,12 @@ pub struct StreamPrinter {
 
 impl LiveNodeOutput for StreamPrinter {
     fn line(&self, node: &str, stream: Stream, text: &str) {
-        self.screen.print(&format!("{node} | {text}"), stream);
+        // A node's output is shown, never obeyed: no escape sequence reaches the terminal.
+        let text = super::output::terminal_safe(text.as_bytes());
+        self.screen.print(
+            &format!("{node} | {}", String::from_utf8_lossy(&text)),
+            stream,
+        );
     }
 }
 

@@ -193,8 +193,22 @@ fn print_artifact(workspace: &Workspace, sha256: &str) -> Result<(), Error> {
         inner: std::io::stdout().lock(),
         failed: None,
     };
+    // On a terminal, an artifact (a builder's log, a skill's output) is shown, never obeyed:
+    // its control characters are escaped. Piped, its bytes go out as stored.
+    let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let printed = match kept {
+        Some(bytes) if on_terminal => stdout
+            .write_all(&super::output::terminal_safe(&bytes))
+            .map_err(|e| e.to_string()),
         Some(bytes) => stdout.write_all(&bytes).map_err(|e| e.to_string()),
+        None if on_terminal => {
+            let store = super::open_store(workspace)?;
+            let mut bytes = Vec::new();
+            store.copy_out(sha256, &mut bytes).map_err(unreadable)?;
+            stdout
+                .write_all(&super::output::terminal_safe(&bytes))
+                .map_err(|e| e.to_string())
+        }
         None => {
             let store = super::open_store(workspace)?;
             store

@@ -138,6 +138,10 @@ pub struct Captured {
     pub total: u64,
     /// The pipe was still open when kavi stopped reading (held by a process outside the group).
     pub abandoned: bool,
+    /// Keep only the head: what a confined process prints past it is counted and dropped,
+    /// never spilled, so that a builder, gate or skill cannot fill kavi's disk by printing
+    /// (their callers read only the head).
+    head_only: bool,
 }
 
 impl Captured {
@@ -155,6 +159,11 @@ impl Captured {
 
     fn push(&mut self, chunk: &[u8], options: &CaptureOptions) -> io::Result<()> {
         self.total += chunk.len() as u64;
+        if self.head_only {
+            let room = options.limit.saturating_sub(self.head.len());
+            self.head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            return Ok(());
+        }
         if self.spill.is_none() && self.head.len() + chunk.len() <= options.limit {
             self.head.extend_from_slice(chunk);
             return Ok(());
@@ -415,8 +424,12 @@ async fn capture(
     stream: Stream,
     options: &CaptureOptions,
     exited: &CancellationToken,
+    head_only: bool,
 ) -> io::Result<Captured> {
-    let mut captured = Captured::default();
+    let mut captured = Captured {
+        head_only,
+        ..Captured::default()
+    };
     let pipe = std::fs::File::from(pipe);
     if read_held(&pipe, stream, &mut captured, options)? {
         return Ok(captured);
@@ -642,8 +655,9 @@ pub async fn run(
         exited.cancel();
         exit
     };
-    let stdout = capture(spawned.stdout, Stream::Stdout, options, &exited);
-    let stderr = capture(spawned.stderr, Stream::Stderr, options, &exited);
+    let confined = launch.is_some();
+    let stdout = capture(spawned.stdout, Stream::Stdout, options, &exited, confined);
+    let stderr = capture(spawned.stderr, Stream::Stderr, options, &exited, confined);
     let (exit, stdout, stderr) = tokio::join!(wait, stdout, stderr);
     let mut exit = exit?;
     let mut violation = None;

@@ -169,9 +169,12 @@ impl SkillTree {
         Ok(tree)
     }
 
-    /// How this tree's files differ from `trusted`'s in mode or modification time, if they do:
-    /// the first difference, in words. Files whose trusted metadata was not recorded are not
-    /// compared; the bytes are the source hash's to check.
+    /// How this tree's files differ from `trusted`'s in mode, if they do: the first difference,
+    /// in words. Files whose trusted metadata was not recorded are not compared; the bytes are
+    /// the source hash's to check. The modification time is recorded (and restored) but not
+    /// compared: a team's other checkouts get the same bytes with times of their own, the bytes
+    /// that run are a snapshot of the hashed ones, and no confined process can change a
+    /// trusted file's time (the workspace is read-only in its view).
     pub fn metadata_drift(&self, trusted: &SkillTree) -> Option<String> {
         trusted.files.iter().find_map(|was| {
             let was_meta = was.meta?;
@@ -181,10 +184,6 @@ impl SkillTree {
                 Some(format!(
                     "the mode of {path} changed from {:04o} to {:04o}",
                     was_meta.mode, now.mode
-                ))
-            } else if now.mtime != was_meta.mtime {
-                Some(format!(
-                    "{path} was modified (its modification time changed)"
                 ))
             } else {
                 None
