@@ -13,6 +13,7 @@ pub mod config;
 pub mod confinement;
 pub mod dag;
 pub mod diagnostic;
+pub mod drill;
 pub mod error;
 pub mod executions;
 pub mod executor;

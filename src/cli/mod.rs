@@ -59,6 +59,7 @@ mod builds;
 mod chains;
 mod chat;
 mod doctor;
+mod drill;
 mod executions;
 mod explain;
 mod gc;
@@ -241,6 +242,11 @@ enum Command {
     /// Provision or inspect the toolchains gates run (`policies/toolchains.toml`).
     #[command(subcommand)]
     Toolchain(ToolchainCommand),
+    /// Try the attacks a hostile builder, gate or skill would, under this workspace's
+    /// confinement policy, and say what refused each (exit 1 if any was allowed or could not
+    /// run).
+    #[command(subcommand)]
+    Drill(DrillCommand),
     /// Check that this workspace is ready: ledger, artifact store, every pipeline and chain, the
     /// builder, python3, trusted skills' hashes, the gateway (exit 1 if a check failed).
     Doctor {
@@ -407,6 +413,22 @@ enum ExecutionsCommand {
         /// Only the executions of this skill.
         #[arg(long)]
         skill: Option<String>,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+#[command(defer = true)]
+enum DrillCommand {
+    /// Every attack of the isolation drill: secrets, the ledger, the network, the terminal,
+    /// daemons, signals, bounds, privileges and the kernel's interfaces, each run as the role
+    /// it threatens, through the confinement the real role runs under.
+    Isolation {
+        /// Only the attacks run as this role.
+        #[arg(long, value_parser = ["builder", "gate", "skill"])]
+        role: Option<String>,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
         json: bool,
@@ -964,6 +986,9 @@ async fn in_workspace(
         Command::Skill(SkillCommand::Show { name, json }) => skills::show(&workspace, &name, json),
         Command::Skill(SkillCommand::List { json }) => skills::list(&workspace, json),
         Command::Doctor { json } => doctor::run(&workspace, json),
+        Command::Drill(DrillCommand::Isolation { role, json }) => {
+            drill::isolation(&workspace, role.as_deref(), json).await
+        }
         Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
         Command::Mcp { client } => mcp::run(workspace, client).await,
         Command::Chat {

@@ -1,0 +1,308 @@
+# The attacks of `kavi drill isolation`, one function each, run as `python3 -I -B - CASE` under
+# the confinement of a role. Each prints one JSON line: whether the attack got what it wanted
+# ("allowed"), the errno name that stopped it, and a detail. An attack that kills its own
+# process (seccomp) prints nothing: kavi reads that from how the process ended. The drill
+# passes what it needs in KAVI_DRILL_* variables; every attack is bounded in time and size
+# and touches only what the drill made.
+import ctypes
+import errno
+import json
+import os
+import socket
+import sys
+
+ENV = os.environ
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def refused(err, detail=""):
+    name = errno.errorcode.get(err, str(err)) if isinstance(err, int) else err
+    return {"allowed": False, "errno": name, "detail": detail}
+
+
+def allowed(detail):
+    return {"allowed": True, "errno": None, "detail": detail}
+
+
+def read_file(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+    except OSError as e:
+        return refused(e.errno, path)
+    return allowed(f"read {len(data)} bytes of {path}")
+
+
+def syscall(number, *args):
+    result = libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args])
+    return result, ctypes.get_errno()
+
+
+def home_canary():
+    path = ENV["KAVI_DRILL_HOME_CANARY"]
+    return read_file(path)
+
+
+def etc_shadow():
+    return read_file("/etc/shadow")
+
+
+def kavi_environ():
+    return read_file(f"/proc/{ENV['KAVI_DRILL_KAVI_PID']}/environ")
+
+
+def ledger():
+    try:
+        names = os.listdir(ENV["KAVI_DRILL_LEDGER"])
+    except OSError as e:
+        return refused(e.errno)
+    return allowed(f"lists {names}") if names else refused("ENOENT", "the ledger folder is empty")
+
+
+def workspace_secret():
+    path = ENV["KAVI_DRILL_SECRET"]
+    try:
+        data = open(path).read()
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("read the secret") if "kavi-drill-secret" in data else refused("ENOENT", "empty")
+
+
+def write_policies():
+    try:
+        with open(ENV["KAVI_DRILL_POLICY"], "a") as f:
+            f.write("\n# weakened\n")
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("appended to a policy")
+
+
+def chmod_policy():
+    try:
+        os.chmod(ENV["KAVI_DRILL_POLICY"], 0o777)
+        os.utime(ENV["KAVI_DRILL_POLICY"], (0, 0))
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("changed a policy's mode and time")
+
+
+def write_beside():
+    try:
+        with open(ENV["KAVI_DRILL_BESIDE"], "w") as f:
+            f.write("escaped")
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("wrote (the drill checks whether it landed outside)")
+
+
+def udp_out():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"kavi-drill-udp", ("127.0.0.1", int(ENV["KAVI_DRILL_UDP_PORT"])))
+    return allowed("sent (the drill checks whether it arrived)")
+
+
+def tcp_out():
+    s = socket.create_connection(("127.0.0.1", int(ENV["KAVI_DRILL_TCP_PORT"])), timeout=3)
+    s.sendall(b"kavi-drill-tcp")
+    return allowed("connected")
+
+
+def mptcp_out():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)
+    s.settimeout(3)
+    s.connect(("127.0.0.1", int(ENV["KAVI_DRILL_TCP_PORT"])))
+    return allowed("connected over MPTCP")
+
+
+def raw_icmp():
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    return allowed("opened a raw socket")
+
+
+def netlink():
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("opened a netlink socket")
+
+
+def unix_path():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(ENV["KAVI_DRILL_UNIX"])
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("connected to the drill's unix socket")
+
+
+def unix_abstract():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect("\0" + ENV["KAVI_DRILL_ABSTRACT"])
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("connected to the drill's abstract socket")
+
+
+def tiocsti():
+    import fcntl
+    import termios
+    for fd in (0, 1, 2):
+        try:
+            fcntl.ioctl(fd, termios.TIOCSTI, b"x")
+            return allowed(f"pushed input through fd {fd}")
+        except OSError:
+            pass
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR)
+    except OSError as e:
+        return refused(e.errno, "/dev/tty")
+    fcntl.ioctl(tty, termios.TIOCSTI, b"x")
+    return allowed("pushed input into /dev/tty")
+
+
+def daemon():
+    token = ENV["KAVI_DRILL_TOKEN"]
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", "30", token])
+        os._exit(0)
+    os.wait()
+    return allowed("left a daemon (the drill checks whether it outlived the run)")
+
+
+def kill_outside():
+    try:
+        os.kill(int(ENV["KAVI_DRILL_VICTIM"]), 9)
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("signalled the drill's process")
+
+
+def kill_kavi():
+    try:
+        os.kill(int(ENV["KAVI_DRILL_KAVI_PID"]), 0)
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("can signal kavi")
+
+
+def memory():
+    try:
+        block = bytearray(4 << 30)
+        block[:: 1 << 12] = b"x" * len(block[:: 1 << 12])
+    except MemoryError:
+        return refused("ENOMEM", "MemoryError")
+    return allowed("held 4 GiB")
+
+
+def processes():
+    children = []
+    try:
+        for _ in range(500):
+            pid = os.fork()
+            if pid == 0:
+                import time
+                time.sleep(20)
+                os._exit(0)
+            children.append(pid)
+    except OSError as e:
+        return refused(e.errno, f"after {len(children)} processes")
+    return allowed("started 500 processes")
+
+
+def big_file():
+    fd = os.open(os.path.join(ENV["TMPDIR"], "big"), os.O_CREAT | os.O_WRONLY)
+    try:
+        os.posix_fallocate(fd, 0, 3 << 30)
+    except OSError as e:
+        return refused(e.errno)
+    finally:
+        os.unlink(os.path.join(ENV["TMPDIR"], "big"))
+    return allowed("allocated 3 GiB")
+
+
+def open_files():
+    held = []
+    try:
+        for _ in range(100_000):
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        return refused(e.errno, f"after {len(held)}")
+    return allowed("held 100,000 files open")
+
+
+def mknod():
+    import stat
+    try:
+        os.mknod(os.path.join(ENV["TMPDIR"], "mem"), stat.S_IFCHR | 0o600, os.makedev(1, 1))
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("made a device node")
+
+
+def capabilities():
+    for line in open("/proc/self/status"):
+        if line.startswith("CapEff:"):
+            effective = int(line.split()[1], 16)
+            return allowed(f"CapEff {effective:x}") if effective else refused("EPERM", "none")
+    return refused("ENOENT", "no CapEff")
+
+
+def sysctl():
+    path = "/proc/sys/kernel/printk_ratelimit_burst"
+    try:
+        value = open(path).read()
+        with open(path, "w") as f:
+            f.write(value)
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("wrote a kernel setting")
+
+
+def user_namespace():
+    result, err = syscall(272, 0x10000000)  # unshare(CLONE_NEWUSER)
+    return refused(err) if result != 0 else allowed("made a user namespace")
+
+
+def io_uring():
+    params = ctypes.create_string_buffer(120)
+    result, err = syscall(425, 8, ctypes.addressof(params))  # io_uring_setup
+    return refused(err) if result < 0 else allowed("made an io_uring")
+
+
+def keyctl():
+    result, err = syscall(250, 0, -3)  # keyctl(GET_KEYRING_ID, SESSION)
+    return refused(err) if result < 0 else allowed("reached the kernel keyring")
+
+
+def perf_event():
+    attr = ctypes.create_string_buffer(128)
+    result, err = syscall(298, ctypes.addressof(attr), 0, -1, -1, 0)
+    return refused(err) if result < 0 else allowed("opened a performance counter")
+
+
+def ptrace():
+    result, err = syscall(101, 16, 1, 0, 0)  # PTRACE_ATTACH to pid 1
+    return refused(err) if result != 0 else allowed("attached to a process")
+
+
+def mount():
+    result, err = syscall(165, 0, 0, 0, 0, 0)
+    return refused(err) if result != 0 else allowed("mounted")
+
+
+def bpf():
+    result, err = syscall(321, 0, 0, 0)
+    return refused(err) if result < 0 else allowed("made a BPF map")
+
+
+def x32():
+    result, err = syscall(0x40000000 | 39)  # getpid through the x32 ABI
+    return refused(err) if result < 0 else allowed("made an x32 call")
+
+
+if __name__ == "__main__":
+    print(json.dumps(globals()[sys.argv[1]]()), flush=True)

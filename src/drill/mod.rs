@@ -1,0 +1,601 @@
+//! `kavi drill isolation`: the attacks a hostile builder, gate or skill would try, run under the
+//! workspace's own confinement policy through the one layer every role goes through, each
+//! reported as refused (and by what) or allowed.
+//!
+//! Each attack is a function of `attacks.py`, run by `python3 -I -B` under the role's profile,
+//! with the values the real role has (a sandbox and a private temporary folder for the
+//! builder; the workspace for a gate or a skill). What the attack saw is one JSON line; what the
+//! attack could only claim, the drill checks from outside: whether a datagram reached its
+//! listener, whether a daemon outlived the run, whether a file landed beside the sandbox.
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::confinement::policy::{ConfinementPolicy, RoleProfile};
+use crate::process::{self, CaptureOptions, CommandSpec, Exit, Violation};
+use crate::template::TemplateEngine;
+
+const ATTACKS: &str = include_str!("attacks.py");
+
+/// The role an attack runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Builder,
+    Gate,
+    Skill,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Builder => "builder",
+            Role::Gate => "gate",
+            Role::Skill => "skill",
+        }
+    }
+}
+
+/// What the drill checks from outside after an attack, besides what the attack reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outside {
+    Nothing,
+    /// The datagram or connection reached the drill's listener.
+    Reached,
+    /// A process carrying the drill's token is still alive.
+    Survived,
+    /// The file the attack wrote beside its sandbox exists there.
+    Landed,
+    /// The policy file changed.
+    PolicyChanged,
+}
+
+/// One attack: its function in `attacks.py`, the role it runs as, what it tries, and what the
+/// drill checks from outside.
+struct Case {
+    attack: &'static str,
+    role: Role,
+    what: &'static str,
+    outside: Outside,
+    /// The attack names x86-64 system call numbers.
+    x86_64_only: bool,
+}
+
+const fn case(attack: &'static str, role: Role, what: &'static str) -> Case {
+    Case {
+        attack,
+        role,
+        what,
+        outside: Outside::Nothing,
+        x86_64_only: false,
+    }
+}
+
+const fn checked(attack: &'static str, role: Role, what: &'static str, outside: Outside) -> Case {
+    Case {
+        outside,
+        ..case(attack, role, what)
+    }
+}
+
+const fn x86(attack: &'static str, role: Role, what: &'static str) -> Case {
+    Case {
+        x86_64_only: true,
+        ..case(attack, role, what)
+    }
+}
+
+const CASES: &[Case] = &[
+    case(
+        "home_canary",
+        Role::Builder,
+        "read a file in the home folder of kavi's user",
+    ),
+    case("etc_shadow", Role::Builder, "read /etc/shadow"),
+    case(
+        "kavi_environ",
+        Role::Skill,
+        "read kavi's environment through /proc",
+    ),
+    case("ledger", Role::Skill, "list the ledger's folder (.kavi)"),
+    case(
+        "workspace_secret",
+        Role::Gate,
+        "read a .env file in the workspace",
+    ),
+    checked(
+        "write_policies",
+        Role::Skill,
+        "append to a policy",
+        Outside::PolicyChanged,
+    ),
+    checked(
+        "chmod_policy",
+        Role::Skill,
+        "change a policy's mode and time",
+        Outside::PolicyChanged,
+    ),
+    checked(
+        "write_beside",
+        Role::Builder,
+        "write beside its sandbox",
+        Outside::Landed,
+    ),
+    checked(
+        "udp_out",
+        Role::Builder,
+        "send a datagram to the host's loopback",
+        Outside::Reached,
+    ),
+    checked(
+        "tcp_out",
+        Role::Skill,
+        "connect to the host's loopback",
+        Outside::Reached,
+    ),
+    checked(
+        "mptcp_out",
+        Role::Skill,
+        "connect to the host's loopback over MPTCP",
+        Outside::Reached,
+    ),
+    case("raw_icmp", Role::Builder, "open a raw ICMP socket"),
+    case("netlink", Role::Builder, "open a netlink socket"),
+    case(
+        "unix_path",
+        Role::Builder,
+        "connect to a unix socket of the host",
+    ),
+    case(
+        "unix_abstract",
+        Role::Builder,
+        "connect to an abstract unix socket of the host",
+    ),
+    case(
+        "tiocsti",
+        Role::Skill,
+        "push input into the terminal (TIOCSTI)",
+    ),
+    checked(
+        "daemon",
+        Role::Builder,
+        "leave a setsid daemon behind",
+        Outside::Survived,
+    ),
+    case("kill_kavi", Role::Builder, "signal kavi"),
+    case("memory", Role::Builder, "hold 4 GiB of memory"),
+    case("processes", Role::Skill, "start 500 processes"),
+    case("big_file", Role::Skill, "allocate a 3 GiB file"),
+    case("open_files", Role::Skill, "hold 100,000 files open"),
+    case("mknod", Role::Builder, "make a device node"),
+    case("capabilities", Role::Builder, "hold a capability"),
+    case(
+        "sysctl",
+        Role::Gate,
+        "write a kernel setting through /proc/sys",
+    ),
+    x86(
+        "user_namespace",
+        Role::Builder,
+        "make a user namespace (capabilities inside it)",
+    ),
+    x86(
+        "io_uring",
+        Role::Builder,
+        "make an io_uring (sockets without `socket`)",
+    ),
+    x86("keyctl", Role::Skill, "reach the kernel keyring"),
+    x86("perf_event", Role::Builder, "open a performance counter"),
+    x86("ptrace", Role::Builder, "attach to a process with ptrace"),
+    x86("mount", Role::Builder, "mount a file system"),
+    x86("bpf", Role::Builder, "load BPF"),
+    x86("x32", Role::Builder, "make a call through the x32 ABI"),
+];
+
+/// How one attack ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Refused,
+    Allowed,
+    /// The attack could not run here (an architecture, a missing interpreter): not passed.
+    NotRun,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub attack: &'static str,
+    pub role: Role,
+    pub what: &'static str,
+    pub verdict: Verdict,
+    /// What refused it, or why it could not run, or what it got.
+    pub mechanism: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DrillError {
+    #[error("failed to set up the drill: {0}")]
+    Setup(#[from] std::io::Error),
+    #[error("{0}")]
+    Confinement(String),
+}
+
+/// What the attack printed.
+#[derive(Debug, serde::Deserialize)]
+struct Report {
+    allowed: bool,
+    errno: Option<String>,
+    detail: String,
+}
+
+/// The mechanism an errno points at.
+fn mechanism_of(errno: &str) -> &'static str {
+    match errno {
+        "ENOENT" | "ENOTDIR" => "mount view: not there",
+        "EROFS" => "mount view: read-only",
+        "EACCES" => "access refused: a hidden file, Landlock or permissions",
+        "EPERM" => "seccomp or no capabilities",
+        "ESRCH" => "PID namespace",
+        "ENETUNREACH" | "ECONNREFUSED" | "EADDRNOTAVAIL" => "network namespace",
+        "ENXIO" | "ENOTTY" => "no controlling terminal",
+        "ENOMEM" => "memory bound",
+        "EAGAIN" => "process bound",
+        "EFBIG" => "file size bound",
+        "EMFILE" => "open files bound",
+        "ENOSPC" => "no new user namespaces",
+        "ENOSYS" => "seccomp",
+        _ => "refused",
+    }
+}
+
+/// Everything the attacks are pointed at, made for the drill and gone with it.
+struct Targets {
+    dir: tempfile::TempDir,
+    home_canary: Option<PathBuf>,
+    secret_dir: PathBuf,
+    udp: UdpSocket,
+    tcp: TcpListener,
+    unix: UnixListener,
+    _abstract: UnixListener,
+    abstract_name: String,
+    token: String,
+}
+
+impl Targets {
+    fn make(workspace: &Path) -> Result<Self, DrillError> {
+        let dir = tempfile::Builder::new().prefix("kavi-drill-").tempdir()?;
+        let token = format!("kavi-drill-{}", uuid::Uuid::new_v4().simple());
+        // A canary where kavi's user keeps secrets; the attack must not read it.
+        let home_canary = std::env::var_os("HOME")
+            .map(|home| PathBuf::from(home).join(format!(".{token}")))
+            .filter(|path| std::fs::write(path, &token).is_ok());
+        let secret_dir = workspace.join(format!(".{token}"));
+        std::fs::create_dir_all(&secret_dir)?;
+        std::fs::write(secret_dir.join(".env"), "API_KEY=kavi-drill-secret\n")?;
+        for folder in ["sandbox", "builder-tmp", "gate-tmp", "skill-tmp"] {
+            std::fs::create_dir_all(dir.path().join(folder))?;
+        }
+        let udp = UdpSocket::bind("127.0.0.1:0")?;
+        udp.set_nonblocking(true)?;
+        let tcp = TcpListener::bind("127.0.0.1:0")?;
+        tcp.set_nonblocking(true)?;
+        let unix = UnixListener::bind(dir.path().join("drill.sock"))?;
+        unix.set_nonblocking(true)?;
+        let abstract_name = token.clone();
+        let address = {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes())?
+        };
+        let abstract_listener = UnixListener::bind_addr(&address)?;
+        abstract_listener.set_nonblocking(true)?;
+        Ok(Self {
+            dir,
+            home_canary,
+            secret_dir,
+            udp,
+            tcp,
+            unix,
+            _abstract: abstract_listener,
+            abstract_name,
+            token,
+        })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Whether anything reached a listener since the last look.
+    fn reached(&self) -> bool {
+        let mut buffer = [0u8; 64];
+        self.udp.recv(&mut buffer).is_ok()
+            || self.tcp.accept().is_ok()
+            || self.unix.accept().is_ok()
+    }
+
+    /// Whether a process carrying the token is alive on this machine.
+    fn survivor(&self) -> bool {
+        std::fs::read_dir("/proc").is_ok_and(|entries| {
+            entries.flatten().any(|entry| {
+                let mut cmdline = Vec::new();
+                std::fs::File::open(entry.path().join("cmdline"))
+                    .and_then(|mut f| f.read_to_end(&mut cmdline))
+                    .is_ok()
+                    && String::from_utf8_lossy(&cmdline).contains(&self.token)
+            })
+        })
+    }
+}
+
+impl Drop for Targets {
+    fn drop(&mut self) {
+        if let Some(canary) = &self.home_canary {
+            let _ = std::fs::remove_file(canary);
+        }
+        let _ = std::fs::remove_dir_all(&self.secret_dir);
+    }
+}
+
+/// Runs every attack (of `only`, when given) under `policy`'s profiles for `workspace`.
+pub async fn isolation(
+    workspace: &Path,
+    policy: &ConfinementPolicy,
+    templates: &TemplateEngine,
+    only: Option<Role>,
+) -> Result<Vec<Outcome>, DrillError> {
+    let targets = Targets::make(workspace)?;
+    let policy_file = workspace.join(crate::confinement::policy::DEFAULT_POLICY);
+    let mut outcomes = Vec::new();
+    for case in CASES
+        .iter()
+        .filter(|c| only.is_none_or(|role| c.role == role))
+    {
+        let outcome = if case.x86_64_only && !cfg!(target_arch = "x86_64") {
+            Outcome {
+                attack: case.attack,
+                role: case.role,
+                what: case.what,
+                verdict: Verdict::NotRun,
+                mechanism: "its system call numbers are x86-64's".to_owned(),
+            }
+        } else {
+            let before = std::fs::read(&policy_file).ok();
+            let mut outcome = attack(case, workspace, policy, templates, &targets).await?;
+            let landed = targets.path("beside.txt").exists();
+            let changed = std::fs::read(&policy_file).ok() != before;
+            let reached = targets.reached();
+            // A daemon is given a moment: the namespace's processes die as it goes.
+            let survived = case.outside == Outside::Survived && {
+                let mut alive = targets.survivor();
+                for _ in 0..50 {
+                    if !alive {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    alive = targets.survivor();
+                }
+                alive
+            };
+            let seen = match case.outside {
+                Outside::Nothing => None,
+                Outside::Reached => reached.then_some("the drill's listener was reached"),
+                Outside::Survived => survived.then_some("a process outlived the run"),
+                Outside::Landed => landed.then_some("the file landed beside the sandbox"),
+                Outside::PolicyChanged => changed.then_some("the policy file changed"),
+            };
+            if let Some(seen) = seen {
+                outcome.verdict = Verdict::Allowed;
+                outcome.mechanism = seen.to_owned();
+            } else if outcome.verdict == Verdict::Allowed && case.outside != Outside::Nothing {
+                // The attack did what it could, and nothing came of it outside.
+                outcome.verdict = Verdict::Refused;
+                outcome.mechanism = match case.outside {
+                    Outside::Reached => "network namespace: nothing left the sandbox",
+                    Outside::Survived => "PID namespace: nothing outlived the run",
+                    _ => "mount view: it landed in the sandbox's private view",
+                }
+                .to_owned();
+            }
+            let _ = std::fs::remove_file(targets.path("beside.txt"));
+            outcome
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// Runs one attack under its role's profile.
+async fn attack(
+    case: &Case,
+    workspace: &Path,
+    policy: &ConfinementPolicy,
+    templates: &TemplateEngine,
+    targets: &Targets,
+) -> Result<Outcome, DrillError> {
+    let sandbox = targets.path("sandbox");
+    let (profile, values, cwd, tmp): (&RoleProfile, _, PathBuf, PathBuf) = match case.role {
+        Role::Builder => {
+            let tmp = targets.path("builder-tmp");
+            let values = minijinja::context! { sandbox => &sandbox, tmp => &tmp };
+            (&policy.builder, values, sandbox.clone(), tmp)
+        }
+        Role::Gate => {
+            let tmp = targets.path("gate-tmp");
+            let values = minijinja::context! { workspace => workspace, tmp => &tmp };
+            (&policy.gate, values, workspace.to_owned(), tmp)
+        }
+        Role::Skill => {
+            let tmp = targets.path("skill-tmp");
+            let values =
+                minijinja::context! { workspace => workspace, tmp => &tmp, snapshot => workspace };
+            let profile = &policy.read_only;
+            (profile, values, workspace.to_owned(), tmp)
+        }
+    };
+    let outcome = |verdict, mechanism: String| Outcome {
+        attack: case.attack,
+        role: case.role,
+        what: case.what,
+        verdict,
+        mechanism,
+    };
+    let confinement = profile
+        .confine(templates, &values, &[])
+        .map_err(DrillError::Confinement)?;
+    if !confinement.isolated() {
+        let why = confinement.unconfined_because.clone().unwrap_or_default();
+        return Ok(outcome(
+            Verdict::NotRun,
+            format!("the role runs unconfined: {why}"),
+        ));
+    }
+    let mut env = process::base_env();
+    env.extend(
+        [
+            ("TMPDIR", tmp.display().to_string()),
+            ("KAVI_DRILL_KAVI_PID", std::process::id().to_string()),
+            (
+                "KAVI_DRILL_HOME_CANARY",
+                targets
+                    .home_canary
+                    .as_ref()
+                    .map_or("/nonexistent".into(), |p| p.display().to_string()),
+            ),
+            (
+                "KAVI_DRILL_LEDGER",
+                workspace.join(".kavi").display().to_string(),
+            ),
+            (
+                "KAVI_DRILL_SECRET",
+                targets.secret_dir.join(".env").display().to_string(),
+            ),
+            (
+                "KAVI_DRILL_POLICY",
+                workspace
+                    .join(crate::confinement::policy::DEFAULT_POLICY)
+                    .display()
+                    .to_string(),
+            ),
+            (
+                "KAVI_DRILL_BESIDE",
+                targets.path("beside.txt").display().to_string(),
+            ),
+            (
+                "KAVI_DRILL_UDP_PORT",
+                targets.udp.local_addr()?.port().to_string(),
+            ),
+            (
+                "KAVI_DRILL_TCP_PORT",
+                targets.tcp.local_addr()?.port().to_string(),
+            ),
+            (
+                "KAVI_DRILL_UNIX",
+                targets.path("drill.sock").display().to_string(),
+            ),
+            ("KAVI_DRILL_ABSTRACT", targets.abstract_name.clone()),
+            ("KAVI_DRILL_TOKEN", targets.token.clone()),
+        ]
+        .map(|(key, value)| (key.to_owned(), value)),
+    );
+    let spec = CommandSpec {
+        program: "python3".into(),
+        args: ["-I", "-B", "-", case.attack].map(str::to_owned).into(),
+        env,
+        cwd,
+        stdin: Some(ATTACKS.as_bytes().to_vec()),
+        confinement: Some(confinement),
+    };
+    let options = CaptureOptions {
+        limit: 64 * 1024,
+        spill_dir: targets.dir.path().to_owned(),
+        roster: None,
+        live: None,
+    };
+    let stop = CancellationToken::new();
+    let timer = stop.clone();
+    let guard = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        timer.cancel();
+    });
+    let finished = process::run(&spec, &options, &stop).await;
+    guard.abort();
+    let finished = match finished {
+        Ok(finished) => finished,
+        Err(e) => return Ok(outcome(Verdict::NotRun, format!("could not start: {e}"))),
+    };
+    Ok(match &finished.violation {
+        Some(Violation::ForbiddenCall) => outcome(
+            Verdict::Refused,
+            "seccomp: the process was killed".to_owned(),
+        ),
+        Some(Violation::Bound(bound)) => outcome(Verdict::Refused, format!("cgroup: {bound}")),
+        None => {
+            let stdout = String::from_utf8_lossy(&finished.stdout.head);
+            match stdout.lines().last().map(serde_json::from_str::<Report>) {
+                Some(Ok(report)) if report.allowed => outcome(Verdict::Allowed, report.detail),
+                Some(Ok(report)) => {
+                    let errno = report.errno.unwrap_or_default();
+                    outcome(
+                        Verdict::Refused,
+                        format!("{} ({errno})", mechanism_of(&errno)),
+                    )
+                }
+                _ if finished.exit == Exit::Signal(nix::libc::SIGKILL) => {
+                    outcome(Verdict::Refused, "killed at a bound".to_owned())
+                }
+                _ => {
+                    let stderr = String::from_utf8_lossy(&finished.stderr.head);
+                    let last = stderr.trim_end().lines().last().unwrap_or("no output");
+                    match last.rsplit_once("[Errno ") {
+                        // An attack that raised: the errno that stopped it.
+                        Some((_, rest)) => {
+                            let number: i32 = rest
+                                .split(']')
+                                .next()
+                                .and_then(|n| n.parse().ok())
+                                .unwrap_or(0);
+                            let errno = nix::errno::Errno::from_raw(number);
+                            outcome(
+                                Verdict::Refused,
+                                format!("{} ({errno:?})", mechanism_of(&format!("{errno:?}"))),
+                            )
+                        }
+                        None => outcome(
+                            Verdict::NotRun,
+                            format!("ended with {:?}: {last}", finished.exit),
+                        ),
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errnos_name_the_mechanism_that_refused() {
+        assert_eq!(mechanism_of("EROFS"), "mount view: read-only");
+        assert_eq!(mechanism_of("ESRCH"), "PID namespace");
+        assert_eq!(mechanism_of("EPERM"), "seccomp or no capabilities");
+        assert_eq!(mechanism_of("EWHATEVER"), "refused");
+    }
+
+    #[test]
+    fn every_case_names_an_attack_of_the_script() {
+        for case in CASES {
+            assert!(
+                ATTACKS.contains(&format!("\ndef {}():", case.attack)),
+                "{} is not in attacks.py",
+                case.attack
+            );
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `kavi drill isolation` in a workspace with the shipped policies: every attack refused, each
+//! with the mechanism that refused it. A machine that cannot isolate skips this (and fails
+//! under CI, which installs bubblewrap).
+
+mod common;
+
+use common::{kavi, shipped_workspace};
+
+#[test]
+fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
+    if let Err(missing) = kavi::confinement::runtime::bwrap() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must isolate: {missing}"
+        );
+        eprintln!("skipping: {missing}");
+        return;
+    }
+    let dir = shipped_workspace();
+    let out = kavi(dir.path(), &["drill", "isolation", "--json"]);
+    let outcomes: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let outcomes = outcomes.as_array().unwrap();
+    assert!(outcomes.len() >= 30, "{outcomes:?}");
+    for outcome in outcomes {
+        assert_eq!(outcome["verdict"], "refused", "{outcome}");
+        assert!(
+            !outcome["mechanism"].as_str().unwrap().is_empty(),
+            "{outcome}"
+        );
+    }
+    assert_eq!(out.status.code(), Some(0));
+    // The drill's canaries and targets are gone with it.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".kavi-drill"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A weakened policy shows: a READ_ONLY profile given the host's network lets the skill's
+/// connection through, and the drill says so and fails.
+#[test]
+fn a_weakened_profile_is_reported_allowed_and_fails_the_drill() {
+    if kavi::confinement::runtime::bwrap().is_err() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let policy = dir.path().join("policies/confinement.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let weakened = text.replacen(
+        "[read_only]\nrequire = true",
+        "[read_only]\nnetwork = true\nrequire = true",
+        1,
+    );
+    assert_ne!(weakened, text);
+    let weakened = weakened.replacen(
+        "network = false\nlimits = { memory_mib = 1024",
+        "limits = { memory_mib = 1024",
+        1,
+    );
+    std::fs::write(&policy, weakened).unwrap();
+    let out = kavi(
+        dir.path(),
+        &["drill", "isolation", "--role", "skill", "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outcomes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tcp = outcomes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["what"] == "connect to the host's loopback")
+        .unwrap();
+    assert_eq!(tcp["verdict"], "allowed", "{tcp}");
+}
