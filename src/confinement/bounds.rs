@@ -35,6 +35,8 @@ pub struct Limits {
     pub open_files: Option<u64>,
     /// The largest file a process may write, in MiB.
     pub file_size_mib: Option<u64>,
+    /// What the profile's write folders may hold together, in MiB, measured while it runs.
+    pub disk_mib: Option<u64>,
 }
 
 impl Limits {
@@ -50,6 +52,7 @@ impl Limits {
             cpu_seconds: min(self.cpu_seconds, other.cpu_seconds),
             open_files: min(self.open_files, other.open_files),
             file_size_mib: min(self.file_size_mib, other.file_size_mib),
+            disk_mib: min(self.disk_mib, other.disk_mib),
         }
     }
 }
@@ -292,4 +295,17 @@ pub fn exceeded_by_signal(signal: i32, limits: &Limits) -> Option<String> {
             .map(|m| format!("its file size bound ({m} MiB)")),
         _ => None,
     }
+}
+
+/// The disk the files under `paths` take (allocated blocks, so a sparse file counts for what it
+/// holds), not following links.
+pub fn disk_used(paths: &[std::path::PathBuf]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    paths
+        .iter()
+        .flat_map(|path| walkdir::WalkDir::new(path).follow_links(false))
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .map(|metadata| metadata.blocks() * 512)
+        .sum()
 }

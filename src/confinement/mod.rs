@@ -555,6 +555,36 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
         );
     }
 
+    #[tokio::test]
+    async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let scope = dir.join("scope");
+        std::fs::create_dir_all(&scope).unwrap();
+        let limits = Limits {
+            disk_mib: Some(8),
+            ..Limits::default()
+        };
+        // 4 MiB a step, never one file past any file-size bound, for up to 30 seconds.
+        let fill = format!(
+            "for i in $(seq 120); do head -c 4194304 /dev/zero > {}/f$i; sleep 0.25; done",
+            scope.display()
+        );
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![scope.clone()], limits), &fill).await
+        else {
+            return;
+        };
+        assert_eq!(
+            finished.violation,
+            Some(Violation::Bound("its disk bound (8 MiB)".into()))
+        );
+        let held = bounds::disk_used(&[scope]);
+        assert!(
+            held < 64 << 20,
+            "{held} bytes written before it was stopped"
+        );
+    }
+
     #[test]
     fn without_isolation_a_required_profile_refuses_and_an_optional_one_runs_unconfined() {
         let dir = tempfile::tempdir().unwrap();

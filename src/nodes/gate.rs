@@ -438,6 +438,14 @@ impl CompiledGate {
                     String::from_utf8_lossy(&finished.stdout.head),
                     String::from_utf8_lossy(&finished.stderr.head)
                 );
+                // Stopped by its confinement: the code under review tried something it may
+                // not, or outgrew a bound. A failure, never "could not run".
+                if let Some(violation) = &finished.violation {
+                    return Ok(Verdict::Failed(format!(
+                        "{violation}\n{}",
+                        tail(&output, DETAIL_LINES)
+                    )));
+                }
                 match finished.exit {
                     Exit::Code(0) => Ok(Verdict::Passed),
                     Exit::Code(code) => Ok(Verdict::Failed(format!(

@@ -259,6 +259,18 @@ impl std::fmt::Display for Violation {
     }
 }
 
+/// How often a confined process's write folders are measured against its disk bound.
+const DISK_WATCH: Duration = Duration::from_millis(500);
+
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A memfd holding `bytes`, at descriptor 10 or above, closed on exec (the child dups it).
 fn memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
     use std::os::fd::FromRawFd;
@@ -620,6 +632,36 @@ pub async fn run(
         });
     }
 
+    // A confined process's write folders are measured while it runs: past its disk bound, it
+    // is stopped as a cancel would stop it, and the bound is its violation.
+    let stop = cancel.child_token();
+    let cancel = &stop;
+    let disk_exceeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _watch = spec
+        .confinement
+        .as_ref()
+        .zip(launch.as_ref())
+        .and_then(|(confinement, _)| {
+            let limit = confinement.profile.limits.disk_mib? << 20;
+            let paths = confinement.profile.write.clone();
+            let (stop, exceeded) = (stop.clone(), Arc::clone(&disk_exceeded));
+            Some(AbortOnDrop(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(DISK_WATCH).await;
+                    let paths = paths.clone();
+                    let used = tokio::task::spawn_blocking(move || {
+                        crate::confinement::bounds::disk_used(&paths)
+                    })
+                    .await
+                    .unwrap_or(0);
+                    if used > limit {
+                        exceeded.store(true, std::sync::atomic::Ordering::Relaxed);
+                        stop.cancel();
+                        return;
+                    }
+                }
+            })))
+        });
     let exited = CancellationToken::new();
     // Output someone watches live is read as it comes, from the start.
     let quick_exit = match options.live {
@@ -673,6 +715,9 @@ pub async fn run(
             .profile
             .limits;
         violation = match exit {
+            Exit::Cancelled if disk_exceeded.load(std::sync::atomic::Ordering::Relaxed) => limits
+                .disk_mib
+                .map(|mib| Violation::Bound(format!("its disk bound ({mib} MiB)"))),
             Exit::Signal(signal) if signal == nix::libc::SIGSYS => Some(Violation::ForbiddenCall),
             Exit::Signal(signal) => {
                 crate::confinement::bounds::exceeded_by_signal(signal, limits).map(Violation::Bound)
