@@ -224,6 +224,19 @@ def big_file():
     return allowed("allocated 3 GiB")
 
 
+def fill_disk():
+    import time
+    chunk = b"\0" * (8 << 20)
+    try:
+        for i in range(64):  # 512 MiB in files under any per-file bound, over 16 seconds
+            with open(os.path.join(ENV["TMPDIR"], f"fill{i}"), "wb") as f:
+                f.write(chunk)
+            time.sleep(0.25)
+    except OSError as e:
+        return refused(e.errno)
+    return allowed("wrote 512 MiB into its folders")
+
+
 def open_files():
     held = []
     try:

@@ -171,6 +171,11 @@ const CASES: &[Case] = &[
     case("memory", Role::Builder, "hold 4 GiB of memory"),
     case("processes", Role::Skill, "start 500 processes"),
     case("big_file", Role::Skill, "allocate a 3 GiB file"),
+    case(
+        "fill_disk",
+        Role::Skill,
+        "fill its folders with 512 MiB of small files",
+    ),
     case("open_files", Role::Skill, "hold 100,000 files open"),
     case("mknod", Role::Builder, "make a device node"),
     case("capabilities", Role::Builder, "hold a capability"),
@@ -533,7 +538,7 @@ async fn attack(
             Verdict::Refused,
             "seccomp: the process was killed".to_owned(),
         ),
-        Some(Violation::Bound(bound)) => outcome(Verdict::Refused, format!("cgroup: {bound}")),
+        Some(Violation::Bound(bound)) => outcome(Verdict::Refused, format!("stopped at {bound}")),
         None => {
             let stdout = String::from_utf8_lossy(&finished.stdout.head);
             match stdout.lines().last().map(serde_json::from_str::<Report>) {
