@@ -8,12 +8,7 @@ use common::{kavi, shipped_workspace};
 
 #[test]
 fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
-    if let Err(missing) = kavi::confinement::runtime::bwrap() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must isolate: {missing}"
-        );
-        eprintln!("skipping: {missing}");
+    if !common::isolation_or_skip() {
         return;
     }
     let dir = shipped_workspace();
@@ -43,7 +38,7 @@ fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
 /// connection through, and the drill says so and fails.
 #[test]
 fn a_weakened_profile_is_reported_allowed_and_fails_the_drill() {
-    if kavi::confinement::runtime::bwrap().is_err() {
+    if !common::isolation_or_skip() {
         return;
     }
     let dir = shipped_workspace();

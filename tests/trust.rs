@@ -532,25 +532,9 @@ fn assert_denied(record: &serde_json::Value) {
     );
 }
 
-/// Whether this machine isolates skills; where it cannot, the test skips (and fails under CI,
-/// which installs bubblewrap).
-fn isolation_or_skip() -> bool {
-    match kavi::confinement::runtime::bwrap() {
-        Ok(_) => true,
-        Err(missing) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must isolate: {missing}"
-            );
-            eprintln!("skipping: {missing}");
-            false
-        }
-    }
-}
-
 #[test]
 fn a_read_only_skill_can_neither_write_outside_its_temporary_folder_nor_connect() {
-    if !isolation_or_skip() {
+    if !common::isolation_or_skip() {
         return;
     }
     let dir = workspace_with(PROPOSAL, &side_effect_skill("READ_ONLY"), SIDE_EFFECT_TEST);
@@ -604,7 +588,7 @@ fn a_read_only_skill_can_neither_write_outside_its_temporary_folder_nor_connect(
 
 #[test]
 fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
-    if !isolation_or_skip() {
+    if !common::isolation_or_skip() {
         return;
     }
     let proposal = PROPOSAL
@@ -808,16 +792,20 @@ fn bytes_rewritten_during_runs_never_run_under_the_trusted_hash() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // Written in place, as an attacker racing the interpreter's open would.
                 std::fs::write(&skill, &other).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
                 std::fs::write(&skill, &trusted).unwrap();
+                // The trusted bytes stay a while, so that some runs get past the hash check
+                // and show what runs then.
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
         })
     };
     let mut ran = 0;
     for _ in 0..25 {
-        let out = kavi(&root, &["skill", "run", "demo", "--input", "1"]);
+        let out = kavi(&root, &["skill", "run", "demo", "--input", r#"{"n": 1}"#]);
         if out.status.success() {
             ran += 1;
-            assert_eq!(json(&out)["output"], serde_json::json!({"echo": 1}));
+            assert_eq!(json(&out)["output"], serde_json::json!({"echo": {"n": 1}}));
         } else {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(stderr.contains("refusing to run `demo`"), "{stderr}");
@@ -826,6 +814,11 @@ fn bytes_rewritten_during_runs_never_run_under_the_trusted_hash() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     rewriter.join().unwrap();
     eprintln!("{ran} of 25 runs ran (the others were refused as drift)");
+    // A run that got past the hash ran the trusted bytes: the check above held for each.
+    assert!(
+        ran > 0,
+        "every run was refused: the race never reached the interpreter"
+    );
 }
 
 /// A FILE_WRITE scope cannot name kavi's state, its governance, other skills, hidden files at

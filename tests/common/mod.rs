@@ -238,3 +238,19 @@ pub fn assert_ledger_verifies(root: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Whether this machine isolates builders, gates and skills (bubblewrap and namespaces). Where it
+/// cannot, the caller skips, saying why; under CI, which installs bubblewrap, that fails.
+pub fn isolation_or_skip() -> bool {
+    match kavi::confinement::runtime::bwrap() {
+        Ok(_) => true,
+        Err(missing) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must isolate: {missing}"
+            );
+            eprintln!("skipping: {missing}");
+            false
+        }
+    }
+}
