@@ -146,10 +146,13 @@ pub struct Cgroup {
 /// A distinct name for each cgroup this kavi makes.
 fn next_name() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
+    // Random too: a kavi killed before it removed its cgroups leaves their names taken, and a
+    // later kavi may get the same pid.
     format!(
-        "kavi-{}-{}",
+        "kavi-{}-{}-{}",
         std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
     )
 }
 
@@ -298,14 +301,24 @@ pub fn exceeded_by_signal(signal: i32, limits: &Limits) -> Option<String> {
 }
 
 /// The disk the files under `paths` take (allocated blocks, so a sparse file counts for what it
-/// holds), not following links.
-pub fn disk_used(paths: &[std::path::PathBuf]) -> u64 {
+/// holds), not following links; `None` when part of them cannot be measured (a folder nested
+/// past the longest path, say), which the caller takes as past any bound: what cannot be
+/// counted cannot be shown to be within it.
+pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    paths
+    let mut used = 0;
+    for entry in paths
         .iter()
         .flat_map(|path| walkdir::WalkDir::new(path).follow_links(false))
-        .flatten()
-        .filter_map(|entry| entry.metadata().ok())
-        .map(|metadata| metadata.blocks() * 512)
-        .sum()
+    {
+        match entry {
+            Ok(entry) => used += entry.metadata().ok()?.blocks() * 512,
+            // Gone between listing and reading: nothing to count.
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(used)
 }

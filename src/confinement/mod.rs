@@ -95,6 +95,9 @@ pub struct Confinement {
 pub struct Launch {
     /// The Landlock ruleset the child restricts itself with before it execs bubblewrap.
     pub landlock: Option<Arc<OwnedFd>>,
+    /// The write scopes, opened without following a symlink, that bubblewrap mounts from
+    /// descriptors after the seccomp programs' (see [`runtime::arguments`]).
+    pub scopes: Vec<OwnedFd>,
     pub program: PathBuf,
     pub args: Vec<String>,
     pub filters: Arc<Vec<Vec<u8>>>,
@@ -123,9 +126,41 @@ impl Confinement {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::Unsupported, e))?;
         let mut read = self.profile.read.clone();
         read.extend(installation_of(program));
+        // Each write scope is opened here, once, and mounted from that descriptor: a path that
+        // bubblewrap resolved again could have been swapped for a symlink in between (by
+        // another skill writing the folder around it) and mounted a host folder writable.
+        let mut scopes = Vec::new();
+        let mut write = Vec::new();
+        for path in &self.profile.write {
+            match open_scope(path) {
+                Ok(fd) => {
+                    write.push((path.clone(), 3 + filters.len() + scopes.len()));
+                    scopes.push(fd);
+                }
+                // A scope that does not exist is not mounted, as a read path is not.
+                Err(nix::errno::Errno::ENOENT) => {}
+                Err(nix::errno::Errno::ELOOP) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!(
+                            "refusing to run the {}: its write scope {} is reached through a \
+                             symlink",
+                            self.profile.role,
+                            path.display()
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    return Err(std::io::Error::other(format!(
+                        "cannot open the write scope {}: {e}",
+                        path.display()
+                    )));
+                }
+            }
+        }
         let mut wrapped = runtime::arguments(
             &read,
-            &self.profile.write,
+            &write,
             &self.profile.hide,
             self.profile.network,
             cwd,
@@ -138,6 +173,7 @@ impl Confinement {
         let rlimits = bounds::rlimits(&self.profile.limits, cgroup.is_some());
         Ok(Some(Launch {
             landlock: self.landlock.as_ref().map(|(fd, _)| Arc::clone(fd)),
+            scopes,
             program: bwrap.to_owned(),
             args: wrapped,
             filters: Arc::clone(filters),
@@ -176,6 +212,18 @@ impl Confinement {
             "policy_hash": self.policy.as_ref().map(|p| &p.hash),
         })
     }
+}
+
+/// `path` opened as a place to mount (`O_PATH`), refusing a symlink in any of its components.
+fn open_scope(path: &Path) -> nix::Result<OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    nix::fcntl::openat2(
+        nix::fcntl::AT_FDCWD,
+        path,
+        OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS),
+    )
 }
 
 /// What a program needs besides itself when it lives in a Python virtual environment (a pinned
@@ -244,7 +292,16 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
         }
     }
     let mut profile = profile;
-    profile.hide.extend(matching(&profile));
+    let matches = matching(&profile).map_err(|reason| ConfinementError::Path {
+        role: role.clone(),
+        path: reason.0,
+        reason: format!(
+            "cannot search it for what `hide_matching` hides ({}); a folder that cannot be \
+             searched could hold a secret, so nothing runs",
+            reason.1
+        ),
+    })?;
+    profile.hide.extend(matches);
     let filters = seccomp::filters(profile.network)
         .map_err(|reason| ConfinementError::Filters { role, reason })?;
     let landlock = landlock_layer(profile.network).map(|fd| (Arc::new(fd), kernel_abi()));
@@ -259,15 +316,20 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
 
 /// The paths below the profile's own folders that its `hide_matching` globs match, each
 /// outermost match once (a matching folder is hidden whole), never inside what is hidden
-/// already or through a symlink.
-fn matching(profile: &Profile) -> Vec<PathBuf> {
+/// already or through a symlink. A folder that cannot be searched (unreadable, or nested past
+/// the longest path) is an error, never skipped: what it holds could match.
+fn matching(profile: &Profile) -> Result<Vec<PathBuf>, (PathBuf, String)> {
     let Some((globs, roots)) = &profile.hide_matching else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let mut found = Vec::new();
     for root in roots {
         let mut walker = walkdir::WalkDir::new(root).follow_links(false).into_iter();
-        while let Some(Ok(entry)) = walker.next() {
+        while let Some(entry) = walker.next() {
+            let entry = entry.map_err(|e| {
+                let path = e.path().unwrap_or(root).to_owned();
+                (path, e.to_string())
+            })?;
             let path = entry.path();
             if profile.hide.iter().any(|hidden| path.starts_with(hidden)) {
                 if entry.file_type().is_dir() {
@@ -286,7 +348,7 @@ fn matching(profile: &Profile) -> Vec<PathBuf> {
             }
         }
     }
-    found
+    Ok(found)
 }
 
 /// The Landlock ABI version this kernel offers (0: none).
@@ -578,7 +640,7 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
             finished.violation,
             Some(Violation::Bound("its disk bound (8 MiB)".into()))
         );
-        let held = bounds::disk_used(&[scope]);
+        let held = bounds::disk_used(&[scope]).unwrap();
         assert!(
             held < 64 << 20,
             "{held} bytes written before it was stopped"
@@ -604,6 +666,80 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
         assert!(!unconfined.isolated());
         assert_eq!(unconfined.record()["enforced"], "none");
         assert_eq!(unconfined.record()["unconfined_because"], "no namespaces");
+    }
+
+    /// A scope swapped for a symlink between the check and the start (another skill racing
+    /// in the folder around it) is refused when the process starts, never mounted.
+    #[tokio::test]
+    async fn a_write_scope_swapped_for_a_symlink_after_the_check_is_not_mounted() {
+        if runtime::bwrap().is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let (scope, elsewhere) = (dir.join("scope"), dir.join("elsewhere"));
+        std::fs::create_dir_all(&scope).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let confinement = prepare(profile(&dir, vec![scope.clone()], Limits::default())).unwrap();
+        std::fs::remove_dir(&scope).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &scope).unwrap();
+        let spec = CommandSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), format!("echo x > {}/planted", scope.display())],
+            env: vec![],
+            cwd: dir.clone(),
+            stdin: None,
+            confinement: Some(confinement),
+        };
+        let options = CaptureOptions {
+            limit: 4096,
+            spill_dir: dir.clone(),
+            roster: None,
+            live: None,
+        };
+        let err = process::run(&spec, &options, &Default::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("reached through a symlink"), "{err}");
+        assert!(!elsewhere.join("planted").exists());
+    }
+
+    /// A folder nested past the longest path cannot be searched for secrets: the profile is
+    /// refused, never prepared with what the search reached before it.
+    #[test]
+    fn a_workspace_that_cannot_be_searched_for_secrets_refuses_the_role() {
+        use nix::fcntl::{OFlag, open, openat};
+        use nix::sys::stat::Mode;
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let name = "d".repeat(200);
+        let mut fd = open(&dir, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty()).unwrap();
+        for _ in 0..25 {
+            nix::sys::stat::mkdirat(&fd, name.as_str(), Mode::from_bits_truncate(0o755)).unwrap();
+            fd = openat(
+                &fd,
+                name.as_str(),
+                OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+                Mode::empty(),
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.join("zz.env"), "API_KEY=1").unwrap();
+        let mut profile = profile(&dir, vec![], Limits::default());
+        let mut secrets = globset::GlobSetBuilder::new();
+        secrets.add(globset::Glob::new("**/*.env").unwrap());
+        profile.hide_matching = Some((Arc::new(secrets.build().unwrap()), vec![dir.clone()]));
+        let err = prepare_with(profile, None).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot search it for what `hide_matching` hides"),
+            "{err}"
+        );
+        // The tree goes as it came, one level at a time below the longest path.
+        let _ = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(&dir)
+            .status();
     }
 
     #[test]

@@ -69,7 +69,7 @@ enum Mount {
 /// write scope inside a read-only folder stays writable and a hidden folder stays hidden.
 pub fn arguments(
     read: &[PathBuf],
-    write: &[PathBuf],
+    write: &[(PathBuf, usize)],
     hide: &[PathBuf],
     network: bool,
     cwd: &Path,
@@ -96,7 +96,7 @@ pub fn arguments(
     // The process is uid 0 of its user namespace, which is the host's uid 0 when kavi runs
     // as root, and /proc's kernel knobs check the uid, not a capability: the ones that reach
     // the host (core_pattern, sysrq, binfmt_misc, IRQs) are read-only, and the ones that show
-    // its memory or keys are empty, as Docker does for its containers.
+    // the kernel's memory, keys or layout are empty, as Docker does for its containers.
     for knob in [
         "/proc/sys",
         "/proc/sysrq-trigger",
@@ -112,6 +112,16 @@ pub fn arguments(
         "/proc/keys",
         "/proc/timer_list",
         "/proc/sched_debug",
+        "/proc/kpageflags",
+        "/proc/kpagecount",
+        "/proc/kpagecgroup",
+        "/proc/slabinfo",
+        "/proc/vmallocinfo",
+        "/proc/pagetypeinfo",
+        "/proc/zoneinfo",
+        "/proc/iomem",
+        "/proc/kallsyms",
+        "/proc/config.gz",
     ] {
         if Path::new(shown).exists() {
             args.extend(["--ro-bind".into(), "/dev/null".into(), shown.into()]);
@@ -125,19 +135,20 @@ pub fn arguments(
     if network {
         args.push("--share-net".into());
     }
-    let mut mounts: Vec<(usize, Mount, &PathBuf)> = read
+    // A write scope is mounted from the descriptor kavi opened it as (its number here).
+    let mut mounts: Vec<(usize, Mount, &PathBuf, usize)> = read
         .iter()
-        .map(|p| (Mount::Read, p))
-        .chain(write.iter().map(|p| (Mount::Write, p)))
-        .chain(hide.iter().map(|p| (Mount::Hide, p)))
-        .map(|(kind, path)| (path.components().count(), kind, path))
+        .map(|p| (Mount::Read, p, 0))
+        .chain(write.iter().map(|(p, fd)| (Mount::Write, p, *fd)))
+        .chain(hide.iter().map(|p| (Mount::Hide, p, 0)))
+        .map(|(kind, path, fd)| (path.components().count(), kind, path, fd))
         .collect();
     mounts.sort();
-    for (_, kind, path) in mounts {
+    for (_, kind, path, fd) in mounts {
         let path = path.display().to_string();
         match kind {
             Mount::Read => args.extend(["--ro-bind-try".into(), path.clone(), path]),
-            Mount::Write => args.extend(["--bind-try".into(), path.clone(), path]),
+            Mount::Write => args.extend(["--bind-fd".into(), fd.to_string(), path]),
             Mount::Hide if Path::new(&path).is_dir() => {
                 args.extend(["--tmpfs".into(), path.clone(), "--remount-ro".into(), path]);
             }
@@ -151,7 +162,8 @@ pub fn arguments(
     // does not list as writable is not, even where nothing is mounted.
     args.extend(["--remount-ro".into(), "/".into()]);
     args.extend(["--chdir".into(), cwd.display().to_string()]);
-    // The programs' descriptors are 3, 4, ... in the child (see process::spawn).
+    // The programs' descriptors are 3, 4, ... in the child, the write scopes' after them (see
+    // process::spawn).
     for fd in 0..filters {
         args.extend(["--add-seccomp-fd".into(), (3 + fd).to_string()]);
     }

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -271,7 +271,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A memfd holding `bytes`, at descriptor 10 or above, closed on exec (the child dups it).
+/// A memfd holding `bytes`, at a high descriptor, closed on exec (the child dups it).
 fn memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: a plain system call with a static name; a non-negative result is ours.
@@ -283,7 +283,16 @@ fn memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
     let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     (&file).write_all(bytes)?;
     (&file).seek(SeekFrom::Start(0))?;
-    let high = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))?;
+    high(file.as_fd())
+}
+
+/// The lowest descriptor a child's passed descriptors are taken from: above every target.
+const PASSED_FROM: i32 = 64;
+
+/// A copy of `fd` at [`PASSED_FROM`] or above, closed on exec (the child dups it down).
+fn high(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let high = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(PASSED_FROM))?;
     // SAFETY: fcntl just made this descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(high) })
 }
@@ -596,7 +605,17 @@ pub async fn run(
                 .iter()
                 .map(|program| memfd(program))
                 .collect::<io::Result<Vec<_>>>()?;
-            let pass: Vec<_> = filters.iter().map(|fd| fd.as_raw_fd()).collect();
+            // Above the child's targets (3, 4, ...), so that no dup lands on one not yet moved.
+            let scopes = launch
+                .scopes
+                .iter()
+                .map(|fd| high(fd.as_fd()))
+                .collect::<io::Result<Vec<_>>>()?;
+            let pass: Vec<_> = filters
+                .iter()
+                .chain(&scopes)
+                .map(|fd| fd.as_raw_fd())
+                .collect();
             let cgroups: Vec<_> = launch
                 .cgroup
                 .iter()
@@ -653,8 +672,9 @@ pub async fn run(
                         crate::confinement::bounds::disk_used(&paths)
                     })
                     .await
-                    .unwrap_or(0);
-                    if used > limit {
+                    .ok()
+                    .flatten();
+                    if used.is_none_or(|used| used > limit) {
                         exceeded.store(true, std::sync::atomic::Ordering::Relaxed);
                         stop.cancel();
                         return;

@@ -44,7 +44,7 @@ struct ChildPlan {
     /// the child need not ask after each of them.
     handlers_cleared: bool,
     /// Descriptors the child gets at 3, 4, ... in this order (the confinement's seccomp
-    /// programs, which bubblewrap reads); each is at 10 or above in kavi.
+    /// programs and write scopes, which bubblewrap reads); each is at 64 or above in kavi.
     pass: Vec<RawFd>,
     /// `cgroup.procs` files the child writes itself into.
     cgroups: Vec<RawFd>,
@@ -200,7 +200,7 @@ pub fn spawn(
     stdin: bool,
     extras: &Extras<'_>,
 ) -> io::Result<Spawned> {
-    debug_assert!(extras.pass.iter().all(|&fd| fd >= 10) && extras.pass.len() < 7);
+    debug_assert!(extras.pass.iter().all(|&fd| fd >= 64) && extras.pass.len() < 60);
     let program_c = c_string(program.as_os_str().as_bytes())?;
     let args_c = std::iter::once(Ok(program_c.clone()))
         .chain(args.iter().map(|a| c_string(a.as_bytes())))
