@@ -29,7 +29,7 @@ pub struct Limits {
     pub memory_mib: Option<u64>,
     /// Processes (and threads) alive at once in the tree.
     pub processes: Option<u64>,
-    /// CPU time of each process, in seconds.
+    /// CPU time of the whole tree (where the cgroup counts it) and of each process, in seconds.
     pub cpu_seconds: Option<u64>,
     /// Open files of each process.
     pub open_files: Option<u64>,
@@ -62,8 +62,13 @@ impl Limits {
 pub enum CgroupSupport {
     /// A cgroup v2 folder kavi may make children in.
     V2(PathBuf),
-    /// cgroup v1: the `memory` and `pids` hierarchies' folders kavi may make children in.
-    V1 { memory: PathBuf, pids: PathBuf },
+    /// cgroup v1: the `memory` and `pids` hierarchies' folders kavi may make children in, and
+    /// `cpuacct`'s where the machine has it.
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpuacct: Option<PathBuf>,
+    },
     /// Neither: why not.
     None(String),
 }
@@ -72,7 +77,8 @@ impl CgroupSupport {
     pub fn describe(&self) -> String {
         match self {
             CgroupSupport::V2(path) => format!("cgroup v2 ({})", path.display()),
-            CgroupSupport::V1 { .. } => "cgroup v1 (memory, pids)".to_owned(),
+            CgroupSupport::V1 { cpuacct: None, .. } => "cgroup v1 (memory, pids)".to_owned(),
+            CgroupSupport::V1 { .. } => "cgroup v1 (memory, pids, cpuacct)".to_owned(),
             CgroupSupport::None(why) => format!("rlimits only ({why})"),
         }
     }
@@ -126,7 +132,12 @@ pub fn cgroup_support() -> &'static CgroupSupport {
                 if can_make_child(&memory, "memory.limit_in_bytes", "-1")
                     && can_make_child(&pids, "pids.max", "max") =>
             {
-                CgroupSupport::V1 { memory, pids }
+                let cpuacct = v1("cpuacct").filter(|c| can_make_child(c, "notify_on_release", "0"));
+                CgroupSupport::V1 {
+                    memory,
+                    pids,
+                    cpuacct,
+                }
             }
             _ => CgroupSupport::None(
                 "no cgroup with the memory and pids controllers that kavi may make children in"
@@ -160,7 +171,8 @@ impl Cgroup {
     /// Makes the cgroup for `limits` (or none, when nothing it bounds is asked for or the
     /// machine has none) and opens the `cgroup.procs` files the child writes itself into.
     pub fn make(limits: &Limits) -> std::io::Result<Option<(Cgroup, Vec<OwnedFd>)>> {
-        if limits.memory_mib.is_none() && limits.processes.is_none() {
+        if limits.memory_mib.is_none() && limits.processes.is_none() && limits.cpu_seconds.is_none()
+        {
             return Ok(None);
         }
         let name = next_name();
@@ -178,8 +190,15 @@ impl Cgroup {
                     (0, "pids.max", pids),
                 ],
             ),
-            CgroupSupport::V1 { memory: m, pids: p } => (
-                vec![m.join(&name), p.join(&name)],
+            CgroupSupport::V1 {
+                memory: m,
+                pids: p,
+                cpuacct,
+            } => (
+                [m.join(&name), p.join(&name)]
+                    .into_iter()
+                    .chain(cpuacct.as_ref().map(|c| c.join(&name)))
+                    .collect(),
                 vec![
                     (
                         0,
@@ -223,6 +242,11 @@ impl Cgroup {
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Some((cgroup, procs)))
+    }
+
+    /// The cgroup's folders, one a hierarchy.
+    pub fn folders(&self) -> &[PathBuf] {
+        &self.folders
     }
 
     /// The bound the tree hit, if it hit one, read from the cgroup's event counters.
@@ -321,4 +345,19 @@ pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
         }
     }
     Some(used)
+}
+
+/// The CPU seconds a cgroup's whole tree has used, where one of its `folders` counts them
+/// (v1's `cpuacct`, v2's `cpu.stat`).
+pub fn cpu_seconds(folders: &[PathBuf]) -> Option<f64> {
+    folders.iter().find_map(|folder| {
+        if let Ok(ns) = fs::read_to_string(folder.join("cpuacct.usage")) {
+            return ns.trim().parse::<f64>().ok().map(|ns| ns / 1e9);
+        }
+        let stat = fs::read_to_string(folder.join("cpu.stat")).ok()?;
+        stat.lines().find_map(|line| {
+            let usec = line.strip_prefix("usage_usec ")?;
+            usec.trim().parse::<f64>().ok().map(|us| us / 1e6)
+        })
+    })
 }

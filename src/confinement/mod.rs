@@ -647,6 +647,37 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
         );
     }
 
+    /// Each process's CPU rlimit is below the bound, yet three of them together pass it: the
+    /// tree's time is what is bounded, where the cgroup counts it.
+    #[tokio::test]
+    async fn a_tree_that_spends_more_cpu_than_its_bound_is_stopped() {
+        if !matches!(
+            bounds::cgroup_support(),
+            bounds::CgroupSupport::V1 {
+                cpuacct: Some(_),
+                ..
+            } | bounds::CgroupSupport::V2(_)
+        ) {
+            eprintln!("skipping: {}", bounds::cgroup_support().describe());
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let limits = Limits {
+            cpu_seconds: Some(2),
+            ..Limits::default()
+        };
+        // Three spinners of 1.5 CPU seconds each, for at most 20 seconds.
+        let spin = "for i in 1 2 3; do timeout 20 python3 -c 'import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end: pass' & done; wait; sleep 20";
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], limits), spin).await else {
+            return;
+        };
+        assert_eq!(
+            finished.violation,
+            Some(Violation::Bound("its CPU bound (2 s)".into()))
+        );
+    }
+
     #[test]
     fn without_isolation_a_required_profile_refuses_and_an_optional_one_runs_unconfined() {
         let dir = tempfile::tempdir().unwrap();

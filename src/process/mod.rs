@@ -259,8 +259,8 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// How often a confined process's write folders are measured against its disk bound.
-const DISK_WATCH: Duration = Duration::from_millis(500);
+/// How often a confined process's write folders and CPU time are measured against its bounds.
+const BOUNDS_WATCH: Duration = Duration::from_millis(500);
 
 /// A task that ends when its handle is dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -651,37 +651,58 @@ pub async fn run(
         });
     }
 
-    // A confined process's write folders are measured while it runs: past its disk bound, it
-    // is stopped as a cancel would stop it, and the bound is its violation.
+    // A confined process's write folders and its tree's CPU time are measured while it runs:
+    // past a bound, it is stopped as a cancel would stop it, and the bound is its violation.
     let stop = cancel.child_token();
     let cancel = &stop;
-    let disk_exceeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let _watch = spec
-        .confinement
-        .as_ref()
-        .zip(launch.as_ref())
-        .and_then(|(confinement, _)| {
-            let limit = confinement.profile.limits.disk_mib? << 20;
-            let paths = confinement.profile.write.clone();
-            let (stop, exceeded) = (stop.clone(), Arc::clone(&disk_exceeded));
-            Some(AbortOnDrop(tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(DISK_WATCH).await;
-                    let paths = paths.clone();
-                    let used = tokio::task::spawn_blocking(move || {
-                        crate::confinement::bounds::disk_used(&paths)
-                    })
-                    .await
-                    .ok()
-                    .flatten();
-                    if used.is_none_or(|used| used > limit) {
-                        exceeded.store(true, std::sync::atomic::Ordering::Relaxed);
-                        stop.cancel();
-                        return;
-                    }
+    let exceeded: Arc<Mutex<Option<String>>> = Arc::default();
+    let _watch =
+        spec.confinement
+            .as_ref()
+            .zip(launch.as_ref())
+            .and_then(|(confinement, launch)| {
+                let limits = confinement.profile.limits;
+                let disk = limits
+                    .disk_mib
+                    .map(|mib| (mib, confinement.profile.write.clone()));
+                let cpu = limits.cpu_seconds.zip(
+                    launch
+                        .cgroup
+                        .as_ref()
+                        .map(|(cgroup, _)| cgroup.folders().to_vec()),
+                );
+                if disk.is_none() && cpu.is_none() {
+                    return None;
                 }
-            })))
-        });
+                let (stop, exceeded) = (stop.clone(), Arc::clone(&exceeded));
+                Some(AbortOnDrop(tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(BOUNDS_WATCH).await;
+                        let (disk, cpu) = (disk.clone(), cpu.clone());
+                        let hit = tokio::task::spawn_blocking(move || {
+                            use crate::confinement::bounds;
+                            if let Some((mib, paths)) = disk
+                                && bounds::disk_used(&paths).is_none_or(|used| used > mib << 20)
+                            {
+                                return Some(format!("its disk bound ({mib} MiB)"));
+                            }
+                            let (seconds, folders) = cpu?;
+                            (bounds::cpu_seconds(&folders)? > seconds as f64)
+                                .then(|| format!("its CPU bound ({seconds} s)"))
+                        })
+                        .await
+                        .ok()
+                        .flatten();
+                        if let Some(bound) = hit {
+                            if let Ok(mut exceeded) = exceeded.lock() {
+                                *exceeded = Some(bound);
+                            }
+                            stop.cancel();
+                            return;
+                        }
+                    }
+                })))
+            });
     let exited = CancellationToken::new();
     // Output someone watches live is read as it comes, from the start.
     let quick_exit = match options.live {
@@ -735,9 +756,11 @@ pub async fn run(
             .profile
             .limits;
         violation = match exit {
-            Exit::Cancelled if disk_exceeded.load(std::sync::atomic::Ordering::Relaxed) => limits
-                .disk_mib
-                .map(|mib| Violation::Bound(format!("its disk bound ({mib} MiB)"))),
+            Exit::Cancelled => exceeded
+                .lock()
+                .ok()
+                .and_then(|mut bound| bound.take())
+                .map(Violation::Bound),
             Exit::Signal(signal) if signal == nix::libc::SIGSYS => Some(Violation::ForbiddenCall),
             Exit::Signal(signal) => {
                 crate::confinement::bounds::exceeded_by_signal(signal, limits).map(Violation::Bound)
