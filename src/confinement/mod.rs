@@ -409,15 +409,21 @@ mod tests {
         }
     }
 
+    /// Says why a test cannot run on this machine, which it then skips; under CI, whose
+    /// machine has what these tests need, that fails instead.
+    fn skipping(missing: &str) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to run this: {missing}"
+        );
+        eprintln!("skipping: {missing}");
+    }
+
     /// Runs `script` with `sh` under `profile`, in `dir`. `None` when this machine cannot
     /// isolate: the caller skips (and fails under CI, where it must).
     async fn run_sh(dir: &Path, profile: Profile, script: &str) -> Option<process::Finished> {
         if let Err(missing) = runtime::bwrap() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must be able to isolate: {missing}"
-            );
-            eprintln!("skipping: {missing}");
+            skipping(missing);
             return None;
         }
         let spec = CommandSpec {
@@ -589,7 +595,7 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
     #[tokio::test]
     async fn a_process_tree_past_its_bounds_is_stopped_and_says_which() {
         if matches!(bounds::cgroup_support(), bounds::CgroupSupport::None(_)) {
-            eprintln!("skipping: {}", bounds::cgroup_support().describe());
+            skipping(&bounds::cgroup_support().describe());
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -658,7 +664,7 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
                 ..
             } | bounds::CgroupSupport::V2(_)
         ) {
-            eprintln!("skipping: {}", bounds::cgroup_support().describe());
+            skipping(&bounds::cgroup_support().describe());
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -703,7 +709,8 @@ socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
     /// in the folder around it) is refused when the process starts, never mounted.
     #[tokio::test]
     async fn a_write_scope_swapped_for_a_symlink_after_the_check_is_not_mounted() {
-        if runtime::bwrap().is_err() {
+        if let Err(missing) = runtime::bwrap() {
+            skipping(missing);
             return;
         }
         let dir = tempfile::tempdir().unwrap();
