@@ -69,6 +69,11 @@ pub fn python_with(venv: &str, requirement: &str, module: &str) -> Option<std::p
     if made && ready(&python) {
         Some(python)
     } else {
+        // .ci/run installs the clients the tests need: under CI their absence is a failure.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs {requirement} (.ci/run installs it)"
+        );
         eprintln!(
             "skipping: {requirement} could not be installed from PyPI (pip install '{requirement}')"
         );
