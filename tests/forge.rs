@@ -666,6 +666,8 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         ("type", "VERIFY_TYPES", "verify", Some("types")),
         ("test", "VERIFY_TEST", "verify", Some("tests")),
         ("policy", "VERIFY_POLICY", "verify", Some("policy")),
+        // A test that reads a secret is a security violation, not a failing test.
+        ("escape", "SECURITY_VIOLATION", "verify", Some("tests")),
     ] {
         let dir = shipped_workspace();
         let root = dir.path();
@@ -673,7 +675,7 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         // A policy failure stops the run for review (exit 6) until a person approves, which
         // resumes it; the others go straight on to attempt 2.
-        let security = kind == "VERIFY_POLICY";
+        let security = kind == "VERIFY_POLICY" || kind == "SECURITY_VIOLATION";
         let mut attempts = last_forge(root).1;
         if security {
             assert_eq!(out.status.code(), Some(6), "{flaw}: {stdout}");

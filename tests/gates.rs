@@ -183,6 +183,36 @@ fn a_failing_test_fails_the_tests_gate() {
     );
 }
 
+/// The code under review that tries to get something out while its tests run is not a failing
+/// test: the gate set fails as a security violation, first whatever else failed.
+#[test]
+fn a_test_that_reaches_out_fails_the_gates_as_a_security_violation() {
+    let escape = format!(
+        "{TEST}\n\ndef test_out() -> None:\n    import socket\n    \
+         socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'k', ('127.0.0.1', 9))\n"
+    );
+    let dir = workspace(&format!("import os\n{SKILL}"), &escape);
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    let tests = verification(&run, "tests");
+    assert_eq!(tests["status"], "failed");
+    assert_eq!(tests["failure_kind"], "SECURITY_VIOLATION");
+    assert!(
+        tests["detail"]
+            .as_str()
+            .unwrap()
+            .contains("forbidden system call"),
+        "{}",
+        tests["detail"]
+    );
+    // The unused import fails the lint gate too; the security violation names the attempt.
+    assert_eq!(verification(&run, "lint")["status"], "failed");
+    assert_eq!(
+        run["nodes"][0]["outputs"]["failure_kind"],
+        "SECURITY_VIOLATION"
+    );
+}
+
 #[test]
 fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     // An unused import (the lint gate) and a failing test (the tests gate).
@@ -190,7 +220,7 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     let dir = workspace(&skill, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
-    let shipped = "precedence = [\n    \"VERIFY_POLICY\", \"VERIFY_INVARIANT\", \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
+    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\", \"VERIFY_LINT\",\n    \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
     assert!(text.contains(shipped));
     // The tests gate moved to the top of the file: lint still names the attempt.
     let at = text.find("[[gate]]\nid = \"tests\"").unwrap();

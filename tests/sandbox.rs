@@ -499,15 +499,31 @@ fn drill_the_confined_builder_cannot_write_the_workspace_or_the_ledger_by_absolu
     assert_eq!(confinement["enforced"], "bubblewrap", "{confinement}");
 }
 
-/// A builder that tries to get something out, or to reach the terminal, is killed by its
-/// confinement, and the attempt goes to a person as a security kind.
+/// A builder that tries to get something out, to reach the terminal, to read a secret or to
+/// leave a daemon is stopped by its confinement, and the attempt goes to a person at once as a
+/// security violation.
 #[test]
-fn drill_a_builder_that_reaches_out_is_killed_and_escalated() {
-    for misbehaviour in [
+fn drill_a_builder_that_reaches_out_is_stopped_and_escalated() {
+    for (misbehaviour, stopped_for) in [
         // Credentials out over UDP.
-        "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"k\", (\"127.0.0.1\", 9))'",
+        (
+            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"k\", (\"127.0.0.1\", 9))'",
+            "forbidden system call",
+        ),
         // Input pushed into the terminal that started kavi.
-        "python3 -c 'import fcntl, termios; fcntl.ioctl(2, termios.TIOCSTI, b\"x\")'",
+        (
+            "python3 -c 'import fcntl, termios; fcntl.ioctl(2, termios.TIOCSTI, b\"x\")'",
+            "forbidden system call",
+        ),
+        // The user's SSH key, to embed in the skill.
+        (
+            "cat ~/.ssh/id_rsa >> skills/word_count/skill.py; sleep 5",
+            "/.ssh/id_rsa, a decoy",
+        ),
+        // Every process it may signal: kavi's, were it visible.
+        ("kill -9 -1", "forbidden system call"),
+        // A daemon, double forked, while the builder goes on with its work.
+        ("(setsid sleep 60 &); sleep 5", "(a daemon)"),
     ] {
         // A workspace each: the first attempt leaves its skill awaiting review.
         let drill = Drill::new();
@@ -517,12 +533,12 @@ fn drill_a_builder_that_reaches_out_is_killed_and_escalated() {
         drill.propose();
         let attempt = drill.attempt(misbehaviour);
         let error = attempt.failed("build");
-        assert!(error.contains("forbidden system call"), "{error}");
+        assert!(error.contains(stopped_for), "{error}");
         let build = node(&attempt.run, "build");
-        assert_eq!(build["outputs"]["failure_kind"], "CONFINEMENT_DENIED");
+        assert_eq!(build["outputs"]["failure_kind"], "SECURITY_VIOLATION");
         assert_eq!(
             node(&attempt.run, "classify")["outputs"]["kind"],
-            "CONFINEMENT_DENIED"
+            "SECURITY_VIOLATION"
         );
         // A security kind stops the loop at once, for a person.
         let escalate = node(&attempt.run, "escalate");
@@ -530,7 +546,7 @@ fn drill_a_builder_that_reaches_out_is_killed_and_escalated() {
         assert!(
             escalate["outputs"]["triggers"]
                 .to_string()
-                .contains("CONFINEMENT_DENIED"),
+                .contains("SECURITY_VIOLATION"),
             "{escalate}"
         );
     }

@@ -18,12 +18,21 @@ pub mod bounds;
 pub mod policy;
 pub mod runtime;
 mod seccomp;
+pub mod tripwire;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use bounds::Limits;
+
+/// The failure kind of a process its confinement stopped for what only an attack does (a
+/// forbidden system call, a sprung tripwire, a daemon): the shipped escalation rules send it
+/// to a person at once.
+pub const SECURITY_KIND: &str = "SECURITY_VIOLATION";
+
+/// The failure kind of a process its confinement stopped at a resource bound.
+pub const RESOURCE_KIND: &str = "RESOURCE_LIMIT";
 use serde::Serialize;
 
 /// What one role's process may touch, with every path resolved.
@@ -48,6 +57,8 @@ pub struct Profile {
     pub limits: Limits,
     /// The search path programs are found on, inside the view.
     pub path: String,
+    /// Where decoys are laid, where the view shows nothing else (see [`tripwire`]).
+    pub tripwires: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +114,8 @@ pub struct Launch {
     pub filters: Arc<Vec<Vec<u8>>>,
     pub cgroup: Option<(bounds::Cgroup, Vec<std::os::fd::OwnedFd>)>,
     pub rlimits: Vec<(nix::libc::__rlimit_resource_t, u64)>,
+    /// The decoys laid in the view, watched while the process runs.
+    pub tripwires: Option<tripwire::Tripwires>,
 }
 
 impl Confinement {
@@ -158,10 +171,20 @@ impl Confinement {
                 }
             }
         }
+        let mounted: Vec<&Path> = read
+            .iter()
+            .chain(write.iter().map(|(path, _)| path))
+            .chain(&self.profile.hide)
+            .map(PathBuf::as_path)
+            .collect();
+        let tripwires = tripwire::Tripwires::lay(&self.profile.tripwires, &mounted)?;
         let mut wrapped = runtime::arguments(
-            &read,
-            &write,
-            &self.profile.hide,
+            &runtime::View {
+                read: &read,
+                write: &write,
+                hide: &self.profile.hide,
+                decoys: tripwires.as_ref().map_or(&[], |t| t.mounts()),
+            },
             self.profile.network,
             cwd,
             filters.len(),
@@ -179,6 +202,7 @@ impl Confinement {
             filters: Arc::clone(filters),
             cgroup,
             rlimits,
+            tripwires,
         }))
     }
 
@@ -206,6 +230,7 @@ impl Confinement {
             "read": self.profile.read,
             "write": self.profile.write,
             "hide": self.profile.hide,
+            "tripwires": self.profile.tripwires,
             "network": if self.profile.network { "host" } else { "none" },
             "limits": self.profile.limits,
             "policy": self.policy.as_ref().map(|p| &p.path),
@@ -401,6 +426,10 @@ mod tests {
                 .collect(),
             write,
             hide: vec![dir.join("hidden")],
+            tripwires: vec![
+                dir.join("hidden/id_rsa"),
+                PathBuf::from("/root/.ssh/id_rsa"),
+            ],
             hide_matching: None,
             network: false,
             require: true,
@@ -538,6 +567,50 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         panic!("the daemon outlived its run");
+    }
+
+    #[tokio::test]
+    async fn reading_a_secret_where_it_usually_lives_springs_a_tripwire() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        let script = "cat /root/.ssh/id_rsa; echo read";
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+        else {
+            return;
+        };
+        assert_eq!(
+            finished.violation,
+            Some(Violation::Tripwire("/root/.ssh/id_rsa".into()))
+        );
+        assert!(finished.violation.as_ref().unwrap().is_security());
+        // Inside a hidden folder the view shows nothing, and no decoy is laid there.
+        let script = "ls -A /root/.ssh; cat hidden/id_rsa || echo absent";
+        let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+            .await
+            .unwrap();
+        assert_eq!(finished.violation, None);
+        assert_eq!(stdout(&finished), "id_rsa\nabsent\n");
+    }
+
+    #[tokio::test]
+    async fn a_daemon_is_seen_and_stops_the_process_that_left_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        // The double fork of a daemon: the middle process exits, its child is orphaned.
+        let script = "(setsid sleep 30 &) ; sleep 20; echo finished";
+        let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+        else {
+            return;
+        };
+        assert_eq!(finished.violation, Some(Violation::Daemon));
+        assert_eq!(stdout(&finished), "");
+        // A child the program waits for is no daemon.
+        let script = "sleep 0.5 & wait; echo finished";
+        let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+            .await
+            .unwrap();
+        assert_eq!(finished.violation, None);
+        assert_eq!(stdout(&finished), "finished\n");
     }
 
     #[tokio::test]

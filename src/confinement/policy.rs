@@ -44,6 +44,19 @@ struct RawSystem {
     read: Vec<String>,
     /// The search path programs are found on, inside the view.
     path: String,
+    /// Where decoys are laid in every view, where the view shows nothing else: a process that
+    /// opens one is stopped as a security violation. `~/` is kavi's home.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    tripwires: Vec<Spanned<String>>,
+}
+
+/// The part of the view every role shares.
+#[derive(Debug)]
+struct System {
+    read: Vec<PathBuf>,
+    path: String,
+    tripwires: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -96,7 +109,7 @@ pub struct RoleProfile {
     network: bool,
     limits: super::Limits,
     /// The system's part of the view, shared by every role.
-    system: Arc<(Vec<PathBuf>, String)>,
+    system: Arc<System>,
 }
 
 impl RoleProfile {
@@ -158,7 +171,7 @@ impl RoleProfile {
                 })
                 .collect()
         };
-        let mut read = self.system.0.clone();
+        let mut read = self.system.read.clone();
         let own = render(&self.read)?;
         for path in &own {
             // One mount a path: the snapshot is the workspace when nothing else runs.
@@ -186,7 +199,8 @@ impl RoleProfile {
             network: self.network,
             require: self.require,
             limits: self.limits,
-            path: self.system.1.clone(),
+            path: self.system.path.clone(),
+            tripwires: self.system.tripwires.clone(),
         })
     }
 }
@@ -266,14 +280,24 @@ impl ConfinementPolicy {
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
         let raw: RawPolicy =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
-        let system = Arc::new((
-            raw.system
-                .read
-                .iter()
-                .map(PathBuf::from)
-                .collect::<Vec<_>>(),
-            raw.system.path.clone(),
-        ));
+        let mut tripwires = Vec::new();
+        for entry in &raw.system.tripwires {
+            if !(entry.get_ref().starts_with('/') || entry.get_ref().starts_with("~/")) {
+                return Err(Diagnostic::new(format!(
+                    "a tripwire is an absolute path or one in kavi's home (`~/...`); \
+                     did you mean `~/{}`?",
+                    entry.get_ref().trim_start_matches(['~', '/'])
+                ))
+                .at(source, entry.span()));
+            }
+            tripwires.push(entry.get_ref().clone());
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let system = Arc::new(System {
+            read: raw.system.read.iter().map(PathBuf::from).collect(),
+            path: raw.system.path.clone(),
+            tripwires: super::tripwire::resolve(&tripwires, home.as_deref()),
+        });
         let check = |role, provided, raw| check(source, templates, role, provided, raw, &system);
         let skill = |role, raw| check(role, SKILL_VALUES, raw);
         Ok(Self {
@@ -294,7 +318,7 @@ fn check(
     role: &'static str,
     provided: &[&str],
     raw: RawProfile,
-    system: &Arc<(Vec<PathBuf>, String)>,
+    system: &Arc<System>,
 ) -> Result<RoleProfile, Diagnostic> {
     let mut per_write = std::collections::HashSet::new();
     for path in raw.read.iter().chain(&raw.write).chain(&raw.hide) {
@@ -501,5 +525,17 @@ mod tests {
             )
             .unwrap_err();
         assert!(err.contains("not absolute"), "{err}");
+    }
+
+    #[test]
+    fn a_tripwire_neither_absolute_nor_in_home_is_refused_at_its_line() {
+        let err = parse(&format!(
+            "{}[system]\nread = []\npath = \"/bin\"\ntripwires = [\".ssh/id_rsa\"]\n",
+            others("")
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("did you mean `~/.ssh/id_rsa`?"), "{err}");
+        assert!(err.contains("confinement.toml:"), "{err}");
     }
 }

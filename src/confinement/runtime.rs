@@ -54,6 +54,16 @@ pub fn bwrap() -> Result<&'static Path, &'static str> {
         .map_err(String::as_str)
 }
 
+/// The paths of a view, each the same path inside as outside.
+pub struct View<'a> {
+    pub read: &'a [PathBuf],
+    /// Each write scope, and the descriptor number it is mounted from.
+    pub write: &'a [(PathBuf, usize)],
+    pub hide: &'a [PathBuf],
+    /// Tripwires: each FIFO kavi made, and where it appears (see [`super::tripwire`]).
+    pub decoys: &'a [(PathBuf, PathBuf)],
+}
+
 /// What a mount in the view does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Mount {
@@ -62,15 +72,13 @@ enum Mount {
     Hide,
 }
 
-/// bubblewrap's arguments for a view of `read`, `write` and `hide` (each the same path inside as
-/// outside, so that every path kavi hands the process stays true), without the program.
+/// bubblewrap's arguments for `view` (each path the same inside as outside, so that every path
+/// kavi hands the process stays true), without the program.
 ///
 /// Parents are mounted before their children, and for one path a write after a read, so that a
 /// write scope inside a read-only folder stays writable and a hidden folder stays hidden.
 pub fn arguments(
-    read: &[PathBuf],
-    write: &[(PathBuf, usize)],
-    hide: &[PathBuf],
+    view: &View<'_>,
     network: bool,
     cwd: &Path,
     filters: usize,
@@ -136,11 +144,12 @@ pub fn arguments(
         args.push("--share-net".into());
     }
     // A write scope is mounted from the descriptor kavi opened it as (its number here).
-    let mut mounts: Vec<(usize, Mount, &PathBuf, usize)> = read
+    let mut mounts: Vec<(usize, Mount, &PathBuf, usize)> = view
+        .read
         .iter()
         .map(|p| (Mount::Read, p, 0))
-        .chain(write.iter().map(|(p, fd)| (Mount::Write, p, *fd)))
-        .chain(hide.iter().map(|p| (Mount::Hide, p, 0)))
+        .chain(view.write.iter().map(|(p, fd)| (Mount::Write, p, *fd)))
+        .chain(view.hide.iter().map(|p| (Mount::Hide, p, 0)))
         .map(|(kind, path, fd)| (path.components().count(), kind, path, fd))
         .collect();
     mounts.sort();
@@ -157,6 +166,15 @@ pub fn arguments(
             }
             Mount::Hide => {}
         }
+    }
+    // Decoys go where nothing else is mounted, so after everything: bubblewrap makes the
+    // folders they need in the view's own root.
+    for (fifo, shown) in view.decoys {
+        args.extend([
+            "--ro-bind".into(),
+            fifo.display().to_string(),
+            shown.display().to_string(),
+        ]);
     }
     // The view's own root (the folders made to mount on) is read-only too: what the profile
     // does not list as writable is not, even where nothing is mounted.

@@ -6,7 +6,8 @@
 //! - **kill**: calls no program under review has a reason to make, which only an attack would:
 //!   tracing another process, changing mounts, loading BPF or kernel code, rebooting, and the
 //!   terminal ioctls that push input into a terminal (TIOCSTI) or drive its console
-//!   (TIOCLINUX). The process dies with SIGSYS, which kavi reports as a security violation.
+//!   (TIOCLINUX), and a signal to every process it may signal (`kill -1`). The process dies
+//!   with SIGSYS, which kavi reports as a security violation.
 //!   Raw and packet sockets and MPTCP are in it, and, for a profile without the network, every
 //!   IPv4 and IPv6 socket.
 //! - **deny** (EPERM): calls an ordinary program may probe and cope without: the kernel keyring,
@@ -113,6 +114,12 @@ fn kill_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
             rule(vec![arg(1, SeccompCmpOp::Eq, TIOCSTI)?])?,
             rule(vec![arg(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
         ],
+    );
+    // A signal to every process it may signal (`kill -9 -1`): inside its PID namespace that is
+    // only its own tree, but nothing but an attempt on kavi does it.
+    rules.insert(
+        libc::SYS_kill,
+        vec![rule(vec![arg(0, SeccompCmpOp::Eq, u64::from(u32::MAX))?])?],
     );
     let (inet, inet6) = (libc::AF_INET as u64, libc::AF_INET6 as u64);
     let mut socket = vec![rule(vec![arg(2, SeccompCmpOp::Eq, IPPROTO_MPTCP)?])?];

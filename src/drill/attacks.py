@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 ENV = os.environ
 libc = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +42,10 @@ def syscall(number, *args):
 def home_canary():
     path = ENV["KAVI_DRILL_HOME_CANARY"]
     return read_file(path)
+
+
+def ssh_key():
+    return read_file(os.path.expanduser("~/.ssh/id_rsa"))
 
 
 def etc_shadow():
@@ -167,9 +172,12 @@ def daemon():
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            os.execvp("sleep", ["sleep", "30", token])
+            # The token rides in its command line, where the drill looks for survivors.
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(30)", token])
         os._exit(0)
     os.wait()
+    # The builder goes on with its work while the daemon waits for kavi to look away.
+    time.sleep(1)
     return allowed("left a daemon (the drill checks whether it outlived the run)")
 
 
@@ -187,6 +195,11 @@ def kill_kavi():
     except OSError as e:
         return refused(e.errno)
     return allowed("can signal kavi")
+
+
+def kill_everyone():
+    os.kill(-1, 9)
+    return allowed("signalled every process it may (kill -9 -1) and lived")
 
 
 def memory():

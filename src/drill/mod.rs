@@ -96,6 +96,7 @@ const CASES: &[Case] = &[
         Role::Builder,
         "read a file in the home folder of kavi's user",
     ),
+    case("ssh_key", Role::Builder, "read the SSH key of kavi's user"),
     case("etc_shadow", Role::Builder, "read /etc/shadow"),
     case(
         "kavi_environ",
@@ -168,6 +169,11 @@ const CASES: &[Case] = &[
         Outside::Survived,
     ),
     case("kill_kavi", Role::Builder, "signal kavi"),
+    case(
+        "kill_everyone",
+        Role::Builder,
+        "signal every process it may (kill -9 -1)",
+    ),
     case("memory", Role::Builder, "hold 4 GiB of memory"),
     case("processes", Role::Skill, "start 500 processes"),
     case("big_file", Role::Skill, "allocate a 3 GiB file"),
@@ -539,6 +545,17 @@ async fn attack(
             "seccomp: the process was killed".to_owned(),
         ),
         Some(Violation::Bound(bound)) => outcome(Verdict::Refused, format!("stopped at {bound}")),
+        Some(Violation::Tripwire(path)) => outcome(
+            Verdict::Refused,
+            format!(
+                "tripwire: {} is a decoy; the process was stopped",
+                path.display()
+            ),
+        ),
+        Some(Violation::Daemon) => outcome(
+            Verdict::Refused,
+            "watch: a daemon was seen; the process was stopped".to_owned(),
+        ),
         None => {
             let stdout = String::from_utf8_lossy(&finished.stdout.head);
             match stdout.lines().last().map(serde_json::from_str::<Report>) {

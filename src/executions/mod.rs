@@ -434,7 +434,7 @@ impl Runner<'_> {
             Ok(confinement) => confinement,
             Err(refusal) => return Ok((Err(refusal), None)),
         };
-        let record = Some(confinement.record());
+        let mut record = confinement.record();
         let mut env = crate::process::base_env();
         env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
         env.extend(secrets.iter().cloned());
@@ -461,6 +461,13 @@ impl Runner<'_> {
             skill: ready.name.clone(),
             source,
         })?;
+        // What stopped it, by the failure kind a build or a gate would have had.
+        if let Some(violation) = &finished.violation {
+            record["violation"] = serde_json::json!({
+                "kind": violation.failure_kind(),
+                "detail": violation.to_string(),
+            });
+        }
         let stderr = String::from_utf8_lossy(&finished.stderr.head);
         let stderr: String = stderr.trim_end().chars().take(STDERR_CHARS).collect();
         let with_stderr = |what: String| {
@@ -498,7 +505,7 @@ impl Runner<'_> {
             }
             other => Err(with_stderr(format!("ended with {other:?} {profile}"))),
         };
-        Ok((outcome, record))
+        Ok((outcome, Some(record)))
     }
 
     fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {

@@ -324,10 +324,7 @@ impl Build {
         // Stopped by its confinement: a kind of its own, so that the classifier (and so the
         // escalation rules) see what happened rather than a crash.
         if let Ok(Some(violation)) = finished.as_ref().map(|f| f.violation.as_ref()) {
-            let kind = match violation {
-                process::Violation::ForbiddenCall => "CONFINEMENT_DENIED",
-                process::Violation::Bound(_) => "RESOURCE_LIMIT",
-            };
+            let kind = violation.failure_kind();
             outcome.state = NodeState::Failed;
             outcome.outputs["failure_kind"] = json!(kind);
             outcome.error = Some(format!("the builder was {violation}"));

@@ -300,6 +300,8 @@ enum Verdict {
     Passed,
     Failed(String),
     TimedOut(String),
+    /// Stopped by its confinement: failed with that failure kind, whatever the gate's own.
+    Stopped(&'static str, String),
 }
 
 impl Verdict {
@@ -336,6 +338,7 @@ impl CompiledGate {
             _ => None,
         };
         let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
+        let mut stopped_as = None;
         let (status, detail) = match self
             .check(ctx, cwd, vars, class, confined, program.as_deref())
             .await
@@ -343,13 +346,23 @@ impl CompiledGate {
             Ok(Verdict::Passed) => ("passed", None),
             Ok(Verdict::Failed(detail)) => ("failed", Some(detail)),
             Ok(Verdict::TimedOut(detail)) => ("timed_out", Some(detail)),
+            Ok(Verdict::Stopped(kind, detail)) => {
+                stopped_as = Some(kind.to_owned());
+                ("failed", Some(detail))
+            }
             Err(detail) => ("error", Some(detail)),
         };
-        self.result(
+        let mut result = self.result(
             status,
             detail,
             tool.map(|(provisioned, tool)| provisioned.record(tool)),
-        )
+        );
+        // What the code under review tried is named for what it is, not as the gate's failure
+        // (a forbidden call during the tests is not a failing test).
+        if stopped_as.is_some() {
+            result.failure_kind = stopped_as;
+        }
+        result
     }
 
     fn result(
@@ -441,10 +454,10 @@ impl CompiledGate {
                 // Stopped by its confinement: the code under review tried something it may
                 // not, or outgrew a bound. A failure, never "could not run".
                 if let Some(violation) = &finished.violation {
-                    return Ok(Verdict::Failed(format!(
-                        "{violation}\n{}",
-                        tail(&output, DETAIL_LINES)
-                    )));
+                    return Ok(Verdict::Stopped(
+                        violation.failure_kind(),
+                        format!("{violation}\n{}", tail(&output, DETAIL_LINES)),
+                    ));
                 }
                 match finished.exit {
                     Exit::Code(0) => Ok(Verdict::Passed),

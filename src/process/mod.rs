@@ -243,8 +243,30 @@ pub struct Finished {
 pub enum Violation {
     /// seccomp killed it for a system call only an attack makes (ptrace, mount, TIOCSTI, ...).
     ForbiddenCall,
+    /// It opened a decoy laid where a secret usually lives: which, as its view showed it.
+    Tripwire(PathBuf),
+    /// It left a process behind to outlive it (a child orphaned to the namespace's init, as a
+    /// daemon's double fork does).
+    Daemon,
     /// It hit a resource bound: which, in words.
     Bound(String),
+}
+
+impl Violation {
+    /// Whether only an attack does this (as opposed to outgrowing a bound).
+    pub fn is_security(&self) -> bool {
+        !matches!(self, Violation::Bound(_))
+    }
+
+    /// The failure kind the process fails as, whatever role it ran as.
+    pub fn failure_kind(&self) -> &'static str {
+        use crate::confinement::{RESOURCE_KIND, SECURITY_KIND};
+        if self.is_security() {
+            SECURITY_KIND
+        } else {
+            RESOURCE_KIND
+        }
+    }
 }
 
 impl std::fmt::Display for Violation {
@@ -252,15 +274,29 @@ impl std::fmt::Display for Violation {
         match self {
             Violation::ForbiddenCall => f.write_str(
                 "killed by its confinement for a forbidden system call (seccomp: tracing, \
-                 mounting, kernel code, or terminal injection)",
+                 mounting, kernel code, terminal injection, or a socket its profile does not \
+                 allow)",
+            ),
+            Violation::Tripwire(path) => write!(
+                f,
+                "stopped by its confinement for opening {}, a decoy where a secret usually \
+                 lives",
+                path.display()
+            ),
+            Violation::Daemon => f.write_str(
+                "stopped by its confinement for leaving a process to outlive it (a daemon)",
             ),
             Violation::Bound(bound) => write!(f, "stopped for exceeding {bound}"),
         }
     }
 }
 
-/// How often a confined process's write folders and CPU time are measured against its bounds.
-const BOUNDS_WATCH: Duration = Duration::from_millis(500);
+/// How often a confined process is looked at for a sprung tripwire or a daemon.
+const WATCH: Duration = Duration::from_millis(100);
+
+/// Every how many looks its write folders and CPU time are measured against its bounds
+/// (walking the write folders costs more).
+const BOUNDS_EVERY: u32 = 5;
 
 /// A task that ends when its handle is dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -563,6 +599,73 @@ impl QuietStart {
     }
 }
 
+/// What the watch of a confined process looks at.
+struct Watched {
+    /// bubblewrap, kavi's child: its one child is the namespace's init.
+    outer: Pid,
+    tripwires: Option<crate::confinement::tripwire::Tripwires>,
+    /// The disk bound in MiB and the folders it bounds.
+    disk: Option<(u64, Vec<PathBuf>)>,
+    /// The CPU bound in seconds and the cgroup folders that count it.
+    cpu: Option<(u64, Vec<PathBuf>)>,
+}
+
+/// Watches a confined process until it is stopped (the task is aborted when the run ends);
+/// the first violation seen is written to `found` and stops it.
+async fn watch(watched: Watched, stop: CancellationToken, found: Arc<Mutex<Option<Violation>>>) {
+    let watched = Arc::new(watched);
+    for look in 1u32.. {
+        tokio::time::sleep(WATCH).await;
+        let watched = Arc::clone(&watched);
+        let seen = tokio::task::spawn_blocking(move || {
+            use crate::confinement::bounds;
+            if let Some(path) = watched.tripwires.as_ref().and_then(|t| t.sprung()) {
+                return Some(Violation::Tripwire(path.to_owned()));
+            }
+            if orphaned(watched.outer) {
+                return Some(Violation::Daemon);
+            }
+            if look % BOUNDS_EVERY != 0 {
+                return None;
+            }
+            if let Some((mib, paths)) = &watched.disk
+                && bounds::disk_used(paths).is_none_or(|used| used > mib << 20)
+            {
+                return Some(Violation::Bound(format!("its disk bound ({mib} MiB)")));
+            }
+            let (seconds, folders) = watched.cpu.as_ref()?;
+            (bounds::cpu_seconds(folders)? > *seconds as f64)
+                .then(|| Violation::Bound(format!("its CPU bound ({seconds} s)")))
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(violation) = seen {
+            if let Ok(mut found) = found.lock() {
+                *found = Some(violation);
+            }
+            stop.cancel();
+            return;
+        }
+    }
+}
+
+/// Whether a process in bubblewrap's namespace was orphaned to the namespace's init, as a
+/// daemon's double fork leaves it: the init (bubblewrap's one child, `outer`'s) starts one
+/// process, the program, and any other child it has was reparented to it.
+fn orphaned(outer: Pid) -> bool {
+    let children = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|child| child.parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    children(outer.as_raw())
+        .into_iter()
+        .any(|init| children(init).len() > 1)
+}
+
 /// Runs a command to completion, capturing its output.
 pub async fn run(
     spec: &CommandSpec,
@@ -585,7 +688,7 @@ pub async fn run(
         _ => &spec.env,
     };
     let program = resolve_program(&spec.program, env, &spec.cwd)?;
-    let launch = match &spec.confinement {
+    let mut launch = match &spec.confinement {
         Some(confinement) => confinement.launch(&program, &spec.args, &spec.cwd)?,
         None => None,
     };
@@ -651,58 +754,34 @@ pub async fn run(
         });
     }
 
-    // A confined process's write folders and its tree's CPU time are measured while it runs:
-    // past a bound, it is stopped as a cancel would stop it, and the bound is its violation.
+    // A confined process is watched while it runs: a sprung tripwire or a daemon stops it at
+    // once, and so does its write folders or its tree's CPU time past a bound. What stopped it
+    // is its violation.
     let stop = cancel.child_token();
     let cancel = &stop;
-    let exceeded: Arc<Mutex<Option<String>>> = Arc::default();
-    let _watch =
-        spec.confinement
-            .as_ref()
-            .zip(launch.as_ref())
-            .and_then(|(confinement, launch)| {
-                let limits = confinement.profile.limits;
-                let disk = limits
+    let stopped_for: Arc<Mutex<Option<Violation>>> = Arc::default();
+    let _watch = match (&spec.confinement, launch.as_mut()) {
+        (Some(confinement), Some(launch)) => Some(AbortOnDrop(tokio::spawn(watch(
+            Watched {
+                outer: spawned.pid,
+                tripwires: launch.tripwires.take(),
+                disk: confinement
+                    .profile
+                    .limits
                     .disk_mib
-                    .map(|mib| (mib, confinement.profile.write.clone()));
-                let cpu = limits.cpu_seconds.zip(
+                    .map(|mib| (mib, confinement.profile.write.clone())),
+                cpu: confinement.profile.limits.cpu_seconds.zip(
                     launch
                         .cgroup
                         .as_ref()
                         .map(|(cgroup, _)| cgroup.folders().to_vec()),
-                );
-                if disk.is_none() && cpu.is_none() {
-                    return None;
-                }
-                let (stop, exceeded) = (stop.clone(), Arc::clone(&exceeded));
-                Some(AbortOnDrop(tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(BOUNDS_WATCH).await;
-                        let (disk, cpu) = (disk.clone(), cpu.clone());
-                        let hit = tokio::task::spawn_blocking(move || {
-                            use crate::confinement::bounds;
-                            if let Some((mib, paths)) = disk
-                                && bounds::disk_used(&paths).is_none_or(|used| used > mib << 20)
-                            {
-                                return Some(format!("its disk bound ({mib} MiB)"));
-                            }
-                            let (seconds, folders) = cpu?;
-                            (bounds::cpu_seconds(&folders)? > seconds as f64)
-                                .then(|| format!("its CPU bound ({seconds} s)"))
-                        })
-                        .await
-                        .ok()
-                        .flatten();
-                        if let Some(bound) = hit {
-                            if let Ok(mut exceeded) = exceeded.lock() {
-                                *exceeded = Some(bound);
-                            }
-                            stop.cancel();
-                            return;
-                        }
-                    }
-                })))
-            });
+                ),
+            },
+            stop.clone(),
+            Arc::clone(&stopped_for),
+        )))),
+        _ => None,
+    };
     let exited = CancellationToken::new();
     // Output someone watches live is read as it comes, from the start.
     let quick_exit = match options.live {
@@ -755,22 +834,22 @@ pub async fn run(
             .expect("launched confined")
             .profile
             .limits;
-        violation = match exit {
-            Exit::Cancelled => exceeded
-                .lock()
-                .ok()
-                .and_then(|mut bound| bound.take())
-                .map(Violation::Bound),
-            Exit::Signal(signal) if signal == nix::libc::SIGSYS => Some(Violation::ForbiddenCall),
-            Exit::Signal(signal) => {
-                crate::confinement::bounds::exceeded_by_signal(signal, limits).map(Violation::Bound)
-            }
-            _ => None,
-        }
-        .or_else(|| {
-            let (cgroup, _) = launch.cgroup.as_ref()?;
-            cgroup.exceeded().map(Violation::Bound)
-        });
+        let watched = stopped_for.lock().ok().and_then(|mut found| found.take());
+        violation = watched
+            .or(match exit {
+                Exit::Signal(signal) if signal == nix::libc::SIGSYS => {
+                    Some(Violation::ForbiddenCall)
+                }
+                Exit::Signal(signal) => {
+                    crate::confinement::bounds::exceeded_by_signal(signal, limits)
+                        .map(Violation::Bound)
+                }
+                _ => None,
+            })
+            .or_else(|| {
+                let (cgroup, _) = launch.cgroup.as_ref()?;
+                cgroup.exceeded().map(Violation::Bound)
+            });
     }
     Ok(Finished {
         exit,
