@@ -526,6 +526,129 @@ fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
     assert!(kavi(root, &["reject", "latest"]).status.success());
 }
 
+/// A pipeline of the user's own: moves `write_note` through `before`, a lenient gate set, the
+/// moves `after`, then `promote`.
+fn shortcut(root: &Path, before_gates: &[&str], after: &[&str]) {
+    let mut text = String::from("[pipeline]\nname = \"shortcut\"\n");
+    let mut before = String::new();
+    for (n, to) in before_gates.iter().chain(&[""]).chain(after).enumerate() {
+        let needs = if before.is_empty() {
+            String::new()
+        } else {
+            format!("needs = [\"{before}\"]\n")
+        };
+        let node = format!("step{n}");
+        if to.is_empty() {
+            text.push_str(&format!(
+                "[nodes.{node}]\nkind = \"gate\"\n{needs}skill = \"write_note\"\n\
+                 set = \"policies/lenient.toml\"\nvars = {{ skill = \"write_note\" }}\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "[nodes.{node}]\nkind = \"transition\"\n{needs}skill = \"write_note\"\nto = \"{to}\"\n"
+            ));
+        }
+        before = node;
+    }
+    text.push_str(&format!(
+        "[nodes.promote]\nkind = \"promote\"\nneeds = [\"{before}\"]\nskill = \"write_note\"\n"
+    ));
+    std::fs::write(root.join("pipelines/shortcut.toml"), text).unwrap();
+    std::fs::write(root.join("policies/lenient.toml"), LENIENT).unwrap();
+}
+
+/// Runs the shortcut; its promote node's error.
+fn promote_by_shortcut(root: &Path) -> String {
+    let out = kavi(root, &["pipeline", "run", "shortcut"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    assert_eq!(node(&run, "promote")["state"], "failed", "{run}");
+    node(&run, "promote")["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Names the shortcut among the pipelines that may promote.
+fn trust_the_shortcut(root: &Path) {
+    let trust = std::fs::read_to_string(root.join("policies/trust.toml")).unwrap();
+    let naming = trust.replace(
+        "pipelines = [\"pipelines/forge.toml\"",
+        "pipelines = [\"pipelines/shortcut.toml\", \"pipelines/forge.toml\"",
+    );
+    assert_ne!(naming, trust);
+    std::fs::write(root.join("policies/trust.toml"), &naming).unwrap();
+}
+
+const LENIENT: &str = r#"
+[[gate]]
+id = "anything"
+kind = "command"
+run = ["true"]
+failure = "VERIFY_TEST"
+required = true
+"#;
+
+/// Only the governed path promotes: a skill held for review is not made TRUSTED by a pipeline of
+/// the user's own, nor by one the trust policy names, and a person's reject then completes.
+#[test]
+fn a_held_skill_is_not_promoted_by_a_shortcut_pipeline() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert_eq!(forge(root, "write_note", "1=policy").status.code(), Some(6));
+    shortcut(root, &[], &["VERIFIED"]);
+    let error = promote_by_shortcut(root);
+    assert!(
+        error.contains("is of pipelines/shortcut.toml, which policies/trust.toml does not name"),
+        "{error}"
+    );
+    // Named in the trust policy, it still may not promote what another run holds for review.
+    trust_the_shortcut(root);
+    shortcut(root, &[], &[]);
+    let error = promote_by_shortcut(root);
+    assert!(
+        error.contains("it awaits review in run 1; decide with `kavi approve 1`"),
+        "{error}"
+    );
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "VERIFIED");
+    // The person's decision completes.
+    let rejected = kavi(root, &["reject", "1"]);
+    assert!(
+        rejected.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rejected.stderr)
+    );
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "REJECTED");
+}
+
+/// A pipeline the trust policy names may promote only after the gate set it names passed the
+/// skill in the same run: a lenient set's pass does not count.
+#[test]
+fn a_promotion_needs_the_named_gate_set_in_the_same_run() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let folder = root.join("skills/write_note");
+    common::copy_dir(&root.join("builders/prepared/write_note"), &folder);
+    let proposed = kavi(root, &["skill", "propose", "proposals/write_note.toml"]);
+    assert!(proposed.status.success());
+    shortcut(root, &["BUILT"], &["VERIFIED"]);
+    trust_the_shortcut(root);
+    let error = promote_by_shortcut(root);
+    assert!(
+        error.contains("no run of policies/gates.toml in run 1 passed it at sha256:"),
+        "{error}"
+    );
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "VERIFIED");
+}
+
 #[test]
 fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     let dir = shipped_workspace();

@@ -78,6 +78,14 @@ fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir 
         ],
     );
     common::copy_gate_tools(root);
+    // This workspace's governed path to TRUSTED is its own pipeline.
+    let trust = std::fs::read_to_string(root.join("policies/trust.toml")).unwrap();
+    let own = trust.replace(
+        "pipelines = [\"pipelines/forge.toml\", \"pipelines/forge_attempt.toml\"]",
+        "pipelines = [\"pipelines/verify-promote.toml\"]",
+    );
+    assert_ne!(own, trust);
+    std::fs::write(root.join("policies/trust.toml"), own).unwrap();
     std::fs::write(root.join("proposals/demo.toml"), proposal).unwrap();
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();

@@ -114,4 +114,24 @@ impl Ledger {
         })?;
         Ok(rows.collect::<super::db::Result<_>>()?)
     }
+
+    /// The gate set runs in which every required gate passed `skill` at `source_hash`: each
+    /// run, node and the report it wrote, newest first.
+    pub fn passing_gate_runs(
+        &self,
+        skill: &str,
+        source_hash: &str,
+    ) -> Result<Vec<(i64, String, Option<String>)>, LedgerError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT run_id, node_id, max(report) FROM verifications
+             WHERE skill = ?1 AND source_hash = ?2
+             GROUP BY run_id, node_id
+             HAVING sum(CASE WHEN required <> 0 AND status <> 'passed' THEN 1 ELSE 0 END) = 0
+             ORDER BY max(id) DESC",
+        )?;
+        let rows = stmt.query_map(params![skill, source_hash], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?;
+        Ok(rows.collect::<super::db::Result<_>>()?)
+    }
 }

@@ -52,6 +52,7 @@ impl Promotion<'_> {
             .trust
             .read_tree(self.templates, self.source, skill, &proposal)?;
         let hash = tree.hash();
+        self.governed(ledger, skill, &hash, origin.0)?;
         let kept = tree
             .store(self.store)
             .map_err(|e| format!("failed to keep the trusted tree: {e}"))?;
@@ -74,5 +75,94 @@ impl Promotion<'_> {
             trusted_tree: kept[0].sha256.clone(),
             registry_skills,
         })
+    }
+
+    /// Refuses a promotion that did not come the governed way (`policies/trust.toml`,
+    /// `[promotion]`): from a run of a pipeline it names, every run above it one too; of a skill
+    /// no other run holds for review and no one rejected; after the gate set it names passed the
+    /// skill at `hash` in the same run lineage.
+    fn governed(
+        &self,
+        ledger: &Ledger,
+        skill: &str,
+        hash: &str,
+        run: Option<i64>,
+    ) -> Result<(), String> {
+        let refused = |why: String| Err(format!("`{skill}` may not be promoted: {why}"));
+        let Some(rule) = &self.trust.promotion else {
+            return refused(format!(
+                "{} names no pipeline that may promote (its [promotion] table)",
+                self.trust.source.path.display()
+            ));
+        };
+        let Some(run) = run else {
+            return refused("a promotion is made by a run of a governed pipeline".to_owned());
+        };
+        let root = ledger.root_run(run).map_err(|e| e.to_string())?.id;
+        let mut lineage = Some(run);
+        while let Some(id) = lineage {
+            let row = ledger.run(id).map_err(|e| e.to_string())?;
+            if !rule.pipelines.contains(&row.spec_path) {
+                return refused(format!(
+                    "run {id} is of {}, which {} does not name among the pipelines that may \
+                     promote ({})",
+                    row.spec_path,
+                    self.trust.source.path.display(),
+                    rule.pipelines.join(", ")
+                ));
+            }
+            lineage = row.parent_run;
+        }
+        let version_at = ledger
+            .skill(skill)
+            .map_err(|e| e.to_string())?
+            .version_proposed_at;
+        if let Some(escalation) = ledger
+            .latest_escalation(skill)
+            .map_err(|e| e.to_string())?
+            .filter(|e| e.raised_at >= version_at)
+        {
+            let held_by = ledger
+                .root_run(escalation.run_id)
+                .map_err(|e| e.to_string())?
+                .id;
+            match escalation.status.as_str() {
+                "rejected" => {
+                    return refused(format!("it was rejected in review of run {held_by}"));
+                }
+                // A person deciding that run's review promotes within it; no other run may.
+                "pending" if held_by != root => {
+                    return refused(format!(
+                        "it awaits review in run {held_by}; decide with `kavi approve {held_by}` \
+                         or `kavi reject {held_by}`"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let passing = ledger
+            .passing_gate_runs(skill, hash)
+            .map_err(|e| e.to_string())?;
+        // No gate run passed these bytes at all: they changed since their verification, which
+        // the ledger refuses, naming both hashes.
+        if passing.is_empty() {
+            return Ok(());
+        }
+        for (gate_run, _, report) in passing {
+            if ledger.root_run(gate_run).map_err(|e| e.to_string())?.id != root {
+                continue;
+            }
+            let set = report
+                .and_then(|sha| self.store.read_text(&sha).ok())
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+                .and_then(|report| report["set"].as_str().map(str::to_owned));
+            if set.as_deref() == Some(rule.gates.as_str()) {
+                return Ok(());
+            }
+        }
+        refused(format!(
+            "no run of {} in run {root} passed it at {hash}",
+            rule.gates
+        ))
     }
 }

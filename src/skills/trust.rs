@@ -33,6 +33,28 @@ pub(crate) struct RawTrust {
     #[schemars(with = "Vec<String>")]
     exclude: Vec<Spanned<String>>,
     registry: String,
+    /// Which path may promote; without it, nothing may.
+    promotion: Option<RawPromotion>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawPromotion {
+    /// The pipelines (paths in the workspace) that may promote: the run that promotes and every
+    /// run above it must be one of them.
+    #[schemars(with = "Vec<String>")]
+    pipelines: Vec<Spanned<String>>,
+    /// The gate set (a path in the workspace) that must have passed the skill at the hash
+    /// promoted, in the same run lineage.
+    #[schemars(with = "String")]
+    gates: Spanned<String>,
+}
+
+/// The governed path to TRUSTED: which pipelines may promote, after which gate set.
+#[derive(Debug, Clone)]
+pub struct PromotionRule {
+    pub pipelines: Vec<String>,
+    pub gates: String,
 }
 
 /// `policies/trust.toml`, parsed.
@@ -44,6 +66,8 @@ pub struct TrustPolicy {
     pub exclude: GlobSet,
     /// Where the registry is written, relative to the workspace.
     pub registry: String,
+    /// `None`: the policy names no path that may promote, so no promotion happens.
+    pub promotion: Option<PromotionRule>,
     pub source: Arc<SourceFile>,
 }
 
@@ -51,11 +75,36 @@ impl TrustPolicy {
     pub fn parse(source: &Arc<SourceFile>, conventions: Conventions) -> Result<Self, Diagnostic> {
         let raw: RawTrust =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        let promotion = match raw.promotion {
+            None => None,
+            Some(rule) => {
+                // Named as runs and verification reports name them: normalised, relative.
+                let path = |spanned: &Spanned<String>| -> Result<String, Diagnostic> {
+                    let text = spanned.get_ref();
+                    let normal = Path::new(text)
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)));
+                    if !normal || text.ends_with('/') {
+                        return Err(Diagnostic::new(format!(
+                            "`{text}` must be a path in the workspace, relative and without `.` \
+                             or `..` (such as `pipelines/forge.toml`)"
+                        ))
+                        .at(source, spanned.span()));
+                    }
+                    Ok(text.clone())
+                };
+                Some(PromotionRule {
+                    pipelines: rule.pipelines.iter().map(path).collect::<Result<_, _>>()?,
+                    gates: path(&rule.gates)?,
+                })
+            }
+        };
         Ok(Self {
             folder: raw.folder,
             conventions,
             exclude: crate::policy::glob_set(&raw.exclude, source)?,
             registry: raw.registry,
+            promotion,
             source: Arc::clone(source),
         })
     }
