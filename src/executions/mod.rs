@@ -434,7 +434,8 @@ impl Runner<'_> {
             Ok(confinement) => confinement,
             Err(refusal) => return Ok((Err(refusal), None)),
         };
-        let record = Some(confinement.record());
+        let mut record = Some(confinement.record());
+        let recorded = confinement.clone();
         let mut env = crate::process::base_env();
         env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
         env.extend(secrets.iter().cloned());
@@ -461,6 +462,10 @@ impl Runner<'_> {
             skill: ready.name.clone(),
             source,
         })?;
+        // With the connections its proxy allowed and refused, for a skill with the network.
+        if finished.network.is_some() {
+            record = Some(recorded.record_run(finished.network.as_ref()));
+        }
         let stderr = String::from_utf8_lossy(&finished.stderr.head);
         let stderr: String = stderr.trim_end().chars().take(STDERR_CHARS).collect();
         let with_stderr = |what: String| {
