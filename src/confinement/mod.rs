@@ -239,7 +239,7 @@ impl Confinement {
     /// allowed and refused, once it has run.
     pub fn record_run(&self, network: Option<&proxy::ProxyLog>) -> serde_json::Value {
         let proxied = self.isolated() && self.profile.network;
-        serde_json::json!({
+        let mut record = serde_json::json!({
             "role": self.profile.role,
             "enforced": if self.isolated() { "bubblewrap" } else { "none" },
             "isolation": self.isolated().then(|| serde_json::json!({
@@ -266,20 +266,27 @@ impl Confinement {
                 (true, true) => "proxy",
                 (true, false) => "host",
             },
-            "proxy": proxied.then(|| serde_json::json!({
-                "listen": format!("127.0.0.1:{}", proxy::PORT),
-                "allowed_hosts": self.profile.hosts.texts(),
-                "policy": self.hosts_policy.as_ref().map(|p| &p.path),
-                "policy_hash": self.hosts_policy.as_ref().map(|p| &p.hash),
-                "connections": network.map(|log| &log.connections),
-                "allowed": network.map(|log| log.allowed),
-                "refused": network.map(|log| log.refused),
-                "unrecorded": network.map(|log| log.unrecorded),
-            })),
             "limits": self.profile.limits,
             "policy": self.policy.as_ref().map(|p| &p.path),
             "policy_hash": self.policy.as_ref().map(|p| &p.hash),
-        })
+        });
+        // Only a profile with the network has a proxy to record.
+        if proxied && let Some(fields) = record.as_object_mut() {
+            fields.insert(
+                "proxy".to_owned(),
+                serde_json::json!({
+                    "listen": format!("127.0.0.1:{}", proxy::PORT),
+                    "allowed_hosts": self.profile.hosts.texts(),
+                    "policy": self.hosts_policy.as_ref().map(|p| &p.path),
+                    "policy_hash": self.hosts_policy.as_ref().map(|p| &p.hash),
+                    "connections": network.map(|log| &log.connections),
+                    "allowed": network.map(|log| log.allowed),
+                    "refused": network.map(|log| log.refused),
+                    "unrecorded": network.map(|log| log.unrecorded),
+                }),
+            );
+        }
+        record
     }
 }
 
