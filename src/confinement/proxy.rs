@@ -464,7 +464,7 @@ async fn handle(request: Request<Incoming>, state: &State) -> Response<Body> {
     };
     let mut connection = Connection {
         method,
-        host: host.clone(),
+        host: host.chars().take(255).collect(),
         port,
         allowed: false,
         reason: String::new(),
@@ -534,6 +534,11 @@ async fn forward(
         Err(_) => return answer(StatusCode::BAD_REQUEST, "the URL's path is not valid"),
     };
     strip_hop_by_hop(&mut parts.headers);
+    // hyper has read the body by its framing: the next hop gets it framed the same way, never
+    // with a length that could say otherwise.
+    if parts.headers.contains_key(hyper::header::TRANSFER_ENCODING) {
+        parts.headers.remove(hyper::header::CONTENT_LENGTH);
+    }
     let authority = if port == 80 {
         host.to_owned()
     } else {
