@@ -249,11 +249,11 @@ impl Confinement {
                 "terminal": "none",
                 "bounds": bounds::cgroup_support().describe(),
                 "landlock": self.landlock.as_ref().map(|(_, abi)| format!(
-                    "ABI {abi}: signals and abstract unix sockets scoped to the sandbox, {}",
-                    if self.profile.network {
-                        "TCP connect only to the proxy's port"
-                    } else {
-                        "TCP denied"
+                    "ABI {abi}: signals and abstract unix sockets scoped to the sandbox{}",
+                    match (*abi >= 4, self.profile.network) {
+                        (false, _) => "",
+                        (true, true) => ", TCP connect only to the proxy's port",
+                        (true, false) => ", TCP denied",
                     }
                 )),
             })),
@@ -457,21 +457,21 @@ fn landlock_layer(network: bool) -> Option<OwnedFd> {
         .set_compatibility(CompatLevel::BestEffort)
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .ok()?;
-    let created = if network {
-        ruleset
-            .handle_access(AccessNet::ConnectTcp)
-            .ok()?
-            .create()
-            .ok()?
-            .add_rule(NetPort::new(proxy::PORT, AccessNet::ConnectTcp))
-            .ok()?
-    } else {
-        ruleset
+    // TCP rules from ABI 4 on; asked for only there, so that an older kernel keeps the rest.
+    let tcp = kernel_abi() >= 4;
+    let ruleset = match (network, tcp) {
+        (false, _) => ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
-            .ok()?
-            .create()
-            .ok()?
+            .ok()?,
+        (true, true) => ruleset.handle_access(AccessNet::ConnectTcp).ok()?,
+        (true, false) => ruleset,
     };
+    let mut created = ruleset.create().ok()?;
+    if network && tcp {
+        created = created
+            .add_rule(NetPort::new(proxy::PORT, AccessNet::ConnectTcp))
+            .ok()?;
+    }
     let fd: Option<OwnedFd> = created.into();
     fd
 }
