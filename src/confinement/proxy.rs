@@ -73,6 +73,12 @@ enum Host {
 impl HostPattern {
     /// Parses an entry; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some((_, rest)) = text.split_once("://") {
+            let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            return Err(format!(
+                "`{text}` is a URL: write the host alone (`{host}`), or `host:port`"
+            ));
+        }
         let (host, port) = split_port(text)?;
         let host = if let Some(ip) = ip_literal(host) {
             Host::Ip(ip)
@@ -748,7 +754,10 @@ mod tests {
             ("[::1", "without its `]`"),
             ("[::1]x", "only `:port`"),
             ("exa mple.com", "not a host name"),
-            ("https://example.com", "not a"),
+            (
+                "https://example.com/x",
+                "is a URL: write the host alone (`example.com`)",
+            ),
             ("a.*.com", "not a host name"),
             ("", "not a host name"),
         ] {
