@@ -785,6 +785,18 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever a policy or a process writes, parsing and matching answer, never panic.
+        #[test]
+        fn no_entry_or_target_makes_matching_panic(entry in ".{0,40}", host in ".{0,40}", port: u16) {
+            let hosts = HostAllowlist {
+                entries: HostPattern::parse(&entry).into_iter().collect(),
+            };
+            let _ = hosts.decide(&host, port);
+            let _ = split_port(&host);
+        }
+    }
+
     #[tokio::test]
     async fn a_name_that_resolves_to_loopback_is_refused_unless_its_address_is_listed() {
         let hosts = list(&["localhost"]);
