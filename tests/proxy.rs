@@ -305,3 +305,46 @@ async fn past_the_proxy_nothing_leaves_neither_tcp_nor_udp() {
     // Nothing asked the proxy for anything.
     assert_eq!(log(&finished).connections, vec![]);
 }
+
+/// What an attacker would try on the request line: a user-info prefix naming the allowed host,
+/// another spelling of an address, an IPv4-mapped IPv6 address, a malformed CONNECT target, and
+/// a second request inside an allowed tunnel. None reaches the other server.
+#[tokio::test]
+async fn tricks_in_the_target_reach_no_other_host() {
+    let (allowed, other) = (Server::start("allowed"), Server::start("other"));
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let (a, o) = (allowed.port, other.port);
+    let script = format!(
+        "import socket, re\n\
+         def ask(raw):\n    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)\n    s.sendall(raw)\n    \
+         got = s.recv(65536)\n    m = re.match(rb'HTTP/1.1 (\\d+)', got)\n    return (m.group(1).decode() if m else repr(got[:20])), s\n\
+         for raw in [b'GET http://127.0.0.1:{a}@127.0.0.1:{o}/ HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n',\n\
+                     b'GET http://2130706433:{o}/ HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n',\n\
+                     b'CONNECT [::ffff:127.0.0.1]:{o} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n',\n\
+                     b'CONNECT 127.0.0.1 HTTP/1.1\\r\\nHost: 127.0.0.1:{a}\\r\\n\\r\\n',\n\
+                     b'GET /x HTTP/1.1\\r\\nHost: 127.0.0.1:{a}\\r\\n\\r\\n']:\n    print('status', ask(raw)[0])\n\
+         status, s = ask(b'CONNECT 127.0.0.1:{a} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n\
+         s.sendall(b'GET http://127.0.0.1:{o}/inside HTTP/1.1\\r\\nHost: 127.0.0.1:{o}\\r\\n\\r\\n')\n\
+         print('tunnel', status, s.recv(65536).split(b'\\r\\n\\r\\n')[-1].decode())\n"
+    );
+    let hosts = [format!("127.0.0.1:{a}")];
+    let Some((finished, _)) = run_python(profile(&dir, &hosts), &script).await else {
+        return;
+    };
+    let out = stdout(&finished);
+    let statuses: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("status "))
+        .collect();
+    assert_eq!(statuses.len(), 5, "{out}");
+    for status in &statuses {
+        assert!(["400", "403"].contains(status), "{out}");
+    }
+    // The tunnel carries bytes to the host it was opened to, whatever they name.
+    assert!(out.contains("tunnel 200 allowed"), "{out}");
+    assert_eq!(other.hits(), 0, "{out}");
+    let log = log(&finished);
+    assert_eq!(log.allowed, 1, "{log:?}");
+    assert_eq!(log.refused, 5, "{log:?}");
+}

@@ -451,10 +451,17 @@ async fn handle(request: Request<Incoming>, state: &State) -> Response<Body> {
     let (host, port) = match target(&request) {
         Ok(target) => target,
         Err(reason) => {
+            // What it named, or else what its Host header says.
             let host = request
-                .headers()
-                .get(hyper::header::HOST)
-                .and_then(|h| h.to_str().ok())
+                .uri()
+                .authority()
+                .map(|a| a.as_str())
+                .or_else(|| {
+                    request
+                        .headers()
+                        .get(hyper::header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                })
                 .unwrap_or_default();
             state.record(Connection {
                 method,
