@@ -34,27 +34,23 @@ fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// A weakened policy shows: a READ_ONLY profile given the host's network lets the skill's
-/// connection through, and the drill says so and fails.
+/// A weakened policy shows: with the host's loopback on the list of hosts confined processes may
+/// reach, a NETWORK skill's tunnel through kavi's proxy gets there, and the drill says so and
+/// fails.
 #[test]
 fn a_weakened_profile_is_reported_allowed_and_fails_the_drill() {
     if !common::isolation_or_skip() {
         return;
     }
     let dir = shipped_workspace();
-    let policy = dir.path().join("policies/confinement.toml");
+    let policy = dir.path().join("policies/network.toml");
     let text = std::fs::read_to_string(&policy).unwrap();
     let weakened = text.replacen(
-        "[read_only]\nrequire = true",
-        "[read_only]\nnetwork = true\nrequire = true",
+        "[processes]\nallowed_hosts = []",
+        "[processes]\nallowed_hosts = [\"127.0.0.1\"]",
         1,
     );
     assert_ne!(weakened, text);
-    let weakened = weakened.replacen(
-        "network = false\nlimits = { memory_mib = 1024",
-        "limits = { memory_mib = 1024",
-        1,
-    );
     std::fs::write(&policy, weakened).unwrap();
     let out = kavi(
         dir.path(),
@@ -67,11 +63,23 @@ fn a_weakened_profile_is_reported_allowed_and_fails_the_drill() {
         String::from_utf8_lossy(&out.stderr)
     );
     let outcomes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let tcp = outcomes
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["what"] == "connect to the host's loopback")
-        .unwrap();
-    assert_eq!(tcp["verdict"], "allowed", "{tcp}");
+    let outcome = |attack: &str| {
+        outcomes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["attack"] == attack)
+            .unwrap()
+            .clone()
+    };
+    for attack in ["proxy_connect", "proxy_http"] {
+        let tunnel = outcome(attack);
+        assert_eq!(tunnel["verdict"], "allowed", "{tunnel}");
+    }
+    // Past the proxy, still nothing.
+    for outcome in outcomes.as_array().unwrap() {
+        if !outcome["attack"].as_str().unwrap().starts_with("proxy_") {
+            assert_eq!(outcome["verdict"], "refused", "{outcome}");
+        }
+    }
 }

@@ -632,6 +632,75 @@ fn a_file_write_skill_writes_only_under_the_paths_its_proposal_declares() {
     );
 }
 
+/// A NETWORK skill reaches the hosts `[processes] allowed_hosts` lists, only through kavi's
+/// proxy, and its execution record says which connections were allowed and which refused.
+#[test]
+fn a_network_skill_reaches_only_allowed_hosts_and_its_record_lists_each_connection() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let serve = |body: &'static str| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                use std::io::{Read, Write};
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        port
+    };
+    let (allowed, other) = (serve("allowed"), serve("other"));
+    let proposal = PROPOSAL.replace("READ_ONLY", "NETWORK");
+    let dir = workspace_with(&proposal, &side_effect_skill("NETWORK"), SIDE_EFFECT_TEST);
+    let root = dir.path();
+    kernel_only(root);
+    std::fs::write(
+        root.join("policies/network.toml"),
+        format!("allowed_hosts = []\n[processes]\nallowed_hosts = [\"127.0.0.1:{allowed}\"]\n"),
+    )
+    .unwrap();
+    verify_and_promote(root);
+
+    let record = run_demo(
+        root,
+        &format!(r#"{{"fetch": "http://127.0.0.1:{allowed}/"}}"#),
+        true,
+    );
+    assert_eq!(record["success"], true, "{record}");
+    let confinement = &record["confinement"];
+    assert_eq!(confinement["network"], "proxy", "{record}");
+    assert_eq!(confinement["proxy"]["policy"], "policies/network.toml");
+    let connections = confinement["proxy"]["connections"].as_array().unwrap();
+    assert_eq!(connections.len(), 1, "{record}");
+    assert_eq!(connections[0]["port"], allowed);
+    assert_eq!(connections[0]["allowed"], true);
+
+    let record = run_demo(
+        root,
+        &format!(r#"{{"fetch": "http://127.0.0.1:{other}/"}}"#),
+        true,
+    );
+    assert_eq!(record["success"], false, "{record}");
+    assert!(
+        record["error"].as_str().unwrap().contains("403"),
+        "{record}"
+    );
+    let connections = record["confinement"]["proxy"]["connections"]
+        .as_array()
+        .unwrap();
+    assert_eq!(connections.len(), 1, "{record}");
+    assert_eq!(connections[0]["port"], other);
+    assert_eq!(connections[0]["allowed"], false);
+    assert_eq!(record["confinement"]["proxy"]["refused"], 1);
+}
+
 /// Secrets go only to a skill whose classes include SECRET_READ; several classes are written as
 /// an array and recorded as one set.
 #[test]

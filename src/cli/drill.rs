@@ -2,10 +2,8 @@
 
 use super::output::table;
 use crate::config::Workspace;
-use crate::confinement::policy::{self, ConfinementPolicy};
 use crate::drill::{self, Role, Verdict};
 use crate::error::{Error, exit};
-use crate::spec::SpecError;
 use crate::template::TemplateEngine;
 
 pub async fn isolation(
@@ -14,9 +12,7 @@ pub async fn isolation(
     json: bool,
 ) -> Result<i32, Error> {
     let templates = TemplateEngine::new(&workspace.templates_dir());
-    let policy = super::read_policy(workspace, policy::DEFAULT_POLICY).and_then(|source| {
-        ConfinementPolicy::parse(&source, &templates).map_err(SpecError::from)
-    })?;
+    let policy = super::read_confinement(workspace, &templates)?;
     let only = role.map(|role| match role {
         "builder" => Role::Builder,
         "gate" => Role::Gate,

@@ -782,6 +782,22 @@ fn read_policy(
         .map_err(|message| crate::diagnostic::Diagnostic::new(message).into())
 }
 
+/// The workspace's confinement policy, its roles with the network given the hosts of
+/// `policies/network.toml` (none without the file).
+fn read_confinement(
+    workspace: &Workspace,
+    templates: &crate::template::TemplateEngine,
+) -> Result<crate::confinement::policy::ConfinementPolicy, crate::spec::SpecError> {
+    let source = read_policy(workspace, crate::confinement::policy::DEFAULT_POLICY)?;
+    let policy = crate::confinement::policy::ConfinementPolicy::parse(&source, templates)?;
+    let network = crate::policy::network::DEFAULT_POLICY;
+    if !policy.any_network() || !workspace.root.join(network).is_file() {
+        return Ok(policy);
+    }
+    let hosts = read_policy(workspace, network)?;
+    Ok(policy.with_hosts(Some(&hosts))?)
+}
+
 /// The workspace's artifact store, with an error that names it.
 fn open_store(workspace: &Workspace) -> Result<crate::ledger::ArtifactStore, Error> {
     crate::ledger::ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {

@@ -1,6 +1,6 @@
 //! `kavi skill propose|show|list|run|verify`.
 
-use crate::confinement::{self, policy::ConfinementPolicy};
+use crate::confinement::policy::ConfinementPolicy;
 use serde_json::json;
 
 use super::output::{short_hash, table};
@@ -452,10 +452,7 @@ impl SkillEnv {
         let templates = TemplateEngine::new(&workspace.templates_dir());
         let trust = load_trust(workspace, &templates)?;
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
-        let confinement = super::read_policy(workspace, confinement::policy::DEFAULT_POLICY)
-            .and_then(|source| {
-                ConfinementPolicy::parse(&source, &templates).map_err(SpecError::from)
-            })?;
+        let confinement = super::read_confinement(workspace, &templates)?;
         let owner =
             Owner::claim(&workspace.config.ledger, &store.temp_dir()).map_err(|source| {
                 Error::Io {

@@ -6,7 +6,10 @@
 //! [`prepare`] turns it into an isolated launch: bubblewrap ([`runtime`]) builds new namespaces
 //! and a mount view of exactly those paths, with no capabilities and no terminal; seccomp
 //! programs ([`seccomp`]) kill the calls only an attack makes and refuse the sockets the profile
-//! does not allow; cgroups and rlimits ([`bounds`]) bound memory, processes, CPU and files. The
+//! does not allow; a profile with the network reaches out only through a proxy kavi runs for the
+//! launch, which holds it to `policies/network.toml`'s `[processes]` hosts and records every
+//! connection ([`proxy`], [`bridge`]); cgroups and rlimits ([`bounds`]) bound memory, processes,
+//! CPU and files. The
 //! one place that spawns processes ([`crate::process`]) starts bubblewrap in place of the
 //! program, its descriptors and bounds set between clone and exec.
 //!
@@ -15,7 +18,9 @@
 //! `none`.
 
 pub mod bounds;
+pub mod bridge;
 pub mod policy;
+pub mod proxy;
 pub mod runtime;
 mod seccomp;
 pub mod tripwire;
@@ -49,9 +54,13 @@ pub struct Profile {
     /// folders (the workspace), searched when the profile is prepared.
     #[serde(skip)]
     pub hide_matching: Option<(Arc<globset::GlobSet>, Vec<PathBuf>)>,
-    /// Whether the host's network is reachable; without it the process has a network
-    /// namespace of its own with only loopback, and only local sockets.
+    /// Whether the process may reach the network, through kavi's proxy and only to `hosts`;
+    /// either way it has a network namespace of its own with only loopback, and without the
+    /// network only local sockets.
     pub network: bool,
+    /// The hosts the proxy lets a process with the network reach (none when empty).
+    #[serde(skip)]
+    pub hosts: Arc<proxy::HostAllowlist>,
     /// Refuse to run the role where the machine cannot isolate it.
     pub require: bool,
     pub limits: Limits,
@@ -92,6 +101,8 @@ pub struct Confinement {
     pub profile: Profile,
     /// The policy the profile comes from.
     pub policy: Option<PolicyRef>,
+    /// The policy its `hosts` come from, for a profile with the network.
+    pub hosts_policy: Option<PolicyRef>,
     /// The seccomp programs; `None` when running unconfined.
     filters: Option<Arc<Vec<Vec<u8>>>>,
     /// The Landlock ruleset applied before bubblewrap starts, and the ABI it was made for.
@@ -116,6 +127,10 @@ pub struct Launch {
     pub rlimits: Vec<(nix::libc::__rlimit_resource_t, u64)>,
     /// The decoys laid in the view, watched while the process runs.
     pub tripwires: Option<tripwire::Tripwires>,
+    /// For a profile with the network: the proxy's socket, to serve while the process runs,
+    /// and the variables that point the process at it.
+    pub proxy: Option<proxy::Listening>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Confinement {
@@ -178,6 +193,22 @@ impl Confinement {
             .map(PathBuf::as_path)
             .collect();
         let tripwires = tripwire::Tripwires::lay(&self.profile.tripwires, &mounted)?;
+        // With the network: a proxy for this launch, its socket and the bridge mounted in, and
+        // the bridge run in place of the program. Without a bridge, nothing runs.
+        let proxy = match self.profile.network {
+            false => None,
+            true => {
+                let bridge = bridge::program().map_err(|reason| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("refusing to run the {}: {reason}", self.profile.role),
+                    )
+                })?;
+                let listening = proxy::Listening::bind(Arc::clone(&self.profile.hosts))?;
+                Some((listening, bridge))
+            }
+        };
+        let socket = proxy.as_ref().map(|(listening, _)| listening.socket());
         let mut wrapped = runtime::arguments(
             &runtime::View {
                 read: &read,
@@ -185,11 +216,22 @@ impl Confinement {
                 hide: &self.profile.hide,
                 decoys: tripwires.as_ref().map_or(&[], |t| t.mounts()),
             },
-            self.profile.network,
+            socket
+                .as_deref()
+                .zip(proxy.as_ref().map(|(_, b)| b.as_path())),
             cwd,
             filters.len(),
             self.profile.limits.memory_mib.map(|mib| mib << 20),
         );
+        if proxy.is_some() {
+            wrapped.extend([
+                bridge::PROGRAM_IN_VIEW.to_owned(),
+                bridge::SUBCOMMAND.to_owned(),
+                proxy::PORT.to_string(),
+                proxy::SOCKET_IN_VIEW.to_owned(),
+                "--".to_owned(),
+            ]);
+        }
         wrapped.push(program.display().to_string());
         wrapped.extend(args.iter().cloned());
         let cgroup = bounds::Cgroup::make(&self.profile.limits)?;
@@ -203,27 +245,40 @@ impl Confinement {
             cgroup,
             rlimits,
             tripwires,
+            env: if proxy.is_some() {
+                proxy::environment()
+            } else {
+                Vec::new()
+            },
+            proxy: proxy.map(|(listening, _)| listening),
         }))
     }
 
-    /// What the ledger records of this confinement.
+    /// What the ledger records of this confinement, before its process has run.
     pub fn record(&self) -> serde_json::Value {
-        serde_json::json!({
+        self.record_run(None)
+    }
+
+    /// What the ledger records of this confinement, with the connections its process's proxy
+    /// allowed and refused, once it has run.
+    pub fn record_run(&self, network: Option<&proxy::ProxyLog>) -> serde_json::Value {
+        let proxied = self.isolated() && self.profile.network;
+        let mut record = serde_json::json!({
             "role": self.profile.role,
             "enforced": if self.isolated() { "bubblewrap" } else { "none" },
             "isolation": self.isolated().then(|| serde_json::json!({
-                "namespaces": if self.profile.network {
-                    vec!["user", "pid", "mount", "ipc", "uts", "cgroup"]
-                } else {
-                    vec!["user", "pid", "mount", "ipc", "uts", "cgroup", "net"]
-                },
+                "namespaces": ["user", "pid", "mount", "ipc", "uts", "cgroup", "net"],
                 "seccomp": true,
                 "capabilities": "none",
                 "terminal": "none",
                 "bounds": bounds::cgroup_support().describe(),
                 "landlock": self.landlock.as_ref().map(|(_, abi)| format!(
                     "ABI {abi}: signals and abstract unix sockets scoped to the sandbox{}",
-                    if self.profile.network { "" } else { ", TCP denied" }
+                    match (*abi >= 4, self.profile.network) {
+                        (false, _) => "",
+                        (true, true) => ", TCP connect only to the proxy's port",
+                        (true, false) => ", TCP denied",
+                    }
                 )),
             })),
             "unconfined_because": self.unconfined_because,
@@ -231,11 +286,32 @@ impl Confinement {
             "write": self.profile.write,
             "hide": self.profile.hide,
             "tripwires": self.profile.tripwires,
-            "network": if self.profile.network { "host" } else { "none" },
+            "network": match (self.profile.network, proxied) {
+                (false, _) => "none",
+                (true, true) => "proxy",
+                (true, false) => "host",
+            },
             "limits": self.profile.limits,
             "policy": self.policy.as_ref().map(|p| &p.path),
             "policy_hash": self.policy.as_ref().map(|p| &p.hash),
-        })
+        });
+        // Only a profile with the network has a proxy to record.
+        if proxied && let Some(fields) = record.as_object_mut() {
+            fields.insert(
+                "proxy".to_owned(),
+                serde_json::json!({
+                    "listen": format!("127.0.0.1:{}", proxy::PORT),
+                    "allowed_hosts": self.profile.hosts.texts(),
+                    "policy": self.hosts_policy.as_ref().map(|p| &p.path),
+                    "policy_hash": self.hosts_policy.as_ref().map(|p| &p.hash),
+                    "connections": network.map(|log| &log.connections),
+                    "allowed": network.map(|log| log.allowed),
+                    "refused": network.map(|log| log.refused),
+                    "unrecorded": network.map(|log| log.unrecorded),
+                }),
+            );
+        }
+        record
     }
 }
 
@@ -295,6 +371,7 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
         return Ok(Confinement {
             profile,
             policy: None,
+            hosts_policy: None,
             filters: None,
             landlock: None,
             unconfined_because: Some(missing.to_owned()),
@@ -333,6 +410,7 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
     Ok(Confinement {
         profile,
         policy: None,
+        hosts_policy: None,
         filters: Some(Arc::new(filters)),
         landlock,
         unconfined_because: None,
@@ -392,21 +470,34 @@ pub fn kernel_abi() -> i32 {
 }
 
 /// Landlock as a second layer under the namespaces, where the kernel has it: signals and
-/// abstract unix sockets scoped to the sandbox (ABI 6), which matters most for a profile that
-/// shares the host's network namespace, and TCP bind and connect denied without the network
-/// (ABI 4). No file rights: a ruleset that handles them forbids the mounts bubblewrap makes.
+/// abstract unix sockets scoped to the sandbox (ABI 6), TCP bind and connect denied without the
+/// network, and with it TCP connect only to the bridge's port, the one way out (ABI 4). No file
+/// rights: a ruleset that handles them forbids the mounts bubblewrap makes.
 fn landlock_layer(network: bool) -> Option<OwnedFd> {
-    use landlock::{AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
-    let mut ruleset = Ruleset::default()
+    use landlock::{
+        AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        Scope,
+    };
+    let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .ok()?;
-    if !network {
-        ruleset = ruleset
+    // TCP rules from ABI 4 on; asked for only there, so that an older kernel keeps the rest.
+    let tcp = kernel_abi() >= 4;
+    let ruleset = match (network, tcp) {
+        (false, _) => ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .ok()?,
+        (true, true) => ruleset.handle_access(AccessNet::ConnectTcp).ok()?,
+        (true, false) => ruleset,
+    };
+    let mut created = ruleset.create().ok()?;
+    if network && tcp {
+        created = created
+            .add_rule(NetPort::new(proxy::PORT, AccessNet::ConnectTcp))
             .ok()?;
     }
-    let fd: Option<OwnedFd> = ruleset.create().ok()?.into();
+    let fd: Option<OwnedFd> = created.into();
     fd
 }
 
@@ -432,6 +523,7 @@ mod tests {
             ],
             hide_matching: None,
             network: false,
+            hosts: Arc::default(),
             require: true,
             limits,
             path: "/usr/bin:/bin".into(),

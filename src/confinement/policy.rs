@@ -8,7 +8,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Profile;
+use super::proxy::HostAllowlist;
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::policy::network::NetworkPolicy;
 use crate::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/confinement.toml";
@@ -107,6 +109,10 @@ pub struct RoleProfile {
     /// Globs checked when the policy was parsed.
     hide_matching: Vec<String>,
     network: bool,
+    /// The hosts a process with the network may reach through kavi's proxy, and the policy
+    /// they come from (`policies/network.toml`): none until [`ConfinementPolicy::with_hosts`].
+    hosts: Arc<HostAllowlist>,
+    hosts_policy: Option<super::PolicyRef>,
     limits: super::Limits,
     /// The system's part of the view, shared by every role.
     system: Arc<System>,
@@ -125,7 +131,15 @@ impl RoleProfile {
         let profile = self.resolve(templates, values, writes)?;
         let mut confinement = super::prepare(profile).map_err(|e| e.to_string())?;
         confinement.policy = Some(self.policy.clone());
+        if self.network {
+            confinement.hosts_policy = self.hosts_policy.clone();
+        }
         Ok(confinement)
+    }
+
+    /// Whether the role's process may use the network (through kavi's proxy).
+    pub fn network(&self) -> bool {
+        self.network
     }
 
     /// Resolves the path templates with the role's values, repeating the entries that read
@@ -197,6 +211,7 @@ impl RoleProfile {
                 Some((Arc::new(globs), roots))
             },
             network: self.network,
+            hosts: Arc::clone(&self.hosts),
             require: self.require,
             limits: self.limits,
             path: self.system.path.clone(),
@@ -239,6 +254,8 @@ impl ConfinementPolicy {
             hide: Vec::new(),
             hide_matching: Vec::new(),
             network: false,
+            hosts: Arc::clone(&self.read_only.hosts),
+            hosts_policy: self.read_only.hosts_policy.clone(),
             limits: super::Limits::default(),
             system: Arc::clone(&self.read_only.system),
         };
@@ -271,6 +288,47 @@ impl ConfinementPolicy {
             }
         }
         union
+    }
+}
+
+impl ConfinementPolicy {
+    /// The hosts every role with the network may reach through kavi's proxy: `[processes]
+    /// allowed_hosts` of `network` (`policies/network.toml`). Without it, none.
+    pub fn with_hosts(mut self, network: Option<&Arc<SourceFile>>) -> Result<Self, Diagnostic> {
+        let Some(source) = network else {
+            return Ok(self);
+        };
+        let hosts = Arc::new(NetworkPolicy::parse(source)?.process_hosts(source)?);
+        let policy = super::PolicyRef {
+            path: source.path.display().to_string(),
+            hash: source.spec_hash().to_owned(),
+        };
+        for role in [
+            &mut self.builder,
+            &mut self.gate,
+            &mut self.read_only,
+            &mut self.file_write,
+            &mut self.network,
+            &mut self.secret_read,
+        ] {
+            role.hosts = Arc::clone(&hosts);
+            role.hosts_policy = Some(policy.clone());
+        }
+        Ok(self)
+    }
+
+    /// Whether any role may use the network: then `policies/network.toml` governs its runs.
+    pub fn any_network(&self) -> bool {
+        [
+            &self.builder,
+            &self.gate,
+            &self.read_only,
+            &self.file_write,
+            &self.network,
+            &self.secret_read,
+        ]
+        .iter()
+        .any(|role| role.network)
     }
 }
 
@@ -372,6 +430,8 @@ fn check(
                 .collect()
         },
         network: raw.network,
+        hosts: Arc::default(),
+        hosts_policy: None,
         limits: raw.limits,
         system: Arc::clone(system),
     })

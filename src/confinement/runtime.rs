@@ -1,6 +1,7 @@
 //! The runtime that builds the isolated process: bubblewrap (`bwrap`), the sandbox Flatpak,
 //! Claude Code's and Codex CLI's Linux sandboxes use. kavi asks it for new user, PID, mount,
-//! IPC, UTS, cgroup and (unless the profile allows the network) network namespaces, a fresh
+//! IPC, UTS, cgroup and network namespaces (a profile with the network reaches out only through
+//! kavi's proxy, whose socket and bridge are mounted in: see [`super::proxy`]), a fresh
 //! `/proc`, a mount view holding only what the profile lists, no capabilities, a new session
 //! with no controlling terminal, and the seccomp programs; bubblewrap's own init reaps the tree,
 //! and when the process it started exits, the namespace goes and every process in it dies.
@@ -73,13 +74,15 @@ enum Mount {
 }
 
 /// bubblewrap's arguments for `view` (each path the same inside as outside, so that every path
-/// kavi hands the process stays true), without the program.
+/// kavi hands the process stays true), without the program. `proxy` is, for a profile with the
+/// network, the proxy's socket and the bridge's binary on the host, mounted read-only where the
+/// bridge expects them; the network namespace is new either way.
 ///
 /// Parents are mounted before their children, and for one path a write after a read, so that a
 /// write scope inside a read-only folder stays writable and a hidden folder stays hidden.
 pub fn arguments(
     view: &View<'_>,
-    network: bool,
+    proxy: Option<(&Path, &Path)>,
     cwd: &Path,
     filters: usize,
     tmp_bytes: Option<u64>,
@@ -140,9 +143,6 @@ pub fn arguments(
         args.extend(["--size".into(), bytes.to_string()]);
     }
     args.extend(["--tmpfs".into(), "/tmp".into()]);
-    if network {
-        args.push("--share-net".into());
-    }
     // A write scope is mounted from the descriptor kavi opened it as (its number here).
     let mut mounts: Vec<(usize, Mount, &PathBuf, usize)> = view
         .read
@@ -175,6 +175,16 @@ pub fn arguments(
             fifo.display().to_string(),
             shown.display().to_string(),
         ]);
+    }
+    // After the profile's paths, so that none of them covers these. connect() on a unix
+    // socket needs no writable mount.
+    if let Some((socket, bridge)) = proxy {
+        for (from, to) in [
+            (socket, super::proxy::SOCKET_IN_VIEW),
+            (bridge, super::bridge::PROGRAM_IN_VIEW),
+        ] {
+            args.extend(["--ro-bind".into(), from.display().to_string(), to.into()]);
+        }
     }
     // The view's own root (the folders made to mount on) is read-only too: what the profile
     // does not list as writable is not, even where nothing is mounted.

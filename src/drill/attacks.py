@@ -119,6 +119,46 @@ def mptcp_out():
     return allowed("connected over MPTCP")
 
 
+def proxy_address():
+    from urllib.parse import urlsplit
+    proxy = urlsplit(ENV.get("HTTPS_PROXY", ""))
+    return proxy.hostname, proxy.port
+
+
+def proxy_connect():
+    import http.client
+    host, port = proxy_address()
+    if not host:
+        return refused("ENOENT", "no proxy in the environment")
+    c = http.client.HTTPConnection(host, port, timeout=5)
+    c.set_tunnel("127.0.0.1", int(ENV["KAVI_DRILL_TCP_PORT"]))
+    try:
+        c.connect()
+    except OSError as e:
+        if "403" in str(e):
+            return refused("FORBIDDEN", str(e))
+        return refused(e.errno or "ECONNREFUSED", str(e))
+    c.sock.sendall(b"kavi-drill-tcp")
+    return allowed("tunnelled (the drill checks whether it arrived)")
+
+
+def proxy_http():
+    import http.client
+    host, port = proxy_address()
+    if not host:
+        return refused("ENOENT", "no proxy in the environment")
+    c = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        c.request("GET", f"http://127.0.0.1:{ENV['KAVI_DRILL_TCP_PORT']}/kavi-drill")
+        status = c.getresponse().status
+    except OSError as e:
+        # Sent and waiting for an answer the drill's listener never gives: it got through.
+        return allowed(f"forwarded ({e})")
+    if status == 403:
+        return refused("FORBIDDEN", "403")
+    return allowed(f"forwarded ({status})")
+
+
 def raw_icmp():
     socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     return allowed("opened a raw socket")

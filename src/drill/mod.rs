@@ -6,7 +6,8 @@
 //! with the values the real role has (a sandbox and a private temporary folder for the
 //! builder; the workspace for a gate or a skill). What the attack saw is one JSON line; what the
 //! attack could only claim, the drill checks from outside: whether a datagram reached its
-//! listener, whether a daemon outlived the run, whether a file landed beside the sandbox.
+//! listener, whether a daemon outlived the run, whether a file landed beside the sandbox, and,
+//! for what a NETWORK skill asks kavi's proxy for, whether the proxy recorded its refusal.
 
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
@@ -64,6 +65,8 @@ struct Case {
     outside: Outside,
     /// The attack names x86-64 system call numbers.
     x86_64_only: bool,
+    /// The skill runs under the NETWORK profile, not the READ_ONLY one.
+    network: bool,
 }
 
 const fn case(attack: &'static str, role: Role, what: &'static str) -> Case {
@@ -73,6 +76,15 @@ const fn case(attack: &'static str, role: Role, what: &'static str) -> Case {
         what,
         outside: Outside::Nothing,
         x86_64_only: false,
+        network: false,
+    }
+}
+
+/// An attack by a NETWORK skill: it has the network, through kavi's proxy only.
+const fn networked(attack: &'static str, what: &'static str) -> Case {
+    Case {
+        network: true,
+        ..checked(attack, Role::Skill, what, Outside::Reached)
     }
 }
 
@@ -144,6 +156,22 @@ const CASES: &[Case] = &[
         Role::Skill,
         "connect to the host's loopback over MPTCP",
         Outside::Reached,
+    ),
+    networked(
+        "tcp_out",
+        "as a NETWORK skill, connect to the host's loopback past the proxy",
+    ),
+    networked(
+        "udp_out",
+        "as a NETWORK skill, send a datagram to the host's loopback",
+    ),
+    networked(
+        "proxy_connect",
+        "as a NETWORK skill, ask kavi's proxy to tunnel to a host not allowed",
+    ),
+    networked(
+        "proxy_http",
+        "as a NETWORK skill, ask kavi's proxy to forward to a host not allowed",
     ),
     case("raw_icmp", Role::Builder, "open a raw ICMP socket"),
     case("netlink", Role::Builder, "open a netlink socket"),
@@ -260,6 +288,7 @@ fn mechanism_of(errno: &str) -> &'static str {
         "EMFILE" => "open files bound",
         "ENOSPC" => "no new user namespaces",
         "ENOSYS" => "seccomp",
+        "FORBIDDEN" => "kavi's proxy: not in [processes] allowed_hosts, 403",
         _ => "refused",
     }
 }
@@ -444,7 +473,11 @@ async fn attack(
             let tmp = targets.path("skill-tmp");
             let values =
                 minijinja::context! { workspace => workspace, tmp => &tmp, snapshot => workspace };
-            let profile = &policy.read_only;
+            let profile = if case.network {
+                &policy.network
+            } else {
+                &policy.read_only
+            };
             (profile, values, workspace.to_owned(), tmp)
         }
     };
@@ -539,6 +572,23 @@ async fn attack(
         Ok(finished) => finished,
         Err(e) => return Ok(outcome(Verdict::NotRun, format!("could not start: {e}"))),
     };
+    // What the proxy refused must be in its record, or the ledger would not know.
+    if case.attack.starts_with("proxy_") {
+        let port = targets.tcp.local_addr()?.port();
+        let recorded = finished
+            .network
+            .as_ref()
+            .is_some_and(|log| log.connections.iter().any(|c| c.port == port && !c.allowed));
+        if !recorded {
+            let stdout = String::from_utf8_lossy(&finished.stdout.head);
+            if stdout.contains("\"allowed\": false") {
+                return Ok(outcome(
+                    Verdict::Allowed,
+                    "refused, but the proxy's record does not say so".to_owned(),
+                ));
+            }
+        }
+    }
     Ok(match &finished.violation {
         Some(Violation::ForbiddenCall) => outcome(
             Verdict::Refused,

@@ -434,7 +434,7 @@ impl Runner<'_> {
             Ok(confinement) => confinement,
             Err(refusal) => return Ok((Err(refusal), None)),
         };
-        let mut record = confinement.record();
+        let recorded = confinement.clone();
         let mut env = crate::process::base_env();
         env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
         env.extend(secrets.iter().cloned());
@@ -461,7 +461,9 @@ impl Runner<'_> {
             skill: ready.name.clone(),
             source,
         })?;
-        // What stopped it, by the failure kind a build or a gate would have had.
+        // With the connections its proxy allowed and refused, for a skill with the network; and
+        // what stopped it, by the failure kind a build or a gate would have had.
+        let mut record = recorded.record_run(finished.network.as_ref());
         if let Some(violation) = &finished.violation {
             record["violation"] = serde_json::json!({
                 "kind": violation.failure_kind(),

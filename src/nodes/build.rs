@@ -101,7 +101,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
     let confinement_source =
         config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
-    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?.builder;
+    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
+    let needed = confinement.builder.network();
+    let confinement = config.load_process_hosts(confinement, needed)?.builder;
     Ok(Arc::new(Build {
         env: raw
             .env
@@ -301,7 +303,8 @@ impl Build {
             "packet_path": ctx.env.artifacts.path_of(&packet),
             "log": log.sha256,
             "exit_code": exit_code,
-            "confinement": confinement.record(),
+            "confinement": confinement
+                .record_run(finished.as_ref().ok().and_then(|f| f.network.as_ref())),
         }));
         outcome.exit_code = exit_code;
         outcome.artifacts.push(("packet", packet));

@@ -80,6 +80,8 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let confinement_source =
         config.load_policy_source(None, crate::confinement::policy::DEFAULT_POLICY)?;
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
+    let needed = confinement.any_network();
+    let confinement = config.load_process_hosts(confinement, needed)?;
     Ok(Arc::new(ChainNode {
         chain,
         params,

@@ -126,7 +126,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     };
     let confinement_source =
         config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
-    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?.gate;
+    let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
+    let needed = confinement.gate.network();
+    let confinement = config.load_process_hosts(confinement, needed)?.gate;
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
@@ -339,8 +341,17 @@ impl CompiledGate {
         };
         let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
         let mut stopped_as = None;
+        let mut network = None;
         let (status, detail) = match self
-            .check(ctx, cwd, vars, class, confined, program.as_deref())
+            .check(
+                ctx,
+                cwd,
+                vars,
+                class,
+                confined,
+                program.as_deref(),
+                &mut network,
+            )
             .await
         {
             Ok(Verdict::Passed) => ("passed", None),
@@ -362,6 +373,7 @@ impl CompiledGate {
         if stopped_as.is_some() {
             result.failure_kind = stopped_as;
         }
+        result.network = network.and_then(|log| serde_json::to_value(log).ok());
         result
     }
 
@@ -387,11 +399,14 @@ impl CompiledGate {
             failure_kind,
             detail,
             tool,
+            network: None,
         }
     }
 
     /// The verdict, or `Err(why)` when the gate could not run. `tool` is the toolchain's
-    /// executable a command gate runs in place of its program's name.
+    /// executable a command gate runs in place of its program's name. A command gate with the
+    /// network leaves what its proxy saw in `network`.
+    #[allow(clippy::too_many_arguments)]
     async fn check(
         &self,
         ctx: &NodeContext<'_>,
@@ -400,6 +415,7 @@ impl CompiledGate {
         class: Option<&str>,
         confined: Option<(&Confinement, &Path)>,
         tool: Option<&Path>,
+        network: &mut Option<crate::confinement::proxy::ProxyLog>,
     ) -> Result<Verdict, String> {
         match &self.check {
             Check::Invariants(invariants) => {
@@ -446,6 +462,7 @@ impl CompiledGate {
                     }
                 }
                 .map_err(|e| format!("could not run `{program}`: {e}"))?;
+                *network = finished.network.clone();
                 let output = format!(
                     "{}{}",
                     String::from_utf8_lossy(&finished.stdout.head),

@@ -261,6 +261,22 @@ impl<'a> NodeConfig<'a> {
         Ok(crate::policy::Policy { value, source })
     }
 
+    /// The hosts confined processes with the network may reach, from `policies/network.toml`,
+    /// given to `policy`'s roles when `needed` (a role the node runs has the network); the file
+    /// then governs the node's runs. Without the file, no host.
+    pub fn load_process_hosts(
+        &mut self,
+        policy: crate::confinement::policy::ConfinementPolicy,
+        needed: bool,
+    ) -> Result<crate::confinement::policy::ConfinementPolicy, Diagnostic> {
+        let path = crate::policy::network::DEFAULT_POLICY;
+        if !needed || !self.root.join(path).is_file() {
+            return Ok(policy);
+        }
+        let source = self.load_policy_source(None, path)?;
+        policy.with_hosts(Some(&source))
+    }
+
     /// Reads a policy file's text for a kind that parses it itself, recording it as governing.
     pub fn load_policy_source(
         &mut self,

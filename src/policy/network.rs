@@ -1,13 +1,19 @@
 //! `policies/network.toml`: the hosts kavi itself may reach (the LLM gateway of an `advise`
 //! node). A request to any other host is refused before anything is sent, and redirects are not
 //! followed, so an allowed host cannot hand a request on to one that is not.
+//!
+//! Its `[processes]` section lists, apart from those, the hosts a confined process with the
+//! network (a NETWORK skill, a builder given `network = true`) may reach through kavi's proxy
+//! (see [`crate::confinement::proxy`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
+use toml::Spanned;
 
+use crate::confinement::proxy::{HostAllowlist, HostPattern};
 use crate::diagnostic::{Diagnostic, SourceFile};
 
 pub const DEFAULT_POLICY: &str = "policies/network.toml";
@@ -17,11 +23,51 @@ pub const DEFAULT_POLICY: &str = "policies/network.toml";
 pub struct NetworkPolicy {
     /// Host names or IP addresses, compared exactly (case-insensitively).
     pub allowed_hosts: Vec<String>,
+    /// What confined processes with the network may reach; nothing when absent.
+    #[serde(default)]
+    pub processes: ProcessesPolicy,
+}
+
+/// `[processes]`: the hosts a confined process with the network may reach through kavi's proxy.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessesPolicy {
+    /// `host` (any port), `host:port`, `*.domain` (any name below `domain`, not `domain`
+    /// itself, optionally with `:port`), or an IP address (`127.0.0.1:8080`, `::1`,
+    /// `[::1]:8080`). Names and addresses are never interchangeable: an allowed name does not
+    /// allow its address, and a name that resolves to a loopback, link-local or unspecified
+    /// address is refused unless that address is listed itself. Empty: no host.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub allowed_hosts: Vec<Spanned<String>>,
 }
 
 impl NetworkPolicy {
+    /// Parses the policy; an entry of `[processes] allowed_hosts` that is not a host pattern is
+    /// an error at the entry.
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
-        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))
+        let policy: Self =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        policy.process_hosts(source)?;
+        Ok(policy)
+    }
+
+    /// The hosts confined processes may reach, checked.
+    pub fn process_hosts(&self, source: &Arc<SourceFile>) -> Result<HostAllowlist, Diagnostic> {
+        let entries = self
+            .processes
+            .allowed_hosts
+            .iter()
+            .map(|entry| {
+                HostPattern::parse(entry.get_ref()).map_err(|reason| {
+                    Diagnostic::new(format!(
+                        "invalid entry of [processes] allowed_hosts: {reason}"
+                    ))
+                    .at(source, entry.span())
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(HostAllowlist { entries })
     }
 
     /// Parses `url` and checks that its scheme is http(s) and its host is allowed.
@@ -156,6 +202,7 @@ mod tests {
     fn policy() -> NetworkPolicy {
         NetworkPolicy {
             allowed_hosts: vec!["127.0.0.1".into(), "llm.example".into(), "::1".into()],
+            processes: ProcessesPolicy::default(),
         }
     }
 
@@ -181,5 +228,26 @@ mod tests {
                 .unwrap_err()
                 .contains("invalid URL")
         );
+    }
+
+    #[test]
+    fn a_malformed_process_host_is_refused_at_its_line_and_column() {
+        let text =
+            "allowed_hosts = []\n[processes]\nallowed_hosts = [\n  \"pypi.org\",\n  \"*\",\n]\n";
+        let source = SourceFile::new("policies/network.toml", text.to_owned());
+        let err = NetworkPolicy::parse(&source).unwrap_err().to_string();
+        assert!(err.contains("policies/network.toml:5:3"), "{err}");
+        assert!(err.contains("would allow every host"), "{err}");
+        let ok = "allowed_hosts = []\n[processes]\nallowed_hosts = [\"pypi.org:443\"]\n";
+        let source = SourceFile::new("policies/network.toml", ok.to_owned());
+        let policy = NetworkPolicy::parse(&source).unwrap();
+        assert_eq!(
+            policy.process_hosts(&source).unwrap().texts(),
+            ["pypi.org:443"]
+        );
+        // Absent, no host.
+        let none = SourceFile::new("policies/network.toml", "allowed_hosts = []\n".to_owned());
+        let policy = NetworkPolicy::parse(&none).unwrap();
+        assert!(policy.process_hosts(&none).unwrap().entries.is_empty());
     }
 }

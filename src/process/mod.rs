@@ -236,6 +236,9 @@ pub struct Finished {
     pub stderr: Captured,
     /// What a confined process did that its confinement stopped it for, if anything.
     pub violation: Option<Violation>,
+    /// For a confined process with the network: every connection its proxy allowed or
+    /// refused.
+    pub network: Option<crate::confinement::proxy::ProxyLog>,
 }
 
 /// Why a confined process was stopped by its confinement rather than ending on its own.
@@ -692,6 +695,25 @@ pub async fn run(
         Some(confinement) => confinement.launch(&program, &spec.args, &spec.cwd)?,
         None => None,
     };
+    // A process with the network gets a proxy for as long as it runs, and only the proxy
+    // variables that name it.
+    let proxy = match launch.as_mut().and_then(|launch| launch.proxy.take()) {
+        Some(listening) => Some(listening.serve()?),
+        None => None,
+    };
+    let proxied_env;
+    let env = match &launch {
+        Some(launch) if !launch.env.is_empty() => {
+            proxied_env = env
+                .iter()
+                .filter(|(key, _)| !crate::confinement::proxy::is_proxy_variable(key))
+                .chain(&launch.env)
+                .cloned()
+                .collect::<Vec<_>>();
+            &proxied_env
+        }
+        _ => env,
+    };
     let window = roster::StartWindow::open();
     let spawned = match &launch {
         None => spawn::spawn(
@@ -856,6 +878,7 @@ pub async fn run(
         stdout: stdout?,
         stderr: stderr?,
         violation,
+        network: proxy.map(crate::confinement::proxy::Running::finish),
     })
 }
 
