@@ -97,17 +97,23 @@ def fold(node, depth=0):
     return None
 
 
+def item(namespace, key):
+    """What `namespace[key]` is: `sys.modules['os']` is `os`, `vars(builtins)['exec']` is
+    `builtins.exec`."""
+    if namespace == "sys.modules":
+        return key
+    return normalize(namespace + "." + key)
+
+
 def normalize(name):
-    """One spelling for the ways to reach a name: `sys.modules['os']` is `os`, a module's
-    `__dict__` is the module, `__builtins__` anywhere is `builtins`."""
+    """One spelling for the ways to reach a name: a module's `__dict__` is the module,
+    `__builtins__` anywhere is `builtins`."""
     parts = [part for part in name.split(".") if part != "__dict__"]
     for index in range(len(parts) - 1, -1, -1):
         if parts[index] == "__builtins__":
             parts = ["builtins"] + parts[index + 1:]
             break
     name = ".".join(parts)
-    while name.startswith("sys.modules.") and len(name) > len("sys.modules."):
-        name = name[len("sys.modules."):]
     if name.startswith("<globals>.") or name.startswith("<locals>."):
         rest = name.split(".", 1)[1]
         name = rest if rest.startswith("builtins") else "<globals>." + rest
@@ -223,7 +229,7 @@ class File:
             key = fold(node.slice)
             if key is None:
                 return set()
-            return {normalize(q + "." + key) for q in base}
+            return {item(q, key) for q in base}
         if isinstance(node, ast.NamedExpr):
             return self.quals(node.value, depth + 1)
         if isinstance(node, (ast.IfExp,)):
@@ -255,7 +261,7 @@ class File:
                     if node.args:
                         name = fold(node.args[0])
                         if name is not None:
-                            found.add(normalize(q.rsplit(".", 1)[0] + "." + name))
+                            found.add(item(q.rsplit(".", 1)[0], name))
             # What a call makes is named by what was called: `pathlib.Path(p).write_text`.
             return found | {q for q in func if not q.startswith("builtins.")}
         return set()
