@@ -133,9 +133,15 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         assert_eq!(row["tool"]["toolchain"], "python", "{row}");
     }
     // The secret scan ran the pinned detect-secrets, the policy scan the pinned interpreter.
-    let secrets = verifications.iter().find(|v| v["gate"] == "secrets").unwrap();
+    let secrets = verifications
+        .iter()
+        .find(|v| v["gate"] == "secrets")
+        .unwrap();
     assert_eq!(secrets["tool"]["version"], "1.5.0", "{secrets}");
-    let policy = verifications.iter().find(|v| v["gate"] == "policy").unwrap();
+    let policy = verifications
+        .iter()
+        .find(|v| v["gate"] == "policy")
+        .unwrap();
     assert_eq!(policy["tool"]["tool"], "python", "{policy}");
     assert_eq!(
         node(run, "promote")["outputs"]["source_hash"],
@@ -669,7 +675,8 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         ("fail", "BUILD_ERROR", "build", None),
         ("scope", "GATE_VIOLATION", "diff", None),
         ("link", "GATE_VIOLATION", "diff", None),
-        ("syntax", "VERIFY_LINT", "verify", Some("lint")),
+        // The policy scan cannot check what does not parse, and fails first, named for the cause.
+        ("syntax", "VERIFY_LINT", "verify", Some("policy")),
         ("lint", "VERIFY_LINT", "verify", Some("lint")),
         ("type", "VERIFY_TYPES", "verify", Some("types")),
         ("test", "VERIFY_TEST", "verify", Some("tests")),

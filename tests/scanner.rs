@@ -228,6 +228,22 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "import asyncio\nasyncio.create_subprocess_exec('id')\n",
         "process",
     ),
+    read_only(
+        "getattr_passed_on",
+        "import functools\nimport os\nfunctools.reduce(getattr, ['system'], os)('id')\n",
+        "dynamic_names",
+    ),
+    read_only(
+        "operator_attrgetter",
+        "import operator\nimport os\noperator.attrgetter('system')(os)('id')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "deleted_shadow",
+        "def eval(x: str) -> str:\n    return x\n\n\ndel eval\neval('1')\n",
+        "dynamic_code",
+    ),
+    read_only("os_exit", "import os\nos._exit(0)\n", "verdict"),
     read_only("syntax_error", "def broken(:\n    pass\n", "syntax"),
 ];
 
@@ -280,6 +296,18 @@ const OTHERS: &[Case] = &[
             ("conftest.py", "import os\nos.system('id')\n"),
         ],
         expect: Some("process"),
+    },
+    Case {
+        name: "test_skips_itself",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\n@unittest.skip('later')\nclass T(unittest.TestCase):\n    def test_x(self) -> None:\n        self.fail()\n",
+            ),
+        ],
+        expect: Some("verdict"),
     },
     Case {
         name: "compiled_module",
@@ -436,6 +464,14 @@ fn verify_each(root: &Path, names: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A case as the test builds it: name, class, files, expected rule.
+type Owned = (
+    String,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Option<&'static str>,
+);
+
 const POLICY_GATE: &str = "[[gate]]\nid = \"policy\"\nkind = \"policy_scan\"\ntoolchain = \"python\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_POLICY\"\n";
 
 /// The toolchain is provisioned from PyPI on first use; where that cannot happen, the test says
@@ -464,7 +500,7 @@ fn every_disguise_of_a_forbidden_capability_is_found_in_every_file_and_clean_cod
     if !toolchain_or_skip(root) {
         return;
     }
-    let mut cases: Vec<(String, &str, Vec<(&str, &str)>, Option<&str>)> = DISGUISES
+    let mut cases: Vec<Owned> = DISGUISES
         .iter()
         .map(|(name, class, skill, rule)| {
             (
@@ -514,8 +550,14 @@ fn every_disguise_of_a_forbidden_capability_is_found_in_every_file_and_clean_cod
         let ok = match expect {
             None => result["status"] == "passed",
             Some(rule) => {
+                // Code that does not parse fails the scan, named for its cause.
+                let kind = if *rule == "syntax" {
+                    "VERIFY_LINT"
+                } else {
+                    "VERIFY_POLICY"
+                };
                 result["status"] == "failed"
-                    && result["failure_kind"] == "VERIFY_POLICY"
+                    && result["failure_kind"] == kind
                     && detail.contains(&format!("[{rule}]"))
             }
         };

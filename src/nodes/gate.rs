@@ -218,6 +218,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             GateKind::PolicyScan | GateKind::SecretScan => {
                 let rules_source = load_rules(config, &source, &gate)?;
                 let scanner = Scanner::parse(&rules_source)?;
+                if let Some(kind) = scanner.syntax_failure() {
+                    classifier.check_kind(kind, &rules_source)?;
+                }
                 if gate.files.is_empty() {
                     return Err(Diagnostic::new(format!(
                         "a {} gate needs `files` to scan",
@@ -413,6 +416,11 @@ fn tail(text: &str, lines: usize) -> String {
 enum Verdict {
     Passed,
     Failed(String),
+    /// Failed, and named by another failure kind than the gate's own.
+    FailedAs {
+        kind: String,
+        detail: String,
+    },
     TimedOut(String),
 }
 
@@ -446,20 +454,29 @@ impl CompiledGate {
             None => None,
         };
         let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
+        let mut named = None;
         let (status, detail) = match self
             .check(ctx, cwd, vars, class, confined, program.as_deref())
             .await
         {
             Ok(Verdict::Passed) => ("passed", None),
             Ok(Verdict::Failed(detail)) => ("failed", Some(detail)),
+            Ok(Verdict::FailedAs { kind, detail }) => {
+                named = Some(kind);
+                ("failed", Some(detail))
+            }
             Ok(Verdict::TimedOut(detail)) => ("timed_out", Some(detail)),
             Err(detail) => ("error", Some(detail)),
         };
-        self.result(
+        let mut result = self.result(
             status,
             detail,
             tool.map(|(provisioned, tool)| provisioned.record(tool)),
-        )
+        );
+        if named.is_some() {
+            result.failure_kind = named;
+        }
+        result
     }
 
     fn result(
@@ -588,13 +605,20 @@ impl CompiledGate {
                     ctx, scanner, &files, class, cwd, confined, python, *timeout,
                 )
                 .await?;
-                Ok(Verdict::failed_if(
-                    findings
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                ))
+                let detail = findings
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                // Code that does not parse cannot be checked, so the gate fails; alone, it is
+                // named for its cause.
+                match scanner.syntax_failure() {
+                    Some(kind) if Scanner::only_syntax(&findings) => Ok(Verdict::FailedAs {
+                        kind: kind.get_ref().clone(),
+                        detail,
+                    }),
+                    _ => Ok(Verdict::failed_if(detail)),
+                }
             }
             Check::Secrets {
                 scanner,

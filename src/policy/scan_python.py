@@ -126,11 +126,19 @@ class File:
         self.aliases = {}
         self.stars = []
         self.defined = set()
+        # A name deleted anywhere may be the built-in again after it.
+        self.deleted = set()
+        # The callables in call position: `getattr` anywhere else is passed on, unfollowable.
+        self.called = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.defined.add(node.name)
             elif isinstance(node, ast.arg):
                 self.defined.add(node.arg)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
+                self.deleted.add(node.id)
+            elif isinstance(node, ast.Call):
+                self.called.add(id(node.func))
         # Bindings refer to each other in any order: a few rounds settle them.
         for _ in range(4):
             before = {key: set(value) for key, value in self.aliases.items()}
@@ -214,7 +222,9 @@ class File:
             found = set(self.aliases.get(name, ()))
             if name == "__builtins__":
                 found.add("builtins")
-            elif name in BUILTINS and name not in self.defined and name not in self.aliases:
+            elif name in BUILTINS and (
+                name in self.deleted or (name not in self.defined and name not in self.aliases)
+            ):
                 found.add("builtins." + name)
             if name not in self.defined:
                 found.update(module + "." + name for module in self.stars)
@@ -268,6 +278,12 @@ class File:
 
     def dynamic_reason(self, node):
         """Why this node reaches a name only known at run time, or None."""
+        if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in self.called:
+            passed = self.quals(node) & set(GETATTR + IMPORTERS)
+            if passed:
+                return "passes `%s` on, so the name it is given cannot be followed" % (
+                    sorted(passed)[0].split(".")[-1]
+                )
         if isinstance(node, ast.Call):
             func = self.quals(node.func)
             if func & set(GETATTR):

@@ -44,6 +44,10 @@ pub(crate) struct RawScanner {
     /// The class a skill without a proposal is checked as.
     #[schemars(with = "Option<String>")]
     default_class: Option<Spanned<String>>,
+    /// The failure kind of a policy scan whose only findings are files that do not parse (else
+    /// the gate's own): named for its cause, as the lint gate names it.
+    #[schemars(with = "Option<String>")]
+    syntax_failure: Option<Spanned<String>>,
     /// What code can do, by name: the modules and qualified callables that give it.
     #[serde(default)]
     capability: IndexMap<String, RawCapability>,
@@ -120,6 +124,7 @@ pub struct Scanner {
     secrets: Vec<Rule>,
     test_files: GlobSet,
     default_class: Option<String>,
+    syntax_failure: Option<Spanned<String>>,
     capabilities: IndexMap<String, RawCapability>,
     classes: IndexMap<String, Vec<String>>,
     tests: Vec<String>,
@@ -162,6 +167,9 @@ pub struct SkillFile {
     pub name: String,
     pub text: String,
 }
+
+/// The rule of a finding for a file that does not parse (the analyser's).
+pub const SYNTAX_RULE: &str = "syntax";
 
 /// Extensions of files Python would load as code that the analyser cannot read.
 const COMPILED: &[&str] = &["pyc", "pyo", "so", "pyd", "dylib", "dll", "pth"];
@@ -251,6 +259,7 @@ impl Scanner {
             secrets: compile_rules(source, raw.secrets)?,
             test_files,
             default_class: raw.default_class.map(Spanned::into_inner),
+            syntax_failure: raw.syntax_failure,
             capabilities,
             classes,
             tests,
@@ -311,6 +320,16 @@ impl Scanner {
             }
         }
         (findings, values)
+    }
+
+    /// The failure kind of a scan whose only findings are files that do not parse, as written.
+    pub fn syntax_failure(&self) -> Option<&Spanned<String>> {
+        self.syntax_failure.as_ref()
+    }
+
+    /// Whether `findings` are all of files that do not parse (and there is one at least).
+    pub fn only_syntax(findings: &[Finding]) -> bool {
+        !findings.is_empty() && findings.iter().all(|f| f.rule == SYNTAX_RULE)
     }
 
     /// Whether the policy declares secret rules.
