@@ -550,7 +550,14 @@ mod tests {
         let both = scanner.forbidden_for(Some("NETWORK+FILE_WRITE")).unwrap();
         assert_eq!(
             both,
-            ["process", "native", "dynamic_code", "dynamic_names"].map(str::to_owned)
+            [
+                "process",
+                "native",
+                "dynamic_code",
+                "verdict",
+                "dynamic_names"
+            ]
+            .map(str::to_owned)
         );
         assert!(scanner.forbidden_for(Some("ROOT")).is_err());
         assert!(scanner.is_test("skills/a/test_skill.py"));
