@@ -587,7 +587,8 @@ fn every_disguise_of_a_forbidden_capability_is_found_in_every_file_and_clean_cod
 
 #[test]
 fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
-    let gate = "[[gate]]\nid = \"secrets\"\nkind = \"secret_scan\"\ntoolchain = \"secrets\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_SECRET\"\n";
+    // Beside the secret scan, a gate that prints the skill's source, as a traceback would.
+    let gate = "[[gate]]\nid = \"secrets\"\nkind = \"secret_scan\"\ntoolchain = \"secrets\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_SECRET\"\n\n[[gate]]\nid = \"echo\"\nkind = \"command\"\ntoolchain = \"python\"\nrun = [\"python\", \"-c\", \"import sys; print(open(sys.argv[1]).read()); sys.exit(1)\", \"{{ paths.source }}\"]\nfailure = \"VERIFY_TEST\"\nrequired = false\n";
     let dir = workspace(gate);
     let root = dir.path();
     if !toolchain_or_skip(root) {
@@ -656,7 +657,15 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
         "{}",
         results[SECRETS.len() + 1]
     );
-    // Nor is it printed by the run's own output.
+    // Nor by another gate, nor by the run's own output.
+    let run = last_run(root);
+    for (name, _) in SECRETS {
+        let echo = &node(&run, name)["outputs"]["gates"][1];
+        assert_eq!(echo["gate"], "echo");
+        let detail = echo["detail"].as_str().unwrap();
+        assert!(detail.contains("[redacted]"), "{name}: {detail}");
+        assert!(!detail.contains(secret_value(name)), "{name}: {detail}");
+    }
     let shown = kavi(root, &["runs", "show", "latest"]);
     let text = String::from_utf8_lossy(&shown.stdout);
     for (name, _) in SECRETS {

@@ -643,6 +643,33 @@ impl CompiledGate {
 type Toolchains = std::collections::HashMap<String, Result<Provisioned, String>>;
 
 impl Gate {
+    /// The values the secret rules of this set's `secret_scan` gates find in their files. A file
+    /// that cannot be read has been reported by its gate already.
+    fn secrets_in(
+        &self,
+        ctx: &NodeContext<'_>,
+        cwd: &Path,
+        vars: &minijinja::Value,
+    ) -> Vec<String> {
+        let mut values = Vec::new();
+        for gate in &self.gates {
+            let Check::Secrets { scanner, files, .. } = &gate.check else {
+                continue;
+            };
+            let files: Vec<String> = files
+                .iter()
+                .filter_map(|f| Vars::apply(ctx, f, vars).ok())
+                .collect();
+            let Ok((read, _)) = crate::policy::scanner::read_skill_files(cwd, &files) else {
+                continue;
+            };
+            for file in &read {
+                values.extend(scanner.scan_secrets(&file.name, &file.text).1);
+            }
+        }
+        values
+    }
+
     /// Makes ready, once each, the toolchains the gates name; an install is reported on stderr
     /// as it happens.
     async fn provision(&self, ctx: &NodeContext<'_>) -> Toolchains {
@@ -713,7 +740,7 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
-        let results = futures_util::future::join_all(self.gates.iter().map(|gate| {
+        let mut results = futures_util::future::join_all(self.gates.iter().map(|gate| {
             gate.run(
                 ctx,
                 &cwd,
@@ -724,6 +751,16 @@ impl Gate {
             )
         }))
         .await;
+        // A secret the secret scan found is printed by no gate: a test's traceback or a type
+        // error may quote the line that holds it.
+        let found = self.secrets_in(ctx, &cwd, &vars);
+        if let Some(redactor) = crate::redact::Redactor::new(&found).map(|r| r.line_wise()) {
+            for result in &mut results {
+                if let Some(detail) = &mut result.detail {
+                    *detail = redactor.text(detail);
+                }
+            }
+        }
         // What passed must be what is recorded: files that changed under the gates void the run.
         if hash()? != before {
             return Err(

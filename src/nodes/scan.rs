@@ -151,7 +151,7 @@ pub(super) async fn secrets(
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("\n");
-    Ok(match Redactor::new(&values) {
+    Ok(match Redactor::new(&values).map(|r| r.line_wise()) {
         Some(redactor) => redactor.text(&detail),
         None => detail,
     })

@@ -294,31 +294,32 @@ impl Scanner {
         findings
     }
 
-    /// The secret rules over one file's text: each finding names the line, the column and the
-    /// rule, never the value; the values found are returned beside, to redact whatever else
-    /// would print them.
+    /// The secret rules over one file's text (whole, so that a rule may span lines, as a PEM
+    /// key does): each finding names the line, the column and the rule, never the value; the
+    /// values found are returned beside, to redact whatever else would print them.
     pub fn scan_secrets(&self, name: &str, text: &str) -> (Vec<Finding>, Vec<String>) {
         let mut findings = Vec::new();
         let mut values = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            for rule in &self.secrets {
-                if let Some(found) = rule.regex.find(line) {
-                    findings.push(Finding {
-                        file: name.to_owned(),
-                        line: index + 1,
-                        col: Some(line[..found.start()].chars().count() + 1),
-                        rule: rule.id.clone(),
-                        message: format!(
-                            "{} ({} characters, redacted)",
-                            rule.message,
-                            found.as_str().chars().count()
-                        ),
-                        excerpt: String::new(),
-                    });
-                    values.push(found.as_str().to_owned());
-                }
+        for rule in &self.secrets {
+            for found in rule.regex.find_iter(text) {
+                let before = &text[..found.start()];
+                let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+                findings.push(Finding {
+                    file: name.to_owned(),
+                    line: before.matches('\n').count() + 1,
+                    col: Some(before[line_start..].chars().count() + 1),
+                    rule: rule.id.clone(),
+                    message: format!(
+                        "{} ({} characters, redacted)",
+                        rule.message,
+                        found.as_str().chars().count()
+                    ),
+                    excerpt: String::new(),
+                });
+                values.push(found.as_str().to_owned());
             }
         }
+        findings.sort_by_key(|f| (f.line, f.col));
         (findings, values)
     }
 
