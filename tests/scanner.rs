@@ -361,6 +361,15 @@ const OTHERS: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "a_key_is_not_a_name",
+        class: "READ_ONLY",
+        files: &[(
+            "skill.py",
+            "def run(data: dict[str, str]) -> str | None:\n    return data.get('mkdir') or data.get('system')\n",
+        )],
+        expect: None,
+    },
+    Case {
         name: "reading_is_read_only",
         class: "READ_ONLY",
         files: &[(

@@ -267,7 +267,9 @@ class File:
             if func & {"builtins.globals", "builtins.locals"}:
                 found.add("<globals>")
             for q in func:
-                if q.endswith(".get") or q.endswith(".pop") or q.endswith(".__getitem__") or q.endswith(".setdefault"):
+                namespace, _, method = q.rpartition(".")
+                # `sys.modules.get("os")` is `os`; `data.get("mkdir")` is only a key.
+                if method in ("get", "pop", "__getitem__", "setdefault") and namespace in NAMESPACES:
                     if node.args:
                         name = fold(node.args[0])
                         if name is not None:
