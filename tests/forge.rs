@@ -116,7 +116,10 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         .iter()
         .map(|v| v["gate"].as_str().unwrap())
         .collect();
-    assert_eq!(gates, ["policy", "invariants", "lint", "types", "tests"]);
+    assert_eq!(
+        gates,
+        ["secrets", "policy", "invariants", "lint", "types", "tests"]
+    );
     assert!(verifications.iter().all(|v| v["status"] == "passed"));
     // The real tools ran, from the pinned toolchain, and each row says which version.
     for (gate, tool, version) in [
@@ -129,6 +132,17 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         assert_eq!(row["tool"]["version"], version, "{row}");
         assert_eq!(row["tool"]["toolchain"], "python", "{row}");
     }
+    // The secret scan ran the pinned detect-secrets, the policy scan the pinned interpreter.
+    let secrets = verifications
+        .iter()
+        .find(|v| v["gate"] == "secrets")
+        .unwrap();
+    assert_eq!(secrets["tool"]["version"], "1.5.0", "{secrets}");
+    let policy = verifications
+        .iter()
+        .find(|v| v["gate"] == "policy")
+        .unwrap();
+    assert_eq!(policy["tool"]["tool"], "python", "{policy}");
     assert_eq!(
         node(run, "promote")["outputs"]["source_hash"],
         verifications[0]["source_hash"]
@@ -665,7 +679,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     assert_eq!(policy["status"], "failed");
     assert_eq!(
         policy["detail"],
-        "skills/write_note/skill.py:4: [forbidden-import] imports forbidden module `subprocess`"
+        "skills/write_note/skill.py:4:1: [process] starts a process: imports `subprocess`"
     );
     assert_eq!(node(run, "promote")["state"], "blocked");
     let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
@@ -718,7 +732,7 @@ fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
         ),
         "{packet}"
     );
-    assert!(packet.contains("- `policy` (failed): skills/write_note/skill.py:4: [forbidden-import] imports forbidden module `subprocess`"), "{packet}");
+    assert!(packet.contains("- `policy` (failed): skills/write_note/skill.py:4:1: [process] starts a process: imports `subprocess`"), "{packet}");
     let builds = json(&kavi(root, &["builds", "list", "write_note", "--json"]));
     let lineage: Vec<(i64, Option<i64>, Option<&str>, bool)> = builds
         .as_array()
@@ -784,7 +798,8 @@ fn the_failure_canon_each_defect_is_classified_retried_and_promoted() {
         ("fail", "BUILD_ERROR", "build", None),
         ("scope", "GATE_VIOLATION", "diff", None),
         ("link", "GATE_VIOLATION", "diff", None),
-        ("syntax", "VERIFY_LINT", "verify", Some("lint")),
+        // The policy scan cannot check what does not parse, and fails first, named for the cause.
+        ("syntax", "VERIFY_LINT", "verify", Some("policy")),
         ("lint", "VERIFY_LINT", "verify", Some("lint")),
         ("type", "VERIFY_TYPES", "verify", Some("types")),
         ("test", "VERIFY_TEST", "verify", Some("tests")),

@@ -89,7 +89,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        ["policy", "invariants", "lint", "types", "tests"]
+        ["secrets", "policy", "invariants", "lint", "types", "tests"]
             .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
@@ -157,13 +157,13 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
     assert_eq!(policy["failure_kind"], "VERIFY_POLICY");
     assert_eq!(
         policy["detail"],
-        "skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`"
+        "skills/demo/skill.py:1:1: [process] starts a process: imports `subprocess`"
     );
     // The import is unused, too: the lint gate says so, after the policy gate that names the
     // failure kind.
     assert_eq!(
         run["nodes"][0]["error"],
-        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1: [forbidden-import] imports forbidden module `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1:8: F401 [*] `subprocess` imported but unused\n    Found 1 error.\n    [*] 1 fixable with `--fix`."
+        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1:1: [process] starts a process: imports `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1:8: F401 [*] `subprocess` imported but unused\n    Found 1 error.\n    [*] 1 fixable with `--fix`."
     );
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
 }
@@ -220,7 +220,7 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     let dir = workspace(&skill, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
-    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\", \"VERIFY_LINT\",\n    \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
+    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"VERIFY_SECRET\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\",\n    \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
     assert!(text.contains(shipped));
     // The tests gate moved to the top of the file: lint still names the attempt.
     let at = text.find("[[gate]]\nid = \"tests\"").unwrap();
@@ -401,20 +401,20 @@ required = true
     assert_eq!(verification(&run, "writes-tmp")["status"], "passed");
 }
 
-/// A gate set of kavi's own checks starts no process, so it needs no confinement: none is
+/// A gate set of invariants alone starts no process, so it needs no confinement: none is
 /// prepared (and a machine that cannot isolate could not refuse it).
 #[test]
-fn a_gate_set_without_command_gates_is_not_confined() {
+fn a_gate_set_that_starts_no_process_is_not_confined() {
     let dir = workspace(SKILL, TEST);
     let root = dir.path();
     std::fs::write(
         root.join("policies/scan-only.toml"),
-        "[[gate]]\nid = \"policy\"\nkind = \"policy_scan\"\nrules = \"policies/scanner.toml\"\nfiles = [\"skills/demo/skill.py\"]\nfailure = \"VERIFY_POLICY\"\nrequired = true\n",
+        "[[gate]]\nid = \"invariants\"\nkind = \"invariant\"\nrules = \"policies/invariants.toml\"\nfailure = \"VERIFY_INVARIANT\"\nrequired = true\n",
     )
     .unwrap();
     std::fs::write(
         root.join("pipelines/scan.toml"),
-        "[pipeline]\nname = \"scan\"\n\n[nodes.verify]\nkind = \"gate\"\nset = \"policies/scan-only.toml\"\n",
+        "[pipeline]\nname = \"scan\"\n\n[nodes.verify]\nkind = \"gate\"\nset = \"policies/scan-only.toml\"\nskill = \"demo\"\nvars = { skill = \"demo\" }\n",
     )
     .unwrap();
     let out = kavi(root, &["pipeline", "run", "scan"]);
@@ -424,7 +424,7 @@ fn a_gate_set_without_command_gates_is_not_confined() {
         String::from_utf8_lossy(&out.stdout)
     );
     let run = last_run(root);
-    assert_eq!(verification(&run, "policy")["status"], "passed");
+    assert_eq!(verification(&run, "invariants")["status"], "passed");
     assert!(run["nodes"][0]["outputs"]["confinement"].is_null());
 }
 
@@ -575,6 +575,10 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
     let existing = String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "python"]).stdout)
         .trim()
         .to_owned();
+    let existing_secrets =
+        String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "secrets"]).stdout)
+            .trim()
+            .to_owned();
     let offline = |args: &[&str]| {
         let cache = tempfile::tempdir().unwrap();
         common::kavi_command(root, args)
@@ -604,7 +608,17 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
         Some(1)
     );
     let run = last_run(root);
-    for gate in ["lint", "types", "tests"] {
+    // The policy scan parses with the same toolchain's interpreter; the secret scan has its own.
+    let secrets = verification(&run, "secrets");
+    assert_eq!(secrets["status"], "error", "{secrets}");
+    assert!(
+        secrets["detail"]
+            .as_str()
+            .unwrap()
+            .contains("could not provision toolchain `secrets`"),
+        "{secrets}"
+    );
+    for gate in ["policy", "lint", "types", "tests"] {
         let result = verification(&run, gate);
         assert_eq!(result["status"], "error", "{gate}: {result}");
         assert!(
@@ -618,7 +632,9 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
 
     std::fs::write(
         root.join("kavi.toml"),
-        format!("[toolchain.python]\npath = \"{existing}\"\n"),
+        format!(
+            "[toolchain.python]\npath = \"{existing}\"\n\n[toolchain.secrets]\npath = \"{existing_secrets}\"\n"
+        ),
     )
     .unwrap();
     let out = offline(&["pipeline", "run", "verify"]);

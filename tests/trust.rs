@@ -473,9 +473,21 @@ fn side_effect_skill(class: &str) -> String {
 
 const SIDE_EFFECT_TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run({}), {'echo': {}})\n";
 
-/// Leaves the kernel alone to enforce the class: drops the invariants' capability rules (the
-/// gate's early refusal), as if the skill's code had found a way past them.
+/// Leaves the kernel alone to enforce the class: drops the invariants' capability rules and the
+/// policy scan (the gates' early refusals, tests/scanner.rs), as if the skill's code had found a
+/// way past them.
 fn kernel_only(root: &std::path::Path) {
+    let gates = root.join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    let kept: Vec<&str> = text
+        .split("[[gate]]")
+        .filter(|gate| !gate.contains("kind = \"policy_scan\""))
+        .collect();
+    assert!(
+        kept.len() < text.split("[[gate]]").count(),
+        "no policy scan found"
+    );
+    std::fs::write(&gates, kept.join("[[gate]]")).unwrap();
     let path = root.join("policies/invariants.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     let kept: Vec<&str> = text
@@ -504,6 +516,9 @@ fn the_gate_refuses_a_read_only_skill_whose_code_uses_the_network_or_writes() {
         "skills/demo/skill.py:4: [network-needs-network] uses the network, which only a skill \
          proposed as NETWORK may, and this one was proposed as READ_ONLY: import urllib.request",
         "[writes-need-file-write] writes files, which only a skill proposed as FILE_WRITE may",
+        // The policy scan, by syntax, names the import, the use and the write mode.
+        "skills/demo/skill.py:4:1: [network] uses the network: imports `urllib.request`",
+        "[file_write] writes files: opens a file with mode `w`",
     ] {
         assert!(error.contains(expected), "{error}");
     }

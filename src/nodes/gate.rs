@@ -85,11 +85,52 @@ enum Check {
         /// The toolchain whose environment runs `argv[0]`, one of its tools.
         toolchain: Option<Arc<Toolchain>>,
     },
+    /// kavi's analyser over the skill's files, run by the toolchain's interpreter.
     Scan {
         scanner: Scanner,
         files: Vec<String>,
+        timeout: Duration,
+        toolchain: Arc<Toolchain>,
+    },
+    /// kavi's secret rules over the skill's files, and the toolchain's `detect-secrets`.
+    Secrets {
+        scanner: Scanner,
+        files: Vec<String>,
+        timeout: Duration,
+        toolchain: Option<Arc<Toolchain>>,
     },
     Invariants(Vec<Invariant>),
+}
+
+/// The tool a `secret_scan` gate runs from its toolchain.
+const DETECT_SECRETS: &str = "detect-secrets";
+
+impl Check {
+    /// The toolchain this check runs a tool of, and which tool.
+    fn tool(&self) -> Option<(&Arc<Toolchain>, &str)> {
+        match self {
+            Check::Command {
+                argv,
+                toolchain: Some(toolchain),
+                ..
+            } => Some((toolchain, argv[0].as_str())),
+            Check::Scan { toolchain, .. } => Some((toolchain, crate::toolchains::INTERPRETER_TOOL)),
+            Check::Secrets {
+                toolchain: Some(toolchain),
+                ..
+            } => Some((toolchain, DETECT_SECRETS)),
+            _ => None,
+        }
+    }
+
+    /// Whether the check starts a process, which then runs confined.
+    fn starts_process(&self) -> bool {
+        match self {
+            Check::Command { .. } | Check::Scan { .. } => true,
+            Check::Secrets { toolchain, .. } => toolchain.is_some(),
+            Check::Invariants(_) => false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -138,7 +179,11 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         classifier.check_kind(kind, &source)?;
     }
     let precedence = set.precedence.iter().map(|k| k.get_ref().clone()).collect();
-    let toolchains = if set.toolchains.is_some() || set.gates.iter().any(|g| g.toolchain.is_some())
+    let toolchains = if set.toolchains.is_some()
+        || set
+            .gates
+            .iter()
+            .any(|g| g.toolchain.is_some() || g.kind == GateKind::PolicyScan)
     {
         let toolchains_source = config
             .load_policy_source(set.toolchains.as_ref(), crate::toolchains::DEFAULT_POLICY)?;
@@ -172,19 +217,71 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                     toolchain: tool_of(&gate, toolchains.as_ref(), &source)?,
                 }
             }
-            GateKind::PolicyScan => {
+            GateKind::PolicyScan | GateKind::SecretScan => {
                 let rules_source = load_rules(config, &source, &gate)?;
                 let scanner = Scanner::parse(&rules_source)?;
+                if let Some(kind) = scanner.syntax_failure() {
+                    classifier.check_kind(kind, &rules_source)?;
+                }
                 if gate.files.is_empty() {
-                    return Err(Diagnostic::new("a policy_scan gate needs `files` to scan")
-                        .at(&source, gate.id.span()));
+                    return Err(Diagnostic::new(format!(
+                        "a {} gate needs `files` to scan",
+                        kind_name(gate.kind)
+                    ))
+                    .at(&source, gate.id.span()));
                 }
                 for file in &gate.files {
                     vars.check_policy_template(config.templates, file, &source)?;
                 }
-                Check::Scan {
-                    scanner,
-                    files: gate.files.iter().map(|f| f.get_ref().clone()).collect(),
+                let files = gate.files.iter().map(|f| f.get_ref().clone()).collect();
+                let timeout = gate.timeout.unwrap_or(set_timeout);
+                if gate.kind == GateKind::PolicyScan {
+                    let Some(named) = &gate.toolchain else {
+                        return Err(Diagnostic::new(
+                            "a policy_scan gate needs `toolchain`: its interpreter parses the \
+                             skill's Python files",
+                        )
+                        .at(&source, gate.id.span())
+                        .with_help("add `toolchain = \"python\"` (policies/toolchains.toml)"));
+                    };
+                    let toolchains = toolchains.as_ref().expect("a policy_scan gate loads them");
+                    let toolchain = named_toolchain(
+                        &gate,
+                        named,
+                        crate::toolchains::INTERPRETER_TOOL,
+                        toolchains,
+                        &source,
+                    )?;
+                    Check::Scan {
+                        scanner,
+                        files,
+                        timeout,
+                        toolchain,
+                    }
+                } else {
+                    if !scanner.has_secret_rules() && gate.toolchain.is_none() {
+                        return Err(Diagnostic::new(
+                            "this secret_scan gate would check nothing: its rules declare no \
+                             `[[secret]]` and it names no toolchain with detect-secrets",
+                        )
+                        .at(&source, gate.id.span()));
+                    }
+                    let toolchain = match &gate.toolchain {
+                        None => None,
+                        Some(named) => Some(named_toolchain(
+                            &gate,
+                            named,
+                            DETECT_SECRETS,
+                            toolchains.as_ref().expect("a gate names a toolchain"),
+                            &source,
+                        )?),
+                    };
+                    Check::Secrets {
+                        scanner,
+                        files,
+                        timeout,
+                        toolchain,
+                    }
                 }
             }
             GateKind::Invariant => {
@@ -246,6 +343,25 @@ fn tool_of(
         return Ok(None);
     };
     let toolchains = toolchains.expect("a gate names a toolchain, so the set was loaded");
+    named_toolchain(gate, named, program.get_ref(), toolchains, set).map(Some)
+}
+
+/// The name of a gate kind, as gates.toml spells it.
+fn kind_name(kind: GateKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The toolchain `named`, which must declare `program` as a tool.
+fn named_toolchain(
+    gate: &crate::policy::gates::GateSpec,
+    named: &Spanned<String>,
+    program: &str,
+    toolchains: &ToolchainSet,
+    set: &Arc<crate::diagnostic::SourceFile>,
+) -> Result<Arc<Toolchain>, Diagnostic> {
     let toolchain = toolchains.get(named.get_ref()).ok_or_else(|| {
         Diagnostic::new(format!(
             "gate `{}` names toolchain `{}`, which {} does not declare",
@@ -256,22 +372,23 @@ fn tool_of(
         .at(set, named.span())
         .with_help(format!("declared toolchains: {}", toolchains.names()))
     })?;
-    if !toolchain.has_tool(program.get_ref()) {
+    if !toolchain.has_tool(program) {
         let tools: Vec<&str> = toolchain.tools().collect();
+        let at = gate.run.first().map_or_else(|| named.span(), Spanned::span);
         return Err(Diagnostic::new(format!(
             "gate `{}` runs `{}`, which is not a tool of toolchain `{}`",
             gate.id.get_ref(),
-            program.get_ref(),
+            program,
             toolchain.name
         ))
-        .at(set, program.span())
+        .at(set, at)
         .with_help(format!(
             "its tools: {}; declare the package in {}",
             tools.join(", "),
             toolchains.source.path.display()
         )));
     }
-    Ok(Some(Arc::clone(toolchain)))
+    Ok(Arc::clone(toolchain))
 }
 
 /// Reads the rules file a policy_scan or invariant gate names, recording it as governing.
@@ -301,9 +418,12 @@ fn tail(text: &str, lines: usize) -> String {
 enum Verdict {
     Passed,
     Failed(String),
+    /// Failed, and named by another failure kind than the gate's own.
+    FailedAs {
+        kind: String,
+        detail: String,
+    },
     TimedOut(String),
-    /// Stopped by its confinement: failed with that failure kind, whatever the gate's own.
-    Stopped(&'static str, String),
 }
 
 impl Verdict {
@@ -328,19 +448,15 @@ impl CompiledGate {
         toolchains: &Toolchains,
     ) -> GateResult {
         // A toolchain that could not be provisioned is this gate's error: never a pass.
-        let tool = match &self.check {
-            Check::Command {
-                argv,
-                toolchain: Some(toolchain),
-                ..
-            } => match &toolchains[&toolchain.name] {
-                Ok(provisioned) => Some((provisioned, argv[0].as_str())),
+        let tool = match self.check.tool() {
+            Some((toolchain, tool)) => match &toolchains[&toolchain.name] {
+                Ok(provisioned) => Some((provisioned, tool)),
                 Err(error) => return self.result("error", Some(error.clone()), None),
             },
-            _ => None,
+            None => None,
         };
         let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
-        let mut stopped_as = None;
+        let mut named = None;
         let mut network = None;
         let (status, detail) = match self
             .check(
@@ -356,11 +472,11 @@ impl CompiledGate {
         {
             Ok(Verdict::Passed) => ("passed", None),
             Ok(Verdict::Failed(detail)) => ("failed", Some(detail)),
-            Ok(Verdict::TimedOut(detail)) => ("timed_out", Some(detail)),
-            Ok(Verdict::Stopped(kind, detail)) => {
-                stopped_as = Some(kind.to_owned());
+            Ok(Verdict::FailedAs { kind, detail }) => {
+                named = Some(kind);
                 ("failed", Some(detail))
             }
+            Ok(Verdict::TimedOut(detail)) => ("timed_out", Some(detail)),
             Err(detail) => ("error", Some(detail)),
         };
         let mut result = self.result(
@@ -368,10 +484,10 @@ impl CompiledGate {
             detail,
             tool.map(|(provisioned, tool)| provisioned.record(tool)),
         );
-        // What the code under review tried is named for what it is, not as the gate's failure
-        // (a forbidden call during the tests is not a failing test).
-        if stopped_as.is_some() {
-            result.failure_kind = stopped_as;
+        // What the code under review tried, or what the gate found, is named for what it is,
+        // not as the gate's failure (a forbidden call during the tests is not a failing test).
+        if named.is_some() {
+            result.failure_kind = named;
         }
         result.network = network.and_then(|log| serde_json::to_value(log).ok());
         result
@@ -471,10 +587,10 @@ impl CompiledGate {
                 // Stopped by its confinement: the code under review tried something it may
                 // not, or outgrew a bound. A failure, never "could not run".
                 if let Some(violation) = &finished.violation {
-                    return Ok(Verdict::Stopped(
-                        violation.failure_kind(),
-                        format!("{violation}\n{}", tail(&output, DETAIL_LINES)),
-                    ));
+                    return Ok(Verdict::FailedAs {
+                        kind: violation.failure_kind().to_owned(),
+                        detail: format!("{violation}\n{}", tail(&output, DETAIL_LINES)),
+                    });
                 }
                 match finished.exit {
                     Exit::Code(0) => Ok(Verdict::Passed),
@@ -493,19 +609,50 @@ impl CompiledGate {
                     Exit::Cancelled => Err("cancelled".into()),
                 }
             }
-            Check::Scan { scanner, files } => {
+            Check::Scan {
+                scanner,
+                files,
+                timeout,
+                ..
+            } => {
                 let files = files
                     .iter()
                     .map(|f| Vars::apply(ctx, f, vars))
                     .collect::<Result<Vec<_>, _>>()?;
-                let findings = scanner.scan_files(cwd, &files)?;
-                Ok(Verdict::failed_if(
-                    findings
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                ))
+                let python = tool.ok_or("the policy scan has no interpreter")?;
+                let findings = super::scan::policy(
+                    ctx, scanner, &files, class, cwd, confined, python, *timeout,
+                )
+                .await?;
+                let detail = findings
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                // Code that does not parse cannot be checked, so the gate fails; alone, it is
+                // named for its cause.
+                match scanner.syntax_failure() {
+                    Some(kind) if Scanner::only_syntax(&findings) => Ok(Verdict::FailedAs {
+                        kind: kind.get_ref().clone(),
+                        detail,
+                    }),
+                    _ => Ok(Verdict::failed_if(detail)),
+                }
+            }
+            Check::Secrets {
+                scanner,
+                files,
+                timeout,
+                ..
+            } => {
+                let files = files
+                    .iter()
+                    .map(|f| Vars::apply(ctx, f, vars))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let detail =
+                    super::scan::secrets(ctx, scanner, &files, cwd, confined, tool, *timeout)
+                        .await?;
+                Ok(Verdict::failed_if(detail))
             }
         }
     }
@@ -515,16 +662,39 @@ impl CompiledGate {
 type Toolchains = std::collections::HashMap<String, Result<Provisioned, String>>;
 
 impl Gate {
+    /// The values the secret rules of this set's `secret_scan` gates find in their files. A file
+    /// that cannot be read has been reported by its gate already.
+    fn secrets_in(
+        &self,
+        ctx: &NodeContext<'_>,
+        cwd: &Path,
+        vars: &minijinja::Value,
+    ) -> Vec<String> {
+        let mut values = Vec::new();
+        for gate in &self.gates {
+            let Check::Secrets { scanner, files, .. } = &gate.check else {
+                continue;
+            };
+            let files: Vec<String> = files
+                .iter()
+                .filter_map(|f| Vars::apply(ctx, f, vars).ok())
+                .collect();
+            let Ok((read, _)) = crate::policy::scanner::read_skill_files(cwd, &files) else {
+                continue;
+            };
+            for file in &read {
+                values.extend(scanner.scan_secrets(&file.name, &file.text).1);
+            }
+        }
+        values
+    }
+
     /// Makes ready, once each, the toolchains the gates name; an install is reported on stderr
     /// as it happens.
     async fn provision(&self, ctx: &NodeContext<'_>) -> Toolchains {
         let mut ready = Toolchains::new();
         for gate in &self.gates {
-            let Check::Command {
-                toolchain: Some(toolchain),
-                ..
-            } = &gate.check
-            else {
+            let Some((toolchain, _)) = gate.check.tool() else {
                 continue;
             };
             if ready.contains_key(&toolchain.name) {
@@ -573,13 +743,9 @@ impl Gate {
         let before = hash()?;
         // Invariants compare what the skill declares with what it was proposed as.
         let class = row.as_ref().map(|row| row.side_effect.clone());
-        // Command gates share one private temporary folder and one confinement; a set of kavi's
-        // own checks alone starts no process, so it needs neither.
-        let confined = if self
-            .gates
-            .iter()
-            .any(|g| matches!(g.check, Check::Command { .. }))
-        {
+        // Gates that start a process (commands, the analyser, detect-secrets) share one private
+        // temporary folder and one confinement; a set of invariants alone needs neither.
+        let confined = if self.gates.iter().any(|g| g.check.starts_process()) {
             let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
                 .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
             let confinement = self.confinement.confine(
@@ -593,7 +759,7 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
-        let results = futures_util::future::join_all(self.gates.iter().map(|gate| {
+        let mut results = futures_util::future::join_all(self.gates.iter().map(|gate| {
             gate.run(
                 ctx,
                 &cwd,
@@ -604,6 +770,16 @@ impl Gate {
             )
         }))
         .await;
+        // A secret the secret scan found is printed by no gate: a test's traceback or a type
+        // error may quote the line that holds it.
+        let found = self.secrets_in(ctx, &cwd, &vars);
+        if let Some(redactor) = crate::redact::Redactor::new(&found).map(|r| r.line_wise()) {
+            for result in &mut results {
+                if let Some(detail) = &mut result.detail {
+                    *detail = redactor.text(detail);
+                }
+            }
+        }
         // What passed must be what is recorded: files that changed under the gates void the run.
         if hash()? != before {
             return Err(

@@ -23,6 +23,7 @@ mod propose;
 mod render;
 pub mod review;
 mod sandbox;
+mod scan;
 mod transition;
 mod vars;
 

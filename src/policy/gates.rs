@@ -38,6 +38,7 @@ pub const TIMEOUT_KIND: &str = "TIMEOUT";
 pub enum GateKind {
     Command,
     PolicyScan,
+    SecretScan,
     Invariant,
 }
 
@@ -52,13 +53,16 @@ pub struct GateSpec {
     #[schemars(with = "Vec<String>")]
     pub run: Vec<Spanned<String>>,
     /// `command`: the declared toolchain whose environment runs `run`'s program, which must be
-    /// one of its tools. Without it, the program is found on PATH.
+    /// one of its tools. Without it, the program is found on PATH. `policy_scan`: the toolchain
+    /// whose interpreter parses the skill's Python files (required). `secret_scan`: the
+    /// toolchain whose `detect-secrets` scans beside kavi's own secret rules (optional).
     #[schemars(with = "Option<String>")]
     pub toolchain: Option<Spanned<String>>,
-    /// `policy_scan`: the scanner policy; `invariant`: the invariants policy.
+    /// `policy_scan` and `secret_scan`: the scanner policy; `invariant`: the invariants policy.
     #[schemars(with = "Option<String>")]
     pub rules: Option<Spanned<String>>,
-    /// `policy_scan`: the files to scan, templates over `vars`.
+    /// `policy_scan` and `secret_scan`: the files to scan, templates over `vars`; a folder means
+    /// every file in it.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub files: Vec<Spanned<String>>,
@@ -67,7 +71,7 @@ pub struct GateSpec {
     pub failure: Spanned<String>,
     #[serde(default = "yes")]
     pub required: bool,
-    /// `command`: how long it may run before its process group is killed and it is recorded
+    /// `command`, `policy_scan`, `secret_scan`: how long it may run before its process group is killed and it is recorded
     /// `timed_out` (failure kind TIMEOUT).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
     #[schemars(with = "Option<String>")]

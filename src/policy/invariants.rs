@@ -232,6 +232,16 @@ pub fn read(root: &Path, file: &str) -> Result<String, String> {
     Ok(text)
 }
 
+/// Like [`read`], for a file that may not be text.
+pub fn read_bytes(root: &Path, file: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    crate::ledger::open_regular(&root.join(file))
+        .and_then(|mut opened| opened.read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read {file}: {e}"))?;
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,27 +1,103 @@
-//! The policy scanner: kavi's own check of source files against rules in a policy file.
+//! The policy scanner: kavi's own check of a skill's files against rules in a policy file.
 //!
-//! Rules are regular expressions applied line by line, plus a list of forbidden imports that
-//! becomes one rule per module. A finding names file, line and rule, so a failed gate says
-//! exactly what to fix.
+//! Python files are checked by syntax: [`ANALYSER`], a small program run with the pinned
+//! interpreter of the gate's toolchain, parses each one with Python's own `ast` and reports every
+//! reference to a module or qualified callable that the skill's side-effect class forbids,
+//! however it is spelled (aliases, star imports, `getattr` with a constant name, `__import__`,
+//! `sys.modules[...]`). Which capabilities each class forbids is data (`[capability.*]`,
+//! `[class.*]`, `[tests]`). Text rules (regular expressions, line by line) and secret rules
+//! (known key formats, for a `secret_scan` gate) are applied by kavi itself. A finding names
+//! file, line and rule, so a failed gate says exactly what to fix; a secret finding never holds
+//! the secret.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use indexmap::IndexMap;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::skills::{SideEffect, SideEffects};
+
+/// The analyser the interpreter runs (`python -I -B -c ANALYSER`): JSON in on stdin, findings
+/// out on stdout.
+pub const ANALYSER: &str = include_str!("scan_python.py");
+
+/// The launcher a `secret_scan` gate runs detect-secrets with (`python -I -B -c DETECT_SECRETS
+/// FILE...`): its findings as JSON on stdout, `{"results": {file: [{"type", "line_number"}]}}`.
+pub const DETECT_SECRETS: &str = include_str!("detect_secrets.py");
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawScanner {
+    /// Line prefixes that make a line a comment, which text rules pass over.
     #[serde(default)]
     comment_prefixes: Vec<String>,
+    /// File-name globs of the skill's test files, checked against `[tests]`.
     #[serde(default)]
-    forbidden_imports: Vec<String>,
+    #[schemars(with = "Vec<String>")]
+    test_files: Vec<Spanned<String>>,
+    /// The class a skill without a proposal is checked as.
+    #[schemars(with = "Option<String>")]
+    default_class: Option<Spanned<String>>,
+    /// The failure kind of a policy scan whose only findings are files that do not parse (else
+    /// the gate's own): named for its cause, as the lint gate names it.
+    #[schemars(with = "Option<String>")]
+    syntax_failure: Option<Spanned<String>>,
+    /// What code can do, by name: the modules and qualified callables that give it.
+    #[serde(default)]
+    capability: IndexMap<String, RawCapability>,
+    /// Per side-effect class, the capabilities its code may not use.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, RawClass>")]
+    class: IndexMap<String, Spanned<RawClass>>,
+    /// The capabilities the skill's test files may not use.
+    tests: Option<RawClass>,
     #[serde(rename = "rule", default)]
     rules: Vec<RawRule>,
+    /// Known secret formats, for a `secret_scan` gate.
+    #[serde(rename = "secret", default)]
+    secrets: Vec<RawRule>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawCapability {
+    /// How a finding says what the code does.
+    message: String,
+    /// Modules (and everything in them) that give the capability.
+    #[serde(default)]
+    modules: Vec<String>,
+    /// Qualified names (`os.system`, globs: `os.exec*`, `*.write_text` for any receiver).
+    #[serde(default)]
+    calls: Vec<String>,
+    /// Calls that give the capability only with a mode that may write.
+    #[serde(default)]
+    write_modes: Vec<WriteMode>,
+    /// A name computed at run time, which cannot be followed, is a finding of this capability.
+    #[serde(default)]
+    dynamic: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WriteMode {
+    /// The qualified callable (a glob, as `calls`).
+    call: String,
+    /// The mode's position among the call's arguments; else it is the `mode=` keyword.
+    position: usize,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawClass {
+    /// Capability names.
+    #[schemars(with = "Vec<String>")]
+    forbid: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -45,46 +121,62 @@ struct Rule {
 pub struct Scanner {
     comment_prefixes: Vec<String>,
     rules: Vec<Rule>,
+    secrets: Vec<Rule>,
+    test_files: GlobSet,
+    default_class: Option<String>,
+    syntax_failure: Option<Spanned<String>>,
+    capabilities: IndexMap<String, RawCapability>,
+    classes: IndexMap<String, Vec<String>>,
+    tests: Vec<String>,
 }
 
-/// One rule matching one line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One rule matching one place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
     pub file: String,
     pub line: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub col: Option<usize>,
     pub rule: String,
     pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub excerpt: String,
 }
 
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}: [{}] {}",
-            self.file, self.line, self.rule, self.message
-        )
+        match self.col {
+            Some(col) => write!(
+                f,
+                "{}:{}:{}: [{}] {}",
+                self.file, self.line, col, self.rule, self.message
+            ),
+            None => write!(
+                f,
+                "{}:{}: [{}] {}",
+                self.file, self.line, self.rule, self.message
+            ),
+        }
     }
 }
 
-impl Scanner {
-    /// Parses a scanner policy; a regular expression that does not compile is pointed at.
-    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
-        let raw: RawScanner =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
-        let mut rules = Vec::new();
-        for module in &raw.forbidden_imports {
-            let module = regex::escape(module);
-            rules.push(Rule {
-                id: "forbidden-import".into(),
-                message: format!("imports forbidden module `{}`", module.replace('\\', "")),
-                regex: Regex::new(&format!(
-                    r"^\s*(import\s+([\w.]+\s*,\s*)*{module}\b|from\s+{module}(\.[\w.]+)?\s+import\b)"
-                ))
-                .expect("escaped module names make valid expressions"),
-            });
-        }
-        for rule in raw.rules {
+/// One file a skill ships, read.
+#[derive(Debug, Clone)]
+pub struct SkillFile {
+    /// Its path relative to the workspace, as findings name it.
+    pub name: String,
+    pub text: String,
+}
+
+/// The rule of a finding for a file that does not parse (the analyser's).
+pub const SYNTAX_RULE: &str = "syntax";
+
+/// Extensions of files Python would load as code that the analyser cannot read.
+const COMPILED: &[&str] = &["pyc", "pyo", "so", "pyd", "dylib", "dll", "pth"];
+
+fn compile_rules(source: &Arc<SourceFile>, raw: Vec<RawRule>) -> Result<Vec<Rule>, Diagnostic> {
+    raw.into_iter()
+        .map(|rule| {
             let regex = Regex::new(rule.regex.get_ref()).map_err(|e| {
                 Diagnostic::new(format!(
                     "invalid regular expression in rule `{}`: {e}",
@@ -92,19 +184,89 @@ impl Scanner {
                 ))
                 .at(source, rule.regex.span())
             })?;
-            rules.push(Rule {
+            Ok(Rule {
                 id: rule.id,
                 message: rule.message,
                 regex,
-            });
+            })
+        })
+        .collect()
+}
+
+impl Scanner {
+    /// Parses a scanner policy; a regular expression that does not compile, an unknown class or
+    /// capability, or a bad glob is pointed at.
+    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+        let raw: RawScanner =
+            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        let capabilities = raw.capability;
+        let known = |forbid: &[Spanned<String>]| -> Result<Vec<String>, Diagnostic> {
+            forbid
+                .iter()
+                .map(|name| {
+                    if capabilities.contains_key(name.get_ref()) {
+                        Ok(name.get_ref().clone())
+                    } else {
+                        Err(
+                            Diagnostic::new(format!("unknown capability `{}`", name.get_ref()))
+                                .at(source, name.span())
+                                .with_help(format!(
+                                    "declared capabilities: {}",
+                                    capabilities.keys().cloned().collect::<Vec<_>>().join(", ")
+                                )),
+                        )
+                    }
+                })
+                .collect()
+        };
+        let mut classes = IndexMap::new();
+        for (name, class) in &raw.class {
+            if SideEffect::named(name).is_none() {
+                return Err(
+                    Diagnostic::new(format!("unknown side-effect class `{name}`"))
+                        .at(source, class.span()),
+                );
+            }
+            classes.insert(name.clone(), known(&class.get_ref().forbid)?);
         }
+        let tests = match &raw.tests {
+            Some(tests) => known(&tests.forbid)?,
+            None => Vec::new(),
+        };
+        if let Some(default) = &raw.default_class
+            && !classes.contains_key(default.get_ref())
+        {
+            return Err(Diagnostic::new(format!(
+                "default_class `{}` is not a class declared here",
+                default.get_ref()
+            ))
+            .at(source, default.span()));
+        }
+        let mut globs = GlobSetBuilder::new();
+        for pattern in &raw.test_files {
+            let glob = Glob::new(pattern.get_ref()).map_err(|e| {
+                Diagnostic::new(format!("invalid glob in test_files: {e}"))
+                    .at(source, pattern.span())
+            })?;
+            globs.add(glob);
+        }
+        let test_files = globs
+            .build()
+            .map_err(|e| Diagnostic::new(format!("invalid test_files: {e}")).at(source, 0..0))?;
         Ok(Self {
             comment_prefixes: raw.comment_prefixes,
-            rules,
+            rules: compile_rules(source, raw.rules)?,
+            secrets: compile_rules(source, raw.secrets)?,
+            test_files,
+            default_class: raw.default_class.map(Spanned::into_inner),
+            syntax_failure: raw.syntax_failure,
+            capabilities,
+            classes,
+            tests,
         })
     }
 
-    /// Scans one file's text; `name` is how findings name the file.
+    /// Applies the text rules to one file's text; `name` is how findings name the file.
     pub fn scan_text(&self, name: &str, text: &str) -> Vec<Finding> {
         let mut findings = Vec::new();
         for (index, line) in text.lines().enumerate() {
@@ -121,6 +283,7 @@ impl Scanner {
                     findings.push(Finding {
                         file: name.to_owned(),
                         line: index + 1,
+                        col: None,
                         rule: rule.id.clone(),
                         message: rule.message.clone(),
                         excerpt: trimmed.chars().take(200).collect(),
@@ -131,16 +294,219 @@ impl Scanner {
         findings
     }
 
-    /// Scans files under `root`, named relative to it. A file that cannot be read is an error,
-    /// never a clean result.
-    pub fn scan_files(&self, root: &Path, files: &[String]) -> Result<Vec<Finding>, String> {
+    /// The secret rules over one file's text (whole, so that a rule may span lines, as a PEM
+    /// key does): each finding names the line, the column and the rule, never the value; the
+    /// values found are returned beside, to redact whatever else would print them.
+    pub fn scan_secrets(&self, name: &str, text: &str) -> (Vec<Finding>, Vec<String>) {
         let mut findings = Vec::new();
-        for file in files {
-            let text = super::invariants::read(root, file)?;
-            findings.extend(self.scan_text(file, &text));
+        let mut values = Vec::new();
+        for rule in &self.secrets {
+            for found in rule.regex.find_iter(text) {
+                let before = &text[..found.start()];
+                let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+                findings.push(Finding {
+                    file: name.to_owned(),
+                    line: before.matches('\n').count() + 1,
+                    col: Some(before[line_start..].chars().count() + 1),
+                    rule: rule.id.clone(),
+                    message: format!(
+                        "{} ({} characters, redacted)",
+                        rule.message,
+                        found.as_str().chars().count()
+                    ),
+                    excerpt: String::new(),
+                });
+                values.push(found.as_str().to_owned());
+            }
         }
-        Ok(findings)
+        findings.sort_by_key(|f| (f.line, f.col));
+        (findings, values)
     }
+
+    /// The failure kind of a scan whose only findings are files that do not parse, as written.
+    pub fn syntax_failure(&self) -> Option<&Spanned<String>> {
+        self.syntax_failure.as_ref()
+    }
+
+    /// Whether `findings` are all of files that do not parse (and there is one at least).
+    pub fn only_syntax(findings: &[Finding]) -> bool {
+        !findings.is_empty() && findings.iter().all(|f| f.rule == SYNTAX_RULE)
+    }
+
+    /// Whether the policy declares secret rules.
+    pub fn has_secret_rules(&self) -> bool {
+        !self.secrets.is_empty()
+    }
+
+    /// The capabilities code of `class` (a proposal's side effect, `+`-joined for several) may
+    /// not use: what every one of its classes forbids. No class: `default_class`'s.
+    pub fn forbidden_for(&self, class: Option<&str>) -> Result<Vec<String>, String> {
+        let class = match class {
+            Some(class) => class.to_owned(),
+            None => self.default_class.clone().ok_or(
+                "the skill has no proposal, so no side-effect class, and the scanner policy \
+                 names no default_class",
+            )?,
+        };
+        let set = SideEffects::parse(&class)?;
+        let mut forbidden: Option<BTreeSet<&String>> = None;
+        for one in set.iter() {
+            let forbids: BTreeSet<&String> = self
+                .classes
+                .get(one.as_str())
+                .ok_or_else(|| {
+                    format!(
+                        "the scanner policy declares no rules for class {}",
+                        one.as_str()
+                    )
+                })?
+                .iter()
+                .collect();
+            forbidden = Some(match forbidden {
+                None => forbids,
+                Some(before) => before.intersection(&forbids).copied().collect(),
+            });
+        }
+        // Kept in the declared order of the capabilities.
+        let forbidden = forbidden.unwrap_or_default();
+        Ok(self
+            .capabilities
+            .keys()
+            .filter(|name| forbidden.contains(name))
+            .cloned()
+            .collect())
+    }
+
+    /// Whether `name` (a path) is one of the skill's tests.
+    pub fn is_test(&self, name: &str) -> bool {
+        let file = Path::new(name).file_name().unwrap_or_default();
+        self.test_files.is_match(file)
+    }
+
+    /// What the analyser reads on stdin for these files, and what kavi finds without it: files
+    /// that are not Python text (compiled code, a file that is not UTF-8) and the text rules.
+    pub fn analyser_request(
+        &self,
+        class: Option<&str>,
+        files: &[SkillFile],
+    ) -> Result<(serde_json::Value, Vec<Finding>), String> {
+        let forbidden = self.forbidden_for(class)?;
+        let mut findings = Vec::new();
+        let mut python = Vec::new();
+        for file in files {
+            findings.extend(self.scan_text(&file.name, &file.text));
+            if file.name.ends_with(".py") {
+                let stem = Path::new(&file.name)
+                    .file_stem()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                python.push(serde_json::json!({
+                    "name": file.name,
+                    "module": stem,
+                    "test": self.is_test(&file.name),
+                    "text": file.text,
+                }));
+            }
+        }
+        let request = serde_json::json!({
+            "capabilities": self.capabilities,
+            "forbid": { "code": forbidden, "tests": self.tests },
+            "files": python,
+        });
+        Ok((request, findings))
+    }
+
+    /// The analyser's answer, as findings; anything else is an error, never a clean result.
+    pub fn analyser_findings(stdout: &[u8]) -> Result<Vec<Finding>, String> {
+        #[derive(Deserialize)]
+        struct Answer {
+            findings: Vec<Finding>,
+        }
+        serde_json::from_slice::<Answer>(stdout)
+            .map(|answer| answer.findings)
+            .map_err(|e| format!("the analyser's answer is not what kavi expects: {e}"))
+    }
+}
+
+/// Reads what `entries` name under `root`: a file, or every file in a folder (recursively, in
+/// path order). Files no scanner can read are findings: compiled code Python would load, a
+/// symbolic link, a Python file that is not UTF-8. A file that cannot be read is an error.
+pub fn read_skill_files(
+    root: &Path,
+    entries: &[String],
+) -> Result<(Vec<SkillFile>, Vec<Finding>), String> {
+    let mut files = Vec::new();
+    let mut findings = Vec::new();
+    let finding = |name: &str, rule: &str, message: &str| Finding {
+        file: name.to_owned(),
+        line: 1,
+        col: None,
+        rule: rule.to_owned(),
+        message: message.to_owned(),
+        excerpt: String::new(),
+    };
+    for entry in entries {
+        let path = root.join(entry);
+        let meta =
+            std::fs::symlink_metadata(&path).map_err(|e| format!("cannot read {entry}: {e}"))?;
+        let names: Vec<String> = if meta.is_dir() {
+            let mut names = Vec::new();
+            for item in walkdir::WalkDir::new(&path).sort_by_file_name() {
+                let item = item.map_err(|e| format!("cannot read {entry}: {e}"))?;
+                if item.file_type().is_dir() {
+                    continue;
+                }
+                let relative = item.path().strip_prefix(root).unwrap_or(item.path());
+                let name = relative.to_string_lossy().into_owned();
+                if !item.file_type().is_file() {
+                    findings.push(finding(
+                        &name,
+                        "not-a-file",
+                        "is not a regular file (a link, a socket, ...), which no scanner follows",
+                    ));
+                    continue;
+                }
+                names.push(name);
+            }
+            names
+        } else {
+            vec![entry.clone()]
+        };
+        for name in names {
+            let extension = Path::new(&name)
+                .extension()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .to_lowercase();
+            if COMPILED.contains(&extension.as_str()) {
+                findings.push(finding(
+                    &name,
+                    "compiled-code",
+                    "is compiled code or an import hook, which the scanner cannot read",
+                ));
+                continue;
+            }
+            let bytes = super::invariants::read_bytes(root, &name)?;
+            match String::from_utf8(bytes) {
+                Ok(text) => files.push(SkillFile { name, text }),
+                Err(e) => {
+                    if name.ends_with(".py") {
+                        findings.push(finding(
+                            &name,
+                            "encoding",
+                            "is not UTF-8 text, so it cannot be checked",
+                        ));
+                    }
+                    files.push(SkillFile {
+                        name,
+                        text: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                    });
+                }
+            }
+        }
+    }
+    Ok((files, findings))
 }
 
 #[cfg(test)]
@@ -161,41 +527,147 @@ mod tests {
     }
 
     #[test]
-    fn forbidden_imports_in_every_form_are_found_with_their_line() {
-        let text = "import json\nimport subprocess\nfrom subprocess import run\nimport os, socket\nfrom importlib.util import find_spec\n# import subprocess\nimport subprocessing\n";
-        let findings = shipped().scan_text("skill.py", text);
-        assert_eq!(
-            rules(&findings),
-            [
-                (2, "forbidden-import"),
-                (3, "forbidden-import"),
-                (4, "forbidden-import"),
-                (5, "forbidden-import")
-            ]
-        );
-        assert_eq!(
-            findings[0].to_string(),
-            "skill.py:2: [forbidden-import] imports forbidden module `subprocess`"
-        );
-    }
-
-    #[test]
-    fn eval_process_and_secret_leak_rules_fire_and_clean_code_passes() {
-        let text = "x = eval(data)\nos.system('ls')\nprint(os.environ['TOKEN'])\nlogging.info('k=%s', os.getenv('KEY'))\ntoken = os.environ['TOKEN']\nprint('done')\n";
+    fn text_rules_fire_and_clean_code_passes() {
+        let text = "print(os.environ['TOKEN'])\nlogging.info('k=%s', os.getenv('KEY'))\ntoken = os.environ['TOKEN']\n# print(os.environ['X'])\nprint('done')\n";
         assert_eq!(
             rules(&shipped().scan_text("s.py", text)),
-            [
-                (1, "eval-exec"),
-                (2, "os-process"),
-                (3, "secret-leak"),
-                (4, "secret-leak")
-            ]
+            [(1, "secret-leak"), (2, "secret-leak")]
         );
         assert!(
             shipped()
                 .scan_text("s.py", "def run(x):\n    return {'ok': x}\n")
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_class_set_is_forbidden_what_every_class_forbids() {
+        let scanner = shipped();
+        let read_only = scanner.forbidden_for(Some("READ_ONLY")).unwrap();
+        assert!(read_only.contains(&"file_write".to_owned()));
+        assert!(read_only.contains(&"network".to_owned()));
+        // No proposal: the default class.
+        assert_eq!(scanner.forbidden_for(None).unwrap(), read_only);
+        let both = scanner.forbidden_for(Some("NETWORK+FILE_WRITE")).unwrap();
+        assert_eq!(
+            both,
+            [
+                "process",
+                "native",
+                "dynamic_code",
+                "verdict",
+                "dynamic_names"
+            ]
+            .map(str::to_owned)
+        );
+        assert!(scanner.forbidden_for(Some("ROOT")).is_err());
+        assert!(scanner.is_test("skills/a/test_skill.py"));
+        assert!(scanner.is_test("skills/a/conftest.py"));
+        assert!(!scanner.is_test("skills/a/skill.py"));
+    }
+
+    #[test]
+    fn secrets_are_found_by_format_and_never_printed() {
+        let key = "AKIA".to_owned() + "IOSFODNN7EXAMPLQ";
+        let token = "ghp_".to_owned() + &"a1B2".repeat(9);
+        let text = format!(
+            "KEY = '{key}'\nT = \"{token}\"\n-----BEGIN RSA PRIVATE KEY-----\npassword = \"hunter2hunter2\"\nslack = 'xoxb-1234567890-abcdef'\nname = 'word_count'\n"
+        );
+        let (findings, values) = shipped().scan_secrets("s.py", &text);
+        assert_eq!(
+            rules(&findings),
+            [
+                (1, "aws-access-key"),
+                (2, "github-token"),
+                (3, "private-key"),
+                (4, "password-literal"),
+                (5, "slack-token")
+            ]
+        );
+        let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown[0],
+            "s.py:1:8: [aws-access-key] an AWS access key id (20 characters, redacted)"
+        );
+        for secret in [&key, &token, "hunter2hunter2"] {
+            assert!(!shown.join("\n").contains(secret), "{shown:?}");
+            assert!(values.iter().any(|v| v.contains(secret)));
+        }
+    }
+
+    #[test]
+    fn a_policy_naming_what_it_does_not_declare_is_pointed_at() {
+        let cases = [
+            (
+                "[class.READ_ONLY]\nforbid = [\"teleport\"]\n",
+                "unknown capability `teleport`",
+                "s.toml:2:11",
+            ),
+            (
+                "[class.ROOT]\nforbid = []\n",
+                "unknown side-effect class `ROOT`",
+                "s.toml:1:1",
+            ),
+            (
+                "default_class = \"NETWORK\"\n",
+                "default_class `NETWORK` is not a class declared here",
+                "s.toml:1:17",
+            ),
+            (
+                "test_files = [\"[\"]\n",
+                "invalid glob in test_files",
+                "s.toml:1:15",
+            ),
+            (
+                "[[secret]]\nid = \"x\"\nmessage = \"m\"\nregex = '('\n",
+                "invalid regular expression in rule `x`",
+                "s.toml:4:9",
+            ),
+        ];
+        for (text, message, position) in cases {
+            let err = Scanner::parse(&SourceFile::new("s.toml", text)).unwrap_err();
+            assert!(err.message.starts_with(message), "{}", err.message);
+            assert_eq!(err.position().as_deref(), Some(position), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_skill_folder_is_read_whole_and_what_cannot_be_read_as_python_is_a_finding() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("skills/a");
+        std::fs::create_dir_all(folder.join("__pycache__")).unwrap();
+        std::fs::write(folder.join("skill.py"), "x = 1\n").unwrap();
+        std::fs::write(folder.join("helpers.py"), b"\xff\xfe").unwrap();
+        std::fs::write(folder.join("__pycache__/helpers.cpython-311.pyc"), b"\0").unwrap();
+        std::fs::write(folder.join("native.so"), b"\0").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", folder.join("README.md")).unwrap();
+        let (files, findings) = read_skill_files(dir.path(), &["skills/a".into()]).unwrap();
+        let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["skills/a/helpers.py", "skills/a/skill.py"]);
+        let found: Vec<(&str, &str)> = findings
+            .iter()
+            .map(|f| (f.file.as_str(), f.rule.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("skills/a/README.md", "not-a-file"),
+                (
+                    "skills/a/__pycache__/helpers.cpython-311.pyc",
+                    "compiled-code"
+                ),
+                ("skills/a/helpers.py", "encoding"),
+                ("skills/a/native.so", "compiled-code"),
+            ]
+        );
+        let (request, _) = shipped()
+            .analyser_request(Some("READ_ONLY"), &files)
+            .unwrap();
+        assert_eq!(request["files"].as_array().unwrap().len(), 2);
+        assert_eq!(request["files"][1]["module"], "skill");
+        assert_eq!(request["files"][1]["test"], false);
+        assert!(Scanner::analyser_findings(b"{\"findings\": 3}").is_err());
+        assert!(Scanner::analyser_findings(b"").is_err());
     }
 
     #[test]
@@ -219,9 +691,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         nix::unistd::mkfifo(&dir.path().join("skill.py"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         // Opened to read as a file is, a FIFO waits for a writer: this call would not return.
-        let error = shipped()
-            .scan_files(dir.path(), &["skill.py".into()])
-            .unwrap_err();
+        let error = read_skill_files(dir.path(), &["skill.py".into()]).unwrap_err();
         assert!(
             error.starts_with("cannot read skill.py:")
                 && error.ends_with("no longer a regular file"),

@@ -40,7 +40,7 @@ impl SideEffect {
         }
     }
 
-    fn named(name: &str) -> Option<Self> {
+    pub fn named(name: &str) -> Option<Self> {
         ALL.into_iter().find(|class| class.as_str() == name)
     }
 

@@ -1,0 +1,456 @@
+"""kavi's policy analyser: which capabilities a skill's Python files reach, by syntax.
+
+Run by kavi with a pinned interpreter (`python -I -B -c <this>`), confined like every gate
+process. It reads one JSON document on stdin:
+
+    {"capabilities": {NAME: {"message": str, "modules": [str], "calls": [str],
+                             "write_modes": [{"call": str, "position": int}],
+                             "dynamic": bool}},
+     "forbid": {"code": [NAME], "tests": [NAME]},
+     "files": [{"name": str, "module": str, "test": bool, "text": str}]}
+
+and prints {"findings": [{"file", "line", "col", "rule", "message"}]} on stdout. It never
+imports, runs or follows the code it reads: every file is parsed with `ast`, names are resolved
+through imports and assignments (aliases, `from m import *`, `getattr` with a constant name,
+`__import__`, `sys.modules[...]`, `vars(builtins)[...]`), and each reference to a forbidden
+module or qualified callable is a finding where it appears, called or not. A name computed at run
+time cannot be followed: reaching one is a finding of a `dynamic` capability.
+"""
+
+import ast
+import builtins
+import fnmatch
+import json
+import sys
+
+BUILTINS = frozenset(dir(builtins))
+
+# Namespaces whose items are names: a key that cannot be read is a name that cannot be checked.
+NAMESPACES = ("sys.modules", "builtins", "<globals>", "<locals>")
+
+GETATTR = ("builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.hasattr")
+IMPORTERS = ("builtins.__import__", "importlib.import_module", "importlib.__import__")
+
+
+def fold(node, depth=0):
+    """The string a constant expression makes, or None when it is only known at run time."""
+    if depth > 50:
+        return None
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, str):
+            return node.value
+        if isinstance(node.value, bytes):
+            return node.value.decode("latin-1")
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = fold(node.left, depth + 1), fold(node.right, depth + 1)
+        if left is not None and right is not None:
+            return left + right
+        return None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            elif isinstance(value, ast.FormattedValue) and value.format_spec is None:
+                part = fold(value.value, depth + 1)
+                if part is None:
+                    return None
+                parts.append(part)
+            else:
+                return None
+        return "".join(parts)
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+        text = fold(node.value, depth + 1)
+        bounds = []
+        for bound in (node.slice.lower, node.slice.upper, node.slice.step):
+            if bound is None:
+                bounds.append(None)
+            elif isinstance(bound, ast.Constant) and isinstance(bound.value, int):
+                bounds.append(bound.value)
+            elif (
+                isinstance(bound, ast.UnaryOp)
+                and isinstance(bound.op, ast.USub)
+                and isinstance(bound.operand, ast.Constant)
+                and isinstance(bound.operand.value, int)
+            ):
+                bounds.append(-bound.operand.value)
+            else:
+                return None
+        if text is None or bounds[2] == 0:
+            return None
+        return text[slice(*bounds)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.keywords:
+        receiver = fold(node.func.value, depth + 1)
+        if receiver is None:
+            return None
+        if node.func.attr == "join" and len(node.args) == 1:
+            items = node.args[0]
+            if isinstance(items, (ast.List, ast.Tuple)):
+                parts = [fold(item, depth + 1) for item in items.elts]
+                if all(part is not None for part in parts):
+                    return receiver.join(parts)
+        if node.func.attr in ("decode", "encode") and not node.args:
+            return receiver
+        if node.func.attr in ("lower", "upper", "strip") and not node.args:
+            return getattr(receiver, node.func.attr)()
+    return None
+
+
+def item(namespace, key):
+    """What `namespace[key]` is: `sys.modules['os']` is `os`, `vars(builtins)['exec']` is
+    `builtins.exec`."""
+    if namespace == "sys.modules":
+        return key
+    return normalize(namespace + "." + key)
+
+
+def normalize(name):
+    """One spelling for the ways to reach a name: a module's `__dict__` is the module,
+    `__builtins__` anywhere is `builtins`."""
+    parts = [part for part in name.split(".") if part != "__dict__"]
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] == "__builtins__":
+            parts = ["builtins"] + parts[index + 1:]
+            break
+    name = ".".join(parts)
+    if name.startswith("<globals>.") or name.startswith("<locals>."):
+        rest = name.split(".", 1)[1]
+        name = rest if rest.startswith("builtins") else "<globals>." + rest
+    return name
+
+
+class File:
+    def __init__(self, tree):
+        self.tree = tree
+        self.aliases = {}
+        self.stars = []
+        self.defined = set()
+        # A name deleted anywhere may be the built-in again after it.
+        self.deleted = set()
+        # The callables in call position: `getattr` anywhere else is passed on, unfollowable.
+        self.called = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defined.add(node.name)
+            elif isinstance(node, ast.arg):
+                self.defined.add(node.arg)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
+                self.deleted.add(node.id)
+            elif isinstance(node, ast.Call):
+                self.called.add(id(node.func))
+        # Bindings refer to each other in any order: a few rounds settle them.
+        for _ in range(4):
+            before = {key: set(value) for key, value in self.aliases.items()}
+            self.bind_all()
+            if before == self.aliases:
+                break
+
+    def bind(self, name, quals):
+        if quals:
+            self.aliases.setdefault(name, set()).update(quals)
+
+    def bind_target(self, target, value):
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                for sub_target, sub_value in zip(target.elts, value.elts):
+                    self.bind_target(sub_target, sub_value)
+            else:
+                for sub_target in target.elts:
+                    self.bind_target(sub_target, value)
+            return
+        if isinstance(target, ast.Starred):
+            self.bind_target(target.value, value)
+            return
+        quals = self.quals(value)
+        if isinstance(target, ast.Name):
+            self.bind(target.id, quals)
+            # A class attribute is read as `self.name` or `Class.name`.
+            self.bind("*." + target.id, quals)
+        elif isinstance(target, ast.Attribute):
+            self.bind("*." + target.attr, quals)
+
+    def bind_all(self):
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.bind(alias.asname, {alias.name})
+                    else:
+                        top = alias.name.split(".")[0]
+                        self.bind(top, {top})
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                for alias in node.names:
+                    if alias.name == "*":
+                        if module not in self.stars:
+                            self.stars.append(module)
+                    else:
+                        full = module + "." + alias.name if module else alias.name
+                        self.bind(alias.asname or alias.name, {full})
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    self.bind_target(target, node.value)
+            elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                self.bind_target(node.target, node.value)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                if isinstance(node.iter, (ast.List, ast.Tuple, ast.Set)):
+                    for item in node.iter.elts:
+                        self.bind_target(node.target, item)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        self.bind_target(item.optional_vars, item.context_expr)
+            elif isinstance(node, ast.arguments):
+                positional = node.posonlyargs + node.args
+                for arg, default in zip(positional[len(positional) - len(node.defaults):], node.defaults):
+                    self.bind(arg.arg, self.quals(default))
+                for arg, default in zip(node.kwonlyargs, node.kw_defaults):
+                    if default is not None:
+                        self.bind(arg.arg, self.quals(default))
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                # A decorator that returns what it is given makes the name that thing.
+                for decorator in node.decorator_list:
+                    self.bind(node.name, self.quals(decorator))
+
+    def quals(self, node, depth=0):
+        """The qualified names an expression may be, as far as syntax tells."""
+        if depth > 100:
+            return set()
+        if isinstance(node, ast.Name):
+            name = node.id
+            found = set(self.aliases.get(name, ()))
+            if name == "__builtins__":
+                found.add("builtins")
+            elif name in BUILTINS and (
+                name in self.deleted or (name not in self.defined and name not in self.aliases)
+            ):
+                found.add("builtins." + name)
+            if name not in self.defined:
+                found.update(module + "." + name for module in self.stars)
+            return {normalize(q) for q in found}
+        if isinstance(node, ast.Attribute):
+            base = self.quals(node.value, depth + 1)
+            found = {q + "." + node.attr for q in base} if base else {"*." + node.attr}
+            found.update(self.aliases.get("*." + node.attr, ()))
+            return {normalize(q) for q in found}
+        if isinstance(node, ast.Subscript):
+            base = self.quals(node.value, depth + 1)
+            key = fold(node.slice)
+            if key is None:
+                return set()
+            return {item(q, key) for q in base}
+        if isinstance(node, ast.NamedExpr):
+            return self.quals(node.value, depth + 1)
+        if isinstance(node, (ast.IfExp,)):
+            return self.quals(node.body, depth + 1) | self.quals(node.orelse, depth + 1)
+        if isinstance(node, ast.BoolOp):
+            found = set()
+            for value in node.values:
+                found |= self.quals(value, depth + 1)
+            return found
+        if isinstance(node, ast.Lambda):
+            return self.quals(node.body, depth + 1)
+        if isinstance(node, ast.Call):
+            func = self.quals(node.func, depth + 1)
+            found = set()
+            if func & set(GETATTR) and len(node.args) >= 2:
+                name = fold(node.args[1])
+                if name is not None:
+                    found |= {normalize(q + "." + name) for q in self.quals(node.args[0], depth + 1)}
+            if func & set(IMPORTERS) and node.args:
+                name = fold(node.args[0])
+                if name is not None:
+                    found |= {name, name.split(".")[0]}
+            if "builtins.vars" in func:
+                found |= self.quals(node.args[0], depth + 1) if node.args else {"<locals>"}
+            if func & {"builtins.globals", "builtins.locals"}:
+                found.add("<globals>")
+            for q in func:
+                namespace, _, method = q.rpartition(".")
+                # `sys.modules.get("os")` is `os`; `data.get("mkdir")` is only a key.
+                if method in ("get", "pop", "__getitem__", "setdefault") and namespace in NAMESPACES:
+                    if node.args:
+                        name = fold(node.args[0])
+                        if name is not None:
+                            found.add(item(q.rsplit(".", 1)[0], name))
+            # What a call makes is named by what was called: `pathlib.Path(p).write_text`.
+            return found | {q for q in func if not q.startswith("builtins.")}
+        return set()
+
+    def dynamic_reason(self, node):
+        """Why this node reaches a name only known at run time, or None."""
+        if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in self.called:
+            passed = self.quals(node) & set(GETATTR + IMPORTERS)
+            if passed:
+                return "passes `%s` on, so the name it is given cannot be followed" % (
+                    sorted(passed)[0].split(".")[-1]
+                )
+        if isinstance(node, ast.Call):
+            func = self.quals(node.func)
+            if func & set(GETATTR):
+                if len(node.args) < 2 or fold(node.args[1]) is None:
+                    return "`%s` with a name computed at run time" % sorted(func & set(GETATTR))[0].split(".")[-1]
+            if func & set(IMPORTERS):
+                if not node.args or fold(node.args[0]) is None:
+                    return "imports a module named at run time"
+            for q in func:
+                for namespace in NAMESPACES:
+                    if q.startswith(namespace + ".") and q.rsplit(".", 1)[1] in ("get", "pop", "__getitem__", "setdefault"):
+                        if not node.args or fold(node.args[0]) is None:
+                            return "reads `%s` with a key computed at run time" % namespace
+        if isinstance(node, ast.Subscript) and fold(node.slice) is None:
+            for q in self.quals(node.value):
+                if q in NAMESPACES or q.endswith(".__dict__"):
+                    return "reads `%s` with a key computed at run time" % q
+        return None
+
+
+def imported_names(node):
+    """The modules and module members an import statement names."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    module = node.module or ""
+    names = [module] if module else []
+    for alias in node.names:
+        if alias.name != "*":
+            names.append(module + "." + alias.name if module else alias.name)
+    return names
+
+
+def matches(capability, name):
+    for module in capability.get("modules", ()):
+        if name == module or name.startswith(module + "."):
+            return "`%s`" % name
+    for pattern in capability.get("calls", ()):
+        if fnmatch.fnmatchcase(name, pattern):
+            return "`%s`" % name
+    return None
+
+
+def mode_of(call, position):
+    if len(call.args) > position:
+        return call.args[position], True
+    for keyword in call.keywords:
+        if keyword.arg == "mode":
+            return keyword.value, True
+    return None, False
+
+
+def analyse(source, capabilities, forbidden, test_modules):
+    findings = []
+
+    def add(node, rule, message):
+        findings.append(
+            {
+                "file": source["name"],
+                "line": getattr(node, "lineno", 1) or 1,
+                "col": (getattr(node, "col_offset", 0) or 0) + 1,
+                "rule": rule,
+                "message": message,
+            }
+        )
+
+    try:
+        tree = ast.parse(source["text"], filename=source["name"])
+    except SyntaxError as error:
+        findings.append(
+            {
+                "file": source["name"],
+                "line": error.lineno or 1,
+                "col": error.offset or 1,
+                "rule": "syntax",
+                "message": "does not parse: %s" % error.msg,
+            }
+        )
+        return findings
+    except (ValueError, RecursionError, MemoryError) as error:
+        findings.append(
+            {
+                "file": source["name"],
+                "line": 1,
+                "col": 1,
+                "rule": "syntax",
+                "message": "does not parse: %s" % (str(error) or type(error).__name__),
+            }
+        )
+        return findings
+
+    caps = [(name, capabilities[name]) for name in forbidden if name in capabilities]
+    scope = File(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                names = [alias.name for alias in node.names] + ([node.module] if node.module else [])
+            else:
+                names = imported_names(node)
+            for name in names:
+                if not source["test"] and name.split(".")[0] in test_modules:
+                    add(node, "imports-tests", "the skill's code imports its tests `%s`, which are checked less strictly" % name)
+                for rule, capability in caps:
+                    what = matches(capability, name)
+                    if what:
+                        add(node, rule, "%s: imports %s" % (capability["message"], what))
+            continue
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+            names = scope.quals(node)
+            for rule, capability in caps:
+                for name in sorted(names):
+                    what = matches(capability, name)
+                    if what:
+                        add(node, rule, "%s: %s" % (capability["message"], what))
+                        break
+                if isinstance(node, ast.Call):
+                    func = scope.quals(node.func)
+                    for spec in capability.get("write_modes", ()):
+                        if not any(fnmatch.fnmatchcase(q, spec["call"]) for q in func):
+                            continue
+                        mode, given = mode_of(node, spec["position"])
+                        if not given:
+                            continue
+                        text = fold(mode)
+                        if text is not None and not (len(text) <= 4 and set(text) <= set("rwxabt+U")):
+                            break  # not a mode: `Image.open("x.png")` names a path
+                        if text is None:
+                            add(node, rule, "%s: opens a file with a mode computed at run time" % capability["message"])
+                        elif any(c in text for c in "wax+"):
+                            add(node, rule, "%s: opens a file with mode `%s`" % (capability["message"], text))
+                        break
+                if capability.get("dynamic"):
+                    reason = scope.dynamic_reason(node)
+                    if reason:
+                        add(node, rule, "%s: %s" % (capability["message"], reason))
+    return findings
+
+
+def main():
+    request = json.load(sys.stdin)
+    capabilities = request["capabilities"]
+    test_modules = {f["module"] for f in request["files"] if f["test"]}
+    findings = []
+    for source in request["files"]:
+        forbidden = request["forbid"]["tests" if source["test"] else "code"]
+        try:
+            findings.extend(analyse(source, capabilities, forbidden, test_modules))
+        except RecursionError:
+            findings.append(
+                {
+                    "file": source["name"],
+                    "line": 1,
+                    "col": 1,
+                    "rule": "syntax",
+                    "message": "too deeply nested to analyse",
+                }
+            )
+    # One finding per line and rule: `subprocess.run` names the module twice over.
+    seen = set()
+    unique = []
+    for finding in sorted(findings, key=lambda f: (f["file"], f["line"], f["col"], f["rule"])):
+        key = (finding["file"], finding["line"], finding["rule"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(finding)
+    json.dump({"findings": unique}, sys.stdout)
+
+
+main()

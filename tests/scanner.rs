@@ -1,0 +1,725 @@
+//! The policy and secret scans, end to end: the shipped `policies/scanner.toml`, the analyser run
+//! by the pinned toolchain's interpreter (provisioned once, under target/), confined as every
+//! gate process is. Each disguise of a forbidden capability is its own skill folder in one
+//! workspace, verified by its own gate node of one pipeline run.
+
+mod common;
+
+use std::path::Path;
+
+use common::{copy_policies, kavi, last_run, node};
+
+/// One skill folder: its side-effect class, its files, and the rule its scan must fail with
+/// (`None`: it must pass).
+struct Case {
+    name: &'static str,
+    class: &'static str,
+    files: &'static [(&'static str, &'static str)],
+    expect: Option<&'static str>,
+}
+
+const fn read_only(
+    name: &'static str,
+    skill: &'static str,
+    expect: &'static str,
+) -> (&'static str, &'static str, &'static str, &'static str) {
+    (name, "READ_ONLY", skill, expect)
+}
+
+/// Each disguise in `skill.py` of a READ_ONLY skill, and the rule that names it.
+const DISGUISES: &[(&str, &str, &str, &str)] = &[
+    read_only(
+        "from_import_alias",
+        "from os import system as shell\nshell('id')\n",
+        "process",
+    ),
+    read_only(
+        "import_alias",
+        "import os as o\no.system('id')\n",
+        "process",
+    ),
+    read_only("star_import", "from os import *\nsystem('id')\n", "process"),
+    read_only(
+        "dunder_import",
+        "__import__('os').system('id')\n",
+        "process",
+    ),
+    read_only(
+        "importlib",
+        "import importlib\nimportlib.import_module('subprocess').run(['id'])\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "importlib_from",
+        "from importlib import import_module as im\nim('subprocess')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "getattr_builtins_concat",
+        "getattr(__builtins__, 'ev' + 'al')('1')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "getattr_builtins_module",
+        "import builtins\ngetattr(builtins, 'ex' + 'ec')('1')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "exec_compile",
+        "exec(compile('1', 'x', 'exec'))\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "pickle_loads",
+        "import pickle\npickle.loads(b'')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "marshal_loads",
+        "import marshal\nmarshal.loads(b'')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "shelve",
+        "import shelve\nshelve.open('db')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "ctypes_cdll",
+        "import ctypes\nctypes.CDLL(None)\n",
+        "native",
+    ),
+    read_only(
+        "private_socket",
+        "import _socket\n_socket.socket()\n",
+        "network",
+    ),
+    read_only(
+        "socket",
+        "from socket import create_connection\ncreate_connection(('h', 1))\n",
+        "network",
+    ),
+    read_only(
+        "urllib",
+        "import urllib.request\nurllib.request.urlopen('http://x')\n",
+        "network",
+    ),
+    read_only(
+        "posix_system",
+        "import posix\nposix.system('id')\n",
+        "process",
+    ),
+    read_only(
+        "os_posix_spawnp",
+        "import os\nos.posix_spawnp('id', ['id'], {})\n",
+        "process",
+    ),
+    read_only("os_popen", "import os\nos.popen('id')\n", "process"),
+    read_only(
+        "os_execv",
+        "import os\nos.execv('/bin/id', ['id'])\n",
+        "process",
+    ),
+    read_only("os_fork", "import os\nos.fork()\n", "process"),
+    read_only(
+        "subprocess",
+        "from subprocess import run as r\nr(['id'])\n",
+        "process",
+    ),
+    read_only(
+        "io_fileio_write",
+        "import io\nio.FileIO('p', 'w')\n",
+        "file_write",
+    ),
+    read_only("open_write", "open('p', 'w')\n", "file_write"),
+    read_only("open_mode_keyword", "open('p', mode='a')\n", "file_write"),
+    read_only(
+        "open_mode_computed",
+        "import sys\nopen('p', sys.argv[1])\n",
+        "file_write",
+    ),
+    read_only(
+        "pathlib_write_text",
+        "import pathlib\npathlib.Path('x').write_text('x')\n",
+        "file_write",
+    ),
+    read_only(
+        "shutil_rmtree",
+        "import shutil\nshutil.rmtree('x')\n",
+        "file_write",
+    ),
+    read_only(
+        "os_remove_alias",
+        "from os import remove as rm\nrm('x')\n",
+        "file_write",
+    ),
+    read_only(
+        "sys_modules",
+        "import sys\nsys.modules['os'].system('id')\n",
+        "process",
+    ),
+    read_only(
+        "sys_modules_get",
+        "import sys\nsys.modules.get('subprocess').run(['id'])\n",
+        "process",
+    ),
+    read_only(
+        "vars_builtins",
+        "import builtins\nvars(builtins)['exec']('1')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "globals_builtins",
+        "globals()['__builtins__'].exec('1')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "assigned_alias",
+        "import os\ns = os.system\ns('id')\n",
+        "process",
+    ),
+    read_only(
+        "lambda_alias",
+        "import os\nf = lambda c: os.system(c)\nf('id')\n",
+        "process",
+    ),
+    read_only(
+        "class_attribute",
+        "import os\n\n\nclass A:\n    run = os.system\n\n\nA().run('id')\n",
+        "process",
+    ),
+    read_only(
+        "decorator",
+        "import os\n\n\n@os.system\ndef f() -> None:\n    pass\n",
+        "process",
+    ),
+    read_only(
+        "default_argument",
+        "import os\n\n\ndef f(o=os):\n    return o.system('id')\n",
+        "process",
+    ),
+    read_only(
+        "module_alias_getattr",
+        "import os as o\ngetattr(o, 'sys' + 'tem')('id')\n",
+        "process",
+    ),
+    read_only(
+        "reversed_name",
+        "import os\ngetattr(os, 'metsys'[::-1])('id')\n",
+        "process",
+    ),
+    read_only(
+        "getattr_computed",
+        "import os\nimport sys\ngetattr(os, sys.argv[1])('id')\n",
+        "dynamic_names",
+    ),
+    read_only(
+        "import_computed",
+        "import sys\n__import__(sys.argv[1])\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "subclasses_escape",
+        "().__class__.__bases__[0].__subclasses__()\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "asyncio_subprocess",
+        "import asyncio\nasyncio.create_subprocess_exec('id')\n",
+        "process",
+    ),
+    read_only(
+        "getattr_passed_on",
+        "import functools\nimport os\nfunctools.reduce(getattr, ['system'], os)('id')\n",
+        "dynamic_names",
+    ),
+    read_only(
+        "operator_attrgetter",
+        "import operator\nimport os\noperator.attrgetter('system')(os)('id')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "deleted_shadow",
+        "def eval(x: str) -> str:\n    return x\n\n\ndel eval\neval('1')\n",
+        "dynamic_code",
+    ),
+    read_only("os_exit", "import os\nos._exit(0)\n", "verdict"),
+    read_only("syntax_error", "def broken(:\n    pass\n", "syntax"),
+];
+
+/// Disguises that are not in `skill.py`, or depend on the class.
+const OTHERS: &[Case] = &[
+    Case {
+        name: "in_test_file",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "import test_skill\n\n\ndef run() -> None:\n    test_skill.helper()\n",
+            ),
+            (
+                "test_skill.py",
+                "import subprocess\n\n\ndef helper() -> None:\n    subprocess.run(['id'])\n",
+            ),
+        ],
+        expect: Some("process"),
+    },
+    Case {
+        name: "skill_imports_its_tests",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "from test_skill import write\n\nwrite()\n"),
+            (
+                "test_skill.py",
+                "import pathlib\n\n\ndef write() -> None:\n    pathlib.Path('x').write_text('x')\n",
+            ),
+        ],
+        expect: Some("imports-tests"),
+    },
+    Case {
+        name: "in_helper_module",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "import helpers\n\nhelpers.go()\n"),
+            (
+                "helpers.py",
+                "import os\n\n\ndef go() -> None:\n    os.system('id')\n",
+            ),
+        ],
+        expect: Some("process"),
+    },
+    Case {
+        name: "in_conftest",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            ("conftest.py", "import os\nos.system('id')\n"),
+        ],
+        expect: Some("process"),
+    },
+    Case {
+        name: "test_skips_itself",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\n@unittest.skip('later')\nclass T(unittest.TestCase):\n    def test_x(self) -> None:\n        self.fail()\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "compiled_module",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "import helpers\n"),
+            ("helpers.so", "\u{7f}ELF"),
+        ],
+        expect: Some("compiled-code"),
+    },
+    Case {
+        name: "file_write_may_write",
+        class: "FILE_WRITE",
+        files: &[(
+            "skill.py",
+            "import pathlib\npathlib.Path('x').write_text('x')\nopen('y', 'w')\n",
+        )],
+        expect: None,
+    },
+    Case {
+        name: "file_write_may_not_spawn",
+        class: "FILE_WRITE",
+        files: &[("skill.py", "import os\nos.spawnlp(os.P_WAIT, 'id', 'id')\n")],
+        expect: Some("process"),
+    },
+    Case {
+        name: "network_may_use_sockets",
+        class: "NETWORK",
+        files: &[(
+            "skill.py",
+            "import socket\nimport urllib.request\nsocket.socket()\nurllib.request.urlopen('https://example.org')\n",
+        )],
+        expect: None,
+    },
+    Case {
+        name: "network_may_not_write",
+        class: "NETWORK",
+        files: &[("skill.py", "import shutil\nshutil.rmtree('x')\n")],
+        expect: Some("file_write"),
+    },
+    Case {
+        name: "tests_may_write_temporary_files",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "def run() -> int:\n    return 1\n"),
+            (
+                "test_skill.py",
+                "import pathlib\nimport tempfile\n\nwith tempfile.TemporaryDirectory() as d:\n    pathlib.Path(d, 'n').write_text('x')\n",
+            ),
+        ],
+        expect: None,
+    },
+    Case {
+        name: "a_key_is_not_a_name",
+        class: "READ_ONLY",
+        files: &[(
+            "skill.py",
+            "def run(data: dict[str, str]) -> str | None:\n    return data.get('mkdir') or data.get('system')\n",
+        )],
+        expect: None,
+    },
+    Case {
+        name: "reading_is_read_only",
+        class: "READ_ONLY",
+        files: &[(
+            "skill.py",
+            "import pathlib\nfrom PIL import Image\n\nopen('p').read()\nopen('p', 'rb').read()\npathlib.Path('p').open('r').read()\nImage.open('x.png')\n",
+        )],
+        expect: None,
+    },
+];
+
+const SECRETS: &[(&str, &str)] = &[
+    ("aws_key", "KEY = 'AKIAIOSFODNN7EXAMPLQ'\n"),
+    (
+        "github_token",
+        "TOKEN = 'ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5'\n",
+    ),
+    (
+        "pem_key",
+        "KEY = '''-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7VJTUt9Us8cKjMzEfYyjiWA4R4\n-----END RSA PRIVATE KEY-----'''\n",
+    ),
+    ("password", "password = \"correct-horse-battery\"\n"),
+    ("slack", "HOOK = 'xoxb-2048-4096-aBcDeFgHiJkL'\n"),
+];
+
+/// The secret each SECRETS case must not print (the PEM key's body stands for it).
+fn secret_value(name: &str) -> &'static str {
+    match name {
+        "aws_key" => "AKIAIOSFODNN7EXAMPLQ",
+        "github_token" => "ghp_aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI3kM5",
+        "pem_key" => "MIIEowIBAAKCAQEA7VJTUt9Us8cKjMzEfYyjiWA4R4",
+        "password" => "correct-horse-battery",
+        "slack" => "xoxb-2048-4096-aBcDeFgHiJkL",
+        _ => unreachable!(),
+    }
+}
+
+fn write_skill(root: &Path, name: &str, files: &[(&str, &str)]) {
+    let folder = root.join("skills").join(name);
+    std::fs::create_dir_all(&folder).unwrap();
+    for (file, text) in files {
+        std::fs::write(folder.join(file), text).unwrap();
+    }
+}
+
+fn propose(root: &Path, name: &str, class: &str) {
+    let proposal = root.join(format!("{name}.toml"));
+    std::fs::write(
+        &proposal,
+        format!("name = \"{name}\"\ndescription = \"A case\"\nside_effect = \"{class}\"\ncommand = [\"python3\"]\ninput_schema = {{}}\noutput_schema = {{}}\n"),
+    )
+    .unwrap();
+    let out = kavi(root, &["skill", "propose", &format!("{name}.toml")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A workspace with the shipped scanner and toolchains, and a gate set of one gate.
+fn workspace(gate: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("pipelines")).unwrap();
+    copy_policies(
+        root,
+        &[
+            "classifier.toml",
+            "scanner.toml",
+            "trust.toml",
+            "conventions.toml",
+            "confinement.toml",
+            "lifecycle.toml",
+        ],
+    );
+    common::copy_gate_tools(root);
+    std::fs::write(root.join("policies/scan.toml"), gate).unwrap();
+    dir
+}
+
+/// Runs one gate node per skill; returns each node's gate result by skill name.
+fn verify_each(root: &Path, names: &[&str]) -> Vec<serde_json::Value> {
+    let mut pipeline = String::from("[pipeline]\nname = \"scan\"\n");
+    for name in names {
+        pipeline.push_str(&format!(
+            "\n[nodes.{name}]\nkind = \"gate\"\nset = \"policies/scan.toml\"\nskill = \"{name}\"\nvars = {{ skill = \"{name}\" }}\non_failure = \"continue\"\n"
+        ));
+    }
+    std::fs::write(root.join("pipelines/scan.toml"), pipeline).unwrap();
+    let out = kavi(root, &["pipeline", "run", "scan", "--jobs", "2"]);
+    assert!(
+        out.status.code() == Some(0) || out.status.code() == Some(1),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    names
+        .iter()
+        .map(|name| node(&run, name)["outputs"]["gates"][0].clone())
+        .collect()
+}
+
+/// A case as the test builds it: name, class, files, expected rule.
+type Owned = (
+    String,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Option<&'static str>,
+);
+
+const POLICY_GATE: &str = "[[gate]]\nid = \"policy\"\nkind = \"policy_scan\"\ntoolchain = \"python\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_POLICY\"\n";
+
+/// The toolchain is provisioned from PyPI on first use; where that cannot happen, the test says
+/// why and skips (under CI, which can, that fails).
+fn toolchain_or_skip(root: &Path) -> bool {
+    let out = kavi(root, &["toolchain", "install"]);
+    if out.status.success() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provision the gate toolchains: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "skipping: the gate toolchains could not be provisioned here: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+#[test]
+fn every_disguise_of_a_forbidden_capability_is_found_in_every_file_and_clean_code_passes() {
+    let dir = workspace(POLICY_GATE);
+    let root = dir.path();
+    if !toolchain_or_skip(root) {
+        return;
+    }
+    let mut cases: Vec<Owned> = DISGUISES
+        .iter()
+        .map(|(name, class, skill, rule)| {
+            (
+                (*name).to_owned(),
+                *class,
+                vec![("skill.py", *skill)],
+                Some(*rule),
+            )
+        })
+        .collect();
+    for case in OTHERS {
+        cases.push((
+            case.name.to_owned(),
+            case.class,
+            case.files.to_vec(),
+            case.expect,
+        ));
+    }
+    // The shipped examples, with their tests, as the forge builds them.
+    for (example, class) in [
+        ("word_count", "READ_ONLY"),
+        ("find_notes", "READ_ONLY"),
+        ("summarize_note", "READ_ONLY"),
+        ("write_note", "FILE_WRITE"),
+    ] {
+        let folder = common::repo().join("builders/prepared").join(example);
+        let files: Vec<(&str, &str)> = ["skill.py", "test_skill.py"]
+            .into_iter()
+            .map(|file| {
+                let text = std::fs::read_to_string(folder.join(file)).unwrap();
+                (file, &*Box::leak(text.into_boxed_str()))
+            })
+            .collect();
+        cases.push((format!("example_{example}"), class, files, None));
+    }
+    for (name, class, files, _) in &cases {
+        write_skill(root, name, files);
+        if *class != "READ_ONLY" {
+            propose(root, name, class);
+        }
+    }
+    let names: Vec<&str> = cases.iter().map(|c| c.0.as_str()).collect();
+    let results = verify_each(root, &names);
+    let mut wrong = Vec::new();
+    for ((name, _, _, expect), result) in cases.iter().zip(&results) {
+        let detail = result["detail"].as_str().unwrap_or_default();
+        let ok = match expect {
+            None => result["status"] == "passed",
+            Some(rule) => {
+                // Code that does not parse fails the scan, named for its cause.
+                let kind = if *rule == "syntax" {
+                    "VERIFY_LINT"
+                } else {
+                    "VERIFY_POLICY"
+                };
+                result["status"] == "failed"
+                    && result["failure_kind"] == kind
+                    && detail.contains(&format!("[{rule}]"))
+            }
+        };
+        if !ok {
+            wrong.push(format!("{name}: expected {expect:?}, got {result}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // A finding names file, line and column.
+    let star = &results[names.iter().position(|n| *n == "star_import").unwrap()];
+    assert_eq!(
+        star["detail"],
+        "skills/star_import/skill.py:2:1: [process] starts a process: `os.system`"
+    );
+    let in_test = &results[names.iter().position(|n| *n == "in_test_file").unwrap()];
+    assert!(
+        in_test["detail"]
+            .as_str()
+            .unwrap()
+            .contains("skills/in_test_file/test_skill.py:1:1: [process] starts a process: imports `subprocess`"),
+        "{in_test}"
+    );
+    // The interpreter that parsed is recorded with the result.
+    assert_eq!(star["tool"]["toolchain"], "python");
+    assert_eq!(star["tool"]["tool"], "python");
+}
+
+#[test]
+fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
+    // Beside the secret scan, a gate that prints the skill's source, as a traceback would.
+    let gate = "[[gate]]\nid = \"secrets\"\nkind = \"secret_scan\"\ntoolchain = \"secrets\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_SECRET\"\n\n[[gate]]\nid = \"echo\"\nkind = \"command\"\ntoolchain = \"python\"\nrun = [\"python\", \"-c\", \"import sys; print(open(sys.argv[1]).read()); sys.exit(1)\", \"{{ paths.source }}\"]\nfailure = \"VERIFY_TEST\"\nrequired = false\n";
+    let dir = workspace(gate);
+    let root = dir.path();
+    if !toolchain_or_skip(root) {
+        return;
+    }
+    let mut names: Vec<&str> = SECRETS.iter().map(|(name, _)| *name).collect();
+    for (name, text) in SECRETS {
+        write_skill(
+            root,
+            name,
+            &[("skill.py", text), ("README.md", "A skill.\n")],
+        );
+    }
+    // detect-secrets finds what kavi's own rules do not know; its inline allowlist, a comment in
+    // the code under review, does not silence it.
+    write_skill(
+        root,
+        "keyword_allowlisted",
+        &[(
+            "skill.py",
+            "db_pass = 'Zq8vLw2rTx5yNc7b'  # pragma: allowlist secret\n",
+        )],
+    );
+    names.push("keyword_allowlisted");
+    write_skill(
+        root,
+        "clean",
+        &[
+            ("skill.py", "NAME = 'word_count'\n"),
+            ("test_skill.py", "X = 1\n"),
+        ],
+    );
+    names.push("clean");
+    let results = verify_each(root, &names);
+    for ((name, _), result) in SECRETS.iter().zip(&results) {
+        assert_eq!(result["status"], "failed", "{name}: {result}");
+        assert_eq!(result["failure_kind"], "VERIFY_SECRET", "{name}");
+        let detail = result["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(&format!("skills/{name}/skill.py:1")),
+            "{detail}"
+        );
+        assert!(
+            !detail.contains(secret_value(name)),
+            "{name} printed: {detail}"
+        );
+        assert!(
+            !detail.contains(secret_value(name).get(..12).unwrap()),
+            "{detail}"
+        );
+    }
+    let allowlisted = &results[SECRETS.len()];
+    assert_eq!(allowlisted["status"], "failed", "{allowlisted}");
+    assert!(
+        allowlisted["detail"]
+            .as_str()
+            .unwrap()
+            .contains("[detect-secrets] Secret Keyword (redacted)"),
+        "{allowlisted}"
+    );
+    assert_eq!(allowlisted["tool"]["tool"], "detect-secrets");
+    assert_eq!(allowlisted["tool"]["version"], "1.5.0");
+    assert_eq!(
+        results[SECRETS.len() + 1]["status"],
+        "passed",
+        "{}",
+        results[SECRETS.len() + 1]
+    );
+    // Nor by another gate, nor by the run's own output.
+    let run = last_run(root);
+    for (name, _) in SECRETS {
+        let echo = &node(&run, name)["outputs"]["gates"][1];
+        assert_eq!(echo["gate"], "echo");
+        let detail = echo["detail"].as_str().unwrap();
+        assert!(detail.contains("[redacted]"), "{name}: {detail}");
+        assert!(!detail.contains(secret_value(name)), "{name}: {detail}");
+    }
+    let shown = kavi(root, &["runs", "show", "latest"]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    for (name, _) in SECRETS {
+        assert!(!text.contains(secret_value(name)), "{name}");
+    }
+}
+
+#[test]
+fn an_analyser_that_cannot_run_is_an_error_never_a_pass() {
+    let dir = workspace(POLICY_GATE);
+    let root = dir.path();
+    write_skill(root, "demo", &[("skill.py", "X = 1\n")]);
+    // An interpreter that is not there: the toolchain cannot be provisioned.
+    let toolchains = root.join("policies/toolchains.toml");
+    let text = std::fs::read_to_string(&toolchains).unwrap();
+    std::fs::write(
+        &toolchains,
+        text.replacen(
+            "interpreter = \"python3\"",
+            "interpreter = \"/nonexistent/python3\"",
+            1,
+        ),
+    )
+    .unwrap();
+    let results = verify_each(root, &["demo"]);
+    assert_eq!(results[0]["status"], "error", "{}", results[0]);
+    assert!(
+        results[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("could not provision toolchain `python`"),
+        "{}",
+        results[0]
+    );
+    // A policy_scan gate without a toolchain is refused before anything runs.
+    std::fs::write(
+        root.join("policies/scan.toml"),
+        POLICY_GATE.replace("toolchain = \"python\"\n", ""),
+    )
+    .unwrap();
+    let out = kavi(root, &["pipeline", "check", "scan"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a policy_scan gate needs `toolchain`"),
+        "{stderr}"
+    );
+}
