@@ -19,6 +19,10 @@ pub struct GateResult {
     /// declaration's hash, and whether kavi provisioned the environment or kavi.toml named it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<serde_json::Value>,
+    /// What the gate saw besides its verdict: the suppressions the gate set allowed and found,
+    /// a test report's counts. In the verification report and the node's outputs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +110,7 @@ impl Ledger {
                     failure_kind: row.get(7)?,
                     detail: row.get(8)?,
                     tool: super::json_column(row, 12)?,
+                    evidence: None,
                 },
                 report: row.get(9)?,
                 at: row.get(10)?,
