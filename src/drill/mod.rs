@@ -8,6 +8,8 @@
 //! attack could only claim, the drill checks from outside: whether a datagram reached its
 //! listener, whether a daemon outlived the run, whether a file landed beside the sandbox.
 
+pub mod gates;
+
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;

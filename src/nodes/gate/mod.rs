@@ -583,11 +583,11 @@ impl CompiledGate {
                         }
                         Exit::Cancelled => {
                             return Ok(Verdict::TimedOut(format!(
-                                "test_timed_out: the tests ran past the gate's {} and were \
-                                 stopped; {}\n{}",
+                                "timed out after {}; its processes were stopped; {}\n{}",
                                 humantime::format_duration(*timeout),
                                 prepared.running().map_or_else(
-                                    || "no test had started".to_owned(),
+                                    || "no test had started (the tests were being collected)"
+                                        .to_owned(),
                                     |test| format!("the test running was {test}")
                                 ),
                                 tail(&output, DETAIL_LINES)
