@@ -353,6 +353,21 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// What every gate of one verification runs with.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    /// Where commands run and files are found.
+    cwd: &'a Path,
+    /// The values of the gate set's templates.
+    vars: &'a minijinja::Value,
+    /// The side-effect class the skill was proposed with.
+    class: Option<&'a str>,
+    /// The command gates' confinement and private temporary folder.
+    confined: Option<(&'a Confinement, &'a Path)>,
+    /// The suppressions the gate set allows.
+    allowed: &'a [suppressions::Kind],
+}
+
 /// How a gate that ran came out.
 enum Verdict {
     Passed,
@@ -377,12 +392,8 @@ impl CompiledGate {
     async fn run(
         &self,
         ctx: &NodeContext<'_>,
-        cwd: &Path,
-        vars: &minijinja::Value,
-        class: Option<&str>,
-        confined: Option<(&Confinement, &Path)>,
+        scope: &Scope<'_>,
         toolchains: &Toolchains,
-        allowed: &[suppressions::Kind],
     ) -> GateResult {
         // A toolchain that could not be provisioned is this gate's error: never a pass.
         let tool = match &self.check {
@@ -399,16 +410,7 @@ impl CompiledGate {
         let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
         let mut evidence = serde_json::Map::new();
         let (status, detail) = match self
-            .check(
-                ctx,
-                cwd,
-                vars,
-                class,
-                confined,
-                program.as_deref(),
-                allowed,
-                &mut evidence,
-            )
+            .check(ctx, scope, program.as_deref(), &mut evidence)
             .await
         {
             Ok(Verdict::Passed) => ("passed", None),
@@ -455,18 +457,20 @@ impl CompiledGate {
     /// The verdict, or `Err(why)` when the gate could not run. `tool` is the toolchain's
     /// executable a command gate runs in place of its program's name. What the gate saw beyond
     /// its verdict (allowed suppressions, a test report's counts) goes in `evidence`.
-    #[allow(clippy::too_many_arguments)]
     async fn check(
         &self,
         ctx: &NodeContext<'_>,
-        cwd: &Path,
-        vars: &minijinja::Value,
-        class: Option<&str>,
-        confined: Option<(&Confinement, &Path)>,
+        scope: &Scope<'_>,
         tool: Option<&Path>,
-        allowed: &[suppressions::Kind],
         evidence: &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<Verdict, String> {
+        let Scope {
+            cwd,
+            vars,
+            class,
+            confined,
+            allowed,
+        } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
                 let mut violations = Vec::new();
@@ -741,17 +745,18 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
-        let results = futures_util::future::join_all(self.gates.iter().map(|gate| {
-            gate.run(
-                ctx,
-                &cwd,
-                &vars,
-                class.as_deref(),
-                for_commands,
-                &toolchains,
-                &self.allowed,
-            )
-        }))
+        let scope = Scope {
+            cwd: &cwd,
+            vars: &vars,
+            class: class.as_deref(),
+            confined: for_commands,
+            allowed: &self.allowed,
+        };
+        let results = futures_util::future::join_all(
+            self.gates
+                .iter()
+                .map(|gate| gate.run(ctx, &scope, &toolchains)),
+        )
         .await;
         // What passed must be what is recorded: files that changed under the gates void the run.
         if hash()? != before {
