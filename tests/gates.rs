@@ -701,6 +701,10 @@ fn a_file_level_suppression_fails_its_gate_unless_the_gate_set_allows_it() {
     let allowed = &types["evidence"]["allowed_suppressions"][0];
     assert_eq!(allowed["kind"], "mypy_inline_config", "{types}");
     assert_eq!(allowed["line"], 1);
+    assert_eq!(
+        verification(&run, "types")["detail"],
+        "allowed suppressions: skills/demo/skill.py:1 mypy_inline_config"
+    );
     // An unknown kind is refused where it is written.
     std::fs::write(&gates, text.replace("allow = []", "allow = [\"noqa_all\"]")).unwrap();
     let out = kavi(dir.path(), &["pipeline", "check", "verify"]);

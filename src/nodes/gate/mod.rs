@@ -503,6 +503,17 @@ impl CompiledGate {
                     suppressions::find(cwd, &files, kinds)?
                         .into_iter()
                         .partition(|found| allowed.contains(&found.kind));
+                // A passing gate's row in the ledger names what it let through.
+                let allowed_note = (!permitted.is_empty()).then(|| {
+                    format!(
+                        "allowed suppressions: {}",
+                        permitted
+                            .iter()
+                            .map(|f| format!("{}:{} {}", f.file, f.line, f.kind.name()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                });
                 if !permitted.is_empty() {
                     evidence.insert(
                         "allowed_suppressions".to_owned(),
@@ -608,7 +619,10 @@ impl CompiledGate {
                     return Ok(match junit::judge(prepared, spec, exit, &declared) {
                         Ok(counts) => {
                             evidence.insert("tests".to_owned(), counts.record());
-                            Verdict::PassedNoting(counts.summary())
+                            Verdict::PassedNoting(match &allowed_note {
+                                Some(note) => format!("{}; {note}", counts.summary()),
+                                None => counts.summary(),
+                            })
                         }
                         Err(refusal) => {
                             if let Some(counts) = &refusal.counts {
@@ -629,7 +643,9 @@ impl CompiledGate {
                     });
                 }
                 match finished.exit {
-                    Exit::Code(0) => Ok(Verdict::Passed),
+                    Exit::Code(0) => {
+                        Ok(allowed_note.map_or(Verdict::Passed, Verdict::PassedNoting))
+                    }
                     Exit::Code(code) => Ok(Verdict::Failed(format!(
                         "exited with code {code}\n{}",
                         tail(&output, DETAIL_LINES)
