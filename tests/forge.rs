@@ -939,6 +939,8 @@ fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff
         ("templates/build_packet.md.j2", "template"),
         ("policies/toolchains.toml", "policy"),
         ("policies/ruff.toml", "script"),
+        ("policies/mypy.ini", "script"),
+        ("policies/pytest.ini", "script"),
         ("builders/scripted.py", "script"),
         ("kavi.toml", "config"),
     ] {

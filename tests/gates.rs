@@ -277,10 +277,10 @@ fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
     // A generous default for the set, and a short limit on the tests gate: the gate's own wins.
-    assert!(text.contains("\ntimeout = \"5m\"\n") && text.trim_end().ends_with("required = true"));
+    assert!(text.contains("\ntimeout = \"90s\"\n") && text.trim_end().ends_with("required = true"));
     let text = format!(
         "{}\ntimeout = \"2s\"\n",
-        text.replace("\ntimeout = \"5m\"\n", "\ntimeout = \"10m\"\n")
+        text.replace("\ntimeout = \"90s\"\n", "\ntimeout = \"10m\"\n")
             .trim_end()
     );
     std::fs::write(&gates, text).unwrap();
@@ -292,6 +292,8 @@ fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "TIMEOUT");
     let detail = tests["detail"].as_str().unwrap();
     assert!(detail.starts_with("timed out after 2s"), "{detail}");
+    // It hung at import, so no test had started; a hung test is named (see below).
+    assert!(detail.contains("no test had started"), "{detail}");
     // Nothing the gate started lives on: no process still works in this workspace.
     let workspace = dir.path().canonicalize().unwrap();
     let left: Vec<String> = std::fs::read_dir("/proc")
@@ -514,7 +516,10 @@ fn a_gate_tool_outside_every_declared_toolchain_is_refused_at_check() {
     let shipped = std::fs::read_to_string(&gates).unwrap();
     for (edit, says) in [
         (
-            ("run = [\"mypy\"", "run = [\"mypyy\""),
+            (
+                "\"mypy\", \"--config-file\"",
+                "\"mypyy\", \"--config-file\"",
+            ),
             "gate `types` runs `mypyy`, which is not a tool of toolchain `python`",
         ),
         (
@@ -594,7 +599,8 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
         stderr.contains(
-            "could not provision toolchain `python` (mypy 2.4.1, pytest 9.2.0, ruff 0.17.6)"
+            "could not provision toolchain `python` (mypy 2.4.1, pytest 9.2.0, pytest-timeout 2.4.0, \
+             ruff 0.17.6)"
         ) && stderr.contains("`[toolchain.python]` then `path = \"/path/to/venv\"`"),
         "{stderr}"
     );
@@ -670,4 +676,239 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
             .contains("holds other versions: ruff is 0.17.6, pinned 0.17.5"),
         "{lint}"
     );
+}
+
+/// The skill with an unused import and a type error, and the test made to fail: broken for
+/// every command gate.
+const BROKEN: &str = "import json\nimport os\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n\n\ndef count(text: str) -> int:\n    return text\n";
+
+fn failing_test() -> String {
+    TEST.replace("{'echo': 1}", "{'echo': 2}")
+}
+
+/// Runs the gates; the gate's status and detail.
+fn gate_of(dir: &std::path::Path, gate: &str) -> (String, String) {
+    assert_eq!(run_verify(dir), Some(1), "the gates passed");
+    let run = last_run(dir);
+    let v = verification(&run, gate);
+    (
+        v["status"].as_str().unwrap().to_owned(),
+        v["detail"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Issue 52: suppressions that switch a gate off for a file fail that gate, named, unless the
+/// gate set allows them; an allowed one is listed with the result.
+#[test]
+fn a_file_level_suppression_fails_its_gate_unless_the_gate_set_allows_it() {
+    let noqa = format!("# ruff: noqa\n{BROKEN}");
+    let dir = workspace(&noqa, TEST);
+    let (status, detail) = gate_of(dir.path(), "lint");
+    assert_eq!(status, "failed");
+    assert!(
+        detail.contains("suppression `# ruff: noqa` (file_noqa)"),
+        "{detail}"
+    );
+
+    let ignore = format!("# mypy: ignore-errors\n{BROKEN}").replace("import os\n", "");
+    let dir = workspace(&ignore, TEST);
+    let (status, detail) = gate_of(dir.path(), "types");
+    assert_eq!(status, "failed");
+    assert!(detail.contains("(mypy_inline_config)"), "{detail}");
+    // A `# type: ignore` without a code is mypy's own finding.
+    let blanket = BROKEN
+        .replace("import os\n", "")
+        .replace("return text\n", "return text  # type: ignore\n");
+    let dir = workspace(&blanket, TEST);
+    let (status, detail) = gate_of(dir.path(), "types");
+    assert_eq!(status, "failed");
+    assert!(detail.contains("ignore-without-code"), "{detail}");
+
+    // Allowed by the gate set: the gate passes, and the suppression is on the record.
+    let sound = format!("# mypy: disallow-any-expr=False\n{SKILL}");
+    let dir = workspace(&sound, TEST);
+    let gates = dir.path().join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    std::fs::write(
+        &gates,
+        text.replace("allow = []", "allow = [\"mypy_inline_config\"]"),
+    )
+    .unwrap();
+    assert_eq!(run_verify(dir.path()), Some(0));
+    let run = last_run(dir.path());
+    let types = run["nodes"][0]["outputs"]["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["gate"] == "types")
+        .unwrap()
+        .clone();
+    assert_eq!(types["status"], "passed");
+    let allowed = &types["evidence"]["allowed_suppressions"][0];
+    assert_eq!(allowed["kind"], "mypy_inline_config", "{types}");
+    assert_eq!(allowed["line"], 1);
+    assert_eq!(
+        verification(&run, "types")["detail"],
+        "allowed suppressions: skills/demo/skill.py:1 mypy_inline_config"
+    );
+    // An unknown kind is refused where it is written.
+    std::fs::write(&gates, text.replace("allow = []", "allow = [\"noqa_all\"]")).unwrap();
+    let out = kavi(dir.path(), &["pipeline", "check", "verify"]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown suppression `noqa_all`")
+            && stderr.contains("policies/gates.toml:"),
+        "{stderr}"
+    );
+}
+
+/// Issue 52: a test gate passes on a complete report of its own run, never on an exit status.
+#[test]
+fn tests_that_end_early_or_hide_failures_fail_the_test_gate_with_a_named_reason() {
+    let cases = [
+        (
+            "os_exit",
+            failing_test().replace(
+                "    def test_echo",
+                "    def test_a(self) -> None:\n        import os\n\n        os._exit(0)\n\n    def test_echo",
+            ),
+            "no_report",
+        ),
+        (
+            "patched assertEqual",
+            failing_test().replace(
+                "class T",
+                "setattr(unittest.TestCase, \"assertEqual\", lambda *a, **k: None)\n\n\nclass T",
+            ),
+            "framework_replaced",
+        ),
+        (
+            "all skipped",
+            failing_test().replace("class T", "@unittest.skip(\"later\")\nclass T"),
+            "tests_skipped",
+        ),
+        (
+            "no tests",
+            "from skill import run\n\nassert run is not None\n".to_owned(),
+            "too_few_tests",
+        ),
+        (
+            "atexit",
+            failing_test().replace(
+                "from skill import run\n",
+                "import atexit\nimport os\n\nfrom skill import run\n\natexit.register(lambda: os._exit(0))\n",
+            ),
+            "tests_failed",
+        ),
+    ];
+    for (case, test, reason) in cases {
+        let dir = workspace(SKILL, &test);
+        let (status, detail) = gate_of(dir.path(), "tests");
+        assert_eq!(status, "failed", "{case}");
+        assert!(
+            detail.starts_with(&format!("{reason}: ")),
+            "{case}: {detail}"
+        );
+    }
+}
+
+/// Issue 52: no tool configuration beside the skill, at the workspace's root or above it, and
+/// no variable of the caller's, changes what a gate checks; a conftest.py is never loaded.
+#[test]
+fn tool_configuration_near_the_skill_or_in_the_environment_changes_nothing() {
+    let setup_cfg = "[mypy]\nignore_errors = True\n\n[tool:pytest]\naddopts = --collect-only\n";
+    let pyproject = "[tool.ruff.lint]\nignore = [\"F401\"]\n";
+    let dir = workspace(BROKEN, &failing_test());
+    let root = dir.path();
+    std::fs::write(root.join("setup.cfg"), setup_cfg).unwrap();
+    std::fs::write(root.join("skills/demo/pyproject.toml"), pyproject).unwrap();
+    std::fs::write(
+        root.join("skills/demo/conftest.py"),
+        "def pytest_collection_modifyitems(config, items):\n    items.clear()\n",
+    )
+    .unwrap();
+    let out = common::kavi_command(root, &["pipeline", "run", "verify"])
+        .env("PYTEST_ADDOPTS", "--collect-only")
+        .env("PYTHONPATH", root.join("skills/demo"))
+        .env("MYPY_CONFIG_FILE_DIR", root.join("skills/demo"))
+        .env("RUFF_CONFIG", root.join("skills/demo/pyproject.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let run = last_run(root);
+    for (gate, says) in [
+        ("lint", "F401"),
+        ("types", "Incompatible return value"),
+        ("tests", "tests_failed: "),
+    ] {
+        let v = verification(&run, gate);
+        assert_eq!(v["status"], "failed", "{gate}: {v}");
+        assert!(v["detail"].as_str().unwrap().contains(says), "{gate}: {v}");
+    }
+}
+
+/// A pytest.ini in the folder above the workspace (pytest walks up to find one) is not read.
+#[test]
+fn a_pytest_ini_above_the_workspace_is_not_read() {
+    let above = tempfile::tempdir().unwrap();
+    let inner = workspace(SKILL, &failing_test());
+    let root = above.path().join("workspace");
+    std::fs::rename(inner.path(), &root)
+        .or_else(|_| {
+            // Another file system: copy instead.
+            std::process::Command::new("cp")
+                .arg("-a")
+                .arg(inner.path())
+                .arg(&root)
+                .status()
+                .map(|_| ())
+        })
+        .unwrap();
+    std::fs::write(
+        above.path().join("pytest.ini"),
+        "[pytest]\naddopts = --collect-only\n",
+    )
+    .unwrap();
+    let (status, detail) = gate_of(&root, "tests");
+    assert_eq!(status, "failed");
+    assert!(detail.starts_with("tests_failed: "), "{detail}");
+}
+
+/// A test past the policy's per-test limit fails, named, and the report still counts the rest.
+#[test]
+fn a_hung_test_is_stopped_by_the_per_test_limit_and_named() {
+    let hanging = format!(
+        "{TEST}\n    def test_hangs(self) -> None:\n        import time\n\n        time.sleep(3600)\n"
+    );
+    let dir = workspace(SKILL, &hanging);
+    let ini = dir.path().join("policies/pytest.ini");
+    let text = std::fs::read_to_string(&ini).unwrap();
+    assert!(text.contains("\ntimeout = 20\n"));
+    std::fs::write(&ini, text.replace("\ntimeout = 20\n", "\ntimeout = 2\n")).unwrap();
+    let (status, detail) = gate_of(dir.path(), "tests");
+    assert_eq!(status, "failed");
+    assert!(
+        detail.starts_with("test_timed_out: test_skill.T.test_hangs failure: Failed: Timeout"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("2 collected, 2 ran: 1 passed, 1 failed"),
+        "{detail}"
+    );
+}
+
+/// A sound skill's test gate records what ran.
+#[test]
+fn a_passing_test_gate_records_its_counts() {
+    let dir = workspace(SKILL, TEST);
+    assert_eq!(run_verify(dir.path()), Some(0));
+    let run = last_run(dir.path());
+    let tests = verification(&run, "tests");
+    assert_eq!(
+        tests["detail"],
+        "1 collected, 1 ran: 1 passed, 0 failed, 0 errors, 0 skipped"
+    );
+    let report = &run["nodes"][0]["outputs"]["gates"][4];
+    assert_eq!(report["evidence"]["tests"]["passed"], 1, "{report}");
 }

@@ -150,6 +150,45 @@ fn a_file_outside_the_allowlist_fails_the_gate_by_name_and_nothing_reaches_the_t
     }
 }
 
+/// Issue 52: a file that configures a gate's tool is never admitted, even where the allowlist
+/// is widened to cover it, and is named with the rule that refused it.
+#[test]
+fn a_tool_configuration_file_is_refused_even_where_the_allowlist_admits_it() {
+    let builder = format!(
+        "{GOOD} && echo 'def pytest_collection_modifyitems(items): items.clear()' > \
+         skills/$SKILL/conftest.py && printf '[mypy]\\nignore_errors = True\\n' > \
+         skills/$SKILL/setup.cfg"
+    );
+    let dir = workspace(&builder, true);
+    let allowlist = dir.path().join("policies/allowlist.toml");
+    let text = std::fs::read_to_string(&allowlist).unwrap();
+    std::fs::write(
+        &allowlist,
+        format!("{text}\n[[path]]\npath = \"{{{{ paths.folder }}}}/conftest.py\"\n\n[[path]]\npath = \"{{{{ paths.folder }}}}/setup.cfg\"\n"),
+    )
+    .unwrap();
+    let out = kavi(dir.path(), &["pipeline", "run", "build"]);
+    assert_eq!(out.status.code(), Some(1));
+    let run = last_run(dir.path());
+    let gate = node(&run, "gate");
+    assert_eq!(gate["state"], "failed");
+    let error = gate["error"].as_str().unwrap();
+    for (path, glob) in [
+        ("skills/demo/conftest.py", "**/conftest.py"),
+        ("skills/demo/setup.cfg", "**/setup.cfg"),
+    ] {
+        assert!(
+            error.contains(&format!(
+                "`{path}` configures a gate's tool and is never admitted (`deny` glob `{glob}` \
+                 in policies/allowlist.toml)"
+            )),
+            "{error}"
+        );
+    }
+    assert_eq!(node(&run, "copy")["state"], "blocked");
+    assert!(!dir.path().join("skills/demo").exists());
+}
+
 #[test]
 fn a_missing_required_file_fails_the_gate() {
     let dir = workspace(

@@ -433,6 +433,17 @@ enum DrillCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Every neutralisation attempt of the gates drill: a broken skill that hides it with a
+    /// suppression, a test that ends early or patches the framework, or a tool configuration
+    /// file, each run through the workspace's own gate set and reported caught or missed.
+    Gates {
+        /// Only the cases whose name contains this.
+        #[arg(long)]
+        case: Option<String>,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -1004,6 +1015,9 @@ async fn in_workspace(
         Command::Doctor { json } => doctor::run(&workspace, json),
         Command::Drill(DrillCommand::Isolation { role, json }) => {
             drill::isolation(&workspace, role.as_deref(), json).await
+        }
+        Command::Drill(DrillCommand::Gates { case, json }) => {
+            drill::gates(&workspace, case.as_deref(), json).await
         }
         Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
         Command::Mcp { client } => mcp::run(workspace, client).await,

@@ -9,6 +9,8 @@
 //! listener, whether a daemon outlived the run, whether a file landed beside the sandbox, and,
 //! for what a NETWORK skill asks kavi's proxy for, whether the proxy recorded its refusal.
 
+pub mod gates;
+
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;

@@ -19,10 +19,11 @@ pub struct GateResult {
     /// declaration's hash, and whether kavi provisioned the environment or kavi.toml named it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<serde_json::Value>,
-    /// For a command gate whose profile has the network: the connections kavi's proxy allowed
-    /// and refused (in the report and the node's outputs, not the verification rows).
+    /// What the gate saw besides its verdict: the suppressions the gate set allowed and found,
+    /// a test report's counts, for a command gate with the network the connections kavi's proxy
+    /// allowed and refused (`network`). In the verification report and the node's outputs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<serde_json::Value>,
+    pub evidence: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -110,7 +111,7 @@ impl Ledger {
                     failure_kind: row.get(7)?,
                     detail: row.get(8)?,
                     tool: super::json_column(row, 12)?,
-                    network: None,
+                    evidence: None,
                 },
                 report: row.get(9)?,
                 at: row.get(10)?,

@@ -25,6 +25,8 @@ pub struct Allowlist {
     /// Path templates over `vars`, and whether each is required.
     paths: Vec<(String, bool)>,
     ignore: GlobSet,
+    /// Paths never admitted, whatever `paths` says, with the globs as written.
+    deny: (GlobSet, Vec<String>),
     /// The node's values for the templates; each is itself a template over the run.
     vars: Vars,
     pub policy_path: String,
@@ -156,6 +158,15 @@ impl Allowlist {
                 .map(|p| (p.path.get_ref().clone(), p.required))
                 .collect(),
             ignore: policy::glob_set(&policy.value.ignore, &policy.source)?,
+            deny: (
+                policy::glob_set(&policy.value.deny, &policy.source)?,
+                policy
+                    .value
+                    .deny
+                    .iter()
+                    .map(|g| g.get_ref().clone())
+                    .collect(),
+            ),
             vars,
             policy_path: policy.source.path.display().to_string(),
         })
@@ -259,7 +270,14 @@ impl Allowlist {
                 continue;
             }
             review.changed.push(path.clone());
-            if self.ignore.is_match(path) {
+            if let Some(&glob) = self.deny.0.matches(path).first() {
+                // Denied before anything else: not ignored, not allowed, never copied back.
+                review.refused.push(format!(
+                    "`{path}` configures a gate's tool and is never admitted (`deny` glob \
+                     `{}` in {})",
+                    self.deny.1[glob], self.policy_path
+                ));
+            } else if self.ignore.is_match(path) {
                 review.ignored.push(path.clone());
             } else if is_allowed {
                 review.allowed.push(path.clone());

@@ -21,12 +21,45 @@ pub struct GateSet {
     /// [`crate::toolchains::DEFAULT_POLICY`]).
     #[schemars(with = "Option<String>")]
     pub toolchains: Option<Spanned<String>>,
+    /// The suppressions the code under review may use, which kavi's check would otherwise fail.
+    #[serde(default)]
+    pub suppressions: SuppressionPolicy,
     #[serde(rename = "gate")]
     pub gates: Vec<GateSpec>,
 }
 
-/// A command gate's time limit when neither it nor its set names one: no gate may hang a run.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+/// A command gate's time limit when neither it nor its set names one: no gate may hang a run,
+/// and three attempts whose gates all hang still end within five minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// `[suppressions]`: which of the suppressions kavi looks for (see
+/// [`crate::nodes::gate::suppressions`]) the code under review may use. Each allowed one found
+/// is listed in the gate's result; any other fails the gate that looks for it.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SuppressionPolicy {
+    /// Kinds of suppression allowed: `file_noqa`, `mypy_inline_config`, `module_type_ignore`,
+    /// `no_type_check`.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub allow: Vec<Spanned<String>>,
+}
+
+/// `junit`: how a test gate's JUnit report is judged.
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JunitSpec {
+    /// The fewest tests the report may hold (default 1): a test file with none fails.
+    #[serde(default = "one")]
+    pub min_tests: u32,
+    /// How many skipped (or expected-to-fail) tests the report may hold (default 0).
+    #[serde(default)]
+    pub allow_skipped: u32,
+}
+
+fn one() -> u32 {
+    1
+}
 
 /// The failure kind of a gate that ran past its time limit.
 pub const TIMEOUT_KIND: &str = "TIMEOUT";
@@ -61,8 +94,8 @@ pub struct GateSpec {
     /// `policy_scan` and `secret_scan`: the scanner policy; `invariant`: the invariants policy.
     #[schemars(with = "Option<String>")]
     pub rules: Option<Spanned<String>>,
-    /// `policy_scan` and `secret_scan`: the files to scan, templates over `vars`; a folder means
-    /// every file in it.
+    /// `policy_scan` and `secret_scan`: the files to scan, a folder meaning every file in it;
+    /// `command`: the files kavi checks for `suppressions`. Templates over `vars`.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub files: Vec<Spanned<String>>,
@@ -77,6 +110,16 @@ pub struct GateSpec {
     #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
     pub description: Option<String>,
+    /// `command`: the kinds of suppression kavi looks for in `files` before the tool runs; one
+    /// that `[suppressions]` does not allow fails the gate (the tools catch the others
+    /// themselves, by the rules of their kavi-owned configuration).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub suppressions: Vec<Spanned<String>>,
+    /// `command` running pytest: kavi has pytest write a JUnit report where kavi reads it, loads
+    /// its witness, and passes the gate only on a complete report in which every collected test
+    /// ran and passed, as many as `min_tests` at least, with no more skipped than allowed.
+    pub junit: Option<JunitSpec>,
 }
 
 fn yes() -> bool {

@@ -107,6 +107,11 @@ pub struct AllowlistPolicy {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub ignore: Vec<Spanned<String>>,
+    /// Globs of paths never admitted, even where `path` allows them: files that configure a
+    /// gate's tools (`**/conftest.py`, `**/setup.cfg`). A change to one is refused.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub deny: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]

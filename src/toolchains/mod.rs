@@ -47,6 +47,11 @@ struct RawToolchain {
     /// Package name to exact version.
     #[schemars(with = "IndexMap<String, String>")]
     packages: IndexMap<String, Spanned<String>>,
+    /// Packages of `packages` that install no program of their own (a pytest plugin): pinned
+    /// and installed like the others, never run as a tool.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    libraries: Vec<Spanned<String>>,
 }
 
 fn default_interpreter() -> String {
@@ -60,6 +65,8 @@ pub struct Toolchain {
     pub interpreter: String,
     /// Package name to its pinned version, as declared.
     pub packages: BTreeMap<String, String>,
+    /// The packages that are not tools (see `libraries` in the policy).
+    pub libraries: Vec<String>,
 }
 
 impl Toolchain {
@@ -77,7 +84,12 @@ impl Toolchain {
 
     /// The tools a gate may name: each package, and the environment's interpreter.
     pub fn tools(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(INTERPRETER_TOOL).chain(self.packages.keys().map(String::as_str))
+        std::iter::once(INTERPRETER_TOOL).chain(
+            self.packages
+                .keys()
+                .map(String::as_str)
+                .filter(|package| !self.libraries.iter().any(|l| l == package)),
+        )
     }
 
     pub fn has_tool(&self, tool: &str) -> bool {
@@ -164,10 +176,26 @@ impl ToolchainSet {
                 }
                 packages.insert(package, version.into_inner());
             }
+            for library in &declared.libraries {
+                if !packages.contains_key(library.get_ref()) {
+                    return Err(at(
+                        format!(
+                            "library `{}` is not one of toolchain `{name}`'s packages",
+                            library.get_ref()
+                        ),
+                        library.span(),
+                    ));
+                }
+            }
             toolchains.push(Arc::new(Toolchain {
                 name,
                 interpreter: declared.interpreter,
                 packages,
+                libraries: declared
+                    .libraries
+                    .into_iter()
+                    .map(Spanned::into_inner)
+                    .collect(),
             }));
         }
         Ok(Self {

@@ -205,9 +205,12 @@ pub fn copy_policies(root: &Path, names: &[&str]) {
 }
 
 /// Copies what the shipped gate set's tools are declared and configured by: the toolchains and
-/// the lint rules.
+/// each tool's kavi-owned configuration.
 pub fn copy_gate_tools(root: &Path) {
-    copy_policies(root, &["toolchains.toml", "ruff.toml"]);
+    copy_policies(
+        root,
+        &["toolchains.toml", "ruff.toml", "mypy.ini", "pytest.ini"],
+    );
 }
 
 /// Where the tests' toolchains are provisioned: under `target/`, shared by every test and kept

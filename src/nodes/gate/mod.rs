@@ -19,13 +19,16 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
+mod junit;
+pub mod suppressions;
+
 use super::vars::Vars;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::confinement::Confinement;
 use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{GateResult, Ledger};
-use crate::policy::gates::{DEFAULT_TIMEOUT, GateKind, GateSet, TIMEOUT_KIND};
+use crate::policy::gates::{DEFAULT_TIMEOUT, GateKind, GateSet, JunitSpec, TIMEOUT_KIND};
 use crate::policy::invariants::{self, Invariant};
 use crate::policy::scanner::Scanner;
 use crate::process::{self, CommandSpec, Exit};
@@ -84,6 +87,12 @@ enum Check {
         timeout: Duration,
         /// The toolchain whose environment runs `argv[0]`, one of its tools.
         toolchain: Option<Arc<Toolchain>>,
+        /// The files checked for `suppressions`, and read for the tests they declare.
+        files: Vec<String>,
+        /// The suppressions kavi looks for before the tool runs.
+        suppressions: Vec<suppressions::Kind>,
+        /// Judge pytest's JUnit report, not only its exit status.
+        junit: Option<JunitSpec>,
     },
     /// kavi's analyser over the skill's files, run by the toolchain's interpreter.
     Scan {
@@ -153,6 +162,8 @@ struct Gate {
     trust: Option<TrustPolicy>,
     set_path: String,
     confinement: RoleProfile,
+    /// The suppressions the gate set allows.
+    allowed: Vec<suppressions::Kind>,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -191,6 +202,26 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     } else {
         None
     };
+    let suppression_kind = |name: &Spanned<String>| {
+        suppressions::Kind::parse(name.get_ref()).ok_or_else(|| {
+            Diagnostic::new(format!("unknown suppression `{}`", name.get_ref()))
+                .at(&source, name.span())
+                .with_help(format!(
+                    "kinds kavi checks for: {}",
+                    suppressions::KINDS
+                        .iter()
+                        .map(|k| k.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+        })
+    };
+    let allowed = set
+        .suppressions
+        .allow
+        .iter()
+        .map(suppression_kind)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut seen = HashSet::new();
     let mut gates = Vec::new();
     for gate in set.gates {
@@ -198,6 +229,16 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         if !seen.insert(gate.id.get_ref().clone()) {
             return Err(
                 Diagnostic::new(format!("gate `{}` is defined twice", gate.id.get_ref()))
+                    .at(&source, gate.id.span()),
+            );
+        }
+        if gate.kind != GateKind::Command
+            && let Some(field) = (!gate.suppressions.is_empty())
+                .then_some("suppressions")
+                .or(gate.junit.is_some().then_some("junit"))
+        {
+            return Err(
+                Diagnostic::new(format!("`{field}` applies to a command gate only"))
                     .at(&source, gate.id.span()),
             );
         }
@@ -210,11 +251,27 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 for arg in &gate.run {
                     vars.check_policy_template(config.templates, arg, &source)?;
                 }
+                for file in &gate.files {
+                    vars.check_policy_template(config.templates, file, &source)?;
+                }
+                if !gate.suppressions.is_empty() && gate.files.is_empty() {
+                    return Err(Diagnostic::new(
+                        "a gate that checks `suppressions` needs `files` to check",
+                    )
+                    .at(&source, gate.id.span()));
+                }
                 config.govern_command(gate.run.iter().map(|a| a.get_ref().as_str()));
                 Check::Command {
                     argv: gate.run.iter().map(|a| a.get_ref().clone()).collect(),
                     timeout: gate.timeout.unwrap_or(set_timeout),
                     toolchain: tool_of(&gate, toolchains.as_ref(), &source)?,
+                    files: gate.files.iter().map(|f| f.get_ref().clone()).collect(),
+                    suppressions: gate
+                        .suppressions
+                        .iter()
+                        .map(suppression_kind)
+                        .collect::<Result<Vec<_>, _>>()?,
+                    junit: gate.junit,
                 }
             }
             GateKind::PolicyScan | GateKind::SecretScan => {
@@ -310,6 +367,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         trust,
         set_path: source.path.display().to_string(),
         confinement,
+        allowed,
     }))
 }
 
@@ -414,9 +472,26 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// What every gate of one verification runs with.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    /// Where commands run and files are found.
+    cwd: &'a Path,
+    /// The values of the gate set's templates.
+    vars: &'a minijinja::Value,
+    /// The side-effect class the skill was proposed with.
+    class: Option<&'a str>,
+    /// The command gates' confinement and private temporary folder.
+    confined: Option<(&'a Confinement, &'a Path)>,
+    /// The suppressions the gate set allows.
+    allowed: &'a [suppressions::Kind],
+}
+
 /// How a gate that ran came out.
 enum Verdict {
     Passed,
+    /// Passed, with a note worth keeping in the ledger's row (a test report's counts).
+    PassedNoting(String),
     Failed(String),
     /// Failed, and named by another failure kind than the gate's own.
     FailedAs {
@@ -441,36 +516,26 @@ impl CompiledGate {
     async fn run(
         &self,
         ctx: &NodeContext<'_>,
-        cwd: &Path,
-        vars: &minijinja::Value,
-        class: Option<&str>,
-        confined: Option<(&Confinement, &Path)>,
+        scope: &Scope<'_>,
         toolchains: &Toolchains,
     ) -> GateResult {
         // A toolchain that could not be provisioned is this gate's error: never a pass.
         let tool = match self.check.tool() {
             Some((toolchain, tool)) => match &toolchains[&toolchain.name] {
                 Ok(provisioned) => Some((provisioned, tool)),
-                Err(error) => return self.result("error", Some(error.clone()), None),
+                Err(error) => return self.result("error", Some(error.clone()), None, None),
             },
             None => None,
         };
         let program = tool.map(|(provisioned, tool)| provisioned.tool_path(tool));
         let mut named = None;
-        let mut network = None;
+        let mut evidence = serde_json::Map::new();
         let (status, detail) = match self
-            .check(
-                ctx,
-                cwd,
-                vars,
-                class,
-                confined,
-                program.as_deref(),
-                &mut network,
-            )
+            .check(ctx, scope, program.as_deref(), &mut evidence)
             .await
         {
             Ok(Verdict::Passed) => ("passed", None),
+            Ok(Verdict::PassedNoting(note)) => ("passed", Some(note)),
             Ok(Verdict::Failed(detail)) => ("failed", Some(detail)),
             Ok(Verdict::FailedAs { kind, detail }) => {
                 named = Some(kind);
@@ -483,13 +548,13 @@ impl CompiledGate {
             status,
             detail,
             tool.map(|(provisioned, tool)| provisioned.record(tool)),
+            (!evidence.is_empty()).then_some(serde_json::Value::Object(evidence)),
         );
         // What the code under review tried, or what the gate found, is named for what it is,
         // not as the gate's failure (a forbidden call during the tests is not a failing test).
         if named.is_some() {
             result.failure_kind = named;
         }
-        result.network = network.and_then(|log| serde_json::to_value(log).ok());
         result
     }
 
@@ -498,6 +563,7 @@ impl CompiledGate {
         status: &str,
         detail: Option<String>,
         tool: Option<serde_json::Value>,
+        evidence: Option<serde_json::Value>,
     ) -> GateResult {
         let failure_kind = match status {
             "passed" => None,
@@ -515,24 +581,28 @@ impl CompiledGate {
             failure_kind,
             detail,
             tool,
-            network: None,
+            evidence,
         }
     }
 
     /// The verdict, or `Err(why)` when the gate could not run. `tool` is the toolchain's
-    /// executable a command gate runs in place of its program's name. A command gate with the
-    /// network leaves what its proxy saw in `network`.
-    #[allow(clippy::too_many_arguments)]
+    /// executable a command gate runs in place of its program's name. What the gate saw beyond
+    /// its verdict (allowed suppressions, a test report's counts, the connections its proxy
+    /// allowed and refused) goes in `evidence`.
     async fn check(
         &self,
         ctx: &NodeContext<'_>,
-        cwd: &Path,
-        vars: &minijinja::Value,
-        class: Option<&str>,
-        confined: Option<(&Confinement, &Path)>,
+        scope: &Scope<'_>,
         tool: Option<&Path>,
-        network: &mut Option<crate::confinement::proxy::ProxyLog>,
+        evidence: &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<Verdict, String> {
+        let Scope {
+            cwd,
+            vars,
+            class,
+            confined,
+            allowed,
+        } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
                 let mut violations = Vec::new();
@@ -543,19 +613,80 @@ impl CompiledGate {
                 }
                 Ok(Verdict::failed_if(violations.join("\n")))
             }
-            Check::Command { argv, timeout, .. } => {
+            Check::Command {
+                argv,
+                timeout,
+                files,
+                suppressions: kinds,
+                junit: junit_spec,
+                ..
+            } => {
                 let mut args = argv
                     .iter()
                     .map(|a| Vars::apply(ctx, a, vars))
                     .collect::<Result<Vec<_>, _>>()?;
+                let files = files
+                    .iter()
+                    .map(|f| Vars::apply(ctx, f, vars))
+                    .collect::<Result<Vec<_>, _>>()?;
+                // Suppressions the tool would honour without a word: a policy decision, checked
+                // before the tool runs. The allowed ones are listed with the result.
+                let (permitted, refused): (Vec<_>, Vec<_>) =
+                    suppressions::find(cwd, &files, kinds)?
+                        .into_iter()
+                        .partition(|found| allowed.contains(&found.kind));
+                // A passing gate's row in the ledger names what it let through.
+                let allowed_note = (!permitted.is_empty()).then(|| {
+                    format!(
+                        "allowed suppressions: {}",
+                        permitted
+                            .iter()
+                            .map(|f| format!("{}:{} {}", f.file, f.line, f.kind.name()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                });
+                if !permitted.is_empty() {
+                    evidence.insert(
+                        "allowed_suppressions".to_owned(),
+                        serde_json::to_value(&permitted).unwrap_or_default(),
+                    );
+                }
+                if !refused.is_empty() {
+                    return Ok(Verdict::Failed(format!(
+                        "suppression_not_allowed: {}",
+                        refused
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )));
+                }
                 let named = args.remove(0);
                 let program = tool.map_or(named, |tool| tool.display().to_string());
                 let (confinement, tmp) =
                     confined.ok_or("a command gate ran without its confinement")?;
-                let mut env = process::base_env();
+                // The tool's environment is kavi's, built here: nothing of kavi's own (a
+                // PYTHONPATH, PYTEST_ADDOPTS, MYPYPATH, RUFF_*) reaches it, and its home is its
+                // temporary folder, so no user configuration there applies either.
+                let mut env: Vec<(String, String)> = process::base_env()
+                    .into_iter()
+                    .filter(|(key, _)| key != "HOME")
+                    .collect();
+                env.push(("HOME".to_owned(), tmp.display().to_string()));
                 env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
                 // A gate may not write where it reads; Python would try, for its bytecode cache.
                 env.push(("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()));
+                env.push(("PYTHONNOUSERSITE".to_owned(), "1".to_owned()));
+                let prepared = match junit_spec {
+                    Some(_) => {
+                        let prepared = junit::prepare(tmp)?;
+                        args.splice(0..0, prepared.args.iter().cloned());
+                        env.extend(prepared.env.iter().cloned());
+                        Some(prepared)
+                    }
+                    None => None,
+                };
                 let spec = CommandSpec {
                     program: program.clone(),
                     args,
@@ -578,7 +709,13 @@ impl CompiledGate {
                     }
                 }
                 .map_err(|e| format!("could not run `{program}`: {e}"))?;
-                *network = finished.network.clone();
+                if let Some(log) = finished
+                    .network
+                    .as_ref()
+                    .and_then(|log| serde_json::to_value(log).ok())
+                {
+                    evidence.insert("network".to_owned(), log);
+                }
                 let output = format!(
                     "{}{}",
                     String::from_utf8_lossy(&finished.stdout.head),
@@ -592,8 +729,62 @@ impl CompiledGate {
                         detail: format!("{violation}\n{}", tail(&output, DETAIL_LINES)),
                     });
                 }
+                if let (Some(spec), Some(prepared)) = (junit_spec, &prepared) {
+                    let exit = match finished.exit {
+                        Exit::Code(code) => Some(code),
+                        Exit::Cancelled if ctx.cancel.is_cancelled() => {
+                            return Err("cancelled".into());
+                        }
+                        Exit::Cancelled => {
+                            return Ok(Verdict::TimedOut(format!(
+                                "timed out after {}; its processes were stopped; {}\n{}",
+                                humantime::format_duration(*timeout),
+                                prepared.running().map_or_else(
+                                    || "no test had started (the tests were being collected)"
+                                        .to_owned(),
+                                    |test| format!("the test running was {test}")
+                                ),
+                                tail(&output, DETAIL_LINES)
+                            )));
+                        }
+                        Exit::Signal(_) => None,
+                    };
+                    let mut declared = std::collections::BTreeSet::new();
+                    for file in &files {
+                        if let Ok(text) = std::fs::read_to_string(cwd.join(file)) {
+                            declared.extend(junit::declared_tests(&text));
+                        }
+                    }
+                    return Ok(match junit::judge(prepared, spec, exit, &declared) {
+                        Ok(counts) => {
+                            evidence.insert("tests".to_owned(), counts.record());
+                            Verdict::PassedNoting(match &allowed_note {
+                                Some(note) => format!("{}; {note}", counts.summary()),
+                                None => counts.summary(),
+                            })
+                        }
+                        Err(refusal) => {
+                            if let Some(counts) = &refusal.counts {
+                                evidence.insert("tests".to_owned(), counts.record());
+                            }
+                            Verdict::Failed(format!(
+                                "{}: {}{}\n{}",
+                                refusal.reason,
+                                refusal.detail,
+                                refusal
+                                    .counts
+                                    .as_ref()
+                                    .map(|c| format!(" ({})", c.summary()))
+                                    .unwrap_or_default(),
+                                tail(&output, DETAIL_LINES)
+                            ))
+                        }
+                    });
+                }
                 match finished.exit {
-                    Exit::Code(0) => Ok(Verdict::Passed),
+                    Exit::Code(0) => {
+                        Ok(allowed_note.map_or(Verdict::Passed, Verdict::PassedNoting))
+                    }
                     Exit::Code(code) => Ok(Verdict::Failed(format!(
                         "exited with code {code}\n{}",
                         tail(&output, DETAIL_LINES)
@@ -759,16 +950,18 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
-        let mut results = futures_util::future::join_all(self.gates.iter().map(|gate| {
-            gate.run(
-                ctx,
-                &cwd,
-                &vars,
-                class.as_deref(),
-                for_commands,
-                &toolchains,
-            )
-        }))
+        let scope = Scope {
+            cwd: &cwd,
+            vars: &vars,
+            class: class.as_deref(),
+            confined: for_commands,
+            allowed: &self.allowed,
+        };
+        let mut results = futures_util::future::join_all(
+            self.gates
+                .iter()
+                .map(|gate| gate.run(ctx, &scope, &toolchains)),
+        )
         .await;
         // A secret the secret scan found is printed by no gate: a test's traceback or a type
         // error may quote the line that holds it.

@@ -1,0 +1,647 @@
+//! `kavi drill gates`: the ways code under review tries to talk its gates out of their verdict,
+//! each run through the workspace's own gate set and reported caught (by which gate, and why)
+//! or missed.
+//!
+//! Each case is a small skill that is broken (an unused import, a type error, a failing test,
+//! a forbidden call) and tries to hide it: a suppression comment, a test that ends the process
+//! early or patches the framework, a tool configuration file in the skill's folder, at the
+//! workspace's root or above it. Each runs in a workspace of its own (in a temporary folder,
+//! holding a copy of this workspace's `policies/`), as `kavi pipeline run` of one gate node, so
+//! that what the drill exercises is exactly what a forge run does. A case is caught when every
+//! gate it targets did not pass.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use super::DrillError;
+use crate::config::Workspace;
+
+/// How many cases run at once.
+const PARALLEL: usize = 2;
+
+/// Where a case's file goes.
+#[derive(Clone, Copy)]
+enum At {
+    /// The skill's folder, `skills/demo/`.
+    Skill,
+    /// The workspace's root.
+    Root,
+    /// The folder holding the workspace.
+    Above,
+}
+
+struct Case {
+    name: &'static str,
+    what: &'static str,
+    /// The gates that must not pass.
+    targets: &'static [&'static str],
+    /// `skill.py` and `test_skill.py`; `None`: the sound one.
+    skill: Option<&'static str>,
+    test: Option<&'static str>,
+    /// Further files, by where they go and their name.
+    extra: &'static [(At, &'static str, &'static str)],
+}
+
+const SKILL: &str = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n\
+def run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data))}\n";
+
+const TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    \
+def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 1})\n";
+
+/// The sound test's assertion, made to fail.
+const FAILING_TEST: &str = "import unittest\n\nfrom skill import run\n\n\n\
+class T(unittest.TestCase):\n    def test_echo(self) -> None:\n        \
+self.assertEqual(run(1), {\"echo\": 2})\n";
+
+/// A skill with an unused import, a type error, and nothing else wrong.
+const BROKEN_SKILL: &str = "import json\nimport os\nfrom typing import Any\n\n\
+SIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    \
+return {\"echo\": json.loads(json.dumps(data))}\n\n\ndef count(text: str) -> int:\n    \
+return text\n";
+
+/// Tool configuration that would switch every gate off, were it read.
+const SETUP_CFG: &str = "[flake8]\nignore = F401\n\n[mypy]\nignore_errors = True\n\n\
+[tool:pytest]\naddopts = --collect-only -p no:junitxml\n";
+const PYTEST_INI: &str = "[pytest]\naddopts = --collect-only\n";
+const PYPROJECT: &str = "[tool.ruff.lint]\nignore = [\"F401\"]\n\n[tool.mypy]\nignore_errors = true\n\n\
+[tool.pytest.ini_options]\naddopts = \"--collect-only\"\n";
+
+const CASES: &[Case] = &[
+    Case {
+        name: "ruff_noqa_file",
+        what: "`# ruff: noqa` over an unused import",
+        targets: &["lint"],
+        skill: Some(
+            "# ruff: noqa\nimport os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "flake8_noqa_file",
+        what: "`# flake8: noqa` over an unused import",
+        targets: &["lint"],
+        skill: Some(
+            "# flake8: noqa\nimport os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "ruff_noqa_file_codes",
+        what: "`# ruff: noqa: F401` for the whole file",
+        targets: &["lint"],
+        skill: Some(
+            "# ruff: noqa: F401\nimport os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "blanket_noqa",
+        what: "a `# noqa` without codes on an unused import",
+        targets: &["lint"],
+        skill: Some(
+            "import os  # noqa\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "mypy_ignore_errors",
+        what: "`# mypy: ignore-errors` over a type error",
+        targets: &["types"],
+        skill: Some(
+            "# mypy: ignore-errors\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n\n\ndef count(text: str) -> int:\n    return text\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "mypy_inline_disable",
+        what: "`# mypy: disable-error-code` over a type error",
+        targets: &["types"],
+        skill: Some(
+            "# mypy: disable-error-code=\"return-value\"\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n\n\ndef count(text: str) -> int:\n    return text\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "type_ignore_blanket",
+        what: "a `# type: ignore` without codes on a type error",
+        targets: &["types"],
+        skill: Some(
+            "SIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n\n\ndef count(text: str) -> int:\n    return text  # type: ignore\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "type_ignore_module",
+        what: "a `# type: ignore` at the top of the file",
+        targets: &["types"],
+        skill: Some(
+            "# type: ignore\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n\n\ndef count(text: str) -> int:\n    return text\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "no_type_check",
+        what: "`@no_type_check` on a function with a type error",
+        targets: &["types"],
+        skill: Some(
+            "from typing import no_type_check\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n\n\n@no_type_check\ndef count(text: str) -> int:\n    return text\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "os_exit_in_test",
+        what: "`os._exit(0)` in a test, before the failing one runs",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import os\nimport unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_a_first(self) -> None:\n        os._exit(0)\n\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "sys_exit_at_import",
+        what: "`sys.exit(0)` when the test module is imported",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import sys\nimport unittest\n\nfrom skill import run\n\nsys.exit(0)\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "atexit_exit_code",
+        what: "an `atexit` hook forcing exit status 0",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import atexit\nimport os\nimport unittest\n\nfrom skill import run\n\natexit.register(lambda: os._exit(0))\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "patched_assert_equal",
+        what: "`unittest.TestCase.assertEqual` replaced by a no-op",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\nsetattr(unittest.TestCase, \"assertEqual\", lambda *args, **kwargs: None)\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "all_tests_skipped",
+        what: "every test skipped",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\n@unittest.skip(\"later\")\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "pytestmark_skip",
+        what: "`pytestmark = pytest.mark.skip` for the module",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import pytest\n\nfrom skill import run\n\npytestmark = pytest.mark.skip(reason=\"later\")\n\n\ndef test_echo() -> None:\n    assert run(1) == {\"echo\": 2}\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "module_level_skip",
+        what: "`pytest.skip(..., allow_module_level=True)`",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import pytest\n\nfrom skill import run\n\npytest.skip(\"later\", allow_module_level=True)\n\n\ndef test_echo() -> None:\n    assert run(1) == {\"echo\": 2}\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "zero_tests",
+        what: "a test file with no test",
+        targets: &["tests"],
+        skill: None,
+        test: Some("from skill import run\n\nassert run is not None\n"),
+        extra: &[],
+    },
+    Case {
+        name: "conftest_deselect",
+        what: "a `conftest.py` that deselects every test",
+        targets: &["tests"],
+        skill: None,
+        test: Some(FAILING_TEST),
+        extra: &[(
+            At::Skill,
+            "conftest.py",
+            "def pytest_collection_modifyitems(config, items):\n    items.clear()\n",
+        )],
+    },
+    Case {
+        name: "junit_rewritten",
+        what: "a test that rewrites the JUnit report at exit",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import atexit\nimport os\nimport sys\nimport unittest\n\nfrom skill import run\n\nFORGED = '<?xml version=\"1.0\"?><testsuites><testsuite name=\"pytest\" errors=\"0\" failures=\"0\" skipped=\"0\" tests=\"1\"><testcase classname=\"test_skill.T\" name=\"test_echo\" /></testsuite></testsuites>'\n\n\ndef forge() -> None:\n    for arg in sys.argv:\n        if arg.startswith(\"--junitxml=\"):\n            with open(arg.split(\"=\", 1)[1], \"w\") as report:\n                report.write(FORGED)\n    os._exit(0)\n\n\natexit.register(forge)\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "hung_test",
+        what: "a test that never ends",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import time\nimport unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 1})\n\n    def test_hangs(self) -> None:\n        time.sleep(3600)\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "setup_cfg_in_skill",
+        what: "a `setup.cfg` in the skill's folder",
+        targets: &["lint", "types", "tests"],
+        skill: Some(BROKEN_SKILL),
+        test: Some(FAILING_TEST),
+        extra: &[(At::Skill, "setup.cfg", SETUP_CFG)],
+    },
+    Case {
+        name: "setup_cfg_at_root",
+        what: "a `setup.cfg` at the workspace's root",
+        targets: &["lint", "types", "tests"],
+        skill: Some(BROKEN_SKILL),
+        test: Some(FAILING_TEST),
+        extra: &[(At::Root, "setup.cfg", SETUP_CFG)],
+    },
+    Case {
+        name: "pytest_ini_in_skill",
+        what: "a `pytest.ini` in the skill's folder",
+        targets: &["tests"],
+        skill: None,
+        test: Some(FAILING_TEST),
+        extra: &[(At::Skill, "pytest.ini", PYTEST_INI)],
+    },
+    Case {
+        name: "pytest_ini_at_root",
+        what: "a `pytest.ini` at the workspace's root",
+        targets: &["tests"],
+        skill: None,
+        test: Some(FAILING_TEST),
+        extra: &[(At::Root, "pytest.ini", PYTEST_INI)],
+    },
+    Case {
+        name: "pytest_ini_above",
+        what: "a `pytest.ini` in the folder above the workspace",
+        targets: &["tests"],
+        skill: None,
+        test: Some(FAILING_TEST),
+        extra: &[(At::Above, "pytest.ini", PYTEST_INI)],
+    },
+    Case {
+        name: "pyproject_in_skill",
+        what: "a `pyproject.toml` in the skill's folder",
+        targets: &["lint", "types", "tests"],
+        skill: Some(BROKEN_SKILL),
+        test: Some(FAILING_TEST),
+        extra: &[(At::Skill, "pyproject.toml", PYPROJECT)],
+    },
+    Case {
+        name: "pyproject_at_root",
+        what: "a `pyproject.toml` at the workspace's root",
+        targets: &["lint", "types", "tests"],
+        skill: Some(BROKEN_SKILL),
+        test: Some(FAILING_TEST),
+        extra: &[(At::Root, "pyproject.toml", PYPROJECT)],
+    },
+    Case {
+        name: "tool_files_in_skill",
+        what: "`ruff.toml`, `mypy.ini` and `tox.ini` in the skill's folder",
+        targets: &["lint", "types", "tests"],
+        skill: Some(BROKEN_SKILL),
+        test: Some(FAILING_TEST),
+        extra: &[
+            (At::Skill, "ruff.toml", "[lint]\nignore = [\"F401\"]\n"),
+            (At::Skill, "mypy.ini", "[mypy]\nignore_errors = True\n"),
+            (At::Skill, "tox.ini", "[pytest]\naddopts = --collect-only\n"),
+        ],
+    },
+    // The policy scanner's cases: what it must catch in the skill's code.
+    Case {
+        name: "subprocess_via_tests",
+        what: "`import subprocess` in test_skill.py, called from skill.py",
+        targets: &["policy"],
+        skill: Some(
+            "from test_skill import shell\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: str) -> str:\n    return shell(data)\n",
+        ),
+        test: Some(
+            "import subprocess\nimport unittest\n\n\ndef shell(command: str) -> str:\n    return subprocess.run(command, shell=True, capture_output=True, text=True).stdout\n\n\nclass T(unittest.TestCase):\n    def test_shell(self) -> None:\n        self.assertEqual(shell(\"echo 1\"), \"1\\n\")\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "os_system_alias",
+        what: "`from os import system as shell`",
+        targets: &["policy"],
+        skill: Some(
+            "from os import system as shell\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: str) -> int:\n    return shell(data)\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        self.assertEqual(run(\"true\"), 0)\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "exec_by_getattr",
+        what: "`getattr(builtins, \"ex\" + \"ec\")`",
+        targets: &["policy"],
+        skill: Some(
+            "import builtins\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: str) -> None:\n    getattr(builtins, \"ex\" + \"ec\")(data)\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        self.assertIsNone(run(\"x = 1\"))\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "aws_key_literal",
+        what: "an AWS access key literal in skill.py",
+        targets: &["policy"],
+        skill: Some(concat!(
+            "SIDE_EFFECT = \"READ_ONLY\"\nKEY = \"AKIA",
+            "Q3EGRXTZ5V7NWJ2K\"\n\n\ndef run(data: object) -> object:\n    return data\n"
+        )),
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        self.assertEqual(run(1), 1)\n",
+        ),
+        extra: &[],
+    },
+];
+
+/// How one case ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every gate it targets did not pass.
+    Caught,
+    /// A gate it targets passed.
+    Missed,
+    /// The gates could not be run on it: never counted as caught.
+    NotRun,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub case: &'static str,
+    pub what: &'static str,
+    pub targets: &'static [&'static str],
+    pub verdict: Verdict,
+    /// Per targeted gate, its status and the first line of its detail.
+    pub detail: String,
+}
+
+/// The folders and settings each case's workspace takes from this one.
+struct Setup {
+    exe: PathBuf,
+    policies: PathBuf,
+    kavi_toml: String,
+    toolchains: PathBuf,
+    sandboxes: PathBuf,
+}
+
+/// Runs every case (or those whose name contains `only`) against `workspace`'s policies.
+pub async fn run(workspace: &Workspace, only: Option<&str>) -> Result<Vec<Outcome>, DrillError> {
+    let mut kavi_toml = String::new();
+    for (name, existing) in &workspace.config.toolchain {
+        kavi_toml.push_str(&format!(
+            "[toolchain.{}]\npath = {}\n",
+            toml_string(name),
+            toml_string(&workspace.root.join(&existing.path).display().to_string())
+        ));
+    }
+    let setup = Setup {
+        exe: std::env::current_exe()?,
+        policies: workspace.root.join("policies"),
+        kavi_toml,
+        toolchains: workspace.config.toolchains.clone(),
+        sandboxes: workspace.config.sandboxes.clone(),
+    };
+    let cases: Vec<&Case> = CASES
+        .iter()
+        .filter(|c| only.is_none_or(|only| c.name.contains(only)))
+        .collect();
+    let outcomes = futures_util::stream::iter(cases.into_iter().map(|case| run_case(&setup, case)))
+        .buffered(PARALLEL)
+        .collect::<Vec<_>>()
+        .await;
+    Ok(outcomes)
+}
+
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+async fn run_case(setup: &Setup, case: &'static Case) -> Outcome {
+    let outcome = |verdict, detail: String| Outcome {
+        case: case.name,
+        what: case.what,
+        targets: case.targets,
+        verdict,
+        detail,
+    };
+    let dir = match tempfile::Builder::new()
+        .prefix("kavi-drill-gates-")
+        .tempdir()
+    {
+        Ok(dir) => dir,
+        Err(e) => return outcome(Verdict::NotRun, format!("no temporary folder: {e}")),
+    };
+    let root = dir.path().join("workspace");
+    if let Err(e) = lay_out(setup, case, dir.path(), &root) {
+        return outcome(Verdict::NotRun, format!("could not lay out the case: {e}"));
+    }
+    let proposed = kavi(setup, &root, &["skill", "propose", "demo.toml"]).await;
+    if !matches!(&proposed, Ok((Some(0), _))) {
+        return outcome(Verdict::NotRun, failed_to("propose the skill", proposed));
+    }
+    let ran = kavi(setup, &root, &["pipeline", "run", "verify"]).await;
+    if !matches!(&ran, Ok((Some(0 | 1), _))) {
+        return outcome(Verdict::NotRun, failed_to("run the gates", ran));
+    }
+    let shown = kavi(setup, &root, &["runs", "show", "--json"]).await;
+    let Ok((Some(0), json)) = &shown else {
+        return outcome(Verdict::NotRun, failed_to("read the run", shown));
+    };
+    let run: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let empty = Vec::new();
+    let results = run["verifications"].as_array().unwrap_or(&empty);
+    let mut caught = true;
+    let mut details = Vec::new();
+    for target in case.targets {
+        let Some(result) = results.iter().find(|r| r["gate"] == *target) else {
+            return outcome(
+                Verdict::NotRun,
+                format!("the gate set has no gate `{target}`"),
+            );
+        };
+        let status = result["status"].as_str().unwrap_or_default();
+        if status == "error" {
+            return outcome(
+                Verdict::NotRun,
+                format!(
+                    "{target}: could not run: {}",
+                    first_line(result["detail"].as_str())
+                ),
+            );
+        }
+        caught &= status != "passed";
+        details.push(format!(
+            "{target} {status}: {}",
+            first_lines(result["detail"].as_str())
+        ));
+    }
+    outcome(
+        if caught {
+            Verdict::Caught
+        } else {
+            Verdict::Missed
+        },
+        details.join("; "),
+    )
+}
+
+fn first_line(text: Option<&str>) -> String {
+    let line = text.unwrap_or_default().lines().next().unwrap_or_default();
+    let mut cut: String = line.chars().take(110).collect();
+    if cut.len() < line.len() {
+        cut.push('…');
+    }
+    cut
+}
+
+/// The first line of a gate's detail, and the tool's first line when the first only says how
+/// it exited.
+fn first_lines(text: Option<&str>) -> String {
+    let mut lines = text
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty());
+    let first = lines.next().unwrap_or_default();
+    match lines.next() {
+        Some(second) if first.starts_with("exited with code") => {
+            first_line(Some(&format!("{first}: {}", second.trim())))
+        }
+        _ => first_line(Some(first)),
+    }
+}
+
+fn failed_to(what: &str, result: std::io::Result<(Option<i32>, String)>) -> String {
+    match result {
+        Ok((code, output)) => format!(
+            "could not {what} (exit {}): {}",
+            code.map_or_else(|| "by signal".to_owned(), |c| c.to_string()),
+            first_line(Some(output.trim()))
+        ),
+        Err(e) => format!("could not {what}: {e}"),
+    }
+}
+
+/// The case's workspace: this one's policies, a pipeline of one gate node, the proposal, the
+/// skill's files and the case's extra files.
+fn lay_out(setup: &Setup, case: &Case, above: &Path, root: &Path) -> std::io::Result<()> {
+    let skill = root.join("skills/demo");
+    std::fs::create_dir_all(&skill)?;
+    std::fs::create_dir_all(root.join("pipelines"))?;
+    std::fs::create_dir_all(root.join("policies"))?;
+    for entry in std::fs::read_dir(&setup.policies)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), root.join("policies").join(entry.file_name()))?;
+        }
+    }
+    keep_only_targets(&root.join("policies/gates.toml"), case.targets)?;
+    std::fs::write(root.join("kavi.toml"), &setup.kavi_toml)?;
+    std::fs::write(
+        root.join("pipelines/verify.toml"),
+        "[pipeline]\nname = \"verify\"\n\n[nodes.verify]\nkind = \"gate\"\nskill = \"demo\"\n\
+         vars = { skill = \"demo\" }\n",
+    )?;
+    std::fs::write(
+        root.join("demo.toml"),
+        "name = \"demo\"\ndescription = \"A drill case\"\nside_effect = \"READ_ONLY\"\n\
+         command = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = {}\noutput_schema = {}\n",
+    )?;
+    std::fs::write(skill.join("skill.py"), case.skill.unwrap_or(SKILL))?;
+    std::fs::write(skill.join("test_skill.py"), case.test.unwrap_or(TEST))?;
+    for (at, name, text) in case.extra {
+        let folder = match at {
+            At::Skill => skill.clone(),
+            At::Root => root.to_owned(),
+            At::Above => above.to_owned(),
+        };
+        std::fs::write(folder.join(name), text)?;
+    }
+    Ok(())
+}
+
+/// Cuts the case's copy of the gate set down to the gates it targets (and kavi's own checks,
+/// which cost nothing), so that a case pays for no tool it does not exercise. A gate set that
+/// does not read as TOML is left as it is, for the run to report.
+fn keep_only_targets(gates: &Path, targets: &[&str]) -> std::io::Result<()> {
+    let Ok(text) = std::fs::read_to_string(gates) else {
+        return Ok(());
+    };
+    let Ok(mut set) = text.parse::<toml::Table>() else {
+        return Ok(());
+    };
+    if let Some(toml::Value::Array(list)) = set.get_mut("gate") {
+        list.retain(|gate| {
+            gate.get("kind").and_then(toml::Value::as_str) != Some("command")
+                || gate
+                    .get("id")
+                    .and_then(toml::Value::as_str)
+                    .is_some_and(|id| targets.contains(&id))
+        });
+    }
+    std::fs::write(gates, set.to_string())
+}
+
+/// Runs kavi in the case's workspace; its exit code and output.
+async fn kavi(setup: &Setup, root: &Path, args: &[&str]) -> std::io::Result<(Option<i32>, String)> {
+    let mut command = std::process::Command::new(&setup.exe);
+    // The case's workspace is configured by its own kavi.toml and these, not by the caller's
+    // KAVI_* variables (a ledger or artifact store elsewhere).
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("KAVI_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .arg("--workspace")
+        .arg(root)
+        .args(args)
+        .current_dir(root)
+        .env("KAVI_TOOLCHAINS", &setup.toolchains)
+        .env("KAVI_SANDBOXES", &setup.sandboxes)
+        .stdin(Stdio::null());
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .map_err(std::io::Error::other)??;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    Ok((out.status.code(), text))
+}

@@ -1,0 +1,521 @@
+//! Proof that tests ran: a test gate with `junit` passes on pytest's JUnit report, never on its
+//! exit status alone.
+//!
+//! kavi has pytest write the report into a fresh folder of its own inside the gate's private
+//! temporary folder (the only place the confined process may write), loads its witness
+//! (`witness.py`) with autoloaded plugins off, and then requires: the report exists and parses
+//! as one document; it carries the witness's properties with this run's nonce; the number of
+//! test cases equals what pytest collected, nothing was deselected, and each test function the
+//! test files declare is among them; at least `min_tests`; none failed or erred; no more
+//! skipped than allowed; the test framework was not replaced at run time; and the process
+//! exited 0, in agreement with the report.
+//!
+//! Limits: the tests run in pytest's own process, which must write the report, so code in a test
+//! can find the report's path and the witness and forge both (kavi reads the nonce from a file
+//! the witness removes, but it stays in the process's memory). What this catches is every
+//! ordinary way to end early or hide a failure (`os._exit(0)`, `sys.exit` at import, an
+//! `atexit` hook forcing the status, a patched assertion, skipped or deselected tests, a report
+//! overwritten without the witness's mark); a forgery aimed at kavi itself is for the policy
+//! scanner and review to catch.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::policy::gates::JunitSpec;
+
+const WITNESS: &str = include_str!("witness.py");
+
+/// The witness's module name, as `-p` loads it.
+const WITNESS_MODULE: &str = "kavi_witness";
+
+/// One run's report folder and what pytest is given to fill it.
+pub struct Prepared {
+    pub report: PathBuf,
+    nonce: String,
+    /// Arguments kavi adds to the gate's argv.
+    pub args: Vec<String>,
+    /// Variables kavi adds to the gate's environment.
+    pub env: Vec<(String, String)>,
+    _folder: tempfile::TempDir,
+}
+
+/// Makes the report folder inside `tmp` (the gate's write scope), with the witness and its
+/// nonce.
+pub fn prepare(tmp: &Path) -> Result<Prepared, String> {
+    let folder = tempfile::Builder::new()
+        .prefix("kavi-junit-")
+        .tempdir_in(tmp)
+        .map_err(|e| format!("failed to make the test report's folder: {e}"))?;
+    let witness = folder.path().join("witness");
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    std::fs::create_dir(&witness)
+        .and_then(|()| std::fs::write(witness.join(format!("{WITNESS_MODULE}.py")), WITNESS))
+        .and_then(|()| std::fs::write(witness.join("nonce"), &nonce))
+        .map_err(|e| format!("failed to write kavi's pytest witness: {e}"))?;
+    let report = folder.path().join("report.xml");
+    Ok(Prepared {
+        args: vec![
+            "-p".to_owned(),
+            WITNESS_MODULE.to_owned(),
+            format!("--junitxml={}", report.display()),
+        ],
+        env: vec![
+            ("PYTHONPATH".to_owned(), witness.display().to_string()),
+            // Only the plugins the policy names (`-p`) load, never whatever is installed.
+            ("PYTEST_DISABLE_PLUGIN_AUTOLOAD".to_owned(), "1".to_owned()),
+        ],
+        report,
+        nonce,
+        _folder: folder,
+    })
+}
+
+impl Prepared {
+    /// The test the witness saw start last, if any: the one that hung when the gate timed out.
+    pub fn running(&self) -> Option<String> {
+        let path = self._folder.path().join("running");
+        let text = std::fs::read_to_string(path).ok()?;
+        let text: String = text.trim().chars().take(300).collect();
+        (!text.is_empty()).then_some(text)
+    }
+}
+
+/// What the report says, once judged sound: the counts recorded with the result.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub collected: usize,
+    pub tests: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub errors: usize,
+    pub skipped: usize,
+}
+
+impl Counts {
+    pub fn record(&self) -> serde_json::Value {
+        json!({
+            "collected": self.collected,
+            "tests": self.tests,
+            "passed": self.passed,
+            "failed": self.failed,
+            "errors": self.errors,
+            "skipped": self.skipped,
+        })
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} collected, {} ran: {} passed, {} failed, {} errors, {} skipped",
+            self.collected, self.tests, self.passed, self.failed, self.errors, self.skipped
+        )
+    }
+}
+
+/// Why a test gate fails on its report: a named reason and what it saw.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub detail: String,
+    pub counts: Option<Counts>,
+}
+
+fn refuse(reason: &'static str, detail: impl Into<String>) -> Refusal {
+    Refusal {
+        reason,
+        detail: detail.into(),
+        counts: None,
+    }
+}
+
+/// The test functions `text` declares (`def test…` at any depth), by name.
+pub fn declared_tests(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = line.strip_prefix("async ").map_or(line, str::trim_start);
+            let name = line.strip_prefix("def ")?.trim_start();
+            let end = name.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+            name[..end]
+                .starts_with("test")
+                .then(|| name[..end].to_owned())
+        })
+        .collect()
+}
+
+/// Judges the report `prepared` asked for, after pytest exited with `exit` (`None`: it did not
+/// exit by itself). `declared` are the test functions of the gate's files.
+pub fn judge(
+    prepared: &Prepared,
+    spec: &JunitSpec,
+    exit: Option<i32>,
+    declared: &BTreeSet<String>,
+) -> Result<Counts, Refusal> {
+    let text = match std::fs::read(&prepared.report) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(refuse(
+                "no_report",
+                format!(
+                    "pytest wrote no report{}: the process ended before its session did \
+                     (`os._exit`, a crash or a kill), so no test is known to have run{}",
+                    exit.map(|code| format!(" yet exited with code {code}"))
+                        .unwrap_or_default(),
+                    prepared
+                        .running()
+                        .map(|test| format!("; the last test started was {test}"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(refuse(
+                "no_report",
+                format!("the report is unreadable: {e}"),
+            ));
+        }
+    };
+    judge_text(&text, &prepared.nonce, spec, exit, declared)
+}
+
+fn judge_text(
+    text: &str,
+    nonce: &str,
+    spec: &JunitSpec,
+    exit: Option<i32>,
+    declared: &BTreeSet<String>,
+) -> Result<Counts, Refusal> {
+    let doc = roxmltree::Document::parse(text).map_err(|e| {
+        refuse(
+            "incomplete_report",
+            format!(
+                "the report is not one complete XML document (cut short or written twice): {e}"
+            ),
+        )
+    })?;
+    let property = |name: &str| {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("property") && n.attribute("name") == Some(name))
+            .map(|n| n.attribute("value").unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let nonces = property("kavi_nonce");
+    if nonces.len() != 1 || nonces[0] != nonce {
+        return Err(refuse(
+            "forged_report",
+            "the report does not carry this run's mark from kavi's witness: it was written or \
+             rewritten by something other than this run's pytest",
+        ));
+    }
+    let one = |name: &str| {
+        property(name)
+            .first()
+            .copied()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut counts = Counts::default();
+    let mut failures = Vec::new();
+    let mut ran = BTreeSet::new();
+    for case in doc.descendants().filter(|n| n.has_tag_name("testcase")) {
+        counts.tests += 1;
+        let name = case.attribute("name").unwrap_or_default();
+        let full = match case.attribute("classname") {
+            Some(class) if !class.is_empty() => format!("{class}.{name}"),
+            _ => name.to_owned(),
+        };
+        ran.insert(name.split('[').next().unwrap_or_default().to_owned());
+        let outcome = case.children().find(|c| {
+            c.has_tag_name("failure") || c.has_tag_name("error") || c.has_tag_name("skipped")
+        });
+        match outcome {
+            None => counts.passed += 1,
+            Some(node) => {
+                let message = node
+                    .attribute("message")
+                    .unwrap_or_default()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(200)
+                    .collect::<String>();
+                match node.tag_name().name() {
+                    "skipped" => counts.skipped += 1,
+                    tag => {
+                        if tag == "failure" {
+                            counts.failed += 1;
+                        } else {
+                            counts.errors += 1;
+                        }
+                        failures.push(format!("{full} {tag}: {message}"));
+                    }
+                }
+            }
+        }
+    }
+    counts.collected = one("kavi_collected").parse().unwrap_or(usize::MAX);
+    let counted = |counts: Counts, reason, detail: String| Refusal {
+        reason,
+        detail,
+        counts: Some(counts),
+    };
+    if !failures.is_empty() {
+        let reason = if failures.iter().any(|f| f.contains("Timeout (>")) {
+            "test_timed_out"
+        } else {
+            "tests_failed"
+        };
+        return Err(counted(counts, reason, failures.join("\n")));
+    }
+    let replaced = one("kavi_replaced");
+    if !replaced.trim().is_empty() {
+        return Err(counted(
+            counts,
+            "framework_replaced",
+            format!("the tests replaced parts of the test framework while they ran: {replaced}"),
+        ));
+    }
+    if one("kavi_optimized") != "0" {
+        return Err(counted(
+            counts,
+            "asserts_off",
+            "Python ran optimized (-O): `assert` statements did not run".to_owned(),
+        ));
+    }
+    if counts.collected == usize::MAX {
+        return Err(counted(
+            counts,
+            "not_collected",
+            "pytest's session ended before it finished collecting tests".to_owned(),
+        ));
+    }
+    let deselected: usize = one("kavi_deselected").parse().unwrap_or(0);
+    if deselected > 0 || counts.collected != counts.tests {
+        return Err(counted(
+            counts,
+            "tests_not_run",
+            format!(
+                "pytest collected {} tests{} but the report holds {}",
+                counts.collected,
+                if deselected > 0 {
+                    format!(" and deselected {deselected}")
+                } else {
+                    String::new()
+                },
+                counts.tests
+            ),
+        ));
+    }
+    let missing: Vec<&str> = declared
+        .iter()
+        .filter(|name| !ran.contains(*name))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(counted(
+            counts,
+            "tests_not_run",
+            format!(
+                "the test files declare tests that did not run: {}",
+                missing.join(", ")
+            ),
+        ));
+    }
+    if counts.tests < spec.min_tests as usize {
+        return Err(counted(
+            counts,
+            "too_few_tests",
+            format!(
+                "{} tests ran; the gate set requires at least {} (`min_tests`)",
+                counts.tests, spec.min_tests
+            ),
+        ));
+    }
+    if counts.skipped > spec.allow_skipped as usize {
+        let detail = format!(
+            "{} of {} tests were skipped; the gate set allows {} (`allow_skipped`)",
+            counts.skipped, counts.tests, spec.allow_skipped
+        );
+        return Err(counted(counts, "tests_skipped", detail));
+    }
+    let status = one("kavi_exitstatus");
+    match exit {
+        Some(0) if status == "0" => Ok(counts),
+        Some(code) => {
+            let detail = format!(
+                "pytest's session ended with status {status:?} but the process exited with code \
+                 {code}: something outside pytest decided the exit status"
+            );
+            Err(counted(counts, "exit_mismatch", detail))
+        }
+        None => Err(counted(
+            counts,
+            "exit_mismatch",
+            "the process did not exit by itself".to_owned(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: JunitSpec = JunitSpec {
+        min_tests: 1,
+        allow_skipped: 0,
+    };
+
+    fn report(props: &[(&str, &str)], cases: &str) -> String {
+        let props: String = props
+            .iter()
+            .map(|(n, v)| format!("<property name=\"{n}\" value=\"{v}\" />"))
+            .collect();
+        format!(
+            "<?xml version=\"1.0\"?><testsuites><testsuite name=\"pytest\"><properties>{props}\
+             </properties>{cases}</testsuite></testsuites>"
+        )
+    }
+
+    fn sound(collected: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("kavi_nonce", "n1".to_owned()),
+            ("kavi_collected", collected.to_owned()),
+            ("kavi_deselected", "0".to_owned()),
+            ("kavi_replaced", String::new()),
+            ("kavi_optimized", "0".to_owned()),
+            ("kavi_exitstatus", "0".to_owned()),
+        ]
+    }
+
+    fn judge_with(
+        props: &[(&'static str, String)],
+        cases: &str,
+        exit: Option<i32>,
+    ) -> Result<Counts, Refusal> {
+        let props: Vec<(&str, &str)> = props.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let declared = declared_tests("def test_a(): pass\n");
+        judge_text(&report(&props, cases), "n1", &SPEC, exit, &declared)
+    }
+
+    const PASSED: &str = "<testcase classname=\"test_skill\" name=\"test_a\" />";
+
+    fn reason(result: Result<Counts, Refusal>) -> &'static str {
+        result.unwrap_err().reason
+    }
+
+    #[test]
+    fn a_complete_passing_report_with_exit_zero_passes_with_its_counts() {
+        let counts = judge_with(&sound("1"), PASSED, Some(0)).unwrap();
+        assert_eq!((counts.collected, counts.tests, counts.passed), (1, 1, 1));
+    }
+
+    #[test]
+    fn every_way_a_report_falls_short_is_named() {
+        let with = |name: &'static str, value: &str| {
+            let mut props = sound("1");
+            props.retain(|(n, _)| *n != name);
+            props.push((name, value.to_owned()));
+            props
+        };
+        assert_eq!(
+            reason(judge_with(&with("kavi_nonce", "x"), PASSED, Some(0))),
+            "forged_report"
+        );
+        assert_eq!(
+            reason(judge_with(
+                &with("kavi_replaced", "unittest.TestCase.assertEqual"),
+                PASSED,
+                Some(0)
+            )),
+            "framework_replaced"
+        );
+        assert_eq!(
+            reason(judge_with(&with("kavi_collected", "2"), PASSED, Some(0))),
+            "tests_not_run"
+        );
+        assert_eq!(
+            reason(judge_with(&with("kavi_deselected", "1"), PASSED, Some(0))),
+            "tests_not_run"
+        );
+        assert_eq!(
+            reason(judge_with(&with("kavi_exitstatus", "1"), PASSED, Some(0))),
+            "exit_mismatch"
+        );
+        assert_eq!(
+            reason(judge_with(&sound("1"), PASSED, Some(1))),
+            "exit_mismatch"
+        );
+        assert_eq!(
+            reason(judge_with(&sound("0"), "", Some(0))),
+            "tests_not_run"
+        );
+        assert_eq!(
+            reason(judge_with(
+                &sound("1"),
+                "<testcase name=\"test_a\"><skipped message=\"no\" /></testcase>",
+                Some(0)
+            )),
+            "tests_skipped"
+        );
+        let failed = judge_with(
+            &sound("1"),
+            "<testcase classname=\"test_skill.T\" name=\"test_a\"><failure message=\"Failed: Timeout (&gt;20.0s) from pytest-timeout.\" /></testcase>",
+            Some(1),
+        )
+        .unwrap_err();
+        assert_eq!(failed.reason, "test_timed_out");
+        assert!(
+            failed
+                .detail
+                .contains("test_skill.T.test_a failure: Failed: Timeout")
+        );
+        let cut = report(&[("kavi_nonce", "n1")], PASSED);
+        assert_eq!(
+            reason(judge_text(
+                &cut[..cut.len() - 10],
+                "n1",
+                &SPEC,
+                Some(0),
+                &BTreeSet::new()
+            )),
+            "incomplete_report"
+        );
+        assert_eq!(
+            reason(judge_text(
+                &format!("{cut}{cut}"),
+                "n1",
+                &SPEC,
+                Some(0),
+                &BTreeSet::new()
+            )),
+            "incomplete_report"
+        );
+    }
+
+    #[test]
+    fn a_declared_test_missing_from_the_report_and_too_few_tests_fail() {
+        let declared =
+            declared_tests("def test_a(): pass\nclass T:\n    async def test_b(self): pass\n");
+        assert_eq!(declared.len(), 2);
+        let props: Vec<(&str, String)> = sound("1");
+        let props: Vec<(&str, &str)> = props.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let result = judge_text(&report(&props, PASSED), "n1", &SPEC, Some(0), &declared);
+        let refusal = result.unwrap_err();
+        assert_eq!(refusal.reason, "tests_not_run");
+        assert!(refusal.detail.contains("test_b"));
+        let two = JunitSpec {
+            min_tests: 2,
+            allow_skipped: 0,
+        };
+        let result = judge_text(
+            &report(&props, PASSED),
+            "n1",
+            &two,
+            Some(0),
+            &BTreeSet::new(),
+        );
+        assert_eq!(reason(result), "too_few_tests");
+    }
+}

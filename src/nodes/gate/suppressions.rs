@@ -1,0 +1,186 @@
+//! The suppressions kavi looks for itself, because the gate's tools honour them without a rule
+//! that flags them: each silences a whole file or function, so the code under review could
+//! switch its own gate off.
+//!
+//! The others are the tools' own rules, set in kavi's configuration of them: ruff's `PGH004`
+//! (a `# noqa`, `# ruff: noqa` or `# flake8: noqa` without codes) and `RUF100` (a `# noqa`
+//! that silences nothing); mypy's `ignore-without-code` (a `# type: ignore` without codes) and
+//! `warn_unused_ignores`. A skipped test shows in the test gate's report.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+/// A kind of suppression kavi checks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// `# ruff: noqa: F401` or `# flake8: noqa: F401` on a line of its own: ruff then skips
+    /// those rules in the whole file (the blanket form is ruff's PGH004).
+    FileNoqa,
+    /// `# mypy: ignore-errors`, or any other `# mypy:` line: configuration the checked file
+    /// gives mypy, over kavi's.
+    MypyInlineConfig,
+    /// `# type: ignore` on a line of its own: at the top of a file, mypy checks none of it.
+    ModuleTypeIgnore,
+    /// `typing.no_type_check`: mypy checks nothing in the function it decorates.
+    NoTypeCheck,
+}
+
+pub const KINDS: &[Kind] = &[
+    Kind::FileNoqa,
+    Kind::MypyInlineConfig,
+    Kind::ModuleTypeIgnore,
+    Kind::NoTypeCheck,
+];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::FileNoqa => "file_noqa",
+            Kind::MypyInlineConfig => "mypy_inline_config",
+            Kind::ModuleTypeIgnore => "module_type_ignore",
+            Kind::NoTypeCheck => "no_type_check",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        KINDS.iter().copied().find(|k| k.name() == name)
+    }
+
+    /// Whether `line` holds this suppression.
+    fn matches(self, line: &str) -> bool {
+        let comment = line.trim_start();
+        let Some(body) = comment.strip_prefix('#') else {
+            return self == Kind::NoTypeCheck && mentions_no_type_check(line);
+        };
+        let body = body.trim_start().to_ascii_lowercase();
+        match self {
+            Kind::FileNoqa => ["ruff", "flake8"].iter().any(|tool| {
+                body.strip_prefix(tool)
+                    .map(str::trim_start)
+                    .and_then(|rest| rest.strip_prefix(':'))
+                    .is_some_and(|rest| rest.trim_start().starts_with("noqa"))
+            }),
+            Kind::MypyInlineConfig => body
+                .strip_prefix("mypy")
+                .is_some_and(|rest| rest.trim_start().starts_with(':')),
+            Kind::ModuleTypeIgnore => body
+                .strip_prefix("type")
+                .map(str::trim_start)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(|rest| rest.trim_start().starts_with("ignore")),
+            Kind::NoTypeCheck => false,
+        }
+    }
+}
+
+fn mentions_no_type_check(line: &str) -> bool {
+    let code = line.split('#').next().unwrap_or_default();
+    code.match_indices("no_type_check").any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + "no_type_check".len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !after.is_some_and(|c| c.is_alphanumeric())
+    })
+}
+
+/// One suppression found: where, which kind, and the line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Found {
+    pub file: String,
+    pub line: usize,
+    pub kind: Kind,
+    pub text: String,
+}
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: suppression `{}` ({}) is not allowed by the gate set's [suppressions]",
+            self.file,
+            self.line,
+            self.text,
+            self.kind.name()
+        )
+    }
+}
+
+/// Every suppression of `kinds` in `text`, the file `file`.
+pub fn find_in(file: &str, text: &str, kinds: &[Kind]) -> Vec<Found> {
+    let mut found = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        for &kind in kinds {
+            if kind.matches(line) {
+                found.push(Found {
+                    file: file.to_owned(),
+                    line: index + 1,
+                    kind,
+                    text: line.trim().chars().take(120).collect(),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Every suppression of `kinds` in the `files` (relative to `cwd`). A file that does not exist
+/// has none (the tool says it is missing); one that cannot be read is an error.
+pub fn find(cwd: &Path, files: &[String], kinds: &[Kind]) -> Result<Vec<Found>, String> {
+    let mut found = Vec::new();
+    for file in files {
+        let path = cwd.join(file);
+        match std::fs::read(&path) {
+            Ok(bytes) => found.extend(find_in(file, &String::from_utf8_lossy(&bytes), kinds)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("could not read {file} for suppressions: {e}")),
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(text: &str) -> Vec<&'static str> {
+        find_in("f.py", text, KINDS)
+            .iter()
+            .map(|f| f.kind.name())
+            .collect()
+    }
+
+    #[test]
+    fn each_kind_is_found_in_its_spellings() {
+        assert_eq!(kinds("# ruff: noqa: F401\n"), ["file_noqa"]);
+        assert_eq!(kinds("#flake8:NOQA\n"), ["file_noqa"]);
+        assert_eq!(kinds("# mypy: ignore-errors\n"), ["mypy_inline_config"]);
+        assert_eq!(
+            kinds("  #mypy : disable-error-code=\"arg-type\"\n"),
+            ["mypy_inline_config"]
+        );
+        assert_eq!(kinds("# type: ignore\n"), ["module_type_ignore"]);
+        assert_eq!(kinds("#type:ignore[misc]\n"), ["module_type_ignore"]);
+        assert_eq!(
+            kinds("from typing import no_type_check\n@typing.no_type_check\n"),
+            ["no_type_check", "no_type_check"]
+        );
+    }
+
+    #[test]
+    fn code_and_ordinary_comments_are_not_suppressions() {
+        assert!(kinds("import os  # noqa: F401\n").is_empty());
+        assert!(kinds("x = f()  # type: ignore[misc]\n").is_empty());
+        assert!(kinds("# the type: of this\n# mypy is strict\n# ruff rules\n").is_empty());
+        assert!(kinds("no_type_checker = 1\n# no_type_check is banned\n").is_empty());
+    }
+
+    #[test]
+    fn lines_are_numbered_from_one() {
+        let found = find_in("skill.py", "import os\n\n# mypy: ignore-errors\n", KINDS);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].line, 3);
+        assert!(found[0].to_string().starts_with("skill.py:3: suppression"));
+    }
+}
