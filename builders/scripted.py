@@ -12,7 +12,7 @@ KAVI_SCRIPTED_FLAWS injects one flaw on a given attempt, for drills: "1=policy,2
     type    a helper returns its str argument, declaring int  (types gate: mypy --strict)
     test    a unit test expects the wrong value               (tests gate: pytest)
     policy  the skill imports a forbidden module              (policy gate)
-    escape  a test reads the user's SSH key                   (tests gate: a tripwire)
+    escape  a test reads /etc/shadow                          (tests gate: a tripwire)
     scope   a file outside the allowlist is written    (diff gate)
     link    an allowed path is a symlink out of the tree (diff gate)
     fail    the builder exits 1 without writing        (build error)
@@ -68,11 +68,11 @@ def main():
     elif flaw == "policy":
         skill_file.write_text(skill_file.read_text().replace("import json\n", "import json\nimport subprocess\n", 1))
     elif flaw == "escape":
-        # A test that reaches for the user's SSH key while the gates run it.
+        # A test that reaches for the machine's password hashes while the gates run it.
         test_file.write_text(
             "import pathlib\n" + test_file.read_text()
             + "\n\ndef test_key() -> None:\n"
-            + "    pathlib.Path.home().joinpath('.ssh/id_rsa').read_bytes()\n"
+            + "    pathlib.Path('/etc/shadow').read_bytes()\n"
         )
     elif flaw == "scope":
         pathlib.Path("notes.txt").write_text("written outside the allowlist\n")

@@ -663,6 +663,68 @@ fn a_promotion_needs_the_named_gate_set_in_the_same_run() {
     assert_eq!(shown["skill"]["state"], "VERIFIED");
 }
 
+/// A pipeline file outside the workspace is named by its whole path, never as the workspace's
+/// file it shares a name with: it does not pass for a pipeline the trust policy names.
+#[test]
+fn a_pipeline_outside_the_workspace_does_not_pass_for_a_named_one() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let elsewhere = tempfile::tempdir().unwrap();
+    // The very same text, under the very same relative name, beside the workspace.
+    common::copy_dir(&root.join("pipelines"), &elsewhere.path().join("pipelines"));
+    let out = common::kavi_command(
+        elsewhere.path(),
+        &[
+            "--workspace",
+            &root.display().to_string(),
+            "pipeline",
+            "run",
+            "pipelines/forge_attempt.toml",
+            "--set",
+            "skill=write_note",
+        ],
+    )
+    .output()
+    .unwrap();
+    // The refused promotion is a failure no rule names: it goes to a person.
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    let spec_path = run["spec_path"].as_str().unwrap();
+    assert!(Path::new(spec_path).is_absolute(), "{spec_path}");
+    assert_eq!(node(&run, "verify")["state"], "succeeded");
+    let error = node(&run, "promote")["error"].as_str().unwrap();
+    assert!(
+        error.contains("which policies/trust.toml does not name"),
+        "{error}"
+    );
+    // Nor may a gate node check one skill's files and record them as another's.
+    shortcut(root, &[], &[]);
+    let text = std::fs::read_to_string(root.join("pipelines/shortcut.toml")).unwrap();
+    std::fs::write(
+        root.join("pipelines/shortcut.toml"),
+        text.replace(
+            "vars = { skill = \"write_note\" }",
+            "vars = { skill = \"find_notes\" }",
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        kavi(root, &["pipeline", "run", "shortcut"]).status.code(),
+        Some(1)
+    );
+    let run = json(&kavi(root, &["runs", "show", "--json"]));
+    let error = node(&run, "step0")["error"].as_str().unwrap();
+    assert!(
+        error.contains("`vars.skill` (find_notes) is not the skill this node verifies"),
+        "{error}"
+    );
+}
+
 #[test]
 fn a_forbidden_import_fails_the_policy_gate_and_the_skill_stays_built() {
     let dir = shipped_workspace();
@@ -1072,8 +1134,8 @@ fn failure_kinds_one_policy_names_and_another_uses_are_checked_against_each_othe
         ),
         (
             "policies/escalation.toml",
-            "\"CONFINEMENT_DENIED\"]",
-            "\"CONFINEMENT_DENEID\"]",
+            "\"CONFINEMENT_DENIED\",\n]",
+            "\"CONFINEMENT_DENEID\",\n]",
             "`CONFINEMENT_DENEID` is not a known failure kind",
         ),
         (

@@ -909,6 +909,11 @@ fn a_passing_test_gate_records_its_counts() {
         tests["detail"],
         "1 collected, 1 ran: 1 passed, 0 failed, 0 errors, 0 skipped"
     );
-    let report = &run["nodes"][0]["outputs"]["gates"][4];
+    let report = run["nodes"][0]["outputs"]["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|gate| gate["gate"] == "tests")
+        .unwrap();
     assert_eq!(report["evidence"]["tests"]["passed"], 1, "{report}");
 }

@@ -30,9 +30,12 @@ fn observer(json: bool, screen: &Arc<Screen>, depth: usize) -> Box<dyn executor:
 /// How a pipeline file is named in messages: relative to the workspace when inside it.
 fn display_path(root: &Path, path: &Path) -> PathBuf {
     let absolute = std::env::current_dir().map_or_else(|_| path.to_owned(), |cwd| cwd.join(path));
-    absolute
-        .strip_prefix(root)
-        .map_or_else(|_| path.to_owned(), Path::to_owned)
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
+    // A file outside the workspace is named by its whole path: named as typed, it would pass
+    // for the workspace's file of that name (the trust policy names promoting pipelines so).
+    real(&absolute)
+        .strip_prefix(real(root))
+        .map_or_else(|_| real(&absolute), Path::to_owned)
 }
 
 pub(super) fn load(

@@ -520,6 +520,7 @@ mod tests {
             tripwires: vec![
                 dir.join("hidden/id_rsa"),
                 PathBuf::from("/root/.ssh/id_rsa"),
+                PathBuf::from("/etc/shadow"),
             ],
             hide_matching: None,
             network: false,
@@ -675,6 +676,21 @@ mod tests {
             Some(Violation::Tripwire("/root/.ssh/id_rsa".into()))
         );
         assert!(finished.violation.as_ref().unwrap().is_security());
+        // Opened by a process that dies with the namespace at once, or without waiting and
+        // closed straight away: seen all the same.
+        for script in [
+            "(cat /etc/shadow >/dev/null &) ; exit 0",
+            "python3 -c 'import os; os.close(os.open(\"/etc/shadow\", os.O_RDONLY | os.O_NONBLOCK))'",
+        ] {
+            let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+                .await
+                .unwrap();
+            assert_eq!(
+                finished.violation,
+                Some(Violation::Tripwire("/etc/shadow".into())),
+                "{script}"
+            );
+        }
         // Inside a hidden folder the view shows nothing, and no decoy is laid there.
         let script = "ls -A /root/.ssh; cat hidden/id_rsa || echo absent";
         let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)

@@ -2,23 +2,29 @@
 //! `/etc/shadow`), laid in a confined process's view where the real file is absent from it.
 //!
 //! The mount view already keeps the real files out: a read finds nothing. A tripwire turns the
-//! attempt itself into evidence. Each decoy is a FIFO kavi made; a process that opens it for
-//! reading waits in `open` until a writer comes, and kavi's watch, which tries to open the
-//! writing end without waiting, succeeds only when a reader is there. So the read of a secret
-//! is seen, the reader gets nothing (kavi closes its end at once), and the process is stopped
-//! as a security violation.
+//! attempt itself into evidence. Each decoy is an empty file kavi made and watches with inotify
+//! for being opened: the kernel queues the event whoever opens it, through whatever path, and
+//! whether or not the opener lives on, so kavi sees it while the process runs and once more
+//! after it ended. The reader gets an empty file, and the process is stopped.
 //!
-//! What it does not see: a process that checks the file type first, or opens without
-//! blocking and gives up at once; those still read nothing.
+//! What it does not see: a process that only looks (`stat`, listing the folder, an `O_PATH`
+//! handle) and never opens the file; it reads nothing either way.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-/// The decoys of one launch: each FIFO, made in a private folder, and where it appears in the
-/// view.
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+/// The decoys of one launch: each file, made in a private folder, where it appears in the
+/// view, and the inotify instance that watches them.
 pub struct Tripwires {
     /// Removed with the launch.
     _folder: tempfile::TempDir,
     wires: Vec<(PathBuf, PathBuf)>,
+    inotify: Inotify,
+    watches: Vec<WatchDescriptor>,
+    /// The first decoy seen opened: the event is read once, the finding kept.
+    sprung: Mutex<Option<PathBuf>>,
 }
 
 impl Tripwires {
@@ -41,38 +47,43 @@ impl Tripwires {
         let folder = tempfile::Builder::new()
             .prefix("kavi-tripwires-")
             .tempdir()?;
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         let mut wires = Vec::with_capacity(laid.len());
+        let mut watches = Vec::with_capacity(laid.len());
         for (n, path) in laid.into_iter().enumerate() {
-            let fifo = folder.path().join(n.to_string());
-            nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644))?;
-            wires.push((fifo, path.clone()));
+            let decoy = folder.path().join(n.to_string());
+            std::fs::write(&decoy, b"")?;
+            std::fs::set_permissions(&decoy, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
+            watches.push(inotify.add_watch(&decoy, AddWatchFlags::IN_OPEN)?);
+            wires.push((decoy, path.clone()));
         }
         Ok(Some(Self {
             _folder: folder,
             wires,
+            inotify,
+            watches,
+            sprung: Mutex::new(None),
         }))
     }
 
-    /// Each decoy's FIFO and where it appears in the view.
+    /// Each decoy's file and where it appears in the view.
     pub fn mounts(&self) -> &[(PathBuf, PathBuf)] {
         &self.wires
     }
 
-    /// The first decoy a process has opened, as the view shows it. A reader waiting in `open`
-    /// is let go with nothing to read.
-    pub fn sprung(&self) -> Option<&Path> {
-        use nix::fcntl::{OFlag, open};
-        self.wires.iter().find_map(|(fifo, shown)| {
-            // Without a reader this fails (ENXIO) at once; with one, it succeeds and the
-            // descriptor is closed straight away: the reader sees an empty file.
-            open(
-                fifo,
-                OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .ok()
-            .map(|_| shown.as_path())
-        })
+    /// The first decoy a process has opened, as the view shows it, if any has been.
+    pub fn sprung(&self) -> Option<PathBuf> {
+        let mut sprung = self.sprung.lock().ok()?;
+        if sprung.is_none() {
+            // Without an event this fails (EAGAIN) at once.
+            *sprung = self.inotify.read_events().ok().and_then(|events| {
+                events.iter().find_map(|event| {
+                    let n = self.watches.iter().position(|wd| *wd == event.wd)?;
+                    Some(self.wires[n].1.clone())
+                })
+            });
+        }
+        sprung.clone()
     }
 }
 
@@ -114,21 +125,18 @@ mod tests {
     }
 
     #[test]
-    fn a_reader_springs_the_wire_and_reads_nothing() {
+    fn an_open_springs_the_wire_and_stays_seen() {
         let laid = Tripwires::lay(&[PathBuf::from("/nowhere/id_rsa")], &[])
             .unwrap()
             .unwrap();
+        let decoy = laid.mounts()[0].0.clone();
+        // Looking is not opening.
+        std::fs::metadata(&decoy).unwrap();
         assert_eq!(laid.sprung(), None);
-        let fifo = laid.mounts()[0].0.clone();
-        let reader = std::thread::spawn(move || std::fs::read(fifo).unwrap());
-        let sprung = loop {
-            if let Some(path) = laid.sprung() {
-                break path.to_owned();
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        };
-        assert_eq!(sprung, Path::new("/nowhere/id_rsa"));
-        assert_eq!(reader.join().unwrap(), b"");
+        assert_eq!(std::fs::read(&decoy).unwrap(), b"");
+        assert_eq!(laid.sprung().as_deref(), Some(Path::new("/nowhere/id_rsa")));
+        // The event was read once; the finding stays.
+        assert_eq!(laid.sprung().as_deref(), Some(Path::new("/nowhere/id_rsa")));
     }
 
     #[test]

@@ -606,7 +606,7 @@ impl QuietStart {
 struct Watched {
     /// bubblewrap, kavi's child: its one child is the namespace's init.
     outer: Pid,
-    tripwires: Option<crate::confinement::tripwire::Tripwires>,
+    tripwires: Option<Arc<crate::confinement::tripwire::Tripwires>>,
     /// The disk bound in MiB and the folders it bounds.
     disk: Option<(u64, Vec<PathBuf>)>,
     /// The CPU bound in seconds and the cgroup folders that count it.
@@ -623,7 +623,7 @@ async fn watch(watched: Watched, stop: CancellationToken, found: Arc<Mutex<Optio
         let seen = tokio::task::spawn_blocking(move || {
             use crate::confinement::bounds;
             if let Some(path) = watched.tripwires.as_ref().and_then(|t| t.sprung()) {
-                return Some(Violation::Tripwire(path.to_owned()));
+                return Some(Violation::Tripwire(path));
             }
             if orphaned(watched.outer) {
                 return Some(Violation::Daemon);
@@ -782,11 +782,15 @@ pub async fn run(
     let stop = cancel.child_token();
     let cancel = &stop;
     let stopped_for: Arc<Mutex<Option<Violation>>> = Arc::default();
+    let tripwires = launch
+        .as_mut()
+        .and_then(|launch| launch.tripwires.take())
+        .map(Arc::new);
     let _watch = match (&spec.confinement, launch.as_mut()) {
         (Some(confinement), Some(launch)) => Some(AbortOnDrop(tokio::spawn(watch(
             Watched {
                 outer: spawned.pid,
-                tripwires: launch.tripwires.take(),
+                tripwires: tripwires.clone(),
                 disk: confinement
                     .profile
                     .limits
@@ -857,6 +861,16 @@ pub async fn run(
             .profile
             .limits;
         let watched = stopped_for.lock().ok().and_then(|mut found| found.take());
+        // A decoy opened by a process that died with the namespace before the watch looked.
+        let sprung = tripwires
+            .as_ref()
+            .and_then(|t| t.sprung())
+            .map(Violation::Tripwire);
+        // What only an attack does names the violation before a bound it also hit.
+        let watched = match watched {
+            Some(bound @ Violation::Bound(_)) => sprung.or(Some(bound)),
+            other => other.or(sprung),
+        };
         violation = watched
             .or(match exit {
                 Exit::Signal(signal) if signal == nix::libc::SIGSYS => {

@@ -915,6 +915,17 @@ impl Gate {
             ));
         }
         let skill = ctx.render_optional("skill", self.skill.as_ref())?;
+        // The gates' paths follow `vars.skill`: gating another skill's files would record them
+        // as this one's verification.
+        if let (Some(skill), Ok(named)) = (&skill, vars.get_attr("skill"))
+            && !named.is_undefined()
+            && named.as_str() != Some(skill.as_str())
+        {
+            return Err(format!(
+                "`vars.skill` ({named}) is not the skill this node verifies (`{skill}`): the \
+                 gates would check other files than the ones recorded as verified"
+            ));
+        }
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let row = match &skill {
             Some(skill) => match ledger.skill(skill) {
