@@ -378,7 +378,7 @@ const CASES: &[Case] = &[
     Case {
         name: "aws_key_literal",
         what: "an AWS access key literal in skill.py",
-        targets: &["policy"],
+        targets: &["secrets"],
         skill: Some(concat!(
             "SIDE_EFFECT = \"READ_ONLY\"\nKEY = \"AKIA",
             "Q3EGRXTZ5V7NWJ2K\"\n\n\ndef run(data: object) -> object:\n    return data\n"
