@@ -8,7 +8,8 @@ turn (so that a slow spell of the machine falls on every command alike):
 
   skill    `KAVI skill run word_count --input ...`: hash check, the ledger's records, and the
            skill run isolated (bubblewrap, seccomp, cgroup)
-  python   the same file run bare: `python3 -I -B skills/word_count/skill.py`, the input on stdin
+  python   the same file run bare: `python3 -I -B skills/word_count/skill.py`, the input on stdin,
+           with the python3 the skill itself runs (found on the policy's search path)
 
 and prints each one's median and the ratio skill / python (the isolation issue's target: at most
 1.25). With BASELINE_KAVI (an older build), it also times the README's forge run with each
@@ -23,6 +24,11 @@ import time
 from pathlib import Path
 
 INPUT = '{"text": "one two three"}'
+
+# The interpreter the skill runs with: `python3` found on the search path the shipped
+# confinement policy gives skills ([system] path), not the caller's PATH (a pyenv shim there
+# costs more than the whole run, and would flatter kavi).
+SKILL_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def timed(command, cwd, stdin=None):
@@ -48,7 +54,8 @@ def main():
         forge(kavi, workspace)
         commands = {
             "skill": ([kavi, "skill", "run", "word_count", "--input", INPUT], None),
-            "python": (["python3", "-I", "-B", "skills/word_count/skill.py"], INPUT),
+            "python": ([shutil.which("python3", path=SKILL_PATH), "-I", "-B",
+                        "skills/word_count/skill.py"], INPUT),
         }
         times = {name: [] for name in commands}
         for round_ in range(rounds + 1):
