@@ -43,42 +43,29 @@ pub fn kavi(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// A Python environment under the target folder named `venv`, with `requirement` from PyPI
-/// (which makes `module` importable): `.ci/run` installs it there; elsewhere it is made on first
-/// use. `None`, with the reason printed, when it cannot be made here.
+/// (which makes `module` importable), as `.ci/run` installs it; tests never install it. `None`,
+/// with the command that makes it printed, where it is missing (under CI, a failure).
 pub fn python_with(venv: &str, requirement: &str, module: &str) -> Option<std::path::PathBuf> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(venv);
     let python = venv.join("bin/python");
-    let ready = |python: &Path| {
-        Command::new(python)
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    };
-    if ready(&python) {
+    let ready = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if ready {
         return Some(python);
     }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", requirement])
-            .status()
-            .is_ok_and(|s| s.success());
-    if made && ready(&python) {
-        Some(python)
-    } else {
-        // .ci/run installs the clients the tests need: under CI their absence is a failure.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs {requirement} (.ci/run installs it)"
-        );
-        eprintln!(
-            "skipping: {requirement} could not be installed from PyPI (pip install '{requirement}')"
-        );
-        None
-    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI needs {requirement} in {} (.ci/run installs it)",
+        venv.display()
+    );
+    eprintln!(
+        "skipping: {requirement} is not installed in {v} (`bash .ci/run` installs it, or: \
+         python3 -m venv {v} && {v}/bin/pip install '{requirement}')",
+        v = venv.display()
+    );
+    None
 }
 
 /// A connection of its own to a workspace's ledger, as someone working on it outside kavi has:
