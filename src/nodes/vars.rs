@@ -118,4 +118,16 @@ impl Vars {
             .render_str(template, context)
             .map_err(|e| format!("failed to render `{template}`: {}", describe_error(&e)))
     }
+
+    /// Renders each of `templates` with rendered vars.
+    pub fn apply_all(
+        ctx: &NodeContext<'_>,
+        templates: &[String],
+        context: &minijinja::Value,
+    ) -> Result<Vec<String>, String> {
+        templates
+            .iter()
+            .map(|template| Self::apply(ctx, template, context))
+            .collect()
+    }
 }

@@ -621,14 +621,8 @@ impl CompiledGate {
                 junit: junit_spec,
                 ..
             } => {
-                let mut args = argv
-                    .iter()
-                    .map(|a| Vars::apply(ctx, a, vars))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let files = files
-                    .iter()
-                    .map(|f| Vars::apply(ctx, f, vars))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut args = Vars::apply_all(ctx, argv, vars)?;
+                let files = Vars::apply_all(ctx, files, vars)?;
                 // Suppressions the tool would honour without a word: a policy decision, checked
                 // before the tool runs. The allowed ones are listed with the result.
                 let (permitted, refused): (Vec<_>, Vec<_>) =
@@ -806,10 +800,7 @@ impl CompiledGate {
                 timeout,
                 ..
             } => {
-                let files = files
-                    .iter()
-                    .map(|f| Vars::apply(ctx, f, vars))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let files = Vars::apply_all(ctx, files, vars)?;
                 let python = tool.ok_or("the policy scan has no interpreter")?;
                 let findings = super::scan::policy(
                     ctx, scanner, &files, class, cwd, confined, python, *timeout,
@@ -836,10 +827,7 @@ impl CompiledGate {
                 timeout,
                 ..
             } => {
-                let files = files
-                    .iter()
-                    .map(|f| Vars::apply(ctx, f, vars))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let files = Vars::apply_all(ctx, files, vars)?;
                 let detail =
                     super::scan::secrets(ctx, scanner, &files, cwd, confined, tool, *timeout)
                         .await?;
