@@ -335,12 +335,14 @@ pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
         .iter()
         .flat_map(|path| walkdir::WalkDir::new(path).follow_links(false))
     {
-        match entry {
-            Ok(entry) => used += entry.metadata().ok()?.blocks() * 512,
-            // Gone between listing and reading: nothing to count.
-            Err(e)
-                if e.io_error()
-                    .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {}
+        let gone = |e: &walkdir::Error| {
+            e.io_error()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        };
+        match entry.and_then(|entry| entry.metadata()) {
+            Ok(metadata) => used += metadata.blocks() * 512,
+            // Gone between listing and reading (a test's temporary file): nothing to count.
+            Err(e) if gone(&e) => {}
             Err(_) => return None,
         }
     }
