@@ -13,9 +13,10 @@
 //! for TLS and anything else that tunnels, and absolute-form `http://` requests, which it
 //! forwards itself. Each target is checked against `[processes] allowed_hosts` of
 //! `policies/network.toml`: a host not listed is refused with 403. A listed name is resolved
-//! here, once, and refused if it leads to a loopback, link-local, unspecified or multicast
-//! address (DNS rebinding onto the host's own services or a cloud's metadata service): only an
-//! entry that is that address itself reaches those. Redirects are handed back to the process,
+//! here, once, and refused if it leads to this machine, its link, a private network, or an
+//! unspecified or multicast address (DNS rebinding onto the host's own services, its private
+//! network or a cloud's metadata service): only an entry that is that address itself reaches
+//! those. Redirects are handed back to the process,
 //! never followed, so that the next hop is checked like the first. Every attempt, allowed or
 //! refused and why, is kept for the ledger ([`ProxyLog`]).
 
@@ -215,25 +216,55 @@ impl HostAllowlist {
     }
 }
 
-/// An address only an entry naming it may lead to: this machine, its link (a cloud's metadata
-/// service), nowhere, or a group.
+/// An address only an entry naming it may lead to: this machine (any address of its own), its
+/// link (a cloud's metadata service), a private network behind it, nowhere, or a group. A
+/// public name that resolves to one of these is how a process would reach a service the host
+/// only offers inward.
 fn special(ip: IpAddr) -> bool {
-    match ip.to_canonical() {
+    let ip = ip.to_canonical();
+    reserved(ip) || this_machine().contains(&ip)
+}
+
+fn reserved(ip: IpAddr) -> bool {
+    match ip {
         IpAddr::V4(v4) => {
+            let [first, second, ..] = v4.octets();
             v4.is_loopback()
+                || v4.is_private()
                 || v4.is_link_local()
                 || v4.is_unspecified()
                 || v4.is_multicast()
                 || v4.is_broadcast()
-                || v4.octets()[0] == 0
+                || first == 0
+                // Shared address space (RFC 6598): a carrier's or a cloud's inside network.
+                || (first == 100 && (64..128).contains(&second))
         }
         IpAddr::V6(v6) => {
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || v6.is_unicast_link_local()
+                || v6.is_unique_local()
         }
     }
+}
+
+/// Every address of this machine's interfaces, read when asked: an address the host has is
+/// reached from the host's side of the proxy, whatever range it is in.
+fn this_machine() -> Vec<IpAddr> {
+    let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    interfaces
+        .filter_map(|interface| interface.address)
+        .filter_map(|address| {
+            address
+                .as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| address.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .map(|ip| ip.to_canonical())
+        .collect()
 }
 
 /// One connection the proxy was asked for, and what it did.
@@ -774,7 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn addresses_of_this_machine_and_its_link_are_special() {
+    fn addresses_of_this_machine_its_link_and_private_networks_are_special() {
         for ip in [
             "127.0.0.1",
             "127.8.9.10",
@@ -784,12 +815,27 @@ mod tests {
             "::ffff:127.0.0.1",
             "fe80::1",
             "224.0.0.1",
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd00::1",
+            "::ffff:192.168.0.1",
         ] {
             assert!(special(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "10.0.0.1", "2606:4700::1"] {
+        for ip in ["93.184.216.34", "100.128.0.1", "172.32.0.1", "2606:4700::1"] {
             assert!(!special(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[test]
+    fn the_addresses_of_this_machine_are_read_from_its_interfaces() {
+        let own = this_machine();
+        assert!(
+            own.iter().any(IpAddr::is_loopback),
+            "getifaddrs listed no loopback address: {own:?}"
+        );
     }
 
     proptest::proptest! {

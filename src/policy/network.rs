@@ -35,8 +35,9 @@ pub struct ProcessesPolicy {
     /// `host` (any port), `host:port`, `*.domain` (any name below `domain`, not `domain`
     /// itself, optionally with `:port`), or an IP address (`127.0.0.1:8080`, `::1`,
     /// `[::1]:8080`). Names and addresses are never interchangeable: an allowed name does not
-    /// allow its address, and a name that resolves to a loopback, link-local or unspecified
-    /// address is refused unless that address is listed itself. Empty: no host.
+    /// allow its address, and a name that resolves to an address of this machine, a link-local,
+    /// private, unspecified or multicast address is refused unless that address is listed
+    /// itself. Empty: no host.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub allowed_hosts: Vec<Spanned<String>>,
