@@ -163,6 +163,27 @@ fn init_refuses_to_overwrite() {
     assert!(!partial.join("kavi.toml").exists());
 }
 
+/// An existing `.gitignore` keeps its lines and gets only what kavi needs ignored; init says
+/// what it added.
+#[test]
+fn init_merges_into_an_existing_gitignore() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join(".gitignore"), "target/\n.kavi/").unwrap();
+    let made = common::kavi(dir.path(), &["init", "ws"]);
+    assert!(made.status.success());
+    let stdout = String::from_utf8_lossy(&made.stdout);
+    assert!(
+        stdout.contains(".gitignore (kept, with /skills/ added)"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(ws.join(".gitignore")).unwrap();
+    assert!(text.starts_with("target/\n.kavi/\n"), "{text}");
+    assert_eq!(text.matches(".kavi/").count(), 1, "{text}");
+    assert!(text.ends_with("\n/skills/\n"), "{text}");
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.

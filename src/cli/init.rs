@@ -7,8 +7,28 @@ use crate::error::{Error, exit};
 include!(concat!(env!("OUT_DIR"), "/shipped.rs"));
 
 /// What `.gitignore` gets: kavi's state, and what the example forge writes.
-const GITIGNORE: &str =
-    "# kavi's ledger and artifact store, and the skills the forge writes\n.kavi/\n/skills/\n";
+const IGNORED: [&str; 2] = [".kavi/", "/skills/"];
+const IGNORED_WHY: &str = "# kavi's ledger and artifact store, and the skills the forge writes";
+
+/// Adds to `existing` (a `.gitignore`'s text, empty when there is none) the lines of [`IGNORED`]
+/// it lacks; returns the new text and the lines added. A user's own lines stay as they were.
+fn merged_gitignore(existing: &str) -> (String, Vec<&'static str>) {
+    let has = |line: &str| existing.lines().any(|own| own.trim_end() == line);
+    let missing: Vec<&str> = IGNORED.into_iter().filter(|line| !has(line)).collect();
+    let mut text = existing.to_owned();
+    if !missing.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(IGNORED_WHY);
+        text.push('\n');
+        for line in &missing {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    (text, missing)
+}
 
 /// Writes the shipped workspace into `dir` (made if missing) and says what it wrote. A folder
 /// that is a workspace already (it has kavi.toml) is refused, and no existing file is replaced.
@@ -42,8 +62,14 @@ pub fn run(dir: &Path) -> Result<i32, Error> {
             .map_err(io(format!("failed to write {}", target.display())))?;
     }
     let gitignore = dir.join(".gitignore");
-    if !gitignore.exists() {
-        std::fs::write(&gitignore, GITIGNORE)
+    let existing = match std::fs::read_to_string(&gitignore) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io(format!("failed to read {}", gitignore.display()))(e)),
+    };
+    let (text, added) = merged_gitignore(existing.as_deref().unwrap_or(""));
+    if !added.is_empty() {
+        std::fs::write(&gitignore, text)
             .map_err(io(format!("failed to write {}", gitignore.display())))?;
     }
     let mut counts: Vec<(&str, usize)> = Vec::new();
@@ -64,7 +90,14 @@ pub fn run(dir: &Path) -> Result<i32, Error> {
             outln!("  {top}/ ({count} files)");
         }
     }
-    outln!("  .gitignore");
+    match (existing.is_some(), added.is_empty()) {
+        (false, _) => outln!("  .gitignore"),
+        (true, true) => outln!(
+            "  .gitignore (kept: it ignores {} already)",
+            IGNORED.join(" and ")
+        ),
+        (true, false) => outln!("  .gitignore (kept, with {} added)", added.join(" and ")),
+    }
     outln!();
     outln!("next: forge the example skill, offline (the first run provisions the gate tools):");
     outln!(
@@ -77,6 +110,25 @@ pub fn run(dir: &Path) -> Result<i32, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gitignore_gets_only_the_lines_it_lacks() {
+        let (fresh, added) = merged_gitignore("");
+        assert_eq!(added, IGNORED);
+        assert_eq!(fresh, format!("{IGNORED_WHY}\n.kavi/\n/skills/\n"));
+        let (text, added) = merged_gitignore("target/\n.kavi/  \n");
+        assert_eq!(added, ["/skills/"]);
+        assert_eq!(
+            text,
+            format!("target/\n.kavi/  \n{IGNORED_WHY}\n/skills/\n")
+        );
+        let (text, added) = merged_gitignore("node_modules");
+        assert_eq!(added, IGNORED);
+        assert!(text.starts_with("node_modules\n#"), "{text}");
+        let (text, added) = merged_gitignore(&fresh);
+        assert!(added.is_empty());
+        assert_eq!(text, fresh);
+    }
 
     /// The embedded set is what the checkout ships: every file of the shipped folders.
     #[test]
