@@ -747,6 +747,57 @@ inherit_env = true
     assert_eq!(detail["nodes"][1]["outputs"]["stdout"], "hunter2\n");
 }
 
+/// A variable the node sets replaces the one it would inherit: the child's environment holds
+/// it once, so `sh` (the first entry) and Python (the last) see the same value.
+#[test]
+fn a_variable_the_node_sets_replaces_the_inherited_one() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/env.toml",
+        r#"
+[pipeline]
+name = "env"
+
+[nodes.set]
+kind = "exec"
+run = ["python3", "-c", "import os, sys; sys.stdout.write(os.environ['LANG'] + ' ' + str(sum(1 for e in open('/proc/self/environ', 'rb').read().split(b'\\0') if e.startswith(b'LANG='))))"]
+env = { LANG = "C.override" }
+inherit_env = true
+"#,
+    );
+    let out = kavi_command(dir.path(), &["pipeline", "run", "env"])
+        .env("LANG", "C.UTF-8")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(detail["nodes"][0]["outputs"]["stdout"], "C.override 1");
+}
+
+/// An empty program is refused where it is written, before anything runs.
+#[test]
+fn an_empty_program_is_refused_by_check() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/empty.toml",
+        "[pipeline]\nname = \"empty\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"\", \"x\"]\n",
+    );
+    let out = kavi(dir.path(), &["pipeline", "check", "empty"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the program to run (the first item of `run`) is empty"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("empty.toml:5:"), "{stderr}");
+}
+
 /// A node's declared secrets reach its command, and their values are redacted from all that is
 /// kept of it: the output streams (past the in-memory head too), JSON keys and values, JSON that
 /// spelled the secret with escapes, and the ledger, its WAL and the artifacts as files.

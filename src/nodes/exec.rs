@@ -90,8 +90,17 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let raw: ExecConfig = config.deserialize()?;
     let program = match (raw.run, raw.shell) {
         (Some(run), None) => {
-            if run.get_ref().is_empty() {
-                return Err(config.error("`run` needs at least the program to run", run.span()));
+            match run.get_ref().first() {
+                None => {
+                    return Err(config.error("`run` needs at least the program to run", run.span()));
+                }
+                Some(program) if program.get_ref().trim().is_empty() => {
+                    return Err(config.error(
+                        "the program to run (the first item of `run`) is empty",
+                        program.span(),
+                    ));
+                }
+                Some(_) => {}
             }
             for arg in run.get_ref() {
                 config.check_template(arg)?;

@@ -205,9 +205,18 @@ pub fn spawn(
     let args_c = std::iter::once(Ok(program_c.clone()))
         .chain(args.iter().map(|a| c_string(a.as_bytes())))
         .collect::<io::Result<Vec<_>>>()?;
+    // One entry per name, the last given: a child reading its environment with getenv (the
+    // first match) and one reading it whole (Python, Perl: the last) must see the same value.
+    let last: std::collections::HashMap<&str, usize> = env
+        .iter()
+        .enumerate()
+        .map(|(index, (key, _))| (key.as_str(), index))
+        .collect();
     let env_c = env
         .iter()
-        .map(|(k, v)| c_string(format!("{k}={v}").as_bytes()))
+        .enumerate()
+        .filter(|(index, (key, _))| last[key.as_str()] == *index)
+        .map(|(_, (k, v))| c_string(format!("{k}={v}").as_bytes()))
         .collect::<io::Result<Vec<_>>>()?;
     let pointers = |strings: &[CString]| {
         strings
