@@ -16,6 +16,25 @@ const CHUNK: usize = 64 * 1024;
 /// What a secret's value is replaced with.
 pub const REDACTED: &str = "[redacted]";
 
+/// The fewest characters a secret's value may have. A shorter one cannot be told from ordinary
+/// text: redacting a one-character secret would hide that character everywhere kavi keeps.
+pub const MIN_SECRET_CHARS: usize = 4;
+
+/// The value of the secret `name` from kavi's environment: refused when it is unset (a command
+/// would run with no value, or an empty one) or too short to redact.
+pub fn secret_from_env(name: &str) -> Result<String, String> {
+    let value = std::env::var(name)
+        .map_err(|_| format!("secret `{name}` is not set in kavi's environment"))?;
+    let chars = value.chars().count();
+    if chars < MIN_SECRET_CHARS {
+        return Err(format!(
+            "secret `{name}` has {chars} character(s); kavi needs at least {MIN_SECRET_CHARS} to \
+             redact it without hiding ordinary text"
+        ));
+    }
+    Ok(value)
+}
+
 /// Replaces a set of secret values.
 #[derive(Debug, Clone)]
 pub struct Redactor {

@@ -371,6 +371,32 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
     assert!(log.contains("token=[redacted]") && !log.contains(secret));
     // Nor anywhere in kavi's state: the ledger, its write-ahead log, the artifacts.
     common::assert_nowhere_under(&root.join(".kavi"), secret);
+
+    // A declared secret that is unset, or too short to redact, stops the run before the skill
+    // starts: it never runs with an empty value, and one character is never hidden everywhere.
+    for (value, says) in [
+        (None, "secret `DEMO_TOKEN` is not set in kavi's environment"),
+        (
+            Some("x"),
+            "secret `DEMO_TOKEN` has 1 character(s); kavi needs at least 4",
+        ),
+    ] {
+        let mut command =
+            common::kavi_command(root, &["skill", "run", "demo", "--input", "{}", "--yes"]);
+        command.env_remove("DEMO_TOKEN");
+        if let Some(value) = value {
+            command.env("DEMO_TOKEN", value);
+        }
+        let refused = command.output().unwrap();
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        let record: serde_json::Value = serde_json::from_slice(&refused.stdout).unwrap();
+        assert!(record["output"].is_null(), "{record}");
+        assert!(record["error"].as_str().unwrap().contains(says), "{record}");
+        assert!(
+            record["confinement"].is_null(),
+            "the skill was started: {record}"
+        );
+    }
 }
 
 /// Ctrl-C during `kavi skill run` stops the skill (in its own process group, so the terminal's

@@ -342,18 +342,23 @@ impl Runner<'_> {
         // The confinement policy governs the run: its text is kept for the record to name.
         ledger.keep_spec(&self.confinement.source)?;
         ledger.start_execution(&started, self.owner.name())?;
-        let secrets: Vec<(String, String)> = proposal
+        let secrets: Result<Vec<(String, String)>, String> = proposal
             .secrets
             .iter()
-            .filter_map(|name| {
+            .map(|name| {
                 let name = name.get_ref();
-                std::env::var(name).ok().map(|v| (name.clone(), v))
+                crate::redact::secret_from_env(name).map(|v| (name.clone(), v))
             })
             .collect();
-        let (outcome, confinement) = match validate(&proposal.input_schema, &input, "input") {
-            Err(e) => (Err(e), None),
-            Ok(()) => self.invoke(ready, &input, &secrets, cancel).await?,
-        };
+        let (outcome, confinement, secrets) =
+            match (validate(&proposal.input_schema, &input, "input"), secrets) {
+                (Err(e), _) | (Ok(()), Err(e)) => (Err(e), None, Vec::new()),
+                (Ok(()), Ok(secrets)) => {
+                    let (outcome, confinement) =
+                        self.invoke(ready, &input, &secrets, cancel).await?;
+                    (outcome, confinement, secrets)
+                }
+            };
         let secret_values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
         let (mut output, mut error) = match outcome {
             Ok(output) => (Some(output), None),

@@ -208,8 +208,7 @@ impl Exec {
         }
         let mut secrets = Vec::with_capacity(self.secrets.len());
         for name in &self.secrets {
-            let value = std::env::var(name)
-                .map_err(|_| format!("secret `{name}` is not set in kavi's environment"))?;
+            let value = crate::redact::secret_from_env(name)?;
             env.push((name.clone(), value.clone()));
             secrets.push(value);
         }
