@@ -779,6 +779,47 @@ inherit_env = true
     assert_eq!(detail["nodes"][0]["outputs"]["stdout"], "C.override 1");
 }
 
+/// A reader that goes away (`kavi pipeline run X | head -1`) does not end the run: it goes
+/// on to its end, is recorded as it ended, and kavi's exit code is the run's.
+#[test]
+fn a_run_whose_reader_goes_away_goes_on_and_is_recorded() {
+    use std::io::BufRead as _;
+    let dir = workspace();
+    let mut text = String::from("[pipeline]\nname = \"slow\"\n");
+    for n in 0..4 {
+        let needs = if n == 0 {
+            String::new()
+        } else {
+            format!("needs = [\"n{}\"]\n", n - 1)
+        };
+        text.push_str(&format!(
+            "[nodes.n{n}]\nkind = \"exec\"\nrun = [\"sleep\", \"0.1\"]\n{needs}"
+        ));
+    }
+    write(dir.path(), "pipelines/slow.toml", &text);
+    let mut child = kavi_command(dir.path(), &["pipeline", "run", "slow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("run 1: slow"), "{first}");
+    // The reader is dropped here: every later write of kavi's finds the pipe closed.
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let detail = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+    assert_eq!(
+        nodes_by_state(&detail)
+            .iter()
+            .filter(|(_, state)| state == "succeeded")
+            .count(),
+        4
+    );
+}
+
 /// An empty program is refused where it is written, before anything runs.
 #[test]
 fn an_empty_program_is_refused_by_check() {

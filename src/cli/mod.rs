@@ -1,29 +1,41 @@
 //! The command line: argument definitions and dispatch. One module per command group.
 
-/// `println!` to stdout, but a reader that went away (`kavi runs list | head`) ends the
-/// command quietly instead of panicking. Children's pipes keep SIGPIPE ignored, so this is the
+/// `println!` to stdout, but a reader that went away (`kavi pipeline run X | head`) does not
+/// end the command: see [`write_out`]. Children's pipes keep SIGPIPE ignored, so this is the
 /// one place a closed stdout is handled.
 macro_rules! outln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-        }
-    }};
+    () => {
+        $crate::cli::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 /// `print!` to stdout, with the same handling of a closed pipe as [`outln!`].
 macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
-            }
-        }
-    }};
+    ($($arg:tt)*) => {
+        $crate::cli::write_out(format_args!($($arg)*))
+    };
+}
+
+/// Set once stdout's reader has gone.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes to stdout until its reader goes away; from then on what the command prints is
+/// dropped, and the command itself goes on to its end: a run whose reader went away (`| head`)
+/// finishes and is recorded like any other, and its exit code is its own.
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = std::io::stdout().write_fmt(args)
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Prints `value` as pretty JSON and a newline on stdout, written as it is serialized (a run of
@@ -31,6 +43,10 @@ macro_rules! out {
 /// [`outln!`].
 fn print_json<T: serde::Serialize + ?Sized>(value: &T) {
     use std::io::Write as _;
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
     // In 64 KiB writes, a pipe's size: stdout passes a chunk that ends mid-line on in two
     // writes, and 8 KiB ones made 146 system calls of a 1,000-node run's 700 KB.
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
@@ -41,7 +57,7 @@ fn print_json<T: serde::Serialize + ?Sized>(value: &T) {
     if let Err(e) = written
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
-        std::process::exit(0);
+        STDOUT_CLOSED.store(true, Ordering::Relaxed);
     }
 }
 
