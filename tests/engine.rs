@@ -5,7 +5,7 @@ mod common;
 use common::{json, kavi, kavi_command, node};
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -817,6 +817,66 @@ fn a_run_whose_reader_goes_away_goes_on_and_is_recorded() {
             .filter(|(_, state)| state == "succeeded")
             .count(),
         4
+    );
+}
+
+/// kavi raises its open-file soft limit to the hard one (its nodes' commands get the limit
+/// kavi was started with back), runs fewer nodes at once where even the hard limit leaves room
+/// for fewer, and refuses to start where it leaves room for none. `prlimit` (util-linux) sets
+/// the limits kavi starts with.
+#[test]
+fn the_open_file_limit_is_raised_and_bounds_how_many_nodes_run_at_once() {
+    let dir = workspace();
+    let mut text = String::from(
+        "[pipeline]\nname = \"many\"\n[nodes.limit]\nkind = \"exec\"\nshell = \"ulimit -n\"\n",
+    );
+    for n in 0..40 {
+        text.push_str(&format!(
+            "[nodes.n{n}]\nkind = \"exec\"\nrun = [\"true\"]\n"
+        ));
+    }
+    write(dir.path(), "pipelines/many.toml", &text);
+    let kavi_bin = env!("CARGO_BIN_EXE_kavi");
+    let run = |limits: &str, run: &str| {
+        Command::new("prlimit")
+            .arg(format!("--nofile={limits}"))
+            .args([
+                kavi_bin,
+                "pipeline",
+                "run",
+                "many",
+                "--jobs",
+                "8",
+                "--no-cache",
+            ])
+            .current_dir(dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("prlimit (util-linux) could not run: {e} ({run})"))
+    };
+    // A soft limit too low for 8 nodes at once, under a high hard one: raised, all succeed,
+    // and the command sees the soft limit it would have had without kavi.
+    let raised = run("40:4096", "raised");
+    assert!(raised.status.success(), "{raised:?}");
+    let stderr = String::from_utf8_lossy(&raised.stderr);
+    assert!(!stderr.contains("open-file limit"), "{stderr}");
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(node(&detail, "limit")["outputs"]["stdout"], "40\n");
+    // A hard limit with room for 4 nodes at once: 4 run at once, said on stderr, all succeed.
+    let fewer = run("48:48", "fewer");
+    assert!(fewer.status.success(), "{fewer:?}");
+    let stderr = String::from_utf8_lossy(&fewer.stderr);
+    assert!(
+        stderr
+            .contains("the open-file limit (48) leaves room for 4 nodes at once; running 4, not 8"),
+        "{stderr}"
+    );
+    // No room for one: refused before anything runs.
+    let none = run("32:32", "none");
+    assert_eq!(none.status.code(), Some(4), "{none:?}");
+    assert!(
+        String::from_utf8_lossy(&none.stderr)
+            .contains("the open-file limit is 32; kavi needs at least 36 to run a node"),
+        "{none:?}"
     );
 }
 

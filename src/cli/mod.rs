@@ -852,6 +852,7 @@ fn init_logging(format: LogFormat) {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    crate::process::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

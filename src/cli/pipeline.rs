@@ -28,6 +28,20 @@ fn observer(json: bool, screen: &Arc<Screen>, depth: usize) -> Box<dyn executor:
 }
 
 /// How a pipeline file is named in messages: relative to the workspace when inside it.
+/// `jobs`, or fewer where the open-file limit leaves room for fewer nodes at once (said on
+/// stderr); refused where it leaves room for none.
+fn jobs_within_open_files(jobs: usize) -> Result<usize, Error> {
+    let limit = crate::process::open_file_limit();
+    let allowed = crate::process::jobs_within_open_files(limit, jobs).map_err(Error::Unusable)?;
+    if allowed < jobs {
+        eprintln!(
+            "warning: the open-file limit ({limit}) leaves room for {allowed} nodes at once; \
+             running {allowed}, not {jobs} (raise it with `ulimit -n`)"
+        );
+    }
+    Ok(allowed)
+}
+
 fn display_path(root: &Path, path: &Path) -> PathBuf {
     let absolute = std::env::current_dir().map_or_else(|_| path.to_owned(), |cwd| cwd.join(path));
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
@@ -167,7 +181,7 @@ pub(super) fn environment(
         ledger: Arc::from(config.ledger.as_path()),
         state_paths: Arc::from(state_paths),
         config: workspace.run_config(),
-        jobs: workspace.config.jobs,
+        jobs: jobs_within_open_files(workspace.config.jobs)?,
         use_cache: !options.no_cache,
         depth: 0,
         toolchains: Arc::new(workspace.toolchain_home()),

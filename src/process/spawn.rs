@@ -184,6 +184,23 @@ fn dev_null() -> io::Result<RawFd> {
 }
 
 /// kavi's pid, asked once (kavi never forks, so it cannot change) for every spawn to hand on.
+/// The open-file limits kavi was started with, for a child whose own limits do not set them.
+fn started_with_open_files(
+    rlimits: &[(libc::__rlimit_resource_t, u64)],
+) -> Option<(libc::__rlimit_resource_t, libc::rlimit)> {
+    let &(soft, hard) = super::STARTED_WITH_OPEN_FILES.get()?;
+    let set = rlimits
+        .iter()
+        .any(|&(resource, _)| resource == libc::RLIMIT_NOFILE);
+    (!set).then_some((
+        libc::RLIMIT_NOFILE,
+        libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        },
+    ))
+}
+
 fn own_pid() -> libc::pid_t {
     static PID: std::sync::OnceLock<libc::pid_t> = std::sync::OnceLock::new();
     *PID.get_or_init(|| libc::pid_t::try_from(std::process::id()).expect("a pid fits a pid_t"))
@@ -254,10 +271,9 @@ pub fn spawn(
         handlers_cleared: true,
         pass: extras.pass.to_vec(),
         cgroups: extras.cgroups.to_vec(),
-        rlimits: extras
-            .rlimits
-            .iter()
-            .map(|&(resource, value)| {
+        rlimits: started_with_open_files(extras.rlimits)
+            .into_iter()
+            .chain(extras.rlimits.iter().map(|&(resource, value)| {
                 // CPU: the soft limit sends SIGXCPU, which kavi reports; the hard one a second
                 // later kills a process that ignores it.
                 let hard = if resource == libc::RLIMIT_CPU {
@@ -272,7 +288,7 @@ pub fn spawn(
                         rlim_max: hard,
                     },
                 )
-            })
+            }))
             .collect(),
         landlock: extras.landlock,
     };
