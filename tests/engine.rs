@@ -1179,6 +1179,43 @@ dest = "{{ params.dest }}"
 }
 
 /// Regression: a skipped dependency used to skip every dependant, so an optional step placed
+/// A failed node with `on_failure = "continue"` lets its dependants run, and its failure
+/// handler still fires: the failure did happen.
+#[test]
+fn a_failure_handler_fires_when_the_failed_node_continues() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/continues.toml",
+        r#"
+[pipeline]
+name = "continues"
+
+[nodes.flaky]
+kind = "exec"
+run = ["sh", "-c", "exit 3"]
+on_failure = "continue"
+
+[nodes.after]
+kind = "exec"
+needs = ["flaky"]
+run = ["true"]
+
+[nodes.on_flaky]
+kind = "exec"
+needs = ["flaky"]
+trigger = "failure"
+run = ["echo", "{{ nodes.flaky.state }}"]
+"#,
+    );
+    kavi(dir.path(), &["pipeline", "run", "continues"]);
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(node(&detail, "flaky")["state"], "failed");
+    assert_eq!(node(&detail, "after")["state"], "succeeded");
+    assert_eq!(node(&detail, "on_flaky")["state"], "succeeded", "{detail}");
+    assert_eq!(node(&detail, "on_flaky")["outputs"]["stdout"], "failed\n");
+}
+
 /// before a required one silently skipped the required one too.
 #[test]
 fn a_skipped_dependency_skips_only_the_nodes_that_read_its_outputs() {

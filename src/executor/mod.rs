@@ -947,7 +947,10 @@ impl<'a> Executor<'a> {
         deps.sort_unstable();
         let failed = deps.iter().find_map(|&dep| {
             let state = self.slots[dep].state.expect("dependencies finish first");
-            let continues = nodes[dep].on_failure == OnFailure::Continue;
+            // `continue` lets the dependants that want success run on; a failure handler
+            // still sees the failure.
+            let continues =
+                nodes[dep].on_failure == OnFailure::Continue && node.trigger == Trigger::Success;
             (!state.is_success() && state != NodeState::Skipped && !continues).then(|| {
                 let why = format!("needs `{}`, which {}", nodes[dep].id, describe_state(state));
                 (state, why)
