@@ -1584,7 +1584,7 @@ kind = "http"
 url = "{origin}/search"
 json = {{ query = "{{{{ params.word }}}}", limit = 2, tags = ["x", "{{{{ run.id }}}}"] }}
 bearer_env = "SERVICE_TOKEN"
-extract = {{ first = "$.results[0].path", echoed = "$.got.query" }}
+extract = {{ first = "$.results[0].path", echoed = "$.got.query", all = "$.results[*].path" }}
 timeout = "10s"
 
 [nodes.use]
@@ -1627,6 +1627,11 @@ url = "http://localhost:9/"
     assert_eq!(post["outputs"]["body"]["authorized"], true);
     assert_eq!(post["outputs"]["extract"]["first"], "notes/a.md");
     assert_eq!(post["outputs"]["extract"]["echoed"], "kavi");
+    // A path that may select many gives every match.
+    assert_eq!(
+        post["outputs"]["extract"]["all"],
+        serde_json::json!(["notes/a.md", "notes/b.md"])
+    );
     assert_eq!(node(&run, "use")["outputs"]["stdout"], "notes/a.md\n");
     // The token went to the service only: it is in no record.
     assert!(!serde_json::to_string(&run).unwrap().contains("token-123"));

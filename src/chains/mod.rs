@@ -426,7 +426,7 @@ async fn run_step(
             }
         };
         for (field, path) in &step.map {
-            match crate::jsonpath::select_one(&output, path) {
+            match crate::jsonpath::select(&output, path) {
                 Ok(value) => set_field(&mut input, field, value),
                 Err(e) => {
                     let error = format!(

@@ -191,7 +191,7 @@ impl Http {
         }
         let mut extracted = Map::new();
         for (name, path) in &self.extract {
-            let value = crate::jsonpath::select_one(&outputs["body"], path)
+            let value = crate::jsonpath::select(&outputs["body"], path)
                 .map_err(|e| format!("extract `{name}`: {e} in the answer of {url}"))?;
             extracted.insert(name.clone(), value);
         }
