@@ -1020,6 +1020,54 @@ run = ["python3", "-c", "import sys; sys.stdout.write('a' * 65535 + 'é')"]
     assert_eq!(cut["stdout"].as_str().unwrap().len(), 65535);
 }
 
+/// Many kavi processes starting at once on one ledger: each one's recovery looks for owners
+/// that died while the others are claiming theirs. None is refused, and no live run is taken
+/// for a dead one's and marked interrupted.
+#[test]
+fn many_runs_starting_at_once_are_neither_refused_nor_taken_for_dead() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/short.toml",
+        "[pipeline]\nname = \"short\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"sleep\", \"0.3\"]\n",
+    );
+    // The ledger exists before the crowd arrives, as on a team's busy workspace.
+    assert!(
+        kavi(dir.path(), &["pipeline", "run", "short"])
+            .status
+            .success()
+    );
+    let children: Vec<_> = (0..64)
+        .map(|_| {
+            kavi_command(dir.path(), &["pipeline", "run", "short", "--no-cache"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let runs = json(&kavi(
+        dir.path(),
+        &["runs", "list", "--json", "--limit", "100"],
+    ));
+    let statuses: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.len(), 65);
+    assert!(statuses.iter().all(|s| *s == "succeeded"), "{statuses:?}");
+}
+
 #[test]
 fn concurrent_runs_share_one_ledger() {
     let dir = workspace();

@@ -892,6 +892,7 @@ impl Ledger {
     /// unfinished rows remain), stops what they left running, marks their runs, node runs, builds
     /// and executions `interrupted` in one transaction per owner, and removes their files.
     pub fn recover_interrupted(&mut self) -> Result<Vec<Recovered>> {
+        let _turn = owner::take_turn(&self.locks_dir, true)?;
         let mut owners = std::collections::BTreeSet::new();
         for entry in std::fs::read_dir(&self.locks_dir)? {
             let path = entry?.path();
@@ -1986,6 +1987,30 @@ pub(crate) mod tests {
             ledger.resolve_run("99"),
             Err(LedgerError::RunNotFound(_))
         ));
+    }
+
+    /// An owner half-way through its claim (its `.claiming` file made but not locked yet) is
+    /// not taken for dead: recovery waits for the claim to end, then finds the owner alive.
+    #[test]
+    fn recovery_waits_for_a_claim_in_progress_and_finds_its_owner_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let locks = locks_dir(&path);
+        let name = format!("{}-1", std::process::id());
+        let [claiming, lock] = ["claiming", "lock"].map(|e| locks.join(format!("{name}.{e}")));
+        // What a claim does, stopped after its first step.
+        let turn = owner::take_turn(&locks, false).unwrap();
+        let held = File::create(&claiming).unwrap();
+        let recovery = std::thread::spawn(move || ledger.recover_interrupted().unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(claiming.exists(), "recovery removed a claim in progress");
+        // The claim goes on: locked, renamed into place, done.
+        held.lock().unwrap();
+        std::fs::rename(&claiming, &lock).unwrap();
+        drop(turn);
+        assert_eq!(recovery.join().unwrap(), Vec::new());
+        assert!(lock.exists(), "recovery removed a live owner's lock");
     }
 
     #[test]

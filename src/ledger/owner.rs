@@ -24,6 +24,28 @@ pub(super) const LOCKS: [&str; 2] = ["lock", "claiming"];
 /// An owner's roster, by extension.
 pub(super) const ROSTER: &str = "procs";
 
+/// The file claims and recovery take turns on, in the locks folder: a claim holds it shared
+/// while it makes its files, recovery holds it exclusively while it decides which owners are
+/// dead. So recovery never looks at an owner half-way through its claim: a `.claiming` file
+/// not locked yet, or renamed to `.lock` between two looks, which made a starting kavi look
+/// dead (its claim then failed, or its files were removed under it).
+const TURNS: &str = "claims.turns";
+
+/// Takes a turn: shared for a claim, exclusive for recovery; held until the file is dropped.
+pub(super) fn take_turn(locks: &Path, exclusive: bool) -> io::Result<File> {
+    let turns = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(locks.join(TURNS))?;
+    if exclusive {
+        turns.lock()?;
+    } else {
+        turns.lock_shared()?;
+    }
+    Ok(turns)
+}
+
 /// The owner a file in the locks folder belongs to. Names have one form, `<pid>-<nanos>@<host>`
 /// (older kavis wrote `<pid>-<nanos>`); a file of another form is not an owner's (and its
 /// contents are never acted on).
@@ -98,6 +120,7 @@ impl Owner {
         );
         let [lock, claiming, roster] =
             [LOCKS[0], LOCKS[1], ROSTER].map(|extension| locks.join(format!("{name}.{extension}")));
+        let _turn = take_turn(&locks, false)?;
         // The lock is taken under another name and renamed into place once the owner's other
         // files exist, so that recovery never finds them without a held lock beside them.
         let held = File::create(&claiming)?;
