@@ -880,6 +880,42 @@ fn the_open_file_limit_is_raised_and_bounds_how_many_nodes_run_at_once() {
     );
 }
 
+/// `runs list` shows the newest runs up to `--limit` and says on stderr how many more match.
+#[test]
+fn runs_list_says_how_many_more_runs_match() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/one.toml",
+        "[pipeline]\nname = \"one\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    for _ in 0..4 {
+        assert!(
+            kavi(dir.path(), &["pipeline", "run", "one", "--no-cache"])
+                .status
+                .success()
+        );
+    }
+    let listed = |limit: &str| {
+        let out = kavi(dir.path(), &["runs", "list", "--limit", limit]);
+        assert!(out.status.success());
+        let rows = String::from_utf8_lossy(&out.stdout).lines().count() - 1;
+        (rows, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(
+        listed("2"),
+        (
+            2,
+            "2 more runs match; show them all with --limit 4\n".into()
+        )
+    );
+    assert_eq!(
+        listed("3"),
+        (3, "1 more run matches; show it with --limit 4\n".into())
+    );
+    assert_eq!(listed("4"), (4, String::new()));
+}
+
 /// An empty program is refused where it is written, before anything runs.
 #[test]
 fn an_empty_program_is_refused_by_check() {

@@ -48,6 +48,15 @@ pub fn list(
         ]);
     }
     out!("{}", table(&rows));
+    if runs.len() == limit {
+        let all = open(workspace)?.count_runs(filter)?;
+        let more = all.saturating_sub(runs.len() as u64);
+        match more {
+            0 => {}
+            1 => eprintln!("1 more run matches; show it with --limit {all}"),
+            _ => eprintln!("{more} more runs match; show them all with --limit {all}"),
+        }
+    }
     Ok(exit::SUCCESS)
 }
 

@@ -255,6 +255,11 @@ pub fn display_location(location: &Path) -> String {
 }
 
 /// Whether somebody holds the lock on the file at `path`; a missing file is not held.
+/// The runs a [`RunFilter`] keeps, over parameters 1 (status), 2 (pipeline) and 3 (since).
+const RUN_FILTER: &str = "(CAST(?1 AS TEXT) IS NULL OR status = ?1)
+    AND (CAST(?2 AS TEXT) IS NULL OR pipeline = ?2)
+    AND (CAST(?3 AS TEXT) IS NULL OR started_at >= ?3)";
+
 fn held(path: &Path) -> std::io::Result<bool> {
     match File::open(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -1020,22 +1025,29 @@ impl Ledger {
     pub fn find_runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRow>> {
         let since = filter.since.map(format_time);
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs
-             WHERE (CAST(?2 AS TEXT) IS NULL OR status = ?2)
-               AND (CAST(?3 AS TEXT) IS NULL OR pipeline = ?3)
-               AND (CAST(?4 AS TEXT) IS NULL OR started_at >= ?4)
-             ORDER BY id DESC LIMIT ?1"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE {RUN_FILTER} ORDER BY id DESC LIMIT ?4"
         ))?;
         let rows = stmt.query_map(
             params![
-                i64::try_from(limit).unwrap_or(i64::MAX),
                 filter.status.map(RunStatus::as_str),
                 filter.pipeline,
-                since
+                since,
+                i64::try_from(limit).unwrap_or(i64::MAX)
             ],
             run_row,
         )?;
         Ok(rows.collect::<db::Result<_>>()?)
+    }
+
+    /// How many runs `filter` matches in all.
+    pub fn count_runs(&self, filter: &RunFilter) -> Result<u64> {
+        let since = filter.since.map(format_time);
+        let count: i64 = self.conn.query_row(
+            &format!("SELECT count(*) FROM runs WHERE {RUN_FILTER}"),
+            params![filter.status.map(RunStatus::as_str), filter.pipeline, since],
+            |row| row.get(0),
+        )?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// A stored artifact's row, by its SHA-256 or a unique prefix of it.
