@@ -399,15 +399,15 @@ fn a_skill_gets_only_its_declared_secrets_and_their_values_are_never_recorded() 
     }
 }
 
-/// Ctrl-C during `kavi skill run` stops the skill (in its own process group, so the terminal's
-/// signal does not reach it) and records the execution as cancelled; kavi exits 130.
-#[test]
-fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
+/// A trusted skill `demo` that, given `{"wait": true}`, writes its pid into the workspace and
+/// sleeps, started by `kavi skill run`: the kavi process, the skill's pid as this machine sees
+/// it, and the workspace.
+fn start_waiting_skill() -> (std::process::Child, i32, tempfile::TempDir) {
     let skill = "import json\nimport os\nimport sys\nimport time\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data: Any) -> dict[str, Any]:\n    if data.get('wait'):\n        with open('skill.pid', 'w') as out:\n            out.write(str(os.getpid()) + '\\n')\n        time.sleep(60)\n    return {'echo': data}\n\nif __name__ == '__main__':\n    json.dump(run(json.load(sys.stdin)), sys.stdout)\n";
     let test = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run({}), {'echo': {}})\n";
     let dir = workspace_with(PROPOSAL, skill, test);
     let root = dir.path();
-    // This test is about Ctrl-C: its READ_ONLY skill may write its pid file into the workspace.
+    // Its READ_ONLY skill may write its pid file into the workspace.
     let policy = root.join("policies/confinement.toml");
     let text = std::fs::read_to_string(&policy).unwrap();
     let granted = text.replacen(
@@ -443,6 +443,56 @@ fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
+    (kavi_process, pid, dir)
+}
+
+/// A kavi killed while a skill runs leaves its private folders (the skill's snapshot, its
+/// temporary folder, the tripwires' decoys); the next kavi that opens the ledger removes every
+/// one its roster lists.
+#[test]
+fn a_killed_skill_runs_private_folders_are_removed_by_the_next_kavi() {
+    let (mut kavi_process, _, dir) = start_waiting_skill();
+    let root = dir.path();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(kavi_process.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    kavi_process.wait().unwrap();
+    let mut folders = Vec::new();
+    for entry in std::fs::read_dir(root.join(".kavi/ledger.locks")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "procs") {
+            let roster = std::fs::read_to_string(&path).unwrap();
+            for line in roster.lines() {
+                let line: Value = serde_json::from_str(line).unwrap();
+                if line["entry"] == "folder" {
+                    folders.push(std::path::PathBuf::from(line["path"].as_str().unwrap()));
+                }
+            }
+        }
+    }
+    let names: Vec<String> = folders
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for made in ["kavi-snapshot-", "kavi-tmp-skill-", "kavi-tripwires-"] {
+        assert!(
+            names.iter().any(|n| n.starts_with(made)),
+            "{made} not listed: {names:?}"
+        );
+    }
+    assert!(folders.iter().all(|f| f.is_dir()), "{folders:?}");
+    assert!(kavi(root, &["runs", "list"]).status.success());
+    let left: Vec<_> = folders.iter().filter(|f| f.exists()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Ctrl-C during `kavi skill run` stops the skill (in its own process group, so the terminal's
+/// signal does not reach it) and records the execution as cancelled; kavi exits 130.
+#[test]
+fn ctrl_c_stops_a_running_skill_and_records_it_as_cancelled() {
+    let (kavi_process, pid, _dir) = start_waiting_skill();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(kavi_process.id() as i32),
         nix::sys::signal::Signal::SIGINT,

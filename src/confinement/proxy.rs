@@ -321,6 +321,11 @@ pub struct Listening {
 }
 
 impl Listening {
+    /// The private folder the socket is in.
+    pub fn folder(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// Binds a socket for `hosts` in a new private folder.
     pub fn bind(hosts: Arc<HostAllowlist>) -> std::io::Result<Self> {
         let dir = tempfile::Builder::new().prefix("kavi-proxy-").tempdir()?;

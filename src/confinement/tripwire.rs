@@ -19,7 +19,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 /// view, and the inotify instance that watches them.
 pub struct Tripwires {
     /// Removed with the launch.
-    _folder: tempfile::TempDir,
+    folder: tempfile::TempDir,
     wires: Vec<(PathBuf, PathBuf)>,
     inotify: Inotify,
     watches: Vec<WatchDescriptor>,
@@ -28,6 +28,11 @@ pub struct Tripwires {
 }
 
 impl Tripwires {
+    /// The private folder the decoys are in.
+    pub fn folder(&self) -> &Path {
+        self.folder.path()
+    }
+
     /// Lays a decoy at each of `paths` that the view would not show otherwise: not inside any
     /// folder the view mounts (`mounted`), where the real file could be shown, nor where
     /// something is mounted on it. `None` when none is laid.
@@ -58,7 +63,7 @@ impl Tripwires {
             wires.push((decoy, path.clone()));
         }
         Ok(Some(Self {
-            _folder: folder,
+            folder,
             wires,
             inotify,
             watches,

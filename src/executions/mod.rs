@@ -207,7 +207,7 @@ impl Runner<'_> {
             None => self.working_tree(&trusted)?,
             Some(newer) => self.kept_tree(&trusted, newer)?,
         };
-        let snapshot = Snapshot::make(&tree, &trusted.trusted_hash)
+        let snapshot = Snapshot::make(&tree, &trusted.trusted_hash, |dir| self.owner.track(dir))
             .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
         let proposal = Proposal::from_artifact(self.artifacts, &trusted.spec_artifact)
             .map_err(Refusal::Unreadable)?;
@@ -394,6 +394,7 @@ impl Runner<'_> {
         let tmp = tempfile::Builder::new()
             .prefix("kavi-tmp-skill-")
             .tempdir()
+            .and_then(|tmp| self.owner.track(tmp.path()).map(|()| tmp))
             .map_err(|source| ExecutionError::Spawn {
                 skill: ready.name.clone(),
                 source,

@@ -938,6 +938,9 @@ impl Ledger {
             if let Some(spill) = leftovers.spill {
                 owner::remove_spill(&name, &spill);
             }
+            for folder in &leftovers.folders {
+                owner::remove_private_folder(folder);
+            }
             // The lock goes last: while it is there, another kavi sees this owner as dead too.
             for extension in [owner::ROSTER, owner::LOCKS[1], owner::LOCKS[0]] {
                 let _ = std::fs::remove_file(self.owner_file(&name, extension));

@@ -95,6 +95,19 @@ pub(super) fn remove_spill(name: &str, spill: &Path) {
     }
 }
 
+/// Removes a private folder a dead owner's roster lists. The path comes from a file, so it is
+/// trusted only when it is a real folder (not a link) named as kavi names its folders.
+pub(super) fn remove_private_folder(folder: &Path) {
+    let named_by_kavi = folder
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("kavi-"));
+    let real_folder = folder.symlink_metadata().is_ok_and(|m| m.is_dir());
+    if named_by_kavi && real_folder {
+        let _ = crate::sandbox::remove(folder);
+    }
+}
+
 /// A live kavi process that runs things. Dropping it removes its files.
 #[derive(Debug)]
 pub struct Owner {
@@ -147,6 +160,12 @@ impl Owner {
     /// later kavi, when it was killed); made only when first used.
     pub fn spill_dir(&self) -> &Path {
         self.roster.spill_dir()
+    }
+
+    /// Writes down a private folder made for what this owner runs, so that a later kavi removes
+    /// it if this one is killed before it does.
+    pub fn track(&self, folder: &Path) -> io::Result<()> {
+        self.roster.track(folder)
     }
 
     /// How this owner's children capture output: spilling into its folder, listed in its roster.

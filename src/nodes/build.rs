@@ -207,6 +207,7 @@ impl Build {
         }
         // A private temporary folder beside the sandbox, gone when the builder is.
         let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-")
+            .and_then(|tmp| ctx.env.owner.track(tmp.path()).map(|()| tmp))
             .map_err(|e| format!("failed to create the builder's temporary folder: {e}"))?;
         // Refused here, before a build is recorded, when the kernel cannot confine as required.
         let confinement = self.confinement.confine(

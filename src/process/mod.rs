@@ -737,6 +737,17 @@ pub async fn run(
         Some(confinement) => confinement.launch(&program, &spec.args, &spec.cwd)?,
         None => None,
     };
+    // The launch's private folders are written down as soon as they exist, so that a kavi
+    // killed from here on leaves nothing a later one does not remove.
+    if let (Some(roster), Some(launch)) = (&options.roster, &launch) {
+        let folders = launch.tripwires.as_ref().map(|t| t.folder());
+        for folder in folders
+            .into_iter()
+            .chain(launch.proxy.as_ref().map(|p| p.folder()))
+        {
+            roster.track(folder)?;
+        }
+    }
     // A process with the network gets a proxy for as long as it runs, and only the proxy
     // variables that name it.
     let proxy = match launch.as_mut().and_then(|launch| launch.proxy.take()) {

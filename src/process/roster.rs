@@ -44,6 +44,10 @@ enum Line {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         until: Option<u64>,
     },
+    /// A private folder this process made for what it runs (a confined process's TMPDIR, a
+    /// skill's snapshot, the decoys of its tripwires): removed with the process, and by the
+    /// recovery of a later kavi when the process was killed first.
+    Folder { path: PathBuf },
 }
 
 /// The ticks since boot (the unit of `/proc/<pid>/stat`'s start time) that a process can have
@@ -135,6 +139,17 @@ impl Roster {
     /// Where this process's spill files go.
     pub fn spill_dir(&self) -> &Path {
         &self.spill
+    }
+
+    /// Writes down a private folder this process made, before anything is put in it.
+    pub fn track(&self, folder: &Path) -> io::Result<()> {
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        write_line(
+            &mut file,
+            &Line::Folder {
+                path: folder.to_owned(),
+            },
+        )
     }
 
     /// Writes down the group `pid` leads, cloned after `window` was opened. Called right after
@@ -240,6 +255,8 @@ pub struct Leftovers {
     pub killed: usize,
     /// The dead process's spill folder, to remove.
     pub spill: Option<PathBuf>,
+    /// The private folders it made, to remove where they are still there.
+    pub folders: Vec<PathBuf>,
 }
 
 /// How many times the groups are swept: a process being killed may have forked just before.
@@ -263,6 +280,7 @@ pub fn stop_leftovers(path: &Path) -> io::Result<Leftovers> {
             Line::Group { pgid, start, until } => {
                 groups.push((pgid, StartWindow::recorded(start, until)));
             }
+            Line::Folder { path } => leftovers.folders.push(path),
         }
     }
     // After a reboot nothing the roster lists can still run.

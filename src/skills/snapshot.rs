@@ -24,10 +24,17 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Writes `tree`'s folder into a new private folder and checks that it hashes to `hash`.
-    pub fn make(tree: &SkillTree, hash: &str) -> Result<Self, String> {
+    /// `track` writes the new folder down before anything is put in it (see
+    /// [`crate::ledger::Owner::track`]).
+    pub fn make(
+        tree: &SkillTree,
+        hash: &str,
+        track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+    ) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("kavi-snapshot-")
             .tempdir()
+            .and_then(|dir| track(dir.path()).map(|()| dir))
             .map_err(|e| format!("cannot make the snapshot folder: {e}"))?;
         let root = dir.path().join(&tree.folder);
         std::fs::create_dir_all(&root)
@@ -158,7 +165,7 @@ mod tests {
     #[test]
     fn a_snapshot_holds_exactly_the_trusted_files_read_only_and_notices_a_change() {
         let tree = tree();
-        let snapshot = Snapshot::make(&tree, &tree.hash()).unwrap();
+        let snapshot = Snapshot::make(&tree, &tree.hash(), |_| Ok(())).unwrap();
         let folder = snapshot.path().join("skills/demo");
         let mut found: Vec<String> = walkdir::WalkDir::new(snapshot.path())
             .into_iter()
@@ -193,7 +200,7 @@ mod tests {
 
     #[test]
     fn a_tree_that_does_not_hash_to_the_trusted_hash_makes_no_snapshot() {
-        let error = Snapshot::make(&tree(), "sha256:other").unwrap_err();
+        let error = Snapshot::make(&tree(), "sha256:other", |_| Ok(())).unwrap_err();
         assert!(error.contains("not to the trusted sha256:other"), "{error}");
     }
 }

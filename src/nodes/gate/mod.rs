@@ -937,6 +937,7 @@ impl Gate {
         // temporary folder and one confinement; a set of invariants alone needs neither.
         let confined = if self.gates.iter().any(|g| g.check.starts_process()) {
             let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
+                .and_then(|tmp| ctx.env.owner.track(tmp.path()).map(|()| tmp))
                 .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
             let confinement = self.confinement.confine(
                 &ctx.env.templates,
