@@ -93,7 +93,8 @@ fn completions_and_the_man_page_cover_every_command_anywhere() {
 }
 
 /// In a folder where nothing has run, and with no policies, reading commands say so and leave
-/// nothing behind; the ones that need no policy work without one.
+/// nothing behind; the ones that need no policy work without one, and `kavi mcp`, which serves a
+/// workspace, refuses a folder that is none.
 #[test]
 fn reading_commands_never_make_a_ledger() {
     let dir = tempfile::tempdir().unwrap();
@@ -116,6 +117,7 @@ fn reading_commands_never_make_a_ledger() {
         (vec!["gc", "--dry-run"], 0, "nothing recorded"),
         (vec!["gc"], 0, "nothing recorded"),
         (vec!["doctor"], 0, "none yet at"),
+        (vec!["mcp"], 4, "is not a kavi workspace (no kavi.toml there or above)"),
     ] {
         let out = common::kavi(dir.path(), &args);
         let text = format!(
