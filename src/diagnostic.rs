@@ -136,6 +136,18 @@ pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, candidate)| candidate)
 }
 
+/// For serde's "unknown field `x`, expected one of `a`, `b`" (or "unknown variant ..."): `did you
+/// mean `a`?` when one of the expected names is close to the one written.
+pub fn suggest_expected(message: &str) -> Option<String> {
+    let rest = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("unknown variant `"))?;
+    let (word, expected) = rest.split_once('`')?;
+    let expected = expected.split_once("expected")?.1;
+    let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    closest(word, names).map(|close| format!("did you mean `{close}`?"))
+}
+
 /// `did you mean `x`?`, or what the choices are when none is close.
 pub fn suggest(word: &str, candidates: &[&str]) -> String {
     match closest(word, candidates.iter().copied()) {
@@ -170,6 +182,25 @@ impl fmt::Display for Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_field_or_variant_close_to_an_expected_one_is_suggested() {
+        for (message, help) in [
+            (
+                "unknown field `runn`, expected one of `run`, `shell`, `env`",
+                Some("did you mean `run`?"),
+            ),
+            (
+                "unknown variant `READ_ONY`, expected one of `READ_ONLY`, `FILE_WRITE`",
+                Some("did you mean `READ_ONLY`?"),
+            ),
+            ("unknown field `reed`, expected `read`", Some("did you mean `read`?")),
+            ("unknown field `zzzzzz`, expected one of `run`, `shell`", None),
+            ("invalid type: integer `5`, expected a string", None),
+        ] {
+            assert_eq!(suggest_expected(message).as_deref(), help, "{message}");
+        }
+    }
 
     /// The hash a file keeps is the one the ledger names texts by, the same on every ask: the
     /// journal's verification recomputes it from the stored text.

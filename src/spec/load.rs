@@ -259,9 +259,14 @@ pub(crate) fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagn
     {
         message = format!("duplicate key `{key}`: it is defined twice");
     }
-    match err.span() {
+    let help = crate::diagnostic::suggest_expected(&message);
+    let diagnostic = match err.span() {
         Some(span) => Diagnostic::new(message).at(file, span),
         None => Diagnostic::new(format!("{message} (in {})", file.path.display())),
+    };
+    match help {
+        Some(help) => diagnostic.with_help(help),
+        None => diagnostic,
     }
 }
 
@@ -885,9 +890,13 @@ fn load_node(
             .iter()
             .map(|k| format!("`{}`", k.name))
             .collect();
+        let help = match crate::diagnostic::closest(kind_name, nodes::KINDS.iter().map(|k| k.name)) {
+            Some(close) => format!("did you mean `{close}`? known kinds: {}", known.join(", ")),
+            None => format!("known kinds: {}", known.join(", ")),
+        };
         return Err(Diagnostic::new(format!("unknown node kind `{kind_name}`"))
             .at(file, common.kind.span())
-            .with_help(format!("known kinds: {}", known.join(", "))));
+            .with_help(help));
     };
 
     let mut config = NodeConfig {
@@ -907,10 +916,11 @@ fn load_node(
             .as_ref()
             .is_some_and(|(f, _)| Arc::ptr_eq(f, file));
         if in_this_file && d.message.starts_with("unknown field") {
-            d.help = Some(format!(
-                "every node also takes: {}",
-                COMMON_FIELDS.join(", ")
-            ));
+            let also = format!("every node also takes: {}", COMMON_FIELDS.join(", "));
+            d.help = Some(match d.help.take() {
+                Some(suggestion) => format!("{suggestion} {also}"),
+                None => also,
+            });
         }
         d
     })?;
