@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real work's large files in the node cache, measured as docs/benchmarks.md reports them.
+"""Real work's large files in the node cache, measured as benches/HISTORY.md reports them.
 
 Each measured command is one kavi process: its wall time, and its peak memory (the largest
 resident set of the commands it waited for, kavi itself here, from getrusage).
