@@ -194,8 +194,14 @@ mod tests {
                 "unknown variant `READ_ONY`, expected one of `READ_ONLY`, `FILE_WRITE`",
                 Some("did you mean `READ_ONLY`?"),
             ),
-            ("unknown field `reed`, expected `read`", Some("did you mean `read`?")),
-            ("unknown field `zzzzzz`, expected one of `run`, `shell`", None),
+            (
+                "unknown field `reed`, expected `read`",
+                Some("did you mean `read`?"),
+            ),
+            (
+                "unknown field `zzzzzz`, expected one of `run`, `shell`",
+                None,
+            ),
             ("invalid type: integer `5`, expected a string", None),
         ] {
             assert_eq!(suggest_expected(message).as_deref(), help, "{message}");

@@ -117,7 +117,11 @@ fn reading_commands_never_make_a_ledger() {
         (vec!["gc", "--dry-run"], 0, "nothing recorded"),
         (vec!["gc"], 0, "nothing recorded"),
         (vec!["doctor"], 0, "none yet at"),
-        (vec!["mcp"], 4, "is not a kavi workspace (no kavi.toml there or above)"),
+        (
+            vec!["mcp"],
+            4,
+            "is not a kavi workspace (no kavi.toml there or above)",
+        ),
     ] {
         let out = common::kavi(dir.path(), &args);
         let text = format!(

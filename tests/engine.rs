@@ -1056,6 +1056,27 @@ run = ["python3", "-c", "import sys; sys.stdout.write('a' * 65535 + 'é')"]
     assert_eq!(cut["stdout"].as_str().unwrap().len(), 65535);
 }
 
+/// Starts `count` kavi processes with `args` at once, and requires every one to succeed.
+fn run_at_once(dir: &Path, count: usize, args: &[&str]) {
+    let children: Vec<_> = (0..count)
+        .map(|_| {
+            kavi_command(dir, args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// Many kavi processes starting at once on one ledger: each one's recovery looks for owners
 /// that died while the others are claiming theirs. None is refused, and no live run is taken
 /// for a dead one's and marked interrupted.
@@ -1073,23 +1094,7 @@ fn many_runs_starting_at_once_are_neither_refused_nor_taken_for_dead() {
             .status
             .success()
     );
-    let children: Vec<_> = (0..64)
-        .map(|_| {
-            kavi_command(dir.path(), &["pipeline", "run", "short", "--no-cache"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    run_at_once(dir.path(), 64, &["pipeline", "run", "short", "--no-cache"]);
     let runs = json(&kavi(
         dir.path(),
         &["runs", "list", "--json", "--limit", "100"],
@@ -1114,23 +1119,7 @@ fn concurrent_runs_share_one_ledger() {
         ));
     }
     write(dir.path(), "pipelines/busy.toml", &spec);
-    let children: Vec<_> = (0..4)
-        .map(|_| {
-            kavi_command(dir.path(), &["pipeline", "run", "busy", "--jobs", "4"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    run_at_once(dir.path(), 4, &["pipeline", "run", "busy", "--jobs", "4"]);
     let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
     let runs = runs.as_array().unwrap();
     assert_eq!(runs.len(), 4);

@@ -890,7 +890,8 @@ fn load_node(
             .iter()
             .map(|k| format!("`{}`", k.name))
             .collect();
-        let help = match crate::diagnostic::closest(kind_name, nodes::KINDS.iter().map(|k| k.name)) {
+        let help = match crate::diagnostic::closest(kind_name, nodes::KINDS.iter().map(|k| k.name))
+        {
             Some(close) => format!("did you mean `{close}`? known kinds: {}", known.join(", ")),
             None => format!("known kinds: {}", known.join(", ")),
         };
