@@ -348,6 +348,20 @@ run = ["echo", "{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}"]
 "#
         )
     };
+    // A template that reads a step the chain does not have is refused before anything runs.
+    write(
+        root,
+        "pipelines/typo.toml",
+        &pipeline("").replace("steps.summarize", "steps.sumarize"),
+    );
+    let typo = kavi(root, &["pipeline", "check", "typo"]);
+    assert_eq!(typo.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        stderr.contains("`summary` has no `sumarize` in its `steps` (it has: search, summarize)")
+            && stderr.contains("did you mean `summarize`?"),
+        "{stderr}"
+    );
     write(root, "pipelines/notes.toml", &pipeline(""));
     assert_eq!(
         kavi(root, &["pipeline", "run", "notes"]).status.code(),

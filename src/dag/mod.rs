@@ -249,10 +249,22 @@ fn unknown_node_field<'p>(
     }
     let output = rest.next().filter(|_| field == "outputs")?;
     let keys = target.action.output_keys()?;
-    (!keys.contains(&output)).then(|| {
-        (
+    if !keys.contains(&output) {
+        return Some((
             format!("`{}` nodes have no output `{output}`", target.kind),
             suggest(output, keys),
+        ));
+    }
+    let name = rest.next()?;
+    let names = target.action.output_names(output)?;
+    (!names.contains(&name)).then(|| {
+        (
+            format!(
+                "`{}` has no `{name}` in its `{output}` (it has: {})",
+                target.id,
+                names.join(", ")
+            ),
+            suggest(name, &names),
         )
     })
 }

@@ -172,6 +172,10 @@ impl ChainNode {
 
 #[async_trait::async_trait]
 impl NodeAction for ChainNode {
+    fn output_names(&self, key: &str) -> Option<Vec<&str>> {
+        (key == "steps").then(|| self.chain.steps.iter().map(|s| s.id.as_str()).collect())
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["chain", "steps"])
     }

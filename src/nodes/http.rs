@@ -206,6 +206,10 @@ impl NodeAction for Http {
         false
     }
 
+    fn output_names(&self, key: &str) -> Option<Vec<&str>> {
+        (key == "extract").then(|| self.extract.iter().map(|(name, _)| name.as_str()).collect())
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["status", "body", "extract"])
     }

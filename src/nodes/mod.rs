@@ -102,6 +102,13 @@ pub trait NodeAction: Send + Sync + Debug {
         None
     }
 
+    /// The names the output `key` holds, where they are known before it runs (a chain's
+    /// `steps`, a child pipeline's `nodes`, an http node's `extract`), so `check` can refuse a
+    /// template that reads one it never has.
+    fn output_names(&self, _key: &str) -> Option<Vec<&str>> {
+        None
+    }
+
     /// Whether the process it starts gets all of kavi's environment (not just the base
     /// variables), which then is part of its key when it is cached.
     fn inherits_environment(&self) -> bool {

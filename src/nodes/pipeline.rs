@@ -196,6 +196,10 @@ impl SubPipeline {
 
 #[async_trait::async_trait]
 impl NodeAction for SubPipeline {
+    fn output_names(&self, key: &str) -> Option<Vec<&str>> {
+        (key == "nodes").then(|| self.pipeline.nodes.iter().map(|n| n.id.as_str()).collect())
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["run_id", "status", "nodes", "failure_kind"])
     }
