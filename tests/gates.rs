@@ -813,6 +813,30 @@ fn tests_that_end_early_or_hide_failures_fail_the_test_gate_with_a_named_reason(
     }
 }
 
+/// The files kavi reads back from the test gate's folder (the report, the name of the test
+/// running) are the tests' to replace: one replaced by a link to a file of the host's is not
+/// read through it, so what the link points at never reaches the record (or the next build's
+/// packet, which shows the builder the gate's detail).
+#[test]
+fn a_link_planted_for_a_file_kavi_reads_back_is_never_followed() {
+    let outside = tempfile::tempdir().unwrap();
+    let canary = outside.path().join("canary.txt");
+    std::fs::write(&canary, "HOST-CANARY-4e1f\n").unwrap();
+    let test = failing_test().replace(
+        "    def test_echo",
+        &format!(
+            "    def test_a(self) -> None:\n        import os\n\n        witness = os.environ[\"PYTHONPATH\"].split(os.pathsep)[0]\n        for name in (\"running\", \"report.xml\"):\n            path = os.path.join(os.path.dirname(witness), name)\n            if os.path.lexists(path):\n                os.remove(path)\n            os.symlink({:?}, path)\n        os._exit(1)\n\n    def test_echo",
+            canary.display().to_string()
+        ),
+    );
+    let dir = workspace(SKILL, &test);
+    let (status, detail) = gate_of(dir.path(), "tests");
+    assert_eq!(status, "failed");
+    assert!(detail.starts_with("no_report: "), "{detail}");
+    assert!(!detail.contains("HOST-CANARY"), "{detail}");
+    common::assert_nowhere_under(&dir.path().join(".kavi"), "HOST-CANARY-4e1f");
+}
+
 /// Issue 52: no tool configuration beside the skill, at the workspace's root or above it, and
 /// no variable of the caller's, changes what a gate checks; a conftest.py is never loaded.
 #[test]

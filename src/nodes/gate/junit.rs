@@ -41,6 +41,15 @@ pub struct Prepared {
     _folder: tempfile::TempDir,
 }
 
+/// The bytes of a file the tests' process could have replaced: only a regular file is read, never
+/// what a link put in its place leads to (a file of the host's, or kavi's own environment), and
+/// never a FIFO that would keep kavi waiting.
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut crate::ledger::open_regular(path)?, &mut bytes)?;
+    Ok(bytes)
+}
+
 /// Makes the report folder inside `tmp` (the gate's write scope), with the witness and its
 /// nonce.
 pub fn prepare(tmp: &Path) -> Result<Prepared, String> {
@@ -75,9 +84,12 @@ pub fn prepare(tmp: &Path) -> Result<Prepared, String> {
 impl Prepared {
     /// The test the witness saw start last, if any: the one that hung when the gate timed out.
     pub fn running(&self) -> Option<String> {
-        let path = self._folder.path().join("running");
-        let text = std::fs::read_to_string(path).ok()?;
-        let text: String = text.trim().chars().take(300).collect();
+        let bytes = read_regular(&self._folder.path().join("running")).ok()?;
+        let text: String = String::from_utf8_lossy(&bytes)
+            .trim()
+            .chars()
+            .take(300)
+            .collect();
         (!text.is_empty()).then_some(text)
     }
 }
@@ -152,7 +164,7 @@ pub fn judge(
     exit: Option<i32>,
     declared: &BTreeSet<String>,
 ) -> Result<Counts, Refusal> {
-    let text = match std::fs::read(&prepared.report) {
+    let text = match read_regular(&prepared.report) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(refuse(

@@ -745,8 +745,9 @@ impl CompiledGate {
                     };
                     let mut declared = std::collections::BTreeSet::new();
                     for file in &files {
-                        if let Ok(text) = std::fs::read_to_string(cwd.join(file)) {
-                            declared.extend(junit::declared_tests(&text));
+                        if let Ok(bytes) = junit::read_regular(&cwd.join(file)) {
+                            declared
+                                .extend(junit::declared_tests(&String::from_utf8_lossy(&bytes)));
                         }
                     }
                     return Ok(match junit::judge(prepared, spec, exit, &declared) {

@@ -131,7 +131,7 @@ pub fn find(cwd: &Path, files: &[String], kinds: &[Kind]) -> Result<Vec<Found>, 
     let mut found = Vec::new();
     for file in files {
         let path = cwd.join(file);
-        match std::fs::read(&path) {
+        match super::junit::read_regular(&path) {
             Ok(bytes) => found.extend(find_in(file, &String::from_utf8_lossy(&bytes), kinds)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("could not read {file} for suppressions: {e}")),
