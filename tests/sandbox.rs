@@ -814,7 +814,7 @@ fn drill_a_link_on_an_allowlisted_path_stops_the_build_before_the_builder_runs()
 
 /// A failed attempt's sandbox is kept for a person to look at, inert: no `.git` is left in it
 /// (the builder's `core.fsmonitor` ran as the person when they ran `git status` there), nested
-/// ones included.
+/// ones included, and no folder git would take for a bare repository by its contents.
 #[test]
 fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
     let drill = Drill::new();
@@ -823,7 +823,9 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
     let attempt = drill.attempt(&format!(
         r#"printf '[core]\n\tfsmonitor = "touch {m}; false"\n' >> .git/config &&
            mkdir -p notes && cp -r .git notes/.git && printf 'gitdir: {m}.git\n' > skills/.git &&
-           mkdir -p .hg && printf '[hooks]\npre-status = touch {m}\n' > .hg/hgrc"#
+           mkdir -p .hg && printf '[hooks]\npre-status = touch {m}\n' > .hg/hgrc &&
+           mkdir -p bare/objects bare/refs/heads && printf 'ref: refs/heads/main\n' > bare/HEAD &&
+           printf '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch {m}; false"\n' > bare/config"#
     ));
     attempt.failed("diff");
     let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
@@ -842,7 +844,10 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
         .map(|e| e.path().display().to_string())
         .collect();
     assert!(left.is_empty(), "left in the kept sandbox: {left:?}");
-    for dir in [sandbox.to_owned(), sandbox.join("notes")] {
+    // A repository git finds by what a folder holds, whatever its name, is not one any more.
+    assert!(sandbox.join("bare/objects").is_dir());
+    assert!(!sandbox.join("bare/HEAD").exists() && !sandbox.join("bare/config").exists());
+    for dir in [sandbox.to_owned(), sandbox.join("notes"), sandbox.join("bare")] {
         // As a person would: their own git, in the folder, with the sandbox's files.
         let _ = std::process::Command::new("git")
             .arg("status")

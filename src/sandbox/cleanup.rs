@@ -90,12 +90,33 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
 /// (`[hooks] pre-status`, `[extensions]`), and the others of their kind.
 const VCS_STATE: &[&str] = &[".git", ".hg", ".jj", ".svn", ".bzr"];
 
+/// Whether git would take `dir` for a repository by what it holds, whatever its name (a bare
+/// one, or one whose `config` names a work tree): a `HEAD` file beside `objects` and `refs`
+/// folders.
+fn holds_a_repository(dir: &Path) -> bool {
+    let is = |name: &str, dir_wanted: bool| {
+        dir.join(name)
+            .symlink_metadata()
+            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
+    };
+    is("HEAD", false) && is("objects", true) && is("refs", true)
+}
+
 /// Removes every version-control folder or file ([`VCS_STATE`]) under `dir`, without following
-/// links.
+/// links, and the `HEAD` and `config` of every folder git would take for a repository by its
+/// contents (`git status` there would run that `config`'s `core.fsmonitor`).
 pub fn neutralise(dir: &Path) -> io::Result<()> {
     let mut walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
     while let Some(entry) = walk.next() {
         let entry = entry.map_err(io::Error::other)?;
+        if entry.file_type().is_dir() && holds_a_repository(entry.path()) {
+            for name in ["HEAD", "config"] {
+                match std::fs::remove_file(entry.path().join(name)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
         let vcs = VCS_STATE.iter().any(|name| entry.file_name() == *name);
         if entry.depth() == 0 || !vcs {
             continue;
