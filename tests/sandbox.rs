@@ -847,7 +847,11 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
     // A repository git finds by what a folder holds, whatever its name, is not one any more.
     assert!(sandbox.join("bare/objects").is_dir());
     assert!(!sandbox.join("bare/HEAD").exists() && !sandbox.join("bare/config").exists());
-    for dir in [sandbox.to_owned(), sandbox.join("notes"), sandbox.join("bare")] {
+    for dir in [
+        sandbox.to_owned(),
+        sandbox.join("notes"),
+        sandbox.join("bare"),
+    ] {
         // As a person would: their own git, in the folder, with the sandbox's files.
         let _ = std::process::Command::new("git")
             .arg("status")

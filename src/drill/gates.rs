@@ -161,6 +161,76 @@ const CASES: &[Case] = &[
         extra: &[],
     },
     Case {
+        name: "type_checking_else",
+        what: "a type error in the `else` of `if TYPE_CHECKING:`, a branch mypy never checks",
+        targets: &["policy"],
+        skill: Some(
+            "from typing import TYPE_CHECKING\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n\n\nif TYPE_CHECKING:\n\n    def count(text: str) -> int:\n        return len(text)\n\nelse:\n\n    def count(text: str) -> int:\n        return text.strip() + 1\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "pytest_plugins_self",
+        what: "`pytest_plugins` naming the test module itself, whose hook reports every test passed",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "from collections.abc import Generator\nimport unittest\n\nimport pytest\n\nfrom skill import run\n\npytest_plugins = [\"test_skill\"]\n\n\n@pytest.hookimpl(wrapper=True)\ndef pytest_runtest_makereport(\n    item: pytest.Item, call: pytest.CallInfo[None]\n) -> Generator[None, pytest.TestReport, pytest.TestReport]:\n    report = yield\n    report.outcome = \"passed\"\n    return report\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "testcase_run_overridden",
+        what: "a test case whose `run` does nothing",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def run(self, result: unittest.TestResult | None = None) -> unittest.TestResult | None:\n        return result\n\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "testcase_assertion_overridden",
+        what: "a test case whose `assertEqual` asserts nothing",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import unittest\nfrom typing import Any\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def assertEqual(self, first: Any, second: Any, msg: Any = None) -> None:\n        return None\n\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "match_class_attribute",
+        what: "`os.system` reached by a `match` class pattern: `case object(system=launch)`",
+        targets: &["policy"],
+        skill: Some(
+            "import os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    match os:\n        case object(system=launch):\n            return {\"echo\": launch(\"true\")}\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "module_through_another",
+        what: "`os` reached as an attribute of `glob`: `from glob import os`",
+        targets: &["policy"],
+        skill: Some(
+            "from glob import os as _o\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return {\"echo\": _o.system(\"true\")}\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "private_stdlib_helper",
+        what: "a private helper of the standard library that runs a command (`uuid._get_command_stdout`)",
+        targets: &["policy"],
+        skill: Some(
+            "import uuid\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return {\"echo\": str(uuid._get_command_stdout(\"true\"))}\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
         name: "os_exit_in_test",
         what: "`os._exit(0)` in a test, before the failing one runs",
         targets: &["tests"],

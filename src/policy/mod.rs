@@ -27,6 +27,14 @@ pub struct Policy<T> {
     pub source: Arc<SourceFile>,
 }
 
+/// The lines of Python source as Python, ruff and mypy read them: `\r\n`, a lone `\r` and `\n`
+/// each end one. Split at `\n` alone, a comment after a bare carriage return (`# ruff: noqa`,
+/// say) would hide in the line before it.
+pub fn python_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split('\n')
+        .flat_map(|line| line.strip_suffix('\r').unwrap_or(line).split('\r'))
+}
+
 /// Reads a policy file, named relative to the workspace root.
 pub fn read(root: &Path, relative: &str) -> Result<Arc<SourceFile>, String> {
     let text = std::fs::read_to_string(root.join(relative))

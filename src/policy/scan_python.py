@@ -22,8 +22,60 @@ import builtins
 import fnmatch
 import json
 import sys
+import unittest
 
 BUILTINS = frozenset(dir(builtins))
+
+# What a test case may define of `TestCase`'s own: its fixtures. Any other name `TestCase` has
+# (`run`, `__call__`, `assertEqual`, `fail`, `_callTestMethod`, ...) decides what is reported.
+FIXTURES = frozenset(
+    ("setUp", "tearDown", "setUpClass", "tearDownClass", "asyncSetUp", "asyncTearDown",
+     "__init__")
+)
+TESTCASE = frozenset(dir(unittest.IsolatedAsyncioTestCase)) - FIXTURES
+
+
+def unchecked_branches(tree, scope, add, rule, message):
+    """Code that runs where the type checker, told `TYPE_CHECKING` is true, never looks."""
+
+    def type_checking(expression):
+        return any(
+            "typing.TYPE_CHECKING" in scope.quals(part)
+            for part in ast.walk(expression)
+            if isinstance(part, (ast.Name, ast.Attribute))
+        )
+
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.If, ast.IfExp)) or not type_checking(node.test):
+            continue
+        negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+        skipped = node.body if negated else node.orelse
+        if skipped:
+            first = skipped[0] if isinstance(skipped, list) else skipped
+            add(first, rule, "%s: a branch mypy skips, under `if %sTYPE_CHECKING`" % (message, "not " if negated else ""))
+
+
+def test_hooks(tree, add, rule, message):
+    """The ways a test file changes what its run reports without touching the framework."""
+    cases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = [ast.unparse(base) for base in node.bases]
+            if any(b.split(".")[-1].endswith("TestCase") or b in cases for b in bases):
+                cases.add(node.name)
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in TESTCASE:
+                        add(item, rule, "%s: overrides `TestCase.%s`" % (message, item.name))
+    for node in tree.body:
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in targets):
+            add(node, rule, "%s: names pytest plugins (`pytest_plugins`)" % message)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("pytest_"):
+            add(node, rule, "%s: defines the pytest hook `%s`" % (message, node.name))
 
 # Namespaces whose items are names: a key that cannot be read is a name that cannot be checked.
 NAMESPACES = ("sys.modules", "builtins", "<globals>", "<locals>")
@@ -318,14 +370,40 @@ def imported_names(node):
     return names
 
 
+STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def reexports(name):
+    """`name`, and what it also is where a standard module reaches another through an attribute
+    (`glob.os.system` is `os.system`: a module's imports are its attributes too)."""
+    parts = name.split(".")
+    yield name
+    if parts[0] in STDLIB:
+        for i in range(1, len(parts)):
+            if parts[i] in STDLIB:
+                yield ".".join(parts[i:])
+
+
 def matches(capability, name):
-    for module in capability.get("modules", ()):
-        if name == module or name.startswith(module + "."):
-            return "`%s`" % name
-    for pattern in capability.get("calls", ()):
-        if fnmatch.fnmatchcase(name, pattern):
-            return "`%s`" % name
+    for candidate in reexports(name):
+        for module in capability.get("modules", ()):
+            if candidate == module or candidate.startswith(module + "."):
+                return "`%s`" % name
+        for pattern in capability.get("calls", ()):
+            if fnmatch.fnmatchcase(candidate, pattern):
+                return "`%s`" % name
     return None
+
+
+def private_helper(name):
+    """A private name of a standard module (`uuid._get_command_stdout`): what it does is not
+    listed anywhere, so it cannot be checked."""
+    parts = name.split(".")
+    return (
+        len(parts) > 1
+        and parts[0] in STDLIB
+        and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+    )
 
 
 def mode_of(call, position):
@@ -377,7 +455,14 @@ def analyse(source, capabilities, forbidden, test_modules):
         return findings
 
     caps = [(name, capabilities[name]) for name in forbidden if name in capabilities]
+    if source["test"]:
+        for rule, capability in caps:
+            if capability.get("test_hooks"):
+                test_hooks(tree, add, rule, capability["message"])
     scope = File(tree)
+    for rule, capability in caps:
+        if capability.get("unchecked_branches"):
+            unchecked_branches(tree, scope, add, rule, capability["message"])
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             if isinstance(node, ast.ImportFrom) and node.level:
@@ -392,8 +477,27 @@ def analyse(source, capabilities, forbidden, test_modules):
                     if what:
                         add(node, rule, "%s: imports %s" % (capability["message"], what))
             continue
+        if isinstance(node, ast.Match):
+            # `case object(system=f)` reads the subject's attribute `system`.
+            subjects = scope.quals(node.subject)
+            for case in node.cases:
+                for pattern in ast.walk(case.pattern):
+                    if isinstance(pattern, ast.MatchClass):
+                        for attribute in pattern.kwd_attrs:
+                            for subject in sorted(subjects):
+                                for rule, capability in caps:
+                                    what = matches(capability, subject + "." + attribute)
+                                    if what:
+                                        add(pattern, rule, "%s: %s" % (capability["message"], what))
+            continue
         if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
             names = scope.quals(node)
+            if isinstance(node, ast.Attribute):
+                for rule, capability in caps:
+                    if capability.get("private_helpers"):
+                        private = sorted(n for n in names if private_helper(n))
+                        if private:
+                            add(node, rule, "%s: reaches `%s`, a private helper of the standard library" % (capability["message"], private[0]))
             for rule, capability in caps:
                 for name in sorted(names):
                     what = matches(capability, name)

@@ -81,6 +81,20 @@ struct RawCapability {
     /// A name computed at run time, which cannot be followed, is a finding of this capability.
     #[serde(default)]
     dynamic: bool,
+    /// In a test file, what changes what the test run reports without touching the framework
+    /// itself is a finding of this capability: a method a `unittest.TestCase` subclass takes
+    /// over from `TestCase` (its `run`, an assertion), a module-level `pytest_plugins`, and a
+    /// function named as a pytest hook.
+    #[serde(default)]
+    test_hooks: bool,
+    /// Code in a branch the type checker never looks at (the `else` of `if TYPE_CHECKING:`,
+    /// the body of `if not TYPE_CHECKING:`) is a finding of this capability.
+    #[serde(default)]
+    unchecked_branches: bool,
+    /// Reaching a private name of a standard module (`uuid._get_command_stdout`), whose effects
+    /// no list names, is a finding of this capability.
+    #[serde(default)]
+    private_helpers: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -269,7 +283,7 @@ impl Scanner {
     /// Applies the text rules to one file's text; `name` is how findings name the file.
     pub fn scan_text(&self, name: &str, text: &str) -> Vec<Finding> {
         let mut findings = Vec::new();
-        for (index, line) in text.lines().enumerate() {
+        for (index, line) in super::python_lines(text).enumerate() {
             let trimmed = line.trim_start();
             if self
                 .comment_prefixes
@@ -537,6 +551,11 @@ mod tests {
             shipped()
                 .scan_text("s.py", "def run(x):\n    return {'ok': x}\n")
                 .is_empty()
+        );
+        // A bare carriage return ends a comment for Python: what follows it is code.
+        assert_eq!(
+            rules(&shipped().scan_text("s.py", "x = 1\n    #\r    print(os.environ)\n")),
+            [(3, "secret-leak")]
         );
     }
 

@@ -110,7 +110,7 @@ impl std::fmt::Display for Found {
 /// Every suppression of `kinds` in `text`, the file `file`.
 pub fn find_in(file: &str, text: &str, kinds: &[Kind]) -> Vec<Found> {
     let mut found = Vec::new();
-    for (index, line) in text.lines().enumerate() {
+    for (index, line) in crate::policy::python_lines(text).enumerate() {
         for &kind in kinds {
             if kind.matches(line) {
                 found.push(Found {
@@ -174,6 +174,19 @@ mod tests {
         assert!(kinds("x = f()  # type: ignore[misc]\n").is_empty());
         assert!(kinds("# the type: of this\n# mypy is strict\n# ruff rules\n").is_empty());
         assert!(kinds("no_type_checker = 1\n# no_type_check is banned\n").is_empty());
+    }
+
+    /// Python (and ruff and mypy) end a line at a bare carriage return too: a suppression after
+    /// one is a line of its own, numbered as they number it.
+    #[test]
+    fn a_suppression_after_a_bare_carriage_return_is_found() {
+        let found = find_in(
+            "skill.py",
+            "#x\r# type: ignore\r# ruff: noqa: F401\nimport os\r\n",
+            KINDS,
+        );
+        let seen: Vec<_> = found.iter().map(|f| (f.line, f.kind.name())).collect();
+        assert_eq!(seen, [(2, "module_type_ignore"), (3, "file_noqa")]);
     }
 
     #[test]
