@@ -221,26 +221,28 @@ fn rewrite_chain(ledger: &rusqlite::Connection) {
     }
 }
 
-/// An edit with the chain recomputed after it passes the journal's own checks; a checkpoint
-/// signed before it does not, even when the writer deletes the ledger's copy of it, since the
-/// log beside the key (outside the workspace) still has it.
+/// An edit with the chain recomputed after it passes the public chain's checks, but not the
+/// MACs; nor a checkpoint signed before it, even when the writer deletes the ledger's copy of
+/// it, since the log beside the key (outside the workspace) still has it.
 fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
+    // A keys folder of its own, shared with the forge's runs' MAC key: the runs' entries stay
+    // keyed under it.
     let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("signing.key");
+    common::copy_dir(&common::config_home().join("kavi"), keys.path());
     let with_key = |dir: &Path, args: &[&str]| {
         common::kavi_command(dir, args)
-            .env("KAVI_SIGNING_KEY", &key)
+            .env("KAVI_KEYS", keys.path())
             .output()
             .unwrap()
     };
     let copy = tempfile::tempdir().unwrap();
     common::copy_dir(root, copy.path());
-    // A key inside the workspace is refused: whoever edits the workspace could read it.
+    // Keys inside the workspace are refused: whoever edits the workspace could read them.
     let inside = common::kavi_command(copy.path(), &["ledger", "keygen"])
-        .env("KAVI_SIGNING_KEY", copy.path().join("signing.key"))
+        .env("KAVI_KEYS", copy.path().join("keys"))
         .output()
         .unwrap();
-    assert_eq!(inside.status.code(), Some(2));
+    assert_eq!(inside.status.code(), Some(4));
     assert!(
         with_key(copy.path(), &["ledger", "keygen"])
             .status
@@ -256,12 +258,12 @@ fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
     let stdout = String::from_utf8_lossy(&clean.stdout);
     assert!(clean.status.success(), "{stdout}");
     assert!(
-        stdout.contains("1 checkpoints, signed by the configured key"),
+        stdout.contains("1 checkpoints, signed by the pinned key"),
         "{stdout}"
     );
 
-    // The second attack is on the ledger the log names, in place (the log knows a ledger by its
-    // path); the first on a copy of it.
+    // The second attack is on the ledger checkpointed, in place; the first on a copy of it
+    // elsewhere, which the log (kept by the ledger's identity, not its path) still covers.
     let first = tempfile::tempdir().unwrap();
     common::copy_dir(copy.path(), first.path());
     for (attacked, delete_the_checkpoint) in [(first.path(), false), (copy.path(), true)] {
@@ -316,7 +318,8 @@ fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
             stdout.contains("no longer has the hash it signed (the chain was rewritten)"),
             "{stdout}"
         );
-        // Only the checkpoint caught it: the rows and the chain agree.
+        // The MACs caught it too, though the rows and the public chain agree.
+        assert!(stdout.contains("its MAC does not hold"), "{stdout}");
         assert!(!stdout.contains("table node_runs"), "{stdout}");
     }
 }
