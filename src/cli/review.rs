@@ -308,11 +308,13 @@ fn undo_files(
     ))
 }
 
+/// A file as it was: its bytes and mode, or `None` when there was none.
+type Was = Option<(Vec<u8>, u32)>;
+
 /// What was in the workspace where a rejection writes, to put back when it cannot complete.
 #[derive(Default)]
 struct Undo {
-    /// Each file as it was (its bytes and mode), or that there was none.
-    files: Vec<(std::path::PathBuf, Option<(Vec<u8>, u32)>)>,
+    files: Vec<(std::path::PathBuf, Was)>,
     /// Folders whose every file was kept: a file found in one afterwards was not there.
     folders: Vec<std::path::PathBuf>,
 }

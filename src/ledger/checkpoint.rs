@@ -243,7 +243,7 @@ pub fn last_seen_at(location: &str) -> Option<String> {
         .filter_map(|line| line.split_once('\t'))
         .filter(|(_, at)| *at == location)
         .map(|(id, _)| id.to_owned())
-        .last()
+        .next_back()
 }
 
 /// What a log says: the keys it pinned, in order (the last is the current one), its
