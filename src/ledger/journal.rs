@@ -675,8 +675,11 @@ pub fn verify(
 }
 
 /// MACs the entries that have none (a ledger journaled before kavi keyed it), in one
-/// transaction; returns how many. The caller checks first that nothing else is wrong: what is
-/// sealed is taken as it stands.
+/// transaction; returns how many. The caller checks first that nothing else is wrong. Only
+/// entries before the first keyed one are sealed: that entry's MAC covers their hashes through
+/// the chain, and every kavi that upgrades a ledger writes one (its identity) as it opens it. An
+/// unkeyed entry after a keyed one, or none keyed at all, is what a writer without the key
+/// leaves (one who stripped every MAC to pass for an old ledger), and is refused.
 pub(super) fn seal(conn: &mut Db) -> Result<usize> {
     let key = super::keys::mac_key().map_err(LedgerError::Keys)?;
     let tx = conn.transaction()?;
@@ -684,6 +687,21 @@ pub(super) fn seal(conn: &mut Db) -> Result<usize> {
         .prepare("SELECT seq, hash FROM journal WHERE mac IS NULL ORDER BY seq")?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<super::db::Result<_>>()?;
+    let first_keyed: Option<i64> = tx.query_row(
+        "SELECT MIN(seq) FROM journal WHERE mac IS NOT NULL",
+        [],
+        |row| row.get(0),
+    )?;
+    let after = unkeyed
+        .last()
+        .filter(|(seq, _)| first_keyed.is_none_or(|keyed| *seq > keyed));
+    if let Some((seq, _)) = after {
+        return Err(LedgerError::Keys(format!(
+            "journal entry {seq} has no MAC, and no keyed entry after it vouches for it: it was \
+             written by a process without kavi's key, not before kavi keyed the journal; it is \
+             not sealed"
+        )));
+    }
     for (seq, hash) in &unkeyed {
         tx.execute(
             "UPDATE journal SET mac = ?1 WHERE seq = ?2",
@@ -920,10 +938,40 @@ mod tests {
         let before = entries(&ledger);
         run(&mut ledger);
         assert!(entries(&ledger) > before);
-        // The older appender wrote no MACs: said so, until they are sealed.
+        // The older appender wrote no MACs, after keyed entries: said so, and not sealed, since
+        // that is what a writer without the key leaves.
         let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert_eq!(findings.unkeyed, 2, "{:?}", findings.problems);
-        assert_eq!(ledger.seal().unwrap(), 2);
+        let refused = ledger.seal().unwrap_err().to_string();
+        assert!(
+            refused.contains("no keyed entry after it vouches"),
+            "{refused}"
+        );
+    }
+
+    /// A ledger journaled before kavi keyed it: its entries are a prefix without MACs, which
+    /// what this kavi writes follows; `seal` MACs them, and it verifies.
+    #[test]
+    fn entries_from_before_the_keyed_journal_are_sealed() {
+        let (dir, mut ledger, owner) = crate::ledger::tests::fresh_ledger();
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let run = |ledger: &mut Ledger| {
+            let new = crate::ledger::tests::new_run(&serde_json::json!({}), &["a"], &owner);
+            ledger.create_run(&new).unwrap();
+        };
+        run(&mut ledger);
+        // As an older kavi left it: no MACs.
+        ledger
+            .conn
+            .execute_batch("UPDATE journal SET mac = NULL")
+            .unwrap();
+        let refused = ledger.seal().unwrap_err().to_string();
+        assert!(refused.contains("no keyed entry after it"), "{refused}");
+        run(&mut ledger);
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
+        assert!(findings.unkeyed > 0);
+        assert_eq!(findings.problems.len(), 1, "{:?}", findings.problems);
+        assert_eq!(ledger.seal().unwrap(), findings.unkeyed);
         let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
