@@ -37,9 +37,6 @@ pub struct Config {
     pub executions_log: PathBuf,
     /// How long one run of a skill may take, such as `60s`.
     pub skill_timeout: String,
-    /// The ed25519 key that signs ledger checkpoints, kept outside the workspace. Empty:
-    /// `$XDG_CONFIG_HOME/kavi/signing.key` (or `~/.config/kavi/signing.key`).
-    pub signing_key: PathBuf,
     /// Where kavi provisions the toolchains gates run (`policies/toolchains.toml`), one folder
     /// per declaration. Empty: `$XDG_CACHE_HOME/kavi/toolchains` (or `~/.cache/kavi/toolchains`).
     pub toolchains: PathBuf,
@@ -116,7 +113,6 @@ impl Default for Config {
             gateway: GatewayConfig::default(),
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
             skill_timeout: "60s".to_owned(),
-            signing_key: PathBuf::new(),
             toolchains: PathBuf::new(),
             toolchain: std::collections::BTreeMap::new(),
         }
@@ -129,17 +125,6 @@ impl Default for Config {
 pub fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
-}
-
-/// Where the signing key is unless configured: this user's configuration folder, which no
-/// workspace contains.
-fn default_signing_key() -> PathBuf {
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .filter(|path| path.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
-        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
-    config.join("kavi").join("signing.key")
 }
 
 /// Where toolchains are provisioned unless configured: this user's cache folder, shared by
@@ -277,6 +262,17 @@ impl Workspace {
                     source,
                 })?;
                 let source = SourceFile::new(file, text.clone());
+                // The keys are the root of trust a workspace's own files must not redirect.
+                if let Some(span) = value_span(&text, &["signing_key"]) {
+                    return Err(ConfigError::invalid(
+                        Diagnostic::new(
+                            "`signing_key` is no longer read from kavi.toml: whoever can edit the \
+                             workspace could point kavi at a key of their own. Remove it; kavi's \
+                             keys live in $KAVI_KEYS, else ~/.config/kavi (see docs/ledger.md)",
+                        )
+                        .at(&source, span),
+                    ));
+                }
                 // toml knows where each value is; figment does not, so the file is checked here.
                 toml::from_str::<Config>(&text)
                     .map_err(|e| ConfigError::invalid(crate::spec::toml_error(&source, &e)))?;
@@ -285,6 +281,9 @@ impl Workspace {
             }
             None => None,
         };
+        if let Some(refused) = crate::ledger::keys::refuse_inside(&root) {
+            return Err(ConfigError::invalid(Diagnostic::new(refused)));
+        }
         let figment = figment
             .merge(Env::prefixed("KAVI_").only(&[
                 "ledger",
@@ -294,7 +293,6 @@ impl Workspace {
                 "builder",
                 "executions_log",
                 "skill_timeout",
-                "signing_key",
                 "toolchains",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
@@ -350,11 +348,6 @@ impl Workspace {
             root.join(&config.sandboxes)
         };
         config.executions_log = root.join(&config.executions_log);
-        config.signing_key = if config.signing_key.as_os_str().is_empty() {
-            default_signing_key()
-        } else {
-            root.join(&config.signing_key)
-        };
         config.toolchains = if config.toolchains.as_os_str().is_empty() {
             default_toolchains()
         } else {

@@ -96,6 +96,7 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
         LedgerError::SkillExists(_)
         | LedgerError::NothingToDecide(_)
         | LedgerError::CopyRefused(_)
+        | LedgerError::Unjournaled(_)
         | LedgerError::ExecutionAmbiguous(_) => exit::USAGE,
         LedgerError::TransitionRefused(_) => exit::RUN_FAILED,
         _ => exit::ENVIRONMENT,

@@ -410,6 +410,8 @@ fn mcp_session_answering(
     extra: &[&str],
 ) -> Value {
     let out = std::process::Command::new(python)
+        .env("XDG_CONFIG_HOME", common::config_home())
+        .env_remove("KAVI_KEYS")
         .arg(common::repo().join("tests/mcp/client.py"))
         .args(
             elicit

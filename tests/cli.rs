@@ -55,6 +55,10 @@ fn cli_scenarios() {
             "KAVI_TOOLCHAINS",
             common::toolchains().display().to_string(),
         )
+        .env(
+            "XDG_CONFIG_HOME",
+            common::config_home().display().to_string(),
+        )
         .register_bin("sh", Path::new("/bin/sh"))
         .case("tests/cmd/*.toml")
         .case("tests/cmd/*.md");
@@ -237,6 +241,8 @@ fn the_readme_tour_runs_as_written() {
             .current_dir(&cwd)
             .env("PATH", &path)
             .env("HOME", dir.path())
+            .env("XDG_CONFIG_HOME", common::config_home())
+            .env_remove("KAVI_KEYS")
             .env_remove("RUST_LOG")
             .env("KAVI_SANDBOXES", common::sandboxes())
             .env("KAVI_TOOLCHAINS", common::toolchains())

@@ -693,15 +693,17 @@ fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
     };
     let dir = workspace_with(PARITY);
     let root = dir.path();
+    // A keys folder of its own (a signing key is made once per folder), with the MAC key the
+    // tests' runs use.
     let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("signing.key");
     let with_key = |args: &[&str]| {
         common::kavi_command(root, args)
-            .env("KAVI_SIGNING_KEY", &key)
+            .env("KAVI_KEYS", keys.path())
             .output()
             .unwrap()
     };
     assert_eq!(code(&kavi(root, &["pipeline", "run", "parity"])), 1);
+    common::copy_dir(&common::config_home().join("kavi"), keys.path());
     assert_eq!(code(&with_key(&["ledger", "keygen"])), 0);
     assert_eq!(code(&with_key(&["ledger", "checkpoint"])), 0);
     assert_eq!(
@@ -723,7 +725,7 @@ fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
     );
     let on_copy = |args: &[&str]| {
         common::kavi_command(root, args)
-            .env("KAVI_SIGNING_KEY", &key)
+            .env("KAVI_KEYS", keys.path())
             .env("KAVI_LEDGER", &url)
             .output()
             .unwrap()

@@ -221,26 +221,28 @@ fn rewrite_chain(ledger: &rusqlite::Connection) {
     }
 }
 
-/// An edit with the chain recomputed after it passes the journal's own checks; a checkpoint
-/// signed before it does not, even when the writer deletes the ledger's copy of it, since the
-/// log beside the key (outside the workspace) still has it.
+/// An edit with the chain recomputed after it passes the public chain's checks, but not the
+/// MACs; nor a checkpoint signed before it, even when the writer deletes the ledger's copy of
+/// it, since the log beside the key (outside the workspace) still has it.
 fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
+    // A keys folder of its own, shared with the forge's runs' MAC key: the runs' entries stay
+    // keyed under it.
     let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("signing.key");
+    common::copy_dir(&common::config_home().join("kavi"), keys.path());
     let with_key = |dir: &Path, args: &[&str]| {
         common::kavi_command(dir, args)
-            .env("KAVI_SIGNING_KEY", &key)
+            .env("KAVI_KEYS", keys.path())
             .output()
             .unwrap()
     };
     let copy = tempfile::tempdir().unwrap();
     common::copy_dir(root, copy.path());
-    // A key inside the workspace is refused: whoever edits the workspace could read it.
+    // Keys inside the workspace are refused: whoever edits the workspace could read them.
     let inside = common::kavi_command(copy.path(), &["ledger", "keygen"])
-        .env("KAVI_SIGNING_KEY", copy.path().join("signing.key"))
+        .env("KAVI_KEYS", copy.path().join("keys"))
         .output()
         .unwrap();
-    assert_eq!(inside.status.code(), Some(2));
+    assert_eq!(inside.status.code(), Some(4));
     assert!(
         with_key(copy.path(), &["ledger", "keygen"])
             .status
@@ -256,12 +258,12 @@ fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
     let stdout = String::from_utf8_lossy(&clean.stdout);
     assert!(clean.status.success(), "{stdout}");
     assert!(
-        stdout.contains("1 checkpoints, signed by the configured key"),
+        stdout.contains("1 checkpoints, signed by the pinned key"),
         "{stdout}"
     );
 
-    // The second attack is on the ledger the log names, in place (the log knows a ledger by its
-    // path); the first on a copy of it.
+    // The second attack is on the ledger checkpointed, in place; the first on a copy of it
+    // elsewhere, which the log (kept by the ledger's identity, not its path) still covers.
     let first = tempfile::tempdir().unwrap();
     common::copy_dir(copy.path(), first.path());
     for (attacked, delete_the_checkpoint) in [(first.path(), false), (copy.path(), true)] {
@@ -316,7 +318,8 @@ fn a_rewritten_chain_is_caught_by_the_signed_checkpoints(root: &Path) {
             stdout.contains("no longer has the hash it signed (the chain was rewritten)"),
             "{stdout}"
         );
-        // Only the checkpoint caught it: the rows and the chain agree.
+        // The MACs caught it too, though the rows and the public chain agree.
+        assert!(stdout.contains("its MAC does not hold"), "{stdout}");
         assert!(!stdout.contains("table node_runs"), "{stdout}");
     }
 }
@@ -1561,4 +1564,106 @@ fn a_new_version_is_forged_while_the_trusted_one_runs_and_a_rejected_one_gives_w
     );
     assert_eq!(count_words(root)["skill_version"], 3);
     common::assert_ledger_verifies(root);
+}
+
+/// Every file of the skill's folder and its proposal, by path.
+fn skill_files(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = walkdir::WalkDir::new(root.join("skills/word_count"))
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|entry| entry.file_type().is_file())
+        .filter(|entry| !entry.path().to_string_lossy().contains("__pycache__"))
+        .map(|entry| {
+            (
+                entry.path().display().to_string(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.push((
+        "proposal".into(),
+        std::fs::read(root.join("proposals/word_count.toml")).unwrap(),
+    ));
+    files.sort();
+    files
+}
+
+/// A rejection that fails half-way (a file of the trusted version cannot be put back: its path
+/// is a folder now, after the files before it were written) changes nothing: those files are
+/// put back as they were, the run still awaits review, and the skill has not moved. Once the
+/// cause is gone, the same rejection completes.
+#[test]
+fn a_reject_that_fails_half_way_changes_nothing_and_completes_once_it_can() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count", "").status.success());
+    let proposal = root.join("proposals/word_count.toml");
+    let first = std::fs::read_to_string(&proposal).unwrap();
+    std::fs::write(
+        &proposal,
+        first.replace("Count the words", "Count the words (v2)"),
+    )
+    .unwrap();
+    assert!(
+        kavi(root, &["skill", "propose", "proposals/word_count.toml"])
+            .status
+            .success()
+    );
+    assert_eq!(forge(root, "word_count", "2=policy").status.code(), Some(6));
+    let shown = |root: &Path| {
+        json(&kavi(root, &["skill", "show", "word_count", "--json"]))["skill"].clone()
+    };
+    let standing = shown(root);
+    assert_eq!(
+        (
+            standing["version"].as_i64(),
+            standing["trusted_version"].as_i64()
+        ),
+        (Some(2), Some(1))
+    );
+
+    // `test_skill.py` sorts after `skill.py`: the proposal and skill.py are written back first.
+    let blocker = root.join("skills/word_count/test_skill.py");
+    let v2_test = std::fs::read(&blocker).unwrap();
+    std::fs::remove_file(&blocker).unwrap();
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("notes.txt"), "in the way\n").unwrap();
+    let before = skill_files(root);
+    let out = kavi(root, &["reject", "latest", "--comment", "no subprocess"]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("its files were put back as they were and nothing was recorded"),
+        "{said}"
+    );
+    assert_eq!(
+        skill_files(root),
+        before,
+        "the files were left half put back"
+    );
+    assert_eq!(shown(root), standing, "the skill moved");
+    assert_eq!(common::last_run(root)["status"], "awaiting_review");
+    common::assert_ledger_verifies(root);
+
+    // The cause gone, the same rejection completes.
+    std::fs::remove_dir_all(&blocker).unwrap();
+    std::fs::write(&blocker, v2_test).unwrap();
+    let out = kavi(root, &["reject", "latest", "--comment", "no subprocess"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("`word_count` is back at version 1, TRUSTED"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&proposal).unwrap(), first);
+    assert_eq!(shown(root)["state"], "TRUSTED");
 }

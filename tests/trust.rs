@@ -1141,3 +1141,57 @@ fn a_chmod_on_a_trusted_file_is_drift_and_a_new_mtime_is_not() {
             .success()
     );
 }
+
+/// A process without kavi's keys swaps a trusted skill's code for its own and the row's hash
+/// for that code's (journaled through the public hash function, so the public chain holds):
+/// `skill run` and `skill verify` check the row against the journal's keyed entry, and refuse.
+#[test]
+fn a_trusted_skill_whose_code_and_hash_were_swapped_in_the_ledger_does_not_run() {
+    let dir = workspace();
+    let root = dir.path();
+    verify_and_promote(root);
+    assert!(
+        kavi(root, &["skill", "run", "demo", "--input", "{}"])
+            .status
+            .success()
+    );
+    let planted = format!("{SKILL}\nimport os  # planted\n");
+    // The planted code's hash, as kavi reports drift from a copy.
+    let copy = tempfile::tempdir().unwrap();
+    common::copy_dir(root, copy.path());
+    std::fs::write(copy.path().join("skills/demo/skill.py"), &planted).unwrap();
+    let drift = json(
+        &common::kavi_command(copy.path(), &["skill", "verify", "demo", "--json"])
+            .output()
+            .map(|mut out| {
+                // Drift exits 1; its JSON is the answer all the same.
+                out.status = std::process::ExitStatus::default();
+                out
+            })
+            .unwrap(),
+    );
+    let planted_hash = drift[0]["current_hash"].as_str().unwrap().to_owned();
+
+    std::fs::write(root.join("skills/demo/skill.py"), &planted).unwrap();
+    common::attacker_connection(root)
+        .execute(
+            "UPDATE skills SET trusted_hash = ?1, verified_hash = ?1, trusted_tree = NULL
+             WHERE name = 'demo'",
+            [&planted_hash],
+        )
+        .unwrap();
+    let run = kavi(root, &["skill", "run", "demo", "--input", "{}"]);
+    assert_eq!(run.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains("has no MAC that holds under kavi's key"),
+        "{said}"
+    );
+    let verified = kavi(root, &["skill", "verify", "demo"]);
+    assert_eq!(verified.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&verified.stderr).contains("skill `demo`: journal entry"),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+}

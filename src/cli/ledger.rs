@@ -1,5 +1,5 @@
 //! `kavi ledger`: the ledger's integrity (verify), and the signed checkpoints that pin it
-//! (keygen, checkpoint).
+//! (keygen, checkpoint, rotate-key), and sealing a journal written before it was keyed.
 
 use std::path::Path;
 
@@ -7,108 +7,216 @@ use serde_json::json;
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
+use crate::ledger::checkpoint::{self, Record, Rotation};
 use crate::ledger::journal::Findings;
-use crate::ledger::{Ledger, checkpoint};
+use crate::ledger::{Ledger, keys};
 
-/// The configured signing key's path, refused when it lies in the workspace: whoever can edit
-/// the workspace could then sign.
-fn key_path(workspace: &Workspace) -> Result<&Path, Error> {
-    let path = workspace.config.signing_key.as_path();
-    let root = workspace
-        .root
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.root.clone());
-    let resolved = path
-        .parent()
-        .and_then(|parent| parent.canonicalize().ok())
-        .map_or_else(
-            || path.to_owned(),
-            |parent| parent.join(path.file_name().unwrap_or_default()),
-        );
-    if resolved.starts_with(&root) {
-        return Err(Error::Usage(format!(
-            "refused signing key {}: it lies in the workspace, where anyone who can edit the \
-             workspace could read it; set `signing_key` to a path outside {}",
-            path.display(),
-            root.display()
-        )));
-    }
-    Ok(path)
-}
-
-/// What verifying the workspace's ledger finds, and the key its checkpoints were checked with.
-pub(super) fn findings(
-    workspace: &Workspace,
-) -> Result<(Findings, Option<ed25519_dalek::VerifyingKey>), Error> {
+/// What verifying the workspace's ledger finds, and the key its checkpoints are pinned to.
+pub(super) fn findings(workspace: &Workspace) -> Result<(Findings, Option<String>), Error> {
     findings_at(workspace, &workspace.config.ledger)
 }
 
-/// What verifying the ledger at `location` finds, with the workspace's artifacts and key.
+/// What verifying the ledger at `ledger_at` finds, with the workspace's artifacts: opened read
+/// only, its checkpoints checked against the log kept under its identity beside the key.
 fn findings_at(
     workspace: &Workspace,
-    location: &Path,
-) -> Result<(Findings, Option<ed25519_dalek::VerifyingKey>), Error> {
-    let ledger = Ledger::open_existing(location)?;
+    ledger_at: &Path,
+) -> Result<(Findings, Option<String>), Error> {
+    let ledger = Ledger::open_read_only(ledger_at)?;
     let store = super::open_store(workspace)?;
-    // The key the checkpoints must be signed with; without one, they are checked against the
-    // keys they name, which a writer could have swapped for their own.
-    let trusted = checkpoint::load(&workspace.config.signing_key)
+    // kavi's signing key, for a ledger whose log pins none yet; never one the workspace names.
+    let trusted = checkpoint::load(&keys::signing_key())
         .ok()
         .map(|key| key.verifying_key());
-    let logged = checkpoint::logged(&workspace.config.signing_key, &ledger_id(location));
-    let findings = ledger.verify(&store, trusted.as_ref(), &logged)?;
-    Ok((findings, trusted))
+    let identity = ledger.identity()?;
+    let mut problems = Vec::new();
+    let log = match &identity {
+        Some(id) => checkpoint::logged(id).map_err(|source| Error::Io {
+            context: format!(
+                "failed to read the checkpoint log {}",
+                keys::log_path(id).display()
+            ),
+            source,
+        })?,
+        None => {
+            problems.push(
+                "the ledger has no identity, so its checkpoint log cannot be found: open it once \
+                 with this kavi (any command) to give it one"
+                    .to_owned(),
+            );
+            Vec::new()
+        }
+    };
+    if let Some(seen) = checkpoint::last_seen_at(&location(ledger_at))
+        && identity.as_ref() != Some(&seen)
+    {
+        problems.push(format!(
+            "the ledger here was {seen} when last checkpointed, and is {} now: it was swapped \
+             for another",
+            identity.as_deref().unwrap_or("without an identity")
+        ));
+    }
+    let pinned = checkpoint::pinned(&log).current().map(str::to_owned);
+    let mut findings = ledger.verify(&store, trusted.as_ref(), &log)?;
+    findings.problems.extend(problems);
+    Ok((
+        findings,
+        pinned.or(trusted.as_ref().map(checkpoint::public_hex)),
+    ))
 }
 
-/// How the checkpoint log names a ledger: its canonical path, or its server's URL without a
-/// password.
-fn ledger_id(ledger: &Path) -> std::path::PathBuf {
+/// Where a ledger is, as the index of locations beside the key names it: its canonical path,
+/// or its server's URL without a password.
+fn location(ledger: &Path) -> String {
     if crate::ledger::postgres_url(ledger).is_some() {
-        return crate::ledger::display_location(ledger).into();
+        return crate::ledger::display_location(ledger);
     }
-    ledger.canonicalize().unwrap_or_else(|_| ledger.to_owned())
+    ledger
+        .canonicalize()
+        .unwrap_or_else(|_| ledger.to_owned())
+        .display()
+        .to_string()
+}
+
+fn io_error(context: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { context, source }
 }
 
 /// Makes the signing key (once); prints its public half.
-pub fn keygen(workspace: &Workspace) -> Result<i32, Error> {
-    let path = key_path(workspace)?;
-    let public = checkpoint::generate(path).map_err(|source| Error::Io {
-        context: format!(
-            "failed to make the signing key {} (an existing key is never overwritten)",
-            path.display()
-        ),
-        source,
-    })?;
+pub fn keygen() -> Result<i32, Error> {
+    let path = keys::signing_key();
+    let public = checkpoint::generate(&path).map_err(io_error(format!(
+        "failed to make the signing key {} (an existing key is never overwritten)",
+        path.display()
+    )))?;
     outln!("signing key written to {} (mode 0600)", path.display());
     outln!("public key {}", checkpoint::public_hex(&public));
     Ok(exit::SUCCESS)
 }
 
-/// Signs the journal's head.
+/// Signs the journal's head, with the key this ledger's log pins (the first checkpoint pins
+/// the key that signs it).
 pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {
-    let path = key_path(workspace)?;
-    let key = checkpoint::load(path).map_err(Error::Usage)?;
+    let path = keys::signing_key();
+    let key = checkpoint::load(&path).map_err(Error::Usage)?;
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let Some(id) = ledger.identity()? else {
+        return Err(Error::Usage("the ledger has no identity".into()));
+    };
+    let log = checkpoint::logged(&id).map_err(io_error(format!(
+        "failed to read the checkpoint log {}",
+        keys::log_path(&id).display()
+    )))?;
+    let public = checkpoint::public_hex(&key.verifying_key());
+    if let Some(pinned) = checkpoint::pinned(&log).current()
+        && pinned != public
+    {
+        return Err(Error::Usage(format!(
+            "the signing key {} ({}) is not the key this ledger's checkpoints are pinned to ({}): \
+             put that key back, or hand over from it with `kavi ledger rotate-key`",
+            path.display(),
+            checkpoint::short(&public),
+            checkpoint::short(pinned)
+        )));
+    }
     match ledger.checkpoint(&key)? {
         Some(signed) => {
-            checkpoint::log(path, &ledger_id(&workspace.config.ledger), &signed).map_err(
-                |source| Error::Io {
-                    context: format!(
-                        "failed to log the checkpoint beside the key ({})",
-                        checkpoint::log_path(path).display()
-                    ),
-                    source,
-                },
+            let logging = io_error(format!(
+                "failed to log the checkpoint beside the key ({})",
+                keys::log_path(&id).display()
+            ));
+            checkpoint::log(&id, &Record::Checkpoint(signed.clone())).map_err(logging)?;
+            checkpoint::remember_location(&id, &location(&workspace.config.ledger)).map_err(
+                io_error("failed to record where the ledger is, beside the key".into()),
             )?;
             outln!(
                 "checkpoint: journal entry {} ({}) signed by {}",
                 signed.seq,
                 crate::ledger::short_hash(&signed.hash),
-                &signed.public_key[..16]
+                checkpoint::short(&signed.public_key)
             );
         }
         None => outln!("the journal is empty: nothing to sign"),
     }
+    Ok(exit::SUCCESS)
+}
+
+/// Makes a new signing key, handing over from the old one in every log that pins it.
+pub fn rotate_key() -> Result<i32, Error> {
+    let path = keys::signing_key();
+    let old = checkpoint::load(&path).map_err(Error::Usage)?;
+    let old_public = checkpoint::public_hex(&old.verifying_key());
+    // The new key is made beside first: logs never name a key that is not kept.
+    let fresh = path.with_extension("key.new");
+    let _ = std::fs::remove_file(&fresh);
+    let new = checkpoint::generate(&fresh).map_err(io_error(format!(
+        "failed to make the new signing key {}",
+        fresh.display()
+    )))?;
+    let rotation = Rotation::sign(&old, &new);
+    let ledgers = keys::dir().join("ledgers");
+    let mut handed = 0;
+    for entry in std::fs::read_dir(&ledgers).into_iter().flatten().flatten() {
+        let file = entry.path();
+        let Some(id) = file
+            .extension()
+            .filter(|ext| *ext == "log")
+            .and(file.file_stem())
+            .and_then(|stem| stem.to_str())
+        else {
+            continue;
+        };
+        let log = checkpoint::logged(id).map_err(io_error(format!(
+            "failed to read the checkpoint log {}",
+            file.display()
+        )))?;
+        if checkpoint::pinned(&log).current() == Some(old_public.as_str()) {
+            checkpoint::log(id, &Record::Rotate(rotation.clone())).map_err(io_error(format!(
+                "failed to log the rotation in {}",
+                file.display()
+            )))?;
+            handed += 1;
+        }
+    }
+    let retired = path.with_extension(format!("key.{}.old", checkpoint::short(&old_public)));
+    std::fs::rename(&path, &retired).map_err(io_error(format!(
+        "failed to keep the old key as {}",
+        retired.display()
+    )))?;
+    std::fs::rename(&fresh, &path).map_err(io_error(format!(
+        "failed to put the new key in place at {}",
+        path.display()
+    )))?;
+    outln!(
+        "signing key {} replaced by {} (the old one kept as {}); {handed} ledger logs hand over \
+         to it",
+        checkpoint::short(&old_public),
+        checkpoint::public_hex(&new),
+        retired.display()
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// MACs the entries of a ledger journaled before kavi keyed it, once nothing else is wrong.
+pub fn seal(workspace: &Workspace) -> Result<i32, Error> {
+    let (findings, _) = findings(workspace)?;
+    if findings.unkeyed == 0 {
+        outln!("every journal entry has its MAC: nothing to seal");
+        return Ok(if findings.problems.is_empty() {
+            exit::SUCCESS
+        } else {
+            exit::RUN_FAILED
+        });
+    }
+    if findings.problems.len() > 1 {
+        for problem in &findings.problems {
+            outln!("MISMATCH  {problem}");
+        }
+        outln!("refused: the ledger was changed outside kavi, and sealing would vouch for it");
+        return Ok(exit::RUN_FAILED);
+    }
+    let sealed = Ledger::open_existing(&workspace.config.ledger)?.seal()?;
+    outln!("sealed {sealed} journal entries with kavi's MAC key");
     Ok(exit::SUCCESS)
 }
 
@@ -133,14 +241,8 @@ pub fn migrate(workspace: &Workspace, url: &str) -> Result<i32, Error> {
         );
         return Ok(exit::RUN_FAILED);
     }
+    // The copy keeps the ledger's identity, and with it the checkpoint log beside the key.
     let copied = Ledger::open_existing(source)?.copy_to_postgres(url)?;
-    let key = &workspace.config.signing_key;
-    for signed in checkpoint::logged(key, &ledger_id(source)) {
-        checkpoint::log(key, &ledger_id(target), &signed).map_err(|source| Error::Io {
-            context: "failed to log the copied checkpoints beside the key".into(),
-            source,
-        })?;
-    }
     let rows: usize = copied.iter().map(|(_, rows)| rows).sum();
     let count = |table: &str| {
         copied
@@ -180,7 +282,8 @@ pub fn verify(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         super::print_json(&json!({
             "entries": findings.entries,
             "checkpoints": findings.checkpoints,
-            "key": trusted.as_ref().map(checkpoint::public_hex),
+            "key": trusted,
+            "unkeyed": findings.unkeyed,
             "ok": findings.problems.is_empty(),
             "problems": findings.problems,
         }));
@@ -201,17 +304,17 @@ pub fn verify(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         }
         match (findings.checkpoints, &trusted) {
             (0, _) => outln!(
-                "no checkpoints: a rewrite of the whole chain would go unseen (`kavi ledger \
+                "no checkpoints: the tail of the journal cut off would go unseen (`kavi ledger \
                  keygen`, then `kavi ledger checkpoint`)"
             ),
             (n, Some(key)) => outln!(
-                "{n} checkpoints, signed by the configured key {}",
-                &checkpoint::public_hex(key)[..16]
+                "{n} checkpoints, signed by the pinned key {}",
+                checkpoint::short(key)
             ),
             (n, None) => outln!(
-                "{n} checkpoints, checked against the keys they name: no signing key at {} to \
-                 check them against",
-                workspace.config.signing_key.display()
+                "{n} checkpoints, checked against the keys they name: no signing key at {} and \
+                 no log pinning one",
+                keys::signing_key().display()
             ),
         }
     }

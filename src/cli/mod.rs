@@ -745,11 +745,17 @@ enum LedgerCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Make the ed25519 key that signs checkpoints, at `signing_key` (outside the workspace;
-    /// default ~/.config/kavi/signing.key). An existing key is never overwritten.
+    /// Make the ed25519 key that signs checkpoints, in kavi's keys folder ($KAVI_KEYS, else
+    /// ~/.config/kavi; never in the workspace). An existing key is never overwritten.
     Keygen,
     /// Sign the journal's head, so that a rewrite of the chain up to it is detected.
     Checkpoint,
+    /// Make a new signing key, with a rotation record signed by the old one in the log of every
+    /// ledger the old one is pinned to; the old key is kept beside as `signing.key.<key>.old`.
+    RotateKey,
+    /// MAC the journal entries written before kavi keyed the journal, once `ledger verify`
+    /// finds nothing else wrong (exit 1, sealing nothing, when it does).
+    Seal,
     /// Copy the workspace's SQLite ledger, journal and checkpoints included, into an empty
     /// PostgreSQL database, and verify the copy (exit 1 when either does not verify).
     Migrate {
@@ -991,8 +997,10 @@ async fn in_workspace(
             policy::diff(&workspace, &from, to.as_deref(), json)
         }
         Command::Ledger(LedgerCommand::Verify { json }) => ledger::verify(&workspace, json),
-        Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(&workspace),
+        Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(),
         Command::Ledger(LedgerCommand::Checkpoint) => ledger::checkpoint(&workspace),
+        Command::Ledger(LedgerCommand::RotateKey) => ledger::rotate_key(),
+        Command::Ledger(LedgerCommand::Seal) => ledger::seal(&workspace),
         Command::Ledger(LedgerCommand::Migrate { to }) => ledger::migrate(&workspace, &to),
         Command::Builds(BuildsCommand::List { skill, json }) => {
             builds::list(&workspace, &skill, json)

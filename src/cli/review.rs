@@ -42,7 +42,13 @@ pub async fn decide(
         let pending = ledger.pending_escalations(root.id)?;
         make_approved_moves(workspace, &mut ledger, &pending, &actor, comment)?
     };
-    let decided = ledger.decide_escalations(root.id, approve, &actor, comment)?;
+    let (decided, cleaned_up) = match decision {
+        Decision::Reject => reject(workspace, &mut ledger, root.id, &actor, comment)?,
+        Decision::Approve { .. } => (
+            ledger.decide_escalations(root.id, true, &actor, comment)?,
+            Vec::new(),
+        ),
+    };
     for escalation in &decided {
         let triggers: Vec<&str> = escalation
             .triggers
@@ -68,7 +74,9 @@ pub async fn decide(
             Ok(exit::SUCCESS)
         }
         Decision::Reject => {
-            clean_up_rejected(workspace, &mut ledger, root.id, &decided, &actor, comment)?;
+            for line in &cleaned_up {
+                outln!("{line}");
+            }
             for escalation in &decided {
                 outln!("`{}` is not built again", escalation.skill);
             }
@@ -187,98 +195,209 @@ fn make_approved_moves(
     Ok(only_moves)
 }
 
-/// Undoes what a rejected run left in the workspace and records the rejection in the skill's
-/// state: its files go back to the last trusted version when there is one, and otherwise the
-/// files the run's copy-back nodes wrote are removed; then the skill moves to the lifecycle's
-/// `rejected` state.
-fn clean_up_rejected(
+/// Rejects a run: undoes what it left in the workspace (a skill's files go back to its last
+/// trusted version when there is one, and otherwise the files the run's copy-back nodes wrote
+/// are removed), then records, in one transaction, the decision and each skill's move to the
+/// lifecycle's `rejected` state (or back to its trusted version). It completes or changes
+/// nothing: files are put back as they were when a file cannot be written or the ledger
+/// refuses, and the rejection can be made again once the cause is fixed. Returns the
+/// escalations decided and what was done, to say after them.
+fn reject(
     workspace: &Workspace,
     ledger: &mut Ledger,
     run: i64,
-    decided: &[EscalationRow],
     actor: &str,
     comment: Option<&str>,
-) -> Result<(), Error> {
+) -> Result<(Vec<EscalationRow>, Vec<String>), Error> {
+    let pending = ledger.pending_escalations(run)?;
+    if pending.is_empty() {
+        return Err(crate::ledger::LedgerError::NothingToDecide(run).into());
+    }
     let lifecycle = super::skills::load_lifecycle(workspace)?;
-    let mut skills: Vec<&str> = decided.iter().map(|e| e.skill.as_str()).collect();
+    let mut skills: Vec<&str> = pending.iter().map(|e| e.skill.as_str()).collect();
     skills.dedup();
-    let failed = |skill: &str, reason: String| Error::Io {
-        context: format!("failed to clean up after the rejected `{skill}`"),
-        source: std::io::Error::other(reason),
-    };
-    for skill in skills {
-        let row = ledger.skill(skill)?;
-        let undone = match (&row.trusted_tree, &row.trusted_hash) {
-            (Some(tree), Some(hash)) => {
-                let templates = TemplateEngine::new(&workspace.templates_dir());
-                let trust = super::skills::load_trust(workspace, &templates)?;
-                let store = super::open_store(workspace)?;
-                SkillTree::load(&store, tree, hash)
-                    .and_then(|tree| {
-                        tree.write_into(&workspace.root, |path| trust.exclude.is_match(path))
-                    })
-                    .map_err(|reason| failed(skill, reason))?;
-                format!("its files are those trusted at {}", short_hash(hash))
-            }
-            _ => {
-                let mut removed = 0;
-                for (target, path) in ledger.copied_back(run)? {
-                    // Only inside the workspace, whatever the record says.
-                    let folder = std::path::Path::new(&target)
-                        .strip_prefix(&workspace.root)
-                        .map_err(|_| failed(skill, format!("{target} is outside the workspace")))?;
-                    let relative = folder.join(&path);
-                    let target =
-                        crate::sandbox::destination(&workspace.root, &relative.to_string_lossy())
-                            .map_err(|reason| failed(skill, reason))?;
-                    match std::fs::remove_file(&target) {
-                        Ok(()) => removed += 1,
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(failed(skill, format!("{path}: {e}"))),
-                    }
-                }
-                format!("removed the {removed} files its builds copied back")
-            }
-        };
-        outln!("`{skill}`: {undone}");
-        if let Some(rejected) = &lifecycle.rejected {
-            let note = match comment {
-                Some(comment) => format!("rejected in review by {actor}: {comment}; {undone}"),
-                None => format!("rejected in review by {actor}; {undone}"),
-            };
-            // A rejected new version gives way to the trusted one, which never stopped running.
-            if row
-                .trusted_version
-                .is_some_and(|trusted| trusted < row.version)
-            {
-                let version = ledger
-                    .abandon_version(
-                        skill,
-                        rejected,
-                        TRUSTED,
-                        |from, to| lifecycle.check(from, to),
-                        (Some(run), None),
-                        actor,
-                        &note,
-                    )
-                    .map_err(|e| Error::Usage(e.to_string()))?;
-                outln!("`{skill}` is back at version {version}, {TRUSTED}");
-                continue;
-            }
-            ledger
-                .transition_skill(
-                    skill,
-                    rejected,
-                    |from, to| lifecycle.check(from, to),
-                    (Some(run), None),
-                    actor,
-                    Some(&note),
-                )
-                .map_err(|e| Error::Usage(e.to_string()))?;
-            outln!("`{skill}` is {rejected}");
+    let mut undo = Undo::default();
+    let mut undone = Vec::new();
+    for skill in &skills {
+        match undo_files(workspace, ledger, run, skill, &mut undo) {
+            Ok(what) => undone.push(what),
+            Err(reason) => return Err(undo.put_back(skill, reason)),
         }
     }
-    Ok(())
+    let moves: Vec<(String, String)> = skills
+        .iter()
+        .zip(&undone)
+        .map(|(skill, what)| {
+            let note = match comment {
+                Some(comment) => format!("rejected in review by {actor}: {comment}; {what}"),
+                None => format!("rejected in review by {actor}; {what}"),
+            };
+            ((*skill).to_owned(), note)
+        })
+        .collect();
+    let recorded = ledger.reject_run(
+        run,
+        actor,
+        comment,
+        lifecycle.rejected.as_deref(),
+        TRUSTED,
+        &moves,
+        |from, to| lifecycle.check(from, to),
+    );
+    let (decided, returned) = match recorded {
+        Ok(recorded) => recorded,
+        Err(e) => return Err(undo.put_back(skills[0], e.to_string())),
+    };
+    let mut said = Vec::new();
+    for ((skill, what), version) in skills.iter().zip(&undone).zip(returned) {
+        said.push(format!("`{skill}`: {what}"));
+        match (&lifecycle.rejected, version) {
+            (_, Some(version)) => {
+                said.push(format!("`{skill}` is back at version {version}, {TRUSTED}"))
+            }
+            (Some(rejected), None) => said.push(format!("`{skill}` is {rejected}")),
+            (None, None) => {}
+        }
+    }
+    Ok((decided, said))
+}
+
+/// Puts `skill`'s files back where the rejected run left them: to its trusted version's, or
+/// without the files the run copied back. What each file was is kept in `undo` first.
+fn undo_files(
+    workspace: &Workspace,
+    ledger: &Ledger,
+    run: i64,
+    skill: &str,
+    undo: &mut Undo,
+) -> Result<String, String> {
+    let row = ledger.skill(skill).map_err(|e| e.to_string())?;
+    if let (Some(tree), Some(hash)) = (&row.trusted_tree, &row.trusted_hash) {
+        let templates = TemplateEngine::new(&workspace.templates_dir());
+        let trust = super::skills::load_trust(workspace, &templates).map_err(|e| e.to_string())?;
+        let store = super::open_store(workspace).map_err(|e| e.to_string())?;
+        let tree = SkillTree::load(&store, tree, hash)?;
+        undo.keep(&crate::sandbox::destination(
+            &workspace.root,
+            &tree.proposal_path,
+        )?)?;
+        undo.keep_folder(&crate::sandbox::destination(&workspace.root, &tree.folder)?)?;
+        tree.write_into(&workspace.root, |path| trust.exclude.is_match(path))?;
+        return Ok(format!(
+            "its files are those trusted at {}",
+            short_hash(hash)
+        ));
+    }
+    let mut removed = 0;
+    for (target, path) in ledger.copied_back(run).map_err(|e| e.to_string())? {
+        // Only inside the workspace, whatever the record says.
+        let folder = std::path::Path::new(&target)
+            .strip_prefix(&workspace.root)
+            .map_err(|_| format!("{target} is outside the workspace"))?;
+        let relative = folder.join(&path);
+        let target = crate::sandbox::destination(&workspace.root, &relative.to_string_lossy())?;
+        undo.keep(&target)?;
+        match std::fs::remove_file(&target) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{path}: {e}")),
+        }
+    }
+    Ok(format!(
+        "removed the {removed} files its builds copied back"
+    ))
+}
+
+/// A file as it was: its bytes and mode, or `None` when there was none.
+type Was = Option<(Vec<u8>, u32)>;
+
+/// What was in the workspace where a rejection writes, to put back when it cannot complete.
+#[derive(Default)]
+struct Undo {
+    files: Vec<(std::path::PathBuf, Was)>,
+    /// Folders whose every file was kept: a file found in one afterwards was not there.
+    folders: Vec<std::path::PathBuf>,
+}
+
+impl Undo {
+    fn keep(&mut self, path: &std::path::Path) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let was = match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_file() => Some((
+                std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?,
+                meta.permissions().mode(),
+            )),
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        self.files.push((path.to_owned(), was));
+        Ok(())
+    }
+
+    fn keep_folder(&mut self, folder: &std::path::Path) -> Result<(), String> {
+        for entry in walkdir::WalkDir::new(folder).follow_links(false) {
+            match entry {
+                Ok(entry) if entry.file_type().is_file() => self.keep(entry.path())?,
+                Ok(_) => {}
+                Err(e)
+                    if e.io_error().map(std::io::Error::kind)
+                        == Some(std::io::ErrorKind::NotFound) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        self.folders.push(folder.to_owned());
+        Ok(())
+    }
+
+    /// Puts every kept file back, and says why the rejection of `skill` did not complete.
+    fn put_back(&self, skill: &str, reason: String) -> Error {
+        let mut failures = Vec::new();
+        for folder in &self.folders {
+            for entry in walkdir::WalkDir::new(folder)
+                .follow_links(false)
+                .into_iter()
+                .flatten()
+            {
+                let new = entry.file_type().is_file()
+                    && !self.files.iter().any(|(path, _)| path == entry.path());
+                if new && let Err(e) = std::fs::remove_file(entry.path()) {
+                    failures.push(format!("{}: {e}", entry.path().display()));
+                }
+            }
+        }
+        for (path, was) in &self.files {
+            let put = match was {
+                Some((bytes, mode)) => {
+                    crate::sandbox::write_file(bytes, path, false).and_then(|()| {
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
+                    })
+                }
+                None => match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                },
+            };
+            if let Err(e) = put {
+                failures.push(format!("{}: {e}", path.display()));
+            }
+        }
+        let outcome = if failures.is_empty() {
+            "its files were put back as they were and nothing was recorded: fix the cause and \
+             reject again"
+                .to_owned()
+        } else {
+            format!(
+                "nothing was recorded, but these files could not be put back: {}",
+                failures.join("; ")
+            )
+        };
+        Error::Io {
+            context: format!("failed to reject `{skill}`; {outcome}"),
+            source: std::io::Error::other(reason),
+        }
+    }
 }
 
 /// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON

@@ -172,6 +172,10 @@ pub(super) fn rehash_trusted(
         // Nothing to re-hash: the trust policy is not needed, so a workspace without one is fine.
         return Ok(Vec::new());
     }
+    // The hashes checked against are the journal's, not an editable row's.
+    for skill in &skills {
+        ledger.check_skill_journaled(&skill.name)?;
+    }
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
     let store = super::open_store(workspace)?;

@@ -190,6 +190,11 @@ impl Runner<'_> {
             LedgerError::SkillNotFound(_) => Refusal::Unknown(e.to_string()),
             e => Refusal::Unreadable(e.to_string()),
         })?;
+        // The row is editable by anyone who can open the file: what runs is what the journal's
+        // keyed entry for it says.
+        ledger
+            .check_skill_journaled(name)
+            .map_err(|e| Refusal::Trust(format!("refusing to run `{name}`: {e}")))?;
         let trusted = ledger
             .trusted_skills(TRUSTED)
             .map_err(|e| Refusal::Unreadable(e.to_string()))?

@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(count(&ledger, "SELECT COUNT(*) FROM cache_parts"), 0);
         assert_eq!(ledger.recorded_key(old).unwrap().unwrap().parts, old_parts);
         let store = crate::ledger::ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
 }

@@ -1,11 +1,13 @@
 //! Checkpoints: the journal's head, signed with an ed25519 key kept outside the workspace.
 //!
-//! The journal makes an edit evident only to someone who does not recompute the chain after it.
-//! A checkpoint pins entry `seq` to its `hash` with a signature over
-//! `kavi-checkpoint-v1 LF seq LF hash`; a rewritten chain no longer has that hash at that entry,
-//! and without the key nobody can sign the new one. `kavi ledger verify` checks every checkpoint
-//! against the key configured as `signing_key`, so one signed by a key of the writer's own is
-//! not accepted either.
+//! The journal's MACs make an edit by a process without kavi's key evident; a checkpoint pins
+//! entry `seq` to its `hash` with a signature over `kavi-checkpoint-v1 LF seq LF hash`, which
+//! also catches the tail of the journal cut off, and holds for whoever has only the public key.
+//!
+//! Each ledger's checkpoints are logged beside the key (see [`super::keys`]), under the ledger's
+//! identity. The first one logged pins its key: a later checkpoint signed by another key is
+//! refused unless a rotation record, signed by the key pinned then, names the new one
+//! (`kavi ledger rotate-key`).
 
 use std::io::Write;
 use std::path::Path;
@@ -17,15 +19,18 @@ use super::{Ledger, Result, now};
 
 const CONTEXT: &str = "kavi-checkpoint-v1";
 
+/// What a rotation record's signature is over: `kavi-rotate-v1 LF old LF new`.
+const ROTATE_CONTEXT: &str = "kavi-rotate-v1";
+
 fn message(seq: i64, hash: &str) -> String {
     format!("{CONTEXT}\n{seq}\n{hash}")
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+pub(super) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+pub(super) fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let text = text.trim();
     if text.len() != N * 2 || !text.is_ascii() {
         return None;
@@ -45,21 +50,15 @@ pub fn public_hex(key: &VerifyingKey) -> String {
 /// Makes a new key at `path` (which must not exist), readable by this user only; returns its
 /// public half.
 pub fn generate(path: &Path) -> std::io::Result<VerifyingKey> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut seed = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut seed))?;
-    let key = SigningKey::from_bytes(&seed);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
+    let seed = super::keys::random_seed()?;
+    let made = super::keys::write_new_private(path, format!("{}\n", to_hex(&seed)).as_bytes())?;
+    if !made {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a key is there already",
+        ));
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    writeln!(file, "{}", to_hex(&seed))?;
-    Ok(key.verifying_key())
+    Ok(SigningKey::from_bytes(&seed).verifying_key())
 }
 
 /// Reads the key at `path`.
@@ -119,8 +118,9 @@ pub struct Signed {
 }
 
 impl Signed {
-    /// Why this checkpoint does not hold, if it does not.
-    fn problem(&self, conn: &Db, trusted: Option<&VerifyingKey>) -> Result<Option<String>> {
+    /// Why this checkpoint does not hold, if it does not: its entry no longer has the hash it
+    /// signed, or the signature does not verify under the key it names.
+    fn problem(&self, conn: &Db) -> Result<Option<String>> {
         let journaled: Option<String> = super::db::OptionalExtension::optional(conn.query_row(
             "SELECT hash FROM journal WHERE seq = ?1",
             [self.seq],
@@ -132,77 +132,191 @@ impl Signed {
                 self.seq
             )));
         }
-        let key = from_hex::<32>(&self.public_key).and_then(|b| VerifyingKey::from_bytes(&b).ok());
-        let signature = from_hex::<64>(&self.signature).map(|b| Signature::from_bytes(&b));
-        let holds = match (&key, signature) {
-            (Some(key), Some(signature)) => key
-                .verify(message(self.seq, &self.hash).as_bytes(), &signature)
-                .is_ok(),
-            _ => false,
-        };
-        Ok(if !holds {
-            Some("its signature does not verify".to_owned())
-        } else if trusted.is_some_and(|trusted| key.as_ref() != Some(trusted)) {
-            Some(format!(
-                "signed by {}, which is not the configured signing key",
-                self.public_key.get(..16).unwrap_or(&self.public_key)
-            ))
-        } else {
-            None
-        })
+        Ok((!holds(
+            &self.public_key,
+            &self.signature,
+            &message(self.seq, &self.hash),
+        ))
+        .then(|| "its signature does not verify".to_owned()))
     }
 }
 
-/// The log of checkpoints kept beside the key, outside the workspace: a writer who rewrites the
-/// chain and deletes the ledger's own checkpoints still meets these.
-pub fn log_path(key: &Path) -> std::path::PathBuf {
-    key.with_extension("checkpoints")
+/// Whether `signature` over `message` verifies under `public_key` (hex both).
+fn holds(public_key: &str, signature: &str, message: &str) -> bool {
+    let key = from_hex::<32>(public_key).and_then(|b| VerifyingKey::from_bytes(&b).ok());
+    let signature = from_hex::<64>(signature).map(|b| Signature::from_bytes(&b));
+    match (key, signature) {
+        (Some(key), Some(signature)) => key.verify(message.as_bytes(), &signature).is_ok(),
+        _ => false,
+    }
 }
 
-/// One line of the log: which ledger, and the checkpoint.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Logged {
-    ledger: String,
-    #[serde(flatten)]
-    signed: Signed,
+/// The first 16 hex digits of a key: how messages name it.
+pub fn short(key: &str) -> &str {
+    key.get(..16).unwrap_or(key)
 }
 
-/// Appends a checkpoint to the log beside the key.
-pub fn log(key: &Path, ledger: &Path, signed: &Signed) -> std::io::Result<()> {
-    let line = serde_json::to_string(&Logged {
-        ledger: ledger.display().to_string(),
-        signed: signed.clone(),
-    })
-    .map_err(std::io::Error::other)?;
+/// A key handed on: signed by the old key, naming the new one.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Rotation {
+    pub from: String,
+    pub to: String,
+    pub signature: String,
+}
+
+impl Rotation {
+    fn message(from: &str, to: &str) -> String {
+        format!("{ROTATE_CONTEXT}\n{from}\n{to}")
+    }
+
+    /// Hands `old`'s place on to `new`.
+    pub fn sign(old: &SigningKey, new: &VerifyingKey) -> Self {
+        let (from, to) = (public_hex(&old.verifying_key()), public_hex(new));
+        Self {
+            signature: to_hex(&old.sign(Self::message(&from, &to).as_bytes()).to_bytes()),
+            from,
+            to,
+        }
+    }
+}
+
+/// One line of a ledger's log beside the key.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "record", rename_all = "lowercase")]
+pub enum Record {
+    Checkpoint(Signed),
+    Rotate(Rotation),
+}
+
+/// A log as read: each line a record, or why it is not one.
+pub type Log = Vec<std::result::Result<Record, String>>;
+
+/// Appends a record to the log of the ledger `ledger_id`.
+pub fn log(ledger_id: &str, record: &Record) -> std::io::Result<()> {
+    let line = serde_json::to_string(record).map_err(std::io::Error::other)?;
+    append_line(&super::keys::log_path(ledger_id), &line)
+}
+
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
     let mut file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
-        .open(log_path(key))?;
+        .mode(0o600)
+        .open(path)?;
     writeln!(file, "{line}")
 }
 
-/// The logged checkpoints of `ledger`; none when there is no log.
-pub fn logged(key: &Path, ledger: &Path) -> Vec<Signed> {
-    let Ok(text) = std::fs::read_to_string(log_path(key)) else {
-        return Vec::new();
+/// The log of the ledger `ledger_id`, in order; empty when there is none.
+pub fn logged(ledger_id: &str) -> std::io::Result<Log> {
+    let path = super::keys::log_path(ledger_id);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
     };
-    let ledger = ledger.display().to_string();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<Logged>(line).ok())
-        .filter(|logged| logged.ledger == ledger)
-        .map(|logged| logged.signed)
-        .collect()
+    Ok(text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .map_err(|e| format!("{} line {}: not a record ({e})", path.display(), i + 1))
+        })
+        .collect())
 }
 
-/// Checks every checkpoint in the ledger and every one in `logged`: its entry still has the
-/// hash it signed, the signature holds, and the key is `trusted` (when one is known). Returns how
-/// many there are, and the problems.
+/// Records that `ledger_id` was checkpointed at `location`.
+pub fn remember_location(ledger_id: &str, location: &str) -> std::io::Result<()> {
+    append_line(
+        &super::keys::paths_index(),
+        &format!("{ledger_id}\t{location}"),
+    )
+}
+
+/// The identity last checkpointed at `location`, if any.
+pub fn last_seen_at(location: &str) -> Option<String> {
+    let text = std::fs::read_to_string(super::keys::paths_index()).ok()?;
+    text.lines()
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(_, at)| *at == location)
+        .map(|(id, _)| id.to_owned())
+        .next_back()
+}
+
+/// What a log says: the keys it pinned, in order (the last is the current one), its
+/// checkpoints, and what does not hold in it.
+#[derive(Debug, Default)]
+pub struct Pinned {
+    pub keys: Vec<String>,
+    pub checkpoints: Vec<Signed>,
+    pub problems: Vec<String>,
+}
+
+impl Pinned {
+    pub fn current(&self) -> Option<&str> {
+        self.keys.last().map(String::as_str)
+    }
+}
+
+/// Walks a log: its first checkpoint pins its key, each rotation signed by the key pinned then
+/// pins the one it names, and every checkpoint must be signed by the key pinned at its place.
+pub fn pinned(log: &Log) -> Pinned {
+    let mut pinned = Pinned::default();
+    for record in log {
+        match record {
+            Err(problem) => pinned.problems.push(problem.clone()),
+            Ok(Record::Checkpoint(signed)) => {
+                match pinned.current() {
+                    None => pinned.keys.push(signed.public_key.clone()),
+                    Some(current) if current != signed.public_key => {
+                        pinned.problems.push(format!(
+                            "the checkpoint of entry {} in the log beside the key is signed by \
+                             {}, not by the pinned key {} (no rotation signed by that key names \
+                             it)",
+                            signed.seq,
+                            short(&signed.public_key),
+                            short(current)
+                        ));
+                    }
+                    Some(_) => {}
+                }
+                pinned.checkpoints.push(signed.clone());
+            }
+            Ok(Record::Rotate(rotation)) => {
+                let signed_by_pinned = pinned.current() == Some(rotation.from.as_str())
+                    && holds(
+                        &rotation.from,
+                        &rotation.signature,
+                        &Rotation::message(&rotation.from, &rotation.to),
+                    );
+                if signed_by_pinned {
+                    pinned.keys.push(rotation.to.clone());
+                } else {
+                    pinned.problems.push(format!(
+                        "a rotation to {} in the log beside the key is not signed by the pinned \
+                         key",
+                        short(&rotation.to)
+                    ));
+                }
+            }
+        }
+    }
+    pinned
+}
+
+/// Checks every checkpoint in the ledger and every one in the log: its entry still has the hash
+/// it signed, the signature holds, and the key is one the log pins (or, before the log has one,
+/// kavi's signing key `trusted`). Returns how many there are, and the problems.
 pub(super) fn verify(
     conn: &Db,
     trusted: Option<&VerifyingKey>,
-    logged: &[Signed],
+    log: &Log,
 ) -> Result<(usize, Vec<String>)> {
-    let mut problems = Vec::new();
+    let log = pinned(log);
+    let mut problems = log.problems.clone();
     let recorded: Vec<(i64, Signed)> = conn
         .prepare("SELECT id, seq, hash, public_key, signature FROM checkpoints ORDER BY id")?
         .query_map([], |row| {
@@ -217,20 +331,41 @@ pub(super) fn verify(
             ))
         })?
         .collect::<super::db::Result<_>>()?;
+    let trusted = trusted.map(public_hex);
     for (id, signed) in &recorded {
-        if let Some(problem) = signed.problem(conn, trusted)? {
+        let problem = match signed.problem(conn)? {
+            Some(problem) => Some(problem),
+            None if !log.keys.is_empty() && !log.keys.contains(&signed.public_key) => {
+                Some(format!(
+                    "signed by {}, which is not a key this ledger's log pins",
+                    short(&signed.public_key)
+                ))
+            }
+            None if log.keys.is_empty()
+                && trusted
+                    .as_ref()
+                    .is_some_and(|key| *key != signed.public_key) =>
+            {
+                Some(format!(
+                    "signed by {}, which is not kavi's signing key",
+                    short(&signed.public_key)
+                ))
+            }
+            None => None,
+        };
+        if let Some(problem) = problem {
             problems.push(format!("checkpoint {id}: {problem}"));
         }
     }
-    for signed in logged {
-        if let Some(problem) = signed.problem(conn, trusted)? {
+    for signed in &log.checkpoints {
+        if let Some(problem) = signed.problem(conn)? {
             problems.push(format!(
                 "the checkpoint of entry {} in the log beside the key: {problem}",
                 signed.seq
             ));
         }
     }
-    Ok((recorded.len().max(logged.len()), problems))
+    Ok((recorded.len().max(log.checkpoints.len()), problems))
 }
 
 #[cfg(test)]

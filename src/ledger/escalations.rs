@@ -132,37 +132,49 @@ impl Ledger {
         comment: Option<&str>,
     ) -> Result<Vec<EscalationRow>> {
         let tx = self.conn.transaction()?;
-        let now = now();
-        let status = if approve { "approved" } else { "rejected" };
-        let changed = tx.execute(
-            &format!(
-                "{RUN_TREE}
-                 UPDATE escalations SET status = ?2, decided_by = ?3, decided_at = ?4, comment = ?5
-                 WHERE run_id IN (SELECT id FROM tree) AND status = 'pending'"
-            ),
-            params![run_id, status, actor, now, comment],
-        )?;
-        if changed == 0 {
-            return Err(LedgerError::NothingToDecide(run_id));
-        }
-        tx.execute(
-            &format!(
-                "{RUN_TREE}
-                 UPDATE runs SET status = ?2
-                 WHERE id IN (SELECT id FROM tree) AND status = 'awaiting_review'"
-            ),
-            params![run_id, status],
-        )?;
-        let decided = {
-            let mut stmt = tx.prepare(&format!(
-                "{RUN_TREE}
-                 SELECT {COLUMNS} FROM escalations
-                 WHERE run_id IN (SELECT id FROM tree) AND decided_at = ?2 ORDER BY id"
-            ))?;
-            stmt.query_map(params![run_id, now], row)?
-                .collect::<super::db::Result<Vec<_>>>()?
-        };
+        let decided = decide_in(&tx, run_id, approve, actor, comment)?;
         tx.commit()?;
         Ok(decided)
     }
+}
+
+/// [`Ledger::decide_escalations`], inside the caller's transaction.
+pub(super) fn decide_in(
+    tx: &super::db::Transaction<'_>,
+    run_id: i64,
+    approve: bool,
+    actor: &str,
+    comment: Option<&str>,
+) -> Result<Vec<EscalationRow>> {
+    let now = now();
+    let status = if approve { "approved" } else { "rejected" };
+    let changed = tx.execute(
+        &format!(
+            "{RUN_TREE}
+             UPDATE escalations SET status = ?2, decided_by = ?3, decided_at = ?4, comment = ?5
+             WHERE run_id IN (SELECT id FROM tree) AND status = 'pending'"
+        ),
+        params![run_id, status, actor, now, comment],
+    )?;
+    if changed == 0 {
+        return Err(LedgerError::NothingToDecide(run_id));
+    }
+    tx.execute(
+        &format!(
+            "{RUN_TREE}
+             UPDATE runs SET status = ?2
+             WHERE id IN (SELECT id FROM tree) AND status = 'awaiting_review'"
+        ),
+        params![run_id, status],
+    )?;
+    let decided = {
+        let mut stmt = tx.prepare(&format!(
+            "{RUN_TREE}
+             SELECT {COLUMNS} FROM escalations
+             WHERE run_id IN (SELECT id FROM tree) AND decided_at = ?2 ORDER BY id"
+        ))?;
+        stmt.query_map(params![run_id, now], row)?
+            .collect::<super::db::Result<Vec<_>>>()?
+    };
+    Ok(decided)
 }

@@ -26,10 +26,16 @@ use super::db::{Backend, Db, OptionalExtension, Transaction, params};
 use crate::cache::sha256_hex;
 use rusqlite::functions::FunctionFlags;
 
-use super::Result;
+use super::keys::MacKey;
+use super::{LedgerError, Result};
 
 /// The SQL function the triggers hash with; registered on every connection kavi opens.
 const HASH_FUNCTION: &str = "kavi_sha256";
+
+/// The SQL function the appender MACs an entry's hash with, under the key kavi keeps outside
+/// the ledger and the workspace (see [`super::keys`]): a process without the key can recompute
+/// the public chain, but not the MACs.
+const MAC_FUNCTION: &str = "kavi_mac";
 
 /// Tables without journal entries: the journal itself, bookkeeping, and the content of small
 /// artifacts (bound by the SHA-256 of its journaled artifact row, and re-hashed by `verify`).
@@ -72,26 +78,44 @@ fn appender_sql() -> String {
 /// table it inserts into has SQLite put the rows in a temporary table first, one opened and
 /// dropped for every entry (a third of an entry's instructions, with `callgrind`).
 fn appender_trigger_sql() -> String {
+    let hash = format!(
+        "{HASH_FUNCTION}({LAST_HASH} || char(10) || {NEXT_SEQ} || char(10) || NEW.tbl
+                                   || char(10) || NEW.op || char(10) || NEW.key || char(10)
+                                   || NEW.content)"
+    );
     format!(
         "CREATE TRIGGER {APPENDER} INSTEAD OF INSERT ON {APPEND_VIEW} BEGIN
-           INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
+           INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
            VALUES ({NEXT_SEQ}, NEW.tbl, NEW.op, NEW.key, NEW.content, {LAST_HASH},
-                   {HASH_FUNCTION}({LAST_HASH} || char(10) || {NEXT_SEQ} || char(10) || NEW.tbl
-                                   || char(10) || NEW.op || char(10) || NEW.key || char(10)
-                                   || NEW.content));
+                   {hash}, {MAC_FUNCTION}({hash}));
          END"
     )
 }
 
-/// Registers the hash function the triggers call. A connection without it (the `sqlite3` shell,
-/// say) cannot write a journaled table unless it drops the triggers, which `verify` reports.
-pub(super) fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
-    conn.create_scalar_function(
-        HASH_FUNCTION,
-        1,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        // Read in place: the argument is the whole entry, its content every column of a row.
-        |ctx| Ok(sha256_hex(ctx.get_raw(0).as_str()?.as_bytes())),
+/// Registers the hash and MAC functions the triggers call. A connection without them (the
+/// `sqlite3` shell, say) cannot write a journaled table unless it drops the triggers, which
+/// `verify` reports; one that defines its own has no key to MAC with.
+pub(super) fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    // Read in place: the argument is the whole entry, its content every column of a row.
+    conn.create_scalar_function(HASH_FUNCTION, 1, flags, |ctx| {
+        Ok(sha256_hex(ctx.get_raw(0).as_str()?.as_bytes()))
+    })?;
+    conn.create_scalar_function(MAC_FUNCTION, 1, flags, move |ctx| {
+        Ok(key.mac(ctx.get_raw(0).as_str()?))
+    })
+}
+
+/// The MAC a PostgreSQL trigger computes: HMAC-SHA256 of `hash` written out with the server's
+/// own `sha256`, from the padded keys kavi gives its session (see [`super::postgres`]). A
+/// session without them (anyone else's) fails to write rather than journal unkeyed.
+fn postgres_mac_sql(hash: &str) -> String {
+    format!(
+        "encode(sha256(decode(current_setting('{outer}'), 'hex')
+                       || sha256(decode(current_setting('{inner}'), 'hex')
+                                 || convert_to({hash}, 'UTF8'))), 'hex')",
+        inner = super::postgres::MAC_INNER,
+        outer = super::postgres::MAC_OUTER,
     )
 }
 
@@ -178,17 +202,17 @@ impl Table {
             // Entries are appended one writer at a time, as SQLite's lock made them.
             return format!(
                 "CREATE OR REPLACE FUNCTION \"{trigger}\"() RETURNS trigger LANGUAGE plpgsql AS $journal$
-                 DECLARE s BIGINT; p TEXT; k TEXT; c TEXT;
+                 DECLARE s BIGINT; p TEXT; k TEXT; c TEXT; h TEXT;
                  BEGIN
                    PERFORM pg_advisory_xact_lock({lock});
                    SELECT COALESCE(MAX(seq), 0) + 1 INTO s FROM journal;
                    SELECT COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') INTO p;
                    k := {key};
                    c := {content};
-                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-                   VALUES (s, '{name}', '{op}', k, c, p,
-                           encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
-                                                    || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex'));
+                   h := encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
+                                                 || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex');
+                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
+                   VALUES (s, '{name}', '{op}', k, c, p, h, {mac});
                    RETURN NULL;
                  END $journal$;
                  CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
@@ -197,6 +221,7 @@ impl Table {
                 lock = super::postgres::WRITE_LOCK,
                 key = self.key_sql(row),
                 content = self.content_sql(row),
+                mac = postgres_mac_sql("h"),
             );
         }
         // The entry itself (its number, the hash before it, its own hash) is made by the
@@ -328,9 +353,10 @@ fn append(tx: &Transaction<'_>, table: &str, op: &str, key: &str, content: &str)
         tx.query_row(&format!("SELECT {NEXT_SEQ}, {LAST_HASH}"), [], |row| {
             Ok((row.get(0)?, row.get(1)?))
         })?;
+    let hash = entry_hash(&prev, seq, table, op, key, content);
     tx.execute(
-        "INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         params![
             seq,
             table,
@@ -338,7 +364,10 @@ fn append(tx: &Transaction<'_>, table: &str, op: &str, key: &str, content: &str)
             key,
             content,
             prev,
-            entry_hash(&prev, seq, table, op, key, content)
+            hash,
+            super::keys::mac_key()
+                .map_err(LedgerError::Keys)?
+                .mac(&hash)
         ],
     )?;
     Ok(())
@@ -438,6 +467,8 @@ pub(super) fn remake(conn: &mut Db) -> Result<()> {
 #[derive(Debug, Default)]
 pub struct Findings {
     pub entries: i64,
+    /// How many entries have no MAC (see [`seal`]).
+    pub unkeyed: usize,
     /// How many signed checkpoints there are.
     pub checkpoints: usize,
     pub problems: Vec<String>,
@@ -449,17 +480,19 @@ pub fn verify(
     conn: &Db,
     store: &super::ArtifactStore,
     trusted: Option<&ed25519_dalek::VerifyingKey>,
-    logged: &[super::checkpoint::Signed],
+    logged: &super::checkpoint::Log,
 ) -> Result<Findings> {
     let mut findings = Findings::default();
+    let key_for_macs = super::keys::mac_key().map_err(LedgerError::Keys)?;
     // The chain.
-    let mut stmt =
-        conn.prepare("SELECT seq, tbl, op, key, content, prev, hash FROM journal ORDER BY seq")?;
+    let mut stmt = conn
+        .prepare("SELECT seq, tbl, op, key, content, prev, hash, mac FROM journal ORDER BY seq")?;
     let mut expected_prev = String::new();
     let mut expected_seq = 1;
     let mut broken = false;
+    let mut unkeyed: Vec<i64> = Vec::new();
     stmt.for_each([], |row| {
-        let (seq, table, op, key, content, prev, hash): (
+        let (seq, table, op, key_text, content, prev, hash, mac): (
             i64,
             String,
             String,
@@ -467,6 +500,7 @@ pub fn verify(
             String,
             String,
             String,
+            Option<String>,
         ) = (
             row.get(0)?,
             row.get(1)?,
@@ -475,7 +509,9 @@ pub fn verify(
             row.get(4)?,
             row.get(5)?,
             row.get(6)?,
+            row.get(7)?,
         );
+        let key = key_text.as_str();
         findings.entries = seq;
         let problem = if seq != expected_seq {
             Some(format!(
@@ -486,11 +522,19 @@ pub fn verify(
                 "journal entry {seq}: its `prev` is not the hash of entry {}",
                 seq - 1
             ))
-        } else if hash != entry_hash(&prev, seq, &table, &op, &key, &content) {
+        } else if hash != entry_hash(&prev, seq, &table, &op, key, &content) {
             Some(format!(
                 "journal entry {seq}: its hash does not match its content ({table} {key})"
             ))
+        } else if mac.as_ref().is_some_and(|mac| *mac != key_for_macs.mac(&hash)) {
+            Some(format!(
+                "journal entry {seq}: its MAC does not hold ({table} {key}): written by a \
+                 process without kavi's key, or the chain was recomputed"
+            ))
         } else {
+            if mac.is_none() {
+                unkeyed.push(seq);
+            }
             None
         };
         if let Some(problem) = problem {
@@ -503,10 +547,23 @@ pub fn verify(
         expected_seq += 1;
         Ok(true)
     })?;
+    drop(stmt);
+    // Checkpoints still match the chain, and were signed by the pinned key.
+    let (checkpoints, problems) = super::checkpoint::verify(conn, trusted, logged)?;
+    findings.checkpoints = checkpoints;
     if broken {
+        findings.problems.extend(problems);
         return Ok(findings);
     }
-    drop(stmt);
+    if let (Some(first), Some(last)) = (unkeyed.first(), unkeyed.last()) {
+        findings.unkeyed = unkeyed.len();
+        findings.problems.push(format!(
+            "{} journal entries (entry {first} to {last}) have no MAC: written before kavi keyed \
+             the journal, or by a process without its key; once they are checked, `kavi ledger \
+             seal` MACs them",
+            unkeyed.len()
+        ));
+    }
 
     // The tables against the chain.
     let mut latest = latest(conn)?;
@@ -561,9 +618,6 @@ pub fn verify(
         ));
     }
 
-    // Checkpoints still match the chain, and were signed by the configured key.
-    let (checkpoints, problems) = super::checkpoint::verify(conn, trusted, logged)?;
-    findings.checkpoints = checkpoints;
     findings.problems.extend(problems);
 
     // Stored specs hash to their names.
@@ -620,6 +674,108 @@ pub fn verify(
     Ok(findings)
 }
 
+/// MACs the entries that have none (a ledger journaled before kavi keyed it), in one
+/// transaction; returns how many. The caller checks first that nothing else is wrong. Only
+/// entries before the first keyed one are sealed: that entry's MAC covers their hashes through
+/// the chain, and every kavi that upgrades a ledger writes one (its identity) as it opens it. An
+/// unkeyed entry after a keyed one, or none keyed at all, is what a writer without the key
+/// leaves (one who stripped every MAC to pass for an old ledger), and is refused.
+pub(super) fn seal(conn: &mut Db) -> Result<usize> {
+    let key = super::keys::mac_key().map_err(LedgerError::Keys)?;
+    let tx = conn.transaction()?;
+    let unkeyed: Vec<(i64, String)> = tx
+        .prepare("SELECT seq, hash FROM journal WHERE mac IS NULL ORDER BY seq")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<super::db::Result<_>>()?;
+    let first_keyed: Option<i64> = tx.query_row(
+        "SELECT MIN(seq) FROM journal WHERE mac IS NOT NULL",
+        [],
+        |row| row.get(0),
+    )?;
+    let after = unkeyed
+        .last()
+        .filter(|(seq, _)| first_keyed.is_none_or(|keyed| *seq > keyed));
+    if let Some((seq, _)) = after {
+        return Err(LedgerError::Keys(format!(
+            "journal entry {seq} has no MAC, and no keyed entry after it vouches for it: it was \
+             written by a process without kavi's key, not before kavi keyed the journal; it is \
+             not sealed"
+        )));
+    }
+    for (seq, hash) in &unkeyed {
+        tx.execute(
+            "UPDATE journal SET mac = ?1 WHERE seq = ?2",
+            params![key.mac(hash), seq],
+        )?;
+    }
+    tx.commit()?;
+    Ok(unkeyed.len())
+}
+
+/// Why the row of `table` keyed `key` (as the journal writes keys: `["name"]`) is not what the
+/// journal's keyed last entry for it says, if it is not: the entry must recompute to its hash,
+/// carry a MAC that holds under kavi's key, and hold the row's content as it is now. What a
+/// command that acts on one row checks, rather than trust the editable row alone.
+pub(super) fn row_problem(conn: &Db, table: &str, key: &str) -> Result<Option<String>> {
+    let macs = super::keys::mac_key().map_err(LedgerError::Keys)?;
+    let Some(table) = tables(conn)?.into_iter().find(|t| t.name == table) else {
+        return Ok(Some(format!("no table {table}")));
+    };
+    let current: Option<String> = conn
+        .query_row(
+            &format!(
+                "SELECT {} FROM \"{}\" AS t WHERE {} = ?1",
+                table.content_sql("t"),
+                table.name,
+                table.key_sql("t")
+            ),
+            [key],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let last: Option<(i64, String, String, String, String, Option<String>)> = conn
+        .query_row(
+            "SELECT seq, op, content, prev, hash, mac FROM journal
+             WHERE tbl = ?1 AND key = ?2 ORDER BY seq DESC LIMIT 1",
+            params![table.name, key],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            },
+        )
+        .optional()?;
+    let name = &table.name;
+    let Some((seq, op, content, prev, hash, mac)) = last else {
+        return Ok(Some(format!(
+            "table {name} row {key}: not in the journal (added outside kavi)"
+        )));
+    };
+    Ok(
+        if hash != entry_hash(&prev, seq, name, &op, key, &content) {
+            Some(format!(
+                "journal entry {seq}: its hash does not match its content ({name} {key})"
+            ))
+        } else if mac.is_none_or(|mac| mac != macs.mac(&hash)) {
+            Some(format!(
+                "journal entry {seq} ({name} {key}) has no MAC that holds under kavi's key: written \
+             by a process without the key"
+            ))
+        } else if op == "delete" || current.as_deref() != Some(content.as_str()) {
+            Some(format!(
+                "table {name} row {key}: differs from journal entry {seq} (edited outside kavi)"
+            ))
+        } else {
+            None
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,7 +814,7 @@ mod tests {
         }
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         let ledger = Ledger::open(&path).unwrap();
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         // The old spec row is journaled as it is, and its wrong hash is still reported.
         assert_eq!(
             findings.problems,
@@ -672,13 +828,14 @@ mod tests {
             .unwrap()
             .collect::<crate::ledger::db::Result<_>>()
             .unwrap();
-        assert_eq!(ops, ["snapshot", "snapshot"]);
+        // Then the ledger's identity, made as it is opened.
+        assert_eq!(ops, ["snapshot", "snapshot", "insert"]);
 
         ledger
             .conn
             .execute_batch("DROP TRIGGER journal_runs_update; UPDATE runs SET status = 'failed'")
             .unwrap();
-        assert_reports_run_edited(&ledger.verify(&store, None, &[]).unwrap());
+        assert_reports_run_edited(&ledger.verify(&store, None, &Vec::new()).unwrap());
     }
 
     /// `verify` names run 1's row as changed since its last journal entry.
@@ -707,7 +864,7 @@ mod tests {
             .unwrap();
         let refused = ledger.conn.execute_batch(&insert).unwrap_err();
         assert!(refused.to_string().contains(APPEND_VIEW), "{refused}");
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert_eq!(
             findings.problems,
             [format!(
@@ -720,7 +877,7 @@ mod tests {
         let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
         assert!(current(&ledger.conn).unwrap());
         ledger.conn.execute_batch(&insert).unwrap();
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
         let last: (String, String) = ledger
             .conn
@@ -781,7 +938,41 @@ mod tests {
         let before = entries(&ledger);
         run(&mut ledger);
         assert!(entries(&ledger) > before);
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        // The older appender wrote no MACs, after keyed entries: said so, and not sealed, since
+        // that is what a writer without the key leaves.
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
+        assert_eq!(findings.unkeyed, 2, "{:?}", findings.problems);
+        let refused = ledger.seal().unwrap_err().to_string();
+        assert!(
+            refused.contains("no keyed entry after it vouches"),
+            "{refused}"
+        );
+    }
+
+    /// A ledger journaled before kavi keyed it: its entries are a prefix without MACs, which
+    /// what this kavi writes follows; `seal` MACs them, and it verifies.
+    #[test]
+    fn entries_from_before_the_keyed_journal_are_sealed() {
+        let (dir, mut ledger, owner) = crate::ledger::tests::fresh_ledger();
+        let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let run = |ledger: &mut Ledger| {
+            let new = crate::ledger::tests::new_run(&serde_json::json!({}), &["a"], &owner);
+            ledger.create_run(&new).unwrap();
+        };
+        run(&mut ledger);
+        // As an older kavi left it: no MACs.
+        ledger
+            .conn
+            .execute_batch("UPDATE journal SET mac = NULL")
+            .unwrap();
+        let refused = ledger.seal().unwrap_err().to_string();
+        assert!(refused.contains("no keyed entry after it"), "{refused}");
+        run(&mut ledger);
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
+        assert!(findings.unkeyed > 0);
+        assert_eq!(findings.problems.len(), 1, "{:?}", findings.problems);
+        assert_eq!(ledger.seal().unwrap(), findings.unkeyed);
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
 
@@ -830,6 +1021,6 @@ mod tests {
         drop(ledger);
         let ledger = Ledger::open(&dir.path().join("ledger.db")).unwrap();
         assert!(current(&ledger.conn).unwrap());
-        assert_reports_run_edited(&ledger.verify(&store, None, &[]).unwrap());
+        assert_reports_run_edited(&ledger.verify(&store, None, &Vec::new()).unwrap());
     }
 }

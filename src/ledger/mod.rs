@@ -17,6 +17,7 @@ mod escalations;
 mod executions;
 mod gc;
 pub mod journal;
+pub mod keys;
 mod memory;
 mod open;
 mod owner;
@@ -104,6 +105,23 @@ pub enum LedgerError {
     NothingToDecide(i64),
     #[error("{0}")]
     CopyRefused(String),
+    #[error("{0}")]
+    Keys(String),
+    #[error(
+        "{0}: the ledger was edited outside kavi, and what it says of this row is not trusted \
+         (`kavi ledger verify` says what else was)"
+    )]
+    Unjournaled(String),
+    #[error(
+        "the ledger at {} has schema version {found}, older than this kavi's ({known}): verify \
+         it with the kavi that wrote it, or open it once with this one (any command) to upgrade",
+        path.display()
+    )]
+    OlderSchema {
+        path: PathBuf,
+        found: i64,
+        known: usize,
+    },
     #[error(
         "the ledger at {} has schema version {found}, older than any server ledger this kavi \
          can bring up to date (from {} to {known})",
@@ -563,7 +581,77 @@ impl Ledger {
             closing: Vec::new(),
         };
         ledger.recover_interrupted()?;
+        if ledger.identity()?.is_none() {
+            // Made once, journaled (and MACed) like any row: a ledger opened after this kavi's
+            // upgrade gets its identity here.
+            ledger.conn.execute(
+                "INSERT INTO ledger_identity (id, created_at)
+                 SELECT ?1, ?2 WHERE NOT EXISTS (SELECT 1 FROM ledger_identity)",
+                params![uuid::Uuid::new_v4().to_string(), now()],
+            )?;
+        }
         Ok(ledger)
+    }
+
+    /// Opens the existing ledger at `path` only to read it: no migration, no recovery, no
+    /// identity made, no file written. For `kavi ledger verify`, which must change nothing it
+    /// checks; a ledger of an older schema is refused with what to do.
+    pub fn open_read_only(path: &Path) -> Result<Self> {
+        let conn = match postgres_url(path) {
+            Some(url) => {
+                let conn = connect_postgres(url)?;
+                if !postgres_schema_exists(&conn)? {
+                    return Err(LedgerError::Missing(PathBuf::from(postgres::redacted(url))));
+                }
+                conn
+            }
+            None if !path.exists() => return Err(LedgerError::Missing(path.to_owned())),
+            None => connect_read_only(path)?,
+        };
+        let found: i64 = conn
+            .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
+            .optional()?
+            .unwrap_or(0);
+        let known = schema::MIGRATIONS.len();
+        if found < known as i64 {
+            return Err(LedgerError::OlderSchema {
+                path: path.to_owned(),
+                found,
+                known,
+            });
+        }
+        Ok(Self {
+            conn,
+            locks_dir: locks_dir(path),
+            spare: None,
+            closing: Vec::new(),
+        })
+    }
+
+    /// The ledger's identity, made when it was first opened: what its checkpoint log is kept
+    /// under. `None` for a ledger no kavi of this version has opened to write.
+    pub fn identity(&self) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT id FROM ledger_identity", [], |row| row.get(0))
+            .optional()?)
+    }
+
+    /// MACs the journal entries written before kavi keyed the journal (see [`journal::seal`]).
+    pub fn seal(&mut self) -> Result<usize> {
+        journal::seal(&mut self.conn)
+    }
+
+    /// Refuses a skill whose row is not what the journal's keyed last entry for it says: its
+    /// code hash, state or trusted tree edited outside kavi (see [`journal::row_problem`]).
+    pub fn check_skill_journaled(&self, name: &str) -> Result<()> {
+        let key = serde_json::json!([name]).to_string();
+        match journal::row_problem(&self.conn, "skills", &key)? {
+            Some(problem) => Err(LedgerError::Unjournaled(format!(
+                "skill `{name}`: {problem}"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Makes, on this thread, the connection the next [`Ledger::another_connection`] hands
@@ -1004,7 +1092,7 @@ impl Ledger {
         &self,
         store: &ArtifactStore,
         trusted: Option<&ed25519_dalek::VerifyingKey>,
-        logged: &[checkpoint::Signed],
+        logged: &checkpoint::Log,
     ) -> Result<journal::Findings> {
         journal::verify(&self.conn, store, trusted, logged)
     }
@@ -1332,8 +1420,53 @@ fn connect(path: &Path) -> Result<Db> {
         .map_err(open_error)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open_error)?;
-    journal::register(&conn).map_err(open_error)?;
+    let key = keys::mac_key().map_err(LedgerError::Keys)?;
+    journal::register(&conn, key).map_err(open_error)?;
     Ok(Db::from_sqlite(conn))
+}
+
+/// A read-only connection to the ledger file at `path`, for `kavi ledger verify`: nothing is
+/// written, not even the write-ahead log's index. A ledger whose last writer closed cleanly has
+/// no `-wal`, and is read as the immutable file it then is; one with a `-wal` is read through it.
+fn connect_read_only(path: &Path) -> Result<Db> {
+    use rusqlite::OpenFlags;
+    let open_error = |source: rusqlite::Error| LedgerError::Open {
+        path: path.to_owned(),
+        source: source.into(),
+    };
+    memory::use_mimalloc();
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let immutable = !Path::new(&wal).exists();
+    let mut uri = url_path(path);
+    uri.push_str(if immutable {
+        "?immutable=1"
+    } else {
+        "?mode=ro"
+    });
+    let conn = rusqlite::Connection::open_with_flags(
+        &uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(open_error)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
+    let key = keys::mac_key().map_err(LedgerError::Keys)?;
+    journal::register(&conn, key).map_err(open_error)?;
+    Ok(Db::from_sqlite(conn))
+}
+
+/// `path` as a `file:` URI, its reserved characters escaped.
+fn url_path(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for byte in path.as_os_str().as_encoded_bytes() {
+        match byte {
+            b'%' | b'?' | b'#' => uri.push_str(&format!("%{byte:02X}")),
+            _ => uri.push(char::from(*byte)),
+        }
+    }
+    uri
 }
 
 /// Switches the file to WAL, retrying while another process holds a lock.
@@ -1370,10 +1503,12 @@ fn enable_wal(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
 }
 
 fn connect_postgres(url: &str) -> Result<Db> {
-    Db::connect_postgres(url).map_err(|source| LedgerError::Open {
+    let conn = Db::connect_postgres(url).map_err(|source| LedgerError::Open {
         path: PathBuf::from(postgres::redacted(url)),
         source,
-    })
+    })?;
+    postgres::key_session(&conn, keys::mac_key().map_err(LedgerError::Keys)?)?;
+    Ok(conn)
 }
 
 fn postgres_schema_exists(conn: &Db) -> Result<bool> {
@@ -1714,7 +1849,7 @@ pub(crate) mod tests {
                 .collect::<Vec<_>>()
         );
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
 
@@ -1828,7 +1963,7 @@ pub(crate) mod tests {
         assert_eq!(listed(&ledger, fourth), expected(&set));
         assert_eq!(count(&ledger, "SELECT COUNT(*) FROM run_policies"), 0);
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }
 

@@ -43,6 +43,11 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE sandboxes ADD COLUMN keep_max_bytes BIGINT",
     )],
+    // 27
+    &[
+        ServerStep::Sql("ALTER TABLE journal ADD COLUMN mac TEXT"),
+        ServerStep::Table("ledger_identity"),
+    ],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -488,6 +493,16 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sandboxes ADD COLUMN keep_max_bytes INTEGER;
     "#,
+    // 27: the journal's keyed MAC (NULL for entries written before, until `kavi ledger seal`),
+    // and the ledger's identity: what the checkpoint log beside the key knows it by, journaled
+    // and MACed like every row, so that a moved ledger keeps its log and a swapped one is seen.
+    r#"
+    ALTER TABLE journal ADD COLUMN mac TEXT;
+    CREATE TABLE ledger_identity (
+        id          TEXT PRIMARY KEY,          -- a UUID, made when the ledger is first opened
+        created_at  TEXT NOT NULL
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order
@@ -530,7 +545,7 @@ mod tests {
     fn empty_ledger() -> Db {
         crate::ledger::memory::use_mimalloc();
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        journal::register(&conn).unwrap();
+        journal::register(&conn, crate::ledger::keys::mac_key().unwrap()).unwrap();
         let mut db = Db::from_sqlite(conn);
         let tx = db.transaction().unwrap();
         tx.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
@@ -566,7 +581,7 @@ mod tests {
         assert!(!is_empty(&fresh).unwrap());
     }
 
-    /// `IMAGE` is the file an empty one becomes when kavi opens it as a ledger (running
+    /// `IMAGE` is the file an empty one becomes when kavi migrates it as a ledger (running
     /// `CURRENT`), byte for byte once the WAL is copied in; the ledger it makes is current.
     #[test]
     fn a_new_ledger_is_the_file_the_current_schema_makes() {
@@ -574,7 +589,10 @@ mod tests {
         let path = dir.path().join("ledger.db");
         // An empty file: `create` leaves it, and opening runs the script into it.
         std::fs::File::create(&path).unwrap();
-        drop(crate::ledger::Ledger::open(&path).unwrap());
+        // Migrated as a ledger is opened, without the identity each ledger then makes its own.
+        let mut conn = super::super::connect(&path).unwrap();
+        super::super::migrate(&mut conn, &path).unwrap();
+        drop(conn);
         assert!(
             !dir.path().join("ledger.db-wal").exists(),
             "closing the last connection copies the WAL in"
@@ -600,17 +618,21 @@ mod tests {
             .unwrap();
         assert_eq!(version, MIGRATIONS.len() as i64);
         assert_eq!(script(&ledger.conn).unwrap(), CURRENT);
-        // Nothing recorded, and the first write is journaled from the chain's start.
-        let entries: i64 = ledger
+        // Nothing recorded but its identity, journaled from the chain's start.
+        let entries: Vec<(i64, String)> = ledger
             .conn
-            .query_row("SELECT count(*) FROM journal", [], |row| row.get(0))
+            .prepare("SELECT seq, tbl FROM journal")
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .collect::<crate::ledger::db::Result<_>>()
             .unwrap();
-        assert_eq!(entries, 0);
+        assert_eq!(entries, [(1, "ledger_identity".to_owned())]);
         let owner = crate::ledger::owner::Owner::claim(&fresh, dir.path()).unwrap();
         let run = crate::ledger::tests::new_run(&serde_json::json!({}), &["a"], &owner);
         ledger.create_run(&run).unwrap();
         let store = crate::ledger::ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
-        let findings = ledger.verify(&store, None, &[]).unwrap();
+        let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
         assert!(findings.entries > 0);
     }

@@ -215,7 +215,7 @@ CREATE TABLE journal (
         content  TEXT NOT NULL,                -- JSON object: every column, after the change
         prev     TEXT NOT NULL,                -- the previous entry's hash ('' for the first)
         hash     TEXT NOT NULL                 -- sha256 hex of prev LF seq LF tbl LF op LF key LF content
-    );
+    , mac TEXT);
 
 CREATE TABLE checkpoints (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -266,15 +266,22 @@ CREATE TABLE node_cache (
 
 CREATE INDEX node_cache_key ON node_cache(key);
 
+CREATE TABLE ledger_identity (
+        id          TEXT PRIMARY KEY,          -- a UUID, made when the ledger is first opened
+        created_at  TEXT NOT NULL
+    ) WITHOUT ROWID;
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 
 CREATE TRIGGER journal_append_entry INSTEAD OF INSERT ON journal_append BEGIN
-           INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
+           INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
            VALUES ((SELECT COALESCE(MAX(seq), 0) + 1 FROM journal), NEW.tbl, NEW.op, NEW.key, NEW.content, COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), ''),
                    kavi_sha256(COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') || char(10) || (SELECT COALESCE(MAX(seq), 0) + 1 FROM journal) || char(10) || NEW.tbl
                                    || char(10) || NEW.op || char(10) || NEW.key || char(10)
-                                   || NEW.content));
+                                   || NEW.content), kavi_mac(kavi_sha256(COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') || char(10) || (SELECT COALESCE(MAX(seq), 0) + 1 FROM journal) || char(10) || NEW.tbl
+                                   || char(10) || NEW.op || char(10) || NEW.key || char(10)
+                                   || NEW.content)));
          END;
 
 CREATE TRIGGER "journal_artifacts_insert" AFTER INSERT ON "artifacts" BEGIN
@@ -380,6 +387,21 @@ CREATE TRIGGER "journal_governing_members_update" AFTER UPDATE ON "governing_mem
 CREATE TRIGGER "journal_governing_members_delete" AFTER DELETE ON "governing_members" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
                VALUES ('governing_members', 'delete', json_array(OLD."set_hash", OLD."path"), json_object('set_hash', OLD."set_hash", 'path', OLD."path", 'spec_hash', OLD."spec_hash", 'role', OLD."role"));
+             END;
+
+CREATE TRIGGER "journal_ledger_identity_insert" AFTER INSERT ON "ledger_identity" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('ledger_identity', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'created_at', NEW."created_at"));
+             END;
+
+CREATE TRIGGER "journal_ledger_identity_update" AFTER UPDATE ON "ledger_identity" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('ledger_identity', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'created_at', NEW."created_at"));
+             END;
+
+CREATE TRIGGER "journal_ledger_identity_delete" AFTER DELETE ON "ledger_identity" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('ledger_identity', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'created_at', OLD."created_at"));
              END;
 
 CREATE TRIGGER "journal_node_cache_insert" AFTER INSERT ON "node_cache" BEGIN

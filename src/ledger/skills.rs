@@ -200,46 +200,120 @@ impl Ledger {
         comment: &str,
     ) -> Result<i64> {
         let tx = self.conn.transaction()?;
-        let Standing {
-            state: from,
-            version,
-            trusted_version: trusted,
-            ..
-        } = standing_of(&tx, name)?;
-        let Some(trusted) = trusted.filter(|trusted| *trusted < version) else {
-            return Err(LedgerError::TransitionRefused(format!(
-                "`{name}` has no older trusted version to return to"
-            )));
-        };
-        check(&from, to).map_err(LedgerError::TransitionRefused)?;
-        let (spec, description, side_effect): (String, String, String) = tx.query_row(
-            "SELECT spec_artifact, description, side_effect FROM skill_versions
-             WHERE skill = ?1 AND version = ?2",
-            params![name, trusted],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        let comment = format!(
-            "version {version} {to}: {comment}; version {trusted} is {trusted_state} again"
-        );
-        move_state(
-            &tx,
-            name,
-            &from,
-            trusted_state,
-            origin,
-            actor,
-            Some(&comment),
-        )?;
-        tx.execute(
-            "UPDATE skills SET version = ?1, spec_artifact = ?2, description = ?3,
-                               side_effect = ?4, verified_hash = trusted_hash
-             WHERE name = ?5",
-            params![trusted, spec, description, side_effect, name],
-        )?;
+        let trusted = abandon_in(&tx, name, to, trusted_state, check, origin, actor, comment)?;
         tx.commit()?;
         Ok(trusted)
     }
 
+    /// Rejects a run that stopped for review, in one transaction: its pending escalations (and
+    /// its child runs') are decided, and each skill in `moves` goes to the lifecycle's
+    /// `rejected` state, or back to its trusted version when a newer one was rejected (as
+    /// [`Ledger::abandon_version`]). Either all of it is recorded or none. Returns the
+    /// escalations decided and, for each skill, the version it returned to, if it did.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one rejection's worth of facts, written together"
+    )]
+    pub fn reject_run(
+        &mut self,
+        run_id: i64,
+        actor: &str,
+        comment: Option<&str>,
+        rejected: Option<&str>,
+        trusted_state: &str,
+        moves: &[(String, String)],
+        check: impl Fn(&str, &str) -> Result<(), String>,
+    ) -> Result<(Vec<super::EscalationRow>, Vec<Option<i64>>)> {
+        let tx = self.conn.transaction()?;
+        let decided = super::escalations::decide_in(&tx, run_id, false, actor, comment)?;
+        let mut returned = Vec::new();
+        for (name, note) in moves {
+            let Some(rejected) = rejected else {
+                returned.push(None);
+                continue;
+            };
+            let standing = standing_of(&tx, name)?;
+            let origin = (Some(run_id), None);
+            returned.push(
+                if standing
+                    .trusted_version
+                    .is_some_and(|trusted| trusted < standing.version)
+                {
+                    Some(abandon_in(
+                        &tx,
+                        name,
+                        rejected,
+                        trusted_state,
+                        &check,
+                        origin,
+                        actor,
+                        note,
+                    )?)
+                } else {
+                    transition_in(&tx, name, rejected, &check, origin, actor, Some(note))?;
+                    None
+                },
+            );
+        }
+        tx.commit()?;
+        Ok((decided, returned))
+    }
+}
+
+/// [`Ledger::abandon_version`], inside the caller's transaction.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one rejection's worth of facts, written together"
+)]
+fn abandon_in(
+    tx: &super::db::Transaction<'_>,
+    name: &str,
+    to: &str,
+    trusted_state: &str,
+    check: impl FnOnce(&str, &str) -> Result<(), String>,
+    origin: (Option<i64>, Option<&str>),
+    actor: &str,
+    comment: &str,
+) -> Result<i64> {
+    let Standing {
+        state: from,
+        version,
+        trusted_version: trusted,
+        ..
+    } = standing_of(tx, name)?;
+    let Some(trusted) = trusted.filter(|trusted| *trusted < version) else {
+        return Err(LedgerError::TransitionRefused(format!(
+            "`{name}` has no older trusted version to return to"
+        )));
+    };
+    check(&from, to).map_err(LedgerError::TransitionRefused)?;
+    let (spec, description, side_effect): (String, String, String) = tx.query_row(
+        "SELECT spec_artifact, description, side_effect FROM skill_versions
+         WHERE skill = ?1 AND version = ?2",
+        params![name, trusted],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let comment =
+        format!("version {version} {to}: {comment}; version {trusted} is {trusted_state} again");
+    move_state(
+        tx,
+        name,
+        &from,
+        trusted_state,
+        origin,
+        actor,
+        Some(&comment),
+    )?;
+    tx.execute(
+        "UPDATE skills SET version = ?1, spec_artifact = ?2, description = ?3,
+                           side_effect = ?4, verified_hash = trusted_hash
+         WHERE name = ?5",
+        params![trusted, spec, description, side_effect, name],
+    )?;
+    Ok(trusted)
+}
+
+impl Ledger {
     /// Revokes a skill: moves it to `to` as `check` allows, and no version of it runs again.
     pub fn revoke_skill(
         &mut self,
@@ -450,15 +524,29 @@ impl Ledger {
         comment: Option<&str>,
     ) -> Result<Transitioned> {
         let tx = self.conn.transaction()?;
-        let from = standing_of(&tx, name)?.state;
-        check(&from, to).map_err(LedgerError::TransitionRefused)?;
-        move_state(&tx, name, &from, to, origin, actor, comment)?;
+        let transitioned = transition_in(&tx, name, to, check, origin, actor, comment)?;
         tx.commit()?;
-        Ok(Transitioned {
-            from,
-            to: to.to_owned(),
-        })
+        Ok(transitioned)
     }
+}
+
+/// [`Ledger::transition_skill`], inside the caller's transaction.
+fn transition_in(
+    tx: &super::db::Transaction<'_>,
+    name: &str,
+    to: &str,
+    check: impl FnOnce(&str, &str) -> Result<(), String>,
+    origin: (Option<i64>, Option<&str>),
+    actor: &str,
+    comment: Option<&str>,
+) -> Result<Transitioned> {
+    let from = standing_of(tx, name)?.state;
+    check(&from, to).map_err(LedgerError::TransitionRefused)?;
+    move_state(tx, name, &from, to, origin, actor, comment)?;
+    Ok(Transitioned {
+        from,
+        to: to.to_owned(),
+    })
 }
 
 /// Moves a skill's state and records the transition, inside the caller's transaction. Returns

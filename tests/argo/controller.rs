@@ -143,7 +143,9 @@ fn run_template(
             .current_dir(workspace)
             .env_remove("RUST_LOG")
             .env("KAVI_SANDBOXES", super::common::sandboxes())
-            .env("KAVI_TOOLCHAINS", super::common::toolchains());
+            .env("KAVI_TOOLCHAINS", super::common::toolchains())
+            .env("XDG_CONFIG_HOME", super::common::config_home())
+            .env_remove("KAVI_KEYS");
         // The container's environment, as the manifest gives it (the shared ledger).
         for variable in container["env"].as_array().into_iter().flatten() {
             command.env(

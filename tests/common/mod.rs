@@ -31,7 +31,9 @@ pub fn kavi_command(dir: &Path, args: &[&str]) -> Command {
         .current_dir(dir)
         .env_remove("RUST_LOG")
         .env("KAVI_SANDBOXES", sandboxes())
-        .env("KAVI_TOOLCHAINS", toolchains());
+        .env("KAVI_TOOLCHAINS", toolchains())
+        .env("XDG_CONFIG_HOME", config_home())
+        .env_remove("KAVI_KEYS");
     if let Some(url) = postgres::ledger_for(dir) {
         command.env("KAVI_LEDGER", url);
     }
@@ -200,6 +202,13 @@ pub fn copy_gate_tools(root: &Path) {
     );
 }
 
+/// The tests' configuration folder, in place of the account's own `~/.config`: kavi's keys
+/// (the journal's MAC key, a signing key, the checkpoint logs) are made there, never in the
+/// machine's `~/.config/kavi`.
+pub fn config_home() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("config")
+}
+
 /// Where the tests' toolchains are provisioned: under `target/`, shared by every test and kept
 /// between runs, so that the real ruff, mypy and pytest are installed once per checkout.
 pub fn toolchains() -> std::path::PathBuf {
@@ -248,4 +257,27 @@ pub fn isolation_or_skip() -> bool {
             false
         }
     }
+}
+
+/// A connection to a workspace's SQLite ledger as an attacker without kavi's keys makes it: the
+/// journal's hash function registered by hand (it is public), so that the triggers journal
+/// every edit and the public chain holds; and the MAC function too, with no key to compute it
+/// under, so a guess.
+pub fn attacker_connection(root: &Path) -> rusqlite::Connection {
+    use rusqlite::functions::FunctionFlags;
+    let conn = rusqlite::Connection::open(root.join(".kavi/ledger.db")).unwrap();
+    // The `sqlite3` shell's default: rows may point at rows that are not there.
+    conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("kavi_sha256", 1, flags, |ctx| {
+        Ok(kavi::cache::sha256_hex(ctx.get::<String>(0)?.as_bytes()))
+    })
+    .unwrap();
+    conn.create_scalar_function("kavi_mac", 1, flags, |ctx| {
+        Ok(kavi::cache::sha256_hex(
+            format!("guess\n{}", ctx.get::<String>(0)?).as_bytes(),
+        ))
+    })
+    .unwrap();
+    conn
 }

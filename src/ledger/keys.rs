@@ -1,0 +1,188 @@
+//! kavi's keys: where they live (outside every workspace), and the journal's MAC key.
+//!
+//! The folder is `$KAVI_KEYS`, else `$XDG_CONFIG_HOME/kavi`, else `~/.config/kavi`: set by the
+//! operator's environment, never by a workspace's own files, so that whoever can edit a
+//! workspace cannot point kavi at a key of their own. It holds:
+//!
+//! - `signing.key`: the ed25519 key that signs checkpoints (`kavi ledger keygen`);
+//! - `journal.key`: the HMAC-SHA256 key every journal entry is MACed with, made on first use;
+//! - `ledgers/<id>.log`: each ledger's checkpoints and key rotations, by the ledger's identity
+//!   (see [`super::checkpoint`]), and `ledgers/paths`: which identity was last seen where.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use hmac::{KeyInit, Mac};
+
+type HmacSha256 = hmac::Hmac<sha2_mac::Sha256>;
+
+/// The folder of kavi's keys, from the environment alone.
+pub fn dir() -> PathBuf {
+    // The unit tests keep theirs apart from the account's own.
+    if cfg!(test) {
+        return std::env::temp_dir().join(format!("kavi-unit-keys-{}", nix::unistd::getuid()));
+    }
+    if let Some(keys) = std::env::var_os("KAVI_KEYS").filter(|keys| !keys.is_empty()) {
+        return PathBuf::from(keys);
+    }
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"))
+        .join("kavi")
+}
+
+/// Why the keys' folder may not be used with the workspace at `root`, if it may not: inside
+/// it, anyone who can edit the workspace could read or replace them.
+pub fn refuse_inside(root: &Path) -> Option<String> {
+    let keys = dir();
+    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    let (root, resolved) = (canonical(root), canonical(&keys));
+    let resolved = if resolved.is_absolute() {
+        resolved
+    } else {
+        canonical(&std::env::current_dir().unwrap_or_default()).join(resolved)
+    };
+    resolved.starts_with(&root).then(|| {
+        format!(
+            "kavi's keys folder {} lies in the workspace {}, where whoever can edit the workspace \
+             could read or replace the keys; set KAVI_KEYS to a folder outside it",
+            keys.display(),
+            root.display()
+        )
+    })
+}
+
+/// The signing key's path.
+pub fn signing_key() -> PathBuf {
+    dir().join("signing.key")
+}
+
+/// Where a ledger's checkpoints and rotations are logged, by its identity.
+pub fn log_path(ledger_id: &str) -> PathBuf {
+    dir().join("ledgers").join(format!("{ledger_id}.log"))
+}
+
+/// The index of which ledger identity was last checkpointed at which location.
+pub fn paths_index() -> PathBuf {
+    dir().join("ledgers").join("paths")
+}
+
+/// Writes `bytes` to a new file at `path` readable by this user only, atomically and never over
+/// an existing one: written beside and linked in, so that of two processes making it at once
+/// one's file is both's. Returns whether this call made it.
+pub fn write_new_private(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    let mut temporary = tempfile::Builder::new()
+        .prefix(".kavi-key")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .tempfile_in(parent)?;
+    temporary.write_all(bytes)?;
+    temporary.as_file().sync_all()?;
+    match std::fs::hard_link(temporary.path(), path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// 32 random bytes.
+pub fn random_seed() -> std::io::Result<[u8; 32]> {
+    let mut seed = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut seed))?;
+    Ok(seed)
+}
+
+/// The key the journal's entries are MACed with.
+pub struct MacKey {
+    keyed: HmacSha256,
+    /// The inner and outer padded keys, hex: what a PostgreSQL session computes the same
+    /// HMAC with (see [`super::postgres`]).
+    pub pads: (String, String),
+}
+
+impl MacKey {
+    fn new(key: &[u8; 32]) -> Self {
+        let pad = |byte: u8| {
+            let mut padded = [byte; 64];
+            for (p, k) in padded.iter_mut().zip(key) {
+                *p ^= k;
+            }
+            super::checkpoint::to_hex(&padded)
+        };
+        Self {
+            keyed: HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length"),
+            pads: (pad(0x36), pad(0x5c)),
+        }
+    }
+
+    /// The MAC of an entry: HMAC-SHA256 over its hash (which covers the entry and, through
+    /// `prev`, every entry before it), hex.
+    pub fn mac(&self, hash: &str) -> String {
+        let mut mac = self.keyed.clone();
+        mac.update(hash.as_bytes());
+        super::checkpoint::to_hex(&mac.finalize().into_bytes())
+    }
+}
+
+/// The journal's MAC key, read from the keys' folder, or made there on first use.
+pub fn mac_key() -> Result<&'static MacKey, String> {
+    static KEY: OnceLock<Result<MacKey, String>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let path = dir().join("journal.key");
+        if !path.exists() {
+            let seed = random_seed().map_err(|e| format!("cannot make a key: {e}"))?;
+            let text = format!("{}\n", super::checkpoint::to_hex(&seed));
+            write_new_private(&path, text.as_bytes()).map_err(|e| {
+                format!(
+                    "cannot make the journal's MAC key {}: {e} (set KAVI_KEYS to a folder this \
+                     account can write, outside the workspace)",
+                    path.display()
+                )
+            })?;
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "cannot read the journal's MAC key {}: {e} (every account that writes this \
+                 ledger needs it: set KAVI_KEYS to a folder it can read)",
+                path.display()
+            )
+        })?;
+        let key = super::checkpoint::from_hex::<32>(&text)
+            .ok_or_else(|| format!("{} is not a MAC key (64 hex digits)", path.display()))?;
+        Ok(MacKey::new(&key))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pads a PostgreSQL session is given compute the same HMAC as the crate.
+    #[test]
+    fn the_padded_keys_make_the_same_hmac() {
+        use sha2::Digest;
+        let key = MacKey::new(&[7u8; 32]);
+        let bytes = |hex: &str| -> Vec<u8> {
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let inner = sha2::Sha256::new()
+            .chain_update(bytes(&key.pads.0))
+            .chain_update(b"abc")
+            .finalize();
+        let outer = sha2::Sha256::new()
+            .chain_update(bytes(&key.pads.1))
+            .chain_update(inner)
+            .finalize();
+        assert_eq!(super::super::checkpoint::to_hex(&outer), key.mac("abc"));
+    }
+}
