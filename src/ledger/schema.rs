@@ -43,6 +43,10 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE sandboxes ADD COLUMN keep_max_bytes BIGINT",
     )],
+    // 27
+    &[ServerStep::Sql(
+        "ALTER TABLE escalations ADD COLUMN approvals TEXT",
+    )],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -487,6 +491,11 @@ pub const MIGRATIONS: &[&str] = &[
     // sandboxes made before, which are held to the default budget.
     r#"
     ALTER TABLE sandboxes ADD COLUMN keep_max_bytes INTEGER;
+    "#,
+    // 27: each approval of an escalation, with the roles its giver held then (JSON array of
+    // {actor, roles}): a requirement of several approvers is met one approval at a time.
+    r#"
+    ALTER TABLE escalations ADD COLUMN approvals TEXT;
     "#,
 ];
 

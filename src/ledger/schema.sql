@@ -146,7 +146,7 @@ CREATE TABLE escalations (
         decided_by  TEXT,
         decided_at  TEXT,
         comment     TEXT
-    , policy TEXT);
+    , policy TEXT, approvals TEXT);
 
 CREATE INDEX escalations_skill ON escalations(skill);
 
@@ -339,17 +339,17 @@ CREATE TRIGGER "journal_checkpoints_delete" AFTER DELETE ON "checkpoints" BEGIN
 
 CREATE TRIGGER "journal_escalations_insert" AFTER INSERT ON "escalations" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('escalations', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy"));
+               VALUES ('escalations', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy", 'approvals', NEW."approvals"));
              END;
 
 CREATE TRIGGER "journal_escalations_update" AFTER UPDATE ON "escalations" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('escalations', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy"));
+               VALUES ('escalations', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy", 'approvals', NEW."approvals"));
              END;
 
 CREATE TRIGGER "journal_escalations_delete" AFTER DELETE ON "escalations" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('escalations', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'triggers', OLD."triggers", 'status', OLD."status", 'raised_at', OLD."raised_at", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at", 'comment', OLD."comment", 'policy', OLD."policy"));
+               VALUES ('escalations', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'triggers', OLD."triggers", 'status', OLD."status", 'raised_at', OLD."raised_at", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at", 'comment', OLD."comment", 'policy', OLD."policy", 'approvals', OLD."approvals"));
              END;
 
 CREATE TRIGGER "journal_executions_insert" AFTER INSERT ON "executions" BEGIN
