@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod adoption;
 pub mod classifier;
 pub mod diff;
 pub mod gates;
