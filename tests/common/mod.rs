@@ -77,6 +77,23 @@ pub fn open_to_other_accounts(dir: &Path) {
     }
 }
 
+/// Proposes the governing files as they are now, has another account (`uid 4301`, holding
+/// every role of the shipped `policies/roles.toml`) approve the change, and adopts it: what a
+/// team does before an edited rule set may promote.
+pub fn adopt_the_rules_as_they_are(root: &Path) {
+    let proposed = kavi(root, &["policy", "propose"]);
+    let stdout = String::from_utf8_lossy(&proposed.stdout).into_owned();
+    let id = stdout
+        .strip_prefix("proposed rule change ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("nothing proposed: {stdout}"));
+    open_to_other_accounts(root);
+    let approved = kavi_as(4301, root, &["policy", "approve", id]);
+    assert!(approved.status.success(), "{approved:?}");
+    let adopted = kavi(root, &["policy", "adopt", id]);
+    assert!(adopted.status.success(), "{adopted:?}");
+}
+
 fn with_test_env(mut command: Command, dir: &Path, args: &[&str]) -> Command {
     command
         .args(args)
