@@ -88,6 +88,7 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
     match error {
         LedgerError::Missing(_)
         | LedgerError::RunNotFound(_)
+        | LedgerError::RuleChangeNotFound(_)
         | LedgerError::ArtifactNotFound(_)
         | LedgerError::SpecNotFound(_)
         | LedgerError::SkillNotFound(_)

@@ -543,6 +543,96 @@ fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
     assert!(kavi(root, &["reject", "latest"]).status.success());
 }
 
+/// With `approval = { role = "reviewer", approvals = 2 }`, a stopped run needs two distinct
+/// reviewers other than its starter: the starter is refused, one approval is recorded and the
+/// run stays awaiting review, the same account again adds nothing, and a second account decides
+/// it. The ledger keeps each approver with the roles they held.
+#[test]
+fn an_escalation_needs_as_many_distinct_role_holders_as_the_rules_name() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let rules = root.join("policies/escalation.toml");
+    let text = std::fs::read_to_string(&rules).unwrap();
+    std::fs::write(
+        &rules,
+        text.replace(
+            "self_approval = true",
+            "approval = { role = \"reviewer\", approvals = 2 }",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        "[role.reviewer]\nmembers = [\"uid 4101\", \"uid 4102\", \"uid 0\"]\n\
+         [role.maintainer]\nmembers = [\"uid 4103\"]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        forge(root, "word_count", "1=test,2=test,3=test")
+            .status
+            .code(),
+        Some(6)
+    );
+    common::open_to_other_accounts(root);
+    let refused = kavi(root, &["approve", "latest", "--no-resume"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("never count the account that started it"),
+        "{stderr}"
+    );
+    // An account without the role is recorded, and counts for nothing.
+    let outsider = common::kavi_as(4103, root, &["approve", "latest", "--no-resume"]);
+    let stdout = String::from_utf8_lossy(&outsider.stdout);
+    assert!(
+        outsider.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&outsider.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "stays awaiting review: needs 2 distinct reviewers other than the account that \
+             started the run; has none"
+        ),
+        "{stdout}"
+    );
+    for _ in 0..2 {
+        let first = common::kavi_as(4101, root, &["approve", "latest", "--no-resume"]);
+        let stdout = String::from_utf8_lossy(&first.stdout);
+        assert!(first.status.success(), "{stdout}");
+        assert!(stdout.contains("; has 1: uid 4101\n"), "{stdout}");
+    }
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "awaiting_review");
+    let second = common::kavi_as(4102, root, &["approve", "latest", "--no-resume"]);
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        second.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(
+        stdout.starts_with("approved run 1 for `word_count` (REPEATED_FAILURE) by uid 4102"),
+        "{stdout}"
+    );
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "approved");
+    let recorded = common::LedgerConnection::open(root).texts("SELECT approvals FROM escalations");
+    let recorded: Value = serde_json::from_str(&recorded[0]).unwrap();
+    assert_eq!(
+        recorded,
+        serde_json::json!([
+            { "actor": "uid 4103", "roles": ["maintainer"] },
+            { "actor": "uid 4101", "roles": ["reviewer"] },
+            { "actor": "uid 4102", "roles": ["reviewer"] },
+        ])
+    );
+    common::assert_ledger_verifies(root);
+}
+
 /// A pipeline of the user's own: moves `write_note` through `before`, a lenient gate set, the
 /// moves `after`, then `promote`.
 fn shortcut(root: &Path, before_gates: &[&str], after: &[&str]) {
@@ -992,6 +1082,9 @@ fn governing_of(run: &Value) -> std::collections::BTreeMap<String, (String, Stri
 #[test]
 fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff_names_it() {
     use sha2::{Digest, Sha256};
+    if !common::other_accounts_or_skip() {
+        return;
+    }
     let dir = shipped_workspace();
     let root = dir.path();
     assert!(forge(root, "word_count", "").status.success());
@@ -1064,6 +1157,8 @@ fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff
         format!("{}required = false{}", &text[..at], &text[at + 15..]),
     )
     .unwrap();
+    // Weaker rules promote only once adopted.
+    common::adopt_the_rules_as_they_are(root);
 
     assert!(forge(root, "find_notes", "").status.success());
     let (_, attempts) = last_forge(root);

@@ -784,6 +784,20 @@ enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Record the governing files as they are now as a pending change to the adopted rule set,
+    /// each part classified weakening, strengthening or neutral (`policies/trust.toml`).
+    Propose {
+        /// Why, recorded with the change.
+        #[arg(short, long)]
+        message: Option<String>,
+    },
+    /// Approve a pending rule change (the proposer's approval never counts).
+    Approve { id: i64 },
+    /// Reject a pending rule change.
+    Reject { id: i64 },
+    /// Make a pending rule change the adopted set: its files must be unchanged since it was
+    /// proposed, and a weakening change must have the approvals `[adoption]` names.
+    Adopt { id: i64 },
 }
 
 #[derive(Debug, Subcommand)]
@@ -993,6 +1007,12 @@ async fn in_workspace(
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
         Command::Policy(PolicyCommand::Check) => policy::check(&workspace),
+        Command::Policy(PolicyCommand::Propose { message }) => {
+            policy::propose(&workspace, message.as_deref())
+        }
+        Command::Policy(PolicyCommand::Approve { id }) => policy::decide(&workspace, id, true),
+        Command::Policy(PolicyCommand::Reject { id }) => policy::decide(&workspace, id, false),
+        Command::Policy(PolicyCommand::Adopt { id }) => policy::adopt(&workspace, id),
         Command::Policy(PolicyCommand::Diff { from, to, json }) => {
             policy::diff(&workspace, &from, to.as_deref(), json)
         }

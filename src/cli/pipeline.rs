@@ -112,6 +112,7 @@ pub async fn run(
     let mut ledger = ledger?;
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
     crate::sandbox::cleanup::sweep(&mut ledger)?;
+    super::policy::adopt_on_first_use(workspace, &mut ledger)?;
     tracing::debug!("ledger open");
     let screen = Screen::new();
     let env = environment(workspace, templates, options, &screen)?;

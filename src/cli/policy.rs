@@ -5,9 +5,13 @@ use serde::Serialize;
 use similar::TextDiff;
 
 use crate::config::Workspace;
+use crate::diagnostic::SourceFile;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::error::{Error, exit};
 use crate::ledger::{Ledger, short_hash};
+use crate::ledger::{NewRuleSet, RuleSetRow};
+use crate::policy::adoption::{self, AdoptionPolicy, Class, RuleSet};
+use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
 use crate::spec::governing::set_hash;
@@ -268,6 +272,12 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
         Ok(lifecycle) => add(lifecycle.dead_ends()),
         Err(problem) => add(vec![problem]),
     }
+    // A workspace made before roles existed has no roles file; one that has it must read.
+    if workspace.root.join(ROLES).exists()
+        && let Err(problem) = Roles::load(&workspace.root)
+    {
+        add(vec![problem]);
+    }
     let pipelines = super::listing::workspace_pipelines(workspace);
     for (_, loaded) in &pipelines {
         if let Err(error) = loaded {
@@ -320,4 +330,292 @@ fn workspace_proposals(workspace: &Workspace) -> Vec<Result<(), Diagnostic>> {
             crate::skills::Proposal::parse(&source)?.check_writes(&source, &workspace.root)
         })
         .collect()
+}
+
+/// Trust on first use: a ledger with no rule set recorded adopts the governing files the first
+/// run finds, recorded as `first-use`.
+pub(super) fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<(), Error> {
+    if !ledger.rule_sets()?.is_empty() {
+        return Ok(());
+    }
+    let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
+    let files = keep_rule_set(ledger, &set)?;
+    ledger.record_rule_set(
+        &NewRuleSet {
+            set_hash: &set.hash,
+            files: &files,
+            class: "first-use",
+            changes: &serde_json::json!([]),
+            based_on: None,
+            actor: &crate::identity::actor(),
+            message: Some("adopted on first use"),
+        },
+        true,
+    )?;
+    Ok(())
+}
+
+/// Keeps each file's text in the ledger; returns path -> spec hash.
+fn keep_rule_set(ledger: &Ledger, set: &RuleSet) -> Result<serde_json::Value, Error> {
+    let mut files = serde_json::Map::new();
+    for (path, text) in &set.files {
+        let hash = ledger.keep_spec(&SourceFile::new(path.as_str(), text.as_str()))?;
+        files.insert(path.clone(), hash.into());
+    }
+    Ok(files.into())
+}
+
+/// A recorded rule set as one side of a comparison.
+fn rule_set_side(ledger: &Ledger, row: &RuleSetRow) -> Result<Side, Error> {
+    let mut members = Vec::new();
+    for (path, hash) in row.files.as_object().into_iter().flatten() {
+        let hash = hash.as_str().unwrap_or_default().to_owned();
+        let (_, text) = ledger.spec_text(&hash)?;
+        members.push(Member {
+            role: adoption::ROLE.to_owned(),
+            path: path.clone(),
+            hash,
+            text,
+        });
+    }
+    Ok(Side {
+        run: None,
+        governing_hash: row.set_hash.clone(),
+        members,
+    })
+}
+
+fn working_side(set: &RuleSet) -> Side {
+    Side {
+        run: None,
+        governing_hash: set.hash.clone(),
+        members: set
+            .files
+            .iter()
+            .map(|(path, text)| Member {
+                role: adoption::ROLE.to_owned(),
+                path: path.clone(),
+                hash: crate::spec::spec_hash(text),
+                text: text.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The adopted set, or an error saying none is.
+fn adopted(ledger: &Ledger) -> Result<RuleSetRow, Error> {
+    ledger.adopted_rules()?.ok_or_else(|| {
+        Error::Usage(
+            "no rule set is adopted in this ledger yet: the first `kavi pipeline run` adopts the \
+             one it runs under"
+                .to_owned(),
+        )
+    })
+}
+
+/// A file of the adopted set, by path.
+fn adopted_text(ledger: &Ledger, set: &RuleSetRow, path: &str) -> Result<Option<String>, Error> {
+    match set.files.get(path).and_then(|h| h.as_str()) {
+        Some(hash) => Ok(Some(ledger.spec_text(hash)?.1)),
+        None => Ok(None),
+    }
+}
+
+/// The adoption rules and roles as the adopted set has them: a proposal cannot reclassify itself
+/// nor grant its proposer a role.
+fn adopted_rules(ledger: &Ledger, set: &RuleSetRow) -> Result<(AdoptionPolicy, Roles), Error> {
+    let trust = adopted_text(ledger, set, crate::skills::trust::DEFAULT_POLICY)?;
+    let policy = trust
+        .as_deref()
+        .map(crate::skills::trust::adoption_in)
+        .transpose()
+        .map_err(Error::Usage)?
+        .flatten()
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "the adopted {} has no [adoption] table: changes to the rules cannot be \
+                 classified",
+                crate::skills::trust::DEFAULT_POLICY
+            ))
+        })?;
+    let roles = adopted_text(ledger, set, ROLES)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "the adopted rule set has no {ROLES}: no one holds a role"
+        ))
+    })?;
+    let roles =
+        Roles::parse(&SourceFile::new(ROLES, roles)).map_err(|e| Error::Usage(e.to_string()))?;
+    Ok((policy, roles))
+}
+
+/// `kavi policy propose`: records the working copy of the governing files as a pending change to
+/// the adopted set, each part classified.
+pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Error> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let base = adopted(&ledger)?;
+    let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
+    if set.hash == base.set_hash {
+        outln!(
+            "the governing files are the adopted rule set ({}): nothing to propose",
+            short_hash(&base.set_hash)
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let (policy, _) = adopted_rules(&ledger, &base)?;
+    let files = compare(&rule_set_side(&ledger, &base)?, &working_side(&set));
+    let mut changes = Vec::new();
+    for file in &files {
+        let words = if file.meaning.is_empty() {
+            vec![format!("file {}", file.change)]
+        } else {
+            file.meaning.clone()
+        };
+        for word in words {
+            let change = format!("{}: {word}", file.path);
+            let class = policy.classify(&change).map_err(Error::Usage)?;
+            changes.push((change, class));
+        }
+    }
+    let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+    let recorded = serde_json::Value::Array(
+        changes
+            .iter()
+            .map(|(change, class)| serde_json::json!({ "change": change, "class": class }))
+            .collect(),
+    );
+    let kept = keep_rule_set(&ledger, &set)?;
+    let actor = crate::identity::actor();
+    let id = ledger.record_rule_set(
+        &NewRuleSet {
+            set_hash: &set.hash,
+            files: &kept,
+            class: class.as_str(),
+            changes: &recorded,
+            based_on: Some(base.id),
+            actor: &actor,
+            message,
+        },
+        false,
+    )?;
+    outln!(
+        "proposed rule change {id} ({}): {} -> {} by {actor}",
+        class.as_str(),
+        short_hash(&base.set_hash),
+        short_hash(&set.hash)
+    );
+    for (change, class) in &changes {
+        outln!("  {:<13}  {change}", class.as_str());
+    }
+    if class == Class::Weakening {
+        outln!(
+            "it weakens the rules: it needs {} approvals by a {} other than its proposer \
+             (`kavi policy approve {id}`), then `kavi policy adopt {id}`",
+            policy.weakening.approvals,
+            policy.weakening.role
+        );
+    } else {
+        outln!("it does not weaken the rules: adopt it with `kavi policy adopt {id}`");
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// A pending change, or an error saying what became of it.
+fn pending(ledger: &Ledger, id: i64) -> Result<RuleSetRow, Error> {
+    let change = ledger.rule_set(id)?;
+    if change.status != "pending" {
+        return Err(Error::Usage(format!(
+            "rule change {id} is {}, not pending",
+            change.status
+        )));
+    }
+    Ok(change)
+}
+
+/// `kavi policy approve ID` / `kavi policy reject ID`.
+pub fn decide(workspace: &Workspace, id: i64, approve: bool) -> Result<i32, Error> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let change = pending(&ledger, id)?;
+    let actor = crate::identity::actor();
+    if !approve {
+        ledger.decide_rule_set(id, "rejected", &actor)?;
+        outln!("rejected rule change {id} by {actor}");
+        return Ok(exit::SUCCESS);
+    }
+    if change.proposed_by == actor {
+        return Err(Error::Usage(format!(
+            "{actor} proposed rule change {id}: the proposer's approval never counts, another \
+             account must approve it"
+        )));
+    }
+    let (policy, roles) = adopted_rules(&ledger, &adopted(&ledger)?)?;
+    let held = roles.held_by_current_process();
+    let approval = RecordedApproval {
+        actor: actor.clone(),
+        roles: held.clone(),
+    };
+    let change = ledger.approve_rule_set(id, &approval)?;
+    outln!(
+        "approved rule change {id} by {actor} (roles: {})",
+        if held.is_empty() {
+            "none".to_owned()
+        } else {
+            held.join(", ")
+        }
+    );
+    match policy
+        .weakening
+        .met_by(&change.approvals, proposer(&change))
+    {
+        Ok(()) => outln!("its approvals are complete: adopt it with `kavi policy adopt {id}`"),
+        Err(missing) => outln!("not yet adoptable: {missing}"),
+    }
+    Ok(exit::SUCCESS)
+}
+
+fn proposer(change: &RuleSetRow) -> Excluded<'_> {
+    Excluded {
+        actor: &change.proposed_by,
+        described: "the proposer",
+    }
+}
+
+/// `kavi policy adopt ID`: makes a pending change the adopted set, once its files are still those
+/// proposed, it changes the set adopted now, and a weakening one has its approvals.
+pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let change = pending(&ledger, id)?;
+    let base = adopted(&ledger)?;
+    if change.based_on != Some(base.id) {
+        return Err(Error::Usage(format!(
+            "rule change {id} was proposed against another adopted set than {} (now adopted): \
+             propose it again",
+            short_hash(&base.set_hash)
+        )));
+    }
+    let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
+    if set.hash != change.set_hash {
+        return Err(Error::Usage(format!(
+            "the governing files changed since rule change {id} was proposed ({} then, {} now): \
+             propose them again",
+            short_hash(&change.set_hash),
+            short_hash(&set.hash)
+        )));
+    }
+    if change.class == Class::Weakening.as_str() {
+        let (policy, _) = adopted_rules(&ledger, &base)?;
+        policy
+            .weakening
+            .met_by(&change.approvals, proposer(&change))
+            .map_err(|missing| {
+                Error::Usage(format!("rule change {id} weakens the rules and {missing}"))
+            })?;
+    }
+    let actor = crate::identity::actor();
+    ledger.decide_rule_set(id, "adopted", &actor)?;
+    outln!(
+        "adopted rule change {id} ({}) by {actor}: {} governs",
+        change.class,
+        short_hash(&change.set_hash)
+    );
+    Ok(exit::SUCCESS)
 }

@@ -10,7 +10,9 @@ use serde_json::Value;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
 use crate::ledger::{EscalationRow, Ledger, RunOrigin, short_hash};
+use crate::nodes::escalate::{self, ApprovalRule};
 use crate::nodes::review::APPROVAL;
+use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
 use crate::skills::TRUSTED;
 use crate::skills::promotion::Promotion;
 use crate::skills::trust::SkillTree;
@@ -33,8 +35,15 @@ pub async fn decide(
     let root = ledger.root_run(ledger.resolve_run(run)?)?;
     let actor = crate::identity::actor();
     let approve = matches!(decision, Decision::Approve { .. });
-    if approve && root.started_by.as_deref() == Some(actor.as_str()) {
-        refuse_self_approval(&ledger, root.id, &actor)?;
+    if approve {
+        let starter = root.started_by.as_deref().unwrap_or_default();
+        if let Some(missing) = record_approval(workspace, &mut ledger, root.id, starter, &actor)? {
+            outln!(
+                "recorded the approval of run {} by {actor}; it stays awaiting review: {missing}",
+                root.id
+            );
+            return Ok(exit::SUCCESS);
+        }
     }
     // The approved moves are made first: one the lifecycle or the verified hash refuses now
     // leaves the run awaiting review, to be decided again once the cause is fixed.
@@ -400,31 +409,78 @@ impl Undo {
     }
 }
 
-/// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON
-/// (which each parameter type parses back).
-/// Refuses an approval by the account that started the run when the escalation rules that
-/// stopped it (as the ledger kept them, not as the workspace has them now) say so.
-fn refuse_self_approval(ledger: &Ledger, run: i64, actor: &str) -> Result<(), Error> {
+/// Records `actor`'s approval, with the roles they hold now, on each pending escalation of the
+/// run, and returns what is still missing: the rules that stopped the run (as the ledger kept
+/// them, not as the workspace has them now) name how many distinct role holders must approve,
+/// never counting `starter`. Refuses the starter where those rules do.
+fn record_approval(
+    workspace: &Workspace,
+    ledger: &mut Ledger,
+    run: i64,
+    starter: &str,
+    actor: &str,
+) -> Result<Option<String>, Error> {
+    let mut rules = Vec::new();
     for escalation in ledger.pending_escalations(run)? {
         let Some(policy) = &escalation.policy else {
             continue;
         };
         let (_, text) = ledger.spec_text(policy)?;
-        let rules = crate::diagnostic::SourceFile::new("escalation rules", text);
-        let allowed =
-            crate::nodes::escalate::self_approval_allowed(&rules).map_err(Error::Usage)?;
-        if !allowed {
+        let source = crate::diagnostic::SourceFile::new("escalation rules", text);
+        let rule = escalate::approval_rule(&source).map_err(Error::Usage)?;
+        let refusal = match &rule {
+            ApprovalRule::Anyone {
+                self_approval: false,
+            } => {
+                "forbid approving a run by the account that started it (`self_approval = \
+                  false`): another account must approve it"
+            }
+            ApprovalRule::Requires(_) => {
+                "never count the account that started it (`approval`): another account with the \
+                 role must approve it"
+            }
+            ApprovalRule::Anyone {
+                self_approval: true,
+            } => "",
+        };
+        if actor == starter && !refusal.is_empty() {
             return Err(Error::Usage(format!(
-                "{actor} started run {run}, and its escalation rules ({}) forbid approving a run \
-                 by the account that started it (`self_approval = false`): another account must \
-                 approve it",
-                crate::ledger::short_hash(policy)
+                "{actor} started run {run}, and its escalation rules ({}) {refusal}",
+                short_hash(policy)
             )));
         }
+        rules.push((escalation.id, rule));
     }
-    Ok(())
+    // A workspace made before roles existed has no roles file: its approvals hold no role.
+    let held = if workspace.root.join(ROLES).exists() {
+        Roles::load(&workspace.root)
+            .map_err(|e| Error::Usage(e.to_string()))?
+            .held_by_current_process()
+    } else {
+        Vec::new()
+    };
+    let approval = RecordedApproval {
+        actor: actor.to_owned(),
+        roles: held,
+    };
+    let pending = ledger.add_escalation_approval(run, &approval)?;
+    let excluded = Excluded {
+        actor: starter,
+        described: "the account that started the run",
+    };
+    for escalation in &pending {
+        if let Some((_, ApprovalRule::Requires(requirement))) =
+            rules.iter().find(|(id, _)| *id == escalation.id)
+            && let Err(missing) = requirement.met_by(&escalation.approvals, excluded)
+        {
+            return Ok(Some(missing));
+        }
+    }
+    Ok(None)
 }
 
+/// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON
+/// (which each parameter type parses back).
 pub(super) fn param_sets(params: &Value) -> Vec<(String, String)> {
     params
         .as_object()

@@ -5,6 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Ledger, LedgerError, now};
+use crate::policy::roles::RecordedApproval;
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
@@ -22,6 +23,8 @@ pub struct EscalationRow {
     pub comment: Option<String>,
     /// The spec hash of the escalation rules that raised it.
     pub policy: Option<String>,
+    /// Each approval given so far, with the roles its giver held then.
+    pub approvals: Vec<RecordedApproval>,
 }
 
 fn row(r: &super::db::Row) -> super::db::Result<EscalationRow> {
@@ -37,6 +40,9 @@ fn row(r: &super::db::Row) -> super::db::Result<EscalationRow> {
         decided_at: r.get(8)?,
         comment: r.get(9)?,
         policy: r.get(10)?,
+        approvals: super::json_column(r, 11)?
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default(),
     })
 }
 
@@ -47,7 +53,7 @@ pub(super) const RUN_TREE: &str = "WITH RECURSIVE tree(id) AS (
     )";
 
 const COLUMNS: &str = "id, skill, run_id, node_id, triggers, status, raised_at, decided_by, decided_at, comment, \
-     policy";
+     policy, approvals";
 
 impl Ledger {
     pub fn raise_escalation(
@@ -119,6 +125,44 @@ impl Ledger {
         Ok(stmt
             .query_map([run_id], row)?
             .collect::<super::db::Result<Vec<_>>>()?)
+    }
+
+    /// Adds `approval` to every pending escalation of run `run_id` and its child runs (once per
+    /// account: an account approving again replaces nothing). Returns them as they are now.
+    pub fn add_escalation_approval(
+        &mut self,
+        run_id: i64,
+        approval: &RecordedApproval,
+    ) -> Result<Vec<EscalationRow>> {
+        let tx = self.conn.transaction()?;
+        let pending = {
+            let mut stmt = tx.prepare(&format!(
+                "{RUN_TREE}
+                 SELECT {COLUMNS} FROM escalations
+                 WHERE run_id IN (SELECT id FROM tree) AND status = 'pending' ORDER BY id"
+            ))?;
+            stmt.query_map([run_id], row)?
+                .collect::<super::db::Result<Vec<_>>>()?
+        };
+        let mut updated = Vec::with_capacity(pending.len());
+        for mut escalation in pending {
+            if !escalation
+                .approvals
+                .iter()
+                .any(|a| a.actor == approval.actor)
+            {
+                escalation.approvals.push(approval.clone());
+                let approvals =
+                    serde_json::to_string(&escalation.approvals).expect("approvals serialize");
+                tx.execute(
+                    "UPDATE escalations SET approvals = ?2 WHERE id = ?1",
+                    params![escalation.id, approvals],
+                )?;
+            }
+            updated.push(escalation);
+        }
+        tx.commit()?;
+        Ok(updated)
     }
 
     /// Records a decision on every pending escalation of a run and of its child runs (a forge

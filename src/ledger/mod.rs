@@ -22,6 +22,7 @@ mod memory;
 mod open;
 mod owner;
 mod postgres;
+mod rules;
 mod sandboxes;
 mod schema;
 mod skills;
@@ -44,6 +45,7 @@ pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
 pub use open::open_during;
 pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner};
+pub use rules::{NewRuleSet, RuleSetRow};
 pub use sandboxes::{DEFAULT_KEEP_MAX_BYTES, NewSandbox, SandboxLimits, SandboxRow};
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
@@ -80,6 +82,8 @@ pub enum LedgerError {
     Missing(PathBuf),
     #[error("no run `{0}` in the ledger")]
     RunNotFound(String),
+    #[error("no rule change {0} in the ledger (`kavi policy diff` lists them)")]
+    RuleChangeNotFound(i64),
     #[error("no artifact `{0}` in the ledger (or the prefix names more than one)")]
     ArtifactNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]

@@ -48,6 +48,12 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
         ServerStep::Sql("ALTER TABLE journal ADD COLUMN mac TEXT"),
         ServerStep::Table("ledger_identity"),
     ],
+    // 28
+    &[ServerStep::Sql(
+        "ALTER TABLE escalations ADD COLUMN approvals TEXT",
+    )],
+    // 29
+    &[ServerStep::Table("rule_sets")],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -502,6 +508,30 @@ pub const MIGRATIONS: &[&str] = &[
         id          TEXT PRIMARY KEY,          -- a UUID, made when the ledger is first opened
         created_at  TEXT NOT NULL
     ) WITHOUT ROWID;
+    "#,
+    // 28: each approval of an escalation, with the roles its giver held then (JSON array of
+    // {actor, roles}): a requirement of several approvers is met one approval at a time.
+    r#"
+    ALTER TABLE escalations ADD COLUMN approvals TEXT;
+    "#,
+    // 29: rule sets: the governing files as adopted, and changes proposed to them (see
+    // ledger/rules.rs). Exactly one is `adopted` once the first run adopted its set.
+    r#"
+    CREATE TABLE rule_sets (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        set_hash    TEXT NOT NULL,             -- set hash over (path, spec hash) of every file
+        files       TEXT NOT NULL,             -- JSON object: path -> spec hash (texts in specs)
+        status      TEXT NOT NULL,             -- pending | adopted | superseded | rejected
+        class       TEXT NOT NULL,             -- first-use | weakening | strengthening | neutral
+        changes     TEXT NOT NULL,             -- JSON array of {change, class}
+        based_on    INTEGER,                   -- the adopted set it changes
+        proposed_by TEXT NOT NULL,
+        proposed_at TEXT NOT NULL,
+        message     TEXT,
+        approvals   TEXT NOT NULL,             -- JSON array of {actor, roles}
+        decided_by  TEXT,
+        decided_at  TEXT
+    );
     "#,
 ];
 

@@ -146,7 +146,7 @@ CREATE TABLE escalations (
         decided_by  TEXT,
         decided_at  TEXT,
         comment     TEXT
-    , policy TEXT);
+    , policy TEXT, approvals TEXT);
 
 CREATE INDEX escalations_skill ON escalations(skill);
 
@@ -271,6 +271,22 @@ CREATE TABLE ledger_identity (
         created_at  TEXT NOT NULL
     ) WITHOUT ROWID;
 
+CREATE TABLE rule_sets (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        set_hash    TEXT NOT NULL,             -- set hash over (path, spec hash) of every file
+        files       TEXT NOT NULL,             -- JSON object: path -> spec hash (texts in specs)
+        status      TEXT NOT NULL,             -- pending | adopted | superseded | rejected
+        class       TEXT NOT NULL,             -- first-use | weakening | strengthening | neutral
+        changes     TEXT NOT NULL,             -- JSON array of {change, class}
+        based_on    INTEGER,                   -- the adopted set it changes
+        proposed_by TEXT NOT NULL,
+        proposed_at TEXT NOT NULL,
+        message     TEXT,
+        approvals   TEXT NOT NULL,             -- JSON array of {actor, roles}
+        decided_by  TEXT,
+        decided_at  TEXT
+    );
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 
@@ -346,17 +362,17 @@ CREATE TRIGGER "journal_checkpoints_delete" AFTER DELETE ON "checkpoints" BEGIN
 
 CREATE TRIGGER "journal_escalations_insert" AFTER INSERT ON "escalations" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('escalations', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy"));
+               VALUES ('escalations', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy", 'approvals', NEW."approvals"));
              END;
 
 CREATE TRIGGER "journal_escalations_update" AFTER UPDATE ON "escalations" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('escalations', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy"));
+               VALUES ('escalations', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'triggers', NEW."triggers", 'status', NEW."status", 'raised_at', NEW."raised_at", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at", 'comment', NEW."comment", 'policy', NEW."policy", 'approvals', NEW."approvals"));
              END;
 
 CREATE TRIGGER "journal_escalations_delete" AFTER DELETE ON "escalations" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('escalations', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'triggers', OLD."triggers", 'status', OLD."status", 'raised_at', OLD."raised_at", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at", 'comment', OLD."comment", 'policy', OLD."policy"));
+               VALUES ('escalations', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'triggers', OLD."triggers", 'status', OLD."status", 'raised_at', OLD."raised_at", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at", 'comment', OLD."comment", 'policy', OLD."policy", 'approvals', OLD."approvals"));
              END;
 
 CREATE TRIGGER "journal_executions_insert" AFTER INSERT ON "executions" BEGIN
@@ -462,6 +478,21 @@ CREATE TRIGGER "journal_promotions_update" AFTER UPDATE ON "promotions" BEGIN
 CREATE TRIGGER "journal_promotions_delete" AFTER DELETE ON "promotions" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
                VALUES ('promotions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'source_hash', OLD."source_hash", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment", 'version', OLD."version"));
+             END;
+
+CREATE TRIGGER "journal_rule_sets_insert" AFTER INSERT ON "rule_sets" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('rule_sets', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'set_hash', NEW."set_hash", 'files', NEW."files", 'status', NEW."status", 'class', NEW."class", 'changes', NEW."changes", 'based_on', NEW."based_on", 'proposed_by', NEW."proposed_by", 'proposed_at', NEW."proposed_at", 'message', NEW."message", 'approvals', NEW."approvals", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at"));
+             END;
+
+CREATE TRIGGER "journal_rule_sets_update" AFTER UPDATE ON "rule_sets" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('rule_sets', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'set_hash', NEW."set_hash", 'files', NEW."files", 'status', NEW."status", 'class', NEW."class", 'changes', NEW."changes", 'based_on', NEW."based_on", 'proposed_by', NEW."proposed_by", 'proposed_at', NEW."proposed_at", 'message', NEW."message", 'approvals', NEW."approvals", 'decided_by', NEW."decided_by", 'decided_at', NEW."decided_at"));
+             END;
+
+CREATE TRIGGER "journal_rule_sets_delete" AFTER DELETE ON "rule_sets" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('rule_sets', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'set_hash', OLD."set_hash", 'files', OLD."files", 'status', OLD."status", 'class', OLD."class", 'changes', OLD."changes", 'based_on', OLD."based_on", 'proposed_by', OLD."proposed_by", 'proposed_at', OLD."proposed_at", 'message', OLD."message", 'approvals', OLD."approvals", 'decided_by', OLD."decided_by", 'decided_at', OLD."decided_at"));
              END;
 
 CREATE TRIGGER "journal_run_policies_insert" AFTER INSERT ON "run_policies" BEGIN

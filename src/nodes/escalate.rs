@@ -13,6 +13,7 @@ use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::{BuildRow, Ledger};
 use crate::policy::classifier::Classifier;
+use crate::policy::roles::{Requirement, Roles};
 use crate::research::advisory;
 
 pub const KIND: NodeKind = NodeKind {
@@ -64,20 +65,34 @@ pub(crate) struct Rules {
     /// above 0 and at most 1.
     #[schemars(with = "Option<f64>")]
     large_diff: Option<Spanned<f64>>,
-    /// Whether the account that started a run may approve it (`kavi approve`).
-    #[serde(default = "allowed")]
-    self_approval: bool,
+    /// Whether the account that started a run may approve it (`kavi approve`), when `approval`
+    /// is absent (default true). With `approval`, the starter never counts.
+    self_approval: Option<bool>,
+    /// The approvals a decision needs: distinct accounts holding a role of
+    /// `policies/roles.toml`, never the run's starter. Absent: one approval by anyone (subject
+    /// to `self_approval`).
+    #[schemars(with = "Option<Requirement>")]
+    approval: Option<Spanned<Requirement>>,
 }
 
-fn allowed() -> bool {
-    true
+/// Who may approve a run the rules stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalRule {
+    /// One approval by any account; by the starter too when `self_approval` says so.
+    Anyone { self_approval: bool },
+    /// Distinct role holders other than the starter, as many as the requirement names.
+    Requires(Requirement),
 }
 
-/// Whether escalation rules (their text, as the ledger kept it) let the account that started a
-/// run approve it.
-pub fn self_approval_allowed(rules: &crate::diagnostic::SourceFile) -> Result<bool, String> {
+/// What escalation rules (their text, as the ledger kept it) ask of an approval.
+pub fn approval_rule(rules: &crate::diagnostic::SourceFile) -> Result<ApprovalRule, String> {
     let rules: Rules = toml::from_str(&rules.text).map_err(|e| e.to_string())?;
-    Ok(rules.self_approval)
+    Ok(match rules.approval {
+        Some(requirement) => ApprovalRule::Requires(requirement.into_inner()),
+        None => ApprovalRule::Anyone {
+            self_approval: rules.self_approval.unwrap_or(true),
+        },
+    })
 }
 
 impl Rules {
@@ -103,6 +118,25 @@ impl Rules {
         Ok(())
     }
 
+    /// A requirement names a declared role, and does not contradict `self_approval = true`.
+    fn check_approval(
+        &self,
+        source: &Arc<SourceFile>,
+        roles: impl FnOnce() -> Result<Roles, Diagnostic>,
+    ) -> Result<(), Diagnostic> {
+        let Some(approval) = &self.approval else {
+            return Ok(());
+        };
+        if self.self_approval == Some(true) {
+            return Err(Diagnostic::new(
+                "`approval` never counts the account that started the run, so \
+                 `self_approval = true` contradicts it: remove `self_approval`",
+            )
+            .at(source, approval.span()));
+        }
+        roles()?.check(approval.get_ref(), source, approval.span())
+    }
+
     fn names(kinds: &[Spanned<String>], kind: &str) -> bool {
         kinds.iter().any(|k| k.get_ref() == kind)
     }
@@ -125,6 +159,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let rules: Rules =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
     rules.check(&source, &config.load_classifier(raw.classifier.as_ref())?)?;
+    rules.check_approval(&source, || {
+        Roles::parse(&config.load_policy_source(None, crate::policy::roles::DEFAULT_POLICY)?)
+    })?;
     Ok(Arc::new(Escalate {
         skill: raw.skill.into_inner(),
         failure_kind: raw.failure_kind.into_inner(),

@@ -7,11 +7,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod adoption;
 pub mod classifier;
 pub mod diff;
 pub mod gates;
 pub mod invariants;
 pub mod network;
+pub mod roles;
 pub mod scanner;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};

@@ -53,6 +53,9 @@ impl Promotion<'_> {
             .read_tree(self.templates, self.source, skill, &proposal)?;
         let hash = tree.hash();
         self.governed(ledger, skill, &hash, origin.0)?;
+        // Whatever path it came by, a promotion happens only under the adopted rules.
+        crate::policy::adoption::require_adopted(ledger, self.workspace)
+            .map_err(|why| format!("`{skill}` may not be promoted: {why}"))?;
         let kept = tree
             .store(self.store)
             .map_err(|e| format!("failed to keep the trusted tree: {e}"))?;

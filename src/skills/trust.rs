@@ -35,6 +35,8 @@ pub(crate) struct RawTrust {
     registry: String,
     /// Which path may promote; without it, nothing may.
     promotion: Option<RawPromotion>,
+    /// How changes to the governing files are adopted; without it, whatever is on disk governs.
+    adoption: Option<crate::policy::adoption::AdoptionPolicy>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -69,6 +71,12 @@ pub struct TrustPolicy {
     /// `None`: the policy names no path that may promote, so no promotion happens.
     pub promotion: Option<PromotionRule>,
     pub source: Arc<SourceFile>,
+}
+
+/// The `[adoption]` table of a trust policy's text (as the ledger kept it for the adopted set).
+pub fn adoption_in(text: &str) -> Result<Option<crate::policy::adoption::AdoptionPolicy>, String> {
+    let raw: RawTrust = toml::from_str(text).map_err(|e| e.to_string())?;
+    Ok(raw.adoption)
 }
 
 impl TrustPolicy {

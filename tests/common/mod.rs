@@ -25,7 +25,76 @@ pub fn sandboxes() -> std::path::PathBuf {
 }
 
 pub fn kavi_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kavi"));
+    with_test_env(Command::new(env!("CARGO_BIN_EXE_kavi")), dir, args)
+}
+
+/// Whether this process can act as another account (it is root, and util-linux's `setpriv` is
+/// there). Where it cannot, the caller skips, saying why; under CI that fails.
+pub fn other_accounts_or_skip() -> bool {
+    let missing = if !nix::unistd::getuid().is_root() {
+        "acting as a second account needs root (setpriv --reuid)"
+    } else if Command::new("setpriv").arg("--version").output().is_err() {
+        "acting as a second account needs setpriv (util-linux)"
+    } else {
+        return true;
+    };
+    assert!(std::env::var_os("CI").is_none(), "CI must: {missing}");
+    eprintln!("skipping: {missing}");
+    false
+}
+
+/// `kavi` run as the numeric `uid` (with its own gid and no other group): an id with no
+/// account, which kavi records as `uid N`. The workspace must be open to it (see
+/// [`open_to_other_accounts`]).
+pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
+    let mut setpriv = Command::new("setpriv");
+    setpriv.args([
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--clear-groups".to_owned(),
+        env!("CARGO_BIN_EXE_kavi").to_owned(),
+    ]);
+    with_test_env(setpriv, dir, args)
+        .env("HOME", dir)
+        .output()
+        .unwrap()
+}
+
+/// Lets every account read and write the workspace (its ledger included), as a team's shared
+/// workspace would.
+pub fn open_to_other_accounts(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry.unwrap();
+        let mode = entry.metadata().unwrap().permissions().mode();
+        let open = if entry.file_type().is_dir() {
+            0o777
+        } else {
+            0o666
+        };
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode | open))
+            .unwrap();
+    }
+}
+
+/// Proposes the governing files as they are now, has another account (`uid 4301`, holding
+/// every role of the shipped `policies/roles.toml`) approve the change, and adopts it: what a
+/// team does before an edited rule set may promote.
+pub fn adopt_the_rules_as_they_are(root: &Path) {
+    let proposed = kavi(root, &["policy", "propose"]);
+    let stdout = String::from_utf8_lossy(&proposed.stdout).into_owned();
+    let id = stdout
+        .strip_prefix("proposed rule change ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("nothing proposed: {stdout}"));
+    open_to_other_accounts(root);
+    let approved = kavi_as(4301, root, &["policy", "approve", id]);
+    assert!(approved.status.success(), "{approved:?}");
+    let adopted = kavi(root, &["policy", "adopt", id]);
+    assert!(adopted.status.success(), "{adopted:?}");
+}
+
+fn with_test_env(mut command: Command, dir: &Path, args: &[&str]) -> Command {
     command
         .args(args)
         .current_dir(dir)
@@ -95,6 +164,25 @@ impl LedgerConnection {
         match self {
             LedgerConnection::Sqlite(conn) => conn.execute(sqlite, [param]).unwrap() as u64,
             LedgerConnection::Postgres(client) => client.execute(postgres, &[&param]).unwrap(),
+        }
+    }
+
+    /// The first column of each row a query without parameters returns, as text.
+    pub fn texts(&mut self, sql: &str) -> Vec<String> {
+        match self {
+            LedgerConnection::Sqlite(conn) => {
+                let mut stmt = conn.prepare(sql).unwrap();
+                stmt.query_map([], |row| row.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            }
+            LedgerConnection::Postgres(client) => client
+                .query(sql, &[])
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect(),
         }
     }
 

@@ -1,0 +1,163 @@
+//! Rule changes are proposals: a weaker rule set on disk may run but not promote until it is
+//! proposed, approved by another account holding the role, and adopted.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{json, kavi, node, shipped_workspace};
+
+fn forge(root: &Path, skill: &str) -> Output {
+    kavi(
+        root,
+        &[
+            "pipeline",
+            "run",
+            "forge",
+            "--set",
+            &format!("skill={skill}"),
+        ],
+    )
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `policies/gates.toml` without its `tests` gate.
+fn drop_the_test_gate(root: &Path) -> String {
+    let path = root.join("policies/gates.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text.find("[[gate]]\nid = \"tests\"").unwrap();
+    let end = text[start + 1..]
+        .find("[[gate]]")
+        .map_or(text.len(), |i| start + 1 + i);
+    std::fs::write(&path, format!("{}{}", &text[..start], &text[end..])).unwrap();
+    text
+}
+
+fn state(root: &Path, skill: &str) -> String {
+    let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
+    shown["skill"]["state"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_was_adopted() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    // Trust on first use: the first run adopts the set it runs under, and still promotes.
+    assert!(forge(root, "word_count").status.success());
+    assert_eq!(state(root, "word_count"), "TRUSTED");
+    let same = kavi(root, &["policy", "propose"]);
+    assert!(
+        stdout(&same).contains("are the adopted rule set"),
+        "{}",
+        stdout(&same)
+    );
+
+    let strong = drop_the_test_gate(root);
+    let refused = forge(root, "find_notes");
+    assert_eq!(refused.status.code(), Some(6), "{}", stdout(&refused));
+    assert_ne!(state(root, "find_notes"), "TRUSTED");
+    let runs = json(&kavi(root, &["runs", "list", "--json"]));
+    let attempt = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pipeline"] == "forge_attempt" && r["status"] != "succeeded")
+        .unwrap()["id"]
+        .to_string();
+    let attempt = json(&kavi(root, &["runs", "show", &attempt, "--json"]));
+    let error = node(&attempt, "promote")["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        error.contains("are not the adopted rule set") && error.contains("`kavi policy propose`"),
+        "{error}"
+    );
+
+    let proposed = kavi(
+        root,
+        &["policy", "propose", "-m", "the tests gate is too slow"],
+    );
+    assert!(proposed.status.success(), "{}", stderr(&proposed));
+    let text = stdout(&proposed);
+    assert!(
+        text.starts_with("proposed rule change 2 (weakening)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("weakening      policies/gates.toml: gate `tests` removed"),
+        "{text}"
+    );
+    // Proposed is not adopted: the forge still cannot promote.
+    let refused = forge(root, "summarize_note");
+    assert_eq!(refused.status.code(), Some(6));
+
+    let early = kavi(root, &["policy", "adopt", "2"]);
+    assert_eq!(early.status.code(), Some(2));
+    assert!(
+        stderr(&early)
+            .contains("weakens the rules and needs 1 maintainer other than the proposer; has none"),
+        "{}",
+        stderr(&early)
+    );
+    let own = kavi(root, &["policy", "approve", "2"]);
+    assert_eq!(own.status.code(), Some(2));
+    assert!(
+        stderr(&own).contains("the proposer's approval never counts"),
+        "{}",
+        stderr(&own)
+    );
+
+    common::open_to_other_accounts(root);
+    let approved = common::kavi_as(4201, root, &["policy", "approve", "2"]);
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    assert!(
+        stdout(&approved)
+            .starts_with("approved rule change 2 by uid 4201 (roles: maintainer, reviewer)"),
+        "{}",
+        stdout(&approved)
+    );
+    let adopted = kavi(root, &["policy", "adopt", "2"]);
+    assert!(adopted.status.success(), "{}", stderr(&adopted));
+    assert!(stdout(&adopted).starts_with("adopted rule change 2 (weakening)"));
+    assert!(forge(root, "write_note").status.success());
+    assert_eq!(state(root, "write_note"), "TRUSTED");
+
+    // Putting the gate back strengthens the rules: its proposer adopts it at once.
+    std::fs::write(root.join("policies/gates.toml"), &strong).unwrap();
+    let proposed = kavi(root, &["policy", "propose"]);
+    let text = stdout(&proposed);
+    assert!(
+        text.starts_with("proposed rule change 3 (strengthening)"),
+        "{text}"
+    );
+    assert!(kavi(root, &["policy", "adopt", "3"]).status.success());
+
+    // A change whose files changed since it was proposed is not adopted.
+    drop_the_test_gate(root);
+    assert!(kavi(root, &["policy", "propose"]).status.success());
+    std::fs::write(
+        root.join("policies/gates.toml"),
+        format!("{strong}\n# edited\n"),
+    )
+    .unwrap();
+    let stale = kavi(root, &["policy", "adopt", "4"]);
+    assert_eq!(stale.status.code(), Some(2));
+    assert!(
+        stderr(&stale).contains("the governing files changed since rule change 4 was proposed"),
+        "{}",
+        stderr(&stale)
+    );
+    common::assert_ledger_verifies(root);
+}
