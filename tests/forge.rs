@@ -1363,6 +1363,151 @@ fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
     common::assert_ledger_verifies(root);
 }
 
+/// Issue 53: a REVIEWED state between VERIFIED and TRUSTED, whose way in needs two approvals,
+/// added by editing the lifecycle alone. The forge stops at that move; the account that started
+/// it may not approve, one other account is one approval of two (and may not be the second),
+/// and a second account makes the move and the promotion the run stopped before: no rebuild,
+/// no new run, no failure escalated.
+#[test]
+fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_trust_it() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
+    assert!(shipped.contains(direct));
+    let reviewed = shipped
+        .replace(
+            "\"VERIFIED\", \"TRUSTED\",",
+            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
+        )
+        .replace(
+            direct,
+            "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\
+             approval = { approvals = 2 }\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
+        );
+    std::fs::write(&path, reviewed).unwrap();
+    let checked = kavi(root, &["policy", "check"]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    assert_eq!(forge(root, "word_count", "").status.code(), Some(6));
+    let (run, attempts) = last_forge(root);
+    assert_eq!(run["status"], "awaiting_review");
+    assert_eq!(attempts.len(), 1);
+    let promote = node(&attempts[0], "promote");
+    assert_eq!(promote["state"], "awaiting_review");
+    let trigger = &promote["outputs"]["triggers"][0];
+    assert_eq!(trigger["trigger"], "APPROVAL");
+    assert_eq!(
+        (&trigger["from"], &trigger["to"]),
+        (&"VERIFIED".into(), &"REVIEWED".into())
+    );
+    assert_eq!(
+        trigger["reason"],
+        "the transition VERIFIED -> REVIEWED needs 2 approvals by distinct accounts other than \
+         the run's starter (policies/lifecycle.toml)"
+    );
+    assert_eq!(node(&attempts[0], "classify")["state"], "skipped");
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "VERIFIED");
+    let run_id = run["id"].to_string();
+
+    // The account that started the run is never one of the two.
+    let own = kavi(root, &["approve", &run_id]);
+    assert_eq!(own.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&own.stderr).contains("another account must approve it"),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+
+    // Two other accounts: the workspace and its ledger are opened to them.
+    let opened = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(root)
+        .status()
+        .unwrap();
+    assert!(opened.success());
+    let Some(first) = common::kavi_as(4242, root, &["approve", &run_id]) else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert_eq!(
+        first.status.code(),
+        Some(6),
+        "{stdout}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "approval 1 of 2 for VERIFIED -> REVIEWED of `word_count` recorded by uid 4242"
+        ),
+        "{stdout}"
+    );
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "VERIFIED");
+    let again = common::kavi_as(4242, root, &["approve", &run_id]).unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("uid 4242 already approved"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    let second = common::kavi_as(4343, root, &["approve", &run_id]).unwrap();
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        second.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(
+        stdout.contains("moved `word_count` VERIFIED -> REVIEWED")
+            && stdout.contains("moved `word_count` REVIEWED -> TRUSTED")
+            && !stdout.contains("resuming"),
+        "{stdout}"
+    );
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "TRUSTED");
+    let path: Vec<&str> = skill["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to_state"].as_str().unwrap())
+        .collect();
+    // Built once: the approvals went on from the stop, not from the start.
+    assert_eq!(
+        path,
+        ["PROPOSED", "BUILT", "VERIFIED", "REVIEWED", "TRUSTED"]
+    );
+    let runs = json(&kavi(root, &["runs", "list", "--json"]));
+    assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
+    let run = json(&kavi(root, &["runs", "show", &run_id, "--json"]));
+    assert_eq!(run["status"], "approved");
+    let ran = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            "{\"text\": \"a b\"}",
+        ],
+    );
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    common::assert_ledger_verifies(root);
+}
+
 #[test]
 fn a_rejected_build_leaves_nothing_behind_and_the_skill_says_rejected() {
     let dir = shipped_workspace();

@@ -241,9 +241,9 @@ pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> 
     Ok(code)
 }
 
-/// Checks the workspace's governance as a whole: the lifecycle's dead ends, then every pipeline
-/// and chain with every policy they read. Every problem is reported, each pointing into its file
-/// (exit 3 when there is one).
+/// Checks the workspace's governance as a whole: what keeps the lifecycle from being carried
+/// out (see [`Lifecycle::problems`]), then every pipeline and chain with every policy they read.
+/// Every problem is reported, each pointing into its file (exit 3 when there is one).
 pub fn check(workspace: &Workspace) -> Result<i32, Error> {
     let mut problems: Vec<Diagnostic> = Vec::new();
     let mut add = |found: Vec<Diagnostic>| {
@@ -265,7 +265,7 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
         .map_err(Diagnostic::new)
         .and_then(|source| Lifecycle::parse_declared(&source))
     {
-        Ok(lifecycle) => add(lifecycle.dead_ends()),
+        Ok(lifecycle) => add(lifecycle.problems()),
         Err(problem) => add(vec![problem]),
     }
     let pipelines = super::listing::workspace_pipelines(workspace);

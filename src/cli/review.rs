@@ -3,17 +3,20 @@
 //! The decision covers the run a user started and every child run under it (a forge attempt
 //! escalates in its own child run), so either id may be given. An approval resumes by default:
 //! the stopped run's pipeline runs again, from its file as it is now, with the same parameters,
-//! recorded as a new run that names the one it resumed.
+//! recorded as a new run that names the one it resumed. A run stopped for a lifecycle move's
+//! approvals goes on instead from the move: each approval is recorded, and once the move has
+//! the approvals it needs it is made, and a promotion walks on to TRUSTED.
 
 use serde_json::Value;
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{EscalationRow, Ledger, RunOrigin, short_hash};
-use crate::nodes::review::APPROVAL;
-use crate::skills::TRUSTED;
-use crate::skills::promotion::Promotion;
+use crate::ledger::{EscalationRow, Ledger, RunOrigin, RunRow, short_hash};
+use crate::nodes::LIFECYCLE_POLICY as LIFECYCLE;
+use crate::nodes::review::{APPROVAL, approval_triggers};
+use crate::skills::promotion::{Advanced, Promotion};
 use crate::skills::trust::SkillTree;
+use crate::skills::{Approval, TRUSTED};
 use crate::state::RunStatus;
 use crate::template::TemplateEngine;
 
@@ -37,10 +40,22 @@ pub async fn decide(
         refuse_self_approval(&ledger, root.id, &actor)?;
     }
     // The approved moves are made first: one the lifecycle or the verified hash refuses now
-    // leaves the run awaiting review, to be decided again once the cause is fixed.
+    // leaves the run awaiting review, to be decided again once the cause is fixed. A move that
+    // needs more approvals than were given keeps the run awaiting them.
+    let mut reached_trust = false;
     let only_moves = approve && {
         let pending = ledger.pending_escalations(root.id)?;
-        make_approved_moves(workspace, &mut ledger, &pending, &actor, comment)?
+        match make_approved_moves(workspace, &mut ledger, &root, &pending, &actor, comment)? {
+            Moves::Waiting => return Ok(exit::AWAITING_REVIEW),
+            Moves::None => false,
+            Moves::Made {
+                only_moves,
+                trusted,
+            } => {
+                reached_trust = trusted;
+                only_moves
+            }
+        }
     };
     let decided = ledger.decide_escalations(root.id, approve, &actor, comment)?;
     for escalation in &decided {
@@ -60,6 +75,13 @@ pub async fn decide(
         );
     }
     match decision {
+        Decision::Approve { resume: true } if only_moves && reached_trust => {
+            outln!(
+                "the promotion run {} stopped for is complete: nothing is left to resume",
+                root.id
+            );
+            Ok(exit::SUCCESS)
+        }
         Decision::Approve { resume: true } if only_moves => {
             outln!(
                 "the approved moves are made; run `kavi pipeline run {}` to go on",
@@ -102,17 +124,31 @@ pub async fn decide(
     }
 }
 
-/// Makes the lifecycle moves that approved APPROVAL escalations asked for, each checked against
-/// the lifecycle as it is now and recorded as approved by `actor`. Returns whether every decided
-/// escalation only asked for moves (then nothing is left to resume).
+/// What approving did to the APPROVAL escalations of a run.
+enum Moves {
+    /// It had none.
+    None,
+    /// A move still needs approvals, or the walk to TRUSTED reached one that does: the run
+    /// keeps awaiting review.
+    Waiting,
+    /// Every move asked for is made; `only_moves`: nothing else was asked for, and `trusted`:
+    /// each move led its skill to TRUSTED.
+    Made { only_moves: bool, trusted: bool },
+}
+
+/// Records `actor`'s approval of the moves the APPROVAL escalations of run `root` ask for, and
+/// makes each move whose requirement in the lifecycle (as it is now) is met, checked against
+/// the lifecycle and recorded as approved by `actor`. A move on the way to TRUSTED is followed
+/// by the rest of that way ([`Promotion::advance`]): the run goes on from where it stopped.
 fn make_approved_moves(
     workspace: &Workspace,
     ledger: &mut Ledger,
-    decided: &[EscalationRow],
+    root: &RunRow,
+    pending: &[EscalationRow],
     actor: &str,
     comment: Option<&str>,
-) -> Result<bool, Error> {
-    let moves: Vec<(&EscalationRow, &Value)> = decided
+) -> Result<Moves, Error> {
+    let moves: Vec<(&EscalationRow, &Value)> = pending
         .iter()
         .flat_map(|e| {
             e.triggers
@@ -124,7 +160,7 @@ fn make_approved_moves(
         .filter(|(_, t)| t["trigger"] == APPROVAL)
         .collect();
     if moves.is_empty() {
-        return Ok(false);
+        return Ok(Moves::None);
     }
     let lifecycle = super::skills::load_lifecycle(workspace)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
@@ -134,57 +170,139 @@ fn make_approved_moves(
         Some(comment) => format!("approved in review by {actor}: {comment}"),
         None => format!("approved in review by {actor}"),
     };
+    let approved = ledger.approved_escalations(root.id)?;
+    let (mut waiting, mut trusted) = (false, true);
     for (escalation, trigger) in &moves {
         let (from, to) = (
             trigger["from"].as_str().unwrap_or_default(),
             trigger["to"].as_str().unwrap_or_default(),
         );
+        let skill = escalation.skill.as_str();
+        // A move the lifecycle no longer asks an approval for is made on this one.
+        let needs = lifecycle
+            .needs_approval(from, to)
+            .cloned()
+            .unwrap_or(Approval {
+                approvals: 1,
+                excludes_starter: false,
+            });
+        if needs.excludes_starter && root.started_by.as_deref() == Some(actor) {
+            return Err(Error::Usage(format!(
+                "{actor} started run {}, and the transition {from} -> {to} needs {needs} \
+                 ({LIFECYCLE}): another account must approve it",
+                root.id
+            )));
+        }
+        let mut given: Vec<&str> = approved
+            .iter()
+            .filter(|e| e.skill == skill && asks_for(e, from, to))
+            .filter_map(|e| e.decided_by.as_deref())
+            .collect();
+        given.sort_unstable();
+        given.dedup();
+        if given.contains(&actor) {
+            return Err(Error::Usage(format!(
+                "{actor} already approved the transition {from} -> {to} of `{skill}` in run {}; \
+                 it needs {needs} ({LIFECYCLE}): another account must approve it",
+                root.id
+            )));
+        }
+        if given.len() + 1 < needs.approvals as usize {
+            ledger.pass_on_escalation(escalation, actor, comment, &escalation.triggers)?;
+            outln!(
+                "approval {} of {} for {from} -> {to} of `{skill}` recorded by {actor}; run {} \
+                 still awaits review: another account must approve it (`kavi approve {}`)",
+                given.len() + 1,
+                needs.approvals,
+                root.id,
+                root.id
+            );
+            waiting = true;
+            continue;
+        }
         // The skill must still be where it was when the run stopped.
         let check = |now: &str, to: &str| {
             if now == from {
                 lifecycle.check_approved(now, to)
             } else {
                 Err(format!(
-                    "`{}` is now {now}, not {from}: the approved move no longer applies",
-                    escalation.skill
+                    "`{skill}` is now {now}, not {from}: the approved move no longer applies"
                 ))
             }
         };
         let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
         let refused = |reason: String| {
             Error::Usage(format!(
-                "the approved move {from} -> {to} of `{}` was not made: {reason}",
-                escalation.skill
+                "the approved move {from} -> {to} of `{skill}` was not made: {reason}"
             ))
         };
+        let source = trigger["source"].as_str();
+        let promotion = Promotion {
+            store: &store,
+            trust: &trust,
+            templates: &templates,
+            workspace: &workspace.root,
+            source: &workspace.root.join(source.unwrap_or(".")),
+        };
         if to == TRUSTED {
-            let source = workspace
-                .root
-                .join(trigger["source"].as_str().unwrap_or("."));
-            Promotion {
-                store: &store,
-                trust: &trust,
-                templates: &templates,
-                workspace: &workspace.root,
-                source: &source,
-            }
-            .promote(ledger, &escalation.skill, check, origin, Some(&note))
-            .map_err(refused)?;
+            promotion
+                .promote(ledger, skill, check, origin, Some(&note))
+                .map_err(refused)?;
         } else {
             ledger
-                .transition_skill(&escalation.skill, to, check, origin, actor, Some(&note))
+                .transition_skill(skill, to, check, origin, actor, Some(&note))
                 .map_err(|e| refused(e.to_string()))?;
         }
-        outln!("moved `{}` {from} -> {to}", escalation.skill);
+        outln!("moved `{skill}` {from} -> {to}");
+        // A move `promote` stopped for: the way to TRUSTED goes on from here.
+        let Some(source) = source.filter(|_| to != TRUSTED) else {
+            trusted &= to == TRUSTED;
+            continue;
+        };
+        match promotion
+            .advance(ledger, &lifecycle, skill, origin, Some(&note))
+            .map_err(|reason| {
+                Error::Usage(format!("`{skill}` did not reach {TRUSTED}: {reason}"))
+            })? {
+            Advanced::Promoted(promoted) => {
+                outln!("moved `{skill}` {} -> {TRUSTED}", promoted.from);
+            }
+            Advanced::Awaits { from, to } => {
+                let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));
+                ledger.pass_on_escalation(escalation, actor, comment, &triggers)?;
+                outln!(
+                    "`{skill}` is {from}; run {} awaits review again: {}",
+                    root.id,
+                    triggers[0]["reason"].as_str().unwrap_or_default()
+                );
+                waiting = true;
+            }
+        }
     }
-    let only_moves = decided.iter().all(|e| {
+    if waiting {
+        return Ok(Moves::Waiting);
+    }
+    let only_moves = pending.iter().all(|e| {
         e.triggers
             .as_array()
             .into_iter()
             .flatten()
             .all(|t| t["trigger"] == APPROVAL)
     });
-    Ok(only_moves)
+    Ok(Moves::Made {
+        only_moves,
+        trusted,
+    })
+}
+
+/// Whether the escalation asked for the move `from -> to`.
+fn asks_for(escalation: &EscalationRow, from: &str, to: &str) -> bool {
+    escalation
+        .triggers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|t| t["trigger"] == APPROVAL && t["from"] == from && t["to"] == to)
 }
 
 /// Undoes what a rejected run left in the workspace and records the rejection in the skill's

@@ -121,6 +121,57 @@ impl Ledger {
             .collect::<super::db::Result<Vec<_>>>()?)
     }
 
+    /// The approved escalations of run `run_id` and every run below it: with
+    /// [`Ledger::pass_on_escalation`], the approvals given so far.
+    pub fn approved_escalations(&self, run_id: i64) -> Result<Vec<EscalationRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{RUN_TREE}
+             SELECT {COLUMNS} FROM escalations
+             WHERE run_id IN (SELECT id FROM tree) AND status = 'approved' ORDER BY id"
+        ))?;
+        Ok(stmt
+            .query_map([run_id], row)?
+            .collect::<super::db::Result<Vec<_>>>()?)
+    }
+
+    /// Records `actor`'s approval of the pending escalation `escalation` and, in the same
+    /// transaction, raises the next one for its run and node with `triggers`: another approval
+    /// of the same move, or of the next move that needs one. The run keeps awaiting review.
+    pub fn pass_on_escalation(
+        &mut self,
+        escalation: &EscalationRow,
+        actor: &str,
+        comment: Option<&str>,
+        triggers: &Value,
+    ) -> Result<i64> {
+        let tx = self.conn.transaction()?;
+        let now = now();
+        let changed = tx.execute(
+            "UPDATE escalations SET status = 'approved', decided_by = ?2, decided_at = ?3,
+                 comment = ?4
+             WHERE id = ?1 AND status = 'pending'",
+            params![escalation.id, actor, now, comment],
+        )?;
+        if changed == 0 {
+            return Err(LedgerError::NothingToDecide(escalation.run_id));
+        }
+        let id = tx.query_row(
+            "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at, policy)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6) RETURNING id",
+            params![
+                escalation.skill,
+                escalation.run_id,
+                escalation.node_id,
+                triggers.to_string(),
+                now,
+                escalation.policy
+            ],
+            |row| row.get(0),
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
     /// Records a decision on every pending escalation of a run and of its child runs (a forge
     /// attempt escalates in a child run). Returns the escalations decided; none pending is an
     /// error that says so.

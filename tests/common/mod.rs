@@ -42,6 +42,49 @@ pub fn kavi(dir: &Path, args: &[&str]) -> Output {
     kavi_command(dir, args).output().unwrap()
 }
 
+/// `kavi` in `dir` as the account `uid` (one without a name, recorded as `uid N`), by
+/// `setpriv`, with what [`kavi_command`] sets; the files it needs must be open to it. `None`,
+/// with the reason printed, where this process cannot switch accounts (under CI, a failure).
+pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Option<Output> {
+    let switch = [
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--clear-groups".to_owned(),
+    ];
+    let able = Command::new("setpriv")
+        .args(&switch)
+        .arg("true")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !able {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run kavi as a second account: `setpriv {}` failed (run the tests as root, \
+             with util-linux)",
+            switch.join(" ")
+        );
+        eprintln!(
+            "skipping: `setpriv {}` failed: acting as a second account needs root and util-linux",
+            switch.join(" ")
+        );
+        return None;
+    }
+    let plain = kavi_command(dir, args);
+    let mut command = Command::new("setpriv");
+    command
+        .args(&switch)
+        .arg(plain.get_program())
+        .args(plain.get_args())
+        .current_dir(dir)
+        .env_remove("RUST_LOG");
+    for (key, value) in plain.get_envs() {
+        if let Some(value) = value {
+            command.env(key, value);
+        }
+    }
+    Some(command.output().unwrap())
+}
+
 /// A Python environment under the target folder named `venv`, with `requirement` from PyPI
 /// (which makes `module` importable), as `.ci/run` installs it; tests never install it. `None`,
 /// with the command that makes it printed, where it is missing (under CI, a failure).
