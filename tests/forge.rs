@@ -1269,6 +1269,82 @@ fn policy_check_names_every_lifecycle_dead_end_at_its_line() {
     std::fs::write(&path, shipped).unwrap();
 }
 
+/// Issue 53: each lifecycle the forge or kavi's commands could not carry out is refused by
+/// `kavi policy check` with its reason, at the line and column that cause it.
+#[test]
+fn policy_check_refuses_each_lifecycle_that_cannot_be_carried_out() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let gated = |from: &str, to: &str, approval: &str| {
+        let block = format!("from = \"{from}\"\nto = \"{to}\"\n");
+        assert!(shipped.contains(&block), "{block}");
+        shipped.replacen(&block, &format!("{block}approval = {approval}\n"), 1)
+    };
+    // (the lifecycle, its reason, the text the diagnostic points at)
+    let cases = [
+        (
+            gated("TRUSTED", "REVOKED", "true"),
+            "the transition TRUSTED -> REVOKED needs a recorded approval, but `kavi skill revoke` \
+             makes it without stopping for one: it could never happen",
+            "true\n",
+        ),
+        (
+            gated("SUSPENDED", "TRUSTED", "true"),
+            "the transition SUSPENDED -> TRUSTED needs a recorded approval, but `kavi skill \
+             restore` makes it without stopping for one: it could never happen",
+            "true\n",
+        ),
+        (
+            gated(
+                "VERIFIED",
+                "TRUSTED",
+                "{ role = \"reviewer\", approvals = 2 }",
+            ),
+            "no role can give this approval: role `reviewer` is named, but this workspace defines \
+             no roles",
+            "{ role",
+        ),
+        (
+            shipped.replace(
+                "terminal = [\"REVOKED\", \"REJECTED\"]",
+                "terminal = [\"REVOKED\", \"REJECTED\", \"SUSPENDED\"]",
+            ),
+            "`SUSPENDED` is both buildable and terminal: a build would overwrite a skill that is \
+             meant to stay SUSPENDED for good",
+            "\"SUSPENDED\"]\n# `kavi skill verify`",
+        ),
+        (
+            shipped.replace(
+                "\"REJECTED\"]\n# A build",
+                "\"REJECTED\", \"LOST\"]\n# A build",
+            ) + "\n[[transition]]\nfrom = \"LOST\"\nto = \"PROPOSED\"\n",
+            "`LOST` is unreachable: no chain of transitions leads to it from `initial` (PROPOSED)",
+            "\"LOST\"]",
+        ),
+        (
+            shipped.replace("revoked = \"REVOKED\"", "revoked = \"REJECTED\""),
+            "no transition TRUSTED -> REJECTED is declared: `kavi skill revoke` makes that move",
+            "\"REJECTED\"\n# `kavi reject`",
+        ),
+    ];
+    for (text, reason, at) in cases {
+        std::fs::write(&path, &text).unwrap();
+        let out = kavi(root, &["policy", "check"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        let offset = text.find(at).unwrap_or_else(|| panic!("{at}"));
+        let line = text[..offset].lines().count() + usize::from(text[..offset].ends_with('\n'));
+        let column = offset - text[..offset].rfind('\n').map_or(0, |n| n + 1) + 1;
+        assert!(
+            stderr.contains(reason)
+                && stderr.contains(&format!("--> policies/lifecycle.toml:{line}:{column}")),
+            "{reason} at {line}:{column}\n{stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
     let dir = shipped_workspace();
