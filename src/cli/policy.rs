@@ -248,10 +248,11 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
     let mut problems: Vec<Diagnostic> = Vec::new();
     let mut add = |found: Vec<Diagnostic>| {
         for diagnostic in found {
-            // A pipeline that reads a broken policy reports what `check` already found there.
+            // A pipeline that reads a broken policy reports what `check` already found there,
+            // perhaps with a note of its own: the same message at the same place is one problem.
             if !problems
                 .iter()
-                .any(|p| p.to_string() == diagnostic.to_string())
+                .any(|p| p.message == diagnostic.message && p.position() == diagnostic.position())
             {
                 problems.push(diagnostic);
             }
