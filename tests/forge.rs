@@ -1584,6 +1584,73 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     common::assert_ledger_verifies(root);
 }
 
+/// The approval on the last move instead: `promote` makes VERIFIED -> REVIEWED itself and stops
+/// before REVIEWED -> TRUSTED. An approval promotes from there; a rejection of a run stopped
+/// there moves its skill to REJECTED.
+#[test]
+fn promote_walks_to_a_review_state_and_a_run_stopped_there_is_approved_or_rejected() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
+    let reviewed = shipped
+        .replace(
+            "\"VERIFIED\", \"TRUSTED\",",
+            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
+        )
+        .replace(
+            direct,
+            "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\napproval = true\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
+        );
+    std::fs::write(&path, reviewed).unwrap();
+    let states = |skill: &str| -> Vec<String> {
+        let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
+        shown["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["to_state"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    assert_eq!(forge(root, "word_count", "").status.code(), Some(6));
+    let (run, attempts) = last_forge(root);
+    let trigger = &node(&attempts[0], "promote")["outputs"]["triggers"][0];
+    assert_eq!(
+        (&trigger["from"], &trigger["to"]),
+        (&"REVIEWED".into(), &"TRUSTED".into())
+    );
+    assert_eq!(
+        states("word_count"),
+        ["PROPOSED", "BUILT", "VERIFIED", "REVIEWED"]
+    );
+    let approved = kavi(root, &["approve", &run["id"].to_string()]);
+    let stdout = String::from_utf8_lossy(&approved.stdout);
+    assert!(
+        approved.status.success() && stdout.contains("moved `word_count` REVIEWED -> TRUSTED"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    assert_eq!(
+        states("word_count"),
+        ["PROPOSED", "BUILT", "VERIFIED", "REVIEWED", "TRUSTED"]
+    );
+
+    assert_eq!(forge(root, "write_note", "").status.code(), Some(6));
+    assert_eq!(states("write_note").last().unwrap(), "REVIEWED");
+    let rejected = kavi(root, &["reject", "latest", "--comment", "not this one"]);
+    assert!(
+        rejected.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rejected.stderr)
+    );
+    assert_eq!(states("write_note").last().unwrap(), "REJECTED");
+    common::assert_ledger_verifies(root);
+}
+
 #[test]
 fn a_rejected_build_leaves_nothing_behind_and_the_skill_says_rejected() {
     let dir = shipped_workspace();
