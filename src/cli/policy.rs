@@ -8,6 +8,7 @@ use crate::config::Workspace;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::error::{Error, exit};
 use crate::ledger::{Ledger, short_hash};
+use crate::policy::roles::{DEFAULT_POLICY as ROLES, Roles};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
 use crate::spec::governing::set_hash;
@@ -268,6 +269,12 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
     {
         Ok(lifecycle) => add(lifecycle.problems()),
         Err(problem) => add(vec![problem]),
+    }
+    // A workspace made before roles existed has no roles file; one that has it must read.
+    if workspace.root.join(ROLES).exists()
+        && let Err(problem) = Roles::load(&workspace.root)
+    {
+        add(vec![problem]);
     }
     let pipelines = super::listing::workspace_pipelines(workspace);
     for (_, loaded) in &pipelines {

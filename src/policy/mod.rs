@@ -12,6 +12,7 @@ pub mod diff;
 pub mod gates;
 pub mod invariants;
 pub mod network;
+pub mod roles;
 pub mod scanner;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};

@@ -36,6 +36,7 @@ const SEEDS: &[&str] = &[
     "policies/invariants.toml",
     "policies/lifecycle.toml",
     "policies/network.toml",
+    "policies/roles.toml",
     "policies/sandbox.toml",
     "policies/scanner.toml",
     "policies/toolchains.toml",
@@ -175,6 +176,10 @@ fn load_everything(root: &Path) -> Vec<String> {
         } else if seed.starts_with("proposals/") {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             crate::skills::Proposal::parse(&SourceFile::new(display, text))
+                .map(drop)
+                .map_err(Into::into)
+        } else if *seed == crate::policy::roles::DEFAULT_POLICY {
+            crate::policy::roles::Roles::load(root)
                 .map(drop)
                 .map_err(Into::into)
         } else if *seed == "policies/confinement.toml" {

@@ -113,6 +113,12 @@ pub fn all() -> Vec<Published> {
             of::<policy::network::NetworkPolicy>(),
         ),
         published(
+            "policies/roles.json",
+            "policies/roles.toml",
+            "Who holds which role",
+            of::<policy::roles::RawRoles>(),
+        ),
+        published(
             "policies/sandbox.json",
             "policies/sandbox.toml",
             "The limits of a sandbox",
