@@ -1300,10 +1300,9 @@ fn policy_check_refuses_each_lifecycle_that_cannot_be_carried_out() {
             gated(
                 "VERIFIED",
                 "TRUSTED",
-                "{ role = \"reviewer\", approvals = 2 }",
+                "{ role = \"auditor\", approvals = 2 }",
             ),
-            "no role can give this approval: role `reviewer` is named, but this workspace defines \
-             no roles",
+            "role `auditor` is not declared in policies/roles.toml: known: `maintainer`, `reviewer`",
             "{ role",
         ),
         (
@@ -1460,7 +1459,7 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         .replace(
             direct,
             "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\
-             approval = { approvals = 2 }\n\n\
+             approval = { role = \"reviewer\", approvals = 2 }\n\n\
              [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\n\n\
              [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
         );
@@ -1486,8 +1485,8 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     );
     assert_eq!(
         trigger["reason"],
-        "the transition VERIFIED -> REVIEWED needs 2 approvals by distinct accounts other than \
-         the run's starter (policies/lifecycle.toml)"
+        "the transition VERIFIED -> REVIEWED needs 2 approvals by distinct accounts holding \
+         `reviewer` other than the run's starter (policies/lifecycle.toml)"
     );
     assert_eq!(node(&attempts[0], "classify")["state"], "skipped");
     let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
@@ -1498,7 +1497,7 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     let own = kavi(root, &["approve", &run_id]);
     assert_eq!(own.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&own.stderr).contains("another account must approve it"),
+        String::from_utf8_lossy(&own.stderr).contains("it started the run"),
         "{}",
         String::from_utf8_lossy(&own.stderr)
     );
@@ -1522,7 +1521,9 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     );
     assert!(
         stdout.contains(
-            "approval 1 of 2 for VERIFIED -> REVIEWED of `word_count` recorded by uid 4242"
+            "approval by uid 4242 (reviewer) of VERIFIED -> REVIEWED of `word_count` recorded; \
+             run 1 still awaits review: it needs 2 distinct reviewers other than the account that \
+             started the run; has 1: uid 4242"
         ),
         "{stdout}"
     );
@@ -1531,11 +1532,25 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     let again = common::kavi_as(4242, root, &["approve", &run_id]).unwrap();
     assert_eq!(again.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&again.stderr).contains("uid 4242 already approved"),
+        String::from_utf8_lossy(&again.stderr).contains("it has already approved it"),
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
 
+    // Only accounts holding the role count: roles.toml names the two reviewers.
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        "[role.maintainer]\nmembers = [\"*\"]\n\n[role.reviewer]\nmembers = [\"uid 4242\", \"uid 4343\"]\n",
+    )
+    .unwrap();
+    let outsider = common::kavi_as(4444, root, &["approve", &run_id]).unwrap();
+    assert_eq!(outsider.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&outsider.stderr)
+            .contains("it does not hold `reviewer` in policies/roles.toml"),
+        "{}",
+        String::from_utf8_lossy(&outsider.stderr)
+    );
     let second = common::kavi_as(4343, root, &["approve", &run_id]).unwrap();
     let stdout = String::from_utf8_lossy(&second.stdout);
     assert!(

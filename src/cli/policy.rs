@@ -263,18 +263,28 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
         SpecError::Invalid(found) => found.0.clone(),
         other => vec![Diagnostic::new(other.to_string())],
     };
+    // A workspace made before roles existed has no roles file; one that has it must read.
+    let roles = match workspace.root.join(ROLES).exists() {
+        true => match Roles::load(&workspace.root) {
+            Ok(roles) => Some(roles),
+            Err(problem) => {
+                add(vec![problem]);
+                None
+            }
+        },
+        false => None,
+    };
     match crate::policy::read(&workspace.root, LIFECYCLE)
         .map_err(Diagnostic::new)
         .and_then(|source| Lifecycle::parse_declared(&source))
     {
-        Ok(lifecycle) => add(lifecycle.problems()),
+        Ok(lifecycle) => {
+            add(lifecycle.problems());
+            if roles.is_some() || !workspace.root.join(ROLES).exists() {
+                add(lifecycle.role_problems(roles.as_ref()));
+            }
+        }
         Err(problem) => add(vec![problem]),
-    }
-    // A workspace made before roles existed has no roles file; one that has it must read.
-    if workspace.root.join(ROLES).exists()
-        && let Err(problem) = Roles::load(&workspace.root)
-    {
-        add(vec![problem]);
     }
     let pipelines = super::listing::workspace_pipelines(workspace);
     for (_, loaded) in &pipelines {

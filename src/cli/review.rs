@@ -14,9 +14,11 @@ use crate::error::{Error, exit};
 use crate::ledger::{EscalationRow, Ledger, RunOrigin, RunRow, short_hash};
 use crate::nodes::LIFECYCLE_POLICY as LIFECYCLE;
 use crate::nodes::review::{APPROVAL, approval_triggers};
+use crate::policy::roles::{Excluded, RecordedApproval, Requirement, Roles};
 use crate::skills::promotion::{Advanced, Promotion};
 use crate::skills::trust::SkillTree;
 use crate::skills::{Approval, TRUSTED};
+use crate::spec::SpecError;
 use crate::state::RunStatus;
 use crate::template::TemplateEngine;
 
@@ -170,7 +172,7 @@ fn make_approved_moves(
         Some(comment) => format!("approved in review by {actor}: {comment}"),
         None => format!("approved in review by {actor}"),
     };
-    let approved = ledger.approved_escalations(root.id)?;
+    let mut roles = None;
     let (mut waiting, mut trusted) = (false, true);
     for (escalation, trigger) in &moves {
         let (from, to) = (
@@ -179,46 +181,28 @@ fn make_approved_moves(
         );
         let skill = escalation.skill.as_str();
         // A move the lifecycle no longer asks an approval for is made on this one.
-        let needs = lifecycle
-            .needs_approval(from, to)
-            .cloned()
-            .unwrap_or(Approval {
-                approvals: 1,
-                excludes_starter: false,
-            });
-        if needs.excludes_starter && root.started_by.as_deref() == Some(actor) {
-            return Err(Error::Usage(format!(
-                "{actor} started run {}, and the transition {from} -> {to} needs {needs} \
-                 ({LIFECYCLE}): another account must approve it",
-                root.id
-            )));
-        }
-        let mut given: Vec<&str> = approved
-            .iter()
-            .filter(|e| e.skill == skill && asks_for(e, from, to))
-            .filter_map(|e| e.decided_by.as_deref())
-            .collect();
-        given.sort_unstable();
-        given.dedup();
-        if given.contains(&actor) {
-            return Err(Error::Usage(format!(
-                "{actor} already approved the transition {from} -> {to} of `{skill}` in run {}; \
-                 it needs {needs} ({LIFECYCLE}): another account must approve it",
-                root.id
-            )));
-        }
-        if given.len() + 1 < needs.approvals as usize {
-            ledger.pass_on_escalation(escalation, actor, comment, &escalation.triggers)?;
-            outln!(
-                "approval {} of {} for {from} -> {to} of `{skill}` recorded by {actor}; run {} \
-                 still awaits review: another account must approve it (`kavi approve {}`)",
-                given.len() + 1,
-                needs.approvals,
-                root.id,
-                root.id
-            );
-            waiting = true;
-            continue;
+        if let Some(Approval::Roles(requirement)) = lifecycle.needs_approval(from, to) {
+            let roles = match &mut roles {
+                Some(roles) => roles,
+                None => roles.insert(Roles::load(&workspace.root).map_err(SpecError::from)?),
+            };
+            let given =
+                record_approval(ledger, roles, requirement, root, escalation, trigger, actor)?;
+            let starter = Excluded {
+                actor: root.started_by.as_deref().unwrap_or_default(),
+                described: "the account that started the run",
+            };
+            if let Err(missing) = requirement.met_by(&given, starter) {
+                outln!(
+                    "approval by {actor} ({}) of {from} -> {to} of `{skill}` recorded; run {} \
+                     still awaits review: it {missing} (`kavi approve {}` by another account)",
+                    requirement.role,
+                    root.id,
+                    root.id
+                );
+                waiting = true;
+                continue;
+            }
         }
         // The skill must still be where it was when the run stopped.
         let check = |now: &str, to: &str| {
@@ -295,14 +279,58 @@ fn make_approved_moves(
     })
 }
 
-/// Whether the escalation asked for the move `from -> to`.
-fn asks_for(escalation: &EscalationRow, from: &str, to: &str) -> bool {
-    escalation
-        .triggers
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|t| t["trigger"] == APPROVAL && t["from"] == from && t["to"] == to)
+/// Records `actor`'s approval of the move `trigger` asks for, with the roles it holds now, on the
+/// pending `escalation`, and returns every approval given so far. Refused: the run's starter, an
+/// account that already approved it, or one that does not hold the role.
+fn record_approval(
+    ledger: &mut Ledger,
+    roles: &Roles,
+    requirement: &Requirement,
+    root: &RunRow,
+    escalation: &EscalationRow,
+    trigger: &Value,
+    actor: &str,
+) -> Result<Vec<RecordedApproval>, Error> {
+    let (from, to) = (&trigger["from"], &trigger["to"]);
+    let refused = |why: String| {
+        Error::Usage(format!(
+            "{actor} may not approve the transition {} -> {} of `{}` in run {}: {why}; it needs \
+             {} ({LIFECYCLE})",
+            from.as_str().unwrap_or_default(),
+            to.as_str().unwrap_or_default(),
+            escalation.skill,
+            root.id,
+            Approval::Roles(requirement.clone()),
+        ))
+    };
+    if root.started_by.as_deref() == Some(actor) {
+        return Err(refused("it started the run".to_owned()));
+    }
+    let mut given: Vec<RecordedApproval> =
+        serde_json::from_value(trigger["approvals"].clone()).unwrap_or_default();
+    if given.iter().any(|a| a.actor == actor) {
+        return Err(refused("it has already approved it".to_owned()));
+    }
+    let held = roles.held_by_current_process();
+    if !held.contains(&requirement.role) {
+        return Err(refused(format!(
+            "it does not hold `{}` in {}",
+            requirement.role,
+            crate::policy::roles::DEFAULT_POLICY
+        )));
+    }
+    given.push(RecordedApproval {
+        actor: actor.to_owned(),
+        roles: held,
+    });
+    let mut triggers = escalation.triggers.clone();
+    for t in triggers.as_array_mut().into_iter().flatten() {
+        if t["trigger"] == APPROVAL && &t["from"] == from && &t["to"] == to {
+            t["approvals"] = serde_json::json!(given);
+        }
+    }
+    ledger.record_approvals(escalation.id, &triggers)?;
+    Ok(given)
 }
 
 /// Undoes what a rejected run left in the workspace and records the rejection in the skill's

@@ -121,22 +121,22 @@ impl Ledger {
             .collect::<super::db::Result<Vec<_>>>()?)
     }
 
-    /// The approved escalations of run `run_id` and every run below it: with
-    /// [`Ledger::pass_on_escalation`], the approvals given so far.
-    pub fn approved_escalations(&self, run_id: i64) -> Result<Vec<EscalationRow>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "{RUN_TREE}
-             SELECT {COLUMNS} FROM escalations
-             WHERE run_id IN (SELECT id FROM tree) AND status = 'approved' ORDER BY id"
-        ))?;
-        Ok(stmt
-            .query_map([run_id], row)?
-            .collect::<super::db::Result<Vec<_>>>()?)
+    /// Keeps the approvals given so far of a pending escalation in its `triggers`, on the
+    /// APPROVAL trigger of the move they approve (each with the account and the roles it held).
+    pub fn record_approvals(&mut self, escalation: i64, triggers: &Value) -> Result<()> {
+        let changed = self.conn.execute(
+            "UPDATE escalations SET triggers = ?2 WHERE id = ?1 AND status = 'pending'",
+            params![escalation, triggers.to_string()],
+        )?;
+        if changed == 0 {
+            return Err(LedgerError::NothingToDecide(escalation));
+        }
+        Ok(())
     }
 
     /// Records `actor`'s approval of the pending escalation `escalation` and, in the same
-    /// transaction, raises the next one for its run and node with `triggers`: another approval
-    /// of the same move, or of the next move that needs one. The run keeps awaiting review.
+    /// transaction, raises the next one for its run and node with `triggers`: the next move on
+    /// the way to TRUSTED that needs an approval. The run keeps awaiting review.
     pub fn pass_on_escalation(
         &mut self,
         escalation: &EscalationRow,

@@ -57,7 +57,8 @@ pub(super) fn stop_for_review(
 }
 
 /// The escalation rules that govern approvals of lifecycle moves (whether the account that
-/// started a run may approve it), loaded only when the lifecycle has a move that needs one.
+/// started a run may approve it), loaded only when the lifecycle has a move that needs one; and
+/// the roles, when a move needs approvals by a role, which must be ones someone can give.
 /// Returns their spec hash, which the escalation records.
 pub(super) fn approval_rules(
     config: &mut NodeConfig<'_>,
@@ -65,6 +66,14 @@ pub(super) fn approval_rules(
 ) -> Result<Option<String>, Diagnostic> {
     if !lifecycle.has_approvals() {
         return Ok(None);
+    }
+    // Roles govern who may approve, so they are read (and governed) with the lifecycle.
+    if lifecycle.has_role_approvals() {
+        let source = config.load_policy_source(None, crate::policy::roles::DEFAULT_POLICY)?;
+        let roles = crate::policy::roles::Roles::parse(&source)?;
+        if let Some(problem) = lifecycle.role_problems(Some(&roles)).into_iter().next() {
+            return Err(problem);
+        }
     }
     let source = config.load_policy_source(None, super::escalate::DEFAULT_POLICY)?;
     Ok(Some(source.spec_hash().to_owned()))

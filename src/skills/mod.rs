@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::policy::roles::{Requirement, Roles};
 
 /// Why a skill name is unusable, if it is: names become paths, so only `[a-z][a-z0-9_]*` (at
 /// most 64 characters) is accepted.
@@ -373,40 +374,53 @@ struct RawTransition {
 }
 
 /// A transition's `approval`, as written.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, schemars::JsonSchema)]
 #[serde(untagged)]
 enum RawApproval {
     Flag(bool),
-    Requirement(RawRequirement),
+    Requirement(Requirement),
 }
 
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct RawRequirement {
-    /// How many distinct accounts must approve; the run's starter is never one of them.
-    approvals: u32,
-    /// The role the approvers must hold: reserved for `policies/roles.toml`, which this
-    /// workspace does not have yet, so a lifecycle that names one is refused.
-    role: Option<String>,
+/// By hand, so that a requirement's own error (a missing `role`, say) is the one reported,
+/// where an untagged enum only says that no form matched.
+impl<'de> Deserialize<'de> for RawApproval {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match toml::Value::deserialize(deserializer)? {
+            toml::Value::Boolean(flag) => Ok(Self::Flag(flag)),
+            table @ toml::Value::Table(_) => Requirement::deserialize(table)
+                .map(Self::Requirement)
+                .map_err(|e| D::Error::custom(format!("`approval`: {}", e.message()))),
+            _ => Err(D::Error::custom(
+                "`approval` is `true`, or the approvals a role gives, as \
+                 `{ role = \"reviewer\", approvals = 2 }`",
+            )),
+        }
+    }
 }
 
-/// What a move needs before it is made: `approvals` distinct accounts. `approval = true` is one
-/// approval, which the starter may give unless the escalation rules forbid it
-/// (`self_approval`); `{ approvals = N }` is a two-person rule: never the starter.
+/// What a move needs before it is made. `approval = true` is one recorded approval, which the
+/// starter may give unless the escalation rules forbid it (`self_approval`);
+/// `{ role = "reviewer", approvals = 2 }` needs that many distinct accounts holding the role in
+/// `policies/roles.toml`, never the run's starter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Approval {
-    pub approvals: u32,
-    pub excludes_starter: bool,
+pub enum Approval {
+    Recorded,
+    Roles(Requirement),
 }
 
 impl std::fmt::Display for Approval {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.approvals, self.excludes_starter) {
-            (1, false) => write!(f, "a recorded approval"),
-            (1, true) => write!(f, "an approval by an account other than the run's starter"),
-            (n, _) => write!(
+        match self {
+            Self::Recorded => write!(f, "a recorded approval"),
+            Self::Roles(Requirement { role, approvals: 1 }) => write!(
                 f,
-                "{n} approvals by distinct accounts other than the run's starter"
+                "an approval by an account holding `{role}` other than the run's starter"
+            ),
+            Self::Roles(Requirement { role, approvals }) => write!(
+                f,
+                "{approvals} approvals by distinct accounts holding `{role}` other than the \
+                 run's starter"
             ),
         }
     }
@@ -470,35 +484,11 @@ impl Lifecycle {
         let terminal = raw.terminal.iter().map(known).collect::<Result<_, _>>()?;
         let mut transitions = Vec::new();
         for t in &raw.transitions {
-            let approval = match t.approval.as_ref().map(|a| (a.get_ref(), a.span())) {
-                None | Some((RawApproval::Flag(false), _)) => None,
-                Some((RawApproval::Flag(true), _)) => Some(Approval {
-                    approvals: 1,
-                    excludes_starter: false,
-                }),
-                Some((RawApproval::Requirement(r), span)) => {
-                    if let Some(role) = &r.role {
-                        return Err(Diagnostic::new(format!(
-                            "no role can give this approval: role `{role}` is named, but this \
-                             workspace defines no roles"
-                        ))
-                        .at(source, span)
-                        .with_help(
-                            "write `approval = { approvals = N }`: N accounts other than the \
-                             run's starter",
-                        ));
-                    }
-                    if r.approvals == 0 {
-                        return Err(Diagnostic::new(
-                            "`approvals = 0` asks for no approval: write at least 1, or remove \
-                             `approval`",
-                        )
-                        .at(source, span));
-                    }
-                    Some(Approval {
-                        approvals: r.approvals,
-                        excludes_starter: true,
-                    })
+            let approval = match t.approval.as_ref().map(Spanned::get_ref) {
+                None | Some(RawApproval::Flag(false)) => None,
+                Some(RawApproval::Flag(true)) => Some(Approval::Recorded),
+                Some(RawApproval::Requirement(requirement)) => {
+                    Some(Approval::Roles(requirement.clone()))
                 }
             };
             transitions.push((known(&t.from)?, known(&t.to)?, approval));
@@ -652,6 +642,50 @@ impl Lifecycle {
         found
     }
 
+    /// The approvals no one could give, given the workspace's roles (`None`: it has no roles
+    /// file): a role that is not declared, `approvals = 0`, or more approvals than the role has
+    /// members when its members are all named accounts. Each points at its `approval`.
+    pub fn role_problems(&self, roles: Option<&Roles>) -> Vec<Diagnostic> {
+        let mut found = Vec::new();
+        for ((from, to, approval), declared) in
+            self.transitions.iter().zip(&self.declared.transitions)
+        {
+            let (Some(Approval::Roles(requirement)), Some(written)) =
+                (approval, &declared.approval)
+            else {
+                continue;
+            };
+            let span = written.span();
+            let refused = |reason: String| {
+                Diagnostic::new(format!(
+                    "no one can give the approval {from} -> {to} needs: {reason}"
+                ))
+                .at(&self.source, span.clone())
+            };
+            let Some(roles) = roles else {
+                found.push(refused(format!(
+                    "role `{}` is named, but the workspace has no {}",
+                    requirement.role,
+                    crate::policy::roles::DEFAULT_POLICY
+                )));
+                continue;
+            };
+            if let Err(problem) = roles.check(requirement, &self.source, span.clone()) {
+                found.push(problem);
+                continue;
+            }
+            if let Some(members) = roles.named_members(&requirement.role)
+                && members < requirement.approvals as usize
+            {
+                found.push(refused(format!(
+                    "role `{}` has {members} named members, fewer than the {} approvals needed",
+                    requirement.role, requirement.approvals
+                )));
+            }
+        }
+        found
+    }
+
     /// The declared move `from -> to`, if any, with the approval it needs and where that is
     /// written.
     fn declared_move(
@@ -736,6 +770,13 @@ impl Lifecycle {
             .iter()
             .find(|(f, t, _)| f == from && t == to)
             .and_then(|(_, _, approval)| approval.as_ref())
+    }
+
+    /// Whether any move needs approvals by a role.
+    pub fn has_role_approvals(&self) -> bool {
+        self.transitions
+            .iter()
+            .any(|(_, _, approval)| matches!(approval, Some(Approval::Roles(_))))
     }
 
     /// Whether any move needs an approval.
@@ -913,10 +954,15 @@ output_schema = { type = "object" }
             "/policies/lifecycle.toml"
         ))
         .unwrap();
+        let roles = Roles::parse(&SourceFile::new(
+            crate::policy::roles::DEFAULT_POLICY,
+            "[role.reviewer]\nmembers = [\"*\"]\n[role.pair]\nmembers = [\"alice\"]\n",
+        ))
+        .unwrap();
         let problems = |text: &str| -> Vec<String> {
             match Lifecycle::parse_declared(&SourceFile::new("policies/lifecycle.toml", text)) {
-                Ok(lifecycle) => lifecycle
-                    .problems()
+                Ok(lifecycle) => [lifecycle.problems(), lifecycle.role_problems(Some(&roles))]
+                    .concat()
                     .iter()
                     .map(|d| d.message.clone())
                     .collect(),
@@ -936,10 +982,14 @@ output_schema = { type = "object" }
                  revoke` makes it without stopping for one: it could never happen",
             ),
             (
-                gated("SUSPENDED", "TRUSTED", "{ approvals = 2 }"),
-                "the transition SUSPENDED -> TRUSTED needs 2 approvals by distinct accounts other \
-                 than the run's starter, but `kavi skill restore` makes it without stopping for \
-                 one: it could never happen",
+                gated(
+                    "SUSPENDED",
+                    "TRUSTED",
+                    "{ role = \"reviewer\", approvals = 2 }",
+                ),
+                "the transition SUSPENDED -> TRUSTED needs 2 approvals by distinct accounts \
+                 holding `reviewer` other than the run's starter, but `kavi skill restore` makes \
+                 it without stopping for one: it could never happen",
             ),
             (
                 gated("VERIFIED", "REJECTED", "true"),
@@ -950,14 +1000,22 @@ output_schema = { type = "object" }
                 gated(
                     "VERIFIED",
                     "TRUSTED",
-                    "{ role = \"reviewer\", approvals = 2 }",
+                    "{ role = \"auditor\", approvals = 1 }",
                 ),
-                "no role can give this approval: role `reviewer` is named, but this workspace \
-                 defines no roles",
+                "role `auditor` is not declared in policies/roles.toml: known: `pair`, `reviewer`",
             ),
             (
-                gated("VERIFIED", "TRUSTED", "{ approvals = 0 }"),
-                "`approvals = 0` asks for no approval: write at least 1, or remove `approval`",
+                gated("VERIFIED", "TRUSTED", "{ role = \"pair\", approvals = 2 }"),
+                "no one can give the approval VERIFIED -> TRUSTED needs: role `pair` has 1 named \
+                 members, fewer than the 2 approvals needed",
+            ),
+            (
+                gated(
+                    "VERIFIED",
+                    "TRUSTED",
+                    "{ role = \"reviewer\", approvals = 0 }",
+                ),
+                "`approvals` counts distinct approvers and must be at least 1",
             ),
             (
                 shipped.replace(
@@ -1000,15 +1058,16 @@ output_schema = { type = "object" }
                     buildable = [\"P\"]\n\
                     [[transition]]\nfrom = \"P\"\nto = \"V\"\n\
                     [[transition]]\nfrom = \"V\"\nto = \"P\"\n\
-                    [[transition]]\nfrom = \"V\"\nto = \"R\"\napproval = { approvals = 2 }\n\
+                    [[transition]]\nfrom = \"V\"\nto = \"R\"\n\
+                    approval = { role = \"reviewer\", approvals = 2 }\n\
                     [[transition]]\nfrom = \"R\"\nto = \"TRUSTED\"\n\
                     [[transition]]\nfrom = \"TRUSTED\"\nto = \"P\"\n";
         let lifecycle =
             Lifecycle::parse(&SourceFile::new("policies/lifecycle.toml", text)).unwrap();
-        let two = Approval {
+        let two = Approval::Roles(Requirement {
+            role: "reviewer".to_owned(),
             approvals: 2,
-            excludes_starter: true,
-        };
+        });
         assert_eq!(
             lifecycle.toward_trusted("V"),
             Some(("R".to_owned(), Some(two)))
@@ -1020,8 +1079,8 @@ output_schema = { type = "object" }
         assert_eq!(lifecycle.toward_trusted(TRUSTED), None);
         assert_eq!(
             lifecycle.check("V", "R").unwrap_err(),
-            "the transition V -> R needs 2 approvals by distinct accounts other than the run's \
-             starter (policies/lifecycle.toml)"
+            "the transition V -> R needs 2 approvals by distinct accounts holding `reviewer` \
+             other than the run's starter (policies/lifecycle.toml)"
         );
     }
 
