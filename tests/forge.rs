@@ -1502,6 +1502,19 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         String::from_utf8_lossy(&own.stderr)
     );
 
+    // Nor does an edit of the lifecycle after the stop lower what the run waits for.
+    let lowered = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("approval = { role = \"reviewer\", approvals = 2 }\n", "");
+    std::fs::write(&path, lowered).unwrap();
+    let own = kavi(root, &["approve", &run_id]);
+    assert_eq!(own.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&own.stderr).contains("it started the run"),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+
     // Two other accounts: the workspace and its ledger are opened to them.
     let opened = std::process::Command::new("chmod")
         .args(["-R", "a+rwX"])

@@ -180,8 +180,10 @@ fn make_approved_moves(
             trigger["to"].as_str().unwrap_or_default(),
         );
         let skill = escalation.skill.as_str();
-        // A move the lifecycle no longer asks an approval for is made on this one.
-        if let Some(Approval::Roles(requirement)) = lifecycle.needs_approval(from, to) {
+        // The approvals the move required when the run stopped, whatever the lifecycle says now.
+        let required: Option<Requirement> =
+            serde_json::from_value(trigger["requires"].clone()).ok();
+        if let Some(requirement) = &required {
             let roles = match &mut roles {
                 Some(roles) => roles,
                 None => roles.insert(Roles::load(&workspace.root).map_err(SpecError::from)?),

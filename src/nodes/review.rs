@@ -110,18 +110,24 @@ pub(super) fn stop_for_approval(
     stop_for_review(ctx, ledger, skill, triggers, policy, outputs)
 }
 
-/// The triggers of an escalation that asks for the move `from -> to`. `source`, the tree a
-/// promotion reads the skill from, marks a move on the way to TRUSTED: once it is approved,
-/// `kavi approve` walks on from there as `promote` would have.
+/// The triggers of an escalation that asks for the move `from -> to`, with the approvals it
+/// requires (`requires`: the role and count, or null for one recorded approval). `source`, the
+/// tree a promotion reads the skill from, marks a move on the way to TRUSTED: once it is
+/// approved, `kavi approve` walks on from there as `promote` would have.
 pub fn approval_triggers(
     lifecycle: &Lifecycle,
     from: &str,
     to: &str,
     source: Option<&str>,
 ) -> Value {
-    let needs = lifecycle
-        .needs_approval(from, to)
-        .map_or_else(|| "a recorded approval".to_owned(), ToString::to_string);
+    let approval = lifecycle.needs_approval(from, to);
+    let needs = approval.map_or_else(|| "a recorded approval".to_owned(), ToString::to_string);
+    // What the move needs is kept with the stop: an edit of the lifecycle afterwards does not
+    // lower the approvals this run waits for.
+    let requires = match approval {
+        Some(crate::skills::Approval::Roles(requirement)) => json!(requirement),
+        _ => Value::Null,
+    };
     json!([{
         "trigger": APPROVAL,
         "reason": format!(
@@ -131,5 +137,6 @@ pub fn approval_triggers(
         "from": from,
         "to": to,
         "source": source,
+        "requires": requires,
     }])
 }
