@@ -1464,6 +1464,14 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
              [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
         );
     std::fs::write(&path, reviewed).unwrap();
+    // The two reviewers are two accounts other than the one that runs the forge.
+    let reviewers = "[role.maintainer]\nmembers = [\"*\"]\n\n\
+                     [role.reviewer]\nmembers = [\"uid 4242\", \"uid 4343\", ";
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        format!("{}]\n", reviewers.trim_end_matches(", ")),
+    )
+    .unwrap();
     let checked = kavi(root, &["policy", "check"]);
     assert!(
         checked.status.success(),
@@ -1550,10 +1558,11 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         String::from_utf8_lossy(&again.stderr)
     );
 
-    // Only accounts holding the role count: roles.toml names the two reviewers.
+    // Only accounts holding the role count, as the roles that governed the run say: adding an
+    // account to roles.toml after the stop gives it nothing.
     std::fs::write(
         root.join("policies/roles.toml"),
-        "[role.maintainer]\nmembers = [\"*\"]\n\n[role.reviewer]\nmembers = [\"uid 4242\", \"uid 4343\"]\n",
+        format!("{reviewers}\"uid 4444\"]\n"),
     )
     .unwrap();
     let outsider = common::kavi_as(4444, root, &["approve", &run_id]).unwrap();

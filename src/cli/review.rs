@@ -186,7 +186,7 @@ fn make_approved_moves(
         if let Some(requirement) = &required {
             let roles = match &mut roles {
                 Some(roles) => roles,
-                None => roles.insert(Roles::load(&workspace.root).map_err(SpecError::from)?),
+                None => roles.insert(governing_roles(ledger, escalation.run_id)?),
             };
             let given =
                 record_approval(ledger, roles, requirement, root, escalation, trigger, actor)?;
@@ -279,6 +279,20 @@ fn make_approved_moves(
         only_moves,
         trusted,
     })
+}
+
+/// The roles that governed run `run` (the run that stopped), as the ledger kept them: an edit of
+/// `policies/roles.toml` afterwards gives no account a role for this run's approvals.
+fn governing_roles(ledger: &Ledger, run: i64) -> Result<Roles, Error> {
+    let path = crate::policy::roles::DEFAULT_POLICY;
+    let kept = ledger
+        .governing(run)?
+        .into_iter()
+        .find(|file| file.path == path)
+        .ok_or_else(|| Error::Usage(format!("run {run} was not governed by {path}")))?;
+    let (_, text) = ledger.spec_text(&kept.spec_hash)?;
+    let source = crate::diagnostic::SourceFile::new(path, text);
+    Ok(Roles::parse(&source).map_err(SpecError::from)?)
 }
 
 /// Records `actor`'s approval of the move `trigger` asks for, with the roles it holds now, on the
