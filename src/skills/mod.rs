@@ -727,7 +727,9 @@ impl Lifecycle {
     /// The next move of a verified skill in state `from` toward TRUSTED, and what it needs: the
     /// first of the shortest chain of transitions to TRUSTED that passes through no buildable,
     /// terminal, drifted, revoked or rejected state (a promotion never rebuilds, nor leaves the
-    /// way to trust). `promote` and `kavi approve` walk it one move at a time.
+    /// way to trust), from a state that is none of these either: a buildable skill (BUILT, say)
+    /// has no such way, since the gates, not a promotion, earn the verified state. `promote` and
+    /// `kavi approve` walk it one move at a time.
     pub fn toward_trusted(&self, from: &str) -> Option<(String, Option<Approval>)> {
         let passable = |state: &String| {
             state == TRUSTED
@@ -743,10 +745,7 @@ impl Lifecycle {
         while !frontier.is_empty() {
             let mut next = Vec::new();
             for (f, t, _) in &self.transitions {
-                if frontier.contains(t)
-                    && !distance.iter().any(|(s, _)| s == f)
-                    && (passable(f) || f == from)
-                {
+                if frontier.contains(t) && !distance.iter().any(|(s, _)| s == f) && passable(f) {
                     let d = distance
                         .iter()
                         .find(|(s, _)| s == t)
@@ -1077,6 +1076,8 @@ output_schema = { type = "object" }
             Some((TRUSTED.to_owned(), None))
         );
         assert_eq!(lifecycle.toward_trusted(TRUSTED), None);
+        // P -> V is the gates' move, never a promotion's.
+        assert_eq!(lifecycle.toward_trusted("P"), None);
         assert_eq!(
             lifecycle.check("V", "R").unwrap_err(),
             "the transition V -> R needs 2 approvals by distinct accounts holding `reviewer` \
