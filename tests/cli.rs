@@ -20,6 +20,7 @@ fn prepare_shipped_fixture(story: &str) -> std::path::PathBuf {
 fn cli_scenarios() {
     prepare_shipped_fixture("forge");
     prepare_shipped_fixture("adopt");
+    prepare_shipped_fixture("review");
     let chain = prepare_shipped_fixture("chain");
     std::fs::create_dir_all(chain.join("notes")).unwrap();
     std::fs::write(

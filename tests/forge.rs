@@ -1367,6 +1367,81 @@ fn policy_check_names_every_lifecycle_dead_end_at_its_line() {
     std::fs::write(&path, shipped).unwrap();
 }
 
+/// Issue 53: each lifecycle the forge or kavi's commands could not carry out is refused by
+/// `kavi policy check` with its reason, at the line and column that cause it.
+#[test]
+fn policy_check_refuses_each_lifecycle_that_cannot_be_carried_out() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let gated = |from: &str, to: &str, approval: &str| {
+        let block = format!("from = \"{from}\"\nto = \"{to}\"\n");
+        assert!(shipped.contains(&block), "{block}");
+        shipped.replacen(&block, &format!("{block}approval = {approval}\n"), 1)
+    };
+    // (the lifecycle, its reason, the text the diagnostic points at)
+    let cases = [
+        (
+            gated("TRUSTED", "REVOKED", "true"),
+            "the transition TRUSTED -> REVOKED needs a recorded approval, but `kavi skill revoke` \
+             makes it without stopping for one: it could never happen",
+            "true\n",
+        ),
+        (
+            gated("SUSPENDED", "TRUSTED", "true"),
+            "the transition SUSPENDED -> TRUSTED needs a recorded approval, but `kavi skill \
+             restore` makes it without stopping for one: it could never happen",
+            "true\n",
+        ),
+        (
+            gated(
+                "VERIFIED",
+                "TRUSTED",
+                "{ role = \"auditor\", approvals = 2 }",
+            ),
+            "role `auditor` is not declared in policies/roles.toml: known: `maintainer`, `reviewer`",
+            "{ role",
+        ),
+        (
+            shipped.replace(
+                "terminal = [\"REVOKED\", \"REJECTED\"]",
+                "terminal = [\"REVOKED\", \"REJECTED\", \"SUSPENDED\"]",
+            ),
+            "`SUSPENDED` is both buildable and terminal: a build would overwrite a skill that is \
+             meant to stay SUSPENDED for good",
+            "\"SUSPENDED\"]\n# `kavi skill verify`",
+        ),
+        (
+            shipped.replace(
+                "\"REJECTED\"]\n# A build",
+                "\"REJECTED\", \"LOST\"]\n# A build",
+            ) + "\n[[transition]]\nfrom = \"LOST\"\nto = \"PROPOSED\"\n",
+            "`LOST` is unreachable: no chain of transitions leads to it from `initial` (PROPOSED)",
+            "\"LOST\"]",
+        ),
+        (
+            shipped.replace("revoked = \"REVOKED\"", "revoked = \"REJECTED\""),
+            "no transition TRUSTED -> REJECTED is declared: `kavi skill revoke` makes that move",
+            "\"REJECTED\"\n# `kavi reject`",
+        ),
+    ];
+    for (text, reason, at) in cases {
+        std::fs::write(&path, &text).unwrap();
+        let out = kavi(root, &["policy", "check"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        let offset = text.find(at).unwrap_or_else(|| panic!("{at}"));
+        let line = text[..offset].lines().count() + usize::from(text[..offset].ends_with('\n'));
+        let column = offset - text[..offset].rfind('\n').map_or(0, |n| n + 1) + 1;
+        assert!(
+            stderr.contains(reason)
+                && stderr.contains(&format!("--> policies/lifecycle.toml:{line}:{column}")),
+            "{reason} at {line}:{column}\n{stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
     let dir = shipped_workspace();
@@ -1458,6 +1533,252 @@ fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
         "{}",
         String::from_utf8_lossy(&ran.stderr)
     );
+    common::assert_ledger_verifies(root);
+}
+
+/// Issue 53: a REVIEWED state between VERIFIED and TRUSTED, whose way in needs two approvals,
+/// added by editing the lifecycle alone. The forge stops at that move; the account that started
+/// it may not approve, one other account is one approval of two (and may not be the second),
+/// and a second account makes the move and the promotion the run stopped before: no rebuild,
+/// no new run, no failure escalated.
+#[test]
+fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_trust_it() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
+    assert!(shipped.contains(direct));
+    let reviewed = shipped
+        .replace(
+            "\"VERIFIED\", \"TRUSTED\",",
+            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
+        )
+        .replace(
+            direct,
+            "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\
+             approval = { role = \"reviewer\", approvals = 2 }\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
+        );
+    std::fs::write(&path, reviewed).unwrap();
+    // The two reviewers are two accounts other than the one that runs the forge.
+    let reviewers = "[role.maintainer]\nmembers = [\"*\"]\n\n\
+                     [role.reviewer]\nmembers = [\"uid 4242\", \"uid 4343\", ";
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        format!("{}]\n", reviewers.trim_end_matches(", ")),
+    )
+    .unwrap();
+    let checked = kavi(root, &["policy", "check"]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    assert_eq!(forge(root, "word_count", "").status.code(), Some(6));
+    let (run, attempts) = last_forge(root);
+    assert_eq!(run["status"], "awaiting_review");
+    assert_eq!(attempts.len(), 1);
+    let promote = node(&attempts[0], "promote");
+    assert_eq!(promote["state"], "awaiting_review");
+    let trigger = &promote["outputs"]["triggers"][0];
+    assert_eq!(trigger["trigger"], "APPROVAL");
+    assert_eq!(
+        (&trigger["from"], &trigger["to"]),
+        (&"VERIFIED".into(), &"REVIEWED".into())
+    );
+    assert_eq!(
+        trigger["reason"],
+        "the transition VERIFIED -> REVIEWED needs 2 approvals by distinct accounts holding \
+         `reviewer` other than the run's starter (policies/lifecycle.toml)"
+    );
+    assert_eq!(node(&attempts[0], "classify")["state"], "skipped");
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "VERIFIED");
+    let run_id = run["id"].to_string();
+
+    // The account that started the run is never one of the two.
+    let own = kavi(root, &["approve", &run_id]);
+    assert_eq!(own.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&own.stderr).contains("it started the run"),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+
+    // Nor does an edit of the lifecycle after the stop lower what the run waits for.
+    let lowered = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("approval = { role = \"reviewer\", approvals = 2 }\n", "");
+    std::fs::write(&path, lowered).unwrap();
+    let own = kavi(root, &["approve", &run_id]);
+    assert_eq!(own.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&own.stderr).contains("it started the run"),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+
+    // Two other accounts: the workspace and its ledger are opened to them.
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    common::open_to_other_accounts(root);
+    let first = common::kavi_as(4242, root, &["approve", &run_id]);
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert_eq!(
+        first.status.code(),
+        Some(6),
+        "{stdout}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "approval by uid 4242 (reviewer) of VERIFIED -> REVIEWED of `word_count` recorded; \
+             run 1 still awaits review: it needs 2 distinct reviewers other than the account that \
+             started the run; has 1: uid 4242"
+        ),
+        "{stdout}"
+    );
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "VERIFIED");
+    let again = common::kavi_as(4242, root, &["approve", &run_id]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("it has already approved it"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    // Only accounts holding the role count, as the roles that governed the run say: adding an
+    // account to roles.toml after the stop gives it nothing.
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        format!("{reviewers}\"uid 4444\"]\n"),
+    )
+    .unwrap();
+    let outsider = common::kavi_as(4444, root, &["approve", &run_id]);
+    assert_eq!(outsider.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&outsider.stderr)
+            .contains("it does not hold `reviewer` in policies/roles.toml"),
+        "{}",
+        String::from_utf8_lossy(&outsider.stderr)
+    );
+    let second = common::kavi_as(4343, root, &["approve", &run_id]);
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        second.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(
+        stdout.contains("moved `word_count` VERIFIED -> REVIEWED")
+            && stdout.contains("moved `word_count` REVIEWED -> TRUSTED")
+            && !stdout.contains("resuming"),
+        "{stdout}"
+    );
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "TRUSTED");
+    let path: Vec<&str> = skill["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to_state"].as_str().unwrap())
+        .collect();
+    // Built once: the approvals went on from the stop, not from the start.
+    assert_eq!(
+        path,
+        ["PROPOSED", "BUILT", "VERIFIED", "REVIEWED", "TRUSTED"]
+    );
+    let runs = json(&kavi(root, &["runs", "list", "--json"]));
+    assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
+    let run = json(&kavi(root, &["runs", "show", &run_id, "--json"]));
+    assert_eq!(run["status"], "approved");
+    let ran = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            "{\"text\": \"a b\"}",
+        ],
+    );
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    common::assert_ledger_verifies(root);
+}
+
+/// The approval on the last move instead: `promote` makes VERIFIED -> REVIEWED itself and stops
+/// before REVIEWED -> TRUSTED. An approval promotes from there; a rejection of a run stopped
+/// there moves its skill to REJECTED.
+#[test]
+fn promote_walks_to_a_review_state_and_a_run_stopped_there_is_approved_or_rejected() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
+    let reviewed = shipped
+        .replace(
+            "\"VERIFIED\", \"TRUSTED\",",
+            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
+        )
+        .replace(
+            direct,
+            "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\napproval = true\n\n\
+             [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
+        );
+    std::fs::write(&path, reviewed).unwrap();
+    let states = |skill: &str| -> Vec<String> {
+        let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
+        shown["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["to_state"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    assert_eq!(forge(root, "word_count", "").status.code(), Some(6));
+    let (run, attempts) = last_forge(root);
+    let trigger = &node(&attempts[0], "promote")["outputs"]["triggers"][0];
+    assert_eq!(
+        (&trigger["from"], &trigger["to"]),
+        (&"REVIEWED".into(), &"TRUSTED".into())
+    );
+    assert_eq!(
+        states("word_count"),
+        ["PROPOSED", "BUILT", "VERIFIED", "REVIEWED"]
+    );
+    let approved = kavi(root, &["approve", &run["id"].to_string()]);
+    let stdout = String::from_utf8_lossy(&approved.stdout);
+    assert!(
+        approved.status.success() && stdout.contains("moved `word_count` REVIEWED -> TRUSTED"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    assert_eq!(
+        states("word_count"),
+        ["PROPOSED", "BUILT", "VERIFIED", "REVIEWED", "TRUSTED"]
+    );
+
+    assert_eq!(forge(root, "write_note", "").status.code(), Some(6));
+    assert_eq!(states("write_note").last().unwrap(), "REVIEWED");
+    let rejected = kavi(root, &["reject", "latest", "--comment", "not this one"]);
+    assert!(
+        rejected.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rejected.stderr)
+    );
+    assert_eq!(states("write_note").last().unwrap(), "REJECTED");
     common::assert_ledger_verifies(root);
 }
 

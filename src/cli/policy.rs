@@ -245,17 +245,18 @@ pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> 
     Ok(code)
 }
 
-/// Checks the workspace's governance as a whole: the lifecycle's dead ends, then every pipeline
-/// and chain with every policy they read. Every problem is reported, each pointing into its file
-/// (exit 3 when there is one).
+/// Checks the workspace's governance as a whole: what keeps the lifecycle from being carried
+/// out (see [`Lifecycle::problems`]), then every pipeline and chain with every policy they read.
+/// Every problem is reported, each pointing into its file (exit 3 when there is one).
 pub fn check(workspace: &Workspace) -> Result<i32, Error> {
     let mut problems: Vec<Diagnostic> = Vec::new();
     let mut add = |found: Vec<Diagnostic>| {
         for diagnostic in found {
-            // A pipeline that reads a broken policy reports what `check` already found there.
+            // A pipeline that reads a broken policy reports what `check` already found there,
+            // perhaps with a note of its own: the same message at the same place is one problem.
             if !problems
                 .iter()
-                .any(|p| p.to_string() == diagnostic.to_string())
+                .any(|p| p.message == diagnostic.message && p.position() == diagnostic.position())
             {
                 problems.push(diagnostic);
             }
@@ -265,18 +266,28 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
         SpecError::Invalid(found) => found.0.clone(),
         other => vec![Diagnostic::new(other.to_string())],
     };
+    // A workspace made before roles existed has no roles file; one that has it must read.
+    let roles = match workspace.root.join(ROLES).exists() {
+        true => match Roles::load(&workspace.root) {
+            Ok(roles) => Some(roles),
+            Err(problem) => {
+                add(vec![problem]);
+                None
+            }
+        },
+        false => None,
+    };
     match crate::policy::read(&workspace.root, LIFECYCLE)
         .map_err(Diagnostic::new)
         .and_then(|source| Lifecycle::parse_declared(&source))
     {
-        Ok(lifecycle) => add(lifecycle.dead_ends()),
+        Ok(lifecycle) => {
+            add(lifecycle.problems());
+            if roles.is_some() || !workspace.root.join(ROLES).exists() {
+                add(lifecycle.role_problems(roles.as_ref()));
+            }
+        }
         Err(problem) => add(vec![problem]),
-    }
-    // A workspace made before roles existed has no roles file; one that has it must read.
-    if workspace.root.join(ROLES).exists()
-        && let Err(problem) = Roles::load(&workspace.root)
-    {
-        add(vec![problem]);
     }
     let pipelines = super::listing::workspace_pipelines(workspace);
     for (_, loaded) in &pipelines {

@@ -3,19 +3,25 @@
 //! The decision covers the run a user started and every child run under it (a forge attempt
 //! escalates in its own child run), so either id may be given. An approval resumes by default:
 //! the stopped run's pipeline runs again, from its file as it is now, with the same parameters,
-//! recorded as a new run that names the one it resumed.
+//! recorded as a new run that names the one it resumed. A run stopped for a lifecycle move's
+//! approvals goes on instead from the move: each approval is recorded, and once the move has
+//! the approvals it needs it is made, and a promotion walks on to TRUSTED.
 
 use serde_json::Value;
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{EscalationRow, Ledger, RunOrigin, short_hash};
+use crate::ledger::{EscalationRow, Ledger, RunOrigin, RunRow, short_hash};
+use crate::nodes::LIFECYCLE_POLICY as LIFECYCLE;
 use crate::nodes::escalate::{self, ApprovalRule};
-use crate::nodes::review::APPROVAL;
-use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
-use crate::skills::TRUSTED;
-use crate::skills::promotion::Promotion;
+use crate::nodes::review::{APPROVAL, approval_triggers};
+use crate::policy::roles::{
+    DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Requirement, Roles,
+};
+use crate::skills::promotion::{Advanced, Promotion};
 use crate::skills::trust::SkillTree;
+use crate::skills::{Approval, TRUSTED};
+use crate::spec::SpecError;
 use crate::state::RunStatus;
 use crate::template::TemplateEngine;
 
@@ -37,7 +43,9 @@ pub async fn decide(
     let approve = matches!(decision, Decision::Approve { .. });
     if approve {
         let starter = root.started_by.as_deref().unwrap_or_default();
-        if let Some(missing) = record_approval(workspace, &mut ledger, root.id, starter, &actor)? {
+        if let Some(missing) =
+            record_escalation_approval(workspace, &mut ledger, root.id, starter, &actor)?
+        {
             outln!(
                 "recorded the approval of run {} by {actor}; it stays awaiting review: {missing}",
                 root.id
@@ -46,10 +54,22 @@ pub async fn decide(
         }
     }
     // The approved moves are made first: one the lifecycle or the verified hash refuses now
-    // leaves the run awaiting review, to be decided again once the cause is fixed.
+    // leaves the run awaiting review, to be decided again once the cause is fixed. A move that
+    // needs more approvals than were given keeps the run awaiting them.
+    let mut reached_trust = false;
     let only_moves = approve && {
         let pending = ledger.pending_escalations(root.id)?;
-        make_approved_moves(workspace, &mut ledger, &pending, &actor, comment)?
+        match make_approved_moves(workspace, &mut ledger, &root, &pending, &actor, comment)? {
+            Moves::Waiting => return Ok(exit::AWAITING_REVIEW),
+            Moves::None => false,
+            Moves::Made {
+                only_moves,
+                trusted,
+            } => {
+                reached_trust = trusted;
+                only_moves
+            }
+        }
     };
     let (decided, cleaned_up) = match decision {
         Decision::Reject => reject(workspace, &mut ledger, root.id, &actor, comment)?,
@@ -75,6 +95,13 @@ pub async fn decide(
         );
     }
     match decision {
+        Decision::Approve { resume: true } if only_moves && reached_trust => {
+            outln!(
+                "the promotion run {} stopped for is complete: nothing is left to resume",
+                root.id
+            );
+            Ok(exit::SUCCESS)
+        }
         Decision::Approve { resume: true } if only_moves => {
             outln!(
                 "the approved moves are made; run `kavi pipeline run {}` to go on",
@@ -119,17 +146,31 @@ pub async fn decide(
     }
 }
 
-/// Makes the lifecycle moves that approved APPROVAL escalations asked for, each checked against
-/// the lifecycle as it is now and recorded as approved by `actor`. Returns whether every decided
-/// escalation only asked for moves (then nothing is left to resume).
+/// What approving did to the APPROVAL escalations of a run.
+enum Moves {
+    /// It had none.
+    None,
+    /// A move still needs approvals, or the walk to TRUSTED reached one that does: the run
+    /// keeps awaiting review.
+    Waiting,
+    /// Every move asked for is made; `only_moves`: nothing else was asked for, and `trusted`:
+    /// each move led its skill to TRUSTED.
+    Made { only_moves: bool, trusted: bool },
+}
+
+/// Records `actor`'s approval of the moves the APPROVAL escalations of run `root` ask for, and
+/// makes each move whose requirement in the lifecycle (as it is now) is met, checked against
+/// the lifecycle and recorded as approved by `actor`. A move on the way to TRUSTED is followed
+/// by the rest of that way ([`Promotion::advance`]): the run goes on from where it stopped.
 fn make_approved_moves(
     workspace: &Workspace,
     ledger: &mut Ledger,
-    decided: &[EscalationRow],
+    root: &RunRow,
+    pending: &[EscalationRow],
     actor: &str,
     comment: Option<&str>,
-) -> Result<bool, Error> {
-    let moves: Vec<(&EscalationRow, &Value)> = decided
+) -> Result<Moves, Error> {
+    let moves: Vec<(&EscalationRow, &Value)> = pending
         .iter()
         .flat_map(|e| {
             e.triggers
@@ -141,7 +182,7 @@ fn make_approved_moves(
         .filter(|(_, t)| t["trigger"] == APPROVAL)
         .collect();
     if moves.is_empty() {
-        return Ok(false);
+        return Ok(Moves::None);
     }
     let lifecycle = super::skills::load_lifecycle(workspace)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
@@ -151,57 +192,181 @@ fn make_approved_moves(
         Some(comment) => format!("approved in review by {actor}: {comment}"),
         None => format!("approved in review by {actor}"),
     };
+    let mut roles = None;
+    let (mut waiting, mut trusted) = (false, true);
     for (escalation, trigger) in &moves {
         let (from, to) = (
             trigger["from"].as_str().unwrap_or_default(),
             trigger["to"].as_str().unwrap_or_default(),
         );
+        let skill = escalation.skill.as_str();
+        // The approvals the move required when the run stopped, whatever the lifecycle says now.
+        let required: Option<Requirement> =
+            serde_json::from_value(trigger["requires"].clone()).ok();
+        if let Some(requirement) = &required {
+            let roles = match &mut roles {
+                Some(roles) => roles,
+                None => roles.insert(governing_roles(ledger, escalation.run_id)?),
+            };
+            let given =
+                record_approval(ledger, roles, requirement, root, escalation, trigger, actor)?;
+            let starter = Excluded {
+                actor: root.started_by.as_deref().unwrap_or_default(),
+                described: "the account that started the run",
+            };
+            if let Err(missing) = requirement.met_by(&given, starter) {
+                outln!(
+                    "approval by {actor} ({}) of {from} -> {to} of `{skill}` recorded; run {} \
+                     still awaits review: it {missing} (`kavi approve {}` by another account)",
+                    requirement.role,
+                    root.id,
+                    root.id
+                );
+                waiting = true;
+                continue;
+            }
+        }
         // The skill must still be where it was when the run stopped.
         let check = |now: &str, to: &str| {
             if now == from {
                 lifecycle.check_approved(now, to)
             } else {
                 Err(format!(
-                    "`{}` is now {now}, not {from}: the approved move no longer applies",
-                    escalation.skill
+                    "`{skill}` is now {now}, not {from}: the approved move no longer applies"
                 ))
             }
         };
         let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
         let refused = |reason: String| {
             Error::Usage(format!(
-                "the approved move {from} -> {to} of `{}` was not made: {reason}",
-                escalation.skill
+                "the approved move {from} -> {to} of `{skill}` was not made: {reason}"
             ))
         };
+        let source = trigger["source"].as_str();
+        let promotion = Promotion {
+            store: &store,
+            trust: &trust,
+            templates: &templates,
+            workspace: &workspace.root,
+            source: &workspace.root.join(source.unwrap_or(".")),
+        };
         if to == TRUSTED {
-            let source = workspace
-                .root
-                .join(trigger["source"].as_str().unwrap_or("."));
-            Promotion {
-                store: &store,
-                trust: &trust,
-                templates: &templates,
-                workspace: &workspace.root,
-                source: &source,
-            }
-            .promote(ledger, &escalation.skill, check, origin, Some(&note))
-            .map_err(refused)?;
+            promotion
+                .promote(ledger, skill, check, origin, Some(&note))
+                .map_err(refused)?;
         } else {
             ledger
-                .transition_skill(&escalation.skill, to, check, origin, actor, Some(&note))
+                .transition_skill(skill, to, check, origin, actor, Some(&note))
                 .map_err(|e| refused(e.to_string()))?;
         }
-        outln!("moved `{}` {from} -> {to}", escalation.skill);
+        outln!("moved `{skill}` {from} -> {to}");
+        // A move `promote` stopped for: the way to TRUSTED goes on from here.
+        let Some(source) = source.filter(|_| to != TRUSTED) else {
+            trusted &= to == TRUSTED;
+            continue;
+        };
+        match promotion
+            .advance(ledger, &lifecycle, skill, origin, Some(&note))
+            .map_err(|reason| {
+                Error::Usage(format!("`{skill}` did not reach {TRUSTED}: {reason}"))
+            })? {
+            Advanced::Promoted(promoted) => {
+                outln!("moved `{skill}` {} -> {TRUSTED}", promoted.from);
+            }
+            Advanced::Awaits { from, to } => {
+                let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));
+                ledger.pass_on_escalation(escalation, actor, comment, &triggers)?;
+                outln!(
+                    "`{skill}` is {from}; run {} awaits review again: {}",
+                    root.id,
+                    triggers[0]["reason"].as_str().unwrap_or_default()
+                );
+                waiting = true;
+            }
+        }
     }
-    let only_moves = decided.iter().all(|e| {
+    if waiting {
+        return Ok(Moves::Waiting);
+    }
+    let only_moves = pending.iter().all(|e| {
         e.triggers
             .as_array()
             .into_iter()
             .flatten()
             .all(|t| t["trigger"] == APPROVAL)
     });
-    Ok(only_moves)
+    Ok(Moves::Made {
+        only_moves,
+        trusted,
+    })
+}
+
+/// The roles that governed run `run` (the run that stopped), as the ledger kept them: an edit of
+/// `policies/roles.toml` afterwards gives no account a role for this run's approvals.
+fn governing_roles(ledger: &Ledger, run: i64) -> Result<Roles, Error> {
+    let path = crate::policy::roles::DEFAULT_POLICY;
+    let kept = ledger
+        .governing(run)?
+        .into_iter()
+        .find(|file| file.path == path)
+        .ok_or_else(|| Error::Usage(format!("run {run} was not governed by {path}")))?;
+    let (_, text) = ledger.spec_text(&kept.spec_hash)?;
+    let source = crate::diagnostic::SourceFile::new(path, text);
+    Ok(Roles::parse(&source).map_err(SpecError::from)?)
+}
+
+/// Records `actor`'s approval of the move `trigger` asks for, with the roles it holds now, on the
+/// pending `escalation`, and returns every approval given so far. Refused: the run's starter, an
+/// account that already approved it, or one that does not hold the role.
+fn record_approval(
+    ledger: &mut Ledger,
+    roles: &Roles,
+    requirement: &Requirement,
+    root: &RunRow,
+    escalation: &EscalationRow,
+    trigger: &Value,
+    actor: &str,
+) -> Result<Vec<RecordedApproval>, Error> {
+    let (from, to) = (&trigger["from"], &trigger["to"]);
+    let refused = |why: String| {
+        Error::Usage(format!(
+            "{actor} may not approve the transition {} -> {} of `{}` in run {}: {why}; it needs \
+             {} ({LIFECYCLE})",
+            from.as_str().unwrap_or_default(),
+            to.as_str().unwrap_or_default(),
+            escalation.skill,
+            root.id,
+            Approval::Roles(requirement.clone()),
+        ))
+    };
+    if root.started_by.as_deref() == Some(actor) {
+        return Err(refused("it started the run".to_owned()));
+    }
+    let mut given: Vec<RecordedApproval> =
+        serde_json::from_value(trigger["approvals"].clone()).unwrap_or_default();
+    if given.iter().any(|a| a.actor == actor) {
+        return Err(refused("it has already approved it".to_owned()));
+    }
+    let held = roles.held_by_current_process();
+    if !held.contains(&requirement.role) {
+        return Err(refused(format!(
+            "it does not hold `{}` in {}",
+            requirement.role,
+            crate::policy::roles::DEFAULT_POLICY
+        )));
+    }
+    given.push(RecordedApproval {
+        actor: actor.to_owned(),
+        roles: held,
+    });
+    let mut triggers = escalation.triggers.clone();
+    for t in triggers.as_array_mut().into_iter().flatten() {
+        if t["trigger"] == APPROVAL && &t["from"] == from && &t["to"] == to {
+            t["approvals"] = serde_json::json!(given);
+        }
+    }
+    ledger.record_approvals(escalation.id, &triggers)?;
+    Ok(given)
 }
 
 /// Rejects a run: undoes what it left in the workspace (a skill's files go back to its last
@@ -413,7 +578,7 @@ impl Undo {
 /// run, and returns what is still missing: the rules that stopped the run (as the ledger kept
 /// them, not as the workspace has them now) name how many distinct role holders must approve,
 /// never counting `starter`. Refuses the starter where those rules do.
-fn record_approval(
+fn record_escalation_approval(
     workspace: &Workspace,
     ledger: &mut Ledger,
     run: i64,

@@ -165,6 +165,57 @@ impl Ledger {
         Ok(updated)
     }
 
+    /// Keeps the approvals given so far of a pending escalation in its `triggers`, on the
+    /// APPROVAL trigger of the move they approve (each with the account and the roles it held).
+    pub fn record_approvals(&mut self, escalation: i64, triggers: &Value) -> Result<()> {
+        let changed = self.conn.execute(
+            "UPDATE escalations SET triggers = ?2 WHERE id = ?1 AND status = 'pending'",
+            params![escalation, triggers.to_string()],
+        )?;
+        if changed == 0 {
+            return Err(LedgerError::NothingToDecide(escalation));
+        }
+        Ok(())
+    }
+
+    /// Records `actor`'s approval of the pending escalation `escalation` and, in the same
+    /// transaction, raises the next one for its run and node with `triggers`: the next move on
+    /// the way to TRUSTED that needs an approval. The run keeps awaiting review.
+    pub fn pass_on_escalation(
+        &mut self,
+        escalation: &EscalationRow,
+        actor: &str,
+        comment: Option<&str>,
+        triggers: &Value,
+    ) -> Result<i64> {
+        let tx = self.conn.transaction()?;
+        let now = now();
+        let changed = tx.execute(
+            "UPDATE escalations SET status = 'approved', decided_by = ?2, decided_at = ?3,
+                 comment = ?4
+             WHERE id = ?1 AND status = 'pending'",
+            params![escalation.id, actor, now, comment],
+        )?;
+        if changed == 0 {
+            return Err(LedgerError::NothingToDecide(escalation.run_id));
+        }
+        let id = tx.query_row(
+            "INSERT INTO escalations (skill, run_id, node_id, triggers, status, raised_at, policy)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6) RETURNING id",
+            params![
+                escalation.skill,
+                escalation.run_id,
+                escalation.node_id,
+                triggers.to_string(),
+                now,
+                escalation.policy
+            ],
+            |row| row.get(0),
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
     /// Records a decision on every pending escalation of a run and of its child runs (a forge
     /// attempt escalates in a child run). Returns the escalations decided; none pending is an
     /// error that says so.

@@ -1,7 +1,9 @@
 //! `promote`: make a verified skill trusted, for the exact source hash that was verified.
 //!
-//! The skill's files are hashed now (per the trust policy) and must equal the hash its last
-//! passing gate run recorded; the lifecycle must allow the move. Both checks and the writes
+//! The skill walks the lifecycle's way from its verified state to TRUSTED (see
+//! [`Promotion::advance`]), stopping for review before a move that needs an approval. The
+//! skill's files are hashed now (per the trust policy) and must equal the hash its last passing
+//! gate run recorded; the lifecycle must allow the move. Both checks and the writes
 //! (state, trusted hash, promotion row, transition) happen in one ledger transaction. The
 //! registry file is then regenerated from the ledger.
 
@@ -15,7 +17,7 @@ use super::review;
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
-use crate::skills::promotion::Promotion;
+use crate::skills::promotion::{Advanced, Promotion};
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Lifecycle, TRUSTED};
 
@@ -84,31 +86,34 @@ impl Promote {
         let root = ctx.env.workspace.join(&source);
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
-        if let Some(stopped) = review::approval(
-            ctx,
-            &mut ledger,
-            &self.lifecycle,
-            &skill,
-            TRUSTED,
-            self.approval_rules.as_deref(),
-            Some(&source),
-        )? {
-            return Ok(stopped);
-        }
-        let promoted = Promotion {
+        let promotion = Promotion {
             store: &ctx.env.artifacts,
             trust: &self.trust,
             templates: &ctx.env.templates,
             workspace: &ctx.env.workspace,
             source: &root,
-        }
-        .promote(
+        };
+        let origin = (Some(ctx.run_id), Some(ctx.node_id));
+        let promoted = match promotion.advance(
             &mut ledger,
+            &self.lifecycle,
             &skill,
-            |from, to| self.lifecycle.check(from, to),
-            (Some(ctx.run_id), Some(ctx.node_id)),
+            origin,
             comment.as_deref(),
-        )?;
+        )? {
+            Advanced::Promoted(promoted) => promoted,
+            Advanced::Awaits { from, to } => {
+                let triggers =
+                    review::approval_triggers(&self.lifecycle, &from, &to, Some(&source));
+                return review::stop_for_approval(
+                    ctx,
+                    &mut ledger,
+                    &skill,
+                    triggers,
+                    self.approval_rules.as_deref(),
+                );
+            }
+        };
         Ok(NodeOutcome::succeeded(json!({
             "skill": skill,
             "from": promoted.from,

@@ -1,8 +1,9 @@
 //! Stopping a run for a person's decision, shared by the nodes that do: `escalate` when its
 //! rules fire, and `transition` and `promote` when the lifecycle says a move needs an approval.
 //!
-//! A move with `approval = true` stops the run `awaiting_review` with an APPROVAL escalation
-//! that names the move; `kavi approve RUN` records the decision and makes the move.
+//! A move with an `approval` stops the run `awaiting_review` with an APPROVAL escalation that
+//! names the move; `kavi approve RUN` records each approval and makes the move once the
+//! approvals it needs are given.
 
 use serde_json::{Map, Value, json};
 
@@ -56,7 +57,8 @@ pub(super) fn stop_for_review(
 }
 
 /// The escalation rules that govern approvals of lifecycle moves (whether the account that
-/// started a run may approve it), loaded only when the lifecycle has a move that needs one.
+/// started a run may approve it), loaded only when the lifecycle has a move that needs one; and
+/// the roles, when a move needs approvals by a role, which must be ones someone can give.
 /// Returns their spec hash, which the escalation records.
 pub(super) fn approval_rules(
     config: &mut NodeConfig<'_>,
@@ -65,14 +67,21 @@ pub(super) fn approval_rules(
     if !lifecycle.has_approvals() {
         return Ok(None);
     }
+    // Roles govern who may approve, so they are read (and governed) with the lifecycle.
+    if lifecycle.has_role_approvals() {
+        let source = config.load_policy_source(None, crate::policy::roles::DEFAULT_POLICY)?;
+        let roles = crate::policy::roles::Roles::parse(&source)?;
+        if let Some(problem) = lifecycle.role_problems(Some(&roles)).into_iter().next() {
+            return Err(problem);
+        }
+    }
     let source = config.load_policy_source(None, super::escalate::DEFAULT_POLICY)?;
     Ok(Some(source.spec_hash().to_owned()))
 }
 
 /// Stops the run for a person when the lifecycle says moving `skill` to `to` needs an
-/// approval: raises an APPROVAL escalation that names the move (and `source`, the tree a
-/// promotion reads the skill from) and returns the node's `awaiting_review` outcome. `None`:
-/// the move needs no approval.
+/// approval: raises an APPROVAL escalation that names the move and returns the node's
+/// `awaiting_review` outcome. `None`: the move needs no approval.
 pub(super) fn approval(
     ctx: &NodeContext<'_>,
     ledger: &mut Ledger,
@@ -80,22 +89,54 @@ pub(super) fn approval(
     skill: &str,
     to: &str,
     policy: Option<&str>,
-    source: Option<&str>,
 ) -> Result<Option<NodeOutcome>, String> {
     let from = ledger.skill(skill).map_err(|e| e.to_string())?.state;
-    if !lifecycle.needs_approval(&from, to) {
+    if lifecycle.needs_approval(&from, to).is_none() {
         return Ok(None);
     }
-    let triggers = json!([{
+    let triggers = approval_triggers(lifecycle, &from, to, None);
+    stop_for_approval(ctx, ledger, skill, triggers, policy).map(Some)
+}
+
+/// Stops the run for the approval `triggers` ask for (see [`approval_triggers`]).
+pub(super) fn stop_for_approval(
+    ctx: &NodeContext<'_>,
+    ledger: &mut Ledger,
+    skill: &str,
+    triggers: Value,
+    policy: Option<&str>,
+) -> Result<NodeOutcome, String> {
+    let outputs = Map::from_iter([("skill".to_owned(), json!(skill))]);
+    stop_for_review(ctx, ledger, skill, triggers, policy, outputs)
+}
+
+/// The triggers of an escalation that asks for the move `from -> to`, with the approvals it
+/// requires (`requires`: the role and count, or null for one recorded approval). `source`, the
+/// tree a promotion reads the skill from, marks a move on the way to TRUSTED: once it is
+/// approved, `kavi approve` walks on from there as `promote` would have.
+pub fn approval_triggers(
+    lifecycle: &Lifecycle,
+    from: &str,
+    to: &str,
+    source: Option<&str>,
+) -> Value {
+    let approval = lifecycle.needs_approval(from, to);
+    let needs = approval.map_or_else(|| "a recorded approval".to_owned(), ToString::to_string);
+    // What the move needs is kept with the stop: an edit of the lifecycle afterwards does not
+    // lower the approvals this run waits for.
+    let requires = match approval {
+        Some(crate::skills::Approval::Roles(requirement)) => json!(requirement),
+        _ => Value::Null,
+    };
+    json!([{
         "trigger": APPROVAL,
         "reason": format!(
-            "the transition {from} -> {to} needs a recorded approval ({})",
+            "the transition {from} -> {to} needs {needs} ({})",
             lifecycle.source.path.display()
         ),
         "from": from,
         "to": to,
         "source": source,
-    }]);
-    let outputs = Map::from_iter([("skill".to_owned(), json!(skill))]);
-    stop_for_review(ctx, ledger, skill, triggers, policy, outputs).map(Some)
+        "requires": requires,
+    }])
 }

@@ -103,7 +103,6 @@ impl Transition {
             &skill,
             &to,
             self.approval_rules.as_deref(),
-            None,
         )? {
             return Ok(stopped);
         }

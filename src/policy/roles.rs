@@ -169,6 +169,20 @@ impl Roles {
             .collect()
     }
 
+    /// How many accounts can hold `role`, when its members are all named accounts or uids;
+    /// `None` when a group or `*` makes that open (or the role is not declared).
+    pub fn named_members(&self, role: &str) -> Option<usize> {
+        let members = self.roles.get(role)?;
+        members
+            .iter()
+            .all(|m| matches!(m, Member::Uid(_) | Member::Name(_)))
+            .then(|| {
+                let mut distinct = members.clone();
+                distinct.dedup();
+                distinct.len()
+            })
+    }
+
     /// The roles the current process's account holds, to record with an approval it gives.
     pub fn held_by_current_process(&self) -> Vec<String> {
         self.held_by(&Identity::current())

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::policy::roles::{Requirement, Roles};
 
 /// Why a skill name is unusable, if it is: names become paths, so only `[a-z][a-z0-9_]*` (at
 /// most 64 characters) is accepted.
@@ -365,10 +366,64 @@ struct RawTransition {
     from: Spanned<String>,
     #[schemars(with = "String")]
     to: Spanned<String>,
-    #[serde(default)]
-    approval: bool,
+    /// `true` (one approval), or `{ approvals = N }`: N accounts other than the run's starter.
+    #[schemars(with = "Option<RawApproval>")]
+    approval: Option<Spanned<RawApproval>>,
     #[expect(dead_code, reason = "documentation for people reading the policy")]
     description: Option<String>,
+}
+
+/// A transition's `approval`, as written.
+#[derive(Debug, Clone, schemars::JsonSchema)]
+#[serde(untagged)]
+enum RawApproval {
+    Flag(bool),
+    Requirement(Requirement),
+}
+
+/// By hand, so that a requirement's own error (a missing `role`, say) is the one reported,
+/// where an untagged enum only says that no form matched.
+impl<'de> Deserialize<'de> for RawApproval {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match toml::Value::deserialize(deserializer)? {
+            toml::Value::Boolean(flag) => Ok(Self::Flag(flag)),
+            table @ toml::Value::Table(_) => Requirement::deserialize(table)
+                .map(Self::Requirement)
+                .map_err(|e| D::Error::custom(format!("`approval`: {}", e.message()))),
+            _ => Err(D::Error::custom(
+                "`approval` is `true`, or the approvals a role gives, as \
+                 `{ role = \"reviewer\", approvals = 2 }`",
+            )),
+        }
+    }
+}
+
+/// What a move needs before it is made. `approval = true` is one recorded approval, which the
+/// starter may give unless the escalation rules forbid it (`self_approval`);
+/// `{ role = "reviewer", approvals = 2 }` needs that many distinct accounts holding the role in
+/// `policies/roles.toml`, never the run's starter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    Recorded,
+    Roles(Requirement),
+}
+
+impl std::fmt::Display for Approval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Recorded => write!(f, "a recorded approval"),
+            Self::Roles(Requirement { role, approvals: 1 }) => write!(
+                f,
+                "an approval by an account holding `{role}` other than the run's starter"
+            ),
+            Self::Roles(Requirement { role, approvals }) => write!(
+                f,
+                "{approvals} approvals by distinct accounts holding `{role}` other than the \
+                 run's starter"
+            ),
+        }
+    }
 }
 
 /// The lifecycle state machine: which moves are allowed, and which need an approval.
@@ -385,8 +440,8 @@ pub struct Lifecycle {
     pub rejected: Option<String>,
     /// States a skill may stay in for good.
     pub terminal: Vec<String>,
-    /// (from, to, needs approval)
-    transitions: Vec<(String, String, bool)>,
+    /// (from, to, what it needs before it is made)
+    transitions: Vec<(String, String, Option<Approval>)>,
     pub source: Arc<SourceFile>,
     /// The file as written, for diagnostics that point into it.
     declared: RawLifecycle,
@@ -394,17 +449,17 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     /// Parses and checks a lifecycle policy: every state it names must be declared, and it may
-    /// have no dead end (see [`Lifecycle::dead_ends`]).
+    /// have none of [`Lifecycle::problems`].
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let lifecycle = Self::parse_declared(source)?;
-        match lifecycle.dead_ends().into_iter().next() {
-            Some(dead_end) => Err(dead_end),
+        match lifecycle.problems().into_iter().next() {
+            Some(problem) => Err(problem),
             None => Ok(lifecycle),
         }
     }
 
-    /// Parses a lifecycle policy without looking for dead ends: for `kavi policy check`, which
-    /// lists them all.
+    /// Parses a lifecycle policy without looking for its problems: for `kavi policy check`,
+    /// which lists them all.
     pub fn parse_declared(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawLifecycle =
             toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
@@ -429,7 +484,14 @@ impl Lifecycle {
         let terminal = raw.terminal.iter().map(known).collect::<Result<_, _>>()?;
         let mut transitions = Vec::new();
         for t in &raw.transitions {
-            transitions.push((known(&t.from)?, known(&t.to)?, t.approval));
+            let approval = match t.approval.as_ref().map(Spanned::get_ref) {
+                None | Some(RawApproval::Flag(false)) => None,
+                Some(RawApproval::Flag(true)) => Some(Approval::Recorded),
+                Some(RawApproval::Requirement(requirement)) => {
+                    Some(Approval::Roles(requirement.clone()))
+                }
+            };
+            transitions.push((known(&t.from)?, known(&t.to)?, approval));
         }
         Ok(Self {
             initial,
@@ -450,10 +512,12 @@ impl Lifecycle {
         self.transitions.iter().any(|(_, to, _)| to == state)
     }
 
-    /// Where a skill could get stuck: TRUSTED undeclared; a state from which no chain of
-    /// transitions reaches TRUSTED (unless it is `terminal`); a buildable state no transition
-    /// leads to; a `drifted` state TRUSTED cannot move to; a `revoked` state nothing leads to.
-    pub fn dead_ends(&self) -> Vec<Diagnostic> {
+    /// Everything that keeps the forge and kavi's commands from carrying this lifecycle out, each
+    /// pointing into the file: TRUSTED undeclared; a state no chain of transitions reaches from
+    /// `initial`; a state from which none reaches TRUSTED (unless it is `terminal`); a state
+    /// both buildable and terminal; a buildable state no transition leads to; a move kavi makes
+    /// without a person (revoke, drift, restore, reject) that is missing or needs an approval.
+    pub fn problems(&self) -> Vec<Diagnostic> {
         let at = |message: String, span: std::ops::Range<usize>| {
             Diagnostic::new(message).at(&self.source, span)
         };
@@ -470,20 +534,23 @@ impl Lifecycle {
             );
             return found;
         }
-        // Every state from which TRUSTED can be reached, walking transitions backwards.
-        let mut reaches = vec![TRUSTED.to_owned()];
-        let mut grew = true;
-        while grew {
-            grew = false;
-            for (from, to, _) in &self.transitions {
-                if reaches.contains(to) && !reaches.contains(from) {
-                    reaches.push(from.clone());
-                    grew = true;
-                }
-            }
-        }
+        let reached = self.closure(&self.initial, false);
+        let reaches = self.closure(TRUSTED, true);
         for state in &self.declared.states {
             let name = state.get_ref();
+            if !reached.contains(name) {
+                found.push(
+                    at(
+                        format!(
+                            "`{name}` is unreachable: no chain of transitions leads to it from \
+                             `initial` ({})",
+                            self.initial
+                        ),
+                        state.span(),
+                    )
+                    .with_help("add a [[transition]] into it, or remove it from `states`"),
+                );
+            }
             if !reaches.contains(name) && !self.terminal.contains(name) {
                 found.push(
                     at(
@@ -501,6 +568,18 @@ impl Lifecycle {
         }
         for state in &self.declared.buildable {
             let name = state.get_ref();
+            if self.terminal.contains(name) {
+                found.push(
+                    at(
+                        format!(
+                            "`{name}` is both buildable and terminal: a build would overwrite a \
+                             skill that is meant to stay {name} for good"
+                        ),
+                        state.span(),
+                    )
+                    .with_help("remove it from `buildable` or from `terminal`"),
+                );
+            }
             if name != &self.initial && !self.has_way_into(name) {
                 found.push(at(
                     format!("buildable state `{name}` has no way in: no transition leads to it"),
@@ -508,47 +587,207 @@ impl Lifecycle {
                 ));
             }
         }
-        if let (Some(drifted), Some(declared)) = (&self.drifted, &self.declared.drifted)
-            && self.check(TRUSTED, drifted).is_err()
-        {
-            found.push(at(
-                format!(
-                    "`drifted` is {drifted}, but no transition {TRUSTED} -> {drifted} (without approval) is declared"
-                ),
-                declared.span(),
-            ));
+        // The moves kavi's commands make without a person, each declared by the key that
+        // names its state: they must exist, and no approval can be given for them.
+        let mut unattended: Vec<(&str, String, String, std::ops::Range<usize>)> = Vec::new();
+        if let (Some(drifted), Some(key)) = (&self.drifted, &self.declared.drifted) {
+            for (from, to, by) in [
+                (TRUSTED, drifted.as_str(), "`kavi skill verify` (on drift)"),
+                (drifted.as_str(), TRUSTED, "`kavi skill restore`"),
+            ] {
+                unattended.push((by, from.to_owned(), to.to_owned(), key.span()));
+            }
         }
-        for (key, state, declared) in [
-            ("revoked", &self.revoked, &self.declared.revoked),
-            ("rejected", &self.rejected, &self.declared.rejected),
-        ] {
-            if let (Some(state), Some(declared)) = (state, declared)
-                && !self.has_way_into(state)
+        if let (Some(revoked), Some(key)) = (&self.revoked, &self.declared.revoked) {
+            for from in std::iter::once(TRUSTED).chain(self.drifted.as_deref()) {
+                let by = "`kavi skill revoke`";
+                unattended.push((by, from.to_owned(), revoked.clone(), key.span()));
+            }
+        }
+        if let (Some(rejected), Some(key)) = (&self.rejected, &self.declared.rejected) {
+            // A run may stop for review with its skill in any state but these.
+            for from in self
+                .states
+                .iter()
+                .filter(|s| *s != TRUSTED && *s != rejected && !self.terminal.contains(s))
             {
-                found.push(at(
-                    format!("`{key}` is {state}, but no transition leads to it"),
-                    declared.span(),
-                ));
+                let by = "`kavi reject`";
+                unattended.push((by, from.clone(), rejected.clone(), key.span()));
+            }
+        }
+        for (by, from, to, key) in unattended {
+            match self.declared_move(&from, &to) {
+                None => found.push(
+                    at(
+                        format!("no transition {from} -> {to} is declared: {by} makes that move"),
+                        key,
+                    )
+                    .with_help(format!(
+                        "add [[transition]] from = \"{from}\" to = \"{to}\", without `approval`"
+                    )),
+                ),
+                Some(Some((approval, span))) => found.push(
+                    at(
+                        format!(
+                            "the transition {from} -> {to} needs {approval}, but {by} makes it \
+                             without stopping for one: it could never happen"
+                        ),
+                        span,
+                    )
+                    .with_help("remove its `approval`"),
+                ),
+                Some(None) => {}
             }
         }
         found
     }
 
-    /// Whether the move is declared with `approval = true`.
-    pub fn needs_approval(&self, from: &str, to: &str) -> bool {
+    /// The approvals no one could give, given the workspace's roles (`None`: it has no roles
+    /// file): a role that is not declared, `approvals = 0`, or more approvals than the role has
+    /// members when its members are all named accounts. Each points at its `approval`.
+    pub fn role_problems(&self, roles: Option<&Roles>) -> Vec<Diagnostic> {
+        let mut found = Vec::new();
+        for ((from, to, approval), declared) in
+            self.transitions.iter().zip(&self.declared.transitions)
+        {
+            let (Some(Approval::Roles(requirement)), Some(written)) =
+                (approval, &declared.approval)
+            else {
+                continue;
+            };
+            let span = written.span();
+            let refused = |reason: String| {
+                Diagnostic::new(format!(
+                    "no one can give the approval {from} -> {to} needs: {reason}"
+                ))
+                .at(&self.source, span.clone())
+            };
+            let Some(roles) = roles else {
+                found.push(refused(format!(
+                    "role `{}` is named, but the workspace has no {}",
+                    requirement.role,
+                    crate::policy::roles::DEFAULT_POLICY
+                )));
+                continue;
+            };
+            if let Err(problem) = roles.check(requirement, &self.source, span.clone()) {
+                found.push(problem);
+                continue;
+            }
+            if let Some(members) = roles.named_members(&requirement.role)
+                && members < requirement.approvals as usize
+            {
+                found.push(refused(format!(
+                    "role `{}` has {members} named members, fewer than the {} approvals needed",
+                    requirement.role, requirement.approvals
+                )));
+            }
+        }
+        found
+    }
+
+    /// The declared move `from -> to`, if any, with the approval it needs and where that is
+    /// written.
+    fn declared_move(
+        &self,
+        from: &str,
+        to: &str,
+    ) -> Option<Option<(&Approval, std::ops::Range<usize>)>> {
+        let i = self
+            .transitions
+            .iter()
+            .position(|(f, t, _)| f == from && t == to)?;
+        let written = self.declared.transitions[i].approval.as_ref();
+        Some(
+            self.transitions[i]
+                .2
+                .as_ref()
+                .zip(written.map(Spanned::span)),
+        )
+    }
+
+    /// The states reached from `start` by following transitions (`backwards`: the states
+    /// from which `start` is reached).
+    fn closure(&self, start: &str, backwards: bool) -> Vec<String> {
+        let mut seen = vec![start.to_owned()];
+        let mut grew = true;
+        while grew {
+            grew = false;
+            for (from, to, _) in &self.transitions {
+                let (from, to) = if backwards { (to, from) } else { (from, to) };
+                if seen.contains(from) && !seen.contains(to) {
+                    seen.push(to.clone());
+                    grew = true;
+                }
+            }
+        }
+        seen
+    }
+
+    /// The next move of a verified skill in state `from` toward TRUSTED, and what it needs: the
+    /// first of the shortest chain of transitions to TRUSTED that passes through no buildable,
+    /// terminal, drifted, revoked or rejected state (a promotion never rebuilds, nor leaves the
+    /// way to trust), from a state that is none of these either: a buildable skill (BUILT, say)
+    /// has no such way, since the gates, not a promotion, earn the verified state. `promote` and
+    /// `kavi approve` walk it one move at a time.
+    pub fn toward_trusted(&self, from: &str) -> Option<(String, Option<Approval>)> {
+        let passable = |state: &String| {
+            state == TRUSTED
+                || !(self.buildable.contains(state)
+                    || self.terminal.contains(state)
+                    || [&self.drifted, &self.revoked, &self.rejected]
+                        .iter()
+                        .any(|key| key.as_ref() == Some(state)))
+        };
+        // Distances to TRUSTED, walking backwards through passable states.
+        let mut distance: Vec<(String, usize)> = vec![(TRUSTED.to_owned(), 0)];
+        let mut frontier = vec![TRUSTED.to_owned()];
+        while !frontier.is_empty() {
+            let mut next = Vec::new();
+            for (f, t, _) in &self.transitions {
+                if frontier.contains(t) && !distance.iter().any(|(s, _)| s == f) && passable(f) {
+                    let d = distance
+                        .iter()
+                        .find(|(s, _)| s == t)
+                        .map_or(0, |(_, d)| d + 1);
+                    distance.push((f.clone(), d));
+                    next.push(f.clone());
+                }
+            }
+            frontier = next;
+        }
+        let here = distance.iter().find(|(s, _)| s == from)?.1;
         self.transitions
             .iter()
-            .any(|(f, t, approval)| f == from && t == to && *approval)
+            .find(|(f, t, _)| f == from && distance.iter().any(|(s, d)| s == t && *d + 1 == here))
+            .map(|(_, t, approval)| (t.clone(), approval.clone()))
+    }
+
+    /// What the move needs before it is made, if it is declared with an `approval`.
+    pub fn needs_approval(&self, from: &str, to: &str) -> Option<&Approval> {
+        self.transitions
+            .iter()
+            .find(|(f, t, _)| f == from && t == to)
+            .and_then(|(_, _, approval)| approval.as_ref())
+    }
+
+    /// Whether any move needs approvals by a role.
+    pub fn has_role_approvals(&self) -> bool {
+        self.transitions
+            .iter()
+            .any(|(_, _, approval)| matches!(approval, Some(Approval::Roles(_))))
     }
 
     /// Whether any move needs an approval.
     pub fn has_approvals(&self) -> bool {
-        self.transitions.iter().any(|(_, _, approval)| *approval)
+        self.transitions
+            .iter()
+            .any(|(_, _, approval)| approval.is_some())
     }
 
     /// Checks a move that a person approved: declared, approval or not.
     pub fn check_approved(&self, from: &str, to: &str) -> Result<(), String> {
-        if self.needs_approval(from, to) {
+        if self.needs_approval(from, to).is_some() {
             Ok(())
         } else {
             self.check(from, to)
@@ -562,9 +801,9 @@ impl Lifecycle {
             .iter()
             .find(|(f, t, _)| f == from && t == to)
         {
-            Some((_, _, false)) => Ok(()),
-            Some((_, _, true)) => Err(format!(
-                "the transition {from} -> {to} needs a recorded approval ({})",
+            Some((_, _, None)) => Ok(()),
+            Some((_, _, Some(approval))) => Err(format!(
+                "the transition {from} -> {to} needs {approval} ({})",
                 self.source.path.display()
             )),
             None => {
@@ -685,7 +924,7 @@ output_schema = { type = "object" }
                     drifted = \"S\"\n[[transition]]\nfrom = \"P\"\nto = \"TRUSTED\"\n\
                     [[transition]]\nfrom = \"TRUSTED\"\nto = \"GONE\"\n";
         let found: Vec<String> = lifecycle(base)
-            .dead_ends()
+            .problems()
             .iter()
             .map(|d| d.message.clone())
             .collect();
@@ -693,15 +932,157 @@ output_schema = { type = "object" }
             found,
             [
                 "`GONE` is a dead end: no chain of transitions leads from it to TRUSTED",
+                "`S` is unreachable: no chain of transitions leads to it from `initial` (P)",
                 "`S` is a dead end: no chain of transitions leads from it to TRUSTED",
-                "`drifted` is S, but no transition TRUSTED -> S (without approval) is declared",
+                "no transition TRUSTED -> S is declared: `kavi skill verify` (on drift) makes that move",
+                "no transition S -> TRUSTED is declared: `kavi skill restore` makes that move",
             ]
         );
         let fixed = format!(
             "terminal = [\"GONE\"]\n{base}[[transition]]\nfrom = \"TRUSTED\"\nto = \"S\"\n\
              [[transition]]\nfrom = \"S\"\nto = \"TRUSTED\"\n"
         );
-        assert!(lifecycle(&fixed).dead_ends().is_empty());
+        assert!(lifecycle(&fixed).problems().is_empty());
+    }
+
+    /// Each lifecycle issue 53 found the forge could not carry out, refused with its reason.
+    #[test]
+    fn a_lifecycle_kavi_cannot_carry_out_is_refused_with_the_reason() {
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/lifecycle.toml"
+        ))
+        .unwrap();
+        let roles = Roles::parse(&SourceFile::new(
+            crate::policy::roles::DEFAULT_POLICY,
+            "[role.reviewer]\nmembers = [\"*\"]\n[role.pair]\nmembers = [\"alice\"]\n",
+        ))
+        .unwrap();
+        let problems = |text: &str| -> Vec<String> {
+            match Lifecycle::parse_declared(&SourceFile::new("policies/lifecycle.toml", text)) {
+                Ok(lifecycle) => [lifecycle.problems(), lifecycle.role_problems(Some(&roles))]
+                    .concat()
+                    .iter()
+                    .map(|d| d.message.clone())
+                    .collect(),
+                Err(refused) => vec![refused.message],
+            }
+        };
+        assert!(problems(&shipped).is_empty(), "{:?}", problems(&shipped));
+        let gated = |from: &str, to: &str, approval: &str| {
+            let block = format!("from = \"{from}\"\nto = \"{to}\"\n");
+            assert!(shipped.contains(&block), "{block}");
+            shipped.replacen(&block, &format!("{block}approval = {approval}\n"), 1)
+        };
+        for (text, reason) in [
+            (
+                gated("TRUSTED", "REVOKED", "true"),
+                "the transition TRUSTED -> REVOKED needs a recorded approval, but `kavi skill \
+                 revoke` makes it without stopping for one: it could never happen",
+            ),
+            (
+                gated(
+                    "SUSPENDED",
+                    "TRUSTED",
+                    "{ role = \"reviewer\", approvals = 2 }",
+                ),
+                "the transition SUSPENDED -> TRUSTED needs 2 approvals by distinct accounts \
+                 holding `reviewer` other than the run's starter, but `kavi skill restore` makes \
+                 it without stopping for one: it could never happen",
+            ),
+            (
+                gated("VERIFIED", "REJECTED", "true"),
+                "the transition VERIFIED -> REJECTED needs a recorded approval, but `kavi reject` \
+                 makes it without stopping for one: it could never happen",
+            ),
+            (
+                gated(
+                    "VERIFIED",
+                    "TRUSTED",
+                    "{ role = \"auditor\", approvals = 1 }",
+                ),
+                "role `auditor` is not declared in policies/roles.toml: known: `pair`, `reviewer`",
+            ),
+            (
+                gated("VERIFIED", "TRUSTED", "{ role = \"pair\", approvals = 2 }"),
+                "no one can give the approval VERIFIED -> TRUSTED needs: role `pair` has 1 named \
+                 members, fewer than the 2 approvals needed",
+            ),
+            (
+                gated(
+                    "VERIFIED",
+                    "TRUSTED",
+                    "{ role = \"reviewer\", approvals = 0 }",
+                ),
+                "`approvals` counts distinct approvers and must be at least 1",
+            ),
+            (
+                shipped.replace(
+                    "terminal = [\"REVOKED\", \"REJECTED\"]",
+                    "terminal = [\"REVOKED\", \"REJECTED\", \"BUILT\"]",
+                ),
+                "`BUILT` is both buildable and terminal: a build would overwrite a skill that is \
+                 meant to stay BUILT for good",
+            ),
+            (
+                shipped.replace(
+                    "\"REJECTED\"]\n# A build",
+                    "\"REJECTED\", \"LOST\"]\n# A build",
+                ) + "[[transition]]\nfrom = \"LOST\"\nto = \"PROPOSED\"\n",
+                "`LOST` is unreachable: no chain of transitions leads to it from `initial` \
+                 (PROPOSED)",
+            ),
+            (
+                shipped.replace(
+                    "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REJECTED\"\n\
+                     description = \"a person rejected the run that was building it\"\n",
+                    "",
+                ),
+                "no transition VERIFIED -> REJECTED is declared: `kavi reject` makes that move",
+            ),
+        ] {
+            let found = problems(&text);
+            assert!(
+                found.iter().any(|p| p == reason),
+                "{reason}\nnot in {found:?}"
+            );
+        }
+    }
+
+    /// A promotion walks through the states between the verified one and TRUSTED, never back
+    /// through a buildable one.
+    #[test]
+    fn the_way_to_trusted_passes_a_review_state_and_says_what_each_move_needs() {
+        let text = "initial = \"P\"\nstates = [\"P\", \"V\", \"R\", \"TRUSTED\"]\n\
+                    buildable = [\"P\"]\n\
+                    [[transition]]\nfrom = \"P\"\nto = \"V\"\n\
+                    [[transition]]\nfrom = \"V\"\nto = \"P\"\n\
+                    [[transition]]\nfrom = \"V\"\nto = \"R\"\n\
+                    approval = { role = \"reviewer\", approvals = 2 }\n\
+                    [[transition]]\nfrom = \"R\"\nto = \"TRUSTED\"\n\
+                    [[transition]]\nfrom = \"TRUSTED\"\nto = \"P\"\n";
+        let lifecycle =
+            Lifecycle::parse(&SourceFile::new("policies/lifecycle.toml", text)).unwrap();
+        let two = Approval::Roles(Requirement {
+            role: "reviewer".to_owned(),
+            approvals: 2,
+        });
+        assert_eq!(
+            lifecycle.toward_trusted("V"),
+            Some(("R".to_owned(), Some(two)))
+        );
+        assert_eq!(
+            lifecycle.toward_trusted("R"),
+            Some((TRUSTED.to_owned(), None))
+        );
+        assert_eq!(lifecycle.toward_trusted(TRUSTED), None);
+        // P -> V is the gates' move, never a promotion's.
+        assert_eq!(lifecycle.toward_trusted("P"), None);
+        assert_eq!(
+            lifecycle.check("V", "R").unwrap_err(),
+            "the transition V -> R needs 2 approvals by distinct accounts holding `reviewer` \
+             other than the run's starter (policies/lifecycle.toml)"
+        );
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use super::TRUSTED;
 use super::registry::write_registry;
 use super::trust::TrustPolicy;
+use super::{Lifecycle, TRUSTED};
 use crate::ledger::{ArtifactStore, Ledger};
 use crate::template::TemplateEngine;
 
@@ -32,7 +32,54 @@ pub struct Promoted {
     pub registry_skills: usize,
 }
 
+/// Where walking a verified skill toward TRUSTED ended.
+#[derive(Debug)]
+pub enum Advanced {
+    Promoted(Promoted),
+    /// The next move, `from -> to`, needs an approval: the skill waits in `from` for it.
+    Awaits {
+        from: String,
+        to: String,
+    },
+}
+
 impl Promotion<'_> {
+    /// Walks `skill` toward TRUSTED, one move at a time along [`Lifecycle::toward_trusted`]:
+    /// each move that needs no approval is made (recorded from `origin`, by the current
+    /// account), the last one by [`Promotion::promote`]; the walk stops before a move that
+    /// needs an approval. `promote` walks from the verified state, and `kavi approve` on from
+    /// the state an approved move reached, so a lifecycle with more states on the way (a
+    /// REVIEWED before TRUSTED, say) needs no other pipeline.
+    pub fn advance(
+        &self,
+        ledger: &mut Ledger,
+        lifecycle: &Lifecycle,
+        skill: &str,
+        origin: (Option<i64>, Option<&str>),
+        comment: Option<&str>,
+    ) -> Result<Advanced, String> {
+        let check = |from: &str, to: &str| lifecycle.check(from, to);
+        loop {
+            let from = ledger.skill(skill).map_err(|e| e.to_string())?.state;
+            match lifecycle.toward_trusted(&from) {
+                Some((to, Some(_))) => return Ok(Advanced::Awaits { from, to }),
+                Some((to, None)) if to != TRUSTED => {
+                    let actor = crate::identity::actor();
+                    ledger
+                        .transition_skill(skill, &to, check, origin, &actor, comment)
+                        .map_err(|e| e.to_string())?;
+                }
+                // TRUSTED next, or no way there: the promotion's own check says what the
+                // lifecycle allows instead.
+                _ => {
+                    return self
+                        .promote(ledger, skill, check, origin, comment)
+                        .map(Advanced::Promoted);
+                }
+            }
+        }
+    }
+
     /// Promotes `skill` to TRUSTED if `check(from, to)` allows the move and its files still hash
     /// to the hash its gates verified. `origin` is the run and node that promote, if any.
     pub fn promote(

@@ -61,10 +61,13 @@ pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
 }
 
 /// Lets every account read and write the workspace (its ledger included), as a team's shared
-/// workspace would.
+/// workspace would, and the tests' keys folder, which accounts sharing a ledger share (kavi
+/// MACs every journal entry it writes with the key there).
 pub fn open_to_other_accounts(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
-    for entry in walkdir::WalkDir::new(dir) {
+    let keys = config_home().join("kavi");
+    let folders = std::iter::once(dir).chain(keys.is_dir().then_some(keys.as_path()));
+    for entry in folders.flat_map(walkdir::WalkDir::new) {
         let entry = entry.unwrap();
         let mode = entry.metadata().unwrap().permissions().mode();
         let open = if entry.file_type().is_dir() {
