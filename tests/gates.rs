@@ -220,7 +220,7 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     let dir = workspace(&skill, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
-    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"VERIFY_SECRET\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\",\n    \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
+    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"VERIFY_SECRET\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\",\n    \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"VERIFY_CONTRACT\", \"TIMEOUT\",\n]";
     assert!(text.contains(shipped));
     // The tests gate moved to the top of the file: lint still names the attempt.
     let at = text.find("[[gate]]\nid = \"tests\"").unwrap();

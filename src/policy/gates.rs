@@ -73,6 +73,8 @@ pub enum GateKind {
     PolicyScan,
     SecretScan,
     Invariant,
+    /// Runs the skill against its proposal's `examples`, as `kavi skill run` would.
+    Contract,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -104,7 +106,7 @@ pub struct GateSpec {
     pub failure: Spanned<String>,
     #[serde(default = "yes")]
     pub required: bool,
-    /// `command`, `policy_scan`, `secret_scan`: how long it may run before its process group is killed and it is recorded
+    /// `command`, `policy_scan`, `secret_scan`, `contract` (each example's run): how long it may run before its process group is killed and it is recorded
     /// `timed_out` (failure kind TIMEOUT).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
     #[schemars(with = "Option<String>")]

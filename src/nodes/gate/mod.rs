@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
+mod contract;
 mod junit;
 pub mod suppressions;
 
@@ -109,6 +110,12 @@ enum Check {
         toolchain: Option<Arc<Toolchain>>,
     },
     Invariants(Vec<Invariant>),
+    /// The skill run against its proposal's examples, each under its class's run-time profile.
+    Contract {
+        timeout: Duration,
+        /// The profiles skills run under, by side-effect class.
+        confinement: Arc<ConfinementPolicy>,
+    },
 }
 
 /// The tool a `secret_scan` gate runs from its toolchain.
@@ -135,7 +142,7 @@ impl Check {
     /// Whether the check starts a process, which then runs confined.
     fn starts_process(&self) -> bool {
         match self {
-            Check::Command { .. } | Check::Scan { .. } => true,
+            Check::Command { .. } | Check::Scan { .. } | Check::Contract { .. } => true,
             Check::Secrets { toolchain, .. } => toolchain.is_some(),
             Check::Invariants(_) => false,
         }
@@ -179,11 +186,14 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let confinement_source =
         config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
-    let needed = confinement.gate.network();
-    let confinement = config.load_process_hosts(confinement, needed)?.gate;
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    // A contract gate runs the skill under the profile of its class, which may have the network.
+    let contract = set.gates.iter().any(|g| g.kind == GateKind::Contract);
+    let needed = confinement.gate.network() || (contract && confinement.any_network());
+    let skills = Arc::new(config.load_process_hosts(confinement, needed)?);
+    let confinement = skills.gate.clone();
     let classifier = config.load_classifier(raw.classifier.as_ref())?;
     let set_timeout = set.timeout.unwrap_or(DEFAULT_TIMEOUT);
     for kind in &set.precedence {
@@ -349,6 +359,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 }
                 Check::Invariants(invariants)
             }
+            GateKind::Contract => {
+                if raw.skill.is_none() {
+                    return Err(Diagnostic::new(
+                        "a contract gate runs a proposed skill: the gate node needs `skill`",
+                    )
+                    .at(&source, gate.id.span()));
+                }
+                Check::Contract {
+                    timeout: gate.timeout.unwrap_or(set_timeout),
+                    confinement: Arc::clone(&skills),
+                }
+            }
         };
         gates.push(CompiledGate {
             id: gate.id.into_inner(),
@@ -485,6 +507,8 @@ struct Scope<'a> {
     confined: Option<(&'a Confinement, &'a Path)>,
     /// The suppressions the gate set allows.
     allowed: &'a [suppressions::Kind],
+    /// The skill verified, its proposal file, and the trust policy naming its files.
+    skill: Option<(&'a str, &'a str, &'a TrustPolicy)>,
 }
 
 /// How a gate that ran came out.
@@ -602,6 +626,7 @@ impl CompiledGate {
             class,
             confined,
             allowed,
+            skill,
         } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
@@ -821,6 +846,22 @@ impl CompiledGate {
                     _ => Ok(Verdict::failed_if(detail)),
                 }
             }
+            Check::Contract {
+                timeout,
+                confinement,
+            } => {
+                let (name, proposal, trust) =
+                    skill.ok_or("the contract gate has no proposed skill to run")?;
+                let candidate = contract::Candidate {
+                    workspace: cwd,
+                    name,
+                    proposal,
+                    trust,
+                    confinement,
+                    timeout: *timeout,
+                };
+                candidate.check(ctx, evidence).await
+            }
             Check::Secrets {
                 scanner,
                 files,
@@ -955,6 +996,10 @@ impl Gate {
             class: class.as_deref(),
             confined: for_commands,
             allowed: &self.allowed,
+            skill: match (&row, &self.trust) {
+                (Some(row), Some(trust)) => Some((&row.name, &row.proposal_path, trust)),
+                _ => None,
+            },
         };
         let mut results = futures_util::future::join_all(
             self.gates
