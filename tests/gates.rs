@@ -30,7 +30,14 @@ fn statuses(run: &Value) -> Vec<(String, String)> {
 const SKILL: &str = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n";
 const TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
 
+const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\"]\ninput_schema = {}\noutput_schema = {}\n";
+
 fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
+    workspace_proposing(skill, test, PROPOSAL)
+}
+
+/// A workspace whose skill `demo` is proposed by `proposal`.
+fn workspace_proposing(skill: &str, test: &str, proposal: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     for folder in ["pipelines", "policies", "skills/demo"] {
@@ -58,11 +65,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
     )
     .unwrap();
     // The invariants compare the skill with its proposal, so it is proposed first.
-    std::fs::write(
-        root.join("demo.toml"),
-        "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\"]\ninput_schema = {}\noutput_schema = {}\n",
-    )
-    .unwrap();
+    std::fs::write(root.join("demo.toml"), proposal).unwrap();
     assert!(
         kavi(root, &["skill", "propose", "demo.toml"])
             .status
@@ -89,7 +92,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        ["secrets", "policy", "invariants", "lint", "types", "tests"]
+        ["secrets", "policy", "invariants", "lint", "types", "tests", "contract"]
             .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
@@ -916,4 +919,75 @@ fn a_passing_test_gate_records_its_counts() {
         .find(|gate| gate["gate"] == "tests")
         .unwrap();
     assert_eq!(report["evidence"]["tests"]["passed"], 1, "{report}");
+}
+
+/// A skill that passes its own tests but prints another output than its proposal's example
+/// promises: the contract gate runs it as `kavi skill run` would and fails it, VERIFY_CONTRACT.
+#[test]
+fn a_skill_that_passes_its_tests_but_breaks_its_contract_fails_the_contract_gate() {
+    // The test checks `run`; the program the proposal runs prints an off-by-one count.
+    let skill = "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n\
+def run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n\n\n\
+if __name__ == \"__main__\":\n    json.dump({'words': len(str(json.load(sys.stdin)['text']).split()) + 1}, sys.stdout)\n";
+    let proposal = "name = \"demo\"\ndescription = \"Count\"\nside_effect = \"READ_ONLY\"\n\
+command = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\", required = [\"text\"] }\n\
+output_schema = { type = \"object\", required = [\"words\"], properties.words = { type = \"integer\" } }\n\n\
+[[examples]]\ninput = { text = \"one two\" }\noutput = { words = 2 }\n";
+    let dir = workspace_proposing(skill, TEST, proposal);
+    let root = dir.path();
+    assert_eq!(run_verify(root), Some(1));
+    let run = last_run(root);
+    assert_eq!(verification(&run, "tests")["status"], "passed");
+    let contract = verification(&run, "contract");
+    assert_eq!(contract["status"], "failed");
+    assert_eq!(contract["failure_kind"], "VERIFY_CONTRACT");
+    let detail = contract["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("example 1: the output is not the example's: got {\"words\":3}"),
+        "{detail}"
+    );
+    let report = run["nodes"][0]["outputs"]["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|gate| gate["gate"] == "contract")
+        .unwrap();
+    assert_eq!(report["evidence"]["examples"]["matched"], 0, "{report}");
+    assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_CONTRACT");
+
+    // Fixed, the same example passes, and the row says how many matched.
+    std::fs::write(
+        root.join("skills/demo/skill.py"),
+        skill.replace(".split()) + 1}", ".split())}"),
+    )
+    .unwrap();
+    assert_eq!(run_verify(root), Some(0));
+    let run = last_run(root);
+    let contract = verification(&run, "contract");
+    assert_eq!(contract["status"], "passed");
+    assert_eq!(contract["detail"], "1 of 1 examples matched");
+}
+
+/// An example that does not match the proposal's own schemas is refused when the proposal is
+/// recorded, and the error points at it.
+#[test]
+fn an_example_outside_the_declared_schemas_is_refused_at_proposal() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    std::fs::write(
+        root.join("other.toml"),
+        "name = \"other\"\ndescription = \"Count\"\nside_effect = \"READ_ONLY\"\n\
+command = [\"python3\"]\ninput_schema = { type = \"object\" }\n\
+output_schema = { type = \"object\", required = [\"words\"] }\n\n\
+[[examples]]\ninput = { text = \"a\" }\noutput = { lines = 1 }\n",
+    )
+    .unwrap();
+    let out = kavi(root, &["skill", "propose", "other.toml"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("example 1: the output does not match the output schema"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("other.toml:8:"), "{stderr}");
 }

@@ -388,6 +388,21 @@ const CASES: &[Case] = &[
         ),
         extra: &[],
     },
+    Case {
+        name: "contract_broken",
+        what: "tests that pass while the program the proposal runs breaks its declared example",
+        targets: &["contract"],
+        skill: Some(
+            "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data))}\n\n\nif __name__ == \"__main__\":\n    json.dump({\"echo\": None}, sys.stdout)\n",
+        ),
+        test: None,
+        // The proposal, laid out after the case's own, promises the echo.
+        extra: &[(
+            At::Root,
+            "demo.toml",
+            "name = \"demo\"\ndescription = \"A drill case\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = {}\noutput_schema = {}\n\n[[examples]]\ninput = 1\noutput = { echo = 1 }\n",
+        )],
+    },
 ];
 
 /// How one case ended.
