@@ -208,7 +208,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     {
         let toolchains_source = config
             .load_policy_source(set.toolchains.as_ref(), crate::toolchains::DEFAULT_POLICY)?;
-        Some(ToolchainSet::parse(&toolchains_source)?)
+        // The lock beside the declarations governs the run too: an edit to it is a new toolchain.
+        let lock_path = crate::toolchains::lock::lock_path(
+            set.toolchains
+                .as_ref()
+                .map_or(crate::toolchains::DEFAULT_POLICY, |p| p.get_ref().as_str()),
+        );
+        let lock = if config.root.join(&lock_path).is_file() {
+            Some(config.load_policy_source(None, &lock_path)?)
+        } else {
+            None
+        };
+        Some(ToolchainSet::parse(&toolchains_source)?.with_lock(lock.as_ref())?)
     } else {
         None
     };
