@@ -991,3 +991,86 @@ output_schema = { type = \"object\", required = [\"words\"] }\n\n\
     );
     assert!(stderr.contains("other.toml:8:"), "{stderr}");
 }
+
+/// kavi provisions only the locked set: a wheel whose hash is not the lock's is refused by pip
+/// (`--require-hashes`), and a lock made for other pins is refused before pip runs, saying to
+/// lock again. Nothing is left provisioned either way.
+#[test]
+fn a_tampered_or_stale_lock_makes_provisioning_fail_with_a_clear_error() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    let install = |cache: &std::path::Path| {
+        common::kavi_command(root, &["toolchain", "install", "secrets"])
+            .env("KAVI_TOOLCHAINS", cache)
+            .output()
+            .unwrap()
+    };
+    let lock = root.join("policies/toolchains.lock");
+    let locked = std::fs::read_to_string(&lock).unwrap();
+    // The first hash of the `secrets` toolchain, one digit changed.
+    let entry = locked.find("[toolchain.secrets]").unwrap();
+    let at = entry + locked[entry..].find("sha256 = \"").unwrap() + "sha256 = \"".len();
+    let digit = if &locked[at..=at] == "0" { "1" } else { "0" };
+    let tampered = format!("{}{digit}{}", &locked[..at], &locked[at + 1..]);
+    std::fs::write(&lock, &tampered).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let out = install(cache.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("could not provision toolchain `secrets`")
+            && stderr.contains("pip could not install the locked set")
+            && stderr.contains("DO NOT MATCH THE HASHES"),
+        "{stderr}"
+    );
+    let listed = common::kavi_command(root, &["toolchain", "list", "--json"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[1]["state"], "not provisioned", "{listed}");
+
+    // The lock as made, but the pin moved on since: refused before pip runs.
+    std::fs::write(&lock, &locked).unwrap();
+    let toolchains = root.join("policies/toolchains.toml");
+    let declared = std::fs::read_to_string(&toolchains).unwrap();
+    std::fs::write(
+        &toolchains,
+        declared.replace("detect-secrets = \"1.5.0\"", "detect-secrets = \"1.4.0\""),
+    )
+    .unwrap();
+    let out = install(cache.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains(
+            "toolchain `secrets`: policies/toolchains.lock was locked for other pins than it \
+             declares; run `kavi toolchain lock`"
+        ),
+        "{stderr}"
+    );
+}
+
+/// Each gate result names the locked set its tool was installed from, and `kavi skill show`
+/// shows it.
+#[test]
+fn each_verification_records_the_hash_of_the_lock_its_tools_came_from() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    assert_eq!(run_verify(root), Some(0));
+    let run = last_run(root);
+    let lint = verification(&run, "lint");
+    let lock = lint["tool"]["lock"].as_str().unwrap();
+    assert!(lock.starts_with("sha256:") && lock.len() == 71, "{lint}");
+    let shown = kavi(root, &["skill", "show", "demo", "--json"]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let python = shown["toolchains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["toolchain"] == "python")
+        .unwrap();
+    assert_eq!(python["lock"], lock);
+    let text = String::from_utf8_lossy(&kavi(root, &["skill", "show", "demo"]).stdout).into_owned();
+    assert!(text.contains(&format!("toolchain    python lock {lock}")), "{text}");
+}
