@@ -55,6 +55,11 @@ pub struct JunitSpec {
     /// How many skipped (or expected-to-fail) tests the report may hold (default 0).
     #[serde(default)]
     pub allow_skipped: u32,
+    /// The least share of the skill's branches (percent, 0 to 100) the tests must take, measured
+    /// by coverage.py (the toolchain's `coverage` and `pytest-cov`) with kavi's configuration;
+    /// unset: not measured.
+    #[schemars(range(max = 100))]
+    pub branch_coverage: Option<u8>,
 }
 
 fn one() -> u32 {

@@ -275,6 +275,23 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 for file in &gate.files {
                     vars.check_policy_template(config.templates, file, &source)?;
                 }
+                if let Some(junit) = &gate.junit
+                    && let Some(percent) = junit.branch_coverage
+                {
+                    if percent > 100 {
+                        return Err(Diagnostic::new(format!(
+                            "`branch_coverage` is a percentage, 0 to 100, not {percent}"
+                        ))
+                        .at(&source, gate.id.span()));
+                    }
+                    if gate.files.is_empty() {
+                        return Err(Diagnostic::new(
+                            "a gate that measures `branch_coverage` needs `files`: the folder of \
+                             its test files is what coverage measures",
+                        )
+                        .at(&source, gate.id.span()));
+                    }
+                }
                 if !gate.suppressions.is_empty() && gate.files.is_empty() {
                     return Err(Diagnostic::new(
                         "a gate that checks `suppressions` needs `files` to check",
@@ -709,8 +726,14 @@ impl CompiledGate {
                 env.push(("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()));
                 env.push(("PYTHONNOUSERSITE".to_owned(), "1".to_owned()));
                 let prepared = match junit_spec {
-                    Some(_) => {
-                        let prepared = junit::prepare(tmp)?;
+                    Some(spec) => {
+                        // What coverage measures: the folder of the tests' files, the skill's.
+                        let measured = spec
+                            .branch_coverage
+                            .and(files.first())
+                            .and_then(|file| Path::new(file).parent())
+                            .map(|folder| cwd.join(folder));
+                        let prepared = junit::prepare(tmp, measured.as_deref())?;
                         args.splice(0..0, prepared.args.iter().cloned());
                         env.extend(prepared.env.iter().cloned());
                         Some(prepared)
