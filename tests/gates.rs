@@ -1074,3 +1074,56 @@ fn each_verification_records_the_hash_of_the_lock_its_tools_came_from() {
     let text = String::from_utf8_lossy(&kavi(root, &["skill", "show", "demo"]).stdout).into_owned();
     assert!(text.contains(&format!("toolchain    python lock {lock}")), "{text}");
 }
+
+/// With `branch_coverage` in the test gate's `junit`, tests that pass but never take a branch
+/// fail the gate, naming the branch; a `.coveragerc` in the skill's folder changes nothing; off
+/// (as shipped), the same skill passes.
+#[test]
+fn a_branch_coverage_threshold_fails_tests_that_leave_a_branch_untaken() {
+    let skill = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n\
+def run(data: Any) -> dict[str, Any]:\n    if data == 'hidden':\n        return {'echo': None}\n    \
+return {'echo': json.loads(json.dumps(data))}\n";
+    let dir = workspace(skill, TEST);
+    let root = dir.path();
+    // Shipped: coverage is off.
+    assert_eq!(run_verify(root), Some(0));
+    let gates = root.join("policies/gates.toml");
+    let shipped = std::fs::read_to_string(&gates).unwrap();
+    let junit = "junit = { min_tests = 1, allow_skipped = 0 }";
+    assert!(shipped.contains(junit));
+    std::fs::write(
+        &gates,
+        shipped.replace(
+            junit,
+            "junit = { min_tests = 1, allow_skipped = 0, branch_coverage = 100 }",
+        ),
+    )
+    .unwrap();
+    // A configuration of the skill's own that would exclude the branch is not read.
+    std::fs::write(
+        root.join("skills/demo/.coveragerc"),
+        "[report]\nexclude_lines =\n    if data\n[run]\nbranch = False\n",
+    )
+    .unwrap();
+    let (status, detail) = gate_of(root, "tests");
+    assert_eq!(status, "failed");
+    assert!(
+        detail.starts_with(
+            "branch_coverage: the tests took 1 of 2 branches (50%), the policy requires 100%; \
+             never taken: skills/demo/skill.py:8->9"
+        ),
+        "{detail}"
+    );
+    // Tested both ways, it passes and records the branches.
+    std::fs::write(
+        root.join("skills/demo/test_skill.py"),
+        format!("{TEST}\n    def test_hidden(self) -> None:\n        self.assertEqual(run('hidden'), {{'echo': None}})\n"),
+    )
+    .unwrap();
+    assert_eq!(run_verify(root), Some(0));
+    let run = last_run(root);
+    assert_eq!(
+        verification(&run, "tests")["detail"],
+        "2 collected, 2 ran: 2 passed, 0 failed, 0 errors, 0 skipped; 2 of 2 branches taken"
+    );
+}

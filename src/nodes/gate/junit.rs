@@ -613,6 +613,7 @@ mod tests {
         let two = JunitSpec {
             min_tests: 2,
             allow_skipped: 0,
+            branch_coverage: None,
         };
         let result = judge_text(
             &report(&props, PASSED),
