@@ -92,7 +92,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        ["secrets", "policy", "invariants", "lint", "types", "tests", "contract"]
+        ["secrets", "policy", "invariants", "contract", "lint", "types", "tests"]
             .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
@@ -144,6 +144,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
             "policies/gates.toml",
             "policies/invariants.toml",
             "policies/scanner.toml",
+            "policies/toolchains.lock",
             "policies/toolchains.toml",
             "policies/trust.toml"
         ]
@@ -602,8 +603,8 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
         stderr.contains(
-            "could not provision toolchain `python` (mypy 2.4.1, pytest 9.2.0, pytest-timeout 2.4.0, \
-             ruff 0.17.6)"
+            "could not provision toolchain `python` (coverage 7.17.5, mypy 2.4.1, pytest 9.2.0, \
+             pytest-cov 7.1.0, pytest-timeout 2.4.0, ruff 0.17.6)"
         ) && stderr.contains("`[toolchain.python]` then `path = \"/path/to/venv\"`"),
         "{stderr}"
     );
