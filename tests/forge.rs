@@ -118,7 +118,15 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         .collect();
     assert_eq!(
         gates,
-        ["secrets", "policy", "invariants", "contract", "lint", "types", "tests"]
+        [
+            "secrets",
+            "policy",
+            "invariants",
+            "contract",
+            "lint",
+            "types",
+            "tests"
+        ]
     );
     assert!(verifications.iter().all(|v| v["status"] == "passed"));
     // The real tools ran, from the pinned toolchain, and each row says which version.

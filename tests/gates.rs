@@ -92,8 +92,16 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        ["secrets", "policy", "invariants", "contract", "lint", "types", "tests"]
-            .map(|gate| (gate.to_owned(), "passed".to_owned()))
+        [
+            "secrets",
+            "policy",
+            "invariants",
+            "contract",
+            "lint",
+            "types",
+            "tests"
+        ]
+        .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
         assert_eq!(v["skill"], "demo");
@@ -954,7 +962,10 @@ output_schema = { type = \"object\", required = [\"words\"], properties.words = 
         .find(|gate| gate["gate"] == "contract")
         .unwrap();
     assert_eq!(report["evidence"]["examples"]["matched"], 0, "{report}");
-    assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_CONTRACT");
+    assert_eq!(
+        run["nodes"][0]["outputs"]["failure_kind"],
+        "VERIFY_CONTRACT"
+    );
 
     // Fixed, the same example passes, and the row says how many matched.
     std::fs::write(
@@ -1073,7 +1084,10 @@ fn each_verification_records_the_hash_of_the_lock_its_tools_came_from() {
         .unwrap();
     assert_eq!(python["lock"], lock);
     let text = String::from_utf8_lossy(&kavi(root, &["skill", "show", "demo"]).stdout).into_owned();
-    assert!(text.contains(&format!("toolchain    python lock {lock}")), "{text}");
+    assert!(
+        text.contains(&format!("toolchain    python lock {lock}")),
+        "{text}"
+    );
 }
 
 /// With `branch_coverage` in the test gate's `junit`, tests that pass but never take a branch

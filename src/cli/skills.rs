@@ -131,7 +131,9 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
         outln!(
             "  toolchain    {} lock {}",
             toolchain["toolchain"].as_str().unwrap_or_default(),
-            toolchain["lock"].as_str().unwrap_or("- (an environment kavi.toml names)")
+            toolchain["lock"]
+                .as_str()
+                .unwrap_or("- (an environment kavi.toml names)")
         );
     }
     outln!();

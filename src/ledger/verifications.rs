@@ -1,8 +1,8 @@
 //! Verifications in the ledger: one row per gate result, with the report they belong to.
 
-use serde_json::Value;
 use super::db::params;
 use serde::Serialize;
+use serde_json::Value;
 
 use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
 

@@ -51,8 +51,9 @@ impl Candidate<'_> {
         ctx: &NodeContext<'_>,
         evidence: &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<Verdict, String> {
-        let ready = self
-            .runner(ctx, self.workspace).candidate(self.workspace, self.name, self.proposal)?;
+        let ready =
+            self.runner(ctx, self.workspace)
+                .candidate(self.workspace, self.name, self.proposal)?;
         let examples = &ready.proposal.examples;
         if examples.is_empty() {
             evidence.insert("examples".to_owned(), json!({ "run": 0, "matched": 0 }));
