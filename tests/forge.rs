@@ -118,7 +118,15 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
         .collect();
     assert_eq!(
         gates,
-        ["secrets", "policy", "invariants", "lint", "types", "tests"]
+        [
+            "secrets",
+            "policy",
+            "invariants",
+            "contract",
+            "lint",
+            "types",
+            "tests"
+        ]
     );
     assert!(verifications.iter().all(|v| v["status"] == "passed"));
     // The real tools ran, from the pinned toolchain, and each row says which version.
@@ -1096,6 +1104,7 @@ fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff
         ("policies/gates.toml", "policy"),
         ("templates/build_packet.md.j2", "template"),
         ("policies/toolchains.toml", "policy"),
+        ("policies/toolchains.lock", "policy"),
         ("policies/ruff.toml", "script"),
         ("policies/mypy.ini", "script"),
         ("policies/pytest.ini", "script"),

@@ -30,7 +30,14 @@ fn statuses(run: &Value) -> Vec<(String, String)> {
 const SKILL: &str = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n";
 const TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
 
+const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\"]\ninput_schema = {}\noutput_schema = {}\n";
+
 fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
+    workspace_proposing(skill, test, PROPOSAL)
+}
+
+/// A workspace whose skill `demo` is proposed by `proposal`.
+fn workspace_proposing(skill: &str, test: &str, proposal: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     for folder in ["pipelines", "policies", "skills/demo"] {
@@ -58,11 +65,7 @@ fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
     )
     .unwrap();
     // The invariants compare the skill with its proposal, so it is proposed first.
-    std::fs::write(
-        root.join("demo.toml"),
-        "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\"]\ninput_schema = {}\noutput_schema = {}\n",
-    )
-    .unwrap();
+    std::fs::write(root.join("demo.toml"), proposal).unwrap();
     assert!(
         kavi(root, &["skill", "propose", "demo.toml"])
             .status
@@ -89,8 +92,16 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
     let run = last_run(dir.path());
     assert_eq!(
         statuses(&run),
-        ["secrets", "policy", "invariants", "lint", "types", "tests"]
-            .map(|gate| (gate.to_owned(), "passed".to_owned()))
+        [
+            "secrets",
+            "policy",
+            "invariants",
+            "contract",
+            "lint",
+            "types",
+            "tests"
+        ]
+        .map(|gate| (gate.to_owned(), "passed".to_owned()))
     );
     for v in run["verifications"].as_array().unwrap() {
         assert_eq!(v["skill"], "demo");
@@ -141,6 +152,7 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
             "policies/gates.toml",
             "policies/invariants.toml",
             "policies/scanner.toml",
+            "policies/toolchains.lock",
             "policies/toolchains.toml",
             "policies/trust.toml"
         ]
@@ -220,7 +232,7 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     let dir = workspace(&skill, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
     let gates = dir.path().join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();
-    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"VERIFY_SECRET\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\",\n    \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"TIMEOUT\",\n]";
+    let shipped = "precedence = [\n    \"SECURITY_VIOLATION\", \"VERIFY_SECRET\", \"RESOURCE_LIMIT\", \"VERIFY_POLICY\", \"VERIFY_INVARIANT\",\n    \"VERIFY_LINT\", \"VERIFY_TYPES\", \"VERIFY_TEST\", \"VERIFY_CONTRACT\", \"TIMEOUT\",\n]";
     assert!(text.contains(shipped));
     // The tests gate moved to the top of the file: lint still names the attempt.
     let at = text.find("[[gate]]\nid = \"tests\"").unwrap();
@@ -599,8 +611,8 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
         stderr.contains(
-            "could not provision toolchain `python` (mypy 2.4.1, pytest 9.2.0, pytest-timeout 2.4.0, \
-             ruff 0.17.6)"
+            "could not provision toolchain `python` (coverage 7.17.5, mypy 2.4.1, pytest 9.2.0, \
+             pytest-cov 7.1.0, pytest-timeout 2.4.0, ruff 0.17.6)"
         ) && stderr.contains("`[toolchain.python]` then `path = \"/path/to/venv\"`"),
         "{stderr}"
     );
@@ -940,4 +952,217 @@ fn a_passing_test_gate_records_its_counts() {
         .find(|gate| gate["gate"] == "tests")
         .unwrap();
     assert_eq!(report["evidence"]["tests"]["passed"], 1, "{report}");
+}
+
+/// A skill that passes its own tests but prints another output than its proposal's example
+/// promises: the contract gate runs it as `kavi skill run` would and fails it, VERIFY_CONTRACT.
+#[test]
+fn a_skill_that_passes_its_tests_but_breaks_its_contract_fails_the_contract_gate() {
+    // The test checks `run`; the program the proposal runs prints an off-by-one count.
+    let skill = "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n\
+def run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n\n\n\
+if __name__ == \"__main__\":\n    json.dump({'words': len(str(json.load(sys.stdin)['text']).split()) + 1}, sys.stdout)\n";
+    let proposal = "name = \"demo\"\ndescription = \"Count\"\nside_effect = \"READ_ONLY\"\n\
+command = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\", required = [\"text\"] }\n\
+output_schema = { type = \"object\", required = [\"words\"], properties.words = { type = \"integer\" } }\n\n\
+[[examples]]\ninput = { text = \"one two\" }\noutput = { words = 2 }\n";
+    let dir = workspace_proposing(skill, TEST, proposal);
+    let root = dir.path();
+    assert_eq!(run_verify(root), Some(1));
+    let run = last_run(root);
+    assert_eq!(verification(&run, "tests")["status"], "passed");
+    let contract = verification(&run, "contract");
+    assert_eq!(contract["status"], "failed");
+    assert_eq!(contract["failure_kind"], "VERIFY_CONTRACT");
+    let detail = contract["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("example 1: the output is not the example's: got {\"words\":3}"),
+        "{detail}"
+    );
+    let report = run["nodes"][0]["outputs"]["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|gate| gate["gate"] == "contract")
+        .unwrap();
+    assert_eq!(report["evidence"]["examples"]["matched"], 0, "{report}");
+    assert_eq!(
+        run["nodes"][0]["outputs"]["failure_kind"],
+        "VERIFY_CONTRACT"
+    );
+
+    // Fixed, the same example passes, and the row says how many matched.
+    std::fs::write(
+        root.join("skills/demo/skill.py"),
+        skill.replace(".split()) + 1}", ".split())}"),
+    )
+    .unwrap();
+    assert_eq!(run_verify(root), Some(0));
+    let run = last_run(root);
+    let contract = verification(&run, "contract");
+    assert_eq!(contract["status"], "passed");
+    assert_eq!(contract["detail"], "1 of 1 examples matched");
+}
+
+/// An example that does not match the proposal's own schemas is refused when the proposal is
+/// recorded, and the error points at it.
+#[test]
+fn an_example_outside_the_declared_schemas_is_refused_at_proposal() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    std::fs::write(
+        root.join("other.toml"),
+        "name = \"other\"\ndescription = \"Count\"\nside_effect = \"READ_ONLY\"\n\
+command = [\"python3\"]\ninput_schema = { type = \"object\" }\n\
+output_schema = { type = \"object\", required = [\"words\"] }\n\n\
+[[examples]]\ninput = { text = \"a\" }\noutput = { lines = 1 }\n",
+    )
+    .unwrap();
+    let out = kavi(root, &["skill", "propose", "other.toml"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("example 1: the output does not match the output schema"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("other.toml:8:"), "{stderr}");
+}
+
+/// kavi provisions only the locked set: a wheel whose hash is not the lock's is refused by pip
+/// (`--require-hashes`), and a lock made for other pins is refused before pip runs, saying to
+/// lock again. Nothing is left provisioned either way.
+#[test]
+fn a_tampered_or_stale_lock_makes_provisioning_fail_with_a_clear_error() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    let install = |cache: &std::path::Path| {
+        common::kavi_command(root, &["toolchain", "install", "secrets"])
+            .env("KAVI_TOOLCHAINS", cache)
+            .output()
+            .unwrap()
+    };
+    let lock = root.join("policies/toolchains.lock");
+    let locked = std::fs::read_to_string(&lock).unwrap();
+    // The first hash of the `secrets` toolchain, one digit changed.
+    let entry = locked.find("[toolchain.secrets]").unwrap();
+    let at = entry + locked[entry..].find("sha256 = \"").unwrap() + "sha256 = \"".len();
+    let digit = if &locked[at..=at] == "0" { "1" } else { "0" };
+    let tampered = format!("{}{digit}{}", &locked[..at], &locked[at + 1..]);
+    std::fs::write(&lock, &tampered).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let out = install(cache.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("could not provision toolchain `secrets`")
+            && stderr.contains("pip could not install the locked set")
+            && stderr.contains("DO NOT MATCH THE HASHES"),
+        "{stderr}"
+    );
+    let listed = common::kavi_command(root, &["toolchain", "list", "--json"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[1]["state"], "not provisioned", "{listed}");
+
+    // The lock as made, but the pin moved on since: refused before pip runs.
+    std::fs::write(&lock, &locked).unwrap();
+    let toolchains = root.join("policies/toolchains.toml");
+    let declared = std::fs::read_to_string(&toolchains).unwrap();
+    std::fs::write(
+        &toolchains,
+        declared.replace("detect-secrets = \"1.5.0\"", "detect-secrets = \"1.4.0\""),
+    )
+    .unwrap();
+    let out = install(cache.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains(
+            "toolchain `secrets`: policies/toolchains.lock was locked for other pins than it \
+             declares; run `kavi toolchain lock`"
+        ),
+        "{stderr}"
+    );
+}
+
+/// Each gate result names the locked set its tool was installed from, and `kavi skill show`
+/// shows it.
+#[test]
+fn each_verification_records_the_hash_of_the_lock_its_tools_came_from() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    assert_eq!(run_verify(root), Some(0));
+    let run = last_run(root);
+    let lint = verification(&run, "lint");
+    let lock = lint["tool"]["lock"].as_str().unwrap();
+    assert!(lock.starts_with("sha256:") && lock.len() == 71, "{lint}");
+    let shown = kavi(root, &["skill", "show", "demo", "--json"]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let python = shown["toolchains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["toolchain"] == "python")
+        .unwrap();
+    assert_eq!(python["lock"], lock);
+    let text = String::from_utf8_lossy(&kavi(root, &["skill", "show", "demo"]).stdout).into_owned();
+    assert!(
+        text.contains(&format!("toolchain    python lock {lock}")),
+        "{text}"
+    );
+}
+
+/// With `branch_coverage` in the test gate's `junit`, tests that pass but never take a branch
+/// fail the gate, naming the branch; a `.coveragerc` in the skill's folder changes nothing; off
+/// (as shipped), the same skill passes.
+#[test]
+fn a_branch_coverage_threshold_fails_tests_that_leave_a_branch_untaken() {
+    let skill = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n\
+def run(data: Any) -> dict[str, Any]:\n    if data == 'hidden':\n        return {'echo': None}\n    \
+return {'echo': json.loads(json.dumps(data))}\n";
+    let dir = workspace(skill, TEST);
+    let root = dir.path();
+    // Shipped: coverage is off.
+    assert_eq!(run_verify(root), Some(0));
+    let gates = root.join("policies/gates.toml");
+    let shipped = std::fs::read_to_string(&gates).unwrap();
+    let junit = "junit = { min_tests = 1, allow_skipped = 0 }";
+    assert!(shipped.contains(junit));
+    std::fs::write(
+        &gates,
+        shipped.replace(
+            junit,
+            "junit = { min_tests = 1, allow_skipped = 0, branch_coverage = 100 }",
+        ),
+    )
+    .unwrap();
+    // A configuration of the skill's own that would exclude the branch is not read.
+    std::fs::write(
+        root.join("skills/demo/.coveragerc"),
+        "[report]\nexclude_lines =\n    if data\n[run]\nbranch = False\n",
+    )
+    .unwrap();
+    let (status, detail) = gate_of(root, "tests");
+    assert_eq!(status, "failed");
+    assert!(
+        detail.starts_with(
+            "branch_coverage: the tests took 1 of 2 branches (50%), the policy requires 100%; \
+             never taken: skills/demo/skill.py:8->9"
+        ),
+        "{detail}"
+    );
+    // Tested both ways, it passes and records the branches.
+    std::fs::write(
+        root.join("skills/demo/test_skill.py"),
+        format!("{TEST}\n    def test_hidden(self) -> None:\n        self.assertEqual(run('hidden'), {{'echo': None}})\n"),
+    )
+    .unwrap();
+    assert_eq!(run_verify(root), Some(0));
+    let run = last_run(root);
+    assert_eq!(
+        verification(&run, "tests")["detail"],
+        "2 collected, 2 ran: 2 passed, 0 failed, 0 errors, 0 skipped; 2 of 2 branches taken"
+    );
 }

@@ -474,6 +474,9 @@ enum ToolchainCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Resolve every declared toolchain's pins with pip and write policies/toolchains.lock:
+    /// each package it installs, with the sha256 of its wheel. Provisioning installs only that.
+    Lock,
     /// List the declared toolchains: pins, and whether and where each is provisioned.
     List {
         /// Print JSON instead of text, for scripts.
@@ -1028,6 +1031,7 @@ async fn in_workspace(
         Command::Toolchain(ToolchainCommand::Install { name, json }) => {
             toolchain::install(&workspace, name.as_deref(), json).await
         }
+        Command::Toolchain(ToolchainCommand::Lock) => toolchain::lock(&workspace).await,
         Command::Toolchain(ToolchainCommand::List { json }) => toolchain::list(&workspace, json),
         Command::Toolchain(ToolchainCommand::Path { name }) => toolchain::path(&workspace, &name),
         Command::Research {

@@ -110,8 +110,10 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
     let transitions = ledger.skill_transitions(name)?;
+    // What its latest verification's tools were installed from: the locked sets, by hash.
+    let toolchains = ledger.latest_toolchains(name)?;
     if json {
-        let value = json!({ "skill": skill, "transitions": transitions });
+        let value = json!({ "skill": skill, "transitions": transitions, "toolchains": toolchains });
         super::print_json(&value);
         return Ok(exit::SUCCESS);
     }
@@ -125,6 +127,15 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     }
     outln!("  side effect  {}", skill.side_effect);
     outln!("  spec         sha256:{}", skill.spec_artifact);
+    for toolchain in &toolchains {
+        outln!(
+            "  toolchain    {} lock {}",
+            toolchain["toolchain"].as_str().unwrap_or_default(),
+            toolchain["lock"]
+                .as_str()
+                .unwrap_or("- (an environment kavi.toml names)")
+        );
+    }
     outln!();
     let mut rows = vec![
         ["FROM", "TO", "RUN", "NODE", "BY", "AT"]

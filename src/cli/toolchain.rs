@@ -1,5 +1,5 @@
-//! `kavi toolchain install|list|path`: the toolchains gates run (`policies/toolchains.toml`),
-//! provisioned ahead of a run or inspected.
+//! `kavi toolchain install|lock|list|path`: the toolchains gates run
+//! (`policies/toolchains.toml`), locked, provisioned ahead of a run or inspected.
 
 use serde_json::json;
 
@@ -8,12 +8,58 @@ use crate::config::Workspace;
 use crate::error::{Error, exit};
 use crate::process::CaptureOptions;
 use crate::spec::SpecError;
+use crate::toolchains::lock::{self, DEFAULT_LOCK};
 use crate::toolchains::{DEFAULT_POLICY, Provisioned, Toolchain, ToolchainSet, provision};
 
-/// The workspace's declared toolchains.
+/// The workspace's declared toolchains, each with its entry of the lock when there is one.
 pub(super) fn load(workspace: &Workspace) -> Result<ToolchainSet, Error> {
     let source = super::read_policy(workspace, DEFAULT_POLICY)?;
-    Ok(ToolchainSet::parse(&source).map_err(SpecError::from)?)
+    let lock = if workspace.root.join(DEFAULT_LOCK).is_file() {
+        Some(super::read_policy(workspace, DEFAULT_LOCK)?)
+    } else {
+        None
+    };
+    Ok(ToolchainSet::parse(&source)
+        .and_then(|set| set.with_lock(lock.as_ref()))
+        .map_err(SpecError::from)?)
+}
+
+fn capture() -> CaptureOptions {
+    CaptureOptions {
+        limit: 1024 * 1024,
+        spill_dir: std::env::temp_dir(),
+        roster: None,
+        live: None,
+    }
+}
+
+/// Resolves every declared toolchain with pip and writes the lock beside the declarations.
+pub async fn lock(workspace: &Workspace) -> Result<i32, Error> {
+    let set = load(workspace)?;
+    let cancel = super::cancel_on_signals("locking");
+    let mut entries = std::collections::BTreeMap::new();
+    for toolchain in &set.toolchains {
+        eprintln!(
+            "resolving toolchain `{}` ({}) ...",
+            toolchain.name,
+            toolchain.describe_pins()
+        );
+        let locked = lock::resolve(toolchain, &capture(), &cancel).await?;
+        outln!(
+            "{}  {} packages  {}",
+            toolchain.name,
+            locked.package.len(),
+            locked.hash()
+        );
+        entries.insert(toolchain.name.clone(), locked);
+    }
+    let path = workspace.root.join(DEFAULT_LOCK);
+    std::fs::write(&path, lock::render(DEFAULT_POLICY, &entries)).map_err(|source| Error::Io {
+        context: format!("cannot write {}", path.display()),
+        source,
+    })?;
+    outln!("wrote {DEFAULT_LOCK}");
+    Ok(exit::SUCCESS)
 }
 
 /// The declared toolchain `name`, or all of them.
@@ -34,12 +80,7 @@ fn chosen<'a>(set: &'a ToolchainSet, name: Option<&str>) -> Result<Vec<&'a Toolc
 pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
     let set = load(workspace)?;
     let home = workspace.toolchain_home();
-    let options = CaptureOptions {
-        limit: 1024 * 1024,
-        spill_dir: std::env::temp_dir(),
-        roster: None,
-        live: None,
-    };
+    let options = capture();
     let cancel = super::cancel_on_signals("provisioning");
     let mut ready = Vec::new();
     for toolchain in chosen(&set, name)? {

@@ -458,6 +458,31 @@ const CASES: &[Case] = &[
         ),
         extra: &[],
     },
+    Case {
+        name: "untested_branch",
+        what: "tests that pass but never take one of the skill's branches (coverage is on here)",
+        targets: &["tests"],
+        skill: Some(
+            "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    if data == \"secret door\":\n        return {\"echo\": None}\n    return {\"echo\": json.loads(json.dumps(data))}\n",
+        ),
+        test: None,
+        extra: &[],
+    },
+    Case {
+        name: "contract_broken",
+        what: "tests that pass while the program the proposal runs breaks its declared example",
+        targets: &["contract"],
+        skill: Some(
+            "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data))}\n\n\nif __name__ == \"__main__\":\n    json.dump({\"echo\": None}, sys.stdout)\n",
+        ),
+        test: None,
+        // The proposal, laid out after the case's own, promises the echo.
+        extra: &[(
+            At::Root,
+            "demo.toml",
+            "name = \"demo\"\ndescription = \"A drill case\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = {}\noutput_schema = {}\n\n[[examples]]\ninput = 1\noutput = { echo = 1 }\n",
+        )],
+    },
 ];
 
 /// How one case ended.
@@ -667,8 +692,9 @@ fn lay_out(setup: &Setup, case: &Case, above: &Path, root: &Path) -> std::io::Re
 }
 
 /// Cuts the case's copy of the gate set down to the gates it targets (and kavi's own checks,
-/// which cost nothing), so that a case pays for no tool it does not exercise. A gate set that
-/// does not read as TOML is left as it is, for the run to report.
+/// which cost nothing), so that a case pays for no tool it does not exercise, and turns branch
+/// coverage on (every branch) in each test gate: off in the shipped set, on in the drill. A
+/// gate set that does not read as TOML is left as it is, for the run to report.
 fn keep_only_targets(gates: &Path, targets: &[&str]) -> std::io::Result<()> {
     let Ok(text) = std::fs::read_to_string(gates) else {
         return Ok(());
@@ -684,6 +710,13 @@ fn keep_only_targets(gates: &Path, targets: &[&str]) -> std::io::Result<()> {
                     .and_then(toml::Value::as_str)
                     .is_some_and(|id| targets.contains(&id))
         });
+        for gate in list.iter_mut() {
+            if let Some(toml::Value::Table(junit)) = gate.get_mut("junit") {
+                junit
+                    .entry("branch_coverage")
+                    .or_insert(toml::Value::Integer(100));
+            }
+        }
     }
     std::fs::write(gates, set.to_string())
 }

@@ -279,6 +279,45 @@ impl Runner<'_> {
         SkillTree::load(self.artifacts, manifest, &trusted.trusted_hash).map_err(refused)
     }
 
+    /// A skill as its folder holds it now, trusted or not, snapshotted as [`Runner::ready`] does:
+    /// what a `contract` gate runs. Its files are read from `workspace`; it runs in `root`.
+    pub fn candidate(
+        &self,
+        workspace: &Path,
+        name: &str,
+        proposal_path: &str,
+    ) -> Result<Ready, String> {
+        let tree = self
+            .trust
+            .read_tree(self.templates, workspace, name, proposal_path)?;
+        let hash = tree.hash();
+        let snapshot = Snapshot::make(&tree, &hash, |dir| self.owner.track(dir))?;
+        let text = String::from_utf8(tree.proposal.clone())
+            .map_err(|_| format!("the proposal {proposal_path} is not UTF-8"))?;
+        let source = crate::diagnostic::SourceFile::new(proposal_path, text);
+        let proposal = Proposal::parse(&source).map_err(|d| d.to_string())?;
+        Ok(Ready {
+            name: name.to_owned(),
+            proposal,
+            hash,
+            // Not a version of the ledger's: nothing about this run is recorded as an execution.
+            version: 0,
+            snapshot: std::sync::Arc::new(snapshot),
+        })
+    }
+
+    /// Runs `ready` with `input` exactly as [`Runner::run`] does, under its class's profile,
+    /// without recording an execution: the skill's output (valid against its output schema), or
+    /// why there is none.
+    pub async fn try_example(
+        &self,
+        ready: &Ready,
+        input: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Result<Value, String>, ExecutionError> {
+        Ok(self.invoke(ready, input, &[], cancel).await?.0)
+    }
+
     /// Records a run that never reached its skill (a refusal, a mapping or schema failure).
     pub fn record_failure(
         &self,

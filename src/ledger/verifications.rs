@@ -2,6 +2,7 @@
 
 use super::db::params;
 use serde::Serialize;
+use serde_json::Value;
 
 use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
 
@@ -119,6 +120,31 @@ impl Ledger {
             })
         })?;
         Ok(rows.collect::<super::db::Result<_>>()?)
+    }
+
+    /// The toolchains the skill's latest verification ran its tools from, one each: toolchain,
+    /// declaration hash and the hash of the locked set it was installed from.
+    pub fn latest_toolchains(&self, skill: &str) -> Result<Vec<Value>, LedgerError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT tool FROM verifications
+             WHERE skill = ?1 AND tool IS NOT NULL
+               AND run_id = (SELECT max(run_id) FROM verifications WHERE skill = ?1)
+             ORDER BY id",
+        )?;
+        let rows = stmt.query_map([skill], |row| super::json_column(row, 0))?;
+        let mut seen = Vec::new();
+        for tool in rows {
+            let Some(tool) = tool? else { continue };
+            let entry = serde_json::json!({
+                "toolchain": tool["toolchain"],
+                "hash": tool["hash"],
+                "lock": tool["lock"],
+            });
+            if !seen.contains(&entry) {
+                seen.push(entry);
+            }
+        }
+        Ok(seen)
     }
 
     /// The gate set runs in which every required gate passed `skill` at `source_hash`: each

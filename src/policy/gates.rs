@@ -55,6 +55,11 @@ pub struct JunitSpec {
     /// How many skipped (or expected-to-fail) tests the report may hold (default 0).
     #[serde(default)]
     pub allow_skipped: u32,
+    /// The least share of the skill's branches (percent, 0 to 100) the tests must take, measured
+    /// by coverage.py (the toolchain's `coverage` and `pytest-cov`) with kavi's configuration;
+    /// unset: not measured.
+    #[schemars(range(max = 100))]
+    pub branch_coverage: Option<u8>,
 }
 
 fn one() -> u32 {
@@ -73,6 +78,8 @@ pub enum GateKind {
     PolicyScan,
     SecretScan,
     Invariant,
+    /// Runs the skill against its proposal's `examples`, as `kavi skill run` would.
+    Contract,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -104,7 +111,7 @@ pub struct GateSpec {
     pub failure: Spanned<String>,
     #[serde(default = "yes")]
     pub required: bool,
-    /// `command`, `policy_scan`, `secret_scan`: how long it may run before its process group is killed and it is recorded
+    /// `command`, `policy_scan`, `secret_scan`, `contract` (each example's run): how long it may run before its process group is killed and it is recorded
     /// `timed_out` (failure kind TIMEOUT).
     #[serde(default, deserialize_with = "crate::spec::deserialize_timeout")]
     #[schemars(with = "Option<String>")]

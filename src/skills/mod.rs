@@ -65,6 +65,26 @@ pub struct Proposal {
     pub writes: Vec<Spanned<String>>,
     pub input_schema: serde_json::Value,
     pub output_schema: serde_json::Value,
+    /// What the skill does, as input and the output it must give: the contract a `contract`
+    /// gate runs the skill against (see [`Example`]).
+    #[serde(default)]
+    #[schemars(with = "Vec<Example>")]
+    pub examples: Vec<Spanned<Example>>,
+}
+
+/// One example of a proposal's contract: run with `input`, in a scratch workspace holding
+/// `files`, the skill must print exactly `output`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Example {
+    /// Valid against the input schema.
+    pub input: serde_json::Value,
+    /// Valid against the output schema; the skill's output must equal it.
+    pub output: serde_json::Value,
+    /// Files (relative path: text) the scratch workspace the example runs in holds, such as a
+    /// note a READ_ONLY skill reads.
+    #[serde(default)]
+    pub files: std::collections::BTreeMap<String, String>,
 }
 
 impl Proposal {
@@ -96,6 +116,28 @@ impl Proposal {
                     Diagnostic::new(format!("`{field}` is not a valid JSON Schema: {e}"))
                         .with_help(format!("in {}", source.path.display())),
                 );
+            }
+        }
+        for (n, example) in proposal.examples.iter().enumerate() {
+            let checks = [
+                ("input", &proposal.input_schema, &example.get_ref().input),
+                ("output", &proposal.output_schema, &example.get_ref().output),
+            ];
+            for (what, schema, value) in checks {
+                if let Err(e) = crate::executions::validate(schema, value, what) {
+                    return Err(Diagnostic::new(format!("example {}: {e}", n + 1))
+                        .at(source, example.span()));
+                }
+            }
+            for path in example.get_ref().files.keys() {
+                if let Some(reason) = crate::sandbox::unsafe_path_reason(path) {
+                    return Err(Diagnostic::new(format!(
+                        "example {}: file `{path}`: {reason}; an example's files are named \
+                         relative to its scratch workspace",
+                        n + 1
+                    ))
+                    .at(source, example.span()));
+                }
             }
         }
         for secret in &proposal.secrets {

@@ -137,6 +137,12 @@ pub fn all() -> Vec<Published> {
             of::<toolchains::RawSet>(),
         ),
         published(
+            "policies/toolchains-lock.json",
+            "policies/toolchains.lock",
+            "Every package each toolchain installs, with its wheel's sha256 (`kavi toolchain lock`)",
+            of::<toolchains::lock::RawLock>(),
+        ),
+        published(
             "policies/trust.json",
             "policies/trust.toml",
             "What a skill's trusted hash covers",

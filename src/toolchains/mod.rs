@@ -10,6 +10,7 @@
 //! Where no registry is reachable, `[toolchain.NAME] path = "..."` in `kavi.toml` points kavi at
 //! an existing environment instead; its versions must still be the pinned ones.
 
+pub mod lock;
 pub mod provision;
 
 use std::collections::BTreeMap;
@@ -67,17 +68,33 @@ pub struct Toolchain {
     pub packages: BTreeMap<String, String>,
     /// The packages that are not tools (see `libraries` in the policy).
     pub libraries: Vec<String>,
+    /// Its entry in the lock file beside the declarations, when there is one.
+    pub lock: Option<lock::Locked>,
 }
 
 impl Toolchain {
-    /// `sha256:<hex>` over what makes the environment: the interpreter and the pins. The
-    /// environment's folder is named by it, so an edited declaration gets a fresh one.
+    /// `sha256:<hex>` over what makes the environment: the interpreter, the pins and the
+    /// locked set. The environment's folder is named by it, so an edited declaration or a new
+    /// lock gets a fresh one.
     pub fn hash(&self) -> String {
         let mut hasher = Sha256::new();
-        hasher.update(b"kavi-toolchain-v1\npython\n");
+        hasher.update(b"kavi-toolchain-v2\npython\n");
         hasher.update(self.interpreter.as_bytes());
         for (package, version) in &self.packages {
             hasher.update(format!("\n{package}=={version}").as_bytes());
+        }
+        if let Some(locked) = &self.lock {
+            hasher.update(b"\nlock\n");
+            hasher.update(locked.hash().as_bytes());
+        }
+        format!("sha256:{:x}", hasher.finalize())
+    }
+
+    /// `sha256:<hex>` over the pins alone: what a lock entry was made for.
+    pub fn pins_hash(&self) -> String {
+        let mut hasher = Sha256::new();
+        for (package, version) in &self.packages {
+            hasher.update(format!("{package}=={version}\n").as_bytes());
         }
         format!("sha256:{:x}", hasher.finalize())
     }
@@ -196,12 +213,27 @@ impl ToolchainSet {
                     .into_iter()
                     .map(Spanned::into_inner)
                     .collect(),
+                lock: None,
             }));
         }
         Ok(Self {
             toolchains,
             source: Arc::clone(source),
         })
+    }
+
+    /// Gives each toolchain its entry of the lock file (`lock`: its text, when there is one).
+    /// An entry that is malformed is refused here; one that is missing or made for other pins
+    /// is refused when kavi provisions from it (an environment kavi.toml names needs none).
+    pub fn with_lock(mut self, lock: Option<&Arc<SourceFile>>) -> Result<Self, Diagnostic> {
+        let Some(lock) = lock else { return Ok(self) };
+        let mut entries = lock::parse(lock)?;
+        for toolchain in &mut self.toolchains {
+            if let Some(locked) = entries.remove(&toolchain.name) {
+                Arc::make_mut(toolchain).lock = Some(locked);
+            }
+        }
+        Ok(self)
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Toolchain>> {

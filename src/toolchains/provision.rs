@@ -15,6 +15,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::lock::Locked;
 use super::{Home, INTERPRETER_TOOL, Toolchain};
 use crate::process::{CaptureOptions, CommandSpec, Exit};
 
@@ -46,6 +47,15 @@ pub enum ToolchainError {
         pins: String,
         reason: String,
     },
+    #[error(
+        "toolchain `{toolchain}`: {lock} {reason}; run `kavi toolchain lock` to lock what \
+         policies/toolchains.toml pins"
+    )]
+    Unlocked {
+        toolchain: String,
+        lock: String,
+        reason: &'static str,
+    },
     #[error("toolchain `{toolchain}`: the environment {path} (from kavi.toml) {reason}")]
     Existing {
         toolchain: String,
@@ -74,6 +84,10 @@ pub struct Provisioned {
     pub python: String,
     /// Each package's installed version.
     pub packages: BTreeMap<String, String>,
+    /// The hash of the locked set it was installed from (see [`Locked::hash`]); none for an
+    /// environment kavi.toml names.
+    #[serde(default)]
+    pub lock: Option<String>,
 }
 
 impl Provisioned {
@@ -98,6 +112,7 @@ impl Provisioned {
             "tool": tool,
             "version": self.version_of(tool),
             "hash": self.hash,
+            "lock": self.lock,
             "origin": self.origin,
         })
     }
@@ -118,6 +133,16 @@ pub async fn ensure(
     if let Some(path) = home.existing_for(toolchain) {
         return existing(toolchain, path, options, cancel).await;
     }
+    // kavi installs only a locked set, made for the pins declared now.
+    let locked = Locked::matching(toolchain).ok_or_else(|| ToolchainError::Unlocked {
+        toolchain: toolchain.name.clone(),
+        lock: super::lock::DEFAULT_LOCK.to_owned(),
+        reason: if toolchain.lock.is_some() {
+            "was locked for other pins than it declares"
+        } else {
+            "has no entry for it (or there is no lock)"
+        },
+    })?;
     let folder = home.folder_of(toolchain);
     let io = |context: String| {
         let toolchain = toolchain.name.clone();
@@ -147,7 +172,7 @@ pub async fn ensure(
         toolchain.describe_pins(),
         folder.display()
     ));
-    let installed = install(toolchain, &folder, options, cancel).await;
+    let installed = install(toolchain, locked, &folder, options, cancel).await;
     if installed.is_err() {
         let _ = std::fs::remove_dir_all(&folder);
     }
@@ -180,9 +205,51 @@ pub fn read_manifest(toolchain: &Toolchain, folder: &Path) -> Option<Provisioned
     complete.then_some(provisioned)
 }
 
-/// Makes the environment in `folder` (removing what an earlier attempt left) and checks it.
+/// What every pip install of kavi's takes: wheels only (no package's build script runs), and
+/// bounded retries.
+pub(super) const PIP_OPTIONS: [&str; 7] = [
+    "--no-input",
+    "--disable-pip-version-check",
+    "--only-binary=:all:",
+    "--retries",
+    "2",
+    "--timeout",
+    "20",
+];
+
+/// Makes a bare environment of `toolchain`'s interpreter in `folder`, with pip; its python.
+pub(super) async fn make_environment(
+    toolchain: &Toolchain,
+    folder: &Path,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> Result<String, String> {
+    let folder_arg = folder.display().to_string();
+    step(
+        &toolchain.interpreter,
+        &["-m", "venv", "--without-pip", &folder_arg],
+        options,
+        cancel,
+    )
+    .await
+    .map_err(|e| format!("`{} -m venv` failed: {e}", toolchain.interpreter))?;
+    let python = folder.join("bin").join("python").display().to_string();
+    step(
+        &python,
+        &["-m", "ensurepip", "--default-pip"],
+        options,
+        cancel,
+    )
+    .await
+    .map_err(|e| format!("the environment could not be given pip: {e}"))?;
+    Ok(python)
+}
+
+/// Makes the environment in `folder` (removing what an earlier attempt left) from the locked
+/// set, and checks it.
 async fn install(
     toolchain: &Toolchain,
+    locked: &Locked,
     folder: &Path,
     options: &CaptureOptions,
     cancel: &CancellationToken,
@@ -200,47 +267,25 @@ async fn install(
             ))
         })?;
     }
-    let folder_arg = folder.display().to_string();
-    step(
-        &toolchain.interpreter,
-        &["-m", "venv", "--without-pip", &folder_arg],
-        options,
-        cancel,
-    )
-    .await
-    .map_err(|e| failed(format!("`{} -m venv` failed: {e}", toolchain.interpreter)))?;
-    let python = folder.join("bin").join("python").display().to_string();
-    step(
-        &python,
-        &["-m", "ensurepip", "--default-pip"],
-        options,
-        cancel,
-    )
-    .await
-    .map_err(|e| failed(format!("the environment could not be given pip: {e}")))?;
-    let mut args: Vec<String> = [
-        "-m",
-        "pip",
-        "install",
-        "--no-input",
-        "--disable-pip-version-check",
-        "--only-binary=:all:",
-        "--retries",
-        "2",
-        "--timeout",
-        "20",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(toolchain.requirements());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let python = make_environment(toolchain, folder, options, cancel)
+        .await
+        .map_err(failed)?;
+    // The locked set, each wheel checked against its hash, and nothing else.
+    let requirements = folder.join("kavi-requirements.txt");
+    std::fs::write(&requirements, locked.requirements().join("\n") + "\n")
+        .map_err(|e| failed(format!("cannot write {}: {e}", requirements.display())))?;
+    let requirements_arg = requirements.display().to_string();
+    let mut args = vec!["-m", "pip", "install", "--require-hashes", "--no-deps"];
+    args.extend(PIP_OPTIONS);
+    args.extend(["-r", &requirements_arg]);
     step(&python, &args, options, cancel)
         .await
-        .map_err(|e| failed(format!("pip could not install them: {e}")))?;
-    let provisioned = inspect(toolchain, folder, options, cancel)
+        .map_err(|e| failed(format!("pip could not install the locked set: {e}")))?;
+    let mut provisioned = inspect(toolchain, folder, options, cancel)
         .await
         .map_err(failed)?;
     check_pins(toolchain, &provisioned).map_err(failed)?;
+    provisioned.lock = Some(locked.hash());
     Ok(provisioned)
 }
 
@@ -297,6 +342,7 @@ async fn inspect(
         path: folder.to_owned(),
         origin: String::new(),
         python: found.python,
+        lock: None,
         packages: found
             .packages
             .into_iter()
@@ -330,7 +376,7 @@ fn check_pins(toolchain: &Toolchain, provisioned: &Provisioned) -> Result<(), St
 
 /// Runs one step of making or reading an environment, with kavi's own environment (pip needs
 /// its proxy and index settings); returns its stdout, or the end of its output when it fails.
-async fn step(
+pub(super) async fn step(
     program: &str,
     args: &[&str],
     options: &CaptureOptions,

@@ -289,7 +289,13 @@ pub fn copy_policies(root: &Path, names: &[&str]) {
 pub fn copy_gate_tools(root: &Path) {
     copy_policies(
         root,
-        &["toolchains.toml", "ruff.toml", "mypy.ini", "pytest.ini"],
+        &[
+            "toolchains.toml",
+            "toolchains.lock",
+            "ruff.toml",
+            "mypy.ini",
+            "pytest.ini",
+        ],
     );
 }
 

@@ -38,6 +38,8 @@ pub struct Prepared {
     pub args: Vec<String>,
     /// Variables kavi adds to the gate's environment.
     pub env: Vec<(String, String)>,
+    /// Where coverage.py writes its JSON report, when the gate measures branch coverage.
+    coverage: Option<PathBuf>,
     _folder: tempfile::TempDir,
 }
 
@@ -50,9 +52,15 @@ pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// coverage.py's configuration, kavi's own (no `.coveragerc`, `setup.cfg` or `pyproject.toml`
+/// is read): branches measured, the data file in the report folder, the tests themselves left
+/// out of what is measured.
+const COVERAGE_RC: &str = "[run]\nbranch = True\ndata_file = {data}\nomit = */test_*.py\n";
+
 /// Makes the report folder inside `tmp` (the gate's write scope), with the witness and its
-/// nonce.
-pub fn prepare(tmp: &Path) -> Result<Prepared, String> {
+/// nonce; with `measured` (the folder whose code is measured), coverage.py through pytest-cov
+/// too, configured by kavi alone.
+pub fn prepare(tmp: &Path, measured: Option<&Path>) -> Result<Prepared, String> {
     let folder = tempfile::Builder::new()
         .prefix("kavi-junit-")
         .tempdir_in(tmp)
@@ -64,12 +72,36 @@ pub fn prepare(tmp: &Path) -> Result<Prepared, String> {
         .and_then(|()| std::fs::write(witness.join("nonce"), &nonce))
         .map_err(|e| format!("failed to write kavi's pytest witness: {e}"))?;
     let report = folder.path().join("report.xml");
+    let mut args = vec![
+        "-p".to_owned(),
+        WITNESS_MODULE.to_owned(),
+        format!("--junitxml={}", report.display()),
+    ];
+    let coverage = match measured {
+        None => None,
+        Some(measured) => {
+            let rc = folder.path().join("coveragerc");
+            let data = folder.path().join("coverage.data");
+            std::fs::write(
+                &rc,
+                COVERAGE_RC.replace("{data}", &data.display().to_string()),
+            )
+            .map_err(|e| format!("failed to write kavi's coverage configuration: {e}"))?;
+            let json = folder.path().join("coverage.json");
+            args.extend([
+                "-p".to_owned(),
+                "pytest_cov.plugin".to_owned(),
+                format!("--cov={}", measured.display()),
+                "--cov-branch".to_owned(),
+                format!("--cov-config={}", rc.display()),
+                format!("--cov-report=json:{}", json.display()),
+            ]);
+            Some(json)
+        }
+    };
     Ok(Prepared {
-        args: vec![
-            "-p".to_owned(),
-            WITNESS_MODULE.to_owned(),
-            format!("--junitxml={}", report.display()),
-        ],
+        args,
+        coverage,
         env: vec![
             ("PYTHONPATH".to_owned(), witness.display().to_string()),
             // Only the plugins the policy names (`-p`) load, never whatever is installed.
@@ -103,25 +135,35 @@ pub struct Counts {
     pub failed: usize,
     pub errors: usize,
     pub skipped: usize,
+    /// Branches taken and branches in all, where the gate measures coverage.
+    pub branches: Option<(u64, u64)>,
 }
 
 impl Counts {
     pub fn record(&self) -> serde_json::Value {
-        json!({
+        let mut record = json!({
             "collected": self.collected,
             "tests": self.tests,
             "passed": self.passed,
             "failed": self.failed,
             "errors": self.errors,
             "skipped": self.skipped,
-        })
+        });
+        if let Some((covered, branches)) = self.branches {
+            record["branches"] = json!({ "covered": covered, "total": branches });
+        }
+        record
     }
 
     pub fn summary(&self) -> String {
-        format!(
+        let mut summary = format!(
             "{} collected, {} ran: {} passed, {} failed, {} errors, {} skipped",
             self.collected, self.tests, self.passed, self.failed, self.errors, self.skipped
-        )
+        );
+        if let Some((covered, branches)) = self.branches {
+            summary.push_str(&format!("; {covered} of {branches} branches taken"));
+        }
+        summary
     }
 }
 
@@ -188,7 +230,69 @@ pub fn judge(
             ));
         }
     };
-    judge_text(&text, &prepared.nonce, spec, exit, declared)
+    let counts = judge_text(&text, &prepared.nonce, spec, exit, declared)?;
+    match (spec.branch_coverage, &prepared.coverage) {
+        (Some(minimum), Some(json)) => judge_coverage(json, minimum, counts),
+        _ => Ok(counts),
+    }
+}
+
+/// Every test passed; the branches they took must be at least `minimum` percent of the
+/// measured code's branches, by coverage.py's JSON report.
+fn judge_coverage(json: &Path, minimum: u8, mut counts: Counts) -> Result<Counts, Refusal> {
+    let refused = |reason, detail: String, counts| Refusal {
+        reason,
+        detail,
+        counts: Some(counts),
+    };
+    let report: serde_json::Value = match read_regular(json) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            refused(
+                "no_coverage_report",
+                format!("the coverage report cannot be read: {e}"),
+                counts,
+            )
+        })?,
+        Err(e) => {
+            return Err(refused(
+                "no_coverage_report",
+                format!("coverage.py wrote no report ({e}): no branch is known to have run"),
+                counts,
+            ));
+        }
+    };
+    let totals = &report["totals"];
+    let branches = totals["num_branches"].as_u64().unwrap_or(0);
+    let covered = totals["covered_branches"].as_u64().unwrap_or(0);
+    counts.branches = Some((covered, branches));
+    // No branch at all: nothing is left untested.
+    if branches == 0 || covered * 100 >= u64::from(minimum) * branches {
+        return Ok(counts);
+    }
+    let mut missing = Vec::new();
+    if let Some(files) = report["files"].as_object() {
+        for (file, data) in files {
+            for pair in data["missing_branches"].as_array().into_iter().flatten() {
+                let (from, to) = (&pair[0], &pair[1]);
+                // coverage.py marks a branch that leaves the function with a negative line.
+                let to = match to.as_i64() {
+                    Some(line) if line < 0 => "exit".to_owned(),
+                    _ => to.to_string(),
+                };
+                missing.push(format!("{file}:{from}->{to}"));
+            }
+        }
+    }
+    Err(refused(
+        "branch_coverage",
+        format!(
+            "the tests took {covered} of {branches} branches ({}%), the policy requires {minimum}%; \
+             never taken: {}",
+            covered * 100 / branches,
+            missing.join(", ")
+        ),
+        counts,
+    ))
 }
 
 fn judge_text(
@@ -377,6 +481,7 @@ mod tests {
     const SPEC: JunitSpec = JunitSpec {
         min_tests: 1,
         allow_skipped: 0,
+        branch_coverage: None,
     };
 
     fn report(props: &[(&str, &str)], cases: &str) -> String {
@@ -520,6 +625,7 @@ mod tests {
         let two = JunitSpec {
             min_tests: 2,
             allow_skipped: 0,
+            branch_coverage: None,
         };
         let result = judge_text(
             &report(&props, PASSED),

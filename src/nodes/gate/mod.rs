@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
+mod contract;
 mod junit;
 pub mod suppressions;
 
@@ -109,6 +110,12 @@ enum Check {
         toolchain: Option<Arc<Toolchain>>,
     },
     Invariants(Vec<Invariant>),
+    /// The skill run against its proposal's examples, each under its class's run-time profile.
+    Contract {
+        timeout: Duration,
+        /// The profiles skills run under, by side-effect class.
+        confinement: Arc<ConfinementPolicy>,
+    },
 }
 
 /// The tool a `secret_scan` gate runs from its toolchain.
@@ -135,7 +142,7 @@ impl Check {
     /// Whether the check starts a process, which then runs confined.
     fn starts_process(&self) -> bool {
         match self {
-            Check::Command { .. } | Check::Scan { .. } => true,
+            Check::Command { .. } | Check::Scan { .. } | Check::Contract { .. } => true,
             Check::Secrets { toolchain, .. } => toolchain.is_some(),
             Check::Invariants(_) => false,
         }
@@ -179,11 +186,14 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let confinement_source =
         config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
-    let needed = confinement.gate.network();
-    let confinement = config.load_process_hosts(confinement, needed)?.gate;
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
         toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+    // A contract gate runs the skill under the profile of its class, which may have the network.
+    let contract = set.gates.iter().any(|g| g.kind == GateKind::Contract);
+    let needed = confinement.gate.network() || (contract && confinement.any_network());
+    let skills = Arc::new(config.load_process_hosts(confinement, needed)?);
+    let confinement = skills.gate.clone();
     let classifier = config.load_classifier(raw.classifier.as_ref())?;
     let set_timeout = set.timeout.unwrap_or(DEFAULT_TIMEOUT);
     for kind in &set.precedence {
@@ -198,7 +208,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     {
         let toolchains_source = config
             .load_policy_source(set.toolchains.as_ref(), crate::toolchains::DEFAULT_POLICY)?;
-        Some(ToolchainSet::parse(&toolchains_source)?)
+        // The lock beside the declarations governs the run too: an edit to it is a new toolchain.
+        let lock_path = crate::toolchains::lock::lock_path(
+            set.toolchains
+                .as_ref()
+                .map_or(crate::toolchains::DEFAULT_POLICY, |p| p.get_ref().as_str()),
+        );
+        let lock = if config.root.join(&lock_path).is_file() {
+            Some(config.load_policy_source(None, &lock_path)?)
+        } else {
+            None
+        };
+        Some(ToolchainSet::parse(&toolchains_source)?.with_lock(lock.as_ref())?)
     } else {
         None
     };
@@ -253,6 +274,23 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 }
                 for file in &gate.files {
                     vars.check_policy_template(config.templates, file, &source)?;
+                }
+                if let Some(junit) = &gate.junit
+                    && let Some(percent) = junit.branch_coverage
+                {
+                    if percent > 100 {
+                        return Err(Diagnostic::new(format!(
+                            "`branch_coverage` is a percentage, 0 to 100, not {percent}"
+                        ))
+                        .at(&source, gate.id.span()));
+                    }
+                    if gate.files.is_empty() {
+                        return Err(Diagnostic::new(
+                            "a gate that measures `branch_coverage` needs `files`: the folder of \
+                             its test files is what coverage measures",
+                        )
+                        .at(&source, gate.id.span()));
+                    }
                 }
                 if !gate.suppressions.is_empty() && gate.files.is_empty() {
                     return Err(Diagnostic::new(
@@ -348,6 +386,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                     vars.check_policy_template(config.templates, &invariant.file, &rules_source)?;
                 }
                 Check::Invariants(invariants)
+            }
+            GateKind::Contract => {
+                if raw.skill.is_none() {
+                    return Err(Diagnostic::new(
+                        "a contract gate runs a proposed skill: the gate node needs `skill`",
+                    )
+                    .at(&source, gate.id.span()));
+                }
+                Check::Contract {
+                    timeout: gate.timeout.unwrap_or(set_timeout),
+                    confinement: Arc::clone(&skills),
+                }
             }
         };
         gates.push(CompiledGate {
@@ -485,6 +535,8 @@ struct Scope<'a> {
     confined: Option<(&'a Confinement, &'a Path)>,
     /// The suppressions the gate set allows.
     allowed: &'a [suppressions::Kind],
+    /// The skill verified, its proposal file, and the trust policy naming its files.
+    skill: Option<(&'a str, &'a str, &'a TrustPolicy)>,
 }
 
 /// How a gate that ran came out.
@@ -602,6 +654,7 @@ impl CompiledGate {
             class,
             confined,
             allowed,
+            skill,
         } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
@@ -673,8 +726,14 @@ impl CompiledGate {
                 env.push(("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()));
                 env.push(("PYTHONNOUSERSITE".to_owned(), "1".to_owned()));
                 let prepared = match junit_spec {
-                    Some(_) => {
-                        let prepared = junit::prepare(tmp)?;
+                    Some(spec) => {
+                        // What coverage measures: the folder of the tests' files, the skill's.
+                        let measured = spec
+                            .branch_coverage
+                            .and(files.first())
+                            .and_then(|file| Path::new(file).parent())
+                            .map(|folder| cwd.join(folder));
+                        let prepared = junit::prepare(tmp, measured.as_deref())?;
                         args.splice(0..0, prepared.args.iter().cloned());
                         env.extend(prepared.env.iter().cloned());
                         Some(prepared)
@@ -822,6 +881,22 @@ impl CompiledGate {
                     _ => Ok(Verdict::failed_if(detail)),
                 }
             }
+            Check::Contract {
+                timeout,
+                confinement,
+            } => {
+                let (name, proposal, trust) =
+                    skill.ok_or("the contract gate has no proposed skill to run")?;
+                let candidate = contract::Candidate {
+                    workspace: cwd,
+                    name,
+                    proposal,
+                    trust,
+                    confinement,
+                    timeout: *timeout,
+                };
+                candidate.check(ctx, evidence).await
+            }
             Check::Secrets {
                 scanner,
                 files,
@@ -957,6 +1032,10 @@ impl Gate {
             class: class.as_deref(),
             confined: for_commands,
             allowed: &self.allowed,
+            skill: match (&row, &self.trust) {
+                (Some(row), Some(trust)) => Some((&row.name, &row.proposal_path, trust)),
+                _ => None,
+            },
         };
         let mut results = futures_util::future::join_all(
             self.gates
