@@ -916,6 +916,29 @@ fn runs_list_says_how_many_more_runs_match() {
     assert_eq!(listed("4"), (4, String::new()));
 }
 
+/// What a node's command chose (here a program name with a terminal escape and a carriage
+/// return, as a builder's file name could be) is shown on the terminal, never obeyed: every
+/// control character but tab and newline reaches stdout in caret notation.
+#[test]
+fn control_characters_from_a_node_are_shown_never_sent_to_the_terminal() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/esc.toml",
+        "[pipeline]\nname = \"esc\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"./no\\u001b]0;PWNED\\u0007\\rFAKE: all passed\"]\n",
+    );
+    let ran = kavi(dir.path(), &["pipeline", "run", "esc"]);
+    let shown = kavi(dir.path(), &["runs", "show", "latest"]);
+    for out in [&ran, &shown] {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("./no^[]0;PWNED^G^MFAKE: all passed"),
+            "{stdout}"
+        );
+        assert!(!stdout.contains(['\u{1b}', '\r', '\u{7}']), "{stdout:?}");
+    }
+}
+
 /// An empty program is refused where it is written, before anything runs.
 #[test]
 fn an_empty_program_is_refused_by_check() {

@@ -24,14 +24,17 @@ static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 
 /// Writes to stdout until its reader goes away; from then on what the command prints is
 /// dropped, and the command itself goes on to its end: a run whose reader went away (`| head`)
-/// finishes and is recorded like any other, and its exit code is its own.
+/// finishes and is recorded like any other, and its exit code is its own. What it prints is
+/// made terminal-safe first: a file name or an error a builder chose is shown, never obeyed
+/// (an escape sequence retitling the window, a carriage return overwriting "FAIL").
 pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
     use std::sync::atomic::Ordering;
     if STDOUT_CLOSED.load(Ordering::Relaxed) {
         return;
     }
-    if let Err(e) = std::io::stdout().write_fmt(args)
+    let text = args.to_string();
+    if let Err(e) = std::io::stdout().write_all(&output::terminal_safe(text.as_bytes()))
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
         STDOUT_CLOSED.store(true, Ordering::Relaxed);
@@ -889,7 +892,11 @@ pub fn main() -> i32 {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err}");
+            let text = format!("error: {err}\n");
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                &output::terminal_safe(text.as_bytes()),
+            );
             err.exit_code()
         }
     }

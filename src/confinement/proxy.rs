@@ -238,6 +238,10 @@ fn reserved(ip: IpAddr) -> bool {
                 || first == 0
                 // Shared address space (RFC 6598): a carrier's or a cloud's inside network.
                 || (first == 100 && (64..128).contains(&second))
+                // IETF protocol assignments, benchmarking networks, reserved for future use.
+                || (first == 192 && second == 0 && v4.octets()[2] == 0)
+                || (first == 198 && (18..20).contains(&second))
+                || first >= 240
         }
         IpAddr::V6(v6) => {
             v6.is_loopback()
@@ -245,6 +249,10 @@ fn reserved(ip: IpAddr) -> bool {
                 || v6.is_multicast()
                 || v6.is_unicast_link_local()
                 || v6.is_unique_local()
+                // NAT64 (64:ff9b::/96, 64:ff9b:1::/48) and 6to4 (2002::/16) carry an IPv4
+                // address a gateway reaches for the asker: a private one among them.
+                || matches!(v6.segments(), [0x64, 0xff9b, ..])
+                || v6.segments()[0] == 0x2002
         }
     }
 }
@@ -826,6 +834,12 @@ mod tests {
             "100.64.0.1",
             "fd00::1",
             "::ffff:192.168.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "2002:a00:1::1",
+            "198.18.0.1",
+            "240.0.0.1",
+            "192.0.0.8",
         ] {
             assert!(special(ip.parse().unwrap()), "{ip}");
         }

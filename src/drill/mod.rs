@@ -121,7 +121,7 @@ const CASES: &[Case] = &[
     case(
         "workspace_secret",
         Role::Gate,
-        "read a .env file in the workspace",
+        "read a secret file in the workspace (.env, .vault-token, id_dsa, *.tfvars, ...)",
     ),
     checked(
         "write_policies",
@@ -308,6 +308,21 @@ struct Targets {
     token: String,
 }
 
+/// Where a workspace holds secrets, each a file `workspace_secret` tries to read: the usual
+/// names, and the less usual ones an attacker tried.
+const SECRET_FILES: &[&str] = &[
+    ".env",
+    ".vault-token",
+    "id_dsa",
+    ".gnupg/secring.gpg",
+    "prod.tfvars",
+    ".bash_history",
+    "passwords.kdbx",
+    ".config/gh/hosts.yml",
+    "service-account.json",
+    ".s3cfg",
+];
+
 impl Targets {
     fn make(workspace: &Path) -> Result<Self, DrillError> {
         let dir = tempfile::Builder::new().prefix("kavi-drill-").tempdir()?;
@@ -318,7 +333,11 @@ impl Targets {
             .filter(|path| std::fs::write(path, &token).is_ok());
         let secret_dir = workspace.join(format!(".{token}"));
         std::fs::create_dir_all(&secret_dir)?;
-        std::fs::write(secret_dir.join(".env"), "API_KEY=kavi-drill-secret\n")?;
+        for name in SECRET_FILES {
+            let path = secret_dir.join(name);
+            std::fs::create_dir_all(path.parent().unwrap_or(&secret_dir))?;
+            std::fs::write(path, "API_KEY=kavi-drill-secret\n")?;
+        }
         for folder in ["sandbox", "builder-tmp", "gate-tmp", "skill-tmp"] {
             std::fs::create_dir_all(dir.path().join(folder))?;
         }
@@ -518,7 +537,11 @@ async fn attack(
             ),
             (
                 "KAVI_DRILL_SECRET",
-                targets.secret_dir.join(".env").display().to_string(),
+                SECRET_FILES
+                    .iter()
+                    .map(|name| targets.secret_dir.join(name).display().to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
             ),
             (
                 "KAVI_DRILL_POLICY",
