@@ -798,12 +798,21 @@ enum PolicyCommand {
         message: Option<String>,
     },
     /// Approve a pending rule change (the proposer's approval never counts).
-    Approve { id: i64 },
+    Approve {
+        /// The rule change's id (`kavi policy propose` prints it).
+        id: i64,
+    },
     /// Reject a pending rule change.
-    Reject { id: i64 },
+    Reject {
+        /// The rule change's id (`kavi policy propose` prints it).
+        id: i64,
+    },
     /// Make a pending rule change the adopted set: its files must be unchanged since it was
     /// proposed, and a weakening change must have the approvals `[adoption]` names.
-    Adopt { id: i64 },
+    Adopt {
+        /// The rule change's id (`kavi policy propose` prints it).
+        id: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
