@@ -1618,9 +1618,9 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     );
 
     // Nor does an edit of the lifecycle after the stop lower what the run waits for.
-    let lowered = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("approval = { role = \"reviewer\", approvals = 2 }\n", "");
+    let adopted_lifecycle = std::fs::read_to_string(&path).unwrap();
+    let lowered =
+        adopted_lifecycle.replace("approval = { role = \"reviewer\", approvals = 2 }\n", "");
     std::fs::write(&path, lowered).unwrap();
     let own = kavi(root, &["approve", &run_id]);
     assert_eq!(own.status.code(), Some(2));
@@ -1629,6 +1629,8 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         "{}",
         String::from_utf8_lossy(&own.stderr)
     );
+    // Undone: a promotion needs the adopted rules.
+    std::fs::write(&path, adopted_lifecycle).unwrap();
 
     // Two other accounts: the workspace and its ledger are opened to them.
     if !common::other_accounts_or_skip() {
@@ -1676,6 +1678,12 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         "{}",
         String::from_utf8_lossy(&outsider.stderr)
     );
+    // The edit is undone: the rules are the adopted ones again, which a promotion needs.
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        format!("{}]\n", reviewers.trim_end_matches(", ")),
+    )
+    .unwrap();
     let second = common::kavi_as(4343, root, &["approve", &run_id]);
     let stdout = String::from_utf8_lossy(&second.stdout);
     assert!(

@@ -12,10 +12,11 @@ its user is being asked.
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import get_default_environment, stdio_client
 
 
 def content_text(result):
@@ -41,7 +42,12 @@ async def main():
         return types.ElicitResult(action="decline")
 
     callback = elicit if answer else None
-    server = StdioServerParameters(command=kavi, args=["mcp", *extra], cwd=workspace)
+    # The SDK starts a server with a few variables only; kavi also needs where its keys are
+    # (XDG_CONFIG_HOME), which accounts sharing a ledger share.
+    keys = {k: v for k, v in os.environ.items() if k == "XDG_CONFIG_HOME"}
+    server = StdioServerParameters(
+        command=kavi, args=["mcp", *extra], cwd=workspace, env={**get_default_environment(), **keys}
+    )
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write, elicitation_callback=callback) as session:
             init = await session.initialize()
