@@ -836,20 +836,25 @@ fn the_open_file_limit_is_raised_and_bounds_how_many_nodes_run_at_once() {
         ));
     }
     write(dir.path(), "pipelines/many.toml", &text);
-    let kavi_bin = env!("CARGO_BIN_EXE_kavi");
+    // kavi as the tests start it (its ledger, its folders), under `prlimit`.
     let run = |limits: &str, run: &str| {
-        Command::new("prlimit")
+        let plain = kavi_command(
+            dir.path(),
+            &["pipeline", "run", "many", "--jobs", "8", "--no-cache"],
+        );
+        let mut command = Command::new("prlimit");
+        command
             .arg(format!("--nofile={limits}"))
-            .args([
-                kavi_bin,
-                "pipeline",
-                "run",
-                "many",
-                "--jobs",
-                "8",
-                "--no-cache",
-            ])
-            .current_dir(dir.path())
+            .arg(plain.get_program())
+            .args(plain.get_args())
+            .current_dir(dir.path());
+        for (key, value) in plain.get_envs() {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        command
             .output()
             .unwrap_or_else(|e| panic!("prlimit (util-linux) could not run: {e} ({run})"))
     };
