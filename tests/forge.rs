@@ -1527,6 +1527,37 @@ fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
         "{last}"
     );
     // Promoted by the approval at the verified hash, with its files kept: it runs.
+    word_count_runs(root);
+    common::assert_ledger_verifies(root);
+}
+
+/// Puts a REVIEWED state between VERIFIED and TRUSTED into the workspace's lifecycle (which
+/// must have the direct move), with `into` and `out_of` added to the moves into and out of it
+/// (an approval, say); returns the lifecycle's path.
+fn add_review_state(root: &Path, into: &str, out_of: &str) -> std::path::PathBuf {
+    let path = root.join("policies/lifecycle.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
+    assert!(shipped.contains(direct));
+    let reviewed = shipped
+        .replace(
+            "\"VERIFIED\", \"TRUSTED\",",
+            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
+        )
+        .replace(
+            direct,
+            &format!(
+                "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n{into}\n\
+                 [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\n{out_of}\n\
+                 [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n"
+            ),
+        );
+    std::fs::write(&path, reviewed).unwrap();
+    path
+}
+
+/// `word_count` runs, as a trusted skill does.
+fn word_count_runs(root: &Path) {
     let ran = kavi(
         root,
         &[
@@ -1542,7 +1573,6 @@ fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
         "{}",
         String::from_utf8_lossy(&ran.stderr)
     );
-    common::assert_ledger_verifies(root);
 }
 
 /// Issue 53: a REVIEWED state between VERIFIED and TRUSTED, whose way in needs two approvals,
@@ -1554,23 +1584,11 @@ fn a_move_that_needs_approval_stops_the_run_and_kavi_approve_makes_it() {
 fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_trust_it() {
     let dir = shipped_workspace();
     let root = dir.path();
-    let path = root.join("policies/lifecycle.toml");
-    let shipped = std::fs::read_to_string(&path).unwrap();
-    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
-    assert!(shipped.contains(direct));
-    let reviewed = shipped
-        .replace(
-            "\"VERIFIED\", \"TRUSTED\",",
-            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
-        )
-        .replace(
-            direct,
-            "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\
-             approval = { role = \"reviewer\", approvals = 2 }\n\n\
-             [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\n\n\
-             [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
-        );
-    std::fs::write(&path, reviewed).unwrap();
+    let path = add_review_state(
+        root,
+        "approval = { role = \"reviewer\", approvals = 2 }\n",
+        "",
+    );
     // The two reviewers are two accounts other than the one that runs the forge.
     let reviewers = "[role.maintainer]\nmembers = [\"*\"]\n\n\
                      [role.reviewer]\nmembers = [\"uid 4242\", \"uid 4343\", ";
@@ -1714,21 +1732,7 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     assert_eq!(runs.as_array().unwrap().len(), 2, "{runs}");
     let run = json(&kavi(root, &["runs", "show", &run_id, "--json"]));
     assert_eq!(run["status"], "approved");
-    let ran = kavi(
-        root,
-        &[
-            "skill",
-            "run",
-            "word_count",
-            "--input",
-            "{\"text\": \"a b\"}",
-        ],
-    );
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    word_count_runs(root);
     common::assert_ledger_verifies(root);
 }
 
@@ -1739,21 +1743,7 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
 fn promote_walks_to_a_review_state_and_a_run_stopped_there_is_approved_or_rejected() {
     let dir = shipped_workspace();
     let root = dir.path();
-    let path = root.join("policies/lifecycle.toml");
-    let shipped = std::fs::read_to_string(&path).unwrap();
-    let direct = "[[transition]]\nfrom = \"VERIFIED\"\nto = \"TRUSTED\"\n";
-    let reviewed = shipped
-        .replace(
-            "\"VERIFIED\", \"TRUSTED\",",
-            "\"VERIFIED\", \"REVIEWED\", \"TRUSTED\",",
-        )
-        .replace(
-            direct,
-            "[[transition]]\nfrom = \"VERIFIED\"\nto = \"REVIEWED\"\n\n\
-             [[transition]]\nfrom = \"REVIEWED\"\nto = \"TRUSTED\"\napproval = true\n\n\
-             [[transition]]\nfrom = \"REVIEWED\"\nto = \"REJECTED\"\n",
-        );
-    std::fs::write(&path, reviewed).unwrap();
+    add_review_state(root, "", "approval = true\n");
     let states = |skill: &str| -> Vec<String> {
         let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
         shown["transitions"]
