@@ -61,7 +61,8 @@ pub struct View<'a> {
     /// Each write scope, and the descriptor number it is mounted from.
     pub write: &'a [(PathBuf, usize)],
     pub hide: &'a [PathBuf],
-    /// Tripwires: each FIFO kavi made, and where it appears (see [`super::tripwire`]).
+    /// Tripwires: each decoy, or folder of decoys, kavi made, and where it appears (see
+    /// [`super::tripwire`]).
     pub decoys: &'a [(PathBuf, PathBuf)],
 }
 
@@ -169,10 +170,10 @@ pub fn arguments(
     }
     // Decoys go where nothing else is mounted, so after everything: bubblewrap makes the
     // folders they need in the view's own root.
-    for (fifo, shown) in view.decoys {
+    for (decoy, shown) in view.decoys {
         args.extend([
             "--ro-bind".into(),
-            fifo.display().to_string(),
+            decoy.display().to_string(),
             shown.display().to_string(),
         ]);
     }

@@ -10,6 +10,7 @@
 //! What it does not see: a process that only looks (`stat`, listing the folder, an `O_PATH`
 //! handle) and never opens the file; it reads nothing either way.
 
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -18,9 +19,14 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 /// The decoys of one launch: each file, made in a private folder, where it appears in the
 /// view, and the inotify instance that watches them.
 pub struct Tripwires {
-    /// Removed with the launch.
+    /// Removed with the launch. It mirrors the view: the decoy for `/root/.ssh/id_rsa` is
+    /// `root/.ssh/id_rsa` in it.
     folder: tempfile::TempDir,
+    /// Each decoy's file and where it appears in the view, in the order of `watches`.
     wires: Vec<(PathBuf, PathBuf)>,
+    /// What is mounted: a folder of the mirror where it holds every decoy the view shows under
+    /// it, a single decoy otherwise.
+    binds: Vec<(PathBuf, PathBuf)>,
     inotify: Inotify,
     watches: Vec<WatchDescriptor>,
     /// The first decoy seen opened: the event is read once, the finding kept.
@@ -36,6 +42,9 @@ impl Tripwires {
     /// Lays a decoy at each of `paths` that the view would not show otherwise: not inside any
     /// folder the view mounts (`mounted`), where the real file could be shown, nor where
     /// something is mounted on it. `None` when none is laid.
+    ///
+    /// Decoys that share a folder nothing else is mounted in are mounted as that folder (all of
+    /// `~/` is usually one mount): each mount costs the sandbox's start a little.
     pub fn lay(paths: &[PathBuf], mounted: &[&Path]) -> std::io::Result<Option<Self>> {
         let laid: Vec<&PathBuf> = paths
             .iter()
@@ -53,27 +62,41 @@ impl Tripwires {
             .prefix("kavi-tripwires-")
             .tempdir()?;
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        // The mirror's folders look like ones bubblewrap would make to mount on.
+        std::fs::set_permissions(folder.path(), PermissionsExt::from_mode(0o755))?;
         let mut wires = Vec::with_capacity(laid.len());
         let mut watches = Vec::with_capacity(laid.len());
-        for (n, path) in laid.into_iter().enumerate() {
-            let decoy = folder.path().join(n.to_string());
+        let mut binds: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for path in laid {
+            let decoy = mirrored(folder.path(), path);
+            if let Some(parent) = decoy.parent() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(parent)?;
+            }
             std::fs::write(&decoy, b"")?;
-            std::fs::set_permissions(&decoy, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
+            std::fs::set_permissions(&decoy, PermissionsExt::from_mode(0o444))?;
             watches.push(inotify.add_watch(&decoy, AddWatchFlags::IN_OPEN)?);
             wires.push((decoy, path.clone()));
+            let shown = mount_root(path, mounted);
+            if !binds.iter().any(|(_, bound)| bound == shown) {
+                binds.push((mirrored(folder.path(), shown), shown.to_owned()));
+            }
         }
         Ok(Some(Self {
             folder,
             wires,
+            binds,
             inotify,
             watches,
             sprung: Mutex::new(None),
         }))
     }
 
-    /// Each decoy's file and where it appears in the view.
+    /// What to mount read-only, and where in the view: every decoy is under one of them.
     pub fn mounts(&self) -> &[(PathBuf, PathBuf)] {
-        &self.wires
+        &self.binds
     }
 
     /// The first decoy a process has opened, as the view shows it, if any has been.
@@ -90,6 +113,28 @@ impl Tripwires {
         }
         sprung.clone()
     }
+}
+
+/// Where `shown` (an absolute path) is in the mirror `folder`.
+fn mirrored(folder: &Path, shown: &Path) -> PathBuf {
+    folder.join(shown.strip_prefix("/").unwrap_or(shown))
+}
+
+/// The shallowest folder above the decoy `path` (or the decoy itself) that nothing in `mounted`
+/// lies in or is: mounting the mirror there shows no decoy in place of a real file. The view's
+/// own mounts (`/proc`, `/dev`, `/tmp`, `/run`) count as mounted.
+fn mount_root<'p>(path: &'p Path, mounted: &[&Path]) -> &'p Path {
+    const VIEW: [&str; 4] = ["/proc", "/dev", "/tmp", "/run"];
+    let taken = |folder: &Path| {
+        mounted.iter().any(|m| m.starts_with(folder))
+            || VIEW.iter().any(|m| Path::new(m).starts_with(folder))
+    };
+    let mut ancestors: Vec<&Path> = path.ancestors().filter(|a| a.parent().is_some()).collect();
+    ancestors.reverse();
+    ancestors
+        .into_iter()
+        .find(|folder| !taken(folder))
+        .unwrap_or(path)
 }
 
 /// `~/...` entries resolved against `home` (dropped without one), others as written.
@@ -121,7 +166,7 @@ mod tests {
         .unwrap()
         .unwrap();
         let shown: Vec<_> = laid.mounts().iter().map(|(_, p)| p.clone()).collect();
-        assert_eq!(shown, [PathBuf::from("/root/.ssh/id_rsa")]);
+        assert_eq!(shown, [PathBuf::from("/root")]);
         assert!(
             Tripwires::lay(&wires[1..], &[Path::new("/")])
                 .unwrap()
@@ -130,11 +175,67 @@ mod tests {
     }
 
     #[test]
+    fn decoys_share_a_mount_where_nothing_else_is_mounted() {
+        let wires = [
+            PathBuf::from("/root/.ssh/id_rsa"),
+            PathBuf::from("/root/.aws/credentials"),
+            PathBuf::from("/root/work/.netrc"),
+            PathBuf::from("/etc/shadow"),
+            PathBuf::from("/etc/ssh/ssh_host_rsa_key"),
+            PathBuf::from("/etc/ssh/ssh_host_ed25519_key"),
+            PathBuf::from("/tmp/.pgpass"),
+        ];
+        // The workspace is under ~/, and /etc shows a few files of the host's.
+        let mounted = [Path::new("/root/work/space"), Path::new("/etc/passwd")];
+        let laid = Tripwires::lay(&wires, &mounted).unwrap().unwrap();
+        let shown: Vec<_> = laid.mounts().iter().map(|(_, p)| p.clone()).collect();
+        assert_eq!(
+            shown,
+            [
+                "/root/.ssh",
+                "/root/.aws",
+                "/root/work/.netrc",
+                "/etc/shadow",
+                "/etc/ssh",
+                "/tmp/.pgpass"
+            ]
+            .map(PathBuf::from)
+        );
+        // Each mount's source holds exactly the decoys shown under it, and nothing else.
+        for (source, shown) in laid.mounts() {
+            let under: Vec<_> = wires.iter().filter(|w| w.starts_with(shown)).collect();
+            for wire in &under {
+                let rest = wire.strip_prefix(shown).unwrap();
+                let decoy = if rest.as_os_str().is_empty() {
+                    source.clone()
+                } else {
+                    source.join(rest)
+                };
+                assert_eq!(std::fs::read(&decoy).unwrap(), b"", "{}", decoy.display());
+            }
+            if source.is_dir() {
+                let files = walkdir::WalkDir::new(source)
+                    .into_iter()
+                    .filter(|e| e.as_ref().unwrap().file_type().is_file())
+                    .count();
+                assert_eq!(files, under.len(), "{}", shown.display());
+            }
+        }
+        // Reading the mounted folder's file springs the wire of the path it is shown as.
+        let (source, _) = &laid.mounts()[0];
+        std::fs::read(source.join("id_rsa")).unwrap();
+        assert_eq!(
+            laid.sprung().as_deref(),
+            Some(Path::new("/root/.ssh/id_rsa"))
+        );
+    }
+
+    #[test]
     fn an_open_springs_the_wire_and_stays_seen() {
         let laid = Tripwires::lay(&[PathBuf::from("/nowhere/id_rsa")], &[])
             .unwrap()
             .unwrap();
-        let decoy = laid.mounts()[0].0.clone();
+        let decoy = laid.folder().join("nowhere/id_rsa");
         // Looking is not opening.
         std::fs::metadata(&decoy).unwrap();
         assert_eq!(laid.sprung(), None);
