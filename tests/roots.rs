@@ -338,6 +338,35 @@ fn a_checkpoint_by_another_key_is_refused_unless_the_pinned_key_rotated_to_it() 
     assert!(said.contains("is not signed by the pinned key"), "{said}");
 }
 
+/// A ledger on read-only media is read by every command that only reads it, and a command that
+/// records says the ledger is read-only, before it writes anything.
+#[test]
+fn a_read_only_ledger_is_read_and_never_written() {
+    let dir = workspace();
+    let root = dir.path();
+    let state = root.join(".kavi");
+    let before = std::fs::read(state.join("ledger.db")).unwrap();
+    for (args, shows) in [
+        (&["runs", "list"][..], "two"),
+        (&["runs", "show", "1"][..], "bad"),
+        (&["ledger", "verify"][..], "ok:"),
+    ] {
+        let Some(out) = common::kavi_with_read_only(&state, root, args) else {
+            return;
+        };
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(shows), "{args:?}: {}", text(&out));
+    }
+    let out = common::kavi_with_read_only(&state, root, &["pipeline", "run", "two"]).unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("is read-only") && text(&out).contains("read-only file system"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(std::fs::read(state.join("ledger.db")).unwrap(), before);
+}
+
 /// `ledger verify` opens the ledger read-only: a run left by a kavi that was killed (which any
 /// other command would recover, writing) is read as it is, and no byte of the file changes, nor
 /// is a write-ahead log made.

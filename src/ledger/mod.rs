@@ -70,6 +70,12 @@ pub enum LedgerError {
         found: usize,
         known: usize,
     },
+    #[error(
+        "the ledger at {} is read-only ({reason}): commands that only read it work, this one \
+         records",
+        path.display()
+    )]
+    ReadOnly { path: PathBuf, reason: String },
     #[error("ledger query failed: {0}")]
     Db(#[from] db::DbError),
     #[error("ledger file operation failed: {0}")]
@@ -537,6 +543,9 @@ impl Ledger {
                 Self::opened(conn, path)
             }
             None if !path.exists() => Err(LedgerError::Missing(path.to_owned())),
+            // A ledger on read-only media, or another account's, is still read: nothing is
+            // migrated or recovered, and whatever writes says so at its first write.
+            None if read_only_reason(path).is_some() => Self::open_read_only(path),
             None => Self::open(path),
         }
     }
@@ -555,6 +564,12 @@ impl Ledger {
         let conn = match postgres_url(path) {
             Some(url) => connect_postgres(url)?,
             None => {
+                if let Some(reason) = read_only_reason(path).filter(|_| path.exists()) {
+                    return Err(LedgerError::ReadOnly {
+                        path: path.to_owned(),
+                        reason,
+                    });
+                }
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     std::fs::create_dir_all(parent)?;
                 }
@@ -599,7 +614,8 @@ impl Ledger {
 
     /// Opens the existing ledger at `path` only to read it: no migration, no recovery, no
     /// identity made, no file written. For `kavi ledger verify`, which must change nothing it
-    /// checks; a ledger of an older schema is refused with what to do.
+    /// checks, and for every command that reads a ledger this account cannot write; a ledger of
+    /// an older schema is refused with what to do.
     pub fn open_read_only(path: &Path) -> Result<Self> {
         let conn = match postgres_url(path) {
             Some(url) => {
@@ -1429,7 +1445,26 @@ fn connect(path: &Path) -> Result<Db> {
     Ok(Db::from_sqlite(conn))
 }
 
-/// A read-only connection to the ledger file at `path`, for `kavi ledger verify`: nothing is
+/// Why this account cannot write the ledger file at `path` (it, or the folder its journal and
+/// locks are made in, is read-only to it), if it cannot.
+fn read_only_reason(path: &Path) -> Option<String> {
+    use nix::unistd::{AccessFlags, access};
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    [path, folder].into_iter().find_map(|p| {
+        let denied = match access(p, AccessFlags::W_OK) {
+            Ok(()) => return None,
+            Err(nix::errno::Errno::ENOENT) => return None,
+            Err(nix::errno::Errno::EROFS) => "on a read-only file system".to_owned(),
+            Err(e) => format!("not writable by this account: {}", e.desc()),
+        };
+        Some(format!("{} is {denied}", p.display()))
+    })
+}
+
+/// A read-only connection to the ledger file at `path` (see [`Ledger::open_read_only`]): nothing is
 /// written, not even the write-ahead log's index. A ledger whose last writer closed cleanly has
 /// no `-wal`, and is read as the immutable file it then is; one with a `-wal` is read through it.
 fn connect_read_only(path: &Path) -> Result<Db> {

@@ -60,6 +60,32 @@ pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `kavi` run where `read_only` (a folder) is mounted read-only, as on read-only media: in a
+/// mount namespace of its own, so nothing else sees it. `None`, saying why, where this process
+/// cannot make one (under CI, a failure).
+pub fn kavi_with_read_only(read_only: &Path, dir: &Path, args: &[&str]) -> Option<Output> {
+    let works = Command::new("unshare")
+        .args(["-m", "true"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !works {
+        let missing = "mounting a folder read-only needs a mount namespace (unshare -m, as root)";
+        assert!(std::env::var_os("CI").is_none(), "CI must: {missing}");
+        eprintln!("skipping: {missing}");
+        return None;
+    }
+    let mut unshare = Command::new("unshare");
+    unshare.args([
+        "-m",
+        "sh",
+        "-c",
+        r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@""#,
+        "sh",
+    ]);
+    unshare.arg(read_only).arg(env!("CARGO_BIN_EXE_kavi"));
+    Some(with_test_env(unshare, dir, args).output().unwrap())
+}
+
 /// Lets every account read and write the workspace (its ledger included), as a team's shared
 /// workspace would, and the tests' keys folder, which accounts sharing a ledger share (kavi
 /// MACs every journal entry it writes with the key there).
