@@ -37,6 +37,8 @@ pub struct Config {
     pub executions_log: PathBuf,
     /// How long one run of a skill may take, such as `60s`.
     pub skill_timeout: String,
+    /// The largest spec file (pipeline, chain, policy, proposal, kavi.toml) kavi reads, in KiB.
+    pub max_spec_kib: u64,
     /// Where kavi provisions the toolchains gates run (`policies/toolchains.toml`), one folder
     /// per declaration. Empty: `$XDG_CACHE_HOME/kavi/toolchains` (or `~/.cache/kavi/toolchains`).
     pub toolchains: PathBuf,
@@ -113,6 +115,7 @@ impl Default for Config {
             gateway: GatewayConfig::default(),
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
             skill_timeout: "60s".to_owned(),
+            max_spec_kib: crate::diagnostic::DEFAULT_MAX_SPEC_KIB,
             toolchains: PathBuf::new(),
             toolchain: std::collections::BTreeMap::new(),
         }
@@ -257,10 +260,11 @@ impl Workspace {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         let file_text = match &config_file {
             Some(file) => {
-                let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-                    path: file.clone(),
-                    source,
-                })?;
+                let text =
+                    crate::diagnostic::read_spec(file).map_err(|source| ConfigError::Read {
+                        path: file.clone(),
+                        source,
+                    })?;
                 let source = SourceFile::new(file, text.clone());
                 // The keys are the root of trust a workspace's own files must not redirect.
                 if let Some(span) = value_span(&text, &["signing_key"]) {
@@ -293,6 +297,7 @@ impl Workspace {
                 "builder",
                 "executions_log",
                 "skill_timeout",
+                "max_spec_kib",
                 "toolchains",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
@@ -337,6 +342,13 @@ impl Workspace {
         if let Err(message) = config.skill_timeout() {
             return Err(ConfigError::invalid(located(&["skill_timeout"], message)));
         }
+        if config.max_spec_kib == 0 {
+            return Err(ConfigError::invalid(located(
+                &["max_spec_kib"],
+                "`max_spec_kib` must be at least 1".into(),
+            )));
+        }
+        crate::diagnostic::set_max_spec_kib(config.max_spec_kib);
         // A server's URL is no path in the workspace.
         if crate::ledger::postgres_url(&config.ledger).is_none() {
             config.ledger = root.join(&config.ledger);

@@ -5,9 +5,46 @@
 //! and carets under the offending text.
 
 use std::fmt;
+use std::io::Read as _;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+
+/// The largest spec file (pipeline, chain, policy, `kavi.toml`) kavi reads, in KiB, unless
+/// `max_spec_kib` in kavi.toml says otherwise.
+pub const DEFAULT_MAX_SPEC_KIB: u64 = 4096;
+
+static MAX_SPEC_KIB: AtomicU64 = AtomicU64::new(DEFAULT_MAX_SPEC_KIB);
+
+/// Sets the largest spec file [`read_spec`] reads, from the workspace's configuration.
+pub fn set_max_spec_kib(kib: u64) {
+    MAX_SPEC_KIB.store(kib, Ordering::Relaxed);
+}
+
+/// Reads a spec file's text, refusing one over the size limit: parsing holds several times a
+/// file's size in memory, so a file of tens of MiB (generated, or hostile) would take gigabytes.
+/// Reads at most one byte past the limit, so a file that grows while read is refused too.
+pub fn read_spec(path: &Path) -> std::io::Result<String> {
+    let kib = MAX_SPEC_KIB.load(Ordering::Relaxed);
+    let limit = kib.saturating_mul(1024);
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        let size = std::fs::metadata(path).map_or(text.len() as u64, |m| m.len());
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!(
+                "it is {} KiB, over the {kib} KiB a spec file may be (`max_spec_kib` in \
+                 kavi.toml)",
+                size.div_ceil(1024)
+            ),
+        ));
+    }
+    Ok(text)
+}
 
 /// The text of one spec file, shared by every diagnostic that points into it.
 #[derive(Debug)]
@@ -182,6 +219,23 @@ impl fmt::Display for Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_file_over_the_limit_is_refused_before_it_is_parsed() {
+        let dir = tempfile::tempdir().unwrap();
+        let limit = (DEFAULT_MAX_SPEC_KIB * 1024) as usize;
+        let at = dir.path().join("at.toml");
+        std::fs::write(&at, "#".repeat(limit)).unwrap();
+        assert_eq!(read_spec(&at).unwrap().len(), limit);
+        let over = dir.path().join("over.toml");
+        std::fs::write(&over, "#".repeat(limit + 1)).unwrap();
+        let refused = read_spec(&over).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(
+            refused.to_string().contains("4097 KiB, over the 4096 KiB"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn an_unknown_field_or_variant_close_to_an_expected_one_is_suggested() {

@@ -142,6 +142,37 @@ needs = ["b", "c"]
 template = "report.j2"
 "#;
 
+/// A pipeline file over `max_spec_kib` is refused by name before it is parsed; under it, the
+/// same file runs.
+#[test]
+fn a_pipeline_file_over_the_size_limit_is_refused_by_name() {
+    let dir = workspace();
+    let padding = "#".repeat(2048);
+    write(
+        dir.path(),
+        "pipelines/big.toml",
+        &format!(
+            "{padding}\n[pipeline]\nname = \"big\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n"
+        ),
+    );
+    write(dir.path(), "kavi.toml", "max_spec_kib = 1\n");
+    let out = kavi(dir.path(), &["pipeline", "run", "big"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("pipelines/big.toml: it is 3 KiB, over the 1 KiB a spec file may be"),
+        "{stderr}"
+    );
+    write(dir.path(), "kavi.toml", "max_spec_kib = 4\n");
+    let out = kavi(dir.path(), &["pipeline", "run", "big"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_diamond_runs_and_the_ledger_shows_every_node_run_and_the_spec() {
     let dir = workspace();

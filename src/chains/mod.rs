@@ -143,7 +143,7 @@ pub fn load(
     display_path: &Path,
     templates: &TemplateEngine,
 ) -> Result<Chain, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+    let text = crate::diagnostic::read_spec(path).map_err(|source| SpecError::Read {
         path: display_path.to_owned(),
         source,
     })?;

@@ -335,7 +335,7 @@ fn workspace_proposals(workspace: &Workspace) -> Vec<Result<(), Diagnostic>> {
         .iter()
         .map(|path| {
             let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
-            let text = std::fs::read_to_string(path)
+            let text = crate::diagnostic::read_spec(path)
                 .map_err(|e| Diagnostic::new(format!("cannot read {}: {e}", shown.display())))?;
             let source = crate::diagnostic::SourceFile::new(shown, text);
             crate::skills::Proposal::parse(&source)?.check_writes(&source, &workspace.root)

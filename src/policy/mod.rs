@@ -39,7 +39,7 @@ pub fn python_lines(text: &str) -> impl Iterator<Item = &str> {
 
 /// Reads a policy file, named relative to the workspace root.
 pub fn read(root: &Path, relative: &str) -> Result<Arc<SourceFile>, String> {
-    let text = std::fs::read_to_string(root.join(relative))
+    let text = crate::diagnostic::read_spec(&root.join(relative))
         .map_err(|e| format!("failed to read policy {relative}: {e}"))?;
     Ok(SourceFile::new(relative, text))
 }

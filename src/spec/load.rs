@@ -334,7 +334,7 @@ pub fn load_pipeline(
         path: display_path.to_owned(),
         source,
     };
-    let text = std::fs::read_to_string(path).map_err(read_error)?;
+    let text = crate::diagnostic::read_spec(path).map_err(read_error)?;
     let mut including = context.including.to_vec();
     including.push(path.canonicalize().map_err(read_error)?);
     let context = LoadContext {
