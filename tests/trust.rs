@@ -256,8 +256,10 @@ fn an_edited_proposal_is_drift_and_the_skill_no_longer_runs() {
     common::assert_ledger_verifies(root);
 }
 
-/// A proposal's command may run only what trust vouches for: files in the skill's folder, and
-/// programs found on PATH. Anything else is refused at propose time, pointing at `command`.
+/// A proposal's command may run only what trust vouches for: a file of the skill's folder, run
+/// itself or by a Python interpreter with no option that loads code. Anything else (another
+/// program, whose arguments could load anything) is refused at propose time, pointing at
+/// `command`.
 #[test]
 fn a_command_that_names_a_file_outside_the_skill_folder_is_refused_at_propose() {
     let dir = tempfile::tempdir().unwrap();
@@ -282,12 +284,20 @@ fn a_command_that_names_a_file_outside_the_skill_folder_is_refused_at_propose() 
         r#"["python3", "/tmp/impl.py"]"#,
         r#"["helpers/impl.py"]"#,
         r#"["/usr/bin/env", "python3", "helpers/impl.py"]"#,
+        // Each ran bytes no hash covered, and reached TRUSTED, before.
+        r#"["python3", "-X", "pycache_prefix=pyc", "skills/demo/skill.py"]"#,
+        r#"["env", "LD_PRELOAD=libfast.so", "python3", "skills/demo/skill.py"]"#,
+        r#"["python3", "-c", "exec(open('impl.py').read())"]"#,
+        r#"["python3", "-W", "ignore::impl.Warning", "skills/demo/skill.py"]"#,
+        r#"["python3", "-m", "impl"]"#,
+        r#"["sh", "-c", "python3 impl.py"]"#,
+        r#"["bash", "skills/demo/run.sh"]"#,
     ] {
         let out = propose(command);
         assert_eq!(out.status.code(), Some(3), "{command} was accepted");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("which trust cannot vouch for") && stderr.contains("demo.toml:4:"),
+            stderr.contains("trust cannot vouch for") && stderr.contains("demo.toml:4:"),
             "{command}: {stderr}"
         );
     }

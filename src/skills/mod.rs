@@ -203,6 +203,18 @@ impl Proposal {
         root: &std::path::Path,
         folder: &str,
     ) -> Result<(), Diagnostic> {
+        if let Some(reason) = untrusted_program(self.command.get_ref(), folder) {
+            return Err(Diagnostic::new(format!(
+                "`command` may run bytes trust cannot vouch for: {reason}"
+            ))
+            .at(source, self.command.span())
+            .with_help(format!(
+                "a skill's command runs a file of its folder (`{folder}`), itself or as the \
+                 script of a Python interpreter named bare (`python3`; kavi adds -I -B, and only \
+                 options such as -u or -O that load no code may come before the script); \
+                 arguments after the script are the script's own"
+            )));
+        }
         for (i, arg) in self.command.get_ref().iter().enumerate() {
             let Some(value) = path_value(i, arg) else {
                 continue;
@@ -350,6 +362,51 @@ pub fn write_scope_refusal(root: Option<&std::path::Path>, path: &str) -> Option
 
 /// The part of the command's `i`th argument that may name a file: the program, a plain
 /// argument, or the value of a `--flag=value`; none for a bare flag.
+/// Whether `name` (a program's file name) is a Python interpreter: `python`, `python3`,
+/// `python3.X`.
+pub fn is_python(name: &str) -> bool {
+    name.strip_prefix("python")
+        .is_some_and(|version| version.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// Why `command` could run bytes other than the skill's own, if it could. Only two shapes run
+/// nothing else: a file of the skill's `folder` run itself, and a Python interpreter running
+/// one. Any other program's arguments are its to interpret (`env LD_PRELOAD=...`, `sh -c`,
+/// `python3 -c`, `-X pycache_prefix=...`), and could load code from anywhere the run can read.
+pub fn untrusted_program(command: &[String], folder: &str) -> Option<String> {
+    let program = command.first()?;
+    let in_folder = |arg: &str| std::path::Path::new(arg).starts_with(folder);
+    if in_folder(program) {
+        return None;
+    }
+    if !is_python(program) {
+        return Some(format!(
+            "`{program}` is not a file of the skill's folder nor a Python interpreter running \
+             one, and its arguments could make it load code from anywhere"
+        ));
+    }
+    // Options that change how the script runs, never what code it loads (`-W` imports the
+    // warning category it names, `-X`, `-c` and `-m` load code of their own).
+    const HARMLESS: [&str; 10] = ["-u", "-O", "-OO", "-q", "-b", "-bb", "-E", "-s", "-S", "-P"];
+    let mut rest = command[1..].iter();
+    loop {
+        match rest.next() {
+            None => return None,
+            Some(option) if HARMLESS.contains(&option.as_str()) => {}
+            Some(script) if in_folder(script) => return None,
+            Some(option) if option.starts_with('-') => {
+                return Some(format!(
+                    "`{option}` is an interpreter option that could load code from outside the \
+                     skill's folder"
+                ));
+            }
+            Some(other) => {
+                return Some(format!("`{other}` is not a script in the skill's folder"));
+            }
+        }
+    }
+}
+
 fn path_value(i: usize, arg: &str) -> Option<&str> {
     match (i, arg.split_once('=')) {
         (0, _) => Some(arg),
@@ -914,6 +971,55 @@ pub fn build_refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_runs_only_a_file_of_the_skill_folder() {
+        let refused = |argv: &[&str]| {
+            let argv: Vec<String> = argv.iter().map(|a| (*a).to_owned()).collect();
+            untrusted_program(&argv, "skills/demo")
+        };
+        for fine in [
+            &["python3", "skills/demo/skill.py"][..],
+            &[
+                "python3.11",
+                "-u",
+                "-O",
+                "skills/demo/skill.py",
+                "-X",
+                "whatever",
+            ],
+            &["skills/demo/run"],
+            &["python3"],
+        ] {
+            assert_eq!(refused(fine), None, "{fine:?}");
+        }
+        for (bad, says) in [
+            (
+                &[
+                    "python3",
+                    "-X",
+                    "pycache_prefix=pyc",
+                    "skills/demo/skill.py",
+                ][..],
+                "`-X`",
+            ),
+            (&["python3", "-c", "print(1)"], "`-c`"),
+            (&["python3", "-uX", "skills/demo/skill.py"], "`-uX`"),
+            (
+                &["python3", "helpers/x.py"],
+                "`helpers/x.py` is not a script",
+            ),
+            (
+                &["env", "LD_PRELOAD=x.so", "python3", "skills/demo/skill.py"],
+                "`env`",
+            ),
+            (&["sh", "skills/demo/run.sh"], "`sh`"),
+            (&["python3-config"], "`python3-config`"),
+        ] {
+            let reason = refused(bad).unwrap_or_else(|| panic!("{bad:?} was allowed"));
+            assert!(reason.contains(says), "{bad:?}: {reason}");
+        }
+    }
 
     #[test]
     fn names_that_could_be_paths_are_refused() {
