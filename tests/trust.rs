@@ -623,6 +623,38 @@ fn run_demo(root: &std::path::Path, input: &str, yes: bool) -> serde_json::Value
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// What a failing skill printed on stderr is quoted in kavi's error line, and shown there, never
+/// obeyed: a terminal escape (here a window title and a clipboard write) and a carriage return
+/// reach stderr in caret notation.
+#[test]
+fn a_failing_skills_stderr_is_shown_never_sent_to_the_terminal() {
+    let skill = SKILL.replace(
+        "    print(json.dumps(run(json.load(sys.stdin))))\n",
+        "    data = json.load(sys.stdin)\n    sys.stderr.write(str(data['shout']))\n    sys.exit(1)\n",
+    );
+    assert_ne!(skill, SKILL);
+    let dir = workspace_with(PROPOSAL, &skill, TEST);
+    let root = dir.path();
+    verify_and_promote(root);
+    let out = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "demo",
+            "--input",
+            r#"{"shout": "\u001b]0;PWNED\u0007\u001b]52;c;ZWNobw==\u0007\rFAKE: ok"}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("^[]0;PWNED^G^[]52;c;ZWNobw==^G^MFAKE: ok"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(['\u{1b}', '\r', '\u{7}']), "{stderr:?}");
+}
+
 /// The execution failed because its confinement denied something: a read-only path, a path
 /// not in its view, or a call its seccomp filter refuses or kills.
 fn assert_denied(record: &serde_json::Value) {

@@ -37,7 +37,7 @@ pub fn tail(workspace: &Workspace, filter: &TailFilter<'_>, json: bool) -> Resul
     })?;
     if contents.skipped > 0 {
         let shown = path.strip_prefix(&workspace.root).unwrap_or(path);
-        eprintln!(
+        errln!(
             "skipped {} malformed line{} in {}",
             contents.skipped,
             if contents.skipped == 1 { "" } else { "s" },

@@ -12,6 +12,13 @@ macro_rules! outln {
     };
 }
 
+/// `eprintln!`, made terminal-safe (see [`write_err`]).
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_err(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 /// `print!` to stdout, with the same handling of a closed pipe as [`outln!`].
 macro_rules! out {
     ($($arg:tt)*) => {
@@ -39,6 +46,16 @@ pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
     {
         STDOUT_CLOSED.store(true, Ordering::Relaxed);
     }
+}
+
+/// Writes to stderr, terminal-safe as [`write_out`] is: an error often quotes what a skill, a
+/// builder or a gate printed.
+pub(crate) fn write_err(args: std::fmt::Arguments<'_>) {
+    let text = args.to_string();
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        &output::terminal_safe(text.as_bytes()),
+    );
 }
 
 /// Prints `value` as pretty JSON and a newline on stdout, written as it is serialized (a run of
@@ -137,7 +154,7 @@ fn cancel_on_signals(what: &'static str) -> tokio_util::sync::CancellationToken 
     tokio::spawn(async move {
         let first = streams.next().await;
         STOPPED_BY.store(first, std::sync::atomic::Ordering::SeqCst);
-        eprintln!(
+        errln!(
             "cancelling: stopping {what} (send the signal again, or press Ctrl-C, to quit at once)"
         );
         on_signal.cancel();
@@ -894,18 +911,14 @@ pub fn main() -> i32 {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
+            errln!("error: failed to start the async runtime: {e}");
             return exit::ENVIRONMENT;
         }
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(err) => {
-            let text = format!("error: {err}\n");
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                &output::terminal_safe(text.as_bytes()),
-            );
+            errln!("error: {err}");
             err.exit_code()
         }
     }

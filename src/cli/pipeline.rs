@@ -34,7 +34,7 @@ fn jobs_within_open_files(jobs: usize) -> Result<usize, Error> {
     let limit = crate::process::open_file_limit();
     let allowed = crate::process::jobs_within_open_files(limit, jobs).map_err(Error::Unusable)?;
     if allowed < jobs {
-        eprintln!(
+        errln!(
             "warning: the open-file limit ({limit}) leaves room for {allowed} nodes at once; \
              running {allowed}, not {jobs} (raise it with `ulimit -n`)"
         );
@@ -301,7 +301,7 @@ pub fn export(
         })?,
     }
     for note in &export.notes {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     Ok(exit::SUCCESS)
 }

@@ -40,7 +40,7 @@ impl Screen {
     fn print(&self, text: &str, stream: Stream) {
         let write = || match stream {
             Stream::Stdout => outln!("{text}"),
-            Stream::Stderr => eprintln!("{text}"),
+            Stream::Stderr => errln!("{text}"),
         };
         match &self.live {
             Some(live) => live.suspend(write),

@@ -53,8 +53,8 @@ pub fn list(
         let more = all.saturating_sub(runs.len() as u64);
         match more {
             0 => {}
-            1 => eprintln!("1 more run matches; show it with --limit {all}"),
-            _ => eprintln!("{more} more runs match; show them all with --limit {all}"),
+            1 => errln!("1 more run matches; show it with --limit {all}"),
+            _ => errln!("{more} more runs match; show them all with --limit {all}"),
         }
     }
     Ok(exit::SUCCESS)

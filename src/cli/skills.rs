@@ -520,7 +520,7 @@ pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i3
     } else if cancel.is_cancelled() {
         super::cancelled_exit_code()
     } else {
-        eprintln!(
+        errln!(
             "error: `{}` failed: {}",
             record.skill,
             record.error.as_deref().unwrap_or("unknown")

@@ -39,7 +39,7 @@ pub async fn lock(workspace: &Workspace) -> Result<i32, Error> {
     let cancel = super::cancel_on_signals("locking");
     let mut entries = std::collections::BTreeMap::new();
     for toolchain in &set.toolchains {
-        eprintln!(
+        errln!(
             "resolving toolchain `{}` ({}) ...",
             toolchain.name,
             toolchain.describe_pins()
@@ -85,7 +85,7 @@ pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> R
     let mut ready = Vec::new();
     for toolchain in chosen(&set, name)? {
         let provisioned = provision::ensure(toolchain, &home, &options, &cancel, &|line| {
-            eprintln!("{line}")
+            errln!("{line}")
         })
         .await?;
         if !json {
