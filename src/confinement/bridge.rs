@@ -83,8 +83,18 @@ fn run(args: Vec<OsString>) -> Result<i32, String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
-    let mut child = std::process::Command::new(&program)
-        .args(args)
+    // The bridge needs unix sockets to reach the proxy; the program gets none.
+    let refused = super::seccomp::unix_sockets_refused()?;
+    let mut command = std::process::Command::new(&program);
+    command.args(args);
+    // SAFETY: between fork and exec only the seccomp system call runs, on a program made
+    // before the fork; bubblewrap already set no_new_privs.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            seccompiler::apply_filter(&refused).map_err(std::io::Error::other)
+        });
+    }
+    let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", Path::new(&program).display()))?;
     std::thread::spawn(move || {

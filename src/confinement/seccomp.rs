@@ -12,7 +12,10 @@
 //!   IPv4 and IPv6 socket.
 //! - **deny** (EPERM): calls an ordinary program may probe and cope without: the kernel keyring,
 //!   performance counters, new namespaces, io_uring (which makes sockets without `socket`), and
-//!   every socket family but unix, IPv4 and IPv6.
+//!   every socket family but unix, IPv4 and IPv6. Unix sockets too, but for socket pairs: the
+//!   view is read-only, yet `connect` to a host socket file it shows (an agent's, a database's)
+//!   needs no write. A profile with the network keeps them for the bridge to kavi's proxy, and
+//!   the bridge refuses them to the program it runs (see [`unix_sockets_refused`]).
 //!
 //! On x86-64 a third, written by hand, kills any call made through the x32 ABI: its numbers are
 //! the native ones with bit 30 set, which a filter keyed on the native numbers would let by.
@@ -140,9 +143,10 @@ fn kill_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
     Ok(rules)
 }
 
-/// The calls refused with EPERM: what an ordinary program may probe and do without, and every
-/// socket family but local (unix) ones and IPv4 and IPv6 (which [`kill_rules`] decides).
-fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+/// The calls refused with EPERM: what an ordinary program may probe and do without, every
+/// socket family but unix ones and IPv4 and IPv6 (which [`kill_rules`] decides), and, without
+/// the network, unix sockets but for socket pairs.
+fn deny_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     let always = [
         libc::SYS_keyctl,
         libc::SYS_add_key,
@@ -171,14 +175,15 @@ fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
         libc::AF_INET6 as u64,
     );
     // Netlink, packet, vsock, bluetooth, ...: any family but the three.
-    rules.insert(
-        libc::SYS_socket,
-        vec![rule(vec![
-            arg(0, SeccompCmpOp::Ne, unix)?,
-            arg(0, SeccompCmpOp::Ne, inet)?,
-            arg(0, SeccompCmpOp::Ne, inet6)?,
-        ])?],
-    );
+    let mut socket = vec![rule(vec![
+        arg(0, SeccompCmpOp::Ne, unix)?,
+        arg(0, SeccompCmpOp::Ne, inet)?,
+        arg(0, SeccompCmpOp::Ne, inet6)?,
+    ])?];
+    if !network {
+        socket.push(rule(vec![arg(0, SeccompCmpOp::Eq, unix)?])?);
+    }
+    rules.insert(libc::SYS_socket, socket);
     // A socket pair is local whatever its family says; only unix ones exist.
     rules.insert(
         libc::SYS_socketpair,
@@ -209,11 +214,32 @@ pub fn filters(network: bool) -> Result<Vec<Vec<u8>>, String> {
     #[allow(unused_mut)]
     let mut programs = vec![
         compile(kill_rules(network)?, SeccompAction::KillProcess)?,
-        compile(deny_rules()?, SeccompAction::Errno(libc::EPERM as u32))?,
+        compile(
+            deny_rules(network)?,
+            SeccompAction::Errno(libc::EPERM as u32),
+        )?,
     ];
     #[cfg(target_arch = "x86_64")]
     programs.push(no_x32());
     Ok(programs)
+}
+
+/// The program the network bridge puts its child under: unix sockets refused (EPERM), socket
+/// pairs aside, as a profile without the network has them (see the module's notes).
+pub fn unix_sockets_refused() -> Result<BpfProgram, String> {
+    let rules = BTreeMap::from([(
+        libc::SYS_socket,
+        vec![rule(vec![arg(0, SeccompCmpOp::Eq, libc::AF_UNIX as u64)?])?],
+    )]);
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(|e| e.to_string())?
+    .try_into()
+    .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
 #[cfg(test)]

@@ -176,22 +176,26 @@ def netlink():
     return allowed("opened a netlink socket")
 
 
-def unix_path():
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def unix_connect(address, what):
     try:
-        s.connect(ENV["KAVI_DRILL_UNIX"])
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(address)
     except OSError as e:
         return refused(e.errno)
-    return allowed("connected to the drill's unix socket")
+    return allowed("connected to " + what)
+
+
+def unix_path():
+    return unix_connect(ENV["KAVI_DRILL_UNIX"], "the drill's unix socket")
 
 
 def unix_abstract():
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect("\0" + ENV["KAVI_DRILL_ABSTRACT"])
-    except OSError as e:
-        return refused(e.errno)
-    return allowed("connected to the drill's abstract socket")
+    return unix_connect("\0" + ENV["KAVI_DRILL_ABSTRACT"], "the drill's abstract socket")
+
+
+def unix_workspace():
+    # The view shows the workspace read-only, but connect() to a socket file needs no write.
+    return unix_connect(ENV["KAVI_DRILL_UNIX_WORKSPACE"], "a unix socket in the workspace")
 
 
 def tiocsti():

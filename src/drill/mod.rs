@@ -187,6 +187,22 @@ const CASES: &[Case] = &[
         Role::Builder,
         "connect to an abstract unix socket of the host",
     ),
+    checked(
+        "unix_workspace",
+        Role::Skill,
+        "connect to a host's unix socket in the workspace (an agent's, a database's)",
+        Outside::Reached,
+    ),
+    checked(
+        "unix_workspace",
+        Role::Gate,
+        "connect to a host's unix socket in the workspace (an agent's, a database's)",
+        Outside::Reached,
+    ),
+    networked(
+        "unix_workspace",
+        "as a NETWORK skill, connect to a host's unix socket in the workspace",
+    ),
     case(
         "tiocsti",
         Role::Skill,
@@ -303,6 +319,9 @@ struct Targets {
     udp: UdpSocket,
     tcp: TcpListener,
     unix: UnixListener,
+    /// In the workspace, which every role's view shows; a short name, as a socket's path is
+    /// at most 107 bytes.
+    unix_in_workspace: (UnixListener, PathBuf),
     _abstract: UnixListener,
     abstract_name: String,
     token: String,
@@ -347,6 +366,12 @@ impl Targets {
         tcp.set_nonblocking(true)?;
         let unix = UnixListener::bind(dir.path().join("drill.sock"))?;
         unix.set_nonblocking(true)?;
+        let unix_in_workspace = {
+            let path = workspace.join(format!(".{}.sock", &token[token.len() - 8..]));
+            let listener = UnixListener::bind(&path)?;
+            listener.set_nonblocking(true)?;
+            (listener, path)
+        };
         let abstract_name = token.clone();
         let address = {
             use std::os::linux::net::SocketAddrExt;
@@ -361,6 +386,7 @@ impl Targets {
             udp,
             tcp,
             unix,
+            unix_in_workspace,
             _abstract: abstract_listener,
             abstract_name,
             token,
@@ -377,6 +403,7 @@ impl Targets {
         self.udp.recv(&mut buffer).is_ok()
             || self.tcp.accept().is_ok()
             || self.unix.accept().is_ok()
+            || self.unix_in_workspace.0.accept().is_ok()
     }
 
     /// Whether a process carrying the token is alive on this machine.
@@ -399,6 +426,7 @@ impl Drop for Targets {
             let _ = std::fs::remove_file(canary);
         }
         let _ = std::fs::remove_dir_all(&self.secret_dir);
+        let _ = std::fs::remove_file(&self.unix_in_workspace.1);
     }
 }
 
@@ -565,6 +593,10 @@ async fn attack(
             (
                 "KAVI_DRILL_UNIX",
                 targets.path("drill.sock").display().to_string(),
+            ),
+            (
+                "KAVI_DRILL_UNIX_WORKSPACE",
+                targets.unix_in_workspace.1.display().to_string(),
             ),
             ("KAVI_DRILL_ABSTRACT", targets.abstract_name.clone()),
             ("KAVI_DRILL_TOKEN", targets.token.clone()),
