@@ -340,6 +340,10 @@ const SECRET_FILES: &[&str] = &[
     ".config/gh/hosts.yml",
     "service-account.json",
     ".s3cfg",
+    // A vendored repository's config (its remote's URL may hold a token), and another
+    // workspace's state.
+    "vendor/lib/.git/config",
+    "nested/.kavi/artifacts/registry.json",
 ];
 
 impl Targets {
