@@ -105,8 +105,9 @@ pub(super) async fn policy(
     Ok(findings)
 }
 
-/// The secret scan of `files`: kavi's own rules, then `detect-secrets` when the gate names a
-/// toolchain with it. The findings name where and what kind of secret, never its value; any
+/// The secret scan of `files`: kavi's own rules over the text, then, when the gate names a
+/// toolchain with `detect-secrets`, the same rules over the strings the files build from pieces
+/// (folded by the analyser, run with that toolchain's interpreter), and `detect-secrets`. The findings name where and what kind of secret, never its value; any
 /// value kavi found is redacted from whatever else is printed.
 pub(super) async fn secrets(
     ctx: &NodeContext<'_>,
@@ -128,6 +129,27 @@ pub(super) async fn secrets(
     if let Some(program) = detect_secrets {
         // Run as a library by kavi's launcher, with the toolchain's interpreter beside it.
         let python = program.with_file_name(crate::toolchains::INTERPRETER_TOOL);
+        // A key built from pieces is the whole key once the program runs: the analyser folds
+        // what the files build from literals, and kavi's rules read the result.
+        let stdin =
+            serde_json::to_vec(&Scanner::strings_request(&read)).map_err(|e| e.to_string())?;
+        let args = ["-I", "-B", "-c", scanner::ANALYSER]
+            .map(str::to_owned)
+            .to_vec();
+        let finished = run_confined(ctx, &python, args, Some(stdin), cwd, confined, timeout)
+            .await
+            .map_err(|e| format!("the analyser did not run to the end: {e}"))?;
+        let (built, secret) = scanner.scan_built(&finished.stdout.head)?;
+        for found in built {
+            // One place, one finding: a rule may have read the line whole already.
+            if !findings
+                .iter()
+                .any(|f| f.file == found.file && f.line == found.line && f.rule == found.rule)
+            {
+                findings.push(found);
+            }
+        }
+        values.extend(secret);
         let mut args = ["-I", "-B", "-c", scanner::DETECT_SECRETS]
             .map(str::to_owned)
             .to_vec();
