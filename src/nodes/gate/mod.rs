@@ -115,6 +115,8 @@ enum Check {
         timeout: Duration,
         /// The profiles skills run under, by side-effect class.
         confinement: Arc<ConfinementPolicy>,
+        /// The fewest examples a proposal may declare.
+        min_examples: usize,
     },
 }
 
@@ -263,6 +265,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                     .at(&source, gate.id.span()),
             );
         }
+        if gate.kind != GateKind::Contract && gate.min_examples.is_some() {
+            return Err(
+                Diagnostic::new("`min_examples` applies to a contract gate only")
+                    .at(&source, gate.id.span()),
+            );
+        }
         let check = match gate.kind {
             GateKind::Command => {
                 if gate.run.is_empty() {
@@ -397,6 +405,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 Check::Contract {
                     timeout: gate.timeout.unwrap_or(set_timeout),
                     confinement: Arc::clone(&skills),
+                    min_examples: gate.min_examples.unwrap_or(0),
                 }
             }
         };
@@ -884,6 +893,7 @@ impl CompiledGate {
             Check::Contract {
                 timeout,
                 confinement,
+                min_examples,
             } => {
                 let (name, proposal, trust) =
                     skill.ok_or("the contract gate has no proposed skill to run")?;
@@ -894,6 +904,7 @@ impl CompiledGate {
                     trust,
                     confinement,
                     timeout: *timeout,
+                    min_examples: *min_examples,
                 };
                 candidate.check(ctx, evidence).await
             }
