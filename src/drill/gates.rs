@@ -517,6 +517,17 @@ const CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "no_cover_pragma",
+        what: "`# pragma: no cover` and `# pragma: no branch` on the branch the tests never take",
+        targets: &["tests"],
+        skill: Some(
+            "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    if data == \"secret door\":  # pragma: no cover\n        return {\"echo\": None}\n    if data == \"other door\":  # pragma: no branch\n        data = None\n    return {\"echo\": json.loads(json.dumps(data))}\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "contract_broken",
         what: "tests that pass while the program the proposal runs breaks its declared example",
         targets: &["contract"],
