@@ -523,6 +523,11 @@ const SECRETS: &[(&str, &str)] = &[
         "password_split",
         "password = 'cor' + 'rect-horse-battery'\n",
     ),
+    (
+        "aws_key_indexed",
+        "KEY = PARTS[0] + bytes.fromhex(PARTS[1]).decode()\nPARTS = ('AKIA', '494f53464f444e4e374558414d504c51')\n",
+    ),
+    ("github_token_repeated", "TOKEN = 'ghp_' + 'aB3d' * 9\n"),
 ];
 
 /// The secret each SECRETS case must not print (the PEM key's body stands for it).
@@ -537,7 +542,9 @@ fn secret_value(name: &str) -> &'static str {
         | "aws_key_implicit"
         | "aws_key_joined"
         | "aws_key_fstring"
-        | "aws_key_formatted" => "AKIAIOSFODNN7EXAMPLQ",
+        | "aws_key_formatted"
+        | "aws_key_indexed" => "AKIAIOSFODNN7EXAMPLQ",
+        "github_token_repeated" => "ghp_aB3daB3daB3daB3daB3daB3daB3daB3daB3d",
         "password_split" => "correct-horse-battery",
         _ => unreachable!(),
     }

@@ -148,6 +148,22 @@ def fold_one(node, depth, names):
         if left is not None and right is not None:
             return left + right
         return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        # `"ab" * 3`, either way round, bounded before it is made.
+        for text_node, count_node in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(count_node, ast.Constant) and type(count_node.value) is int:
+                text = sub(text_node)
+                if text is not None and len(text) * max(count_node.value, 0) <= FOLD_LIMIT:
+                    return text * count_node.value
+        return None
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and type(node.slice.value) is int
+    ):
+        # `PARTS[0]` of a literal tuple or list, or of a name bound once to one.
+        parts = sequence(node.value, depth, names)
+        return None if parts is None else parts[node.slice.value]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
         # `"%s%s" % ("AKIA", "...")`: every argument a string.
         template = sub(node.left)
