@@ -829,6 +829,40 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
     }
 }
 
+/// A key built from pieces is in no line of the source, but a gate that runs the code prints it
+/// whole (a test's assertion, a log line): the secret scan's fold finds it, and every gate's
+/// detail is redacted of it.
+#[test]
+fn a_key_built_from_pieces_is_redacted_from_what_other_gates_print() {
+    let gate = "[[gate]]\nid = \"secrets\"\nkind = \"secret_scan\"\ntoolchain = \"secrets\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_SECRET\"\n\n[[gate]]\nid = \"run\"\nkind = \"command\"\ntoolchain = \"python\"\nrun = [\"python\", \"-c\", \"import runpy, sys; print(runpy.run_path(sys.argv[1])['KEY']); sys.exit(1)\", \"{{ paths.source }}\"]\nfailure = \"VERIFY_TEST\"\nrequired = false\n";
+    let dir = workspace(gate);
+    let root = dir.path();
+    if !toolchain_or_skip(root) {
+        return;
+    }
+    write_skill(
+        root,
+        "built",
+        &[(
+            "skill.py",
+            "PARTS = ['AKIA', 'IOSFODNN', '7EXAMPLQ']\nKEY = ''.join(PARTS)\n",
+        )],
+    );
+    let results = verify_each(root, &["built"]);
+    assert_eq!(results[0]["status"], "failed", "{}", results[0]);
+    assert_eq!(
+        results[0]["detail"],
+        "skills/built/skill.py:2:7: [aws-access-key] an AWS access key id (20 characters, \
+         redacted), built from pieces"
+    );
+    let run = last_run(root);
+    let printed = &node(&run, "built")["outputs"]["gates"][1];
+    assert_eq!(printed["gate"], "run");
+    let detail = printed["detail"].as_str().unwrap();
+    assert!(!detail.contains("AKIAIOSFODNN7EXAMPLQ"), "{detail}");
+    assert!(detail.contains("[redacted]"), "{detail}");
+}
+
 #[test]
 fn an_analyser_that_cannot_run_is_an_error_never_a_pass() {
     let dir = workspace(POLICY_GATE);

@@ -4,6 +4,7 @@
 //! cannot read is the gate's error, never a pass.
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::NodeContext;
@@ -107,8 +108,13 @@ pub(super) async fn policy(
 
 /// The secret scan of `files`: kavi's own rules over the text, then, when the gate names a
 /// toolchain with `detect-secrets`, the same rules over the strings the files build from pieces
-/// (folded by the analyser, run with that toolchain's interpreter), and `detect-secrets`. The findings name where and what kind of secret, never its value; any
-/// value kavi found is redacted from whatever else is printed.
+/// (folded by the analyser, run with that toolchain's interpreter), and `detect-secrets`. The
+/// findings name where and what kind of secret, never its value; the built strings a rule
+/// matched go into `found`, for whatever else is printed to be redacted.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "what a gate hands a check, spelled out"
+)]
 pub(super) async fn secrets(
     ctx: &NodeContext<'_>,
     scanner: &Scanner,
@@ -117,6 +123,7 @@ pub(super) async fn secrets(
     confined: Option<(&Confinement, &Path)>,
     detect_secrets: Option<&Path>,
     timeout: Duration,
+    found: &Mutex<Vec<String>>,
 ) -> Result<String, String> {
     let (read, _) = scanner::read_skill_files(cwd, files)?;
     let mut findings = Vec::new();
@@ -149,6 +156,11 @@ pub(super) async fn secrets(
                 findings.push(found);
             }
         }
+        // The text rules' values the gate set finds itself; these only the fold does.
+        found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(secret.iter().cloned());
         values.extend(secret);
         let mut args = ["-I", "-B", "-c", scanner::DETECT_SECRETS]
             .map(str::to_owned)

@@ -374,6 +374,7 @@ def built_strings(source):
                 "line": node.lineno,
                 "col": node.col_offset + 1,
                 "text": text,
+                "value": value,
             }
         )
 

@@ -546,6 +546,9 @@ struct Scope<'a> {
     allowed: &'a [suppressions::Kind],
     /// The skill verified, its proposal file, and the trust policy naming its files.
     skill: Option<(&'a str, &'a str, &'a TrustPolicy)>,
+    /// The values the secret scans found (written whole, or built from pieces), for every
+    /// gate's detail to be redacted of.
+    secrets: &'a std::sync::Mutex<Vec<String>>,
 }
 
 /// How a gate that ran came out.
@@ -664,6 +667,7 @@ impl CompiledGate {
             confined,
             allowed,
             skill,
+            secrets,
         } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
@@ -915,9 +919,10 @@ impl CompiledGate {
                 ..
             } => {
                 let files = Vars::apply_all(ctx, files, vars)?;
-                let detail =
-                    super::scan::secrets(ctx, scanner, &files, cwd, confined, tool, *timeout)
-                        .await?;
+                let detail = super::scan::secrets(
+                    ctx, scanner, &files, cwd, confined, tool, *timeout, secrets,
+                )
+                .await?;
                 Ok(Verdict::failed_if(detail))
             }
         }
@@ -928,8 +933,9 @@ impl CompiledGate {
 type Toolchains = std::collections::HashMap<String, Result<Provisioned, String>>;
 
 impl Gate {
-    /// The values the secret rules of this set's `secret_scan` gates find in their files. A file
-    /// that cannot be read has been reported by its gate already.
+    /// The values the secret rules of this set's `secret_scan` gates find in their files' text,
+    /// even when a gate could not run its tools. A file that cannot be read has been reported
+    /// by its gate already.
     fn secrets_in(
         &self,
         ctx: &NodeContext<'_>,
@@ -1037,6 +1043,7 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
+        let secrets = std::sync::Mutex::new(Vec::new());
         let scope = Scope {
             cwd: &cwd,
             vars: &vars,
@@ -1047,6 +1054,7 @@ impl Gate {
                 (Some(row), Some(trust)) => Some((&row.name, &row.proposal_path, trust)),
                 _ => None,
             },
+            secrets: &secrets,
         };
         let mut results = futures_util::future::join_all(
             self.gates
@@ -1055,8 +1063,13 @@ impl Gate {
         )
         .await;
         // A secret the secret scan found is printed by no gate: a test's traceback or a type
-        // error may quote the line that holds it.
-        let found = self.secrets_in(ctx, &cwd, &vars);
+        // error may quote the line that holds it, or print the key the code builds.
+        let mut found = self.secrets_in(ctx, &cwd, &vars);
+        found.extend(
+            secrets
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         if let Some(redactor) = crate::redact::Redactor::new(&found).map(|r| r.line_wise()) {
             for result in &mut results {
                 if let Some(detail) = &mut result.detail {
