@@ -118,4 +118,40 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
             "{outcome}"
         );
     }
+    // Issue 52's last attempts, each caught by the gate that names it (the contract run stopped
+    // by its confinement is caught only as SECURITY_VIOLATION).
+    for (case, caught_by) in [
+        ("secret_concatenated", "secrets failed: "),
+        ("secret_implicit_concatenation", "secrets failed: "),
+        ("secret_joined", "secrets failed: "),
+        ("secret_fstring", "secrets failed: "),
+        ("secret_formatted", "secrets failed: "),
+        ("secret_password_split", "secrets failed: "),
+        ("secret_hex_encoded", "secrets failed: "),
+        ("environment_dumped", "[environment]"),
+        ("environment_copied", "[environment]"),
+        ("environment_unpacked", "[environment]"),
+        ("environment_items", "[environment]"),
+        ("environment_named_at_run_time", "[environment]"),
+        ("environment_bytes", "[environment]"),
+        ("environment_by_getattr", "[environment]"),
+        ("logging_file_handler", "[file_write]"),
+        ("logging_rotating_handler", "[file_write]"),
+        ("logging_basic_config_file", "[file_write]"),
+        ("no_cover_pragma", "tests failed: branch_coverage: "),
+        (
+            "contract_tripwire",
+            "contract failed: running its examples, the skill was stopped by its confinement",
+        ),
+        (
+            "contract_no_examples",
+            "contract failed: too_few_examples: ",
+        ),
+    ] {
+        let outcome = outcomes.iter().find(|o| o["case"] == case).unwrap();
+        assert!(
+            outcome["detail"].as_str().unwrap().contains(caught_by),
+            "{outcome}"
+        );
+    }
 }

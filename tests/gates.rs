@@ -30,7 +30,20 @@ fn statuses(run: &Value) -> Vec<(String, String)> {
 const SKILL: &str = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n";
 const TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
 
-const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\"]\ninput_schema = {}\noutput_schema = {}\n";
+/// The shipped gate set wants an example at least: this program echoes as `run` does.
+const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\n\
+command = [\"python3\", \"-c\", \"import json, sys; json.dump({'echo': json.load(sys.stdin)}, sys.stdout)\"]\n\
+input_schema = {}\noutput_schema = {}\n\n[[examples]]\ninput = 1\noutput = { echo = 1 }\n";
+
+/// A proposal that runs `skill.py` as a program, with one example.
+const RUNS_SKILL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\n\
+command = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = {}\noutput_schema = {}\n\n\
+[[examples]]\ninput = 1\noutput = 1\n";
+
+/// The sound skill, which as a program does `main` (Python statements, indented by four).
+fn skill_whose_program(main: &str) -> String {
+    format!("{SKILL}\n\nif __name__ == \"__main__\":\n{main}")
+}
 
 fn workspace(skill: &str, test: &str) -> tempfile::TempDir {
     workspace_proposing(skill, test, PROPOSAL)
@@ -1002,6 +1015,127 @@ output_schema = { type = \"object\", required = [\"words\"], properties.words = 
     let contract = verification(&run, "contract");
     assert_eq!(contract["status"], "passed");
     assert_eq!(contract["detail"], "1 of 1 examples matched");
+}
+
+/// A confinement violation while the contract gate runs the skill (here a decoy opened) is
+/// what it is, a security violation that goes to a person at once, not a broken contract.
+#[test]
+fn a_confinement_violation_during_a_contract_run_is_a_security_violation() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let skill = skill_whose_program("    open(\"/etc/shadow\").read()\n    print(1)\n");
+    let dir = workspace_proposing(&skill, TEST, RUNS_SKILL);
+    let root = dir.path();
+    assert_eq!(run_verify(root), Some(1));
+    let run = last_run(root);
+    let contract = verification(&run, "contract");
+    assert_eq!(contract["status"], "failed", "{contract}");
+    assert_eq!(contract["failure_kind"], "SECURITY_VIOLATION", "{contract}");
+    let detail = contract["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(
+            "running its examples, the skill was stopped by its confinement for opening \
+             /etc/shadow, a decoy"
+        ),
+        "{detail}"
+    );
+    // The attempt is named for it, over every other kind.
+    assert_eq!(
+        run["nodes"][0]["outputs"]["failure_kind"],
+        "SECURITY_VIOLATION"
+    );
+}
+
+/// A proposal with fewer examples than the gate set's `min_examples` (1 in the shipped set)
+/// fails the contract gate, saying so; `min_examples` on another kind of gate is refused.
+#[test]
+fn a_proposal_below_the_minimum_of_examples_fails_the_contract_gate() {
+    let none = PROPOSAL
+        .split("\n\n[[examples]]")
+        .next()
+        .unwrap()
+        .to_owned()
+        + "\n";
+    let dir = workspace_proposing(SKILL, TEST, &none);
+    let root = dir.path();
+    assert_eq!(run_verify(root), Some(1));
+    let run = last_run(root);
+    let contract = verification(&run, "contract");
+    assert_eq!(contract["status"], "failed", "{contract}");
+    assert_eq!(contract["failure_kind"], "VERIFY_CONTRACT");
+    assert!(
+        contract["detail"].as_str().unwrap().starts_with(
+            "too_few_examples: demo.toml declares 0 examples, and the gate set requires at least 1"
+        ),
+        "{contract}"
+    );
+    for (gate, passed) in statuses(&run) {
+        if gate != "contract" {
+            assert_eq!(passed, "passed", "{gate}");
+        }
+    }
+
+    let gates = root.join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    let misplaced = text.replacen(
+        "kind = \"invariant\"\n",
+        "kind = \"invariant\"\nmin_examples = 2\n",
+        1,
+    );
+    assert_ne!(misplaced, text);
+    std::fs::write(&gates, misplaced).unwrap();
+    let out = kavi(root, &["pipeline", "check", "verify"]);
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`min_examples` applies to a contract gate only")
+            && stderr.contains("policies/gates.toml:"),
+        "{stderr}"
+    );
+}
+
+/// A kavi killed while the contract gate runs an example leaves the example's scratch
+/// workspace; it is in the owner's roster from the moment it is made, so the next kavi removes
+/// it.
+#[test]
+fn a_killed_contract_runs_scratch_workspace_is_removed_by_the_next_kavi() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let skill = skill_whose_program("    import time\n\n    time.sleep(120)\n");
+    let dir = workspace_proposing(&skill, TEST, RUNS_SKILL);
+    let root = dir.path();
+    let sandboxes = root.join("sandboxes");
+    let mut running = common::kavi_command(root, &["pipeline", "run", "verify"])
+        .env("KAVI_SANDBOXES", &sandboxes)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let scratch = loop {
+        let listed = common::roster_folders(root).into_iter().find(|f| {
+            f.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("kavi-tmp-contract-")
+        });
+        if let Some(folder) = listed {
+            break folder;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the contract's scratch workspace was never written in the roster: {:?}",
+            std::fs::read_dir(&sandboxes).map(|d| d.count())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    running.kill().unwrap(); // SIGKILL: no chance to clean up
+    running.wait().unwrap();
+    assert!(scratch.is_dir(), "{}", scratch.display());
+    assert!(kavi(root, &["runs", "list"]).status.success());
+    assert!(!scratch.exists(), "left behind: {}", scratch.display());
 }
 
 /// An example that does not match the proposal's own schemas is refused when the proposal is

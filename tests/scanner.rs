@@ -245,6 +245,88 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
     ),
     read_only("os_exit", "import os\nos._exit(0)\n", "verdict"),
     read_only("syntax_error", "def broken(:\n    pass\n", "syntax"),
+    // The environment read whole or by a computed name (issue 52).
+    read_only(
+        "environment_dumped",
+        "import json\nimport os\njson.dumps(dict(os.environ))\n",
+        "environment",
+    ),
+    read_only(
+        "environment_copied",
+        "import os\nos.environ.copy()\n",
+        "environment",
+    ),
+    read_only(
+        "environment_unpacked",
+        "import os\n{**os.environ}\n",
+        "environment",
+    ),
+    read_only(
+        "environment_items",
+        "import os\nos.environ.items()\n",
+        "environment",
+    ),
+    read_only(
+        "environment_getenv_computed",
+        "import os\nname = 'HO' + input()\nos.getenv(name)\n",
+        "environment",
+    ),
+    read_only(
+        "environment_get_computed",
+        "from os import environ\nenviron.get(input())\n",
+        "environment",
+    ),
+    read_only(
+        "environment_bytes",
+        "import os\nos.environb\n",
+        "environment",
+    ),
+    read_only(
+        "environment_by_getattr",
+        "import os\ndict(getattr(os, 'environ'))\n",
+        "environment",
+    ),
+    read_only(
+        "environment_by_vars",
+        "import os\nlist(vars(os)['environ'])\n",
+        "environment",
+    ),
+    // Logging handlers that open a file, or a socket.
+    read_only(
+        "logging_file_handler",
+        "import logging\nlogging.getLogger().addHandler(logging.FileHandler('x.log'))\n",
+        "file_write",
+    ),
+    read_only(
+        "logging_rotating_alias",
+        "from logging.handlers import RotatingFileHandler as R\nR('x.log')\n",
+        "file_write",
+    ),
+    read_only(
+        "logging_timed_rotating",
+        "import logging.handlers\nlogging.handlers.TimedRotatingFileHandler('x.log')\n",
+        "file_write",
+    ),
+    read_only(
+        "logging_watched",
+        "from logging import handlers\nhandlers.WatchedFileHandler('x.log')\n",
+        "file_write",
+    ),
+    read_only(
+        "logging_basic_config_file",
+        "import logging\nlogging.basicConfig(filename='x.log')\n",
+        "file_write",
+    ),
+    read_only(
+        "logging_basic_config_unknown",
+        "import logging\noptions: dict[str, str] = {}\nlogging.basicConfig(**options)\n",
+        "file_write",
+    ),
+    read_only(
+        "logging_socket_handler",
+        "import logging.handlers\nlogging.handlers.SocketHandler('h', 1)\n",
+        "network",
+    ),
 ];
 
 /// Disguises that are not in `skill.py`, or depend on the class.
@@ -370,6 +452,30 @@ const OTHERS: &[Case] = &[
         expect: None,
     },
     Case {
+        name: "environment_named_reads_pass",
+        class: "READ_ONLY",
+        files: &[(
+            "skill.py",
+            "import logging\nimport os\n\nhome = os.environ['HOME']\nnotes = os.environ.get('KAVI_NOTES_DIR', 'notes')\nset_ = 'HOME' in os.environ\nlang = os.getenv('LANG')\nlogging.basicConfig(level=logging.INFO)\nlogging.getLogger().addHandler(logging.StreamHandler())\nprint(home, notes, set_, lang)\n",
+        )],
+        expect: None,
+    },
+    Case {
+        name: "secret_read_may_read_the_environment",
+        class: "SECRET_READ",
+        files: &[("skill.py", "import os\n\ntokens = dict(os.environ)\n")],
+        expect: None,
+    },
+    Case {
+        name: "file_write_may_log_to_a_file",
+        class: "FILE_WRITE",
+        files: &[(
+            "skill.py",
+            "import logging\nlogging.basicConfig(filename='x.log')\n",
+        )],
+        expect: None,
+    },
+    Case {
         name: "reading_is_read_only",
         class: "READ_ONLY",
         files: &[(
@@ -392,6 +498,36 @@ const SECRETS: &[(&str, &str)] = &[
     ),
     ("password", "password = \"correct-horse-battery\"\n"),
     ("slack", "HOOK = 'xoxb-2048-4096-aBcDeFgHiJkL'\n"),
+    // Built from pieces (issue 52): no line holds the key, the program builds it whole.
+    (
+        "aws_key_concatenated",
+        "KEY = 'AKIA' + 'IOSFODNN7EXAMPLQ'\n",
+    ),
+    (
+        "aws_key_implicit",
+        "KEY = ('AKIAIOSF'\n       'ODNN7EXAMPLQ')\n",
+    ),
+    (
+        "aws_key_joined",
+        "KEY = ''.join(['AKIA', 'IOSFODNN', '7EXAMPLQ'])\n",
+    ),
+    (
+        "aws_key_fstring",
+        "KEY = f'{HEAD}IOSFODNN7EXAMPLQ'\nHEAD = 'AK' + 'IA'\n",
+    ),
+    (
+        "aws_key_formatted",
+        "KEY = '%s%s' % ('AKIA', 'IOSFODNN') + '{}'.format('7EXAMPLQ')\n",
+    ),
+    (
+        "password_split",
+        "password = 'cor' + 'rect-horse-battery'\n",
+    ),
+    (
+        "aws_key_indexed",
+        "KEY = PARTS[0] + bytes.fromhex(PARTS[1]).decode()\nPARTS = ('AKIA', '494f53464f444e4e374558414d504c51')\n",
+    ),
+    ("github_token_repeated", "TOKEN = 'ghp_' + 'aB3d' * 9\n"),
 ];
 
 /// The secret each SECRETS case must not print (the PEM key's body stands for it).
@@ -402,6 +538,14 @@ fn secret_value(name: &str) -> &'static str {
         "pem_key" => "MIIEowIBAAKCAQEA7VJTUt9Us8cKjMzEfYyjiWA4R4",
         "password" => "correct-horse-battery",
         "slack" => "xoxb-2048-4096-aBcDeFgHiJkL",
+        "aws_key_concatenated"
+        | "aws_key_implicit"
+        | "aws_key_joined"
+        | "aws_key_fstring"
+        | "aws_key_formatted"
+        | "aws_key_indexed" => "AKIAIOSFODNN7EXAMPLQ",
+        "github_token_repeated" => "ghp_aB3daB3daB3daB3daB3daB3daB3daB3daB3d",
+        "password_split" => "correct-horse-battery",
         _ => unreachable!(),
     }
 }
@@ -668,11 +812,14 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
     );
     // Nor by another gate, nor by the run's own output.
     let run = last_run(root);
-    for (name, _) in SECRETS {
+    for (name, text) in SECRETS {
         let echo = &node(&run, name)["outputs"]["gates"][1];
         assert_eq!(echo["gate"], "echo");
         let detail = echo["detail"].as_str().unwrap();
-        assert!(detail.contains("[redacted]"), "{name}: {detail}");
+        // A key built from pieces prints as its pieces; one written whole is redacted.
+        if text.contains(secret_value(name)) {
+            assert!(detail.contains("[redacted]"), "{name}: {detail}");
+        }
         assert!(!detail.contains(secret_value(name)), "{name}: {detail}");
     }
     let shown = kavi(root, &["runs", "show", "latest"]);
@@ -680,6 +827,40 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
     for (name, _) in SECRETS {
         assert!(!text.contains(secret_value(name)), "{name}");
     }
+}
+
+/// A key built from pieces is in no line of the source, but a gate that runs the code prints it
+/// whole (a test's assertion, a log line): the secret scan's fold finds it, and every gate's
+/// detail is redacted of it.
+#[test]
+fn a_key_built_from_pieces_is_redacted_from_what_other_gates_print() {
+    let gate = "[[gate]]\nid = \"secrets\"\nkind = \"secret_scan\"\ntoolchain = \"secrets\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_SECRET\"\n\n[[gate]]\nid = \"run\"\nkind = \"command\"\ntoolchain = \"python\"\nrun = [\"python\", \"-c\", \"import runpy, sys; print(runpy.run_path(sys.argv[1])['KEY']); sys.exit(1)\", \"{{ paths.source }}\"]\nfailure = \"VERIFY_TEST\"\nrequired = false\n";
+    let dir = workspace(gate);
+    let root = dir.path();
+    if !toolchain_or_skip(root) {
+        return;
+    }
+    write_skill(
+        root,
+        "built",
+        &[(
+            "skill.py",
+            "PARTS = ['AKIA', 'IOSFODNN', '7EXAMPLQ']\nKEY = ''.join(PARTS)\n",
+        )],
+    );
+    let results = verify_each(root, &["built"]);
+    assert_eq!(results[0]["status"], "failed", "{}", results[0]);
+    assert_eq!(
+        results[0]["detail"],
+        "skills/built/skill.py:2:7: [aws-access-key] an AWS access key id (20 characters, \
+         redacted), built from pieces"
+    );
+    let run = last_run(root);
+    let printed = &node(&run, "built")["outputs"]["gates"][1];
+    assert_eq!(printed["gate"], "run");
+    let detail = printed["detail"].as_str().unwrap();
+    assert!(!detail.contains("AKIAIOSFODNN7EXAMPLQ"), "{detail}");
+    assert!(detail.contains("[redacted]"), "{detail}");
 }
 
 #[test]

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::confinement::policy::ConfinementPolicy;
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner, TrustedSkill};
+use crate::process::Violation;
 use crate::redact::Redactor;
 use crate::skills::snapshot::Snapshot;
 use crate::skills::trust::{Drift, SkillTree, TrustPolicy};
@@ -304,14 +305,15 @@ impl Runner<'_> {
 
     /// Runs `ready` with `input` exactly as [`Runner::run`] does, under its class's profile,
     /// without recording an execution: the skill's output (valid against its output schema), or
-    /// why there is none.
+    /// why there is none, and what its confinement stopped it for, if anything.
     pub async fn try_example(
         &self,
         ready: &Ready,
         input: &Value,
         cancel: &CancellationToken,
-    ) -> Result<Result<Value, String>, ExecutionError> {
-        Ok(self.invoke(ready, input, &[], cancel).await?.0)
+    ) -> Result<(Result<Value, String>, Option<Violation>), ExecutionError> {
+        let (outcome, _, violation) = self.invoke(ready, input, &[], cancel).await?;
+        Ok((outcome, violation))
     }
 
     /// Records a run that never reached its skill (a refusal, a mapping or schema failure).
@@ -394,7 +396,7 @@ impl Runner<'_> {
             match (validate(&proposal.input_schema, &input, "input"), secrets) {
                 (Err(e), _) | (Ok(()), Err(e)) => (Err(e), None, Vec::new()),
                 (Ok(()), Ok(secrets)) => {
-                    let (outcome, confinement) =
+                    let (outcome, confinement, _) =
                         self.invoke(ready, &input, &secrets, cancel).await?;
                     (outcome, confinement, secrets)
                 }
@@ -420,16 +422,17 @@ impl Runner<'_> {
         self.keep(record)
     }
 
-    /// Runs the command under its class's confinement; `Ok((Err(..), _))` is the skill failing
+    /// Runs the command under its class's confinement; `Ok((Err(..), _, _))` is the skill failing
     /// (or refused for want of confinement), `Err` is kavi failing to start it. The second value
-    /// is the confinement it ran under, for the record.
+    /// is the confinement it ran under, for the record; the third, what that confinement stopped
+    /// it for.
     async fn invoke(
         &self,
         ready: &Ready,
         input: &Value,
         secrets: &[(String, String)],
         cancel: &CancellationToken,
-    ) -> Result<(Result<Value, String>, Option<Value>), ExecutionError> {
+    ) -> Result<(Result<Value, String>, Option<Value>, Option<Violation>), ExecutionError> {
         let class = ready.proposal.side_effect;
         let tmp = tempfile::Builder::new()
             .prefix("kavi-tmp-skill-")
@@ -444,7 +447,7 @@ impl Runner<'_> {
         for write in ready.proposal.write_paths() {
             // Checked again here: the workspace may have changed (a link made) since proposal.
             if let Some(refused) = crate::skills::write_scope_refusal(Some(self.root), &write) {
-                return Ok((Err(refused.to_string()), None));
+                return Ok((Err(refused.to_string()), None, None));
             }
             let made = crate::sandbox::contained_path(self.root, &write).and_then(|path| {
                 if path.symlink_metadata().is_ok() {
@@ -456,6 +459,7 @@ impl Runner<'_> {
                 return Ok((
                     Err(format!("cannot grant `{write}` from `writes`: {reason}")),
                     None,
+                    None,
                 ));
             }
         }
@@ -464,6 +468,7 @@ impl Runner<'_> {
         if let Err(drift) = ready.snapshot.check() {
             return Ok((
                 Err(format!("refusing to run `{}`: {drift}", ready.name)),
+                None,
                 None,
             ));
         }
@@ -478,7 +483,7 @@ impl Runner<'_> {
             &ready.proposal.write_paths(),
         ) {
             Ok(confinement) => confinement,
-            Err(refusal) => return Ok((Err(refusal), None)),
+            Err(refusal) => return Ok((Err(refusal), None, None)),
         };
         let recorded = confinement.clone();
         let mut env = crate::process::base_env();
@@ -553,7 +558,7 @@ impl Runner<'_> {
             }
             other => Err(with_stderr(format!("ended with {other:?} {profile}"))),
         };
-        Ok((outcome, Some(record)))
+        Ok((outcome, Some(record), finished.violation))
     }
 
     fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {

@@ -4,6 +4,7 @@
 //! cannot read is the gate's error, never a pass.
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::NodeContext;
@@ -105,9 +106,15 @@ pub(super) async fn policy(
     Ok(findings)
 }
 
-/// The secret scan of `files`: kavi's own rules, then `detect-secrets` when the gate names a
-/// toolchain with it. The findings name where and what kind of secret, never its value; any
-/// value kavi found is redacted from whatever else is printed.
+/// The secret scan of `files`: kavi's own rules over the text, then, when the gate names a
+/// toolchain with `detect-secrets`, the same rules over the strings the files build from pieces
+/// (folded by the analyser, run with that toolchain's interpreter), and `detect-secrets`. The
+/// findings name where and what kind of secret, never its value; the built strings a rule
+/// matched go into `found`, for whatever else is printed to be redacted.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "what a gate hands a check, spelled out"
+)]
 pub(super) async fn secrets(
     ctx: &NodeContext<'_>,
     scanner: &Scanner,
@@ -116,6 +123,7 @@ pub(super) async fn secrets(
     confined: Option<(&Confinement, &Path)>,
     detect_secrets: Option<&Path>,
     timeout: Duration,
+    found: &Mutex<Vec<String>>,
 ) -> Result<String, String> {
     let (read, _) = scanner::read_skill_files(cwd, files)?;
     let mut findings = Vec::new();
@@ -128,6 +136,32 @@ pub(super) async fn secrets(
     if let Some(program) = detect_secrets {
         // Run as a library by kavi's launcher, with the toolchain's interpreter beside it.
         let python = program.with_file_name(crate::toolchains::INTERPRETER_TOOL);
+        // A key built from pieces is the whole key once the program runs: the analyser folds
+        // what the files build from literals, and kavi's rules read the result.
+        let stdin =
+            serde_json::to_vec(&Scanner::strings_request(&read)).map_err(|e| e.to_string())?;
+        let args = ["-I", "-B", "-c", scanner::ANALYSER]
+            .map(str::to_owned)
+            .to_vec();
+        let finished = run_confined(ctx, &python, args, Some(stdin), cwd, confined, timeout)
+            .await
+            .map_err(|e| format!("the analyser did not run to the end: {e}"))?;
+        let (built, secret) = scanner.scan_built(&finished.stdout.head)?;
+        for found in built {
+            // One place, one finding: a rule may have read the line whole already.
+            if !findings
+                .iter()
+                .any(|f| f.file == found.file && f.line == found.line && f.rule == found.rule)
+            {
+                findings.push(found);
+            }
+        }
+        // The text rules' values the gate set finds itself; these only the fold does.
+        found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(secret.iter().cloned());
+        values.extend(secret);
         let mut args = ["-I", "-B", "-c", scanner::DETECT_SECRETS]
             .map(str::to_owned)
             .to_vec();

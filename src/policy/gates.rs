@@ -127,6 +127,9 @@ pub struct GateSpec {
     /// its witness, and passes the gate only on a complete report in which every collected test
     /// ran and passed, as many as `min_tests` at least, with no more skipped than allowed.
     pub junit: Option<JunitSpec>,
+    /// `contract`: the fewest `[[examples]]` a proposal may declare (default 0); a proposal with
+    /// fewer fails the gate, since a contract of no example checks nothing.
+    pub min_examples: Option<usize>,
 }
 
 fn yes() -> bool {

@@ -18,9 +18,14 @@ time cannot be followed: reaching one is a finding of a `dynamic` capability.
 """
 
 import ast
+import base64
+import binascii
 import builtins
+import codecs
 import fnmatch
 import json
+import re
+import string
 import sys
 import unittest
 
@@ -84,10 +89,54 @@ GETATTR = ("builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins
 IMPORTERS = ("builtins.__import__", "importlib.import_module", "importlib.__import__")
 
 
-def fold(node, depth=0):
-    """The string a constant expression makes, or None when it is only known at run time."""
+# Decoders whose result a literal argument fixes: a secret written encoded is still written.
+DECODERS = {
+    ("bytes", "fromhex"): bytes.fromhex,
+    ("bytearray", "fromhex"): bytes.fromhex,
+    ("base64", "b64decode"): base64.b64decode,
+    ("base64", "urlsafe_b64decode"): base64.urlsafe_b64decode,
+    ("base64", "b32decode"): base64.b32decode,
+    ("base64", "b16decode"): base64.b16decode,
+    ("base64", "b85decode"): base64.b85decode,
+    ("base64", "a85decode"): base64.a85decode,
+    ("binascii", "unhexlify"): binascii.unhexlify,
+    ("binascii", "a2b_hex"): binascii.a2b_hex,
+    ("binascii", "a2b_base64"): binascii.a2b_base64,
+}
+
+FOLD_LIMIT = 64 * 1024
+
+# The codecs `codecs.decode(literal, codec)` undoes.
+CODECS = ("rot13", "rot_13", "hex", "hex_codec", "base64", "base64_codec")
+
+
+def fold(node, depth=0, names=None):
+    """The string a constant expression makes, or None when it is only known at run time.
+    `names`: the values of names bound once to such an expression (see `constants`)."""
     if depth > 50:
         return None
+    try:
+        text = fold_one(node, depth, names or {})
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, LookupError):
+        # What the program would fail on at run time makes no string (binascii.Error is a
+        # ValueError).
+        return None
+    # A string built past any key's length is no key; bounding it bounds the work too.
+    return text if text is None or len(text) <= FOLD_LIMIT else None
+
+
+def text_of(value):
+    """A folded value as text: bytes are read byte for byte."""
+    return value.decode("latin-1") if isinstance(value, (bytes, bytearray)) else value
+
+
+def fold_one(node, depth, names):
+    def sub(part):
+        return fold(part, depth + 1, names)
+
+    if isinstance(node, ast.Name):
+        value = names.get(node.id)
+        return value if isinstance(value, str) else None
     if isinstance(node, ast.Constant):
         if isinstance(node.value, str):
             return node.value
@@ -95,25 +144,53 @@ def fold(node, depth=0):
             return node.value.decode("latin-1")
         return None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = fold(node.left, depth + 1), fold(node.right, depth + 1)
+        left, right = sub(node.left), sub(node.right)
         if left is not None and right is not None:
             return left + right
         return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        # `"ab" * 3`, either way round, bounded before it is made.
+        for text_node, count_node in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(count_node, ast.Constant) and type(count_node.value) is int:
+                text = sub(text_node)
+                if text is not None and len(text) * max(count_node.value, 0) <= FOLD_LIMIT:
+                    return text * count_node.value
+        return None
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and type(node.slice.value) is int
+    ):
+        # `PARTS[0]` of a literal tuple or list, or of a name bound once to one.
+        parts = sequence(node.value, depth, names)
+        return None if parts is None else parts[node.slice.value]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        # `"%s%s" % ("AKIA", "...")`: every argument a string.
+        template = sub(node.left)
+        if template is None or re.search(r"%(?![s%])", template):
+            return None  # a width or another conversion: not worth the risk of a huge string
+        right = node.right
+        items = right.elts if isinstance(right, ast.Tuple) else [right]
+        parts = [sub(part) for part in items]
+        if any(part is None for part in parts):
+            return None
+        return template % (tuple(parts) if isinstance(right, ast.Tuple) else parts[0])
     if isinstance(node, ast.JoinedStr):
         parts = []
         for value in node.values:
             if isinstance(value, ast.Constant):
                 parts.append(str(value.value))
             elif isinstance(value, ast.FormattedValue) and value.format_spec is None:
-                part = fold(value.value, depth + 1)
+                part = sub(value.value)
                 if part is None:
                     return None
-                parts.append(part)
+                convert = {-1: str, 115: str, 114: repr, 97: ascii}[value.conversion]
+                parts.append(convert(part))
             else:
                 return None
         return "".join(parts)
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
-        text = fold(node.value, depth + 1)
+        text = sub(node.value)
         bounds = []
         for bound in (node.slice.lower, node.slice.upper, node.slice.step):
             if bound is None:
@@ -132,20 +209,211 @@ def fold(node, depth=0):
         if text is None or bounds[2] == 0:
             return None
         return text[slice(*bounds)]
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.keywords:
-        receiver = fold(node.func.value, depth + 1)
-        if receiver is None:
-            return None
-        if node.func.attr == "join" and len(node.args) == 1:
-            items = node.args[0]
-            if isinstance(items, (ast.List, ast.Tuple)):
-                parts = [fold(item, depth + 1) for item in items.elts]
-                if all(part is not None for part in parts):
-                    return receiver.join(parts)
-        if node.func.attr in ("decode", "encode") and not node.args:
-            return receiver
-        if node.func.attr in ("lower", "upper", "strip") and not node.args:
-            return getattr(receiver, node.func.attr)()
+    if not isinstance(node, ast.Call) or node.keywords:
+        return None
+    if isinstance(node.func, ast.Name):
+        # `chr(65)`: one character; `bytes([65, 75])`: one per number.
+        if node.func.id == "chr" and len(node.args) == 1:
+            code = node.args[0]
+            if isinstance(code, ast.Constant) and isinstance(code.value, int):
+                return chr(code.value)
+        if node.func.id in ("bytes", "bytearray") and len(node.args) == 1:
+            codes = numbers(node.args[0])
+            return None if codes is None else bytes(codes).decode("latin-1")
+        return None
+    if not isinstance(node.func, ast.Attribute):
+        return None
+    if isinstance(node.func.value, ast.Name) and node.args:
+        module = node.func.value.id
+        decoder = DECODERS.get((module, node.func.attr))
+        if decoder is not None and len(node.args) == 1:
+            encoded = sub(node.args[0])
+            return None if encoded is None else text_of(decoder(encoded))
+        if module == "codecs" and node.func.attr in ("decode", "encode") and len(node.args) == 2:
+            encoded, codec = sub(node.args[0]), sub(node.args[1])
+            if encoded is None or codec not in CODECS:
+                return None
+            if codec.startswith("rot"):
+                return codecs.decode(encoded, codec)
+            data = encoded.encode("latin-1")
+            return text_of(getattr(codecs, node.func.attr)(data, codec))
+    receiver = sub(node.func.value)
+    if receiver is None:
+        return None
+    if node.func.attr == "join" and len(node.args) == 1:
+        parts = sequence(node.args[0], depth, names)
+        return None if parts is None else receiver.join(parts)
+    if node.func.attr == "__add__" and len(node.args) == 1:
+        other = sub(node.args[0])
+        return None if other is None else receiver + other
+    if node.func.attr == "format":
+        # Only `{}` and `{0}`: a width or an attribute could make anything.
+        parts = sequence(ast.List(elts=node.args), depth, names)
+        plain = all(
+            not spec and conversion is None and (not field or field.isdigit())
+            for _, field, spec, conversion in string.Formatter().parse(receiver)
+        )
+        if plain and parts is not None:
+            return receiver.format(*parts)
+    if node.func.attr in ("decode", "encode") and not node.args:
+        return receiver
+    if node.func.attr in ("lower", "upper", "strip", "swapcase", "title") and not node.args:
+        return getattr(receiver, node.func.attr)()
+    if node.func.attr == "replace" and len(node.args) == 2:
+        old, new = sub(node.args[0]), sub(node.args[1])
+        if old is not None and new is not None:
+            return receiver.replace(old, new)
+    return None
+
+
+def numbers(node):
+    """The integers a literal list or tuple holds, or None."""
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return None
+    codes = [e.value for e in node.elts if isinstance(e, ast.Constant) and type(e.value) is int]
+    return codes if len(codes) == len(node.elts) else None
+
+
+def sequence(node, depth, names):
+    """The strings a literal list or tuple makes (`*` of another included), a name bound once to
+    one, or `map(chr, [65, ...])`; None when one of them is only known at run time."""
+    if isinstance(node, ast.Name):
+        value = names.get(node.id)
+        return value if isinstance(value, list) else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "map"
+        and len(node.args) == 2
+        and isinstance(node.args[0], ast.Name)
+        and node.args[0].id == "chr"
+    ):
+        codes = numbers(node.args[1])
+        return None if codes is None else [chr(code) for code in codes]
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return None
+    parts = []
+    for item in node.elts:
+        if isinstance(item, ast.Starred):
+            inner = sequence(item.value, depth + 1, names)
+            if inner is None:
+                return None
+            parts.extend(inner)
+        else:
+            part = fold(item, depth + 1, names)
+            if part is None:
+                return None
+            parts.append(part)
+    return parts
+
+
+def constants(tree):
+    """Names bound exactly once in a file, to a string `fold` can make: `A = "AKIA"` makes
+    `A + B` a string known before the program runs."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound[node.id] = bound.get(node.id, 0) + 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name] = bound.get(node.name, 0) + 2
+        elif isinstance(node, ast.arg):
+            bound[node.arg] = bound.get(node.arg, 0) + 2
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                bound[name] = bound.get(name, 0) + 2
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                bound[name] = bound.get(name, 0) + 2
+    assigned = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and bound.get(target.id) == 1:
+            assigned[target.id] = value
+    names = {}
+    # Names refer to each other in any order: a few rounds settle them.
+    for _ in range(4):
+        for name, value in assigned.items():
+            text = fold(value, names=names)
+            if text is None:
+                text = sequence(value, 0, names)
+            if text is not None:
+                names[name] = text
+    return names
+
+
+def literal(node, source):
+    """Whether a string node is written as the one literal it is (so text rules see it whole)."""
+    if not isinstance(node, ast.Constant):
+        return False
+    segment = ast.get_source_segment(source, node)
+    value = node.value.decode("latin-1") if isinstance(node.value, bytes) else node.value
+    return segment is not None and value in segment
+
+
+def built_strings(source):
+    """Every string a file builds from pieces known before it runs, as kavi's secret rules read
+    it: concatenations (`+`, implicit, `join`, f-strings, `%`, `format`), literals with escapes,
+    encodings a literal undoes (hex, base64, rot13), names bound once to such pieces. One bound
+    to a name (an assignment, a keyword, a dict key) is written `name = "value"`, so that the
+    rules about named values (a password) see it as written whole."""
+    tree = ast.parse(source["text"], filename=source["name"])
+    names = constants(tree)
+    found = []
+
+    def emit(node, value, name):
+        text = "%s = %s" % (name, json.dumps(value, ensure_ascii=False)) if name else value
+        found.append(
+            {
+                "file": source["name"],
+                "line": node.lineno,
+                "col": node.col_offset + 1,
+                "text": text,
+                "value": value,
+            }
+        )
+
+    def visit(node, name, hidden=False):
+        """`hidden`: the text rules cannot see the name (a dict's key), so even a literal counts."""
+        if isinstance(node, ast.expr) and not isinstance(node, ast.Name):
+            value = fold(node, names=names)
+            if value is not None:
+                if hidden or not literal(node, source["text"]):
+                    emit(node, value, name)
+                return
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            visit(node.value, target_name(node.targets[0]))
+            return
+        if isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            visit(node.value, target_name(node.target))
+            return
+        if isinstance(node, ast.keyword):
+            visit(node.value, node.arg)
+            return
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if key is not None:
+                    visit(key, None)
+                named = None if key is None else fold(key, names=names)
+                visit(value, named, hidden=named is not None)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, None)
+
+    visit(tree, None)
+    return found
+
+
+def target_name(target):
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
     return None
 
 
@@ -406,6 +674,50 @@ def private_helper(name):
     )
 
 
+# The environment as a whole, and the calls that read one variable of it by name.
+ENVIRONMENTS = frozenset(("os.environ", "os.environb", "posix.environ", "nt.environ"))
+GETENV = frozenset(("os.getenv", "os.getenvb"))
+NAMED_READS = ("get", "__getitem__", "__contains__", "setdefault", "pop", "__setitem__", "__delitem__")
+
+
+def environment_reason(node, names, parents):
+    """Why this node reads the environment other than one variable by a literal name, or None:
+    `os.environ["HOME"]`, `os.environ.get("HOME")`, `"HOME" in os.environ`, `os.getenv("HOME")`
+    name what they read; `dict(os.environ)`, `os.environ.copy()`, `os.getenv(name)` do not."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return None
+    parent = parents.get(id(node))
+    whole = sorted(names & ENVIRONMENTS)
+    if whole:
+        if isinstance(parent, ast.Subscript) and parent.value is node and fold(parent.slice) is not None:
+            return None
+        if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in NAMED_READS:
+            call = parents.get(id(parent))
+            if isinstance(call, ast.Call) and call.func is parent and call.args and fold(call.args[0]) is not None:
+                return None
+        if (
+            isinstance(parent, ast.Compare)
+            and any(node is c for c in parent.comparators)
+            and all(isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops)
+            and fold(parent.left) is not None
+        ):
+            return None
+        return "reads the whole environment (`%s`)" % whole[0]
+    getenv = sorted(names & GETENV)
+    if getenv and isinstance(node, (ast.Name, ast.Attribute)):
+        if isinstance(parent, ast.Call) and parent.func is node:
+            key = parent.args[0] if parent.args else None
+            key = next((k.value for k in parent.keywords if k.arg == "key"), key)
+            if key is not None and fold(key) is not None:
+                return None
+            return "reads an environment variable named at run time (`%s`)" % getenv[0]
+        # A name is also what a call's result was bound to (`home = os.getenv("HOME")`), so
+        # only the attribute itself, not called, is passed on.
+        if isinstance(node, ast.Attribute):
+            return "passes `%s` on, so the variable it reads cannot be followed" % getenv[0]
+    return None
+
+
 def mode_of(call, position):
     if len(call.args) > position:
         return call.args[position], True
@@ -460,6 +772,7 @@ def analyse(source, capabilities, forbidden, test_modules):
             if capability.get("test_hooks"):
                 test_hooks(tree, add, rule, capability["message"])
     scope = File(tree)
+    parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
     for rule, capability in caps:
         if capability.get("unchecked_branches"):
             unchecked_branches(tree, scope, add, rule, capability["message"])
@@ -520,6 +833,18 @@ def analyse(source, capabilities, forbidden, test_modules):
                         elif any(c in text for c in "wax+"):
                             add(node, rule, "%s: opens a file with mode `%s`" % (capability["message"], text))
                         break
+                if isinstance(node, ast.Call):
+                    for spec in capability.get("keywords", ()):
+                        if not any(fnmatch.fnmatchcase(q, spec["call"]) for q in func):
+                            continue
+                        if any(k.arg == spec["keyword"] for k in node.keywords):
+                            add(node, rule, "%s: `%s` with `%s=`" % (capability["message"], spec["call"], spec["keyword"]))
+                        elif any(k.arg is None for k in node.keywords):
+                            add(node, rule, "%s: `%s` with arguments computed at run time" % (capability["message"], spec["call"]))
+                if capability.get("environment"):
+                    reason = environment_reason(node, names, parents)
+                    if reason:
+                        add(node, rule, "%s: %s" % (capability["message"], reason))
                 if capability.get("dynamic"):
                     reason = scope.dynamic_reason(node)
                     if reason:
@@ -529,6 +854,17 @@ def analyse(source, capabilities, forbidden, test_modules):
 
 def main():
     request = json.load(sys.stdin)
+    if request.get("strings"):
+        # For the secret scan: the strings each file builds. One that does not parse builds
+        # none known here; the policy scan fails it.
+        strings = []
+        for source in request["files"]:
+            try:
+                strings.extend(built_strings(source))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+        json.dump({"strings": strings}, sys.stdout)
+        return
     capabilities = request["capabilities"]
     test_modules = {f["module"] for f in request["files"] if f["test"]}
     findings = []

@@ -95,6 +95,25 @@ struct RawCapability {
     /// no list names, is a finding of this capability.
     #[serde(default)]
     private_helpers: bool,
+    /// Reading the environment other than one variable by a literal name is a finding of this
+    /// capability: `dict(os.environ)`, `os.environ.copy()`, `{**os.environ}`, `os.environb`,
+    /// `os.getenv(name)`; `os.environ["HOME"]`, `os.environ.get("HOME")` and `os.getenv("HOME")`
+    /// are not.
+    #[serde(default)]
+    environment: bool,
+    /// Calls that give the capability only when passed a keyword argument (or arguments
+    /// computed at run time, `**options`).
+    #[serde(default)]
+    keywords: Vec<KeywordArg>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct KeywordArg {
+    /// The qualified callable (a glob, as `calls`).
+    call: String,
+    /// The keyword that gives the capability (`filename` of `logging.basicConfig`).
+    keyword: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
@@ -431,6 +450,54 @@ impl Scanner {
         Ok((request, findings))
     }
 
+    /// What the analyser reads on stdin to list the strings the Python files among `files`
+    /// build from pieces (`"AKIA" + "..."`, `"".join([...])`, f-strings, hex or base64 of a
+    /// literal), for [`Scanner::scan_built`].
+    pub fn strings_request(files: &[SkillFile]) -> serde_json::Value {
+        let python: Vec<serde_json::Value> = files
+            .iter()
+            .filter(|file| file.name.ends_with(".py"))
+            .map(|file| serde_json::json!({ "name": file.name, "text": file.text }))
+            .collect();
+        serde_json::json!({ "strings": true, "files": python })
+    }
+
+    /// The secret rules over the strings the analyser answered [`Scanner::strings_request`]
+    /// with: each finding is placed where the string is built, and, as [`Scanner::scan_secrets`]
+    /// does, names the rule, never the value; each built string a rule matched is returned
+    /// beside, whole, for what else prints it (a test's output) to be redacted.
+    pub fn scan_built(&self, stdout: &[u8]) -> Result<(Vec<Finding>, Vec<String>), String> {
+        #[derive(Deserialize)]
+        struct Built {
+            file: String,
+            line: usize,
+            col: usize,
+            text: String,
+            value: String,
+        }
+        #[derive(Deserialize)]
+        struct Answer {
+            strings: Vec<Built>,
+        }
+        let answer = serde_json::from_slice::<Answer>(stdout)
+            .map_err(|e| format!("the analyser's answer is not what kavi expects: {e}"))?;
+        let mut findings = Vec::new();
+        let mut values = Vec::new();
+        for built in answer.strings {
+            let (found, _) = self.scan_secrets(&built.file, &built.text);
+            if !found.is_empty() {
+                values.push(built.value);
+            }
+            findings.extend(found.into_iter().map(|finding| Finding {
+                line: built.line,
+                col: Some(built.col),
+                message: format!("{}, built from pieces", finding.message),
+                ..finding
+            }));
+        }
+        Ok((findings, values))
+    }
+
     /// The analyser's answer, as findings; anything else is an error, never a clean result.
     pub fn analyser_findings(stdout: &[u8]) -> Result<Vec<Finding>, String> {
         #[derive(Deserialize)]
@@ -575,9 +642,19 @@ mod tests {
                 "native",
                 "dynamic_code",
                 "verdict",
-                "dynamic_names"
+                "dynamic_names",
+                "environment"
             ]
             .map(str::to_owned)
+        );
+        // Only SECRET_READ may read the environment whole: its secrets are there.
+        let secret_read = scanner.forbidden_for(Some("SECRET_READ")).unwrap();
+        assert!(!secret_read.contains(&"environment".to_owned()));
+        assert!(
+            !scanner
+                .forbidden_for(Some("NETWORK+SECRET_READ"))
+                .unwrap()
+                .contains(&"environment".to_owned())
         );
         assert!(scanner.forbidden_for(Some("ROOT")).is_err());
         assert!(scanner.is_test("skills/a/test_skill.py"));
@@ -612,6 +689,47 @@ mod tests {
             assert!(!shown.join("\n").contains(secret), "{shown:?}");
             assert!(values.iter().any(|v| v.contains(secret)));
         }
+    }
+
+    #[test]
+    fn a_secret_built_from_pieces_is_found_where_it_is_built_and_never_printed() {
+        let key = "AKIA".to_owned() + "IOSFODNN7EXAMPLQ";
+        let answer = serde_json::json!({ "strings": [
+            { "file": "s.py", "line": 3, "col": 7, "text": format!("KEY = \"{key}\""), "value": key },
+            {
+                "file": "s.py", "line": 5, "col": 12, "text": "password = \"hunter2hunter2\"",
+                "value": "hunter2hunter2"
+            },
+            { "file": "s.py", "line": 6, "col": 1, "text": "word_count", "value": "word_count" },
+        ]});
+        let (findings, values) = shipped().scan_built(answer.to_string().as_bytes()).unwrap();
+        let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "s.py:3:7: [aws-access-key] an AWS access key id (20 characters, redacted), built \
+                 from pieces",
+                "s.py:5:12: [password-literal] a password written into the code (27 characters, \
+                 redacted), built from pieces"
+            ]
+        );
+        // What is redacted elsewhere is the string as the program builds it.
+        assert_eq!(values, [key, "hunter2hunter2".to_owned()]);
+        // The question kavi asks names only Python files.
+        let files = [
+            SkillFile {
+                name: "skills/a/skill.py".into(),
+                text: "x = 1\n".into(),
+            },
+            SkillFile {
+                name: "skills/a/README.md".into(),
+                text: "AKIA\n".into(),
+            },
+        ];
+        let request = Scanner::strings_request(&files);
+        assert_eq!(request["strings"], true);
+        assert_eq!(request["files"].as_array().unwrap().len(), 1);
+        assert!(shipped().scan_built(b"{\"findings\": []}").is_err());
     }
 
     #[test]

@@ -404,3 +404,28 @@ pub fn attacker_connection(root: &Path) -> rusqlite::Connection {
     .unwrap();
     conn
 }
+
+/// The folders the rosters of a workspace's ledger list (`.kavi/ledger.locks/*.procs`): the
+/// private folders its kavi processes made, which the next kavi removes when their owner died.
+pub fn roster_folders(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut folders = Vec::new();
+    let Ok(entries) = std::fs::read_dir(root.join(".kavi/ledger.locks")) else {
+        return folders;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "procs") {
+            let roster = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in roster.lines() {
+                // A line being written may be cut short: it is read again on the next look.
+                let Ok(line) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                if line["entry"] == "folder" {
+                    folders.push(std::path::PathBuf::from(line["path"].as_str().unwrap()));
+                }
+            }
+        }
+    }
+    folders
+}

@@ -14,6 +14,7 @@ use super::Verdict;
 use crate::confinement::policy::ConfinementPolicy;
 use crate::executions::Runner;
 use crate::nodes::NodeContext;
+use crate::process::Violation;
 use crate::skills::trust::TrustPolicy;
 
 /// The skill a contract gate runs, and how.
@@ -26,6 +27,8 @@ pub(super) struct Candidate<'a> {
     pub confinement: &'a ConfinementPolicy,
     /// How long each example's run may take.
     pub timeout: Duration,
+    /// How many examples the proposal must declare.
+    pub min_examples: usize,
 }
 
 impl Candidate<'_> {
@@ -55,6 +58,17 @@ impl Candidate<'_> {
             self.runner(ctx, self.workspace)
                 .candidate(self.workspace, self.name, self.proposal)?;
         let examples = &ready.proposal.examples;
+        if examples.len() < self.min_examples {
+            evidence.insert("examples".to_owned(), json!({ "run": 0, "matched": 0 }));
+            return Ok(Verdict::Failed(format!(
+                "too_few_examples: {} declares {} example{}, and the gate set requires at least \
+                 {} (`min_examples`): add `[[examples]]` with an input and the output it must give",
+                self.proposal,
+                examples.len(),
+                if examples.len() == 1 { "" } else { "s" },
+                self.min_examples
+            )));
+        }
         if examples.is_empty() {
             evidence.insert("examples".to_owned(), json!({ "run": 0, "matched": 0 }));
             return Ok(Verdict::PassedNoting(format!(
@@ -63,9 +77,13 @@ impl Candidate<'_> {
             )));
         }
         let mut broken = Vec::new();
+        // What the confinement stopped a run for: an attack, not a broken contract.
+        let mut stopped: Option<Violation> = None;
         for (n, example) in examples.iter().enumerate() {
             let example = example.get_ref();
+            // In the owner's roster as it is made, so that a killed kavi's next run removes it.
             let scratch = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-contract-")
+                .and_then(|scratch| ctx.env.owner.track(scratch.path()).map(|()| scratch))
                 .map_err(|e| format!("failed to make the example's scratch workspace: {e}"))?;
             for (path, text) in &example.files {
                 let file = scratch.path().join(path);
@@ -76,13 +94,19 @@ impl Candidate<'_> {
                 std::fs::write(&file, text)
                     .map_err(|e| format!("failed to write the example's {path}: {e}"))?;
             }
-            let outcome = self
+            let (outcome, violation) = self
                 .runner(ctx, scratch.path())
                 .try_example(&ready, &example.input, &ctx.cancel)
                 .await
                 .map_err(|e| e.to_string())?;
             if ctx.cancel.is_cancelled() {
                 return Err("cancelled".into());
+            }
+            // A security violation names the attempt over a bound outgrown.
+            if let Some(violation) = violation
+                && stopped.as_ref().is_none_or(|first| !first.is_security())
+            {
+                stopped = Some(violation);
             }
             match outcome {
                 Err(why) => broken.push(format!("example {}: {why}", n + 1)),
@@ -100,6 +124,19 @@ impl Candidate<'_> {
             "examples".to_owned(),
             json!({ "run": examples.len(), "matched": matched }),
         );
+        if let Some(violation) = stopped {
+            // Named as a build or a command gate stopped for it would be: SECURITY_VIOLATION
+            // goes to a person at once.
+            return Ok(Verdict::FailedAs {
+                kind: violation.failure_kind().to_owned(),
+                detail: format!(
+                    "running its examples, the skill was {violation} ({matched} of {} \
+                     matched)\n{}",
+                    examples.len(),
+                    broken.join("\n")
+                ),
+            });
+        }
         if broken.is_empty() {
             Ok(Verdict::PassedNoting(format!(
                 "{matched} of {matched} examples matched"

@@ -54,8 +54,11 @@ pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// coverage.py's configuration, kavi's own (no `.coveragerc`, `setup.cfg` or `pyproject.toml`
 /// is read): branches measured, the data file in the report folder, the tests themselves left
-/// out of what is measured.
-const COVERAGE_RC: &str = "[run]\nbranch = True\ndata_file = {data}\nomit = */test_*.py\n";
+/// out of what is measured, and no line or branch excluded: coverage.py's default exclusions
+/// (`# pragma: no cover`, `# pragma: no branch`) are comments in the code under review, which
+/// may not decide what its tests must take.
+const COVERAGE_RC: &str = "[run]\nbranch = True\ndata_file = {data}\nomit = */test_*.py\n\n\
+[report]\nexclude_lines =\npartial_branches =\n";
 
 /// Makes the report folder inside `tmp` (the gate's write scope), with the witness and its
 /// nonce; with `measured` (the folder whose code is measured), coverage.py through pytest-cov

@@ -115,6 +115,8 @@ enum Check {
         timeout: Duration,
         /// The profiles skills run under, by side-effect class.
         confinement: Arc<ConfinementPolicy>,
+        /// The fewest examples a proposal may declare.
+        min_examples: usize,
     },
 }
 
@@ -263,6 +265,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                     .at(&source, gate.id.span()),
             );
         }
+        if gate.kind != GateKind::Contract && gate.min_examples.is_some() {
+            return Err(
+                Diagnostic::new("`min_examples` applies to a contract gate only")
+                    .at(&source, gate.id.span()),
+            );
+        }
         let check = match gate.kind {
             GateKind::Command => {
                 if gate.run.is_empty() {
@@ -397,6 +405,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 Check::Contract {
                     timeout: gate.timeout.unwrap_or(set_timeout),
                     confinement: Arc::clone(&skills),
+                    min_examples: gate.min_examples.unwrap_or(0),
                 }
             }
         };
@@ -537,6 +546,9 @@ struct Scope<'a> {
     allowed: &'a [suppressions::Kind],
     /// The skill verified, its proposal file, and the trust policy naming its files.
     skill: Option<(&'a str, &'a str, &'a TrustPolicy)>,
+    /// The values the secret scans found (written whole, or built from pieces), for every
+    /// gate's detail to be redacted of.
+    secrets: &'a std::sync::Mutex<Vec<String>>,
 }
 
 /// How a gate that ran came out.
@@ -655,6 +667,7 @@ impl CompiledGate {
             confined,
             allowed,
             skill,
+            secrets,
         } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
@@ -884,6 +897,7 @@ impl CompiledGate {
             Check::Contract {
                 timeout,
                 confinement,
+                min_examples,
             } => {
                 let (name, proposal, trust) =
                     skill.ok_or("the contract gate has no proposed skill to run")?;
@@ -894,6 +908,7 @@ impl CompiledGate {
                     trust,
                     confinement,
                     timeout: *timeout,
+                    min_examples: *min_examples,
                 };
                 candidate.check(ctx, evidence).await
             }
@@ -904,9 +919,10 @@ impl CompiledGate {
                 ..
             } => {
                 let files = Vars::apply_all(ctx, files, vars)?;
-                let detail =
-                    super::scan::secrets(ctx, scanner, &files, cwd, confined, tool, *timeout)
-                        .await?;
+                let detail = super::scan::secrets(
+                    ctx, scanner, &files, cwd, confined, tool, *timeout, secrets,
+                )
+                .await?;
                 Ok(Verdict::failed_if(detail))
             }
         }
@@ -917,8 +933,9 @@ impl CompiledGate {
 type Toolchains = std::collections::HashMap<String, Result<Provisioned, String>>;
 
 impl Gate {
-    /// The values the secret rules of this set's `secret_scan` gates find in their files. A file
-    /// that cannot be read has been reported by its gate already.
+    /// The values the secret rules of this set's `secret_scan` gates find in their files' text,
+    /// even when a gate could not run its tools. A file that cannot be read has been reported
+    /// by its gate already.
     fn secrets_in(
         &self,
         ctx: &NodeContext<'_>,
@@ -1026,6 +1043,7 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
+        let secrets = std::sync::Mutex::new(Vec::new());
         let scope = Scope {
             cwd: &cwd,
             vars: &vars,
@@ -1036,6 +1054,7 @@ impl Gate {
                 (Some(row), Some(trust)) => Some((&row.name, &row.proposal_path, trust)),
                 _ => None,
             },
+            secrets: &secrets,
         };
         let mut results = futures_util::future::join_all(
             self.gates
@@ -1044,8 +1063,13 @@ impl Gate {
         )
         .await;
         // A secret the secret scan found is printed by no gate: a test's traceback or a type
-        // error may quote the line that holds it.
-        let found = self.secrets_in(ctx, &cwd, &vars);
+        // error may quote the line that holds it, or print the key the code builds.
+        let mut found = self.secrets_in(ctx, &cwd, &vars);
+        found.extend(
+            secrets
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         if let Some(redactor) = crate::redact::Redactor::new(&found).map(|r| r.line_wise()) {
             for result in &mut results {
                 if let Some(detail) = &mut result.detail {
