@@ -245,6 +245,18 @@ mod tests {
             kind("gate", "failed", Some("VERIFY_TEST"), ""),
             "VERIFY_TEST"
         );
+        // A test failed on the kernel's refusal: the code under test reached past its view.
+        for denial in [
+            "E   OSError: [Errno 30] Read-only file system: 'notes.txt'",
+            "E   PermissionError: [Errno 1] Operation not permitted",
+            "E   PermissionError: [Errno 13] Permission denied: '/proc/1/environ'",
+        ] {
+            assert_eq!(
+                kind("gate", "failed", Some("VERIFY_TEST"), denial),
+                "CONFINEMENT_DENIED",
+                "{denial}"
+            );
+        }
         assert_eq!(
             kind(
                 "exec",
