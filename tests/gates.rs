@@ -32,7 +32,7 @@ const TEST: &str = "import unittest\n\nfrom skill import run\n\n\nclass T(unitte
 
 /// The shipped gate set wants an example at least: this program echoes as `run` does.
 const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\n\
-command = [\"python3\", \"-c\", \"import json, sys; json.dump({'echo': json.load(sys.stdin)}, sys.stdout)\"]\n\
+command = [\"python3\", \"skills/demo/echo.py\"]\n\
 input_schema = {}\noutput_schema = {}\n\n[[examples]]\ninput = 1\noutput = { echo = 1 }\n";
 
 /// A proposal that runs `skill.py` as a program, with one example.
@@ -70,6 +70,12 @@ fn workspace_proposing(skill: &str, test: &str, proposal: &str) -> tempfile::Tem
         ],
     );
     common::copy_gate_tools(root);
+    // What PROPOSAL runs: a program of the skill's folder (a command runs nothing else).
+    std::fs::write(
+        root.join("skills/demo/echo.py"),
+        "import json\nimport sys\n\njson.dump({\"echo\": json.load(sys.stdin)}, sys.stdout)\n",
+    )
+    .unwrap();
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
     std::fs::write(

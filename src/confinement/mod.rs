@@ -736,7 +736,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn without_the_network_only_local_sockets_open_and_reaching_out_is_a_violation() {
+    async fn without_the_network_only_socket_pairs_open_and_reaching_out_is_a_violation() {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path().canonicalize().unwrap();
         let probe = r#"python3 -c '
@@ -745,13 +745,20 @@ try:
     socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); print("netlink allowed")
 except OSError as e:
     print("netlink refused", e.errno)
-socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix")
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix allowed")
+except OSError as e:
+    print("unix refused", e.errno)
+socket.socketpair(); print("pair")
 '"#;
         let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), probe).await
         else {
             return;
         };
-        assert_eq!(stdout(&finished), "netlink refused 1\nunix\n");
+        assert_eq!(
+            stdout(&finished),
+            "netlink refused 1\nunix refused 1\npair\n"
+        );
         // UDP, TCP over IPv6, and MPTCP: each kills the process that tries.
         for (family, kind, proto) in [
             ("AF_INET", "SOCK_DGRAM", 0),
