@@ -10,7 +10,7 @@ use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::error::{Error, exit};
 use crate::ledger::{Ledger, short_hash};
 use crate::ledger::{NewRuleSet, RuleSetRow};
-use crate::policy::adoption::{self, AdoptionPolicy, Class, RuleSet};
+use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
 use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
@@ -376,86 +376,33 @@ fn keep_rule_set(ledger: &Ledger, set: &RuleSet) -> Result<serde_json::Value, Er
     Ok(files.into())
 }
 
-/// A recorded rule set as one side of a comparison.
-fn rule_set_side(ledger: &Ledger, row: &RuleSetRow) -> Result<Side, Error> {
-    let mut members = Vec::new();
-    for (path, hash) in row.files.as_object().into_iter().flatten() {
-        let hash = hash.as_str().unwrap_or_default().to_owned();
-        let (_, text) = ledger.spec_text(&hash)?;
-        members.push(Member {
-            role: adoption::ROLE.to_owned(),
-            path: path.clone(),
-            hash,
-            text,
-        });
-    }
-    Ok(Side {
-        run: None,
-        governing_hash: row.set_hash.clone(),
-        members,
-    })
-}
-
-fn working_side(set: &RuleSet) -> Side {
-    Side {
-        run: None,
-        governing_hash: set.hash.clone(),
-        members: set
-            .files
-            .iter()
-            .map(|(path, text)| Member {
-                role: adoption::ROLE.to_owned(),
-                path: path.clone(),
-                hash: crate::spec::spec_hash(text),
-                text: text.clone(),
-            })
-            .collect(),
-    }
-}
-
 /// The adopted set, or an error saying none is.
-fn adopted(ledger: &Ledger) -> Result<RuleSetRow, Error> {
-    ledger.adopted_rules()?.ok_or_else(|| {
-        Error::Usage(
-            "no rule set is adopted in this ledger yet: the first `kavi pipeline run` adopts the \
-             one it runs under"
-                .to_owned(),
-        )
-    })
-}
-
-/// A file of the adopted set, by path.
-fn adopted_text(ledger: &Ledger, set: &RuleSetRow, path: &str) -> Result<Option<String>, Error> {
-    match set.files.get(path).and_then(|h| h.as_str()) {
-        Some(hash) => Ok(Some(ledger.spec_text(hash)?.1)),
-        None => Ok(None),
-    }
+fn adopted(ledger: &Ledger) -> Result<Governing, Error> {
+    Governing::adopted(ledger)
+        .map_err(Error::Usage)?
+        .ok_or_else(|| {
+            Error::Usage(
+                "no rule set is adopted in this ledger yet: the first `kavi pipeline run` adopts \
+                 the one it runs under"
+                    .to_owned(),
+            )
+        })
 }
 
 /// The adoption rules and roles as the adopted set has them: a proposal cannot reclassify itself
 /// nor grant its proposer a role.
-fn adopted_rules(ledger: &Ledger, set: &RuleSetRow) -> Result<(AdoptionPolicy, Roles), Error> {
-    let trust = adopted_text(ledger, set, crate::skills::trust::DEFAULT_POLICY)?;
-    let policy = trust
-        .as_deref()
-        .map(crate::skills::trust::adoption_in)
-        .transpose()
-        .map_err(Error::Usage)?
-        .flatten()
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "the adopted {} has no [adoption] table: changes to the rules cannot be \
-                 classified",
-                crate::skills::trust::DEFAULT_POLICY
-            ))
-        })?;
-    let roles = adopted_text(ledger, set, ROLES)?.ok_or_else(|| {
+fn adopted_rules(set: &Governing) -> Result<(AdoptionPolicy, Roles), Error> {
+    let policy = set.adoption().map_err(Error::Usage)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "the adopted {} has no [adoption] table: changes to the rules cannot be classified",
+            crate::skills::trust::DEFAULT_POLICY
+        ))
+    })?;
+    let roles = set.roles().map_err(Error::Usage)?.ok_or_else(|| {
         Error::Usage(format!(
             "the adopted rule set has no {ROLES}: no one holds a role"
         ))
     })?;
-    let roles =
-        Roles::parse(&SourceFile::new(ROLES, roles)).map_err(|e| Error::Usage(e.to_string()))?;
     Ok((policy, roles))
 }
 
@@ -465,28 +412,15 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Erro
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let base = adopted(&ledger)?;
     let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
-    if set.hash == base.set_hash {
+    if set.hash == base.row.set_hash {
         outln!(
             "the governing files are the adopted rule set ({}): nothing to propose",
-            short_hash(&base.set_hash)
+            short_hash(&base.row.set_hash)
         );
         return Ok(exit::SUCCESS);
     }
-    let (policy, _) = adopted_rules(&ledger, &base)?;
-    let files = compare(&rule_set_side(&ledger, &base)?, &working_side(&set));
-    let mut changes = Vec::new();
-    for file in &files {
-        let words = if file.meaning.is_empty() {
-            vec![format!("file {}", file.change)]
-        } else {
-            file.meaning.clone()
-        };
-        for word in words {
-            let change = format!("{}: {word}", file.path);
-            let class = policy.classify(&change).map_err(Error::Usage)?;
-            changes.push((change, class));
-        }
-    }
+    let (policy, _) = adopted_rules(&base)?;
+    let changes = base.changes_to(&set).map_err(Error::Usage)?;
     let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
     let recorded = serde_json::Value::Array(
         changes
@@ -502,7 +436,7 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Erro
             files: &kept,
             class: class.as_str(),
             changes: &recorded,
-            based_on: Some(base.id),
+            based_on: Some(base.row.id),
             actor: &actor,
             message,
         },
@@ -511,7 +445,7 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Erro
     outln!(
         "proposed rule change {id} ({}): {} -> {} by {actor}",
         class.as_str(),
-        short_hash(&base.set_hash),
+        short_hash(&base.row.set_hash),
         short_hash(&set.hash)
     );
     for (change, class) in &changes {
@@ -558,7 +492,7 @@ pub fn decide(workspace: &Workspace, id: i64, approve: bool) -> Result<i32, Erro
              account must approve it"
         )));
     }
-    let (policy, roles) = adopted_rules(&ledger, &adopted(&ledger)?)?;
+    let (policy, roles) = adopted_rules(&adopted(&ledger)?)?;
     let held = roles.held_by_current_process();
     let approval = RecordedApproval {
         actor: actor.clone(),
@@ -596,11 +530,11 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let change = pending(&ledger, id)?;
     let base = adopted(&ledger)?;
-    if change.based_on != Some(base.id) {
+    if change.based_on != Some(base.row.id) {
         return Err(Error::Usage(format!(
             "rule change {id} was proposed against another adopted set than {} (now adopted): \
              propose it again",
-            short_hash(&base.set_hash)
+            short_hash(&base.row.set_hash)
         )));
     }
     let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
@@ -613,7 +547,7 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
         )));
     }
     if change.class == Class::Weakening.as_str() {
-        let (policy, _) = adopted_rules(&ledger, &base)?;
+        let (policy, _) = adopted_rules(&base)?;
         policy
             .weakening
             .met_by(&change.approvals, proposer(&change))

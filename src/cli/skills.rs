@@ -24,6 +24,18 @@ pub(super) fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> 
     Ok(Lifecycle::parse(&source).map_err(SpecError::from)?)
 }
 
+/// The lifecycle a decision on a skill follows: the adopted one, and only while the files on
+/// disk do not weaken the adopted rules (see [`crate::policy::adoption::for_decision`]).
+fn adopted_lifecycle(
+    workspace: &Workspace,
+    ledger: &Ledger,
+    refused: &str,
+) -> Result<Lifecycle, Error> {
+    crate::policy::adoption::for_decision(ledger, &workspace.root)
+        .and_then(|governing| governing.lifecycle())
+        .map_err(|why| Error::Usage(format!("{refused}: {why}")))
+}
+
 pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
     let relative = workspace_relative(workspace, file)?;
     let lifecycle = load_lifecycle(workspace)?;
@@ -373,7 +385,7 @@ fn rewrite_registry(
 pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
-    let lifecycle = load_lifecycle(workspace)?;
+    let lifecycle = adopted_lifecycle(workspace, &ledger, &format!("`{name}` may not be restored"))?;
     let restorable = skill.state == TRUSTED || lifecycle.drifted.as_ref() == Some(&skill.state);
     let (Some(trusted_hash), true) = (&skill.trusted_hash, restorable) else {
         return Err(Error::Usage(format!(
@@ -429,7 +441,7 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
 /// Revokes a skill: it moves to the lifecycle's `revoked` state and no version of it runs again.
 pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
-    let lifecycle = load_lifecycle(workspace)?;
+    let lifecycle = adopted_lifecycle(workspace, &ledger, &format!("`{name}` may not be revoked"))?;
     let Some(revoked) = &lifecycle.revoked else {
         return Err(Error::Usage(format!(
             "{LIFECYCLE} declares no `revoked` state to move `{name}` to"

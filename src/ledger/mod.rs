@@ -84,6 +84,9 @@ pub enum LedgerError {
     RunNotFound(String),
     #[error("no rule change {0} in the ledger (`kavi policy diff` lists them)")]
     RuleChangeNotFound(i64),
+    /// A decision on a rule change that another one made meanwhile no longer applies.
+    #[error("{0}")]
+    RuleChangeRefused(String),
     #[error("no artifact `{0}` in the ledger (or the prefix names more than one)")]
     ArtifactNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]
