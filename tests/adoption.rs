@@ -161,3 +161,60 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     );
     common::assert_ledger_verifies(root);
 }
+
+/// Issue 53: approvals given at the same moment are all kept. Four accounts approve a rule
+/// change while another connection holds the ledger's write lock, so that each has read the
+/// change before any can write: each approval is read and written under the lock, and none is
+/// lost to another's write.
+#[test]
+fn approvals_of_a_rule_change_given_at_the_same_moment_are_all_kept() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let first = kavi(root, &["pipeline", "run", "noop"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    drop_the_test_gate(root);
+    let proposed = kavi(root, &["policy", "propose"]);
+    assert!(stdout(&proposed).starts_with("proposed rule change 2 (weakening)"));
+    common::open_to_other_accounts(root);
+
+    let mut holder = common::LedgerConnection::open(root);
+    holder.batch(if common::postgres::ledger_for(root).is_some() {
+        // kavi's write lock, and the table's, as a writer that does not take kavi's would meet.
+        "BEGIN; SELECT pg_advisory_xact_lock(1801549417); LOCK TABLE rule_sets IN EXCLUSIVE MODE"
+    } else {
+        "BEGIN IMMEDIATE"
+    });
+    let approvers: Vec<_> = (4501..4505)
+        .map(|uid| {
+            let root = root.to_owned();
+            std::thread::spawn(move || common::kavi_as(uid, &root, &["policy", "approve", "2"]))
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    holder.batch("ROLLBACK");
+    for approver in approvers {
+        let out = approver.join().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let shown = common::LedgerConnection::open(root)
+        .texts("SELECT approvals FROM rule_sets WHERE id = 2")
+        .remove(0);
+    let approvals: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let mut actors: Vec<&str> = approvals
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["actor"].as_str().unwrap())
+        .collect();
+    actors.sort_unstable();
+    assert_eq!(actors, ["uid 4501", "uid 4502", "uid 4503", "uid 4504"]);
+    common::assert_ledger_verifies(root);
+}

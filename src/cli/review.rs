@@ -176,146 +176,153 @@ struct Approved<'a> {
 }
 
 impl Approved<'_> {
-/// Records `actor`'s approval of the moves the APPROVAL escalations of run `root` ask for, and
-/// makes each move whose requirement in the adopted lifecycle is met, checked against that
-/// lifecycle and recorded as approved by `actor`. A move on the way to TRUSTED is followed by
-/// the rest of that way ([`Promotion::advance`]): the run goes on from where it stopped.
-fn make(&self, ledger: &mut Ledger, pending: &[EscalationRow]) -> Result<Moves, Error> {
-    let Self {
-        workspace,
-        governing,
-        root,
-        actor,
-        comment,
-    } = *self;
-    let moves: Vec<(&EscalationRow, &Value)> = pending
-        .iter()
-        .flat_map(|e| {
+    /// Records `actor`'s approval of the moves the APPROVAL escalations of run `root` ask for, and
+    /// makes each move whose requirement in the adopted lifecycle is met, checked against that
+    /// lifecycle and recorded as approved by `actor`. A move on the way to TRUSTED is followed by
+    /// the rest of that way ([`Promotion::advance`]): the run goes on from where it stopped.
+    fn make(&self, ledger: &mut Ledger, pending: &[EscalationRow]) -> Result<Moves, Error> {
+        let Self {
+            workspace,
+            governing,
+            root,
+            actor,
+            comment,
+        } = *self;
+        let moves: Vec<(&EscalationRow, &Value)> = pending
+            .iter()
+            .flat_map(|e| {
+                e.triggers
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(move |t| (e, t))
+            })
+            .filter(|(_, t)| t["trigger"] == APPROVAL)
+            .collect();
+        if moves.is_empty() {
+            return Ok(Moves::None);
+        }
+        let lifecycle = governing.lifecycle().map_err(Error::Usage)?;
+        let templates = TemplateEngine::new(&workspace.templates_dir());
+        let trust = super::skills::load_trust(workspace, &templates)?;
+        let store = super::open_store(workspace)?;
+        let note = match comment {
+            Some(comment) => format!("approved in review by {actor}: {comment}"),
+            None => format!("approved in review by {actor}"),
+        };
+        let (mut waiting, mut trusted) = (false, true);
+        for (escalation, trigger) in &moves {
+            let (from, to) = (
+                trigger["from"].as_str().unwrap_or_default(),
+                trigger["to"].as_str().unwrap_or_default(),
+            );
+            let skill = escalation.skill.as_str();
+            // What the adopted lifecycle asks of the move, or else what it asked when the run
+            // stopped: rules on disk, then or now, never lower it.
+            let required = match lifecycle.needs_approval(from, to) {
+                Some(Approval::Roles(requirement)) => Some(requirement.clone()),
+                _ => serde_json::from_value::<Requirement>(trigger["requires"].clone()).ok(),
+            };
+            if let Some(requirement) = &required {
+                let given = record_approval(
+                    ledger,
+                    governing,
+                    requirement,
+                    root,
+                    escalation,
+                    trigger,
+                    actor,
+                )?;
+                let starter = Excluded {
+                    actor: root.started_by.as_deref().unwrap_or_default(),
+                    described: "the account that started the run",
+                };
+                if let Err(missing) = requirement.met_by(&given, starter) {
+                    outln!(
+                        "approval by {actor} ({}) of {from} -> {to} of `{skill}` recorded; run {} \
+                     still awaits review: it {missing} (`kavi approve {}` by another account)",
+                        requirement.role,
+                        root.id,
+                        root.id
+                    );
+                    waiting = true;
+                    continue;
+                }
+            }
+            // The skill must still be where it was when the run stopped.
+            let check = |now: &str, to: &str| {
+                if now == from {
+                    lifecycle.check_approved(now, to)
+                } else {
+                    Err(format!(
+                        "`{skill}` is now {now}, not {from}: the approved move no longer applies"
+                    ))
+                }
+            };
+            let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
+            let refused = |reason: String| {
+                Error::Usage(format!(
+                    "the approved move {from} -> {to} of `{skill}` was not made: {reason}"
+                ))
+            };
+            let source = trigger["source"].as_str();
+            let promotion = Promotion {
+                store: &store,
+                trust: &trust,
+                templates: &templates,
+                workspace: &workspace.root,
+                source: &workspace.root.join(source.unwrap_or(".")),
+            };
+            if to == TRUSTED {
+                promotion
+                    .promote(ledger, skill, check, origin, Some(&note))
+                    .map_err(refused)?;
+            } else {
+                ledger
+                    .transition_skill(skill, to, check, origin, actor, Some(&note))
+                    .map_err(|e| refused(e.to_string()))?;
+            }
+            outln!("moved `{skill}` {from} -> {to}");
+            // A move `promote` stopped for: the way to TRUSTED goes on from here.
+            let Some(source) = source.filter(|_| to != TRUSTED) else {
+                trusted &= to == TRUSTED;
+                continue;
+            };
+            match promotion
+                .advance(ledger, &lifecycle, skill, origin, Some(&note))
+                .map_err(|reason| {
+                    Error::Usage(format!("`{skill}` did not reach {TRUSTED}: {reason}"))
+                })? {
+                Advanced::Promoted(promoted) => {
+                    outln!("moved `{skill}` {} -> {TRUSTED}", promoted.from);
+                }
+                Advanced::Awaits { from, to } => {
+                    let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));
+                    ledger.pass_on_escalation(escalation, actor, comment, &triggers)?;
+                    outln!(
+                        "`{skill}` is {from}; run {} awaits review again: {}",
+                        root.id,
+                        triggers[0]["reason"].as_str().unwrap_or_default()
+                    );
+                    waiting = true;
+                }
+            }
+        }
+        if waiting {
+            return Ok(Moves::Waiting);
+        }
+        let only_moves = pending.iter().all(|e| {
             e.triggers
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(move |t| (e, t))
+                .all(|t| t["trigger"] == APPROVAL)
+        });
+        Ok(Moves::Made {
+            only_moves,
+            trusted,
         })
-        .filter(|(_, t)| t["trigger"] == APPROVAL)
-        .collect();
-    if moves.is_empty() {
-        return Ok(Moves::None);
     }
-    let lifecycle = governing.lifecycle().map_err(Error::Usage)?;
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = super::skills::load_trust(workspace, &templates)?;
-    let store = super::open_store(workspace)?;
-    let note = match comment {
-        Some(comment) => format!("approved in review by {actor}: {comment}"),
-        None => format!("approved in review by {actor}"),
-    };
-    let (mut waiting, mut trusted) = (false, true);
-    for (escalation, trigger) in &moves {
-        let (from, to) = (
-            trigger["from"].as_str().unwrap_or_default(),
-            trigger["to"].as_str().unwrap_or_default(),
-        );
-        let skill = escalation.skill.as_str();
-        // What the adopted lifecycle asks of the move, or else what it asked when the run
-        // stopped: rules on disk, then or now, never lower it.
-        let required = match lifecycle.needs_approval(from, to) {
-            Some(Approval::Roles(requirement)) => Some(requirement.clone()),
-            _ => serde_json::from_value::<Requirement>(trigger["requires"].clone()).ok(),
-        };
-        if let Some(requirement) = &required {
-            let given =
-                record_approval(ledger, governing, requirement, root, escalation, trigger, actor)?;
-            let starter = Excluded {
-                actor: root.started_by.as_deref().unwrap_or_default(),
-                described: "the account that started the run",
-            };
-            if let Err(missing) = requirement.met_by(&given, starter) {
-                outln!(
-                    "approval by {actor} ({}) of {from} -> {to} of `{skill}` recorded; run {} \
-                     still awaits review: it {missing} (`kavi approve {}` by another account)",
-                    requirement.role,
-                    root.id,
-                    root.id
-                );
-                waiting = true;
-                continue;
-            }
-        }
-        // The skill must still be where it was when the run stopped.
-        let check = |now: &str, to: &str| {
-            if now == from {
-                lifecycle.check_approved(now, to)
-            } else {
-                Err(format!(
-                    "`{skill}` is now {now}, not {from}: the approved move no longer applies"
-                ))
-            }
-        };
-        let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
-        let refused = |reason: String| {
-            Error::Usage(format!(
-                "the approved move {from} -> {to} of `{skill}` was not made: {reason}"
-            ))
-        };
-        let source = trigger["source"].as_str();
-        let promotion = Promotion {
-            store: &store,
-            trust: &trust,
-            templates: &templates,
-            workspace: &workspace.root,
-            source: &workspace.root.join(source.unwrap_or(".")),
-        };
-        if to == TRUSTED {
-            promotion
-                .promote(ledger, skill, check, origin, Some(&note))
-                .map_err(refused)?;
-        } else {
-            ledger
-                .transition_skill(skill, to, check, origin, actor, Some(&note))
-                .map_err(|e| refused(e.to_string()))?;
-        }
-        outln!("moved `{skill}` {from} -> {to}");
-        // A move `promote` stopped for: the way to TRUSTED goes on from here.
-        let Some(source) = source.filter(|_| to != TRUSTED) else {
-            trusted &= to == TRUSTED;
-            continue;
-        };
-        match promotion
-            .advance(ledger, &lifecycle, skill, origin, Some(&note))
-            .map_err(|reason| {
-                Error::Usage(format!("`{skill}` did not reach {TRUSTED}: {reason}"))
-            })? {
-            Advanced::Promoted(promoted) => {
-                outln!("moved `{skill}` {} -> {TRUSTED}", promoted.from);
-            }
-            Advanced::Awaits { from, to } => {
-                let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));
-                ledger.pass_on_escalation(escalation, actor, comment, &triggers)?;
-                outln!(
-                    "`{skill}` is {from}; run {} awaits review again: {}",
-                    root.id,
-                    triggers[0]["reason"].as_str().unwrap_or_default()
-                );
-                waiting = true;
-            }
-        }
-    }
-    if waiting {
-        return Ok(Moves::Waiting);
-    }
-    let only_moves = pending.iter().all(|e| {
-        e.triggers
-            .as_array()
-            .into_iter()
-            .flatten()
-            .all(|t| t["trigger"] == APPROVAL)
-    });
-    Ok(Moves::Made {
-        only_moves,
-        trusted,
-    })
-}
 }
 
 /// Records `actor`'s approval of the move `trigger` asks for, with the roles it holds now, on the

@@ -385,7 +385,8 @@ fn rewrite_registry(
 pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
-    let lifecycle = adopted_lifecycle(workspace, &ledger, &format!("`{name}` may not be restored"))?;
+    let lifecycle =
+        adopted_lifecycle(workspace, &ledger, &format!("`{name}` may not be restored"))?;
     let restorable = skill.state == TRUSTED || lifecycle.drifted.as_ref() == Some(&skill.state);
     let (Some(trusted_hash), true) = (&skill.trusted_hash, restorable) else {
         return Err(Error::Usage(format!(

@@ -163,9 +163,11 @@ impl Ledger {
         let change = pending_in(&tx, id)?;
         if status == "adopted" {
             let adopted: Option<i64> = tx
-                .query_row("SELECT id FROM rule_sets WHERE status = 'adopted'", [], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT id FROM rule_sets WHERE status = 'adopted'",
+                    [],
+                    |r| r.get(0),
+                )
                 .optional()?;
             if change.based_on != adopted {
                 return Err(LedgerError::RuleChangeRefused(format!(

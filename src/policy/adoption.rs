@@ -182,14 +182,21 @@ impl Governing {
 
 /// What changed in each file from `before` to `after` (both (path, text) in path order): the
 /// words of `kavi policy diff` for a TOML file, else `file added`, `removed` or `changed`.
-pub fn changes(before: &[(String, String)], after: &[(String, String)]) -> Vec<(String, Vec<String>)> {
+pub fn changes(
+    before: &[(String, String)],
+    after: &[(String, String)],
+) -> Vec<(String, Vec<String>)> {
     let find = |files: &[(String, String)], path: &str| {
         files
             .iter()
             .find(|(p, _)| p == path)
             .map(|(_, text)| text.clone())
     };
-    let mut paths: Vec<&str> = before.iter().chain(after).map(|(p, _)| p.as_str()).collect();
+    let mut paths: Vec<&str> = before
+        .iter()
+        .chain(after)
+        .map(|(p, _)| p.as_str())
+        .collect();
     paths.sort_unstable();
     paths.dedup();
     paths
