@@ -690,7 +690,8 @@ fn an_escalation_approval_reads_roles_from_the_adopted_set_not_from_disk() {
     );
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     assert_eq!(run["status"], "awaiting_review");
-    let recorded = common::LedgerConnection::open(root).texts("SELECT approvals FROM escalations");
+    let recorded = common::LedgerConnection::open(root)
+        .texts("SELECT COALESCE(approvals, '') FROM escalations");
     assert!(!recorded[0].contains("4102"), "{recorded:?}");
 
     std::fs::write(&roles, adopted).unwrap();

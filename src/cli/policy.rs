@@ -406,6 +406,174 @@ fn adopted_rules(set: &Governing) -> Result<(AdoptionPolicy, Roles), Error> {
     Ok((policy, roles))
 }
 
+/// `kavi policy diff` without a run: the governing files on disk against the adopted set, each
+/// change classified by the adopted `[adoption]` rules, and the rule changes pending. Exits 0
+/// when the files are the adopted set, 1 when they differ.
+pub fn adoption_diff(workspace: &Workspace, json: bool) -> Result<i32, Error> {
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let base = adopted(&ledger)?;
+    let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
+    let changes = base.changes_to(&set).map_err(Error::Usage)?;
+    let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+    let pending: Vec<RuleSetRow> = ledger
+        .rule_sets()?
+        .into_iter()
+        .filter(|s| s.status == "pending")
+        .collect();
+    let code = if changes.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::RUN_FAILED
+    };
+    if json {
+        super::print_json(&serde_json::json!({
+            "adopted": base.row,
+            "files_hash": set.hash,
+            "class": (!changes.is_empty()).then_some(class),
+            "changes": changes
+                .iter()
+                .map(|(change, class)| serde_json::json!({ "change": change, "class": class }))
+                .collect::<Vec<_>>(),
+            "pending": pending,
+        }));
+        return Ok(code);
+    }
+    outln!(
+        "adopted: rule set {} ({}, {}, by {})",
+        base.row.id,
+        short_hash(&base.row.set_hash),
+        base.row.class,
+        base.row.decided_by.as_deref().unwrap_or(&base.row.proposed_by)
+    );
+    if changes.is_empty() {
+        outln!("the governing files are the adopted rule set");
+    } else {
+        outln!(
+            "the governing files differ from it ({}), {}:",
+            short_hash(&set.hash),
+            class.as_str()
+        );
+        for (change, class) in &changes {
+            outln!("  {:<13}  {change}", class.as_str());
+        }
+    }
+    let policy = base.adoption().map_err(Error::Usage)?;
+    for change in &pending {
+        let these = if change.set_hash == set.hash {
+            ", of exactly these files"
+        } else {
+            ""
+        };
+        let approvals = match (&policy, change.class == Class::Weakening.as_str()) {
+            (Some(policy), true) => match policy.weakening.met_by(&change.approvals, proposer(change)) {
+                Ok(()) => "its approvals are complete".to_owned(),
+                Err(missing) => format!("it {missing}"),
+            },
+            _ => "it may be adopted at once".to_owned(),
+        };
+        outln!(
+            "pending: rule change {} ({}{these}) by {}: {approvals}",
+            change.id,
+            change.class,
+            change.proposed_by
+        );
+    }
+    if !changes.is_empty() && !pending.iter().any(|c| c.set_hash == set.hash) {
+        outln!("no pending change proposes these files: `kavi policy propose`");
+    }
+    Ok(code)
+}
+
+/// What `kavi ledger verify` checks of the rule sets, and their story: each set's files still
+/// make its hash and are kept; exactly one is adopted; only the first was adopted on first use;
+/// each one adopted weakening the rules had the approvals its base's `[adoption]` asked, never
+/// its proposer's. Returns (problems, one line per set).
+pub(super) fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>), Error> {
+    let sets = ledger.rule_sets()?;
+    let mut problems = Vec::new();
+    let mut story = Vec::new();
+    let adopted = sets.iter().filter(|s| s.status == "adopted").count();
+    if !sets.is_empty() && adopted != 1 {
+        problems.push(format!(
+            "{adopted} rule sets are adopted, where exactly one must be"
+        ));
+    }
+    for set in &sets {
+        let id = set.id;
+        let members: Vec<(&str, &str)> = set
+            .files
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(path, hash)| (path.as_str(), hash.as_str().unwrap_or_default()))
+            .collect();
+        let hash = set_hash(members.iter().map(|(p, h)| (adoption::ROLE, *p, *h)));
+        if hash != set.set_hash {
+            problems.push(format!(
+                "rule set {id}: its files hash to {hash}, not the {} recorded",
+                set.set_hash
+            ));
+        }
+        for (path, hash) in &members {
+            if let Err(e) = ledger.spec_text(hash) {
+                problems.push(format!("rule set {id}: {path}: {e}"));
+            }
+        }
+        if set.class == "first-use" && sets.first().map(|s| s.id) != Some(id) {
+            problems.push(format!(
+                "rule set {id} says it was adopted on first use, but rule sets were recorded \
+                 before it"
+            ));
+        }
+        let decided = matches!(set.status.as_str(), "adopted" | "superseded");
+        if decided && set.class == Class::Weakening.as_str() {
+            let base = sets.iter().find(|s| Some(s.id) == set.based_on);
+            let required = base
+                .map(|base| Governing::of(ledger, base.clone()).and_then(|g| g.adoption()))
+                .transpose()
+                .map_err(Error::Usage)?
+                .flatten();
+            match required {
+                None => problems.push(format!(
+                    "rule set {id} was adopted weakening the rules, but no adopted set it was \
+                     based on names what that needs"
+                )),
+                Some(policy) => {
+                    if let Err(missing) = policy.weakening.met_by(&set.approvals, proposer(set)) {
+                        problems.push(format!(
+                            "rule set {id} was adopted weakening the rules, but it {missing}"
+                        ));
+                    }
+                }
+            }
+        }
+        let approved = match set.approvals.as_slice() {
+            [] => String::new(),
+            approvals => format!(
+                ", approved by {}",
+                approvals
+                    .iter()
+                    .map(|a| a.actor.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let decided_by = set
+            .decided_by
+            .as_deref()
+            .map(|by| format!(", {} by {by}", set.status))
+            .unwrap_or_default();
+        story.push(format!(
+            "rule set {id} ({}): {} {}, proposed by {}{approved}{decided_by}",
+            short_hash(&set.set_hash),
+            set.class,
+            set.status,
+            set.proposed_by
+        ));
+    }
+    Ok((problems, story))
+}
+
 /// `kavi policy propose`: records the working copy of the governing files as a pending change to
 /// the adopted set, each part classified.
 pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Error> {

@@ -92,9 +92,14 @@ pub struct Governing {
 impl Governing {
     /// Reads the adopted set and its texts from the ledger; `None` when none is adopted.
     pub fn adopted(ledger: &crate::ledger::Ledger) -> Result<Option<Self>, String> {
-        let Some(row) = ledger.adopted_rules().map_err(|e| e.to_string())? else {
-            return Ok(None);
-        };
+        match ledger.adopted_rules().map_err(|e| e.to_string())? {
+            Some(row) => Self::of(ledger, row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A recorded set with the texts the ledger kept of it.
+    pub fn of(ledger: &crate::ledger::Ledger, row: crate::ledger::RuleSetRow) -> Result<Self, String> {
         let mut files = Vec::new();
         for (path, hash) in row.files.as_object().into_iter().flatten() {
             let hash = hash.as_str().unwrap_or_default();
@@ -102,7 +107,7 @@ impl Governing {
             files.push((path.clone(), text));
         }
         files.sort();
-        Ok(Some(Self { row, files }))
+        Ok(Self { row, files })
     }
 
     /// An adopted file's text, by path.
