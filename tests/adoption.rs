@@ -68,6 +68,13 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     assert_eq!(refused.status.code(), Some(6), "{}", stdout(&refused));
     assert_ne!(state(root, "find_notes"), "TRUSTED");
     let runs = json(&kavi(root, &["runs", "list", "--json"]));
+    let held = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pipeline"] == "forge" && r["status"] == "awaiting_review")
+        .unwrap()["id"]
+        .to_string();
     let attempt = runs
         .as_array()
         .unwrap()
@@ -133,6 +140,24 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     assert!(stdout(&adopted).starts_with("adopted rule change 2 (weakening)"));
     assert!(forge(root, "write_note").status.success());
     assert_eq!(state(root, "write_note"), "TRUSTED");
+    // The skill whose promotion was refused is not stuck where it was verified: approving its
+    // run resumes the forge, which builds and gates it again, and promotes it under the
+    // adopted rules.
+    assert_eq!(state(root, "find_notes"), "VERIFIED");
+    let resumed = kavi(root, &["approve", &held]);
+    assert!(resumed.status.success(), "{}", stdout(&resumed));
+    assert_eq!(state(root, "find_notes"), "TRUSTED");
+    let shown = json(&kavi(root, &["skill", "show", "find_notes", "--json"]));
+    let path: Vec<&str> = shown["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to_state"].as_str().unwrap())
+        .collect();
+    assert!(
+        path.ends_with(&["VERIFIED", "BUILT", "VERIFIED", "TRUSTED"]),
+        "{path:?}"
+    );
 
     // Putting the gate back strengthens the rules: its proposer adopts it at once.
     std::fs::write(root.join("policies/gates.toml"), &strong).unwrap();

@@ -443,7 +443,10 @@ pub fn adoption_diff(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         base.row.id,
         short_hash(&base.row.set_hash),
         base.row.class,
-        base.row.decided_by.as_deref().unwrap_or(&base.row.proposed_by)
+        base.row
+            .decided_by
+            .as_deref()
+            .unwrap_or(&base.row.proposed_by)
     );
     if changes.is_empty() {
         outln!("the governing files are the adopted rule set");
@@ -465,10 +468,12 @@ pub fn adoption_diff(workspace: &Workspace, json: bool) -> Result<i32, Error> {
             ""
         };
         let approvals = match (&policy, change.class == Class::Weakening.as_str()) {
-            (Some(policy), true) => match policy.weakening.met_by(&change.approvals, proposer(change)) {
-                Ok(()) => "its approvals are complete".to_owned(),
-                Err(missing) => format!("it {missing}"),
-            },
+            (Some(policy), true) => {
+                match policy.weakening.met_by(&change.approvals, proposer(change)) {
+                    Ok(()) => "its approvals are complete".to_owned(),
+                    Err(missing) => format!("it {missing}"),
+                }
+            }
             _ => "it may be adopted at once".to_owned(),
         };
         outln!(

@@ -99,7 +99,10 @@ impl Governing {
     }
 
     /// A recorded set with the texts the ledger kept of it.
-    pub fn of(ledger: &crate::ledger::Ledger, row: crate::ledger::RuleSetRow) -> Result<Self, String> {
+    pub fn of(
+        ledger: &crate::ledger::Ledger,
+        row: crate::ledger::RuleSetRow,
+    ) -> Result<Self, String> {
         let mut files = Vec::new();
         for (path, hash) in row.files.as_object().into_iter().flatten() {
             let hash = hash.as_str().unwrap_or_default();
