@@ -243,3 +243,74 @@ fn approvals_of_a_rule_change_given_at_the_same_moment_are_all_kept() {
     assert_eq!(actors, ["uid 4501", "uid 4502", "uid 4503", "uid 4504"]);
     common::assert_ledger_verifies(root);
 }
+
+/// Issue 53: `[adoption] on_change = "reverify"`. A skill is stamped with the rule set it was
+/// promoted under; adopting a newer set suspends it (it does not run, and restore does not put
+/// back trust earned under the older set) until the forge builds and gates it again under the
+/// new one.
+#[test]
+fn adopting_a_new_rule_set_reverifies_skills_trusted_under_an_older_one() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let trust = root.join("policies/trust.toml");
+    let text = std::fs::read_to_string(&trust).unwrap();
+    let reverify = text.replace(
+        "otherwise = \"weakening\"\n",
+        "otherwise = \"weakening\"\non_change = \"reverify\"\n",
+    );
+    assert_ne!(reverify, text);
+    std::fs::write(&trust, reverify).unwrap();
+    assert!(forge(root, "word_count").status.success());
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["trusted_rules"], 1);
+
+    // A strengthening change: its proposer adopts it at once, and it re-verifies word_count.
+    let allowlist = root.join("policies/allowlist.toml");
+    let text = std::fs::read_to_string(&allowlist).unwrap();
+    std::fs::write(
+        &allowlist,
+        text.replacen("deny = [\n", "deny = [\n    \"**/Makefile\",\n", 1),
+    )
+    .unwrap();
+    let proposed = kavi(root, &["policy", "propose"]);
+    assert!(
+        stdout(&proposed).starts_with("proposed rule change 2 (strengthening)"),
+        "{}",
+        stdout(&proposed)
+    );
+    let adopted = kavi(root, &["policy", "adopt", "2"]);
+    assert!(adopted.status.success(), "{}", stderr(&adopted));
+    assert!(
+        stdout(&adopted).contains("`word_count` was trusted under an older rule set"),
+        "{}",
+        stdout(&adopted)
+    );
+    assert_eq!(state(root, "word_count"), "SUSPENDED");
+    let ran = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            "{\"text\": \"a b\"}",
+        ],
+    );
+    assert_eq!(ran.status.code(), Some(2), "{}", stdout(&ran));
+    let restored = kavi(root, &["skill", "restore", "word_count"]);
+    assert_eq!(restored.status.code(), Some(2));
+    assert!(
+        stderr(&restored)
+            .contains("was trusted under rule set 1, and the adopted rule set 2 re-verifies"),
+        "{}",
+        stderr(&restored)
+    );
+
+    // The forge builds and gates it again under rule set 2.
+    let rebuilt = forge(root, "word_count");
+    assert!(rebuilt.status.success(), "{}", stdout(&rebuilt));
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+    assert_eq!(shown["skill"]["trusted_rules"], 2);
+    common::assert_ledger_verifies(root);
+}

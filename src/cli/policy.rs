@@ -530,8 +530,8 @@ pub(super) fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>), Error
                  before it"
             ));
         }
-        let decided = matches!(set.status.as_str(), "adopted" | "superseded");
-        if decided && set.class == Class::Weakening.as_str() {
+        let was_adopted = matches!(set.status.as_str(), "adopted" | "superseded");
+        if was_adopted && set.class == Class::Weakening.as_str() {
             let base = sets.iter().find(|s| Some(s.id) == set.based_on);
             let required = base
                 .map(|base| Governing::of(ledger, base.clone()).and_then(|g| g.adoption()))
@@ -563,16 +563,15 @@ pub(super) fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>), Error
                     .join(", ")
             ),
         };
-        let decided_by = set
-            .decided_by
-            .as_deref()
-            .map(|by| format!(", {} by {by}", set.status))
-            .unwrap_or_default();
+        let decided = match (set.status.as_str(), &set.decided_by) {
+            ("superseded", Some(by)) => format!(", adopted by {by}, since superseded"),
+            (status, Some(by)) => format!(", {status} by {by}"),
+            (status, None) => format!(", {status}"),
+        };
         story.push(format!(
-            "rule set {id} ({}): {} {}, proposed by {}{approved}{decided_by}",
+            "rule set {id} ({}): {}, proposed by {}{approved}{decided}",
             short_hash(&set.set_hash),
             set.class,
-            set.status,
             set.proposed_by
         ));
     }
@@ -735,5 +734,12 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
         change.class,
         short_hash(&change.set_hash)
     );
+    let governing = adopted(&ledger)?;
+    for skill in super::skills::reverify_older(workspace, &mut ledger, &governing)? {
+        outln!(
+            "`{skill}` was trusted under an older rule set: it is suspended until the forge \
+             builds and gates it again (`on_change = \"reverify\"`)"
+        );
+    }
     Ok(exit::SUCCESS)
 }

@@ -310,6 +310,25 @@ pub struct AdoptionPolicy {
     /// as `kavi policy diff` words it, after the file's path) decides its class.
     #[serde(default, rename = "rule")]
     pub rules: Vec<ClassRule>,
+    /// What becomes of skills trusted under an older rule set when this one is adopted
+    /// (default `keep`).
+    #[serde(default)]
+    pub on_change: OnChange,
+}
+
+/// What adopting a rule set does to the skills promoted under an older one.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum OnChange {
+    /// They stay trusted; `kavi skill show` says which set they were trusted under.
+    #[default]
+    Keep,
+    /// They move to the lifecycle's `drifted` state (SUSPENDED) and do not run until the forge
+    /// builds and gates them again under the adopted set; `kavi skill restore` does not put
+    /// back trust earned under an older set.
+    Reverify,
 }
 
 fn weakening() -> Class {
