@@ -106,6 +106,22 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
         text.contains("weakening      policies/gates.toml: gate `tests` removed"),
         "{text}"
     );
+    // `policy diff` tells the story so far: what differs from the adopted set, how each change
+    // is classified, and the proposal pending.
+    let diff = kavi(root, &["policy", "diff"]);
+    assert_eq!(diff.status.code(), Some(1));
+    let text = stdout(&diff);
+    assert!(
+        text.starts_with("adopted: rule set 1 (")
+            && text.contains(", first-use, by ")
+            && text.contains("differ from it (")
+            && text.contains("  weakening      policies/gates.toml: gate `tests` removed\n")
+            && text.contains(
+                "pending: rule change 2 (weakening, of exactly these files) by root (uid 0): it \
+                 needs 1 maintainer other than the proposer; has none"
+            ),
+        "{text}"
+    );
     // Proposed is not adopted: the forge still cannot promote.
     let refused = forge(root, "summarize_note");
     assert_eq!(refused.status.code(), Some(6));
@@ -138,6 +154,24 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     let adopted = kavi(root, &["policy", "adopt", "2"]);
     assert!(adopted.status.success(), "{}", stderr(&adopted));
     assert!(stdout(&adopted).starts_with("adopted rule change 2 (weakening)"));
+    let diff = kavi(root, &["policy", "diff"]);
+    assert_eq!(diff.status.code(), Some(0));
+    assert!(
+        stdout(&diff).contains("the governing files are the adopted rule set"),
+        "{}",
+        stdout(&diff)
+    );
+    let verified = kavi(root, &["ledger", "verify"]);
+    let text = stdout(&verified);
+    assert!(verified.status.success(), "{text}");
+    assert!(
+        text.contains("adoption history:\n  rule set 1 (")
+            && text.contains("): first-use, proposed by root (uid 0), adopted by root (uid 0), since superseded\n")
+            && text.contains(
+                "): weakening, proposed by root (uid 0), approved by uid 4201, adopted by root (uid 0)\n"
+            ),
+        "{text}"
+    );
     assert!(forge(root, "write_note").status.success());
     assert_eq!(state(root, "write_note"), "TRUSTED");
     // The skill whose promotion was refused is not stuck where it was verified: approving its
@@ -313,4 +347,45 @@ fn adopting_a_new_rule_set_reverifies_skills_trusted_under_an_older_one() {
     assert_eq!(shown["skill"]["state"], "TRUSTED");
     assert_eq!(shown["skill"]["trusted_rules"], 2);
     common::assert_ledger_verifies(root);
+}
+
+/// Issue 53: the adopted set's row swapped with raw SQL (a pending weakening change made the
+/// adopted one) governs nothing: kavi reads it only as the journal's keyed entries vouch for it,
+/// and `kavi ledger verify` reports it.
+#[test]
+fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    assert!(kavi(root, &["pipeline", "run", "noop"]).status.success());
+    drop_the_test_gate(root);
+    assert!(kavi(root, &["policy", "propose"]).status.success());
+    let swap = "UPDATE rule_sets SET status = 'superseded' WHERE id = 1; \
+                UPDATE rule_sets SET status = 'adopted', decided_by = 'uid 9' WHERE id = 2;";
+    if common::postgres::ledger_for(root).is_some() {
+        common::LedgerConnection::open(root).batch(swap);
+    } else {
+        common::attacker_connection(root)
+            .execute_batch(swap)
+            .unwrap();
+    }
+    let refused = kavi(root, &["policy", "diff"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("rule set 2: ")
+            && stderr(&refused).contains("edited outside kavi"),
+        "{}",
+        stderr(&refused)
+    );
+    let verified = kavi(root, &["ledger", "verify"]);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(
+        stdout(&verified).contains("MISMATCH"),
+        "{}",
+        stdout(&verified)
+    );
 }

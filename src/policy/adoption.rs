@@ -90,10 +90,16 @@ pub struct Governing {
 }
 
 impl Governing {
-    /// Reads the adopted set and its texts from the ledger; `None` when none is adopted.
+    /// Reads the adopted set and its texts from the ledger; `None` when none is adopted. A row
+    /// the journal's keyed entries do not vouch for (edited with raw SQL) is refused.
     pub fn adopted(ledger: &crate::ledger::Ledger) -> Result<Option<Self>, String> {
         match ledger.adopted_rules().map_err(|e| e.to_string())? {
-            Some(row) => Self::of(ledger, row).map(Some),
+            Some(row) => {
+                ledger
+                    .check_rule_set_journaled(row.id)
+                    .map_err(|e| e.to_string())?;
+                Self::of(ledger, row).map(Some)
+            }
             None => Ok(None),
         }
     }
