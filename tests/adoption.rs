@@ -340,6 +340,21 @@ fn adopting_a_new_rule_set_reverifies_skills_trusted_under_an_older_one() {
         stderr(&restored)
     );
 
+    // Nor does a pipeline of the user's own move it back with a plain transition.
+    let back = root.join("pipelines/back.toml");
+    std::fs::write(
+        &back,
+        "[pipeline]\nname = \"back\"\n[nodes.t]\nkind = \"transition\"\n\
+         skill = \"word_count\"\nto = \"TRUSTED\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        kavi(root, &["pipeline", "run", "back"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(state(root, "word_count"), "SUSPENDED");
+    std::fs::remove_file(back).unwrap();
+
     // The forge builds and gates it again under rule set 2.
     let rebuilt = forge(root, "word_count");
     assert!(rebuilt.status.success(), "{}", stdout(&rebuilt));

@@ -537,8 +537,6 @@ fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
             .code(),
         Some(6)
     );
-    // Editing the rules now changes nothing: the run is governed by the rules it ran under.
-    std::fs::write(&rules, text).unwrap();
     let refused = kavi(root, &["approve", "latest"]);
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -546,8 +544,20 @@ fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
         stderr.contains("forbid approving a run by the account that started it"),
         "{stderr}"
     );
+    // Editing the rules now gives nothing: the decision is refused while they weaken the
+    // adopted ones.
+    std::fs::write(&rules, text).unwrap();
+    let refused = kavi(root, &["approve", "latest"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("may not be approved: the governing files are not the adopted rule set")
+            && stderr.contains("policies/escalation.toml: `self_approval`: false -> true"),
+        "{stderr}"
+    );
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     assert_eq!(run["status"], "awaiting_review");
+    // A rejection grants nothing: it is taken under the adopted rules whatever the disk says.
     assert!(kavi(root, &["reject", "latest"]).status.success());
 }
 

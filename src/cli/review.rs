@@ -41,8 +41,12 @@ pub async fn decide(
     let approve = matches!(decision, Decision::Approve { .. });
     let verdict = if approve { "approved" } else { "rejected" };
     // Decided under the adopted rules, never under weaker ones on disk.
-    let governing = crate::policy::adoption::for_decision(&ledger, &workspace.root)
-        .map_err(|why| Error::Usage(format!("run {} may not be {verdict}: {why}", root.id)))?;
+    let governing = if approve {
+        crate::policy::adoption::for_decision(&ledger, &workspace.root)
+    } else {
+        crate::policy::adoption::for_withdrawal(&ledger)
+    }
+    .map_err(|why| Error::Usage(format!("run {} may not be {verdict}: {why}", root.id)))?;
     if approve {
         let starter = root.started_by.as_deref().unwrap_or_default();
         if let Some(missing) =

@@ -523,8 +523,9 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
 /// Revokes a skill: it moves to the lifecycle's `revoked` state and no version of it runs again.
 pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
-    let (_, lifecycle) =
-        adopted_lifecycle(workspace, &ledger, &format!("`{name}` may not be revoked"))?;
+    let lifecycle = crate::policy::adoption::for_withdrawal(&ledger)
+        .and_then(|governing| governing.lifecycle())
+        .map_err(|why| Error::Usage(format!("`{name}` may not be revoked: {why}")))?;
     let Some(revoked) = &lifecycle.revoked else {
         return Err(Error::Usage(format!(
             "{LIFECYCLE} declares no `revoked` state to move `{name}` to"

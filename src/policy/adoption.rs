@@ -231,8 +231,19 @@ pub fn changes(
         .collect()
 }
 
+/// The adopted rules a decision that withdraws trust (`kavi reject`, `kavi skill revoke`) is
+/// taken under. It is not refused while the disk weakens them, since it grants nothing; it reads
+/// what it needs (the lifecycle's `rejected` and `revoked` states) from the adopted copies.
+pub fn for_withdrawal(ledger: &crate::ledger::Ledger) -> Result<Governing, String> {
+    Governing::adopted(ledger)?.ok_or_else(|| {
+        "no rule set is adopted in this ledger yet (the first `kavi pipeline run` adopts the one \
+         it runs under)"
+            .to_owned()
+    })
+}
+
 /// The one check every decision that records trust or an approval makes (a promotion, `kavi
-/// approve` and `kavi reject`, `kavi skill restore` and `revoke`): it is refused while the
+/// approve`, `kavi skill restore`): it is refused while the
 /// governing files under `root` differ from the adopted set in a weakening way (by the adopted
 /// `[adoption]` rules), naming the pending change of exactly these files or `kavi policy
 /// propose`; otherwise it is taken under the adopted set returned, whatever the disk says of
