@@ -96,6 +96,7 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
         | LedgerError::ExecutionNotFound(_) => exit::NOT_FOUND,
         LedgerError::SkillExists(_)
         | LedgerError::NothingToDecide(_)
+        | LedgerError::RuleChangeRefused(_)
         | LedgerError::CopyRefused(_)
         | LedgerError::Unjournaled(_)
         | LedgerError::ExecutionAmbiguous(_) => exit::USAGE,

@@ -68,6 +68,13 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     assert_eq!(refused.status.code(), Some(6), "{}", stdout(&refused));
     assert_ne!(state(root, "find_notes"), "TRUSTED");
     let runs = json(&kavi(root, &["runs", "list", "--json"]));
+    let held = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pipeline"] == "forge" && r["status"] == "awaiting_review")
+        .unwrap()["id"]
+        .to_string();
     let attempt = runs
         .as_array()
         .unwrap()
@@ -97,6 +104,22 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     );
     assert!(
         text.contains("weakening      policies/gates.toml: gate `tests` removed"),
+        "{text}"
+    );
+    // `policy diff` tells the story so far: what differs from the adopted set, how each change
+    // is classified, and the proposal pending.
+    let diff = kavi(root, &["policy", "diff"]);
+    assert_eq!(diff.status.code(), Some(1));
+    let text = stdout(&diff);
+    assert!(
+        text.starts_with("adopted: rule set 1 (")
+            && text.contains(", first-use, by ")
+            && text.contains("differ from it (")
+            && text.contains("  weakening      policies/gates.toml: gate `tests` removed\n")
+            && text.contains(
+                "pending: rule change 2 (weakening, of exactly these files) by root (uid 0): it \
+                 needs 1 maintainer other than the proposer; has none"
+            ),
         "{text}"
     );
     // Proposed is not adopted: the forge still cannot promote.
@@ -131,8 +154,44 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
     let adopted = kavi(root, &["policy", "adopt", "2"]);
     assert!(adopted.status.success(), "{}", stderr(&adopted));
     assert!(stdout(&adopted).starts_with("adopted rule change 2 (weakening)"));
+    let diff = kavi(root, &["policy", "diff"]);
+    assert_eq!(diff.status.code(), Some(0));
+    assert!(
+        stdout(&diff).contains("the governing files are the adopted rule set"),
+        "{}",
+        stdout(&diff)
+    );
+    let verified = kavi(root, &["ledger", "verify"]);
+    let text = stdout(&verified);
+    assert!(verified.status.success(), "{text}");
+    assert!(
+        text.contains("adoption history:\n  rule set 1 (")
+            && text.contains("): first-use, proposed by root (uid 0), adopted by root (uid 0), since superseded\n")
+            && text.contains(
+                "): weakening, proposed by root (uid 0), approved by uid 4201, adopted by root (uid 0)\n"
+            ),
+        "{text}"
+    );
     assert!(forge(root, "write_note").status.success());
     assert_eq!(state(root, "write_note"), "TRUSTED");
+    // The skill whose promotion was refused is not stuck where it was verified: approving its
+    // run resumes the forge, which builds and gates it again, and promotes it under the
+    // adopted rules.
+    assert_eq!(state(root, "find_notes"), "VERIFIED");
+    let resumed = kavi(root, &["approve", &held]);
+    assert!(resumed.status.success(), "{}", stdout(&resumed));
+    assert_eq!(state(root, "find_notes"), "TRUSTED");
+    let shown = json(&kavi(root, &["skill", "show", "find_notes", "--json"]));
+    let path: Vec<&str> = shown["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to_state"].as_str().unwrap())
+        .collect();
+    assert!(
+        path.ends_with(&["VERIFIED", "BUILT", "VERIFIED", "TRUSTED"]),
+        "{path:?}"
+    );
 
     // Putting the gate back strengthens the rules: its proposer adopts it at once.
     std::fs::write(root.join("policies/gates.toml"), &strong).unwrap();
@@ -160,4 +219,191 @@ fn a_weakened_rule_set_promotes_only_once_another_maintainer_approved_it_and_it_
         stderr(&stale)
     );
     common::assert_ledger_verifies(root);
+}
+
+/// Issue 53: approvals given at the same moment are all kept. Four accounts approve a rule
+/// change while another connection holds the ledger's write lock, so that each has read the
+/// change before any can write: each approval is read and written under the lock, and none is
+/// lost to another's write.
+#[test]
+fn approvals_of_a_rule_change_given_at_the_same_moment_are_all_kept() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let first = kavi(root, &["pipeline", "run", "noop"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    drop_the_test_gate(root);
+    let proposed = kavi(root, &["policy", "propose"]);
+    assert!(stdout(&proposed).starts_with("proposed rule change 2 (weakening)"));
+    common::open_to_other_accounts(root);
+
+    let mut holder = common::LedgerConnection::open(root);
+    holder.batch(if common::postgres::ledger_for(root).is_some() {
+        // kavi's write lock, and the table's, as a writer that does not take kavi's would meet.
+        "BEGIN; SELECT pg_advisory_xact_lock(1801549417); LOCK TABLE rule_sets IN EXCLUSIVE MODE"
+    } else {
+        "BEGIN IMMEDIATE"
+    });
+    let approvers: Vec<_> = (4501..4505)
+        .map(|uid| {
+            let root = root.to_owned();
+            std::thread::spawn(move || common::kavi_as(uid, &root, &["policy", "approve", "2"]))
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    holder.batch("ROLLBACK");
+    for approver in approvers {
+        let out = approver.join().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let shown = common::LedgerConnection::open(root)
+        .texts("SELECT approvals FROM rule_sets WHERE id = 2")
+        .remove(0);
+    let approvals: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    let mut actors: Vec<&str> = approvals
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["actor"].as_str().unwrap())
+        .collect();
+    actors.sort_unstable();
+    assert_eq!(actors, ["uid 4501", "uid 4502", "uid 4503", "uid 4504"]);
+    common::assert_ledger_verifies(root);
+}
+
+/// Issue 53: `[adoption] on_change = "reverify"`. A skill is stamped with the rule set it was
+/// promoted under; adopting a newer set suspends it (it does not run, and restore does not put
+/// back trust earned under the older set) until the forge builds and gates it again under the
+/// new one.
+#[test]
+fn adopting_a_new_rule_set_reverifies_skills_trusted_under_an_older_one() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let trust = root.join("policies/trust.toml");
+    let text = std::fs::read_to_string(&trust).unwrap();
+    let reverify = text.replace(
+        "otherwise = \"weakening\"\n",
+        "otherwise = \"weakening\"\non_change = \"reverify\"\n",
+    );
+    assert_ne!(reverify, text);
+    std::fs::write(&trust, reverify).unwrap();
+    assert!(forge(root, "word_count").status.success());
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["trusted_rules"], 1);
+
+    // A strengthening change: its proposer adopts it at once, and it re-verifies word_count.
+    let allowlist = root.join("policies/allowlist.toml");
+    let text = std::fs::read_to_string(&allowlist).unwrap();
+    std::fs::write(
+        &allowlist,
+        text.replacen("deny = [\n", "deny = [\n    \"**/Makefile\",\n", 1),
+    )
+    .unwrap();
+    let proposed = kavi(root, &["policy", "propose"]);
+    assert!(
+        stdout(&proposed).starts_with("proposed rule change 2 (strengthening)"),
+        "{}",
+        stdout(&proposed)
+    );
+    let adopted = kavi(root, &["policy", "adopt", "2"]);
+    assert!(adopted.status.success(), "{}", stderr(&adopted));
+    assert!(
+        stdout(&adopted).contains("`word_count` was trusted under an older rule set"),
+        "{}",
+        stdout(&adopted)
+    );
+    assert_eq!(state(root, "word_count"), "SUSPENDED");
+    let ran = kavi(
+        root,
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            "{\"text\": \"a b\"}",
+        ],
+    );
+    assert_eq!(ran.status.code(), Some(2), "{}", stdout(&ran));
+    let restored = kavi(root, &["skill", "restore", "word_count"]);
+    assert_eq!(restored.status.code(), Some(2));
+    assert!(
+        stderr(&restored)
+            .contains("was trusted under rule set 1, and the adopted rule set 2 re-verifies"),
+        "{}",
+        stderr(&restored)
+    );
+
+    // Nor does a pipeline of the user's own move it back with a plain transition.
+    let back = root.join("pipelines/back.toml");
+    std::fs::write(
+        &back,
+        "[pipeline]\nname = \"back\"\n[nodes.t]\nkind = \"transition\"\n\
+         skill = \"word_count\"\nto = \"TRUSTED\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        kavi(root, &["pipeline", "run", "back"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(state(root, "word_count"), "SUSPENDED");
+    std::fs::remove_file(back).unwrap();
+
+    // The forge builds and gates it again under rule set 2.
+    let rebuilt = forge(root, "word_count");
+    assert!(rebuilt.status.success(), "{}", stdout(&rebuilt));
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+    assert_eq!(shown["skill"]["trusted_rules"], 2);
+    common::assert_ledger_verifies(root);
+}
+
+/// Issue 53: the adopted set's row swapped with raw SQL (a pending weakening change made the
+/// adopted one) governs nothing: kavi reads it only as the journal's keyed entries vouch for it,
+/// and `kavi ledger verify` reports it.
+#[test]
+fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    assert!(kavi(root, &["pipeline", "run", "noop"]).status.success());
+    drop_the_test_gate(root);
+    assert!(kavi(root, &["policy", "propose"]).status.success());
+    let swap = "UPDATE rule_sets SET status = 'superseded' WHERE id = 1; \
+                UPDATE rule_sets SET status = 'adopted', decided_by = 'uid 9' WHERE id = 2;";
+    if common::postgres::ledger_for(root).is_some() {
+        // Without kavi's key: the journal's triggers MAC with a guessed one.
+        let guessed = "SELECT set_config('kavi.mac_inner', repeat('00', 64), false), \
+                       set_config('kavi.mac_outer', repeat('00', 64), false);";
+        common::LedgerConnection::open(root).batch(&format!("{guessed} {swap}"));
+    } else {
+        common::attacker_connection(root)
+            .execute_batch(swap)
+            .unwrap();
+    }
+    let refused = kavi(root, &["policy", "diff"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    assert!(
+        stderr(&refused).contains("rule set 2: ")
+            && stderr(&refused).contains("edited outside kavi"),
+        "{}",
+        stderr(&refused)
+    );
+    let verified = kavi(root, &["ledger", "verify"]);
+    assert_eq!(verified.status.code(), Some(1));
+    assert!(
+        stdout(&verified).contains("MISMATCH"),
+        "{}",
+        stdout(&verified)
+    );
 }

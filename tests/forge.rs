@@ -537,8 +537,6 @@ fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
             .code(),
         Some(6)
     );
-    // Editing the rules now changes nothing: the run is governed by the rules it ran under.
-    std::fs::write(&rules, text).unwrap();
     let refused = kavi(root, &["approve", "latest"]);
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -546,8 +544,20 @@ fn the_account_that_started_a_run_may_not_approve_it_when_the_rules_say_so() {
         stderr.contains("forbid approving a run by the account that started it"),
         "{stderr}"
     );
+    // Editing the rules now gives nothing: the decision is refused while they weaken the
+    // adopted ones.
+    std::fs::write(&rules, text).unwrap();
+    let refused = kavi(root, &["approve", "latest"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("may not be approved: the governing files are not the adopted rule set")
+            && stderr.contains("policies/escalation.toml: `self_approval`: false -> true"),
+        "{stderr}"
+    );
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     assert_eq!(run["status"], "awaiting_review");
+    // A rejection grants nothing: it is taken under the adopted rules whatever the disk says.
     assert!(kavi(root, &["reject", "latest"]).status.success());
 }
 
@@ -638,6 +648,77 @@ fn an_escalation_needs_as_many_distinct_role_holders_as_the_rules_name() {
             { "actor": "uid 4102", "roles": ["reviewer"] },
         ])
     );
+    common::assert_ledger_verifies(root);
+}
+
+/// Issue 53: an account that can edit the workspace adds itself to a role in
+/// `policies/roles.toml` and approves a stopped run. The decision is refused while the files on
+/// disk weaken the adopted rules, naming `kavi policy propose`; with the edit undone, the
+/// adopted roles decide, and the account holds none.
+#[test]
+fn an_escalation_approval_reads_roles_from_the_adopted_set_not_from_disk() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let rules = root.join("policies/escalation.toml");
+    let text = std::fs::read_to_string(&rules).unwrap();
+    std::fs::write(
+        &rules,
+        text.replace(
+            "self_approval = true",
+            "approval = { role = \"reviewer\", approvals = 1 }",
+        ),
+    )
+    .unwrap();
+    let roles = root.join("policies/roles.toml");
+    let adopted = "[role.reviewer]\nmembers = [\"uid 4101\"]\n\
+                   [role.maintainer]\nmembers = [\"uid 4103\"]\n";
+    std::fs::write(&roles, adopted).unwrap();
+    assert_eq!(
+        forge(root, "word_count", "1=test,2=test,3=test")
+            .status
+            .code(),
+        Some(6)
+    );
+    common::open_to_other_accounts(root);
+    std::fs::write(
+        &roles,
+        adopted.replace("\"uid 4101\"]", "\"uid 4101\", \"uid 4102\"]"),
+    )
+    .unwrap();
+    let refused = common::kavi_as(4102, root, &["approve", "latest", "--no-resume"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "run 1 may not be approved: the governing files are not the adopted rule set"
+        ) && stderr.contains("policies/roles.toml: ")
+            && stderr.contains("`kavi policy propose`"),
+        "{stderr}"
+    );
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "awaiting_review");
+    let recorded = common::LedgerConnection::open(root)
+        .texts("SELECT COALESCE(approvals, '') FROM escalations");
+    assert!(!recorded[0].contains("4102"), "{recorded:?}");
+
+    std::fs::write(&roles, adopted).unwrap();
+    let outsider = common::kavi_as(4102, root, &["approve", "latest", "--no-resume"]);
+    let stdout = String::from_utf8_lossy(&outsider.stdout);
+    assert!(outsider.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            "stays awaiting review: needs 1 reviewer other than the account that \
+             started the run; has none"
+        ),
+        "{stdout}"
+    );
+    let reviewer = common::kavi_as(4101, root, &["approve", "latest", "--no-resume"]);
+    assert!(reviewer.status.success());
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "approved");
     common::assert_ledger_verifies(root);
 }
 
@@ -1635,17 +1716,20 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         String::from_utf8_lossy(&own.stderr)
     );
 
-    // Nor does an edit of the lifecycle after the stop lower what the run waits for.
+    // Nor does an edit of the lifecycle after the stop lower what the run waits for: a
+    // decision is refused while the files on disk weaken the adopted rules.
     let adopted_lifecycle = std::fs::read_to_string(&path).unwrap();
     let lowered =
         adopted_lifecycle.replace("approval = { role = \"reviewer\", approvals = 2 }\n", "");
     std::fs::write(&path, lowered).unwrap();
     let own = kavi(root, &["approve", &run_id]);
     assert_eq!(own.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&own.stderr);
     assert!(
-        String::from_utf8_lossy(&own.stderr).contains("it started the run"),
-        "{}",
-        String::from_utf8_lossy(&own.stderr)
+        stderr.contains(&format!("run {run_id} may not be approved"))
+            && stderr.contains("weaken it (policies/lifecycle.toml:")
+            && stderr.contains("`kavi policy propose`"),
+        "{stderr}"
     );
     // Undone: a promotion needs the adopted rules.
     std::fs::write(&path, adopted_lifecycle).unwrap();
@@ -1681,8 +1765,9 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
         String::from_utf8_lossy(&again.stderr)
     );
 
-    // Only accounts holding the role count, as the roles that governed the run say: adding an
-    // account to roles.toml after the stop gives it nothing.
+    // Only accounts holding the role in the adopted roles count: adding an account to
+    // roles.toml after the stop gives it nothing, and the decision waits for the edit to be
+    // proposed and adopted.
     std::fs::write(
         root.join("policies/roles.toml"),
         format!("{reviewers}\"uid 4444\"]\n"),
@@ -1690,11 +1775,11 @@ fn a_review_state_with_a_two_person_approval_stops_the_forge_and_two_approvals_t
     .unwrap();
     let outsider = common::kavi_as(4444, root, &["approve", &run_id]);
     assert_eq!(outsider.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&outsider.stderr);
     assert!(
-        String::from_utf8_lossy(&outsider.stderr)
-            .contains("it does not hold `reviewer` in policies/roles.toml"),
-        "{}",
-        String::from_utf8_lossy(&outsider.stderr)
+        stderr.contains("weaken it (policies/roles.toml: ")
+            && stderr.contains("kavi policy propose"),
+        "{stderr}"
     );
     // The edit is undone: the rules are the adopted ones again, which a promotion needs.
     std::fs::write(

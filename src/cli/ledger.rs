@@ -59,6 +59,9 @@ fn findings_at(
     let pinned = checkpoint::pinned(&log).current().map(str::to_owned);
     let mut findings = ledger.verify(&store, trusted.as_ref(), &log)?;
     findings.problems.extend(problems);
+    let (adoption, story) = super::policy::audit(&ledger)?;
+    findings.problems.extend(adoption);
+    findings.adoption = story;
     Ok((
         findings,
         pinned.or(trusted.as_ref().map(checkpoint::public_hex)),
@@ -286,6 +289,7 @@ pub fn verify(workspace: &Workspace, json: bool) -> Result<i32, Error> {
             "unkeyed": findings.unkeyed,
             "ok": findings.problems.is_empty(),
             "problems": findings.problems,
+            "adoption": findings.adoption,
         }));
     } else {
         for problem in &findings.problems {
@@ -301,6 +305,12 @@ pub fn verify(workspace: &Workspace, json: bool) -> Result<i32, Error> {
                 "{} problems: this ledger was changed outside kavi",
                 findings.problems.len()
             );
+        }
+        if !findings.adoption.is_empty() {
+            outln!("adoption history:");
+            for line in &findings.adoption {
+                outln!("  {line}");
+            }
         }
         match (findings.checkpoints, &trusted) {
             (0, _) => outln!(

@@ -799,9 +799,11 @@ enum PolicyCommand {
     /// it is now (gates, transitions, allowlist paths, rules, thresholds, profiles), then show
     /// the text diff. Exit 0 when nothing changed, 1 when governance changed.
     Diff {
-        /// The earlier run (an id, or `latest`).
-        from: String,
+        /// The earlier run (an id, or `latest`); without it, the governing files on disk against
+        /// the adopted rule set, each change classified, and the rule changes pending.
+        from: Option<String>,
         /// The later run; without it, the workspace as a run of the same pipeline would see it now.
+        #[arg(requires = "from")]
         to: Option<String>,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
@@ -1045,9 +1047,10 @@ async fn in_workspace(
         Command::Policy(PolicyCommand::Approve { id }) => policy::decide(&workspace, id, true),
         Command::Policy(PolicyCommand::Reject { id }) => policy::decide(&workspace, id, false),
         Command::Policy(PolicyCommand::Adopt { id }) => policy::adopt(&workspace, id),
-        Command::Policy(PolicyCommand::Diff { from, to, json }) => {
-            policy::diff(&workspace, &from, to.as_deref(), json)
-        }
+        Command::Policy(PolicyCommand::Diff { from, to, json }) => match from {
+            Some(from) => policy::diff(&workspace, &from, to.as_deref(), json),
+            None => policy::adoption_diff(&workspace, json),
+        },
         Command::Ledger(LedgerCommand::Verify { json }) => ledger::verify(&workspace, json),
         Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(),
         Command::Ledger(LedgerCommand::Checkpoint) => ledger::checkpoint(&workspace),

@@ -10,7 +10,7 @@ use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::error::{Error, exit};
 use crate::ledger::{Ledger, short_hash};
 use crate::ledger::{NewRuleSet, RuleSetRow};
-use crate::policy::adoption::{self, AdoptionPolicy, Class, RuleSet};
+use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
 use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
@@ -376,87 +376,206 @@ fn keep_rule_set(ledger: &Ledger, set: &RuleSet) -> Result<serde_json::Value, Er
     Ok(files.into())
 }
 
-/// A recorded rule set as one side of a comparison.
-fn rule_set_side(ledger: &Ledger, row: &RuleSetRow) -> Result<Side, Error> {
-    let mut members = Vec::new();
-    for (path, hash) in row.files.as_object().into_iter().flatten() {
-        let hash = hash.as_str().unwrap_or_default().to_owned();
-        let (_, text) = ledger.spec_text(&hash)?;
-        members.push(Member {
-            role: adoption::ROLE.to_owned(),
-            path: path.clone(),
-            hash,
-            text,
-        });
-    }
-    Ok(Side {
-        run: None,
-        governing_hash: row.set_hash.clone(),
-        members,
-    })
-}
-
-fn working_side(set: &RuleSet) -> Side {
-    Side {
-        run: None,
-        governing_hash: set.hash.clone(),
-        members: set
-            .files
-            .iter()
-            .map(|(path, text)| Member {
-                role: adoption::ROLE.to_owned(),
-                path: path.clone(),
-                hash: crate::spec::spec_hash(text),
-                text: text.clone(),
-            })
-            .collect(),
-    }
-}
-
 /// The adopted set, or an error saying none is.
-fn adopted(ledger: &Ledger) -> Result<RuleSetRow, Error> {
-    ledger.adopted_rules()?.ok_or_else(|| {
-        Error::Usage(
-            "no rule set is adopted in this ledger yet: the first `kavi pipeline run` adopts the \
-             one it runs under"
-                .to_owned(),
-        )
-    })
-}
-
-/// A file of the adopted set, by path.
-fn adopted_text(ledger: &Ledger, set: &RuleSetRow, path: &str) -> Result<Option<String>, Error> {
-    match set.files.get(path).and_then(|h| h.as_str()) {
-        Some(hash) => Ok(Some(ledger.spec_text(hash)?.1)),
-        None => Ok(None),
-    }
+fn adopted(ledger: &Ledger) -> Result<Governing, Error> {
+    Governing::adopted(ledger)
+        .map_err(Error::Usage)?
+        .ok_or_else(|| {
+            Error::Usage(
+                "no rule set is adopted in this ledger yet: the first `kavi pipeline run` adopts \
+                 the one it runs under"
+                    .to_owned(),
+            )
+        })
 }
 
 /// The adoption rules and roles as the adopted set has them: a proposal cannot reclassify itself
 /// nor grant its proposer a role.
-fn adopted_rules(ledger: &Ledger, set: &RuleSetRow) -> Result<(AdoptionPolicy, Roles), Error> {
-    let trust = adopted_text(ledger, set, crate::skills::trust::DEFAULT_POLICY)?;
-    let policy = trust
-        .as_deref()
-        .map(crate::skills::trust::adoption_in)
-        .transpose()
-        .map_err(Error::Usage)?
-        .flatten()
-        .ok_or_else(|| {
-            Error::Usage(format!(
-                "the adopted {} has no [adoption] table: changes to the rules cannot be \
-                 classified",
-                crate::skills::trust::DEFAULT_POLICY
-            ))
-        })?;
-    let roles = adopted_text(ledger, set, ROLES)?.ok_or_else(|| {
+fn adopted_rules(set: &Governing) -> Result<(AdoptionPolicy, Roles), Error> {
+    let policy = set.adoption().map_err(Error::Usage)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "the adopted {} has no [adoption] table: changes to the rules cannot be classified",
+            crate::skills::trust::DEFAULT_POLICY
+        ))
+    })?;
+    let roles = set.roles().map_err(Error::Usage)?.ok_or_else(|| {
         Error::Usage(format!(
             "the adopted rule set has no {ROLES}: no one holds a role"
         ))
     })?;
-    let roles =
-        Roles::parse(&SourceFile::new(ROLES, roles)).map_err(|e| Error::Usage(e.to_string()))?;
     Ok((policy, roles))
+}
+
+/// `kavi policy diff` without a run: the governing files on disk against the adopted set, each
+/// change classified by the adopted `[adoption]` rules, and the rule changes pending. Exits 0
+/// when the files are the adopted set, 1 when they differ.
+pub fn adoption_diff(workspace: &Workspace, json: bool) -> Result<i32, Error> {
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let base = adopted(&ledger)?;
+    let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
+    let changes = base.changes_to(&set).map_err(Error::Usage)?;
+    let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+    let pending: Vec<RuleSetRow> = ledger
+        .rule_sets()?
+        .into_iter()
+        .filter(|s| s.status == "pending")
+        .collect();
+    let code = if changes.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::RUN_FAILED
+    };
+    if json {
+        super::print_json(&serde_json::json!({
+            "adopted": base.row,
+            "files_hash": set.hash,
+            "class": (!changes.is_empty()).then_some(class),
+            "changes": changes
+                .iter()
+                .map(|(change, class)| serde_json::json!({ "change": change, "class": class }))
+                .collect::<Vec<_>>(),
+            "pending": pending,
+        }));
+        return Ok(code);
+    }
+    outln!(
+        "adopted: rule set {} ({}, {}, by {})",
+        base.row.id,
+        short_hash(&base.row.set_hash),
+        base.row.class,
+        base.row
+            .decided_by
+            .as_deref()
+            .unwrap_or(&base.row.proposed_by)
+    );
+    if changes.is_empty() {
+        outln!("the governing files are the adopted rule set");
+    } else {
+        outln!(
+            "the governing files differ from it ({}), {}:",
+            short_hash(&set.hash),
+            class.as_str()
+        );
+        for (change, class) in &changes {
+            outln!("  {:<13}  {change}", class.as_str());
+        }
+    }
+    let policy = base.adoption().map_err(Error::Usage)?;
+    for change in &pending {
+        let these = if change.set_hash == set.hash {
+            ", of exactly these files"
+        } else {
+            ""
+        };
+        let approvals = match (&policy, change.class == Class::Weakening.as_str()) {
+            (Some(policy), true) => {
+                match policy.weakening.met_by(&change.approvals, proposer(change)) {
+                    Ok(()) => "its approvals are complete".to_owned(),
+                    Err(missing) => format!("it {missing}"),
+                }
+            }
+            _ => "it may be adopted at once".to_owned(),
+        };
+        outln!(
+            "pending: rule change {} ({}{these}) by {}: {approvals}",
+            change.id,
+            change.class,
+            change.proposed_by
+        );
+    }
+    if !changes.is_empty() && !pending.iter().any(|c| c.set_hash == set.hash) {
+        outln!("no pending change proposes these files: `kavi policy propose`");
+    }
+    Ok(code)
+}
+
+/// What `kavi ledger verify` checks of the rule sets, and their story: each set's files still
+/// make its hash and are kept; exactly one is adopted; only the first was adopted on first use;
+/// each one adopted weakening the rules had the approvals its base's `[adoption]` asked, never
+/// its proposer's. Returns (problems, one line per set).
+pub(super) fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>), Error> {
+    let sets = ledger.rule_sets()?;
+    let mut problems = Vec::new();
+    let mut story = Vec::new();
+    let adopted = sets.iter().filter(|s| s.status == "adopted").count();
+    if !sets.is_empty() && adopted != 1 {
+        problems.push(format!(
+            "{adopted} rule sets are adopted, where exactly one must be"
+        ));
+    }
+    for set in &sets {
+        let id = set.id;
+        let members: Vec<(&str, &str)> = set
+            .files
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(path, hash)| (path.as_str(), hash.as_str().unwrap_or_default()))
+            .collect();
+        let hash = set_hash(members.iter().map(|(p, h)| (adoption::ROLE, *p, *h)));
+        if hash != set.set_hash {
+            problems.push(format!(
+                "rule set {id}: its files hash to {hash}, not the {} recorded",
+                set.set_hash
+            ));
+        }
+        for (path, hash) in &members {
+            if let Err(e) = ledger.spec_text(hash) {
+                problems.push(format!("rule set {id}: {path}: {e}"));
+            }
+        }
+        if set.class == "first-use" && sets.first().map(|s| s.id) != Some(id) {
+            problems.push(format!(
+                "rule set {id} says it was adopted on first use, but rule sets were recorded \
+                 before it"
+            ));
+        }
+        let was_adopted = matches!(set.status.as_str(), "adopted" | "superseded");
+        if was_adopted && set.class == Class::Weakening.as_str() {
+            let base = sets.iter().find(|s| Some(s.id) == set.based_on);
+            let required = base
+                .map(|base| Governing::of(ledger, base.clone()).and_then(|g| g.adoption()))
+                .transpose()
+                .map_err(Error::Usage)?
+                .flatten();
+            match required {
+                None => problems.push(format!(
+                    "rule set {id} was adopted weakening the rules, but no adopted set it was \
+                     based on names what that needs"
+                )),
+                Some(policy) => {
+                    if let Err(missing) = policy.weakening.met_by(&set.approvals, proposer(set)) {
+                        problems.push(format!(
+                            "rule set {id} was adopted weakening the rules, but it {missing}"
+                        ));
+                    }
+                }
+            }
+        }
+        let approved = match set.approvals.as_slice() {
+            [] => String::new(),
+            approvals => format!(
+                ", approved by {}",
+                approvals
+                    .iter()
+                    .map(|a| a.actor.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let decided = match (set.status.as_str(), &set.decided_by) {
+            ("superseded", Some(by)) => format!(", adopted by {by}, since superseded"),
+            (status, Some(by)) => format!(", {status} by {by}"),
+            (status, None) => format!(", {status}"),
+        };
+        story.push(format!(
+            "rule set {id} ({}): {}, proposed by {}{approved}{decided}",
+            short_hash(&set.set_hash),
+            set.class,
+            set.proposed_by
+        ));
+    }
+    Ok((problems, story))
 }
 
 /// `kavi policy propose`: records the working copy of the governing files as a pending change to
@@ -465,28 +584,15 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Erro
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let base = adopted(&ledger)?;
     let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
-    if set.hash == base.set_hash {
+    if set.hash == base.row.set_hash {
         outln!(
             "the governing files are the adopted rule set ({}): nothing to propose",
-            short_hash(&base.set_hash)
+            short_hash(&base.row.set_hash)
         );
         return Ok(exit::SUCCESS);
     }
-    let (policy, _) = adopted_rules(&ledger, &base)?;
-    let files = compare(&rule_set_side(&ledger, &base)?, &working_side(&set));
-    let mut changes = Vec::new();
-    for file in &files {
-        let words = if file.meaning.is_empty() {
-            vec![format!("file {}", file.change)]
-        } else {
-            file.meaning.clone()
-        };
-        for word in words {
-            let change = format!("{}: {word}", file.path);
-            let class = policy.classify(&change).map_err(Error::Usage)?;
-            changes.push((change, class));
-        }
-    }
+    let (policy, _) = adopted_rules(&base)?;
+    let changes = base.changes_to(&set).map_err(Error::Usage)?;
     let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
     let recorded = serde_json::Value::Array(
         changes
@@ -502,7 +608,7 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Erro
             files: &kept,
             class: class.as_str(),
             changes: &recorded,
-            based_on: Some(base.id),
+            based_on: Some(base.row.id),
             actor: &actor,
             message,
         },
@@ -511,7 +617,7 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<i32, Erro
     outln!(
         "proposed rule change {id} ({}): {} -> {} by {actor}",
         class.as_str(),
-        short_hash(&base.set_hash),
+        short_hash(&base.row.set_hash),
         short_hash(&set.hash)
     );
     for (change, class) in &changes {
@@ -558,7 +664,7 @@ pub fn decide(workspace: &Workspace, id: i64, approve: bool) -> Result<i32, Erro
              account must approve it"
         )));
     }
-    let (policy, roles) = adopted_rules(&ledger, &adopted(&ledger)?)?;
+    let (policy, roles) = adopted_rules(&adopted(&ledger)?)?;
     let held = roles.held_by_current_process();
     let approval = RecordedApproval {
         actor: actor.clone(),
@@ -596,11 +702,11 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let change = pending(&ledger, id)?;
     let base = adopted(&ledger)?;
-    if change.based_on != Some(base.id) {
+    if change.based_on != Some(base.row.id) {
         return Err(Error::Usage(format!(
             "rule change {id} was proposed against another adopted set than {} (now adopted): \
              propose it again",
-            short_hash(&base.set_hash)
+            short_hash(&base.row.set_hash)
         )));
     }
     let set = RuleSet::read(&workspace.root).map_err(Error::Usage)?;
@@ -613,7 +719,7 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
         )));
     }
     if change.class == Class::Weakening.as_str() {
-        let (policy, _) = adopted_rules(&ledger, &base)?;
+        let (policy, _) = adopted_rules(&base)?;
         policy
             .weakening
             .met_by(&change.approvals, proposer(&change))
@@ -628,5 +734,12 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
         change.class,
         short_hash(&change.set_hash)
     );
+    let governing = adopted(&ledger)?;
+    for skill in super::skills::reverify_older(workspace, &mut ledger, &governing)? {
+        outln!(
+            "`{skill}` was trusted under an older rule set: it is suspended until the forge \
+             builds and gates it again (`on_change = \"reverify\"`)"
+        );
+    }
     Ok(exit::SUCCESS)
 }

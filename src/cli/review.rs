@@ -15,13 +15,11 @@ use crate::ledger::{EscalationRow, Ledger, RunOrigin, RunRow, short_hash};
 use crate::nodes::LIFECYCLE_POLICY as LIFECYCLE;
 use crate::nodes::escalate::{self, ApprovalRule};
 use crate::nodes::review::{APPROVAL, approval_triggers};
-use crate::policy::roles::{
-    DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Requirement, Roles,
-};
+use crate::policy::adoption::Governing;
+use crate::policy::roles::{Excluded, RecordedApproval, Requirement};
 use crate::skills::promotion::{Advanced, Promotion};
 use crate::skills::trust::SkillTree;
 use crate::skills::{Approval, TRUSTED};
-use crate::spec::SpecError;
 use crate::state::RunStatus;
 use crate::template::TemplateEngine;
 
@@ -41,10 +39,18 @@ pub async fn decide(
     let root = ledger.root_run(ledger.resolve_run(run)?)?;
     let actor = crate::identity::actor();
     let approve = matches!(decision, Decision::Approve { .. });
+    let verdict = if approve { "approved" } else { "rejected" };
+    // Decided under the adopted rules, never under weaker ones on disk.
+    let governing = if approve {
+        crate::policy::adoption::for_decision(&ledger, &workspace.root)
+    } else {
+        crate::policy::adoption::for_withdrawal(&ledger)
+    }
+    .map_err(|why| Error::Usage(format!("run {} may not be {verdict}: {why}", root.id)))?;
     if approve {
         let starter = root.started_by.as_deref().unwrap_or_default();
         if let Some(missing) =
-            record_escalation_approval(workspace, &mut ledger, root.id, starter, &actor)?
+            record_escalation_approval(&governing, &mut ledger, root.id, starter, &actor)?
         {
             outln!(
                 "recorded the approval of run {} by {actor}; it stays awaiting review: {missing}",
@@ -59,7 +65,14 @@ pub async fn decide(
     let mut reached_trust = false;
     let only_moves = approve && {
         let pending = ledger.pending_escalations(root.id)?;
-        match make_approved_moves(workspace, &mut ledger, &root, &pending, &actor, comment)? {
+        let moves = Approved {
+            workspace,
+            governing: &governing,
+            root: &root,
+            actor: &actor,
+            comment,
+        };
+        match moves.make(&mut ledger, &pending)? {
             Moves::Waiting => return Ok(exit::AWAITING_REVIEW),
             Moves::None => false,
             Moves::Made {
@@ -72,7 +85,7 @@ pub async fn decide(
         }
     };
     let (decided, cleaned_up) = match decision {
-        Decision::Reject => reject(workspace, &mut ledger, root.id, &actor, comment)?,
+        Decision::Reject => reject(workspace, &governing, &mut ledger, root.id, &actor, comment)?,
         Decision::Approve { .. } => (
             ledger.decide_escalations(root.id, true, &actor, comment)?,
             Vec::new(),
@@ -86,7 +99,6 @@ pub async fn decide(
             .flatten()
             .filter_map(|t| t["trigger"].as_str())
             .collect();
-        let verdict = if approve { "approved" } else { "rejected" };
         outln!(
             "{verdict} run {} for `{}` ({}) by {actor}",
             root.id,
@@ -158,161 +170,163 @@ enum Moves {
     Made { only_moves: bool, trusted: bool },
 }
 
-/// Records `actor`'s approval of the moves the APPROVAL escalations of run `root` ask for, and
-/// makes each move whose requirement in the lifecycle (as it is now) is met, checked against
-/// the lifecycle and recorded as approved by `actor`. A move on the way to TRUSTED is followed
-/// by the rest of that way ([`Promotion::advance`]): the run goes on from where it stopped.
-fn make_approved_moves(
-    workspace: &Workspace,
-    ledger: &mut Ledger,
-    root: &RunRow,
-    pending: &[EscalationRow],
-    actor: &str,
-    comment: Option<&str>,
-) -> Result<Moves, Error> {
-    let moves: Vec<(&EscalationRow, &Value)> = pending
-        .iter()
-        .flat_map(|e| {
+/// What an approval of run `root` is made with: the adopted rules it is decided under.
+struct Approved<'a> {
+    workspace: &'a Workspace,
+    governing: &'a Governing,
+    root: &'a RunRow,
+    actor: &'a str,
+    comment: Option<&'a str>,
+}
+
+impl Approved<'_> {
+    /// Records `actor`'s approval of the moves the APPROVAL escalations of run `root` ask for, and
+    /// makes each move whose requirement in the adopted lifecycle is met, checked against that
+    /// lifecycle and recorded as approved by `actor`. A move on the way to TRUSTED is followed by
+    /// the rest of that way ([`Promotion::advance`]): the run goes on from where it stopped.
+    fn make(&self, ledger: &mut Ledger, pending: &[EscalationRow]) -> Result<Moves, Error> {
+        let Self {
+            workspace,
+            governing,
+            root,
+            actor,
+            comment,
+        } = *self;
+        let moves: Vec<(&EscalationRow, &Value)> = pending
+            .iter()
+            .flat_map(|e| {
+                e.triggers
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(move |t| (e, t))
+            })
+            .filter(|(_, t)| t["trigger"] == APPROVAL)
+            .collect();
+        if moves.is_empty() {
+            return Ok(Moves::None);
+        }
+        let lifecycle = governing.lifecycle().map_err(Error::Usage)?;
+        let templates = TemplateEngine::new(&workspace.templates_dir());
+        let trust = super::skills::load_trust(workspace, &templates)?;
+        let store = super::open_store(workspace)?;
+        let note = match comment {
+            Some(comment) => format!("approved in review by {actor}: {comment}"),
+            None => format!("approved in review by {actor}"),
+        };
+        let (mut waiting, mut trusted) = (false, true);
+        for (escalation, trigger) in &moves {
+            let (from, to) = (
+                trigger["from"].as_str().unwrap_or_default(),
+                trigger["to"].as_str().unwrap_or_default(),
+            );
+            let skill = escalation.skill.as_str();
+            // What the adopted lifecycle asks of the move, or else what it asked when the run
+            // stopped: rules on disk, then or now, never lower it.
+            let required = match lifecycle.needs_approval(from, to) {
+                Some(Approval::Roles(requirement)) => Some(requirement.clone()),
+                _ => serde_json::from_value::<Requirement>(trigger["requires"].clone()).ok(),
+            };
+            if let Some(requirement) = &required {
+                let given = record_approval(
+                    ledger,
+                    governing,
+                    requirement,
+                    root,
+                    escalation,
+                    trigger,
+                    actor,
+                )?;
+                let starter = Excluded {
+                    actor: root.started_by.as_deref().unwrap_or_default(),
+                    described: "the account that started the run",
+                };
+                if let Err(missing) = requirement.met_by(&given, starter) {
+                    outln!(
+                        "approval by {actor} ({}) of {from} -> {to} of `{skill}` recorded; run {} \
+                     still awaits review: it {missing} (`kavi approve {}` by another account)",
+                        requirement.role,
+                        root.id,
+                        root.id
+                    );
+                    waiting = true;
+                    continue;
+                }
+            }
+            // The skill must still be where it was when the run stopped.
+            let check = |now: &str, to: &str| {
+                if now == from {
+                    lifecycle.check_approved(now, to)
+                } else {
+                    Err(format!(
+                        "`{skill}` is now {now}, not {from}: the approved move no longer applies"
+                    ))
+                }
+            };
+            let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
+            let refused = |reason: String| {
+                Error::Usage(format!(
+                    "the approved move {from} -> {to} of `{skill}` was not made: {reason}"
+                ))
+            };
+            let source = trigger["source"].as_str();
+            let promotion = Promotion {
+                store: &store,
+                trust: &trust,
+                templates: &templates,
+                workspace: &workspace.root,
+                source: &workspace.root.join(source.unwrap_or(".")),
+            };
+            if to == TRUSTED {
+                promotion
+                    .promote(ledger, skill, check, origin, Some(&note))
+                    .map_err(refused)?;
+            } else {
+                ledger
+                    .transition_skill(skill, to, check, origin, actor, Some(&note))
+                    .map_err(|e| refused(e.to_string()))?;
+            }
+            outln!("moved `{skill}` {from} -> {to}");
+            // A move `promote` stopped for: the way to TRUSTED goes on from here.
+            let Some(source) = source.filter(|_| to != TRUSTED) else {
+                trusted &= to == TRUSTED;
+                continue;
+            };
+            match promotion
+                .advance(ledger, &lifecycle, skill, origin, Some(&note))
+                .map_err(|reason| {
+                    Error::Usage(format!("`{skill}` did not reach {TRUSTED}: {reason}"))
+                })? {
+                Advanced::Promoted(promoted) => {
+                    outln!("moved `{skill}` {} -> {TRUSTED}", promoted.from);
+                }
+                Advanced::Awaits { from, to } => {
+                    let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));
+                    ledger.pass_on_escalation(escalation, actor, comment, &triggers)?;
+                    outln!(
+                        "`{skill}` is {from}; run {} awaits review again: {}",
+                        root.id,
+                        triggers[0]["reason"].as_str().unwrap_or_default()
+                    );
+                    waiting = true;
+                }
+            }
+        }
+        if waiting {
+            return Ok(Moves::Waiting);
+        }
+        let only_moves = pending.iter().all(|e| {
             e.triggers
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(move |t| (e, t))
+                .all(|t| t["trigger"] == APPROVAL)
+        });
+        Ok(Moves::Made {
+            only_moves,
+            trusted,
         })
-        .filter(|(_, t)| t["trigger"] == APPROVAL)
-        .collect();
-    if moves.is_empty() {
-        return Ok(Moves::None);
     }
-    let lifecycle = super::skills::load_lifecycle(workspace)?;
-    let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = super::skills::load_trust(workspace, &templates)?;
-    let store = super::open_store(workspace)?;
-    let note = match comment {
-        Some(comment) => format!("approved in review by {actor}: {comment}"),
-        None => format!("approved in review by {actor}"),
-    };
-    let mut roles = None;
-    let (mut waiting, mut trusted) = (false, true);
-    for (escalation, trigger) in &moves {
-        let (from, to) = (
-            trigger["from"].as_str().unwrap_or_default(),
-            trigger["to"].as_str().unwrap_or_default(),
-        );
-        let skill = escalation.skill.as_str();
-        // The approvals the move required when the run stopped, whatever the lifecycle says now.
-        let required: Option<Requirement> =
-            serde_json::from_value(trigger["requires"].clone()).ok();
-        if let Some(requirement) = &required {
-            let roles = match &mut roles {
-                Some(roles) => roles,
-                None => roles.insert(governing_roles(ledger, escalation.run_id)?),
-            };
-            let given =
-                record_approval(ledger, roles, requirement, root, escalation, trigger, actor)?;
-            let starter = Excluded {
-                actor: root.started_by.as_deref().unwrap_or_default(),
-                described: "the account that started the run",
-            };
-            if let Err(missing) = requirement.met_by(&given, starter) {
-                outln!(
-                    "approval by {actor} ({}) of {from} -> {to} of `{skill}` recorded; run {} \
-                     still awaits review: it {missing} (`kavi approve {}` by another account)",
-                    requirement.role,
-                    root.id,
-                    root.id
-                );
-                waiting = true;
-                continue;
-            }
-        }
-        // The skill must still be where it was when the run stopped.
-        let check = |now: &str, to: &str| {
-            if now == from {
-                lifecycle.check_approved(now, to)
-            } else {
-                Err(format!(
-                    "`{skill}` is now {now}, not {from}: the approved move no longer applies"
-                ))
-            }
-        };
-        let origin = (Some(escalation.run_id), Some(escalation.node_id.as_str()));
-        let refused = |reason: String| {
-            Error::Usage(format!(
-                "the approved move {from} -> {to} of `{skill}` was not made: {reason}"
-            ))
-        };
-        let source = trigger["source"].as_str();
-        let promotion = Promotion {
-            store: &store,
-            trust: &trust,
-            templates: &templates,
-            workspace: &workspace.root,
-            source: &workspace.root.join(source.unwrap_or(".")),
-        };
-        if to == TRUSTED {
-            promotion
-                .promote(ledger, skill, check, origin, Some(&note))
-                .map_err(refused)?;
-        } else {
-            ledger
-                .transition_skill(skill, to, check, origin, actor, Some(&note))
-                .map_err(|e| refused(e.to_string()))?;
-        }
-        outln!("moved `{skill}` {from} -> {to}");
-        // A move `promote` stopped for: the way to TRUSTED goes on from here.
-        let Some(source) = source.filter(|_| to != TRUSTED) else {
-            trusted &= to == TRUSTED;
-            continue;
-        };
-        match promotion
-            .advance(ledger, &lifecycle, skill, origin, Some(&note))
-            .map_err(|reason| {
-                Error::Usage(format!("`{skill}` did not reach {TRUSTED}: {reason}"))
-            })? {
-            Advanced::Promoted(promoted) => {
-                outln!("moved `{skill}` {} -> {TRUSTED}", promoted.from);
-            }
-            Advanced::Awaits { from, to } => {
-                let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));
-                ledger.pass_on_escalation(escalation, actor, comment, &triggers)?;
-                outln!(
-                    "`{skill}` is {from}; run {} awaits review again: {}",
-                    root.id,
-                    triggers[0]["reason"].as_str().unwrap_or_default()
-                );
-                waiting = true;
-            }
-        }
-    }
-    if waiting {
-        return Ok(Moves::Waiting);
-    }
-    let only_moves = pending.iter().all(|e| {
-        e.triggers
-            .as_array()
-            .into_iter()
-            .flatten()
-            .all(|t| t["trigger"] == APPROVAL)
-    });
-    Ok(Moves::Made {
-        only_moves,
-        trusted,
-    })
-}
-
-/// The roles that governed run `run` (the run that stopped), as the ledger kept them: an edit of
-/// `policies/roles.toml` afterwards gives no account a role for this run's approvals.
-fn governing_roles(ledger: &Ledger, run: i64) -> Result<Roles, Error> {
-    let path = crate::policy::roles::DEFAULT_POLICY;
-    let kept = ledger
-        .governing(run)?
-        .into_iter()
-        .find(|file| file.path == path)
-        .ok_or_else(|| Error::Usage(format!("run {run} was not governed by {path}")))?;
-    let (_, text) = ledger.spec_text(&kept.spec_hash)?;
-    let source = crate::diagnostic::SourceFile::new(path, text);
-    Ok(Roles::parse(&source).map_err(SpecError::from)?)
 }
 
 /// Records `actor`'s approval of the move `trigger` asks for, with the roles it holds now, on the
@@ -320,7 +334,7 @@ fn governing_roles(ledger: &Ledger, run: i64) -> Result<Roles, Error> {
 /// account that already approved it, or one that does not hold the role.
 fn record_approval(
     ledger: &mut Ledger,
-    roles: &Roles,
+    governing: &Governing,
     requirement: &Requirement,
     root: &RunRow,
     escalation: &EscalationRow,
@@ -342,31 +356,25 @@ fn record_approval(
     if root.started_by.as_deref() == Some(actor) {
         return Err(refused("it started the run".to_owned()));
     }
-    let mut given: Vec<RecordedApproval> =
-        serde_json::from_value(trigger["approvals"].clone()).unwrap_or_default();
-    if given.iter().any(|a| a.actor == actor) {
-        return Err(refused("it has already approved it".to_owned()));
-    }
-    let held = roles.held_by_current_process();
+    let held = governing.held_by_current_process().map_err(Error::Usage)?;
     if !held.contains(&requirement.role) {
         return Err(refused(format!(
-            "it does not hold `{}` in {}",
+            "it does not hold `{}` in the adopted {}",
             requirement.role,
             crate::policy::roles::DEFAULT_POLICY
         )));
     }
-    given.push(RecordedApproval {
+    let approval = RecordedApproval {
         actor: actor.to_owned(),
         roles: held,
-    });
-    let mut triggers = escalation.triggers.clone();
-    for t in triggers.as_array_mut().into_iter().flatten() {
-        if t["trigger"] == APPROVAL && &t["from"] == from && &t["to"] == to {
-            t["approvals"] = serde_json::json!(given);
-        }
-    }
-    ledger.record_approvals(escalation.id, &triggers)?;
-    Ok(given)
+    };
+    let move_ = (
+        from.as_str().unwrap_or_default(),
+        to.as_str().unwrap_or_default(),
+    );
+    ledger
+        .add_move_approval(escalation.id, move_, &approval)?
+        .ok_or_else(|| refused("it has already approved it".to_owned()))
 }
 
 /// Rejects a run: undoes what it left in the workspace (a skill's files go back to its last
@@ -378,6 +386,7 @@ fn record_approval(
 /// escalations decided and what was done, to say after them.
 fn reject(
     workspace: &Workspace,
+    governing: &Governing,
     ledger: &mut Ledger,
     run: i64,
     actor: &str,
@@ -387,7 +396,7 @@ fn reject(
     if pending.is_empty() {
         return Err(crate::ledger::LedgerError::NothingToDecide(run).into());
     }
-    let lifecycle = super::skills::load_lifecycle(workspace)?;
+    let lifecycle = governing.lifecycle().map_err(Error::Usage)?;
     let mut skills: Vec<&str> = pending.iter().map(|e| e.skill.as_str()).collect();
     skills.dedup();
     let mut undo = Undo::default();
@@ -579,7 +588,7 @@ impl Undo {
 /// them, not as the workspace has them now) name how many distinct role holders must approve,
 /// never counting `starter`. Refuses the starter where those rules do.
 fn record_escalation_approval(
-    workspace: &Workspace,
+    governing: &Governing,
     ledger: &mut Ledger,
     run: i64,
     starter: &str,
@@ -590,6 +599,16 @@ fn record_escalation_approval(
         let Some(policy) = &escalation.policy else {
             continue;
         };
+        // The rules asked of an approval are the adopted ones: a run stopped under other
+        // escalation rules is decided by running it again under the adopted set.
+        if !governing.holds(policy) {
+            return Err(Error::Usage(format!(
+                "run {run} stopped under escalation rules ({}) that are not in the adopted rule \
+                 set ({}): `kavi reject {run}`, or run the pipeline again under the adopted rules",
+                short_hash(policy),
+                short_hash(&governing.row.set_hash)
+            )));
+        }
         let (_, text) = ledger.spec_text(policy)?;
         let source = crate::diagnostic::SourceFile::new("escalation rules", text);
         let rule = escalate::approval_rule(&source).map_err(Error::Usage)?;
@@ -616,14 +635,8 @@ fn record_escalation_approval(
         }
         rules.push((escalation.id, rule));
     }
-    // A workspace made before roles existed has no roles file: its approvals hold no role.
-    let held = if workspace.root.join(ROLES).exists() {
-        Roles::load(&workspace.root)
-            .map_err(|e| Error::Usage(e.to_string()))?
-            .held_by_current_process()
-    } else {
-        Vec::new()
-    };
+    // Roles as the adopted set has them; one made before roles existed gives none.
+    let held = governing.held_by_current_process().map_err(Error::Usage)?;
     let approval = RecordedApproval {
         actor: actor.to_owned(),
         roles: held,

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Lineage, Runner};
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
+use crate::policy::adoption::{Governing, OnChange};
 use crate::skills::conventions::{self, Conventions};
 use crate::skills::propose::{ProposeError, Proposing};
 use crate::skills::trust::{self, Drift, SkillTree, TrustPolicy};
@@ -22,6 +23,81 @@ const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
 pub(super) fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> {
     let source = super::read_policy(workspace, LIFECYCLE)?;
     Ok(Lifecycle::parse(&source).map_err(SpecError::from)?)
+}
+
+/// The adopted rules a decision on a skill is taken under, with their lifecycle: only while the
+/// files on disk do not weaken them (see [`crate::policy::adoption::for_decision`]).
+fn adopted_lifecycle(
+    workspace: &Workspace,
+    ledger: &Ledger,
+    refused: &str,
+) -> Result<(Governing, Lifecycle), Error> {
+    crate::policy::adoption::for_decision(ledger, &workspace.root)
+        .and_then(|governing| {
+            governing
+                .lifecycle()
+                .map(|lifecycle| (governing, lifecycle))
+        })
+        .map_err(|why| Error::Usage(format!("{refused}: {why}")))
+}
+
+/// Which rule set a skill's trusted version was promoted under, in words.
+fn trusted_under(skill: &crate::ledger::SkillRow) -> String {
+    skill
+        .trusted_rules
+        .map_or("no recorded rule set".to_owned(), |id| {
+            format!("rule set {id}")
+        })
+}
+
+/// `[adoption] on_change = "reverify"` of the set `governing` just adopted: each skill trusted
+/// under an older set moves to the lifecycle's `drifted` state, to be built and gated again by
+/// the forge. Returns the skills moved.
+pub(super) fn reverify_older(
+    workspace: &Workspace,
+    ledger: &mut Ledger,
+    governing: &Governing,
+) -> Result<Vec<String>, Error> {
+    let on_change = governing
+        .adoption()
+        .map_err(Error::Usage)?
+        .map(|policy| policy.on_change)
+        .unwrap_or_default();
+    if on_change != OnChange::Reverify {
+        return Ok(Vec::new());
+    }
+    let lifecycle = governing.lifecycle().map_err(Error::Usage)?;
+    let Some(drifted) = &lifecycle.drifted else {
+        return Err(Error::Usage(format!(
+            "`on_change = \"reverify\"` moves skills trusted under an older rule set to the \
+             lifecycle's `drifted` state, and the adopted {LIFECYCLE} declares none"
+        )));
+    };
+    let trust = load_trust(workspace, &TemplateEngine::new(&workspace.templates_dir()))?;
+    let mut moved = Vec::new();
+    for trusted in ledger.trusted_skills(TRUSTED)? {
+        let skill = ledger.skill(&trusted.name)?;
+        if skill.state != TRUSTED || skill.trusted_rules == Some(governing.row.id) {
+            continue;
+        }
+        let comment = format!(
+            "trusted under {}; rule set {} was adopted, which re-verifies it \
+             (`on_change = \"reverify\"`): the forge builds and gates it again",
+            trusted_under(&skill),
+            governing.row.id
+        );
+        move_skill(
+            workspace,
+            &trust,
+            ledger,
+            &lifecycle,
+            &skill.name,
+            drifted,
+            &comment,
+        )?;
+        moved.push(skill.name);
+    }
+    Ok(moved)
 }
 
 pub fn propose(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
@@ -123,7 +199,11 @@ pub fn show(workspace: &Workspace, name: &str, json: bool) -> Result<i32, Error>
     if let Some(trusted) = skill.trusted_version
         && let Some(hash) = &skill.trusted_hash
     {
-        outln!("  trusted      version {trusted} at {}", short_hash(hash));
+        outln!(
+            "  trusted      version {trusted} at {}, under {}",
+            short_hash(hash),
+            trusted_under(&skill)
+        );
     }
     outln!("  side effect  {}", skill.side_effect);
     outln!("  spec         sha256:{}", skill.spec_artifact);
@@ -373,7 +453,21 @@ fn rewrite_registry(
 pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
-    let lifecycle = load_lifecycle(workspace)?;
+    let (governing, lifecycle) =
+        adopted_lifecycle(workspace, &ledger, &format!("`{name}` may not be restored"))?;
+    let reverifies = governing
+        .adoption()
+        .map_err(Error::Usage)?
+        .is_some_and(|policy| policy.on_change == OnChange::Reverify);
+    if reverifies && skill.trusted_rules != Some(governing.row.id) {
+        return Err(Error::Usage(format!(
+            "`{name}` was trusted under {}, and the adopted rule set {} re-verifies skills \
+             trusted under an older one (`on_change = \"reverify\"`): build it again with the \
+             forge",
+            trusted_under(&skill),
+            governing.row.id
+        )));
+    }
     let restorable = skill.state == TRUSTED || lifecycle.drifted.as_ref() == Some(&skill.state);
     let (Some(trusted_hash), true) = (&skill.trusted_hash, restorable) else {
         return Err(Error::Usage(format!(
@@ -429,7 +523,9 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
 /// Revokes a skill: it moves to the lifecycle's `revoked` state and no version of it runs again.
 pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, Error> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
-    let lifecycle = load_lifecycle(workspace)?;
+    let lifecycle = crate::policy::adoption::for_withdrawal(&ledger)
+        .and_then(|governing| governing.lifecycle())
+        .map_err(|why| Error::Usage(format!("`{name}` may not be revoked: {why}")))?;
     let Some(revoked) = &lifecycle.revoked else {
         return Err(Error::Usage(format!(
             "{LIFECYCLE} declares no `revoked` state to move `{name}` to"

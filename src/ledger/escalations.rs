@@ -165,17 +165,50 @@ impl Ledger {
         Ok(updated)
     }
 
-    /// Keeps the approvals given so far of a pending escalation in its `triggers`, on the
-    /// APPROVAL trigger of the move they approve (each with the account and the roles it held).
-    pub fn record_approvals(&mut self, escalation: i64, triggers: &Value) -> Result<()> {
-        let changed = self.conn.execute(
-            "UPDATE escalations SET triggers = ?2 WHERE id = ?1 AND status = 'pending'",
+    /// Adds `approval` to the approvals kept on the APPROVAL trigger of the pending escalation
+    /// `escalation` that asks for the move `from -> to` (each with the account and the roles it
+    /// held), read and written in one transaction so that approvals given at the same moment are
+    /// all kept. Returns every approval given so far, or `None` when the account had already
+    /// approved the move.
+    pub fn add_move_approval(
+        &mut self,
+        escalation: i64,
+        (from, to): (&str, &str),
+        approval: &RecordedApproval,
+    ) -> Result<Option<Vec<RecordedApproval>>> {
+        let tx = self.conn.transaction()?;
+        let row = tx
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM escalations WHERE id = ?1 AND status = 'pending'"),
+                [escalation],
+                row,
+            )
+            .optional()?
+            .ok_or(LedgerError::NothingToDecide(escalation))?;
+        let mut triggers = row.triggers;
+        let mut given = None;
+        for t in triggers.as_array_mut().into_iter().flatten() {
+            if t["trigger"] == crate::nodes::review::APPROVAL && t["from"] == from && t["to"] == to
+            {
+                let mut approvals: Vec<RecordedApproval> =
+                    serde_json::from_value(t["approvals"].clone()).unwrap_or_default();
+                if approvals.iter().any(|a| a.actor == approval.actor) {
+                    return Ok(None);
+                }
+                approvals.push(approval.clone());
+                t["approvals"] = serde_json::json!(approvals);
+                given = Some(approvals);
+            }
+        }
+        let Some(given) = given else {
+            return Err(LedgerError::NothingToDecide(row.run_id));
+        };
+        tx.execute(
+            "UPDATE escalations SET triggers = ?2 WHERE id = ?1",
             params![escalation, triggers.to_string()],
         )?;
-        if changed == 0 {
-            return Err(LedgerError::NothingToDecide(escalation));
-        }
-        Ok(())
+        tx.commit()?;
+        Ok(Some(given))
     }
 
     /// Records `actor`'s approval of the pending escalation `escalation` and, in the same

@@ -472,6 +472,8 @@ pub struct Findings {
     /// How many signed checkpoints there are.
     pub checkpoints: usize,
     pub problems: Vec<String>,
+    /// The rule sets' story, a line each (filled in by `kavi ledger verify`).
+    pub adoption: Vec<String>,
 }
 
 /// Recomputes the chain and checks every table against it, every stored spec, and every

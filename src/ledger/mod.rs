@@ -90,6 +90,9 @@ pub enum LedgerError {
     RunNotFound(String),
     #[error("no rule change {0} in the ledger (`kavi policy diff` lists them)")]
     RuleChangeNotFound(i64),
+    /// A decision on a rule change that another one made meanwhile no longer applies.
+    #[error("{0}")]
+    RuleChangeRefused(String),
     #[error("no artifact `{0}` in the ledger (or the prefix names more than one)")]
     ArtifactNotFound(String),
     #[error("no spec with hash `{0}` in the ledger")]
@@ -665,11 +668,26 @@ impl Ledger {
     /// Refuses a skill whose row is not what the journal's keyed last entry for it says: its
     /// code hash, state or trusted tree edited outside kavi (see [`journal::row_problem`]).
     pub fn check_skill_journaled(&self, name: &str) -> Result<()> {
-        let key = serde_json::json!([name]).to_string();
-        match journal::row_problem(&self.conn, "skills", &key)? {
-            Some(problem) => Err(LedgerError::Unjournaled(format!(
-                "skill `{name}`: {problem}"
-            ))),
+        self.check_journaled(
+            "skills",
+            serde_json::json!([name]),
+            &format!("skill `{name}`"),
+        )
+    }
+
+    /// Refuses a rule set whose row is not what the journal's keyed last entry for it says: its
+    /// files, status or approvals edited outside kavi, so no decision is taken under it.
+    pub fn check_rule_set_journaled(&self, id: i64) -> Result<()> {
+        self.check_journaled(
+            "rule_sets",
+            serde_json::json!([id]),
+            &format!("rule set {id}"),
+        )
+    }
+
+    fn check_journaled(&self, table: &str, key: serde_json::Value, what: &str) -> Result<()> {
+        match journal::row_problem(&self.conn, table, &key.to_string())? {
+            Some(problem) => Err(LedgerError::Unjournaled(format!("{what}: {problem}"))),
             None => Ok(()),
         }
     }

@@ -138,23 +138,43 @@ impl Ledger {
         Ok(id)
     }
 
-    /// Adds an approval to a pending change (once per account); returns the change as it is now.
+    /// Adds an approval to a pending change (once per account), read and written in one
+    /// transaction so that approvals given at the same moment are all kept; returns the change
+    /// as it is now.
     pub fn approve_rule_set(&mut self, id: i64, approval: &RecordedApproval) -> Result<RuleSetRow> {
-        let mut set = self.rule_set(id)?;
+        let tx = self.conn.transaction()?;
+        let mut set = pending_in(&tx, id)?;
         if !set.approvals.iter().any(|a| a.actor == approval.actor) {
             set.approvals.push(approval.clone());
-            self.conn.execute(
+            tx.execute(
                 "UPDATE rule_sets SET approvals = ?2 WHERE id = ?1",
                 params![id, serde_json::json!(set.approvals).to_string()],
             )?;
         }
+        tx.commit()?;
         Ok(set)
     }
 
     /// Decides a pending change: `adopted` (the set adopted before is superseded) or `rejected`.
+    /// Under the write lock, the change must still be pending and, to be adopted, still based on
+    /// the set adopted now: of two decisions at the same moment, the second is refused.
     pub fn decide_rule_set(&mut self, id: i64, status: &str, actor: &str) -> Result<()> {
         let tx = self.conn.transaction()?;
+        let change = pending_in(&tx, id)?;
         if status == "adopted" {
+            let adopted: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM rule_sets WHERE status = 'adopted'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if change.based_on != adopted {
+                return Err(LedgerError::RuleChangeRefused(format!(
+                    "rule change {id} was proposed against another adopted set than the one \
+                     adopted now: propose it again"
+                )));
+            }
             tx.execute(
                 "UPDATE rule_sets SET status = 'superseded' WHERE status = 'adopted'",
                 [],
@@ -167,4 +187,27 @@ impl Ledger {
         tx.commit()?;
         Ok(())
     }
+}
+
+/// A change that is still pending, read inside the transaction `conn` holds.
+fn pending_in(conn: &super::db::Db, id: i64) -> Result<RuleSetRow> {
+    let set = conn
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM rule_sets WHERE id = ?1"),
+            [id],
+            row,
+        )
+        .optional()?
+        .ok_or(LedgerError::RuleChangeNotFound(id))?;
+    if set.status != "pending" {
+        return Err(LedgerError::RuleChangeRefused(format!(
+            "rule change {id} is {}, not pending{}",
+            set.status,
+            set.decided_by
+                .as_deref()
+                .map(|by| format!(" (decided by {by})"))
+                .unwrap_or_default()
+        )));
+    }
+    Ok(set)
 }

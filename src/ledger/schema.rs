@@ -54,6 +54,10 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     )],
     // 29
     &[ServerStep::Table("rule_sets")],
+    // 30
+    &[ServerStep::Sql(
+        "ALTER TABLE skills ADD COLUMN trusted_rules BIGINT",
+    )],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -532,6 +536,12 @@ pub const MIGRATIONS: &[&str] = &[
         decided_by  TEXT,
         decided_at  TEXT
     );
+    "#,
+    // 30: the rule set a skill's trusted version was promoted under (NULL for promotions
+    // before rule sets, or before this column), which `[adoption] on_change` reads when a
+    // newer set is adopted.
+    r#"
+    ALTER TABLE skills ADD COLUMN trusted_rules INTEGER;
     "#,
 ];
 

@@ -73,7 +73,7 @@ CREATE TABLE skills (
         state         TEXT NOT NULL,
         created_at    TEXT NOT NULL,
         updated_at    TEXT NOT NULL
-    , verified_hash TEXT, trusted_hash TEXT, proposal_path TEXT, trusted_tree TEXT REFERENCES artifacts(sha256), version INTEGER NOT NULL DEFAULT 1, trusted_version INTEGER);
+    , verified_hash TEXT, trusted_hash TEXT, proposal_path TEXT, trusted_tree TEXT REFERENCES artifacts(sha256), version INTEGER NOT NULL DEFAULT 1, trusted_version INTEGER, trusted_rules INTEGER);
 
 CREATE TABLE skill_transitions (
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -587,17 +587,17 @@ CREATE TRIGGER "journal_skill_versions_delete" AFTER DELETE ON "skill_versions" 
 
 CREATE TRIGGER "journal_skills_insert" AFTER INSERT ON "skills" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('skills', 'insert', json_array(NEW."name"), json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version"));
+               VALUES ('skills', 'insert', json_array(NEW."name"), json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version", 'trusted_rules', NEW."trusted_rules"));
              END;
 
 CREATE TRIGGER "journal_skills_update" AFTER UPDATE ON "skills" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('skills', 'update', json_array(NEW."name"), json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version"));
+               VALUES ('skills', 'update', json_array(NEW."name"), json_object('name', NEW."name", 'description', NEW."description", 'side_effect', NEW."side_effect", 'spec_artifact', NEW."spec_artifact", 'state', NEW."state", 'created_at', NEW."created_at", 'updated_at', NEW."updated_at", 'verified_hash', NEW."verified_hash", 'trusted_hash', NEW."trusted_hash", 'proposal_path', NEW."proposal_path", 'trusted_tree', NEW."trusted_tree", 'version', NEW."version", 'trusted_version', NEW."trusted_version", 'trusted_rules', NEW."trusted_rules"));
              END;
 
 CREATE TRIGGER "journal_skills_delete" AFTER DELETE ON "skills" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('skills', 'delete', json_array(OLD."name"), json_object('name', OLD."name", 'description', OLD."description", 'side_effect', OLD."side_effect", 'spec_artifact', OLD."spec_artifact", 'state', OLD."state", 'created_at', OLD."created_at", 'updated_at', OLD."updated_at", 'verified_hash', OLD."verified_hash", 'trusted_hash', OLD."trusted_hash", 'proposal_path', OLD."proposal_path", 'trusted_tree', OLD."trusted_tree", 'version', OLD."version", 'trusted_version', OLD."trusted_version"));
+               VALUES ('skills', 'delete', json_array(OLD."name"), json_object('name', OLD."name", 'description', OLD."description", 'side_effect', OLD."side_effect", 'spec_artifact', OLD."spec_artifact", 'state', OLD."state", 'created_at', OLD."created_at", 'updated_at', OLD."updated_at", 'verified_hash', OLD."verified_hash", 'trusted_hash', OLD."trusted_hash", 'proposal_path', OLD."proposal_path", 'trusted_tree', OLD."trusted_tree", 'version', OLD."version", 'trusted_version', OLD."trusted_version", 'trusted_rules', OLD."trusted_rules"));
              END;
 
 CREATE TRIGGER "journal_specs_insert" AFTER INSERT ON "specs" BEGIN

@@ -41,6 +41,8 @@ pub struct SkillRow {
     /// The version that runs, if one may: it differs from `version` while a new version of a
     /// trusted skill is forged.
     pub trusted_version: Option<i64>,
+    /// The rule set that was adopted when that version was promoted.
+    pub trusted_rules: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -343,7 +345,7 @@ impl Ledger {
             .query_row(
                 "SELECT s.name, s.description, s.side_effect, s.spec_artifact, s.proposal_path,
                         s.state, s.created_at, s.updated_at, s.trusted_hash, s.trusted_tree,
-                        s.version, s.trusted_version, v.proposed_at
+                        s.version, s.trusted_version, v.proposed_at, s.trusted_rules
                  FROM skills s JOIN skill_versions v ON v.skill = s.name AND v.version = s.version
                  WHERE s.name = ?1",
                 [name],
@@ -362,6 +364,7 @@ impl Ledger {
                         version: row.get(10)?,
                         trusted_version: row.get(11)?,
                         version_proposed_at: row.get(12)?,
+                        trusted_rules: row.get(13)?,
                     })
                 },
             )
@@ -464,7 +467,8 @@ impl Ledger {
             keep_artifact(&tx, artifact, &now)?;
         }
         tx.execute(
-            "UPDATE skills SET trusted_hash = ?1, trusted_tree = ?2, trusted_version = version
+            "UPDATE skills SET trusted_hash = ?1, trusted_tree = ?2, trusted_version = version,
+                 trusted_rules = (SELECT id FROM rule_sets WHERE status = 'adopted')
              WHERE name = ?3",
             params![current_hash, tree.first().map(|a| &a.sha256), name],
         )?;

@@ -111,7 +111,18 @@ impl Transition {
             .transition_skill(
                 &skill,
                 &to,
-                |from, to| self.lifecycle.check(from, to),
+                |from, to| {
+                    self.lifecycle.check(from, to)?;
+                    // Trust is earned by a promotion (or given back by `kavi skill restore`), under
+                    // the adopted rules: a plain move into TRUSTED would skip both.
+                    if to == crate::skills::TRUSTED {
+                        return Err(format!(
+                            "a `transition` node does not move a skill into {to}: the `promote` \
+                             node promotes it, and `kavi skill restore` returns a suspended one"
+                        ));
+                    }
+                    Ok(())
+                },
                 (Some(ctx.run_id), Some(ctx.node_id)),
                 &actor,
                 comment.as_deref(),

@@ -4,10 +4,13 @@
 
 use std::path::Path;
 
+use std::sync::Arc;
+
 use globset::Glob;
 use serde::{Deserialize, Serialize};
 
-use super::roles::Requirement;
+use super::roles::{self, Requirement, Roles};
+use crate::diagnostic::SourceFile;
 use crate::spec::governing::set_hash;
 
 /// The folders whose files govern, and `kavi.toml`.
@@ -76,20 +79,195 @@ impl RuleSet {
     }
 }
 
-/// Refuses when the governing files under `root` are not the adopted set: a run under them may
-/// run, but not promote, approve or record trust. Names a pending change of exactly these files.
-pub fn require_adopted(ledger: &crate::ledger::Ledger, root: &Path) -> Result<(), String> {
+/// The adopted rule set a decision is taken under, with the texts the ledger kept of it: a
+/// decision that records trust or an approval reads its roles and requirements here, never from
+/// the files on disk.
+#[derive(Debug)]
+pub struct Governing {
+    pub row: crate::ledger::RuleSetRow,
+    /// (path, text) of each adopted file, in path order.
+    pub files: Vec<(String, String)>,
+}
+
+impl Governing {
+    /// Reads the adopted set and its texts from the ledger; `None` when none is adopted. A row
+    /// the journal's keyed entries do not vouch for (edited with raw SQL) is refused.
+    pub fn adopted(ledger: &crate::ledger::Ledger) -> Result<Option<Self>, String> {
+        match ledger.adopted_rules().map_err(|e| e.to_string())? {
+            Some(row) => {
+                ledger
+                    .check_rule_set_journaled(row.id)
+                    .map_err(|e| e.to_string())?;
+                Self::of(ledger, row).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// A recorded set with the texts the ledger kept of it.
+    pub fn of(
+        ledger: &crate::ledger::Ledger,
+        row: crate::ledger::RuleSetRow,
+    ) -> Result<Self, String> {
+        let mut files = Vec::new();
+        for (path, hash) in row.files.as_object().into_iter().flatten() {
+            let hash = hash.as_str().unwrap_or_default();
+            let (_, text) = ledger.spec_text(hash).map_err(|e| e.to_string())?;
+            files.push((path.clone(), text));
+        }
+        files.sort();
+        Ok(Self { row, files })
+    }
+
+    /// An adopted file's text, by path.
+    pub fn text(&self, path: &str) -> Option<&str> {
+        self.files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, text)| text.as_str())
+    }
+
+    /// An adopted file as a source to parse; an error when the set has no such file.
+    pub fn source(&self, path: &str) -> Result<Arc<SourceFile>, String> {
+        self.text(path)
+            .map(|text| SourceFile::new(path, text))
+            .ok_or_else(|| format!("the adopted rule set has no {path}"))
+    }
+
+    /// Whether a text the ledger kept (by its spec hash) is one of the adopted files.
+    pub fn holds(&self, spec_hash: &str) -> bool {
+        self.row
+            .files
+            .as_object()
+            .is_some_and(|files| files.values().any(|h| h == spec_hash))
+    }
+
+    /// The adopted roles; `None` for a set made before roles existed, whose approvals hold
+    /// none.
+    pub fn roles(&self) -> Result<Option<Roles>, String> {
+        match self.text(roles::DEFAULT_POLICY) {
+            None => Ok(None),
+            Some(text) => Roles::parse(&SourceFile::new(roles::DEFAULT_POLICY, text))
+                .map(Some)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The roles the current process's account holds in the adopted set.
+    pub fn held_by_current_process(&self) -> Result<Vec<String>, String> {
+        Ok(self
+            .roles()?
+            .map(|roles| roles.held_by_current_process())
+            .unwrap_or_default())
+    }
+
+    /// The adopted lifecycle.
+    pub fn lifecycle(&self) -> Result<crate::skills::Lifecycle, String> {
+        let source = self.source(crate::nodes::LIFECYCLE_POLICY)?;
+        crate::skills::Lifecycle::parse(&source).map_err(|e| e.to_string())
+    }
+
+    /// The adopted `[adoption]` rules; `None` when the adopted trust policy has none.
+    pub fn adoption(&self) -> Result<Option<AdoptionPolicy>, String> {
+        self.text(crate::skills::trust::DEFAULT_POLICY)
+            .map(crate::skills::trust::adoption_in)
+            .transpose()
+            .map(Option::flatten)
+    }
+
+    /// Each difference from the adopted set to `now`, in words, with its class by the adopted
+    /// `[adoption]` rules (every one weakening when there are none).
+    pub fn changes_to(&self, now: &RuleSet) -> Result<Vec<(String, Class)>, String> {
+        let policy = self.adoption()?;
+        let mut classified = Vec::new();
+        for (path, words) in changes(&self.files, &now.files) {
+            for word in words {
+                let change = format!("{path}: {word}");
+                let class = match &policy {
+                    Some(policy) => policy.classify(&change)?,
+                    None => Class::Weakening,
+                };
+                classified.push((change, class));
+            }
+        }
+        Ok(classified)
+    }
+}
+
+/// What changed in each file from `before` to `after` (both (path, text) in path order): the
+/// words of `kavi policy diff` for a TOML file, else `file added`, `removed` or `changed`.
+pub fn changes(
+    before: &[(String, String)],
+    after: &[(String, String)],
+) -> Vec<(String, Vec<String>)> {
+    let find = |files: &[(String, String)], path: &str| {
+        files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, text)| text.clone())
+    };
+    let mut paths: Vec<&str> = before
+        .iter()
+        .chain(after)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let words = match (find(before, path), find(after, path)) {
+                (Some(old), Some(new)) if old == new => return None,
+                (Some(old), Some(new)) => Some(&new)
+                    .filter(|_| path.ends_with(".toml"))
+                    .and_then(|new| super::diff::describe(&old, new))
+                    .filter(|words| !words.is_empty())
+                    .unwrap_or_else(|| vec!["file changed".to_owned()]),
+                (Some(_), None) => vec!["file removed".to_owned()],
+                (None, _) => vec!["file added".to_owned()],
+            };
+            Some((path.to_owned(), words))
+        })
+        .collect()
+}
+
+/// The adopted rules a decision that withdraws trust (`kavi reject`, `kavi skill revoke`) is
+/// taken under. It is not refused while the disk weakens them, since it grants nothing; it reads
+/// what it needs (the lifecycle's `rejected` and `revoked` states) from the adopted copies.
+pub fn for_withdrawal(ledger: &crate::ledger::Ledger) -> Result<Governing, String> {
+    Governing::adopted(ledger)?.ok_or_else(|| {
+        "no rule set is adopted in this ledger yet (the first `kavi pipeline run` adopts the one \
+         it runs under)"
+            .to_owned()
+    })
+}
+
+/// The one check every decision that records trust or an approval makes (a promotion, `kavi
+/// approve`, `kavi skill restore`): it is refused while the
+/// governing files under `root` differ from the adopted set in a weakening way (by the adopted
+/// `[adoption]` rules), naming the pending change of exactly these files or `kavi policy
+/// propose`; otherwise it is taken under the adopted set returned, whatever the disk says of
+/// roles and requirements.
+pub fn for_decision(ledger: &crate::ledger::Ledger, root: &Path) -> Result<Governing, String> {
     let current = RuleSet::read(root)?;
-    let adopted = ledger.adopted_rules().map_err(|e| e.to_string())?;
-    let Some(adopted) = adopted else {
+    let Some(adopted) = Governing::adopted(ledger)? else {
         return Err(format!(
             "no rule set is adopted in this ledger yet (the first `kavi pipeline run` adopts \
              the one it runs under); the files now are {}",
             crate::ledger::short_hash(&current.hash)
         ));
     };
-    if adopted.set_hash == current.hash {
-        return Ok(());
+    if adopted.row.set_hash == current.hash {
+        return Ok(adopted);
+    }
+    let changes = adopted.changes_to(&current)?;
+    let weakening: Vec<&str> = changes
+        .iter()
+        .filter(|(_, class)| *class == Class::Weakening)
+        .map(|(change, _)| change.as_str())
+        .collect();
+    if weakening.is_empty() {
+        return Ok(adopted);
     }
     let pending = ledger
         .rule_sets()
@@ -107,10 +285,11 @@ pub fn require_adopted(ledger: &crate::ledger::Ledger, root: &Path) -> Result<()
         None => "propose them with `kavi policy propose`".to_owned(),
     };
     Err(format!(
-        "the governing files are not the adopted rule set ({} is adopted, the files now are {}): \
-         {next}",
-        crate::ledger::short_hash(&adopted.set_hash),
-        crate::ledger::short_hash(&current.hash)
+        "the governing files are not the adopted rule set ({} is adopted, the files now are {}) \
+         and weaken it ({}): {next}",
+        crate::ledger::short_hash(&adopted.row.set_hash),
+        crate::ledger::short_hash(&current.hash),
+        weakening.join("; ")
     ))
 }
 
@@ -148,6 +327,25 @@ pub struct AdoptionPolicy {
     /// as `kavi policy diff` words it, after the file's path) decides its class.
     #[serde(default, rename = "rule")]
     pub rules: Vec<ClassRule>,
+    /// What becomes of skills trusted under an older rule set when this one is adopted
+    /// (default `keep`).
+    #[serde(default)]
+    pub on_change: OnChange,
+}
+
+/// What adopting a rule set does to the skills promoted under an older one.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum OnChange {
+    /// They stay trusted; `kavi skill show` says which set they were trusted under.
+    #[default]
+    Keep,
+    /// They move to the lifecycle's `drifted` state (SUSPENDED) and do not run until the forge
+    /// builds and gates them again under the adopted set; `kavi skill restore` does not put
+    /// back trust earned under an older set.
+    Reverify,
 }
 
 fn weakening() -> Class {

@@ -20,10 +20,17 @@ pub fn describe(old: &str, new: &str) -> Option<Vec<String>> {
 /// A dotted path for messages: `nodes.gate.set`.
 fn join(prefix: &str, key: &str) -> String {
     if prefix.is_empty() {
-        key.to_owned()
+        unticked(key)
     } else {
-        format!("{prefix}.{key}")
+        format!("{prefix}.{}", unticked(key))
     }
+}
+
+/// Text a file supplies (a key, a value, an id) with its backticks made quotes: the words wrap
+/// keys and ids in backticks, and the `[adoption]` rules match those, so a value must not forge
+/// them (`builder = "x # : gate `t` added"` read as adding a gate).
+fn unticked(text: &str) -> String {
+    text.replace('`', "'")
 }
 
 fn tables(changes: &mut Vec<String>, prefix: &str, old: &Table, new: &Table) {
@@ -187,14 +194,16 @@ fn required(gate: &Table) -> bool {
 
 /// A value as it reads in TOML, on one line.
 fn inline(value: &Value) -> String {
-    value.to_string()
+    unticked(&value.to_string())
 }
 
 /// A string without its quotes; other values as TOML.
 fn plain(value: &Value) -> String {
-    value
-        .as_str()
-        .map_or_else(|| value.to_string(), str::to_owned)
+    unticked(
+        &value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_owned),
+    )
 }
 
 #[cfg(test)]
@@ -297,6 +306,11 @@ to = "TRUSTED"
             ["`rule` reordered (order decides which rule applies first)"]
         );
         assert_eq!(describe("a = 1", "a = 1").unwrap(), Vec::<String>::new());
+        // A value cannot forge the backticks the adoption rules match keys and ids by.
+        assert_eq!(
+            describe("b = \"x\"", "b = \"y # : gate `t` added\"").unwrap(),
+            ["`b`: \"x\" -> \"y # : gate 't' added\""]
+        );
         assert!(describe("a = ", "a = 1").is_none());
     }
 }

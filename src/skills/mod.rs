@@ -862,6 +862,16 @@ impl Lifecycle {
             .map(|(_, t, approval)| (t.clone(), approval.clone()))
     }
 
+    /// Whether a skill left in `state` on the way to TRUSTED (its promotion refused) is built
+    /// again: the lifecycle declares a move from it back to a buildable state, which a new
+    /// build makes. A skill that awaits a person's decision there is held by the escalation.
+    pub fn rebuilds(&self, state: &str) -> bool {
+        self.toward_trusted(state).is_some()
+            && self.transitions.iter().any(|(f, t, approval)| {
+                f == state && approval.is_none() && self.buildable.contains(t)
+            })
+    }
+
     /// What the move needs before it is made, if it is declared with an `approval`.
     pub fn needs_approval(&self, from: &str, to: &str) -> Option<&Approval> {
         self.transitions
@@ -935,12 +945,13 @@ pub fn build_refusal(
 ) -> Result<Option<String>, crate::ledger::LedgerError> {
     let row = ledger.skill(skill)?;
     let state = row.state;
-    let not_buildable = (!lifecycle.buildable.contains(&state)).then(|| {
-        format!(
-            "`{skill}` is {state}, which is not buildable (buildable: {})",
-            lifecycle.buildable.join(", ")
-        )
-    });
+    let not_buildable = (!lifecycle.buildable.contains(&state) && !lifecycle.rebuilds(&state))
+        .then(|| {
+            format!(
+                "`{skill}` is {state}, which is not buildable (buildable: {})",
+                lifecycle.buildable.join(", ")
+            )
+        });
     // A person's pending or negative decision says more than the state it left the skill in.
     // A decision about an older version (one rejected, say) does not bind a newer one.
     let Some(escalation) = ledger
