@@ -54,8 +54,10 @@ pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// coverage.py's configuration, kavi's own (no `.coveragerc`, `setup.cfg` or `pyproject.toml`
 /// is read): branches measured, the data file in the report folder, the tests themselves left
-/// out of what is measured.
-const COVERAGE_RC: &str = "[run]\nbranch = True\ndata_file = {data}\nomit = */test_*.py\n";
+/// out of what is measured. The exclusions are set empty: coverage.py's defaults let the code
+/// measured leave itself out (`# pragma: no cover`, `# pragma: no branch`, `if TYPE_CHECKING:`).
+const COVERAGE_RC: &str = "[run]\nbranch = True\ndata_file = {data}\nomit = */test_*.py\n\n\
+                           [report]\nexclude_lines =\npartial_branches =\n";
 
 /// Makes the report folder inside `tmp` (the gate's write scope), with the witness and its
 /// nonce; with `measured` (the folder whose code is measured), coverage.py through pytest-cov
