@@ -108,6 +108,7 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("junit_rewritten", "forged_report"),
         ("hung_test", "test_timed_out"),
         ("pytestmark_skip", "tests_skipped"),
+        ("pragma_no_cover", "branch_coverage"),
     ] {
         let outcome = outcomes.iter().find(|o| o["case"] == case).unwrap();
         assert!(
@@ -118,4 +119,16 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
             "{outcome}"
         );
     }
+    // Both gates catch the forged reports: the scan by `timeit`, the test gate by its witness.
+    let timeit = outcomes
+        .iter()
+        .find(|o| o["case"] == "timeit_patches_reports")
+        .unwrap();
+    assert!(
+        timeit["detail"]
+            .as_str()
+            .unwrap()
+            .contains("tests failed: framework_replaced: "),
+        "{timeit}"
+    );
 }
