@@ -264,7 +264,11 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "from typing import TYPE_CHECKING as TC\nif TC:\n    pass\nelse:\n    X = 1\n",
         "dynamic_code",
     ),
-    read_only("py2_constant", "PY2 = True\nif PY2:\n    X = 1\n", "dynamic_code"),
+    read_only(
+        "py2_constant",
+        "PY2 = True\nif PY2:\n    X = 1\n",
+        "dynamic_code",
+    ),
     read_only(
         "version_decided",
         "import sys\nif sys.version_info >= (3, 99):\n    X = 1\n",
@@ -296,7 +300,11 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "import logging.config\nlogging.config.dictConfig({'version': 1, 'handlers': {'h': {'()': 'os.system'}}})\n",
         "dynamic_code",
     ),
-    read_only("pydoc_pager", "import pydoc\npydoc.pipepager('x', 'id')\n", "process"),
+    read_only(
+        "pydoc_pager",
+        "import pydoc\npydoc.pipepager('x', 'id')\n",
+        "process",
+    ),
     // Writes and network through less usual doors.
     read_only(
         "bz2_file_write",
@@ -468,6 +476,42 @@ const OTHERS: &[Case] = &[
             (
                 "test_skill.py",
                 "class Base:\n    def __init_subclass__(cls) -> None:\n        pass\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_outcome",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_x(self) -> None:\n        self._outcome.result = None\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "framework_attribute_set",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import pytest\n\nReport = pytest.TestReport\nReport.passed = property(lambda self: True)\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "plugin_by_fixture",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import pytest\n\n\ndef test_x(request: pytest.FixtureRequest) -> None:\n    request.config.pluginmanager.register(object())\n",
             ),
         ],
         expect: Some("verdict"),

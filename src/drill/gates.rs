@@ -563,6 +563,26 @@ const CASES: &[Case] = &[
         test: None,
         extra: &[],
     },
+    Case {
+        name: "testcase_outcome_replaced",
+        what: "a test that sends its failures to a result of its own (`self._outcome.result`)",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import unittest\nfrom typing import Any\n\nfrom skill import run\n\n\nclass Quiet:\n    def __getattr__(self, name: str) -> Any:\n        return lambda *args, **kwargs: None\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self._outcome.result = Quiet()\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+    },
+    Case {
+        name: "plugin_registered_by_fixture",
+        what: "a test registering an object whose `pytest_runtest_logreport` method rewrites reports",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import pytest\n\nfrom skill import run\n\n\nclass Plugin:\n    @staticmethod\n    def pytest_runtest_logreport(report: pytest.TestReport) -> None:\n        report.outcome = \"passed\"\n\n\ndef test_a_register(request: pytest.FixtureRequest) -> None:\n    request.config.pluginmanager.register(Plugin())\n\n\ndef test_echo() -> None:\n    assert run(1) == {\"echo\": 2}\n",
+        ),
+        extra: &[],
+    },
 ];
 
 /// How one case ended.

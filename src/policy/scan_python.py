@@ -33,6 +33,13 @@ FIXTURES = frozenset(
      "__init__")
 )
 TESTCASE = frozenset(dir(unittest.IsolatedAsyncioTestCase)) - FIXTURES
+# `TestCase`'s private parts, its instance's too: `self._outcome.result` is where a failure is
+# reported, so a test that replaces it passes whatever it asserts.
+INTERNALS = frozenset(
+    name
+    for name in TESTCASE | set(vars(unittest.IsolatedAsyncioTestCase()))
+    if name.startswith("_") and not name.startswith("__")
+)
 
 
 # Names mypy decides a condition by, whatever they are bound to (mypy's `infer_condition_value`):
@@ -158,20 +165,34 @@ def test_hooks(tree, scope, add, rule, message):
                         add(where, rule, "%s: overrides `TestCase.%s`" % (message, name))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__init_subclass__":
             add(node, rule, "%s: defines `__init_subclass__`, which may change every class derived from it" % message)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("pytest_"):
+            # A method of an object registered as a plugin is a hook as much as a function is.
+            add(node, rule, "%s: defines the pytest hook `%s`" % (message, node.name))
         elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and node.attr in taken:
             add(node, rule, "%s: replaces `TestCase.%s` on `%s`" % (message, node.attr, ast.unparse(node.value)))
+        elif isinstance(node, ast.Attribute) and node.attr in INTERNALS:
+            add(node, rule, "%s: reaches `TestCase`'s internals (`%s`)" % (message, node.attr))
         elif isinstance(node, ast.Call):
             func = scope.quals(node.func)
-            if "builtins.setattr" in func and len(node.args) >= 2 and fold(node.args[1]) in taken:
-                add(node, rule, "%s: replaces `TestCase.%s` by `setattr`" % (message, fold(node.args[1])))
+            name = fold(node.args[1]) if len(node.args) >= 2 else None
+            if "builtins.setattr" in func and name in taken:
+                add(node, rule, "%s: replaces `TestCase.%s` by `setattr`" % (message, name))
+            if func & set(GETATTR) and name in INTERNALS:
+                add(node, rule, "%s: reaches `TestCase`'s internals (`%s`)" % (message, name))
             if func & {"builtins.type", "types.new_class"} and len(node.args) + len(node.keywords) >= 2:
                 add(node, rule, "%s: makes a class at run time, whose methods no syntax shows" % message)
 
 
-def module_hooks(tree, add, rule, message):
+# The test frameworks, whose objects (`pytest.TestReport`, `unittest.TestResult`) decide what a
+# run reports.
+FRAMEWORKS = ("pytest.", "_pytest.", "unittest.", "pluggy.")
+
+
+def module_hooks(tree, scope, add, rule, message):
     """What pytest reads from a module, however bound: a module-level `pytest_*` name (a hook,
     or `pytest_plugins`, which makes any module, this one too, a plugin), and a module-level
-    `__getattr__`, which answers for every name the module does not bind, those too."""
+    `__getattr__`, which answers for every name the module does not bind, those too. And a name
+    set on the test frameworks' own objects (`pytest.TestReport.passed = ...`)."""
 
     def check(where, name):
         if name == "pytest_plugins":
@@ -188,6 +209,15 @@ def module_hooks(tree, add, rule, message):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             for name in node.names:
                 check(node, name)
+        owner = None
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            owner, name = node.value, node.attr
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and scope.quals(node.func) & {"builtins.setattr", "builtins.delattr"}:
+            owner, name = node.args[0], fold(node.args[1])
+        if owner is not None:
+            framework = sorted(q for q in scope.quals(owner) if (q + ".").startswith(FRAMEWORKS))
+            if framework:
+                add(node, rule, "%s: sets `%s.%s`, a part of the test framework" % (message, framework[0], name))
 
 
 # Namespaces whose items are names: a key that cannot be read is a name that cannot be checked.
@@ -571,7 +601,7 @@ def analyse(source, capabilities, forbidden, test_modules):
     scope = File(tree)
     for rule, capability in caps:
         if capability.get("test_hooks"):
-            module_hooks(tree, add, rule, capability["message"])
+            module_hooks(tree, scope, add, rule, capability["message"])
             if source["test"]:
                 test_hooks(tree, scope, add, rule, capability["message"])
     for rule, capability in caps:
