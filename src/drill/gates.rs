@@ -583,6 +583,16 @@ const CASES: &[Case] = &[
         ),
         extra: &[],
     },
+    Case {
+        name: "ruff_disable_after_bom",
+        what: "`# ruff: disable[F401]` behind a byte order mark",
+        targets: &["lint"],
+        skill: Some(
+            "\u{feff}# ruff: disable[F401]\nimport os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+    },
 ];
 
 /// How one case ended.

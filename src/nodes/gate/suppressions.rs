@@ -112,6 +112,8 @@ impl std::fmt::Display for Found {
 
 /// Every suppression of `kinds` in `text`, the file `file`.
 pub fn find_in(file: &str, text: &str, kinds: &[Kind]) -> Vec<Found> {
+    // The tools read past a byte order mark: the first line is a comment for them too.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut found = Vec::new();
     for (index, line) in crate::policy::python_lines(text).enumerate() {
         for &kind in kinds {
@@ -196,6 +198,14 @@ mod tests {
         );
         let seen: Vec<_> = found.iter().map(|f| (f.line, f.kind.name())).collect();
         assert_eq!(seen, [(2, "module_type_ignore"), (3, "file_noqa")]);
+    }
+
+    #[test]
+    fn a_suppression_after_a_byte_order_mark_is_found() {
+        assert_eq!(
+            kinds("\u{feff}# ruff: disable[F401]\nimport os\n"),
+            ["file_noqa"]
+        );
     }
 
     #[test]
