@@ -317,6 +317,16 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "file_write",
     ),
     read_only(
+        "wave_file_write",
+        "import wave\nwave.open('x.wav', 'wb')\n",
+        "file_write",
+    ),
+    read_only(
+        "element_tree_write",
+        "import xml.etree.ElementTree as ET\nET.ElementTree(ET.Element('a')).write('out.xml')\n",
+        "file_write",
+    ),
+    read_only(
         "syslog_handler",
         "from logging.handlers import SysLogHandler\nSysLogHandler(('203.0.113.1', 514))\n",
         "network",
