@@ -154,4 +154,16 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
             "{outcome}"
         );
     }
+    // Both gates catch the forged reports: the scan by `timeit`, the test gate by its witness.
+    let timeit = outcomes
+        .iter()
+        .find(|o| o["case"] == "timeit_patches_reports")
+        .unwrap();
+    assert!(
+        timeit["detail"]
+            .as_str()
+            .unwrap()
+            .contains("tests failed: framework_replaced: "),
+        "{timeit}"
+    );
 }

@@ -243,6 +243,115 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "def eval(x: str) -> str:\n    return x\n\n\ndel eval\neval('1')\n",
         "dynamic_code",
     ),
+    // Branches mypy decides itself, and never checks one side of.
+    read_only(
+        "mypy_constant",
+        "MYPY = False\nif MYPY:\n    X = 1\nelse:\n    X = '1'\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "typing_extensions_type_checking",
+        "import typing_extensions\nif typing_extensions.TYPE_CHECKING:\n    pass\nelse:\n    X = 1\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "typing_alias_not_type_checking",
+        "import typing as t\nif not t.TYPE_CHECKING:\n    X = 1\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "type_checking_renamed",
+        "from typing import TYPE_CHECKING as TC\nif TC:\n    pass\nelse:\n    X = 1\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "py2_constant",
+        "PY2 = True\nif PY2:\n    X = 1\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "version_decided",
+        "import sys\nif sys.version_info >= (3, 99):\n    X = 1\n",
+        "dynamic_code",
+    ),
+    // Code in a string, run.
+    read_only(
+        "timeit_string",
+        "import timeit\ntimeit.timeit(\"__import__('os').system('id')\", number=1)\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "cprofile_run",
+        "from cProfile import run as go\ngo('1')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "mock_patch_target",
+        "from unittest import mock\nmock.patch('os.system').start()\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "string_annotation",
+        "import typing\n\n\ndef f(x: \"__import__('os').system('id')\") -> None:\n    pass\n\n\ntyping.get_type_hints(f)\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "logging_factory",
+        "import logging.config\nlogging.config.dictConfig({'version': 1, 'handlers': {'h': {'()': 'os.system'}}})\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "pydoc_pager",
+        "import pydoc\npydoc.pipepager('x', 'id')\n",
+        "process",
+    ),
+    // Writes and network through less usual doors.
+    read_only(
+        "bz2_file_write",
+        "import bz2\nbz2.BZ2File('x.bz2', 'wb').write(b'x')\n",
+        "file_write",
+    ),
+    read_only(
+        "lzma_file_write",
+        "from lzma import LZMAFile\nLZMAFile('x.xz', mode='w')\n",
+        "file_write",
+    ),
+    read_only(
+        "wave_file_write",
+        "import wave\nwave.open('x.wav', 'wb')\n",
+        "file_write",
+    ),
+    read_only(
+        "element_tree_write",
+        "import xml.etree.ElementTree as ET\nET.ElementTree(ET.Element('a')).write('out.xml')\n",
+        "file_write",
+    ),
+    read_only(
+        "syslog_handler",
+        "from logging.handlers import SysLogHandler\nSysLogHandler(('203.0.113.1', 514))\n",
+        "network",
+    ),
+    read_only(
+        "sax_url",
+        "import xml.sax\nxml.sax.parse('http://203.0.113.1/x.xml', xml.sax.ContentHandler())\n",
+        "network",
+    ),
+    read_only(
+        "robots",
+        "from urllib import robotparser\nrobotparser.RobotFileParser('http://203.0.113.1/robots.txt').read()\n",
+        "network",
+    ),
+    // What pytest reads from any module: the skill's own code may become a plugin.
+    read_only(
+        "hook_assigned_in_code",
+        "def _make(item: object, call: object) -> None:\n    pass\n\n\npytest_runtest_makereport = _make\n",
+        "verdict",
+    ),
+    read_only(
+        "module_getattr",
+        "def __getattr__(name: str) -> list[str]:\n    return [__name__]\n",
+        "verdict",
+    ),
     read_only("os_exit", "import os\nos._exit(0)\n", "verdict"),
     read_only("syntax_error", "def broken(:\n    pass\n", "syntax"),
     // The environment read whole or by a computed name (issue 52).
@@ -390,6 +499,126 @@ const OTHERS: &[Case] = &[
             ),
         ],
         expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_run_assigned",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\ndef nothing(self: object, result: object = None) -> object:\n    return result\n\n\nclass T(unittest.TestCase):\n    run = nothing\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_run_from_mixin_and_alias",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "from unittest import TestCase as Base\n\n\nclass Mixin:\n    def run(self, result: object = None) -> object:\n        return result\n\n\nclass T(Mixin, Base):\n    pass\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_setattr",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\nclass T(unittest.TestCase):\n    pass\n\n\nsetattr(T, 'r' + 'un', lambda self, result=None: result)\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_made_by_type",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\nT = type('T', (unittest.TestCase,), {'run': lambda self, result=None: result})\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_class_decorator",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\ndef quiet(cls: type) -> type:\n    return cls\n\n\n@quiet\nclass T(unittest.TestCase):\n    pass\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "init_subclass",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "class Base:\n    def __init_subclass__(cls) -> None:\n        pass\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "testcase_outcome",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_x(self) -> None:\n        self._outcome.result = None\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "framework_attribute_set",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import pytest\n\nReport = pytest.TestReport\nReport.passed = property(lambda self: True)\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "plugin_by_fixture",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import pytest\n\n\ndef test_x(request: pytest.FixtureRequest) -> None:\n    request.config.pluginmanager.register(object())\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "test_data_classes_pass",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "import typing\nimport unittest\n\n\nclass Row(typing.NamedTuple):\n    id: int\n\n\nclass Shown:\n    def __repr__(self) -> str:\n        return 'shown'\n\n\nclass T(unittest.TestCase):\n    maxDiff = None\n\n    def setUp(self) -> None:\n        self.longMessage = True\n\n    def test_x(self) -> None:\n        self.assertEqual(Row(1).id, 1)\n",
+            ),
+        ],
+        expect: None,
     },
     Case {
         name: "compiled_module",

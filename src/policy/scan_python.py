@@ -38,49 +38,192 @@ FIXTURES = frozenset(
      "__init__")
 )
 TESTCASE = frozenset(dir(unittest.IsolatedAsyncioTestCase)) - FIXTURES
+# `TestCase`'s private parts, its instance's too: `self._outcome.result` is where a failure is
+# reported, so a test that replaces it passes whatever it asserts.
+INTERNALS = frozenset(
+    name
+    for name in TESTCASE | set(vars(unittest.IsolatedAsyncioTestCase()))
+    if name.startswith("_") and not name.startswith("__")
+)
+
+
+# Names mypy decides a condition by, whatever they are bound to (mypy's `infer_condition_value`):
+# `TYPE_CHECKING` and `MYPY` it takes for true while the program finds them false, `PY3` for true
+# and `PY2` for false.
+MYPY_TRUE = frozenset(("TYPE_CHECKING", "MYPY", "PY3"))
+MYPY_FALSE = frozenset(("PY2",))
+# What mypy compares with the interpreter it runs as, not the one the skill runs with.
+MYPY_COMPARES = ("sys.version_info", "sys.platform")
 
 
 def unchecked_branches(tree, scope, add, rule, message):
-    """Code that runs where the type checker, told `TYPE_CHECKING` is true, never looks."""
+    """Code that runs where the type checker, deciding the condition itself, never looks."""
 
-    def type_checking(expression):
-        return any(
-            "typing.TYPE_CHECKING" in scope.quals(part)
-            for part in ast.walk(expression)
-            if isinstance(part, (ast.Name, ast.Attribute))
-        )
+    def decided_name(part):
+        if isinstance(part, ast.Name):
+            name = part.id
+        elif isinstance(part, ast.Attribute):
+            name = part.attr
+        else:
+            return None
+        quals = scope.quals(part)
+        if name in MYPY_TRUE or any(q.endswith(".TYPE_CHECKING") for q in quals):
+            return True
+        if name in MYPY_FALSE:
+            return False
+        return None
+
+    def decided(expression):
+        """What mypy takes a plain (maybe negated) name for, or None."""
+        negated = isinstance(expression, ast.UnaryOp) and isinstance(expression.op, ast.Not)
+        value = decided_name(expression.operand if negated else expression)
+        return None if value is None else value != negated
+
+    def mentioned(expression):
+        for part in ast.walk(expression):
+            if isinstance(part, (ast.Name, ast.Attribute)) and (
+                decided_name(part) is not None
+                or any(q.startswith(MYPY_COMPARES) for q in scope.quals(part))
+            ):
+                return ast.unparse(part)
+        return None
 
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.If, ast.IfExp)) or not type_checking(node.test):
+        if isinstance(node, (ast.If, ast.IfExp)):
+            value = decided(node.test)
+            if value is not None:
+                skipped = node.orelse if value else node.body
+                if skipped:
+                    first = skipped[0] if isinstance(skipped, list) else skipped
+                    add(first, rule, "%s: a branch mypy skips, under `if %s`" % (message, ast.unparse(node.test)))
+                continue
+            tests = [node.test]
+        elif isinstance(node, (ast.While, ast.Assert)):
+            tests = [node.test]
+        elif isinstance(node, ast.BoolOp):
+            tests = [node]
+        elif isinstance(node, ast.comprehension):
+            tests = node.ifs
+        elif isinstance(node, ast.match_case) and node.guard is not None:
+            tests = [node.guard]
+        else:
             continue
-        negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
-        skipped = node.body if negated else node.orelse
-        if skipped:
-            first = skipped[0] if isinstance(skipped, list) else skipped
-            add(first, rule, "%s: a branch mypy skips, under `if %sTYPE_CHECKING`" % (message, "not " if negated else ""))
+        for test in tests:
+            name = mentioned(test)
+            if name:
+                add(test, rule, "%s: a condition mypy decides by `%s` itself, one side of which it never checks" % (message, name))
 
 
-def test_hooks(tree, add, rule, message):
-    """The ways a test file changes what its run reports without touching the framework."""
-    cases = set()
+# What a class in a test file may set of `TestCase`'s own: how a failed assertion is worded, and
+# how an object prints and compares, which decide no verdict.
+TESTCASE_DATA = frozenset(
+    ("maxDiff", "longMessage", "__repr__", "__str__", "__format__", "__eq__", "__ne__",
+     "__hash__", "__lt__", "__le__", "__gt__", "__ge__")
+)
+# Bases that make a class a plain data type (a `NamedTuple`, an `Enum`), never a test case.
+DATA_BASES = ("builtins.", "typing.", "typing_extensions.", "enum.", "collections.", "abc.")
+
+
+def bindings(node):
+    """The names a statement binds in the scope it runs in (not in the functions and classes it
+    defines), each with where."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield node, node.name
+        return
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        for alias in node.names:
+            if alias.name != "*":
+                yield node, alias.asname or alias.name.split(".")[0]
+        return
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        yield node, node.id
+        return
+    name = getattr(node, "name", None) if isinstance(
+        node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)
+    ) else getattr(node, "rest", None) if isinstance(node, ast.MatchMapping) else None
+    if name:
+        yield node, name
+    for child in ast.iter_child_nodes(node):
+        yield from bindings(child)
+
+
+def test_hooks(tree, scope, add, rule, message):
+    """The ways a test file changes what its run reports without touching the framework: a
+    class (a test case, or one a test case may derive from) taking over a method of
+    `TestCase`'s own, by `def`, assignment, import, `setattr` or a decorator that replaces it,
+    and a class made or changed where no syntax shows its methods."""
+    taken = TESTCASE - TESTCASE_DATA
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            bases = [ast.unparse(base) for base in node.bases]
-            if any(b.split(".")[-1].endswith("TestCase") or b in cases for b in bases):
-                cases.add(node.name)
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in TESTCASE:
-                        add(item, rule, "%s: overrides `TestCase.%s`" % (message, item.name))
-    for node in tree.body:
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            targets = [node.target]
-        if any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in targets):
-            add(node, rule, "%s: names pytest plugins (`pytest_plugins`)" % message)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("pytest_"):
+            bases = [scope.quals(base) for base in node.bases]
+            if bases and not node.keywords and all(
+                quals and all(q.startswith(DATA_BASES) for q in quals) for quals in bases
+            ):
+                continue
+            for decorator in node.decorator_list:
+                add(decorator, rule, "%s: decorates a class, which may replace its methods" % message)
+            for keyword in node.keywords:
+                add(keyword.value, rule, "%s: makes a class with `%s=`, which may replace its methods" % (message, keyword.arg))
+            for item in node.body:
+                for where, name in bindings(item):
+                    if name in taken:
+                        add(where, rule, "%s: overrides `TestCase.%s`" % (message, name))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__init_subclass__":
+            add(node, rule, "%s: defines `__init_subclass__`, which may change every class derived from it" % message)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("pytest_"):
+            # A method of an object registered as a plugin is a hook as much as a function is.
             add(node, rule, "%s: defines the pytest hook `%s`" % (message, node.name))
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and node.attr in taken:
+            add(node, rule, "%s: replaces `TestCase.%s` on `%s`" % (message, node.attr, ast.unparse(node.value)))
+        elif isinstance(node, ast.Attribute) and node.attr in INTERNALS:
+            add(node, rule, "%s: reaches `TestCase`'s internals (`%s`)" % (message, node.attr))
+        elif isinstance(node, ast.Call):
+            func = scope.quals(node.func)
+            name = fold(node.args[1]) if len(node.args) >= 2 else None
+            if "builtins.setattr" in func and name in taken:
+                add(node, rule, "%s: replaces `TestCase.%s` by `setattr`" % (message, name))
+            if func & set(GETATTR) and name in INTERNALS:
+                add(node, rule, "%s: reaches `TestCase`'s internals (`%s`)" % (message, name))
+            if func & {"builtins.type", "types.new_class"} and len(node.args) + len(node.keywords) >= 2:
+                add(node, rule, "%s: makes a class at run time, whose methods no syntax shows" % message)
+
+
+# The test frameworks, whose objects (`pytest.TestReport`, `unittest.TestResult`) decide what a
+# run reports.
+FRAMEWORKS = ("pytest.", "_pytest.", "unittest.", "pluggy.")
+
+
+def module_hooks(tree, scope, add, rule, message):
+    """What pytest reads from a module, however bound: a module-level `pytest_*` name (a hook,
+    or `pytest_plugins`, which makes any module, this one too, a plugin), and a module-level
+    `__getattr__`, which answers for every name the module does not bind, those too. And a name
+    set on the test frameworks' own objects (`pytest.TestReport.passed = ...`)."""
+
+    def check(where, name):
+        if name == "pytest_plugins":
+            add(where, rule, "%s: names pytest plugins (`pytest_plugins`)" % message)
+        elif name.startswith("pytest_"):
+            add(where, rule, "%s: binds the pytest hook name `%s`" % (message, name))
+        elif name == "__getattr__":
+            add(where, rule, "%s: a module-level `__getattr__`, which answers for names pytest looks up" % message)
+
+    for statement in tree.body:
+        for where, name in bindings(statement):
+            check(where, name)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                check(node, name)
+        owner = None
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            owner, name = node.value, node.attr
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and scope.quals(node.func) & {"builtins.setattr", "builtins.delattr"}:
+            owner, name = node.args[0], fold(node.args[1])
+        if owner is not None:
+            framework = sorted(q for q in scope.quals(owner) if (q + ".").startswith(FRAMEWORKS))
+            if framework:
+                add(node, rule, "%s: sets `%s.%s`, a part of the test framework" % (message, framework[0], name))
+
 
 # Namespaces whose items are names: a key that cannot be read is a name that cannot be checked.
 NAMESPACES = ("sys.modules", "builtins", "<globals>", "<locals>")
@@ -767,12 +910,13 @@ def analyse(source, capabilities, forbidden, test_modules):
         return findings
 
     caps = [(name, capabilities[name]) for name in forbidden if name in capabilities]
-    if source["test"]:
-        for rule, capability in caps:
-            if capability.get("test_hooks"):
-                test_hooks(tree, add, rule, capability["message"])
     scope = File(tree)
     parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    for rule, capability in caps:
+        if capability.get("test_hooks"):
+            module_hooks(tree, scope, add, rule, capability["message"])
+            if source["test"]:
+                test_hooks(tree, scope, add, rule, capability["message"])
     for rule, capability in caps:
         if capability.get("unchecked_branches"):
             unchecked_branches(tree, scope, add, rule, capability["message"])

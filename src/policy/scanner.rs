@@ -81,14 +81,16 @@ struct RawCapability {
     /// A name computed at run time, which cannot be followed, is a finding of this capability.
     #[serde(default)]
     dynamic: bool,
-    /// In a test file, what changes what the test run reports without touching the framework
-    /// itself is a finding of this capability: a method a `unittest.TestCase` subclass takes
-    /// over from `TestCase` (its `run`, an assertion), a module-level `pytest_plugins`, and a
-    /// function named as a pytest hook.
+    /// What changes what the test run reports without touching the framework itself is a
+    /// finding of this capability: in any file, a module-level `pytest_*` name however bound
+    /// (a hook, `pytest_plugins`) and a module-level `__getattr__`; in a test file, a method of
+    /// `TestCase`'s own (its `run`, an assertion) taken over by `def`, assignment or `setattr`,
+    /// a decorated class, a metaclass, `__init_subclass__` and a class made by `type(...)`.
     #[serde(default)]
     test_hooks: bool,
-    /// Code in a branch the type checker never looks at (the `else` of `if TYPE_CHECKING:`,
-    /// the body of `if not TYPE_CHECKING:`) is a finding of this capability.
+    /// Code in a branch the type checker never looks at (the `else` of `if TYPE_CHECKING:` or
+    /// `if MYPY:`, the body of `if not TYPE_CHECKING:` or `if PY2:`), and a condition on
+    /// `sys.version_info` or `sys.platform`, is a finding of this capability.
     #[serde(default)]
     unchecked_branches: bool,
     /// Reaching a private name of a standard module (`uuid._get_command_stdout`), whose effects

@@ -16,7 +16,10 @@ use serde::Serialize;
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// `# ruff: noqa: F401` or `# flake8: noqa: F401` on a line of its own: ruff then skips
-    /// those rules in the whole file (the blanket form is ruff's PGH004).
+    /// those rules in the whole file (the blanket form is ruff's PGH004). Any other ruff
+    /// directive on a line of its own too: `# ruff: disable[F401]` skips them to its
+    /// `# ruff: enable[F401]` or the end of the file, `# ruff: file-ignore[F401]` in the whole
+    /// file. (A trailing `# ruff: ignore[F401]` is a `# noqa: F401`, one line's.)
     FileNoqa,
     /// `# mypy: ignore-errors`, or any other `# mypy:` line: configuration the checked file
     /// gives mypy, over kavi's.
@@ -60,7 +63,7 @@ impl Kind {
                 body.strip_prefix(tool)
                     .map(str::trim_start)
                     .and_then(|rest| rest.strip_prefix(':'))
-                    .is_some_and(|rest| rest.trim_start().starts_with("noqa"))
+                    .is_some_and(|rest| *tool == "ruff" || rest.trim_start().starts_with("noqa"))
             }),
             Kind::MypyInlineConfig => body
                 .strip_prefix("mypy")
@@ -109,6 +112,8 @@ impl std::fmt::Display for Found {
 
 /// Every suppression of `kinds` in `text`, the file `file`.
 pub fn find_in(file: &str, text: &str, kinds: &[Kind]) -> Vec<Found> {
+    // The tools read past a byte order mark: the first line is a comment for them too.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut found = Vec::new();
     for (index, line) in crate::policy::python_lines(text).enumerate() {
         for &kind in kinds {
@@ -155,6 +160,10 @@ mod tests {
     fn each_kind_is_found_in_its_spellings() {
         assert_eq!(kinds("# ruff: noqa: F401\n"), ["file_noqa"]);
         assert_eq!(kinds("#flake8:NOQA\n"), ["file_noqa"]);
+        assert_eq!(kinds("# ruff: disable[F401]\n"), ["file_noqa"]);
+        assert_eq!(kinds("    # ruff : enable[F401]\n"), ["file_noqa"]);
+        assert_eq!(kinds("#ruff:file-ignore[unused-import]\n"), ["file_noqa"]);
+        assert_eq!(kinds("# ruff: isort: skip_file\n"), ["file_noqa"]);
         assert_eq!(kinds("# mypy: ignore-errors\n"), ["mypy_inline_config"]);
         assert_eq!(
             kinds("  #mypy : disable-error-code=\"arg-type\"\n"),
@@ -171,6 +180,8 @@ mod tests {
     #[test]
     fn code_and_ordinary_comments_are_not_suppressions() {
         assert!(kinds("import os  # noqa: F401\n").is_empty());
+        assert!(kinds("import os  # ruff: ignore[F401]\n").is_empty());
+        assert!(kinds("# ruffian: noqa\n").is_empty());
         assert!(kinds("x = f()  # type: ignore[misc]\n").is_empty());
         assert!(kinds("# the type: of this\n# mypy is strict\n# ruff rules\n").is_empty());
         assert!(kinds("no_type_checker = 1\n# no_type_check is banned\n").is_empty());
@@ -187,6 +198,14 @@ mod tests {
         );
         let seen: Vec<_> = found.iter().map(|f| (f.line, f.kind.name())).collect();
         assert_eq!(seen, [(2, "module_type_ignore"), (3, "file_noqa")]);
+    }
+
+    #[test]
+    fn a_suppression_after_a_byte_order_mark_is_found() {
+        assert_eq!(
+            kinds("\u{feff}# ruff: disable[F401]\nimport os\n"),
+            ["file_noqa"]
+        );
     }
 
     #[test]

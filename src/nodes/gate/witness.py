@@ -39,9 +39,19 @@ for _name in ("_pytest.runner", "_pytest.python", "_pytest.unittest", "_pytest.r
               "_pytest.outcomes", "_pytest.main", "_pytest.junitxml", "_pytest.skipping"):
     if _name in sys.modules:
         _WATCHED.append((_name, sys.modules[_name]))
+# The classes whose attributes decide what a result says (`BaseReport.passed` is a property):
+# a class is watched whole, and a name added to it (one that shadows what it inherits) counts too.
+_WATCHED.append(("unittest.TestResult", unittest.TestResult))
+if "_pytest.reports" in sys.modules:
+    _reports = sys.modules["_pytest.reports"]
+    _WATCHED += [("_pytest.reports.BaseReport", _reports.BaseReport),
+                 ("_pytest.reports.TestReport", _reports.TestReport),
+                 ("_pytest.reports.CollectReport", _reports.CollectReport)]
 
 
 def _attributes(owner):
+    if isinstance(owner, type) and owner is not unittest.TestCase:
+        return dict(vars(owner))
     return {name: value for name, value in list(vars(owner).items())
             if not name.startswith("__") or name in ("__call__", "__init__")}
 
@@ -60,6 +70,8 @@ def _replaced():
                 changed.append(f"{label}.{name} (removed)")
             elif now[name] is not value:
                 changed.append(f"{label}.{name}")
+        if isinstance(owner, type):
+            changed += [f"{label}.{name} (added)" for name in _attributes(owner) if name not in before]
     return changed
 
 
