@@ -676,10 +676,11 @@ mod tests {
             Some(Violation::Tripwire("/root/.ssh/id_rsa".into()))
         );
         assert!(finished.violation.as_ref().unwrap().is_security());
-        // Opened by a process that dies with the namespace at once, or without waiting and
-        // closed straight away: seen all the same.
+        // Opened by a process that dies with the namespace at once (it holds the decoy open
+        // when its parent exits), or without waiting and closed straight away: seen all the same.
         for script in [
-            "(cat /etc/shadow >/dev/null &) ; exit 0",
+            "(exec 3</etc/shadow; touch /tmp/opened; sleep 30) & \
+             while [ ! -e /tmp/opened ]; do sleep 0.01; done; exit 0",
             "python3 -c 'import os; os.close(os.open(\"/etc/shadow\", os.O_RDONLY | os.O_NONBLOCK))'",
         ] {
             let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
