@@ -883,6 +883,7 @@ outputs = ["out/a.txt"]
              DELETE FROM rule_sets;
              DROP TABLE rule_sets;
              ALTER TABLE escalations DROP COLUMN approvals;
+             ALTER TABLE skills DROP COLUMN trusted_rules;
              DELETE FROM ledger_identity;
              DROP TABLE ledger_identity;
              ALTER TABLE journal DROP COLUMN mac;
@@ -900,7 +901,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 29);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 30);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(
