@@ -215,21 +215,6 @@ fn value_span(text: &str, key: &[&str]) -> Option<std::ops::Range<usize>> {
     Some(table.get(*last)?.span())
 }
 
-/// The keys of `config` in templates (see [`Workspace::run_config`]).
-pub const RUN_CONFIG_KEYS: &[&str] = &[
-    "workspace",
-    "ledger",
-    "artifacts",
-    "sandboxes",
-    "builder",
-    "gateway",
-    "executions_log",
-    "skill_timeout",
-    "jobs",
-    "toolchains",
-    "toolchain",
-];
-
 /// A resolved workspace: its root and its configuration with absolute paths.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -278,8 +263,9 @@ impl Workspace {
                     ));
                 }
                 // toml knows where each value is; figment does not, so the file is checked here.
-                toml::from_str::<Config>(&text)
-                    .map_err(|e| ConfigError::invalid(crate::spec::toml_error(&source, &e)))?;
+                toml::from_str::<Config>(&text).map_err(|e| {
+                    ConfigError::invalid(crate::diagnostic::toml_error(&source, &e))
+                })?;
                 figment = figment.merge(Toml::string(&text));
                 Some(source)
             }
@@ -393,7 +379,7 @@ impl Workspace {
     }
 
     /// The configuration as runs see it: `config` in templates, and the `config` member of
-    /// every run's governing set. Its keys are [`RUN_CONFIG_KEYS`].
+    /// every run's governing set. Its keys are [`RUN_CONFIG_KEYS`](crate::template::RUN_CONFIG_KEYS).
     pub fn run_config(&self) -> serde_json::Value {
         serde_json::json!({
             "workspace": self.root,
@@ -476,7 +462,7 @@ mod tests {
                 .keys()
                 .cloned()
                 .collect();
-            assert_eq!(keys, RUN_CONFIG_KEYS);
+            assert_eq!(keys, crate::template::RUN_CONFIG_KEYS);
             Ok(())
         });
     }

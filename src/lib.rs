@@ -12,27 +12,23 @@ pub mod cli;
 pub mod config;
 pub mod confinement;
 pub mod dag;
-pub mod diagnostic;
 pub mod drill;
 pub mod error;
 pub mod executions;
 pub mod executor;
 pub mod export;
 pub mod git;
-pub mod identity;
-pub mod jsonpath;
 pub mod ledger;
 pub mod mcp;
 pub mod nodes;
 pub mod policy;
 pub mod process;
-pub mod redact;
 pub mod research;
-pub mod sandbox;
 pub mod skills;
 pub mod spec;
-pub mod state;
-pub mod template;
 pub mod toolchains;
 
 pub use error::Error;
+pub use kavi_foundation::{
+    diagnostic, files, hash, identity, jsonpath, redact, sandbox, state, template,
+};

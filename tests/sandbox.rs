@@ -433,7 +433,7 @@ impl Drill {
             if let (Some(name), Snapshot::File(_)) =
                 (path.strip_prefix(".kavi/artifacts/sha256/"), now)
             {
-                let (sha, _) = kavi::ledger::hash_file(&self.root().join(path)).unwrap();
+                let (sha, _) = kavi::hash::hash_file(&self.root().join(path)).unwrap();
                 assert!(
                     name.ends_with(&sha),
                     "artifact `{path}` does not hold {sha}"

@@ -21,8 +21,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{hash_checked, sha256_hex};
-use crate::ledger::{ArtifactStore, open_regular, temp_file_in};
+use super::hash_checked;
+use crate::files::{open_regular, temp_file_in};
+use crate::hash::sha256_hex;
+use crate::ledger::ArtifactStore;
 
 /// The size from which a file's digest is remembered. Reading a memo costs tens of
 /// microseconds and each one is a file; hashing 1 MiB costs under a millisecond (SHA-256 runs

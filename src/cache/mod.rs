@@ -21,7 +21,9 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::ledger::{Artifact, ArtifactStore, hash_reader, open_regular};
+use crate::files::open_regular;
+use crate::hash::{hash_reader, sha256_hex};
+use crate::ledger::{Artifact, ArtifactStore};
 
 mod digests;
 pub use digests::DigestMemo;
@@ -216,20 +218,6 @@ impl<W: io::Write, C: Fn() -> io::Result<()>> io::Write for Checked<W, C> {
     }
 }
 
-/// The SHA-256 (hex) of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    // By table rather than through `format!`, whose formatter writes a byte at a time: the
-    // journal hashes every change the ledger records with this.
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(digest.len() * 2);
-    for byte in digest {
-        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    hex
-}
-
 /// Where a declared output lives: its folder must resolve inside the workspace; the file itself
 /// is never followed (a link in its place is refused when storing, replaced when restoring).
 pub fn output_path(workspace: &Path, output: &str) -> Result<PathBuf, String> {
@@ -335,7 +323,7 @@ fn new_output_file(folder: &Path) -> io::Result<tempfile::NamedTempFile> {
     use std::os::unix::fs::PermissionsExt;
     let mut builder = tempfile::Builder::new();
     builder.permissions(std::fs::Permissions::from_mode(0o666));
-    crate::ledger::temp_file_in(folder, &builder)
+    crate::files::temp_file_in(folder, &builder)
 }
 
 /// Renames `staged` to `path`, making its folder first; where the two are on different file

@@ -149,7 +149,7 @@ pub fn load(
     })?;
     let file = SourceFile::new(display_path, text);
     let raw: RawChain =
-        toml::from_str(&file.text).map_err(|e| crate::spec::toml_error(&file, &e))?;
+        toml::from_str(&file.text).map_err(|e| crate::diagnostic::toml_error(&file, &e))?;
     let mut problems = Vec::new();
     let params = crate::spec::load_params(&file, raw.params, &mut problems);
     if raw.steps.is_empty() {

@@ -117,7 +117,7 @@ impl Intent {
 impl ChatPolicy {
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawChatPolicy =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let mut intents = Vec::with_capacity(raw.intents.len());
         for intent in raw.intents {
             let target = match (intent.skill, intent.chain) {

@@ -122,8 +122,8 @@ pub async fn replay(
                 format!(
                     "`{}` ran at {} then and is trusted at {} now; run it anew with `kavi skill run`",
                     original.skill,
-                    crate::ledger::short_hash(then),
-                    crate::ledger::short_hash(&ready.hash)
+                    crate::hash::short_hash(then),
+                    crate::hash::short_hash(&ready.hash)
                 ),
             ));
         }

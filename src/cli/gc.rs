@@ -49,8 +49,8 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
         ledger.due_sandbox_count()?
     } else {
         // Kept ones too: made inert again, and gone when they hold more than their budget.
-        crate::sandbox::cleanup::sweep(&mut ledger)?.len()
-            + crate::sandbox::cleanup::enforce_kept(&mut ledger)?.len()
+        crate::ledger::cleanup::sweep(&mut ledger)?.len()
+            + crate::ledger::cleanup::enforce_kept(&mut ledger)?.len()
     };
     let rule = GcRule {
         before: crate::ledger::format_time(before),

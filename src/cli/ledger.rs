@@ -135,7 +135,7 @@ pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {
             outln!(
                 "checkpoint: journal entry {} ({}) signed by {}",
                 signed.seq,
-                crate::ledger::short_hash(&signed.hash),
+                crate::hash::short_hash(&signed.hash),
                 checkpoint::short(&signed.public_key)
             );
         }

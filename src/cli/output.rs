@@ -55,7 +55,7 @@ pub fn plural(n: usize, noun: &str) -> String {
     }
 }
 
-pub use crate::ledger::short_hash;
+pub use crate::hash::short_hash;
 
 /// An error on one line: its first line and, for a longer text (a traceback), its last.
 pub fn one_line(error: &str) -> String {

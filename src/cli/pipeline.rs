@@ -111,7 +111,7 @@ pub async fn run(
     let params = resolve_params(&pipeline, sets)?;
     let mut ledger = ledger?;
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
-    crate::sandbox::cleanup::sweep(&mut ledger)?;
+    crate::ledger::cleanup::sweep(&mut ledger)?;
     super::policy::adopt_on_first_use(workspace, &mut ledger)?;
     tracing::debug!("ledger open");
     let screen = Screen::new();

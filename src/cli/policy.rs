@@ -8,13 +8,14 @@ use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::error::{Error, exit};
-use crate::ledger::{Ledger, short_hash};
+use crate::hash::set_hash;
+use crate::hash::short_hash;
+use crate::ledger::Ledger;
 use crate::ledger::{NewRuleSet, RuleSetRow};
 use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
 use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
-use crate::spec::governing::set_hash;
 
 /// The lifecycle every skill command follows.
 const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;

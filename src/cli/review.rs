@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{EscalationRow, Ledger, RunOrigin, RunRow, short_hash};
+use crate::hash::short_hash;
+use crate::ledger::{EscalationRow, Ledger, RunOrigin, RunRow};
 use crate::nodes::LIFECYCLE_POLICY as LIFECYCLE;
 use crate::nodes::escalate::{self, ApprovalRule};
 use crate::nodes::review::{APPROVAL, approval_triggers};

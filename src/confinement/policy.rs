@@ -337,7 +337,7 @@ impl ConfinementPolicy {
     /// error at the template.
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
         let raw: RawPolicy =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let mut tripwires = Vec::new();
         for entry in &raw.system.tripwires {
             if !(entry.get_ref().starts_with('/') || entry.get_ref().starts_with("~/")) {
@@ -423,7 +423,7 @@ fn check(
         hide: plain(raw.hide),
         hide_matching: {
             // Checked here, at their lines; compiled when a profile is resolved.
-            crate::policy::glob_set(&raw.hide_matching, source)?;
+            crate::diagnostic::glob_set(&raw.hide_matching, source)?;
             raw.hide_matching
                 .into_iter()
                 .map(Spanned::into_inner)

@@ -246,8 +246,8 @@ impl Runner<'_> {
                         "refusing to run `{name}`: its files changed since it was trusted \
                          (trusted {}, now {}); verify and promote it again (run the forge) to \
                          trust the new files",
-                        crate::ledger::short_hash(&trusted.trusted_hash),
-                        crate::ledger::short_hash(&now)
+                        crate::hash::short_hash(&trusted.trusted_hash),
+                        crate::hash::short_hash(&now)
                     ),
                     Drift::Metadata(reason) => format!(
                         "refusing to run `{name}`: its files changed since it was trusted \

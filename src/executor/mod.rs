@@ -367,7 +367,7 @@ pub async fn execute(
         executor.ledger.close_after(closing);
     }
     // The run's sandboxes go with it, or stay for a person to look at when it did not succeed.
-    crate::sandbox::cleanup::settle_run(executor.ledger, run_id, status == RunStatus::Succeeded)?;
+    crate::ledger::cleanup::settle_run(executor.ledger, run_id, status == RunStatus::Succeeded)?;
     tracing::debug!(run = run_id, %status, "run finished");
     Ok(RunOutcome {
         run_id,

@@ -305,6 +305,6 @@ pub fn settle_external_run(
         (RunStatus::Succeeded, None)
     };
     ledger.finish_run(run.run.id, status, since_start(run), error.as_deref())?;
-    crate::sandbox::cleanup::settle_run(ledger, run.run.id, status == RunStatus::Succeeded)?;
+    crate::ledger::cleanup::settle_run(ledger, run.run.id, status == RunStatus::Succeeded)?;
     Ok(status)
 }

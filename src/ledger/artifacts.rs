@@ -9,14 +9,14 @@
 //! row that records them. A node that prints a line then costs a row, not a file and an fsync,
 //! and the content is exactly as durable as the record of it.
 
-use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
+
+use crate::files::{open_regular, temp_file_in};
+use crate::hash::{copy_hashing, hash_reader, sha256_hex};
 
 /// An artifact in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -79,7 +79,7 @@ impl ArtifactStore {
             return self.put_bytes(kind, bytes);
         }
         Ok(Artifact {
-            sha256: content_hash(bytes),
+            sha256: sha256_hex(bytes),
             kind: kind.to_owned(),
             size: bytes.len() as u64,
             path: String::new(),
@@ -88,7 +88,7 @@ impl ArtifactStore {
     }
 
     pub fn put_bytes(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
-        let artifact = self.artifact(kind, content_hash(bytes), bytes.len() as u64);
+        let artifact = self.artifact(kind, sha256_hex(bytes), bytes.len() as u64);
         let destination = self.path_of(&artifact);
         if !holds(&destination, &artifact) {
             let mut temp = NamedTempFile::new_in(self.temp_dir())?;
@@ -217,88 +217,15 @@ fn holds(path: &Path, artifact: &Artifact) -> bool {
         .unwrap_or(false)
 }
 
-/// The SHA-256 (hex) that names `bytes` in the store.
-pub fn content_hash(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
-}
-
 /// Where an artifact lives in the store: `sha256/<first two hex>/<hex>`.
 fn relative_path(sha256: &str) -> String {
     format!("sha256/{}/{}", &sha256[..2.min(sha256.len())], sha256)
 }
 
-/// A new temporary file in `dir`, made as `builder` says, and `dir` with it when it is not
-/// there yet: a run's spill folder is made only when first used, since most runs never spill,
-/// and an empty folder made for each cost a `mkdir` as kavi started and an `rmdir` as it ended
-/// (0.37 ms of a 1,000-node chain's tail, `perf trace`).
-pub fn temp_file_in(dir: &Path, builder: &tempfile::Builder) -> io::Result<NamedTempFile> {
-    match builder.tempfile_in(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir)?;
-            builder.tempfile_in(dir)
-        }
-        made => made,
-    }
-}
-
-/// SHA-256 (hex) and size of a regular file (see [`open_regular`]), read in chunks.
-pub fn hash_file(path: &Path) -> io::Result<(String, u64)> {
-    hash_reader(&mut open_regular(path)?)
-}
-
-/// Opens a regular file to read as it was when opened, neither following a link in its place
-/// nor waiting on a FIFO put there (opened to read, a FIFO waits for a writer, and so would
-/// kavi): anything but a regular file is an error. A type checked by path beforehand may belong
-/// to another file by now. The file's length when opened bounds what is read: a process still
-/// appending to it (one a node left running, say) cannot make the read endless.
-pub fn open_regular(path: &Path) -> io::Result<io::Take<File>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
-        .open(path)?;
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(io::Error::other(format!(
-            "{} is no longer a regular file",
-            path.display()
-        )));
-    }
-    Ok(file.take(metadata.len()))
-}
-
-/// The SHA-256 (hex) and length of everything `reader` yields.
-pub fn hash_reader(reader: &mut impl Read) -> io::Result<(String, u64)> {
-    copy_hashing(reader, &mut io::sink())
-}
-
-/// Copies everything `reader` yields to `writer` through one buffer, hashing it on the way:
-/// returns its SHA-256 (hex) and length.
-pub fn copy_hashing(
-    reader: &mut impl Read,
-    writer: &mut (impl Write + ?Sized),
-) -> io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    // On the stack, as before the copy: hashing a sandbox of thousands of small files calls
-    // this for each, and a larger buffer would be zeroed as many times.
-    let mut buffer = [0u8; 64 * 1024];
-    let mut size = 0u64;
-    loop {
-        let n = match reader.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buffer[..n]);
-        writer.write_all(&buffer[..n])?;
-        size += n as u64;
-    }
-    Ok((format!("{:x}", hasher.finalize()), size))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::hash_file;
 
     #[test]
     fn identical_content_is_stored_once_under_its_hash() {

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 
 use super::db::{Backend, Db, OptionalExtension, Transaction, params};
-use crate::cache::sha256_hex;
+use crate::hash::sha256_hex;
 use rusqlite::functions::FunctionFlags;
 
 use super::keys::MacKey;
@@ -629,7 +629,7 @@ pub fn verify(
     })?;
     for spec in specs {
         let (hash, text) = spec?;
-        if crate::spec::spec_hash(&text) != hash {
+        if crate::hash::spec_hash(&text) != hash {
             findings
                 .problems
                 .push(format!("spec {hash}: its text does not hash to its name"));
@@ -659,7 +659,7 @@ pub fn verify(
             continue;
         }
         let path = store.path_of_sha256(&sha256);
-        match super::hash_file(&path) {
+        match crate::hash::hash_file(&path) {
             Err(e) => findings.problems.push(format!(
                 "artifact {sha256}: cannot read {}: {e}",
                 path.display()
@@ -858,7 +858,7 @@ mod tests {
     fn without_its_appender_a_ledger_refuses_writes_until_it_is_opened_again() {
         let (dir, ledger, _owner) = crate::ledger::tests::fresh_ledger();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
-        let hash = crate::spec::spec_hash("text");
+        let hash = crate::hash::spec_hash("text");
         let insert = format!("INSERT INTO specs VALUES ('{hash}', 'p.toml', 'text', 'now')");
         ledger
             .conn

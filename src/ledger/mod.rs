@@ -11,6 +11,7 @@ mod artifacts;
 mod builds;
 mod cache;
 pub mod checkpoint;
+pub mod cleanup;
 mod copy;
 pub mod db;
 mod escalations;
@@ -37,7 +38,7 @@ use db::{Db, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-pub use artifacts::{Artifact, ArtifactStore, hash_file, hash_reader, open_regular, temp_file_in};
+pub use artifacts::{Artifact, ArtifactStore};
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use escalations::EscalationRow;
@@ -149,12 +150,6 @@ pub enum LedgerError {
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
-
-/// A short form of a `sha256:<hex>` hash for tables and messages.
-pub fn short_hash(hash: &str) -> String {
-    let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
-    format!("sha256:{}", &hex[..hex.len().min(12)])
-}
 
 /// Records a stored artifact's row (once: content already recorded is left as it is).
 fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> db::Result<()> {
@@ -763,7 +758,7 @@ impl Ledger {
         announce: impl FnOnce(i64),
     ) -> Result<i64> {
         let now = now();
-        let governing_hash = crate::spec::governing::set_hash(
+        let governing_hash = crate::hash::set_hash(
             new.governing
                 .iter()
                 .map(|(role, path, hash, _)| (*role, path.as_str(), hash.as_str())),
@@ -1214,7 +1209,7 @@ impl Ledger {
             .optional()
             .map_err(|e| e.to_string())?;
         match kept {
-            Some(bytes) if artifacts::content_hash(&bytes) != sha256 => Err(format!(
+            Some(bytes) if crate::hash::sha256_hex(&bytes) != sha256 => Err(format!(
                 "artifact {sha256} in the ledger was altered: its content no longer matches its hash"
             )),
             kept => Ok(kept),
@@ -1399,7 +1394,7 @@ impl Ledger {
             .collect::<db::Result<_>>()?;
         match found.as_slice() {
             // A spec is served only if it still is what its name says.
-            [(name, text)] if !hex.is_empty() && crate::spec::spec_hash(text) != *name => {
+            [(name, text)] if !hex.is_empty() && crate::hash::spec_hash(text) != *name => {
                 Err(LedgerError::SpecAltered(name.clone()))
             }
             [one] if !hex.is_empty() => Ok(one.clone()),
@@ -1742,7 +1737,7 @@ pub(crate) mod tests {
 
     const DEMO_TEXT: &str = "[pipeline]\nname = \"demo\"\n";
     static DEMO_HASH: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| crate::spec::spec_hash(DEMO_TEXT));
+        std::sync::LazyLock::new(|| crate::hash::spec_hash(DEMO_TEXT));
 
     /// A new ledger in a temporary folder, and an owner of it.
     pub(crate) fn fresh_ledger() -> (tempfile::TempDir, Ledger, Owner) {
@@ -1849,7 +1844,7 @@ pub(crate) mod tests {
             .iter()
             .enumerate()
             .map(|(i, text)| {
-                let hash = crate::spec::spec_hash(text);
+                let hash = crate::hash::spec_hash(text);
                 (
                     "script",
                     format!("scripts/{i}.sh"),
@@ -1915,7 +1910,7 @@ pub(crate) mod tests {
         let (dir, mut ledger, owner) = fresh_ledger();
         let params = serde_json::json!({});
         let member = |path: &str, text: &str| {
-            let hash = crate::spec::spec_hash(text);
+            let hash = crate::hash::spec_hash(text);
             ("policy", path.to_owned(), hash, text.to_owned())
         };
         let run_with =

@@ -52,7 +52,7 @@ pub enum Decision {
 
 impl McpPolicy {
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
-        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))
+        toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))
     }
 
     /// Whether `client` may call a skill of `classes`: at once, once its user confirms, or not.

@@ -14,7 +14,7 @@ use super::vars::Vars;
 use super::{NodeConfig, NodeContext};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{Ledger, SandboxLimits};
-use crate::policy::{self, AllowlistPolicy};
+use crate::policy::AllowlistPolicy;
 use crate::sandbox::{self, manifest};
 use manifest::{Change, ChangeKind, Entry, EntryKind};
 
@@ -157,9 +157,9 @@ impl Allowlist {
                 .iter()
                 .map(|p| (p.path.get_ref().clone(), p.required))
                 .collect(),
-            ignore: policy::glob_set(&policy.value.ignore, &policy.source)?,
+            ignore: crate::diagnostic::glob_set(&policy.value.ignore, &policy.source)?,
             deny: (
-                policy::glob_set(&policy.value.deny, &policy.source)?,
+                crate::diagnostic::glob_set(&policy.value.deny, &policy.source)?,
                 policy
                     .value
                     .deny

@@ -157,7 +157,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template(&raw.failure_kind)?;
     let source = config.load_policy_source(raw.rules.as_ref(), DEFAULT_POLICY)?;
     let rules: Rules =
-        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+        toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
     rules.check(&source, &config.load_classifier(raw.classifier.as_ref())?)?;
     rules.check_approval(&source, || {
         Roles::parse(&config.load_policy_source(None, crate::policy::roles::DEFAULT_POLICY)?)

@@ -253,7 +253,7 @@ impl<'a> NodeConfig<'a> {
     pub fn deserialize<T: DeserializeOwned>(&mut self) -> Result<T, Diagnostic> {
         let table = self.table.take().expect("node config is deserialized once");
         T::deserialize(toml::de::Deserializer::from(table))
-            .map_err(|e| crate::spec::toml_error(self.file, &e))
+            .map_err(|e| crate::diagnostic::toml_error(self.file, &e))
     }
 
     /// Loads the policy file a field names (or `default` when the field is absent). A policy
@@ -265,7 +265,7 @@ impl<'a> NodeConfig<'a> {
     ) -> Result<crate::policy::Policy<T>, Diagnostic> {
         let source = self.load_policy_source(field, default)?;
         let value =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
         Ok(crate::policy::Policy { value, source })
     }
 

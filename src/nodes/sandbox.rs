@@ -19,7 +19,7 @@ use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::git;
 use crate::ledger::{Ledger, NewSandbox, SandboxLimits};
-use crate::policy::{self, SandboxPolicy};
+use crate::policy::SandboxPolicy;
 use crate::sandbox::{self, manifest};
 
 pub const KIND: NodeKind = NodeKind {
@@ -61,7 +61,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         config.check_template(source)?;
     }
     let policy = config.load_policy::<SandboxPolicy>(raw.policy.as_ref(), DEFAULT_POLICY)?;
-    let skip = policy::glob_set(&policy.value.skip, &policy.source)?;
+    let skip = crate::diagnostic::glob_set(&policy.value.skip, &policy.source)?;
     let keep_failed = match &policy.value.keep_failed {
         None => DEFAULT_KEEP,
         Some(text) => humantime::parse_duration(text.get_ref())

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::roles::{self, Requirement, Roles};
 use crate::diagnostic::SourceFile;
-use crate::spec::governing::set_hash;
+use crate::hash::set_hash;
 
 /// The folders whose files govern, and `kavi.toml`.
 const FOLDERS: [&str; 4] = ["pipelines", "policies", "templates", "chains"];
@@ -72,7 +72,7 @@ impl RuleSet {
         }
         let hashes: Vec<(String, String)> = files
             .iter()
-            .map(|(path, text)| (path.clone(), crate::spec::spec_hash(text)))
+            .map(|(path, text)| (path.clone(), crate::hash::spec_hash(text)))
             .collect();
         let hash = set_hash(hashes.iter().map(|(p, h)| (ROLE, p.as_str(), h.as_str())));
         Ok(Self { files, hash })
@@ -254,7 +254,7 @@ pub fn for_decision(ledger: &crate::ledger::Ledger, root: &Path) -> Result<Gover
         return Err(format!(
             "no rule set is adopted in this ledger yet (the first `kavi pipeline run` adopts \
              the one it runs under); the files now are {}",
-            crate::ledger::short_hash(&current.hash)
+            crate::hash::short_hash(&current.hash)
         ));
     };
     if adopted.row.set_hash == current.hash {
@@ -287,8 +287,8 @@ pub fn for_decision(ledger: &crate::ledger::Ledger, root: &Path) -> Result<Gover
     Err(format!(
         "the governing files are not the adopted rule set ({} is adopted, the files now are {}) \
          and weaken it ({}): {next}",
-        crate::ledger::short_hash(&adopted.row.set_hash),
-        crate::ledger::short_hash(&current.hash),
+        crate::hash::short_hash(&adopted.row.set_hash),
+        crate::hash::short_hash(&current.hash),
         weakening.join("; ")
     ))
 }

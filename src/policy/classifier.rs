@@ -89,7 +89,7 @@ fn one_of(
 impl Classifier {
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawClassifier =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let Some(declared) = raw.kinds else {
             return Err(Diagnostic::new(
                 "the classifier must declare its failure kinds in a `[kinds]` table",

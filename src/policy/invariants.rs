@@ -154,7 +154,7 @@ impl Invariant {
 /// is pointed at.
 pub fn parse(source: &Arc<SourceFile>) -> Result<Vec<Invariant>, Diagnostic> {
     let raw: RawInvariants =
-        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
     raw.invariants
         .into_iter()
         .map(|r| {
@@ -226,7 +226,7 @@ pub fn parse(source: &Arc<SourceFile>) -> Result<Vec<Invariant>, Diagnostic> {
 pub fn read(root: &Path, file: &str) -> Result<String, String> {
     use std::io::Read as _;
     let mut text = String::new();
-    crate::ledger::open_regular(&root.join(file))
+    crate::files::open_regular(&root.join(file))
         .and_then(|mut opened| opened.read_to_string(&mut text))
         .map_err(|e| format!("cannot read {file}: {e}"))?;
     Ok(text)
@@ -236,7 +236,7 @@ pub fn read(root: &Path, file: &str) -> Result<String, String> {
 pub fn read_bytes(root: &Path, file: &str) -> Result<Vec<u8>, String> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
-    crate::ledger::open_regular(&root.join(file))
+    crate::files::open_regular(&root.join(file))
         .and_then(|mut opened| opened.read_to_end(&mut bytes))
         .map_err(|e| format!("cannot read {file}: {e}"))?;
     Ok(bytes)

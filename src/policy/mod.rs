@@ -16,11 +16,10 @@ pub mod network;
 pub mod roles;
 pub mod scanner;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::diagnostic::SourceFile;
 
 /// A parsed policy and the text it came from.
 #[derive(Debug, Clone)]
@@ -42,24 +41,6 @@ pub fn read(root: &Path, relative: &str) -> Result<Arc<SourceFile>, String> {
     let text = crate::diagnostic::read_spec(&root.join(relative))
         .map_err(|e| format!("failed to read policy {relative}: {e}"))?;
     Ok(SourceFile::new(relative, text))
-}
-
-/// Compiles glob patterns, pointing at the one that does not parse.
-pub fn glob_set(
-    patterns: &[Spanned<String>],
-    source: &Arc<SourceFile>,
-) -> Result<GlobSet, Diagnostic> {
-    let mut builder = GlobSetBuilder::new();
-    for pattern in patterns {
-        let glob = Glob::new(pattern.get_ref()).map_err(|e| {
-            Diagnostic::new(format!("invalid glob pattern: {}", e.kind()))
-                .at(source, pattern.span())
-        })?;
-        builder.add(glob);
-    }
-    builder
-        .build()
-        .map_err(|e| Diagnostic::new(format!("invalid glob patterns: {e}")))
 }
 
 /// `policies/sandbox.toml`: what a sandbox copy of the target leaves out, what a build may bring

@@ -48,7 +48,7 @@ impl NetworkPolicy {
     /// an error at the entry.
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let policy: Self =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         policy.process_hosts(source)?;
         Ok(policy)
     }

@@ -132,7 +132,7 @@ impl Roles {
     /// Parses a roles file; a member entry that names no one is an error at the entry.
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawRoles =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let mut roles = BTreeMap::new();
         for (name, role) in raw.roles {
             if role.get_ref().members.is_empty() {

@@ -233,7 +233,7 @@ impl Scanner {
     /// capability, or a bad glob is pointed at.
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawScanner =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let capabilities = raw.capability;
         let known = |forbid: &[Spanned<String>]| -> Result<Vec<String>, Diagnostic> {
             forbid

@@ -444,9 +444,9 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// A new spill file in `dir`, which is made with the first one (see
-/// [`crate::ledger::temp_file_in`]).
+/// [`crate::files::temp_file_in`]).
 fn spill_file(dir: &Path) -> io::Result<NamedTempFile> {
-    crate::ledger::temp_file_in(dir, &tempfile::Builder::new())
+    crate::files::temp_file_in(dir, &tempfile::Builder::new())
 }
 
 /// A child kavi started, waited on through its pidfd, and never left behind: dropped before it

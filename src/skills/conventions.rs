@@ -29,7 +29,7 @@ impl Conventions {
     /// Parses the conventions; each path template may read only `skill`.
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
         let raw: RawConventions =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         for template in raw.paths.values() {
             let reads = templates.check_str(template.get_ref()).map_err(|e| {
                 Diagnostic::new(format!("invalid template: {}", describe_error(&e)))

@@ -8,12 +8,11 @@ pub mod conventions;
 pub mod promotion;
 pub mod propose;
 pub mod registry;
-mod side_effect;
 pub mod snapshot;
 mod tree;
 pub mod trust;
 
-pub use side_effect::{SideEffect, SideEffects};
+pub use kavi_foundation::side_effect::{SideEffect, SideEffects};
 
 /// The state a promotion reaches, and the one `kavi skill verify` checks.
 pub const TRUSTED: &str = "TRUSTED";
@@ -91,7 +90,7 @@ impl Proposal {
     /// Parses and validates a proposal file's text.
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let proposal: Proposal =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         if let Some(reason) = invalid_name_reason(proposal.name.get_ref()) {
             return Err(Diagnostic::new(reason).at(source, proposal.name.span()));
         }
@@ -561,7 +560,7 @@ impl Lifecycle {
     /// which lists them all.
     pub fn parse_declared(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawLifecycle =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let states: Vec<String> = raw.states.iter().map(|s| s.get_ref().clone()).collect();
         let known = |state: &Spanned<String>| -> Result<String, Diagnostic> {
             if states.contains(state.get_ref()) {

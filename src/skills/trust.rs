@@ -82,7 +82,7 @@ pub fn adoption_in(text: &str) -> Result<Option<crate::policy::adoption::Adoptio
 impl TrustPolicy {
     pub fn parse(source: &Arc<SourceFile>, conventions: Conventions) -> Result<Self, Diagnostic> {
         let raw: RawTrust =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let promotion = match raw.promotion {
             None => None,
             Some(rule) => {
@@ -110,7 +110,7 @@ impl TrustPolicy {
         Ok(Self {
             folder: raw.folder,
             conventions,
-            exclude: crate::policy::glob_set(&raw.exclude, source)?,
+            exclude: crate::diagnostic::glob_set(&raw.exclude, source)?,
             registry: raw.registry,
             promotion,
             source: Arc::clone(source),
@@ -255,7 +255,7 @@ pub(super) fn read_folder(folder: &Path, exclude: &GlobSet) -> std::io::Result<V
             // Opened as what the walk saw, or refused: a FIFO put in a file's place since is
             // not waited on, and a file still growing is read as it was.
             let mut bytes = Vec::new();
-            let mut file = crate::ledger::open_regular(&absolute)?;
+            let mut file = crate::files::open_regular(&absolute)?;
             file.read_to_end(&mut bytes)?;
             let metadata = file.get_ref().metadata()?;
             Ok(TreeFile {

@@ -467,41 +467,9 @@ fn without_url_credentials(text: &str) -> String {
     }
 }
 
-/// The hash over a set given as (role, path, spec hash) in any order: `sha256:` and the hex
-/// SHA-256 of one `<role> <path> <hash>` LF line per member, sorted by path.
-pub fn set_hash<'a>(members: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> String {
-    let mut lines: Vec<(&str, &str, &str)> = members.into_iter().collect();
-    lines.sort_by(|a, b| a.1.cmp(b.1));
-    let mut hasher = Sha256::new();
-    for (role, path, hash) in lines {
-        hasher.update(format!("{role} {path} {hash}\n"));
-    }
-    format!("sha256:{:x}", hasher.finalize())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_set_hash_is_the_sha256_of_sorted_lines() {
-        let hash = set_hash([
-            ("template", "templates/b.j2", "sha256:2"),
-            ("pipeline", "pipelines/a.toml", "sha256:1"),
-        ]);
-        let expected = format!(
-            "sha256:{:x}",
-            Sha256::digest(
-                "pipeline pipelines/a.toml sha256:1\ntemplate templates/b.j2 sha256:2\n"
-            )
-        );
-        assert_eq!(hash, expected);
-        assert_ne!(
-            hash,
-            set_hash([("pipeline", "pipelines/a.toml", "sha256:1")])
-        );
-    }
-
     #[test]
     fn the_configuration_member_is_relative_to_the_workspace_and_keeps_no_credentials() {
         let member = config_member(&serde_json::json!({

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer};
-use sha2::{Digest, Sha256};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
@@ -25,7 +24,7 @@ use super::document::{Key, Read, Tables};
 use super::governing::{GoverningSet, NamedFiles, Role};
 use super::params::{ParamDecl, ParamType};
 use super::{Budget, NodeSpec, OnFailure, Pipeline, RetryOn, RetryPolicy, SpecError, Trigger};
-use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::diagnostic::{Diagnostic, SourceFile, toml_error};
 use crate::nodes::{self, NodeConfig};
 use crate::state::NodeState;
 use crate::template::{TemplateEngine, describe_error};
@@ -251,25 +250,6 @@ fn retry_on(
     Ok(on)
 }
 
-/// A TOML error as a diagnostic located in `file`.
-pub(crate) fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagnostic {
-    let mut message = err.message().trim_end().to_owned();
-    if message == "duplicate key"
-        && let Some(key) = err.span().and_then(|span| file.text.get(span))
-    {
-        message = format!("duplicate key `{key}`: it is defined twice");
-    }
-    let help = crate::diagnostic::suggest_expected(&message);
-    let diagnostic = match err.span() {
-        Some(span) => Diagnostic::new(message).at(file, span),
-        None => Diagnostic::new(format!("{message} (in {})", file.path.display())),
-    };
-    match help {
-        Some(help) => diagnostic.with_help(help),
-        None => diagnostic,
-    }
-}
-
 /// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
 pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecError> {
     resolve_spec_path(root, "pipelines", "pipeline", name)
@@ -317,11 +297,6 @@ pub struct LoadContext<'a> {
     /// The pipeline files being loaded, outermost first, each canonical: a `pipeline` node that
     /// names one of them again would include itself forever.
     pub including: &'a [PathBuf],
-}
-
-/// `sha256:<hex>` of a spec or policy text: how the ledger names it.
-pub fn spec_hash(text: &str) -> String {
-    format!("sha256:{:x}", Sha256::digest(text.as_bytes()))
 }
 
 /// Reads and validates a pipeline file. `display_path` is how messages name the file.
@@ -1004,7 +979,7 @@ fn definition_hash(node: Spanned<DeTable<'_>>) -> String {
     let table = toml::Table::deserialize(toml::de::Deserializer::from(node))
         .map(|table| table.to_string())
         .unwrap_or_default();
-    crate::cache::sha256_hex(table.as_bytes())
+    crate::hash::sha256_hex(table.as_bytes())
 }
 
 /// Checks `inputs`, `outputs` and `cache`: paths inside the workspace, valid globs, and no

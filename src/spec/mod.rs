@@ -26,9 +26,8 @@ pub use error::SpecError;
 pub(crate) use load::load_text;
 pub use load::{
     LoadContext, load_pipeline, load_pipeline_str, resolve_pipeline_path, resolve_spec_path,
-    spec_hash,
 };
-pub(crate) use load::{RawParam, load_params, timeout as deserialize_timeout, toml_error};
+pub(crate) use load::{RawParam, load_params, timeout as deserialize_timeout};
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 
 use crate::diagnostic::SourceFile;

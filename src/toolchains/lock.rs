@@ -89,7 +89,7 @@ impl Locked {
 /// Reads a lock file; a malformed one is refused at its line.
 pub fn parse(source: &Arc<SourceFile>) -> Result<BTreeMap<String, Locked>, Diagnostic> {
     let raw: RawLock =
-        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+        toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
     for (name, locked) in &raw.toolchain {
         for package in &locked.package {
             let hex =

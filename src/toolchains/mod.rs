@@ -141,7 +141,7 @@ pub struct ToolchainSet {
 impl ToolchainSet {
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
         let raw: RawSet =
-            toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(source, &e))?;
+            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let mut toolchains = Vec::new();
         for (name, declared) in raw.toolchain {
             let at = |message: String, span: std::ops::Range<usize>| {

@@ -393,11 +393,11 @@ pub fn attacker_connection(root: &Path) -> rusqlite::Connection {
     conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_scalar_function("kavi_sha256", 1, flags, |ctx| {
-        Ok(kavi::cache::sha256_hex(ctx.get::<String>(0)?.as_bytes()))
+        Ok(kavi::hash::sha256_hex(ctx.get::<String>(0)?.as_bytes()))
     })
     .unwrap();
     conn.create_scalar_function("kavi_mac", 1, flags, |ctx| {
-        Ok(kavi::cache::sha256_hex(
+        Ok(kavi::hash::sha256_hex(
             format!("guess\n{}", ctx.get::<String>(0)?).as_bytes(),
         ))
     })

@@ -48,7 +48,7 @@ pub struct Prepared {
 /// never a FIFO that would keep kavi waiting.
 pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut crate::ledger::open_regular(path)?, &mut bytes)?;
+    std::io::Read::read_to_end(&mut crate::files::open_regular(path)?, &mut bytes)?;
     Ok(bytes)
 }
 

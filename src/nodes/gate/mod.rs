@@ -190,7 +190,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;
     let source = config.load_policy_source(raw.set.as_ref(), DEFAULT_POLICY)?;
     let set: GateSet =
-        toml::from_str(&source.text).map_err(|e| crate::spec::toml_error(&source, &e))?;
+        toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
     // A contract gate runs the skill under the profile of its class, which may have the network.
     let contract = set.gates.iter().any(|g| g.kind == GateKind::Contract);
     let needed = confinement.gate.network() || (contract && confinement.any_network());

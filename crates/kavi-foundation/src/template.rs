@@ -8,6 +8,21 @@ use std::path::{Path, PathBuf};
 
 use minijinja::{Environment, UndefinedBehavior, Value};
 
+/// The keys of `config` in templates (the workspace configuration as runs see it).
+pub const RUN_CONFIG_KEYS: &[&str] = &[
+    "workspace",
+    "ledger",
+    "artifacts",
+    "sandboxes",
+    "builder",
+    "gateway",
+    "executions_log",
+    "skill_timeout",
+    "jobs",
+    "toolchains",
+    "toolchain",
+];
+
 /// Renders string templates, template files from `templates/` and `when` conditions.
 pub struct TemplateEngine {
     plain: Environment<'static>,
@@ -130,7 +145,7 @@ impl<'a> Scope<'a> {
             .with("params", None)
             .with("nodes", None)
             .with("run", Some(RUN_FIELDS.to_vec()))
-            .with("config", Some(crate::config::RUN_CONFIG_KEYS.to_vec()))
+            .with("config", Some(RUN_CONFIG_KEYS.to_vec()))
     }
 
     /// Adds a root, with its fields when they are fixed.

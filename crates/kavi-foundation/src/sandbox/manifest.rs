@@ -149,8 +149,8 @@ pub fn scan(root: &Path, hash: &dyn Fn(&str, u64) -> bool) -> io::Result<Vec<Ent
         let metadata = entry.path().symlink_metadata()?;
         let kind = EntryKind::of(&metadata);
         let sha256 = if kind == EntryKind::File && hash(&path, metadata.len()) {
-            let mut file = crate::ledger::open_regular(entry.path())?;
-            Some(crate::ledger::hash_reader(&mut file)?.0)
+            let mut file = crate::files::open_regular(entry.path())?;
+            Some(crate::hash::hash_reader(&mut file)?.0)
         } else {
             None
         };

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use toml::Spanned;
+
 /// The largest spec file (pipeline, chain, policy, `kavi.toml`) kavi reads, in KiB, unless
 /// `max_spec_kib` in kavi.toml says otherwise.
 pub const DEFAULT_MAX_SPEC_KIB: u64 = 4096;
@@ -66,9 +69,9 @@ impl SourceFile {
         })
     }
 
-    /// The text's spec hash, as [`crate::spec::spec_hash`] gives it.
+    /// The text's spec hash, as [`crate::hash::spec_hash`] gives it.
     pub fn spec_hash(&self) -> &str {
-        self.hash.get_or_init(|| crate::spec::spec_hash(&self.text))
+        self.hash.get_or_init(|| crate::hash::spec_hash(&self.text))
     }
 
     /// One-based line and column (in characters) of a byte offset.
@@ -216,6 +219,43 @@ impl fmt::Display for Diagnostics {
     }
 }
 
+/// A TOML error as a diagnostic located in `file`.
+pub fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagnostic {
+    let mut message = err.message().trim_end().to_owned();
+    if message == "duplicate key"
+        && let Some(key) = err.span().and_then(|span| file.text.get(span))
+    {
+        message = format!("duplicate key `{key}`: it is defined twice");
+    }
+    let help = suggest_expected(&message);
+    let diagnostic = match err.span() {
+        Some(span) => Diagnostic::new(message).at(file, span),
+        None => Diagnostic::new(format!("{message} (in {})", file.path.display())),
+    };
+    match help {
+        Some(help) => diagnostic.with_help(help),
+        None => diagnostic,
+    }
+}
+
+/// Compiles glob patterns, pointing at the one that does not parse.
+pub fn glob_set(
+    patterns: &[Spanned<String>],
+    source: &Arc<SourceFile>,
+) -> Result<GlobSet, Diagnostic> {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        let glob = Glob::new(pattern.get_ref()).map_err(|e| {
+            Diagnostic::new(format!("invalid glob pattern: {}", e.kind()))
+                .at(source, pattern.span())
+        })?;
+        builder.add(glob);
+    }
+    builder
+        .build()
+        .map_err(|e| Diagnostic::new(format!("invalid glob patterns: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,7 +307,7 @@ mod tests {
     #[test]
     fn a_files_kept_hash_is_its_spec_hash() {
         let file = SourceFile::new("p.toml", "[pipeline]\nname = \"p\"\n");
-        assert_eq!(file.spec_hash(), crate::spec::spec_hash(&file.text));
+        assert_eq!(file.spec_hash(), crate::hash::spec_hash(&file.text));
         assert_eq!(file.spec_hash(), file.spec_hash());
         assert_eq!(
             SourceFile::new("out/1", "").spec_hash(),

@@ -21,7 +21,7 @@ use crate::ledger::{Ledger, LedgerError, SandboxRow};
 pub fn sweep(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError> {
     let mut removed = Vec::new();
     for sandbox in ledger.due_sandboxes()? {
-        match super::remove(Path::new(&sandbox.path)) {
+        match crate::sandbox::remove(Path::new(&sandbox.path)) {
             Ok(()) => {
                 ledger.sandbox_removed(sandbox.id, None)?;
                 removed.push(sandbox);
@@ -76,7 +76,7 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
         }
         Ok(_) => return Ok(true),
     };
-    let reason = match super::remove(dir) {
+    let reason = match crate::sandbox::remove(dir) {
         Ok(()) => why_not,
         Err(e) => format!("{why_not}; removing it failed: {e}"),
     };
@@ -123,7 +123,7 @@ pub fn neutralise(dir: &Path) -> io::Result<()> {
         }
         if entry.file_type().is_dir() {
             walk.skip_current_dir();
-            super::remove(entry.path())?;
+            crate::sandbox::remove(entry.path())?;
         } else {
             std::fs::remove_file(entry.path())?;
         }

@@ -7,7 +7,6 @@
 //! tree. kavi then records a [`manifest`] of the copy in the ledger: that record, not the
 //! sandbox's git repository, is what the diff gate compares against.
 
-pub mod cleanup;
 pub mod manifest;
 
 use std::fs::File;
