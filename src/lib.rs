@@ -10,19 +10,16 @@ pub mod chains;
 pub mod chat;
 pub mod cli;
 pub mod config;
-pub mod confinement;
 pub mod dag;
 pub mod drill;
 pub mod error;
 pub mod executions;
 pub mod executor;
 pub mod export;
-pub mod git;
 pub mod ledger;
 pub mod mcp;
 pub mod nodes;
 pub mod policy;
-pub mod process;
 pub mod research;
 pub mod skills;
 pub mod spec;
@@ -32,3 +29,4 @@ pub use error::Error;
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, jsonpath, redact, sandbox, state, template,
 };
+pub use kavi_process::{self as process, confinement, git};

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::intents::{ChatPolicy, Chosen};
 use crate::config::GatewayConfig;
-use crate::policy::network::NetworkPolicy;
+use crate::confinement::network::NetworkPolicy;
 use crate::research::gateway;
 
 const SYSTEM: &str = "You map one user message to one of the listed intents of a command \

@@ -9,8 +9,8 @@ use crate::chains::Chain;
 use crate::chat::llm::LlmParser;
 use crate::chat::{self, Answer, ChatPolicy, Session, Status, intents};
 use crate::config::Workspace;
+use crate::confinement::network::{self, NetworkPolicy};
 use crate::error::{Error, exit};
-use crate::policy::network::{self, NetworkPolicy};
 use crate::spec::SpecError;
 
 /// What the answer to a single message means as an exit code (docs/exit-codes.md).

@@ -5,9 +5,9 @@ use serde::Serialize;
 
 use super::output::table;
 use crate::config::Workspace;
+use crate::confinement::network::{self, NetworkPolicy};
 use crate::error::{Error, exit};
 use crate::ledger::{ArtifactStore, Ledger};
-use crate::policy::network::{self, NetworkPolicy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -871,7 +871,7 @@ fn read_confinement(
 ) -> Result<crate::confinement::policy::ConfinementPolicy, crate::spec::SpecError> {
     let source = read_policy(workspace, crate::confinement::policy::DEFAULT_POLICY)?;
     let policy = crate::confinement::policy::ConfinementPolicy::parse(&source, templates)?;
-    let network = crate::policy::network::DEFAULT_POLICY;
+    let network = crate::confinement::network::DEFAULT_POLICY;
     if !policy.any_network() || !workspace.root.join(network).is_file() {
         return Ok(policy);
     }

@@ -7,10 +7,10 @@ use serde_json::{Value, json};
 
 use super::output::short_hash;
 use crate::config::Workspace;
+use crate::confinement::network::{self, NetworkPolicy};
 use crate::error::{Error, exit};
 use crate::ledger::Ledger;
 use crate::policy::classifier::Classifier;
-use crate::policy::network::{self, NetworkPolicy};
 use crate::research::advisory::{Advice, Advisor};
 use crate::research::{ResearchError, Step, research};
 use crate::template::TemplateEngine;

@@ -14,9 +14,9 @@ use toml::Spanned;
 
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::config::GatewayConfig;
+use crate::confinement::network::{self, NetworkPolicy};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
-use crate::policy::network::{self, NetworkPolicy};
 use crate::research::advisory::{Advice, Advisor, PROMPT_TEMPLATE};
 use crate::template::Scope;
 

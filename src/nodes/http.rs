@@ -12,8 +12,8 @@ use serde_json::{Map, Value, json};
 use toml::Spanned;
 
 use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::confinement::network::{self, NetworkPolicy, Request};
 use crate::diagnostic::Diagnostic;
-use crate::policy::network::{self, NetworkPolicy, Request};
 
 pub const KIND: NodeKind = NodeKind {
     name: "http",

@@ -277,7 +277,7 @@ impl<'a> NodeConfig<'a> {
         policy: crate::confinement::policy::ConfinementPolicy,
         needed: bool,
     ) -> Result<crate::confinement::policy::ConfinementPolicy, Diagnostic> {
-        let path = crate::policy::network::DEFAULT_POLICY;
+        let path = crate::confinement::network::DEFAULT_POLICY;
         if !needed || !self.root.join(path).is_file() {
             return Ok(policy);
         }

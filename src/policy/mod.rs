@@ -12,7 +12,6 @@ pub mod classifier;
 pub mod diff;
 pub mod gates;
 pub mod invariants;
-pub mod network;
 pub mod roles;
 pub mod scanner;
 

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::gateway::{self, bounded};
 use crate::config::GatewayConfig;
+use crate::confinement::network::NetworkPolicy;
 use crate::ledger::{Artifact, ArtifactStore, Ledger};
-use crate::policy::network::NetworkPolicy;
 use crate::template::{TemplateEngine, describe_error};
 
 /// The prompt template under `templates/`.

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::config::GatewayConfig;
-use crate::policy::network::NetworkPolicy;
+use crate::confinement::network::NetworkPolicy;
 
 /// Whether a gateway is configured at all (`[gateway] base_url`).
 pub fn configured(gateway: &GatewayConfig) -> bool {

@@ -110,7 +110,7 @@ pub fn all() -> Vec<Published> {
             "policies/network.json",
             "policies/network.toml",
             "The hosts nodes may call",
-            of::<policy::network::NetworkPolicy>(),
+            of::<crate::confinement::network::NetworkPolicy>(),
         ),
         published(
             "policies/roles.json",

@@ -1,4 +1,5 @@
-//! The one place kavi starts processes.
+//! The one place kavi starts processes ([`run`]), the one place it isolates them
+//! ([`confinement`]), and the one place it builds git commands ([`git`]).
 //!
 //! Each child leads a new process group, so a timeout or a cancel can signal everything it
 //! started (a shell's children, a test runner's workers) and not only the child itself. When the
@@ -32,6 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::confinement::Confinement;
 
+pub mod confinement;
+pub mod git;
 pub mod roster;
 mod spawn;
 pub use roster::Roster;
@@ -444,9 +447,9 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// A new spill file in `dir`, which is made with the first one (see
-/// [`crate::files::temp_file_in`]).
+/// [`kavi_foundation::files::temp_file_in`]).
 fn spill_file(dir: &Path) -> io::Result<NamedTempFile> {
-    crate::files::temp_file_in(dir, &tempfile::Builder::new())
+    kavi_foundation::files::temp_file_in(dir, &tempfile::Builder::new())
 }
 
 /// A child kavi started, waited on through its pidfd, and never left behind: dropped before it

@@ -9,9 +9,9 @@ use toml::Spanned;
 
 use super::Profile;
 use super::proxy::HostAllowlist;
-use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::policy::network::NetworkPolicy;
-use crate::template::{TemplateEngine, describe_error};
+use crate::confinement::network::NetworkPolicy;
+use kavi_foundation::diagnostic::{Diagnostic, SourceFile};
+use kavi_foundation::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/confinement.toml";
 
@@ -27,7 +27,7 @@ const SKILL_VALUES: &[&str] = &["workspace", "tmp", "write", "snapshot"];
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawPolicy {
+pub struct RawPolicy {
     system: RawSystem,
     builder: RawProfile,
     gate: RawProfile,
@@ -237,8 +237,8 @@ impl ConfinementPolicy {
     /// The profile a skill of `classes` runs under: its one class's, or for several, their
     /// union (every path either may read or write, the network if either may use it, and
     /// confinement required if either requires it).
-    pub fn for_skill(&self, classes: crate::skills::SideEffects) -> RoleProfile {
-        use crate::skills::SideEffect;
+    pub fn for_skill(&self, classes: kavi_foundation::side_effect::SideEffects) -> RoleProfile {
+        use kavi_foundation::side_effect::SideEffect;
         let profiles = classes.iter().map(|class| match class {
             SideEffect::ReadOnly => &self.read_only,
             SideEffect::FileWrite => &self.file_write,
@@ -336,8 +336,8 @@ impl ConfinementPolicy {
     /// Parses the policy; a path template that reads a value its role does not provide is an
     /// error at the template.
     pub fn parse(source: &Arc<SourceFile>, templates: &TemplateEngine) -> Result<Self, Diagnostic> {
-        let raw: RawPolicy =
-            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
+        let raw: RawPolicy = toml::from_str(&source.text)
+            .map_err(|e| kavi_foundation::diagnostic::toml_error(source, &e))?;
         let mut tripwires = Vec::new();
         for entry in &raw.system.tripwires {
             if !(entry.get_ref().starts_with('/') || entry.get_ref().starts_with("~/")) {
@@ -423,7 +423,7 @@ fn check(
         hide: plain(raw.hide),
         hide_matching: {
             // Checked here, at their lines; compiled when a profile is resolved.
-            crate::diagnostic::glob_set(&raw.hide_matching, source)?;
+            kavi_foundation::diagnostic::glob_set(&raw.hide_matching, source)?;
             raw.hide_matching
                 .into_iter()
                 .map(Spanned::into_inner)
@@ -483,7 +483,7 @@ mod tests {
         let templates = TemplateEngine::new(dir.path());
         let values = minijinja::context! { workspace => "/ws", tmp => "/t" };
         let profile = policy
-            .for_skill(crate::skills::SideEffect::FileWrite.into())
+            .for_skill(kavi_foundation::side_effect::SideEffect::FileWrite.into())
             .resolve(&templates, &values, &["notes".into(), "out/a.txt".into()])
             .unwrap();
         assert_eq!(
@@ -503,14 +503,16 @@ mod tests {
     #[test]
     fn several_classes_run_under_the_union_of_their_profiles() {
         let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_POLICY),
+            std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+                .join(DEFAULT_POLICY),
         )
         .unwrap();
         let policy = parse(&text).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let templates = TemplateEngine::new(dir.path());
         let values = minijinja::context! { workspace => "/ws", tmp => "/t", snapshot => "/ws" };
-        let classes = crate::skills::SideEffects::parse("FILE_WRITE+NETWORK").unwrap();
+        let classes =
+            kavi_foundation::side_effect::SideEffects::parse("FILE_WRITE+NETWORK").unwrap();
         let union = policy.for_skill(classes);
         assert_eq!(union.role, "FILE_WRITE+NETWORK skill");
         let profile = union
@@ -526,7 +528,7 @@ mod tests {
             .count();
         assert_eq!(tmp, 1, "{:?}", profile.write);
         let alone = policy
-            .for_skill(crate::skills::SideEffect::Network.into())
+            .for_skill(kavi_foundation::side_effect::SideEffect::Network.into())
             .resolve(&templates, &values, &["notes".into()])
             .unwrap();
         assert!(!alone.write.contains(&PathBuf::from("/ws/notes")));
@@ -535,7 +537,8 @@ mod tests {
     #[test]
     fn the_shipped_policy_parses_and_resolves_to_absolute_paths() {
         let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_POLICY),
+            std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+                .join(DEFAULT_POLICY),
         )
         .unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ use serde_json::Value;
 use toml::Spanned;
 
 use crate::confinement::proxy::{HostAllowlist, HostPattern};
-use crate::diagnostic::{Diagnostic, SourceFile};
+use kavi_foundation::diagnostic::{Diagnostic, SourceFile};
 
 pub const DEFAULT_POLICY: &str = "policies/network.toml";
 
@@ -47,8 +47,8 @@ impl NetworkPolicy {
     /// Parses the policy; an entry of `[processes] allowed_hosts` that is not a host pattern is
     /// an error at the entry.
     pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
-        let policy: Self =
-            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
+        let policy: Self = toml::from_str(&source.text)
+            .map_err(|e| kavi_foundation::diagnostic::toml_error(source, &e))?;
         policy.process_hosts(source)?;
         Ok(policy)
     }

@@ -10,7 +10,7 @@
 //! launch, which holds it to `policies/network.toml`'s `[processes]` hosts and records every
 //! connection ([`proxy`], [`bridge`]); cgroups and rlimits ([`bounds`]) bound memory, processes,
 //! CPU and files. The
-//! one place that spawns processes ([`crate::process`]) starts bubblewrap in place of the
+//! one place that spawns processes ([`crate`]) starts bubblewrap in place of the
 //! program, its descriptors and bounds set between clone and exec.
 //!
 //! Where the machine cannot isolate (no bubblewrap, no namespaces), the profile's `require`
@@ -19,6 +19,7 @@
 
 pub mod bounds;
 pub mod bridge;
+pub mod network;
 pub mod policy;
 pub mod proxy;
 pub mod runtime;
@@ -111,7 +112,7 @@ pub struct Confinement {
     pub unconfined_because: Option<String>,
 }
 
-/// How [`crate::process`] starts a confined program: bubblewrap, its arguments, the seccomp
+/// How [`crate`] starts a confined program: bubblewrap, its arguments, the seccomp
 /// programs it reads from descriptors 3, 4, ..., the cgroup the child joins and the rlimits it
 /// sets.
 pub struct Launch {
@@ -504,7 +505,7 @@ fn landlock_layer(network: bool) -> Option<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::{self, CaptureOptions, CommandSpec, Exit, Violation};
+    use crate::{CaptureOptions, CommandSpec, Exit, Violation};
 
     /// A profile like the shipped skill ones, over `dir`.
     fn profile(dir: &Path, write: Vec<PathBuf>, limits: Limits) -> Profile {
@@ -543,7 +544,7 @@ mod tests {
 
     /// Runs `script` with `sh` under `profile`, in `dir`. `None` when this machine cannot
     /// isolate: the caller skips (and fails under CI, where it must).
-    async fn run_sh(dir: &Path, profile: Profile, script: &str) -> Option<process::Finished> {
+    async fn run_sh(dir: &Path, profile: Profile, script: &str) -> Option<crate::Finished> {
         if let Err(missing) = runtime::bwrap() {
             skipping(missing);
             return None;
@@ -563,13 +564,13 @@ mod tests {
             live: None,
         };
         Some(
-            process::run(&spec, &options, &Default::default())
+            crate::run(&spec, &options, &Default::default())
                 .await
                 .unwrap(),
         )
     }
 
-    fn stdout(finished: &process::Finished) -> String {
+    fn stdout(finished: &crate::Finished) -> String {
         String::from_utf8_lossy(&finished.stdout.head).into_owned()
     }
 
@@ -924,7 +925,7 @@ socket.socketpair(); print("pair")
             roster: None,
             live: None,
         };
-        let err = process::run(&spec, &options, &Default::default())
+        let err = crate::run(&spec, &options, &Default::default())
             .await
             .unwrap_err()
             .to_string();

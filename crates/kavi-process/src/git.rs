@@ -12,7 +12,7 @@ use std::path::Path;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::process::{self, CaptureOptions, CommandSpec, Exit};
+use crate::{CaptureOptions, CommandSpec, Exit};
 
 /// Configuration given on the command line, which takes precedence over every config file.
 /// Each entry turns off something that would make git run a program or read outside the repo.
@@ -93,7 +93,7 @@ pub async fn run(work_tree: &Path, args: &[&str]) -> Result<String, String> {
         roster: None,
         live: None,
     };
-    let finished = process::run(&spec, &options, &CancellationToken::new())
+    let finished = crate::run(&spec, &options, &CancellationToken::new())
         .await
         .map_err(|e| format!("failed to run git: {e}"))?;
     match finished.exit {
