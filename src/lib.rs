@@ -16,7 +16,6 @@ pub mod error;
 pub mod executions;
 pub mod executor;
 pub mod export;
-pub mod ledger;
 pub mod mcp;
 pub mod nodes;
 pub mod policy;
@@ -29,4 +28,5 @@ pub use error::Error;
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, jsonpath, redact, sandbox, state, template,
 };
+pub use kavi_ledger as ledger;
 pub use kavi_process::{self as process, confinement, git};

@@ -11,9 +11,10 @@ use crate::error::{Error, exit};
 use crate::hash::set_hash;
 use crate::hash::short_hash;
 use crate::ledger::Ledger;
+use crate::ledger::RecordedApproval;
 use crate::ledger::{NewRuleSet, RuleSetRow};
 use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
-use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, RecordedApproval, Roles};
+use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, Roles};
 use crate::skills::Lifecycle;
 use crate::spec::SpecError;
 

@@ -415,7 +415,7 @@ fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::tests::{fresh_ledger, new_run, wal_frames};
+    use crate::ledger::testing::{fresh_ledger, new_run, wal_frames};
 
     /// A ledger in a temporary folder, and a recorder that has begun a run of exec nodes
     /// `nodes` in it, committed, all pending.

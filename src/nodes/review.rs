@@ -13,9 +13,6 @@ use crate::ledger::Ledger;
 use crate::skills::Lifecycle;
 use crate::state::NodeState;
 
-/// The trigger of an escalation that asks for a lifecycle move.
-pub const APPROVAL: &str = "APPROVAL";
-
 /// Raises an escalation for `skill` with `triggers` (each `{trigger, reason}`) and returns the
 /// node's outcome: `awaiting_review`, its outputs with the triggers and the escalation id, and
 /// an error saying how to decide. `policy` is the spec hash of the escalation rules in force,
@@ -129,7 +126,7 @@ pub fn approval_triggers(
         _ => Value::Null,
     };
     json!([{
-        "trigger": APPROVAL,
+        "trigger": crate::ledger::APPROVAL,
         "reason": format!(
             "the transition {from} -> {to} needs {needs} ({})",
             lifecycle.source.path.display()

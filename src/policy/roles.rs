@@ -225,13 +225,6 @@ pub struct Requirement {
     pub approvals: u32,
 }
 
-/// One approval as the ledger keeps it: who gave it and the roles they held then.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordedApproval {
-    pub actor: String,
-    pub roles: Vec<String>,
-}
-
 /// The account whose approval never counts, and what it is to the decision ("the account that
 /// started the run", "the proposer").
 #[derive(Debug, Clone, Copy)]
@@ -245,7 +238,7 @@ impl Requirement {
     /// otherwise says what is missing and who has approved so far.
     pub fn met_by(
         &self,
-        approvals: &[RecordedApproval],
+        approvals: &[crate::ledger::RecordedApproval],
         excluded: Excluded<'_>,
     ) -> Result<(), String> {
         let mut counted: Vec<&str> = approvals
@@ -281,8 +274,8 @@ mod tests {
         Roles::parse(&SourceFile::new(DEFAULT_POLICY, text))
     }
 
-    fn approval(actor: &str, roles: &[&str]) -> RecordedApproval {
-        RecordedApproval {
+    fn approval(actor: &str, roles: &[&str]) -> crate::ledger::RecordedApproval {
+        crate::ledger::RecordedApproval {
             actor: actor.to_owned(),
             roles: roles.iter().map(|r| (*r).to_owned()).collect(),
         }

@@ -147,8 +147,8 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::tests::{fresh_ledger, new_run};
-    use crate::ledger::{NodeRecord, NodeState, RunStatus};
+    use crate::testing::{fresh_ledger, new_run};
+    use crate::{NodeRecord, NodeState, RunStatus};
     use std::time::Duration;
 
     #[test]
@@ -243,7 +243,7 @@ mod tests {
         assert_eq!(ledger.recorded_key(old).unwrap().unwrap().parts, old_parts);
 
         // gc: the parts stay while a kept node run has the key, and go with the last one.
-        let keeping = |keep| crate::ledger::gc::GcRule {
+        let keeping = |keep| crate::gc::GcRule {
             before: "9999-01-01T00:00:00Z".into(),
             keep,
         };
@@ -253,7 +253,7 @@ mod tests {
         ledger.prune_runs(&keeping(1), false).unwrap();
         assert_eq!(count(&ledger, "SELECT COUNT(*) FROM cache_parts"), 0);
         assert_eq!(ledger.recorded_key(old).unwrap().unwrap().parts, old_parts);
-        let store = crate::ledger::ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let store = crate::ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
     }

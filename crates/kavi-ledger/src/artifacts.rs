@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use tempfile::NamedTempFile;
 
-use crate::files::{open_regular, temp_file_in};
-use crate::hash::{copy_hashing, hash_reader, sha256_hex};
+use kavi_foundation::files::{open_regular, temp_file_in};
+use kavi_foundation::hash::{copy_hashing, hash_reader, sha256_hex};
 
 /// An artifact in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -225,7 +225,7 @@ fn relative_path(sha256: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::hash_file;
+    use kavi_foundation::hash::hash_file;
 
     #[test]
     fn identical_content_is_stored_once_under_its_hash() {

@@ -1,7 +1,7 @@
 //! The owner: one kavi process, as the ledger and later kavi processes see it.
 //!
 //! An owner holds a lock file next to the ledger for as long as it lives, and keeps beside it the
-//! roster of the process groups it started (see [`crate::process::roster`]) and a folder for its
+//! roster of the process groups it started (see [`kavi_process::roster`]) and a folder for its
 //! spill files. Runs and executions record their owner's name. When a later kavi process finds an
 //! owner's lock free while its files remain, that owner died without cleaning up (SIGKILL, power
 //! loss): recovery stops what it left running, marks what it left unfinished `interrupted`, and
@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::process::{CaptureOptions, Roster};
+use kavi_process::{CaptureOptions, Roster};
 
 /// The owner of a run whose nodes another scheduler drives (`kavi pipeline start`): no kavi
 /// process lives as long as such a run, so none holds a lock for it, and recovery leaves it
@@ -104,7 +104,7 @@ pub(super) fn remove_private_folder(folder: &Path) {
         .is_some_and(|name| name.starts_with("kavi-"));
     let real_folder = folder.symlink_metadata().is_ok_and(|m| m.is_dir());
     if named_by_kavi && real_folder {
-        let _ = crate::sandbox::remove(folder);
+        let _ = kavi_foundation::sandbox::remove(folder);
     }
 }
 

@@ -14,14 +14,14 @@
 use std::io;
 use std::path::Path;
 
-use crate::ledger::{Ledger, LedgerError, SandboxRow};
+use crate::{Ledger, LedgerError, SandboxRow};
 
 /// Removes every sandbox whose time is up and records it; returns the ones it removed.
 /// A folder that cannot be removed stays listed, with the reason.
 pub fn sweep(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError> {
     let mut removed = Vec::new();
     for sandbox in ledger.due_sandboxes()? {
-        match crate::sandbox::remove(Path::new(&sandbox.path)) {
+        match kavi_foundation::sandbox::remove(Path::new(&sandbox.path)) {
             Ok(()) => {
                 ledger.sandbox_removed(sandbox.id, None)?;
                 removed.push(sandbox);
@@ -76,7 +76,7 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
         }
         Ok(_) => return Ok(true),
     };
-    let reason = match crate::sandbox::remove(dir) {
+    let reason = match kavi_foundation::sandbox::remove(dir) {
         Ok(()) => why_not,
         Err(e) => format!("{why_not}; removing it failed: {e}"),
     };
@@ -123,7 +123,7 @@ pub fn neutralise(dir: &Path) -> io::Result<()> {
         }
         if entry.file_type().is_dir() {
             walk.skip_current_dir();
-            crate::sandbox::remove(entry.path())?;
+            kavi_foundation::sandbox::remove(entry.path())?;
         } else {
             std::fs::remove_file(entry.path())?;
         }

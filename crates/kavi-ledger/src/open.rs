@@ -16,7 +16,7 @@ use super::{Ledger, LedgerError, Result};
 /// by whichever thread is free first: this one, once `meanwhile` is done, while the other
 /// still sets up its own connection (a small pipeline), or the other, once it is done (a
 /// large one). Should that fail, the recorder tries again and says why. The other thread also
-/// looks up who is acting ([`crate::identity::actor`]), which the run records.
+/// looks up who is acting ([`kavi_foundation::identity::actor`]), which the run records.
 pub fn open_during<T>(path: &Path, meanwhile: impl FnOnce() -> T) -> (T, Result<Ledger>) {
     let spare_taken = AtomicBool::new(false);
     let (made, file_there) = mpsc::sync_channel(1);
@@ -32,7 +32,7 @@ pub fn open_during<T>(path: &Path, meanwhile: impl FnOnce() -> T) -> (T, Result<
                 }
                 // The run records who started it before its first node starts: the account's
                 // lookup is made here rather than then.
-                crate::identity::actor();
+                kavi_foundation::identity::actor();
                 Ok(ledger)
             });
         let value = meanwhile();
@@ -92,7 +92,7 @@ mod tests {
         let mut spare = spare.open().unwrap();
         let owner = super::super::Owner::claim(&path, dir.path()).unwrap();
         let run_id = spare
-            .create_run(&super::super::tests::new_run(
+            .create_run(&crate::testing::new_run(
                 &serde_json::Value::Null,
                 &["a"],
                 &owner,

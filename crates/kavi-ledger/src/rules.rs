@@ -4,9 +4,9 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::RecordedApproval;
 use super::db::{OptionalExtension, params};
 use super::{Ledger, LedgerError, now};
-use crate::policy::roles::RecordedApproval;
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 

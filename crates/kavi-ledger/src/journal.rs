@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 
 use super::db::{Backend, Db, OptionalExtension, Transaction, params};
-use crate::hash::sha256_hex;
+use kavi_foundation::hash::sha256_hex;
 use rusqlite::functions::FunctionFlags;
 
 use super::keys::MacKey;
@@ -629,7 +629,7 @@ pub fn verify(
     })?;
     for spec in specs {
         let (hash, text) = spec?;
-        if crate::hash::spec_hash(&text) != hash {
+        if kavi_foundation::hash::spec_hash(&text) != hash {
             findings
                 .problems
                 .push(format!("spec {hash}: its text does not hash to its name"));
@@ -659,7 +659,7 @@ pub fn verify(
             continue;
         }
         let path = store.path_of_sha256(&sha256);
-        match crate::hash::hash_file(&path) {
+        match kavi_foundation::hash::hash_file(&path) {
             Err(e) => findings.problems.push(format!(
                 "artifact {sha256}: cannot read {}: {e}",
                 path.display()
@@ -781,7 +781,7 @@ pub(super) fn row_problem(conn: &Db, table: &str, key: &str) -> Result<Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{ArtifactStore, Ledger, schema};
+    use crate::{ArtifactStore, Ledger, schema};
 
     #[test]
     fn an_entry_hashes_one_plain_line_per_field() {
@@ -799,7 +799,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
         {
-            crate::ledger::memory::use_mimalloc();
+            crate::memory::use_mimalloc();
             let conn = rusqlite::Connection::open(&path).unwrap();
             conn.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
                 .unwrap();
@@ -828,7 +828,7 @@ mod tests {
             .unwrap()
             .query_map([], |row| row.get(0))
             .unwrap()
-            .collect::<crate::ledger::db::Result<_>>()
+            .collect::<crate::db::Result<_>>()
             .unwrap();
         // Then the ledger's identity, made as it is opened.
         assert_eq!(ops, ["snapshot", "snapshot", "insert"]);
@@ -856,9 +856,9 @@ mod tests {
     /// unjournaled, `verify` names it, and the next kavi to open the ledger makes it again.
     #[test]
     fn without_its_appender_a_ledger_refuses_writes_until_it_is_opened_again() {
-        let (dir, ledger, _owner) = crate::ledger::tests::fresh_ledger();
+        let (dir, ledger, _owner) = crate::testing::fresh_ledger();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
-        let hash = crate::hash::spec_hash("text");
+        let hash = kavi_foundation::hash::spec_hash("text");
         let insert = format!("INSERT INTO specs VALUES ('{hash}', 'p.toml', 'text', 'now')");
         ledger
             .conn
@@ -897,11 +897,11 @@ mod tests {
     /// kavi to open it remakes the appender, whose entries chain on from the old ones.
     #[test]
     fn an_older_appender_is_remade_and_the_chain_goes_on() {
-        let (dir, mut ledger, owner) = crate::ledger::tests::fresh_ledger();
+        let (dir, mut ledger, owner) = crate::testing::fresh_ledger();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         let run = |ledger: &mut Ledger| {
             ledger
-                .create_run(&crate::ledger::tests::new_run(
+                .create_run(&crate::testing::new_run(
                     &serde_json::json!({}),
                     &["a"],
                     &owner,
@@ -955,10 +955,10 @@ mod tests {
     /// what this kavi writes follows; `seal` MACs them, and it verifies.
     #[test]
     fn entries_from_before_the_keyed_journal_are_sealed() {
-        let (dir, mut ledger, owner) = crate::ledger::tests::fresh_ledger();
+        let (dir, mut ledger, owner) = crate::testing::fresh_ledger();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         let run = |ledger: &mut Ledger| {
-            let new = crate::ledger::tests::new_run(&serde_json::json!({}), &["a"], &owner);
+            let new = crate::testing::new_run(&serde_json::json!({}), &["a"], &owner);
             ledger.create_run(&new).unwrap();
         };
         run(&mut ledger);
@@ -982,7 +982,7 @@ mod tests {
     /// the timeout, here 10 s) opens with the ones it has, and has them remade once it can.
     #[test]
     fn a_ledger_that_cannot_be_written_now_opens_with_its_older_triggers() {
-        let (dir, ledger, _owner) = crate::ledger::tests::fresh_ledger();
+        let (dir, ledger, _owner) = crate::testing::fresh_ledger();
         let path = dir.path().join("ledger.db");
         ledger
             .conn
@@ -1004,10 +1004,10 @@ mod tests {
     /// not taken into the journal as a `migrate` entry.
     #[test]
     fn remade_triggers_do_not_take_in_a_row_edited_behind_them() {
-        let (dir, mut ledger, owner) = crate::ledger::tests::fresh_ledger();
+        let (dir, mut ledger, owner) = crate::testing::fresh_ledger();
         let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         ledger
-            .create_run(&crate::ledger::tests::new_run(
+            .create_run(&crate::testing::new_run(
                 &serde_json::json!({}),
                 &["a"],
                 &owner,

@@ -1,11 +1,20 @@
 //! Escalations: a run stopped for a person's decision, and the decision (who, when, what).
 
-use super::db::{OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::db::{OptionalExtension, params};
 use super::{Ledger, LedgerError, now};
-use crate::policy::roles::RecordedApproval;
+
+/// The trigger of an escalation that asks for a lifecycle move.
+pub const APPROVAL: &str = "APPROVAL";
+
+/// One approval as the ledger keeps it: who gave it and the roles they held then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedApproval {
+    pub actor: String,
+    pub roles: Vec<String>,
+}
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
@@ -188,8 +197,7 @@ impl Ledger {
         let mut triggers = row.triggers;
         let mut given = None;
         for t in triggers.as_array_mut().into_iter().flatten() {
-            if t["trigger"] == crate::nodes::review::APPROVAL && t["from"] == from && t["to"] == to
-            {
+            if t["trigger"] == APPROVAL && t["from"] == from && t["to"] == to {
                 let mut approvals: Vec<RecordedApproval> =
                     serde_json::from_value(t["approvals"].clone()).unwrap_or_default();
                 if approvals.iter().any(|a| a.actor == approval.actor) {

@@ -3,7 +3,7 @@
 //!
 //! A new ledger is not built by replaying them: [`CURRENT`] is the schema they reach (the
 //! statements SQLite keeps for it, journal triggers included), checked against a replay by a
-//! test that also rewrites it (`KAVI_BLESS=1 cargo test --lib ledger::schema`).
+//! test that also rewrites it (`KAVI_BLESS=1 cargo test -p kavi-ledger schema`).
 //!
 //! Nor is a new ledger file built by running [`CURRENT`]: it is [`IMAGE`], the file that script
 //! makes, written whole (see [`create`]). The same test checks and rewrites it.
@@ -558,7 +558,7 @@ fn script(conn: &Db) -> Result<String> {
         .query_map([], |row| row.get(0))?
         .collect::<super::db::Result<_>>()?;
     Ok(format!(
-        "-- Generated from MIGRATIONS in schema.rs: KAVI_BLESS=1 cargo test --lib ledger::schema\n\n{};\n",
+        "-- Generated from MIGRATIONS in schema.rs: KAVI_BLESS=1 cargo test -p kavi-ledger schema\n\n{};\n",
         statements.join(";\n\n")
     ))
 }
@@ -575,7 +575,7 @@ mod tests {
             let version = FIRST_ON_A_SERVER + done + 1;
             for step in *steps {
                 assert!(
-                    crate::ledger::server_sql(step, version).is_ok(),
+                    crate::server_sql(step, version).is_ok(),
                     "{step:?} of migration {version}"
                 );
             }
@@ -583,9 +583,9 @@ mod tests {
     }
 
     fn empty_ledger() -> Db {
-        crate::ledger::memory::use_mimalloc();
+        crate::memory::use_mimalloc();
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        journal::register(&conn, crate::ledger::keys::mac_key().unwrap()).unwrap();
+        journal::register(&conn, crate::keys::mac_key().unwrap()).unwrap();
         let mut db = Db::from_sqlite(conn);
         let tx = db.transaction().unwrap();
         tx.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
@@ -604,13 +604,13 @@ mod tests {
         tx.commit().unwrap();
         let expected = script(&replayed).unwrap();
         if std::env::var_os("KAVI_BLESS").is_some() {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ledger/schema.sql");
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/schema.sql");
             std::fs::write(path, &expected).unwrap();
         }
         assert!(
             CURRENT == expected,
-            "src/ledger/schema.sql is not what the migrations make; \
-             rewrite it with KAVI_BLESS=1 cargo test --lib ledger::schema"
+            "crates/kavi-ledger/src/schema.sql is not what the migrations make; \
+             rewrite it with KAVI_BLESS=1 cargo test -p kavi-ledger schema"
         );
         let mut fresh = empty_ledger();
         assert!(is_empty(&fresh).unwrap());
@@ -639,18 +639,18 @@ mod tests {
         );
         let made = std::fs::read(&path).unwrap();
         if std::env::var_os("KAVI_BLESS").is_some() {
-            let image = concat!(env!("CARGO_MANIFEST_DIR"), "/src/ledger/schema.db");
+            let image = concat!(env!("CARGO_MANIFEST_DIR"), "/src/schema.db");
             std::fs::write(image, &made).unwrap();
         }
         assert!(
             IMAGE == made.as_slice(),
-            "src/ledger/schema.db is not the file the current schema makes; \
-             rewrite it with KAVI_BLESS=1 cargo test --lib ledger::schema"
+            "crates/kavi-ledger/src/schema.db is not the file the current schema makes; \
+             rewrite it with KAVI_BLESS=1 cargo test -p kavi-ledger schema"
         );
 
         let fresh = dir.path().join("fresh.db");
         create(&fresh).unwrap();
-        let mut ledger = crate::ledger::Ledger::open(&fresh).unwrap();
+        let mut ledger = crate::Ledger::open(&fresh).unwrap();
         assert!(journal::current(&ledger.conn).unwrap());
         let version: i64 = ledger
             .conn
@@ -665,13 +665,13 @@ mod tests {
             .unwrap()
             .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
             .unwrap()
-            .collect::<crate::ledger::db::Result<_>>()
+            .collect::<crate::db::Result<_>>()
             .unwrap();
         assert_eq!(entries, [(1, "ledger_identity".to_owned())]);
-        let owner = crate::ledger::owner::Owner::claim(&fresh, dir.path()).unwrap();
-        let run = crate::ledger::tests::new_run(&serde_json::json!({}), &["a"], &owner);
+        let owner = crate::owner::Owner::claim(&fresh, dir.path()).unwrap();
+        let run = crate::testing::new_run(&serde_json::json!({}), &["a"], &owner);
         ledger.create_run(&run).unwrap();
-        let store = crate::ledger::ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+        let store = crate::ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
         let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
         assert!(findings.problems.is_empty(), "{:?}", findings.problems);
         assert!(findings.entries > 0);

@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn sqlite_allocates_from_mimalloc_uncounted_once_a_ledger_is_opened() {
-        let (_dir, _ledger, _owner) = crate::ledger::tests::fresh_ledger();
+        let (_dir, _ledger, _owner) = crate::testing::fresh_ledger();
         // SAFETY: a block SQLite allocates and frees again.
         unsafe {
             let block = ffi::sqlite3_malloc(64);

@@ -27,6 +27,8 @@ mod rules;
 mod sandboxes;
 mod schema;
 mod skills;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod verifications;
 
 use std::collections::HashMap;
@@ -41,7 +43,7 @@ use serde_json::Value;
 pub use artifacts::{Artifact, ArtifactStore};
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
-pub use escalations::EscalationRow;
+pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
 pub use open::open_during;
@@ -51,7 +53,7 @@ pub use sandboxes::{DEFAULT_KEEP_MAX_BYTES, NewSandbox, SandboxLimits, SandboxRo
 pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 
-use crate::state::{NodeState, RunStatus};
+use kavi_foundation::state::{NodeState, RunStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -414,7 +416,7 @@ pub struct RunRow {
     /// The run this one resumed after a review (`kavi approve`).
     pub resumed_from: Option<i64>,
     pub error: Option<String>,
-    /// The account that started it (see [`crate::identity`]); none for runs recorded before.
+    /// The account that started it (see [`kavi_foundation::identity`]); none for runs recorded before.
     pub started_by: Option<String>,
     /// The hash over its governing set; none for runs recorded before it was kept.
     pub governing_hash: Option<String>,
@@ -758,7 +760,7 @@ impl Ledger {
         announce: impl FnOnce(i64),
     ) -> Result<i64> {
         let now = now();
-        let governing_hash = crate::hash::set_hash(
+        let governing_hash = kavi_foundation::hash::set_hash(
             new.governing
                 .iter()
                 .map(|(role, path, hash, _)| (*role, path.as_str(), hash.as_str())),
@@ -793,7 +795,7 @@ impl Ledger {
                 new.origin.parent_run(),
                 new.origin.resumed_from(),
                 new.owner,
-                crate::identity::actor(),
+                kavi_foundation::identity::actor(),
                 governing_hash,
             ],
             |row| row.get(0),
@@ -1048,7 +1050,7 @@ impl Ledger {
             if alive {
                 continue;
             }
-            let leftovers = match crate::process::roster::stop_leftovers(
+            let leftovers = match kavi_process::roster::stop_leftovers(
                 &self.owner_file(&name, owner::ROSTER),
             ) {
                 Ok(leftovers) => leftovers,
@@ -1131,7 +1133,7 @@ impl Ledger {
     }
 
     /// Keeps a spec or policy text (by its hash) so that records can name it; kept once.
-    pub fn keep_spec(&self, source: &crate::diagnostic::SourceFile) -> Result<String> {
+    pub fn keep_spec(&self, source: &kavi_foundation::diagnostic::SourceFile) -> Result<String> {
         let hash = source.spec_hash().to_owned();
         self.conn.execute(
             "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
@@ -1209,7 +1211,7 @@ impl Ledger {
             .optional()
             .map_err(|e| e.to_string())?;
         match kept {
-            Some(bytes) if crate::hash::sha256_hex(&bytes) != sha256 => Err(format!(
+            Some(bytes) if kavi_foundation::hash::sha256_hex(&bytes) != sha256 => Err(format!(
                 "artifact {sha256} in the ledger was altered: its content no longer matches its hash"
             )),
             kept => Ok(kept),
@@ -1394,7 +1396,9 @@ impl Ledger {
             .collect::<db::Result<_>>()?;
         match found.as_slice() {
             // A spec is served only if it still is what its name says.
-            [(name, text)] if !hex.is_empty() && crate::hash::spec_hash(text) != *name => {
+            [(name, text)]
+                if !hex.is_empty() && kavi_foundation::hash::spec_hash(text) != *name =>
+            {
                 Err(LedgerError::SpecAltered(name.clone()))
             }
             [one] if !hex.is_empty() => Ok(one.clone()),
@@ -1732,39 +1736,9 @@ fn migrate(conn: &mut Db, path: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    const DEMO_TEXT: &str = "[pipeline]\nname = \"demo\"\n";
-    static DEMO_HASH: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| crate::hash::spec_hash(DEMO_TEXT));
-
-    /// A new ledger in a temporary folder, and an owner of it.
-    pub(crate) fn fresh_ledger() -> (tempfile::TempDir, Ledger, Owner) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let ledger = Ledger::open(&path).unwrap();
-        let owner = Owner::claim(&path, dir.path()).unwrap();
-        (dir, ledger, owner)
-    }
-
-    /// A run of the demo pipeline, with `params` and exec nodes `nodes`, no governing set.
-    pub(crate) fn new_run(params: &Value, nodes: &[&str], owner: &Owner) -> NewRun {
-        NewRun {
-            owner: owner.name().to_owned(),
-            pipeline: "demo".into(),
-            spec_path: "pipelines/demo.toml".into(),
-            spec_hash: DEMO_HASH.clone(),
-            spec_text: DEMO_TEXT.into(),
-            params: params.clone(),
-            origin: RunOrigin::User,
-            nodes: nodes
-                .iter()
-                .map(|node| ((*node).to_owned(), "exec"))
-                .collect(),
-            governing: Vec::new(),
-        }
-    }
+    use crate::testing::{DEMO_HASH, DEMO_TEXT, fresh_ledger, new_run, wal_frames};
 
     #[test]
     fn a_sets_members_and_legacy_rows_merge_in_path_order_each_file_once() {
@@ -1844,7 +1818,7 @@ pub(crate) mod tests {
             .iter()
             .enumerate()
             .map(|(i, text)| {
-                let hash = crate::hash::spec_hash(text);
+                let hash = kavi_foundation::hash::spec_hash(text);
                 (
                     "script",
                     format!("scripts/{i}.sh"),
@@ -1910,7 +1884,7 @@ pub(crate) mod tests {
         let (dir, mut ledger, owner) = fresh_ledger();
         let params = serde_json::json!({});
         let member = |path: &str, text: &str| {
-            let hash = crate::hash::spec_hash(text);
+            let hash = kavi_foundation::hash::spec_hash(text);
             ("policy", path.to_owned(), hash, text.to_owned())
         };
         let run_with =
@@ -2025,14 +1999,6 @@ pub(crate) mod tests {
         assert_eq!(at(1_700_000_000_120), "2023-11-14T22:13:20.120Z");
         assert_eq!(at(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
         assert!(at(1_700_000_000_120) < at(1_700_000_000_123));
-    }
-
-    /// How many frames the WAL holds, and how many of them are in the file: the WAL index's
-    /// `mxFrame` and `nBackfill`, read from the `-shm` file (native byte order).
-    pub(crate) fn wal_frames(path: &Path) -> (u32, u32) {
-        let shm = std::fs::read(format!("{}-shm", path.display())).unwrap();
-        let word = |at: usize| u32::from_ne_bytes(shm[at..at + 4].try_into().unwrap());
-        (word(16), word(96))
     }
 
     #[test]

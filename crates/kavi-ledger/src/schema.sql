@@ -1,4 +1,4 @@
--- Generated from MIGRATIONS in schema.rs: KAVI_BLESS=1 cargo test --lib ledger::schema
+-- Generated from MIGRATIONS in schema.rs: KAVI_BLESS=1 cargo test -p kavi-ledger schema
 
 CREATE TABLE specs (
         hash        TEXT PRIMARY KEY,          -- 'sha256:<hex>' of the text

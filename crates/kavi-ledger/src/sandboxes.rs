@@ -8,7 +8,7 @@ use super::db::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::{Ledger, LedgerError, format_time, millis, now};
-use crate::sandbox::manifest::{Entry, EntryKind};
+use kavi_foundation::sandbox::manifest::{Entry, EntryKind};
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 

@@ -111,8 +111,8 @@ impl<T: ToSql> ToSql for Option<T> {
 
 /// The parameters of one query: `params![a, b]`.
 macro_rules! params {
-    () => { &[] as &[&dyn $crate::ledger::db::ToSql] };
-    ($($param:expr),+ $(,)?) => { &[$(&$param as &dyn $crate::ledger::db::ToSql),+] as &[&dyn $crate::ledger::db::ToSql] };
+    () => { &[] as &[&dyn $crate::db::ToSql] };
+    ($($param:expr),+ $(,)?) => { &[$(&$param as &dyn $crate::db::ToSql),+] as &[&dyn $crate::db::ToSql] };
 }
 pub(crate) use params;
 
@@ -702,7 +702,7 @@ mod tests {
     use super::*;
 
     fn db() -> Db {
-        crate::ledger::memory::use_mimalloc();
+        crate::memory::use_mimalloc();
         Db::from_sqlite(rusqlite::Connection::open_in_memory().unwrap())
     }
 
