@@ -8,7 +8,7 @@ median over rounds of kavi's time minus make's in the same round. The rounds tak
 of the commands in turn: with two builds and make, a multiple of 6 rounds is balanced.
 
     GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/{chain,wide,printing}
-    benches/ab.py /tmp/graphs/chain 1 24 before=/path/to/old/kavi after=target/release/kavi
+    benches/ab.py /tmp/graphs/chain 1 24 before=/path/to/old/kavi after=target/dist/kavi
     benches/ab.py /tmp/graphs/wide 2 24 before=... after=...
 """
 import itertools

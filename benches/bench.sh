@@ -51,8 +51,8 @@ if ! command -v just >/dev/null && [[ ! -x $TOOLS/bin/just ]]; then
 fi
 JUST=$(command -v just || echo "$TOOLS/bin/just")
 
-cargo build --release --quiet
-KAVI="$PWD/target/release/kavi"
+cargo build --profile dist --quiet
+KAVI="$PWD/target/dist/kavi"
 rm -rf "$OUT" && mkdir -p "$OUT"
 if [[ -n ${GRAPHS:-} ]]; then
     work=$(realpath -m "$GRAPHS") && rm -rf "$work" && mkdir -p "$work"

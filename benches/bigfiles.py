@@ -12,7 +12,7 @@ resident set of the commands it waited for, kavi itself here, from getrusage).
     unchanged the same pipeline twice on a fresh ledger, its 4 GiB input settled and unchanged:
               the first run reads it, the second takes its digest from the memo
 
-    benches/bigfiles.py [KAVI] [ROUNDS]     # default target/release/kavi, 3 rounds
+    benches/bigfiles.py [KAVI] [ROUNDS]     # default target/dist/kavi, 3 rounds
 """
 import datetime
 import json
@@ -134,10 +134,10 @@ def unchanged(kavi, rounds, scratch):
 
 
 def main():
-    kavi = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/release/kavi")
+    kavi = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "target/dist/kavi")
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     if not os.access(kavi, os.X_OK):
-        sys.exit(f"bigfiles: no kavi at {kavi} (cargo build --release)")
+        sys.exit(f"bigfiles: no kavi at {kavi} (cargo build --profile dist)")
     missing = [tool for tool in ("dd", "sha256sum", "yes", "head") if not shutil.which(tool)]
     if missing:
         sys.exit(f"bigfiles: missing {' '.join(missing)} (Debian: apt-get install coreutils)")

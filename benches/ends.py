@@ -19,8 +19,8 @@ Medians are printed (quartiles of start and tail too).
 perf's recording adds a little to every figure, the same for every build.
 
     GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/{chain,wide,printing}
-    benches/ends.py /tmp/graphs/chain 10 before=/path/to/old/kavi after=target/release/kavi
-    benches/ends.py /tmp/graphs/chain 10 kavi=target/release/kavi make=make
+    benches/ends.py /tmp/graphs/chain 10 before=/path/to/old/kavi after=target/dist/kavi
+    benches/ends.py /tmp/graphs/chain 10 kavi=target/dist/kavi make=make
     benches/ends.py /tmp/graphs/chain 10 kavi=... make=make floor=/tmp/graphs/floor
 """
 import itertools

@@ -10,7 +10,7 @@ and of each probe's last hit after the last node's exit. Uprobes cost a few micr
 probe functions called once or twice a run, not once a node, and none on the way to a child's
 `clone` (a return probe pending across it made the first spawn 2 ms slower).
 
-    benches/probes.py /tmp/graphs/chain 8 target/release/kavi \\
+    benches/probes.py /tmp/graphs/chain 8 target/dist/kavi \\
         kavi::cli::main 'kavi::spec::load::load_pipeline%return' kavi::dag::compile \\
         'kavi::ledger::Ledger::run_detail' 'kavi::ledger::Ledger::run_detail%return'
 """

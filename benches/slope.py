@@ -9,7 +9,7 @@ the graph call for different work; the ratio bench.sh prints cannot tell them ap
 
     N=100 GRAPHS=/tmp/g100 GRAPHS_ONLY=1 benches/bench.sh     # makes /tmp/g100/chain
     N=1000 GRAPHS=/tmp/g1000 GRAPHS_ONLY=1 benches/bench.sh   # makes /tmp/g1000/chain
-    benches/slope.py /tmp/g100/chain /tmp/g1000/chain 12 target/release/kavi
+    benches/slope.py /tmp/g100/chain /tmp/g1000/chain 12 target/dist/kavi
 """
 import shutil
 import statistics

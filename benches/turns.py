@@ -8,7 +8,7 @@ time, threads included.
 
     GRAPHS=/tmp/graphs RUNS=3 benches/bench.sh     # makes /tmp/graphs/big10k and big100k
     benches/turns.py 40 /old/kavi pipeline check --workspace /tmp/graphs/big10k big.toml \\
-        -- target/release/kavi pipeline check --workspace /tmp/graphs/big10k big.toml
+        -- target/dist/kavi pipeline check --workspace /tmp/graphs/big10k big.toml
 """
 import resource
 import statistics

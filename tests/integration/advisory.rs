@@ -3,7 +3,7 @@
 //! a loopback port, answering the OpenAI chat-completions wire format. Nothing else is faked: the
 //! forge, the builder, the gates and the ledger are the real ones.
 
-mod common;
+use crate::common;
 
 use common::stand_in::StandIn;
 use common::{json, kavi_command, node, shipped_workspace};

@@ -2,7 +2,7 @@
 //! their lineage, replay, the session tree, and the JSONL log. The skills are forged first by
 //! the shipped forge, so they are TRUSTED the way a user's would be.
 
-mod common;
+use crate::common;
 
 use common::{json, kavi, shipped_workspace};
 

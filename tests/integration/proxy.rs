@@ -3,7 +3,7 @@
 //! processes under bubblewrap, real HTTP servers on the host's loopback. A machine that cannot
 //! isolate skips these (and fails under CI, which installs bubblewrap).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, UdpSocket};

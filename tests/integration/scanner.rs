@@ -3,7 +3,7 @@
 //! gate process is. Each disguise of a forbidden capability is its own skill folder in one
 //! workspace, verified by its own gate node of one pipeline run.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! with the mechanism that refused it. A machine that cannot isolate skips this (and fails
 //! under CI, which installs bubblewrap).
 
-mod common;
+use crate::common;
 
 use common::{kavi, shipped_workspace};
 

@@ -2,7 +2,7 @@
 //! scripted builder: a proposal becomes TRUSTED, and each refusal leaves the target untouched.
 //! The scripted builder stands in for a coding agent, which cannot run here.
 
-mod common;
+use crate::common;
 
 use common::{json, kavi, node, shipped_workspace, verification};
 

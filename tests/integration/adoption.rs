@@ -1,7 +1,7 @@
 //! Rule changes are proposals: a weaker rule set on disk may run but not promote until it is
 //! proposed, approved by another account holding the role, and adopted.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

@@ -2,7 +2,7 @@
 //! MACed under a key no other process has, checkpoints are pinned to one signing key and found
 //! by the ledger's identity wherever it moves, and `ledger verify` changes nothing.
 
-mod common;
+use crate::common;
 
 use common::{attacker_connection, kavi, kavi_command};
 

@@ -1,9 +1,5 @@
 //! Helpers shared by the integration tests: run the real `kavi` binary in a workspace folder and
 //! read its JSON answers.
-#![allow(
-    dead_code,
-    reason = "each test crate uses a different subset of these helpers"
-)]
 
 pub mod postgres;
 pub mod stand_in;

@@ -1,8 +1,8 @@
 //! CLI scenarios pinned with trycmd: `tests/cmd/*.toml` (one command each) and `tests/cmd/*.md`
-//! (stories). Refresh expected output with `TRYCMD=overwrite cargo test --test cli`, then read
+//! (stories). Refresh expected output with `TRYCMD=overwrite cargo test --test integration cli::`, then read
 //! the diff (and restore the `[..]` redactions) before committing it.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,8 +2,8 @@
 //! Argo Workflows manifests `kavi pipeline export` writes for them: real `kavi` processes, a
 //! real ledger file, and the manifests checked against Argo's published schema.
 
-mod common;
-#[path = "argo/controller.rs"]
+use crate::common;
+#[path = "../argo/controller.rs"]
 mod controller;
 
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Trust end to end: a skill is promoted only at the hash its gates verified, the registry is
 //! derived from the ledger, and one changed byte is reported as drift.
 
-mod common;
+use crate::common;
 
 use common::{copy_policies, json, kavi, node};
 
@@ -554,7 +554,7 @@ fn side_effect_skill(class: &str) -> String {
 const SIDE_EFFECT_TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run({}), {'echo': {}})\n";
 
 /// Leaves the kernel alone to enforce the class: drops the invariants' capability rules and the
-/// policy scan (the gates' early refusals, tests/scanner.rs), as if the skill's code had found a
+/// policy scan (the gates' early refusals, tests/integration/scanner.rs), as if the skill's code had found a
 /// way past them.
 fn kernel_only(root: &std::path::Path) {
     let gates = root.join("policies/gates.toml");

@@ -2,7 +2,7 @@
 //! toolchain (provisioned once, under target/), kavi's scanner and invariants, and every result
 //! a verification row.
 
-mod common;
+use crate::common;
 
 use common::{copy_policies, kavi, last_run, verification};
 

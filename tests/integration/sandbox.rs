@@ -1,7 +1,7 @@
 //! Sandbox, diff gate and copy-back with real files and real git: a build can change only what
 //! the allowlist names, and nothing else reaches the target.
 
-mod common;
+use crate::common;
 
 use common::{copy_policies, kavi, last_run, node};
 

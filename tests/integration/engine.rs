@@ -1,6 +1,6 @@
 //! The engine end to end: the real `kavi` binary, real processes, a real ledger file.
 
-mod common;
+use crate::common;
 
 use common::{json, kavi, kavi_command, node};
 

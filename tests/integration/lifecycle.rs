@@ -1,7 +1,7 @@
 //! Skills and their lifecycle: proposals recorded in the ledger, transitions governed by
 //! `policies/lifecycle.toml`, and an edit to that file changing the next run.
 
-mod common;
+use crate::common;
 
 use common::{json, kavi, repo};
 

@@ -1,0 +1,22 @@
+//! kavi's integration tests, one module per area, in one test binary: fifteen binaries each
+//! linked the whole of kavi again (the build's longest step after compiling it), where one is
+//! linked once. Run one area with its module path: `cargo test --test integration engine::`.
+//! Most drive the real `kavi` binary in a workspace folder (see `common`).
+
+mod common;
+
+mod adoption;
+mod advisory;
+mod chains;
+mod cli;
+mod distributed;
+mod drill;
+mod engine;
+mod forge;
+mod gates;
+mod lifecycle;
+mod proxy;
+mod roots;
+mod sandbox;
+mod scanner;
+mod trust;
