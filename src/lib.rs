@@ -16,17 +16,20 @@ pub mod error;
 pub mod executions;
 pub mod executor;
 pub mod export;
+#[cfg(test)]
+mod fuzz;
 pub mod mcp;
 pub mod nodes;
 pub mod policy;
 pub mod research;
+pub mod schemas;
 pub mod skills;
 pub mod spec;
 pub mod toolchains;
 
 pub use error::Error;
 pub use kavi_foundation::{
-    diagnostic, files, hash, identity, jsonpath, redact, sandbox, state, template,
+    diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,
 };
 pub use kavi_ledger as ledger;
 pub use kavi_process::{self as process, confinement, git};

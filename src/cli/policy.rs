@@ -19,7 +19,7 @@ use crate::skills::Lifecycle;
 use crate::spec::SpecError;
 
 /// The lifecycle every skill command follows.
-const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
+const LIFECYCLE: &str = crate::skills::LIFECYCLE_POLICY;
 
 /// One side of the comparison: its governing set, member by member.
 #[derive(Debug, Serialize)]

@@ -16,7 +16,7 @@ use crate::research::{ResearchError, Step, research};
 use crate::template::TemplateEngine;
 
 /// Where `kavi research` finds its rules: the forge's defaults.
-const CLASSIFIER: &str = crate::nodes::CLASSIFIER_POLICY;
+const CLASSIFIER: &str = crate::policy::classifier::DEFAULT_POLICY;
 
 fn policy_error(message: impl std::fmt::Display) -> Error {
     Error::Usage(message.to_string())

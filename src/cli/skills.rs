@@ -18,7 +18,7 @@ use crate::skills::{Lifecycle, Proposal, SideEffects, TRUSTED};
 use crate::spec::SpecError;
 use crate::template::TemplateEngine;
 
-const LIFECYCLE: &str = crate::nodes::LIFECYCLE_POLICY;
+const LIFECYCLE: &str = crate::skills::LIFECYCLE_POLICY;
 
 pub(super) fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle, Error> {
     let source = super::read_policy(workspace, LIFECYCLE)?;

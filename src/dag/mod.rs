@@ -16,6 +16,9 @@ pub use render::{GraphFormat, render_graph};
 use crate::diagnostic::Diagnostic;
 use crate::spec::{Pipeline, SpecError};
 
+/// The fields of `nodes.<id>` in templates (see `Executor::finish_node`).
+pub const NODE_ENTRY_FIELDS: &[&str] = &["state", "kind", "error", "outputs"];
+
 /// A pipeline whose dependencies form a DAG. Graph node weights index `pipeline.nodes`.
 #[derive(Debug)]
 pub struct Dag<'p> {
@@ -239,7 +242,6 @@ fn unknown_node_field<'p>(
     mut rest: impl Iterator<Item = &'p str>,
 ) -> Option<(String, String)> {
     use crate::diagnostic::suggest;
-    use crate::nodes::NODE_ENTRY_FIELDS;
     let field = rest.next()?;
     if !NODE_ENTRY_FIELDS.contains(&field) {
         return Some((

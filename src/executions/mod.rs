@@ -138,28 +138,6 @@ const OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
 /// How much of a failed skill's stderr an error keeps.
 const STDERR_CHARS: usize = 2000;
 
-/// Checks `input` against a JSON Schema; the error names each failing JSON pointer.
-pub fn validate(schema: &Value, input: &Value, what: &str) -> Result<(), String> {
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|e| format!("the {what} schema is not valid: {e}"))?;
-    let problems: Vec<String> = validator
-        .iter_errors(input)
-        .map(|e| {
-            let pointer = e.instance_path().to_string();
-            let at = if pointer.is_empty() { "/" } else { &pointer };
-            format!("at {at}: {e}")
-        })
-        .collect();
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the {what} does not match the {what} schema: {}",
-            problems.join("; ")
-        ))
-    }
-}
-
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -392,15 +370,17 @@ impl Runner<'_> {
                 crate::redact::secret_from_env(name).map(|v| (name.clone(), v))
             })
             .collect();
-        let (outcome, confinement, secrets) =
-            match (validate(&proposal.input_schema, &input, "input"), secrets) {
-                (Err(e), _) | (Ok(()), Err(e)) => (Err(e), None, Vec::new()),
-                (Ok(()), Ok(secrets)) => {
-                    let (outcome, confinement, _) =
-                        self.invoke(ready, &input, &secrets, cancel).await?;
-                    (outcome, confinement, secrets)
-                }
-            };
+        let (outcome, confinement, secrets) = match (
+            crate::json_schema::validate(&proposal.input_schema, &input, "input"),
+            secrets,
+        ) {
+            (Err(e), _) | (Ok(()), Err(e)) => (Err(e), None, Vec::new()),
+            (Ok(()), Ok(secrets)) => {
+                let (outcome, confinement, _) =
+                    self.invoke(ready, &input, &secrets, cancel).await?;
+                (outcome, confinement, secrets)
+            }
+        };
         let secret_values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
         let (mut output, mut error) = match outcome {
             Ok(output) => (Some(output), None),
@@ -543,9 +523,12 @@ impl Runner<'_> {
             crate::process::Exit::Code(0) => {
                 match serde_json::from_slice::<Value>(&finished.stdout.head) {
                     Err(e) => Err(format!("the output is not JSON: {e}")),
-                    Ok(output) => {
-                        validate(&ready.proposal.output_schema, &output, "output").map(|()| output)
-                    }
+                    Ok(output) => crate::json_schema::validate(
+                        &ready.proposal.output_schema,
+                        &output,
+                        "output",
+                    )
+                    .map(|()| output),
                 }
             }
             crate::process::Exit::Cancelled if cancel.is_cancelled() => Err("cancelled".to_owned()),
@@ -581,7 +564,6 @@ fn new_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn python_interpreters_run_isolated_and_other_programs_are_left_alone() {
@@ -606,25 +588,5 @@ mod tests {
         ] {
             assert_eq!(isolated(argv), want, "{argv:?}");
         }
-    }
-
-    #[test]
-    fn schema_errors_name_the_failing_json_pointer() {
-        let schema = json!({
-            "type": "object",
-            "required": ["text"],
-            "properties": { "text": { "type": "string" }, "n": { "type": "integer" } },
-        });
-        assert!(validate(&schema, &json!({"text": "a"}), "input").is_ok());
-        let error = validate(&schema, &json!({"text": 3}), "input").unwrap_err();
-        assert_eq!(
-            error,
-            "the input does not match the input schema: at /text: 3 is not of type \"string\""
-        );
-        let error = validate(&schema, &json!({"n": 1}), "output").unwrap_err();
-        assert!(
-            error.starts_with("the output does not match the output schema: at /: "),
-            "{error}"
-        );
     }
 }

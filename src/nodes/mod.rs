@@ -47,7 +47,7 @@ use crate::state::NodeState;
 use crate::template::{Scope, TemplateEngine, describe_error, find_read};
 
 /// A node kind: its name in TOML, how to parse its fields, and their JSON Schema (for editors;
-/// see `spec::schema`).
+/// see `crate::schemas`).
 pub struct NodeKind {
     pub name: &'static str,
     pub parse: fn(&mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>,
@@ -74,17 +74,8 @@ pub const KINDS: &[NodeKind] = &[
     chain::KIND,
 ];
 
-/// The fields of `nodes.<id>` in templates (see `Executor::finish_node`).
-pub const NODE_ENTRY_FIELDS: &[&str] = &["state", "kind", "error", "outputs"];
-
-/// The failure classifier a `classify` node uses unless it names another.
-pub const CLASSIFIER_POLICY: &str = "policies/classifier.toml";
-
 /// The kinds whose attempts call out over HTTP, counted by `[pipeline.budget] http_calls`.
 pub const HTTP_KINDS: &[&str] = &[http::KIND.name, advise::KIND.name];
-
-/// The skill lifecycle every skill command and node follows unless told otherwise.
-pub const LIFECYCLE_POLICY: &str = "policies/lifecycle.toml";
 
 pub fn kind(name: &str) -> Option<&'static NodeKind> {
     KINDS.iter().find(|k| k.name == name)
@@ -307,7 +298,7 @@ impl<'a> NodeConfig<'a> {
         &mut self,
         field: Option<&Spanned<String>>,
     ) -> Result<crate::policy::classifier::Classifier, Diagnostic> {
-        let source = self.load_policy_source(field, CLASSIFIER_POLICY)?;
+        let source = self.load_policy_source(field, crate::policy::classifier::DEFAULT_POLICY)?;
         crate::policy::classifier::Classifier::parse(&source)
     }
 

@@ -21,7 +21,7 @@ pub const KIND: NodeKind = NodeKind {
     schema: <TransitionConfig as schemars::JsonSchema>::json_schema,
 };
 
-pub const DEFAULT_POLICY: &str = super::LIFECYCLE_POLICY;
+pub const DEFAULT_POLICY: &str = crate::skills::LIFECYCLE_POLICY;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]

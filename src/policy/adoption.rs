@@ -163,7 +163,7 @@ impl Governing {
 
     /// The adopted lifecycle.
     pub fn lifecycle(&self) -> Result<crate::skills::Lifecycle, String> {
-        let source = self.source(crate::nodes::LIFECYCLE_POLICY)?;
+        let source = self.source(crate::skills::LIFECYCLE_POLICY)?;
         crate::skills::Lifecycle::parse(&source).map_err(|e| e.to_string())
     }
 

@@ -16,6 +16,9 @@ use toml::Spanned;
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::state::NodeState;
 
+/// The failure classifier a `classify` node uses unless it names another.
+pub const DEFAULT_POLICY: &str = "policies/classifier.toml";
+
 /// The kind when no rule matches.
 pub const UNKNOWN: &str = "UNKNOWN";
 

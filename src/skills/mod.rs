@@ -14,6 +14,9 @@ pub mod trust;
 
 pub use kavi_foundation::side_effect::{SideEffect, SideEffects};
 
+/// The skill lifecycle every skill command and node follows unless told otherwise.
+pub const LIFECYCLE_POLICY: &str = "policies/lifecycle.toml";
+
 /// The state a promotion reaches, and the one `kavi skill verify` checks.
 pub const TRUSTED: &str = "TRUSTED";
 
@@ -123,7 +126,7 @@ impl Proposal {
                 ("output", &proposal.output_schema, &example.get_ref().output),
             ];
             for (what, schema, value) in checks {
-                if let Err(e) = crate::executions::validate(schema, value, what) {
+                if let Err(e) = crate::json_schema::validate(schema, value, what) {
                     return Err(Diagnostic::new(format!("example {}: {e}", n + 1))
                         .at(source, example.span()));
                 }

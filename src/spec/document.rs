@@ -892,7 +892,7 @@ impl EventReceiver for Builder<'_, '_> {
 /// and the first difference otherwise. Reading the text in parts, cut before any one line
 /// that opens with `[` or before all of them, must leave it to toml or build the same tables.
 #[cfg(test)]
-pub(super) fn agrees_with_toml(text: &str) -> Result<bool, String> {
+pub(crate) fn agrees_with_toml(text: &str) -> Result<bool, String> {
     let theirs = DeTable::parse(text);
     let agrees = |ours: Option<DeTable<'_>>| -> Result<bool, String> {
         let Some(ours) = ours else {

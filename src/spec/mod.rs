@@ -9,10 +9,6 @@ mod error;
 pub mod governing;
 mod load;
 mod params;
-pub mod schema;
-
-#[cfg(test)]
-mod fuzz;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -21,13 +17,17 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use toml::Spanned;
 
+#[cfg(test)]
+pub(crate) use document::agrees_with_toml;
 pub use error::SpecError;
 #[cfg(test)]
 pub(crate) use load::load_text;
 pub use load::{
     LoadContext, load_pipeline, load_pipeline_str, resolve_pipeline_path, resolve_spec_path,
 };
-pub(crate) use load::{RawParam, load_params, timeout as deserialize_timeout};
+pub(crate) use load::{
+    RawCommon, RawHeader, RawParam, load_params, timeout as deserialize_timeout,
+};
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 
 use crate::diagnostic::SourceFile;

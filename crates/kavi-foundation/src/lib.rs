@@ -2,13 +2,14 @@
 //! problem in a file is reported ([`diagnostic`]), the states a run goes through ([`state`]), who
 //! acts ([`identity`]), how secrets stay out of what kavi keeps ([`redact`]), how content is named
 //! ([`hash`]), how files are opened and copied without trusting what is in their place
-//! ([`files`], [`sandbox`]), side-effect classes ([`side_effect`]), templates ([`template`]) and
-//! JSONPath ([`jsonpath`]).
+//! ([`files`], [`sandbox`]), side-effect classes ([`side_effect`]), templates ([`template`]),
+//! JSON Schema checks of values ([`json_schema`]) and JSONPath ([`jsonpath`]).
 
 pub mod diagnostic;
 pub mod files;
 pub mod hash;
 pub mod identity;
+pub mod json_schema;
 pub mod jsonpath;
 pub mod redact;
 pub mod sandbox;

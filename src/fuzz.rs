@@ -8,7 +8,7 @@
 //! reader of pipelines as through toml (`spec::document`).
 //!
 //! The default is 64 cases a run. For a longer campaign:
-//! `PROPTEST_CASES=20000 cargo test --lib spec::fuzz`; a failure prints the smallest damaged file
+//! `PROPTEST_CASES=20000 cargo test --lib fuzz`; a failure prints the smallest damaged file
 //! proptest could shrink it to.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -283,7 +283,7 @@ proptest! {
             );
             // Pipelines are read in one pass where they can be: damaged, every file must
             // still read exactly as toml reads it, or be left to toml.
-            let agreed = super::document::agrees_with_toml(&damaged);
+            let agreed = crate::spec::agrees_with_toml(&damaged);
             prop_assert!(agreed.is_ok(), "{agreed:?} on this {}:\n{damaged}", SEEDS[seed]);
             Ok(())
         })?;

@@ -165,8 +165,8 @@ fn titled(mut schema: Value, title: &str) -> Value {
 /// besides those every node takes (as the loader reads it: common fields, then the kind's).
 fn pipeline() -> Value {
     let mut generator = SchemaGenerator::default();
-    let mut root = schemars::schema_for!(super::load::RawHeader).to_value();
-    let common = super::load::RawCommon::json_schema(&mut generator).to_value();
+    let mut root = schemars::schema_for!(crate::spec::RawHeader).to_value();
+    let common = crate::spec::RawCommon::json_schema(&mut generator).to_value();
     let kinds: Vec<Value> = crate::nodes::KINDS
         .iter()
         .map(|kind| {
