@@ -17,69 +17,16 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::files::open_regular;
 use crate::hash::{hash_reader, sha256_hex};
 use crate::ledger::{Artifact, ArtifactStore};
+use crate::spec::{InputPattern, output_path};
 
 mod digests;
 pub use digests::DigestMemo;
-
-/// What a node declares about its files, validated when the pipeline loads.
-#[derive(Debug)]
-pub struct CacheSpec {
-    /// Paths or globs relative to the workspace, as written.
-    pub inputs: Vec<InputPattern>,
-    /// Files relative to the workspace.
-    pub outputs: Vec<String>,
-    /// `cache = false`: the key is recorded, never looked up.
-    pub enabled: bool,
-    /// The SHA-256 of the node's definition (its table in the pipeline file, canonicalised).
-    pub definition: String,
-    /// The files that govern the node, as (`<role>:<path>`, spec hash) when it was loaded.
-    pub governing: Vec<(String, String)>,
-}
-
-/// One entry of `inputs`.
-#[derive(Debug, Clone)]
-pub struct InputPattern {
-    pub text: String,
-    /// The folder the pattern cannot match outside of (its part before the first wildcard).
-    base: PathBuf,
-    /// `None` for a plain path, which names a file or a whole folder.
-    glob: Option<GlobMatcher>,
-}
-
-impl InputPattern {
-    /// Parses an `inputs` entry; the caller has checked it stays inside the workspace.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if crate::template::is_templated(text) {
-            return Err("`inputs` are paths and globs, not templates".into());
-        }
-        let wildcard = text.find(['*', '?', '[', '{']);
-        let Some(at) = wildcard else {
-            return Ok(Self {
-                text: text.to_owned(),
-                base: PathBuf::from(text),
-                glob: None,
-            });
-        };
-        let base = text[..at].rsplit_once('/').map_or("", |(dir, _)| dir);
-        let glob = GlobBuilder::new(text)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| format!("invalid glob `{text}`: {}", e.kind()))?
-            .compile_matcher();
-        Ok(Self {
-            text: text.to_owned(),
-            base: PathBuf::from(base),
-            glob: Some(glob),
-        })
-    }
-}
 
 /// A node's key: named parts, each a hash (or a short fact such as `missing`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -127,8 +74,8 @@ impl Key {
     ) -> io::Result<()> {
         let check = until(stopped);
         for input in inputs {
-            let base = workspace.join(&input.base);
-            if input.glob.is_none() && base.symlink_metadata().is_err() {
+            let base = workspace.join(input.base());
+            if input.glob().is_none() && base.symlink_metadata().is_err() {
                 self.parts
                     .insert(format!("input:{}", input.text), "missing".into());
                 continue;
@@ -142,7 +89,7 @@ impl Key {
                 let entry = match entry {
                     Ok(entry) => entry,
                     // A glob's folder that does not exist matches nothing.
-                    Err(e) if input.glob.is_some() && e.depth() == 0 => break,
+                    Err(e) if input.glob().is_some() && e.depth() == 0 => break,
                     Err(e) => return Err(io::Error::other(e)),
                 };
                 // Asked for every entry walked, matched or not: a glob over a large tree that
@@ -152,7 +99,7 @@ impl Key {
                     .path()
                     .strip_prefix(workspace)
                     .expect("inputs are walked inside the workspace");
-                if input.glob.as_ref().is_some_and(|g| !g.is_match(relative)) {
+                if input.glob().is_some_and(|g| !g.is_match(relative)) {
                     continue;
                 }
                 let name = format!("input:{}", relative.display());
@@ -216,18 +163,6 @@ impl<W: io::Write, C: Fn() -> io::Result<()>> io::Write for Checked<W, C> {
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
     }
-}
-
-/// Where a declared output lives: its folder must resolve inside the workspace; the file itself
-/// is never followed (a link in its place is refused when storing, replaced when restoring).
-pub fn output_path(workspace: &Path, output: &str) -> Result<PathBuf, String> {
-    let (folder, name) = output.rsplit_once('/').unwrap_or((".", output));
-    if name.is_empty() || name == "." || name == ".." {
-        return Err(format!("`{output}` does not name a file"));
-    }
-    Ok(crate::sandbox::contained_path(workspace, folder)
-        .map_err(|e| e.replace(&format!("`{folder}`"), &format!("`{output}`")))?
-        .join(name))
 }
 
 /// Stores the declared output files of a node that succeeded, as (path, artifact). A declared

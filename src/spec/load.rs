@@ -989,7 +989,7 @@ fn cache_spec(
     root: &Path,
     common: &RawCommon,
     definition: Option<String>,
-) -> Result<Option<crate::cache::CacheSpec>, Diagnostic> {
+) -> Result<Option<super::CacheSpec>, Diagnostic> {
     if common.inputs.is_empty() {
         let stray = common
             .outputs
@@ -1013,13 +1013,13 @@ fn cache_spec(
     for input in &common.inputs {
         check(input)?;
         inputs.push(
-            crate::cache::InputPattern::parse(input.get_ref())
+            super::InputPattern::parse(input.get_ref())
                 .map_err(|e| Diagnostic::new(e).at(file, input.span()))?,
         );
     }
     let mut outputs = Vec::with_capacity(common.outputs.len());
     for output in &common.outputs {
-        crate::cache::output_path(root, output.get_ref())
+        super::output_path(root, output.get_ref())
             .map_err(|e| Diagnostic::new(format!("invalid path: {e}")).at(file, output.span()))?;
         if output.get_ref().contains(['*', '?', '[', '{']) {
             return Err(
@@ -1029,7 +1029,7 @@ fn cache_spec(
         }
         outputs.push(output.get_ref().clone());
     }
-    Ok(Some(crate::cache::CacheSpec {
+    Ok(Some(super::CacheSpec {
         inputs,
         outputs,
         enabled: common.cache.as_ref().is_none_or(|c| *c.get_ref()),

@@ -4,6 +4,7 @@
 //! keeping byte spans, and turns it into a [`Pipeline`] whose nodes already hold their parsed
 //! kind-specific action. Anything wrong is reported as a [`SpecError`] pointing into the file.
 
+mod cache;
 mod document;
 mod error;
 pub mod governing;
@@ -17,6 +18,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 use toml::Spanned;
 
+pub use cache::{CacheSpec, InputPattern, output_path};
 #[cfg(test)]
 pub(crate) use document::agrees_with_toml;
 pub use error::SpecError;
@@ -75,7 +77,7 @@ pub struct NodeSpec {
     /// Variable paths this node's templates read (`nodes.a.outputs`), with where they are read.
     pub reads: Vec<(String, Range<usize>)>,
     /// What makes it up to date: declared when it has `inputs`.
-    pub cache: Option<crate::cache::CacheSpec>,
+    pub cache: Option<CacheSpec>,
     pub action: Arc<dyn NodeAction>,
 }
 
