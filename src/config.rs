@@ -361,19 +361,6 @@ impl Workspace {
         })
     }
 
-    /// Where this workspace's toolchains are, or are made.
-    pub fn toolchain_home(&self) -> crate::toolchains::Home {
-        crate::toolchains::Home {
-            cache: self.config.toolchains.clone(),
-            existing: self
-                .config
-                .toolchain
-                .iter()
-                .map(|(name, existing)| (name.clone(), existing.path.clone()))
-                .collect(),
-        }
-    }
-
     pub fn templates_dir(&self) -> PathBuf {
         self.root.join("templates")
     }

@@ -346,7 +346,7 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
         Ok(set) => set,
         Err(e) => return vec![check("toolchains", Status::Fail, e.to_string())],
     };
-    let home = workspace.toolchain_home();
+    let home = crate::toolchains::Home::of(workspace);
     set.toolchains
         .iter()
         .map(|toolchain| {

@@ -185,7 +185,7 @@ pub(super) fn environment(
         jobs: jobs_within_open_files(workspace.config.jobs)?,
         use_cache: !options.no_cache,
         depth: 0,
-        toolchains: Arc::new(workspace.toolchain_home()),
+        toolchains: Arc::new(crate::toolchains::Home::of(workspace)),
         child_runs: Arc::new(ChildRunner {
             observer: Box::new(move |depth| observer(json, &child_screen, depth)),
         }),

@@ -79,7 +79,7 @@ fn chosen<'a>(set: &'a ToolchainSet, name: Option<&str>) -> Result<Vec<&'a Toolc
 /// first run does not wait for them.
 pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
     let set = load(workspace)?;
-    let home = workspace.toolchain_home();
+    let home = crate::toolchains::Home::of(workspace);
     let options = capture();
     let cancel = super::cancel_on_signals("provisioning");
     let mut ready = Vec::new();
@@ -107,7 +107,7 @@ pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> R
 /// Each declared toolchain: its pins, and whether and where its environment is.
 pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let set = load(workspace)?;
-    let home = workspace.toolchain_home();
+    let home = crate::toolchains::Home::of(workspace);
     let listed: Vec<serde_json::Value> = set
         .toolchains
         .iter()
@@ -156,7 +156,7 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
 /// Prints the folder of a toolchain's environment (its tools are in `bin/`), if it is ready.
 pub fn path(workspace: &Workspace, name: &str) -> Result<i32, Error> {
     let set = load(workspace)?;
-    let home = workspace.toolchain_home();
+    let home = crate::toolchains::Home::of(workspace);
     let toolchain = chosen(&set, Some(name))?[0];
     let path = match home.existing_for(toolchain) {
         Some(path) => path.to_owned(),

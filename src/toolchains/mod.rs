@@ -280,6 +280,19 @@ pub struct Home {
 }
 
 impl Home {
+    /// Where `workspace`'s toolchains are, or are made.
+    pub fn of(workspace: &crate::config::Workspace) -> Self {
+        Self {
+            cache: workspace.config.toolchains.clone(),
+            existing: workspace
+                .config
+                .toolchain
+                .iter()
+                .map(|(name, existing)| (name.clone(), existing.path.clone()))
+                .collect(),
+        }
+    }
+
     /// The folder a toolchain's environment is provisioned into: named by its declaration's
     /// hash, so each declaration has its own.
     pub fn folder_of(&self, toolchain: &Toolchain) -> PathBuf {
