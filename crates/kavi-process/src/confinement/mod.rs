@@ -585,15 +585,17 @@ mod tests {
         std::fs::write(dir.join("read-only"), "trusted").unwrap();
         std::fs::create_dir_all(dir.join("app")).unwrap();
         std::fs::write(dir.join("app/.env"), "API_KEY=sk-live").unwrap();
+        // The decoys (/etc/shadow here, a hidden `.env`) are read last: the tripwire stops the
+        // process as soon as it sees one opened, and what follows might not run.
         let script = format!(
             "echo ok > {inside}/a; echo no > {dir}/b; chmod 777 {dir}/read-only; \
-             ls /root /home 2>&1; cat /etc/shadow 2>&1; cat {dir}/hidden/ledger 2>&1; \
-             cat {dir}/app/.env; \
+             ls /root /home 2>&1; cat {dir}/hidden/ledger 2>&1; \
              cat /proc/1/environ /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SECRET; \
              v=$(cat /proc/sys/kernel/printk_ratelimit_burst); \
              (echo $v > /proc/sys/kernel/printk_ratelimit_burst) 2>/dev/null || echo sysctl-refused; \
              (echo > /proc/sysrq-trigger) 2>/dev/null || echo sysrq-refused; \
-             ls /proc | grep -c '^[0-9]'",
+             printf processes=; ls /proc | grep -c '^[0-9]'; \
+             cat {dir}/app/.env /etc/shadow 2>&1",
             inside = inside.display(),
             dir = dir.display()
         );
@@ -627,9 +629,14 @@ mod tests {
             out.contains("sysctl-refused") && out.contains("sysrq-refused"),
             "{out}"
         );
-        // /etc/shadow is not in the view; no process outside it (kavi's environment) is.
-        let lines: Vec<&str> = out.lines().collect();
-        let processes: usize = lines.last().unwrap().trim().parse().unwrap();
+        // /etc/shadow is not in the view (a decoy is); no process outside it (kavi's environment) is.
+        assert!(!out.lines().any(|line| line.starts_with("root:")), "{out}");
+        let processes: usize = out
+            .lines()
+            .find_map(|line| line.strip_prefix("processes="))
+            .unwrap_or_else(|| panic!("no process count: {out}"))
+            .parse()
+            .unwrap();
         assert!(processes <= 4, "sees {processes} processes: {out}");
         use std::os::unix::fs::PermissionsExt;
     }
