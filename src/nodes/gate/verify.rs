@@ -1,0 +1,253 @@
+//! Running a gate set: its toolchains provisioned, its gates run side by side, and the
+//! verification report recorded.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{Check, DETAIL_IN_ERROR, Gate, Scope};
+use crate::ledger::{GateResult, Ledger};
+use crate::nodes::vars::Vars;
+use crate::nodes::{NodeAction, NodeContext, NodeOutcome};
+use crate::state::NodeState;
+use crate::toolchains::Provisioned;
+
+/// Each toolchain the gates name, ready or why not, by name.
+pub(super) type Toolchains = std::collections::HashMap<String, Result<Provisioned, String>>;
+
+impl Gate {
+    /// The values the secret rules of this set's `secret_scan` gates find in their files' text,
+    /// even when a gate could not run its tools. A file that cannot be read has been reported
+    /// by its gate already.
+    fn secrets_in(
+        &self,
+        ctx: &NodeContext<'_>,
+        cwd: &Path,
+        vars: &minijinja::Value,
+    ) -> Vec<String> {
+        let mut values = Vec::new();
+        for gate in &self.gates {
+            let Check::Secrets { scanner, files, .. } = &gate.check else {
+                continue;
+            };
+            let files: Vec<String> = files
+                .iter()
+                .filter_map(|f| Vars::apply(ctx, f, vars).ok())
+                .collect();
+            let Ok((read, _)) = crate::policy::scanner::read_skill_files(cwd, &files) else {
+                continue;
+            };
+            for file in &read {
+                values.extend(scanner.scan_secrets(&file.name, &file.text).1);
+            }
+        }
+        values
+    }
+
+    /// Makes ready, once each, the toolchains the gates name; an install is reported on stderr
+    /// as it happens.
+    async fn provision(&self, ctx: &NodeContext<'_>) -> Toolchains {
+        let mut ready = Toolchains::new();
+        for gate in &self.gates {
+            let Some((toolchain, _)) = gate.check.tool() else {
+                continue;
+            };
+            if ready.contains_key(&toolchain.name) {
+                continue;
+            }
+            let provisioned = crate::toolchains::provision::ensure(
+                toolchain,
+                &ctx.env.toolchains,
+                &ctx.capture(64 * 1024, None),
+                &ctx.cancel,
+                &|line| eprintln!("{line}"),
+            )
+            .await
+            .map_err(|e| e.to_string());
+            ready.insert(toolchain.name.clone(), provisioned);
+        }
+        ready
+    }
+
+    pub(super) async fn verify(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let vars = self.vars.render(ctx)?;
+        let cwd = ctx.env.workspace.join(ctx.render("cwd", &self.cwd)?);
+        if !cwd.is_dir() {
+            return Err(format!(
+                "working directory {} does not exist",
+                cwd.display()
+            ));
+        }
+        let skill = ctx.render_optional("skill", self.skill.as_ref())?;
+        // The gates' paths follow `vars.skill`: gating another skill's files would record them
+        // as this one's verification.
+        if let (Some(skill), Ok(named)) = (&skill, vars.get_attr("skill"))
+            && !named.is_undefined()
+            && named.as_str() != Some(skill.as_str())
+        {
+            return Err(format!(
+                "`vars.skill` ({named}) is not the skill this node verifies (`{skill}`): the \
+                 gates would check other files than the ones recorded as verified"
+            ));
+        }
+        let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        let row = match &skill {
+            Some(skill) => match ledger.skill(skill) {
+                Ok(row) => Some(row),
+                Err(crate::ledger::LedgerError::SkillNotFound(_)) => None,
+                Err(e) => return Err(e.to_string()),
+            },
+            None => None,
+        };
+        // The hash covers the proposal too, so only a proposed skill has one.
+        let hash = || match (&self.trust, &row) {
+            (Some(trust), Some(row)) => trust
+                .source_hash(&ctx.env.templates, &cwd, &row.name, &row.proposal_path)
+                .map(Some),
+            _ => Ok(None),
+        };
+        let before = hash()?;
+        // Invariants compare what the skill declares with what it was proposed as.
+        let class = row.as_ref().map(|row| row.side_effect.clone());
+        // Gates that start a process (commands, the analyser, detect-secrets) share one private
+        // temporary folder and one confinement; a set of invariants alone needs neither.
+        let confined = if self.gates.iter().any(|g| g.check.starts_process()) {
+            let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
+                .and_then(|tmp| ctx.env.owner.track(tmp.path()).map(|()| tmp))
+                .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
+            let confinement = self.confinement.confine(
+                &ctx.env.templates,
+                &minijinja::context! { workspace => &*ctx.env.workspace, tmp => tmp.path() },
+                &[],
+            )?;
+            Some((confinement, tmp))
+        } else {
+            None
+        };
+        let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
+        let toolchains = self.provision(ctx).await;
+        let secrets = std::sync::Mutex::new(Vec::new());
+        let scope = Scope {
+            cwd: &cwd,
+            vars: &vars,
+            class: class.as_deref(),
+            confined: for_commands,
+            allowed: &self.allowed,
+            skill: match (&row, &self.trust) {
+                (Some(row), Some(trust)) => Some((&row.name, &row.proposal_path, trust)),
+                _ => None,
+            },
+            secrets: &secrets,
+        };
+        let mut results = futures_util::future::join_all(
+            self.gates
+                .iter()
+                .map(|gate| gate.run(ctx, &scope, &toolchains)),
+        )
+        .await;
+        // A secret the secret scan found is printed by no gate: a test's traceback or a type
+        // error may quote the line that holds it, or print the key the code builds.
+        let mut found = self.secrets_in(ctx, &cwd, &vars);
+        found.extend(
+            secrets
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if let Some(redactor) = crate::redact::Redactor::new(&found).map(|r| r.line_wise()) {
+            for result in &mut results {
+                if let Some(detail) = &mut result.detail {
+                    *detail = redactor.text(detail);
+                }
+            }
+        }
+        // What passed must be what is recorded: files that changed under the gates void the run.
+        if hash()? != before {
+            return Err(
+                "the skill's files changed while the gates ran; nothing is recorded as verified"
+                    .into(),
+            );
+        }
+        let blocking: Vec<&GateResult> = results
+            .iter()
+            .filter(|r| r.required && r.status != "passed")
+            .collect();
+        // The kind that names the attempt: by the declared precedence, then by gate order.
+        let rank = |r: &GateResult| {
+            r.failure_kind
+                .as_ref()
+                .and_then(|kind| self.precedence.iter().position(|p| p == kind))
+                .unwrap_or(usize::MAX)
+        };
+        let deciding = blocking
+            .iter()
+            .enumerate()
+            .min_by_key(|(order, r)| (rank(r), *order))
+            .map(|(_, r)| r);
+
+        let report = json!({
+            "set": self.set_path,
+            "skill": skill,
+            "source_hash": before,
+            "gates": results,
+        });
+        let report_text = serde_json::to_string_pretty(&report).expect("report serializes");
+        let artifact = ctx
+            .env
+            .artifacts
+            .put_bytes("VERIFICATION_REPORT", report_text.as_bytes())
+            .map_err(|e| format!("failed to store the verification report: {e}"))?;
+        ledger
+            .record_verifications(
+                ctx.run_id,
+                ctx.node_id,
+                skill.as_deref(),
+                before.as_deref(),
+                blocking.is_empty(),
+                &results,
+                &artifact,
+            )
+            .map_err(|e| format!("failed to record verifications: {e}"))?;
+
+        let mut outcome = NodeOutcome::succeeded(json!({
+            "passed": blocking.is_empty(),
+            "gates": results,
+            "failure_kind": deciding.and_then(|r| r.failure_kind.clone()),
+            "source_hash": before,
+            "report": artifact.sha256,
+            "confinement": confined.as_ref().map(|(c, _)| c.record()),
+        }));
+        outcome.artifacts.push(("report", artifact));
+        if !blocking.is_empty() {
+            outcome.state = NodeState::Failed;
+            // Name each gate that held the skill back, with the start of its detail, so the
+            // reason is visible where the run is watched and not only in the ledger.
+            let mut error = String::from("required gates did not pass:");
+            for r in &blocking {
+                error.push_str(&format!("\n  {} ({})", r.gate, r.status));
+                for line in r
+                    .detail
+                    .as_deref()
+                    .unwrap_or_default()
+                    .lines()
+                    .take(DETAIL_IN_ERROR)
+                {
+                    error.push_str(&format!("\n    {line}"));
+                }
+            }
+            outcome.error = Some(error);
+        }
+        Ok(outcome)
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for Gate {
+    fn describe(&self) -> String {
+        let ids: Vec<&str> = self.gates.iter().map(|g| g.id.as_str()).collect();
+        format!("gate set {} ({})", self.set_path, ids.join(", "))
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.verify(ctx).await.unwrap_or_else(NodeOutcome::failed)
+    }
+}

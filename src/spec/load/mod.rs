@@ -1,0 +1,210 @@
+//! From pipeline TOML text to a validated [`Pipeline`].
+//!
+//! The document is parsed once into a span-keeping table. The header and parameters are
+//! deserialized with `deny_unknown_fields`; each node's table is split into the fields every
+//! kind shares and the fields of its kind, and the kind's own parser takes the latter. Because
+//! all of it deserializes from the one parsed table, every error keeps its place in the file.
+//!
+//! A long pipeline uses the cores: its nodes are loaded on a thread of their own as the reader
+//! hands their tables over ([`Courier`]), and the nodes left in the tree are loaded in shares,
+//! one per core ([`NodeLoader::load_all`]). Nodes, problems and governing files come out in
+//! the file's order either way.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::document::Read;
+use super::{Pipeline, SpecError};
+use crate::diagnostic::{Diagnostic, SourceFile, toml_error};
+use crate::template::TemplateEngine;
+
+mod loader;
+mod node;
+mod raw;
+
+use loader::{Courier, NodeLoader};
+use node::check_needs;
+pub(crate) use node::load_params;
+pub(crate) use raw::{RawCommon, RawHeader, RawParam, timeout};
+
+/// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
+pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecError> {
+    resolve_spec_path(root, "pipelines", "pipeline", name)
+}
+
+/// Finds a spec file: a path as given, or a bare name looked up in `<root>/<folder>/`, with or
+/// without `.toml`. `what` names the kind of spec in the error.
+pub fn resolve_spec_path(
+    root: &Path,
+    folder: &str,
+    what: &'static str,
+    name: &str,
+) -> Result<PathBuf, SpecError> {
+    let given = PathBuf::from(name);
+    if given.is_file() {
+        return Ok(given);
+    }
+    let mut tried = vec![given];
+    if !name.contains('/') {
+        let in_folder = root.join(folder).join(name);
+        tried.push(in_folder.clone());
+        if in_folder.is_file() {
+            return Ok(in_folder);
+        }
+        if !name.ends_with(".toml") {
+            let with_ext = root.join(folder).join(format!("{name}.toml"));
+            tried.push(with_ext.clone());
+            if with_ext.is_file() {
+                return Ok(with_ext);
+            }
+        }
+    }
+    Err(SpecError::NotFound {
+        what,
+        name: name.to_owned(),
+        tried,
+    })
+}
+
+/// What loading a pipeline needs besides its text.
+pub struct LoadContext<'a> {
+    /// The workspace root: policy files are named relative to it.
+    pub root: &'a Path,
+    pub templates: &'a TemplateEngine,
+    /// The pipeline files being loaded, outermost first, each canonical: a `pipeline` node that
+    /// names one of them again would include itself forever.
+    pub including: &'a [PathBuf],
+}
+
+/// Reads and validates a pipeline file. `display_path` is how messages name the file.
+pub fn load_pipeline(
+    path: &Path,
+    display_path: &Path,
+    context: &LoadContext<'_>,
+) -> Result<Pipeline, SpecError> {
+    let read_error = |source| SpecError::Read {
+        path: display_path.to_owned(),
+        source,
+    };
+    let text = crate::diagnostic::read_spec(path).map_err(read_error)?;
+    let mut including = context.including.to_vec();
+    including.push(path.canonicalize().map_err(read_error)?);
+    let context = LoadContext {
+        including: &including,
+        ..*context
+    };
+    load_pipeline_str(display_path, text, &context)
+}
+
+/// Validates pipeline text. Everything is checked before returning, and all problems found in
+/// the nodes are reported together.
+pub fn load_pipeline_str(
+    display_path: &Path,
+    text: String,
+    context: &LoadContext<'_>,
+) -> Result<Pipeline, SpecError> {
+    let file = SourceFile::new(display_path, text);
+    let loader = Mutex::new(NodeLoader::new(&file, context));
+    // Each node is loaded as soon as its table is read, and the table dropped: the nodes'
+    // tables are never all held at once. A long pipeline's nodes are loaded on a thread of
+    // their own while the reading goes on (see [`Courier`]).
+    let read = std::thread::scope(|scope| {
+        let mut courier = Courier::new(&loader, scope);
+        let read = super::document::parse_taking(&file.text, "nodes", &["params"], &mut courier);
+        courier.finish();
+        read
+    });
+    let mut loader = loader.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let spec_hash = file.spec_hash().to_owned();
+    let (root, handed) = match read {
+        Read::Tables { root, handed } => (root, handed),
+        Read::LeftToToml => (
+            DeTable::parse(&file.text).map_err(|e| toml_error(&file, &e))?,
+            0,
+        ),
+    };
+    loader.keep_first(handed);
+    let root_span = root.span();
+
+    let mut header_table = DeTable::new();
+    let mut raw_nodes = None;
+    for (key, value) in root.into_inner() {
+        if key.get_ref() == "nodes" {
+            raw_nodes = Some(value);
+        } else {
+            header_table.insert(key, value);
+        }
+    }
+    let header = RawHeader::deserialize(toml::de::Deserializer::from(Spanned::new(
+        root_span.clone(),
+        header_table,
+    )))
+    .map_err(|e| toml_error(&file, &e))?;
+    if loader.params.is_none() {
+        let params = load_params(&file, header.params, &mut loader.problems);
+        loader.params = Some(params);
+    }
+
+    match raw_nodes {
+        None => loader.problems.push(
+            Diagnostic::new("a pipeline needs at least one node")
+                .at(&file, 0..0)
+                .with_help("add a table such as [nodes.hello] with kind = \"exec\""),
+        ),
+        Some(value) => {
+            let span = value.span();
+            match value.into_inner() {
+                // The first `handed` stand for the nodes loaded as they were read.
+                DeValue::Table(table) => loader.load_all(table.into_iter().skip(handed).collect()),
+                _ => loader.problems.push(
+                    Diagnostic::new("`nodes` must be a table of node tables").at(&file, span),
+                ),
+            }
+        }
+    }
+    let NodeLoader {
+        params,
+        mut problems,
+        nodes,
+        governing,
+        unloaded,
+        ..
+    } = loader;
+    let params = params.unwrap_or_default();
+    check_needs(&file, &nodes, &unloaded, &mut problems);
+
+    if !problems.is_empty() {
+        return Err(problems.into());
+    }
+    Ok(Pipeline {
+        name: header.pipeline.name,
+        description: header.pipeline.description,
+        source: file,
+        spec_hash,
+        fail_fast: header.pipeline.fail_fast,
+        budget: header.pipeline.budget,
+        params,
+        nodes,
+        governing,
+    })
+}
+
+/// `text`, loaded as `p.toml` in an empty workspace: for tests.
+#[cfg(test)]
+pub(crate) fn load_text(text: &str) -> Result<Pipeline, SpecError> {
+    let root = tempfile::tempdir().unwrap();
+    let templates = TemplateEngine::new(&root.path().join("templates"));
+    let context = LoadContext {
+        root: root.path(),
+        templates: &templates,
+        including: &[],
+    };
+    load_pipeline_str(Path::new("p.toml"), text.into(), &context)
+}
+
+#[cfg(test)]
+mod tests;

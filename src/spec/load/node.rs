@@ -1,0 +1,361 @@
+//! One node's table to a [`NodeSpec`], and the checks across nodes: parameters, `needs`,
+//! inputs, outputs and cache.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::LoadContext;
+use super::raw::{COMMON_FIELDS, MAX_ATTEMPTS, RawCommon, RawParam, retry_on};
+use crate::diagnostic::{Diagnostic, SourceFile, toml_error};
+use crate::nodes::{self, NodeConfig};
+use crate::spec::document::Key;
+use crate::spec::governing::{GoverningSet, NamedFiles, Role};
+use crate::spec::params::ParamDecl;
+use crate::spec::{NodeSpec, OnFailure, RetryPolicy, Trigger};
+use crate::template::describe_error;
+
+pub(crate) fn load_params(
+    file: &Arc<SourceFile>,
+    raw: IndexMap<String, Spanned<RawParam>>,
+    problems: &mut Vec<Diagnostic>,
+) -> IndexMap<String, ParamDecl> {
+    let mut params = IndexMap::new();
+    for (name, raw) in raw {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        let default = match &raw.default {
+            None => None,
+            Some(value) => match raw.ty.accepts(value.get_ref()) {
+                Some(json) => Some(json),
+                None => {
+                    problems.push(
+                        Diagnostic::new(format!(
+                            "default of parameter `{name}` is a {}, but its type is {}",
+                            value.get_ref().type_str(),
+                            raw.ty.name()
+                        ))
+                        .at(file, value.span()),
+                    );
+                    continue;
+                }
+            },
+        };
+        match (&raw.required, &default) {
+            (Some(required), Some(_)) if *required.get_ref() => problems.push(
+                Diagnostic::new(format!(
+                    "parameter `{name}` is required but also has a default"
+                ))
+                .at(file, required.span())
+                .with_help("drop `required`, or drop the default"),
+            ),
+            (Some(required), None) if !*required.get_ref() => problems.push(
+                Diagnostic::new(format!("optional parameter `{name}` needs a default"))
+                    .at(file, span.clone()),
+            ),
+            _ => {}
+        }
+        params.insert(
+            name,
+            ParamDecl {
+                ty: raw.ty,
+                default,
+                description: raw.description,
+            },
+        );
+    }
+    params
+}
+
+fn is_valid_node_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+pub(super) fn load_node(
+    file: &Arc<SourceFile>,
+    id: Key<'_>,
+    node: Spanned<DeValue<'_>>,
+    context: &LoadContext<'_>,
+    params: &IndexMap<String, ParamDecl>,
+    named_files: &mut NamedFiles,
+) -> Result<(NodeSpec, GoverningSet), Diagnostic> {
+    let templates = context.templates;
+    let id_span = id.span();
+    let id = id.into_inner().into_owned();
+    if !is_valid_node_id(&id) {
+        return Err(Diagnostic::new(format!("invalid node id `{id}`"))
+            .at(file, id_span)
+            .with_help(
+                "node ids start with a letter or `_` and hold only letters, digits, `_` and `-`",
+            ));
+    }
+    let node_span = node.span();
+    // A cached node's key covers its whole definition, as written.
+    let definition = match node.get_ref() {
+        DeValue::Table(table) if table.contains_key("inputs") => Some(definition_hash(
+            Spanned::new(node_span.clone(), table.clone()),
+        )),
+        _ => None,
+    };
+    let DeValue::Table(table) = node.into_inner() else {
+        return Err(Diagnostic::new(format!("node `{id}` must be a table")).at(file, node_span));
+    };
+
+    // Each made at its size: growing them rehashes every key again.
+    let common_fields = table
+        .keys()
+        .filter(|key| COMMON_FIELDS.contains(&key.get_ref().as_ref()))
+        .count();
+    let mut common = DeTable::with_capacity(common_fields);
+    let mut specific = DeTable::with_capacity(table.len() - common_fields);
+    for (key, value) in table {
+        if COMMON_FIELDS.contains(&key.get_ref().as_ref()) {
+            common.insert(key, value);
+        } else {
+            specific.insert(key, value);
+        }
+    }
+    let common = RawCommon::deserialize(toml::de::Deserializer::from(Spanned::new(
+        node_span.clone(),
+        common,
+    )))
+    .map_err(|e| toml_error(file, &e))?;
+
+    let kind_name = common.kind.get_ref();
+    let Some(kind) = nodes::kind(kind_name) else {
+        let known: Vec<_> = nodes::KINDS
+            .iter()
+            .map(|k| format!("`{}`", k.name))
+            .collect();
+        let help = match crate::diagnostic::closest(kind_name, nodes::KINDS.iter().map(|k| k.name))
+        {
+            Some(close) => format!("did you mean `{close}`? known kinds: {}", known.join(", ")),
+            None => format!("known kinds: {}", known.join(", ")),
+        };
+        return Err(Diagnostic::new(format!("unknown node kind `{kind_name}`"))
+            .at(file, common.kind.span())
+            .with_help(help));
+    };
+
+    let mut config = NodeConfig {
+        file,
+        table: Some(Spanned::new(node_span.clone(), specific)),
+        span: id_span.clone(),
+        root: context.root,
+        templates,
+        including: context.including,
+        reads: Vec::new(),
+        governing: GoverningSet::default(),
+        named_files,
+    };
+    let action = (kind.parse)(&mut config).map_err(|mut d| {
+        let in_this_file = d
+            .location
+            .as_ref()
+            .is_some_and(|(f, _)| Arc::ptr_eq(f, file));
+        if in_this_file && d.message.starts_with("unknown field") {
+            let also = format!("every node also takes: {}", COMMON_FIELDS.join(", "));
+            d.help = Some(match d.help.take() {
+                Some(suggestion) => format!("{suggestion} {also}"),
+                None => also,
+            });
+        }
+        d
+    })?;
+
+    if let Some(when) = &common.when {
+        let reads = templates.check_expression(when.get_ref()).map_err(|e| {
+            Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
+                .at(file, when.span())
+        })?;
+        if let Some((_, message, help)) = crate::template::Scope::node().unknown(&reads) {
+            return Err(Diagnostic::new(message)
+                .at(file, when.span())
+                .with_help(help));
+        }
+        config
+            .reads
+            .extend(reads.into_iter().map(|path| (path, when.span())));
+    }
+    check_param_reads(file, &config.reads, params)?;
+
+    let mut cache = cache_spec(file, context.root, &common, definition)?;
+    let retry = match common.retry {
+        None => RetryPolicy::default(),
+        Some(raw) if !(1..=MAX_ATTEMPTS).contains(raw.attempts.get_ref()) => {
+            return Err(Diagnostic::new(format!(
+                "`retry.attempts` counts every try and must be from 1 to {MAX_ATTEMPTS}"
+            ))
+            .at(file, raw.attempts.span()));
+        }
+        Some(raw) => RetryPolicy {
+            attempts: raw.attempts.into_inner(),
+            backoff: raw.backoff.unwrap_or(Duration::ZERO),
+            factor: match raw.factor {
+                None => 2,
+                Some(factor) if (1..=10).contains(factor.get_ref()) => factor.into_inner(),
+                Some(factor) => {
+                    return Err(Diagnostic::new("`retry.factor` must be from 1 to 10")
+                        .at(file, factor.span()));
+                }
+            },
+            max_backoff: raw.max_backoff,
+            on: retry_on(file, &raw.on, &mut config)?,
+        },
+    };
+
+    if let Some(cache) = &mut cache {
+        // The policies, templates and chains that govern this node are part of its key; the
+        // pipeline file is, through its definition. The files its command happens to name are
+        // not: that is a guess (a log it appends to changes every run), and a key is declared,
+        // so a script it runs belongs in its `inputs`.
+        cache.governing = config
+            .governing
+            .members()
+            .into_iter()
+            .filter(|(role, ..)| !matches!(role, Role::Pipeline | Role::Script))
+            .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash))
+            .collect();
+    }
+    let node = NodeSpec {
+        id,
+        span: id_span,
+        kind: kind.name,
+        description: common.description,
+        needs: common.needs,
+        when: common.when,
+        timeout: common.timeout,
+        retry,
+        on_failure: common.on_failure.unwrap_or(OnFailure::Stop),
+        trigger: common.trigger.unwrap_or(Trigger::Success),
+        reads: config.reads,
+        cache,
+        action,
+    };
+    Ok((node, config.governing))
+}
+
+/// The SHA-256 of a node's table as TOML would give it back: the same for the same fields and
+/// values, however they are spaced or commented.
+fn definition_hash(node: Spanned<DeTable<'_>>) -> String {
+    let table = toml::Table::deserialize(toml::de::Deserializer::from(node))
+        .map(|table| table.to_string())
+        .unwrap_or_default();
+    crate::hash::sha256_hex(table.as_bytes())
+}
+
+/// Checks `inputs`, `outputs` and `cache`: paths inside the workspace, valid globs, and no
+/// outputs or `cache` without inputs (there would be nothing to key on).
+fn cache_spec(
+    file: &Arc<SourceFile>,
+    root: &Path,
+    common: &RawCommon,
+    definition: Option<String>,
+) -> Result<Option<crate::spec::CacheSpec>, Diagnostic> {
+    if common.inputs.is_empty() {
+        let stray = common
+            .outputs
+            .first()
+            .map(|o| ("outputs", o.span()))
+            .or_else(|| common.cache.as_ref().map(|c| ("cache", c.span())));
+        return match stray {
+            None => Ok(None),
+            Some((field, span)) => Err(Diagnostic::new(format!(
+                "`{field}` without `inputs`: a node is cached only when it declares its inputs"
+            ))
+            .at(file, span)
+            .with_help("list the files its result depends on in `inputs`")),
+        };
+    }
+    let check = |path: &Spanned<String>| {
+        crate::sandbox::contained_path(root, path.get_ref())
+            .map_err(|e| Diagnostic::new(format!("invalid path: {e}")).at(file, path.span()))
+    };
+    let mut inputs = Vec::with_capacity(common.inputs.len());
+    for input in &common.inputs {
+        check(input)?;
+        inputs.push(
+            crate::spec::InputPattern::parse(input.get_ref())
+                .map_err(|e| Diagnostic::new(e).at(file, input.span()))?,
+        );
+    }
+    let mut outputs = Vec::with_capacity(common.outputs.len());
+    for output in &common.outputs {
+        crate::spec::output_path(root, output.get_ref())
+            .map_err(|e| Diagnostic::new(format!("invalid path: {e}")).at(file, output.span()))?;
+        if output.get_ref().contains(['*', '?', '[', '{']) {
+            return Err(
+                Diagnostic::new("`outputs` name files; globs are for `inputs`")
+                    .at(file, output.span()),
+            );
+        }
+        outputs.push(output.get_ref().clone());
+    }
+    Ok(Some(crate::spec::CacheSpec {
+        inputs,
+        outputs,
+        enabled: common.cache.as_ref().is_none_or(|c| *c.get_ref()),
+        definition: definition.unwrap_or_default(),
+        governing: Vec::new(),
+    }))
+}
+
+/// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now.
+fn check_param_reads(
+    file: &Arc<SourceFile>,
+    reads: &[(String, std::ops::Range<usize>)],
+    params: &IndexMap<String, ParamDecl>,
+) -> Result<(), Diagnostic> {
+    for (path, span) in reads {
+        let mut parts = path.split('.');
+        if parts.next() == Some("params")
+            && let Some(name) = parts.next()
+            && !params.contains_key(name)
+        {
+            return Err(
+                Diagnostic::new(format!("template reads undeclared parameter `{name}`"))
+                    .at(file, span.clone())
+                    .with_help(format!("declare it with a [params.{name}] table")),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every `needs` entry must name another node of this pipeline.
+pub(super) fn check_needs(
+    file: &Arc<SourceFile>,
+    nodes: &[NodeSpec],
+    unloaded: &[String],
+    problems: &mut Vec<Diagnostic>,
+) {
+    // foldhash, not SipHash: the ids are the operator's, and there can be tens of thousands.
+    let ids: std::collections::HashSet<&str, foldhash::fast::RandomState> = nodes
+        .iter()
+        .map(|n| n.id.as_str())
+        .chain(unloaded.iter().map(String::as_str))
+        .collect();
+    for node in nodes {
+        for need in &node.needs {
+            if !ids.contains(need.get_ref().as_str()) {
+                problems.push(
+                    Diagnostic::new(format!(
+                        "node `{}` needs `{}`, which is not a node of this pipeline",
+                        node.id,
+                        need.get_ref()
+                    ))
+                    .at(file, need.span()),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Tests of pipeline loading: fields, errors with their places, and loading on threads.
+
+use super::*;
+
+/// What a layout must not change: the nodes in order with their tries, and the parameters.
+fn summary(text: &str) -> (Vec<(String, u32)>, Vec<String>) {
+    let pipeline = load_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let nodes = pipeline
+        .nodes
+        .iter()
+        .map(|node| (node.id.clone(), node.retry.attempts))
+        .collect();
+    (nodes, pipeline.params.keys().cloned().collect())
+}
+
+fn messages(text: &str) -> Vec<String> {
+    match load_text(text) {
+        Ok(_) => panic!("loaded\n{text}"),
+        Err(SpecError::Invalid(problems)) => problems.0.iter().map(|p| p.message.clone()).collect(),
+        Err(e) => vec![e.to_string()],
+    }
+}
+
+#[test]
+fn nodes_load_alike_however_their_tables_are_laid_out() {
+    let head = "[pipeline]\nname = \"p\"\n";
+    let x = "[params.x]\ntype = \"string\"\ndefault = \"v\"\n";
+    let a = "[nodes.a]\nkind = \"exec\"\nrun = [\"echo\", \"{{ params.x }}\"]\n";
+    let b = "[nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"a\"]\n";
+    let retry = "[nodes.a.retry]\nattempts = 3\n";
+    // Nothing read as the file is read: the nodes are values of a `[nodes]` table.
+    let inline = format!(
+        "{head}{x}[nodes]\na = {{ kind = \"exec\", run = [\"echo\", \"{{{{ params.x }}}}\"], retry = {{ attempts = 3 }} }}\n\
+             b = {{ kind = \"exec\", run = [\"true\"], needs = [\"a\"] }}\n"
+    );
+    let expected = summary(&inline);
+    assert_eq!(expected.0, [("a".to_owned(), 3), ("b".to_owned(), 1)]);
+    for text in [
+        // Every node loaded as it is read.
+        format!("{head}{x}{}retry.attempts = 3\n{b}", a),
+        // A header adds to the node just read: it and the rest are loaded at the end.
+        format!("{head}{x}{a}{retry}{b}"),
+        // A header reaches into a node already loaded, or parameters come after one:
+        // read again, all loaded at the end.
+        format!("{head}{x}{a}{b}{retry}"),
+        format!("{head}{a}retry.attempts = 3\n{b}{x}"),
+        format!("{a}retry.attempts = 3\n{x}{b}{head}"),
+    ] {
+        assert_eq!(summary(&text), expected, "{text}");
+    }
+}
+
+/// Ten nodes, whichever way they load: handed to the loading thread as they are read
+/// (parameters first), or in three shares on three threads from the tree (parameters
+/// last, so the file is read again). Nodes, governing files and problems keep the file's
+/// order.
+#[test]
+fn a_long_pipeline_loads_in_the_file_s_order_on_any_thread() {
+    let head = "[pipeline]\nname = \"p\"\n";
+    let x = "[params.x]\ntype = \"string\"\ndefault = \"v\"\n";
+    let nodes = |broken: &[usize]| {
+        (0..10)
+            .map(|i| {
+                let kind = if broken.contains(&i) { "nope" } else { "exec" };
+                let needs = if i > 0 {
+                    format!("needs = [\"n{}\"]\n", i - 1)
+                } else {
+                    String::new()
+                };
+                format!("[nodes.n{i}]\nkind = \"{kind}\"\nrun = [\"cat\", \"f{i}\"]\n{needs}")
+            })
+            .collect::<String>()
+    };
+    let layouts = |broken: &[usize]| {
+        let nodes = nodes(broken);
+        [format!("{head}{x}{nodes}"), format!("{head}{nodes}{x}")]
+    };
+    let root = tempfile::tempdir().unwrap();
+    for i in 0..10 {
+        std::fs::write(root.path().join(format!("f{i}")), format!("{i}")).unwrap();
+    }
+    let templates = TemplateEngine::new(&root.path().join("templates"));
+    let context = LoadContext {
+        root: root.path(),
+        templates: &templates,
+        including: &[],
+    };
+    let load = |text: &String| load_pipeline_str(Path::new("p.toml"), text.clone(), &context);
+    let ids: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+    // Each share's files too (the members come sorted by path).
+    let files: Vec<String> = (0..10)
+        .map(|i| format!("f{i}"))
+        .chain(std::iter::once("p.toml".to_owned()))
+        .collect();
+    for text in layouts(&[]) {
+        let pipeline = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let loaded: Vec<_> = pipeline.nodes.iter().map(|n| n.id.clone()).collect();
+        assert_eq!(loaded, ids, "{text}");
+        let governing: Vec<_> = pipeline
+            .governing
+            .members()
+            .into_iter()
+            .map(|(_, path, ..)| path)
+            .collect();
+        assert_eq!(governing, files, "{text}");
+    }
+    for text in layouts(&[1, 4, 5, 9]) {
+        let Err(SpecError::Invalid(problems)) = load(&text) else {
+            panic!("loaded\n{text}");
+        };
+        let at: Vec<_> = problems
+            .0
+            .iter()
+            .map(|p| {
+                (
+                    p.message.clone(),
+                    p.location.as_ref().map(|(_, span)| span.start),
+                )
+            })
+            .collect();
+        let expected: Vec<_> = [1, 4, 5, 9]
+            .iter()
+            .map(|&i| {
+                let start = text.find(&format!("[nodes.n{i}]")).unwrap()
+                    + format!("[nodes.n{i}]\nkind = ").len();
+                ("unknown node kind `nope`".to_owned(), Some(start))
+            })
+            .collect();
+        assert_eq!(at, expected, "{text}");
+    }
+}
+
+#[test]
+fn problems_come_in_the_file_s_order_however_its_nodes_are_read() {
+    let head = "[pipeline]\nname = \"p\"\n";
+    let x = "[params.x]\ntype = \"integer\"\ndefault = \"v\"\n";
+    let a = "[nodes.a]\nkind = \"nope\"\n";
+    let b = "[nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"zz\"]\n";
+    let first = messages(&format!("{head}{x}{a}{b}"));
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert!(first[0].contains("parameter `x`"), "{first:?}");
+    assert!(first[1].contains("unknown node kind"), "{first:?}");
+    assert_eq!(
+        messages(&format!("{head}{x}{a}{b}[nodes.b.retry]\nattempts = 1\n")),
+        first
+    );
+    assert_eq!(messages(&format!("{head}{a}{b}{x}")), first);
+}
