@@ -27,7 +27,7 @@ use kavi_foundation::hash::sha256_hex;
 use rusqlite::functions::FunctionFlags;
 
 use super::keys::MacKey;
-use super::{LedgerError, Result};
+use super::{ArtifactStore, Ledger, LedgerError, Result, checkpoint};
 
 /// The SQL function the triggers hash with; registered on every connection kavi opens.
 const HASH_FUNCTION: &str = "kavi_sha256";
@@ -776,6 +776,51 @@ pub(super) fn row_problem(conn: &Db, table: &str, key: &str) -> Result<Option<St
             None
         },
     )
+}
+
+impl Ledger {
+    /// MACs the journal entries written before kavi keyed the journal (see [`seal`]).
+    pub fn seal(&mut self) -> Result<usize> {
+        seal(&mut self.conn)
+    }
+
+    /// Refuses a skill whose row is not what the journal's keyed last entry for it says: its
+    /// code hash, state or trusted tree edited outside kavi (see [`row_problem`]).
+    pub fn check_skill_journaled(&self, name: &str) -> Result<()> {
+        self.check_journaled(
+            "skills",
+            serde_json::json!([name]),
+            &format!("skill `{name}`"),
+        )
+    }
+
+    /// Refuses a rule set whose row is not what the journal's keyed last entry for it says: its
+    /// files, status or approvals edited outside kavi, so no decision is taken under it.
+    pub fn check_rule_set_journaled(&self, id: i64) -> Result<()> {
+        self.check_journaled(
+            "rule_sets",
+            serde_json::json!([id]),
+            &format!("rule set {id}"),
+        )
+    }
+
+    fn check_journaled(&self, table: &str, key: serde_json::Value, what: &str) -> Result<()> {
+        match row_problem(&self.conn, table, &key.to_string())? {
+            Some(problem) => Err(LedgerError::Unjournaled(format!("{what}: {problem}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks the ledger's integrity (see [`verify`]), and its checkpoints against the
+    /// `trusted` key when one is known.
+    pub fn verify(
+        &self,
+        store: &ArtifactStore,
+        trusted: Option<&ed25519_dalek::VerifyingKey>,
+        logged: &checkpoint::Log,
+    ) -> Result<Findings> {
+        verify(&self.conn, store, trusted, logged)
+    }
 }
 
 #[cfg(test)]

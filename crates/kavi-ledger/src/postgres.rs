@@ -43,7 +43,7 @@ pub(super) fn key_session(conn: &super::db::Db, key: &super::keys::MacKey) -> su
 }
 
 /// How long a writer waits for [`WRITE_LOCK`]: what SQLite's busy timeout is for a file.
-const LOCK_TIMEOUT: std::time::Duration = super::BUSY_TIMEOUT;
+const LOCK_TIMEOUT: std::time::Duration = super::connection::BUSY_TIMEOUT;
 
 /// Whether a ledger location names a PostgreSQL server rather than a file.
 pub fn is_url(location: &str) -> bool {
