@@ -216,7 +216,7 @@ fn a_governing_set_is_kept_once_for_every_run_that_has_it() {
         .conn
         .execute(
             "DELETE FROM governing_members WHERE path = 'policies/a.toml' AND spec_hash = ?1
-             AND set_hash = (SELECT governing_hash FROM runs WHERE id = ?2)",
+                 AND set_hash = (SELECT governing_hash FROM runs WHERE id = ?2)",
             params![set[0].2, first],
         )
         .unwrap();

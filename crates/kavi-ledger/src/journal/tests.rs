@@ -28,9 +28,9 @@ fn an_older_ledger_is_snapshotted_on_upgrade_and_verifies() {
         }
         conn.execute_batch(
             "INSERT INTO schema_version VALUES (15);
-             INSERT INTO specs VALUES ('sha256:x', 'p.toml', 'text', 'now');
-             INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, owner)
-             VALUES ('demo', 'p.toml', 'sha256:x', '{}', 'succeeded', 'now', 'o');",
+                 INSERT INTO specs VALUES ('sha256:x', 'p.toml', 'text', 'now');
+                 INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, owner)
+                 VALUES ('demo', 'p.toml', 'sha256:x', '{}', 'succeeded', 'now', 'o');",
         )
         .unwrap();
     }
@@ -133,16 +133,16 @@ fn an_older_appender_is_remade_and_the_chain_goes_on() {
         .conn
         .execute_batch(&format!(
             "DROP TRIGGER {APPENDER};
-             CREATE TRIGGER {APPENDER} INSTEAD OF INSERT ON {APPEND_VIEW} BEGIN
-               INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
-               SELECT seq, NEW.tbl, NEW.op, NEW.key, NEW.content, prev,
-                      {HASH_FUNCTION}(prev || char(10) || seq || char(10) || NEW.tbl
-                                      || char(10) || NEW.op || char(10) || NEW.key
-                                      || char(10) || NEW.content)
-               FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
-                            COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1),
-                                     '') AS prev);
-             END;"
+                 CREATE TRIGGER {APPENDER} INSTEAD OF INSERT ON {APPEND_VIEW} BEGIN
+                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash)
+                   SELECT seq, NEW.tbl, NEW.op, NEW.key, NEW.content, prev,
+                          {HASH_FUNCTION}(prev || char(10) || seq || char(10) || NEW.tbl
+                                          || char(10) || NEW.op || char(10) || NEW.key
+                                          || char(10) || NEW.content)
+                   FROM (SELECT COALESCE((SELECT MAX(seq) FROM journal), 0) + 1 AS seq,
+                                COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1),
+                                         '') AS prev);
+                 END;"
         ))
         .unwrap();
     assert!(!current(&ledger.conn).unwrap());
@@ -237,7 +237,7 @@ fn remade_triggers_do_not_take_in_a_row_edited_behind_them() {
         .conn
         .execute_batch(&format!(
             "DROP TRIGGER {APPENDER}; DROP TRIGGER journal_runs_update;
-             UPDATE runs SET status = 'failed'"
+                 UPDATE runs SET status = 'failed'"
         ))
         .unwrap();
     drop(ledger);
