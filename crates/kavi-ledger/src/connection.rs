@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use super::db::{self, Db, OptionalExtension, params};
 use super::migrations::{migrate, migrate_postgres, postgres_schema_exists};
-use super::{Ledger, LedgerError, Result, journal, keys, memory, now, postgres, schema};
+use super::postgres::{MAC_INNER, MAC_OUTER};
+use super::{
+    BUSY_TIMEOUT, Ledger, LedgerError, Result, journal, keys, memory, now, postgres, schema,
+};
 
 /// A connection to a ledger that is already open, not yet made (or made ahead of time): see
 /// [`Ledger::another_connection`].
@@ -313,9 +316,6 @@ impl Ledger {
     }
 }
 
-/// How long opening the ledger waits for another process's lock before giving up.
-pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A connection to the ledger file at `path`, set up as every kavi connection is.
 pub(crate) fn connect(path: &Path) -> Result<Db> {
     let open_error = |source: rusqlite::Error| LedgerError::Open {
@@ -438,6 +438,18 @@ pub(crate) fn connect_postgres(url: &str) -> Result<Db> {
         path: PathBuf::from(postgres::redacted(url)),
         source,
     })?;
-    postgres::key_session(&conn, keys::mac_key().map_err(LedgerError::Keys)?)?;
+    key_session(&conn, keys::mac_key().map_err(LedgerError::Keys)?)?;
     Ok(conn)
+}
+
+/// Gives a session of kavi's the journal's MAC key.
+fn key_session(conn: &Db, key: &keys::MacKey) -> Result<()> {
+    conn.query_row(
+        &format!(
+            "SELECT set_config('{MAC_INNER}', ?1, false), set_config('{MAC_OUTER}', ?2, false)"
+        ),
+        params![key.pads.0, key.pads.1],
+        |_| Ok(()),
+    )?;
+    Ok(())
 }

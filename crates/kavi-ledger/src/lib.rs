@@ -39,9 +39,11 @@ mod schema;
 mod skills;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod value;
 mod verifications;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use db::Db;
 use serde_json::Value;
@@ -161,6 +163,9 @@ pub enum LedgerError {
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// How long opening the ledger waits for another process's lock before giving up.
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Now, in UTC, to the millisecond (RFC 3339).
 ///
