@@ -29,7 +29,7 @@ pub struct NewRun {
     pub spec_text: String,
     pub params: Value,
     pub origin: RunOrigin,
-    /// The name of the [`Owner`] running it.
+    /// The name of the [`Owner`](crate::Owner) running it.
     pub owner: String,
     /// Every node as (id, kind); each gets a `pending` node run.
     pub nodes: Vec<(String, &'static str)>,
@@ -338,7 +338,7 @@ impl Ledger {
         found.ok_or_else(|| LedgerError::RunNotFound(reference.to_owned()))
     }
 
-    /// Who owns run `run_id`: a kavi process's name, or [`owner::EXTERNAL`].
+    /// Who owns run `run_id`: a kavi process's name, or [`owner::EXTERNAL`](super::owner::EXTERNAL).
     pub fn run_owner(&self, run_id: i64) -> Result<String> {
         Ok(self
             .conn
