@@ -147,8 +147,9 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NodeRecord;
     use crate::testing::{fresh_ledger, new_run};
-    use crate::{NodeRecord, NodeState, RunStatus};
+    use kavi_foundation::state::{NodeState, RunStatus};
     use std::time::Duration;
 
     #[test]

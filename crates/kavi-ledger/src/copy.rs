@@ -16,19 +16,19 @@ impl super::Ledger {
                 "the ledger to copy is on a server already; copy from a SQLite ledger".into(),
             ));
         }
-        let mut target = super::connect_postgres(url)?;
-        if super::postgres_schema_exists(&target)? {
+        let mut target = super::connection::connect_postgres(url)?;
+        if super::migrations::postgres_schema_exists(&target)? {
             return Err(LedgerError::CopyRefused(format!(
                 "{} holds a ledger already: copy into an empty database",
                 postgres::redacted(url)
             )));
         }
-        super::migrate_postgres(&mut target, url)?;
+        super::migrations::migrate_postgres(&mut target, url)?;
         let tx = target.transaction()?;
         // The journal is copied as it is: the triggers would write it again, with new entries.
         journal::drop_triggers(&tx)?;
         let mut copied = Vec::new();
-        for (table, _) in postgres::tables_in_order(&super::sqlite_schema()?) {
+        for (table, _) in postgres::tables_in_order(&super::migrations::sqlite_schema()?) {
             if table == "schema_version" {
                 continue;
             }

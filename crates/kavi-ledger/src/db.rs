@@ -29,15 +29,7 @@ impl From<postgres::Error> for DbError {
 
 pub type Result<T, E = DbError> = std::result::Result<T, E>;
 
-/// One value, as the database holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Null,
-    Integer(i64),
-    Real(f64),
-    Text(String),
-    Blob(Vec<u8>),
-}
+pub use super::value::Value;
 
 /// What can be bound to a parameter.
 pub trait ToSql {

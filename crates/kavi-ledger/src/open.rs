@@ -76,17 +76,17 @@ mod tests {
         let mut ledger = ledger.unwrap();
         assert!(matches!(
             ledger.another_connection().unwrap().0,
-            super::super::Way::Made(_)
+            super::super::connection::Way::Made(_)
         ));
         let (value, ledger) = open_during(&path, || 7);
         assert_eq!(value, 7);
         // It comes with its spare connection, which is handed out once.
         let mut ledger = ledger.unwrap();
         let spare = ledger.another_connection().unwrap();
-        assert!(matches!(spare.0, super::super::Way::Made(_)));
+        assert!(matches!(spare.0, super::super::connection::Way::Made(_)));
         assert!(matches!(
             ledger.another_connection().unwrap().0,
-            super::super::Way::To { .. }
+            super::super::connection::Way::To { .. }
         ));
         // The spare writes to the same file.
         let mut spare = spare.open().unwrap();

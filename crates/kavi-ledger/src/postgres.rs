@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
-use super::db::Value;
+use super::value::Value;
 
 /// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
 pub const WRITE_LOCK: i64 = 0x6b61_7669;
@@ -29,18 +29,6 @@ pub const WRITE_LOCK: i64 = 0x6b61_7669;
 /// server, which has no function of kavi's to call, and a session without them cannot write.
 pub const MAC_INNER: &str = "kavi.mac_inner";
 pub const MAC_OUTER: &str = "kavi.mac_outer";
-
-/// Gives a session of kavi's the journal's MAC key.
-pub(super) fn key_session(conn: &super::db::Db, key: &super::keys::MacKey) -> super::Result<()> {
-    conn.query_row(
-        &format!(
-            "SELECT set_config('{MAC_INNER}', ?1, false), set_config('{MAC_OUTER}', ?2, false)"
-        ),
-        super::db::params![key.pads.0, key.pads.1],
-        |_| Ok(()),
-    )?;
-    Ok(())
-}
 
 /// How long a writer waits for [`WRITE_LOCK`]: what SQLite's busy timeout is for a file.
 const LOCK_TIMEOUT: std::time::Duration = super::BUSY_TIMEOUT;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::db::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Ledger, LedgerError, format_time, millis, now};
+use super::nodes::millis;
+use super::{Ledger, LedgerError, format_time, now};
 use kavi_foundation::sandbox::manifest::{Entry, EntryKind};
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;

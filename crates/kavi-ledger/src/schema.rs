@@ -575,7 +575,7 @@ mod tests {
             let version = FIRST_ON_A_SERVER + done + 1;
             for step in *steps {
                 assert!(
-                    crate::server_sql(step, version).is_ok(),
+                    crate::migrations::server_sql(step, version).is_ok(),
                     "{step:?} of migration {version}"
                 );
             }
@@ -630,8 +630,8 @@ mod tests {
         // An empty file: `create` leaves it, and opening runs the script into it.
         std::fs::File::create(&path).unwrap();
         // Migrated as a ledger is opened, without the identity each ledger then makes its own.
-        let mut conn = super::super::connect(&path).unwrap();
-        super::super::migrate(&mut conn, &path).unwrap();
+        let mut conn = super::super::connection::connect(&path).unwrap();
+        super::super::migrations::migrate(&mut conn, &path).unwrap();
         drop(conn);
         assert!(
             !dir.path().join("ledger.db-wal").exists(),

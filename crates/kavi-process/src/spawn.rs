@@ -188,7 +188,7 @@ fn dev_null() -> io::Result<RawFd> {
 fn started_with_open_files(
     rlimits: &[(libc::__rlimit_resource_t, u64)],
 ) -> Option<(libc::__rlimit_resource_t, libc::rlimit)> {
-    let &(soft, hard) = super::STARTED_WITH_OPEN_FILES.get()?;
+    let &(soft, hard) = super::environment::STARTED_WITH_OPEN_FILES.get()?;
     let set = rlimits
         .iter()
         .any(|&(resource, _)| resource == libc::RLIMIT_NOFILE);

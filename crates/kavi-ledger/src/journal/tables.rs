@@ -1,0 +1,204 @@
+//! The journaled tables: which they are, their columns and keys, and the SQL of their triggers.
+
+use super::{APPEND_VIEW, Backend, Db, Result, UNJOURNALED, postgres_mac_sql};
+
+/// A journaled table: its name, columns and key.
+pub(super) struct Table {
+    pub(super) name: String,
+    pub(super) columns: Vec<String>,
+    /// Primary key columns, in key order; empty for a table keyed by rowid.
+    pub(super) key: Vec<String>,
+    pub(super) backend: Backend,
+}
+
+impl Table {
+    /// The row's key as SQL over `row` (`NEW`, `OLD`, or the table itself).
+    pub(super) fn key_sql(&self, row: &str) -> String {
+        let key = if self.key.is_empty() {
+            vec!["rowid".to_owned()]
+        } else {
+            self.key.clone()
+        };
+        match self.backend {
+            Backend::Sqlite => {
+                let parts: Vec<String> = key.iter().map(|c| format!("{row}.\"{c}\"")).collect();
+                format!("json_array({})", parts.join(", "))
+            }
+            // The text SQLite's json_array gives: no spaces.
+            Backend::Postgres => {
+                let parts: Vec<String> = key
+                    .iter()
+                    .map(|c| format!("COALESCE(to_json({row}.\"{c}\")::text, 'null')"))
+                    .collect();
+                format!("'[' || {} || ']'", parts.join(" || ',' || "))
+            }
+        }
+    }
+
+    /// The row's content as SQL: a JSON object of every column, in table order.
+    pub(super) fn content_sql(&self, row: &str) -> String {
+        match self.backend {
+            Backend::Sqlite => {
+                let parts: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|c| format!("'{c}', {row}.\"{c}\""))
+                    .collect();
+                format!("json_object({})", parts.join(", "))
+            }
+            // The text SQLite's json_object gives, so that an entry reads the same whichever
+            // database wrote it (and a ledger copied from one to the other verifies).
+            Backend::Postgres => {
+                let parts: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        format!("'\"{c}\":' || COALESCE(to_json({row}.\"{c}\")::text, 'null')")
+                    })
+                    .collect();
+                if parts.is_empty() {
+                    return "'{}'".to_owned();
+                }
+                format!("'{{' || {} || '}}'", parts.join(" || ',' || "))
+            }
+        }
+    }
+
+    pub(super) fn trigger_name(&self, op: &str) -> String {
+        format!("journal_{}_{op}", self.name)
+    }
+
+    /// One trigger: after `op`, append the entry for the row it touched.
+    pub(super) fn trigger_sql(&self, op: &str) -> String {
+        let (event, row) = match op {
+            "insert" => ("INSERT", "NEW"),
+            "update" => ("UPDATE", "NEW"),
+            _ => ("DELETE", "OLD"),
+        };
+        let name = &self.name;
+        if self.backend == Backend::Postgres {
+            // Entries are appended one writer at a time, as SQLite's lock made them.
+            return format!(
+                "CREATE OR REPLACE FUNCTION \"{trigger}\"() RETURNS trigger LANGUAGE plpgsql AS $journal$
+                 DECLARE s BIGINT; p TEXT; k TEXT; c TEXT; h TEXT;
+                 BEGIN
+                   PERFORM pg_advisory_xact_lock({lock});
+                   SELECT COALESCE(MAX(seq), 0) + 1 INTO s FROM journal;
+                   SELECT COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') INTO p;
+                   k := {key};
+                   c := {content};
+                   h := encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
+                                                 || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex');
+                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
+                   VALUES (s, '{name}', '{op}', k, c, p, h, {mac});
+                   RETURN NULL;
+                 END $journal$;
+                 CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
+                   FOR EACH ROW EXECUTE FUNCTION \"{trigger}\"();",
+                trigger = self.trigger_name(op),
+                lock = crate::postgres::WRITE_LOCK,
+                key = self.key_sql(row),
+                content = self.content_sql(row),
+                mac = postgres_mac_sql("h"),
+            );
+        }
+        // The entry itself (its number, the hash before it, its own hash) is made by the
+        // appender, once for all tables: see [`APPEND_VIEW`].
+        format!(
+            "CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\" BEGIN
+               INSERT INTO {APPEND_VIEW} (tbl, op, key, content)
+               VALUES ('{name}', '{op}', {key}, {content});
+             END;",
+            trigger = self.trigger_name(op),
+            key = self.key_sql(row),
+            content = self.content_sql(row),
+        )
+    }
+
+    /// Every row as (key, content), computed as the triggers compute them.
+    pub(super) fn rows(&self, conn: &Db) -> Result<Vec<(String, String)>> {
+        let sql = format!(
+            "SELECT {}, {} FROM \"{}\" AS t",
+            self.key_sql("t"),
+            self.content_sql("t"),
+            self.name
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<crate::db::Result<_>>()?)
+    }
+}
+
+pub(super) fn tables(conn: &Db) -> Result<Vec<Table>> {
+    let backend = conn.backend();
+    let names: Vec<String> = conn
+        .prepare(match backend {
+            Backend::Sqlite => "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name",
+            Backend::Postgres => {
+                "SELECT table_name::text FROM information_schema.tables
+                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+                 ORDER BY table_name"
+            }
+        })?
+        .query_map([], |row| row.get(0))?
+        .collect::<crate::db::Result<_>>()?;
+    let mut tables = Vec::new();
+    for name in names {
+        if UNJOURNALED.contains(&name.as_str()) {
+            continue;
+        }
+        let (columns, key) = match backend {
+            Backend::Sqlite => sqlite_columns(conn, &name)?,
+            Backend::Postgres => postgres_columns(conn, &name)?,
+        };
+        tables.push(Table {
+            name,
+            columns,
+            key,
+            backend,
+        });
+    }
+    Ok(tables)
+}
+
+/// A table's columns, and its primary key's in key order.
+fn sqlite_columns(conn: &Db, table: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let mut columns = Vec::new();
+    let mut key: Vec<(i64, String)> = Vec::new();
+    let mut stmt = conn.prepare(&format!("PRAGMA table_info(\"{table}\")"))?;
+    let infos = stmt.query_map([], |row| {
+        Ok((row.get::<_, String>(1)?, row.get::<_, i64>(5)?))
+    })?;
+    for info in infos {
+        let (column, pk) = info?;
+        if pk > 0 {
+            key.push((pk, column.clone()));
+        }
+        columns.push(column);
+    }
+    key.sort();
+    Ok((columns, key.into_iter().map(|(_, column)| column).collect()))
+}
+
+/// The same on a server. Its `rowid` columns stand for SQLite's hidden rowid: part of no row's
+/// content, the key of a table without a primary key.
+fn postgres_columns(conn: &Db, table: &str) -> Result<(Vec<String>, Vec<String>)> {
+    let columns = conn
+        .prepare(
+            "SELECT column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema() AND table_name = ?1 AND column_name <> 'rowid'
+             ORDER BY ordinal_position",
+        )?
+        .query_map([table], |row| row.get(0))?
+        .collect::<crate::db::Result<_>>()?;
+    let key = conn
+        .prepare(
+            "SELECT a.attname::text FROM pg_index i
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+             WHERE i.indrelid = to_regclass(?1) AND i.indisprimary
+             ORDER BY array_position(i.indkey, a.attnum)",
+        )?
+        .query_map([table], |row| row.get(0))?
+        .collect::<crate::db::Result<_>>()?;
+    Ok((columns, key))
+}

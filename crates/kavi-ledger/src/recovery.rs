@@ -1,0 +1,142 @@
+//! Recovery: finding the kavi processes of this machine that died with runs unfinished, stopping
+//! what they left running and marking what they left `interrupted`.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use super::db::{self, params};
+use super::{Ledger, Result, now, owner};
+
+/// Whether somebody holds the lock on the file at `path`; a missing file is not held.
+fn held(path: &Path) -> std::io::Result<bool> {
+    match File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+        Ok(file) => match file.try_lock() {
+            Ok(()) => Ok(false),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        },
+    }
+}
+
+/// What recovery found of one dead owner and did about it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    pub owner: String,
+    /// Runs it marked interrupted.
+    pub runs: Vec<i64>,
+    /// Leftover processes it stopped.
+    pub killed: usize,
+}
+
+impl Ledger {
+    fn owner_file(&self, owner: &str, extension: &str) -> PathBuf {
+        self.locks_dir.join(format!("{owner}.{extension}"))
+    }
+
+    /// Finds owners that died without cleaning up (their lock is free while their files or their
+    /// unfinished rows remain), stops what they left running, marks their runs, node runs, builds
+    /// and executions `interrupted` in one transaction per owner, and removes their files.
+    pub fn recover_interrupted(&mut self) -> Result<Vec<Recovered>> {
+        let _turn = owner::take_turn(&self.locks_dir, true)?;
+        let mut owners = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&self.locks_dir)? {
+            let path = entry?.path();
+            if let Some(name) = owner::name_of(&path) {
+                owners.insert(name.to_owned());
+            }
+        }
+        // Rows whose owner's files are gone already: an older kavi, or a recovery cut short.
+        {
+            let mut stmt = self.conn.prepare(
+                "SELECT owner FROM runs WHERE status = 'running'
+                 UNION SELECT owner FROM executions WHERE status = 'running' AND owner IS NOT NULL",
+            )?;
+            for owner in stmt.query_map([], |row| row.get::<_, String>(0))? {
+                owners.insert(owner?);
+            }
+        }
+        owners.remove(owner::EXTERNAL);
+        // A shared ledger names owners on other machines: only this one's can be checked.
+        owners.retain(|name| owner::runs_here(name));
+        let mut recovered = Vec::new();
+        for name in owners {
+            let mut alive = false;
+            for extension in owner::LOCKS {
+                alive |= held(&self.owner_file(&name, extension))?;
+            }
+            if alive {
+                continue;
+            }
+            let leftovers = match kavi_process::roster::stop_leftovers(
+                &self.owner_file(&name, owner::ROSTER),
+            ) {
+                Ok(leftovers) => leftovers,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+                Err(e) => return Err(e.into()),
+            };
+            let runs = self.mark_interrupted(&name)?;
+            if let Some(spill) = leftovers.spill {
+                owner::remove_spill(&name, &spill);
+            }
+            for folder in &leftovers.folders {
+                owner::remove_private_folder(folder);
+            }
+            // The lock goes last: while it is there, another kavi sees this owner as dead too.
+            for extension in [owner::ROSTER, owner::LOCKS[1], owner::LOCKS[0]] {
+                let _ = std::fs::remove_file(self.owner_file(&name, extension));
+            }
+            if !runs.is_empty() || leftovers.killed > 0 {
+                tracing::warn!(
+                    owner = %name,
+                    runs = ?runs,
+                    stopped = leftovers.killed,
+                    "a kavi process was killed before it finished: its runs are marked \
+                     interrupted and the processes it left running were stopped"
+                );
+                recovered.push(Recovered {
+                    owner: name,
+                    runs,
+                    killed: leftovers.killed,
+                });
+            }
+        }
+        Ok(recovered)
+    }
+
+    /// Marks what `owner` left unfinished as interrupted, in one transaction; returns the runs.
+    fn mark_interrupted(&mut self, owner: &str) -> Result<Vec<i64>> {
+        let now = now();
+        let tx = self.conn.transaction()?;
+        let runs = tx
+            .prepare(
+                "UPDATE runs SET status = 'interrupted', finished_at = ?1,
+                        error = 'the kavi process running it stopped before it finished'
+                 WHERE owner = ?2 AND status = 'running' RETURNING id",
+            )?
+            .query_map(params![now, owner], |row| row.get::<_, i64>(0))?
+            .collect::<db::Result<Vec<i64>>>()?;
+        for run_id in &runs {
+            tx.execute(
+                "UPDATE node_runs SET state = 'interrupted', finished_at = ?1,
+                        reason = 'the kavi process stopped while this node was unfinished'
+                 WHERE run_id = ?2 AND state IN ('pending', 'running')",
+                params![now, run_id],
+            )?;
+            tx.execute(
+                "UPDATE builds SET status = 'interrupted', finished_at = ?1
+                 WHERE run_id = ?2 AND status = 'running'",
+                params![now, run_id],
+            )?;
+        }
+        tx.execute(
+            "UPDATE executions SET status = 'interrupted', finished_at = ?1,
+                    error = 'the kavi process running it stopped before it finished'
+             WHERE owner = ?2 AND status = 'running'",
+            params![now, owner],
+        )?;
+        tx.commit()?;
+        Ok(runs)
+    }
+}

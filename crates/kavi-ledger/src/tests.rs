@@ -1,0 +1,546 @@
+//! Tests of the ledger's runs, node runs, connections, recovery and migrations.
+
+use std::fs::File;
+use std::time::Duration;
+
+use super::db::params;
+use super::runs::merge_by_path;
+use super::*;
+use crate::testing::{DEMO_HASH, DEMO_TEXT, fresh_ledger, new_run, wal_frames};
+use kavi_foundation::state::{NodeState, RunStatus};
+
+#[test]
+fn a_sets_members_and_legacy_rows_merge_in_path_order_each_file_once() {
+    let file = |path: &str, hash: &str| GoverningFile {
+        role: "policy".into(),
+        path: path.into(),
+        spec_hash: hash.into(),
+    };
+    let members = vec![file("a", "1"), file("c", "3"), file("d", "4")];
+    let legacy = vec![
+        file("b", "2"),
+        file("c", "3"),
+        file("c", "9"),
+        file("e", "5"),
+    ];
+    let merged = merge_by_path(members, legacy);
+    let listed: Vec<(&str, &str)> = merged
+        .iter()
+        .map(|f| (f.path.as_str(), f.spec_hash.as_str()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("a", "1"),
+            ("b", "2"),
+            ("c", "3"),
+            ("c", "9"),
+            ("d", "4"),
+            ("e", "5")
+        ]
+    );
+    assert_eq!(
+        merge_by_path(Vec::new(), vec![file("x", "1")]),
+        [file("x", "1")]
+    );
+    // A server may sort by a collation of its own: the merge does not rely on the order.
+    let merged = merge_by_path(
+        vec![file("b", "2"), file("a-b", "1")],
+        vec![file("a-b", "1"), file("a_c", "3")],
+    );
+    let paths: Vec<&str> = merged.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["a-b", "a_c", "b"]);
+}
+
+#[test]
+fn times_are_written_to_the_millisecond_in_fixed_width() {
+    for (ms, text) in [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_795_000_000_000, "2026-11-18T11:06:40.000Z"),
+        (1_795_000_000_908, "2026-11-18T11:06:40.908Z"),
+        (1_795_000_000_050, "2026-11-18T11:06:40.050Z"),
+        (253_402_207_199_999, "9999-12-30T21:59:59.999Z"),
+    ] {
+        let time = jiff::Timestamp::from_millisecond(ms).unwrap();
+        assert_eq!(format_time(time), text);
+        // What `strftime` wrote before: the ledger's older rows compare with these.
+        assert_eq!(time.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(), text);
+    }
+    // Below the millisecond is cut, not rounded, as before.
+    let time = jiff::Timestamp::from_nanosecond(1_795_000_000_999_999_999).unwrap();
+    assert_eq!(format_time(time), "2026-11-18T11:06:40.999Z");
+}
+
+#[test]
+fn a_runs_rows_written_in_one_statement_keep_their_order_and_exact_texts() {
+    let (dir, mut ledger, owner) = fresh_ledger();
+    // Texts that JSON must escape, and one that is not valid as a C string: each is stored
+    // byte for byte and still hashes to its name.
+    let texts = [
+        "plain",
+        "quote \" backslash \\ tab \t newline \n",
+        "nul \0 inside",
+        "unicode é ✓ 𝄞",
+        "",
+    ];
+    let governing: Vec<(&'static str, String, String, String)> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let hash = kavi_foundation::hash::spec_hash(text);
+            (
+                "script",
+                format!("scripts/{i}.sh"),
+                hash,
+                (*text).to_owned(),
+            )
+        })
+        .collect();
+    // Node ids in an order that is not sorted: the rows follow the pipeline's order.
+    let nodes: Vec<String> = (0..300).map(|i| format!("n{}", (i * 7) % 300)).collect();
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let new = NewRun {
+        governing: governing.clone(),
+        ..new_run(&serde_json::json!({}), &names, &owner)
+    };
+    let run = ledger.create_run(&new).unwrap();
+
+    let written: Vec<(String, String, String)> = ledger
+        .conn
+        .prepare("SELECT node_id, kind, state FROM node_runs WHERE run_id = ?1 ORDER BY id")
+        .unwrap()
+        .query_map(params![run], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .unwrap()
+        .collect::<std::result::Result<_, _>>()
+        .unwrap();
+    let expected: Vec<(String, String, String)> = nodes
+        .iter()
+        .map(|id| (id.clone(), "exec".to_owned(), "pending".to_owned()))
+        .collect();
+    assert_eq!(written, expected);
+    for (_, path, hash, text) in &governing {
+        let (stored, stored_path): (String, String) = ledger
+            .conn
+            .query_row(
+                "SELECT text, path FROM specs WHERE hash = ?1",
+                params![hash],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((&stored, &stored_path), (text, path));
+    }
+    let listed: Vec<String> = ledger
+        .governing(run)
+        .unwrap()
+        .into_iter()
+        .map(|file| file.path)
+        .collect();
+    assert_eq!(
+        listed,
+        (0..texts.len())
+            .map(|i| format!("scripts/{i}.sh"))
+            .collect::<Vec<_>>()
+    );
+    let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+    let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
+    assert!(findings.problems.is_empty(), "{:?}", findings.problems);
+}
+
+#[test]
+fn a_governing_set_is_kept_once_for_every_run_that_has_it() {
+    let (dir, mut ledger, owner) = fresh_ledger();
+    let params = serde_json::json!({});
+    let member = |path: &str, text: &str| {
+        let hash = kavi_foundation::hash::spec_hash(text);
+        ("policy", path.to_owned(), hash, text.to_owned())
+    };
+    let run_with = |ledger: &mut Ledger, governing: &[(&'static str, String, String, String)]| {
+        let new = NewRun {
+            governing: governing.to_vec(),
+            ..new_run(&params, &["n"], &owner)
+        };
+        let id = ledger.create_run(&new).unwrap();
+        ledger
+            .finish_run(id, RunStatus::Succeeded, Duration::ZERO, None)
+            .unwrap();
+        id
+    };
+    let count = |ledger: &Ledger, sql: &str| -> i64 {
+        ledger.conn.query_row(sql, [], |row| row.get(0)).unwrap()
+    };
+    let listed = |ledger: &Ledger, run: i64| -> Vec<(String, String, String)> {
+        let files = ledger.governing(run).unwrap();
+        files
+            .into_iter()
+            .map(|f| (f.role, f.path, f.spec_hash))
+            .collect()
+    };
+    let set = [
+        member("policies/a.toml", "a = 1"),
+        member("policies/b.toml", "b = 2"),
+    ];
+    let expected = |set: &[(&str, String, String, String)]| -> Vec<(String, String, String)> {
+        set.iter()
+            .map(|(role, path, hash, _)| ((*role).to_owned(), path.clone(), hash.clone()))
+            .collect()
+    };
+
+    let first = run_with(&mut ledger, &set);
+    let second = run_with(&mut ledger, &set);
+    // The second run wrote nothing for its set: two members, two journal entries, and no
+    // row per run.
+    let members = "SELECT COUNT(*) FROM governing_members";
+    assert_eq!(count(&ledger, members), 2);
+    assert_eq!(
+        count(
+            &ledger,
+            "SELECT COUNT(*) FROM journal WHERE tbl = 'governing_members'"
+        ),
+        2
+    );
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM run_policies"), 0);
+    assert_eq!(listed(&ledger, first), expected(&set));
+    assert_eq!(listed(&ledger, second), expected(&set));
+
+    // One file changed: another set, and the first runs still list theirs.
+    let changed = [set[0].clone(), member("policies/b.toml", "b = 3")];
+    let third = run_with(&mut ledger, &changed);
+    assert_eq!(count(&ledger, members), 4);
+    assert_eq!(listed(&ledger, third), expected(&changed));
+    assert_eq!(listed(&ledger, first), expected(&set));
+
+    // A set found short (a member deleted by hand) is completed by the next run with it.
+    ledger
+        .conn
+        .execute(
+            "DELETE FROM governing_members WHERE path = 'policies/a.toml' AND spec_hash = ?1
+                 AND set_hash = (SELECT governing_hash FROM runs WHERE id = ?2)",
+            params![set[0].2, first],
+        )
+        .unwrap();
+    let fourth = run_with(&mut ledger, &set);
+    assert_eq!(listed(&ledger, fourth), expected(&set));
+    assert_eq!(listed(&ledger, first), expected(&set));
+
+    // A run recorded before sets were kept once has its members in run_policies: listed,
+    // and a member in both tables once.
+    for (role, path, hash, _) in &set {
+        ledger
+            .conn
+            .execute(
+                "INSERT INTO run_policies (run_id, path, spec_hash, role) VALUES (?1, ?2, ?3, ?4)",
+                params![first, path, hash, role],
+            )
+            .unwrap();
+    }
+    assert_eq!(listed(&ledger, first), expected(&set));
+    ledger
+        .conn
+        .execute(
+            "UPDATE runs SET governing_hash = NULL WHERE id = ?1",
+            [first],
+        )
+        .unwrap();
+    assert_eq!(listed(&ledger, first), expected(&set));
+
+    // gc: the set of the pruned runs stays while a kept run names it, and goes with the
+    // last one. Keep the latest run (the fourth, with the first set): the changed set goes.
+    let rule = super::gc::GcRule {
+        before: "9999-01-01T00:00:00Z".into(),
+        keep: 1,
+    };
+    let pruned = ledger.prune_runs(&rule, false).unwrap();
+    assert_eq!(pruned.runs, vec![first, second, third]);
+    assert_eq!(count(&ledger, members), 2);
+    assert_eq!(listed(&ledger, fourth), expected(&set));
+    assert_eq!(count(&ledger, "SELECT COUNT(*) FROM run_policies"), 0);
+    let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+    let findings = ledger.verify(&store, None, &Vec::new()).unwrap();
+    assert!(findings.problems.is_empty(), "{:?}", findings.problems);
+}
+
+#[test]
+fn times_have_a_fixed_width_so_text_order_is_time_order() {
+    let at = |ms: i64| format_time(jiff::Timestamp::from_millisecond(ms).unwrap());
+    assert_eq!(at(1_700_000_000_120), "2023-11-14T22:13:20.120Z");
+    assert_eq!(at(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+    assert!(at(1_700_000_000_120) < at(1_700_000_000_123));
+}
+
+#[test]
+fn a_connection_told_to_checkpoint_often_leaves_few_pages_in_the_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    // A table, then 20 commits of a page or more each.
+    let text = "x".repeat(4096);
+    let fill = |ledger: &Ledger| {
+        ledger.conn.execute_batch("CREATE TABLE t (x)").unwrap();
+        for _ in 0..20 {
+            ledger
+                .conn
+                .execute("INSERT INTO t VALUES (?1)", params![text])
+                .unwrap();
+        }
+    };
+    let often = Ledger::open(&path).unwrap();
+    often.checkpoint_every(8).unwrap();
+    fill(&often);
+    let (frames, copied) = wal_frames(&path);
+    assert!(frames - copied <= 8 + 2, "{frames} frames, {copied} copied");
+    // SQLite's own threshold copies nothing yet.
+    let seldom = Ledger::open(&dir.path().join("other.db")).unwrap();
+    fill(&seldom);
+    let (frames, copied) = wal_frames(&dir.path().join("other.db"));
+    assert!(
+        frames > 20 && copied == 0,
+        "{frames} frames, {copied} copied"
+    );
+}
+
+/// Regression: CI saw "database is locked" when several processes opened a fresh ledger at
+/// once: SQLite answers a concurrent switch to WAL with `SQLITE_BUSY` without waiting.
+#[test]
+fn many_openers_of_a_fresh_ledger_all_succeed() {
+    const OPENERS: usize = 6;
+    for round in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Ledger::open(&path).map(|_| ())
+                })
+            })
+            .collect();
+        for opener in openers {
+            if let Err(e) = opener.join().unwrap() {
+                panic!("round {round}: {e}");
+            }
+        }
+        super::memory::use_mimalloc();
+        let mode: String = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+}
+
+#[test]
+fn a_run_s_id_is_announced_before_any_of_it_is_committed() {
+    let (_dir, mut ledger, owner) = fresh_ledger();
+    let reader = ledger.another_connection().unwrap().open().unwrap();
+    let mut announced = None;
+    let run_id = ledger
+        .create_run_announcing(&new_run(&Value::Null, &["a", "b"], &owner), |id| {
+            // Another connection sees nothing of the run yet.
+            assert!(matches!(reader.run(id), Err(LedgerError::RunNotFound(_))));
+            announced = Some(id);
+        })
+        .unwrap();
+    assert_eq!(announced, Some(run_id));
+    // Its spec, written after the announcement on SQLite, is committed with it.
+    let spec_hash = reader.run(run_id).unwrap().spec_hash;
+    assert_eq!(reader.spec_text(&spec_hash).unwrap().1, DEMO_TEXT);
+    let nodes = reader.run_detail(run_id).unwrap().nodes;
+    let states: Vec<_> = nodes
+        .iter()
+        .map(|n| (n.node_id.as_str(), n.state))
+        .collect();
+    assert_eq!(
+        states,
+        [("a", NodeState::Pending), ("b", NodeState::Pending)]
+    );
+}
+
+#[test]
+fn a_run_s_node_runs_read_back_by_node_then_attempt() {
+    let (_dir, mut ledger, owner) = fresh_ledger();
+    let run_id = ledger
+        .create_run(&new_run(&Value::Null, &["c", "a", "b"], &owner))
+        .unwrap();
+    // Retries recorded after every first attempt, in another order than the nodes'.
+    for (node, attempt) in [("b", 2), ("c", 2), ("b", 3)] {
+        ledger
+            .start_node(run_id, node, "exec", attempt, &now())
+            .unwrap();
+    }
+    let nodes = ledger.run_detail(run_id).unwrap().nodes;
+    let order: Vec<_> = nodes
+        .iter()
+        .map(|n| (n.node_id.as_str(), n.attempt))
+        .collect();
+    assert_eq!(
+        order,
+        [("c", 1), ("c", 2), ("a", 1), ("b", 1), ("b", 2), ("b", 3)]
+    );
+}
+
+#[test]
+fn a_run_records_every_node_and_its_spec() {
+    let (_dir, mut ledger, owner) = fresh_ledger();
+    let params = serde_json::json!({"x": 1});
+    let run_id = ledger
+        .create_run(&new_run(&params, &["a", "b"], &owner))
+        .unwrap();
+    ledger.start_node(run_id, "a", "exec", 1, &now()).unwrap();
+    let outputs = serde_json::json!({"exit_code": 0});
+    ledger
+        .finish_node(
+            run_id,
+            "a",
+            1,
+            NodeState::Succeeded,
+            &NodeRecord {
+                exit_code: Some(0),
+                outputs: Some(outputs.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let detail = ledger.run_detail(run_id).unwrap();
+    assert_eq!(detail.run.status, RunStatus::Running);
+    let states: Vec<_> = detail
+        .nodes
+        .iter()
+        .map(|n| (n.node_id.as_str(), n.state))
+        .collect();
+    assert_eq!(
+        states,
+        [("a", NodeState::Succeeded), ("b", NodeState::Pending)]
+    );
+    assert_eq!(detail.nodes[0].outputs, Some(outputs));
+    let (hash, text) = ledger.spec_text(&DEMO_HASH[..12]).unwrap();
+    assert_eq!(hash, *DEMO_HASH);
+    assert!(text.contains("demo"));
+    assert_eq!(ledger.resolve_run("latest").unwrap(), run_id);
+    assert!(matches!(
+        ledger.resolve_run("99"),
+        Err(LedgerError::RunNotFound(_))
+    ));
+}
+
+/// An owner half-way through its claim (its `.claiming` file made but not locked yet) is
+/// not taken for dead: recovery waits for the claim to end, then finds the owner alive.
+#[test]
+fn recovery_waits_for_a_claim_in_progress_and_finds_its_owner_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    let locks = locks_dir(&path);
+    let name = format!("{}-1", std::process::id());
+    let [claiming, lock] = ["claiming", "lock"].map(|e| locks.join(format!("{name}.{e}")));
+    // What a claim does, stopped after its first step.
+    let turn = owner::take_turn(&locks, false).unwrap();
+    let held = File::create(&claiming).unwrap();
+    let recovery = std::thread::spawn(move || ledger.recover_interrupted().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(claiming.exists(), "recovery removed a claim in progress");
+    // The claim goes on: locked, renamed into place, done.
+    held.lock().unwrap();
+    std::fs::rename(&claiming, &lock).unwrap();
+    drop(turn);
+    assert_eq!(recovery.join().unwrap(), Vec::new());
+    assert!(lock.exists(), "recovery removed a live owner's lock");
+}
+
+#[test]
+fn a_run_whose_owner_is_gone_is_marked_interrupted_and_a_live_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    let (live_owner, dead_owner) = (
+        Owner::claim(&path, dir.path()).unwrap(),
+        Owner::claim(&path, dir.path()).unwrap(),
+    );
+    let params = serde_json::json!({});
+    let live = ledger
+        .create_run(&new_run(&params, &["a"], &live_owner))
+        .unwrap();
+    let dead = ledger
+        .create_run(&new_run(&params, &["a"], &dead_owner))
+        .unwrap();
+    ledger.start_node(dead, "a", "exec", 1, &now()).unwrap();
+    let store = ArtifactStore::open(&dir.path().join("artifacts")).unwrap();
+    let spec = store.put_bytes("SKILL_SPEC", b"{}").unwrap();
+    ledger
+        .propose_skill(&NewSkill {
+            name: "s",
+            description: "",
+            side_effect: "READ_ONLY",
+            spec: &spec,
+            proposal_path: "proposals/s.toml",
+            initial_state: "PROPOSED",
+            actor: "test",
+        })
+        .unwrap();
+    let build = ledger.start_build("s", dead, "a").unwrap();
+    let execution = ExecutionRecord {
+        execution_id: "e1".into(),
+        parent_execution_id: None,
+        skill: "s".into(),
+        source_hash: None,
+        skill_version: None,
+        side_effect: "READ_ONLY".into(),
+        input: None,
+        output: None,
+        success: false,
+        error: None,
+        started_at: now(),
+        finished_at: now(),
+        duration_ms: 0,
+        chain: None,
+        step: None,
+        run_id: None,
+        confinement: None,
+        caller: None,
+    };
+    ledger
+        .start_execution(&execution, dead_owner.name())
+        .unwrap();
+    // Releasing the lock is what a dying process does.
+    drop(dead_owner);
+
+    let reopened = Ledger::open(&path).unwrap();
+    assert_eq!(
+        reopened.run_detail(live).unwrap().run.status,
+        RunStatus::Running
+    );
+    let detail = reopened.run_detail(dead).unwrap();
+    assert_eq!(detail.run.status, RunStatus::Interrupted);
+    assert_eq!(detail.nodes[0].state, NodeState::Interrupted);
+    assert_eq!(reopened.build(build.id).unwrap().status, "interrupted");
+    let status: String = reopened
+        .conn
+        .query_row("SELECT status FROM executions WHERE id = 'e1'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(status, "interrupted");
+    drop(live_owner);
+}
+
+#[test]
+fn migrations_are_recorded_and_a_newer_ledger_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    drop(Ledger::open(&path).unwrap());
+    super::memory::use_mimalloc();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, schema::MIGRATIONS.len() as i64);
+    conn.execute("UPDATE schema_version SET version = 999", [])
+        .unwrap();
+    drop(conn);
+    assert!(matches!(
+        Ledger::open(&path),
+        Err(LedgerError::TooNew { found: 999, .. })
+    ));
+}

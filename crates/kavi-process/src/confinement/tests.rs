@@ -1,0 +1,488 @@
+//! Tests of confinement: what a confined child sees, writes and reaches, and what it is
+//! stopped for.
+
+use super::*;
+use crate::{CaptureOptions, CommandSpec, Exit, Violation};
+
+/// A profile like the shipped skill ones, over `dir`.
+fn profile(dir: &Path, write: Vec<PathBuf>, limits: Limits) -> Profile {
+    Profile {
+        role: "test".into(),
+        read: ["/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache"]
+            .map(PathBuf::from)
+            .into_iter()
+            .chain([dir.to_owned()])
+            .collect(),
+        write,
+        hide: vec![dir.join("hidden")],
+        tripwires: vec![
+            dir.join("hidden/id_rsa"),
+            PathBuf::from("/root/.ssh/id_rsa"),
+            PathBuf::from("/etc/shadow"),
+        ],
+        hide_matching: None,
+        network: false,
+        hosts: Arc::default(),
+        require: true,
+        limits,
+        path: "/usr/bin:/bin".into(),
+    }
+}
+
+/// Says why a test cannot run on this machine, which it then skips; under CI, whose
+/// machine has what these tests need, that fails instead.
+fn skipping(missing: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must be able to run this: {missing}"
+    );
+    eprintln!("skipping: {missing}");
+}
+
+/// Runs `script` with `sh` under `profile`, in `dir`. `None` when this machine cannot
+/// isolate: the caller skips (and fails under CI, where it must).
+async fn run_sh(dir: &Path, profile: Profile, script: &str) -> Option<crate::Finished> {
+    if let Err(missing) = runtime::bwrap() {
+        skipping(missing);
+        return None;
+    }
+    let spec = CommandSpec {
+        program: "sh".into(),
+        args: vec!["-c".into(), script.to_owned()],
+        env: vec![("SECRET_OF_KAVI".into(), "hunter2".into())],
+        cwd: dir.to_owned(),
+        stdin: None,
+        confinement: Some(prepare(profile).unwrap()),
+    };
+    let options = CaptureOptions {
+        limit: 1 << 20,
+        spill_dir: dir.to_owned(),
+        roster: None,
+        live: None,
+    };
+    Some(
+        crate::run(&spec, &options, &Default::default())
+            .await
+            .unwrap(),
+    )
+}
+
+fn stdout(finished: &crate::Finished) -> String {
+    String::from_utf8_lossy(&finished.stdout.head).into_owned()
+}
+
+#[tokio::test]
+async fn a_confined_child_sees_and_writes_only_its_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let inside = dir.join("inside");
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::create_dir_all(dir.join("hidden")).unwrap();
+    std::fs::write(dir.join("hidden/ledger"), "rows").unwrap();
+    std::fs::write(dir.join("read-only"), "trusted").unwrap();
+    std::fs::create_dir_all(dir.join("app")).unwrap();
+    std::fs::write(dir.join("app/.env"), "API_KEY=sk-live").unwrap();
+    // The decoys (/etc/shadow here, a hidden `.env`) are read last: the tripwire stops the
+    // process as soon as it sees one opened, and what follows might not run.
+    let script = format!(
+        "echo ok > {inside}/a; echo no > {dir}/b; chmod 777 {dir}/read-only; \
+             ls /root /home 2>&1; cat {dir}/hidden/ledger 2>&1; \
+             cat /proc/1/environ /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n' | grep -c SECRET; \
+             v=$(cat /proc/sys/kernel/printk_ratelimit_burst); \
+             (echo $v > /proc/sys/kernel/printk_ratelimit_burst) 2>/dev/null || echo sysctl-refused; \
+             (echo > /proc/sysrq-trigger) 2>/dev/null || echo sysrq-refused; \
+             printf processes=; ls /proc | grep -c '^[0-9]'; \
+             cat {dir}/app/.env /etc/shadow 2>&1",
+        inside = inside.display(),
+        dir = dir.display()
+    );
+    let mut profile = profile(&dir, vec![inside.clone()], Limits::default());
+    let mut secrets = globset::GlobSetBuilder::new();
+    secrets.add(globset::Glob::new("**/.env").unwrap());
+    profile.hide_matching = Some((Arc::new(secrets.build().unwrap()), vec![dir.clone()]));
+    let Some(finished) = run_sh(&dir, profile, &script).await else {
+        return;
+    };
+    let out = stdout(&finished);
+    assert_eq!(std::fs::read_to_string(inside.join("a")).unwrap(), "ok\n");
+    assert!(!dir.join("b").exists(), "wrote outside its scope");
+    assert_eq!(
+        std::fs::metadata(dir.join("read-only"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o644,
+        "changed a read-only file's mode"
+    );
+    assert!(out.contains("No such file"), "{out}");
+    assert!(!out.contains("rows"), "read a hidden file: {out}");
+    assert!(
+        !out.contains("sk-live"),
+        "read a secret the globs hide: {out}"
+    );
+    // uid 0 inside may be the host's: the kernel's knobs must not be writable through /proc.
+    assert!(
+        out.contains("sysctl-refused") && out.contains("sysrq-refused"),
+        "{out}"
+    );
+    // /etc/shadow is not in the view (a decoy is); no process outside it (kavi's environment) is.
+    assert!(!out.lines().any(|line| line.starts_with("root:")), "{out}");
+    let processes: usize = out
+        .lines()
+        .find_map(|line| line.strip_prefix("processes="))
+        .unwrap_or_else(|| panic!("no process count: {out}"))
+        .parse()
+        .unwrap();
+    assert!(processes <= 4, "sees {processes} processes: {out}");
+    use std::os::unix::fs::PermissionsExt;
+}
+
+#[tokio::test]
+async fn nothing_a_confined_child_starts_outlives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let token = format!("kavi-daemon-{}", std::process::id());
+    // A double-forked, setsid daemon that would sleep for a minute.
+    let script = format!("setsid sh -c 'sleep 60; echo {token}' >/dev/null 2>&1 & echo started");
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), &script).await
+    else {
+        return;
+    };
+    assert_eq!(stdout(&finished).trim(), "started");
+    // The namespace is gone with its init; the kernel kills the rest as it goes.
+    let alive = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&token))
+        })
+    };
+    for _ in 0..100 {
+        if !alive() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the daemon outlived its run");
+}
+
+#[tokio::test]
+async fn reading_a_secret_where_it_usually_lives_springs_a_tripwire() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let script = "cat /root/.ssh/id_rsa; echo read";
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+    else {
+        return;
+    };
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Tripwire("/root/.ssh/id_rsa".into()))
+    );
+    assert!(finished.violation.as_ref().unwrap().is_security());
+    // Opened by a process that dies with the namespace at once (it holds the decoy open
+    // when its parent exits), or without waiting and closed straight away: seen all the same.
+    for script in [
+        "(exec 3</etc/shadow; touch /tmp/opened; sleep 30) & \
+             while [ ! -e /tmp/opened ]; do sleep 0.01; done; exit 0",
+        "python3 -c 'import os; os.close(os.open(\"/etc/shadow\", os.O_RDONLY | os.O_NONBLOCK))'",
+    ] {
+        let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+            .await
+            .unwrap();
+        assert_eq!(
+            finished.violation,
+            Some(Violation::Tripwire("/etc/shadow".into())),
+            "{script}"
+        );
+    }
+    // Inside a hidden folder the view shows nothing, and no decoy is laid there.
+    let script = "ls -A /root/.ssh; cat hidden/id_rsa || echo absent";
+    let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+        .await
+        .unwrap();
+    assert_eq!(finished.violation, None);
+    assert_eq!(stdout(&finished), "id_rsa\nabsent\n");
+}
+
+#[tokio::test]
+async fn a_daemon_is_seen_and_stops_the_process_that_left_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // The double fork of a daemon: the middle process exits, its child is orphaned.
+    let script = "(setsid sleep 30 &) ; sleep 20; echo finished";
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+    else {
+        return;
+    };
+    assert_eq!(finished.violation, Some(Violation::Daemon));
+    assert_eq!(stdout(&finished), "");
+    // A child the program waits for is no daemon.
+    let script = "sleep 0.5 & wait; echo finished";
+    let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+        .await
+        .unwrap();
+    assert_eq!(finished.violation, None);
+    assert_eq!(stdout(&finished), "finished\n");
+}
+
+#[tokio::test]
+async fn terminal_injection_is_killed_as_a_security_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // TIOCSTI on stdin (whatever it is): seccomp kills before the kernel looks at the fd.
+    let script = "python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b\"x\")'";
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+    else {
+        return;
+    };
+    assert_eq!(finished.exit, Exit::Signal(nix::libc::SIGSYS));
+    assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
+}
+
+#[tokio::test]
+async fn without_the_network_only_socket_pairs_open_and_reaching_out_is_a_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let probe = r#"python3 -c '
+import socket
+try:
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0); print("netlink allowed")
+except OSError as e:
+    print("netlink refused", e.errno)
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print("unix allowed")
+except OSError as e:
+    print("unix refused", e.errno)
+socket.socketpair(); print("pair")
+'"#;
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), probe).await else {
+        return;
+    };
+    assert_eq!(
+        stdout(&finished),
+        "netlink refused 1\nunix refused 1\npair\n"
+    );
+    // UDP, TCP over IPv6, and MPTCP: each kills the process that tries.
+    for (family, kind, proto) in [
+        ("AF_INET", "SOCK_DGRAM", 0),
+        ("AF_INET6", "SOCK_STREAM", 0),
+        ("AF_INET", "SOCK_STREAM", 262),
+    ] {
+        let script = format!(
+            "exec python3 -c 'import socket; socket.socket(socket.{family}, socket.{kind}, {proto}); print(\"open\")'"
+        );
+        let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), &script)
+            .await
+            .unwrap();
+        assert_eq!(
+            finished.violation,
+            Some(Violation::ForbiddenCall),
+            "{family} {kind} {proto}"
+        );
+        assert_eq!(stdout(&finished), "");
+    }
+}
+
+#[tokio::test]
+async fn a_process_tree_past_its_bounds_is_stopped_and_says_which() {
+    if matches!(bounds::cgroup_support(), bounds::CgroupSupport::None(_)) {
+        skipping(&bounds::cgroup_support().describe());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let limits = Limits {
+        memory_mib: Some(64),
+        processes: Some(16),
+        ..Limits::default()
+    };
+    let grow = "python3 -c 'b = bytearray(256 << 20); print(len(b))'";
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], limits), grow).await else {
+        return;
+    };
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Bound("its memory bound (64 MiB)".into()))
+    );
+    let fork = "for i in $(seq 40); do sleep 5 & done; wait";
+    let finished = run_sh(&dir, profile(&dir, vec![], limits), fork)
+        .await
+        .unwrap();
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Bound("its process bound (16 processes)".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let scope = dir.join("scope");
+    std::fs::create_dir_all(&scope).unwrap();
+    let limits = Limits {
+        disk_mib: Some(8),
+        ..Limits::default()
+    };
+    // 4 MiB a step, never one file past any file-size bound, for up to 30 seconds.
+    let fill = format!(
+        "for i in $(seq 120); do head -c 4194304 /dev/zero > {}/f$i; sleep 0.25; done",
+        scope.display()
+    );
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![scope.clone()], limits), &fill).await
+    else {
+        return;
+    };
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Bound("its disk bound (8 MiB)".into()))
+    );
+    let held = bounds::disk_used(&[scope]).unwrap();
+    assert!(
+        held < 64 << 20,
+        "{held} bytes written before it was stopped"
+    );
+}
+
+/// Each process's CPU rlimit is below the bound, yet three of them together pass it: the
+/// tree's time is what is bounded, where the cgroup counts it.
+#[tokio::test]
+async fn a_tree_that_spends_more_cpu_than_its_bound_is_stopped() {
+    if !matches!(
+        bounds::cgroup_support(),
+        bounds::CgroupSupport::V1 {
+            cpuacct: Some(_),
+            ..
+        } | bounds::CgroupSupport::V2(_)
+    ) {
+        skipping(&bounds::cgroup_support().describe());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let limits = Limits {
+        cpu_seconds: Some(2),
+        ..Limits::default()
+    };
+    // Three spinners of 1.5 CPU seconds each, for at most 20 seconds.
+    let spin = "for i in 1 2 3; do timeout 20 python3 -c 'import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end: pass' & done; wait; sleep 20";
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], limits), spin).await else {
+        return;
+    };
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Bound("its CPU bound (2 s)".into()))
+    );
+}
+
+#[test]
+fn without_isolation_a_required_profile_refuses_and_an_optional_one_runs_unconfined() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut optional = profile(dir.path(), vec![], Limits::default());
+    let err = prepare_with(
+        optional.clone(),
+        Some("bubblewrap (`bwrap`) is not installed"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("refusing to run the test unconfined: bubblewrap"),
+        "{err}"
+    );
+    optional.require = false;
+    let unconfined = prepare_with(optional, Some("no namespaces")).unwrap();
+    assert!(!unconfined.isolated());
+    assert_eq!(unconfined.record()["enforced"], "none");
+    assert_eq!(unconfined.record()["unconfined_because"], "no namespaces");
+}
+
+/// A scope swapped for a symlink between the check and the start (another skill racing
+/// in the folder around it) is refused when the process starts, never mounted.
+#[tokio::test]
+async fn a_write_scope_swapped_for_a_symlink_after_the_check_is_not_mounted() {
+    if let Err(missing) = runtime::bwrap() {
+        skipping(missing);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let (scope, elsewhere) = (dir.join("scope"), dir.join("elsewhere"));
+    std::fs::create_dir_all(&scope).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let confinement = prepare(profile(&dir, vec![scope.clone()], Limits::default())).unwrap();
+    std::fs::remove_dir(&scope).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &scope).unwrap();
+    let spec = CommandSpec {
+        program: "sh".into(),
+        args: vec!["-c".into(), format!("echo x > {}/planted", scope.display())],
+        env: vec![],
+        cwd: dir.clone(),
+        stdin: None,
+        confinement: Some(confinement),
+    };
+    let options = CaptureOptions {
+        limit: 4096,
+        spill_dir: dir.clone(),
+        roster: None,
+        live: None,
+    };
+    let err = crate::run(&spec, &options, &Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("reached through a symlink"), "{err}");
+    assert!(!elsewhere.join("planted").exists());
+}
+
+/// A folder nested past the longest path cannot be searched for secrets: the profile is
+/// refused, never prepared with what the search reached before it.
+#[test]
+fn a_workspace_that_cannot_be_searched_for_secrets_refuses_the_role() {
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::Mode;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let name = "d".repeat(200);
+    let mut fd = open(&dir, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty()).unwrap();
+    for _ in 0..25 {
+        nix::sys::stat::mkdirat(&fd, name.as_str(), Mode::from_bits_truncate(0o755)).unwrap();
+        fd = openat(
+            &fd,
+            name.as_str(),
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("zz.env"), "API_KEY=1").unwrap();
+    let mut profile = profile(&dir, vec![], Limits::default());
+    let mut secrets = globset::GlobSetBuilder::new();
+    secrets.add(globset::Glob::new("**/*.env").unwrap());
+    profile.hide_matching = Some((Arc::new(secrets.build().unwrap()), vec![dir.clone()]));
+    let err = prepare_with(profile, None).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot search it for what `hide_matching` hides"),
+        "{err}"
+    );
+    // The tree goes as it came, one level at a time below the longest path.
+    let _ = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(&dir)
+        .status();
+}
+
+#[test]
+fn a_write_scope_reached_through_a_symlink_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(dir.join(".kavi")).unwrap();
+    std::os::unix::fs::symlink(".kavi", dir.join("notes")).unwrap();
+    let err = prepare_with(
+        profile(&dir, vec![dir.join("notes")], Limits::default()),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("through a symlink"), "{err}");
+}

@@ -1,0 +1,149 @@
+//! Watching a confined process while it runs: a sprung tripwire, a daemon left behind, a bound
+//! outgrown; and the violation it is stopped for.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::unistd::Pid;
+use tokio_util::sync::CancellationToken;
+
+/// Why a confined process was stopped by its confinement rather than ending on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// seccomp killed it for a system call only an attack makes (ptrace, mount, TIOCSTI, ...).
+    ForbiddenCall,
+    /// It opened a decoy laid where a secret usually lives: which, as its view showed it.
+    Tripwire(PathBuf),
+    /// It left a process behind to outlive it (a child orphaned to the namespace's init, as a
+    /// daemon's double fork does).
+    Daemon,
+    /// It hit a resource bound: which, in words.
+    Bound(String),
+}
+
+impl Violation {
+    /// Whether only an attack does this (as opposed to outgrowing a bound).
+    pub fn is_security(&self) -> bool {
+        !matches!(self, Violation::Bound(_))
+    }
+
+    /// The failure kind the process fails as, whatever role it ran as.
+    pub fn failure_kind(&self) -> &'static str {
+        use crate::confinement::{RESOURCE_KIND, SECURITY_KIND};
+        if self.is_security() {
+            SECURITY_KIND
+        } else {
+            RESOURCE_KIND
+        }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::ForbiddenCall => f.write_str(
+                "killed by its confinement for a forbidden system call (seccomp: tracing, \
+                 mounting, kernel code, terminal injection, or a socket its profile does not \
+                 allow)",
+            ),
+            Violation::Tripwire(path) => write!(
+                f,
+                "stopped by its confinement for opening {}, a decoy where a secret usually \
+                 lives",
+                path.display()
+            ),
+            Violation::Daemon => f.write_str(
+                "stopped by its confinement for leaving a process to outlive it (a daemon)",
+            ),
+            Violation::Bound(bound) => write!(f, "stopped for exceeding {bound}"),
+        }
+    }
+}
+
+/// How often a confined process is looked at for a sprung tripwire or a daemon.
+const WATCH: Duration = Duration::from_millis(100);
+
+/// Every how many looks its write folders and CPU time are measured against its bounds
+/// (walking the write folders costs more).
+const BOUNDS_EVERY: u32 = 5;
+
+/// A task that ends when its handle is dropped.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the watch of a confined process looks at.
+pub(crate) struct Watched {
+    /// bubblewrap, kavi's child: its one child is the namespace's init.
+    pub(crate) outer: Pid,
+    pub(crate) tripwires: Option<Arc<crate::confinement::tripwire::Tripwires>>,
+    /// The disk bound in MiB and the folders it bounds.
+    pub(crate) disk: Option<(u64, Vec<PathBuf>)>,
+    /// The CPU bound in seconds and the cgroup folders that count it.
+    pub(crate) cpu: Option<(u64, Vec<PathBuf>)>,
+}
+
+/// Watches a confined process until it is stopped (the task is aborted when the run ends);
+/// the first violation seen is written to `found` and stops it.
+pub(crate) async fn watch(
+    watched: Watched,
+    stop: CancellationToken,
+    found: Arc<Mutex<Option<Violation>>>,
+) {
+    let watched = Arc::new(watched);
+    for look in 1u32.. {
+        tokio::time::sleep(WATCH).await;
+        let watched = Arc::clone(&watched);
+        let seen = tokio::task::spawn_blocking(move || {
+            use crate::confinement::bounds;
+            if let Some(path) = watched.tripwires.as_ref().and_then(|t| t.sprung()) {
+                return Some(Violation::Tripwire(path));
+            }
+            if orphaned(watched.outer) {
+                return Some(Violation::Daemon);
+            }
+            if look % BOUNDS_EVERY != 0 {
+                return None;
+            }
+            if let Some((mib, paths)) = &watched.disk
+                && bounds::disk_used(paths).is_none_or(|used| used > mib << 20)
+            {
+                return Some(Violation::Bound(format!("its disk bound ({mib} MiB)")));
+            }
+            let (seconds, folders) = watched.cpu.as_ref()?;
+            (bounds::cpu_seconds(folders)? > *seconds as f64)
+                .then(|| Violation::Bound(format!("its CPU bound ({seconds} s)")))
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(violation) = seen {
+            if let Ok(mut found) = found.lock() {
+                *found = Some(violation);
+            }
+            stop.cancel();
+            return;
+        }
+    }
+}
+
+/// Whether a process in bubblewrap's namespace was orphaned to the namespace's init, as a
+/// daemon's double fork leaves it: the init (bubblewrap's one child, `outer`'s) starts one
+/// process, the program, and any other child it has was reparented to it.
+fn orphaned(outer: Pid) -> bool {
+    let children = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|child| child.parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    children(outer.as_raw())
+        .into_iter()
+        .any(|init| children(init).len() > 1)
+}
