@@ -12,7 +12,7 @@ probe functions called once or twice a run, not once a node, and none on the way
 
     benches/probes.py /tmp/graphs/chain 8 target/dist/kavi \\
         kavi::cli::main 'kavi::spec::load::load_pipeline%return' kavi::dag::compile \\
-        'kavi::ledger::Ledger::run_detail' 'kavi::ledger::Ledger::run_detail%return'
+        'kavi_ledger::Ledger::run_detail' 'kavi_ledger::Ledger::run_detail%return'
 """
 import os
 import shutil

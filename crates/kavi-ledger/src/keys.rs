@@ -12,15 +12,25 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hmac::{KeyInit, Mac};
 
 type HmacSha256 = hmac::Hmac<sha2_mac::Sha256>;
 
+/// Set by the test fixtures ([`crate::testing`]): unit tests, this crate's and the crates'
+/// above it (for which this crate is built without `cfg(test)`), keep their keys apart from the
+/// account's own.
+static UNIT_TEST_KEYS: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`dir`] a temporary folder of this user's for the rest of the process: for unit tests.
+pub(crate) fn use_unit_test_keys() {
+    UNIT_TEST_KEYS.store(true, Ordering::Relaxed);
+}
+
 /// The folder of kavi's keys, from the environment alone.
 pub fn dir() -> PathBuf {
-    // The unit tests keep theirs apart from the account's own.
-    if cfg!(test) {
+    if cfg!(test) || UNIT_TEST_KEYS.load(Ordering::Relaxed) {
         return std::env::temp_dir().join(format!("kavi-unit-keys-{}", nix::unistd::getuid()));
     }
     if let Some(keys) = std::env::var_os("KAVI_KEYS").filter(|keys| !keys.is_empty()) {

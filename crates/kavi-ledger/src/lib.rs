@@ -37,7 +37,7 @@ mod runs;
 mod sandboxes;
 mod schema;
 mod skills;
-#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod testing;
 mod value;
 mod verifications;

@@ -33,7 +33,7 @@ pub struct NewRun {
     pub owner: String,
     /// Every node as (id, kind); each gets a `pending` node run.
     pub nodes: Vec<(String, &'static str)>,
-    /// The run's governing set (see [`crate::spec::governing`]), as (role, path, hash, text).
+    /// The run's governing set (the `kavi` crate's `spec::governing`), as (role, path, hash, text).
     pub governing: Vec<(&'static str, String, String, String)>,
 }
 

@@ -31,7 +31,7 @@ pub struct SkillRow {
     pub updated_at: String,
     /// The hash it was last promoted at, if it ever was.
     pub trusted_hash: Option<String>,
-    /// The SKILL_TREE artifact kept at that promotion (see [`crate::skills::SkillTree`]); none
+    /// The SKILL_TREE artifact kept at that promotion (the `kavi` crate's `skills::SkillTree`); none
     /// for skills promoted before trees were kept.
     pub trusted_tree: Option<String>,
     /// The newest version: the one `state`, `spec_artifact` and the working files describe.

@@ -1,4 +1,6 @@
-//! Fixtures for the tests of this crate and of the crates above it (the `testing` feature).
+//! Fixtures for the tests of this crate and of the crates above it. Always built, not behind a
+//! feature: a feature only tests turn on makes `cargo build` and `cargo test` build the ledger
+//! and everything above it twice over, each undoing the other.
 
 use std::path::Path;
 
@@ -11,8 +13,16 @@ pub const DEMO_TEXT: &str = "[pipeline]\nname = \"demo\"\n";
 pub static DEMO_HASH: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| kavi_foundation::hash::spec_hash(DEMO_TEXT));
 
+/// Keeps the keys of every ledger this process opens from now on apart from the account's own
+/// (see [`crate::keys::dir`]): a unit test that opens a ledger calls this first, as
+/// [`fresh_ledger`] does.
+pub fn isolate_keys() {
+    crate::keys::use_unit_test_keys();
+}
+
 /// A new ledger in a temporary folder, and an owner of it.
 pub fn fresh_ledger() -> (tempfile::TempDir, Ledger, Owner) {
+    isolate_keys();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let ledger = Ledger::open(&path).unwrap();
