@@ -5,11 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::db::{self, Db, OptionalExtension, params};
+use super::journal::{MAC_INNER, MAC_OUTER};
 use super::migrations::{migrate, migrate_postgres, postgres_schema_exists};
-use super::postgres::{MAC_INNER, MAC_OUTER};
-use super::{
-    BUSY_TIMEOUT, Ledger, LedgerError, Result, journal, keys, memory, now, postgres, schema,
-};
+use super::{BUSY_TIMEOUT, Ledger, LedgerError, Result, journal, keys, now, schema};
+use kavi_db::{memory, postgres};
 
 /// A connection to a ledger that is already open, not yet made (or made ahead of time): see
 /// [`Ledger::another_connection`].

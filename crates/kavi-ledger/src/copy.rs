@@ -3,7 +3,8 @@
 //! chain is the original's and verifies as it did.
 
 use super::db::{Backend, Db};
-use super::{LedgerError, Result, journal, postgres};
+use super::{LedgerError, Result, journal};
+use kavi_db::postgres;
 
 /// Rows copied, per table.
 pub type Copied = Vec<(String, usize)>;
@@ -28,7 +29,9 @@ impl super::Ledger {
         // The journal is copied as it is: the triggers would write it again, with new entries.
         journal::drop_triggers(&tx)?;
         let mut copied = Vec::new();
-        for (table, _) in postgres::tables_in_order(&super::migrations::sqlite_schema()?) {
+        for (table, _) in
+            super::postgres_schema::tables_in_order(&super::migrations::sqlite_schema()?)
+        {
             if table == "schema_version" {
                 continue;
             }

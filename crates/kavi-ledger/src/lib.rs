@@ -19,18 +19,17 @@ pub mod checkpoint;
 pub mod cleanup;
 mod connection;
 mod copy;
-pub mod db;
+pub use kavi_db as db;
 mod escalations;
 mod executions;
 mod gc;
 pub mod journal;
 pub mod keys;
-mod memory;
 mod migrations;
 mod nodes;
 mod open;
 mod owner;
-mod postgres;
+mod postgres_schema;
 mod recovery;
 mod rules;
 mod runs;
@@ -39,11 +38,9 @@ mod schema;
 mod skills;
 #[doc(hidden)]
 pub mod testing;
-mod value;
 mod verifications;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use db::Db;
 use serde_json::Value;
@@ -164,8 +161,7 @@ pub enum LedgerError {
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
-/// How long opening the ledger waits for another process's lock before giving up.
-pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+use kavi_db::BUSY_TIMEOUT;
 
 /// Now, in UTC, to the millisecond (RFC 3339).
 ///

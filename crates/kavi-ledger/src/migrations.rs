@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use super::db::{self, Db, OptionalExtension};
-use super::{LedgerError, Result, journal, memory, postgres, schema};
+use super::{LedgerError, Result, journal, postgres_schema, schema};
+use kavi_db::{memory, postgres};
 
 pub(crate) fn postgres_schema_exists(conn: &Db) -> Result<bool> {
     Ok(conn.query_row(
@@ -15,7 +16,7 @@ pub(crate) fn postgres_schema_exists(conn: &Db) -> Result<bool> {
 }
 
 /// A server's ledger is made whole at the schema's current version, from the schema SQLite
-/// reaches after every migration (see [`postgres::schema`]); one made by an older kavi is
+/// reaches after every migration (see [`postgres_schema::schema`]); one made by an older kavi is
 /// brought up to it by [`schema::SERVER_STEPS`], under the write lock, in one transaction.
 pub(crate) fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
     let known = schema::MIGRATIONS.len();
@@ -33,7 +34,7 @@ pub(crate) fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
             // Decided again under the write lock: another kavi may be making it too.
             let tx = conn.transaction()?;
             if version(&tx)?.is_none() {
-                for statement in postgres::schema(&sqlite_schema()?) {
+                for statement in postgres_schema::schema(&sqlite_schema()?) {
                     tx.execute_batch(&statement)?;
                 }
                 tx.execute_batch("CREATE TABLE schema_version (version BIGINT NOT NULL)")?;
@@ -87,7 +88,7 @@ fn upgrade_postgres(conn: &mut Db) -> Result<()> {
 pub(crate) fn server_sql(step: &schema::ServerStep, version: usize) -> Result<String> {
     match step {
         schema::ServerStep::Table(name) => {
-            postgres::table_named(&sqlite_schema_after(version)?, name).ok_or_else(|| {
+            postgres_schema::table_named(&sqlite_schema_after(version)?, name).ok_or_else(|| {
                 std::io::Error::other(format!("migration {version} makes no table {name}")).into()
             })
         }

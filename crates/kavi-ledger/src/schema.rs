@@ -583,7 +583,7 @@ mod tests {
     }
 
     fn empty_ledger() -> Db {
-        crate::memory::use_mimalloc();
+        kavi_db::memory::use_mimalloc();
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         journal::register(&conn, crate::keys::mac_key().unwrap()).unwrap();
         let mut db = Db::from_sqlite(conn);

@@ -322,7 +322,7 @@ fn many_openers_of_a_fresh_ledger_all_succeed() {
                 panic!("round {round}: {e}");
             }
         }
-        super::memory::use_mimalloc();
+        kavi_db::memory::use_mimalloc();
         let mode: String = rusqlite::Connection::open(&path)
             .unwrap()
             .query_row("PRAGMA journal_mode", [], |row| row.get(0))
@@ -530,7 +530,7 @@ fn migrations_are_recorded_and_a_newer_ledger_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     drop(Ledger::open(&path).unwrap());
-    super::memory::use_mimalloc();
+    kavi_db::memory::use_mimalloc();
     let conn = rusqlite::Connection::open(&path).unwrap();
     let version: i64 = conn
         .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
@@ -543,4 +543,19 @@ fn migrations_are_recorded_and_a_newer_ledger_is_refused() {
         Ledger::open(&path),
         Err(LedgerError::TooNew { found: 999, .. })
     ));
+}
+
+/// Opening a ledger hands SQLite mimalloc (see `kavi_db::memory`).
+#[test]
+fn sqlite_allocates_from_mimalloc_uncounted_once_a_ledger_is_opened() {
+    let (_dir, _ledger, _owner) = crate::testing::fresh_ledger();
+    // SAFETY: a block SQLite allocates and frees again.
+    unsafe {
+        let block = rusqlite::ffi::sqlite3_malloc(64);
+        assert!(!block.is_null());
+        assert!(libmimalloc_sys::mi_is_in_heap_region(block));
+        // Nothing counted: no statistics, so no lock around the allocation.
+        assert_eq!(rusqlite::ffi::sqlite3_memory_used(), 0);
+        rusqlite::ffi::sqlite3_free(block);
+    }
 }

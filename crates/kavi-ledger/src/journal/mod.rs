@@ -34,6 +34,13 @@ use super::{LedgerError, Result};
 pub(crate) use triggers::{current, drop_triggers, install, remake};
 pub use verify::{Findings, verify};
 
+/// The session settings that hold the journal's MAC key, as HMAC's inner and outer padded
+/// keys, for the triggers to MAC each entry with. They are set on
+/// each of kavi's own connections and kept nowhere in the database: the triggers run on the
+/// server, which has no function of kavi's to call, and a session without them cannot write.
+pub const MAC_INNER: &str = "kavi.mac_inner";
+pub const MAC_OUTER: &str = "kavi.mac_outer";
+
 /// The SQL function the triggers hash with; registered on every connection kavi opens.
 const HASH_FUNCTION: &str = "kavi_sha256";
 
@@ -119,8 +126,8 @@ fn postgres_mac_sql(hash: &str) -> String {
         "encode(sha256(decode(current_setting('{outer}'), 'hex')
                        || sha256(decode(current_setting('{inner}'), 'hex')
                                  || convert_to({hash}, 'UTF8'))), 'hex')",
-        inner = super::postgres::MAC_INNER,
-        outer = super::postgres::MAC_OUTER,
+        inner = MAC_INNER,
+        outer = MAC_OUTER,
     )
 }
 

@@ -96,7 +96,7 @@ impl Table {
                  CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
                    FOR EACH ROW EXECUTE FUNCTION \"{trigger}\"();",
                 trigger = self.trigger_name(op),
-                lock = crate::postgres::WRITE_LOCK,
+                lock = kavi_db::postgres::WRITE_LOCK,
                 key = self.key_sql(row),
                 content = self.content_sql(row),
                 mac = postgres_mac_sql("h"),

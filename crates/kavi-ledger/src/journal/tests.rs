@@ -19,7 +19,7 @@ fn an_older_ledger_is_snapshotted_on_upgrade_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     {
-        crate::memory::use_mimalloc();
+        kavi_db::memory::use_mimalloc();
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
             .unwrap();

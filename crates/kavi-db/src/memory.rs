@@ -19,7 +19,7 @@ use rusqlite::ffi;
 /// Hands SQLite mimalloc's functions, once, before the first connection. SQLite takes them only
 /// before it initialises: where a connection was opened first (outside the ledger), it keeps
 /// its own, which is as correct, and this is a no-op.
-pub(super) fn use_mimalloc() {
+pub fn use_mimalloc() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let methods = ffi::sqlite3_mem_methods {
@@ -83,20 +83,6 @@ unsafe extern "C" fn shutdown(_: *mut c_void) {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlite_allocates_from_mimalloc_uncounted_once_a_ledger_is_opened() {
-        let (_dir, _ledger, _owner) = crate::testing::fresh_ledger();
-        // SAFETY: a block SQLite allocates and frees again.
-        unsafe {
-            let block = ffi::sqlite3_malloc(64);
-            assert!(!block.is_null());
-            assert!(mi::mi_is_in_heap_region(block));
-            // Nothing counted: no statistics, so no lock around the allocation.
-            assert_eq!(ffi::sqlite3_memory_used(), 0);
-            ffi::sqlite3_free(block);
-        }
-    }
 
     /// The `no_thp` feature of libmimalloc-sys (Cargo.toml says why): no mapping of this
     /// process is marked for huge pages (`hg` in smaps' VmFlags), though mimalloc has just

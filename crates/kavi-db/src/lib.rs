@@ -1,4 +1,4 @@
-//! The ledger's connection to its database, a SQLite file or a PostgreSQL server, behind one
+//! The ledger's database: one connection to a SQLite file or a PostgreSQL server, behind one
 //! small interface, so that every query is written once, in SQL both speak: numbered parameters
 //! (`?1`), `RETURNING`, `ON CONFLICT ... DO NOTHING`. Values cross it as [`Value`]s; rows are
 //! read as [`Row`]s, a SQLite one where SQLite holds it, a server's as it came whole.
@@ -6,7 +6,15 @@
 use std::cell::Cell;
 use std::path::Path;
 
-use super::postgres::{Pg, PgError};
+pub mod memory;
+pub mod postgres;
+mod value;
+
+use postgres::{Pg, PgError};
+
+/// How long opening a database waits for another process's lock before giving up, and a
+/// writer for the write lock.
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a query failed at.
 #[derive(Debug, thiserror::Error)]
@@ -21,15 +29,15 @@ pub enum DbError {
     Conversion { column: usize, message: String },
 }
 
-impl From<postgres::Error> for DbError {
-    fn from(error: postgres::Error) -> Self {
+impl From<::postgres::Error> for DbError {
+    fn from(error: ::postgres::Error) -> Self {
         DbError::Postgres(PgError::Postgres(error))
     }
 }
 
 pub type Result<T, E = DbError> = std::result::Result<T, E>;
 
-pub use super::value::Value;
+pub use value::Value;
 
 /// What can be bound to a parameter.
 pub trait ToSql {
@@ -102,11 +110,11 @@ impl<T: ToSql> ToSql for Option<T> {
 }
 
 /// The parameters of one query: `params![a, b]`.
+#[macro_export]
 macro_rules! params {
-    () => { &[] as &[&dyn $crate::db::ToSql] };
-    ($($param:expr),+ $(,)?) => { &[$(&$param as &dyn $crate::db::ToSql),+] as &[&dyn $crate::db::ToSql] };
+    () => { &[] as &[&dyn $crate::ToSql] };
+    ($($param:expr),+ $(,)?) => { &[$(&$param as &dyn $crate::ToSql),+] as &[&dyn $crate::ToSql] };
 }
-pub(crate) use params;
 
 /// One value of a row, borrowed from wherever the row is: a SQLite row is read where SQLite
 /// keeps it, without a copy of each column first. Text read as bytes is its exact bytes.
@@ -536,7 +544,7 @@ impl Db {
 
     /// Opens a transaction that takes the write lock at once: a writer that read first and
     /// then found the lock taken would have to start over. On PostgreSQL the lock is the
-    /// ledger's advisory lock (see [`super::postgres`]).
+    /// ledger's advisory lock (see [`postgres`]).
     pub fn begin(&self) -> Result<()> {
         match &self.conn {
             Connection::Sqlite(_) => {
@@ -545,7 +553,7 @@ impl Db {
             Connection::Postgres { pg, open } => {
                 pg.batch(&format!(
                     "BEGIN; SELECT pg_advisory_xact_lock({})",
-                    super::postgres::WRITE_LOCK
+                    postgres::WRITE_LOCK
                 ))?;
                 open.set(true);
             }
