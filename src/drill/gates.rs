@@ -11,7 +11,6 @@
 //! gate it targets did not pass.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -268,30 +267,56 @@ fn keep_only_targets(gates: &Path, targets: &[&str]) -> std::io::Result<()> {
     std::fs::write(gates, set.to_string())
 }
 
-/// Runs kavi in the case's workspace; its exit code and output.
+/// Runs kavi in the case's workspace, as a user would (unconfined, through the one place kavi
+/// starts processes); its exit code and output.
 async fn kavi(setup: &Setup, root: &Path, args: &[&str]) -> std::io::Result<(Option<i32>, String)> {
-    let mut command = std::process::Command::new(&setup.exe);
     // The case's workspace is configured by its own kavi.toml and these, not by the caller's
-    // KAVI_* variables (a ledger or artifact store elsewhere).
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("KAVI_") {
-            command.env_remove(key);
+    // KAVI_* variables (a ledger or artifact store elsewhere). A variable that is not UTF-8
+    // cannot be passed on, and is left out.
+    let text = |path: &Path| path.display().to_string();
+    let env = std::env::vars_os()
+        .filter_map(|(key, value)| Some((key.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(key, _)| !key.starts_with("KAVI_"))
+        .chain([
+            ("KAVI_TOOLCHAINS".to_owned(), text(&setup.toolchains)),
+            ("KAVI_SANDBOXES".to_owned(), text(&setup.sandboxes)),
+        ])
+        .collect();
+    let spec = crate::process::CommandSpec {
+        program: text(&setup.exe),
+        args: ["--workspace".to_owned(), text(root)]
+            .into_iter()
+            .chain(args.iter().map(|arg| (*arg).to_owned()))
+            .collect(),
+        env,
+        cwd: root.to_owned(),
+        stdin: None,
+        confinement: None,
+    };
+    let options = crate::process::CaptureOptions {
+        limit: OUTPUT_LIMIT,
+        spill_dir: setup.sandboxes.clone(),
+        roster: None,
+        live: None,
+    };
+    let finished = crate::process::run(&spec, &options, &Default::default()).await?;
+    let shown = |captured: &crate::process::Captured| {
+        let mut text = String::from_utf8_lossy(&captured.head).into_owned();
+        if captured.total > captured.head.len() as u64 {
+            text.push_str("\n[output cut short]\n");
         }
+        text
+    };
+    let code = match finished.exit {
+        crate::process::Exit::Code(code) => Some(code),
+        crate::process::Exit::Signal(_) | crate::process::Exit::Cancelled => None,
+    };
+    let mut text = shown(&finished.stdout);
+    if code != Some(0) {
+        text.push_str(&shown(&finished.stderr));
     }
-    command
-        .arg("--workspace")
-        .arg(root)
-        .args(args)
-        .current_dir(root)
-        .env("KAVI_TOOLCHAINS", &setup.toolchains)
-        .env("KAVI_SANDBOXES", &setup.sandboxes)
-        .stdin(Stdio::null());
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .map_err(std::io::Error::other)??;
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() {
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-    }
-    Ok((out.status.code(), text))
+    Ok((code, text))
 }
+
+/// The most of a case's output kept: what the drill reads of it is a few lines.
+const OUTPUT_LIMIT: usize = 1 << 20;

@@ -14,6 +14,7 @@ mod drill;
 mod engine;
 mod forge;
 mod gates;
+mod layers;
 mod lifecycle;
 mod proxy;
 mod roots;
