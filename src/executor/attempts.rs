@@ -11,7 +11,7 @@ use super::Executor;
 use super::recorder::Write;
 use super::{Done, Event, Finished, counts_as_failure, describe_state, reads_outputs_of};
 use crate::ledger::{LedgerError, NodeRecord};
-use crate::nodes::NodeContext;
+use crate::node::NodeContext;
 use crate::spec::{OnFailure, Trigger};
 use crate::state::NodeState;
 

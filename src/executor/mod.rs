@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::Key;
 use crate::dag::Dag;
 use crate::ledger::{Artifact, CacheHit, CacheRecord, Ledger, LedgerError, NewRun, RunOrigin};
-use crate::nodes::{ChildRun, ChildRuns, Environment, NodeOutcome};
+use crate::node::{ChildRun, ChildRuns, Environment, NodeOutcome};
 use crate::spec::Pipeline;
 use crate::spec::governing::Role;
 use crate::spec::{OnFailure, Trigger};

@@ -22,7 +22,7 @@ use super::recorder::Recorder;
 use super::{Executor, Observer, counts_as_failure, sleep_until_opt};
 use crate::dag::Dag;
 use crate::ledger::{Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail};
-use crate::nodes::Environment;
+use crate::node::Environment;
 use crate::spec::NodeSpec;
 use crate::state::{NodeState, RunStatus};
 

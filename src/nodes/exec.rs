@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Artifact;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::process::{self, Captured, CommandSpec, Exit};
 use crate::redact::Redactor;
 use crate::state::NodeState;

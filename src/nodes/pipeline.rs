@@ -15,9 +15,9 @@ use serde_json::{Map, Value, json};
 use toml::Spanned;
 
 use super::child_params::ChildParams;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::spec::{self, Pipeline, SpecError};
 use crate::state::{NodeState, RunStatus};
 

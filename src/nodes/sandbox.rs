@@ -15,10 +15,10 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::git;
 use crate::ledger::{Ledger, NewSandbox, SandboxLimits};
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::policy::SandboxPolicy;
 use crate::sandbox::{self, manifest};
 

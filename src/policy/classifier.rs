@@ -19,6 +19,16 @@ use crate::state::NodeState;
 /// The failure classifier a `classify` node uses unless it names another.
 pub const DEFAULT_POLICY: &str = "policies/classifier.toml";
 
+/// Loads the failure classifier a node's field names (default `policies/classifier.toml`): the
+/// rules, and the failure kinds other policies may name. The file then governs the node.
+pub fn load(
+    config: &mut crate::node::NodeConfig<'_>,
+    field: Option<&Spanned<String>>,
+) -> Result<Classifier, Diagnostic> {
+    let source = config.load_policy_source(field, DEFAULT_POLICY)?;
+    Classifier::parse(&source)
+}
+
 /// The kind when no rule matches.
 pub const UNKNOWN: &str = "UNKNOWN";
 
