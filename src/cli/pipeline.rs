@@ -62,6 +62,7 @@ pub(super) fn load(
         root: &workspace.root,
         templates: &templates,
         including: &[],
+        registry: crate::nodes::registry(),
     };
     let pipeline = spec::load_pipeline(&path, &display_path(&workspace.root, &path), &context)?;
     Ok((pipeline, templates))

@@ -118,7 +118,7 @@ pub async fn execute_step(
         let rows = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
         for row in rows.iter().filter(|row| row.started_at.is_some()) {
             executor.attempts_started += 1;
-            if crate::nodes::HTTP_KINDS.contains(&row.kind.as_str()) {
+            if crate::nodes::registry().calls_http(&row.kind) {
                 executor.http_attempts_started += 1;
             }
         }

@@ -4,9 +4,11 @@
 
 mod environment;
 mod policy_file;
+mod registry;
 
 pub use environment::{ChildRun, ChildRuns, Environment, LiveNodeOutput};
 pub use policy_file::{Policy, read};
+pub use registry::{FailureKinds, LoadFailureKinds, Registry};
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -31,6 +33,8 @@ pub struct NodeKind {
     pub name: &'static str,
     pub parse: fn(&mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>,
     pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
+    /// Whether its attempts call out over HTTP, counted by `[pipeline.budget] http_calls`.
+    pub calls_http: bool,
 }
 
 /// What one node does when it runs.
@@ -174,6 +178,8 @@ pub struct NodeConfig<'a> {
     pub templates: &'a TemplateEngine,
     /// The pipeline files being loaded, outermost first (see [`crate::spec::LoadContext`]).
     pub including: &'a [PathBuf],
+    /// The kinds the pipeline is loaded with; a child pipeline is loaded with the same.
+    pub registry: &'a Registry,
     /// Variable paths read by this node's templates, collected for the DAG's reference check.
     pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
     /// Files this node is governed by: policies, templates, the scripts its commands name.

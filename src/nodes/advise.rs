@@ -24,6 +24,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "advise",
     parse,
     schema: <AdviseConfig as schemars::JsonSchema>::json_schema,
+    calls_http: true,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

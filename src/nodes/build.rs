@@ -30,6 +30,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "build",
     parse,
     schema: <BuildConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 /// How much of the builder's output is kept in the BUILD_LOG (each stream).

@@ -28,6 +28,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "chain",
     parse,
     schema: <ChainConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

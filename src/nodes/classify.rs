@@ -22,6 +22,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "classify",
     parse,
     schema: <ClassifyConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -27,6 +27,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
     parse,
     schema: <CopyBackConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -20,6 +20,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "escalate",
     parse,
     schema: <EscalateConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/escalation.toml";

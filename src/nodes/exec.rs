@@ -27,6 +27,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "exec",
     parse,
     schema: <ExecConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 /// How much of stdout and stderr is kept in the node's JSON outputs; the whole of each is an

@@ -19,6 +19,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "http",
     parse,
     schema: <HttpConfig as schemars::JsonSchema>::json_schema,
+    calls_http: true,
 };
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];

@@ -1,8 +1,9 @@
 //! Node kinds. Each kind lives in its own module: its TOML config struct and its action together.
 //!
-//! The executor knows nothing about any kind: it asks [`kind`] for a parser by name, gets back a
-//! [`NodeAction`], and calls [`NodeAction::run`] with a [`NodeContext`] (the interface is
-//! `crate::node`'s). Adding a kind means adding a module and one line to [`KINDS`].
+//! The executor knows nothing about any kind: the loader asks the [`registry`] for a parser by
+//! name, gets back a [`NodeAction`], and the executor calls [`NodeAction::run`] with a
+//! [`NodeContext`] (the interface is `crate::node`'s). Adding a kind means adding a module and
+//! one line to the [`registry`].
 
 mod advise;
 mod allowlist;
@@ -28,7 +29,7 @@ mod vars;
 
 use std::path::{Path, PathBuf};
 
-use crate::node::NodeKind;
+use crate::node::Registry;
 #[cfg(doc)]
 use crate::node::{NodeAction, NodeContext};
 
@@ -48,29 +49,30 @@ pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBu
         .ok_or_else(|| format!("`{name}` not found in {folder}/"))
 }
 
-/// Every kind the executor can run.
-pub const KINDS: &[NodeKind] = &[
-    exec::KIND,
-    render::KIND,
-    sandbox::KIND,
-    diff_gate::KIND,
-    copy_back::KIND,
-    transition::KIND,
-    gate::KIND,
-    promote::KIND,
-    propose::KIND,
-    build::KIND,
-    classify::KIND,
-    escalate::KIND,
-    pipeline::KIND,
-    advise::KIND,
-    http::KIND,
-    chain::KIND,
-];
+/// Every kind the executor can run, and the classifier's failure kinds that `retry.on` names.
+static REGISTRY: Registry = Registry::new(
+    &[
+        exec::KIND,
+        render::KIND,
+        sandbox::KIND,
+        diff_gate::KIND,
+        copy_back::KIND,
+        transition::KIND,
+        gate::KIND,
+        promote::KIND,
+        propose::KIND,
+        build::KIND,
+        classify::KIND,
+        escalate::KIND,
+        pipeline::KIND,
+        advise::KIND,
+        http::KIND,
+        chain::KIND,
+    ],
+    crate::policy::classifier::load_failure_kinds,
+);
 
-/// The kinds whose attempts call out over HTTP, counted by `[pipeline.budget] http_calls`.
-pub const HTTP_KINDS: &[&str] = &[http::KIND.name, advise::KIND.name];
-
-pub fn kind(name: &str) -> Option<&'static NodeKind> {
-    KINDS.iter().find(|k| k.name == name)
+/// The kinds a pipeline may use: what the loader is handed in `crate::spec::LoadContext`.
+pub fn registry() -> &'static Registry {
+    &REGISTRY
 }

@@ -25,6 +25,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "promote",
     parse,
     schema: <PromoteConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

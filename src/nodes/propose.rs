@@ -21,6 +21,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "propose",
     parse,
     schema: <ProposeConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

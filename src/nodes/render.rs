@@ -18,6 +18,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "render",
     parse,
     schema: <RenderConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -26,6 +26,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "sandbox",
     parse,
     schema: <SandboxConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/sandbox.toml";

@@ -19,6 +19,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "transition",
     parse,
     schema: <TransitionConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = crate::skills::LIFECYCLE_POLICY;

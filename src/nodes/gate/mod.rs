@@ -40,6 +40,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "gate",
     parse,
     schema: <GateConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/gates.toml";

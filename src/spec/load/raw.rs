@@ -223,7 +223,8 @@ pub(super) fn retry_on(
                 }
                 None => {
                     if classifier.is_none() {
-                        classifier = Some(crate::policy::classifier::load(config, None)?);
+                        let registry = config.registry;
+                        classifier = Some(registry.failure_kinds(config)?);
                     }
                     let named = Spanned::new(item.span(), name.clone());
                     if let Some(classifier) = &classifier {
