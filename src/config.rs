@@ -215,6 +215,30 @@ fn value_span(text: &str, key: &[&str]) -> Option<std::ops::Range<usize>> {
     Some(table.get(*last)?.span())
 }
 
+/// Where toolchains live on this machine: the cache folder kavi provisions into, and the
+/// environments `kavi.toml` names instead (`[toolchain.NAME] path`). Plain data, so that the
+/// node interface can carry it; what a toolchain's folder is, is `crate::toolchains`'.
+#[derive(Debug, Clone, Default)]
+pub struct ToolchainHome {
+    pub cache: PathBuf,
+    pub existing: std::collections::BTreeMap<String, PathBuf>,
+}
+
+impl ToolchainHome {
+    /// Where `workspace`'s toolchains are, or are made.
+    pub fn of(workspace: &Workspace) -> Self {
+        Self {
+            cache: workspace.config.toolchains.clone(),
+            existing: workspace
+                .config
+                .toolchain
+                .iter()
+                .map(|(name, existing)| (name.clone(), existing.path.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// A resolved workspace: its root and its configuration with absolute paths.
 #[derive(Debug, Clone)]
 pub struct Workspace {

@@ -165,6 +165,7 @@ fn load_everything(root: &Path) -> Vec<String> {
         root,
         templates: &templates,
         including: &[],
+        registry: crate::nodes::registry(),
     };
     for seed in SEEDS {
         let path = root.join(seed);

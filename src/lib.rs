@@ -19,6 +19,7 @@ pub mod export;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;
+pub mod node;
 pub mod nodes;
 pub mod policy;
 pub mod research;

@@ -167,7 +167,8 @@ fn pipeline() -> Value {
     let mut generator = SchemaGenerator::default();
     let mut root = schemars::schema_for!(crate::spec::RawHeader).to_value();
     let common = crate::spec::RawCommon::json_schema(&mut generator).to_value();
-    let kinds: Vec<Value> = crate::nodes::KINDS
+    let kinds: Vec<Value> = crate::nodes::registry()
+        .kinds()
         .iter()
         .map(|kind| {
             let specific = (kind.schema)(&mut generator).to_value();

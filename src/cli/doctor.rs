@@ -346,12 +346,12 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
         Ok(set) => set,
         Err(e) => return vec![check("toolchains", Status::Fail, e.to_string())],
     };
-    let home = crate::toolchains::Home::of(workspace);
+    let home = crate::config::ToolchainHome::of(workspace);
     set.toolchains
         .iter()
         .map(|toolchain| {
             let name = format!("toolchain {}", toolchain.name);
-            if let Some(path) = home.existing_for(toolchain) {
+            if let Some(path) = toolchain.existing_in(&home) {
                 return check(
                     &name,
                     Status::Ok,
@@ -361,8 +361,10 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
                     ),
                 );
             }
-            match crate::toolchains::provision::read_manifest(toolchain, &home.folder_of(toolchain))
-            {
+            match crate::toolchains::provision::read_manifest(
+                toolchain,
+                &toolchain.folder_in(&home),
+            ) {
                 Some(ready) => check(
                     &name,
                     Status::Ok,

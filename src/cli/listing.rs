@@ -55,6 +55,7 @@ pub(super) fn workspace_pipelines(
             root: &workspace.root,
             templates,
             including: &[],
+            registry: crate::nodes::registry(),
         };
         let pipeline = crate::spec::load_pipeline(path, shown, &context)?;
         crate::dag::compile(&pipeline)?;

@@ -13,7 +13,7 @@ use crate::diagnostic::Diagnostics;
 use crate::error::{Error, exit};
 use crate::executor::{self, ChildRunner};
 use crate::ledger::{Ledger, Owner};
-use crate::nodes::Environment;
+use crate::node::Environment;
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
@@ -62,6 +62,7 @@ pub(super) fn load(
         root: &workspace.root,
         templates: &templates,
         including: &[],
+        registry: crate::nodes::registry(),
     };
     let pipeline = spec::load_pipeline(&path, &display_path(&workspace.root, &path), &context)?;
     Ok((pipeline, templates))
@@ -185,14 +186,14 @@ pub(super) fn environment(
         jobs: jobs_within_open_files(workspace.config.jobs)?,
         use_cache: !options.no_cache,
         depth: 0,
-        toolchains: Arc::new(crate::toolchains::Home::of(workspace)),
+        toolchains: Arc::new(crate::config::ToolchainHome::of(workspace)),
         child_runs: Arc::new(ChildRunner {
             observer: Box::new(move |depth| observer(json, &child_screen, depth)),
         }),
         live_output: (options.stream && !json).then(|| {
             Arc::new(StreamPrinter {
                 screen: Arc::clone(screen),
-            }) as Arc<dyn crate::nodes::LiveNodeOutput>
+            }) as Arc<dyn crate::node::LiveNodeOutput>
         }),
     })
 }

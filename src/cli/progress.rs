@@ -14,7 +14,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::output::{duration, mark, plural, short_hash};
 use crate::executor::{Event, Observer};
-use crate::nodes::LiveNodeOutput;
+use crate::node::LiveNodeOutput;
 use crate::process::Stream;
 use crate::state::NodeState;
 

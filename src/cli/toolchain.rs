@@ -79,7 +79,7 @@ fn chosen<'a>(set: &'a ToolchainSet, name: Option<&str>) -> Result<Vec<&'a Toolc
 /// first run does not wait for them.
 pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i32, Error> {
     let set = load(workspace)?;
-    let home = crate::toolchains::Home::of(workspace);
+    let home = crate::config::ToolchainHome::of(workspace);
     let options = capture();
     let cancel = super::cancel_on_signals("provisioning");
     let mut ready = Vec::new();
@@ -107,15 +107,15 @@ pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> R
 /// Each declared toolchain: its pins, and whether and where its environment is.
 pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let set = load(workspace)?;
-    let home = crate::toolchains::Home::of(workspace);
+    let home = crate::config::ToolchainHome::of(workspace);
     let listed: Vec<serde_json::Value> = set
         .toolchains
         .iter()
         .map(|toolchain| {
-            let (state, path) = match home.existing_for(toolchain) {
+            let (state, path) = match toolchain.existing_in(&home) {
                 Some(path) => ("existing", Some(path.to_owned())),
                 None => {
-                    let folder = home.folder_of(toolchain);
+                    let folder = toolchain.folder_in(&home);
                     match provision::read_manifest(toolchain, &folder) {
                         Some(ready) => ("provisioned", Some(ready.path)),
                         None => ("not provisioned", None),
@@ -156,11 +156,11 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
 /// Prints the folder of a toolchain's environment (its tools are in `bin/`), if it is ready.
 pub fn path(workspace: &Workspace, name: &str) -> Result<i32, Error> {
     let set = load(workspace)?;
-    let home = crate::toolchains::Home::of(workspace);
+    let home = crate::config::ToolchainHome::of(workspace);
     let toolchain = chosen(&set, Some(name))?[0];
-    let path = match home.existing_for(toolchain) {
+    let path = match toolchain.existing_in(&home) {
         Some(path) => path.to_owned(),
-        None => provision::read_manifest(toolchain, &home.folder_of(toolchain))
+        None => provision::read_manifest(toolchain, &toolchain.folder_in(&home))
             .map(|ready| ready.path)
             .ok_or_else(|| {
                 Error::NotFound(format!(

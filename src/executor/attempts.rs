@@ -11,7 +11,7 @@ use super::Executor;
 use super::recorder::Write;
 use super::{Done, Event, Finished, counts_as_failure, describe_state, reads_outputs_of};
 use crate::ledger::{LedgerError, NodeRecord};
-use crate::nodes::NodeContext;
+use crate::node::NodeContext;
 use crate::spec::{OnFailure, Trigger};
 use crate::state::NodeState;
 
@@ -136,7 +136,7 @@ impl<'a> Executor<'a> {
         let cancel = self.nodes_cancel.child_token();
         let run_id = self.run_id;
         self.attempts_started += 1;
-        if crate::nodes::HTTP_KINDS.contains(&node.kind) {
+        if crate::nodes::registry().calls_http(node.kind) {
             self.http_attempts_started += 1;
         }
         self.running.spawn(async move {

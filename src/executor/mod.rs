@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::Key;
 use crate::dag::Dag;
 use crate::ledger::{Artifact, CacheHit, CacheRecord, Ledger, LedgerError, NewRun, RunOrigin};
-use crate::nodes::{ChildRun, ChildRuns, Environment, NodeOutcome};
+use crate::node::{ChildRun, ChildRuns, Environment, NodeOutcome};
 use crate::spec::Pipeline;
 use crate::spec::governing::Role;
 use crate::spec::{OnFailure, Trigger};
@@ -549,7 +549,7 @@ impl<'a> Executor<'a> {
         {
             let limit = budget.attempts.unwrap_or_default();
             self.spend_budget("attempts", &format!("{limit} node attempts"));
-        } else if crate::nodes::HTTP_KINDS.contains(&node.kind)
+        } else if crate::nodes::registry().calls_http(node.kind)
             && budget
                 .http_calls
                 .is_some_and(|limit| self.http_attempts_started >= limit)

@@ -22,7 +22,7 @@ use super::recorder::Recorder;
 use super::{Executor, Observer, counts_as_failure, sleep_until_opt};
 use crate::dag::Dag;
 use crate::ledger::{Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail};
-use crate::nodes::Environment;
+use crate::node::Environment;
 use crate::spec::NodeSpec;
 use crate::state::{NodeState, RunStatus};
 
@@ -118,7 +118,7 @@ pub async fn execute_step(
         let rows = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
         for row in rows.iter().filter(|row| row.started_at.is_some()) {
             executor.attempts_started += 1;
-            if crate::nodes::HTTP_KINDS.contains(&row.kind.as_str()) {
+            if crate::nodes::registry().calls_http(&row.kind) {
                 executor.http_attempts_started += 1;
             }
         }

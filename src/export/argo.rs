@@ -238,7 +238,7 @@ pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Export {
     if pipeline
         .nodes
         .iter()
-        .any(|node| crate::nodes::HTTP_KINDS.contains(&node.kind))
+        .any(|node| crate::nodes::registry().calls_http(node.kind))
     {
         notes.push(
             "the nodes that call the gateway need its API key (KAVI_GATEWAY_API_KEY): it is not \

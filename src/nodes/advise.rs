@@ -12,11 +12,11 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::config::GatewayConfig;
 use crate::confinement::network::{self, NetworkPolicy};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::research::advisory::{Advice, Advisor, PROMPT_TEMPLATE};
 use crate::template::Scope;
 
@@ -24,6 +24,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "advise",
     parse,
     schema: <AdviseConfig as schemars::JsonSchema>::json_schema,
+    calls_http: true,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -61,7 +62,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Advise {
     async fn advise(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render_skill(&self.skill)?;
+        let skill = crate::skills::render_name(ctx, &self.skill)?;
         let gateway: GatewayConfig = serde_json::from_value(ctx.env.config["gateway"].clone())
             .map_err(|e| format!("the gateway configuration is unusable: {e}"))?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;

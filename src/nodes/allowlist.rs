@@ -11,9 +11,9 @@ use serde::Serialize;
 use toml::Spanned;
 
 use super::vars::Vars;
-use super::{NodeConfig, NodeContext};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::{Ledger, SandboxLimits};
+use crate::node::{NodeConfig, NodeContext};
 use crate::policy::AllowlistPolicy;
 use crate::sandbox::{self, manifest};
 use manifest::{Change, ChangeKind, Entry, EntryKind};

@@ -17,10 +17,10 @@ use serde_json::json;
 use toml::Spanned;
 
 use super::allowlist::Allowlist;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::process::{self, CommandSpec, Exit};
 use crate::skills::Lifecycle;
 use crate::state::NodeState;
@@ -30,6 +30,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "build",
     parse,
     schema: <BuildConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 /// How much of the builder's output is kept in the BUILD_LOG (each stream).
@@ -190,7 +191,7 @@ fn link_on_allowed_path(root: &Path, allowed: &[(String, bool)]) -> Option<Strin
 
 impl Build {
     async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render_skill(&self.skill)?;
+        let skill = crate::skills::render_name(ctx, &self.skill)?;
         let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
         if !sandbox.is_dir() {
             return Err(format!("sandbox {} is not a folder", sandbox.display()));

@@ -12,12 +12,12 @@ use serde_json::{Map, json};
 use toml::Spanned;
 
 use super::child_params::ChildParams;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::chains::{self, Chain, ChainContext, Confirm};
 use crate::confinement::policy::ConfinementPolicy;
 use crate::diagnostic::Diagnostic;
 use crate::executions::{Lineage, Runner};
 use crate::ledger::ArtifactStore;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{SideEffect, SideEffects};
 use crate::spec::SpecError;
@@ -28,6 +28,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "chain",
     parse,
     schema: <ChainConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -76,7 +77,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.governing.add(Role::Chain, Arc::clone(&chain.source));
     let owner = format!("chain `{}`", chain.name);
     let params = ChildParams::check(config, raw.params, &chain.params, &owner, raw.chain.span())?;
-    let trust = config.load_trust(None)?;
+    let trust = crate::skills::trust::load(config, None)?;
     let confinement_source =
         config.load_policy_source(None, crate::confinement::policy::DEFAULT_POLICY)?;
     let confinement = ConfinementPolicy::parse(&confinement_source, config.templates)?;

@@ -6,8 +6,8 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value};
 use toml::Spanned;
 
-use super::{NodeConfig, NodeContext};
 use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::node::{NodeConfig, NodeContext};
 use crate::spec::ParamDecl;
 
 #[derive(Debug)]

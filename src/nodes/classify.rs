@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::policy::classifier::Classifier;
 use crate::research::{Step, research};
 
@@ -22,6 +22,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "classify",
     parse,
     schema: <ClassifyConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -62,7 +63,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     if let Some(skill) = &raw.skill {
         config.check_template(skill)?;
     }
-    let classifier = config.load_classifier(raw.rules.as_ref())?;
+    let classifier = crate::policy::classifier::load(config, raw.rules.as_ref())?;
     Ok(Arc::new(Classify {
         from: raw.from.into_iter().map(Spanned::into_inner).collect(),
         skill: raw.skill.map(Spanned::into_inner),

@@ -17,9 +17,9 @@ use serde_json::json;
 use toml::Spanned;
 
 use super::allowlist::{self, Allowlist};
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::SandboxLimits;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::sandbox;
 use crate::sandbox::{destination, write_file};
 
@@ -27,6 +27,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
     parse,
     schema: <CopyBackConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

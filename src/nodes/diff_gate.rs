@@ -10,14 +10,15 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::allowlist::Allowlist;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::state::NodeState;
 
 pub const KIND: NodeKind = NodeKind {
     name: "diff_gate",
     parse,
     schema: <DiffGateConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::ledger::{BuildRow, Ledger};
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::policy::classifier::Classifier;
 use crate::policy::roles::{Requirement, Roles};
 use crate::research::advisory;
@@ -20,6 +20,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "escalate",
     parse,
     schema: <EscalateConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/escalation.toml";
@@ -158,7 +159,10 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let source = config.load_policy_source(raw.rules.as_ref(), DEFAULT_POLICY)?;
     let rules: Rules =
         toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
-    rules.check(&source, &config.load_classifier(raw.classifier.as_ref())?)?;
+    rules.check(
+        &source,
+        &crate::policy::classifier::load(config, raw.classifier.as_ref())?,
+    )?;
     rules.check_approval(&source, || {
         Roles::parse(&config.load_policy_source(None, crate::policy::roles::DEFAULT_POLICY)?)
     })?;
@@ -213,7 +217,7 @@ impl Escalate {
     }
 
     fn evaluate(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render_skill(&self.skill)?;
+        let skill = crate::skills::render_name(ctx, &self.skill)?;
         let kind = ctx.render("failure_kind", &self.failure_kind)?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         let builds = ledger.builds(&skill).map_err(|e| e.to_string())?;

@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Artifact;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::process::{self, Captured, CommandSpec, Exit};
 use crate::redact::Redactor;
 use crate::state::NodeState;
@@ -27,6 +27,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "exec",
     parse,
     schema: <ExecConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 /// How much of stdout and stderr is kept in the node's JSON outputs; the whole of each is an

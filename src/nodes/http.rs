@@ -11,14 +11,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::confinement::network::{self, NetworkPolicy, Request};
 use crate::diagnostic::Diagnostic;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 
 pub const KIND: NodeKind = NodeKind {
     name: "http",
     parse,
     schema: <HttpConfig as schemars::JsonSchema>::json_schema,
+    calls_http: true,
 };
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];

@@ -1,8 +1,9 @@
 //! Node kinds. Each kind lives in its own module: its TOML config struct and its action together.
 //!
-//! The executor knows nothing about any kind: it asks [`kind`] for a parser by name, gets back a
-//! [`NodeAction`], and calls [`NodeAction::run`] with a [`NodeContext`]. Adding a kind means adding
-//! a module and one line to [`KINDS`].
+//! The executor knows nothing about any kind: the loader asks the [`registry`] for a parser by
+//! name, gets back a [`NodeAction`], and the executor calls [`NodeAction::run`] with a
+//! [`NodeContext`] (the interface is `crate::node`'s). Adding a kind means adding a module and
+//! one line to the [`registry`].
 
 mod advise;
 mod allowlist;
@@ -12,7 +13,6 @@ mod child_params;
 mod classify;
 mod copy_back;
 mod diff_gate;
-mod environment;
 pub mod escalate;
 mod exec;
 mod gate;
@@ -27,368 +27,11 @@ mod scan;
 mod transition;
 mod vars;
 
-pub use environment::{ChildRun, ChildRuns, Environment, LiveNodeOutput};
-
-use std::collections::BTreeSet;
-use std::fmt::Debug;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde_json::Value;
-use tokio_util::sync::CancellationToken;
-use toml::Spanned;
-use toml::de::DeTable;
-
-use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::ledger::Artifact;
-use crate::spec::governing::{GoverningSet, NamedFiles, Role};
-use crate::state::NodeState;
-use crate::template::{Scope, TemplateEngine, describe_error, find_read};
-
-/// A node kind: its name in TOML, how to parse its fields, and their JSON Schema (for editors;
-/// see `crate::schemas`).
-pub struct NodeKind {
-    pub name: &'static str,
-    pub parse: fn(&mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>,
-    pub schema: fn(&mut schemars::SchemaGenerator) -> schemars::Schema,
-}
-
-/// Every kind the executor can run.
-pub const KINDS: &[NodeKind] = &[
-    exec::KIND,
-    render::KIND,
-    sandbox::KIND,
-    diff_gate::KIND,
-    copy_back::KIND,
-    transition::KIND,
-    gate::KIND,
-    promote::KIND,
-    propose::KIND,
-    build::KIND,
-    classify::KIND,
-    escalate::KIND,
-    pipeline::KIND,
-    advise::KIND,
-    http::KIND,
-    chain::KIND,
-];
-
-/// The kinds whose attempts call out over HTTP, counted by `[pipeline.budget] http_calls`.
-pub const HTTP_KINDS: &[&str] = &[http::KIND.name, advise::KIND.name];
-
-pub fn kind(name: &str) -> Option<&'static NodeKind> {
-    KINDS.iter().find(|k| k.name == name)
-}
-
-/// What one node does when it runs.
-#[async_trait::async_trait]
-pub trait NodeAction: Send + Sync + Debug {
-    /// One line for `pipeline plan`, e.g. the command it runs.
-    fn describe(&self) -> String;
-
-    /// The keys its `outputs` can have, so `check` can refuse a template that reads one it
-    /// never has; `None` when they are not known before it runs.
-    fn output_keys(&self) -> Option<&'static [&'static str]> {
-        None
-    }
-
-    /// The names the output `key` holds, where they are known before it runs (a chain's
-    /// `steps`, a child pipeline's `nodes`, an http node's `extract`), so `check` can refuse a
-    /// template that reads one it never has.
-    fn output_names(&self, _key: &str) -> Option<Vec<&str>> {
-        None
-    }
-
-    /// Whether the process it starts gets all of kavi's environment (not just the base
-    /// variables), which then is part of its key when it is cached.
-    fn inherits_environment(&self) -> bool {
-        false
-    }
-
-    /// Whether running it reads or writes the ledger. The executor records a node's start
-    /// after the process of one that does not has started, so the two overlap; one that does
-    /// starts after what the run decided so far is committed, and sees it.
-    fn uses_ledger(&self) -> bool {
-        true
-    }
-
-    /// Runs the node once. Must return promptly after `ctx.cancel` fires, having stopped
-    /// everything it started; the executor decides whether that was a timeout or a cancel.
-    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome;
-}
-
-/// Everything a running node may use.
-pub struct NodeContext<'a> {
-    pub node_id: &'a str,
-    pub run_id: i64,
-    /// The workspace, ledger, artifact store and settings the run was started with.
-    pub env: &'a Environment,
-    /// The template context: `params`, `nodes`, `run` and `config`.
-    pub vars: &'a minijinja::Value,
-    pub cancel: CancellationToken,
-}
-
-impl NodeContext<'_> {
-    /// Renders one templated field, naming the field in the error.
-    pub fn render(&self, field: &str, source: &str) -> Result<String, String> {
-        self.env
-            .templates
-            .render_str(source, self.vars)
-            .map_err(|e| format!("failed to render `{field}`: {}", describe_error(&e)))
-    }
-
-    /// How a process this node starts is captured: by the run's owner, and seen live by whoever
-    /// watches the run's output, with `redactor`'s secrets hidden.
-    pub fn capture(
-        &self,
-        limit: usize,
-        redactor: Option<&crate::redact::Redactor>,
-    ) -> crate::process::CaptureOptions {
-        let mut options = self.env.owner.capture(limit);
-        options.live = self.env.live_output.clone().map(|watcher| {
-            let lines = environment::LiveLines {
-                node: self.node_id.to_owned(),
-                watcher,
-                redactor: redactor.map(crate::redact::Redactor::line_wise),
-                partial: Default::default(),
-            };
-            crate::process::LiveOutput(Arc::new(move |stream, chunk| lines.push(stream, chunk)))
-        });
-        options
-    }
-
-    /// Renders an optional templated field.
-    pub fn render_optional(
-        &self,
-        field: &str,
-        source: Option<&String>,
-    ) -> Result<Option<String>, String> {
-        source.map(|s| self.render(field, s)).transpose()
-    }
-
-    /// Renders the `skill` field and checks the name: it becomes part of paths.
-    pub fn render_skill(&self, source: &str) -> Result<String, String> {
-        let skill = self.render("skill", source)?;
-        match crate::skills::invalid_name_reason(&skill) {
-            Some(reason) => Err(reason),
-            None => Ok(skill),
-        }
-    }
-}
-
-/// What a node run produced.
-#[derive(Debug)]
-pub struct NodeOutcome {
-    pub state: NodeState,
-    pub exit_code: Option<i32>,
-    pub outputs: Value,
-    /// Artifacts already in the store, by the role they play for this node (`stdout`, ...).
-    pub artifacts: Vec<(&'static str, Artifact)>,
-    pub error: Option<String>,
-}
-
-impl NodeOutcome {
-    pub fn succeeded(outputs: Value) -> Self {
-        Self {
-            state: NodeState::Succeeded,
-            exit_code: None,
-            outputs,
-            artifacts: Vec::new(),
-            error: None,
-        }
-    }
-
-    /// Stopped by the run's cancel token (the executor turns it into a timeout where it was one).
-    pub fn cancelled() -> Self {
-        Self {
-            state: NodeState::Cancelled,
-            ..Self::succeeded(Value::Object(Default::default()))
-        }
-    }
-
-    pub fn failed(error: impl Into<String>) -> Self {
-        Self {
-            state: NodeState::Failed,
-            exit_code: None,
-            outputs: Value::Object(Default::default()),
-            artifacts: Vec::new(),
-            error: Some(error.into()),
-        }
-    }
-}
-
-/// A node's kind-specific TOML fields, handed to the kind's parser with what it needs to check
-/// them (templates, the source file for spans).
-pub struct NodeConfig<'a> {
-    pub(crate) file: &'a Arc<SourceFile>,
-    pub(crate) table: Option<Spanned<DeTable<'a>>>,
-    /// Where the node is declared (its `[nodes.<id>]` key): errors about the node as a whole,
-    /// such as a missing default policy, point here.
-    pub(crate) span: std::ops::Range<usize>,
-    /// The workspace root: policy files are named relative to it.
-    pub root: &'a Path,
-    pub templates: &'a TemplateEngine,
-    /// The pipeline files being loaded, outermost first (see [`crate::spec::LoadContext`]).
-    pub including: &'a [PathBuf],
-    /// Variable paths read by this node's templates, collected for the DAG's reference check.
-    pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
-    /// Files this node is governed by: policies, templates, the scripts its commands name.
-    pub(crate) governing: GoverningSet,
-    /// What command words name on disk, shared by the nodes of one pipeline file.
-    pub(crate) named_files: &'a mut NamedFiles,
-}
-
-impl<'a> NodeConfig<'a> {
-    /// Deserializes the kind's fields; unknown fields and type errors point at the TOML.
-    pub fn deserialize<T: DeserializeOwned>(&mut self) -> Result<T, Diagnostic> {
-        let table = self.table.take().expect("node config is deserialized once");
-        T::deserialize(toml::de::Deserializer::from(table))
-            .map_err(|e| crate::diagnostic::toml_error(self.file, &e))
-    }
-
-    /// Loads the policy file a field names (or `default` when the field is absent). A policy
-    /// that cannot be read is reported at the field.
-    pub fn load_policy<T: DeserializeOwned>(
-        &mut self,
-        field: Option<&Spanned<String>>,
-        default: &str,
-    ) -> Result<crate::policy::Policy<T>, Diagnostic> {
-        let source = self.load_policy_source(field, default)?;
-        let value =
-            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
-        Ok(crate::policy::Policy { value, source })
-    }
-
-    /// The hosts confined processes with the network may reach, from `policies/network.toml`,
-    /// given to `policy`'s roles when `needed` (a role the node runs has the network); the file
-    /// then governs the node's runs. Without the file, no host.
-    pub fn load_process_hosts(
-        &mut self,
-        policy: crate::confinement::policy::ConfinementPolicy,
-        needed: bool,
-    ) -> Result<crate::confinement::policy::ConfinementPolicy, Diagnostic> {
-        let path = crate::confinement::network::DEFAULT_POLICY;
-        if !needed || !self.root.join(path).is_file() {
-            return Ok(policy);
-        }
-        let source = self.load_policy_source(None, path)?;
-        policy.with_hosts(Some(&source))
-    }
-
-    /// Reads a policy file's text for a kind that parses it itself, recording it as governing.
-    pub fn load_policy_source(
-        &mut self,
-        field: Option<&Spanned<String>>,
-        default: &str,
-    ) -> Result<Arc<SourceFile>, Diagnostic> {
-        let (name, span) = match field {
-            Some(field) => (field.get_ref().as_str(), field.span()),
-            None => (default, self.span.clone()),
-        };
-        let source = crate::policy::read(self.root, name)
-            .map_err(|message| Diagnostic::new(message).at(self.file, span))?;
-        self.governing.add(Role::Policy, Arc::clone(&source));
-        Ok(source)
-    }
-
-    /// Loads the failure classifier a field names (default `policies/classifier.toml`): the
-    /// rules, and the failure kinds other policies may name.
-    pub fn load_classifier(
-        &mut self,
-        field: Option<&Spanned<String>>,
-    ) -> Result<crate::policy::classifier::Classifier, Diagnostic> {
-        let source = self.load_policy_source(field, crate::policy::classifier::DEFAULT_POLICY)?;
-        crate::policy::classifier::Classifier::parse(&source)
-    }
-
-    /// Loads the trust policy a field names (default `policies/trust.toml`) with the naming
-    /// conventions it refers to.
-    pub fn load_trust(
-        &mut self,
-        field: Option<&Spanned<String>>,
-    ) -> Result<crate::skills::trust::TrustPolicy, Diagnostic> {
-        use crate::skills::{conventions, trust};
-        let trust_source = self.load_policy_source(field, trust::DEFAULT_POLICY)?;
-        let conventions_source = self.load_policy_source(None, conventions::DEFAULT_POLICY)?;
-        let conventions = conventions::Conventions::parse(&conventions_source, self.templates)?;
-        trust::TrustPolicy::parse(&trust_source, conventions)
-    }
-
-    /// A diagnostic located at `span` in this node's file.
-    pub fn error(&self, message: impl Into<String>, span: std::ops::Range<usize>) -> Diagnostic {
-        Diagnostic::new(message).at(self.file, span)
-    }
-
-    /// Checks a templated string field, rendered with the node's context, and records what it
-    /// reads.
-    pub fn check_template(&mut self, field: &Spanned<String>) -> Result<(), Diagnostic> {
-        let reads = self
-            .templates
-            .check_str(field.get_ref())
-            .map_err(|e| self.template_error(&e, field.span()))?;
-        // Most fields are plain text and read nothing: no scope to build for them (six
-        // allocations a field, two fields a node on a plain chain).
-        if reads.is_empty() {
-            return Ok(());
-        }
-        if let Some((_, message, help)) = Scope::node().unknown(&reads) {
-            return Err(self.error(message, field.span()).with_help(help));
-        }
-        self.record_reads(reads, field.span());
-        Ok(())
-    }
-
-    /// Checks a template file under `templates/`, rendered with `scope`, and the templates it
-    /// includes, extends or imports by name (rendered with the same values): what one reads that
-    /// the scope lacks is reported in that file. Records what they read, and each file as
-    /// governing, so that editing an included template is a change of governance too.
-    pub fn check_template_file(
-        &mut self,
-        name: &Spanned<String>,
-        scope: &Scope<'_>,
-    ) -> Result<(), Diagnostic> {
-        let mut pending = vec![name.get_ref().clone()];
-        let mut seen = BTreeSet::new();
-        while let Some(file) = pending.pop() {
-            if !seen.insert(file.clone()) {
-                continue;
-            }
-            let (reads, text) = self
-                .templates
-                .check_file(&file)
-                .map_err(|e| self.template_error(&e, name.span()))?;
-            let dir = self.templates.dir();
-            let path = dir.strip_prefix(self.root).unwrap_or(dir).join(&file);
-            let source = SourceFile::new(path, text);
-            if let Some((read, message, help)) = scope.unknown(&reads) {
-                let diagnostic = Diagnostic::new(message).with_help(help);
-                return Err(match find_read(&source.text, &read) {
-                    Some(span) => diagnostic.at(&source, span),
-                    None => diagnostic.at(self.file, name.span()),
-                });
-            }
-            pending.extend(crate::template::named_templates(&source.text));
-            self.record_reads(reads, name.span());
-            self.governing.add(Role::Template, source);
-        }
-        Ok(())
-    }
-
-    /// Records the workspace files a command names (a gate's script) as governing.
-    pub fn govern_command<'w>(&mut self, words: impl IntoIterator<Item = &'w str>) {
-        self.governing.add_named_files(self.named_files, words);
-    }
-
-    fn record_reads(&mut self, reads: BTreeSet<String>, span: std::ops::Range<usize>) {
-        self.reads
-            .extend(reads.into_iter().map(|path| (path, span.clone())));
-    }
-
-    fn template_error(&self, err: &minijinja::Error, span: std::ops::Range<usize>) -> Diagnostic {
-        self.error(format!("invalid template: {}", describe_error(err)), span)
-    }
-}
+use crate::node::Registry;
+#[cfg(doc)]
+use crate::node::{NodeAction, NodeContext};
 
 /// Finds a spec file a node names: a bare name is looked up in `<root>/<folder>/` (with or
 /// without `.toml`), anything else is a path inside the workspace. The current folder plays no
@@ -404,4 +47,32 @@ pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBu
         .into_iter()
         .find(|path| path.is_file())
         .ok_or_else(|| format!("`{name}` not found in {folder}/"))
+}
+
+/// Every kind the executor can run, and the classifier's failure kinds that `retry.on` names.
+static REGISTRY: Registry = Registry::new(
+    &[
+        exec::KIND,
+        render::KIND,
+        sandbox::KIND,
+        diff_gate::KIND,
+        copy_back::KIND,
+        transition::KIND,
+        gate::KIND,
+        promote::KIND,
+        propose::KIND,
+        build::KIND,
+        classify::KIND,
+        escalate::KIND,
+        pipeline::KIND,
+        advise::KIND,
+        http::KIND,
+        chain::KIND,
+    ],
+    crate::policy::classifier::load_failure_kinds,
+);
+
+/// The kinds a pipeline may use: what the loader is handed in `crate::spec::LoadContext`.
+pub fn registry() -> &'static Registry {
+    &REGISTRY
 }

@@ -15,9 +15,9 @@ use serde_json::{Map, Value, json};
 use toml::Spanned;
 
 use super::child_params::ChildParams;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::spec::{self, Pipeline, SpecError};
 use crate::state::{NodeState, RunStatus};
 
@@ -25,6 +25,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "pipeline",
     parse,
     schema: <PipelineConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -71,6 +72,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         root: config.root,
         templates: config.templates,
         including: config.including,
+        registry: config.registry,
     };
     let display_path = PathBuf::from(display(config.root, &path));
     let pipeline = spec::load_pipeline(&path, &display_path, &context)

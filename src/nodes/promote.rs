@@ -14,9 +14,9 @@ use serde_json::json;
 use toml::Spanned;
 
 use super::review;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::skills::promotion::{Advanced, Promotion};
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Lifecycle, TRUSTED};
@@ -25,6 +25,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "promote",
     parse,
     schema: <PromoteConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -62,7 +63,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     {
         config.check_template(field)?;
     }
-    let trust = config.load_trust(raw.trust.as_ref())?;
+    let trust = crate::skills::trust::load(config, raw.trust.as_ref())?;
     let lifecycle_source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
     let lifecycle = Lifecycle::parse(&lifecycle_source)?;
@@ -81,7 +82,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Promote {
     fn promote(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render_skill(&self.skill)?;
+        let skill = crate::skills::render_name(ctx, &self.skill)?;
         let source = ctx.render("source", &self.source)?;
         let root = ctx.env.workspace.join(&source);
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;

@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::skills::Lifecycle;
 use crate::skills::propose::{Proposed, Proposing};
 use crate::skills::trust::TrustPolicy;
@@ -21,6 +21,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "propose",
     parse,
     schema: <ProposeConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -53,7 +54,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template(&raw.file)?;
     let source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
-    let trust = config.load_trust(raw.trust.as_ref())?;
+    let trust = crate::skills::trust::load(config, raw.trust.as_ref())?;
     Ok(Arc::new(Propose {
         file: raw.file.into_inner(),
         lifecycle: Lifecycle::parse(&source)?,

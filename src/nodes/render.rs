@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::sandbox::contained_path;
 use crate::template::{Scope, describe_error};
 
@@ -18,6 +18,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "render",
     parse,
     schema: <RenderConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -7,9 +7,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{NodeConfig, NodeContext, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeConfig, NodeContext, NodeOutcome};
 use crate::skills::Lifecycle;
 use crate::state::NodeState;
 

@@ -15,10 +15,10 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::git;
 use crate::ledger::{Ledger, NewSandbox, SandboxLimits};
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::policy::SandboxPolicy;
 use crate::sandbox::{self, manifest};
 
@@ -26,6 +26,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "sandbox",
     parse,
     schema: <SandboxConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/sandbox.toml";

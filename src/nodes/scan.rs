@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::NodeContext;
 use crate::confinement::Confinement;
+use crate::node::NodeContext;
 use crate::policy::scanner::{self, Finding, Scanner, SkillFile};
 use crate::process::{self, CommandSpec, Exit, Finished};
 use crate::redact::Redactor;

@@ -9,9 +9,9 @@ use serde_json::json;
 use toml::Spanned;
 
 use super::review;
-use super::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::skills::Lifecycle;
 use crate::template::is_templated;
 
@@ -19,6 +19,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "transition",
     parse,
     schema: <TransitionConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = crate::skills::LIFECYCLE_POLICY;
@@ -92,7 +93,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
 
 impl Transition {
     fn apply(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
-        let skill = ctx.render_skill(&self.skill)?;
+        let skill = crate::skills::render_name(ctx, &self.skill)?;
         let to = ctx.render("to", &self.to)?;
         let comment = ctx.render_optional("comment", self.comment.as_ref())?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;

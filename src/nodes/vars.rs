@@ -10,8 +10,8 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 use toml::Spanned;
 
-use super::{NodeConfig, NodeContext};
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::node::{NodeConfig, NodeContext};
 use crate::skills::conventions::{self, Conventions};
 use crate::template::{TemplateEngine, describe_error};
 

@@ -14,10 +14,29 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::node::FailureKinds;
 use crate::state::NodeState;
 
 /// The failure classifier a `classify` node uses unless it names another.
 pub const DEFAULT_POLICY: &str = "policies/classifier.toml";
+
+/// Loads the failure classifier a node's field names (default `policies/classifier.toml`): the
+/// rules, and the failure kinds other policies may name. The file then governs the node.
+pub fn load(
+    config: &mut crate::node::NodeConfig<'_>,
+    field: Option<&Spanned<String>>,
+) -> Result<Classifier, Diagnostic> {
+    let source = config.load_policy_source(field, DEFAULT_POLICY)?;
+    Classifier::parse(&source)
+}
+
+/// The default classifier's failure kinds, which `retry.on` names: the registry's
+/// [`crate::node::LoadFailureKinds`].
+pub fn load_failure_kinds(
+    config: &mut crate::node::NodeConfig<'_>,
+) -> Result<Box<dyn FailureKinds>, Diagnostic> {
+    Ok(Box::new(load(config, None)?))
+}
 
 /// The kind when no rule matches.
 pub const UNKNOWN: &str = "UNKNOWN";
@@ -108,7 +127,7 @@ impl Classifier {
             kinds.push(UNKNOWN.to_owned());
         }
         let known_kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
-        let node_kinds: Vec<&str> = crate::nodes::KINDS.iter().map(|k| k.name).collect();
+        let node_kinds: Vec<&str> = crate::nodes::registry().names().collect();
         let states: Vec<&str> = NodeState::ALL.iter().map(|s| s.as_str()).collect();
         let rules = raw
             .rules
@@ -180,6 +199,12 @@ impl Classifier {
                     && rule.log.as_ref().is_none_or(|re| re.is_match(failure.text))
             })
             .map_or_else(|| UNKNOWN.to_owned(), |rule| rule.kind.clone())
+    }
+}
+
+impl FailureKinds for Classifier {
+    fn check_kind(&self, kind: &Spanned<String>, file: &Arc<SourceFile>) -> Result<(), Diagnostic> {
+        Classifier::check_kind(self, kind, file)
     }
 }
 

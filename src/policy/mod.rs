@@ -4,9 +4,6 @@
 //! a pipeline) when the pipeline is checked, so a bad policy stops the run before it starts. Each
 //! policy text is recorded in the ledger with the runs it governed.
 
-use std::path::Path;
-use std::sync::Arc;
-
 pub mod adoption;
 pub mod classifier;
 pub mod diff;
@@ -18,14 +15,7 @@ pub mod scanner;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::diagnostic::SourceFile;
-
-/// A parsed policy and the text it came from.
-#[derive(Debug, Clone)]
-pub struct Policy<T> {
-    pub value: T,
-    pub source: Arc<SourceFile>,
-}
+pub use crate::node::{Policy, read};
 
 /// The lines of Python source as Python, ruff and mypy read them: `\r\n`, a lone `\r` and `\n`
 /// each end one. Split at `\n` alone, a comment after a bare carriage return (`# ruff: noqa`,
@@ -33,13 +23,6 @@ pub struct Policy<T> {
 pub fn python_lines(text: &str) -> impl Iterator<Item = &str> {
     text.split('\n')
         .flat_map(|line| line.strip_suffix('\r').unwrap_or(line).split('\r'))
-}
-
-/// Reads a policy file, named relative to the workspace root.
-pub fn read(root: &Path, relative: &str) -> Result<Arc<SourceFile>, String> {
-    let text = crate::diagnostic::read_spec(&root.join(relative))
-        .map_err(|e| format!("failed to read policy {relative}: {e}"))?;
-    Ok(SourceFile::new(relative, text))
 }
 
 /// `policies/sandbox.toml`: what a sandbox copy of the target leaves out, what a build may bring

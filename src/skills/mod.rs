@@ -27,6 +27,15 @@ pub const LIFECYCLE_POLICY: &str = "policies/lifecycle.toml";
 /// The state a promotion reaches, and the one `kavi skill verify` checks.
 pub const TRUSTED: &str = "TRUSTED";
 
+/// Renders a node's `skill` field and checks the name: it becomes part of paths.
+pub fn render_name(ctx: &crate::node::NodeContext<'_>, source: &str) -> Result<String, String> {
+    let skill = ctx.render("skill", source)?;
+    match invalid_name_reason(&skill) {
+        Some(reason) => Err(reason),
+        None => Ok(skill),
+    }
+}
+
 /// Why a skill name is unusable, if it is: names become paths, so only `[a-z][a-z0-9_]*` (at
 /// most 64 characters) is accepted.
 pub fn invalid_name_reason(name: &str) -> Option<String> {

@@ -25,6 +25,19 @@ use crate::template::{TemplateEngine, describe_error};
 
 pub const DEFAULT_POLICY: &str = "policies/trust.toml";
 
+/// Loads the trust policy a node's field names (default `policies/trust.toml`) with the naming
+/// conventions it refers to; both files then govern the node.
+pub fn load(
+    config: &mut crate::node::NodeConfig<'_>,
+    field: Option<&Spanned<String>>,
+) -> Result<TrustPolicy, Diagnostic> {
+    use super::conventions;
+    let trust_source = config.load_policy_source(field, DEFAULT_POLICY)?;
+    let conventions_source = config.load_policy_source(None, conventions::DEFAULT_POLICY)?;
+    let conventions = Conventions::parse(&conventions_source, config.templates)?;
+    TrustPolicy::parse(&trust_source, conventions)
+}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTrust {

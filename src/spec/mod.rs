@@ -33,7 +33,7 @@ pub(crate) use load::{
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 
 use crate::diagnostic::SourceFile;
-use crate::nodes::NodeAction;
+use crate::node::NodeAction;
 
 /// A validated pipeline: parameters, nodes in declaration order, and the text that defined them.
 #[derive(Debug)]

@@ -22,6 +22,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
+use crate::config::ToolchainHome;
 use crate::diagnostic::{Diagnostic, SourceFile};
 
 pub use provision::{Provisioned, ToolchainError};
@@ -73,6 +74,19 @@ pub struct Toolchain {
 }
 
 impl Toolchain {
+    /// The folder its environment is provisioned into under `home`: named by its declaration's
+    /// hash, so each declaration has its own.
+    pub fn folder_in(&self, home: &ToolchainHome) -> PathBuf {
+        let hash = self.hash();
+        let digest = hash.trim_start_matches("sha256:");
+        home.cache.join(format!("{}-{}", self.name, &digest[..16]))
+    }
+
+    /// The existing environment `kavi.toml` names for it, if any.
+    pub fn existing_in<'h>(&self, home: &'h ToolchainHome) -> Option<&'h Path> {
+        home.existing.get(&self.name).map(PathBuf::as_path)
+    }
+
     /// `sha256:<hex>` over what makes the environment: the interpreter, the pins and the
     /// locked set. The environment's folder is named by it, so an edited declaration or a new
     /// lock gets a fresh one.
@@ -269,43 +283,6 @@ fn is_exact_version(version: &str) -> bool {
         && version
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-'))
-}
-
-/// Where toolchains live on this machine: the cache folder kavi provisions into, and the
-/// environments `kavi.toml` names instead (`[toolchain.NAME] path`).
-#[derive(Debug, Clone, Default)]
-pub struct Home {
-    pub cache: PathBuf,
-    pub existing: BTreeMap<String, PathBuf>,
-}
-
-impl Home {
-    /// Where `workspace`'s toolchains are, or are made.
-    pub fn of(workspace: &crate::config::Workspace) -> Self {
-        Self {
-            cache: workspace.config.toolchains.clone(),
-            existing: workspace
-                .config
-                .toolchain
-                .iter()
-                .map(|(name, existing)| (name.clone(), existing.path.clone()))
-                .collect(),
-        }
-    }
-
-    /// The folder a toolchain's environment is provisioned into: named by its declaration's
-    /// hash, so each declaration has its own.
-    pub fn folder_of(&self, toolchain: &Toolchain) -> PathBuf {
-        let hash = toolchain.hash();
-        let digest = hash.trim_start_matches("sha256:");
-        self.cache
-            .join(format!("{}-{}", toolchain.name, &digest[..16]))
-    }
-
-    /// The existing environment `kavi.toml` names for `toolchain`, if any.
-    pub fn existing_for(&self, toolchain: &Toolchain) -> Option<&Path> {
-        self.existing.get(&toolchain.name).map(PathBuf::as_path)
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! A Python toolchain is a virtual environment made with `<interpreter> -m venv`, given pip by
 //! its own `ensurepip` (a step of its own, so that its error reaches the user: `venv` swallows
 //! it), into which pip installs the pinned packages (wheels only: no package's build script
-//! runs here). Its folder is named by the declaration's hash (see [`super::Home::folder_of`]); a
+//! runs here). Its folder is named by the declaration's hash (see [`super::Toolchain::folder_in`]); a
 //! manifest written last, `kavi-toolchain.json`, says it is complete and which versions it
 //! holds. A lock file beside the folder lets one kavi process provision while the others wait
 //! and then reuse it. A folder without its manifest (an install that was killed) is made again.
@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::lock::Locked;
-use super::{Home, INTERPRETER_TOOL, Toolchain};
+use super::{INTERPRETER_TOOL, Toolchain};
+use crate::config::ToolchainHome;
 use crate::process::{CaptureOptions, CommandSpec, Exit};
 
 /// The file that says an environment is complete.
@@ -125,12 +126,12 @@ pub type Progress<'a> = &'a (dyn Fn(&str) + Sync);
 /// not there yet. `progress` hears about an install; a reused environment says nothing.
 pub async fn ensure(
     toolchain: &Toolchain,
-    home: &Home,
+    home: &ToolchainHome,
     options: &CaptureOptions,
     cancel: &CancellationToken,
     progress: Progress<'_>,
 ) -> Result<Provisioned, ToolchainError> {
-    if let Some(path) = home.existing_for(toolchain) {
+    if let Some(path) = toolchain.existing_in(home) {
         return existing(toolchain, path, options, cancel).await;
     }
     // kavi installs only a locked set, made for the pins declared now.
@@ -143,7 +144,7 @@ pub async fn ensure(
             "has no entry for it (or there is no lock)"
         },
     })?;
-    let folder = home.folder_of(toolchain);
+    let folder = toolchain.folder_in(home);
     let io = |context: String| {
         let toolchain = toolchain.name.clone();
         move |source| ToolchainError::Io {

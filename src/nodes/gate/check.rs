@@ -8,7 +8,7 @@ use super::{
     Check, CompiledGate, DETAIL_LINES, Scope, Verdict, contract, junit, suppressions, tail,
 };
 use crate::ledger::GateResult;
-use crate::nodes::NodeContext;
+use crate::node::NodeContext;
 use crate::nodes::vars::Vars;
 use crate::policy::gates::TIMEOUT_KIND;
 use crate::policy::invariants;

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::Verdict;
 use crate::confinement::policy::ConfinementPolicy;
 use crate::executions::Runner;
-use crate::nodes::NodeContext;
+use crate::node::NodeContext;
 use crate::process::Violation;
 use crate::skills::trust::TrustPolicy;
 

@@ -25,10 +25,10 @@ pub mod suppressions;
 mod verify;
 
 use super::vars::Vars;
-use super::{NodeAction, NodeConfig, NodeKind};
 use crate::confinement::Confinement;
 use crate::confinement::policy::{self, ConfinementPolicy, RoleProfile};
 use crate::diagnostic::Diagnostic;
+use crate::node::{NodeAction, NodeConfig, NodeKind};
 use crate::policy::gates::{DEFAULT_TIMEOUT, GateKind, GateSet, JunitSpec};
 use crate::policy::invariants::{self, Invariant};
 use crate::policy::scanner::Scanner;
@@ -40,6 +40,7 @@ pub const KIND: NodeKind = NodeKind {
     name: "gate",
     parse,
     schema: <GateConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
 };
 
 pub const DEFAULT_POLICY: &str = "policies/gates.toml";
@@ -181,7 +182,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let vars = Vars::load(config, raw.vars)?;
     let trust = match &raw.skill {
         None => None,
-        Some(_) => Some(config.load_trust(raw.trust.as_ref())?),
+        Some(_) => Some(crate::skills::trust::load(config, raw.trust.as_ref())?),
     };
     let confinement_source =
         config.load_policy_source(raw.confinement.as_ref(), policy::DEFAULT_POLICY)?;
@@ -194,7 +195,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     let needed = confinement.gate.network() || (contract && confinement.any_network());
     let skills = Arc::new(config.load_process_hosts(confinement, needed)?);
     let confinement = skills.gate.clone();
-    let classifier = config.load_classifier(raw.classifier.as_ref())?;
+    let classifier = crate::policy::classifier::load(config, raw.classifier.as_ref())?;
     let set_timeout = set.timeout.unwrap_or(DEFAULT_TIMEOUT);
     for kind in &set.precedence {
         classifier.check_kind(kind, &source)?;

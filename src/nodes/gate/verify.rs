@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::{Check, DETAIL_IN_ERROR, Gate, Scope};
 use crate::ledger::{GateResult, Ledger};
+use crate::node::{NodeAction, NodeContext, NodeOutcome};
 use crate::nodes::vars::Vars;
-use crate::nodes::{NodeAction, NodeContext, NodeOutcome};
 use crate::state::NodeState;
 use crate::toolchains::Provisioned;
 

@@ -20,6 +20,7 @@ use toml::de::{DeTable, DeValue};
 use super::document::Read;
 use super::{Pipeline, SpecError};
 use crate::diagnostic::{Diagnostic, SourceFile, toml_error};
+use crate::node::Registry;
 use crate::template::TemplateEngine;
 
 mod loader;
@@ -78,6 +79,8 @@ pub struct LoadContext<'a> {
     /// The pipeline files being loaded, outermost first, each canonical: a `pipeline` node that
     /// names one of them again would include itself forever.
     pub including: &'a [PathBuf],
+    /// The node kinds the pipeline may use (`crate::nodes::registry`).
+    pub registry: &'a Registry,
 }
 
 /// Reads and validates a pipeline file. `display_path` is how messages name the file.
@@ -202,6 +205,7 @@ pub(crate) fn load_text(text: &str) -> Result<Pipeline, SpecError> {
         root: root.path(),
         templates: &templates,
         including: &[],
+        registry: crate::nodes::registry(),
     };
     load_pipeline_str(Path::new("p.toml"), text.into(), &context)
 }

@@ -13,7 +13,7 @@ use toml::de::{DeTable, DeValue};
 use super::LoadContext;
 use super::raw::{COMMON_FIELDS, MAX_ATTEMPTS, RawCommon, RawParam, retry_on};
 use crate::diagnostic::{Diagnostic, SourceFile, toml_error};
-use crate::nodes::{self, NodeConfig};
+use crate::node::NodeConfig;
 use crate::spec::document::Key;
 use crate::spec::governing::{GoverningSet, NamedFiles, Role};
 use crate::spec::params::ParamDecl;
@@ -131,19 +131,10 @@ pub(super) fn load_node(
     .map_err(|e| toml_error(file, &e))?;
 
     let kind_name = common.kind.get_ref();
-    let Some(kind) = nodes::kind(kind_name) else {
-        let known: Vec<_> = nodes::KINDS
-            .iter()
-            .map(|k| format!("`{}`", k.name))
-            .collect();
-        let help = match crate::diagnostic::closest(kind_name, nodes::KINDS.iter().map(|k| k.name))
-        {
-            Some(close) => format!("did you mean `{close}`? known kinds: {}", known.join(", ")),
-            None => format!("known kinds: {}", known.join(", ")),
-        };
+    let Some(kind) = context.registry.get(kind_name) else {
         return Err(Diagnostic::new(format!("unknown node kind `{kind_name}`"))
             .at(file, common.kind.span())
-            .with_help(help));
+            .with_help(context.registry.unknown_help(kind_name)));
     };
 
     let mut config = NodeConfig {
@@ -153,6 +144,7 @@ pub(super) fn load_node(
         root: context.root,
         templates,
         including: context.including,
+        registry: context.registry,
         reads: Vec::new(),
         governing: GoverningSet::default(),
         named_files,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::nodes::NodeConfig;
+use crate::node::NodeConfig;
 use crate::spec::params::ParamType;
 use crate::spec::{Budget, OnFailure, RetryOn, Trigger};
 use crate::state::NodeState;
@@ -223,7 +223,8 @@ pub(super) fn retry_on(
                 }
                 None => {
                     if classifier.is_none() {
-                        classifier = Some(config.load_classifier(None)?);
+                        let registry = config.registry;
+                        classifier = Some(registry.failure_kinds(config)?);
                     }
                     let named = Spanned::new(item.span(), name.clone());
                     if let Some(classifier) = &classifier {

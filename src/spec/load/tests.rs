@@ -84,6 +84,7 @@ fn a_long_pipeline_loads_in_the_file_s_order_on_any_thread() {
         root: root.path(),
         templates: &templates,
         including: &[],
+        registry: crate::nodes::registry(),
     };
     let load = |text: &String| load_pipeline_str(Path::new("p.toml"), text.clone(), &context);
     let ids: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();

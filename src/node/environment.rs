@@ -43,7 +43,7 @@ pub struct Environment {
     /// Starts the child runs of `pipeline` nodes.
     pub child_runs: Arc<dyn ChildRuns>,
     /// Where the toolchains gates run are, or are provisioned.
-    pub toolchains: Arc<crate::toolchains::Home>,
+    pub toolchains: Arc<crate::config::ToolchainHome>,
     /// Who sees the output of the processes nodes start as it arrives (`--stream`), if anyone.
     pub live_output: Option<Arc<dyn LiveNodeOutput>>,
 }
