@@ -169,7 +169,6 @@ fn pipeline() -> Value {
     let common = crate::spec::RawCommon::json_schema(&mut generator).to_value();
     let kinds: Vec<Value> = crate::nodes::registry()
         .kinds()
-        .iter()
         .map(|kind| {
             let specific = (kind.schema)(&mut generator).to_value();
             let mut properties = common["properties"].clone();

@@ -50,7 +50,8 @@ pub async fn run(
         .collect();
 
     let source = crate::policy::read(&workspace.root, CLASSIFIER).map_err(policy_error)?;
-    let classifier = Classifier::parse(&source).map_err(policy_error)?;
+    let node_kinds: Vec<&str> = crate::nodes::registry().names().collect();
+    let classifier = Classifier::parse(&source, &node_kinds).map_err(policy_error)?;
     let artifacts = super::open_store(workspace)?;
     let found = research(&classifier, &artifacts, &steps, Some(&build.skill), run_id).map_err(
         |e| match e {

@@ -136,7 +136,7 @@ impl<'a> Executor<'a> {
         let cancel = self.nodes_cancel.child_token();
         let run_id = self.run_id;
         self.attempts_started += 1;
-        if crate::nodes::registry().calls_http(node.kind) {
+        if node.calls_http {
             self.http_attempts_started += 1;
         }
         self.running.spawn(async move {

@@ -549,7 +549,7 @@ impl<'a> Executor<'a> {
         {
             let limit = budget.attempts.unwrap_or_default();
             self.spend_budget("attempts", &format!("{limit} node attempts"));
-        } else if crate::nodes::registry().calls_http(node.kind)
+        } else if node.calls_http
             && budget
                 .http_calls
                 .is_some_and(|limit| self.http_attempts_started >= limit)

@@ -116,11 +116,11 @@ pub async fn execute_step(
     let (mut progress_here, mut last_attempt) = (Progress::NotStarted, 1);
     for (i, node) in dag.pipeline.nodes.iter().enumerate() {
         let rows = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
-        for row in rows.iter().filter(|row| row.started_at.is_some()) {
-            executor.attempts_started += 1;
-            if crate::nodes::registry().calls_http(&row.kind) {
-                executor.http_attempts_started += 1;
-            }
+        let started = rows.iter().filter(|row| row.started_at.is_some()).count();
+        let started = u32::try_from(started).unwrap_or(u32::MAX);
+        executor.attempts_started += started;
+        if node.calls_http {
+            executor.http_attempts_started += started;
         }
         match progress(node, rows) {
             here if i == index => {

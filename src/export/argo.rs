@@ -235,11 +235,7 @@ pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Export {
                 .to_owned(),
         );
     }
-    if pipeline
-        .nodes
-        .iter()
-        .any(|node| crate::nodes::registry().calls_http(node.kind))
-    {
+    if pipeline.nodes.iter().any(|node| node.calls_http) {
         notes.push(
             "the nodes that call the gateway need its API key (KAVI_GATEWAY_API_KEY): it is not \
              in the manifest; give the containers it from a Secret"

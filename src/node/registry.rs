@@ -20,35 +20,30 @@ pub type LoadFailureKinds = fn(&mut NodeConfig<'_>) -> Result<Box<dyn FailureKin
 
 /// The node kinds, by name, and how the failure kinds nodes retry on are declared.
 pub struct Registry {
-    kinds: &'static [NodeKind],
+    kinds: Vec<&'static NodeKind>,
     failure_kinds: LoadFailureKinds,
 }
 
 impl Registry {
-    pub const fn new(kinds: &'static [NodeKind], failure_kinds: LoadFailureKinds) -> Self {
+    /// The kinds of every group, in order: each layer that defines kinds hands over its list.
+    pub fn new(groups: &[&'static [NodeKind]], failure_kinds: LoadFailureKinds) -> Self {
         Self {
-            kinds,
+            kinds: groups.iter().flat_map(|group| group.iter()).collect(),
             failure_kinds,
         }
     }
 
     /// Every kind, in the order they are listed to users.
-    pub fn kinds(&self) -> &'static [NodeKind] {
-        self.kinds
+    pub fn kinds(&self) -> impl Iterator<Item = &'static NodeKind> + '_ {
+        self.kinds.iter().copied()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.kinds.iter().map(|kind| kind.name)
+        self.kinds().map(|kind| kind.name)
     }
 
     pub fn get(&self, name: &str) -> Option<&'static NodeKind> {
-        self.kinds.iter().find(|kind| kind.name == name)
-    }
-
-    /// Whether attempts of the kind `name` call out over HTTP, counted by
-    /// `[pipeline.budget] http_calls`.
-    pub fn calls_http(&self, name: &str) -> bool {
-        self.get(name).is_some_and(|kind| kind.calls_http)
+        self.kinds().find(|kind| kind.name == name)
     }
 
     /// The help for a kind name that is none of these: the closest one, and all of them.

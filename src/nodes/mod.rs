@@ -28,10 +28,11 @@ mod transition;
 mod vars;
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
-use crate::node::Registry;
 #[cfg(doc)]
 use crate::node::{NodeAction, NodeContext};
+use crate::node::{NodeKind, Registry};
 
 /// Finds a spec file a node names: a bare name is looked up in `<root>/<folder>/` (with or
 /// without `.toml`), anything else is a path inside the workspace. The current folder plays no
@@ -49,28 +50,34 @@ pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBu
         .ok_or_else(|| format!("`{name}` not found in {folder}/"))
 }
 
+/// The engine's kinds: any pipeline's commands, templates, HTTP calls and child pipelines.
+pub const ENGINE_KINDS: &[NodeKind] = &[exec::KIND, render::KIND, pipeline::KIND, http::KIND];
+
+/// The forge's kinds: a skill's sandbox, build, diff gate, gates, failure handling and lifecycle.
+pub const FORGE_KINDS: &[NodeKind] = &[
+    sandbox::KIND,
+    diff_gate::KIND,
+    copy_back::KIND,
+    transition::KIND,
+    gate::KIND,
+    promote::KIND,
+    propose::KIND,
+    build::KIND,
+    classify::KIND,
+    escalate::KIND,
+    advise::KIND,
+];
+
+/// The consumers' kinds: chains of trusted skills.
+pub const CONSUMER_KINDS: &[NodeKind] = &[chain::KIND];
+
 /// Every kind the executor can run, and the classifier's failure kinds that `retry.on` names.
-static REGISTRY: Registry = Registry::new(
-    &[
-        exec::KIND,
-        render::KIND,
-        sandbox::KIND,
-        diff_gate::KIND,
-        copy_back::KIND,
-        transition::KIND,
-        gate::KIND,
-        promote::KIND,
-        propose::KIND,
-        build::KIND,
-        classify::KIND,
-        escalate::KIND,
-        pipeline::KIND,
-        advise::KIND,
-        http::KIND,
-        chain::KIND,
-    ],
-    crate::policy::classifier::load_failure_kinds,
-);
+static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
+    Registry::new(
+        &[ENGINE_KINDS, FORGE_KINDS, CONSUMER_KINDS],
+        crate::policy::classifier::load_failure_kinds,
+    )
+});
 
 /// The kinds a pipeline may use: what the loader is handed in `crate::spec::LoadContext`.
 pub fn registry() -> &'static Registry {

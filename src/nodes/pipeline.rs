@@ -21,6 +21,10 @@ use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::spec::{self, Pipeline, SpecError};
 use crate::state::{NodeState, RunStatus};
 
+/// The kind whose succeeded run names a failed child run's failure kind (its `kind` output):
+/// the forge's classifier. The engine knows it only by this name.
+const CLASSIFY: &str = "classify";
+
 pub const KIND: NodeKind = NodeKind {
     name: "pipeline",
     parse,
@@ -144,7 +148,7 @@ impl SubPipeline {
         // The child's own classification of its failure, for `retry.on` and for readers.
         let failure_kind = crate::ledger::final_attempts(&detail.nodes)
             .into_iter()
-            .filter(|n| n.kind == super::classify::KIND.name && n.state == NodeState::Succeeded)
+            .filter(|n| n.kind == CLASSIFY && n.state == NodeState::Succeeded)
             .find_map(|n| n.outputs.as_ref()?.get("kind")?.as_str().map(str::to_owned));
         let outputs = json!({
             "run_id": outcome.run_id,

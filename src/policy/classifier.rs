@@ -27,7 +27,8 @@ pub fn load(
     field: Option<&Spanned<String>>,
 ) -> Result<Classifier, Diagnostic> {
     let source = config.load_policy_source(field, DEFAULT_POLICY)?;
-    Classifier::parse(&source)
+    let node_kinds: Vec<&str> = config.registry.names().collect();
+    Classifier::parse(&source, &node_kinds)
 }
 
 /// The default classifier's failure kinds, which `retry.on` names: the registry's
@@ -109,7 +110,8 @@ fn one_of(
 }
 
 impl Classifier {
-    pub fn parse(source: &Arc<SourceFile>) -> Result<Self, Diagnostic> {
+    /// Parses the classifier; a rule's `node_kind` must be one of `node_kinds`.
+    pub fn parse(source: &Arc<SourceFile>, node_kinds: &[&str]) -> Result<Self, Diagnostic> {
         let raw: RawClassifier =
             toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(source, &e))?;
         let Some(declared) = raw.kinds else {
@@ -127,7 +129,6 @@ impl Classifier {
             kinds.push(UNKNOWN.to_owned());
         }
         let known_kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
-        let node_kinds: Vec<&str> = crate::nodes::registry().names().collect();
         let states: Vec<&str> = NodeState::ALL.iter().map(|s| s.as_str()).collect();
         let rules = raw
             .rules
@@ -138,7 +139,7 @@ impl Classifier {
                     one_of(failure_kind, &known_kinds, "failure kind", source)?;
                 }
                 if let Some(node_kind) = &r.node_kind {
-                    one_of(node_kind, &node_kinds, "node kind", source)?;
+                    one_of(node_kind, node_kinds, "node kind", source)?;
                 }
                 if let Some(state) = &r.state {
                     one_of(state, &states, "node state", source)?;
@@ -212,13 +213,27 @@ impl FailureKinds for Classifier {
 mod tests {
     use super::*;
 
+    /// The node kinds the shipped pipelines run, for the rules to name.
+    const NODE_KINDS: &[&str] = &[
+        "exec",
+        "gate",
+        "build",
+        "diff_gate",
+        "copy_back",
+        "pipeline",
+    ];
+
     fn shipped() -> Classifier {
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/policies/classifier.toml"
         ))
         .unwrap();
-        Classifier::parse(&SourceFile::new("policies/classifier.toml", text)).unwrap()
+        Classifier::parse(
+            &SourceFile::new("policies/classifier.toml", text),
+            NODE_KINDS,
+        )
+        .unwrap()
     }
 
     fn kind(node_kind: &str, state: &str, failure_kind: Option<&str>, text: &str) -> String {
@@ -298,7 +313,11 @@ mod tests {
     }
 
     fn problem(text: &str) -> crate::diagnostic::Diagnostic {
-        Classifier::parse(&SourceFile::new("policies/classifier.toml", text)).unwrap_err()
+        Classifier::parse(
+            &SourceFile::new("policies/classifier.toml", text),
+            NODE_KINDS,
+        )
+        .unwrap_err()
     }
 
     #[test]

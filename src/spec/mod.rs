@@ -66,6 +66,8 @@ pub struct NodeSpec {
     pub id: String,
     pub span: Range<usize>,
     pub kind: &'static str,
+    /// Whether its kind's attempts call out over HTTP, counted by `[pipeline.budget] http_calls`.
+    pub calls_http: bool,
     pub description: Option<String>,
     pub needs: Vec<Spanned<String>>,
     /// A minijinja expression over `params`, `nodes`, `run` and `config`; false skips the node.

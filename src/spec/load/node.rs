@@ -222,6 +222,7 @@ pub(super) fn load_node(
         id,
         span: id_span,
         kind: kind.name,
+        calls_http: kind.calls_http,
         description: common.description,
         needs: common.needs,
         when: common.when,
