@@ -9,8 +9,6 @@ pub mod cache;
 pub mod chains;
 pub mod chat;
 pub mod cli;
-pub mod config;
-pub mod dag;
 pub mod drill;
 pub mod error;
 pub mod executions;
@@ -19,13 +17,11 @@ pub mod export;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;
-pub mod node;
 pub mod nodes;
 pub mod policy;
 pub mod research;
 pub mod schemas;
 pub mod skills;
-pub mod spec;
 pub mod toolchains;
 
 pub use error::Error;
@@ -34,3 +30,4 @@ pub use kavi_foundation::{
 };
 pub use kavi_ledger as ledger;
 pub use kavi_process::{self as process, confinement, git};
+pub use kavi_spec::{config, dag, node, spec};

@@ -17,6 +17,8 @@ pub mod escalate;
 mod exec;
 mod gate;
 mod http;
+#[cfg(test)]
+mod loading_tests;
 mod pipeline;
 mod promote;
 mod propose;

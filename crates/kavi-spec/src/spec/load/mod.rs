@@ -29,8 +29,8 @@ mod raw;
 
 use loader::{Courier, NodeLoader};
 use node::check_needs;
-pub(crate) use node::load_params;
-pub(crate) use raw::{RawCommon, RawHeader, RawParam, timeout};
+pub use node::load_params;
+pub use raw::{RawCommon, RawHeader, RawParam, timeout};
 
 /// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
 pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecError> {
@@ -79,7 +79,7 @@ pub struct LoadContext<'a> {
     /// The pipeline files being loaded, outermost first, each canonical: a `pipeline` node that
     /// names one of them again would include itself forever.
     pub including: &'a [PathBuf],
-    /// The node kinds the pipeline may use (`crate::nodes::registry`).
+    /// The node kinds the pipeline may use, as the layers that define them hand them over.
     pub registry: &'a Registry,
 }
 
@@ -196,19 +196,20 @@ pub fn load_pipeline_str(
     })
 }
 
-/// `text`, loaded as `p.toml` in an empty workspace: for tests.
-#[cfg(test)]
-pub(crate) fn load_text(text: &str) -> Result<Pipeline, SpecError> {
-    let root = tempfile::tempdir().unwrap();
+/// `text`, loaded as `p.toml` in an empty workspace with `registry`'s kinds: for the tests of
+/// the layers that define kinds.
+#[doc(hidden)]
+pub fn load_text(text: &str, registry: &Registry) -> Result<Pipeline, SpecError> {
+    let root = tempfile::tempdir().map_err(|e| SpecError::Read {
+        path: std::env::temp_dir(),
+        source: e,
+    })?;
     let templates = TemplateEngine::new(&root.path().join("templates"));
     let context = LoadContext {
         root: root.path(),
         templates: &templates,
         including: &[],
-        registry: crate::nodes::registry(),
+        registry,
     };
     load_pipeline_str(Path::new("p.toml"), text.into(), &context)
 }
-
-#[cfg(test)]
-mod tests;

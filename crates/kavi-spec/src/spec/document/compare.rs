@@ -10,7 +10,7 @@ use toml::de::{DeTable, DeValue};
 /// toml's tables (keys, values, order and spans), `Ok(false)` when it left the text to toml,
 /// and the first difference otherwise. Reading the text in parts, cut before any one line
 /// that opens with `[` or before all of them, must leave it to toml or build the same tables.
-pub(crate) fn agrees_with_toml(text: &str) -> Result<bool, String> {
+pub fn agrees_with_toml(text: &str) -> Result<bool, String> {
     let theirs = DeTable::parse(text);
     let agrees = |ours: Option<DeTable<'_>>| -> Result<bool, String> {
         let Some(ours) = ours else {

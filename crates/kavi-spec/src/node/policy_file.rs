@@ -1,5 +1,5 @@
 //! A policy file as the node kinds load it: its parsed value and the text it came from. Generic
-//! over what the file holds; the forge's policies are `crate::policy`'s.
+//! over what the file holds; the forge's policies are the forge's own.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,6 +1,15 @@
-//! Tests of pipeline loading: fields, errors with their places, and loading on threads.
+//! Tests of pipeline loading with the registry's kinds: fields, errors with their places,
+//! loading on threads, and the DAG compiled from what loaded.
 
-use super::*;
+use std::path::Path;
+
+use crate::dag::compile;
+use crate::spec::{LoadContext, Pipeline, SpecError, load_pipeline_str};
+use crate::template::TemplateEngine;
+
+fn load_text(text: &str) -> Result<Pipeline, SpecError> {
+    crate::spec::load_text(text, super::registry())
+}
 
 /// What a layout must not change: the nodes in order with their tries, and the parameters.
 fn summary(text: &str) -> (Vec<(String, u32)>, Vec<String>) {
@@ -84,7 +93,7 @@ fn a_long_pipeline_loads_in_the_file_s_order_on_any_thread() {
         root: root.path(),
         templates: &templates,
         including: &[],
-        registry: crate::nodes::registry(),
+        registry: super::registry(),
     };
     let load = |text: &String| load_pipeline_str(Path::new("p.toml"), text.clone(), &context);
     let ids: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
@@ -146,4 +155,19 @@ fn problems_come_in_the_file_s_order_however_its_nodes_are_read() {
         first
     );
     assert_eq!(messages(&format!("{head}{a}{b}{x}")), first);
+}
+
+#[test]
+fn a_need_listed_twice_makes_one_edge() {
+    let text = "[pipeline]\nname = \"p\"\n\
+                [nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n\
+                [nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\n\
+                [nodes.c]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"a\", \"b\", \"a\"]\n";
+    let pipeline = load_text(text).unwrap();
+    let dag = compile(&pipeline).unwrap();
+    assert_eq!(dag.graph.edge_count(), 2);
+    let mut needed: Vec<usize> = dag.dependencies(2).collect();
+    needed.sort_unstable();
+    assert_eq!(needed, [0, 1]);
+    assert_eq!(dag.stage, [0, 0, 1]);
 }

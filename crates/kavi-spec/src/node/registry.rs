@@ -1,6 +1,6 @@
 //! The node kinds a pipeline may name. The loader is handed a [`Registry`] (in
 //! `crate::spec::LoadContext`) rather than naming the kinds, so that the spec stands below them;
-//! `crate::nodes::registry` assembles today's table.
+//! each layer that defines kinds hands over its list, and the binary assembles them.
 
 use std::sync::Arc;
 

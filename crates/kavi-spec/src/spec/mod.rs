@@ -19,16 +19,12 @@ use indexmap::IndexMap;
 use toml::Spanned;
 
 pub use cache::{CacheSpec, InputPattern, output_path};
-#[cfg(test)]
-pub(crate) use document::agrees_with_toml;
+#[doc(hidden)]
+pub use document::agrees_with_toml;
 pub use error::SpecError;
-#[cfg(test)]
-pub(crate) use load::load_text;
 pub use load::{
-    LoadContext, load_pipeline, load_pipeline_str, resolve_pipeline_path, resolve_spec_path,
-};
-pub(crate) use load::{
-    RawCommon, RawHeader, RawParam, load_params, timeout as deserialize_timeout,
+    LoadContext, RawCommon, RawHeader, RawParam, load_params, load_pipeline, load_pipeline_str,
+    load_text, resolve_pipeline_path, resolve_spec_path, timeout as deserialize_timeout,
 };
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};
 

@@ -283,23 +283,3 @@ fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {
     }
     seen
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_need_listed_twice_makes_one_edge() {
-        let text = "[pipeline]\nname = \"p\"\n\
-                    [nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n\
-                    [nodes.b]\nkind = \"exec\"\nrun = [\"true\"]\n\
-                    [nodes.c]\nkind = \"exec\"\nrun = [\"true\"]\nneeds = [\"a\", \"b\", \"a\"]\n";
-        let pipeline = crate::spec::load_text(text).unwrap();
-        let dag = compile(&pipeline).unwrap();
-        assert_eq!(dag.graph.edge_count(), 2);
-        let mut needed: Vec<usize> = dag.dependencies(2).collect();
-        needed.sort_unstable();
-        assert_eq!(needed, [0, 1]);
-        assert_eq!(dag.stage, [0, 0, 1]);
-    }
-}

@@ -31,7 +31,7 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawHeader {
+pub struct RawHeader {
     /// The pipeline's name and run-wide settings.
     pub(super) pipeline: RawPipelineSection,
     /// Parameters, by name: set with `--set NAME=VALUE`, read as `{{ params.NAME }}`.
@@ -57,7 +57,7 @@ pub(super) struct RawPipelineSection {
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawParam {
+pub struct RawParam {
     /// `string`, `integer`, `float` or `boolean`.
     #[serde(rename = "type")]
     pub(super) ty: ParamType,
@@ -73,7 +73,7 @@ pub(crate) struct RawParam {
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawCommon {
+pub struct RawCommon {
     /// What the node does: `exec`, `render`, `sandbox`, `build`, `gate`, ... (docs/pipelines.md).
     #[schemars(with = "String")]
     pub(super) kind: Spanned<String>,
@@ -182,9 +182,7 @@ fn duration_in<'de, D: Deserializer<'de>>(
 }
 
 /// A `timeout` field: a duration from 1ms to 30 days (a node's, a gate's).
-pub(crate) fn timeout<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Duration>, D::Error> {
+pub fn timeout<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
     duration_in(deserializer, "timeout", TIMEOUT_RANGE)
 }
 

@@ -31,12 +31,10 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 mod builder;
-#[cfg(test)]
 mod compare;
 mod parts;
 
-#[cfg(test)]
-pub(crate) use compare::agrees_with_toml;
+pub use compare::agrees_with_toml;
 use parts::{cut_points, parse_part, parse_parts, parts_for, take_parts};
 
 /// toml's limit on nested arrays and tables, and on the keys of one dotted key.

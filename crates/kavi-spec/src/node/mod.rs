@@ -1,6 +1,6 @@
 //! The node interface: what a node kind and the executor agree on. A kind parses its fields
 //! from a [`NodeConfig`] into a [`NodeAction`], which the executor runs with a [`NodeContext`];
-//! neither side names the other. The kinds themselves live above, in `crate::nodes`.
+//! neither side names the other. The kinds themselves live in the layers above.
 
 mod environment;
 mod policy_file;
@@ -172,7 +172,7 @@ pub struct NodeConfig<'a> {
     pub(crate) table: Option<Spanned<DeTable<'a>>>,
     /// Where the node is declared (its `[nodes.<id>]` key): errors about the node as a whole,
     /// such as a missing default policy, point here.
-    pub(crate) span: std::ops::Range<usize>,
+    pub span: std::ops::Range<usize>,
     /// The workspace root: policy files are named relative to it.
     pub root: &'a Path,
     pub templates: &'a TemplateEngine,
@@ -181,9 +181,9 @@ pub struct NodeConfig<'a> {
     /// The kinds the pipeline is loaded with; a child pipeline is loaded with the same.
     pub registry: &'a Registry,
     /// Variable paths read by this node's templates, collected for the DAG's reference check.
-    pub(crate) reads: Vec<(String, std::ops::Range<usize>)>,
+    pub reads: Vec<(String, std::ops::Range<usize>)>,
     /// Files this node is governed by: policies, templates, the scripts its commands name.
-    pub(crate) governing: GoverningSet,
+    pub governing: GoverningSet,
     /// What command words name on disk, shared by the nodes of one pipeline file.
     pub(crate) named_files: &'a mut NamedFiles,
 }

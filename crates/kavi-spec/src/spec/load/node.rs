@@ -20,7 +20,7 @@ use crate::spec::params::ParamDecl;
 use crate::spec::{NodeSpec, OnFailure, RetryPolicy, Trigger};
 use crate::template::describe_error;
 
-pub(crate) fn load_params(
+pub fn load_params(
     file: &Arc<SourceFile>,
     raw: IndexMap<String, Spanned<RawParam>>,
     problems: &mut Vec<Diagnostic>,
