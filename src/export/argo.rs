@@ -60,7 +60,7 @@ const RUN_ID: &str = "{{workflow.outputs.parameters.kavi-run}}";
 /// Where `kavi-start` writes it, for Argo to read as the global output.
 const RUN_ID_FILE: &str = "/tmp/kavi-run-id";
 /// The exit code of a step whose node kavi's retry policy tries again.
-const RETRY_EXIT: i32 = crate::error::exit::RETRY;
+const RETRY_EXIT: i32 = kavi_foundation::exit::RETRY;
 /// How long after a node's timeout Argo stops its task: the step enforces the timeout itself
 /// and needs a moment to stop the node's processes and record it.
 const TIMEOUT_GRACE: Duration = Duration::from_secs(60);

@@ -65,7 +65,7 @@ impl Confirm for ChainNode {
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
     let raw: ChainConfig = config.deserialize()?;
     let name = raw.chain.get_ref();
-    let path = super::spec_in_workspace(config.root, "chains", name)
+    let path = crate::spec::spec_in_workspace(config.root, "chains", name)
         .map_err(|message| config.error(format!("chain {message}"), raw.chain.span()))?;
     let display = path
         .strip_prefix(config.root)

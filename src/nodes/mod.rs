@@ -29,28 +29,11 @@ mod scan;
 mod transition;
 mod vars;
 
-use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 #[cfg(doc)]
 use crate::node::{NodeAction, NodeContext};
 use crate::node::{NodeKind, Registry};
-
-/// Finds a spec file a node names: a bare name is looked up in `<root>/<folder>/` (with or
-/// without `.toml`), anything else is a path inside the workspace. The current folder plays no
-/// part, so a pipeline means the same wherever kavi is started.
-pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBuf, String> {
-    let candidates = if name.contains('/') {
-        vec![crate::sandbox::contained_path(root, name)?]
-    } else {
-        let folder = root.join(folder);
-        vec![folder.join(name), folder.join(format!("{name}.toml"))]
-    };
-    candidates
-        .into_iter()
-        .find(|path| path.is_file())
-        .ok_or_else(|| format!("`{name}` not found in {folder}/"))
-}
 
 /// The engine's kinds: any pipeline's commands, templates, HTTP calls and child pipelines.
 pub const ENGINE_KINDS: &[NodeKind] = &[exec::KIND, render::KIND, pipeline::KIND, http::KIND];

@@ -53,7 +53,7 @@ struct SubPipeline {
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
     let raw: PipelineConfig = config.deserialize()?;
     let file_span = raw.file.span();
-    let path = super::spec_in_workspace(config.root, "pipelines", raw.file.get_ref())
+    let path = crate::spec::spec_in_workspace(config.root, "pipelines", raw.file.get_ref())
         .map_err(|message| config.error(format!("pipeline {message}"), file_span.clone()))?;
     let canonical = path.canonicalize().map_err(|e| {
         config.error(

@@ -33,6 +33,22 @@ pub use node::load_params;
 pub use raw::{RawCommon, RawHeader, RawParam, timeout};
 
 /// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
+/// Finds a spec file a node names: a bare name is looked up in `<root>/<folder>/` (with or
+/// without `.toml`), anything else is a path inside the workspace. The current folder plays no
+/// part, so a pipeline means the same wherever kavi is started.
+pub fn spec_in_workspace(root: &Path, folder: &str, name: &str) -> Result<PathBuf, String> {
+    let candidates = if name.contains('/') {
+        vec![crate::sandbox::contained_path(root, name)?]
+    } else {
+        let folder = root.join(folder);
+        vec![folder.join(name), folder.join(format!("{name}.toml"))]
+    };
+    candidates
+        .into_iter()
+        .find(|path| path.is_file())
+        .ok_or_else(|| format!("`{name}` not found in {folder}/"))
+}
+
 pub fn resolve_pipeline_path(root: &Path, name: &str) -> Result<PathBuf, SpecError> {
     resolve_spec_path(root, "pipelines", "pipeline", name)
 }
