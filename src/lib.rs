@@ -9,7 +9,6 @@ pub mod cache;
 pub mod chains;
 pub mod chat;
 pub mod cli;
-pub mod drill;
 pub mod error;
 pub mod executions;
 pub mod executor;
@@ -22,12 +21,13 @@ pub mod policy;
 pub mod research;
 pub mod schemas;
 pub mod skills;
-pub mod toolchains;
 
 pub use error::Error;
+pub use kavi_drill as drill;
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,
 };
 pub use kavi_ledger as ledger;
 pub use kavi_process::{self as process, confinement, git};
 pub use kavi_spec::{config, dag, node, spec};
+pub use kavi_toolchains as toolchains;

@@ -13,6 +13,10 @@
 pub mod lock;
 pub mod provision;
 
+use kavi_foundation::diagnostic;
+use kavi_process as process;
+use kavi_spec::config;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +38,7 @@ pub const INTERPRETER_TOOL: &str = "python";
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawSet {
+pub struct RawSet {
     #[serde(default)]
     #[schemars(with = "IndexMap<String, RawToolchain>")]
     toolchain: IndexMap<String, Spanned<RawToolchain>>,

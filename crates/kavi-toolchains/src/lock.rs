@@ -34,7 +34,7 @@ pub fn lock_path(policy: &str) -> String {
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawLock {
+pub struct RawLock {
     #[serde(default)]
     toolchain: BTreeMap<String, Locked>,
 }

@@ -11,6 +11,10 @@
 
 pub mod gates;
 
+use kavi_foundation::template;
+use kavi_process::{self as process, confinement};
+use kavi_spec::config;
+
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
@@ -20,7 +24,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::confinement::policy::{ConfinementPolicy, RoleProfile};
-use crate::process::{self, CaptureOptions, CommandSpec, Exit, Violation};
+use crate::process::{CaptureOptions, CommandSpec, Exit, Violation};
 use crate::template::TemplateEngine;
 
 const ATTACKS: &str = include_str!("attacks.py");
