@@ -1,16 +1,21 @@
 //! The ledger's database: one connection to a SQLite file or a PostgreSQL server, behind one
 //! small interface, so that every query is written once, in SQL both speak: numbered parameters
-//! (`?1`), `RETURNING`, `ON CONFLICT ... DO NOTHING`. Values cross it as [`Value`]s; rows are
-//! read as [`Row`]s, a SQLite one where SQLite holds it, a server's as it came whole.
+//! (`?1`), `RETURNING`, `ON CONFLICT ... DO NOTHING`. Each engine implements [`Storage`]
+//! ([`Sqlite`], [`postgres::Postgres`]); [`Db`] is written once over it. Values cross it as
+//! [`Value`]s; rows are read as [`Row`]s, a SQLite one where SQLite holds it, a server's as it
+//! came whole.
 
-use std::cell::Cell;
 use std::path::Path;
 
 pub mod memory;
 pub mod postgres;
+mod row;
+mod sqlite;
 mod value;
 
-use postgres::{Pg, PgError};
+use postgres::PgError;
+pub use row::{ColumnIndex, FromSql, OptionalExtension, Params, Row, ToSql, ValueRef};
+pub use sqlite::Sqlite;
 
 /// How long opening a database waits for another process's lock before giving up, and a
 /// writer for the write lock.
@@ -39,363 +44,6 @@ pub type Result<T, E = DbError> = std::result::Result<T, E>;
 
 pub use value::Value;
 
-/// What can be bound to a parameter.
-pub trait ToSql {
-    fn to_sql(&self) -> Value;
-}
-
-impl ToSql for Value {
-    fn to_sql(&self) -> Value {
-        self.clone()
-    }
-}
-
-impl ToSql for str {
-    fn to_sql(&self) -> Value {
-        Value::Text(self.to_owned())
-    }
-}
-
-impl ToSql for String {
-    fn to_sql(&self) -> Value {
-        Value::Text(self.clone())
-    }
-}
-
-impl ToSql for [u8] {
-    fn to_sql(&self) -> Value {
-        Value::Blob(self.to_vec())
-    }
-}
-
-impl ToSql for Vec<u8> {
-    fn to_sql(&self) -> Value {
-        Value::Blob(self.clone())
-    }
-}
-
-impl ToSql for bool {
-    fn to_sql(&self) -> Value {
-        Value::Integer(i64::from(*self))
-    }
-}
-
-impl ToSql for f64 {
-    fn to_sql(&self) -> Value {
-        Value::Real(*self)
-    }
-}
-
-macro_rules! integer_to_sql {
-    ($($t:ty),*) => {$(
-        impl ToSql for $t {
-            fn to_sql(&self) -> Value {
-                Value::Integer(i64::try_from(*self).unwrap_or(i64::MAX))
-            }
-        }
-    )*};
-}
-integer_to_sql!(i32, i64, u32, u64, usize);
-
-impl<T: ToSql + ?Sized> ToSql for &T {
-    fn to_sql(&self) -> Value {
-        (**self).to_sql()
-    }
-}
-
-impl<T: ToSql> ToSql for Option<T> {
-    fn to_sql(&self) -> Value {
-        self.as_ref().map_or(Value::Null, ToSql::to_sql)
-    }
-}
-
-/// The parameters of one query: `params![a, b]`.
-#[macro_export]
-macro_rules! params {
-    () => { &[] as &[&dyn $crate::ToSql] };
-    ($($param:expr),+ $(,)?) => { &[$(&$param as &dyn $crate::ToSql),+] as &[&dyn $crate::ToSql] };
-}
-
-/// One value of a row, borrowed from wherever the row is: a SQLite row is read where SQLite
-/// keeps it, without a copy of each column first. Text read as bytes is its exact bytes.
-#[derive(Clone, Copy)]
-pub enum ValueRef<'a> {
-    Null,
-    Integer(i64),
-    Real(f64),
-    Text(&'a [u8]),
-    Blob(&'a [u8]),
-}
-
-impl ValueRef<'_> {
-    /// The value, owned; text that is not UTF-8 is read lossily, as it always was.
-    pub fn to_owned_value(self) -> Value {
-        match self {
-            ValueRef::Null => Value::Null,
-            ValueRef::Integer(n) => Value::Integer(n),
-            ValueRef::Real(x) => Value::Real(x),
-            ValueRef::Text(text) => Value::Text(String::from_utf8_lossy(text).into_owned()),
-            ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
-        }
-    }
-}
-
-impl std::fmt::Debug for ValueRef<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.to_owned_value().fmt(f)
-    }
-}
-
-impl Value {
-    fn as_value_ref(&self) -> ValueRef<'_> {
-        match self {
-            Value::Null => ValueRef::Null,
-            Value::Integer(n) => ValueRef::Integer(*n),
-            Value::Real(x) => ValueRef::Real(*x),
-            Value::Text(text) => ValueRef::Text(text.as_bytes()),
-            Value::Blob(bytes) => ValueRef::Blob(bytes),
-        }
-    }
-}
-
-impl<'a> From<rusqlite::types::ValueRef<'a>> for ValueRef<'a> {
-    fn from(value: rusqlite::types::ValueRef<'a>) -> Self {
-        match value {
-            rusqlite::types::ValueRef::Null => ValueRef::Null,
-            rusqlite::types::ValueRef::Integer(n) => ValueRef::Integer(n),
-            rusqlite::types::ValueRef::Real(x) => ValueRef::Real(x),
-            rusqlite::types::ValueRef::Text(text) => ValueRef::Text(text),
-            rusqlite::types::ValueRef::Blob(bytes) => ValueRef::Blob(bytes),
-        }
-    }
-}
-
-/// What a column can be read as.
-pub trait FromSql: Sized {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String>;
-}
-
-impl FromSql for Value {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        Ok(value.to_owned_value())
-    }
-}
-
-impl FromSql for String {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        match value {
-            ValueRef::Text(text) => Ok(String::from_utf8_lossy(text).into_owned()),
-            other => Err(format!("expected text, found {other:?}")),
-        }
-    }
-}
-
-impl FromSql for Vec<u8> {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        match value {
-            ValueRef::Blob(bytes) | ValueRef::Text(bytes) => Ok(bytes.to_vec()),
-            other => Err(format!("expected bytes, found {other:?}")),
-        }
-    }
-}
-
-impl FromSql for i64 {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        match value {
-            ValueRef::Integer(n) => Ok(n),
-            other => Err(format!("expected an integer, found {other:?}")),
-        }
-    }
-}
-
-impl FromSql for f64 {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        match value {
-            ValueRef::Real(x) => Ok(x),
-            // Exact below 2^53, which is all a ledger counts.
-            #[allow(clippy::cast_precision_loss)]
-            ValueRef::Integer(n) => Ok(n as f64),
-            other => Err(format!("expected a number, found {other:?}")),
-        }
-    }
-}
-
-impl FromSql for bool {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        i64::from_sql(value).map(|n| n != 0)
-    }
-}
-
-macro_rules! integer_from_sql {
-    ($($t:ty),*) => {$(
-        impl FromSql for $t {
-            fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-                let n = i64::from_sql(value)?;
-                <$t>::try_from(n).map_err(|_| format!("{n} is out of range"))
-            }
-        }
-    )*};
-}
-integer_from_sql!(i32, u32, u64, usize);
-
-impl<T: FromSql> FromSql for Option<T> {
-    fn from_sql(value: ValueRef<'_>) -> Result<Self, String> {
-        match value {
-            ValueRef::Null => Ok(None),
-            value => T::from_sql(value).map(Some),
-        }
-    }
-}
-
-/// How a column is named: by its position (only, so that a literal `0` is one).
-pub trait ColumnIndex {
-    fn index(self) -> usize;
-}
-
-impl ColumnIndex for usize {
-    fn index(self) -> usize {
-        self
-    }
-}
-
-/// One row of a result, read where it is: a server's, as it came whole; a SQLite row, where
-/// SQLite holds it while it is read.
-pub struct Row<'a> {
-    cells: Cells<'a>,
-}
-
-enum Cells<'a> {
-    Owned(&'a [Value]),
-    Sqlite(&'a rusqlite::Row<'a>),
-}
-
-impl std::fmt::Debug for Row<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Row")
-            .field("values", &self.values())
-            .finish()
-    }
-}
-
-/// A SQLite row's values, copied out: for rows kept after the next one is read.
-fn sqlite_values(row: &rusqlite::Row<'_>) -> rusqlite::Result<Vec<Value>> {
-    Ok(Row::from_sqlite(row).values())
-}
-
-impl<'a> Row<'a> {
-    /// A row that came whole.
-    pub fn new(values: &'a [Value]) -> Self {
-        Row {
-            cells: Cells::Owned(values),
-        }
-    }
-
-    /// A SQLite row, read in place.
-    fn from_sqlite(row: &'a rusqlite::Row<'a>) -> Self {
-        Row {
-            cells: Cells::Sqlite(row),
-        }
-    }
-
-    /// Every column, owned.
-    pub fn values(&self) -> Vec<Value> {
-        match &self.cells {
-            Cells::Owned(values) => values.to_vec(),
-            Cells::Sqlite(row) => (0..row.as_ref().column_count())
-                .map_while(|i| row.get_ref(i).ok())
-                .map(|value| ValueRef::from(value).to_owned_value())
-                .collect(),
-        }
-    }
-
-    fn cell(&self, column: usize) -> Option<ValueRef<'_>> {
-        match &self.cells {
-            Cells::Owned(values) => values.get(column).map(Value::as_value_ref),
-            Cells::Sqlite(row) => row.get_ref(column).ok().map(ValueRef::from),
-        }
-    }
-
-    /// Column `column` as a `T`; `row.get::<_, T>(i)` names the type.
-    pub fn get<I: ColumnIndex, T: FromSql>(&self, column: I) -> Result<T> {
-        let column = column.index();
-        let value = self.cell(column).ok_or_else(|| DbError::Conversion {
-            column,
-            message: "no such column".into(),
-        })?;
-        T::from_sql(value).map_err(|message| DbError::Conversion { column, message })
-    }
-
-    /// Reads a column with `parse`, reporting its failure as the column's.
-    pub fn parse<T, E: std::fmt::Display>(
-        &self,
-        column: usize,
-        parse: impl FnOnce(String) -> Result<T, E>,
-    ) -> Result<T> {
-        parse(self.get(column)?).map_err(|e| DbError::Conversion {
-            column,
-            message: e.to_string(),
-        })
-    }
-}
-
-impl rusqlite::ToSql for Value {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        use rusqlite::types::ToSqlOutput;
-        Ok(match self {
-            Value::Null => ToSqlOutput::Owned(rusqlite::types::Value::Null),
-            Value::Integer(n) => ToSqlOutput::Owned(rusqlite::types::Value::Integer(*n)),
-            Value::Real(x) => ToSqlOutput::Owned(rusqlite::types::Value::Real(*x)),
-            Value::Text(text) => {
-                ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Text(text.as_bytes()))
-            }
-            Value::Blob(bytes) => ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Blob(bytes)),
-        })
-    }
-}
-
-/// The parameters of a query: `params![a, b]`, an array of one type (`[run_id]`), or `[]`.
-pub trait Params {
-    fn values(self) -> Vec<Value>;
-}
-
-impl Params for &[&dyn ToSql] {
-    fn values(self) -> Vec<Value> {
-        self.iter().map(|p| p.to_sql()).collect()
-    }
-}
-
-impl Params for [&dyn ToSql; 0] {
-    fn values(self) -> Vec<Value> {
-        Vec::new()
-    }
-}
-
-macro_rules! array_params {
-    ($($n:literal)*) => {$(
-        impl<T: ToSql> Params for [T; $n] {
-            fn values(self) -> Vec<Value> {
-                self.iter().map(ToSql::to_sql).collect()
-            }
-        }
-    )*};
-}
-array_params!(1 2 3 4 5 6 7 8);
-
-/// `None` for a query that returned no rows, as for `SELECT ... WHERE` that matched nothing.
-pub trait OptionalExtension<T> {
-    fn optional(self) -> Result<Option<T>>;
-}
-
-impl<T> OptionalExtension<T> for Result<T> {
-    fn optional(self) -> Result<Option<T>> {
-        match self {
-            Ok(value) => Ok(Some(value)),
-            Err(DbError::NoRows) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-}
-
 /// Which database a [`Db`] is connected to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -403,61 +51,81 @@ pub enum Backend {
     Postgres,
 }
 
-#[derive(Debug)]
-enum Connection {
-    Sqlite(rusqlite::Connection),
-    Postgres {
-        pg: Pg,
-        /// A transaction is open (the server keeps no flag the client can read without asking).
-        open: Cell<bool>,
-    },
+/// One database engine under the ledger. SQLite ([`Sqlite`]) and PostgreSQL
+/// ([`postgres::Postgres`]) each implement it; everything else ([`Db`], its statements and
+/// transactions) is written once over it.
+pub trait Storage: std::fmt::Debug + Send {
+    fn backend(&self) -> Backend;
+
+    /// The file this connection opened, when it is a file.
+    fn path(&self) -> Option<&Path> {
+        None
+    }
+
+    /// The server this connection reached, when it is a server.
+    fn url(&self) -> Option<&str> {
+        None
+    }
+
+    /// Runs one statement; returns how many rows it changed.
+    fn execute(&self, sql: &str, values: Vec<Value>) -> Result<usize>;
+
+    /// Reads a query's rows one at a time, as they come, until `read` returns `false`.
+    fn for_each(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        read: &mut dyn FnMut(&Row) -> Result<bool>,
+    ) -> Result<()>;
+
+    /// Runs statements separated by `;`, without parameters (schema changes).
+    fn execute_batch(&self, sql: &str) -> Result<()>;
+
+    /// Whether no transaction is open.
+    fn is_autocommit(&self) -> bool;
+
+    /// Opens a transaction that takes the write lock at once.
+    fn begin(&self) -> Result<()>;
+
+    fn commit(&self) -> Result<()>;
+
+    /// Gives up the open transaction; called only when one is open.
+    fn rollback(&self);
 }
 
 /// A connection to the ledger's database.
 #[derive(Debug)]
 pub struct Db {
-    conn: Connection,
+    storage: Box<dyn Storage>,
 }
 
 impl Db {
-    pub fn from_sqlite(conn: rusqlite::Connection) -> Self {
-        // Every statement goes through the cache: the recorder's few run thousands of times.
-        conn.set_prepared_statement_cache_capacity(64);
+    pub fn new(storage: impl Storage + 'static) -> Self {
         Db {
-            conn: Connection::Sqlite(conn),
+            storage: Box::new(storage),
         }
+    }
+
+    pub fn from_sqlite(conn: rusqlite::Connection) -> Self {
+        Db::new(Sqlite::new(conn))
     }
 
     pub fn connect_postgres(url: &str) -> Result<Self> {
-        Ok(Db {
-            conn: Connection::Postgres {
-                pg: Pg::connect(url)?,
-                open: Cell::new(false),
-            },
-        })
+        Ok(Db::new(postgres::Postgres::connect(url)?))
     }
 
     pub fn backend(&self) -> Backend {
-        match self.conn {
-            Connection::Sqlite(_) => Backend::Sqlite,
-            Connection::Postgres { .. } => Backend::Postgres,
-        }
+        self.storage.backend()
     }
 
     /// The file this connection opened, when it is a SQLite file.
     pub fn path(&self) -> Option<&Path> {
-        match &self.conn {
-            Connection::Sqlite(conn) => conn.path().filter(|path| !path.is_empty()).map(Path::new),
-            Connection::Postgres { .. } => None,
-        }
+        self.storage.path()
     }
 
     /// The server this connection reached, when it is a PostgreSQL one.
     pub fn url(&self) -> Option<&str> {
-        match &self.conn {
-            Connection::Sqlite(_) => None,
-            Connection::Postgres { pg, .. } => Some(pg.url()),
-        }
+        self.storage.url()
     }
 
     /// A statement to run once or several times.
@@ -475,30 +143,7 @@ impl Db {
 
     /// Runs one statement; returns how many rows it changed.
     pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
-        let values = params.values();
-        match &self.conn {
-            Connection::Sqlite(conn) => {
-                let mut statement = conn.prepare_cached(sql)?;
-                Ok(statement.execute(rusqlite::params_from_iter(values.iter()))?)
-            }
-            Connection::Postgres { pg, .. } => {
-                Ok(usize::try_from(pg.execute(sql, values)?).unwrap_or(usize::MAX))
-            }
-        }
-    }
-
-    /// Every row a query returns.
-    fn rows(&self, sql: &str, params: impl Params) -> Result<Vec<Vec<Value>>> {
-        let values = params.values();
-        match &self.conn {
-            Connection::Sqlite(conn) => {
-                let mut statement = conn.prepare_cached(sql)?;
-                let rows = statement
-                    .query_map(rusqlite::params_from_iter(values.iter()), sqlite_values)?;
-                Ok(rows.collect::<rusqlite::Result<_>>()?)
-            }
-            Connection::Postgres { pg, .. } => Ok(pg.query(sql, values)?),
-        }
+        self.storage.execute(sql, params.values())
     }
 
     /// The first row a query returns, read with `read`; [`DbError::NoRows`] when it returns
@@ -509,84 +154,42 @@ impl Db {
         params: impl Params,
         read: impl FnOnce(&Row) -> Result<T>,
     ) -> Result<T> {
-        match &self.conn {
-            Connection::Sqlite(conn) => {
-                let values = params.values();
-                let mut statement = conn.prepare_cached(sql)?;
-                let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
-                match rows.next()? {
-                    None => Err(DbError::NoRows),
-                    Some(row) => read(&Row::from_sqlite(row)),
-                }
+        let mut read = Some(read);
+        let mut first = None;
+        self.storage.for_each(sql, params.values(), &mut |row| {
+            if let Some(read) = read.take() {
+                first = Some(read(row));
             }
-            Connection::Postgres { .. } => match self.rows(sql, params)?.first() {
-                None => Err(DbError::NoRows),
-                Some(row) => read(&Row::new(row)),
-            },
-        }
+            Ok(false)
+        })?;
+        first.unwrap_or(Err(DbError::NoRows))
     }
 
     /// Runs statements separated by `;`, without parameters (schema changes).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
-        match &self.conn {
-            Connection::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
-            Connection::Postgres { pg, .. } => Ok(pg.batch(sql)?),
-        }
+        self.storage.execute_batch(sql)
     }
 
     /// Whether no transaction is open on this connection.
     pub fn is_autocommit(&self) -> bool {
-        match &self.conn {
-            Connection::Sqlite(conn) => conn.is_autocommit(),
-            Connection::Postgres { open, .. } => !open.get(),
-        }
+        self.storage.is_autocommit()
     }
 
     /// Opens a transaction that takes the write lock at once: a writer that read first and
     /// then found the lock taken would have to start over. On PostgreSQL the lock is the
     /// ledger's advisory lock (see [`postgres`]).
     pub fn begin(&self) -> Result<()> {
-        match &self.conn {
-            Connection::Sqlite(_) => {
-                self.execute("BEGIN IMMEDIATE", [])?;
-            }
-            Connection::Postgres { pg, open } => {
-                pg.batch(&format!(
-                    "BEGIN; SELECT pg_advisory_xact_lock({})",
-                    postgres::WRITE_LOCK
-                ))?;
-                open.set(true);
-            }
-        }
-        Ok(())
+        self.storage.begin()
     }
 
     pub fn commit(&self) -> Result<()> {
-        match &self.conn {
-            Connection::Sqlite(_) => {
-                self.execute("COMMIT", [])?;
-            }
-            Connection::Postgres { pg, open } => {
-                open.set(false);
-                pg.batch("COMMIT")?;
-            }
-        }
-        Ok(())
+        self.storage.commit()
     }
 
     /// Gives up the open transaction, if there is one.
     pub fn rollback(&self) {
-        if self.is_autocommit() {
-            return;
-        }
-        match &self.conn {
-            Connection::Sqlite(conn) => {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            Connection::Postgres { pg, open } => {
-                open.set(false);
-                let _ = pg.batch("ROLLBACK");
-            }
+        if !self.is_autocommit() {
+            self.storage.rollback();
         }
     }
 
@@ -642,23 +245,9 @@ impl Statement<'_> {
         params: impl Params,
         mut read: impl FnMut(&Row) -> Result<bool>,
     ) -> Result<()> {
-        let Connection::Sqlite(conn) = &self.db.conn else {
-            for row in self.db.rows(&self.sql, params)? {
-                if !read(&Row::new(&row))? {
-                    break;
-                }
-            }
-            return Ok(());
-        };
-        let values = params.values();
-        let mut statement = conn.prepare_cached(&self.sql)?;
-        let mut rows = statement.query(rusqlite::params_from_iter(values.iter()))?;
-        while let Some(row) = rows.next()? {
-            if !read(&Row::from_sqlite(row))? {
-                break;
-            }
-        }
-        Ok(())
+        self.db
+            .storage
+            .for_each(&self.sql, params.values(), &mut read)
     }
 
     /// Whether the query returns a row.

@@ -1,5 +1,5 @@
 //! The ledger on a PostgreSQL server, for a team that shares one: the same schema, journal and
-//! verification as the SQLite file, reached through the same [`super::db::Db`].
+//! verification as the SQLite file, reached through the same [`crate::Db`] as [`Postgres`].
 //!
 //! The client is the sync `postgres` crate, which runs a tokio runtime of its own; kavi calls
 //! the ledger from inside its own runtime, where blocking on another one is refused. So each
@@ -10,6 +10,7 @@
 //! two kavi processes never decide on the same state at once, on any machine. Readers do not
 //! take it.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::sync::mpsc;
@@ -19,6 +20,7 @@ use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
 use crate::value::Value;
+use crate::{Backend, Result as DbResult, Row, Storage};
 
 /// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
 pub const WRITE_LOCK: i64 = 0x6b61_7669;
@@ -178,6 +180,78 @@ impl Drop for Pg {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// A connection to a PostgreSQL server, as the ledger's [`Storage`].
+#[derive(Debug)]
+pub struct Postgres {
+    pg: Pg,
+    /// A transaction is open (the server keeps no flag the client can read without asking).
+    open: Cell<bool>,
+}
+
+impl Postgres {
+    pub fn connect(url: &str) -> Result<Self, postgres::Error> {
+        Ok(Postgres {
+            pg: Pg::connect(url)?,
+            open: Cell::new(false),
+        })
+    }
+}
+
+impl Storage for Postgres {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    fn url(&self) -> Option<&str> {
+        Some(self.pg.url())
+    }
+
+    fn execute(&self, sql: &str, values: Vec<Value>) -> DbResult<usize> {
+        Ok(usize::try_from(self.pg.execute(sql, values)?).unwrap_or(usize::MAX))
+    }
+
+    /// The server's rows come whole, then are read one at a time.
+    fn for_each(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        read: &mut dyn FnMut(&Row) -> DbResult<bool>,
+    ) -> DbResult<()> {
+        for row in self.pg.query(sql, values)? {
+            if !read(&Row::new(&row))? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn execute_batch(&self, sql: &str) -> DbResult<()> {
+        Ok(self.pg.batch(sql)?)
+    }
+
+    fn is_autocommit(&self) -> bool {
+        !self.open.get()
+    }
+
+    fn begin(&self) -> DbResult<()> {
+        self.pg.batch(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+        ))?;
+        self.open.set(true);
+        Ok(())
+    }
+
+    fn commit(&self) -> DbResult<()> {
+        self.open.set(false);
+        Ok(self.pg.batch("COMMIT")?)
+    }
+
+    fn rollback(&self) {
+        self.open.set(false);
+        let _ = self.pg.batch("ROLLBACK");
     }
 }
 
