@@ -17,10 +17,8 @@ pub mod export;
 mod fuzz;
 pub mod mcp;
 pub mod nodes;
-pub mod policy;
 pub mod research;
 pub mod schemas;
-pub mod skills;
 
 pub use error::Error;
 pub use kavi_drill as drill;
@@ -28,6 +26,7 @@ pub use kavi_foundation::{
     diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,
 };
 pub use kavi_ledger as ledger;
+pub use kavi_policy::{self as policy, skills};
 pub use kavi_process::{self as process, confinement, git};
 pub use kavi_spec::{config, dag, node, spec};
 pub use kavi_toolchains as toolchains;

@@ -33,7 +33,7 @@ pub const DETECT_SECRETS: &str = include_str!("detect_secrets.py");
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawScanner {
+pub struct RawScanner {
     /// Line prefixes that make a line a comment, which text rules pass over.
     #[serde(default)]
     comment_prefixes: Vec<String>,

@@ -17,8 +17,7 @@ pub struct GateSet {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub precedence: Vec<Spanned<String>>,
-    /// The policy declaring the toolchains gates name (default
-    /// [`crate::toolchains::DEFAULT_POLICY`]).
+    /// The policy declaring the toolchains gates name (default `policies/toolchains.toml`).
     #[schemars(with = "Option<String>")]
     pub toolchains: Option<Spanned<String>>,
     /// The suppressions the code under review may use, which kavi's check would otherwise fail.
@@ -32,9 +31,9 @@ pub struct GateSet {
 /// and three attempts whose gates all hang still end within five minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// `[suppressions]`: which of the suppressions kavi looks for (see
-/// [`crate::nodes::gate::suppressions`]) the code under review may use. Each allowed one found
-/// is listed in the gate's result; any other fails the gate that looks for it.
+/// `[suppressions]`: which suppressions the code under review may use, of those kavi looks for
+/// before a gate's tool runs. Each allowed one found is listed in the gate's result; any other
+/// fails the gate that looks for it.
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SuppressionPolicy {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::diagnostic::SourceFile;
-use crate::policy::roles::{Requirement, Roles};
+use crate::roles::{Requirement, Roles};
 
 #[test]
 fn a_command_runs_only_a_file_of_the_skill_folder() {
@@ -130,11 +130,11 @@ fn terminal_states_are_not_dead_ends_and_drift_needs_its_transition() {
 fn a_lifecycle_kavi_cannot_carry_out_is_refused_with_the_reason() {
     let shipped = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/policies/lifecycle.toml"
+        "/../../policies/lifecycle.toml"
     ))
     .unwrap();
     let roles = Roles::parse(&SourceFile::new(
-        crate::policy::roles::DEFAULT_POLICY,
+        crate::roles::DEFAULT_POLICY,
         "[role.reviewer]\nmembers = [\"*\"]\n[role.pair]\nmembers = [\"alice\"]\n",
     ))
     .unwrap();
@@ -268,7 +268,7 @@ fn the_way_to_trusted_passes_a_review_state_and_says_what_each_move_needs() {
 fn the_lifecycle_allows_only_declared_transitions_and_says_what_is_allowed() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/policies/lifecycle.toml"
+        "/../../policies/lifecycle.toml"
     ))
     .unwrap();
     let lifecycle = Lifecycle::parse(&SourceFile::new("policies/lifecycle.toml", text)).unwrap();

@@ -14,7 +14,7 @@ pub const DEFAULT_POLICY: &str = "policies/conventions.toml";
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawConventions {
+pub struct RawConventions {
     #[schemars(with = "IndexMap<String, String>")]
     paths: IndexMap<String, Spanned<String>>,
 }
@@ -96,7 +96,7 @@ mod tests {
     fn the_shipped_conventions_render_every_path_from_the_name() {
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/policies/conventions.toml"
+            "/../../policies/conventions.toml"
         ))
         .unwrap();
         let conventions = Conventions::parse(&SourceFile::new("c.toml", text), &engine()).unwrap();

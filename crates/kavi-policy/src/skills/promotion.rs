@@ -101,7 +101,7 @@ impl Promotion<'_> {
         let hash = tree.hash();
         self.governed(ledger, skill, &hash, origin.0)?;
         // Whatever path it came by, a promotion happens only under the adopted rules.
-        crate::policy::adoption::for_decision(ledger, self.workspace)
+        crate::adoption::for_decision(ledger, self.workspace)
             .map_err(|why| format!("`{skill}` may not be promoted: {why}"))?;
         let kept = tree
             .store(self.store)

@@ -5,7 +5,7 @@ use super::*;
 fn shipped() -> Scanner {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/policies/scanner.toml"
+        "/../../policies/scanner.toml"
     ))
     .unwrap();
     Scanner::parse(&SourceFile::new("policies/scanner.toml", text)).unwrap()

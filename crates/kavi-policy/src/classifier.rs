@@ -44,7 +44,7 @@ pub const UNKNOWN: &str = "UNKNOWN";
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawClassifier {
+pub struct RawClassifier {
     /// Every failure kind, with what it means.
     kinds: Option<IndexMap<String, String>>,
     #[serde(rename = "rule")]
@@ -226,7 +226,7 @@ mod tests {
     fn shipped() -> Classifier {
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/policies/classifier.toml"
+            "/../../policies/classifier.toml"
         ))
         .unwrap();
         Classifier::parse(

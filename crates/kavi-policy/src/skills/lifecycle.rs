@@ -8,12 +8,12 @@ use toml::Spanned;
 
 use super::TRUSTED;
 use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::policy::roles::{Requirement, Roles};
+use crate::roles::{Requirement, Roles};
 
 /// `policies/lifecycle.toml`, as written.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawLifecycle {
+pub struct RawLifecycle {
     #[schemars(with = "String")]
     pub(super) initial: Spanned<String>,
     #[schemars(with = "Vec<String>")]
@@ -344,7 +344,7 @@ impl Lifecycle {
                 found.push(refused(format!(
                     "role `{}` is named, but the workspace has no {}",
                     requirement.role,
-                    crate::policy::roles::DEFAULT_POLICY
+                    crate::roles::DEFAULT_POLICY
                 )));
                 continue;
             };

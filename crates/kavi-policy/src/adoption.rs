@@ -395,9 +395,11 @@ mod tests {
         struct Trust {
             adoption: AdoptionPolicy,
         }
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policies/trust.toml"))
-                .unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../policies/trust.toml"
+        ))
+        .unwrap();
         let trust: toml::Table = toml::from_str(&text).unwrap();
         let adoption = toml::Table::from_iter([("adoption".to_owned(), trust["adoption"].clone())]);
         adoption.try_into::<Trust>().unwrap().adoption

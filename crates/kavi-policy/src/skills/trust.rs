@@ -40,7 +40,7 @@ pub fn load(
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawTrust {
+pub struct RawTrust {
     folder: String,
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
@@ -49,7 +49,7 @@ pub(crate) struct RawTrust {
     /// Which path may promote; without it, nothing may.
     promotion: Option<RawPromotion>,
     /// How changes to the governing files are adopted; without it, whatever is on disk governs.
-    adoption: Option<crate::policy::adoption::AdoptionPolicy>,
+    adoption: Option<crate::adoption::AdoptionPolicy>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -87,7 +87,7 @@ pub struct TrustPolicy {
 }
 
 /// The `[adoption]` table of a trust policy's text (as the ledger kept it for the adopted set).
-pub fn adoption_in(text: &str) -> Result<Option<crate::policy::adoption::AdoptionPolicy>, String> {
+pub fn adoption_in(text: &str) -> Result<Option<crate::adoption::AdoptionPolicy>, String> {
     let raw: RawTrust = toml::from_str(text).map_err(|e| e.to_string())?;
     Ok(raw.adoption)
 }

@@ -16,7 +16,7 @@ mod tree;
 pub mod trust;
 
 pub use kavi_foundation::side_effect::{SideEffect, SideEffects};
-pub(crate) use lifecycle::RawLifecycle;
+pub use lifecycle::RawLifecycle;
 pub use lifecycle::{Approval, Lifecycle, build_refusal};
 pub use proposal::{Example, Proposal};
 pub use scope::{is_python, untrusted_program, write_scope_refusal};

@@ -1,8 +1,12 @@
-//! Policy files: governance as data under `policies/`.
+//! kavi's forge policy: the policy files that govern a build, as data under `policies/`, and the
+//! skill lifecycle and trust they govern.
 //!
 //! A node kind that is governed by a policy names the file; the file is loaded (with spans, like
 //! a pipeline) when the pipeline is checked, so a bad policy stops the run before it starts. Each
-//! policy text is recorded in the ledger with the runs it governed.
+//! policy text is recorded in the ledger with the runs it governed. [`skills`] shares the crate
+//! because the two read each other: adoption reads the lifecycle, the lifecycle reads [`roles`].
+//!
+//! The crate's root is the `policy` module the layers above name (`kavi::policy::gates`).
 
 pub mod adoption;
 pub mod classifier;
@@ -11,6 +15,14 @@ pub mod gates;
 pub mod invariants;
 pub mod roles;
 pub mod scanner;
+pub mod skills;
+
+// The lower crates under the names the code uses (`crate::ledger`, `crate::spec`...). Not
+// re-exported: this root is `kavi::policy`, where they would be second paths to the same crates.
+use kavi_foundation::{diagnostic, files, hash, identity, json_schema, sandbox, state, template};
+use kavi_ledger as ledger;
+use kavi_process as process;
+use kavi_spec::{node, spec};
 
 use serde::Deserialize;
 use toml::Spanned;
