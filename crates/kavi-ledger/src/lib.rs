@@ -9,13 +9,13 @@
 //!
 //! By concern: `connection` opens the ledger on either engine (over [`db`]), `migrations`
 //! brings its schema up to date, `runs`, `nodes` and `artifacts` record and read a run,
-//! `recovery` cleans up after dead owners, [`journal`] and [`checkpoint`] make edits evident;
+//! `recovery` cleans up after dead owners; [`journal`] (the `kavi-journal` crate below this one)
+//! and its [`checkpoint`]s make edits evident, and `journaled` checks the ledger with them;
 //! skills, rule sets, builds, executions and escalations have a module each.
 
 mod artifacts;
 mod builds;
 mod cache;
-pub mod checkpoint;
 pub mod cleanup;
 mod connection;
 mod copy;
@@ -23,8 +23,9 @@ pub use kavi_db as db;
 mod escalations;
 mod executions;
 mod gc;
-pub mod journal;
-pub mod keys;
+pub use kavi_journal as journal;
+pub use kavi_journal::{checkpoint, keys};
+mod journaled;
 mod migrations;
 mod nodes;
 mod open;
@@ -131,6 +132,8 @@ pub enum LedgerError {
     CopyRefused(String),
     #[error("{0}")]
     Keys(String),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
     #[error(
         "{0}: the ledger was edited outside kavi, and what it says of this row is not trusted \
          (`kavi ledger verify` says what else was)"

@@ -585,7 +585,7 @@ mod tests {
     fn empty_ledger() -> Db {
         kavi_db::memory::use_mimalloc();
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        journal::register(&conn, crate::keys::mac_key().unwrap()).unwrap();
+        journal::register(&conn, crate::connection::mac_key().unwrap()).unwrap();
         let mut db = Db::from_sqlite(conn);
         let tx = db.transaction().unwrap();
         tx.execute_batch("CREATE TABLE schema_version (version INTEGER NOT NULL)")
