@@ -47,13 +47,13 @@ use db::Db;
 use serde_json::Value;
 
 use artifacts::keep_artifact;
-pub use artifacts::{Artifact, ArtifactStore};
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use connection::{AnotherConnection, display_location, locks_dir, postgres_url};
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
+pub use kavi_store::{Artifact, ArtifactStore};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};
 pub use open::open_during;
 pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner};
