@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::path::Path;
 
+pub mod ddl;
 pub mod memory;
 pub mod postgres;
 mod value;

@@ -30,7 +30,6 @@ mod migrations;
 mod nodes;
 mod open;
 mod owner;
-mod postgres_schema;
 mod recovery;
 mod rules;
 mod runs;

@@ -24,7 +24,7 @@ pub const FIRST_ON_A_SERVER: usize = 23;
 #[derive(Debug)]
 pub enum ServerStep {
     /// Makes the table of this name as the migration leaves it on SQLite, translated as a new
-    /// server ledger's tables are (see [`super::postgres::schema`]): an upgraded ledger and a
+    /// server ledger's tables are (see [`kavi_db::ddl::schema`]): an upgraded ledger and a
     /// new one are alike.
     Table(&'static str),
     /// PostgreSQL's own statement, for a change to what is there.
