@@ -15,10 +15,10 @@
 //! with `prev` empty for the first entry. JSON escapes every control character, so no field
 //! holds a line feed, and the line is plain enough to check with `sqlite3` and `sha256sum`.
 //!
-//! [`verify`] recomputes the chain, checks that every row of every table is what its last entry
-//! says (no row added, changed or deleted behind the triggers' back), and re-hashes every stored
-//! spec and artifact file (the ledger does that part, knowing where they are kept). A writer who
-//! also recomputes the chain is caught by the signed checkpoints (see [`checkpoint`]).
+//! [`verify`] recomputes the chain and checks that every row of every table is what its last
+//! entry says (no row added, changed or deleted behind the triggers' back); the ledger then
+//! re-hashes every stored spec and artifact file, knowing where they are kept. A writer who also
+//! recomputes the chain is caught by the signed checkpoints (see [`checkpoint`]).
 //!
 //! This crate knows the ledger only as a database: the tables it journals it reads from the
 //! schema, naming only its own and those it leaves out; `kavi-ledger` calls into it on every
