@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+pub mod ddl;
 pub mod memory;
 pub mod postgres;
 mod row;

@@ -331,7 +331,7 @@ pub(crate) fn connect(path: &Path) -> Result<Db> {
         .map_err(open_error)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open_error)?;
-    let key = keys::mac_key().map_err(LedgerError::Keys)?;
+    let key = mac_key()?;
     journal::register(&conn, key).map_err(open_error)?;
     Ok(Db::from_sqlite(conn))
 }
@@ -382,7 +382,7 @@ fn connect_read_only(path: &Path) -> Result<Db> {
     )
     .map_err(open_error)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(open_error)?;
-    let key = keys::mac_key().map_err(LedgerError::Keys)?;
+    let key = mac_key()?;
     journal::register(&conn, key).map_err(open_error)?;
     Ok(Db::from_sqlite(conn))
 }
@@ -437,8 +437,17 @@ pub(crate) fn connect_postgres(url: &str) -> Result<Db> {
         path: PathBuf::from(postgres::redacted(url)),
         source,
     })?;
-    key_session(&conn, keys::mac_key().map_err(LedgerError::Keys)?)?;
+    key_session(&conn, mac_key()?)?;
     Ok(conn)
+}
+
+/// The journal's MAC key. This crate's own unit tests keep theirs apart from the account's
+/// (`cfg!(test)` is this crate's, not the journal's, whose `keys::dir` decides).
+pub(crate) fn mac_key() -> Result<&'static keys::MacKey> {
+    if cfg!(test) {
+        keys::use_unit_test_keys();
+    }
+    keys::mac_key().map_err(LedgerError::Keys)
 }
 
 /// Gives a session of kavi's the journal's MAC key.

@@ -29,9 +29,7 @@ impl super::Ledger {
         // The journal is copied as it is: the triggers would write it again, with new entries.
         journal::drop_triggers(&tx)?;
         let mut copied = Vec::new();
-        for (table, _) in
-            super::postgres_schema::tables_in_order(&super::migrations::sqlite_schema()?)
-        {
+        for (table, _) in kavi_db::ddl::tables_in_order(&super::migrations::sqlite_schema()?) {
             if table == "schema_version" {
                 continue;
             }

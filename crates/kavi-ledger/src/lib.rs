@@ -9,13 +9,13 @@
 //!
 //! By concern: `connection` opens the ledger on either engine (over [`db`]), `migrations`
 //! brings its schema up to date, `runs`, `nodes` and `artifacts` record and read a run,
-//! `recovery` cleans up after dead owners, [`journal`] and [`checkpoint`] make edits evident;
+//! `recovery` cleans up after dead owners; [`journal`] (the `kavi-journal` crate below this one)
+//! and its [`checkpoint`]s make edits evident, and `journaled` checks the ledger with them;
 //! skills, rule sets, builds, executions and escalations have a module each.
 
 mod artifacts;
 mod builds;
 mod cache;
-pub mod checkpoint;
 pub mod cleanup;
 mod connection;
 mod copy;
@@ -23,13 +23,13 @@ pub use kavi_db as db;
 mod escalations;
 mod executions;
 mod gc;
-pub mod journal;
-pub mod keys;
+pub use kavi_journal as journal;
+pub use kavi_journal::{checkpoint, keys};
+mod journaled;
 mod migrations;
 mod nodes;
 mod open;
 mod owner;
-mod postgres_schema;
 mod recovery;
 mod rules;
 mod runs;
@@ -46,13 +46,13 @@ use db::Db;
 use serde_json::Value;
 
 use artifacts::keep_artifact;
-pub use artifacts::{Artifact, ArtifactStore};
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use connection::{AnotherConnection, display_location, locks_dir, postgres_url};
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
+pub use kavi_store::{Artifact, ArtifactStore};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};
 pub use open::open_during;
 pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner};
@@ -131,6 +131,8 @@ pub enum LedgerError {
     CopyRefused(String),
     #[error("{0}")]
     Keys(String),
+    #[error(transparent)]
+    Journal(#[from] journal::JournalError),
     #[error(
         "{0}: the ledger was edited outside kavi, and what it says of this row is not trusted \
          (`kavi ledger verify` says what else was)"

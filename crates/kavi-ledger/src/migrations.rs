@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use super::db::{self, Db, OptionalExtension};
-use super::{LedgerError, Result, journal, postgres_schema, schema};
-use kavi_db::{memory, postgres};
+use super::{LedgerError, Result, journal, schema};
+use kavi_db::{ddl, memory, postgres};
 
 pub(crate) fn postgres_schema_exists(conn: &Db) -> Result<bool> {
     Ok(conn.query_row(
@@ -16,7 +16,7 @@ pub(crate) fn postgres_schema_exists(conn: &Db) -> Result<bool> {
 }
 
 /// A server's ledger is made whole at the schema's current version, from the schema SQLite
-/// reaches after every migration (see [`postgres_schema::schema`]); one made by an older kavi is
+/// reaches after every migration (see [`ddl::schema`]); one made by an older kavi is
 /// brought up to it by [`schema::SERVER_STEPS`], under the write lock, in one transaction.
 pub(crate) fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
     let known = schema::MIGRATIONS.len();
@@ -34,7 +34,7 @@ pub(crate) fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
             // Decided again under the write lock: another kavi may be making it too.
             let tx = conn.transaction()?;
             if version(&tx)?.is_none() {
-                for statement in postgres_schema::schema(&sqlite_schema()?) {
+                for statement in ddl::schema(&sqlite_schema()?) {
                     tx.execute_batch(&statement)?;
                 }
                 tx.execute_batch("CREATE TABLE schema_version (version BIGINT NOT NULL)")?;
@@ -87,11 +87,10 @@ fn upgrade_postgres(conn: &mut Db) -> Result<()> {
 /// table is made as that migration left it (a later one's steps change it from there).
 pub(crate) fn server_sql(step: &schema::ServerStep, version: usize) -> Result<String> {
     match step {
-        schema::ServerStep::Table(name) => {
-            postgres_schema::table_named(&sqlite_schema_after(version)?, name).ok_or_else(|| {
+        schema::ServerStep::Table(name) => ddl::table_named(&sqlite_schema_after(version)?, name)
+            .ok_or_else(|| {
                 std::io::Error::other(format!("migration {version} makes no table {name}")).into()
-            })
-        }
+            }),
         schema::ServerStep::Sql(sql) => Ok((*sql).to_owned()),
     }
 }

@@ -125,7 +125,7 @@ impl Table {
         );
         let mut stmt = conn.prepare(&sql)?;
         let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        Ok(rows.collect::<crate::db::Result<_>>()?)
+        Ok(rows.collect::<kavi_db::Result<_>>()?)
     }
 }
 
@@ -141,7 +141,7 @@ pub(super) fn tables(conn: &Db) -> Result<Vec<Table>> {
             }
         })?
         .query_map([], |row| row.get(0))?
-        .collect::<crate::db::Result<_>>()?;
+        .collect::<kavi_db::Result<_>>()?;
     let mut tables = Vec::new();
     for name in names {
         if UNJOURNALED.contains(&name.as_str()) {
@@ -190,7 +190,7 @@ fn postgres_columns(conn: &Db, table: &str) -> Result<(Vec<String>, Vec<String>)
              ORDER BY ordinal_position",
         )?
         .query_map([table], |row| row.get(0))?
-        .collect::<crate::db::Result<_>>()?;
+        .collect::<kavi_db::Result<_>>()?;
     let key = conn
         .prepare(
             "SELECT a.attname::text FROM pg_index i
@@ -199,6 +199,6 @@ fn postgres_columns(conn: &Db, table: &str) -> Result<(Vec<String>, Vec<String>)
              ORDER BY array_position(i.indkey, a.attnum)",
         )?
         .query_map([table], |row| row.get(0))?
-        .collect::<crate::db::Result<_>>()?;
+        .collect::<kavi_db::Result<_>>()?;
     Ok((columns, key))
 }

@@ -4,7 +4,7 @@
 //! entry `seq` to its `hash` with a signature over `kavi-checkpoint-v1 LF seq LF hash`, which
 //! also catches the tail of the journal cut off, and holds for whoever has only the public key.
 //!
-//! Each ledger's checkpoints are logged beside the key (see [`super::keys`]), under the ledger's
+//! Each ledger's checkpoints are logged beside the key (see [`crate::keys`]), under the ledger's
 //! identity. The first one logged pins its key: a later checkpoint signed by another key is
 //! refused unless a rotation record, signed by the key pinned then, names the new one
 //! (`kavi ledger rotate-key`).
@@ -12,10 +12,11 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::db::{Db, params};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use kavi_db::{Db, OptionalExtension, params};
 
-use super::{Ledger, Result, now};
+use crate::Result;
+use crate::keys;
 
 const CONTEXT: &str = "kavi-checkpoint-v1";
 
@@ -26,11 +27,11 @@ fn message(seq: i64, hash: &str) -> String {
     format!("{CONTEXT}\n{seq}\n{hash}")
 }
 
-pub(super) fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub(super) fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+pub(crate) fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let text = text.trim();
     if text.len() != N * 2 || !text.is_ascii() {
         return None;
@@ -50,8 +51,8 @@ pub fn public_hex(key: &VerifyingKey) -> String {
 /// Makes a new key at `path` (which must not exist), readable by this user only; returns its
 /// public half.
 pub fn generate(path: &Path) -> std::io::Result<VerifyingKey> {
-    let seed = super::keys::random_seed()?;
-    let made = super::keys::write_new_private(path, format!("{}\n", to_hex(&seed)).as_bytes())?;
+    let seed = keys::random_seed()?;
+    let made = keys::write_new_private(path, format!("{}\n", to_hex(&seed)).as_bytes())?;
     if !made {
         return Err(std::io::Error::new(
             std::io::ErrorKind::AlreadyExists,
@@ -74,37 +75,36 @@ pub fn load(path: &Path) -> std::result::Result<SigningKey, String> {
     Ok(SigningKey::from_bytes(&seed))
 }
 
-impl Ledger {
-    /// Signs the journal's head with `key` and records the checkpoint.
-    pub fn checkpoint(&self, key: &SigningKey) -> Result<Option<Signed>> {
-        let head: Option<(i64, String)> =
-            super::db::OptionalExtension::optional(self.conn.query_row(
-                "SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1",
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            ))?;
-        let Some((seq, hash)) = head else {
-            return Ok(None);
-        };
-        let signed = Signed {
-            signature: to_hex(&key.sign(message(seq, &hash).as_bytes()).to_bytes()),
-            public_key: public_hex(&key.verifying_key()),
-            seq,
-            hash,
-        };
-        self.conn.execute(
-            "INSERT INTO checkpoints (seq, hash, public_key, signature, at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                signed.seq,
-                signed.hash,
-                signed.public_key,
-                signed.signature,
-                now()
-            ],
-        )?;
-        Ok(Some(signed))
-    }
+/// Signs the journal's head with `key` and records the checkpoint, made `at`.
+pub fn record(conn: &Db, key: &SigningKey, at: &str) -> Result<Option<Signed>> {
+    let head: Option<(i64, String)> = conn
+        .query_row(
+            "SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    let Some((seq, hash)) = head else {
+        return Ok(None);
+    };
+    let signed = Signed {
+        signature: to_hex(&key.sign(message(seq, &hash).as_bytes()).to_bytes()),
+        public_key: public_hex(&key.verifying_key()),
+        seq,
+        hash,
+    };
+    conn.execute(
+        "INSERT INTO checkpoints (seq, hash, public_key, signature, at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            signed.seq,
+            signed.hash,
+            signed.public_key,
+            signed.signature,
+            at
+        ],
+    )?;
+    Ok(Some(signed))
 }
 
 /// A signed checkpoint, from the ledger's `checkpoints` table or from the log kept beside the
@@ -121,11 +121,13 @@ impl Signed {
     /// Why this checkpoint does not hold, if it does not: its entry no longer has the hash it
     /// signed, or the signature does not verify under the key it names.
     fn problem(&self, conn: &Db) -> Result<Option<String>> {
-        let journaled: Option<String> = super::db::OptionalExtension::optional(conn.query_row(
-            "SELECT hash FROM journal WHERE seq = ?1",
-            [self.seq],
-            |row| row.get(0),
-        ))?;
+        let journaled: Option<String> = conn
+            .query_row(
+                "SELECT hash FROM journal WHERE seq = ?1",
+                [self.seq],
+                |row| row.get(0),
+            )
+            .optional()?;
         if journaled.as_deref() != Some(self.hash.as_str()) {
             return Ok(Some(format!(
                 "journal entry {} no longer has the hash it signed (the chain was rewritten)",
@@ -194,7 +196,7 @@ pub type Log = Vec<std::result::Result<Record, String>>;
 /// Appends a record to the log of the ledger `ledger_id`.
 pub fn log(ledger_id: &str, record: &Record) -> std::io::Result<()> {
     let line = serde_json::to_string(record).map_err(std::io::Error::other)?;
-    append_line(&super::keys::log_path(ledger_id), &line)
+    append_line(&keys::log_path(ledger_id), &line)
 }
 
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
@@ -212,7 +214,7 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
 
 /// The log of the ledger `ledger_id`, in order; empty when there is none.
 pub fn logged(ledger_id: &str) -> std::io::Result<Log> {
-    let path = super::keys::log_path(ledger_id);
+    let path = keys::log_path(ledger_id);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -230,15 +232,12 @@ pub fn logged(ledger_id: &str) -> std::io::Result<Log> {
 
 /// Records that `ledger_id` was checkpointed at `location`.
 pub fn remember_location(ledger_id: &str, location: &str) -> std::io::Result<()> {
-    append_line(
-        &super::keys::paths_index(),
-        &format!("{ledger_id}\t{location}"),
-    )
+    append_line(&keys::paths_index(), &format!("{ledger_id}\t{location}"))
 }
 
 /// The identity last checkpointed at `location`, if any.
 pub fn last_seen_at(location: &str) -> Option<String> {
-    let text = std::fs::read_to_string(super::keys::paths_index()).ok()?;
+    let text = std::fs::read_to_string(keys::paths_index()).ok()?;
     text.lines()
         .filter_map(|line| line.split_once('\t'))
         .filter(|(_, at)| *at == location)
@@ -310,7 +309,7 @@ pub fn pinned(log: &Log) -> Pinned {
 /// Checks every checkpoint in the ledger and every one in the log: its entry still has the hash
 /// it signed, the signature holds, and the key is one the log pins (or, before the log has one,
 /// kavi's signing key `trusted`). Returns how many there are, and the problems.
-pub(super) fn verify(
+pub(crate) fn verify(
     conn: &Db,
     trusted: Option<&VerifyingKey>,
     log: &Log,
@@ -330,7 +329,7 @@ pub(super) fn verify(
                 },
             ))
         })?
-        .collect::<super::db::Result<_>>()?;
+        .collect::<kavi_db::Result<_>>()?;
     let trusted = trusted.map(public_hex);
     for (id, signed) in &recorded {
         let problem = match signed.problem(conn)? {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::tables::{Table, tables};
 use super::{
-    APPEND_VIEW, APPENDER, Backend, Db, LAST_HASH, LedgerError, NEXT_SEQ, OptionalExtension,
+    APPEND_VIEW, APPENDER, Backend, Db, JournalError, LAST_HASH, NEXT_SEQ, OptionalExtension,
     Result, Transaction, appender_sql, appender_trigger_sql, entry_hash, params,
 };
 
@@ -50,7 +50,7 @@ fn append(tx: &Transaction<'_>, table: &str, op: &str, key: &str, content: &str)
             prev,
             hash,
             crate::keys::mac_key()
-                .map_err(LedgerError::Keys)?
+                .map_err(JournalError::Keys)?
                 .mac(&hash)
         ],
     )?;
@@ -58,7 +58,7 @@ fn append(tx: &Transaction<'_>, table: &str, op: &str, key: &str, content: &str)
 }
 
 /// Drops the journal's triggers, for a change that [`install`] then records (or for a copy).
-pub(crate) fn drop_triggers(tx: &Transaction<'_>) -> Result<()> {
+pub fn drop_triggers(tx: &Transaction<'_>) -> Result<()> {
     if tx.backend() == Backend::Sqlite {
         tx.execute_batch(&format!(
             "DROP TRIGGER IF EXISTS {APPENDER}; DROP VIEW IF EXISTS {APPEND_VIEW};"
@@ -83,7 +83,7 @@ pub(crate) fn drop_triggers(tx: &Transaction<'_>) -> Result<()> {
 /// Installs the triggers for the schema as it is now, after migrations changed it, and records
 /// the rows the journal does not cover as they are: every row when the journal is new
 /// (`snapshot`), the rows a migration reshaped otherwise (`migrate`).
-pub(crate) fn install(tx: &Transaction<'_>) -> Result<()> {
+pub fn install(tx: &Transaction<'_>) -> Result<()> {
     let fresh: bool = tx.query_row("SELECT NOT EXISTS (SELECT 1 FROM journal)", [], |row| {
         row.get(0)
     })?;
@@ -119,7 +119,7 @@ fn make_triggers(tx: &Transaction<'_>, tables: &[Table]) -> Result<()> {
 /// before the appender (see [`APPEND_VIEW`]) has its entries written out in every table
 /// trigger, and one made before its `VALUES` row (see [`appender_trigger_sql`]) another
 /// appender: it is current in every other way, and [`remake`] remakes them.
-pub(crate) fn current(conn: &Db) -> Result<bool> {
+pub fn current(conn: &Db) -> Result<bool> {
     if conn.backend() != Backend::Sqlite {
         return Ok(true);
     }
@@ -138,7 +138,7 @@ pub(crate) fn current(conn: &Db) -> Result<bool> {
 /// [`install`] it records no row: no migration changed any, and one that differs from its
 /// last entry was edited behind the triggers (dropping the appender is how one would get here
 /// on purpose), which `verify` must go on reporting.
-pub(crate) fn remake(conn: &mut Db) -> Result<()> {
+pub fn remake(conn: &mut Db) -> Result<()> {
     let tx = conn.transaction()?;
     if !current(&tx)? {
         drop_triggers(&tx)?;

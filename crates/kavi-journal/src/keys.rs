@@ -7,7 +7,7 @@
 //! - `signing.key`: the ed25519 key that signs checkpoints (`kavi ledger keygen`);
 //! - `journal.key`: the HMAC-SHA256 key every journal entry is MACed with, made on first use;
 //! - `ledgers/<id>.log`: each ledger's checkpoints and key rotations, by the ledger's identity
-//!   (see [`super::checkpoint`]), and `ledgers/paths`: which identity was last seen where.
+//!   (see [`crate::checkpoint`]), and `ledgers/paths`: which identity was last seen where.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,13 +18,14 @@ use hmac::{KeyInit, Mac};
 
 type HmacSha256 = hmac::Hmac<sha2_mac::Sha256>;
 
-/// Set by the test fixtures ([`crate::testing`]): unit tests, this crate's and the crates'
+/// Set by the test fixtures (`kavi_ledger::testing`): unit tests, this crate's and the crates'
 /// above it (for which this crate is built without `cfg(test)`), keep their keys apart from the
 /// account's own.
 static UNIT_TEST_KEYS: AtomicBool = AtomicBool::new(false);
 
 /// Makes [`dir`] a temporary folder of this user's for the rest of the process: for unit tests.
-pub(crate) fn use_unit_test_keys() {
+#[doc(hidden)]
+pub fn use_unit_test_keys() {
     UNIT_TEST_KEYS.store(true, Ordering::Relaxed);
 }
 
@@ -111,7 +112,7 @@ pub fn random_seed() -> std::io::Result<[u8; 32]> {
 pub struct MacKey {
     keyed: HmacSha256,
     /// The inner and outer padded keys, hex: what a PostgreSQL session computes the same
-    /// HMAC with (see [`super::postgres`]).
+    /// HMAC with (see [`crate::MAC_INNER`]).
     pub pads: (String, String),
 }
 
@@ -122,7 +123,7 @@ impl MacKey {
             for (p, k) in padded.iter_mut().zip(key) {
                 *p ^= k;
             }
-            super::checkpoint::to_hex(&padded)
+            crate::checkpoint::to_hex(&padded)
         };
         Self {
             keyed: HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length"),
@@ -135,7 +136,7 @@ impl MacKey {
     pub fn mac(&self, hash: &str) -> String {
         let mut mac = self.keyed.clone();
         mac.update(hash.as_bytes());
-        super::checkpoint::to_hex(&mac.finalize().into_bytes())
+        crate::checkpoint::to_hex(&mac.finalize().into_bytes())
     }
 }
 
@@ -146,7 +147,7 @@ pub fn mac_key() -> Result<&'static MacKey, String> {
         let path = dir().join("journal.key");
         if !path.exists() {
             let seed = random_seed().map_err(|e| format!("cannot make a key: {e}"))?;
-            let text = format!("{}\n", super::checkpoint::to_hex(&seed));
+            let text = format!("{}\n", crate::checkpoint::to_hex(&seed));
             write_new_private(&path, text.as_bytes()).map_err(|e| {
                 format!(
                     "cannot make the journal's MAC key {}: {e} (set KAVI_KEYS to a folder this \
@@ -162,7 +163,7 @@ pub fn mac_key() -> Result<&'static MacKey, String> {
                 path.display()
             )
         })?;
-        let key = super::checkpoint::from_hex::<32>(&text)
+        let key = crate::checkpoint::from_hex::<32>(&text)
             .ok_or_else(|| format!("{} is not a MAC key (64 hex digits)", path.display()))?;
         Ok(MacKey::new(&key))
     })
@@ -193,6 +194,6 @@ mod tests {
             .chain_update(bytes(&key.pads.1))
             .chain_update(inner)
             .finalize();
-        assert_eq!(super::super::checkpoint::to_hex(&outer), key.mac("abc"));
+        assert_eq!(crate::checkpoint::to_hex(&outer), key.mac("abc"));
     }
 }

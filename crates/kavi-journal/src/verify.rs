@@ -1,12 +1,10 @@
-//! Checking the journal: the chain, every row against its last entry, stored specs and
-//! artifact files; sealing entries written before the journal was keyed.
-
-use kavi_foundation::hash::sha256_hex;
+//! Checking the journal: the chain, every row against its last entry, the checkpoints; sealing
+//! entries written before the journal was keyed.
 
 use super::tables::tables;
 use super::triggers::latest;
-use super::{APPENDER, Backend, Db, LedgerError, OptionalExtension, Result, entry_hash, params};
-use crate::{ArtifactStore, Ledger, checkpoint};
+use super::{APPENDER, Backend, Db, JournalError, OptionalExtension, Result, entry_hash, params};
+use crate::checkpoint;
 
 /// What [`verify`] found: problems, each naming an entry, a row or a file.
 #[derive(Debug, Default)]
@@ -19,24 +17,24 @@ pub struct Findings {
     pub problems: Vec<String>,
     /// The rule sets' story, a line each (filled in by `kavi ledger verify`).
     pub adoption: Vec<String>,
+    /// The chain breaks: every later entry is suspect, so nothing was checked against it.
+    pub broken: bool,
 }
 
-/// Recomputes the chain and checks every table against it, every stored spec, and every
-/// artifact file in `store`.
+/// Recomputes the chain, checks the checkpoints (against the `trusted` key and the log beside
+/// it) and every table against the chain.
 pub fn verify(
     conn: &Db,
-    store: &crate::ArtifactStore,
     trusted: Option<&ed25519_dalek::VerifyingKey>,
-    logged: &crate::checkpoint::Log,
+    logged: &checkpoint::Log,
 ) -> Result<Findings> {
     let mut findings = Findings::default();
-    let key_for_macs = crate::keys::mac_key().map_err(LedgerError::Keys)?;
+    let key_for_macs = crate::keys::mac_key().map_err(JournalError::Keys)?;
     // The chain.
     let mut stmt = conn
         .prepare("SELECT seq, tbl, op, key, content, prev, hash, mac FROM journal ORDER BY seq")?;
     let mut expected_prev = String::new();
     let mut expected_seq = 1;
-    let mut broken = false;
     let mut unkeyed: Vec<i64> = Vec::new();
     stmt.for_each([], |row| {
         let (seq, table, op, key_text, content, prev, hash, mac): (
@@ -87,7 +85,7 @@ pub fn verify(
         if let Some(problem) = problem {
             findings.problems.push(problem);
             // One break in the chain makes every later entry suspect; the first is named.
-            broken = true;
+            findings.broken = true;
             return Ok(false);
         }
         expected_prev = hash;
@@ -96,9 +94,9 @@ pub fn verify(
     })?;
     drop(stmt);
     // Checkpoints still match the chain, and were signed by the pinned key.
-    let (checkpoints, problems) = crate::checkpoint::verify(conn, trusted, logged)?;
+    let (checkpoints, problems) = checkpoint::verify(conn, trusted, logged)?;
     findings.checkpoints = checkpoints;
-    if broken {
+    if findings.broken {
         findings.problems.extend(problems);
         return Ok(findings);
     }
@@ -121,7 +119,7 @@ pub fn verify(
             Backend::Postgres => "SELECT tgname::text FROM pg_trigger WHERE NOT tgisinternal",
         })?
         .query_map([], |row| row.get(0))?
-        .collect::<crate::db::Result<_>>()?;
+        .collect::<kavi_db::Result<_>>()?;
     if conn.backend() == Backend::Sqlite && !triggers.iter().any(|t| t == APPENDER) {
         findings.problems.push(format!(
             "the journal's appender (trigger {APPENDER}) is missing (dropped outside kavi)"
@@ -166,58 +164,6 @@ pub fn verify(
     }
 
     findings.problems.extend(problems);
-
-    // Stored specs hash to their names.
-    let mut stmt = conn.prepare("SELECT hash, text FROM specs ORDER BY hash")?;
-    let specs = stmt.query_map([], |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-    })?;
-    for spec in specs {
-        let (hash, text) = spec?;
-        if kavi_foundation::hash::spec_hash(&text) != hash {
-            findings
-                .problems
-                .push(format!("spec {hash}: its text does not hash to its name"));
-        }
-    }
-
-    // Artifacts hash to their names: the content the ledger keeps, or the file.
-    let mut stmt = conn.prepare(
-        "SELECT a.sha256, a.size, c.content FROM artifacts a
-         LEFT JOIN artifact_contents c ON c.sha256 = a.sha256 ORDER BY a.sha256",
-    )?;
-    let artifacts = stmt.query_map([], |row| {
-        Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, i64>(1)?,
-            row.get::<_, Option<Vec<u8>>>(2)?,
-        ))
-    })?;
-    for artifact in artifacts {
-        let (sha256, size, kept) = artifact?;
-        if let Some(content) = kept {
-            if sha256_hex(&content) != sha256 || i64::try_from(content.len()) != Ok(size) {
-                findings.problems.push(format!(
-                    "artifact {sha256}: the content the ledger keeps no longer hashes to its name"
-                ));
-            }
-            continue;
-        }
-        let path = store.path_of_sha256(&sha256);
-        match kavi_foundation::hash::hash_file(&path) {
-            Err(e) => findings.problems.push(format!(
-                "artifact {sha256}: cannot read {}: {e}",
-                path.display()
-            )),
-            Ok((found, bytes)) if found != sha256 || i64::try_from(bytes) != Ok(size) => {
-                findings.problems.push(format!(
-                    "artifact {sha256}: {} no longer hashes to its name (edited on disk)",
-                    path.display()
-                ))
-            }
-            Ok(_) => {}
-        }
-    }
     Ok(findings)
 }
 
@@ -227,13 +173,13 @@ pub fn verify(
 /// the chain, and every kavi that upgrades a ledger writes one (its identity) as it opens it. An
 /// unkeyed entry after a keyed one, or none keyed at all, is what a writer without the key
 /// leaves (one who stripped every MAC to pass for an old ledger), and is refused.
-fn seal(conn: &mut Db) -> Result<usize> {
-    let key = crate::keys::mac_key().map_err(LedgerError::Keys)?;
+pub fn seal(conn: &mut Db) -> Result<usize> {
+    let key = crate::keys::mac_key().map_err(JournalError::Keys)?;
     let tx = conn.transaction()?;
     let unkeyed: Vec<(i64, String)> = tx
         .prepare("SELECT seq, hash FROM journal WHERE mac IS NULL ORDER BY seq")?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<crate::db::Result<_>>()?;
+        .collect::<kavi_db::Result<_>>()?;
     let first_keyed: Option<i64> = tx.query_row(
         "SELECT MIN(seq) FROM journal WHERE mac IS NOT NULL",
         [],
@@ -243,7 +189,7 @@ fn seal(conn: &mut Db) -> Result<usize> {
         .last()
         .filter(|(seq, _)| first_keyed.is_none_or(|keyed| *seq > keyed));
     if let Some((seq, _)) = after {
-        return Err(LedgerError::Keys(format!(
+        return Err(JournalError::Keys(format!(
             "journal entry {seq} has no MAC, and no keyed entry after it vouches for it: it was \
              written by a process without kavi's key, not before kavi keyed the journal; it is \
              not sealed"
@@ -263,8 +209,8 @@ fn seal(conn: &mut Db) -> Result<usize> {
 /// journal's keyed last entry for it says, if it is not: the entry must recompute to its hash,
 /// carry a MAC that holds under kavi's key, and hold the row's content as it is now. What a
 /// command that acts on one row checks, rather than trust the editable row alone.
-fn row_problem(conn: &Db, table: &str, key: &str) -> Result<Option<String>> {
-    let macs = crate::keys::mac_key().map_err(LedgerError::Keys)?;
+pub fn row_problem(conn: &Db, table: &str, key: &str) -> Result<Option<String>> {
+    let macs = crate::keys::mac_key().map_err(JournalError::Keys)?;
     let Some(table) = tables(conn)?.into_iter().find(|t| t.name == table) else {
         return Ok(Some(format!("no table {table}")));
     };
@@ -321,49 +267,4 @@ fn row_problem(conn: &Db, table: &str, key: &str) -> Result<Option<String>> {
             None
         },
     )
-}
-
-impl Ledger {
-    /// MACs the journal entries written before kavi keyed the journal (see [`seal`]).
-    pub fn seal(&mut self) -> Result<usize> {
-        seal(&mut self.conn)
-    }
-
-    /// Refuses a skill whose row is not what the journal's keyed last entry for it says: its
-    /// code hash, state or trusted tree edited outside kavi (see [`row_problem`]).
-    pub fn check_skill_journaled(&self, name: &str) -> Result<()> {
-        self.check_journaled(
-            "skills",
-            serde_json::json!([name]),
-            &format!("skill `{name}`"),
-        )
-    }
-
-    /// Refuses a rule set whose row is not what the journal's keyed last entry for it says: its
-    /// files, status or approvals edited outside kavi, so no decision is taken under it.
-    pub fn check_rule_set_journaled(&self, id: i64) -> Result<()> {
-        self.check_journaled(
-            "rule_sets",
-            serde_json::json!([id]),
-            &format!("rule set {id}"),
-        )
-    }
-
-    fn check_journaled(&self, table: &str, key: serde_json::Value, what: &str) -> Result<()> {
-        match row_problem(&self.conn, table, &key.to_string())? {
-            Some(problem) => Err(LedgerError::Unjournaled(format!("{what}: {problem}"))),
-            None => Ok(()),
-        }
-    }
-
-    /// Checks the ledger's integrity (see [`verify`]), and its checkpoints against the
-    /// `trusted` key when one is known.
-    pub fn verify(
-        &self,
-        store: &ArtifactStore,
-        trusted: Option<&ed25519_dalek::VerifyingKey>,
-        logged: &checkpoint::Log,
-    ) -> Result<Findings> {
-        verify(&self.conn, store, trusted, logged)
-    }
 }

@@ -15,24 +15,40 @@
 //! with `prev` empty for the first entry. JSON escapes every control character, so no field
 //! holds a line feed, and the line is plain enough to check with `sqlite3` and `sha256sum`.
 //!
-//! [`verify`] recomputes the chain, checks that every row of every table is what its last entry
-//! says (no row added, changed or deleted behind the triggers' back), and re-hashes every stored
-//! spec and artifact file. A writer who also recomputes the chain is caught by the signed
-//! checkpoints (see [`super::checkpoint`]).
+//! [`verify`] recomputes the chain and checks that every row of every table is what its last
+//! entry says (no row added, changed or deleted behind the triggers' back); the ledger then
+//! re-hashes every stored spec and artifact file, knowing where they are kept. A writer who also
+//! recomputes the chain is caught by the signed checkpoints (see [`checkpoint`]).
+//!
+//! This crate knows the ledger only as a database: the tables it journals it reads from the
+//! schema, naming only its own and those it leaves out; `kavi-ledger` calls into it on every
+//! migration, every connection it opens, and for `kavi ledger verify`.
 
+pub mod checkpoint;
+pub mod keys;
 mod tables;
 mod triggers;
 mod verify;
 
-use super::db::{Backend, Db, OptionalExtension, Transaction, params};
+use kavi_db::{Backend, Db, OptionalExtension, Transaction, params};
 use kavi_foundation::hash::sha256_hex;
 use rusqlite::functions::FunctionFlags;
 
-use super::keys::MacKey;
-use super::{LedgerError, Result};
+use keys::MacKey;
 
-pub(crate) use triggers::{current, drop_triggers, install, remake};
-pub use verify::{Findings, verify};
+pub use triggers::{current, drop_triggers, install, remake};
+pub use verify::{Findings, row_problem, seal, verify};
+
+/// What goes wrong in the journal: the database, or kavi's keys.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("ledger query failed: {0}")]
+    Db(#[from] kavi_db::DbError),
+    #[error("{0}")]
+    Keys(String),
+}
+
+pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 
 /// The session settings that hold the journal's MAC key, as HMAC's inner and outer padded
 /// keys, for the triggers to MAC each entry with. They are set on
@@ -42,10 +58,10 @@ pub const MAC_INNER: &str = "kavi.mac_inner";
 pub const MAC_OUTER: &str = "kavi.mac_outer";
 
 /// The SQL function the triggers hash with; registered on every connection kavi opens.
-const HASH_FUNCTION: &str = "kavi_sha256";
+pub const HASH_FUNCTION: &str = "kavi_sha256";
 
 /// The SQL function the appender MACs an entry's hash with, under the key kavi keeps outside
-/// the ledger and the workspace (see [`super::keys`]): a process without the key can recompute
+/// the ledger and the workspace (see [`keys`]): a process without the key can recompute
 /// the public chain, but not the MACs.
 const MAC_FUNCTION: &str = "kavi_mac";
 
@@ -64,10 +80,10 @@ const UNJOURNALED: &[&str] = &[
 /// the entry's numbering and hashing written once here rather than in each of the 54 table
 /// triggers, that text is 37 KB instead of 65 KB (opening a ledger and running a first query:
 /// 0.65 ms instead of 1.2 ms), and an entry costs what it did.
-const APPEND_VIEW: &str = "journal_append";
+pub const APPEND_VIEW: &str = "journal_append";
 
 /// The trigger behind [`APPEND_VIEW`].
-const APPENDER: &str = "journal_append_entry";
+pub const APPENDER: &str = "journal_append_entry";
 
 /// The next entry's number, as the appender and [`append`] read it.
 const NEXT_SEQ: &str = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM journal)";
@@ -107,7 +123,7 @@ fn appender_trigger_sql() -> String {
 /// Registers the hash and MAC functions the triggers call. A connection without them (the
 /// `sqlite3` shell, say) cannot write a journaled table unless it drops the triggers, which
 /// `verify` reports; one that defines its own has no key to MAC with.
-pub(crate) fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rusqlite::Result<()> {
+pub fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     // Read in place: the argument is the whole entry, its content every column of a row.
     conn.create_scalar_function(HASH_FUNCTION, 1, flags, |ctx| {
@@ -119,7 +135,7 @@ pub(crate) fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rus
 }
 
 /// The MAC a PostgreSQL trigger computes: HMAC-SHA256 of `hash` written out with the server's
-/// own `sha256`, from the padded keys kavi gives its session (see [`super::postgres`]). A
+/// own `sha256`, from the padded keys kavi gives its session (see [`MAC_INNER`]). A
 /// session without them (anyone else's) fails to write rather than journal unkeyed.
 fn postgres_mac_sql(hash: &str) -> String {
     format!(
@@ -137,4 +153,15 @@ pub fn entry_hash(prev: &str, seq: i64, table: &str, op: &str, key: &str, conten
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_hashes_one_plain_line_per_field() {
+        let by_hand = sha256_hex(b"abc\n7\nruns\nupdate\n[1]\n{\"id\":1}");
+        assert_eq!(
+            entry_hash("abc", 7, "runs", "update", "[1]", "{\"id\":1}"),
+            by_hand
+        );
+    }
+}

@@ -1,16 +1,7 @@
-//! Tests of the journal: entries' hashes, upgrades, the appender, sealing and remade triggers.
+//! Tests of the journal in a ledger: upgrades, the appender, sealing and remade triggers.
 
-use super::*;
+use crate::journal::{APPEND_VIEW, APPENDER, Findings, HASH_FUNCTION, current};
 use crate::{ArtifactStore, Ledger, schema};
-
-#[test]
-fn an_entry_hashes_one_plain_line_per_field() {
-    let by_hand = sha256_hex(b"abc\n7\nruns\nupdate\n[1]\n{\"id\":1}");
-    assert_eq!(
-        entry_hash("abc", 7, "runs", "update", "[1]", "{\"id\":1}"),
-        by_hand
-    );
-}
 
 /// A ledger written before the journal existed gets one `snapshot` entry per row when it is
 /// upgraded, and verifies clean; an edit afterwards, behind the triggers, does not.

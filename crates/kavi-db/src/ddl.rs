@@ -1,5 +1,6 @@
-//! The ledger's schema on a PostgreSQL server: the SQLite schema the migrations make, as
-//! PostgreSQL DDL, and its tables in the order foreign keys allow.
+//! A SQLite schema on a PostgreSQL server: SQLite's own text of its tables and indexes as
+//! PostgreSQL DDL, and its tables in the order foreign keys allow. The ledger's schema is
+//! written once, as SQLite migrations; this is how a server's ledger gets the same one.
 
 /// The schema as PostgreSQL DDL, from SQLite's own text of it after every migration: the
 /// migrations stay the one description of the schema. Integers are 64-bit, blobs `BYTEA`, and

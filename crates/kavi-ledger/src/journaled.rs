@@ -1,0 +1,122 @@
+//! The ledger's side of its journal (the `kavi-journal` crate, re-exported as [`journal`]): the
+//! stored specs and artifact files checked with it, sealing, refusing a row the journal does not
+//! vouch for, and signing its head.
+
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use kavi_foundation::hash::sha256_hex;
+
+use crate::db::Db;
+use crate::journal::{self, Findings, checkpoint};
+use crate::{ArtifactStore, Ledger, LedgerError, Result, now};
+
+impl Ledger {
+    /// MACs the journal entries written before kavi keyed the journal (see [`journal::seal`]).
+    pub fn seal(&mut self) -> Result<usize> {
+        Ok(journal::seal(&mut self.conn)?)
+    }
+
+    /// Refuses a skill whose row is not what the journal's keyed last entry for it says: its
+    /// code hash, state or trusted tree edited outside kavi (see [`journal::row_problem`]).
+    pub fn check_skill_journaled(&self, name: &str) -> Result<()> {
+        self.check_journaled(
+            "skills",
+            serde_json::json!([name]),
+            &format!("skill `{name}`"),
+        )
+    }
+
+    /// Refuses a rule set whose row is not what the journal's keyed last entry for it says: its
+    /// files, status or approvals edited outside kavi, so no decision is taken under it.
+    pub fn check_rule_set_journaled(&self, id: i64) -> Result<()> {
+        self.check_journaled(
+            "rule_sets",
+            serde_json::json!([id]),
+            &format!("rule set {id}"),
+        )
+    }
+
+    fn check_journaled(&self, table: &str, key: serde_json::Value, what: &str) -> Result<()> {
+        match journal::row_problem(&self.conn, table, &key.to_string())? {
+            Some(problem) => Err(LedgerError::Unjournaled(format!("{what}: {problem}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks the ledger's integrity: the journal (see [`journal::verify`]), its checkpoints
+    /// against the `trusted` key when one is known, then, unless the chain breaks, every stored
+    /// spec and every artifact file in `store`.
+    pub fn verify(
+        &self,
+        store: &ArtifactStore,
+        trusted: Option<&VerifyingKey>,
+        logged: &checkpoint::Log,
+    ) -> Result<Findings> {
+        let mut findings = journal::verify(&self.conn, trusted, logged)?;
+        if !findings.broken {
+            contents(&self.conn, store, &mut findings.problems)?;
+        }
+        Ok(findings)
+    }
+
+    /// Signs the journal's head with `key` and records the checkpoint.
+    pub fn checkpoint(&self, key: &SigningKey) -> Result<Option<checkpoint::Signed>> {
+        Ok(checkpoint::record(&self.conn, key, &now())?)
+    }
+}
+
+/// Adds to `problems` every stored spec that does not hash to its name, and every artifact
+/// whose content (kept in the ledger, or its file in `store`) does not.
+fn contents(conn: &Db, store: &ArtifactStore, problems: &mut Vec<String>) -> Result<()> {
+    // Stored specs hash to their names.
+    let mut stmt = conn.prepare("SELECT hash, text FROM specs ORDER BY hash")?;
+    let specs = stmt.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    for spec in specs {
+        let (hash, text) = spec?;
+        if kavi_foundation::hash::spec_hash(&text) != hash {
+            problems.push(format!("spec {hash}: its text does not hash to its name"));
+        }
+    }
+
+    // Artifacts hash to their names: the content the ledger keeps, or the file.
+    let mut stmt = conn.prepare(
+        "SELECT a.sha256, a.size, c.content FROM artifacts a
+         LEFT JOIN artifact_contents c ON c.sha256 = a.sha256 ORDER BY a.sha256",
+    )?;
+    let artifacts = stmt.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<Vec<u8>>>(2)?,
+        ))
+    })?;
+    for artifact in artifacts {
+        let (sha256, size, kept) = artifact?;
+        if let Some(content) = kept {
+            if sha256_hex(&content) != sha256 || i64::try_from(content.len()) != Ok(size) {
+                problems.push(format!(
+                    "artifact {sha256}: the content the ledger keeps no longer hashes to its name"
+                ));
+            }
+            continue;
+        }
+        let path = store.path_of_sha256(&sha256);
+        match kavi_foundation::hash::hash_file(&path) {
+            Err(e) => problems.push(format!(
+                "artifact {sha256}: cannot read {}: {e}",
+                path.display()
+            )),
+            Ok((found, bytes)) if found != sha256 || i64::try_from(bytes) != Ok(size) => problems
+                .push(format!(
+                    "artifact {sha256}: {} no longer hashes to its name (edited on disk)",
+                    path.display()
+                )),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
