@@ -5,15 +5,12 @@
 //! cycles, stages) → [`executor`] (tokio, running [`nodes`] kinds) → [`ledger`] (SQLite, artifacts).
 //! [`cli`] wires them to commands.
 
-pub mod cache;
 pub mod chains;
 pub mod chat;
 pub mod cli;
 pub mod drill;
 pub mod error;
 pub mod executions;
-pub mod executor;
-pub mod export;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;
@@ -25,6 +22,7 @@ pub mod skills;
 pub mod toolchains;
 
 pub use error::Error;
+pub use kavi_engine::{cache, executor, export};
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,
 };
