@@ -5,14 +5,11 @@
 //! cycles, stages) → [`executor`] (tokio, running [`nodes`] kinds) → [`ledger`] (SQLite, artifacts).
 //! [`cli`] wires them to commands.
 
-pub mod cache;
 pub mod chains;
 pub mod chat;
 pub mod cli;
 pub mod error;
 pub mod executions;
-pub mod executor;
-pub mod export;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;
@@ -22,6 +19,7 @@ pub mod schemas;
 
 pub use error::Error;
 pub use kavi_drill as drill;
+pub use kavi_engine::{cache, executor, export};
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,
 };

@@ -11,7 +11,6 @@ use serde::Deserialize;
 use serde_json::{Map, json};
 use toml::Spanned;
 
-use super::child_params::ChildParams;
 use crate::chains::{self, Chain, ChainContext, Confirm};
 use crate::confinement::policy::ConfinementPolicy;
 use crate::diagnostic::Diagnostic;
@@ -23,6 +22,7 @@ use crate::skills::{SideEffect, SideEffects};
 use crate::spec::SpecError;
 use crate::spec::governing::Role;
 use crate::state::NodeState;
+use kavi_engine::nodes::ChildParams;
 
 pub const KIND: NodeKind = NodeKind {
     name: "chain",

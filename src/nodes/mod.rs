@@ -1,28 +1,23 @@
-//! Node kinds. Each kind lives in its own module: its TOML config struct and its action together.
+//! The forge's and the consumers' node kinds, and the [`registry`] of every kind, the engine's
+//! (`kavi_engine::nodes::KINDS`) first. Each kind lives in its own module: its TOML config
+//! struct and its action together.
 //!
 //! The executor knows nothing about any kind: the loader asks the [`registry`] for a parser by
 //! name, gets back a [`NodeAction`], and the executor calls [`NodeAction::run`] with a
 //! [`NodeContext`] (the interface is `crate::node`'s). Adding a kind means adding a module and
-//! one line to the [`registry`].
+//! one line to its layer's list.
 
 mod advise;
 mod allowlist;
 mod build;
 mod chain;
-mod child_params;
 mod classify;
 mod copy_back;
 mod diff_gate;
 pub mod escalate;
-mod exec;
 mod gate;
-mod http;
-#[cfg(test)]
-mod loading_tests;
-mod pipeline;
 mod promote;
 mod propose;
-mod render;
 pub mod review;
 mod sandbox;
 mod scan;
@@ -34,9 +29,6 @@ use std::sync::LazyLock;
 #[cfg(doc)]
 use crate::node::{NodeAction, NodeContext};
 use crate::node::{NodeKind, Registry};
-
-/// The engine's kinds: any pipeline's commands, templates, HTTP calls and child pipelines.
-pub const ENGINE_KINDS: &[NodeKind] = &[exec::KIND, render::KIND, pipeline::KIND, http::KIND];
 
 /// The forge's kinds: a skill's sandbox, build, diff gate, gates, failure handling and lifecycle.
 pub const FORGE_KINDS: &[NodeKind] = &[
@@ -59,7 +51,7 @@ pub const CONSUMER_KINDS: &[NodeKind] = &[chain::KIND];
 /// Every kind the executor can run, and the classifier's failure kinds that `retry.on` names.
 static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     Registry::new(
-        &[ENGINE_KINDS, FORGE_KINDS, CONSUMER_KINDS],
+        &[kavi_engine::nodes::KINDS, FORGE_KINDS, CONSUMER_KINDS],
         crate::policy::classifier::load_failure_kinds,
     )
 });

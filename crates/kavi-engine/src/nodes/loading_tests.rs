@@ -1,14 +1,29 @@
-//! Tests of pipeline loading with the registry's kinds: fields, errors with their places,
+//! Tests of pipeline loading with the engine's kinds: fields, errors with their places,
 //! loading on threads, and the DAG compiled from what loaded.
 
 use std::path::Path;
+use std::sync::LazyLock;
 
 use crate::dag::compile;
+use crate::diagnostic::Diagnostic;
+use crate::node::{FailureKinds, NodeConfig, Registry};
 use crate::spec::{LoadContext, Pipeline, SpecError, load_pipeline_str};
 use crate::template::TemplateEngine;
 
+/// The engine's kinds alone. The failure kinds `retry.on` names are the forge classifier's,
+/// which stands above the engine, so these tests have none.
+static REGISTRY: LazyLock<Registry> =
+    LazyLock::new(|| Registry::new(&[super::KINDS], no_failure_kinds));
+
+fn no_failure_kinds(config: &mut NodeConfig<'_>) -> Result<Box<dyn FailureKinds>, Diagnostic> {
+    Err(config.error(
+        "the engine's tests load no failure kinds: `retry.on` names only exit codes and states here",
+        config.span.clone(),
+    ))
+}
+
 fn load_text(text: &str) -> Result<Pipeline, SpecError> {
-    crate::spec::load_text(text, super::registry())
+    crate::spec::load_text(text, &REGISTRY)
 }
 
 /// What a layout must not change: the nodes in order with their tries, and the parameters.
@@ -93,7 +108,7 @@ fn a_long_pipeline_loads_in_the_file_s_order_on_any_thread() {
         root: root.path(),
         templates: &templates,
         including: &[],
-        registry: super::registry(),
+        registry: &REGISTRY,
     };
     let load = |text: &String| load_pipeline_str(Path::new("p.toml"), text.clone(), &context);
     let ids: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
@@ -170,4 +185,17 @@ fn a_need_listed_twice_makes_one_edge() {
     needed.sort_unstable();
     assert_eq!(needed, [0, 1]);
     assert_eq!(dag.stage, [0, 0, 1]);
+}
+
+/// Without the forge's classifier a failure kind in `retry.on` is refused, at the node; exit
+/// codes and states are the spec's own and still load.
+#[test]
+fn retry_on_a_failure_kind_needs_the_forge_s_classifier() {
+    let head = "[pipeline]\nname = \"p\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n";
+    let states = format!("{head}[nodes.a.retry]\nattempts = 2\non = [\"failed\", 3]\n");
+    assert_eq!(summary(&states).0, [("a".to_owned(), 2)]);
+    let kinds = format!("{head}[nodes.a.retry]\nattempts = 2\non = [\"COMPILE_ERROR\"]\n");
+    let problems = messages(&kinds);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("no failure kinds"), "{problems:?}");
 }
