@@ -9,17 +9,16 @@ pub mod chains;
 pub mod chat;
 pub mod cli;
 pub mod error;
-pub mod executions;
 #[cfg(test)]
 mod fuzz;
 pub mod mcp;
 pub mod nodes;
-pub mod research;
 pub mod schemas;
 
 pub use error::Error;
 pub use kavi_drill as drill;
 pub use kavi_engine::{cache, executor, export};
+pub use kavi_forge::{executions, research};
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,
 };

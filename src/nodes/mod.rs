@@ -1,28 +1,15 @@
-//! The forge's and the consumers' node kinds, and the [`registry`] of every kind, the engine's
-//! (`kavi_engine::nodes::KINDS`) first. Each kind lives in its own module: its TOML config
-//! struct and its action together.
+//! The consumers' node kinds, and the [`registry`] of every kind: the engine's
+//! (`kavi_engine::nodes::KINDS`), the forge's (`kavi_forge::nodes::KINDS`), then the consumers'.
+//! Each kind lives in its own module: its TOML config struct and its action together.
 //!
 //! The executor knows nothing about any kind: the loader asks the [`registry`] for a parser by
 //! name, gets back a [`NodeAction`], and the executor calls [`NodeAction::run`] with a
 //! [`NodeContext`] (the interface is `crate::node`'s). Adding a kind means adding a module and
 //! one line to its layer's list.
 
-mod advise;
-mod allowlist;
-mod build;
 mod chain;
-mod classify;
-mod copy_back;
-mod diff_gate;
-pub mod escalate;
-mod gate;
-mod promote;
-mod propose;
-pub mod review;
-mod sandbox;
-mod scan;
-mod transition;
-mod vars;
+
+pub use kavi_forge::nodes::{escalate, review};
 
 use std::sync::LazyLock;
 
@@ -30,28 +17,17 @@ use std::sync::LazyLock;
 use crate::node::{NodeAction, NodeContext};
 use crate::node::{NodeKind, Registry};
 
-/// The forge's kinds: a skill's sandbox, build, diff gate, gates, failure handling and lifecycle.
-pub const FORGE_KINDS: &[NodeKind] = &[
-    sandbox::KIND,
-    diff_gate::KIND,
-    copy_back::KIND,
-    transition::KIND,
-    gate::KIND,
-    promote::KIND,
-    propose::KIND,
-    build::KIND,
-    classify::KIND,
-    escalate::KIND,
-    advise::KIND,
-];
-
 /// The consumers' kinds: chains of trusted skills.
 pub const CONSUMER_KINDS: &[NodeKind] = &[chain::KIND];
 
 /// Every kind the executor can run, and the classifier's failure kinds that `retry.on` names.
 static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     Registry::new(
-        &[kavi_engine::nodes::KINDS, FORGE_KINDS, CONSUMER_KINDS],
+        &[
+            kavi_engine::nodes::KINDS,
+            kavi_forge::nodes::KINDS,
+            CONSUMER_KINDS,
+        ],
         crate::policy::classifier::load_failure_kinds,
     )
 });

@@ -44,7 +44,7 @@ struct EscalateConfig {
 /// `policies/escalation.toml`.
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct Rules {
+pub struct Rules {
     /// REPEATED_FAILURE: this many consecutive failed attempts (at least 1).
     #[schemars(with = "u32")]
     repeated_failure: Spanned<u32>,
