@@ -5,17 +5,15 @@
 //! cycles, stages) → [`executor`] (tokio, running [`nodes`] kinds) → [`ledger`] (SQLite, artifacts).
 //! [`cli`] wires them to commands.
 
-pub mod chains;
-pub mod chat;
 pub mod cli;
 pub mod error;
 #[cfg(test)]
 mod fuzz;
-pub mod mcp;
 pub mod nodes;
 pub mod schemas;
 
 pub use error::Error;
+pub use kavi_consumer::{chains, chat, mcp};
 pub use kavi_drill as drill;
 pub use kavi_engine::{cache, executor, export};
 pub use kavi_forge::{executions, research};

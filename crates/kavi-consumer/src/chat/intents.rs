@@ -19,7 +19,7 @@ pub const DEFAULT_POLICY: &str = "policies/chat.toml";
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawChatPolicy {
+pub struct RawChatPolicy {
     /// Side-effect classes the chat may run; anything else is refused. READ_ONLY runs at once,
     /// the others after a yes (`--confirmed`, or `yes` in the REPL).
     allow: Vec<SideEffect>,

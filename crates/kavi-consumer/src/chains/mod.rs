@@ -53,7 +53,7 @@ pub struct Step {
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawChain {
+pub struct RawChain {
     chain: RawHeader,
     #[serde(default)]
     #[schemars(with = "IndexMap<String, RawParam>")]
