@@ -1,6 +1,8 @@
 //! The invariants of ARCHITECTURE.md that the compiler cannot see, read from the source: one
-//! crate starts processes (kavi-process), and within it one module builds git commands.
+//! crate starts processes (kavi-process), and within it one module builds git commands; and the
+//! crate graph it documents is the one the manifests declare.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::common;
@@ -86,4 +88,72 @@ fn only_the_git_module_names_the_git_program() {
         "git.rs names no git program"
     );
     assert_eq!(naming(&outside, &["\"git\""]), Vec::<String>::new());
+}
+
+/// Each workspace crate's kavi dependencies, as its `Cargo.toml` declares them (build and dev
+/// dependencies aside: they do not make a layer).
+fn declared_graph(repo: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut manifests = vec![repo.join("Cargo.toml")];
+    for krate in std::fs::read_dir(repo.join("crates")).unwrap() {
+        manifests.push(krate.unwrap().path().join("Cargo.toml"));
+    }
+    manifests
+        .iter()
+        .map(|manifest| {
+            let text = std::fs::read_to_string(manifest).unwrap();
+            let value: toml::Table = toml::from_str(&text).unwrap();
+            let name = value["package"]["name"].as_str().unwrap().to_owned();
+            let mut kavi: Vec<String> = value
+                .get("dependencies")
+                .and_then(toml::Value::as_table)
+                .map(|deps| {
+                    deps.keys()
+                        .filter(|dep| dep.starts_with("kavi"))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            kavi.sort();
+            (name, kavi)
+        })
+        .collect()
+}
+
+/// The table of ARCHITECTURE.md's "Crates" section: `| \`crate\` | \`dep\`, ... |`, or `none`.
+fn documented_graph(architecture: &str) -> BTreeMap<String, Vec<String>> {
+    let cells = |cell: &str| -> Vec<String> {
+        cell.split(',')
+            .map(|name| name.trim().trim_matches('`').to_owned())
+            .filter(|name| !name.is_empty() && name != "none")
+            .collect()
+    };
+    architecture
+        .lines()
+        .filter_map(|line| {
+            let row: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
+            let [krate, deps] = row.as_slice() else {
+                return None;
+            };
+            let krate = krate.trim();
+            (krate.starts_with("`kavi") && krate.ends_with('`')).then(|| {
+                let mut deps = cells(deps);
+                deps.sort();
+                (krate.trim_matches('`').to_owned(), deps)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn the_crate_graph_is_the_one_architecture_md_documents() {
+    let repo = common::repo();
+    let documented =
+        documented_graph(&std::fs::read_to_string(repo.join("ARCHITECTURE.md")).unwrap());
+    let declared = declared_graph(&repo);
+    // The table is read at all: the foundation and the binary are in it.
+    assert!(
+        documented.contains_key("kavi-foundation") && documented.contains_key("kavi"),
+        "ARCHITECTURE.md has no crate table: {documented:?}"
+    );
+    assert_eq!(documented, declared);
 }
