@@ -149,7 +149,7 @@ fn the_crate_graph_is_the_one_architecture_md_documents() {
     let repo = common::repo();
     let documented =
         documented_graph(&std::fs::read_to_string(repo.join("ARCHITECTURE.md")).unwrap());
-    let declared = declared_graph(&repo);
+    let declared = declared_graph(repo);
     // The table is read at all: the foundation and the binary are in it.
     assert!(
         documented.contains_key("kavi-foundation") && documented.contains_key("kavi"),
