@@ -62,6 +62,20 @@ impl From<crate::executions::Refusal> for Error {
     }
 }
 
+/// A governance operation's error is the kind of failure it already says it is.
+impl From<kavi_governance::GovernanceError> for Error {
+    fn from(error: kavi_governance::GovernanceError) -> Self {
+        use kavi_governance::GovernanceError;
+        match error {
+            GovernanceError::Usage(detail) => Error::Usage(detail),
+            GovernanceError::NotFound(detail) => Error::NotFound(detail),
+            GovernanceError::Spec(e) => Error::Spec(e),
+            GovernanceError::Ledger(e) => Error::Ledger(e),
+            GovernanceError::Io { context, source } => Error::Io { context, source },
+        }
+    }
+}
+
 fn ledger_exit_code(error: &LedgerError) -> i32 {
     match error {
         LedgerError::Missing(_)
