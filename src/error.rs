@@ -99,7 +99,38 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::exit;
+    use super::{Error, exit};
+
+    /// The governance layer's errors exit as the CLI's of the same kind did before it was a crate.
+    #[test]
+    fn a_governance_error_keeps_its_exit_code() {
+        use crate::ledger::LedgerError;
+        use kavi_governance::GovernanceError;
+        let cases = [
+            (GovernanceError::Usage("refused".into()), exit::USAGE),
+            (GovernanceError::NotFound("no such".into()), exit::NOT_FOUND),
+            (
+                GovernanceError::Ledger(LedgerError::TransitionRefused("no".into())),
+                exit::RUN_FAILED,
+            ),
+            (
+                GovernanceError::Ledger(LedgerError::SkillNotFound("s".into())),
+                exit::NOT_FOUND,
+            ),
+            (
+                GovernanceError::Io {
+                    context: "failed".into(),
+                    source: std::io::Error::other("why"),
+                },
+                exit::ENVIRONMENT,
+            ),
+        ];
+        for (error, code) in cases {
+            let shown = error.to_string();
+            let error = Error::from(error);
+            assert_eq!((error.exit_code(), error.to_string()), (code, shown));
+        }
+    }
 
     /// docs/exit-codes.md lists exactly the codes kavi exits with.
     #[test]

@@ -547,3 +547,66 @@ pub fn adopt(workspace: &Workspace, ledger: &mut Ledger, id: i64) -> Result<(Rul
     ledger.decide_rule_set(id, "adopted", &actor)?;
     Ok((change, actor))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Member, PolicyDiff, Side};
+
+    fn member(path: &str, hash: &str, text: &str) -> Member {
+        Member {
+            role: "policy".to_owned(),
+            path: path.to_owned(),
+            hash: hash.to_owned(),
+            text: text.to_owned(),
+        }
+    }
+
+    /// Each path once, in path order: an unchanged file is left out, a changed TOML file says
+    /// what its change means, and the text diff names both sides.
+    #[test]
+    fn a_diff_lists_what_was_added_removed_and_changed() {
+        let from = Side::of_workspace(vec![
+            member("policies/gates.toml", "h1", "a = 1\n"),
+            member("policies/same.toml", "h2", "b = 1\n"),
+            member("policies/gone.txt", "h3", "gone\n"),
+        ]);
+        let to = Side::of_workspace(vec![
+            member("policies/same.toml", "h2", "b = 1\n"),
+            member("policies/gates.toml", "h4", "a = 2\n"),
+            member("policies/new.txt", "h5", "new\n"),
+        ]);
+        let diff = PolicyDiff::between(from, to);
+        let seen: Vec<(&str, &str)> = diff
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.change))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("policies/gates.toml", "changed"),
+                ("policies/gone.txt", "removed"),
+                ("policies/new.txt", "added"),
+            ]
+        );
+        let gates = &diff.files[0];
+        assert_eq!(
+            (gates.from_hash.as_deref(), gates.to_hash.as_deref()),
+            (Some("h1"), Some("h4"))
+        );
+        assert!(
+            !gates.meaning.is_empty(),
+            "a changed TOML file is described"
+        );
+        assert!(diff.files[1].meaning.is_empty());
+        assert!(
+            gates
+                .diff
+                .contains("--- the workspace now/policies/gates.toml\n")
+                && gates.diff.contains("-a = 1\n+a = 2\n"),
+            "{}",
+            gates.diff
+        );
+        assert_ne!(diff.from.governing_hash, diff.to.governing_hash);
+    }
+}
