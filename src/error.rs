@@ -62,6 +62,20 @@ impl From<crate::executions::Refusal> for Error {
     }
 }
 
+/// A governance operation's error is the kind of failure it already says it is.
+impl From<kavi_governance::GovernanceError> for Error {
+    fn from(error: kavi_governance::GovernanceError) -> Self {
+        use kavi_governance::GovernanceError;
+        match error {
+            GovernanceError::Usage(detail) => Error::Usage(detail),
+            GovernanceError::NotFound(detail) => Error::NotFound(detail),
+            GovernanceError::Spec(e) => Error::Spec(e),
+            GovernanceError::Ledger(e) => Error::Ledger(e),
+            GovernanceError::Io { context, source } => Error::Io { context, source },
+        }
+    }
+}
+
 fn ledger_exit_code(error: &LedgerError) -> i32 {
     match error {
         LedgerError::Missing(_)
@@ -85,7 +99,38 @@ fn ledger_exit_code(error: &LedgerError) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::exit;
+    use super::{Error, exit};
+
+    /// The governance layer's errors exit as the CLI's of the same kind did before it was a crate.
+    #[test]
+    fn a_governance_error_keeps_its_exit_code() {
+        use crate::ledger::LedgerError;
+        use kavi_governance::GovernanceError;
+        let cases = [
+            (GovernanceError::Usage("refused".into()), exit::USAGE),
+            (GovernanceError::NotFound("no such".into()), exit::NOT_FOUND),
+            (
+                GovernanceError::Ledger(LedgerError::TransitionRefused("no".into())),
+                exit::RUN_FAILED,
+            ),
+            (
+                GovernanceError::Ledger(LedgerError::SkillNotFound("s".into())),
+                exit::NOT_FOUND,
+            ),
+            (
+                GovernanceError::Io {
+                    context: "failed".into(),
+                    source: std::io::Error::other("why"),
+                },
+                exit::ENVIRONMENT,
+            ),
+        ];
+        for (error, code) in cases {
+            let shown = error.to_string();
+            let error = Error::from(error);
+            assert_eq!((error.exit_code(), error.to_string()), (code, shown));
+        }
+    }
 
     /// docs/exit-codes.md lists exactly the codes kavi exits with.
     #[test]

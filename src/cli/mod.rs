@@ -125,6 +125,7 @@ use clap::Parser;
 use crate::config::{Overrides, Workspace};
 use crate::error::{Error, exit};
 use crate::ledger::RunOrigin;
+use kavi_governance::{open_store, read_policy};
 
 pub use args::Cli;
 use args::{
@@ -134,15 +135,6 @@ use args::{
 };
 use signals::cancel_on_signals;
 pub(crate) use signals::cancelled_exit_code;
-
-/// A workspace policy file's text; one that cannot be read is a spec error naming it.
-fn read_policy(
-    workspace: &Workspace,
-    relative: &str,
-) -> Result<std::sync::Arc<crate::diagnostic::SourceFile>, crate::spec::SpecError> {
-    crate::policy::read(&workspace.root, relative)
-        .map_err(|message| crate::diagnostic::Diagnostic::new(message).into())
-}
 
 /// The workspace's confinement policy, its roles with the network given the hosts of
 /// `policies/network.toml` (none without the file).
@@ -158,17 +150,6 @@ fn read_confinement(
     }
     let hosts = read_policy(workspace, network)?;
     Ok(policy.with_hosts(Some(&hosts))?)
-}
-
-/// The workspace's artifact store, with an error that names it.
-fn open_store(workspace: &Workspace) -> Result<crate::ledger::ArtifactStore, Error> {
-    crate::ledger::ArtifactStore::open(&workspace.config.artifacts).map_err(|source| Error::Io {
-        context: format!(
-            "failed to open the artifact store at {}",
-            workspace.config.artifacts.display()
-        ),
-        source,
-    })
 }
 
 fn init_logging(format: LogFormat) {

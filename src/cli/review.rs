@@ -210,7 +210,7 @@ impl Approved<'_> {
         }
         let lifecycle = governing.lifecycle().map_err(Error::Usage)?;
         let templates = TemplateEngine::new(&workspace.templates_dir());
-        let trust = super::skills::load_trust(workspace, &templates)?;
+        let trust = kavi_governance::load_trust(workspace, &templates)?;
         let store = super::open_store(workspace)?;
         let note = match comment {
             Some(comment) => format!("approved in review by {actor}: {comment}"),
@@ -459,7 +459,8 @@ fn undo_files(
     let row = ledger.skill(skill).map_err(|e| e.to_string())?;
     if let (Some(tree), Some(hash)) = (&row.trusted_tree, &row.trusted_hash) {
         let templates = TemplateEngine::new(&workspace.templates_dir());
-        let trust = super::skills::load_trust(workspace, &templates).map_err(|e| e.to_string())?;
+        let trust =
+            kavi_governance::load_trust(workspace, &templates).map_err(|e| e.to_string())?;
         let store = super::open_store(workspace).map_err(|e| e.to_string())?;
         let tree = SkillTree::load(&store, tree, hash)?;
         undo.keep(&crate::sandbox::destination(

@@ -1,0 +1,612 @@
+//! Adopting rule sets: a working copy of the governing files proposed against the adopted set,
+//! approved by others when it weakens the rules, adopted; the audit of their story; and what
+//! changed in the files that govern a run.
+
+use serde::Serialize;
+use similar::TextDiff;
+
+use crate::config::Workspace;
+use crate::diagnostic::SourceFile;
+use crate::hash::{set_hash, short_hash};
+use crate::ledger::{Ledger, NewRuleSet, RecordedApproval, RuleSetRow};
+use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
+use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, Roles};
+use crate::{GovernanceError, Result};
+
+/// One side of a comparison of governing sets, member by member.
+#[derive(Debug, Serialize)]
+pub struct Side {
+    /// The run, or none for the workspace as it is now.
+    pub run: Option<i64>,
+    pub governing_hash: String,
+    #[serde(skip)]
+    members: Vec<Member>,
+}
+
+/// One file of a governing set, with its text.
+#[derive(Debug)]
+pub struct Member {
+    pub role: String,
+    pub path: String,
+    pub hash: String,
+    pub text: String,
+}
+
+impl Side {
+    /// A recorded run's governing set.
+    pub fn of_run(ledger: &Ledger, reference: &str) -> Result<Side> {
+        let run = ledger.run(ledger.resolve_run(reference)?)?;
+        let mut members = Vec::new();
+        for file in ledger.governing(run.id)? {
+            let (_, text) = ledger.spec_text(&file.spec_hash)?;
+            members.push(Member {
+                role: file.role,
+                path: file.path,
+                hash: file.spec_hash,
+                text,
+            });
+        }
+        let governing_hash = run
+            .governing_hash
+            .clone()
+            .unwrap_or_else(|| members_hash(&members));
+        Ok(Side {
+            run: Some(run.id),
+            governing_hash,
+            members,
+        })
+    }
+
+    /// The set a run would be governed by if it started now.
+    pub fn of_workspace(members: Vec<Member>) -> Side {
+        Side {
+            run: None,
+            governing_hash: members_hash(&members),
+            members,
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self.run {
+            Some(id) => format!("run {id}"),
+            None => "the workspace now".to_owned(),
+        }
+    }
+
+    fn member(&self, path: &str) -> Option<&Member> {
+        self.members.iter().find(|m| m.path == path)
+    }
+}
+
+fn members_hash(members: &[Member]) -> String {
+    set_hash(
+        members
+            .iter()
+            .map(|m| (m.role.as_str(), m.path.as_str(), m.hash.as_str())),
+    )
+}
+
+/// A file added, removed or changed between two sides.
+#[derive(Debug, Serialize)]
+pub struct FileChange {
+    pub path: String,
+    pub role: String,
+    /// `added`, `removed` or `changed`.
+    pub change: &'static str,
+    pub from_hash: Option<String>,
+    pub to_hash: Option<String>,
+    /// What the change means, one sentence each (TOML files only).
+    pub meaning: Vec<String>,
+    /// The unified text diff.
+    pub diff: String,
+}
+
+/// What changed in governance from one side to the other.
+#[derive(Debug, Serialize)]
+pub struct PolicyDiff {
+    pub from: Side,
+    pub to: Side,
+    pub files: Vec<FileChange>,
+}
+
+impl PolicyDiff {
+    pub fn between(from: Side, to: Side) -> PolicyDiff {
+        let files = compare(&from, &to);
+        PolicyDiff { from, to, files }
+    }
+}
+
+fn compare(from: &Side, to: &Side) -> Vec<FileChange> {
+    let mut paths: Vec<&str> = from
+        .members
+        .iter()
+        .chain(&to.members)
+        .map(|m| m.path.as_str())
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let (from_label, to_label) = (from.label(), to.label());
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let (before, after) = (from.member(path), to.member(path));
+            let change = match (before, after) {
+                (Some(b), Some(a)) if b.hash == a.hash => return None,
+                (Some(_), Some(_)) => "changed",
+                (Some(_), None) => "removed",
+                (None, _) => "added",
+            };
+            let old_text = before.map_or("", |m| m.text.as_str());
+            let new_text = after.map_or("", |m| m.text.as_str());
+            let meaning = match (before, after) {
+                (Some(_), Some(_)) if path.ends_with(".toml") => {
+                    crate::policy::diff::describe(old_text, new_text).unwrap_or_else(|| {
+                        vec!["one version is not valid TOML; see the text diff".to_owned()]
+                    })
+                }
+                _ => Vec::new(),
+            };
+            let diff = TextDiff::from_lines(old_text, new_text)
+                .unified_diff()
+                .context_radius(3)
+                .header(
+                    &format!("{from_label}/{path}"),
+                    &format!("{to_label}/{path}"),
+                )
+                .to_string();
+            let role = after.or(before).map(|m| m.role.clone()).unwrap_or_default();
+            Some(FileChange {
+                path: path.to_owned(),
+                role,
+                change,
+                from_hash: before.map(|m| m.hash.clone()),
+                to_hash: after.map(|m| m.hash.clone()),
+                meaning,
+                diff,
+            })
+        })
+        .collect()
+}
+
+/// Trust on first use: a ledger with no rule set recorded adopts the governing files the first
+/// run finds, recorded as `first-use`.
+pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<()> {
+    if !ledger.rule_sets()?.is_empty() {
+        return Ok(());
+    }
+    let set = RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?;
+    let files = keep_rule_set(ledger, &set)?;
+    ledger.record_rule_set(
+        &NewRuleSet {
+            set_hash: &set.hash,
+            files: &files,
+            class: "first-use",
+            changes: &serde_json::json!([]),
+            based_on: None,
+            actor: &crate::identity::actor(),
+            message: Some("adopted on first use"),
+        },
+        true,
+    )?;
+    Ok(())
+}
+
+/// Keeps each file's text in the ledger; returns path -> spec hash.
+fn keep_rule_set(ledger: &Ledger, set: &RuleSet) -> Result<serde_json::Value> {
+    let mut files = serde_json::Map::new();
+    for (path, text) in &set.files {
+        let hash = ledger.keep_spec(&SourceFile::new(path.as_str(), text.as_str()))?;
+        files.insert(path.clone(), hash.into());
+    }
+    Ok(files.into())
+}
+
+/// The adopted set, or an error saying none is.
+pub fn adopted(ledger: &Ledger) -> Result<Governing> {
+    Governing::adopted(ledger)
+        .map_err(GovernanceError::Usage)?
+        .ok_or_else(|| {
+            GovernanceError::Usage(
+                "no rule set is adopted in this ledger yet: the first `kavi pipeline run` adopts \
+                 the one it runs under"
+                    .to_owned(),
+            )
+        })
+}
+
+/// The adoption rules and roles as the adopted set has them: a proposal cannot reclassify itself
+/// nor grant its proposer a role.
+fn adopted_rules(set: &Governing) -> Result<(AdoptionPolicy, Roles)> {
+    let policy = set
+        .adoption()
+        .map_err(GovernanceError::Usage)?
+        .ok_or_else(|| {
+            GovernanceError::Usage(format!(
+                "the adopted {} has no [adoption] table: changes to the rules cannot be classified",
+                crate::skill::trust::DEFAULT_POLICY
+            ))
+        })?;
+    let roles = set
+        .roles()
+        .map_err(GovernanceError::Usage)?
+        .ok_or_else(|| {
+            GovernanceError::Usage(format!(
+                "the adopted rule set has no {ROLES}: no one holds a role"
+            ))
+        })?;
+    Ok((policy, roles))
+}
+
+/// The governing files on disk against the adopted set.
+pub struct Status {
+    pub adopted: Governing,
+    /// The hash of the files on disk.
+    pub files_hash: String,
+    /// Each change from the adopted set, classified by the adopted `[adoption]` rules.
+    pub changes: Vec<(String, Class)>,
+    /// The changes as a whole.
+    pub class: Class,
+    /// The rule changes pending.
+    pub pending: Vec<RuleSetRow>,
+}
+
+impl Status {
+    /// For each pending change that weakens the rules, whether it has the approvals the adopted
+    /// `[adoption]` rules ask, or what it misses (`None`: it may be adopted at once).
+    pub fn approvals(&self) -> Result<Vec<Option<std::result::Result<(), String>>>> {
+        let policy = self.adopted.adoption().map_err(GovernanceError::Usage)?;
+        Ok(self
+            .pending
+            .iter()
+            .map(
+                |change| match (&policy, change.class == Class::Weakening.as_str()) {
+                    (Some(policy), true) => {
+                        Some(policy.weakening.met_by(&change.approvals, proposer(change)))
+                    }
+                    _ => None,
+                },
+            )
+            .collect())
+    }
+}
+
+/// Where the governing files on disk stand against the adopted set.
+pub fn status(workspace: &Workspace) -> Result<Status> {
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let adopted = adopted(&ledger)?;
+    let set = RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?;
+    let changes = adopted.changes_to(&set).map_err(GovernanceError::Usage)?;
+    let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+    let pending = ledger
+        .rule_sets()?
+        .into_iter()
+        .filter(|s| s.status == "pending")
+        .collect();
+    Ok(Status {
+        adopted,
+        files_hash: set.hash,
+        changes,
+        class,
+        pending,
+    })
+}
+
+/// What `kavi ledger verify` checks of the rule sets, and their story: each set's files still
+/// make its hash and are kept; exactly one is adopted; only the first was adopted on first use;
+/// each one adopted weakening the rules had the approvals its base's `[adoption]` asked, never
+/// its proposer's. Returns (problems, one line per set).
+pub fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>)> {
+    let sets = ledger.rule_sets()?;
+    let mut problems = Vec::new();
+    let mut story = Vec::new();
+    let adopted = sets.iter().filter(|s| s.status == "adopted").count();
+    if !sets.is_empty() && adopted != 1 {
+        problems.push(format!(
+            "{adopted} rule sets are adopted, where exactly one must be"
+        ));
+    }
+    for set in &sets {
+        let id = set.id;
+        let members: Vec<(&str, &str)> = set
+            .files
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(path, hash)| (path.as_str(), hash.as_str().unwrap_or_default()))
+            .collect();
+        let hash = set_hash(members.iter().map(|(p, h)| (adoption::ROLE, *p, *h)));
+        if hash != set.set_hash {
+            problems.push(format!(
+                "rule set {id}: its files hash to {hash}, not the {} recorded",
+                set.set_hash
+            ));
+        }
+        for (path, hash) in &members {
+            if let Err(e) = ledger.spec_text(hash) {
+                problems.push(format!("rule set {id}: {path}: {e}"));
+            }
+        }
+        if set.class == "first-use" && sets.first().map(|s| s.id) != Some(id) {
+            problems.push(format!(
+                "rule set {id} says it was adopted on first use, but rule sets were recorded \
+                 before it"
+            ));
+        }
+        let was_adopted = matches!(set.status.as_str(), "adopted" | "superseded");
+        if was_adopted && set.class == Class::Weakening.as_str() {
+            let base = sets.iter().find(|s| Some(s.id) == set.based_on);
+            let required = base
+                .map(|base| Governing::of(ledger, base.clone()).and_then(|g| g.adoption()))
+                .transpose()
+                .map_err(GovernanceError::Usage)?
+                .flatten();
+            match required {
+                None => problems.push(format!(
+                    "rule set {id} was adopted weakening the rules, but no adopted set it was \
+                     based on names what that needs"
+                )),
+                Some(policy) => {
+                    if let Err(missing) = policy.weakening.met_by(&set.approvals, proposer(set)) {
+                        problems.push(format!(
+                            "rule set {id} was adopted weakening the rules, but it {missing}"
+                        ));
+                    }
+                }
+            }
+        }
+        let approved = match set.approvals.as_slice() {
+            [] => String::new(),
+            approvals => format!(
+                ", approved by {}",
+                approvals
+                    .iter()
+                    .map(|a| a.actor.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let decided = match (set.status.as_str(), &set.decided_by) {
+            ("superseded", Some(by)) => format!(", adopted by {by}, since superseded"),
+            (status, Some(by)) => format!(", {status} by {by}"),
+            (status, None) => format!(", {status}"),
+        };
+        story.push(format!(
+            "rule set {id} ({}): {}, proposed by {}{approved}{decided}",
+            short_hash(&set.set_hash),
+            set.class,
+            set.proposed_by
+        ));
+    }
+    Ok((problems, story))
+}
+
+/// What proposing the working copy came to.
+#[derive(Debug)]
+pub enum Proposed {
+    /// The files are the adopted set (its hash): nothing was recorded.
+    Unchanged(String),
+    Recorded(Proposal),
+}
+
+/// A rule change recorded as pending.
+#[derive(Debug)]
+pub struct Proposal {
+    pub id: i64,
+    pub actor: String,
+    pub from_hash: String,
+    pub to_hash: String,
+    pub class: Class,
+    pub changes: Vec<(String, Class)>,
+    /// The adopted rules it is to be decided under.
+    pub policy: AdoptionPolicy,
+}
+
+/// Records the working copy of the governing files as a pending change to the adopted set, each
+/// part classified.
+pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<Proposed> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let base = adopted(&ledger)?;
+    let set = RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?;
+    if set.hash == base.row.set_hash {
+        return Ok(Proposed::Unchanged(base.row.set_hash));
+    }
+    let (policy, _) = adopted_rules(&base)?;
+    let changes = base.changes_to(&set).map_err(GovernanceError::Usage)?;
+    let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+    let recorded = serde_json::Value::Array(
+        changes
+            .iter()
+            .map(|(change, class)| serde_json::json!({ "change": change, "class": class }))
+            .collect(),
+    );
+    let kept = keep_rule_set(&ledger, &set)?;
+    let actor = crate::identity::actor();
+    let id = ledger.record_rule_set(
+        &NewRuleSet {
+            set_hash: &set.hash,
+            files: &kept,
+            class: class.as_str(),
+            changes: &recorded,
+            based_on: Some(base.row.id),
+            actor: &actor,
+            message,
+        },
+        false,
+    )?;
+    Ok(Proposed::Recorded(Proposal {
+        id,
+        actor,
+        from_hash: base.row.set_hash,
+        to_hash: set.hash,
+        class,
+        changes,
+        policy,
+    }))
+}
+
+/// A pending change, or an error saying what became of it.
+fn pending(ledger: &Ledger, id: i64) -> Result<RuleSetRow> {
+    let change = ledger.rule_set(id)?;
+    if change.status != "pending" {
+        return Err(GovernanceError::Usage(format!(
+            "rule change {id} is {}, not pending",
+            change.status
+        )));
+    }
+    Ok(change)
+}
+
+/// Rejects pending change `id` as the current account; returns the account.
+pub fn reject(workspace: &Workspace, id: i64) -> Result<String> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    pending(&ledger, id)?;
+    let actor = crate::identity::actor();
+    ledger.decide_rule_set(id, "rejected", &actor)?;
+    Ok(actor)
+}
+
+/// An approval recorded.
+#[derive(Debug)]
+pub struct Approved {
+    pub actor: String,
+    /// The roles the approver holds.
+    pub roles: Vec<String>,
+    /// What the change still needs before it may be adopted (`None`: nothing).
+    pub missing: Option<String>,
+}
+
+/// Approves pending change `id` as the current account, never its proposer.
+pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let change = pending(&ledger, id)?;
+    let actor = crate::identity::actor();
+    if change.proposed_by == actor {
+        return Err(GovernanceError::Usage(format!(
+            "{actor} proposed rule change {id}: the proposer's approval never counts, another \
+             account must approve it"
+        )));
+    }
+    let (policy, roles) = adopted_rules(&adopted(&ledger)?)?;
+    let held = roles.held_by_current_process();
+    let approval = RecordedApproval {
+        actor: actor.clone(),
+        roles: held.clone(),
+    };
+    let change = ledger.approve_rule_set(id, &approval)?;
+    let missing = policy
+        .weakening
+        .met_by(&change.approvals, proposer(&change))
+        .err();
+    Ok(Approved {
+        actor,
+        roles: held,
+        missing,
+    })
+}
+
+fn proposer(change: &RuleSetRow) -> Excluded<'_> {
+    Excluded {
+        actor: &change.proposed_by,
+        described: "the proposer",
+    }
+}
+
+/// Makes pending change `id` the adopted set, once its files are still those proposed, it
+/// changes the set adopted now, and a weakening one has its approvals. Returns the change and
+/// the account that adopted it; the skills it re-verifies are moved by
+/// [`crate::skills::reverify_older`].
+pub fn adopt(workspace: &Workspace, ledger: &mut Ledger, id: i64) -> Result<(RuleSetRow, String)> {
+    let change = pending(ledger, id)?;
+    let base = adopted(ledger)?;
+    if change.based_on != Some(base.row.id) {
+        return Err(GovernanceError::Usage(format!(
+            "rule change {id} was proposed against another adopted set than {} (now adopted): \
+             propose it again",
+            short_hash(&base.row.set_hash)
+        )));
+    }
+    let set = RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?;
+    if set.hash != change.set_hash {
+        return Err(GovernanceError::Usage(format!(
+            "the governing files changed since rule change {id} was proposed ({} then, {} now): \
+             propose them again",
+            short_hash(&change.set_hash),
+            short_hash(&set.hash)
+        )));
+    }
+    if change.class == Class::Weakening.as_str() {
+        let (policy, _) = adopted_rules(&base)?;
+        policy
+            .weakening
+            .met_by(&change.approvals, proposer(&change))
+            .map_err(|missing| {
+                GovernanceError::Usage(format!("rule change {id} weakens the rules and {missing}"))
+            })?;
+    }
+    let actor = crate::identity::actor();
+    ledger.decide_rule_set(id, "adopted", &actor)?;
+    Ok((change, actor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Member, PolicyDiff, Side};
+
+    fn member(path: &str, hash: &str, text: &str) -> Member {
+        Member {
+            role: "policy".to_owned(),
+            path: path.to_owned(),
+            hash: hash.to_owned(),
+            text: text.to_owned(),
+        }
+    }
+
+    /// Each path once, in path order: an unchanged file is left out, a changed TOML file says
+    /// what its change means, and the text diff names both sides.
+    #[test]
+    fn a_diff_lists_what_was_added_removed_and_changed() {
+        let from = Side::of_workspace(vec![
+            member("policies/gates.toml", "h1", "a = 1\n"),
+            member("policies/same.toml", "h2", "b = 1\n"),
+            member("policies/gone.txt", "h3", "gone\n"),
+        ]);
+        let to = Side::of_workspace(vec![
+            member("policies/same.toml", "h2", "b = 1\n"),
+            member("policies/gates.toml", "h4", "a = 2\n"),
+            member("policies/new.txt", "h5", "new\n"),
+        ]);
+        let diff = PolicyDiff::between(from, to);
+        let seen: Vec<(&str, &str)> = diff
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.change))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("policies/gates.toml", "changed"),
+                ("policies/gone.txt", "removed"),
+                ("policies/new.txt", "added"),
+            ]
+        );
+        let gates = &diff.files[0];
+        assert_eq!(
+            (gates.from_hash.as_deref(), gates.to_hash.as_deref()),
+            (Some("h1"), Some("h4"))
+        );
+        assert!(
+            !gates.meaning.is_empty(),
+            "a changed TOML file is described"
+        );
+        assert!(diff.files[1].meaning.is_empty());
+        assert!(
+            gates
+                .diff
+                .contains("--- the workspace now/policies/gates.toml\n")
+                && gates.diff.contains("-a = 1\n+a = 2\n"),
+            "{}",
+            gates.diff
+        );
+        assert_ne!(diff.from.governing_hash, diff.to.governing_hash);
+    }
+}

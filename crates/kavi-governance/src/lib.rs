@@ -1,0 +1,85 @@
+//! kavi's governance operations, the commands' logic without their printing: adopting rule sets
+//! ([`adoption`]: propose, approve or reject, adopt, audit, and what changed in the files that
+//! govern a run) and the operations on skills the adopted rules govern ([`skills`]: verify,
+//! restore, revoke, re-verify after an adoption).
+//!
+//! Each operation returns data the CLI prints (and serialises for `--json`), or a
+//! [`GovernanceError`] whose kind decides the exit code. It sits above kavi-policy, which owns
+//! the policy files and the skill lifecycle as data, so that crate stays the files' model.
+
+pub mod adoption;
+pub mod skills;
+
+// The lower crates under the names the moved code uses (`crate::ledger`, `crate::policy`...).
+use kavi_foundation::{diagnostic, hash, identity, template};
+use kavi_ledger as ledger;
+use kavi_policy as policy;
+use kavi_policy::skills as skill;
+use kavi_spec::{config, spec};
+
+use std::sync::Arc;
+
+use crate::config::Workspace;
+use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::ledger::{ArtifactStore, LedgerError};
+use crate::skill::Lifecycle;
+use crate::skill::conventions::{self, Conventions};
+use crate::skill::trust::{self, TrustPolicy};
+use crate::spec::SpecError;
+use crate::template::TemplateEngine;
+
+/// Why a governance operation did not happen, by what the caller should do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum GovernanceError {
+    /// Refused as asked: the user's to fix.
+    #[error("{0}")]
+    Usage(String),
+    /// Something named that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+type Result<T> = std::result::Result<T, GovernanceError>;
+
+/// A workspace policy file's text; one that cannot be read is a spec error naming it.
+pub fn read_policy(
+    workspace: &Workspace,
+    relative: &str,
+) -> std::result::Result<Arc<SourceFile>, SpecError> {
+    crate::policy::read(&workspace.root, relative)
+        .map_err(|message| Diagnostic::new(message).into())
+}
+
+/// The workspace's artifact store, with an error that names it.
+pub fn open_store(workspace: &Workspace) -> Result<ArtifactStore> {
+    ArtifactStore::open(&workspace.config.artifacts).map_err(|source| GovernanceError::Io {
+        context: format!(
+            "failed to open the artifact store at {}",
+            workspace.config.artifacts.display()
+        ),
+        source,
+    })
+}
+
+/// The workspace's skill lifecycle, as the files on disk have it.
+pub fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle> {
+    let source = read_policy(workspace, skill::LIFECYCLE_POLICY)?;
+    Ok(Lifecycle::parse(&source).map_err(SpecError::from)?)
+}
+
+/// The workspace's trust policy, with the conventions it hashes a skill's files by.
+pub fn load_trust(workspace: &Workspace, templates: &TemplateEngine) -> Result<TrustPolicy> {
+    let read = |path: &str| read_policy(workspace, path);
+    let conventions = Conventions::parse(&read(conventions::DEFAULT_POLICY)?, templates)
+        .map_err(SpecError::from)?;
+    Ok(TrustPolicy::parse(&read(trust::DEFAULT_POLICY)?, conventions).map_err(SpecError::from)?)
+}
