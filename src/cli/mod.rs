@@ -1,4 +1,4 @@
-//! The command line: argument definitions and dispatch. One module per command group.
+//! The command line: dispatch of the commands `kavi_cli` defines. One module per command group.
 
 /// `println!` to stdout, but a reader that went away (`kavi pipeline run X | head`) does not
 /// end the command: see [`write_out`]. Children's pipes keep SIGPIPE ignored, so this is the
@@ -91,7 +91,6 @@ fn leave_to_exit<T>(value: T) {
     std::mem::forget(value);
 }
 
-mod args;
 mod builds;
 mod chains;
 mod chat;
@@ -100,7 +99,6 @@ mod drill;
 mod executions;
 mod explain;
 mod gc;
-mod help;
 mod init;
 mod ledger;
 mod listing;
@@ -127,9 +125,8 @@ use crate::error::{Error, exit};
 use crate::ledger::RunOrigin;
 use kavi_governance::{open_store, read_policy};
 
-pub use args::Cli;
-use args::{
-    ArtifactCommand, BuildsCommand, ChainCommand, Command, DrillCommand, ExecutionsCommand,
+use kavi_cli::{
+    ArtifactCommand, BuildsCommand, ChainCommand, Cli, Command, DrillCommand, ExecutionsCommand,
     LedgerCommand, LogFormat, PipelineCommand, PolicyCommand, RunsCommand, SkillCommand,
     SpecCommand, ToolchainCommand, TopCommand,
 };
@@ -191,8 +188,16 @@ pub fn main() -> i32 {
 async fn dispatch(cli: Cli) -> Result<i32, Error> {
     match cli.command {
         // These describe kavi itself and need no workspace.
-        TopCommand::Completions { shell } => help::completions(shell),
-        TopCommand::Man => help::man_page(),
+        TopCommand::Completions { shell } => {
+            kavi_cli::help::completions(shell, &mut std::io::stdout());
+            Ok(exit::SUCCESS)
+        }
+        TopCommand::Man => kavi_cli::help::man_page(&mut std::io::stdout())
+            .map(|()| exit::SUCCESS)
+            .map_err(|source| Error::Io {
+                context: "failed to write the man page".into(),
+                source,
+            }),
         TopCommand::Init { dir } => init::run(&dir),
         TopCommand::InWorkspace(command) => {
             in_workspace(command, cli.workspace.as_deref(), cli.ledger).await

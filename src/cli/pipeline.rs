@@ -17,6 +17,7 @@ use crate::node::Environment;
 use crate::spec::{self, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
+use kavi_cli::RunOptions;
 
 /// What watches a run at `depth`: nothing for `--json`, else the console.
 fn observer(json: bool, screen: &Arc<Screen>, depth: usize) -> Box<dyn executor::Observer + Send> {
@@ -74,25 +75,6 @@ pub(super) fn resolve_params(
 ) -> Result<serde_json::Map<String, Value>, Error> {
     spec::resolve_params(&pipeline.params, sets)
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
-}
-
-// How a run shows itself while it runs, and whether it takes cached results: the options
-// `pipeline run` and `runs resume` share. Not a doc comment: clap would make it the about of
-// the commands it is flattened into, over their own (their arguments are made late, see
-// `TopCommand`).
-#[derive(Debug, Clone, Copy, Default, clap::Args)]
-pub struct RunOptions {
-    /// Print the recorded run as JSON instead of progress lines.
-    #[arg(long)]
-    pub json: bool,
-    /// Print what the nodes' processes write as they write it, each line after its node's id
-    /// (secrets hidden).
-    #[arg(long, conflicts_with = "json")]
-    pub stream: bool,
-    /// Run every node, even one whose inputs are unchanged since a run that succeeded at it
-    /// (its key is still recorded).
-    #[arg(long)]
-    pub no_cache: bool,
 }
 
 pub async fn run(

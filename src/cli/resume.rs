@@ -3,12 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::pipeline::RunOptions;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
 use crate::executor::{Reused, RunStart};
 use crate::ledger::{Ledger, RunOrigin};
 use crate::state::{NodeState, RunStatus};
+use kavi_cli::RunOptions;
 
 pub async fn run(
     workspace: &Workspace,

@@ -152,7 +152,7 @@ pub async fn decide(
                 workspace,
                 &path.to_string_lossy(),
                 &sets,
-                super::pipeline::RunOptions::default(),
+                kavi_cli::RunOptions::default(),
                 RunOrigin::Resume { of: root.id }.into(),
             )
             .await

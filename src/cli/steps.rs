@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::pipeline::{RunOptions, environment, load, report_run, resolve_params, run_exit_code};
+use super::pipeline::{environment, load, report_run, resolve_params, run_exit_code};
 use super::progress::Screen;
 use crate::config::Workspace;
 use crate::dag::{self, Dag};
@@ -19,6 +19,7 @@ use crate::spec::Pipeline;
 use crate::spec::governing::Role;
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
+use kavi_cli::RunOptions;
 
 /// `kavi pipeline start`: records a run with every node pending, and prints its id (alone on
 /// stdout, for the scheduler to hand to the steps; also into `id_file` when given).

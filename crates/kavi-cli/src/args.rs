@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use super::pipeline;
 use crate::dag::GraphFormat;
 
 #[derive(Debug, Parser)]
@@ -16,15 +15,15 @@ use crate::dag::GraphFormat;
 pub struct Cli {
     /// The workspace root (default: the nearest folder upwards holding kavi.toml, else the current one).
     #[arg(long, global = true, value_name = "DIR")]
-    pub(super) workspace: Option<PathBuf>,
+    pub workspace: Option<PathBuf>,
     /// The ledger file (overrides kavi.toml and KAVI_LEDGER).
     #[arg(long, global = true, value_name = "FILE")]
-    pub(super) ledger: Option<PathBuf>,
+    pub ledger: Option<PathBuf>,
     /// Log format on stderr; the level comes from RUST_LOG (default: warn).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub(super) log_format: LogFormat,
+    pub log_format: LogFormat,
     #[command(subcommand)]
-    pub(super) command: TopCommand,
+    pub command: TopCommand,
 }
 
 // Every command: those that work in a workspace, and those that describe kavi itself.
@@ -36,7 +35,7 @@ pub struct Cli {
 // comments: clap would apply them, late, over the about of the command they belong to.
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum TopCommand {
+pub enum TopCommand {
     #[command(flatten)]
     InWorkspace(Command),
     /// Print a shell completion script, such as `kavi completions bash >
@@ -58,14 +57,14 @@ pub(super) enum TopCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub(super) enum LogFormat {
+pub enum LogFormat {
     Text,
     Json,
 }
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum Command {
+pub enum Command {
     /// Run, check, plan or draw a pipeline.
     #[command(subcommand)]
     Pipeline(PipelineCommand),
@@ -222,7 +221,7 @@ pub(super) enum Command {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum ChainCommand {
+pub enum ChainCommand {
     /// List the workspace's chains (chains/*.toml), each checked: name, steps, description.
     List {
         /// Print JSON instead of text, for scripts.
@@ -252,7 +251,7 @@ pub(super) enum ChainCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum ExecutionsCommand {
+pub enum ExecutionsCommand {
     /// The newest execution records of the JSONL log (malformed lines are skipped and counted).
     Tail {
         /// How many records.
@@ -272,7 +271,7 @@ pub(super) enum ExecutionsCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum DrillCommand {
+pub enum DrillCommand {
     /// Every attack of the isolation drill: secrets, the ledger, the network, the terminal,
     /// daemons, signals, bounds, privileges and the kernel's interfaces, each run as the role
     /// it threatens, through the confinement the real role runs under.
@@ -299,7 +298,7 @@ pub(super) enum DrillCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum ToolchainCommand {
+pub enum ToolchainCommand {
     /// Provision the declared toolchains now (or one), as the first run needing them would;
     /// an environment already made for the same declaration is reused.
     Install {
@@ -327,7 +326,7 @@ pub(super) enum ToolchainCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum BuildsCommand {
+pub enum BuildsCommand {
     /// A skill's build attempts, first first, with their lineage and failure kinds.
     List {
         /// The skill whose builds to list.
@@ -340,7 +339,7 @@ pub(super) enum BuildsCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum SkillCommand {
+pub enum SkillCommand {
     /// Record a skill proposal (a TOML file) in its initial lifecycle state.
     Propose {
         /// The proposal file, inside the workspace, named after the skill.
@@ -407,17 +406,36 @@ pub(super) enum SkillCommand {
 }
 
 #[derive(Debug, Args)]
-pub(super) struct PipelineArgs {
+pub struct PipelineArgs {
     /// A pipeline file, or a name looked up in the workspace's pipelines/ folder.
-    pub(super) file: String,
+    pub file: String,
     /// Set a parameter (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::spec::parse_set)]
-    pub(super) sets: Vec<(String, String)>,
+    pub sets: Vec<(String, String)>,
+}
+
+// How a run shows itself while it runs, and whether it takes cached results: the options
+// `pipeline run` and `runs resume` share. Not a doc comment: clap would make it the about of
+// the commands it is flattened into, over their own (their arguments are made late, see
+// `TopCommand`).
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct RunOptions {
+    /// Print the recorded run as JSON instead of progress lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Print what the nodes' processes write as they write it, each line after its node's id
+    /// (secrets hidden).
+    #[arg(long, conflicts_with = "json")]
+    pub stream: bool,
+    /// Run every node, even one whose inputs are unchanged since a run that succeeded at it
+    /// (its key is still recorded).
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum PipelineCommand {
+pub enum PipelineCommand {
     /// List the workspace's pipelines (pipelines/*.toml), each checked: name, nodes, description.
     List {
         /// Print JSON instead of text, for scripts.
@@ -432,7 +450,7 @@ pub(super) enum PipelineCommand {
         #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,
         #[command(flatten)]
-        options: pipeline::RunOptions,
+        options: RunOptions,
     },
     /// Record a run whose nodes another scheduler runs, one `kavi pipeline step` each (such as
     /// an exported Argo workflow), and print its id.
@@ -454,7 +472,7 @@ pub(super) enum PipelineCommand {
         /// The node to run.
         node: String,
         #[command(flatten)]
-        options: pipeline::RunOptions,
+        options: RunOptions,
     },
     /// Close a run started with `kavi pipeline start` once its steps are over: nodes no step
     /// decided are recorded, and the run gets its status.
@@ -520,7 +538,7 @@ pub(super) enum PipelineCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum RunsCommand {
+pub enum RunsCommand {
     /// List runs, newest first.
     List {
         /// How many runs, newest first.
@@ -549,7 +567,7 @@ pub(super) enum RunsCommand {
         #[arg(long)]
         allow_changed: bool,
         #[command(flatten)]
-        options: pipeline::RunOptions,
+        options: RunOptions,
     },
     /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed.
     Logs {
@@ -574,7 +592,7 @@ pub(super) enum RunsCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum LedgerCommand {
+pub enum LedgerCommand {
     /// Recompute the journal's hash chain, check every table against it, and re-hash every
     /// stored spec and artifact file (exit 1 naming the first entry, row or file that does not
     /// match).
@@ -605,7 +623,7 @@ pub(super) enum LedgerCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum PolicyCommand {
+pub enum PolicyCommand {
     /// Check governance as a whole: the lifecycle's dead ends (states that cannot reach
     /// TRUSTED, buildable states with no way in, moves the pipelines need that it lacks), then
     /// every pipeline and chain with every policy they read (exit 3 on any problem).
@@ -651,7 +669,7 @@ pub(super) enum PolicyCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum ArtifactCommand {
+pub enum ArtifactCommand {
     /// Print an artifact's bytes, re-hashed as they are read (a changed file is refused).
     Cat {
         /// `sha256:<hex>`, or a unique prefix of the hex.
@@ -661,7 +679,7 @@ pub(super) enum ArtifactCommand {
 
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
-pub(super) enum SpecCommand {
+pub enum SpecCommand {
     /// Print the spec text recorded under a hash (`sha256:...`, or a unique prefix).
     Show {
         /// `sha256:<hex>`, or a unique prefix of the hex.

@@ -1,25 +1,20 @@
 //! `kavi completions SHELL` and `kavi man`: kavi described for shells and `man`, generated from
 //! the same clap definitions the parser uses, so they cannot drift from the commands.
 
+use std::io::Write;
+
 use clap::CommandFactory;
 
 use super::Cli;
-use crate::error::{Error, exit};
 
-pub fn completions(shell: clap_complete::Shell) -> Result<i32, Error> {
-    let mut command = every_command();
-    clap_complete::generate(shell, &mut command, "kavi", &mut std::io::stdout());
-    Ok(exit::SUCCESS)
+/// Writes the completion script for `shell` to `out`.
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
+    clap_complete::generate(shell, &mut every_command(), "kavi", out);
 }
 
-pub fn man_page() -> Result<i32, Error> {
-    clap_mangen::Man::new(every_command())
-        .render(&mut std::io::stdout())
-        .map_err(|source| Error::Io {
-            context: "failed to write the man page".into(),
-            source,
-        })?;
-    Ok(exit::SUCCESS)
+/// Writes kavi's man page (roff) to `out`.
+pub fn man_page(out: &mut dyn Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(every_command()).render(out)
 }
 
 /// kavi's commands with every argument made: parsing makes only the given command's (see
