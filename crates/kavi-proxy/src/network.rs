@@ -4,7 +4,7 @@
 //!
 //! Its `[processes]` section lists, apart from those, the hosts a confined process with the
 //! network (a NETWORK skill, a builder given `network = true`) may reach through kavi's proxy
-//! (see [`crate::confinement::proxy`]).
+//! (see [`crate::proxy`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use toml::Spanned;
 
-use crate::confinement::proxy::{HostAllowlist, HostPattern};
+use crate::proxy::{HostAllowlist, HostPattern};
 use kavi_foundation::diagnostic::{Diagnostic, SourceFile};
 
 pub const DEFAULT_POLICY: &str = "policies/network.toml";

@@ -228,7 +228,7 @@ fn this_machine() -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::confinement::proxy::{Reach, reach};
+    use crate::proxy::{Reach, reach};
 
     fn list(entries: &[&str]) -> HostAllowlist {
         HostAllowlist {

@@ -5,9 +5,10 @@
 //! design of Anthropic's sandbox runtime for coding agents on Linux). Its one way out is this
 //! proxy: kavi listens, for that one launch, on a unix socket in a private folder, which is
 //! mounted into the view at [`SOCKET_IN_VIEW`] (a unix socket is a file, and reaches across
-//! network namespaces). Inside, kavi's own binary runs first as a bridge ([`super::bridge`]):
-//! it listens on `127.0.0.1:`[`PORT`], forwards each connection to the socket, and runs the
-//! program as its child, whose `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` name it.
+//! network namespaces). Inside, kavi's own binary runs first as a bridge (kavi-process's
+//! `confinement::bridge`, which starts the program and so is not here): it listens on
+//! `127.0.0.1:`[`PORT`], forwards each connection to the socket, and runs the program as its
+//! child, whose `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` name it.
 //!
 //! The proxy speaks HTTP/1 (hyper's server parses what the process sends): `CONNECT host:port`
 //! for TLS and anything else that tunnels, and absolute-form `http://` requests, which it
