@@ -15,8 +15,10 @@ const STARTS_A_PROCESS: &[&str] = &[
     "libc::fork",
     "unistd::fork",
     "libc::clone",
+    "execv(",
     "execve(",
     "execvp(",
+    "vfork",
     "posix_spawn",
 ];
 
