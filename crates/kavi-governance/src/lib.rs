@@ -1,17 +1,19 @@
 //! kavi's governance operations, the commands' logic without their printing: adopting rule sets
 //! ([`adoption`]: propose, approve or reject, adopt, audit, and what changed in the files that
 //! govern a run) and the operations on skills the adopted rules govern ([`skills`]: verify,
-//! restore, revoke, re-verify after an adoption).
+//! restore, revoke, re-verify after an adoption), and a person's decision on a run that stopped
+//! for review ([`review`]: `kavi approve` and `kavi reject`).
 //!
 //! Each operation returns data the CLI prints (and serialises for `--json`), or a
 //! [`GovernanceError`] whose kind decides the exit code. It sits above kavi-policy, which owns
 //! the policy files and the skill lifecycle as data, so that crate stays the files' model.
 
 pub mod adoption;
+pub mod review;
 pub mod skills;
 
 // The lower crates under the names the moved code uses (`crate::ledger`, `crate::policy`...).
-use kavi_foundation::{diagnostic, hash, identity, template};
+use kavi_foundation::{diagnostic, hash, identity, sandbox, template};
 use kavi_ledger as ledger;
 use kavi_policy as policy;
 use kavi_policy::skills as skill;
