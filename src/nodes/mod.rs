@@ -32,3 +32,21 @@ static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
 pub fn registry() -> &'static Registry {
     &REGISTRY
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::diagnostic::SourceFile;
+    use crate::policy::classifier::{Classifier, DEFAULT_POLICY};
+
+    /// The shipped classifier's rules name node kinds the registry has: the classifier's own
+    /// tests, below the kinds, check it against a list of names, not against the kinds.
+    #[test]
+    fn the_shipped_classifier_names_only_registered_kinds() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/policies/classifier.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let kinds: Vec<&str> = super::registry().names().collect();
+        if let Err(problem) = Classifier::parse(&SourceFile::new(DEFAULT_POLICY, text), &kinds) {
+            panic!("{problem}");
+        }
+    }
+}
