@@ -1140,6 +1140,19 @@ fn a_killed_contract_runs_scratch_workspace_is_removed_by_the_next_kavi() {
     running.kill().unwrap(); // SIGKILL: no chance to clean up
     running.wait().unwrap();
     assert!(scratch.is_dir(), "{}", scratch.display());
+    // Killed as it starts the example, kavi may leave a child between fork and exec that still
+    // shares its lock for a moment; until that child execs, the owner is not dead, and recovery
+    // rightly leaves its folders alone. The next kavi is run once the lock is free.
+    let lock = std::fs::read_dir(root.join(".kavi/ledger.locks"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|e| e == "lock"))
+        .expect("the killed kavi's owner lock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::File::open(&lock).unwrap().try_lock().is_err() {
+        assert!(std::time::Instant::now() < deadline, "the lock stays held");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(kavi(root, &["runs", "list"]).status.success());
     assert!(!scratch.exists(), "left behind: {}", scratch.display());
 }
