@@ -145,6 +145,8 @@ fn millis(d: Duration) -> i64 {
 impl Runner<'_> {
     /// The trust check. The error says which check failed and how to recover.
     pub fn ready(&self, name: &str) -> Result<Ready, Refusal> {
+        // The run's confined launch follows this check: its cgroup move waits less.
+        crate::confinement::bounds::move_soon();
         // Running a skill never makes a ledger: with none, there is no skill to run.
         let ledger = Ledger::open_existing(self.ledger).map_err(|e| match e {
             LedgerError::Missing(_) => Refusal::Unknown(format!(
@@ -262,6 +264,7 @@ impl Runner<'_> {
         name: &str,
         proposal_path: &str,
     ) -> Result<Ready, String> {
+        crate::confinement::bounds::move_soon();
         let tree = self
             .trust
             .read_tree(self.templates, workspace, name, proposal_path)?;
@@ -399,7 +402,7 @@ impl Runner<'_> {
             confinement,
             ..started
         };
-        self.keep(record)
+        self.keep_in(&ledger, record)
     }
 
     /// Runs the command under its class's confinement; `Ok((Err(..), _, _))` is the skill failing
@@ -545,7 +548,16 @@ impl Runner<'_> {
     }
 
     fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {
-        Ledger::open(self.ledger)?.record_execution(&record)?;
+        self.keep_in(&Ledger::open(self.ledger)?, record)
+    }
+
+    /// [`Runner::keep`] on a ledger already open: the one the run's start was recorded on.
+    fn keep_in(
+        &self,
+        ledger: &Ledger,
+        record: ExecutionRecord,
+    ) -> Result<ExecutionRecord, ExecutionError> {
+        ledger.record_execution(&record)?;
         if let Some(path) = self.log {
             log::append(path, &record).map_err(|source| ExecutionError::Log {
                 path: path.display().to_string(),

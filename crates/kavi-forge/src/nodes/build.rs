@@ -191,6 +191,8 @@ fn link_on_allowed_path(root: &Path, allowed: &[(String, bool)]) -> Option<Strin
 
 impl Build {
     async fn build(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        // The builder's confined launch follows the checks below: its cgroup move waits less.
+        crate::confinement::bounds::move_soon();
         let skill = crate::skills::render_name(ctx, &self.skill)?;
         let sandbox = PathBuf::from(ctx.render("sandbox", &self.sandbox)?);
         if !sandbox.is_dir() {

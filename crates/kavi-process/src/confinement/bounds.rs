@@ -40,6 +40,11 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Whether a cgroup bounds any of these: memory, processes or the tree's CPU time.
+    pub fn need_cgroup(&self) -> bool {
+        self.memory_mib.is_some() || self.processes.is_some() || self.cpu_seconds.is_some()
+    }
+
     /// Each bound the smaller of the two; unbounded only where both are.
     pub fn tightest(&self, other: &Limits) -> Limits {
         let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
@@ -147,6 +152,61 @@ pub fn cgroup_support() -> &'static CgroupSupport {
     })
 }
 
+/// How long [`move_soon`] keeps cgroup moves fast after its last call.
+const MOVE_SOON_WINDOW: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Says that a confined child will move into its cgroup soon, so that its move does not wait.
+///
+/// The first move into a cgroup after a quiet spell waits for an RCU grace period (the kernel's
+/// `cgroup_threadgroup_rwsem` leaves its per-CPU fast path only after one; the `favordynmods`
+/// mount option keeps it left, and few machines set it): 6 to 23 ms on this project's machines,
+/// paid by the child before it execs, on every run. A move within a grace period of another
+/// does not wait. So kavi pays the wait ahead, on a thread of its own, while it checks and
+/// snapshots what it will run: the thread moves kavi into the cgroup it is already in, which
+/// changes nothing, and again every two milliseconds until [`MOVE_SOON_WINDOW`] after the last
+/// call. Where kavi cannot make cgroups, or cannot write its own, this does nothing.
+pub fn move_soon() {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    // When the keeping thread stops; `None` while no thread runs.
+    static UNTIL: Mutex<Option<Instant>> = Mutex::new(None);
+    let own = match cgroup_support() {
+        CgroupSupport::V2(folder) | CgroupSupport::V1 { memory: folder, .. } => {
+            folder.join("cgroup.procs")
+        }
+        CgroupSupport::None(_) => return,
+    };
+    let mut until = UNTIL.lock().unwrap_or_else(|e| e.into_inner());
+    let running = until.is_some();
+    *until = Some(Instant::now() + MOVE_SOON_WINDOW);
+    if running {
+        return;
+    }
+    drop(until);
+    let spawned = std::thread::Builder::new()
+        .name("kavi-cgroup-move".into())
+        .spawn(move || {
+            let Ok(mut procs) = fs::OpenOptions::new().write(true).open(&own) else {
+                *UNTIL.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                return;
+            };
+            loop {
+                // "0": the writer's own process, into the cgroup it is in.
+                let moved = procs.write_all(b"0").is_ok();
+                let mut until = UNTIL.lock().unwrap_or_else(|e| e.into_inner());
+                if !moved || until.is_none_or(|until| Instant::now() >= until) {
+                    *until = None;
+                    return;
+                }
+                drop(until);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+    if spawned.is_err() {
+        *UNTIL.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
 /// One process tree's cgroup folders, removed when dropped.
 #[derive(Debug)]
 pub struct Cgroup {
@@ -171,8 +231,7 @@ impl Cgroup {
     /// Makes the cgroup for `limits` (or none, when nothing it bounds is asked for or the
     /// machine has none) and opens the `cgroup.procs` files the child writes itself into.
     pub fn make(limits: &Limits) -> std::io::Result<Option<(Cgroup, Vec<OwnedFd>)>> {
-        if limits.memory_mib.is_none() && limits.processes.is_none() && limits.cpu_seconds.is_none()
-        {
+        if !limits.need_cgroup() {
             return Ok(None);
         }
         let name = next_name();

@@ -152,6 +152,10 @@ impl Confinement {
         let Some(filters) = &self.filters else {
             return Ok(None);
         };
+        if self.profile.limits.need_cgroup() {
+            // Launches close together (a gate's tools) all find the move fast.
+            bounds::move_soon();
+        }
         let bwrap = runtime::bwrap()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::Unsupported, e))?;
         let mut read = self.profile.read.clone();

@@ -284,6 +284,18 @@ socket.socketpair(); print("pair")
     }
 }
 
+/// A script that starts `count` children, each alive for two seconds, and waits for them. A
+/// refused fork does not end it (a shell would end, and its children, orphaned, would be
+/// taken for a daemon before the bound was looked at).
+fn fork_many(count: u32) -> String {
+    format!(
+        "python3 -c 'import os, time\nkids = []\nfor _ in range({count}):\n    try:\n        \
+         pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        \
+         time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\nfor pid in kids:\n    \
+         os.waitpid(pid, 0)'"
+    )
+}
+
 #[tokio::test]
 async fn a_process_tree_past_its_bounds_is_stopped_and_says_which() {
     if matches!(bounds::cgroup_support(), bounds::CgroupSupport::None(_)) {
@@ -305,13 +317,42 @@ async fn a_process_tree_past_its_bounds_is_stopped_and_says_which() {
         finished.violation,
         Some(Violation::Bound("its memory bound (64 MiB)".into()))
     );
-    let fork = "for i in $(seq 40); do sleep 5 & done; wait";
-    let finished = run_sh(&dir, profile(&dir, vec![], limits), fork)
+    let finished = run_sh(&dir, profile(&dir, vec![], limits), &fork_many(40))
         .await
         .unwrap();
     assert_eq!(
         finished.violation,
         Some(Violation::Bound("its process bound (16 processes)".into()))
+    );
+}
+
+/// Keeping cgroup moves fast moves kavi into the cgroups it is in: nothing about it changes,
+/// and a bounded tree launched meanwhile is still stopped at its bound.
+#[tokio::test]
+async fn keeping_cgroup_moves_fast_leaves_kavi_where_it_is() {
+    if matches!(bounds::cgroup_support(), bounds::CgroupSupport::None(_)) {
+        skipping(&bounds::cgroup_support().describe());
+        return;
+    }
+    let before = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    bounds::move_soon();
+    bounds::move_soon();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let limits = Limits {
+        processes: Some(8),
+        ..Limits::default()
+    };
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], limits), &fork_many(20)).await else {
+        return;
+    };
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Bound("its process bound (8 processes)".into()))
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/self/cgroup").unwrap(),
+        before
     );
 }
 
