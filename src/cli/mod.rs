@@ -214,6 +214,16 @@ async fn in_workspace(
         Command::Pipeline(PipelineCommand::Run { jobs, .. }) => jobs.map(|jobs| jobs as usize),
         _ => None,
     };
+    // Checking an attestation needs no workspace: whoever was handed one checks it.
+    if let Command::Skill(SkillCommand::VerifyAttestation {
+        file,
+        key,
+        files,
+        json,
+    }) = &command
+    {
+        return skills::verify_attestation(file, key, files.as_deref(), *json);
+    }
     let overrides = Overrides { ledger, jobs };
     let workspace = Workspace::load(root, &overrides)?;
     match command {
@@ -436,6 +446,14 @@ async fn in_workspace(
         }
         Command::Skill(SkillCommand::Verify { name, json, .. }) => {
             skills::verify(&workspace, name.as_deref(), json)
+        }
+        Command::Skill(SkillCommand::Attest {
+            name,
+            version,
+            output,
+        }) => skills::attest(&workspace, &name, version, output.as_deref()),
+        Command::Skill(SkillCommand::VerifyAttestation { .. }) => {
+            unreachable!("checked before the workspace is loaded")
         }
     }
 }

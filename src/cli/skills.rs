@@ -1,4 +1,4 @@
-//! `kavi skill propose|show|list|run|verify|restore|revoke`; the governed operations' logic is
+//! `kavi skill propose|show|list|run|verify|restore|revoke|attest|verify-attestation`; the governed operations' logic is
 //! kavi_governance::skills'.
 
 use crate::confinement::policy::ConfinementPolicy;
@@ -178,6 +178,114 @@ pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<i32, E
     let revoked = governed::revoke(workspace, name, comment)?;
     outln!("revoked `{name}`: it is {revoked} and does not run");
     Ok(exit::SUCCESS)
+}
+
+/// Prints (or writes to `output`) the attestation of a skill's promotion.
+pub fn attest(
+    workspace: &Workspace,
+    name: &str,
+    version: Option<i64>,
+    output: Option<&std::path::Path>,
+) -> Result<i32, Error> {
+    let envelope = governed::attest(workspace, name, version)?;
+    match output {
+        None => outln!("{envelope}"),
+        Some(path) => {
+            std::fs::write(path, format!("{envelope}\n")).map_err(|source| Error::Io {
+                context: format!("failed to write {}", path.display()),
+                source,
+            })?;
+            errln!("wrote the attestation of `{name}` to {}", path.display());
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Checks an attestation's signature under `key`, its statement, and (with `files`) the files
+/// it names: exit 1, with what failed, when a check fails.
+pub fn verify_attestation(
+    file: &std::path::Path,
+    key: &str,
+    files: Option<&std::path::Path>,
+    json: bool,
+) -> Result<i32, Error> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|source| Error::Io {
+            context: format!("failed to read {}", path.display()),
+            source,
+        })
+    };
+    let envelope = read(file)?;
+    let key_text = match std::path::Path::new(key) {
+        path if crate::ledger::checkpoint::parse_public(key).is_none() && path.is_file() => {
+            read(path)?
+        }
+        _ => key.to_owned(),
+    };
+    let key = crate::ledger::checkpoint::parse_public(key_text.trim()).ok_or_else(|| {
+        Error::Usage(format!(
+            "`{key}` is neither a public key (64 hex digits) nor a file holding one"
+        ))
+    })?;
+    let statement = match kavi_provenance::verify(&envelope, &key) {
+        Ok(statement) => statement,
+        Err(refused) => {
+            if json {
+                super::print_json(&json!({ "verified": false, "error": refused.to_string() }));
+            } else {
+                errln!("not verified: {refused}");
+            }
+            return Ok(exit::RUN_FAILED);
+        }
+    };
+    let changed = match files {
+        None => None,
+        Some(root) => Some(
+            kavi_provenance::changed_subjects(&statement, |name| {
+                if let Some(reason) = crate::sandbox::unsafe_path_reason(name) {
+                    return Err(std::io::Error::other(format!(
+                        "not a path kavi reads: {reason}"
+                    )));
+                }
+                std::fs::read(root.join(name))
+            })
+            .map_err(|reason| Error::Usage(format!("cannot check the attested files: {reason}")))?,
+        ),
+    };
+    let ok = changed.as_ref().is_none_or(Vec::is_empty);
+    let parameters = &statement["predicate"]["buildDefinition"]["externalParameters"];
+    let subjects = statement["subject"].as_array().map_or(0, Vec::len);
+    if json {
+        super::print_json(&json!({
+            "verified": ok,
+            "key": kavi_provenance::key_id(&key),
+            "statement": statement,
+            "changed": changed,
+        }));
+    } else {
+        outln!(
+            "signature: verifies under key {}",
+            crate::ledger::checkpoint::short(&kavi_provenance::key_id(&key))
+        );
+        outln!(
+            "statement: in-toto v1 with SLSA provenance v1: skill `{}` version {} at {}, promoted \
+             by {}",
+            parameters["skill"].as_str().unwrap_or("?"),
+            parameters["version"],
+            parameters["sourceHash"].as_str().unwrap_or("?"),
+            statement["predicate"]["buildDefinition"]["internalParameters"]["promotedBy"]
+                .as_str()
+                .unwrap_or("?"),
+        );
+        match &changed {
+            None => outln!("files: {subjects} attested; not compared (give --files DIR)"),
+            Some(changed) if changed.is_empty() => {
+                outln!("files: all {subjects} match their attested digests")
+            }
+            Some(changed) => outln!("files: changed since attested: {}", changed.join(", ")),
+        }
+    }
+    Ok(if ok { exit::SUCCESS } else { exit::RUN_FAILED })
 }
 
 /// What running skills needs, loaded once for a command.

@@ -16,6 +16,7 @@ mod forge;
 mod gates;
 mod layers;
 mod lifecycle;
+mod provenance;
 mod proxy;
 mod roots;
 mod sandbox;

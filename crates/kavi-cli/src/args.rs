@@ -403,6 +403,35 @@ pub enum SkillCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print the attestation of a skill's promotion: an in-toto statement with SLSA provenance,
+    /// in a DSSE envelope signed with kavi's signing key (docs/provenance.md).
+    Attest {
+        /// The skill's name.
+        name: String,
+        /// The promoted version; by default the latest promotion.
+        #[arg(long)]
+        version: Option<i64>,
+        /// Write it to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<std::path::PathBuf>,
+    },
+    /// Check an attestation: its signature under a public key, that it is an in-toto statement
+    /// with SLSA provenance, and (with `--files`) that the files it names still have its digests
+    /// (exit 1 when a check fails). Needs no workspace.
+    VerifyAttestation {
+        /// The attestation (a DSSE envelope, as `kavi skill attest` writes it).
+        file: std::path::PathBuf,
+        /// The signer's public key: 64 hex digits (as `kavi ledger keygen` prints it), or a file
+        /// holding them.
+        #[arg(long)]
+        key: String,
+        /// The folder the attested files' paths are relative to (a workspace).
+        #[arg(long)]
+        files: Option<std::path::PathBuf>,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -275,6 +275,10 @@ impl Approved<'_> {
                 })? {
                 Advanced::Promoted(promoted) => {
                     say(format!("moved `{skill}` {} -> {TRUSTED}", promoted.from));
+                    match &promoted.attestation {
+                        Ok(sha) => say(format!("attested: artifact {}", &sha[..12])),
+                        Err(why) => say(why.clone()),
+                    }
                 }
                 Advanced::Awaits { from, to } => {
                     let triggers = approval_triggers(&lifecycle, &from, &to, Some(source));

@@ -450,3 +450,42 @@ pub fn revoke(workspace: &Workspace, name: &str, comment: &str) -> Result<String
     rewrite_registry(workspace, &trust, &ledger)?;
     Ok(revoked)
 }
+
+/// The attestation of `name`'s latest promotion (of `version`, when given), a DSSE envelope's
+/// JSON text: the one kept at promotion or, for a promotion made while kavi had no signing key,
+/// one signed now from the ledger's records and kept.
+pub fn attest(workspace: &Workspace, name: &str, version: Option<i64>) -> Result<String> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let promotion = ledger.promotion(name, version).map_err(|e| match e {
+        LedgerError::SkillNotFound(what) => {
+            GovernanceError::NotFound(format!("no promotion of skill {what}"))
+        }
+        e => e.into(),
+    })?;
+    let store = open_store(workspace)?;
+    let unreadable = |reason: String| GovernanceError::Io {
+        context: format!("failed to attest `{name}`"),
+        source: std::io::Error::other(reason),
+    };
+    if let Some(kept) = &promotion.attestation {
+        return store.read_text(kept).map_err(unreadable);
+    }
+    // The files are kept by name only for the trusted version: an older promotion without an
+    // attestation cannot be attested now.
+    let skill = ledger.skill(name)?;
+    let tree = match (&skill.trusted_tree, &skill.trusted_hash) {
+        (Some(tree), Some(hash)) if *hash == promotion.source_hash => tree,
+        _ => {
+            return Err(GovernanceError::Usage(format!(
+                "version {} of `{name}` was promoted without an attestation, and its files are \
+                 no longer the trusted ones; only the trusted version can be attested after its \
+                 promotion",
+                promotion.version.unwrap_or_default()
+            )));
+        }
+    };
+    let tree = SkillTree::load(&store, tree, &promotion.source_hash).map_err(unreadable)?;
+    let kept = crate::skill::promotion::attest(&store, &mut ledger, &promotion, &tree)
+        .map_err(GovernanceError::Usage)?;
+    store.read_text(&kept).map_err(unreadable)
+}

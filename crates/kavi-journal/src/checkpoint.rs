@@ -143,9 +143,14 @@ impl Signed {
     }
 }
 
+/// A public key from its 64 hex digits (as `kavi ledger keygen` prints it).
+pub fn parse_public(hex: &str) -> Option<VerifyingKey> {
+    from_hex::<32>(hex).and_then(|b| VerifyingKey::from_bytes(&b).ok())
+}
+
 /// Whether `signature` over `message` verifies under `public_key` (hex both).
 fn holds(public_key: &str, signature: &str, message: &str) -> bool {
-    let key = from_hex::<32>(public_key).and_then(|b| VerifyingKey::from_bytes(&b).ok());
+    let key = parse_public(public_key);
     let signature = from_hex::<64>(signature).map(|b| Signature::from_bytes(&b));
     match (key, signature) {
         (Some(key), Some(signature)) => key.verify(message.as_bytes(), &signature).is_ok(),

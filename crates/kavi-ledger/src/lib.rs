@@ -60,7 +60,7 @@ pub use recovery::Recovered;
 pub use rules::{NewRuleSet, RuleSetRow};
 pub use runs::{GoverningFile, NewRun, RunDetail, RunFilter, RunOrigin, RunRow};
 pub use sandboxes::{DEFAULT_KEEP_MAX_BYTES, NewSandbox, SandboxLimits, SandboxRow};
-pub use skills::{NewSkill, SkillRow, TransitionRow, Transitioned, TrustedSkill};
+pub use skills::{NewSkill, PromotionRow, SkillRow, TransitionRow, Transitioned, TrustedSkill};
 pub use verifications::{GateResult, VerificationRow};
 
 #[derive(Debug, thiserror::Error)]

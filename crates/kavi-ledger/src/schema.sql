@@ -117,7 +117,7 @@ CREATE TABLE promotions (
         actor       TEXT NOT NULL,
         at          TEXT NOT NULL,
         comment     TEXT
-    , version INTEGER);
+    , version INTEGER, attestation TEXT REFERENCES artifacts(sha256));
 
 CREATE TABLE builds (
         id           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -467,17 +467,17 @@ CREATE TRIGGER "journal_node_runs_delete" AFTER DELETE ON "node_runs" BEGIN
 
 CREATE TRIGGER "journal_promotions_insert" AFTER INSERT ON "promotions" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('promotions', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version"));
+               VALUES ('promotions', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version", 'attestation', NEW."attestation"));
              END;
 
 CREATE TRIGGER "journal_promotions_update" AFTER UPDATE ON "promotions" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('promotions', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version"));
+               VALUES ('promotions', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'skill', NEW."skill", 'from_state', NEW."from_state", 'to_state', NEW."to_state", 'source_hash', NEW."source_hash", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'actor', NEW."actor", 'at', NEW."at", 'comment', NEW."comment", 'version', NEW."version", 'attestation', NEW."attestation"));
              END;
 
 CREATE TRIGGER "journal_promotions_delete" AFTER DELETE ON "promotions" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('promotions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'source_hash', OLD."source_hash", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment", 'version', OLD."version"));
+               VALUES ('promotions', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'skill', OLD."skill", 'from_state', OLD."from_state", 'to_state', OLD."to_state", 'source_hash', OLD."source_hash", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'actor', OLD."actor", 'at', OLD."at", 'comment', OLD."comment", 'version', OLD."version", 'attestation', OLD."attestation"));
              END;
 
 CREATE TRIGGER "journal_rule_sets_insert" AFTER INSERT ON "rule_sets" BEGIN

@@ -56,6 +56,25 @@ pub struct TransitionRow {
     pub comment: Option<String>,
 }
 
+/// A promotion as recorded: what an attestation of it says.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromotionRow {
+    pub id: i64,
+    pub skill: String,
+    pub from_state: String,
+    pub to_state: String,
+    pub source_hash: String,
+    pub run_id: Option<i64>,
+    pub node_id: Option<String>,
+    pub actor: String,
+    pub at: String,
+    pub comment: Option<String>,
+    /// The version promoted; none for promotions recorded before versions.
+    pub version: Option<i64>,
+    /// Its ATTESTATION artifact, if one was made.
+    pub attestation: Option<String>,
+}
+
 /// A skill with a version that runs, as the registry lists it: its trusted version's facts.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrustedSkill {
@@ -483,6 +502,53 @@ impl Ledger {
             from,
             to: to.to_owned(),
         })
+    }
+
+    /// The latest promotion of `name` (of its `version`, when given).
+    pub fn promotion(&self, name: &str, version: Option<i64>) -> Result<PromotionRow> {
+        self.conn
+            .query_row(
+                "SELECT id, skill, from_state, to_state, source_hash, run_id, node_id, actor, at,
+                        comment, version, attestation
+                 FROM promotions WHERE skill = ?1 AND (?2 IS NULL OR version = ?2)
+                 ORDER BY id DESC LIMIT 1",
+                params![name, version],
+                |row| {
+                    Ok(PromotionRow {
+                        id: row.get(0)?,
+                        skill: row.get(1)?,
+                        from_state: row.get(2)?,
+                        to_state: row.get(3)?,
+                        source_hash: row.get(4)?,
+                        run_id: row.get(5)?,
+                        node_id: row.get(6)?,
+                        actor: row.get(7)?,
+                        at: row.get(8)?,
+                        comment: row.get(9)?,
+                        version: row.get(10)?,
+                        attestation: row.get(11)?,
+                    })
+                },
+            )
+            .optional()?
+            .ok_or_else(|| {
+                LedgerError::SkillNotFound(match version {
+                    Some(version) => format!("{name} (no promotion of version {version})"),
+                    None => format!("{name} (never promoted)"),
+                })
+            })
+    }
+
+    /// Keeps `attestation`, a stored ATTESTATION artifact, as the attestation of promotion `id`.
+    pub fn record_attestation(&mut self, id: i64, attestation: &Artifact) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        keep_artifact(&tx, attestation, &now())?;
+        tx.execute(
+            "UPDATE promotions SET attestation = ?1 WHERE id = ?2",
+            params![attestation.sha256, id],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// Skills with a version that runs, by name: those in `trusted_state` (TRUSTED), and those

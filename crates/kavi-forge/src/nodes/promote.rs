@@ -123,6 +123,8 @@ impl Promote {
             "trusted_tree": promoted.trusted_tree,
             "registry": self.trust.registry,
             "registry_skills": promoted.registry_skills,
+            "attestation": promoted.attestation.as_ref().ok(),
+            "attestation_missing": promoted.attestation.as_ref().err(),
         })))
     }
 }

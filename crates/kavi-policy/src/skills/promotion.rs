@@ -30,6 +30,8 @@ pub struct Promoted {
     pub trusted_tree: String,
     /// How many skills the registry now lists.
     pub registry_skills: usize,
+    /// The ATTESTATION artifact signed for it, or why there is none (no signing key).
+    pub attestation: Result<String, String>,
 }
 
 /// Where walking a verified skill toward TRUSTED ended.
@@ -119,11 +121,17 @@ impl Promotion<'_> {
             )
             .map_err(|e| e.to_string())?;
         let registry_skills = write_registry(ledger, self.workspace, self.trust)?;
+        // The promotion stands either way; its record says whether it was attested.
+        let attestation = ledger
+            .promotion(skill, None)
+            .map_err(|e| e.to_string())
+            .and_then(|promotion| attest(self.store, ledger, &promotion, &tree));
         Ok(Promoted {
             from: moved.from,
             source_hash: hash,
             trusted_tree: kept[0].sha256.clone(),
             registry_skills,
+            attestation,
         })
     }
 
@@ -215,4 +223,34 @@ impl Promotion<'_> {
             rule.gates
         ))
     }
+}
+
+/// Signs the attestation of `promotion`, whose files are `tree`, with kavi's signing key, and
+/// keeps it: its artifact's hash, or why there is none.
+pub fn attest(
+    store: &ArtifactStore,
+    ledger: &mut Ledger,
+    promotion: &crate::ledger::PromotionRow,
+    tree: &super::tree::SkillTree,
+) -> Result<String, String> {
+    let key_path = crate::ledger::keys::signing_key();
+    if !key_path.exists() {
+        return Err(format!(
+            "not attested: kavi has no signing key ({}); `kavi ledger keygen` makes one, and \
+             `kavi skill attest {}` attests this promotion then",
+            key_path.display(),
+            promotion.skill
+        ));
+    }
+    let key = crate::ledger::checkpoint::load(&key_path)?;
+    let statement = kavi_provenance::statement(ledger, promotion, &tree.subjects())
+        .map_err(|e| e.to_string())?;
+    let envelope = kavi_provenance::envelope(&statement, &key);
+    let artifact = store
+        .put_bytes("ATTESTATION", envelope.as_bytes())
+        .map_err(|e| format!("failed to keep the attestation: {e}"))?;
+    ledger
+        .record_attestation(promotion.id, &artifact)
+        .map_err(|e| e.to_string())?;
+    Ok(artifact.sha256)
 }

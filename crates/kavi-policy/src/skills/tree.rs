@@ -105,6 +105,20 @@ impl SkillTree {
         format!("sha256:{:x}", hasher.finalize())
     }
 
+    /// Its files as an attestation's subjects: the proposal and each file of the folder, by
+    /// their paths in the workspace.
+    pub fn subjects(&self) -> Vec<kavi_provenance::Subject<'_>> {
+        std::iter::once(kavi_provenance::Subject {
+            name: self.proposal_path.clone(),
+            bytes: &self.proposal,
+        })
+        .chain(self.files.iter().map(|file| kavi_provenance::Subject {
+            name: format!("{}/{}", self.folder, file.path),
+            bytes: &file.bytes,
+        }))
+        .collect()
+    }
+
     /// Stores the tree; returns its manifest artifact first, then every artifact it stored.
     pub fn store(&self, store: &ArtifactStore) -> std::io::Result<Vec<Artifact>> {
         let proposal = store.put_bytes("SKILL_FILE", &self.proposal)?;

@@ -1,0 +1,383 @@
+//! Provenance a third party can check without kavi: each promotion's in-toto Statement (v1),
+//! whose predicate is a SLSA Provenance (v1), in a DSSE envelope signed with kavi's ed25519
+//! signing key (`kavi ledger keygen`, kept outside every workspace).
+//!
+//! The statement's subjects are the promoted files (the proposal and the skill's folder) with
+//! their SHA-256. The predicate says how they came to be trusted, from the ledger's records:
+//! the proposal and the pipeline run that promoted them (external parameters), the governing
+//! set that run was under and the gate toolchains (resolved dependencies), the builder (its
+//! command and confinement policy), and the gate results, build attempts and lifecycle moves
+//! with their actors (byproducts). What a verifier can and cannot conclude: docs/provenance.md.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use serde_json::{Value, json};
+
+use kavi_ledger::{Ledger, LedgerError, PromotionRow};
+
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+pub const PREDICATE_TYPE: &str = "https://slsa.dev/provenance/v1";
+/// DSSE's payload type for an in-toto statement.
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+/// The build type: a kavi forge, propose → build → verify → promote.
+pub const BUILD_TYPE: &str = "https://kavi.dev/forge/v1";
+/// The builder: kavi's forge, whose builder command and confinement the predicate names.
+pub const BUILDER_ID: &str = "https://kavi.dev/forge/builder/v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProvenanceError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("the attestation is not a DSSE envelope kavi can read: {0}")]
+    Malformed(String),
+    #[error("no signature in the attestation verifies under key {0}")]
+    Signature(String),
+    #[error("the attestation's statement is not what kavi attests: {0}")]
+    Statement(String),
+}
+
+type Result<T, E = ProvenanceError> = std::result::Result<T, E>;
+
+/// A file a promotion vouched for: its path in the workspace and its bytes.
+pub struct Subject<'a> {
+    pub name: String,
+    pub bytes: &'a [u8],
+}
+
+/// The hex SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// `sha256:<hex>`, as the ledger writes hashes, as a resource descriptor's digest.
+fn digest(hash: &str) -> Value {
+    json!({ "sha256": hash.strip_prefix("sha256:").unwrap_or(hash) })
+}
+
+/// The statement of `promotion`, whose files are `subjects`, from the ledger's records.
+pub fn statement(
+    ledger: &Ledger,
+    promotion: &PromotionRow,
+    subjects: &[Subject<'_>],
+) -> Result<Value> {
+    let run = promotion.run_id.map(|id| ledger.run(id)).transpose()?;
+    let governing = match &run {
+        Some(run) => ledger.governing(run.id)?,
+        None => Vec::new(),
+    };
+    let gates: Vec<_> = match &run {
+        Some(run) => ledger
+            .verifications(run.id)?
+            .into_iter()
+            .filter(|v| {
+                v.skill.as_deref() == Some(&promotion.skill)
+                    && v.source_hash.as_deref() == Some(&promotion.source_hash)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut resolved: Vec<Value> = governing
+        .iter()
+        .map(|member| {
+            json!({
+                "uri": member.path,
+                "digest": digest(&member.spec_hash),
+                "annotations": { "role": member.role },
+            })
+        })
+        .collect();
+    for tool in gates.iter().filter_map(|gate| gate.result.tool.as_ref()) {
+        let (Some(name), Some(hash)) = (tool["toolchain"].as_str(), tool["hash"].as_str()) else {
+            continue;
+        };
+        let entry = json!({
+            "name": format!("toolchain:{name}"),
+            "digest": digest(hash),
+            "annotations": { "lock": tool["lock"] },
+        });
+        if !resolved.contains(&entry) {
+            resolved.push(entry);
+        }
+    }
+    let builder_command = governing
+        .iter()
+        .find(|member| member.path == "kavi.toml")
+        .and_then(|member| ledger.spec_text(&member.spec_hash).ok())
+        .and_then(|(_, text)| text.parse::<toml::Table>().ok())
+        .and_then(|table| table.get("builder")?.as_str().map(str::to_owned));
+    let confinement = governing
+        .iter()
+        .find(|member| member.path.ends_with("confinement.toml"))
+        .map(|member| json!({ "uri": member.path, "digest": digest(&member.spec_hash) }));
+    let mut byproducts: Vec<Value> = gates
+        .iter()
+        .map(|gate| {
+            let mut entry = json!({
+                "name": format!("gate:{}", gate.result.gate),
+                "annotations": {
+                    "kind": gate.result.kind,
+                    "required": gate.result.required,
+                    "status": gate.result.status,
+                    "failure_kind": gate.result.failure_kind,
+                    "tool": gate.result.tool,
+                    "node": gate.node_id,
+                    "at": gate.at,
+                },
+            });
+            if let Some(report) = &gate.report {
+                entry["digest"] = digest(report);
+            }
+            entry
+        })
+        .collect();
+    if let Some(run) = &run {
+        for build in ledger
+            .builds(&promotion.skill)?
+            .into_iter()
+            .filter(|b| b.run_id == Some(run.id))
+        {
+            let mut entry = json!({
+                "name": format!("build:{}", build.attempt),
+                "annotations": {
+                    "status": build.status,
+                    "failure_kind": build.failure_kind,
+                    "exit_code": build.exit_code,
+                    "packet": build.packet,
+                },
+            });
+            if let Some(log) = &build.log {
+                entry["digest"] = digest(log);
+            }
+            byproducts.push(entry);
+        }
+    }
+    // The moves of this version, up to and with the promotion: who proposed, who approved.
+    let skill = ledger.skill(&promotion.skill)?;
+    for moved in ledger
+        .skill_transitions(&promotion.skill)?
+        .into_iter()
+        .filter(|t| promotion.version != Some(skill.version) || t.at >= skill.version_proposed_at)
+        .filter(|t| t.at <= promotion.at)
+    {
+        byproducts.push(json!({
+            "name": format!(
+                "transition:{}->{}",
+                moved.from_state.as_deref().unwrap_or("(proposed)"),
+                moved.to_state
+            ),
+            "annotations": {
+                "actor": moved.actor,
+                "at": moved.at,
+                "comment": moved.comment,
+                "run": moved.run_id,
+            },
+        }));
+    }
+    let ledger_id = ledger.identity()?.unwrap_or_default();
+    let mut metadata = json!({ "finishedOn": promotion.at });
+    if let Some(run) = &run {
+        metadata["invocationId"] = json!(format!("kavi:ledger/{ledger_id}/run/{}", run.id));
+        metadata["startedOn"] = json!(run.started_at);
+    }
+    Ok(json!({
+        "_type": STATEMENT_TYPE,
+        "subject": subjects
+            .iter()
+            .map(|s| json!({ "name": s.name, "digest": { "sha256": sha256_hex(s.bytes) } }))
+            .collect::<Vec<_>>(),
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "skill": promotion.skill,
+                    "version": promotion.version,
+                    "sourceHash": promotion.source_hash,
+                    "pipeline": run.as_ref().map(|r| &r.spec_path),
+                    "params": run.as_ref().map(|r| &r.params),
+                },
+                "internalParameters": {
+                    "builder": builder_command,
+                    "confinement": confinement,
+                    "promotedBy": promotion.actor,
+                    "runStartedBy": run.as_ref().and_then(|r| r.started_by.as_ref()),
+                    "governingHash": run.as_ref().and_then(|r| r.governing_hash.as_ref()),
+                },
+                "resolvedDependencies": resolved,
+            },
+            "runDetails": {
+                "builder": {
+                    "id": BUILDER_ID,
+                    "version": { "kavi": env!("CARGO_PKG_VERSION") },
+                },
+                "metadata": metadata,
+                "byproducts": byproducts,
+            },
+        },
+    }))
+}
+
+/// DSSE's pre-authentication encoding of a payload: what the signature covers.
+fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut encoded = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        payload.len()
+    )
+    .into_bytes();
+    encoded.extend_from_slice(payload);
+    encoded
+}
+
+/// The key id kavi signs as: the public key's hex, as `kavi ledger keygen` prints it.
+pub fn key_id(key: &VerifyingKey) -> String {
+    kavi_ledger::checkpoint::public_hex(key)
+}
+
+/// `statement` in a DSSE envelope signed with `key`, as the JSON text kept and handed out.
+pub fn envelope(statement: &Value, key: &SigningKey) -> String {
+    let payload = serde_json::to_vec(statement).expect("a statement serializes");
+    let signature = key.sign(&pae(PAYLOAD_TYPE, &payload));
+    let envelope = json!({
+        "payloadType": PAYLOAD_TYPE,
+        "payload": BASE64.encode(&payload),
+        "signatures": [{
+            "keyid": key_id(&key.verifying_key()),
+            "sig": BASE64.encode(signature.to_bytes()),
+        }],
+    });
+    serde_json::to_string_pretty(&envelope).expect("an envelope serializes")
+}
+
+/// The statement in `envelope` if a signature in it verifies under `key` and it is a statement
+/// of what kavi attests (an in-toto v1 statement with a SLSA v1 provenance predicate).
+pub fn verify(envelope: &str, key: &VerifyingKey) -> Result<Value> {
+    let envelope: Value =
+        serde_json::from_str(envelope).map_err(|e| ProvenanceError::Malformed(e.to_string()))?;
+    let field = |name: &str| {
+        envelope[name]
+            .as_str()
+            .ok_or_else(|| ProvenanceError::Malformed(format!("no `{name}` text")))
+    };
+    let payload_type = field("payloadType")?;
+    if payload_type != PAYLOAD_TYPE {
+        return Err(ProvenanceError::Malformed(format!(
+            "its payload type is `{payload_type}`, not `{PAYLOAD_TYPE}`"
+        )));
+    }
+    let payload = BASE64
+        .decode(field("payload")?)
+        .map_err(|e| ProvenanceError::Malformed(format!("its payload is not base64: {e}")))?;
+    let signed = pae(payload_type, &payload);
+    let verifies = envelope["signatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|signature| BASE64.decode(signature["sig"].as_str()?).ok())
+        .filter_map(|bytes| Signature::from_slice(&bytes).ok())
+        .any(|signature| key.verify(&signed, &signature).is_ok());
+    if !verifies {
+        return Err(ProvenanceError::Signature(key_id(key)));
+    }
+    let statement: Value = serde_json::from_slice(&payload)
+        .map_err(|e| ProvenanceError::Statement(format!("its payload is not JSON: {e}")))?;
+    for (field, want) in [("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)] {
+        if statement[field] != want {
+            return Err(ProvenanceError::Statement(format!(
+                "`{field}` is {}, not `{want}`",
+                statement[field]
+            )));
+        }
+    }
+    Ok(statement)
+}
+
+/// The subjects of `statement` whose digest `bytes_of` (reading each by name) does not match:
+/// what changed since the attestation was made; `Err` names a subject that cannot be read.
+pub fn changed_subjects(
+    statement: &Value,
+    mut bytes_of: impl FnMut(&str) -> std::io::Result<Vec<u8>>,
+) -> Result<Vec<String>, String> {
+    let mut changed = Vec::new();
+    for subject in statement["subject"].as_array().into_iter().flatten() {
+        let name = subject["name"].as_str().unwrap_or_default();
+        let bytes = bytes_of(name).map_err(|e| format!("{name}: {e}"))?;
+        if subject["digest"]["sha256"].as_str() != Some(&sha256_hex(&bytes)) {
+            changed.push(name.to_owned());
+        }
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> SigningKey {
+        SigningKey::from_bytes(&[7; 32])
+    }
+
+    fn minimal() -> Value {
+        json!({
+            "_type": STATEMENT_TYPE,
+            "subject": [{ "name": "skills/x/skill.py", "digest": { "sha256": sha256_hex(b"x") } }],
+            "predicateType": PREDICATE_TYPE,
+            "predicate": { "buildDefinition": { "buildType": BUILD_TYPE } },
+        })
+    }
+
+    #[test]
+    fn an_envelope_verifies_under_its_key_and_under_no_other() {
+        let text = envelope(&minimal(), &key());
+        assert_eq!(verify(&text, &key().verifying_key()).unwrap(), minimal());
+        let other = SigningKey::from_bytes(&[8; 32]).verifying_key();
+        assert!(matches!(
+            verify(&text, &other),
+            Err(ProvenanceError::Signature(_))
+        ));
+    }
+
+    #[test]
+    fn a_changed_payload_or_payload_type_does_not_verify() {
+        let mut tampered: Value = serde_json::from_str(&envelope(&minimal(), &key())).unwrap();
+        let mut statement = minimal();
+        statement["subject"][0]["digest"]["sha256"] = json!(sha256_hex(b"y"));
+        tampered["payload"] = json!(BASE64.encode(serde_json::to_vec(&statement).unwrap()));
+        assert!(matches!(
+            verify(&tampered.to_string(), &key().verifying_key()),
+            Err(ProvenanceError::Signature(_))
+        ));
+        let mut retyped: Value = serde_json::from_str(&envelope(&minimal(), &key())).unwrap();
+        retyped["payloadType"] = json!("application/json");
+        assert!(matches!(
+            verify(&retyped.to_string(), &key().verifying_key()),
+            Err(ProvenanceError::Malformed(_))
+        ));
+    }
+
+    /// The encoding DSSE's specification gives as its example.
+    #[test]
+    fn the_pre_authentication_encoding_is_dsses() {
+        assert_eq!(
+            pae("http://example.com/HelloWorld", b"hello world"),
+            b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+        );
+    }
+
+    #[test]
+    fn changed_subjects_are_named() {
+        let statement = minimal();
+        assert!(
+            changed_subjects(&statement, |_| Ok(b"x".to_vec()))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            changed_subjects(&statement, |_| Ok(b"z".to_vec())).unwrap(),
+            ["skills/x/skill.py"]
+        );
+    }
+}

@@ -1,0 +1,267 @@
+//! Provenance a third party can verify: a promotion's attestation, checked by the in-toto and
+//! DSSE reference libraries from PyPI (tests/provenance/verify_attestation.py, none of kavi's
+//! code) and by `kavi skill verify-attestation`; a tampered file, a tampered predicate and a
+//! wrong key refused by both.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{json, kavi_command, shipped_workspace};
+
+/// kavi in `root` with a keys folder of this test's own, where `kavi ledger keygen` makes the
+/// signing key the promotion signs with.
+fn kavi(root: &Path, keys: &Path, args: &[&str]) -> Output {
+    kavi_command(root, args)
+        .env("KAVI_KEYS", keys)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The public key `kavi ledger keygen` printed.
+fn public_key(keygen: &Output) -> String {
+    let text = stdout(keygen) + &String::from_utf8_lossy(&keygen.stderr);
+    text.split_whitespace()
+        .find(|word| word.len() == 64 && word.chars().all(|c| c.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("no public key in: {text}"))
+        .to_owned()
+}
+
+/// The reference libraries' verdict on `envelope` under `key` for the files in `workspace`:
+/// `Ok` when they verify it, else what they said.
+fn reference_verdict(
+    python: &Path,
+    envelope: &Path,
+    key: &str,
+    workspace: &Path,
+) -> Result<(), String> {
+    let out = std::process::Command::new(python)
+        .arg(common::repo().join("tests/provenance/verify_attestation.py"))
+        .args([envelope, Path::new(key), workspace])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match (out.status.success(), said.trim() == "verified") {
+        (true, true) => Ok(()),
+        (false, _) => Err(said),
+        (true, false) => panic!("the verifier exited 0 without saying `verified`: {said}"),
+    }
+}
+
+#[test]
+fn a_promotions_attestation_verifies_with_the_reference_libraries_and_tampering_does_not() {
+    let Some(python) = common::python_with(
+        "provenance",
+        "in-toto-attestation>=0.9,<1' 'securesystemslib[crypto]>=1,<2",
+        "in_toto_attestation, securesystemslib.dsse",
+    ) else {
+        return;
+    };
+    let ws = shipped_workspace();
+    let root = ws.path();
+    let keys = tempfile::tempdir().unwrap();
+    let keygen = kavi(root, keys.path(), &["ledger", "keygen"]);
+    assert!(keygen.status.success(), "{keygen:?}");
+    let key = public_key(&keygen);
+
+    let forged = kavi(
+        root,
+        keys.path(),
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    let attested = kavi(root, keys.path(), &["skill", "attest", "word_count"]);
+    assert!(attested.status.success(), "{attested:?}");
+    let envelope = root.join("attestation.json");
+    std::fs::write(&envelope, &attested.stdout).unwrap();
+    // Made at the promotion and kept: asking again gives the same envelope.
+    let again = kavi(root, keys.path(), &["skill", "attest", "word_count"]);
+    assert_eq!(again.stdout, attested.stdout);
+
+    reference_verdict(&python, &envelope, &key, root).unwrap();
+    let checked = kavi(
+        root,
+        keys.path(),
+        &[
+            "skill",
+            "verify-attestation",
+            "attestation.json",
+            "--key",
+            &key,
+            "--files",
+            ".",
+            "--json",
+        ],
+    );
+    assert!(checked.status.success(), "{checked:?}");
+    let report = json(&checked);
+    let statement = &report["statement"];
+    let names: Vec<&str> = statement["subject"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "proposals/word_count.toml",
+            "skills/word_count/skill.py",
+            "skills/word_count/test_skill.py"
+        ]
+    );
+    let predicate = &statement["predicate"];
+    assert_eq!(
+        predicate["buildDefinition"]["externalParameters"]["skill"],
+        "word_count"
+    );
+    assert_eq!(
+        predicate["buildDefinition"]["internalParameters"]["builder"],
+        "python3 builders/scripted.py"
+    );
+    let dependencies = predicate["buildDefinition"]["resolvedDependencies"].to_string();
+    for member in [
+        "policies/gates.toml",
+        "policies/confinement.toml",
+        "kavi.toml",
+    ] {
+        assert!(dependencies.contains(member), "{member} in {dependencies}");
+    }
+    let byproducts = predicate["runDetails"]["byproducts"].to_string();
+    for gate in [
+        "gate:tests",
+        "gate:lint",
+        "gate:types",
+        "transition:VERIFIED->TRUSTED",
+    ] {
+        assert!(byproducts.contains(gate), "{gate} in {byproducts}");
+    }
+
+    // A wrong key: refused by both.
+    let wrong = public_key(&kavi(
+        root,
+        tempfile::tempdir().unwrap().path(),
+        &["ledger", "keygen"],
+    ));
+    let said = reference_verdict(&python, &envelope, &wrong, root).unwrap_err();
+    assert!(said.contains("signature"), "{said}");
+    let refused = kavi(
+        root,
+        keys.path(),
+        &[
+            "skill",
+            "verify-attestation",
+            "attestation.json",
+            "--key",
+            &wrong,
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+
+    // A predicate changed after signing (another account named as the promoter): refused.
+    let mut tampered: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&envelope).unwrap()).unwrap();
+    let mut changed = statement.clone();
+    changed["predicate"]["buildDefinition"]["internalParameters"]["promotedBy"] =
+        "someone else".into();
+    use base64::Engine as _;
+    tampered["payload"] = base64::engine::general_purpose::STANDARD
+        .encode(changed.to_string())
+        .into();
+    let forged_envelope = root.join("tampered.json");
+    std::fs::write(&forged_envelope, tampered.to_string()).unwrap();
+    let said = reference_verdict(&python, &forged_envelope, &key, root).unwrap_err();
+    assert!(said.contains("signature"), "{said}");
+    let refused = kavi(
+        root,
+        keys.path(),
+        &[
+            "skill",
+            "verify-attestation",
+            "tampered.json",
+            "--key",
+            &key,
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+
+    // A file changed after the attestation: its digest no longer matches, for both.
+    let skill = root.join("skills/word_count/skill.py");
+    let mut text = std::fs::read_to_string(&skill).unwrap();
+    text.push_str("\n# changed after promotion\n");
+    std::fs::write(&skill, text).unwrap();
+    let said = reference_verdict(&python, &envelope, &key, root).unwrap_err();
+    assert!(said.contains("skills/word_count/skill.py"), "{said}");
+    let refused = kavi(
+        root,
+        keys.path(),
+        &[
+            "skill",
+            "verify-attestation",
+            "attestation.json",
+            "--key",
+            &key,
+            "--files",
+            ".",
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        stdout(&refused).contains("changed since attested: skills/word_count/skill.py"),
+        "{refused:?}"
+    );
+}
+
+/// Without a signing key the promotion stands, says it is not attested, and `kavi skill attest`
+/// attests it once a key is made.
+#[test]
+fn a_promotion_without_a_signing_key_is_attested_once_a_key_is_made() {
+    let ws = shipped_workspace();
+    let root = ws.path();
+    let keys = tempfile::tempdir().unwrap();
+    let forged = kavi(
+        root,
+        keys.path(),
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    let refused = kavi(root, keys.path(), &["skill", "attest", "word_count"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("no signing key"), "{said}");
+
+    let key = public_key(&kavi(root, keys.path(), &["ledger", "keygen"]));
+    let attested = kavi(
+        root,
+        keys.path(),
+        &["skill", "attest", "word_count", "-o", "a.json"],
+    );
+    assert!(attested.status.success(), "{attested:?}");
+    let checked = kavi(
+        root,
+        keys.path(),
+        &[
+            "skill",
+            "verify-attestation",
+            "a.json",
+            "--key",
+            &key,
+            "--files",
+            ".",
+        ],
+    );
+    assert!(checked.status.success(), "{checked:?}");
+    assert!(stdout(&checked).contains("all 3 match"), "{checked:?}");
+
+    let missing = kavi(root, keys.path(), &["skill", "attest", "nosuch"]);
+    assert_eq!(missing.status.code(), Some(5), "{missing:?}");
+}
