@@ -27,6 +27,7 @@ const SEEDS: &[&str] = &[
     "pipelines/diamond.toml",
     "pipelines/forge.toml",
     "pipelines/forge_attempt.toml",
+    "pipelines/import.toml",
     "policies/allowlist.toml",
     "policies/classifier.toml",
     "policies/confinement.toml",

@@ -452,6 +452,22 @@ async fn in_workspace(
             version,
             output,
         }) => skills::attest(&workspace, &name, version, output.as_deref()),
+        Command::Skill(SkillCommand::Export { name, output }) => {
+            skills::export(&workspace, &name, output.as_deref())
+        }
+        Command::Skill(SkillCommand::Import { bundle, options }) => {
+            let accepted = kavi_governance::skills::accept_bundle(&workspace, &bundle)?;
+            errln!(
+                "accepted {}: `{}` is verified and promoted by this workspace's import pipeline",
+                accepted.origin,
+                accepted.skill
+            );
+            let sets = [
+                ("skill".to_owned(), accepted.skill),
+                ("bundle".to_owned(), accepted.origin),
+            ];
+            pipeline::run(&workspace, "import", &sets, options, RunOrigin::User.into()).await
+        }
         Command::Skill(SkillCommand::VerifyAttestation { .. }) => {
             unreachable!("checked before the workspace is loaded")
         }

@@ -1,4 +1,4 @@
-//! `kavi skill propose|show|list|run|verify|restore|revoke|attest|verify-attestation`; the governed operations' logic is
+//! `kavi skill propose|show|list|run|verify|restore|revoke|attest|export|import|verify-attestation`; the governed operations' logic is
 //! kavi_governance::skills'.
 
 use crate::confinement::policy::ConfinementPolicy;
@@ -196,6 +196,26 @@ pub fn attest(
                 source,
             })?;
             errln!("wrote the attestation of `{name}` to {}", path.display());
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Prints (or writes to `output`) a bundle of a trusted skill.
+pub fn export(
+    workspace: &Workspace,
+    name: &str,
+    output: Option<&std::path::Path>,
+) -> Result<i32, Error> {
+    let bundle = governed::export(workspace, name)?;
+    match output {
+        None => outln!("{bundle}"),
+        Some(path) => {
+            std::fs::write(path, format!("{bundle}\n")).map_err(|source| Error::Io {
+                context: format!("failed to write {}", path.display()),
+                source,
+            })?;
+            errln!("wrote a bundle of `{name}` to {}", path.display());
         }
     }
     Ok(exit::SUCCESS)

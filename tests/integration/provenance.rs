@@ -265,3 +265,108 @@ fn a_promotion_without_a_signing_key_is_attested_once_a_key_is_made() {
     let missing = kavi(root, keys.path(), &["skill", "attest", "nosuch"]);
     assert_eq!(missing.status.code(), Some(5), "{missing:?}");
 }
+
+/// The trust policy of `root` with `key` among the keys whose bundles it accepts, and the import
+/// pipeline among those that may promote: a rule change, made before the first run adopts the
+/// rules.
+fn trust_imports_from(root: &Path, key: &str) {
+    let path = root.join("policies/trust.toml");
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        r#"pipelines = ["pipelines/forge.toml", "pipelines/forge_attempt.toml"]"#,
+        r#"pipelines = ["pipelines/forge.toml", "pipelines/forge_attempt.toml", "pipelines/import.toml"]"#,
+    );
+    std::fs::write(&path, format!("{text}\n[import]\nkeys = [\"{key}\"]\n")).unwrap();
+}
+
+/// A skill forged in one workspace, exported, and imported in another with a key of its own:
+/// refused while the importer does not trust the exporter's key; verified by the importer's
+/// gates, promoted by its import pipeline and run once it does; a bundle whose file was changed
+/// is refused, writing nothing.
+#[test]
+fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
+    let (a, b) = (shipped_workspace(), shipped_workspace());
+    let (keys_a, keys_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let key_a = public_key(&kavi(a.path(), keys_a.path(), &["ledger", "keygen"]));
+    let forged = kavi(
+        a.path(),
+        keys_a.path(),
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    let bundle = b.path().join("word_count.bundle.json");
+    let exported = kavi(
+        a.path(),
+        keys_a.path(),
+        &[
+            "skill",
+            "export",
+            "word_count",
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert!(exported.status.success(), "{exported:?}");
+
+    // B never had the skill's folder; its proposal is the shipped one, byte for byte.
+    let import = |root: &Path| {
+        kavi(
+            root,
+            keys_b.path(),
+            &["skill", "import", "word_count.bundle.json"],
+        )
+    };
+    let refused = import(b.path());
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("[import] keys does not list"),
+        "{refused:?}"
+    );
+    assert!(!b.path().join("skills/word_count").exists());
+
+    trust_imports_from(b.path(), &key_a);
+    // A file changed in the bundle: its digest is not the attested one.
+    let mut tampered: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    use base64::Engine as _;
+    tampered["files"][1]["content"] = base64::engine::general_purpose::STANDARD
+        .encode("print('{\"words\": 0}')\n")
+        .into();
+    let changed = b.path().join("changed.bundle.json");
+    std::fs::write(&changed, tampered.to_string()).unwrap();
+    let refused = kavi(
+        b.path(),
+        keys_b.path(),
+        &["skill", "import", "changed.bundle.json"],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not exactly the attested ones"),
+        "{refused:?}"
+    );
+    assert!(!b.path().join("skills/word_count").exists());
+
+    let imported = import(b.path());
+    assert!(imported.status.success(), "{imported:?}");
+    let shown = json(&kavi(
+        b.path(),
+        keys_b.path(),
+        &["skill", "show", "word_count", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "TRUSTED", "{shown}");
+    let moves = shown.to_string();
+    assert!(moves.contains("imported: bundle "), "{moves}");
+    assert!(moves.contains(&key_a[..16]), "{moves}");
+    let ran = kavi(
+        b.path(),
+        keys_b.path(),
+        &[
+            "skill",
+            "run",
+            "word_count",
+            "--input",
+            r#"{"text": "one two three"}"#,
+        ],
+    );
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(json(&ran)["output"]["words"], 3);
+}

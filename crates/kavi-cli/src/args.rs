@@ -415,6 +415,24 @@ pub enum SkillCommand {
         #[arg(long, short)]
         output: Option<std::path::PathBuf>,
     },
+    /// Write a bundle of a trusted skill for another workspace: its files, the attestation of
+    /// its promotion, and the public key that signed it (docs/provenance.md).
+    Export {
+        /// The skill's name.
+        name: String,
+        /// Write it to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<std::path::PathBuf>,
+    },
+    /// Take in a skill bundle: refused unless a key `policies/trust.toml` `[import]` lists signed
+    /// it and its files are the attested ones; then this workspace's gates verify it and the
+    /// `import` pipeline promotes it, if `[promotion]` lets that pipeline promote.
+    Import {
+        /// The bundle, as `kavi skill export` writes it.
+        bundle: std::path::PathBuf,
+        #[command(flatten)]
+        options: RunOptions,
+    },
     /// Check an attestation: its signature under a public key, that it is an in-toto statement
     /// with SLSA provenance, and (with `--files`) that the files it names still have its digests
     /// (exit 1 when a check fails). Needs no workspace.

@@ -489,3 +489,139 @@ pub fn attest(workspace: &Workspace, name: &str, version: Option<i64>) -> Result
         .map_err(GovernanceError::Usage)?;
     store.read_text(&kept).map_err(unreadable)
 }
+
+/// A bundle of `name`'s trusted version: its files, the attestation of its promotion, and the
+/// public key that signed it, as JSON text.
+pub fn export(workspace: &Workspace, name: &str) -> Result<String> {
+    let attestation = attest(workspace, name, None)?;
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let skill = ledger.skill(name)?;
+    let store = open_store(workspace)?;
+    let (Some(tree), Some(hash)) = (&skill.trusted_tree, &skill.trusted_hash) else {
+        return Err(GovernanceError::Usage(format!(
+            "`{name}` has no trusted files kept to export"
+        )));
+    };
+    let tree = SkillTree::load(&store, tree, hash).map_err(|reason| GovernanceError::Io {
+        context: format!("failed to export `{name}`"),
+        source: std::io::Error::other(reason),
+    })?;
+    let key = crate::ledger::checkpoint::load(&crate::ledger::keys::signing_key())
+        .map_err(GovernanceError::Usage)?;
+    let bundle = kavi_provenance::Bundle {
+        skill: name.to_owned(),
+        key: kavi_provenance::key_id(&key.verifying_key()),
+        attestation,
+        files: tree
+            .subjects()
+            .into_iter()
+            .map(|subject| (subject.name, subject.bytes.to_vec()))
+            .collect(),
+    };
+    Ok(bundle.to_json())
+}
+
+/// A bundle accepted for import: its skill, and how the move to BUILT names where it came from.
+pub struct Accepted {
+    pub skill: String,
+    pub origin: String,
+}
+
+/// Takes in the bundle at `path` as far as this workspace's policy lets a bundle go by itself:
+/// its attestation must be signed by a key `policies/trust.toml` `[import]` lists, its files
+/// exactly the attested ones, for a skill this workspace has never had, at the paths this
+/// workspace's conventions give it, none of which exists with other content. Then its files are
+/// written and the bundle kept as an artifact; the import pipeline's gates and promotion decide
+/// the rest.
+pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Accepted> {
+    let text = std::fs::read_to_string(path).map_err(|source| GovernanceError::Io {
+        context: format!("failed to read the bundle {}", path.display()),
+        source,
+    })?;
+    let refused = |why: String| GovernanceError::Usage(format!("refusing the bundle: {why}"));
+    let bundle = kavi_provenance::Bundle::from_json(&text).map_err(|e| refused(e.to_string()))?;
+    let name = &bundle.skill;
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let trust = load_trust(workspace, &templates)?;
+    let signer = bundle.key.to_lowercase();
+    if !trust.import_keys.contains(&signer) {
+        return Err(refused(format!(
+            "it is signed by key {}, which policies/trust.toml [import] keys does not list",
+            crate::ledger::checkpoint::short(&signer)
+        )));
+    }
+    let key = crate::ledger::checkpoint::parse_public(&signer)
+        .ok_or_else(|| refused("its key is not a public key".to_owned()))?;
+    bundle.check(&key).map_err(|e| refused(e.to_string()))?;
+    if let Some(reason) = crate::skill::invalid_name_reason(name) {
+        return Err(refused(format!("`{name}` is not a skill name: {reason}")));
+    }
+    let ledger = Ledger::open(&workspace.config.ledger)?;
+    match ledger.skill(name) {
+        Err(LedgerError::SkillNotFound(_)) => {}
+        Ok(_) => {
+            return Err(refused(format!(
+                "this workspace has a skill `{name}` already; import brings in new skills"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let folder = trust
+        .folder_of(&templates, name)
+        .map_err(GovernanceError::Usage)?;
+    let proposal = format!("proposals/{name}.toml");
+    for (path, _) in &bundle.files {
+        let at_home = *path == proposal || path.starts_with(&format!("{folder}/"));
+        if let Some(reason) = crate::sandbox::unsafe_path_reason(path) {
+            return Err(refused(format!("it names `{path}`: {reason}")));
+        }
+        if !at_home {
+            return Err(refused(format!(
+                "it names `{path}`, outside `{proposal}` and `{folder}/` where this workspace \
+                 keeps `{name}`"
+            )));
+        }
+    }
+    // A file already there is refused unless it is the attested one, byte for byte (the
+    // shipped proposals are in every new workspace): nothing here is written over.
+    for (path, bytes) in &bundle.files {
+        let there = workspace.root.join(path);
+        match there.symlink_metadata() {
+            Err(_) => {}
+            Ok(meta) if meta.is_file() && std::fs::read(&there).is_ok_and(|b| b == *bytes) => {}
+            Ok(_) => {
+                return Err(refused(format!(
+                    "`{path}` exists in this workspace already, with other content"
+                )));
+            }
+        }
+    }
+    let store = open_store(workspace)?;
+    let kept = store
+        .put_bytes("SKILL_BUNDLE", text.as_bytes())
+        .map_err(|source| GovernanceError::Io {
+            context: "failed to keep the bundle".to_owned(),
+            source,
+        })?;
+    for (path, bytes) in &bundle.files {
+        let target = workspace.root.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| GovernanceError::Io {
+                context: format!("failed to make {}", parent.display()),
+                source,
+            })?;
+        }
+        std::fs::write(&target, bytes).map_err(|source| GovernanceError::Io {
+            context: format!("failed to write {}", target.display()),
+            source,
+        })?;
+    }
+    Ok(Accepted {
+        skill: name.clone(),
+        origin: format!(
+            "bundle {} signed by key {}",
+            kept.sha256,
+            crate::ledger::checkpoint::short(&signer)
+        ),
+    })
+}

@@ -312,6 +312,120 @@ pub fn changed_subjects(
     Ok(changed)
 }
 
+/// What a skill bundle's `format` says.
+pub const BUNDLE_FORMAT: &str = "kavi-bundle/v1";
+
+/// A trusted skill as one workspace hands it to another: its files, the attestation of its
+/// promotion, and the public key that signed it. Which keys an importing workspace trusts is its
+/// own policy's, never the bundle's.
+pub struct Bundle {
+    pub skill: String,
+    /// The signer's public key, hex.
+    pub key: String,
+    /// The DSSE envelope, as `kavi skill attest` prints it.
+    pub attestation: String,
+    /// Each file by its workspace path, in the statement's order.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+impl Bundle {
+    /// The bundle as the JSON text `kavi skill export` writes.
+    pub fn to_json(&self) -> String {
+        let attestation: Value =
+            serde_json::from_str(&self.attestation).expect("an envelope kavi made is JSON");
+        serde_json::to_string_pretty(&json!({
+            "format": BUNDLE_FORMAT,
+            "skill": self.skill,
+            "key": self.key,
+            "attestation": attestation,
+            "files": self.files.iter().map(|(path, bytes)| json!({
+                "path": path,
+                "content": BASE64.encode(bytes),
+            })).collect::<Vec<_>>(),
+        }))
+        .expect("a bundle serializes")
+    }
+
+    /// Reads a bundle's JSON text; its contents are checked by [`Bundle::check`].
+    pub fn from_json(text: &str) -> Result<Self> {
+        let malformed = |what: &str| ProvenanceError::Malformed(format!("the bundle {what}"));
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ProvenanceError::Malformed(format!("the bundle is not JSON: {e}")))?;
+        if value["format"] != BUNDLE_FORMAT {
+            return Err(malformed(&format!("is not a {BUNDLE_FORMAT} bundle")));
+        }
+        let text_of = |field: &str| {
+            value[field]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| malformed(&format!("has no `{field}` text")))
+        };
+        let mut files = Vec::new();
+        for file in value["files"]
+            .as_array()
+            .ok_or_else(|| malformed("lists no files"))?
+        {
+            let path = file["path"]
+                .as_str()
+                .ok_or_else(|| malformed("names a file with no path"))?;
+            let bytes = file["content"]
+                .as_str()
+                .and_then(|content| BASE64.decode(content).ok())
+                .ok_or_else(|| malformed(&format!("holds no base64 content for {path}")))?;
+            files.push((path.to_owned(), bytes));
+        }
+        Ok(Bundle {
+            skill: text_of("skill")?,
+            key: text_of("key")?,
+            attestation: serde_json::to_string(&value["attestation"]).expect("JSON serializes"),
+            files,
+        })
+    }
+
+    /// The bundle's statement, when its attestation verifies under `key` and its files are
+    /// exactly the statement's subjects, each with its digest, for the skill it names.
+    pub fn check(&self, key: &VerifyingKey) -> Result<Value> {
+        let statement = verify(&self.attestation, key)?;
+        let attested = statement["predicate"]["buildDefinition"]["externalParameters"]["skill"]
+            .as_str()
+            .unwrap_or_default();
+        if attested != self.skill {
+            return Err(ProvenanceError::Statement(format!(
+                "it attests skill `{attested}`, and the bundle says `{}`",
+                self.skill
+            )));
+        }
+        let subjects: Vec<(&str, &str)> = statement["subject"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap_or_default(),
+                    s["digest"]["sha256"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let files: Vec<(&str, String)> = self
+            .files
+            .iter()
+            .map(|(path, bytes)| (path.as_str(), sha256_hex(bytes)))
+            .collect();
+        let same = subjects.len() == files.len()
+            && subjects
+                .iter()
+                .zip(&files)
+                .all(|((name, digest), (path, actual))| name == path && digest == actual);
+        if !same {
+            return Err(ProvenanceError::Statement(
+                "the bundle's files are not exactly the attested ones with their digests"
+                    .to_owned(),
+            ));
+        }
+        Ok(statement)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,6 +479,34 @@ mod tests {
             pae("http://example.com/HelloWorld", b"hello world"),
             b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
         );
+    }
+
+    #[test]
+    fn a_bundle_checks_only_with_exactly_its_attested_files() {
+        let bundle = Bundle {
+            skill: "x".into(),
+            key: key_id(&key().verifying_key()),
+            attestation: envelope(
+                &{
+                    let mut s = minimal();
+                    s["predicate"]["buildDefinition"]["externalParameters"] = json!({"skill": "x"});
+                    s
+                },
+                &key(),
+            ),
+            files: vec![("skills/x/skill.py".into(), b"x".to_vec())],
+        };
+        let read = Bundle::from_json(&bundle.to_json()).unwrap();
+        read.check(&key().verifying_key()).unwrap();
+        let mut changed = Bundle::from_json(&bundle.to_json()).unwrap();
+        changed.files[0].1 = b"y".to_vec();
+        assert!(changed.check(&key().verifying_key()).is_err());
+        let mut more = Bundle::from_json(&bundle.to_json()).unwrap();
+        more.files.push(("skills/x/extra.py".into(), b"z".to_vec()));
+        assert!(more.check(&key().verifying_key()).is_err());
+        let mut renamed = Bundle::from_json(&bundle.to_json()).unwrap();
+        renamed.skill = "y".into();
+        assert!(renamed.check(&key().verifying_key()).is_err());
     }
 
     #[test]

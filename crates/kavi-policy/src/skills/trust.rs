@@ -50,6 +50,18 @@ pub struct RawTrust {
     promotion: Option<RawPromotion>,
     /// How changes to the governing files are adopted; without it, whatever is on disk governs.
     adoption: Option<crate::adoption::AdoptionPolicy>,
+    /// Whose skill bundles `kavi skill import` accepts; without it, nobody's.
+    import: Option<RawImport>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawImport {
+    /// The public keys (64 hex digits each, as `kavi ledger keygen` prints them) whose signed
+    /// attestations this workspace accepts with a bundle. An accepted bundle is still verified
+    /// by this workspace's gates and promoted only by a pipeline `[promotion]` names.
+    #[schemars(with = "Vec<String>")]
+    keys: Vec<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -83,6 +95,8 @@ pub struct TrustPolicy {
     pub registry: String,
     /// `None`: the policy names no path that may promote, so no promotion happens.
     pub promotion: Option<PromotionRule>,
+    /// The public keys (hex) whose skill bundles may be imported.
+    pub import_keys: Vec<String>,
     pub source: Arc<SourceFile>,
 }
 
@@ -120,12 +134,31 @@ impl TrustPolicy {
                 })
             }
         };
+        let import_keys = raw.import.map_or(Ok(Vec::new()), |import| {
+            import
+                .keys
+                .iter()
+                .map(|key| {
+                    crate::ledger::checkpoint::parse_public(key.get_ref())
+                        .map(|_| key.get_ref().to_lowercase())
+                        .ok_or_else(|| {
+                            Diagnostic::new(format!(
+                                "`{}` is not a public key: 64 hex digits, as `kavi ledger \
+                                     keygen` prints them",
+                                key.get_ref()
+                            ))
+                            .at(source, key.span())
+                        })
+                })
+                .collect()
+        })?;
         Ok(Self {
             folder: raw.folder,
             conventions,
             exclude: crate::diagnostic::glob_set(&raw.exclude, source)?,
             registry: raw.registry,
             promotion,
+            import_keys,
             source: Arc::clone(source),
         })
     }
