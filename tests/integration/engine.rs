@@ -979,19 +979,80 @@ fn control_characters_from_a_node_are_shown_never_sent_to_the_terminal() {
 #[test]
 fn an_empty_program_is_refused_by_check() {
     let dir = workspace();
+    for (run, message) in [
+        (
+            r#"["", "x"]"#,
+            "the program to run (the first item of `run`) is empty",
+        ),
+        ("[]", "`run` needs at least the program to run"),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/empty.toml",
+            &format!("[pipeline]\nname = \"empty\"\n[nodes.a]\nkind = \"exec\"\nrun = {run}\n"),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "empty"]);
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{stderr}");
+        assert!(stderr.contains("empty.toml:5:"), "{stderr}");
+    }
+}
+
+/// An `env` name that is not a variable name is refused by check where it is written: one with
+/// `=` would set another variable (`PATH=/tmp/evil:` sets PATH), and an empty one, one with NUL
+/// or a leading digit cannot be one. A value is only ever a value, `=` and all.
+#[test]
+fn env_names_are_checked_and_a_value_is_only_a_value() {
+    let dir = workspace();
+    for (name, shown) in [
+        (r#""BAD=NAME""#, "`BAD=NAME` is not"),
+        (r#""PATH=/tmp/evil:""#, "`PATH=/tmp/evil:` is not"),
+        (r#""""#, "the empty string is not"),
+        (r#""A\u0000B""#, "`A\\0B` is not"),
+        (r#""1ST""#, "`1ST` is not"),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/env.toml",
+            &format!(
+                "[pipeline]\nname = \"env\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n\
+                 env = {{ {name} = \"x\" }}\n"
+            ),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "env"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{shown} an environment variable name"))
+                && stderr.contains("pipelines/env.toml:6:9"),
+            "{name}: {stderr}"
+        );
+    }
     write(
         dir.path(),
-        "pipelines/empty.toml",
-        "[pipeline]\nname = \"empty\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"\", \"x\"]\n",
+        "pipelines/env.toml",
+        r#"
+[pipeline]
+name = "env"
+
+[nodes.a]
+kind = "exec"
+run = ["sh", "-c", "printf '%s|%s' \"$X\" \"$PATH\""]
+env = { X = "PATH=/tmp/evil:" }
+"#,
     );
-    let out = kavi(dir.path(), &["pipeline", "check", "empty"]);
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = kavi(dir.path(), &["pipeline", "run", "env"]);
     assert!(
-        stderr.contains("the program to run (the first item of `run`) is empty"),
-        "{stderr}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stderr.contains("empty.toml:5:"), "{stderr}");
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let stdout = detail["nodes"][0]["outputs"]["stdout"].as_str().unwrap();
+    let (x, path) = stdout.split_once('|').unwrap();
+    assert_eq!(x, "PATH=/tmp/evil:");
+    assert!(!path.contains("/tmp/evil"), "{path}");
 }
 
 /// A node's declared secrets reach its command, and their values are redacted from all that is

@@ -55,7 +55,7 @@ struct ExecConfig {
     shell: Option<Spanned<String>>,
     #[serde(default)]
     #[schemars(with = "IndexMap<String, String>")]
-    env: IndexMap<String, Spanned<String>>,
+    env: IndexMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     inherit_env: bool,
     #[schemars(with = "Option<String>")]
@@ -146,30 +146,41 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             ));
         }
     };
-    for value in raw.env.values() {
-        config.check_template(value)?;
-    }
-    for field in [&raw.cwd, &raw.stdin].into_iter().flatten() {
-        config.check_template(field)?;
-    }
-    for name in &raw.secrets {
+    // A name with `=` would set another variable (`PATH=/tmp/evil:` becomes PATH), and one with
+    // NUL cannot be passed at all: both are refused where they are written.
+    for name in raw.env.keys().chain(&raw.secrets) {
         if !process::is_variable_name(name.get_ref()) {
+            let shown = match name.get_ref().as_str() {
+                "" => "the empty string".to_owned(),
+                name => format!("`{}`", name.escape_debug()),
+            };
             return Err(config.error(
                 format!(
-                    "`{}` is not an environment variable name (letters, digits, `_`, not \
-                     starting with a digit)",
-                    name.get_ref()
+                    "{shown} is not an environment variable name (letters, digits, `_`, not \
+                     starting with a digit)"
                 ),
                 name.span(),
             ));
         }
+    }
+    for value in raw.env.values() {
+        if value.get_ref().contains('\0') {
+            return Err(config.error(
+                "an environment variable's value may not hold a NUL character",
+                value.span(),
+            ));
+        }
+        config.check_template(value)?;
+    }
+    for field in [&raw.cwd, &raw.stdin].into_iter().flatten() {
+        config.check_template(field)?;
     }
     Ok(Arc::new(Exec {
         program,
         env: raw
             .env
             .into_iter()
-            .map(|(k, v)| (k, v.into_inner()))
+            .map(|(k, v)| (k.into_inner(), v.into_inner()))
             .collect(),
         inherit_env: raw.inherit_env,
         cwd: raw.cwd.map(Spanned::into_inner),
