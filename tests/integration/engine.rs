@@ -1131,6 +1131,58 @@ secrets = ["NOT_SET_ANYWHERE"]
     assert_eq!(&stored[100_000..100_010], b"[redacted]");
 }
 
+/// A secret shorter than `min_secret_chars` (4 by default) fails its node before the command
+/// starts, naming the secret, since redacting it would hide ordinary text; the minimum is a
+/// setting, and never under 2, so a single character is never redacted everywhere.
+#[test]
+fn a_secret_shorter_than_the_minimum_stops_its_node_and_the_minimum_is_a_setting() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/short.toml",
+        r#"
+[pipeline]
+name = "short"
+
+[nodes.a]
+kind = "exec"
+run = ["sh", "-c", "touch started; printf 'x%sx' \"$SHORT_TOKEN\""]
+secrets = ["SHORT_TOKEN"]
+"#,
+    );
+    let run = |dir: &Path| {
+        let out = kavi_command(dir, &["pipeline", "run", "short"])
+            .env("SHORT_TOKEN", "abc")
+            .output()
+            .unwrap();
+        (out, json(&kavi(dir, &["runs", "show", "--json"])))
+    };
+    let (out, detail) = run(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(node(&detail, "a")["state"], "failed");
+    let error = node(&detail, "a")["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.starts_with("secret `SHORT_TOKEN` has 3 character(s); kavi needs at least 4"),
+        "{error}"
+    );
+    assert!(!dir.path().join("started").exists(), "the command ran");
+
+    write(dir.path(), "kavi.toml", "min_secret_chars = 3\n");
+    let (out, detail) = run(dir.path());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(node(&detail, "a")["outputs"]["stdout"], "x[redacted]x");
+
+    write(dir.path(), "kavi.toml", "min_secret_chars = 1\n");
+    let out = kavi(dir.path(), &["pipeline", "check", "short"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("`min_secret_chars` must be at least 2")
+            && stderr.contains("kavi.toml:1:20"),
+        "{stderr}"
+    );
+}
+
 /// `stdout = "json"` parses the whole document, not the in-memory head; bytes that are not
 /// UTF-8 set `stdout_lossy`, and a character cut at the head's end does not.
 #[test]
