@@ -1423,9 +1423,9 @@ dest = "{{ params.dest }}"
     assert!(!dir.path().parent().unwrap().join("escape.md").exists());
 }
 
-/// Regression: a skipped dependency used to skip every dependant, so an optional step placed
 /// A failed node with `on_failure = "continue"` lets its dependants run, and its failure
-/// handler still fires: the failure did happen.
+/// handler still fires: the failure did happen. `explain` says why, consistently with what the
+/// handler needs.
 #[test]
 fn a_failure_handler_fires_when_the_failed_node_continues() {
     let dir = workspace();
@@ -1459,8 +1459,17 @@ run = ["echo", "{{ nodes.flaky.state }}"]
     assert_eq!(node(&detail, "after")["state"], "succeeded");
     assert_eq!(node(&detail, "on_flaky")["state"], "succeeded", "{detail}");
     assert_eq!(node(&detail, "on_flaky")["outputs"]["stdout"], "failed\n");
+    let explained = kavi(dir.path(), &["explain", "1", "on_flaky"]);
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.contains("it ran: `flaky` failed, and it runs only on failure")
+            && text.contains("needs `flaky`: failed")
+            && !text.contains("no dependency failed"),
+        "{text}"
+    );
 }
 
+/// Regression: a skipped dependency used to skip every dependant, so an optional step placed
 /// before a required one silently skipped the required one too.
 #[test]
 fn a_skipped_dependency_skips_only_the_nodes_that_read_its_outputs() {
