@@ -1714,6 +1714,72 @@ needs = ["say"]
 shell = "test -f tried || { touch tried; echo first try >&2; exit 3; }"
 "#;
 
+/// A template that reads into a child's outputs is checked where the child declares them: a
+/// child pipeline's node's fields and its kind's outputs, and a chain step's fields, each with
+/// "did you mean" from the declared names and the place it is written.
+#[test]
+fn references_into_a_childs_outputs_are_checked_with_did_you_mean() {
+    // A chain node loads its chain with the policies that govern skills.
+    let dir = common::shipped_workspace();
+    write(dir.path(), "pipelines/inner.toml", INNER);
+    write(
+        dir.path(),
+        "chains/two.toml",
+        "[chain]\nname = \"two\"\n\n[[step]]\nid = \"search\"\nskill = \"find_notes\"\n\n\
+         [[step]]\nid = \"summarize\"\nskill = \"summarize_note\"\n",
+    );
+    let chained = format!(
+        "{OUTER}\n[nodes.summary]\nkind = \"chain\"\nchain = \"two\"\n\n[nodes.title]\n\
+         kind = \"exec\"\nneeds = [\"summary\"]\n\
+         run = [\"echo\", \"{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}\"]\n"
+    );
+    let read = "nodes.inner.outputs.nodes.say.outputs.stdout";
+    for (from, to, says, help, at) in [
+        (
+            read,
+            "nodes.inner.outputs.nodes.say.outptus.stdout",
+            "`inner`'s `nodes.say` has no `outptus` (it has: state, outputs)",
+            "did you mean `outputs`?",
+            "outer.toml:18:",
+        ),
+        (
+            read,
+            "nodes.inner.outputs.nodes.say.outputs.stdot",
+            "`exec` nodes have no output `stdot`",
+            "did you mean `stdout`?",
+            "outer.toml:18:",
+        ),
+        (
+            "steps.summarize.output.title",
+            "steps.summarize.outptu.title",
+            "`summary`'s `steps.summarize` has no `outptu` (it has: status, skill, execution_id, \
+             output, error)",
+            "did you mean `output`?",
+            "outer.toml:27:",
+        ),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/outer.toml",
+            &chained.replace(from, to),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "outer"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{to}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains(help) && stderr.contains(at),
+            "{to}: {stderr}"
+        );
+    }
+    write(dir.path(), "pipelines/outer.toml", &chained);
+    let out = kavi(dir.path(), &["pipeline", "check", "outer"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn a_pipeline_node_runs_its_child_as_a_run_of_its_own_and_retries_it() {
     let dir = workspace();

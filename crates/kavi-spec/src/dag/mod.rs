@@ -249,7 +249,21 @@ fn unknown_node_field<'p>(
             suggest(field, NODE_ENTRY_FIELDS),
         ));
     }
-    let output = rest.next().filter(|_| field == "outputs")?;
+    if field != "outputs" {
+        return None;
+    }
+    unknown_output(target, rest)
+}
+
+/// What is wrong with reading `<rest>` in a node's outputs: an output its kind never produces,
+/// a name the output never holds (a chain's step, a child pipeline's node, an http extract), a
+/// field that name's entry never has, or, in a child pipeline's node, any of these in turn.
+fn unknown_output<'p>(
+    target: &crate::spec::NodeSpec,
+    mut rest: impl Iterator<Item = &'p str>,
+) -> Option<(String, String)> {
+    use crate::diagnostic::suggest;
+    let output = rest.next()?;
     let keys = target.action.output_keys()?;
     if !keys.contains(&output) {
         return Some((
@@ -259,16 +273,32 @@ fn unknown_node_field<'p>(
     }
     let name = rest.next()?;
     let names = target.action.output_names(output)?;
-    (!names.contains(&name)).then(|| {
-        (
+    if !names.contains(&name) {
+        return Some((
             format!(
                 "`{}` has no `{name}` in its `{output}` (it has: {})",
                 target.id,
                 names.join(", ")
             ),
             suggest(name, &names),
-        )
-    })
+        ));
+    }
+    let field = rest.next()?;
+    let fields = target.action.output_entry_fields(output)?;
+    if !fields.contains(&field) {
+        return Some((
+            format!(
+                "`{}`'s `{output}.{name}` has no `{field}` (it has: {})",
+                target.id,
+                fields.join(", ")
+            ),
+            suggest(field, fields),
+        ));
+    }
+    match target.action.output_node(output, name) {
+        Some(child) if field == "outputs" => unknown_output(child, rest),
+        _ => None,
+    }
 }
 
 fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {

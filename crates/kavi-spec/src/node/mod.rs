@@ -56,6 +56,19 @@ pub trait NodeAction: Send + Sync + Debug {
         None
     }
 
+    /// The fields each entry of the output `key` has, where they are fixed (a chain's step:
+    /// `status`, `output`...; a child pipeline's node: `state`, `outputs`), so `check` can
+    /// refuse a template that reads a field an entry never has.
+    fn output_entry_fields(&self, _key: &str) -> Option<&'static [&'static str]> {
+        None
+    }
+
+    /// The node behind the entry `name` of the output `key` (a child pipeline's node), so
+    /// `check` reads on into that node's own outputs.
+    fn output_node(&self, _key: &str, _name: &str) -> Option<&crate::spec::NodeSpec> {
+        None
+    }
+
     /// Whether the process it starts gets all of kavi's environment (not just the base
     /// variables), which then is part of its key when it is cached.
     fn inherits_environment(&self) -> bool {
