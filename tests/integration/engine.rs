@@ -173,6 +173,44 @@ fn a_pipeline_file_over_the_size_limit_is_refused_by_name() {
     );
 }
 
+/// Checking that every node reads only what is upstream of it costs what lies between reader
+/// and read, not each reader's whole ancestry: a chain of 6,000 nodes that read what they need,
+/// the node before that and the first took over half a minute, quadratic in the chain. A read
+/// of a node that is not upstream is still refused.
+#[test]
+fn checking_what_a_long_chain_reads_is_not_quadratic() {
+    let dir = workspace();
+    let mut text = String::from(
+        "[pipeline]\nname = \"long\"\n\n[nodes.n0]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    for i in 1..6000 {
+        let before = i.max(2) - 2;
+        text.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nneeds = [\"n{}\"]\nrun = [\"echo\", \
+             \"{{{{ nodes.n{}.outputs.stdout }}}}\", \"{{{{ nodes.n{before}.outputs.stdout }}}}\", \
+             \"{{{{ nodes.n0.outputs.stdout }}}}\"]\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    text.push_str(
+        "\n[nodes.side]\nkind = \"exec\"\nrun = [\"true\"]\n\n[nodes.last]\nkind = \"exec\"\n\
+         needs = [\"n5999\"]\nrun = [\"echo\", \"{{ nodes.side.outputs.stdout }}\"]\n",
+    );
+    write(dir.path(), "pipelines/long.toml", &text);
+    let started = Instant::now();
+    let out = kavi(dir.path(), &["pipeline", "check", "long"]);
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("node `last` reads the outputs of `side` but does not need it"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(20), "checking took {took:?}");
+}
+
 #[test]
 fn a_diamond_runs_and_the_ledger_shows_every_node_run_and_the_spec() {
     let dir = workspace();
