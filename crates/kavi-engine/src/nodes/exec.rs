@@ -49,12 +49,15 @@ enum StdoutFormat {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ExecConfig {
-    #[schemars(with = "Option<Vec<String>>")]
+    #[schemars(with = "Option<Vec<String>>", extend("minItems" = 1))]
     run: Option<Spanned<Vec<Spanned<String>>>>,
     #[schemars(with = "Option<String>")]
     shell: Option<Spanned<String>>,
     #[serde(default)]
-    #[schemars(with = "IndexMap<String, String>")]
+    #[schemars(
+        with = "IndexMap<String, String>",
+        extend("propertyNames" = { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" })
+    )]
     env: IndexMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     inherit_env: bool,
