@@ -127,6 +127,33 @@ fn a_two_step_chain_maps_the_first_result_into_the_second_and_links_the_records(
     common::assert_ledger_verifies(root);
 }
 
+/// `chain check` refuses a `from` or `parent` that names no earlier step, at its place, with
+/// "did you mean" from the earlier steps' ids.
+#[test]
+fn chain_check_suggests_the_earlier_step_a_misspelled_reference_meant() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    for field in ["from", "parent"] {
+        write(
+            root,
+            "chains/typo.toml",
+            &format!(
+                "[chain]\nname = \"typo\"\n\n[[step]]\nid = \"search\"\nskill = \"find_notes\"\n\n\
+                 [[step]]\nid = \"summarize\"\nskill = \"summarize_note\"\n{field} = \"serch\"\n"
+            ),
+        );
+        let out = kavi(root, &["chain", "check", "typo"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(
+            stderr.contains(&format!("`{field}` must name an earlier step"))
+                && stderr.contains("chains/typo.toml:11:")
+                && stderr.contains("did you mean `search`? earlier steps: 0 (`search`)"),
+            "{stderr}"
+        );
+    }
+}
+
 #[test]
 fn a_mapping_to_a_missing_key_fails_that_step_without_running_its_skill() {
     let dir = notes_workspace();
