@@ -1091,6 +1091,23 @@ env = { X = "PATH=/tmp/evil:" }
     let (x, path) = stdout.split_once('|').unwrap();
     assert_eq!(x, "PATH=/tmp/evil:");
     assert!(!path.contains("/tmp/evil"), "{path}");
+
+    // A builder's `env` is checked the same way (its node loads the shipped policies).
+    let shipped = common::shipped_workspace();
+    write(
+        shipped.path(),
+        "pipelines/env.toml",
+        "[pipeline]\nname = \"env\"\n[nodes.build]\nkind = \"build\"\nskill = \"x\"\n\
+         sandbox = \"s\"\nvars = { skill = \"x\" }\nenv = { \"PATH=/tmp/evil:\" = \"x\" }\n",
+    );
+    let out = kavi(shipped.path(), &["pipeline", "check", "env"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("`PATH=/tmp/evil:` is not an environment variable name")
+            && stderr.contains("pipelines/env.toml:8:9"),
+        "{stderr}"
+    );
 }
 
 /// A node's declared secrets reach its command, and their values are redacted from all that is

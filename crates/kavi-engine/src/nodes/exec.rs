@@ -149,31 +149,9 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             ));
         }
     };
-    // A name with `=` would set another variable (`PATH=/tmp/evil:` becomes PATH), and one with
-    // NUL cannot be passed at all: both are refused where they are written.
-    for name in raw.env.keys().chain(&raw.secrets) {
-        if !process::is_variable_name(name.get_ref()) {
-            let shown = match name.get_ref().as_str() {
-                "" => "the empty string".to_owned(),
-                name => format!("`{}`", name.escape_debug()),
-            };
-            return Err(config.error(
-                format!(
-                    "{shown} is not an environment variable name (letters, digits, `_`, not \
-                     starting with a digit)"
-                ),
-                name.span(),
-            ));
-        }
-    }
-    for value in raw.env.values() {
-        if value.get_ref().contains('\0') {
-            return Err(config.error(
-                "an environment variable's value may not hold a NUL character",
-                value.span(),
-            ));
-        }
-        config.check_template(value)?;
+    config.check_env(&raw.env)?;
+    for name in &raw.secrets {
+        config.check_variable_name(name)?;
     }
     for field in [&raw.cwd, &raw.stdin].into_iter().flatten() {
         config.check_template(field)?;

@@ -259,6 +259,46 @@ impl<'a> NodeConfig<'a> {
         Diagnostic::new(message).at(self.file, span)
     }
 
+    /// Checks the environment a node gives its process: each name must be a variable name (one
+    /// with `=` would set another variable: `"PATH=/tmp/evil:"` sets PATH), each value may not
+    /// hold NUL, and is a template.
+    pub fn check_env(
+        &mut self,
+        env: &indexmap::IndexMap<Spanned<String>, Spanned<String>>,
+    ) -> Result<(), Diagnostic> {
+        for name in env.keys() {
+            self.check_variable_name(name)?;
+        }
+        for value in env.values() {
+            if value.get_ref().contains('\0') {
+                return Err(self.error(
+                    "an environment variable's value may not hold a NUL character",
+                    value.span(),
+                ));
+            }
+            self.check_template(value)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses, at its place, a name that is not an environment variable name.
+    pub fn check_variable_name(&self, name: &Spanned<String>) -> Result<(), Diagnostic> {
+        if crate::process::is_variable_name(name.get_ref()) {
+            return Ok(());
+        }
+        let shown = match name.get_ref().as_str() {
+            "" => "the empty string".to_owned(),
+            name => format!("`{}`", name.escape_debug()),
+        };
+        Err(self.error(
+            format!(
+                "{shown} is not an environment variable name (letters, digits, `_`, not \
+                 starting with a digit)"
+            ),
+            name.span(),
+        ))
+    }
+
     /// Checks a templated string field, rendered with the node's context, and records what it
     /// reads.
     pub fn check_template(&mut self, field: &Spanned<String>) -> Result<(), Diagnostic> {
