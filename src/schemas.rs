@@ -295,6 +295,8 @@ mod tests {
             json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exce" } } }),
             json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exec", "run": ["true"], "template": "x.j2" } } }),
             json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exec", "run": "true" } } }),
+            json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exec", "run": [] } } }),
+            json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exec", "run": ["true"], "env": { "PATH=/tmp/evil:": "x" } } } }),
         ] {
             assert!(!pipeline.is_valid(&wrong), "{wrong}");
         }

@@ -67,10 +67,16 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
         ),
         NodeState::Pending | NodeState::Running => "it has not finished".to_owned(),
         _ => {
-            let mut text = if needs.is_empty() {
-                "it ran: it needs nothing".to_owned()
-            } else {
-                "it ran: what it needs finished without blocking it".to_owned()
+            // A failure handler ran because what it needs failed, which then did not block it.
+            let failed = needs.iter().find(|(_, state)| {
+                state.is_some_and(|s| !s.is_success() && s != NodeState::Skipped)
+            });
+            let mut text = match (declared["trigger"].as_str(), failed) {
+                (Some("failure"), Some((dep, _))) => {
+                    format!("it ran: `{dep}` failed, and it runs only on failure")
+                }
+                _ if needs.is_empty() => "it ran: it needs nothing".to_owned(),
+                _ => "it ran: what it needs finished without blocking it".to_owned(),
             };
             text.push_str(&match when {
                 Some(when) => format!(", and `when` ({when}) was true"),

@@ -102,7 +102,56 @@ fn a_two_step_chain_maps_the_first_result_into_the_second_and_links_the_records(
     assert!(lines[0].starts_with("✓ find_notes "), "{text}");
     assert!(lines[0].ends_with(" (step search)"), "{text}");
     assert!(lines[1].starts_with("└─ ✓ summarize_note "), "{text}");
+
+    // A path that may select many passes every match, as a list, and the skill's input schema
+    // judges it: `summarize_note` takes one path, so the list is refused, never cut to its first.
+    let many = std::fs::read_to_string(root.join("chains/search_and_summarize.toml"))
+        .unwrap()
+        .replace("name = \"search_and_summarize\"", "name = \"many\"")
+        .replace("$.results[0].path", "$.results[*].path");
+    write(root, "chains/many.toml", &many);
+    let out = chain(root, &["many", "--set", "query=governed", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let steps: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summarize = &steps[1];
+    assert_eq!(summarize["status"], "failed", "{steps}");
+    assert_eq!(
+        summarize["record"]["input"],
+        json!({"path": ["notes/kavi.md"]})
+    );
+    assert!(summarize["record"]["output"].is_null(), "{steps}");
+    assert_eq!(
+        summarize["record"]["error"],
+        "the input does not match the input schema: at /path: [\"notes/kavi.md\"] is not of type \"string\""
+    );
     common::assert_ledger_verifies(root);
+}
+
+/// `chain check` refuses a `from` or `parent` that names no earlier step, at its place, with
+/// "did you mean" from the earlier steps' ids.
+#[test]
+fn chain_check_suggests_the_earlier_step_a_misspelled_reference_meant() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    for field in ["from", "parent"] {
+        write(
+            root,
+            "chains/typo.toml",
+            &format!(
+                "[chain]\nname = \"typo\"\n\n[[step]]\nid = \"search\"\nskill = \"find_notes\"\n\n\
+                 [[step]]\nid = \"summarize\"\nskill = \"summarize_note\"\n{field} = \"serch\"\n"
+            ),
+        );
+        let out = kavi(root, &["chain", "check", "typo"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(
+            stderr.contains(&format!("`{field}` must name an earlier step"))
+                && stderr.contains("chains/typo.toml:11:")
+                && stderr.contains("did you mean `search`? earlier steps: 0 (`search`)"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

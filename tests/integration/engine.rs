@@ -173,6 +173,44 @@ fn a_pipeline_file_over_the_size_limit_is_refused_by_name() {
     );
 }
 
+/// Checking that every node reads only what is upstream of it costs what lies between reader
+/// and read, not each reader's whole ancestry: a chain of 6,000 nodes that read what they need,
+/// the node before that and the first took over half a minute, quadratic in the chain. A read
+/// of a node that is not upstream is still refused.
+#[test]
+fn checking_what_a_long_chain_reads_is_not_quadratic() {
+    let dir = workspace();
+    let mut text = String::from(
+        "[pipeline]\nname = \"long\"\n\n[nodes.n0]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    for i in 1..6000 {
+        let before = i.max(2) - 2;
+        text.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nneeds = [\"n{}\"]\nrun = [\"echo\", \
+             \"{{{{ nodes.n{}.outputs.stdout }}}}\", \"{{{{ nodes.n{before}.outputs.stdout }}}}\", \
+             \"{{{{ nodes.n0.outputs.stdout }}}}\"]\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    text.push_str(
+        "\n[nodes.side]\nkind = \"exec\"\nrun = [\"true\"]\n\n[nodes.last]\nkind = \"exec\"\n\
+         needs = [\"n5999\"]\nrun = [\"echo\", \"{{ nodes.side.outputs.stdout }}\"]\n",
+    );
+    write(dir.path(), "pipelines/long.toml", &text);
+    let started = Instant::now();
+    let out = kavi(dir.path(), &["pipeline", "check", "long"]);
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("node `last` reads the outputs of `side` but does not need it"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(20), "checking took {took:?}");
+}
+
 #[test]
 fn a_diamond_runs_and_the_ledger_shows_every_node_run_and_the_spec() {
     let dir = workspace();
@@ -979,19 +1017,97 @@ fn control_characters_from_a_node_are_shown_never_sent_to_the_terminal() {
 #[test]
 fn an_empty_program_is_refused_by_check() {
     let dir = workspace();
+    for (run, message) in [
+        (
+            r#"["", "x"]"#,
+            "the program to run (the first item of `run`) is empty",
+        ),
+        ("[]", "`run` needs at least the program to run"),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/empty.toml",
+            &format!("[pipeline]\nname = \"empty\"\n[nodes.a]\nkind = \"exec\"\nrun = {run}\n"),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "empty"]);
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{stderr}");
+        assert!(stderr.contains("empty.toml:5:"), "{stderr}");
+    }
+}
+
+/// An `env` name that is not a variable name is refused by check where it is written: one with
+/// `=` would set another variable (`PATH=/tmp/evil:` sets PATH), and an empty one, one with NUL
+/// or a leading digit cannot be one. A value is only ever a value, `=` and all.
+#[test]
+fn env_names_are_checked_and_a_value_is_only_a_value() {
+    let dir = workspace();
+    for (name, shown) in [
+        (r#""BAD=NAME""#, "`BAD=NAME` is not"),
+        (r#""PATH=/tmp/evil:""#, "`PATH=/tmp/evil:` is not"),
+        (r#""""#, "the empty string is not"),
+        (r#""A\u0000B""#, "`A\\0B` is not"),
+        (r#""1ST""#, "`1ST` is not"),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/env.toml",
+            &format!(
+                "[pipeline]\nname = \"env\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n\
+                 env = {{ {name} = \"x\" }}\n"
+            ),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "env"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{shown} an environment variable name"))
+                && stderr.contains("pipelines/env.toml:6:9"),
+            "{name}: {stderr}"
+        );
+    }
     write(
         dir.path(),
-        "pipelines/empty.toml",
-        "[pipeline]\nname = \"empty\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"\", \"x\"]\n",
+        "pipelines/env.toml",
+        r#"
+[pipeline]
+name = "env"
+
+[nodes.a]
+kind = "exec"
+run = ["sh", "-c", "printf '%s|%s' \"$X\" \"$PATH\""]
+env = { X = "PATH=/tmp/evil:" }
+"#,
     );
-    let out = kavi(dir.path(), &["pipeline", "check", "empty"]);
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = kavi(dir.path(), &["pipeline", "run", "env"]);
     assert!(
-        stderr.contains("the program to run (the first item of `run`) is empty"),
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    let stdout = detail["nodes"][0]["outputs"]["stdout"].as_str().unwrap();
+    let (x, path) = stdout.split_once('|').unwrap();
+    assert_eq!(x, "PATH=/tmp/evil:");
+    assert!(!path.contains("/tmp/evil"), "{path}");
+
+    // A builder's `env` is checked the same way (its node loads the shipped policies).
+    let shipped = common::shipped_workspace();
+    write(
+        shipped.path(),
+        "pipelines/env.toml",
+        "[pipeline]\nname = \"env\"\n[nodes.build]\nkind = \"build\"\nskill = \"x\"\n\
+         sandbox = \"s\"\nvars = { skill = \"x\" }\nenv = { \"PATH=/tmp/evil:\" = \"x\" }\n",
+    );
+    let out = kavi(shipped.path(), &["pipeline", "check", "env"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("`PATH=/tmp/evil:` is not an environment variable name")
+            && stderr.contains("pipelines/env.toml:8:9"),
         "{stderr}"
     );
-    assert!(stderr.contains("empty.toml:5:"), "{stderr}");
 }
 
 /// A node's declared secrets reach its command, and their values are redacted from all that is
@@ -1068,6 +1184,58 @@ secrets = ["NOT_SET_ANYWHERE"]
     let stored = std::fs::read(dir.path().join(".kavi/artifacts").join(artifact)).unwrap();
     assert_eq!(stored.len(), 200_000 + "[redacted]".len());
     assert_eq!(&stored[100_000..100_010], b"[redacted]");
+}
+
+/// A secret shorter than `min_secret_chars` (4 by default) fails its node before the command
+/// starts, naming the secret, since redacting it would hide ordinary text; the minimum is a
+/// setting, and never under 2, so a single character is never redacted everywhere.
+#[test]
+fn a_secret_shorter_than_the_minimum_stops_its_node_and_the_minimum_is_a_setting() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/short.toml",
+        r#"
+[pipeline]
+name = "short"
+
+[nodes.a]
+kind = "exec"
+run = ["sh", "-c", "touch started; printf 'x%sx' \"$SHORT_TOKEN\""]
+secrets = ["SHORT_TOKEN"]
+"#,
+    );
+    let run = |dir: &Path| {
+        let out = kavi_command(dir, &["pipeline", "run", "short"])
+            .env("SHORT_TOKEN", "abc")
+            .output()
+            .unwrap();
+        (out, json(&kavi(dir, &["runs", "show", "--json"])))
+    };
+    let (out, detail) = run(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(node(&detail, "a")["state"], "failed");
+    let error = node(&detail, "a")["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.starts_with("secret `SHORT_TOKEN` has 3 character(s); kavi needs at least 4"),
+        "{error}"
+    );
+    assert!(!dir.path().join("started").exists(), "the command ran");
+
+    write(dir.path(), "kavi.toml", "min_secret_chars = 3\n");
+    let (out, detail) = run(dir.path());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(node(&detail, "a")["outputs"]["stdout"], "x[redacted]x");
+
+    write(dir.path(), "kavi.toml", "min_secret_chars = 1\n");
+    let out = kavi(dir.path(), &["pipeline", "check", "short"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("`min_secret_chars` must be at least 2")
+            && stderr.contains("kavi.toml:1:20"),
+        "{stderr}"
+    );
 }
 
 /// `stdout = "json"` parses the whole document, not the in-memory head; bytes that are not
@@ -1310,9 +1478,9 @@ dest = "{{ params.dest }}"
     assert!(!dir.path().parent().unwrap().join("escape.md").exists());
 }
 
-/// Regression: a skipped dependency used to skip every dependant, so an optional step placed
 /// A failed node with `on_failure = "continue"` lets its dependants run, and its failure
-/// handler still fires: the failure did happen.
+/// handler still fires: the failure did happen. `explain` says why, consistently with what the
+/// handler needs.
 #[test]
 fn a_failure_handler_fires_when_the_failed_node_continues() {
     let dir = workspace();
@@ -1346,8 +1514,17 @@ run = ["echo", "{{ nodes.flaky.state }}"]
     assert_eq!(node(&detail, "after")["state"], "succeeded");
     assert_eq!(node(&detail, "on_flaky")["state"], "succeeded", "{detail}");
     assert_eq!(node(&detail, "on_flaky")["outputs"]["stdout"], "failed\n");
+    let explained = kavi(dir.path(), &["explain", "1", "on_flaky"]);
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        text.contains("it ran: `flaky` failed, and it runs only on failure")
+            && text.contains("needs `flaky`: failed")
+            && !text.contains("no dependency failed"),
+        "{text}"
+    );
 }
 
+/// Regression: a skipped dependency used to skip every dependant, so an optional step placed
 /// before a required one silently skipped the required one too.
 #[test]
 fn a_skipped_dependency_skips_only_the_nodes_that_read_its_outputs() {
@@ -1591,6 +1768,72 @@ kind = "exec"
 needs = ["say"]
 shell = "test -f tried || { touch tried; echo first try >&2; exit 3; }"
 "#;
+
+/// A template that reads into a child's outputs is checked where the child declares them: a
+/// child pipeline's node's fields and its kind's outputs, and a chain step's fields, each with
+/// "did you mean" from the declared names and the place it is written.
+#[test]
+fn references_into_a_childs_outputs_are_checked_with_did_you_mean() {
+    // A chain node loads its chain with the policies that govern skills.
+    let dir = common::shipped_workspace();
+    write(dir.path(), "pipelines/inner.toml", INNER);
+    write(
+        dir.path(),
+        "chains/two.toml",
+        "[chain]\nname = \"two\"\n\n[[step]]\nid = \"search\"\nskill = \"find_notes\"\n\n\
+         [[step]]\nid = \"summarize\"\nskill = \"summarize_note\"\n",
+    );
+    let chained = format!(
+        "{OUTER}\n[nodes.summary]\nkind = \"chain\"\nchain = \"two\"\n\n[nodes.title]\n\
+         kind = \"exec\"\nneeds = [\"summary\"]\n\
+         run = [\"echo\", \"{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}\"]\n"
+    );
+    let read = "nodes.inner.outputs.nodes.say.outputs.stdout";
+    for (from, to, says, help, at) in [
+        (
+            read,
+            "nodes.inner.outputs.nodes.say.outptus.stdout",
+            "`inner`'s `nodes.say` has no `outptus` (it has: state, outputs)",
+            "did you mean `outputs`?",
+            "outer.toml:18:",
+        ),
+        (
+            read,
+            "nodes.inner.outputs.nodes.say.outputs.stdot",
+            "`exec` nodes have no output `stdot`",
+            "did you mean `stdout`?",
+            "outer.toml:18:",
+        ),
+        (
+            "steps.summarize.output.title",
+            "steps.summarize.outptu.title",
+            "`summary`'s `steps.summarize` has no `outptu` (it has: status, skill, execution_id, \
+             output, error)",
+            "did you mean `output`?",
+            "outer.toml:27:",
+        ),
+    ] {
+        write(
+            dir.path(),
+            "pipelines/outer.toml",
+            &chained.replace(from, to),
+        );
+        let out = kavi(dir.path(), &["pipeline", "check", "outer"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{to}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains(help) && stderr.contains(at),
+            "{to}: {stderr}"
+        );
+    }
+    write(dir.path(), "pipelines/outer.toml", &chained);
+    let out = kavi(dir.path(), &["pipeline", "check", "outer"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 #[test]
 fn a_pipeline_node_runs_its_child_as_a_run_of_its_own_and_retries_it() {

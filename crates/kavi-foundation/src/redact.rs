@@ -6,6 +6,7 @@
 //! found and all secrets are replaced in one pass.
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use serde_json::{Map, Value};
@@ -16,9 +17,25 @@ const CHUNK: usize = 64 * 1024;
 /// What a secret's value is replaced with.
 pub const REDACTED: &str = "[redacted]";
 
-/// The fewest characters a secret's value may have. A shorter one cannot be told from ordinary
-/// text: redacting a one-character secret would hide that character everywhere kavi keeps.
-pub const MIN_SECRET_CHARS: usize = 4;
+/// The fewest characters a secret's value may have, unless `min_secret_chars` in kavi.toml says
+/// otherwise. A shorter one cannot be told from ordinary text: redacting a one-character secret
+/// would hide that character everywhere kavi keeps.
+pub const DEFAULT_MIN_SECRET_CHARS: usize = 4;
+
+/// The lowest `min_secret_chars` may be set to: a single character is never a secret.
+pub const LEAST_MIN_SECRET_CHARS: usize = 2;
+
+static MIN_SECRET_CHARS: AtomicUsize = AtomicUsize::new(DEFAULT_MIN_SECRET_CHARS);
+
+/// Sets the fewest characters a secret may have, from the workspace's configuration (never
+/// under [`LEAST_MIN_SECRET_CHARS`]).
+pub fn set_min_secret_chars(chars: usize) {
+    MIN_SECRET_CHARS.store(chars.max(LEAST_MIN_SECRET_CHARS), Ordering::Relaxed);
+}
+
+fn min_secret_chars() -> usize {
+    MIN_SECRET_CHARS.load(Ordering::Relaxed)
+}
 
 /// The value of the secret `name` from kavi's environment: refused when it is unset (a command
 /// would run with no value, or an empty one) or too short to redact.
@@ -26,10 +43,11 @@ pub fn secret_from_env(name: &str) -> Result<String, String> {
     let value = std::env::var(name)
         .map_err(|_| format!("secret `{name}` is not set in kavi's environment"))?;
     let chars = value.chars().count();
-    if chars < MIN_SECRET_CHARS {
+    let least = min_secret_chars();
+    if chars < least {
         return Err(format!(
-            "secret `{name}` has {chars} character(s); kavi needs at least {MIN_SECRET_CHARS} to \
-             redact it without hiding ordinary text"
+            "secret `{name}` has {chars} character(s); kavi needs at least {least} to redact it \
+             without hiding ordinary text (`min_secret_chars` in kavi.toml)"
         ));
     }
     Ok(value)
@@ -44,12 +62,15 @@ pub struct Redactor {
 }
 
 impl Redactor {
-    /// A redactor for `secrets`; `None` when there is no non-empty value to hide.
+    /// A redactor for `secrets`; `None` when there is no value to hide. A value shorter than
+    /// `min_secret_chars` (a line of a secret of several lines, say) is not hidden: it would
+    /// hide ordinary text everywhere; a declared secret that short is refused before it is used.
     pub fn new<S: AsRef<str>>(secrets: &[S]) -> Option<Self> {
+        let least = min_secret_chars();
         let mut values: Vec<String> = secrets
             .iter()
             .map(AsRef::as_ref)
-            .filter(|s| !s.is_empty())
+            .filter(|s| s.chars().count() >= least)
             .map(str::to_owned)
             .collect();
         if values.is_empty() {
@@ -191,13 +212,24 @@ mod tests {
         );
     }
 
+    /// A value under the minimum, such as a short line of a secret of several lines, would hide
+    /// ordinary text wherever it appears: it is not hidden on its own.
+    #[test]
+    fn a_value_shorter_than_the_minimum_is_never_hidden_on_its_own() {
+        assert!(Redactor::new(&["x", "abc"]).is_none());
+        let redactor = Redactor::new(&["key-one\nx\n"]).unwrap();
+        assert_eq!(redactor.text("key-one\nx\n"), "[redacted]");
+        let lines = redactor.line_wise();
+        assert_eq!(lines.text("x marks key-one"), "x marks [redacted]");
+    }
+
     #[test]
     fn the_longest_secret_wins_in_text_and_in_streams() {
-        let redactor = Redactor::new(&["abc", "abcdef"]).unwrap();
-        assert_eq!(redactor.text("xabcdefx abc"), "x[redacted]x [redacted]");
+        let redactor = Redactor::new(&["abcd", "abcdefg"]).unwrap();
+        assert_eq!(redactor.text("xabcdefgx abcd"), "x[redacted]x [redacted]");
         let mut out = Vec::new();
         redactor
-            .stream(&mut Trickle(b"xabcdefx abc"), &mut out)
+            .stream(&mut Trickle(b"xabcdefgx abcd"), &mut out)
             .unwrap();
         assert_eq!(out, b"x[redacted]x [redacted]");
     }

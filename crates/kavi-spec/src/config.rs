@@ -39,6 +39,9 @@ pub struct Config {
     pub skill_timeout: String,
     /// The largest spec file (pipeline, chain, policy, proposal, kavi.toml) kavi reads, in KiB.
     pub max_spec_kib: u64,
+    /// The fewest characters a declared secret's value may have (at least 2): a shorter one is
+    /// refused before what declares it starts, since redacting it would hide ordinary text.
+    pub min_secret_chars: usize,
     /// Where kavi provisions the toolchains gates run (`policies/toolchains.toml`), one folder
     /// per declaration. Empty: `$XDG_CACHE_HOME/kavi/toolchains` (or `~/.cache/kavi/toolchains`).
     pub toolchains: PathBuf,
@@ -116,6 +119,7 @@ impl Default for Config {
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
             skill_timeout: "60s".to_owned(),
             max_spec_kib: crate::diagnostic::DEFAULT_MAX_SPEC_KIB,
+            min_secret_chars: crate::redact::DEFAULT_MIN_SECRET_CHARS,
             toolchains: PathBuf::new(),
             toolchain: std::collections::BTreeMap::new(),
         }
@@ -308,6 +312,7 @@ impl Workspace {
                 "executions_log",
                 "skill_timeout",
                 "max_spec_kib",
+                "min_secret_chars",
                 "toolchains",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
@@ -359,6 +364,16 @@ impl Workspace {
             )));
         }
         crate::diagnostic::set_max_spec_kib(config.max_spec_kib);
+        if config.min_secret_chars < crate::redact::LEAST_MIN_SECRET_CHARS {
+            return Err(ConfigError::invalid(located(
+                &["min_secret_chars"],
+                format!(
+                    "`min_secret_chars` must be at least {}: a single character is no secret",
+                    crate::redact::LEAST_MIN_SECRET_CHARS
+                ),
+            )));
+        }
+        crate::redact::set_min_secret_chars(config.min_secret_chars);
         // A server's URL is no path in the workspace.
         if crate::ledger::postgres_url(&config.ledger).is_none() {
             config.ledger = root.join(&config.ledger);

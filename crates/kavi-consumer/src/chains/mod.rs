@@ -125,14 +125,20 @@ fn step_ref(
         .with_help(if ids.is_empty() {
             "the first step has no earlier step to read from".to_owned()
         } else {
-            format!(
-                "earlier steps: {}",
-                ids.iter()
-                    .enumerate()
-                    .map(|(i, id)| format!("{i} (`{id}`)"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            let earlier = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| format!("{i} (`{id}`)"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let close = reference
+                .get_ref()
+                .as_str()
+                .and_then(|id| crate::diagnostic::closest(id, ids.iter().map(String::as_str)));
+            match close {
+                Some(close) => format!("did you mean `{close}`? earlier steps: {earlier}"),
+                None => format!("earlier steps: {earlier}"),
+            }
         })
     })
 }

@@ -177,6 +177,10 @@ impl NodeAction for ChainNode {
         (key == "steps").then(|| self.chain.steps.iter().map(|s| s.id.as_str()).collect())
     }
 
+    fn output_entry_fields(&self, key: &str) -> Option<&'static [&'static str]> {
+        (key == "steps").then_some(&["status", "skill", "execution_id", "output", "error"])
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["chain", "steps"])
     }

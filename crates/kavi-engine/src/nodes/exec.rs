@@ -49,13 +49,16 @@ enum StdoutFormat {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ExecConfig {
-    #[schemars(with = "Option<Vec<String>>")]
+    #[schemars(with = "Option<Vec<String>>", extend("minItems" = 1))]
     run: Option<Spanned<Vec<Spanned<String>>>>,
     #[schemars(with = "Option<String>")]
     shell: Option<Spanned<String>>,
     #[serde(default)]
-    #[schemars(with = "IndexMap<String, String>")]
-    env: IndexMap<String, Spanned<String>>,
+    #[schemars(
+        with = "IndexMap<String, String>",
+        extend("propertyNames" = { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" })
+    )]
+    env: IndexMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     inherit_env: bool,
     #[schemars(with = "Option<String>")]
@@ -146,30 +149,19 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             ));
         }
     };
-    for value in raw.env.values() {
-        config.check_template(value)?;
+    config.check_env(&raw.env)?;
+    for name in &raw.secrets {
+        config.check_variable_name(name)?;
     }
     for field in [&raw.cwd, &raw.stdin].into_iter().flatten() {
         config.check_template(field)?;
-    }
-    for name in &raw.secrets {
-        if !process::is_variable_name(name.get_ref()) {
-            return Err(config.error(
-                format!(
-                    "`{}` is not an environment variable name (letters, digits, `_`, not \
-                     starting with a digit)",
-                    name.get_ref()
-                ),
-                name.span(),
-            ));
-        }
     }
     Ok(Arc::new(Exec {
         program,
         env: raw
             .env
             .into_iter()
-            .map(|(k, v)| (k, v.into_inner()))
+            .map(|(k, v)| (k.into_inner(), v.into_inner()))
             .collect(),
         inherit_env: raw.inherit_env,
         cwd: raw.cwd.map(Spanned::into_inner),

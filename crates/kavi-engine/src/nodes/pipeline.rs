@@ -25,6 +25,9 @@ use crate::state::{NodeState, RunStatus};
 /// the forge's classifier. The engine knows it only by this name.
 const CLASSIFY: &str = "classify";
 
+/// What `outputs.nodes.<id>` holds of each child node.
+const CHILD_NODE_FIELDS: &[&str] = &["state", "outputs"];
+
 pub const KIND: NodeKind = NodeKind {
     name: "pipeline",
     parse,
@@ -204,6 +207,16 @@ impl SubPipeline {
 impl NodeAction for SubPipeline {
     fn output_names(&self, key: &str) -> Option<Vec<&str>> {
         (key == "nodes").then(|| self.pipeline.nodes.iter().map(|n| n.id.as_str()).collect())
+    }
+
+    fn output_entry_fields(&self, key: &str) -> Option<&'static [&'static str]> {
+        (key == "nodes").then_some(CHILD_NODE_FIELDS)
+    }
+
+    fn output_node(&self, key: &str, name: &str) -> Option<&spec::NodeSpec> {
+        (key == "nodes")
+            .then(|| self.pipeline.nodes.iter().find(|n| n.id == name))
+            .flatten()
     }
 
     fn output_keys(&self) -> Option<&'static [&'static str]> {

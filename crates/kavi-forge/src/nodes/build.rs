@@ -57,8 +57,11 @@ struct BuildConfig {
     vars: IndexMap<String, Spanned<String>>,
     /// Extra environment for the builder (values are templates).
     #[serde(default)]
-    #[schemars(with = "IndexMap<String, String>")]
-    env: IndexMap<String, Spanned<String>>,
+    #[schemars(
+        with = "IndexMap<String, String>",
+        extend("propertyNames" = { "pattern": "^[A-Za-z_][A-Za-z0-9_]*$" })
+    )]
+    env: IndexMap<Spanned<String>, Spanned<String>>,
     /// The lifecycle policy: only a skill in a buildable state is built.
     #[schemars(with = "Option<String>")]
     lifecycle: Option<Spanned<String>>,
@@ -95,9 +98,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template_file(&raw.template, &packet_scope)?;
     config.governing.mark_builder();
     let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
-    for value in raw.env.values() {
-        config.check_template(value)?;
-    }
+    config.check_env(&raw.env)?;
     let lifecycle_source =
         config.load_policy_source(raw.lifecycle.as_ref(), super::transition::DEFAULT_POLICY)?;
     let confinement_source =
@@ -109,7 +110,7 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         env: raw
             .env
             .into_iter()
-            .map(|(k, v)| (k, v.into_inner()))
+            .map(|(k, v)| (k.into_inner(), v.into_inner()))
             .collect(),
         lifecycle: Lifecycle::parse(&lifecycle_source)?,
         confinement,

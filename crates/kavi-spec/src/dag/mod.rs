@@ -188,8 +188,8 @@ fn cycle_error(pipeline: &Pipeline, cycle: &[usize]) -> SpecError {
 /// A node that reads `nodes.X` must have X upstream; otherwise X may not have run yet.
 fn check_node_reads(dag: &Dag<'_>, index_of: &NodeIndexOf<'_>) -> Result<(), SpecError> {
     let mut problems = Vec::new();
+    let mut upstream = Upstream::new(dag);
     for (i, node) in dag.pipeline.nodes.iter().enumerate() {
-        let mut upstream: Option<HashSet<usize>> = None;
         for (path, span) in &node.reads {
             let mut parts = path.split('.');
             if parts.next() != Some("nodes") {
@@ -215,8 +215,7 @@ fn check_node_reads(dag: &Dag<'_>, index_of: &NodeIndexOf<'_>) -> Result<(), Spe
                 );
                 continue;
             }
-            let upstream = upstream.get_or_insert_with(|| ancestors(dag, i));
-            if !upstream.contains(&t) {
+            if !upstream.holds(t, i) {
                 problems.push(
                     Diagnostic::new(format!(
                         "node `{}` reads the outputs of `{target}` but does not need it",
@@ -249,7 +248,21 @@ fn unknown_node_field<'p>(
             suggest(field, NODE_ENTRY_FIELDS),
         ));
     }
-    let output = rest.next().filter(|_| field == "outputs")?;
+    if field != "outputs" {
+        return None;
+    }
+    unknown_output(target, rest)
+}
+
+/// What is wrong with reading `<rest>` in a node's outputs: an output its kind never produces,
+/// a name the output never holds (a chain's step, a child pipeline's node, an http extract), a
+/// field that name's entry never has, or, in a child pipeline's node, any of these in turn.
+fn unknown_output<'p>(
+    target: &crate::spec::NodeSpec,
+    mut rest: impl Iterator<Item = &'p str>,
+) -> Option<(String, String)> {
+    use crate::diagnostic::suggest;
+    let output = rest.next()?;
     let keys = target.action.output_keys()?;
     if !keys.contains(&output) {
         return Some((
@@ -259,27 +272,87 @@ fn unknown_node_field<'p>(
     }
     let name = rest.next()?;
     let names = target.action.output_names(output)?;
-    (!names.contains(&name)).then(|| {
-        (
+    if !names.contains(&name) {
+        return Some((
             format!(
                 "`{}` has no `{name}` in its `{output}` (it has: {})",
                 target.id,
                 names.join(", ")
             ),
             suggest(name, &names),
-        )
-    })
+        ));
+    }
+    let field = rest.next()?;
+    let fields = target.action.output_entry_fields(output)?;
+    if !fields.contains(&field) {
+        return Some((
+            format!(
+                "`{}`'s `{output}.{name}` has no `{field}` (it has: {})",
+                target.id,
+                fields.join(", ")
+            ),
+            suggest(field, fields),
+        ));
+    }
+    match target.action.output_node(output, name) {
+        Some(child) if field == "outputs" => unknown_output(child, rest),
+        _ => None,
+    }
 }
 
-fn ancestors(dag: &Dag<'_>, index: usize) -> HashSet<usize> {
-    let mut seen = HashSet::new();
-    let mut stack = vec![index];
-    while let Some(i) = stack.pop() {
-        for dep in dag.dependencies(i) {
-            if seen.insert(dep) {
-                stack.push(dep);
-            }
+/// Answers whether one node is upstream of another, for every template read of a pipeline.
+/// Gathering each reader's whole ancestry made checking a long chain whose nodes read what they
+/// need quadratic (8,000 nodes: over a minute); a walk from the reader that stops at the target,
+/// never climbs to the target's stage or above (every node between them lies strictly below
+/// it), and stops at a node already known to lie below the target costs what lies between.
+struct Upstream<'d, 'p> {
+    dag: &'d Dag<'p>,
+    /// `walked[n] == walk` once the current walk has been at `n`.
+    walked: Vec<u32>,
+    walk: u32,
+    /// By target, the nodes a walk found it upstream of.
+    below: HashMap<usize, HashSet<usize>>,
+}
+
+impl<'d, 'p> Upstream<'d, 'p> {
+    fn new(dag: &'d Dag<'p>) -> Self {
+        Self {
+            dag,
+            walked: vec![0; dag.len()],
+            walk: 0,
+            below: HashMap::new(),
         }
     }
-    seen
+
+    /// Whether `target` is upstream of `reader`.
+    fn holds(&mut self, target: usize, reader: usize) -> bool {
+        let stage = &self.dag.stage;
+        if stage[target] >= stage[reader] {
+            return false;
+        }
+        if self.dag.dependencies(reader).any(|d| d == target) {
+            return true;
+        }
+        self.walk += 1;
+        let below = self.below.entry(target).or_default();
+        self.walked[reader] = self.walk;
+        // The walk's path from the reader, each node with the dependencies it has left to try.
+        let mut path: Vec<(usize, Vec<usize>)> =
+            vec![(reader, self.dag.dependencies(reader).collect())];
+        while let Some((_, left)) = path.last_mut() {
+            let Some(dep) = left.pop() else {
+                path.pop();
+                continue;
+            };
+            if dep == target || below.contains(&dep) {
+                below.extend(path.iter().map(|(n, _)| *n));
+                return true;
+            }
+            if self.walked[dep] != self.walk && stage[dep] > stage[target] {
+                self.walked[dep] = self.walk;
+                path.push((dep, self.dag.dependencies(dep).collect()));
+            }
+        }
+        false
+    }
 }

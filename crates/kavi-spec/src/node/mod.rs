@@ -56,6 +56,19 @@ pub trait NodeAction: Send + Sync + Debug {
         None
     }
 
+    /// The fields each entry of the output `key` has, where they are fixed (a chain's step:
+    /// `status`, `output`...; a child pipeline's node: `state`, `outputs`), so `check` can
+    /// refuse a template that reads a field an entry never has.
+    fn output_entry_fields(&self, _key: &str) -> Option<&'static [&'static str]> {
+        None
+    }
+
+    /// The node behind the entry `name` of the output `key` (a child pipeline's node), so
+    /// `check` reads on into that node's own outputs.
+    fn output_node(&self, _key: &str, _name: &str) -> Option<&crate::spec::NodeSpec> {
+        None
+    }
+
     /// Whether the process it starts gets all of kavi's environment (not just the base
     /// variables), which then is part of its key when it is cached.
     fn inherits_environment(&self) -> bool {
@@ -244,6 +257,46 @@ impl<'a> NodeConfig<'a> {
     /// A diagnostic located at `span` in this node's file.
     pub fn error(&self, message: impl Into<String>, span: std::ops::Range<usize>) -> Diagnostic {
         Diagnostic::new(message).at(self.file, span)
+    }
+
+    /// Checks the environment a node gives its process: each name must be a variable name (one
+    /// with `=` would set another variable: `"PATH=/tmp/evil:"` sets PATH), each value may not
+    /// hold NUL, and is a template.
+    pub fn check_env(
+        &mut self,
+        env: &indexmap::IndexMap<Spanned<String>, Spanned<String>>,
+    ) -> Result<(), Diagnostic> {
+        for name in env.keys() {
+            self.check_variable_name(name)?;
+        }
+        for value in env.values() {
+            if value.get_ref().contains('\0') {
+                return Err(self.error(
+                    "an environment variable's value may not hold a NUL character",
+                    value.span(),
+                ));
+            }
+            self.check_template(value)?;
+        }
+        Ok(())
+    }
+
+    /// Refuses, at its place, a name that is not an environment variable name.
+    pub fn check_variable_name(&self, name: &Spanned<String>) -> Result<(), Diagnostic> {
+        if crate::process::is_variable_name(name.get_ref()) {
+            return Ok(());
+        }
+        let shown = match name.get_ref().as_str() {
+            "" => "the empty string".to_owned(),
+            name => format!("`{}`", name.escape_debug()),
+        };
+        Err(self.error(
+            format!(
+                "{shown} is not an environment variable name (letters, digits, `_`, not \
+                 starting with a digit)"
+            ),
+            name.span(),
+        ))
     }
 
     /// Checks a templated string field, rendered with the node's context, and records what it
