@@ -173,12 +173,13 @@ fn a_pipeline_file_over_the_size_limit_is_refused_by_name() {
     );
 }
 
-/// Checking that every node reads only what is upstream of it costs what lies between reader
-/// and read, not each reader's whole ancestry: a chain of 6,000 nodes that read what they need,
-/// the node before that and the first took over half a minute, quadratic in the chain. A read
-/// of a node that is not upstream is still refused.
+/// Checking that every node reads only what is upstream of it walks from reader to read (a
+/// chain of 6,000 nodes that read what they need, the node before that and the first took over
+/// half a minute when each reader's whole ancestry was gathered; how long it takes is the
+/// benches' to measure, not a test's): every read upstream passes, and a read of a node that is
+/// not upstream is still refused, once.
 #[test]
-fn checking_what_a_long_chain_reads_is_not_quadratic() {
+fn a_long_chain_of_reads_is_checked_and_a_read_not_upstream_refused() {
     let dir = workspace();
     let mut text = String::from(
         "[pipeline]\nname = \"long\"\n\n[nodes.n0]\nkind = \"exec\"\nrun = [\"true\"]\n",
@@ -198,9 +199,7 @@ fn checking_what_a_long_chain_reads_is_not_quadratic() {
          needs = [\"n5999\"]\nrun = [\"echo\", \"{{ nodes.side.outputs.stdout }}\"]\n",
     );
     write(dir.path(), "pipelines/long.toml", &text);
-    let started = Instant::now();
     let out = kavi(dir.path(), &["pipeline", "check", "long"]);
-    let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
@@ -208,7 +207,6 @@ fn checking_what_a_long_chain_reads_is_not_quadratic() {
         stderr.contains("node `last` reads the outputs of `side` but does not need it"),
         "{stderr}"
     );
-    assert!(took < Duration::from_secs(20), "checking took {took:?}");
 }
 
 #[test]
