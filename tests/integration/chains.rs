@@ -595,6 +595,248 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
     );
 }
 
+/// The SDK's default client (`mcp.Client`) negotiates 2026-07-28, where a server asks its
+/// client's user through an `input_required` result instead of a request of its own: kavi asks
+/// that way, and the FILE_WRITE call runs once the user says yes to the question naming it.
+#[test]
+fn the_mcp_sdks_default_client_confirms_a_file_write_on_the_current_protocol() {
+    let Some(python) = mcp_client_python() else {
+        return;
+    };
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.desk]\nconfirm = [\"FILE_WRITE\"]\n",
+    );
+    let out = std::process::Command::new(&python)
+        .env("XDG_CONFIG_HOME", common::config_home())
+        .env_remove("KAVI_KEYS")
+        .arg(common::repo().join("tests/mcp/default_client.py"))
+        .arg(env!("CARGO_BIN_EXE_kavi"))
+        .arg(root)
+        .args(["--client", "desk"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(session["protocol_version"], "2026-07-28", "{session}");
+    assert_eq!(session["is_error"], false, "{session}");
+    let questions = session["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{session}");
+    assert!(
+        questions[0]
+            .as_str()
+            .unwrap()
+            .contains("`write_note`, which is FILE_WRITE"),
+        "{session}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/from-mcp.md")).unwrap(),
+        "# from mcp\n\nwritten by an agent\n"
+    );
+    let records = json(&kavi(root, &["executions", "tail", "-n", "5", "--json"]));
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 1, "asking recorded nothing of its own");
+    assert!(
+        records[0]["caller"]
+            .as_str()
+            .unwrap()
+            .ends_with(", confirmed by its user"),
+        "{records:?}"
+    );
+}
+
+/// `kavi mcp` spoken to line by line, as JSON-RPC over stdio is.
+struct RawMcp {
+    child: std::process::Child,
+    /// Its lines, read by a thread of their own, so that an answer that never comes fails the
+    /// test instead of hanging it.
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawMcp {
+    /// A server past its handshake (the older one, where no capability is needed here).
+    fn start(root: &Path, args: &[&str]) -> Self {
+        let mut all = vec!["mcp"];
+        all.extend_from_slice(args);
+        let mut child = common::kavi_command(root, &all)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut mcp = Self { child, lines };
+        mcp.send(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        );
+        assert_eq!(mcp.next()["id"], 0);
+        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send_bytes(&mut self, line: &[u8]) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        std::io::Write::write_all(stdin, line).unwrap();
+        std::io::Write::write_all(stdin, b"\n").unwrap();
+        std::io::Write::flush(stdin).unwrap();
+    }
+
+    fn send(&mut self, message: &Value) {
+        self.send_bytes(message.to_string().as_bytes());
+    }
+
+    /// The next message the server wrote.
+    fn next(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the server answered within 30 s");
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+impl Drop for RawMcp {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines that are no message get the error JSON-RPC 2.0 names, with `"id": null` when the id
+/// cannot be known, and the session goes on: bad JSON, binary and invalid UTF-8 are parse errors
+/// (-32700); bad `tools/call` params are invalid params (-32602), an unknown method -32601; a
+/// line over `max_request_bytes` of policies/mcp.toml is refused unread, and a tool name that
+/// is no skill name reaches the ledger shortened.
+#[test]
+fn mcp_answers_malformed_lines_as_json_rpc_says() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    write(root, "policies/mcp.toml", "max_request_bytes = 4096\n");
+    let mut mcp = RawMcp::start(root, &[]);
+    let error = |answer: &Value| (answer["id"].clone(), answer["error"]["code"].clone());
+    for line in [&b"{not json"[..], b"\x00\x01\x02", b"\xff\xfe{}"] {
+        mcp.send_bytes(line);
+        let answer = mcp.next();
+        assert_eq!(error(&answer), (Value::Null, json!(-32700)), "{answer}");
+        assert!(answer.as_object().unwrap().contains_key("id"), "{answer}");
+    }
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 5}));
+    assert_eq!(error(&mcp.next()), (json!(5), json!(-32600)));
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": 5}}));
+    let answer = mcp.next();
+    assert_eq!(error(&answer), (json!(6), json!(-32602)), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid params for `tools/call`"),
+        "{answer}"
+    );
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "no/such/method"}));
+    assert_eq!(error(&mcp.next()), (json!(7), json!(-32601)));
+    let big = "a ".repeat(3000);
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "word_count", "arguments": {"text": big}}}));
+    let answer = mcp.next();
+    assert_eq!(error(&answer), (Value::Null, json!(-32600)), "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().contains(
+            "over the 4096 bytes a message may have (`max_request_bytes` in policies/mcp.toml)"
+        ),
+        "{answer}"
+    );
+    let long_name = "x".repeat(3000);
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": long_name, "arguments": {}}}));
+    let answer = mcp.next();
+    assert_eq!(answer["id"], 9);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 10, "method": "ping"}));
+    assert_eq!(mcp.next()["id"], 10, "the session went on");
+    drop(mcp);
+    let records = json(&kavi(root, &["executions", "tail", "-n", "5", "--json"]));
+    let records = records.as_array().unwrap();
+    assert_eq!(
+        records.len(),
+        1,
+        "only the call that was read is recorded: {records:?}"
+    );
+    let skill = records[0]["skill"].as_str().unwrap();
+    assert!(
+        skill.len() < 100 && skill.ends_with("(3000 bytes)"),
+        "{skill}"
+    );
+}
+
+/// `notifications/cancelled` stops the call's skill and its process tree: a FILE_WRITE stuck
+/// writing its note (a FIFO nobody reads) is killed, writes nothing, and is recorded as
+/// cancelled; the cancelled request gets no answer and the session goes on.
+#[test]
+fn a_cancelled_mcp_call_stops_its_skill_and_writes_nothing() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.desk]\nallow = [\"FILE_WRITE\"]\n",
+    );
+    let note = root.join("notes/from-mcp.md");
+    std::fs::create_dir_all(note.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(&note, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mut mcp = RawMcp::start(root, &["--client", "desk"]);
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "write_note", "arguments": {"title": "from mcp", "body": "never written"}}}),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the person stopped it"}}),
+    );
+    let started = std::time::Instant::now();
+    let record = loop {
+        let records = json(&kavi(root, &["executions", "tail", "-n", "1", "--json"]));
+        if let Some(record) = records.as_array().unwrap().first() {
+            break record.clone();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the cancelled call was not recorded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(record["skill"], "write_note");
+    assert_eq!(record["success"], false);
+    assert_eq!(record["error"], "cancelled", "{record}");
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+    assert_eq!(mcp.next()["id"], 3, "the cancelled call is not answered");
+    drop(mcp);
+    let kind = std::fs::symlink_metadata(&note).unwrap().file_type();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_fifo(&kind),
+        "the note was written"
+    );
+}
+
 /// Answers of `kavi chat -m`, as JSON, with the exit code.
 fn chat_once(root: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["chat", "--json", "-m"];
