@@ -18,7 +18,11 @@ fn exit_code(answer: &Answer) -> i32 {
     match answer.status {
         Status::Executed | Status::Help | Status::Declined => exit::SUCCESS,
         Status::Failed => exit::RUN_FAILED,
-        Status::NeedsConfirmation | Status::Refused | Status::Unsupported => exit::USAGE,
+        Status::NeedsConfirmation
+        | Status::Refused
+        | Status::Unsupported
+        | Status::NeedsClarification
+        | Status::Expired => exit::USAGE,
     }
 }
 

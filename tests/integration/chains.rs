@@ -837,6 +837,77 @@ fn a_cancelled_mcp_call_stops_its_skill_and_writes_nothing() {
     );
 }
 
+/// A plan waiting for a yes is never dropped in silence: a yes after `confirm_within` is refused
+/// as expired, any other reply says the plan was put aside, and nothing is written either way.
+/// A message asking for two things runs neither.
+#[test]
+fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    let policy = std::fs::read_to_string(root.join("policies/chat.toml")).unwrap();
+    write(
+        root,
+        "policies/chat.toml",
+        &policy.replace("confirm_within = \"5m\"", "confirm_within = \"1s\""),
+    );
+    let mut child = common::kavi_command(root, &["chat", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut say = |line: &str| {
+        std::io::Write::write_all(&mut stdin, format!("{line}\n").as_bytes()).unwrap();
+        std::io::Write::flush(&mut stdin).unwrap();
+    };
+    say("write a note titled Late saying too late");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    say("yes");
+    say("write a note Dropped: by another message");
+    say("sure");
+    say("find governed and write a note Both: at once");
+    drop(say);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    assert_eq!(answers[0]["plan"]["input"]["title"], "Late");
+    assert_eq!(answers[1]["status"], "expired", "{}", answers[1]);
+    assert!(
+        answers[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("it waited more than 1s for a yes"),
+        "{}",
+        answers[1]
+    );
+    assert_eq!(answers[3]["status"], "unsupported");
+    assert_eq!(answers[3]["put_aside"]["plan"]["input"]["title"], "Dropped");
+    assert!(
+        answers[3]["put_aside"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was run"),
+        "{}",
+        answers[3]
+    );
+    assert_eq!(answers[4]["status"], "needs_clarification");
+    assert_eq!(
+        answers[4]["candidates"],
+        json!(["find governed", "write a note Both: at once"])
+    );
+    let notes: Vec<_> = std::fs::read_dir(root.join("notes"))
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(notes.is_empty(), "written: {notes:?}");
+    let records = json(&kavi(root, &["executions", "tail", "--json"]));
+    assert_eq!(records, json!([]), "nothing ran");
+}
+
 /// Answers of `kavi chat -m`, as JSON, with the exit code.
 fn chat_once(root: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["chat", "--json", "-m"];
@@ -907,9 +978,13 @@ fn the_chat_runs_one_trusted_skill_per_message_and_asks_before_side_effects() {
     );
     let (code, answer) = chat_once(root, &["summarize that"]);
     assert_eq!(code, Some(2));
-    assert_eq!(
-        answer["error"],
-        "there is no earlier result in this session to refer to"
+    assert_eq!(answer["status"], "needs_clarification");
+    assert!(
+        answer["question"]
+            .as_str()
+            .unwrap()
+            .starts_with("nothing earlier in this session is a path"),
+        "{answer}"
     );
 
     // A session: "that" is what the search found; a yes runs the plan that was shown.

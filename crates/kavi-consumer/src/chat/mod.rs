@@ -13,6 +13,7 @@ pub mod intents;
 pub mod llm;
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -24,7 +25,7 @@ use crate::ledger::ExecutionRecord;
 use crate::skills::SideEffects;
 use crate::template::TemplateEngine;
 
-pub use intents::{ChatPolicy, Target};
+pub use intents::{ChatPolicy, Target, Understood};
 
 /// How many earlier results a session keeps to refer to.
 const ANCHORS: usize = 10;
@@ -45,6 +46,11 @@ pub enum Status {
     Unsupported,
     /// A stashed plan was declined.
     Declined,
+    /// A yes came after the plan had waited longer than `confirm_within`; nothing ran.
+    Expired,
+    /// The message asks for more than one thing, or refers to something the chat cannot tell;
+    /// nothing ran, and the answer asks back (`question`, `candidates`).
+    NeedsClarification,
     /// The list of what the chat understands.
     Help,
 }
@@ -88,6 +94,28 @@ pub struct Answer {
     /// For `help` and `unsupported`: what the chat understands.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub supported: Vec<String>,
+    /// For `needs_clarification`: what the chat asks back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    /// For `needs_clarification`: messages that would each be one clear request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<String>,
+    /// A plan that waited for a yes when this message came, and what became of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub put_aside: Option<PutAside>,
+}
+
+/// A plan that waited for a yes and was put aside, unrun.
+#[derive(Debug, Serialize)]
+pub struct PutAside {
+    pub plan: Plan,
+    pub why: String,
+}
+
+/// What the chat asks back instead of running anything.
+struct Clarification {
+    question: String,
+    candidates: Vec<String>,
 }
 
 impl Answer {
@@ -101,7 +129,17 @@ impl Answer {
             error: None,
             llm_error: None,
             supported: Vec::new(),
+            question: None,
+            candidates: Vec::new(),
+            put_aside: None,
         }
+    }
+
+    fn clarify(message: &str, clarification: Clarification) -> Self {
+        let mut answer = Self::new(message, Status::NeedsClarification);
+        answer.question = Some(clarification.question);
+        answer.candidates = clarification.candidates;
+        answer
     }
 }
 
@@ -123,7 +161,8 @@ pub struct Session<'a> {
     pub llm: Option<llm::LlmParser<'a>>,
     anchors: VecDeque<Anchor>,
     last_plan: Option<Plan>,
-    stashed: Option<Plan>,
+    /// The plan that waits for a yes, and since when.
+    stashed: Option<(Plan, Instant)>,
 }
 
 /// Steps of a confirmed (or READ_ONLY) chain plan are confirmed already.
@@ -166,14 +205,35 @@ impl<'a> Session<'a> {
     }
 
     /// Answers one message; `confirmed` says yes in advance to a side effect the policy allows.
+    /// A plan that waited for a yes is put aside, and the answer says so.
     pub async fn message(
         &mut self,
         text: &str,
         confirmed: bool,
         cancel: &CancellationToken,
     ) -> Answer {
-        // A new message puts aside a plan that waited for a yes.
-        self.stashed = None;
+        let put_aside = self.stashed.take().map(|(plan, since)| PutAside {
+            plan,
+            why: if since.elapsed() > self.policy.confirm_within {
+                self.expired_why()
+            } else {
+                "a message other than yes or no came before a yes; nothing was run".into()
+            },
+        });
+        let mut answer = self.answer(text, confirmed, cancel).await;
+        answer.put_aside = put_aside;
+        answer
+    }
+
+    fn expired_why(&self) -> String {
+        format!(
+            "it waited more than {} for a yes (`confirm_within` in {}); nothing was run",
+            humantime::format_duration(self.policy.confirm_within),
+            intents::DEFAULT_POLICY
+        )
+    }
+
+    async fn answer(&mut self, text: &str, confirmed: bool, cancel: &CancellationToken) -> Answer {
         let words = text.trim().to_lowercase();
         if matches!(words.as_str(), "help" | "?") {
             let mut answer = Answer::new(text, Status::Help);
@@ -205,11 +265,35 @@ impl<'a> Session<'a> {
                     }
                 },
             };
-            let chosen = by_model.or_else(|| {
-                self.policy
-                    .parse_message(text)
-                    .map(|chosen| (chosen, "deterministic"))
-            });
+            let chosen = match by_model {
+                Some(chosen) => Some(chosen),
+                None => match self.policy.understand(text) {
+                    Understood::One(chosen) => Some((chosen, "deterministic")),
+                    Understood::Nothing => None,
+                    // One request a message: never a part of the message run as if it were all.
+                    Understood::Several(parts) => {
+                        let names: Vec<String> = parts
+                            .iter()
+                            .map(|(part, intent)| format!("`{part}` ({})", intent.name))
+                            .collect();
+                        let mut answer = Answer::clarify(
+                            text,
+                            Clarification {
+                                question: format!(
+                                    "the message asks for {} things: {}; the chat runs one \
+                                     request a message, so nothing was run: send them one at a \
+                                     time",
+                                    parts.len(),
+                                    names.join(", ")
+                                ),
+                                candidates: parts.into_iter().map(|(part, _)| part).collect(),
+                            },
+                        );
+                        answer.llm_error = llm_error;
+                        return answer;
+                    }
+                },
+            };
             let Some(((intent, groups), parser)) = chosen else {
                 let mut answer = Answer::new(text, Status::Unsupported);
                 answer.error = Some("no intent of policies/chat.toml matches the message".into());
@@ -217,10 +301,20 @@ impl<'a> Session<'a> {
                 answer.supported = self.supported();
                 return answer;
             };
-            let groups: Map<String, Value> = groups
+            let mut groups: Map<String, Value> = groups
                 .into_iter()
-                .map(|(k, v)| (k, Value::String(v)))
+                .map(|(k, v)| (k, Value::String(intents::unquote(&v).to_owned())))
                 .collect();
+            if let Err(clarification) = self.resolve_references(text, intent, &mut groups) {
+                let mut answer = Answer::clarify(text, clarification);
+                answer.intent = Some(ParsedIntent {
+                    name: intent.name.clone(),
+                    parser,
+                    groups,
+                });
+                answer.llm_error = llm_error;
+                return answer;
+            }
             let plan = self.plan(intent, &groups);
             let parsed = ParsedIntent {
                 name: intent.name.clone(),
@@ -255,7 +349,7 @@ impl<'a> Session<'a> {
                 "`{}` is {classes}: nothing was run; confirm to run it as planned",
                 plan.target.name()
             ));
-            self.stashed = Some(plan);
+            self.stashed = Some((plan, Instant::now()));
             return answer;
         }
         self.execute(plan, answer, cancel).await
@@ -263,11 +357,17 @@ impl<'a> Session<'a> {
 
     /// Runs the plan that waited for a yes, as it was shown.
     pub async fn confirm(&mut self, text: &str, cancel: &CancellationToken) -> Answer {
-        let Some(plan) = self.stashed.take() else {
+        let Some((plan, since)) = self.stashed.take() else {
             let mut answer = Answer::new(text, Status::Refused);
             answer.error = Some("nothing waits for a yes".into());
             return answer;
         };
+        if since.elapsed() > self.policy.confirm_within {
+            let mut answer = Answer::new(text, Status::Expired);
+            answer.error = Some(format!("{}; send the message again", self.expired_why()));
+            answer.plan = Some(plan);
+            return answer;
+        }
         let mut answer = Answer::new(text, Status::Refused);
         answer.plan = Some(plan.clone());
         self.execute(plan, answer, cancel).await
@@ -276,8 +376,96 @@ impl<'a> Session<'a> {
     /// Puts aside the plan that waited for a yes.
     pub fn decline(&mut self, text: &str) -> Answer {
         let mut answer = Answer::new(text, Status::Declined);
-        answer.plan = self.stashed.take();
+        answer.plan = self.stashed.take().map(|(plan, _)| plan);
         answer
+    }
+
+    /// Puts in place of each reference word ("that") in `groups` the value it stands for: from
+    /// the newest earlier result that holds a value the group can take (`references` in the
+    /// policy). Asks back instead when none does, when that result holds several, or when the
+    /// group cannot be given by reference.
+    fn resolve_references(
+        &self,
+        message: &str,
+        intent: &intents::Intent,
+        groups: &mut Map<String, Value>,
+    ) -> Result<(), Clarification> {
+        for (group, value) in groups.iter_mut() {
+            let Some(word) = value.as_str().filter(|v| self.policy.is_reference(v)) else {
+                continue;
+            };
+            let word = word.to_owned();
+            let Some(paths) = self.policy.references.get(group) else {
+                let again = self
+                    .last_plan
+                    .as_ref()
+                    .is_some_and(|plan| plan.intent == intent.name);
+                return Err(Clarification {
+                    question: format!(
+                        "`{word}` cannot stand for the {group} of `{}`: say which {group}{}; \
+                         nothing was run",
+                        intent.name,
+                        if again {
+                            ", or `again` to run the last plan again"
+                        } else {
+                            ""
+                        }
+                    ),
+                    candidates: if again {
+                        vec!["again".into()]
+                    } else {
+                        Vec::new()
+                    },
+                });
+            };
+            let found = self.anchors.iter().rev().find_map(|anchor| {
+                let mut values: Vec<String> = Vec::new();
+                for path in paths {
+                    let selected = match crate::jsonpath::select(&anchor.output, path) {
+                        Ok(Value::Array(items)) => items,
+                        Ok(one) => vec![one],
+                        Err(_) => Vec::new(),
+                    };
+                    for item in selected {
+                        if let Some(text) = item.as_str()
+                            && !values.iter().any(|v| v == text)
+                        {
+                            values.push(text.to_owned());
+                        }
+                    }
+                }
+                (!values.is_empty()).then(|| (anchor.skill.clone(), values))
+            });
+            match found {
+                None => {
+                    return Err(Clarification {
+                        question: format!(
+                            "nothing earlier in this session is a {group} `{}` can take for \
+                             `{word}`: say which {group}; nothing was run",
+                            intent.name
+                        ),
+                        candidates: Vec::new(),
+                    });
+                }
+                Some((_, mut values)) if values.len() == 1 => {
+                    *value = Value::String(values.remove(0));
+                }
+                Some((skill, values)) => {
+                    return Err(Clarification {
+                        question: format!(
+                            "`{word}` could be any of {} {group}s `{skill}` gave: say which; \
+                             nothing was run",
+                            values.len()
+                        ),
+                        candidates: values
+                            .iter()
+                            .map(|v| message.trim().replacen(&word, v, 1))
+                            .collect(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The template variables: the message's groups, and the session's earlier results.
@@ -438,6 +626,14 @@ impl<'a> Session<'a> {
 /// The answer as a person reads it.
 pub fn describe(answer: &Answer) -> String {
     let mut lines = Vec::new();
+    if let Some(put_aside) = &answer.put_aside {
+        lines.push(format!(
+            "put aside: {} {}: {}",
+            put_aside.plan.target,
+            Value::Object(put_aside.plan.input.clone()),
+            put_aside.why
+        ));
+    }
     if let Some(reason) = &answer.llm_error {
         lines.push(format!("the gateway's parse was not used: {reason}"));
     }
@@ -460,6 +656,17 @@ pub fn describe(answer: &Answer) -> String {
             answer.error.as_deref().unwrap_or_default()
         )),
         Status::Declined => lines.push("declined: nothing was run".into()),
+        Status::Expired => lines.push(format!(
+            "expired: {}",
+            answer.error.as_deref().unwrap_or_default()
+        )),
+        Status::NeedsClarification => {
+            lines.push(format!(
+                "needs clarification: {}",
+                answer.question.as_deref().unwrap_or_default()
+            ));
+            lines.extend(answer.candidates.iter().map(|c| format!("  {c}")));
+        }
         Status::Refused => lines.push(format!(
             "refused: {}",
             answer.error.as_deref().unwrap_or_default()
