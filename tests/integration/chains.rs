@@ -1058,6 +1058,8 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
                 .into()
         } else if message.contains("wipe") {
             "{\"intent\": \"delete_everything\", \"groups\": {}}".into()
+        } else if message.contains("hello there") {
+            "{\"intent\": \"summarize\", \"groups\": {\"path\": \"notes/other.md\"}}".into()
         } else {
             "I think you want to summarize something!".into()
         }
@@ -1089,6 +1091,11 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
     assert_eq!(understood["status"], "executed", "{understood}");
     assert_eq!(understood["intent"]["parser"], "llm");
     assert_eq!(understood["plan"]["input"]["path"], "notes/kavi.md");
+    // The message names the note by its file name: that grounds the model's path.
+    assert_eq!(
+        understood["intent"]["grounding"]["path"], "path",
+        "{understood}"
+    );
     let request = &gateway.received()[0];
     assert_eq!(request.request_line, "POST /v1/chat/completions HTTP/1.1");
     assert_eq!(
@@ -1119,6 +1126,17 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
             .unwrap()
             .contains("`delete_everything`, which is not a declared intent"),
         "{invented}"
+    );
+    // A value the message does not justify is not taken: the patterns decide, and nothing runs.
+    let ungrounded = ask(&base, "hello there");
+    assert_eq!(ungrounded["status"], "unsupported", "{ungrounded}");
+    assert!(ungrounded["records"].as_array().unwrap().is_empty());
+    assert!(
+        ungrounded["llm_error"]
+            .as_str()
+            .unwrap()
+            .contains("gave `path` the value \"notes/other.md\", which neither the message nor"),
+        "{ungrounded}"
     );
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -63,6 +63,11 @@ pub struct ParsedIntent {
     pub parser: &'static str,
     /// The message's named groups.
     pub groups: Map<String, Value>,
+    /// For the LLM parser: by group, what justifies the value the model gave it (`message`: it
+    /// is text of the message; `path`: a path whose file name the message says; `earlier
+    /// result`: a value an earlier result of the session holds).
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub grounding: Map<String, Value>,
 }
 
 /// What would run: shown before it runs, and run exactly as shown.
@@ -251,14 +256,28 @@ impl<'a> Session<'a> {
                 name: plan.intent.clone(),
                 parser: "again",
                 groups: Map::new(),
+                grounding: Map::new(),
             };
             (intent, Ok(plan))
         } else {
             // The model first, when there is one; on any failure the patterns decide.
+            let mut grounding = Map::new();
             let by_model = match &self.llm {
                 None => None,
                 Some(llm) => match llm.parse(self.policy, text).await {
-                    Ok(chosen) => chosen.map(|chosen| (chosen, "llm")),
+                    // The model's values count only where the message or the session justify
+                    // them; otherwise the patterns decide, as when it fails.
+                    Ok(Some(chosen)) => match self.grounding(text, &chosen.1) {
+                        Ok(grounds) => {
+                            grounding = grounds;
+                            Some((chosen, "llm"))
+                        }
+                        Err(reason) => {
+                            llm_error = Some(reason);
+                            None
+                        }
+                    },
+                    Ok(None) => None,
                     Err(reason) => {
                         llm_error = Some(reason);
                         None
@@ -311,6 +330,7 @@ impl<'a> Session<'a> {
                     name: intent.name.clone(),
                     parser,
                     groups,
+                    grounding: Map::new(),
                 });
                 answer.llm_error = llm_error;
                 return answer;
@@ -320,6 +340,11 @@ impl<'a> Session<'a> {
                 name: intent.name.clone(),
                 parser,
                 groups,
+                grounding: if parser == "llm" {
+                    grounding
+                } else {
+                    Map::new()
+                },
             };
             (parsed, plan)
         };
@@ -378,6 +403,45 @@ impl<'a> Session<'a> {
         let mut answer = Answer::new(text, Status::Declined);
         answer.plan = self.stashed.take().map(|(plan, _)| plan);
         answer
+    }
+
+    /// What justifies each value the model gave, or why one is not: a value must be text of the
+    /// message, a path whose file name (without its extension) the message says, or a value
+    /// an earlier result of this session holds.
+    fn grounding(
+        &self,
+        message: &str,
+        groups: &indexmap::IndexMap<String, String>,
+    ) -> Result<Map<String, Value>, String> {
+        let said = message.to_lowercase();
+        let words: Vec<&str> = said
+            .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+            .filter(|w| !w.is_empty())
+            .collect();
+        let mut grounds = Map::new();
+        for (group, value) in groups {
+            let value = intents::unquote(value);
+            let lowered = value.to_lowercase();
+            let stem = std::path::Path::new(&lowered)
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .filter(|stem| *stem != lowered);
+            let ground = if !lowered.is_empty() && said.contains(&lowered) {
+                "message"
+            } else if stem.is_some_and(|stem| stem.len() >= 3 && words.contains(&stem)) {
+                "path"
+            } else if self.anchors.iter().any(|a| holds(&a.output, value)) {
+                "earlier result"
+            } else {
+                return Err(format!(
+                    "the model gave `{group}` the value {}, which neither the message nor an \
+                     earlier result of this session says",
+                    Value::String(value.to_owned())
+                ));
+            };
+            grounds.insert(group.clone(), Value::String(ground.into()));
+        }
+        Ok(grounds)
     }
 
     /// Puts in place of each reference word ("that") in `groups` the value it stands for: from
@@ -620,6 +684,16 @@ impl<'a> Session<'a> {
             .await
             .map_err(|e| e.to_string())?;
         Ok(results.into_iter().filter_map(|r| r.record).collect())
+    }
+}
+
+/// Whether `value` is a string somewhere in `output`.
+fn holds(output: &Value, value: &str) -> bool {
+    match output {
+        Value::String(text) => text == value,
+        Value::Array(items) => items.iter().any(|item| holds(item, value)),
+        Value::Object(fields) => fields.values().any(|field| holds(field, value)),
+        _ => false,
     }
 }
 
