@@ -867,7 +867,6 @@ fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
     say("write a note Dropped: by another message");
     say("sure");
     say("find governed and write a note Both: at once");
-    drop(say);
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
