@@ -907,6 +907,59 @@ fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
     assert_eq!(records, json!([]), "nothing ran");
 }
 
+/// On a terminal (driven through a pseudo-terminal by tests/chat/terminal.py), Ctrl-C at the
+/// prompt clears the line and runs nothing; Ctrl-C during a run (a summary of a FIFO nobody
+/// writes) cancels that run only, and the session goes on; Ctrl-D ends the chat with 0.
+#[test]
+fn the_chat_on_a_terminal_cancels_only_what_ctrl_c_interrupts() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    forge(root, &["word_count"]);
+    nix::unistd::mkfifo(&root.join("notes/block.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let script = common::repo().join("tests/chat/terminal.py");
+    let out = common::with_test_env(
+        std::process::Command::new("python3"),
+        root,
+        &[
+            script.to_str().unwrap(),
+            env!("CARGO_BIN_EXE_kavi"),
+            root.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(session["exit"], 0, "{}", session["transcript"]);
+    let records = json(&kavi(root, &["executions", "tail", "-n", "10", "--json"]));
+    let ran: Vec<(&str, &str)> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["skill"].as_str().unwrap(),
+                r["error"].as_str().unwrap_or("ok"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("word_count", "ok"),
+            ("summarize_note", "cancelled"),
+            ("word_count", "ok")
+        ],
+        "{}",
+        session["transcript"]
+    );
+}
+
 /// Answers of `kavi chat -m`, as JSON, with the exit code.
 fn chat_once(root: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["chat", "--json", "-m"];
