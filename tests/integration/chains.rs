@@ -1110,6 +1110,8 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
                 .into()
         } else if message.contains("wipe") {
             "{\"intent\": \"delete_everything\", \"groups\": {}}".into()
+        } else if message.contains("and summarize it") {
+            "{\"intent\": \"search\", \"groups\": {\"query\": \"governed\"}}".into()
         } else if message.contains("hello there") {
             "{\"intent\": \"summarize\", \"groups\": {\"path\": \"notes/other.md\"}}".into()
         } else {
@@ -1190,6 +1192,10 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
             .contains("gave `path` the value \"notes/other.md\", which neither the message nor"),
         "{ungrounded}"
     );
+    // A message asking for two things runs neither, whatever one part the model would pick.
+    let two = ask(&base, "find governed and summarize it");
+    assert_eq!(two["status"], "needs_clarification", "{two}");
+    assert!(two["records"].as_array().unwrap().is_empty());
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/v1", listener.local_addr().unwrap())

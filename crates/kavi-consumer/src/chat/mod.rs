@@ -260,6 +260,27 @@ impl<'a> Session<'a> {
             };
             (intent, Ok(plan))
         } else {
+            // One request a message: never a part of the message run as if it were all, whichever
+            // parser would pick one part.
+            let understood = self.policy.understand(text);
+            if let Understood::Several(parts) = &understood {
+                let names: Vec<String> = parts
+                    .iter()
+                    .map(|(part, intent)| format!("`{part}` ({})", intent.name))
+                    .collect();
+                return Answer::clarify(
+                    text,
+                    Clarification {
+                        question: format!(
+                            "the message asks for {} things: {}; the chat runs one request a \
+                             message, so nothing was run: send them one at a time",
+                            parts.len(),
+                            names.join(", ")
+                        ),
+                        candidates: parts.iter().map(|(part, _)| part.clone()).collect(),
+                    },
+                );
+            }
             // The model first, when there is one; on any failure the patterns decide.
             let mut grounding = Map::new();
             let by_model = match &self.llm {
@@ -286,31 +307,11 @@ impl<'a> Session<'a> {
             };
             let chosen = match by_model {
                 Some(chosen) => Some(chosen),
-                None => match self.policy.understand(text) {
+                None => match understood {
                     Understood::One(chosen) => Some((chosen, "deterministic")),
                     Understood::Nothing => None,
-                    // One request a message: never a part of the message run as if it were all.
-                    Understood::Several(parts) => {
-                        let names: Vec<String> = parts
-                            .iter()
-                            .map(|(part, intent)| format!("`{part}` ({})", intent.name))
-                            .collect();
-                        let mut answer = Answer::clarify(
-                            text,
-                            Clarification {
-                                question: format!(
-                                    "the message asks for {} things: {}; the chat runs one \
-                                     request a message, so nothing was run: send them one at a \
-                                     time",
-                                    parts.len(),
-                                    names.join(", ")
-                                ),
-                                candidates: parts.into_iter().map(|(part, _)| part).collect(),
-                            },
-                        );
-                        answer.llm_error = llm_error;
-                        return answer;
-                    }
+                    // Found above, before the model was asked.
+                    Understood::Several(_) => None,
                 },
             };
             let Some(((intent, groups), parser)) = chosen else {

@@ -98,7 +98,7 @@ where
 }
 
 /// A line as a message, or the error response it gets (`None`: no answer, as for a notification).
-pub fn parse(line: &[u8]) -> Result<RxJsonRpcMessage<RoleServer>, Option<Value>> {
+fn parse(line: &[u8]) -> Result<RxJsonRpcMessage<RoleServer>, Option<Value>> {
     let text = std::str::from_utf8(line).map_err(|e| {
         Some(error(
             Value::Null,
