@@ -9,6 +9,7 @@ use super::skills::SkillEnv;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
 use crate::executions::Runner;
+use crate::mcp::wire::Lines;
 use crate::mcp::{McpPolicy, Runners, SkillServer, policy};
 use crate::spec::SpecError;
 
@@ -43,9 +44,14 @@ pub async fn run(workspace: Workspace, client: Option<String>) -> Result<i32, Er
     };
     let env = SkillEnv::load(&workspace)?;
     let served = Arc::new(Served { workspace, env });
+    let wire = Lines::new(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        policy.max_request_bytes,
+    );
     let server = SkillServer::new(served, policy, client);
     let service = server
-        .serve(rmcp::transport::stdio())
+        .serve(wire)
         .await
         .map_err(|e| Error::Usage(format!("the MCP client did not start a session: {e}")))?;
     service.waiting().await.map_err(|e| Error::Io {

@@ -644,6 +644,371 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
     );
 }
 
+/// The SDK's default client (`mcp.Client`) negotiates 2026-07-28, where a server asks its
+/// client's user through an `input_required` result instead of a request of its own: kavi asks
+/// that way, and the FILE_WRITE call runs once the user says yes to the question naming it.
+#[test]
+fn the_mcp_sdks_default_client_confirms_a_file_write_on_the_current_protocol() {
+    let Some(python) = mcp_client_python() else {
+        return;
+    };
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.desk]\nconfirm = [\"FILE_WRITE\"]\n",
+    );
+    let out = std::process::Command::new(&python)
+        .env("XDG_CONFIG_HOME", common::config_home())
+        .env_remove("KAVI_KEYS")
+        .arg(common::repo().join("tests/mcp/default_client.py"))
+        .arg(env!("CARGO_BIN_EXE_kavi"))
+        .arg(root)
+        .args(["--client", "desk"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(session["protocol_version"], "2026-07-28", "{session}");
+    assert_eq!(session["is_error"], false, "{session}");
+    let questions = session["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{session}");
+    assert!(
+        questions[0]
+            .as_str()
+            .unwrap()
+            .contains("`write_note`, which is FILE_WRITE"),
+        "{session}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/from-mcp.md")).unwrap(),
+        "# from mcp\n\nwritten by an agent\n"
+    );
+    let records = json(&kavi(root, &["executions", "tail", "-n", "5", "--json"]));
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 1, "asking recorded nothing of its own");
+    assert!(
+        records[0]["caller"]
+            .as_str()
+            .unwrap()
+            .ends_with(", confirmed by its user"),
+        "{records:?}"
+    );
+}
+
+/// `kavi mcp` spoken to line by line, as JSON-RPC over stdio is.
+struct RawMcp {
+    child: std::process::Child,
+    /// Its lines, read by a thread of their own, so that an answer that never comes fails the
+    /// test instead of hanging it.
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawMcp {
+    /// A server past its handshake (the older one, where no capability is needed here).
+    fn start(root: &Path, args: &[&str]) -> Self {
+        let mut all = vec!["mcp"];
+        all.extend_from_slice(args);
+        let mut child = common::kavi_command(root, &all)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut mcp = Self { child, lines };
+        mcp.send(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        );
+        assert_eq!(mcp.next()["id"], 0);
+        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send_bytes(&mut self, line: &[u8]) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        std::io::Write::write_all(stdin, line).unwrap();
+        std::io::Write::write_all(stdin, b"\n").unwrap();
+        std::io::Write::flush(stdin).unwrap();
+    }
+
+    fn send(&mut self, message: &Value) {
+        self.send_bytes(message.to_string().as_bytes());
+    }
+
+    /// The next message the server wrote.
+    fn next(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the server answered within 30 s");
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+impl Drop for RawMcp {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines that are no message get the error JSON-RPC 2.0 names, with `"id": null` when the id
+/// cannot be known, and the session goes on: bad JSON, binary and invalid UTF-8 are parse errors
+/// (-32700); bad `tools/call` params are invalid params (-32602), an unknown method -32601; a
+/// line over `max_request_bytes` of policies/mcp.toml is refused unread, and a tool name that
+/// is no skill name reaches the ledger shortened.
+#[test]
+fn mcp_answers_malformed_lines_as_json_rpc_says() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    write(root, "policies/mcp.toml", "max_request_bytes = 4096\n");
+    let mut mcp = RawMcp::start(root, &[]);
+    let error = |answer: &Value| (answer["id"].clone(), answer["error"]["code"].clone());
+    for line in [&b"{not json"[..], b"\x00\x01\x02", b"\xff\xfe{}"] {
+        mcp.send_bytes(line);
+        let answer = mcp.next();
+        assert_eq!(error(&answer), (Value::Null, json!(-32700)), "{answer}");
+        assert!(answer.as_object().unwrap().contains_key("id"), "{answer}");
+    }
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 5}));
+    assert_eq!(error(&mcp.next()), (json!(5), json!(-32600)));
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": 5}}));
+    let answer = mcp.next();
+    assert_eq!(error(&answer), (json!(6), json!(-32602)), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid params for `tools/call`"),
+        "{answer}"
+    );
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "no/such/method"}));
+    assert_eq!(error(&mcp.next()), (json!(7), json!(-32601)));
+    let big = "a ".repeat(3000);
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "word_count", "arguments": {"text": big}}}));
+    let answer = mcp.next();
+    assert_eq!(error(&answer), (Value::Null, json!(-32600)), "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().contains(
+            "over the 4096 bytes a message may have (`max_request_bytes` in policies/mcp.toml)"
+        ),
+        "{answer}"
+    );
+    let long_name = "x".repeat(3000);
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": long_name, "arguments": {}}}));
+    let answer = mcp.next();
+    assert_eq!(answer["id"], 9);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 10, "method": "ping"}));
+    assert_eq!(mcp.next()["id"], 10, "the session went on");
+    drop(mcp);
+    let records = json(&kavi(root, &["executions", "tail", "-n", "5", "--json"]));
+    let records = records.as_array().unwrap();
+    assert_eq!(
+        records.len(),
+        1,
+        "only the call that was read is recorded: {records:?}"
+    );
+    let skill = records[0]["skill"].as_str().unwrap();
+    assert!(
+        skill.len() < 100 && skill.ends_with("(3000 bytes)"),
+        "{skill}"
+    );
+}
+
+/// `notifications/cancelled` stops the call's skill and its process tree: a FILE_WRITE stuck
+/// writing its note (a FIFO nobody reads) is killed, writes nothing, and is recorded as
+/// cancelled; the cancelled request gets no answer and the session goes on.
+#[test]
+fn a_cancelled_mcp_call_stops_its_skill_and_writes_nothing() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.desk]\nallow = [\"FILE_WRITE\"]\n",
+    );
+    let note = root.join("notes/from-mcp.md");
+    std::fs::create_dir_all(note.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(&note, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mut mcp = RawMcp::start(root, &["--client", "desk"]);
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "write_note", "arguments": {"title": "from mcp", "body": "never written"}}}),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    mcp.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the person stopped it"}}),
+    );
+    let started = std::time::Instant::now();
+    let record = loop {
+        let records = json(&kavi(root, &["executions", "tail", "-n", "1", "--json"]));
+        if let Some(record) = records.as_array().unwrap().first() {
+            break record.clone();
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the cancelled call was not recorded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(record["skill"], "write_note");
+    assert_eq!(record["success"], false);
+    assert_eq!(record["error"], "cancelled", "{record}");
+    mcp.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+    assert_eq!(mcp.next()["id"], 3, "the cancelled call is not answered");
+    drop(mcp);
+    let kind = std::fs::symlink_metadata(&note).unwrap().file_type();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_fifo(&kind),
+        "the note was written"
+    );
+}
+
+/// A plan waiting for a yes is never dropped in silence: a yes after `confirm_within` is refused
+/// as expired, any other reply says the plan was put aside, and nothing is written either way.
+/// A message asking for two things runs neither.
+#[test]
+fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    let policy = std::fs::read_to_string(root.join("policies/chat.toml")).unwrap();
+    write(
+        root,
+        "policies/chat.toml",
+        &policy.replace("confirm_within = \"5m\"", "confirm_within = \"1s\""),
+    );
+    let mut child = common::kavi_command(root, &["chat", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut say = |line: &str| {
+        std::io::Write::write_all(&mut stdin, format!("{line}\n").as_bytes()).unwrap();
+        std::io::Write::flush(&mut stdin).unwrap();
+    };
+    say("write a note titled Late saying too late");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    say("yes");
+    say("write a note Dropped: by another message");
+    say("sure");
+    say("find governed and write a note Both: at once");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 5, "{answers:?}");
+    assert_eq!(answers[0]["plan"]["input"]["title"], "Late");
+    assert_eq!(answers[1]["status"], "expired", "{}", answers[1]);
+    assert!(
+        answers[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("it waited more than 1s for a yes"),
+        "{}",
+        answers[1]
+    );
+    assert_eq!(answers[3]["status"], "unsupported");
+    assert_eq!(answers[3]["put_aside"]["plan"]["input"]["title"], "Dropped");
+    assert!(
+        answers[3]["put_aside"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was run"),
+        "{}",
+        answers[3]
+    );
+    assert_eq!(answers[4]["status"], "needs_clarification");
+    assert_eq!(
+        answers[4]["candidates"],
+        json!(["find governed", "write a note Both: at once"])
+    );
+    let notes: Vec<_> = std::fs::read_dir(root.join("notes"))
+        .map(|dir| dir.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(notes.is_empty(), "written: {notes:?}");
+    let records = json(&kavi(root, &["executions", "tail", "--json"]));
+    assert_eq!(records, json!([]), "nothing ran");
+}
+
+/// On a terminal (driven through a pseudo-terminal by tests/chat/terminal.py), Ctrl-C at the
+/// prompt clears the line and runs nothing; Ctrl-C during a run (a summary of a FIFO nobody
+/// writes) cancels that run only, and the session goes on; Ctrl-D ends the chat with 0.
+#[test]
+fn the_chat_on_a_terminal_cancels_only_what_ctrl_c_interrupts() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    forge(root, &["word_count"]);
+    nix::unistd::mkfifo(&root.join("notes/block.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let script = common::repo().join("tests/chat/terminal.py");
+    let out = common::with_test_env(
+        std::process::Command::new("python3"),
+        root,
+        &[
+            script.to_str().unwrap(),
+            env!("CARGO_BIN_EXE_kavi"),
+            root.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(session["exit"], 0, "{}", session["transcript"]);
+    let records = json(&kavi(root, &["executions", "tail", "-n", "10", "--json"]));
+    let ran: Vec<(&str, &str)> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["skill"].as_str().unwrap(),
+                r["error"].as_str().unwrap_or("ok"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            ("word_count", "ok"),
+            ("summarize_note", "cancelled"),
+            ("word_count", "ok")
+        ],
+        "{}",
+        session["transcript"]
+    );
+}
+
 /// Answers of `kavi chat -m`, as JSON, with the exit code.
 fn chat_once(root: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["chat", "--json", "-m"];
@@ -714,9 +1079,13 @@ fn the_chat_runs_one_trusted_skill_per_message_and_asks_before_side_effects() {
     );
     let (code, answer) = chat_once(root, &["summarize that"]);
     assert_eq!(code, Some(2));
-    assert_eq!(
-        answer["error"],
-        "there is no earlier result in this session to refer to"
+    assert_eq!(answer["status"], "needs_clarification");
+    assert!(
+        answer["question"]
+            .as_str()
+            .unwrap()
+            .starts_with("nothing earlier in this session is a path"),
+        "{answer}"
     );
 
     // A session: "that" is what the search found; a yes runs the plan that was shown.
@@ -790,6 +1159,10 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
                 .into()
         } else if message.contains("wipe") {
             "{\"intent\": \"delete_everything\", \"groups\": {}}".into()
+        } else if message.contains("and summarize it") {
+            "{\"intent\": \"search\", \"groups\": {\"query\": \"governed\"}}".into()
+        } else if message.contains("hello there") {
+            "{\"intent\": \"summarize\", \"groups\": {\"path\": \"notes/other.md\"}}".into()
         } else {
             "I think you want to summarize something!".into()
         }
@@ -821,6 +1194,11 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
     assert_eq!(understood["status"], "executed", "{understood}");
     assert_eq!(understood["intent"]["parser"], "llm");
     assert_eq!(understood["plan"]["input"]["path"], "notes/kavi.md");
+    // The message names the note by its file name: that grounds the model's path.
+    assert_eq!(
+        understood["intent"]["grounding"]["path"], "path",
+        "{understood}"
+    );
     let request = &gateway.received()[0];
     assert_eq!(request.request_line, "POST /v1/chat/completions HTTP/1.1");
     assert_eq!(
@@ -852,6 +1230,21 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
             .contains("`delete_everything`, which is not a declared intent"),
         "{invented}"
     );
+    // A value the message does not justify is not taken: the patterns decide, and nothing runs.
+    let ungrounded = ask(&base, "hello there");
+    assert_eq!(ungrounded["status"], "unsupported", "{ungrounded}");
+    assert!(ungrounded["records"].as_array().unwrap().is_empty());
+    assert!(
+        ungrounded["llm_error"]
+            .as_str()
+            .unwrap()
+            .contains("gave `path` the value \"notes/other.md\", which neither the message nor"),
+        "{ungrounded}"
+    );
+    // A message asking for two things runs neither, whatever one part the model would pick.
+    let two = ask(&base, "find governed and summarize it");
+    assert_eq!(two["status"], "needs_clarification", "{two}");
+    assert!(two["records"].as_array().unwrap().is_empty());
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/v1", listener.local_addr().unwrap())

@@ -28,6 +28,14 @@ fn cli_scenarios() {
         "# About kavi\n\nKavi runs governed pipelines.\n",
     )
     .unwrap();
+    let chat = prepare_shipped_fixture("chat");
+    std::fs::create_dir_all(chat.join("notes")).unwrap();
+    std::fs::write(
+        chat.join("notes/kavi.md"),
+        "# About kavi\n\nKavi runs governed pipelines.\n",
+    )
+    .unwrap();
+    std::fs::write(chat.join("notes/other.md"), "# Other\n\nGoverned too.\n").unwrap();
     // The stories' failed attempts keep their sandboxes (policies/sandbox.toml), and their
     // ledgers are made anew each time, so nothing would sweep them: they get a folder of their
     // own under target/, emptied here.

@@ -119,7 +119,9 @@ pub fn adopt_the_rules_as_they_are(root: &Path) {
     assert!(adopted.status.success(), "{adopted:?}");
 }
 
-fn with_test_env(mut command: Command, dir: &Path, args: &[&str]) -> Command {
+/// `command` with `args`, run in `dir` with the environment every kavi under test gets (its
+/// sandboxes, toolchains, keys and ledger), also when a script starts that kavi.
+pub fn with_test_env(mut command: Command, dir: &Path, args: &[&str]) -> Command {
     command
         .args(args)
         .current_dir(dir)

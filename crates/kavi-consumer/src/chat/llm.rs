@@ -2,8 +2,9 @@
 //! declared intents and fill its named groups. Its answer is checked against the intent list;
 //! anything else (no gateway, unreachable, timed out, not JSON, an intent that does not exist, a
 //! group the intent does not have) is a reason, and the deterministic parser decides instead.
-//! What the model chooses is never more than what a message could say: the intent still runs
-//! only its declared skill or chain, through the same gates.
+//! What the model chooses is never more than what a message could say: each value it fills must
+//! be grounded in the message or the session (the session checks, see `Session::grounding`), and
+//! the intent still runs only its declared skill or chain, through the same gates.
 
 use indexmap::IndexMap;
 use serde_json::{Value, json};

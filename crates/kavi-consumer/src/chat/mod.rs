@@ -13,6 +13,7 @@ pub mod intents;
 pub mod llm;
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -24,7 +25,7 @@ use crate::ledger::ExecutionRecord;
 use crate::skills::SideEffects;
 use crate::template::TemplateEngine;
 
-pub use intents::{ChatPolicy, Target};
+pub use intents::{ChatPolicy, Target, Understood};
 
 /// How many earlier results a session keeps to refer to.
 const ANCHORS: usize = 10;
@@ -45,6 +46,11 @@ pub enum Status {
     Unsupported,
     /// A stashed plan was declined.
     Declined,
+    /// A yes came after the plan had waited longer than `confirm_within`; nothing ran.
+    Expired,
+    /// The message asks for more than one thing, or refers to something the chat cannot tell;
+    /// nothing ran, and the answer asks back (`question`, `candidates`).
+    NeedsClarification,
     /// The list of what the chat understands.
     Help,
 }
@@ -57,6 +63,11 @@ pub struct ParsedIntent {
     pub parser: &'static str,
     /// The message's named groups.
     pub groups: Map<String, Value>,
+    /// For the LLM parser: by group, what justifies the value the model gave it (`message`: it
+    /// is text of the message; `path`: a path whose file name the message says; `earlier
+    /// result`: a value an earlier result of the session holds).
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub grounding: Map<String, Value>,
 }
 
 /// What would run: shown before it runs, and run exactly as shown.
@@ -88,6 +99,28 @@ pub struct Answer {
     /// For `help` and `unsupported`: what the chat understands.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub supported: Vec<String>,
+    /// For `needs_clarification`: what the chat asks back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    /// For `needs_clarification`: messages that would each be one clear request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<String>,
+    /// A plan that waited for a yes when this message came, and what became of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub put_aside: Option<PutAside>,
+}
+
+/// A plan that waited for a yes and was put aside, unrun.
+#[derive(Debug, Serialize)]
+pub struct PutAside {
+    pub plan: Plan,
+    pub why: String,
+}
+
+/// What the chat asks back instead of running anything.
+struct Clarification {
+    question: String,
+    candidates: Vec<String>,
 }
 
 impl Answer {
@@ -101,7 +134,17 @@ impl Answer {
             error: None,
             llm_error: None,
             supported: Vec::new(),
+            question: None,
+            candidates: Vec::new(),
+            put_aside: None,
         }
+    }
+
+    fn clarify(message: &str, clarification: Clarification) -> Self {
+        let mut answer = Self::new(message, Status::NeedsClarification);
+        answer.question = Some(clarification.question);
+        answer.candidates = clarification.candidates;
+        answer
     }
 }
 
@@ -123,7 +166,8 @@ pub struct Session<'a> {
     pub llm: Option<llm::LlmParser<'a>>,
     anchors: VecDeque<Anchor>,
     last_plan: Option<Plan>,
-    stashed: Option<Plan>,
+    /// The plan that waits for a yes, and since when.
+    stashed: Option<(Plan, Instant)>,
 }
 
 /// Steps of a confirmed (or READ_ONLY) chain plan are confirmed already.
@@ -166,14 +210,35 @@ impl<'a> Session<'a> {
     }
 
     /// Answers one message; `confirmed` says yes in advance to a side effect the policy allows.
+    /// A plan that waited for a yes is put aside, and the answer says so.
     pub async fn message(
         &mut self,
         text: &str,
         confirmed: bool,
         cancel: &CancellationToken,
     ) -> Answer {
-        // A new message puts aside a plan that waited for a yes.
-        self.stashed = None;
+        let put_aside = self.stashed.take().map(|(plan, since)| PutAside {
+            plan,
+            why: if since.elapsed() > self.policy.confirm_within {
+                self.expired_why()
+            } else {
+                "a message other than yes or no came before a yes; nothing was run".into()
+            },
+        });
+        let mut answer = self.answer(text, confirmed, cancel).await;
+        answer.put_aside = put_aside;
+        answer
+    }
+
+    fn expired_why(&self) -> String {
+        format!(
+            "it waited more than {} for a yes (`confirm_within` in {}); nothing was run",
+            humantime::format_duration(self.policy.confirm_within),
+            intents::DEFAULT_POLICY
+        )
+    }
+
+    async fn answer(&mut self, text: &str, confirmed: bool, cancel: &CancellationToken) -> Answer {
         let words = text.trim().to_lowercase();
         if matches!(words.as_str(), "help" | "?") {
             let mut answer = Answer::new(text, Status::Help);
@@ -191,25 +256,64 @@ impl<'a> Session<'a> {
                 name: plan.intent.clone(),
                 parser: "again",
                 groups: Map::new(),
+                grounding: Map::new(),
             };
             (intent, Ok(plan))
         } else {
+            // One request a message: never a part of the message run as if it were all, whichever
+            // parser would pick one part.
+            let understood = self.policy.understand(text);
+            if let Understood::Several(parts) = &understood {
+                let names: Vec<String> = parts
+                    .iter()
+                    .map(|(part, intent)| format!("`{part}` ({})", intent.name))
+                    .collect();
+                return Answer::clarify(
+                    text,
+                    Clarification {
+                        question: format!(
+                            "the message asks for {} things: {}; the chat runs one request a \
+                             message, so nothing was run: send them one at a time",
+                            parts.len(),
+                            names.join(", ")
+                        ),
+                        candidates: parts.iter().map(|(part, _)| part.clone()).collect(),
+                    },
+                );
+            }
             // The model first, when there is one; on any failure the patterns decide.
+            let mut grounding = Map::new();
             let by_model = match &self.llm {
                 None => None,
                 Some(llm) => match llm.parse(self.policy, text).await {
-                    Ok(chosen) => chosen.map(|chosen| (chosen, "llm")),
+                    // The model's values count only where the message or the session justify
+                    // them; otherwise the patterns decide, as when it fails.
+                    Ok(Some(chosen)) => match self.grounding(text, &chosen.1) {
+                        Ok(grounds) => {
+                            grounding = grounds;
+                            Some((chosen, "llm"))
+                        }
+                        Err(reason) => {
+                            llm_error = Some(reason);
+                            None
+                        }
+                    },
+                    Ok(None) => None,
                     Err(reason) => {
                         llm_error = Some(reason);
                         None
                     }
                 },
             };
-            let chosen = by_model.or_else(|| {
-                self.policy
-                    .parse_message(text)
-                    .map(|chosen| (chosen, "deterministic"))
-            });
+            let chosen = match by_model {
+                Some(chosen) => Some(chosen),
+                None => match understood {
+                    Understood::One(chosen) => Some((chosen, "deterministic")),
+                    Understood::Nothing => None,
+                    // Found above, before the model was asked.
+                    Understood::Several(_) => None,
+                },
+            };
             let Some(((intent, groups), parser)) = chosen else {
                 let mut answer = Answer::new(text, Status::Unsupported);
                 answer.error = Some("no intent of policies/chat.toml matches the message".into());
@@ -217,15 +321,31 @@ impl<'a> Session<'a> {
                 answer.supported = self.supported();
                 return answer;
             };
-            let groups: Map<String, Value> = groups
+            let mut groups: Map<String, Value> = groups
                 .into_iter()
-                .map(|(k, v)| (k, Value::String(v)))
+                .map(|(k, v)| (k, Value::String(intents::unquote(&v).to_owned())))
                 .collect();
+            if let Err(clarification) = self.resolve_references(text, intent, &mut groups) {
+                let mut answer = Answer::clarify(text, clarification);
+                answer.intent = Some(ParsedIntent {
+                    name: intent.name.clone(),
+                    parser,
+                    groups,
+                    grounding: Map::new(),
+                });
+                answer.llm_error = llm_error;
+                return answer;
+            }
             let plan = self.plan(intent, &groups);
             let parsed = ParsedIntent {
                 name: intent.name.clone(),
                 parser,
                 groups,
+                grounding: if parser == "llm" {
+                    grounding
+                } else {
+                    Map::new()
+                },
             };
             (parsed, plan)
         };
@@ -255,7 +375,7 @@ impl<'a> Session<'a> {
                 "`{}` is {classes}: nothing was run; confirm to run it as planned",
                 plan.target.name()
             ));
-            self.stashed = Some(plan);
+            self.stashed = Some((plan, Instant::now()));
             return answer;
         }
         self.execute(plan, answer, cancel).await
@@ -263,11 +383,17 @@ impl<'a> Session<'a> {
 
     /// Runs the plan that waited for a yes, as it was shown.
     pub async fn confirm(&mut self, text: &str, cancel: &CancellationToken) -> Answer {
-        let Some(plan) = self.stashed.take() else {
+        let Some((plan, since)) = self.stashed.take() else {
             let mut answer = Answer::new(text, Status::Refused);
             answer.error = Some("nothing waits for a yes".into());
             return answer;
         };
+        if since.elapsed() > self.policy.confirm_within {
+            let mut answer = Answer::new(text, Status::Expired);
+            answer.error = Some(format!("{}; send the message again", self.expired_why()));
+            answer.plan = Some(plan);
+            return answer;
+        }
         let mut answer = Answer::new(text, Status::Refused);
         answer.plan = Some(plan.clone());
         self.execute(plan, answer, cancel).await
@@ -276,8 +402,135 @@ impl<'a> Session<'a> {
     /// Puts aside the plan that waited for a yes.
     pub fn decline(&mut self, text: &str) -> Answer {
         let mut answer = Answer::new(text, Status::Declined);
-        answer.plan = self.stashed.take();
+        answer.plan = self.stashed.take().map(|(plan, _)| plan);
         answer
+    }
+
+    /// What justifies each value the model gave, or why one is not: a value must be text of the
+    /// message, a path whose file name (without its extension) the message says, or a value
+    /// an earlier result of this session holds.
+    fn grounding(
+        &self,
+        message: &str,
+        groups: &indexmap::IndexMap<String, String>,
+    ) -> Result<Map<String, Value>, String> {
+        let said = message.to_lowercase();
+        let words: Vec<&str> = said
+            .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+            .filter(|w| !w.is_empty())
+            .collect();
+        let mut grounds = Map::new();
+        for (group, value) in groups {
+            let value = intents::unquote(value);
+            let lowered = value.to_lowercase();
+            let stem = std::path::Path::new(&lowered)
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .filter(|stem| *stem != lowered);
+            let ground = if !lowered.is_empty() && said.contains(&lowered) {
+                "message"
+            } else if stem.is_some_and(|stem| stem.len() >= 3 && words.contains(&stem)) {
+                "path"
+            } else if self.anchors.iter().any(|a| holds(&a.output, value)) {
+                "earlier result"
+            } else {
+                return Err(format!(
+                    "the model gave `{group}` the value {}, which neither the message nor an \
+                     earlier result of this session says",
+                    Value::String(value.to_owned())
+                ));
+            };
+            grounds.insert(group.clone(), Value::String(ground.into()));
+        }
+        Ok(grounds)
+    }
+
+    /// Puts in place of each reference word ("that") in `groups` the value it stands for: from
+    /// the newest earlier result that holds a value the group can take (`references` in the
+    /// policy). Asks back instead when none does, when that result holds several, or when the
+    /// group cannot be given by reference.
+    fn resolve_references(
+        &self,
+        message: &str,
+        intent: &intents::Intent,
+        groups: &mut Map<String, Value>,
+    ) -> Result<(), Clarification> {
+        for (group, value) in groups.iter_mut() {
+            let Some(word) = value.as_str().filter(|v| self.policy.is_reference(v)) else {
+                continue;
+            };
+            let word = word.to_owned();
+            let Some(paths) = self.policy.references.get(group) else {
+                let again = self
+                    .last_plan
+                    .as_ref()
+                    .is_some_and(|plan| plan.intent == intent.name);
+                return Err(Clarification {
+                    question: format!(
+                        "`{word}` cannot stand for the {group} of `{}`: say which {group}{}; \
+                         nothing was run",
+                        intent.name,
+                        if again {
+                            ", or `again` to run the last plan again"
+                        } else {
+                            ""
+                        }
+                    ),
+                    candidates: if again {
+                        vec!["again".into()]
+                    } else {
+                        Vec::new()
+                    },
+                });
+            };
+            let found = self.anchors.iter().rev().find_map(|anchor| {
+                let mut values: Vec<String> = Vec::new();
+                for path in paths {
+                    let selected = match crate::jsonpath::select(&anchor.output, path) {
+                        Ok(Value::Array(items)) => items,
+                        Ok(one) => vec![one],
+                        Err(_) => Vec::new(),
+                    };
+                    for item in selected {
+                        if let Some(text) = item.as_str()
+                            && !values.iter().any(|v| v == text)
+                        {
+                            values.push(text.to_owned());
+                        }
+                    }
+                }
+                (!values.is_empty()).then(|| (anchor.skill.clone(), values))
+            });
+            match found {
+                None => {
+                    return Err(Clarification {
+                        question: format!(
+                            "nothing earlier in this session is a {group} `{}` can take for \
+                             `{word}`: say which {group}; nothing was run",
+                            intent.name
+                        ),
+                        candidates: Vec::new(),
+                    });
+                }
+                Some((_, mut values)) if values.len() == 1 => {
+                    *value = Value::String(values.remove(0));
+                }
+                Some((skill, values)) => {
+                    return Err(Clarification {
+                        question: format!(
+                            "`{word}` could be any of {} {group}s `{skill}` gave: say which; \
+                             nothing was run",
+                            values.len()
+                        ),
+                        candidates: values
+                            .iter()
+                            .map(|v| message.trim().replacen(&word, v, 1))
+                            .collect(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The template variables: the message's groups, and the session's earlier results.
@@ -435,9 +688,27 @@ impl<'a> Session<'a> {
     }
 }
 
+/// Whether `value` is a string somewhere in `output`.
+fn holds(output: &Value, value: &str) -> bool {
+    match output {
+        Value::String(text) => text == value,
+        Value::Array(items) => items.iter().any(|item| holds(item, value)),
+        Value::Object(fields) => fields.values().any(|field| holds(field, value)),
+        _ => false,
+    }
+}
+
 /// The answer as a person reads it.
 pub fn describe(answer: &Answer) -> String {
     let mut lines = Vec::new();
+    if let Some(put_aside) = &answer.put_aside {
+        lines.push(format!(
+            "put aside: {} {}: {}",
+            put_aside.plan.target,
+            Value::Object(put_aside.plan.input.clone()),
+            put_aside.why
+        ));
+    }
     if let Some(reason) = &answer.llm_error {
         lines.push(format!("the gateway's parse was not used: {reason}"));
     }
@@ -460,6 +731,17 @@ pub fn describe(answer: &Answer) -> String {
             answer.error.as_deref().unwrap_or_default()
         )),
         Status::Declined => lines.push("declined: nothing was run".into()),
+        Status::Expired => lines.push(format!(
+            "expired: {}",
+            answer.error.as_deref().unwrap_or_default()
+        )),
+        Status::NeedsClarification => {
+            lines.push(format!(
+                "needs clarification: {}",
+                answer.question.as_deref().unwrap_or_default()
+            ));
+            lines.extend(answer.candidates.iter().map(|c| format!("  {c}")));
+        }
         Status::Refused => lines.push(format!(
             "refused: {}",
             answer.error.as_deref().unwrap_or_default()

@@ -13,23 +13,34 @@
 //! Otherwise the call is a tool error that says why, nothing runs, and the refusal is recorded
 //! like any other.
 //!
-//! The protocol itself is the official SDK's (`rmcp`); this module only maps skills to tools.
+//! A client's `notifications/cancelled` stops the call: its skill's process tree is stopped and
+//! the record says `cancelled`.
+//!
+//! The protocol itself is the official SDK's (`rmcp`); this module maps skills to tools, and
+//! [`wire`] frames stdio so that every malformed line gets the error JSON-RPC names.
 
 pub mod policy;
+pub mod wire;
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::ErrorData as McpError;
 use rmcp::RoleServer;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
-    ElicitationAction, ElicitationSchema, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult,
+    CompleteRequestMethod, ConstString, ContentBlock, CustomRequest, CustomResult,
+    DiscoverRequestMethod, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationSchema, ErrorCode, GetPromptRequestMethod, InputRequest, InputRequests,
+    InputRequiredResult, ListPromptsRequestMethod, ListResourceTemplatesRequestMethod,
+    ListResourcesRequestMethod, ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams,
+    PingRequestMethod, ReadResourceRequestMethod, ServerCapabilities, ServerConfig,
+    SetLevelRequestMethod, SubscribeRequestMethod, Tool, ToolAnnotations, UnsubscribeRequestMethod,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::RequestContext;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Lineage, Ready, Runner};
 use crate::ledger::{ExecutionRecord, Ledger};
@@ -52,6 +63,11 @@ pub struct SkillServer {
     client: Option<String>,
     /// The tools last listed, to tell the client when the set changes.
     listed: Arc<Mutex<Option<Vec<String>>>>,
+    /// Questions asked through `input_required` results (2026-07-28), by the state the client
+    /// echoes when it calls again with the answer; kept here, so the echoed state is only a key.
+    questions: Arc<Mutex<BTreeMap<String, Question>>>,
+    /// How many such questions were asked: keeps their keys in the order they were asked.
+    asked: Arc<AtomicU64>,
 }
 
 impl SkillServer {
@@ -61,6 +77,8 @@ impl SkillServer {
             policy: Arc::new(policy),
             client,
             listed: Arc::new(Mutex::new(None)),
+            questions: Arc::new(Mutex::new(BTreeMap::new())),
+            asked: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -98,19 +116,34 @@ impl SkillServer {
 
     async fn call(
         &self,
-        name: &str,
-        input: Value,
-        caller: String,
-        peer: &Peer<RoleServer>,
-    ) -> CallToolResult {
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let caller = self.caller(context);
+        let input = Value::Object(request.arguments.clone().unwrap_or_default());
         let runner = self.runners.runner();
         let mut lineage = Lineage {
             caller: Some(caller),
             ..Lineage::default()
         };
+        // A tool name is a skill name or nothing: one that is not never reaches the ledger whole.
+        let name = match crate::skills::invalid_name_reason(&request.name) {
+            None => request.name.to_string(),
+            Some(_) => {
+                let shown = shortened(&request.name);
+                let error = format!(
+                    "no tool `{shown}`: a tool name is a skill name (a lowercase letter, then \
+                     lowercase letters, digits or `_`, at most 64 characters); nothing was run"
+                );
+                let record =
+                    runner.record_failure(&shown, "UNKNOWN", Some(input), &error, &lineage);
+                return tool_error(&error, record.ok().as_ref()).into();
+            }
+        };
+        let name = name.as_str();
         let refused = |error: String, side_effect: &str, input: Value, lineage: &Lineage| {
             let record = runner.record_failure(name, side_effect, Some(input), &error, lineage);
-            tool_error(&error, record.ok().as_ref())
+            CallToolResponse::from(tool_error(&error, record.ok().as_ref()))
         };
         let mut ready = match runner.ready(name) {
             Ok(ready) => ready,
@@ -123,38 +156,50 @@ impl SkillServer {
                 let error = format!("refusing to run `{name}`: {why}");
                 return refused(error, &classes.to_string(), input, &lineage);
             }
-            Decision::Confirm => match confirm(peer, name, classes, &input).await {
-                Ok(()) => {
-                    if let Some(caller) = &mut lineage.caller {
-                        caller.push_str(", confirmed by its user");
+            Decision::Confirm => {
+                let question = Question {
+                    skill: name.to_owned(),
+                    input: input.clone(),
+                    hash: ready.hash.clone(),
+                };
+                let asked = tokio::select! {
+                    asked = self.ask(question, classes, &request, context) => asked,
+                    () = context.ct.cancelled() => Err(
+                        "cancelled by the client while its user was asked; nothing was run".into()
+                    ),
+                };
+                let confirmed_hash = match asked {
+                    Ok(Asked::Pending(pending)) => return pending.into(),
+                    Ok(Asked::Confirmed(hash)) => hash,
+                    Err(why) => {
+                        let error = format!("refusing to run `{name}`: it is {classes}, and {why}");
+                        return refused(error, &classes.to_string(), input, &lineage);
                     }
-                    // The question waited on a person: the skill is checked again, and runs
-                    // only if it is still the trusted version the question was about.
-                    match runner.ready(name) {
-                        Ok(again) if again.hash == ready.hash => ready = again,
-                        Ok(_) => {
-                            let error = format!(
-                                "refusing to run `{name}`: its trusted version changed while its \
-                                 user was asked; nothing was run"
-                            );
-                            return refused(error, &classes.to_string(), input, &lineage);
-                        }
-                        Err(refusal) => {
-                            let error = format!("{refusal} (found after its user confirmed)");
-                            return refused(error, &classes.to_string(), input, &lineage);
-                        }
+                };
+                if let Some(caller) = &mut lineage.caller {
+                    caller.push_str(", confirmed by its user");
+                }
+                // The question waited on a person: the skill is checked again, and runs only if
+                // it is still the trusted version the question was about.
+                match runner.ready(name) {
+                    Ok(again) if again.hash == confirmed_hash => ready = again,
+                    Ok(_) => {
+                        let error = format!(
+                            "refusing to run `{name}`: its trusted version changed while its \
+                             user was asked; nothing was run"
+                        );
+                        return refused(error, &classes.to_string(), input, &lineage);
+                    }
+                    Err(refusal) => {
+                        let error = format!("{refusal} (found after its user confirmed)");
+                        return refused(error, &classes.to_string(), input, &lineage);
                     }
                 }
-                Err(why) => {
-                    let error = format!("refusing to run `{name}`: it is {classes}, and {why}");
-                    return refused(error, &classes.to_string(), input, &lineage);
-                }
-            },
+            }
         }
-        match runner
-            .run(&ready, input, &lineage, &CancellationToken::new())
-            .await
-        {
+        // `notifications/cancelled` for this call cancels `ct`: the runner stops the skill's
+        // process tree and records the execution as cancelled.
+        let result = match runner.run(&ready, input, &lineage, &context.ct).await {
             Err(e) => tool_error(&e.to_string(), None),
             Ok(record) if record.success => {
                 let mut result = CallToolResult::structured(json!({
@@ -170,28 +215,113 @@ impl SkillServer {
                 record.error.as_deref().unwrap_or("the skill failed"),
                 Some(&record),
             ),
+        };
+        result.into()
+    }
+
+    /// Asks the client's user whether to run the skill of `question`, through elicitation, the
+    /// way the call's protocol version has it: up to 2025-11-25 an `elicitation/create` request
+    /// to the client, awaited here; from 2026-07-28, which has no server-to-client requests, an
+    /// `input_required` result holding the question, whose answer comes with the client's retry
+    /// of the same call. Only a yes (the form accepted with `confirm` true) to this very
+    /// question confirms it: the hash it was asked about comes back; why not, otherwise.
+    async fn ask(
+        &self,
+        question: Question,
+        classes: SideEffects,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Asked, String> {
+        // The capabilities come from `initialize` on older versions, with each request from
+        // 2026-07-28 on: the SDK's context has both.
+        let can_ask = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.elicitation.is_some());
+        if !can_ask {
+            return Err(format!(
+                "{DEFAULT_POLICY} runs it once the client's user confirms it, but the client \
+                 cannot ask its user (it did not declare the elicitation capability); nothing \
+                 was run",
+                DEFAULT_POLICY = policy::DEFAULT_POLICY
+            ));
         }
+        let params = question_params(&question, classes)?;
+        let has_requests = context
+            .protocol_version()
+            .is_none_or(|version| version.has_initialize());
+        if has_requests {
+            let answer =
+                context.peer.create_elicitation(params).await.map_err(|e| {
+                    format!("asking the client's user failed ({e}); nothing was run")
+                })?;
+            return says_yes(&answer).map(|()| Asked::Confirmed(question.hash));
+        }
+        // A retry answers the question its state names, if that question was about this very
+        // skill and input; anything else is asked (again).
+        let mut asked = self.questions.lock().expect("questions lock");
+        let answered = request
+            .request_state
+            .as_ref()
+            .and_then(|state| asked.remove(state))
+            .filter(|earlier| earlier.skill == question.skill && earlier.input == question.input);
+        if let Some(earlier) = answered {
+            let answer = request
+                .input_responses
+                .as_ref()
+                .and_then(|responses| responses.get(CONFIRM_KEY))
+                .ok_or("the client retried without its user's answer; nothing was run")?;
+            let answer: ElicitResult = serde_json::from_value(answer.clone()).map_err(|e| {
+                format!("the client's answer is not an elicitation result ({e}); nothing was run")
+            })?;
+            return says_yes(&answer).map(|()| Asked::Confirmed(earlier.hash));
+        }
+        // Questions nobody answers are not kept forever: the oldest goes first.
+        while asked.len() >= OPEN_QUESTIONS {
+            let oldest = asked.keys().next().cloned().expect("not empty");
+            asked.remove(&oldest);
+        }
+        // Only one client talks to this server (stdio), so a count names a question well enough.
+        let state = format!("{:020}", self.asked.fetch_add(1, Ordering::Relaxed));
+        asked.insert(state.clone(), question);
+        let mut requests = InputRequests::new();
+        requests.insert(
+            CONFIRM_KEY.to_owned(),
+            InputRequest::Elicitation(ElicitRequest::new(params)),
+        );
+        Ok(Asked::Pending(InputRequiredResult::new(
+            Some(requests),
+            Some(state),
+        )))
     }
 }
 
-/// Asks the client's user, through elicitation, whether to run `name` with `input`. Only a yes
-/// (the form accepted with `confirm` true) runs it; why not, otherwise.
-async fn confirm(
-    peer: &Peer<RoleServer>,
-    name: &str,
+/// How many unanswered questions (2026-07-28's `input_required`) the server keeps.
+const OPEN_QUESTIONS: usize = 64;
+
+/// The key of kavi's question in an `input_required` result and of its answer in the retry.
+const CONFIRM_KEY: &str = "confirm";
+
+/// What the client's user is asked about: this skill, at this trusted version, with this input.
+struct Question {
+    skill: String,
+    input: Value,
+    hash: String,
+}
+
+/// Where asking got to: confirmed (for the skill's version it was asked about), or a question
+/// the client answers by calling again (2026-07-28).
+enum Asked {
+    Confirmed(String),
+    Pending(InputRequiredResult),
+}
+
+/// The question kavi asks: the skill, its classes and its input, with a form of one required
+/// boolean, `confirm`.
+fn question_params(
+    question: &Question,
     classes: SideEffects,
-    input: &Value,
-) -> Result<(), String> {
-    let can_ask = peer
-        .peer_info()
-        .is_some_and(|info| info.capabilities.elicitation.is_some());
-    if !can_ask {
-        return Err(format!(
-            "{DEFAULT_POLICY} runs it once the client's user confirms it, but the client cannot \
-             ask its user (it did not declare the elicitation capability); nothing was run",
-            DEFAULT_POLICY = policy::DEFAULT_POLICY
-        ));
-    }
+) -> Result<ElicitRequestParams, String> {
+    let name = &question.skill;
     let schema = ElicitationSchema::builder()
         .required_bool_with("confirm", |b| {
             b.title("Run it")
@@ -201,28 +331,39 @@ async fn confirm(
         .map_err(|e| format!("kavi could not build its question: {e}"))?;
     let message = format!(
         "An agent asks kavi to run the trusted skill `{name}`, which is {classes}, with this \
-         input: {input}. It runs confined and is recorded. Run it?"
+         input: {input}. It runs confined and is recorded. Run it?",
+        input = question.input
     );
-    let answer = peer
-        .create_elicitation(ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message,
-            requested_schema: schema,
-        })
-        .await
-        .map_err(|e| format!("asking the client's user failed ({e}); nothing was run"))?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema: schema,
+    })
+}
+
+/// Whether the client's user said yes: the form accepted with `confirm` true; why not, otherwise.
+fn says_yes(answer: &ElicitResult) -> Result<(), String> {
     let confirmed = answer.action == ElicitationAction::Accept
         && answer
             .content
             .as_ref()
             .is_some_and(|content| content["confirm"] == Value::Bool(true));
-    match (confirmed, answer.action) {
+    match (confirmed, &answer.action) {
         (true, _) => Ok(()),
         (false, ElicitationAction::Cancel) => {
             Err("the client's user cancelled the question; nothing was run".into())
         }
         (false, _) => Err("the client's user declined to run it; nothing was run".into()),
     }
+}
+
+/// A name too long to show whole: its first 64 characters, and how long it was.
+fn shortened(name: &str) -> String {
+    if name.chars().count() <= 64 {
+        return name.to_owned();
+    }
+    let head: String = name.chars().take(64).collect();
+    format!("{head}... ({} bytes)", name.len())
 }
 
 /// A tool error: the reason for the model to read, and the execution record that holds it.
@@ -285,14 +426,56 @@ impl ServerHandler for SkillServer {
         Ok(ListToolsResult::with_all_items(tools))
     }
 
+    /// The SDK hands a request of the protocol here, as an unknown method, when its params do not
+    /// fit the method's shape: that is invalid params (-32602), not a missing method.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let CustomRequest { method, params, .. } = request;
+        if method == CallToolRequestMethod::VALUE {
+            let why = serde_json::from_value::<CallToolRequestParams>(params.unwrap_or_default())
+                .err()
+                .map_or_else(String::new, |e| format!(": {e}"));
+            return Err(McpError::invalid_params(
+                format!("invalid params for `{method}`{why}"),
+                None,
+            ));
+        }
+        let typed = [
+            PingRequestMethod::VALUE,
+            DiscoverRequestMethod::VALUE,
+            ListToolsRequestMethod::VALUE,
+            ListResourcesRequestMethod::VALUE,
+            ListResourceTemplatesRequestMethod::VALUE,
+            ReadResourceRequestMethod::VALUE,
+            SubscribeRequestMethod::VALUE,
+            UnsubscribeRequestMethod::VALUE,
+            ListPromptsRequestMethod::VALUE,
+            GetPromptRequestMethod::VALUE,
+            CompleteRequestMethod::VALUE,
+            SetLevelRequestMethod::VALUE,
+        ];
+        if typed.contains(&method.as_str()) {
+            return Err(McpError::invalid_params(
+                format!("invalid params for `{method}`"),
+                None,
+            ));
+        }
+        Err(McpError::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("Method not found: `{method}`"),
+            None,
+        ))
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let caller = self.caller(&context);
-        let input = Value::Object(request.arguments.unwrap_or_default());
-        let result = self.call(&request.name, input, caller, &context.peer).await;
+        let result = self.call(request, &context).await;
         // A call can be the moment a skill is found drifted: tell the client the list changed.
         let now: Vec<String> = self.ready_skills().iter().map(|r| r.name.clone()).collect();
         let changed = self
@@ -304,6 +487,6 @@ impl ServerHandler for SkillServer {
         if changed {
             let _ = context.peer.notify_tool_list_changed().await;
         }
-        Ok(result.into())
+        Ok(result)
     }
 }

@@ -16,13 +16,32 @@ use crate::skills::{SideEffect, SideEffects};
 
 pub const DEFAULT_POLICY: &str = "policies/mcp.toml";
 
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpPolicy {
+    /// The most bytes one message from a client may have (one line on stdio), which bounds a
+    /// tool's input before it reaches a skill or the ledger. A longer one is answered with an
+    /// error and not read. 1 MiB unless set.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
     /// By the name given with `kavi mcp --client NAME`: what that client may call beyond
     /// READ_ONLY skills.
     #[serde(default)]
     pub clients: BTreeMap<String, ClientGrant>,
+}
+
+/// 1 MiB: far more than any shipped skill's input, far less than a ledger should hold per call.
+fn default_max_request_bytes() -> usize {
+    1 << 20
+}
+
+impl Default for McpPolicy {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: default_max_request_bytes(),
+            clients: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
