@@ -851,6 +851,55 @@ fn a_run_whose_reader_goes_away_goes_on_and_is_recorded() {
     );
 }
 
+/// `kavi runs logs` of a node still running prints what it has printed so far, and `-f`
+/// follows it from another process as it prints, until it ends, exiting as the node did (here
+/// it fails: 1); once it has ended, `-f` prints what the ledger kept and exits the same way.
+#[test]
+fn runs_logs_shows_a_running_node_and_follows_it_to_its_end() {
+    use std::io::{BufRead as _, Read as _};
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/talk.toml",
+        "[pipeline]\nname = \"talk\"\n[nodes.talk]\nkind = \"exec\"\nshell = \"echo first; \
+         while [ ! -e go ]; do sleep 0.05; done; echo second; exit 3\"\n",
+    );
+    let mut run = kavi_command(dir.path(), &["pipeline", "run", "talk"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The node has printed its first line and waits: that line, while it runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let so_far = kavi(dir.path(), &["runs", "logs", "1", "talk"]);
+        if so_far.status.success() && so_far.stdout == b"first\n" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{so_far:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut follower = kavi_command(dir.path(), &["runs", "logs", "-f", "1", "talk"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut followed = std::io::BufReader::new(follower.stdout.take().unwrap());
+    let mut first = String::new();
+    followed.read_line(&mut first).unwrap();
+    assert_eq!(first, "first\n");
+    // Only now does the node go on: the follower printed its first line while it ran.
+    write(dir.path(), "go", "");
+    let mut rest = String::new();
+    followed.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "second\n");
+    assert_eq!(follower.wait().unwrap().code(), Some(1));
+    assert_eq!(run.wait().unwrap().code(), Some(1));
+    let ended = kavi(dir.path(), &["runs", "logs", "-f", "1", "talk"]);
+    assert_eq!(ended.status.code(), Some(1), "{ended:?}");
+    assert_eq!(ended.stdout, b"first\nsecond\n");
+}
+
 /// kavi raises its open-file soft limit to the hard one (its nodes' commands get the limit
 /// kavi was started with back), runs fewer nodes at once where even the hard limit leaves room
 /// for fewer, and refuses to start where it leaves room for none. `prlimit` (util-linux) sets

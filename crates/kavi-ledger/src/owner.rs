@@ -23,6 +23,8 @@ pub const EXTERNAL: &str = "external";
 pub(super) const LOCKS: [&str; 2] = ["lock", "claiming"];
 /// An owner's roster, by extension.
 pub(super) const ROSTER: &str = "procs";
+/// The folder, in an owner's spill folder, holding what its running nodes have printed so far.
+const LIVE: &str = "live";
 
 /// The file claims and recovery take turns on, in the locks folder: a claim holds it shared
 /// while it makes its files, recovery holds it exclusively while it decides which owners are
@@ -83,6 +85,30 @@ fn this_host() -> String {
 pub(super) fn runs_here(name: &str) -> bool {
     name.split_once('@')
         .is_none_or(|(_, host)| host == this_host())
+}
+
+/// Where what `stream` (`stdout` or `stderr`) of node `node` in run `run_id` has printed so far
+/// is written while it runs, in the spill folder `spill`: its owner's, removed with it.
+fn live_log_in(spill: &Path, run_id: i64, node: &str, stream: &str) -> PathBuf {
+    spill.join(LIVE).join(format!("{run_id}.{node}.{stream}"))
+}
+
+/// Where the owner `owner`, spilling under `spill_root`, writes what a running node has printed
+/// so far (see [`Owner::live_log`]), for another kavi to read; `None` for an owner this machine
+/// cannot see into (another machine's, [`EXTERNAL`]) or a node id no pipeline can declare.
+pub fn live_log(
+    spill_root: &Path,
+    owner: &str,
+    run_id: i64,
+    node: &str,
+    stream: &str,
+) -> Option<PathBuf> {
+    let node_ok = !node.is_empty()
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    (well_formed(owner) && runs_here(owner) && node_ok)
+        .then(|| live_log_in(&spill_root.join(owner), run_id, node, stream))
 }
 
 /// Removes a dead owner's spill folder. The path comes from a file, so it is trusted only when
@@ -160,6 +186,12 @@ impl Owner {
     /// later kavi, when it was killed); made only when first used.
     pub fn spill_dir(&self) -> &Path {
         self.roster.spill_dir()
+    }
+
+    /// Where this owner writes what `stream` of node `node` in run `run_id` has printed so far,
+    /// while the node runs: `kavi runs logs` reads it from another process.
+    pub fn live_log(&self, run_id: i64, node: &str, stream: &str) -> PathBuf {
+        live_log_in(self.spill_dir(), run_id, node, stream)
     }
 
     /// Writes down a private folder made for what this owner runs, so that a later kavi removes

@@ -254,9 +254,9 @@ pub async fn run(
     };
     let exited = CancellationToken::new();
     // Output someone watches live is read as it comes, from the start.
-    let quick_exit = match options.live {
-        Some(_) => None,
-        None => {
+    let quick_exit = match &options.live {
+        Some(live) if live.watched => None,
+        _ => {
             let mut quiet = QuietStart::begin();
             let exit = tokio::select! {
                 exit = child.wait() => Some(exit),
