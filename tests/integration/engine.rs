@@ -900,6 +900,45 @@ fn runs_logs_shows_a_running_node_and_follows_it_to_its_end() {
     assert_eq!(ended.stdout, b"first\nsecond\n");
 }
 
+/// A disk that fills while a run is recorded (here the ledger's, a node filling it) ends the
+/// run with the cause recorded: kavi writes it in the room its lock file keeps, and the next kavi,
+/// once space is freed, records the run and its nodes as interrupted for want of space, not as
+/// stopped by a kill.
+#[test]
+fn a_full_disk_is_recorded_as_the_cause_of_the_run_ending() {
+    let dir = workspace();
+    if common::postgres::ledger_for(dir.path()).is_some() {
+        // The ledger is on the server, not on the disk that fills.
+        return;
+    }
+    write(
+        dir.path(),
+        "pipelines/fill.toml",
+        "[pipeline]\nname = \"fill\"\n[nodes.fill]\nkind = \"exec\"\nshell = \"head -c \
+         4000000 /dev/zero > .kavi/filler; echo filled\"\n[nodes.after]\nkind = \"exec\"\n\
+         needs = [\"fill\"]\nrun = [\"echo\", \"after\"]\n",
+    );
+    let Some(out) = common::sh_with_small_disk(
+        dir.path(),
+        ".kavi",
+        "2m",
+        r#""$KAVI" pipeline run fill >/dev/null; echo "run exited $?" >&2; rm .kavi/filler; exec "$KAVI" runs show 1 --json"#,
+    ) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run exited 4"), "{stderr}");
+    let detail: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(detail["status"], "interrupted", "{detail}");
+    let error = detail["error"].as_str().unwrap();
+    assert!(error.contains("no space left on device"), "{error}");
+    for node in detail["nodes"].as_array().unwrap() {
+        let said = node["reason"].as_str().unwrap_or_default();
+        assert!(said.contains("no space left on device"), "{node}");
+    }
+}
+
 /// kavi raises its open-file soft limit to the hard one (its nodes' commands get the limit
 /// kavi was started with back), runs fewer nodes at once where even the hard limit leaves room
 /// for fewer, and refuses to start where it leaves room for none. `prlimit` (util-linux) sets

@@ -161,6 +161,22 @@ pub enum LedgerError {
     },
 }
 
+impl LedgerError {
+    /// Whether it failed for want of disk space: SQLite's "database or disk is full", or a file
+    /// write's ENOSPC.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            LedgerError::Db(db::DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _))) => {
+                e.code == rusqlite::ErrorCode::DiskFull
+            }
+            LedgerError::Io(e) | LedgerError::Create { source: e, .. } => {
+                e.kind() == std::io::ErrorKind::StorageFull
+            }
+            _ => false,
+        }
+    }
+}
+
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
 use kavi_db::BUSY_TIMEOUT;
