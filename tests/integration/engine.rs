@@ -941,17 +941,19 @@ fn a_full_disk_is_recorded_as_the_cause_of_the_run_ending() {
 
 /// kavi raises its open-file soft limit to the hard one (its nodes' commands get the limit
 /// kavi was started with back), runs fewer nodes at once where even the hard limit leaves room
-/// for fewer, and refuses to start where it leaves room for none. `prlimit` (util-linux) sets
-/// the limits kavi starts with.
+/// for fewer, and refuses to start where it leaves room for none. Its 200 nodes print past the
+/// in-memory head on both streams, so each holds every file a node may (pipes, spill files, live
+/// logs) while the next ones start. `prlimit` (util-linux) sets the limits kavi starts with.
 #[test]
 fn the_open_file_limit_is_raised_and_bounds_how_many_nodes_run_at_once() {
     let dir = workspace();
     let mut text = String::from(
         "[pipeline]\nname = \"many\"\n[nodes.limit]\nkind = \"exec\"\nshell = \"ulimit -n\"\n",
     );
-    for n in 0..40 {
+    for n in 0..200 {
         text.push_str(&format!(
-            "[nodes.n{n}]\nkind = \"exec\"\nrun = [\"true\"]\n"
+            "[nodes.n{n}]\nkind = \"exec\"\nshell = \"yes | head -c 70000; yes | head -c 70000 >&2; \
+             sleep 0.05\"\n"
         ));
     }
     write(dir.path(), "pipelines/many.toml", &text);
@@ -986,12 +988,12 @@ fn the_open_file_limit_is_raised_and_bounds_how_many_nodes_run_at_once() {
     let detail = json(&kavi(dir.path(), &["runs", "show", "--json"]));
     assert_eq!(node(&detail, "limit")["outputs"]["stdout"], "40\n");
     // A hard limit with room for 4 nodes at once: 4 run at once, said on stderr, all succeed.
-    let fewer = run("48:48", "fewer");
+    let fewer = run("64:64", "fewer");
     assert!(fewer.status.success(), "{fewer:?}");
     let stderr = String::from_utf8_lossy(&fewer.stderr);
     assert!(
         stderr
-            .contains("the open-file limit (48) leaves room for 4 nodes at once; running 4, not 8"),
+            .contains("the open-file limit (64) leaves room for 4 nodes at once; running 4, not 8"),
         "{stderr}"
     );
     // No room for one: refused before anything runs.
@@ -999,7 +1001,7 @@ fn the_open_file_limit_is_raised_and_bounds_how_many_nodes_run_at_once() {
     assert_eq!(none.status.code(), Some(4), "{none:?}");
     assert!(
         String::from_utf8_lossy(&none.stderr)
-            .contains("the open-file limit is 32; kavi needs at least 36 to run a node"),
+            .contains("the open-file limit is 32; kavi needs at least 40 to run a node"),
         "{none:?}"
     );
 }
