@@ -267,6 +267,20 @@ pub async fn run(
             exit
         }
     };
+    // A child that exited in its quiet start is done before anyone could follow its output: it
+    // goes to its capture only, not through a live log (on a chain of short nodes, a file made
+    // and removed per node).
+    let not_followed;
+    let options = match &options.live {
+        Some(live) if quick_exit.is_some() && !live.watched => {
+            not_followed = CaptureOptions {
+                live: None,
+                ..options.clone()
+            };
+            &not_followed
+        }
+        _ => options,
+    };
     let wait = async {
         let exit = match quick_exit {
             Some(exit) => exit,
