@@ -346,7 +346,9 @@ fn follow_live(
     use std::os::unix::fs::MetadataExt as _;
     let mut file: Option<std::fs::File> = None;
     let mut printed = false;
-    for look in 1_u32.. {
+    let mut look: u32 = 0;
+    loop {
+        look = look.wrapping_add(1);
         if file.is_none() {
             file = live.and_then(|path| std::fs::File::open(path).ok());
             printed |= file.is_some();
@@ -362,7 +364,7 @@ fn follow_live(
                 file = None;
             }
         }
-        if look % RECOVER_EVERY == 0 {
+        if look.is_multiple_of(RECOVER_EVERY) {
             // A read-only ledger cannot be recovered; the follower then only waits.
             let _ = ledger.recover_interrupted();
         }
@@ -378,7 +380,6 @@ fn follow_live(
         }
         std::thread::sleep(FOLLOW_EVERY);
     }
-    unreachable!("a follower looks until the node ends")
 }
 
 /// Prints what `file` holds past what was read of it; `false` once stdout's reader has gone.
