@@ -939,6 +939,39 @@ fn a_full_disk_is_recorded_as_the_cause_of_the_run_ending() {
     }
 }
 
+/// A node whose output cannot be kept for want of disk space (its spill file, here on a disk a
+/// node before it nearly filled) fails saying so, not that its command failed to start.
+#[test]
+fn a_node_whose_output_finds_the_disk_full_says_so() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/spill.toml",
+        "[pipeline]\nname = \"spill\"\n[nodes.fill]\nkind = \"exec\"\nshell = \"head -c \
+         $(( $(df -k --output=avail .kavi | tail -1) * 1024 - 200000 )) /dev/zero > .kavi/filler\"\n\
+         [nodes.loud]\nkind = \"exec\"\nneeds = [\"fill\"]\nshell = \"yes | head -c 1000000\"\n",
+    );
+    let Some(out) = common::sh_with_small_disk(
+        dir.path(),
+        ".kavi",
+        "2m",
+        r#""$KAVI" pipeline run spill >/dev/null; echo "run exited $?" >&2; rm .kavi/filler; exec "$KAVI" runs show 1 --json"#,
+    ) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run exited 1"), "{stderr}");
+    let detail: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let loud = node(&detail, "loud");
+    assert_eq!(loud["state"], "failed", "{loud}");
+    let error = loud["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("no space left on device for the output of `sh`"),
+        "{error}"
+    );
+}
+
 /// kavi raises its open-file soft limit to the hard one (its nodes' commands get the limit
 /// kavi was started with back), runs fewer nodes at once where even the hard limit leaves room
 /// for fewer, and refuses to start where it leaves room for none. Its 200 nodes print past the
