@@ -311,9 +311,12 @@ async fn in_workspace(
             };
             runs::list(&workspace, &filter, limit, json)
         }
-        Command::Runs(RunsCommand::Logs { run, node, stderr }) => {
-            runs::logs(&workspace, &run, &node, stderr)
-        }
+        Command::Runs(RunsCommand::Logs {
+            run,
+            node,
+            stderr,
+            follow,
+        }) => runs::logs(&workspace, &run, &node, stderr, follow),
         Command::Artifact(ArtifactCommand::Cat { hash }) => runs::artifact_cat(&workspace, &hash),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),

@@ -103,6 +103,7 @@ pub async fn run(
     let cancel = super::cancel_on_signals("running nodes");
 
     let mut console = observer(json, &screen, 0);
+    let owner = Arc::clone(&env.owner);
     let outcome = executor::execute(
         &dag,
         params,
@@ -112,7 +113,17 @@ pub async fn run(
         cancel,
         start,
     )
-    .await?;
+    .await
+    .inspect_err(|e| {
+        // The run's end could not be recorded (a full disk, most often): why is kept beside
+        // the ledger, for the kavi that finds the run unfinished to record as its end.
+        let cause = if e.is_disk_full() {
+            format!("no space left on device ({e})")
+        } else {
+            e.to_string()
+        };
+        owner.note_stop(&cause);
+    })?;
     let detail = ledger.run_detail(outcome.run_id)?;
     tracing::debug!("run read back");
     if json {

@@ -262,35 +262,172 @@ impl<W> Watched<W> {
     }
 }
 
-/// What a node wrote to stdout or stderr in its last attempt, as the ledger kept it.
-pub fn logs(workspace: &Workspace, run: &str, node: &str, stderr: bool) -> Result<i32, Error> {
-    let ledger = open(workspace)?;
-    let detail = ledger.run_detail(ledger.resolve_run(run)?)?;
+/// What a node wrote to stdout or stderr in its last attempt, as the ledger kept it; of a node
+/// still running, what it has printed so far (its live log). Following (`-f`), it prints what
+/// the node prints until the node ends, and exits 0 when it succeeded, 1 when not.
+pub fn logs(
+    workspace: &Workspace,
+    run: &str,
+    node: &str,
+    stderr: bool,
+    follow: bool,
+) -> Result<i32, Error> {
+    let mut ledger = open(workspace)?;
+    let run_id = ledger.resolve_run(run)?;
     let role = if stderr { "stderr" } else { "stdout" };
-    let Some(attempt) = crate::ledger::final_attempts(&detail.nodes)
+    let mut attempt = last_attempt(&ledger, run_id, node)?;
+    let mut printed_live = false;
+    if !attempt.state.is_terminal() {
+        let owner = ledger.run_owner(run_id)?;
+        let live = crate::ledger::live_log(
+            &super::open_store(workspace)?.temp_dir(),
+            &owner,
+            run_id,
+            node,
+            role,
+        );
+        if !follow {
+            if let Some(mut file) = live.and_then(|path| std::fs::File::open(path).ok()) {
+                copy_live(&mut file)?;
+            }
+            return Ok(exit::SUCCESS);
+        }
+        // A reader that went away (`| head`) ends the follow, quietly.
+        let Some(followed) = follow_live(&mut ledger, run_id, node, live.as_deref())? else {
+            return Ok(exit::SUCCESS);
+        };
+        (attempt, printed_live) = followed;
+    }
+    // A node that ended before its output could be followed: it is all in the ledger.
+    if !printed_live {
+        print_kept(workspace, run_id, &attempt, role)?;
+    }
+    Ok(match follow {
+        true if !attempt.state.is_success() => exit::RUN_FAILED,
+        _ => exit::SUCCESS,
+    })
+}
+
+/// The last attempt of node `node` in run `run_id`.
+fn last_attempt(
+    ledger: &Ledger,
+    run_id: i64,
+    node: &str,
+) -> Result<crate::ledger::NodeRunRow, Error> {
+    let detail = ledger.run_detail(run_id)?;
+    if let Some(attempt) = crate::ledger::final_attempts(&detail.nodes)
         .into_iter()
         .find(|n| n.node_id == node)
-    else {
-        let known: Vec<&str> = detail.nodes.iter().map(|n| n.node_id.as_str()).collect();
-        return Err(Error::NotFound(format!(
-            "run {} has no node `{node}` (its nodes: {})",
-            detail.run.id,
-            known.join(", ")
-        )));
+    {
+        return Ok(attempt.clone());
+    }
+    let known: Vec<&str> = detail.nodes.iter().map(|n| n.node_id.as_str()).collect();
+    Err(Error::NotFound(format!(
+        "run {run_id} has no node `{node}` (its nodes: {})",
+        known.join(", ")
+    )))
+}
+
+/// How often a follower looks for more output, and for the node's end.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// How many looks apart a follower checks that the run's kavi is still alive (recovery marks a
+/// killed one's nodes interrupted, which ends the follow).
+const RECOVER_EVERY: u32 = 20;
+
+/// Prints what node `node` of run `run_id` prints, from its live log at `live`, until its last
+/// attempt ends; returns that attempt, and whether any of its output was printed here (`None`
+/// once stdout's reader has gone).
+fn follow_live(
+    ledger: &mut Ledger,
+    run_id: i64,
+    node: &str,
+    live: Option<&std::path::Path>,
+) -> Result<Option<(crate::ledger::NodeRunRow, bool)>, Error> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut file: Option<std::fs::File> = None;
+    let mut printed = false;
+    let mut look: u32 = 0;
+    loop {
+        look = look.wrapping_add(1);
+        if file.is_none() {
+            file = live.and_then(|path| std::fs::File::open(path).ok());
+            printed |= file.is_some();
+        }
+        if let Some(open) = &mut file {
+            // Removed: its process has ended (read to its end after the check), and another (a
+            // retry) would make a new one.
+            let removed = open.metadata().map_or(true, |meta| meta.nlink() == 0);
+            if !copy_live(open)? {
+                return Ok(None);
+            }
+            if removed {
+                file = None;
+            }
+        }
+        if look.is_multiple_of(RECOVER_EVERY) {
+            // A read-only ledger cannot be recovered; the follower then only waits.
+            let _ = ledger.recover_interrupted();
+        }
+        let attempt = last_attempt(ledger, run_id, node)?;
+        if attempt.state.is_terminal() {
+            // Written before the node's end was recorded: all of it is there now.
+            if let Some(open) = &mut file
+                && !copy_live(open)?
+            {
+                return Ok(None);
+            }
+            return Ok(Some((attempt, printed)));
+        }
+        std::thread::sleep(FOLLOW_EVERY);
+    }
+}
+
+/// Prints what `file` holds past what was read of it; `false` once stdout's reader has gone.
+fn copy_live(file: &mut std::fs::File) -> Result<bool, Error> {
+    use std::io::{Read as _, Write as _};
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|source| Error::Io {
+        context: "failed to read the node's live log".into(),
+        source,
+    })?;
+    if bytes.is_empty() {
+        return Ok(true);
+    }
+    let bytes = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        super::output::terminal_safe(&bytes).into_owned()
+    } else {
+        bytes
     };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(&bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        written => written.map(|()| true).map_err(|source| Error::Io {
+            context: "failed to write to stdout".into(),
+            source,
+        }),
+    }
+}
+
+/// Prints what `attempt` of a node in run `run_id` kept of `role`.
+fn print_kept(
+    workspace: &Workspace,
+    run_id: i64,
+    attempt: &crate::ledger::NodeRunRow,
+    role: &str,
+) -> Result<(), Error> {
     // A build node keeps its builder's output, both streams, as its `log`.
     let found = attempt
         .artifacts
         .iter()
         .find(|a| a.role == role)
         .or_else(|| {
-            (!stderr)
+            (role == "stdout")
                 .then(|| attempt.artifacts.iter().find(|a| a.role == "log"))
                 .flatten()
         });
     // An exec node keeps no artifact of a stream it wrote nothing to; its outputs say so.
     if found.is_none() && attempt.outputs.as_ref().is_some_and(|o| o[role] == "") {
-        return Ok(exit::SUCCESS);
+        return Ok(());
     }
     let Some(artifact) = found else {
         let kept: Vec<String> = attempt
@@ -304,12 +441,11 @@ pub fn logs(workspace: &Workspace, run: &str, node: &str, stderr: bool) -> Resul
             format!("{} (`kavi artifact cat HASH` prints one)", kept.join(", "))
         };
         return Err(Error::NotFound(format!(
-            "node `{node}` of run {} kept no {role}; it kept {kept}",
-            detail.run.id
+            "node `{}` of run {run_id} kept no {role}; it kept {kept}",
+            attempt.node_id
         )));
     };
-    print_artifact(workspace, &artifact.sha256)?;
-    Ok(exit::SUCCESS)
+    print_artifact(workspace, &artifact.sha256)
 }
 
 pub fn artifact_cat(workspace: &Workspace, hash: &str) -> Result<i32, Error> {

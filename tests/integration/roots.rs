@@ -367,6 +367,39 @@ fn a_read_only_ledger_is_read_and_never_written() {
     assert_eq!(std::fs::read(state.join("ledger.db")).unwrap(), before);
 }
 
+/// A ledger another account may read but not write (its folder and file without write
+/// permission, as `chmod` leaves a team's archived workspace) is read by that account's commands
+/// that only read it: opened read-only, nothing migrated, recovered or written.
+#[test]
+fn a_ledger_another_account_cannot_write_is_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = workspace();
+    let root = dir.path();
+    if common::postgres::ledger_for(root).is_some() {
+        // The ledger is on the server: its files' modes do not apply.
+        return;
+    }
+    common::open_to_other_accounts(root);
+    let state = root.join(".kavi");
+    let ledger = state.join("ledger.db");
+    std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let before = std::fs::read(&ledger).unwrap();
+    for (args, shows) in [
+        (&["runs", "list"][..], "two"),
+        (&["runs", "show", "1"][..], "bad"),
+        (&["ledger", "verify"][..], "ok:"),
+    ] {
+        let out = common::kavi_as(4301, root, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(shows), "{args:?}: {}", text(&out));
+    }
+    assert_eq!(std::fs::read(&ledger).unwrap(), before);
+}
+
 /// `ledger verify` opens the ledger read-only: a run left by a kavi that was killed (which any
 /// other command would recover, writing) is read as it is, and no byte of the file changes, nor
 /// is a write-ahead log made.

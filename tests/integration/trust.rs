@@ -462,20 +462,17 @@ fn start_waiting_skill() -> (std::process::Child, i32, tempfile::TempDir) {
     (kavi_process, pid, dir)
 }
 
-/// A kavi killed while a skill runs leaves its private folders (the skill's snapshot, its
-/// temporary folder, the tripwires' decoys); the next kavi that opens the ledger removes every
-/// one its roster lists.
-#[test]
-fn a_killed_skill_runs_private_folders_are_removed_by_the_next_kavi() {
+/// A kavi killed while a skill runs, and the private folders it left (the skill's snapshot, its
+/// temporary folder, the tripwires' decoys), each listed in its roster and still there.
+fn killed_skill_runs_folders() -> (tempfile::TempDir, Vec<std::path::PathBuf>) {
     let (mut kavi_process, _, dir) = start_waiting_skill();
-    let root = dir.path();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(kavi_process.id() as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
     kavi_process.wait().unwrap();
-    let folders = common::roster_folders(root);
+    let folders = common::roster_folders(dir.path());
     let names: Vec<String> = folders
         .iter()
         .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
@@ -487,7 +484,26 @@ fn a_killed_skill_runs_private_folders_are_removed_by_the_next_kavi() {
         );
     }
     assert!(folders.iter().all(|f| f.is_dir()), "{folders:?}");
-    assert!(kavi(root, &["runs", "list"]).status.success());
+    (dir, folders)
+}
+
+/// The private folders of a kavi killed while a skill runs are removed by the next kavi that
+/// opens the ledger, every one its roster lists.
+#[test]
+fn a_killed_skill_runs_private_folders_are_removed_by_the_next_kavi() {
+    let (dir, folders) = killed_skill_runs_folders();
+    assert!(kavi(dir.path(), &["runs", "list"]).status.success());
+    let left: Vec<_> = folders.iter().filter(|f| f.exists()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `kavi gc` removes them too: it is the command a user runs to clean up, and it removes
+/// nothing of a live run's, so it must not take the killed kavi's folders for a live one's.
+#[test]
+fn a_killed_skill_runs_private_folders_are_removed_by_gc() {
+    let (dir, folders) = killed_skill_runs_folders();
+    let gc = kavi(dir.path(), &["gc"]);
+    assert!(gc.status.success(), "{gc:?}");
     let left: Vec<_> = folders.iter().filter(|f| f.exists()).collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -616,7 +616,8 @@ pub enum RunsCommand {
         #[command(flatten)]
         options: RunOptions,
     },
-    /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed.
+    /// Print what a node of a run wrote to stdout (or stderr), as recorded, re-hashed; of a node
+    /// still running, what it has printed so far.
     Logs {
         /// A run id, or `latest`.
         run: String,
@@ -625,6 +626,10 @@ pub enum RunsCommand {
         /// Its stderr instead of its stdout.
         #[arg(long)]
         stderr: bool,
+        /// Go on printing what the node prints until it ends (waiting for it to start); exit 0
+        /// when it succeeded, 1 when not.
+        #[arg(short, long)]
+        follow: bool,
     },
     /// Show one run and every node run in it.
     Show {

@@ -55,7 +55,7 @@ pub use gc::{GcRule, Pruned};
 pub use kavi_store::{Artifact, ArtifactStore};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};
 pub use open::open_during;
-pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner};
+pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner, live_log};
 pub use recovery::Recovered;
 pub use rules::{NewRuleSet, RuleSetRow};
 pub use runs::{GoverningFile, NewRun, RunDetail, RunFilter, RunOrigin, RunRow};
@@ -159,6 +159,22 @@ pub enum LedgerError {
         found: usize,
         known: usize,
     },
+}
+
+impl LedgerError {
+    /// Whether it failed for want of disk space: SQLite's "database or disk is full", or a file
+    /// write's ENOSPC.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            LedgerError::Db(db::DbError::Sqlite(rusqlite::Error::SqliteFailure(e, _))) => {
+                e.code == rusqlite::ErrorCode::DiskFull
+            }
+            LedgerError::Io(e) | LedgerError::Create { source: e, .. } => {
+                e.kind() == std::io::ErrorKind::StorageFull
+            }
+            _ => false,
+        }
+    }
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;

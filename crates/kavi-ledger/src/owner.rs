@@ -8,9 +8,11 @@
 //! removes its files (see [`super::Ledger::recover_interrupted`]).
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Write as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use kavi_process::{CaptureOptions, Roster};
 
@@ -23,6 +25,12 @@ pub const EXTERNAL: &str = "external";
 pub(super) const LOCKS: [&str; 2] = ["lock", "claiming"];
 /// An owner's roster, by extension.
 pub(super) const ROSTER: &str = "procs";
+/// The room an owner's lock file holds for why the owner stopped with its runs unfinished (see
+/// [`Owner::note_stop`]): written when the lock is claimed, so that the reason still fits once
+/// the disk is full, which is most often the reason.
+const NOTE_ROOM: usize = 512;
+/// The folder, in an owner's spill folder, holding what its running nodes have printed so far.
+const LIVE: &str = "live";
 
 /// The file claims and recovery take turns on, in the locks folder: a claim holds it shared
 /// while it makes its files, recovery holds it exclusively while it decides which owners are
@@ -85,6 +93,40 @@ pub(super) fn runs_here(name: &str) -> bool {
         .is_none_or(|(_, host)| host == this_host())
 }
 
+/// Where what `stream` (`stdout` or `stderr`) of node `node` in run `run_id` has printed so far
+/// is written while it runs, in the spill folder `spill`: its owner's, removed with it.
+fn live_log_in(spill: &Path, run_id: i64, node: &str, stream: &str) -> PathBuf {
+    spill.join(LIVE).join(format!("{run_id}.{node}.{stream}"))
+}
+
+/// Where the owner `owner`, spilling under `spill_root`, writes what a running node has printed
+/// so far (see [`Owner::live_log`]), for another kavi to read; `None` for an owner this machine
+/// cannot see into (another machine's, [`EXTERNAL`]) or a node id no pipeline can declare.
+pub fn live_log(
+    spill_root: &Path,
+    owner: &str,
+    run_id: i64,
+    node: &str,
+    stream: &str,
+) -> Option<PathBuf> {
+    let node_ok = !node.is_empty()
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    (well_formed(owner) && runs_here(owner) && node_ok)
+        .then(|| live_log_in(&spill_root.join(owner), run_id, node, stream))
+}
+
+/// Why the dead owner whose lock file is at `lock` stopped, when it could say (see
+/// [`Owner::note_stop`]).
+pub(super) fn stop_note(lock: &Path) -> Option<String> {
+    let bytes = std::fs::read(lock).ok()?;
+    let note = String::from_utf8_lossy(&bytes[..bytes.len().min(NOTE_ROOM)])
+        .trim()
+        .to_owned();
+    (!note.is_empty()).then_some(note)
+}
+
 /// Removes a dead owner's spill folder. The path comes from a file, so it is trusted only when
 /// it is a real folder named after the owner, as [`Owner::claim`] makes it.
 pub(super) fn remove_spill(name: &str, spill: &Path) {
@@ -116,7 +158,9 @@ pub struct Owner {
     roster_path: PathBuf,
     roster: Arc<Roster>,
     /// Held (and locked) for the owner's life.
-    _lock: File,
+    lock: File,
+    /// Why it stopped is written in its lock file, which then stays for a later kavi to read.
+    noted: AtomicBool,
 }
 
 impl Owner {
@@ -136,8 +180,9 @@ impl Owner {
         let _turn = take_turn(&locks, false)?;
         // The lock is taken under another name and renamed into place once the owner's other
         // files exist, so that recovery never finds them without a held lock beside them.
-        let held = File::create(&claiming)?;
+        let mut held = File::create(&claiming)?;
         held.lock()?;
+        held.write_all(&[b' '; NOTE_ROOM])?;
         // The spill folder is made with the first spill (see `process::spill_file`).
         let spill = spill_root.join(&name);
         let roster_file = Arc::new(Roster::create(&roster, &spill)?);
@@ -147,7 +192,8 @@ impl Owner {
             lock_path: lock,
             roster_path: roster,
             roster: roster_file,
-            _lock: held,
+            lock: held,
+            noted: AtomicBool::new(false),
         })
     }
 
@@ -160,6 +206,28 @@ impl Owner {
     /// later kavi, when it was killed); made only when first used.
     pub fn spill_dir(&self) -> &Path {
         self.roster.spill_dir()
+    }
+
+    /// Where this owner writes what `stream` of node `node` in run `run_id` has printed so far,
+    /// while the node runs: `kavi runs logs` reads it from another process.
+    pub fn live_log(&self, run_id: i64, node: &str, stream: &str) -> PathBuf {
+        live_log_in(self.spill_dir(), run_id, node, stream)
+    }
+
+    /// Writes down why this owner stops with its runs unfinished, in the room its lock file
+    /// keeps for it (no disk space needed), and keeps the lock file when it goes: the kavi that
+    /// recovers its runs records it as their end, where a killed owner's say only that it stopped.
+    /// Used where the end itself cannot be recorded, such as a full disk.
+    pub fn note_stop(&self, cause: &str) {
+        let mut note = cause.replace(['\n', '\r'], " ");
+        let mut end = note.len().min(NOTE_ROOM);
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        if self.lock.write_all_at(note.as_bytes(), 0).is_ok() {
+            self.noted.store(true, Ordering::Release);
+        }
     }
 
     /// Writes down a private folder made for what this owner runs, so that a later kavi removes
@@ -183,6 +251,8 @@ impl Drop for Owner {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(self.roster.spill_dir());
         let _ = std::fs::remove_file(&self.roster_path);
-        let _ = std::fs::remove_file(&self.lock_path);
+        if !self.noted.load(Ordering::Acquire) {
+            let _ = std::fs::remove_file(&self.lock_path);
+        }
     }
 }

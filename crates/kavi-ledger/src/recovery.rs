@@ -76,7 +76,8 @@ impl Ledger {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
                 Err(e) => return Err(e.into()),
             };
-            let runs = self.mark_interrupted(&name)?;
+            let note = owner::stop_note(&self.owner_file(&name, owner::LOCKS[0]));
+            let runs = self.mark_interrupted(&name, note.as_deref())?;
             if let Some(spill) = leftovers.spill {
                 owner::remove_spill(&name, &spill);
             }
@@ -87,7 +88,16 @@ impl Ledger {
             for extension in [owner::ROSTER, owner::LOCKS[1], owner::LOCKS[0]] {
                 let _ = std::fs::remove_file(self.owner_file(&name, extension));
             }
-            if !runs.is_empty() || leftovers.killed > 0 {
+            if let Some(note) = &note
+                && !runs.is_empty()
+            {
+                tracing::warn!(
+                    owner = %name,
+                    runs = ?runs,
+                    "a kavi process stopped before it finished ({note}): its runs are marked \
+                     interrupted"
+                );
+            } else if !runs.is_empty() || leftovers.killed > 0 {
                 tracing::warn!(
                     owner = %name,
                     runs = ?runs,
@@ -105,24 +115,26 @@ impl Ledger {
         Ok(recovered)
     }
 
-    /// Marks what `owner` left unfinished as interrupted, in one transaction; returns the runs.
-    fn mark_interrupted(&mut self, owner: &str) -> Result<Vec<i64>> {
+    /// Marks what `owner` left unfinished as interrupted, in one transaction, saying why it
+    /// stopped where it said (`note`); returns the runs.
+    fn mark_interrupted(&mut self, owner: &str, note: Option<&str>) -> Result<Vec<i64>> {
         let now = now();
+        let why = note.map_or_else(String::new, |note| format!(": {note}"));
+        let run_error = format!("the kavi process running it stopped before it finished{why}");
+        let node_reason = format!("the kavi process stopped while this node was unfinished{why}");
         let tx = self.conn.transaction()?;
         let runs = tx
             .prepare(
-                "UPDATE runs SET status = 'interrupted', finished_at = ?1,
-                        error = 'the kavi process running it stopped before it finished'
+                "UPDATE runs SET status = 'interrupted', finished_at = ?1, error = ?3
                  WHERE owner = ?2 AND status = 'running' RETURNING id",
             )?
-            .query_map(params![now, owner], |row| row.get::<_, i64>(0))?
+            .query_map(params![now, owner, run_error], |row| row.get::<_, i64>(0))?
             .collect::<db::Result<Vec<i64>>>()?;
         for run_id in &runs {
             tx.execute(
-                "UPDATE node_runs SET state = 'interrupted', finished_at = ?1,
-                        reason = 'the kavi process stopped while this node was unfinished'
+                "UPDATE node_runs SET state = 'interrupted', finished_at = ?1, reason = ?3
                  WHERE run_id = ?2 AND state IN ('pending', 'running')",
-                params![now, run_id],
+                params![now, run_id, node_reason],
             )?;
             tx.execute(
                 "UPDATE builds SET status = 'interrupted', finished_at = ?1
@@ -131,10 +143,9 @@ impl Ledger {
             )?;
         }
         tx.execute(
-            "UPDATE executions SET status = 'interrupted', finished_at = ?1,
-                    error = 'the kavi process running it stopped before it finished'
+            "UPDATE executions SET status = 'interrupted', finished_at = ?1, error = ?3
              WHERE owner = ?2 AND status = 'running'",
-            params![now, owner],
+            params![now, owner, run_error],
         )?;
         tx.commit()?;
         Ok(runs)

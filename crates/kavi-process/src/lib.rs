@@ -254,9 +254,9 @@ pub async fn run(
     };
     let exited = CancellationToken::new();
     // Output someone watches live is read as it comes, from the start.
-    let quick_exit = match options.live {
-        Some(_) => None,
-        None => {
+    let quick_exit = match &options.live {
+        Some(live) if live.watched => None,
+        _ => {
             let mut quiet = QuietStart::begin();
             let exit = tokio::select! {
                 exit = child.wait() => Some(exit),
@@ -266,6 +266,20 @@ pub async fn run(
             quiet.hand_on();
             exit
         }
+    };
+    // A child that exited in its quiet start is done before anyone could follow its output: it
+    // goes to its capture only, not through a live log (on a chain of short nodes, a file made
+    // and removed per node).
+    let not_followed;
+    let options = match &options.live {
+        Some(live) if quick_exit.is_some() && !live.watched => {
+            not_followed = CaptureOptions {
+                live: None,
+                ..options.clone()
+            };
+            &not_followed
+        }
+        _ => options,
     };
     let wait = async {
         let exit = match quick_exit {

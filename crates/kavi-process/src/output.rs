@@ -24,7 +24,13 @@ pub type OutputChunks = dyn Fn(Stream, &[u8]) + Send + Sync;
 
 /// Receives a child's output in the chunks it arrives in, besides its capture.
 #[derive(Clone)]
-pub struct LiveOutput(pub Arc<OutputChunks>);
+pub struct LiveOutput {
+    pub chunks: Arc<OutputChunks>,
+    /// Someone watches it as it comes (`--stream`), so the pipes are read from the child's
+    /// start. Otherwise (a log another process may read) what a child prints in its first
+    /// moments may arrive only when it exits, as its capture does.
+    pub watched: bool,
+}
 
 impl std::fmt::Debug for LiveOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,8 +61,8 @@ impl Captured {
             return Ok(());
         }
         self.push(chunk, options)?;
-        if let Some(LiveOutput(live)) = &options.live {
-            live(stream, chunk);
+        if let Some(live) = &options.live {
+            (live.chunks)(stream, chunk);
         }
         Ok(())
     }

@@ -60,14 +60,7 @@ pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
 /// mount namespace of its own, so nothing else sees it. `None`, saying why, where this process
 /// cannot make one (under CI, a failure).
 pub fn kavi_with_read_only(read_only: &Path, dir: &Path, args: &[&str]) -> Option<Output> {
-    let works = Command::new("unshare")
-        .args(["-m", "true"])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !works {
-        let missing = "mounting a folder read-only needs a mount namespace (unshare -m, as root)";
-        assert!(std::env::var_os("CI").is_none(), "CI must: {missing}");
-        eprintln!("skipping: {missing}");
+    if !mount_namespace_or_skip("mounting a folder read-only") {
         return None;
     }
     let mut unshare = Command::new("unshare");
@@ -80,6 +73,43 @@ pub fn kavi_with_read_only(read_only: &Path, dir: &Path, args: &[&str]) -> Optio
     ]);
     unshare.arg(read_only).arg(env!("CARGO_BIN_EXE_kavi"));
     Some(with_test_env(unshare, dir, args).output().unwrap())
+}
+
+/// Whether this process can make a mount namespace of its own (`unshare -m`, as root), for
+/// `what`; where it cannot, the caller skips, saying why; under CI that fails.
+fn mount_namespace_or_skip(what: &str) -> bool {
+    let works = Command::new("unshare")
+        .args(["-m", "true"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !works {
+        let missing = format!("{what} needs a mount namespace (unshare -m, as root)");
+        assert!(std::env::var_os("CI").is_none(), "CI must: {missing}");
+        eprintln!("skipping: {missing}");
+    }
+    works
+}
+
+/// `script` run by `sh` in the workspace `dir`, in a mount namespace of its own with a tmpfs of
+/// `size` (as `mount -o size=` takes it) mounted on the workspace's `folder`, so that only what
+/// it runs sees that folder fill up; `$KAVI` is the kavi binary, with the tests' environment.
+/// `None`, saying why, where this process cannot make one (under CI, a failure).
+pub fn sh_with_small_disk(dir: &Path, folder: &str, size: &str, script: &str) -> Option<Output> {
+    if !mount_namespace_or_skip("a small disk") {
+        return None;
+    }
+    std::fs::create_dir_all(dir.join(folder)).unwrap();
+    let mut unshare = Command::new("unshare");
+    unshare.args(["-m", "sh", "-c"]).arg(format!(
+        "mount -t tmpfs -o size={size} tmpfs {folder} || exit 90\n{script}"
+    ));
+    let mut command = with_test_env(unshare, dir, &[]);
+    Some(
+        command
+            .env("KAVI", env!("CARGO_BIN_EXE_kavi"))
+            .output()
+            .unwrap(),
+    )
 }
 
 /// Lets every account read and write the workspace (its ledger included), as a team's shared

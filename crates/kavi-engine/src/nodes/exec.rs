@@ -370,6 +370,13 @@ impl NodeAction for Exec {
                     spec.cwd.display()
                 ));
             }
+            // It started: what it printed could not be kept.
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+                return NodeOutcome::failed(format!(
+                    "no space left on device for the output of `{}`: {e}",
+                    spec.program
+                ));
+            }
             Err(e) => {
                 return NodeOutcome::failed(format!("failed to start `{}`: {e}", spec.program));
             }

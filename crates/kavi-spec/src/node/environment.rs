@@ -4,7 +4,9 @@
 //! runs through, so that no node kind imports the executor: the executor depends on the node
 //! kinds, never the other way round.
 
-use std::path::Path;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
@@ -53,12 +55,13 @@ pub trait LiveNodeOutput: Send + Sync {
     fn line(&self, node: &str, stream: Stream, text: &str);
 }
 
-/// Cuts one process's output into lines for a [`LiveNodeOutput`], hiding the node's secrets
-/// line by line. What is left without a newline goes out when the process's capture options
-/// are dropped, after it ended.
+/// Cuts one process's output into lines for a [`LiveNodeOutput`], if anyone watches, and for
+/// its [`LiveLog`], hiding the node's secrets line by line. What is left without a newline goes
+/// out when the process's capture options are dropped, after it ended.
 pub(super) struct LiveLines {
     pub node: String,
-    pub watcher: Arc<dyn LiveNodeOutput>,
+    pub watcher: Option<Arc<dyn LiveNodeOutput>>,
+    pub log: LiveLog,
     pub redactor: Option<Redactor>,
     pub partial: Mutex<[Vec<u8>; 2]>,
 }
@@ -73,19 +76,27 @@ impl LiveLines {
         };
         let lines: Vec<u8> = buffer.drain(..=last).collect();
         drop(partial);
+        // The chunk's lines go to the log in one write.
+        let mut logged = Vec::with_capacity(lines.len());
         for line in lines[..lines.len() - 1].split(|b| *b == b'\n') {
-            self.emit(stream, line);
+            logged.extend_from_slice(self.emit(stream, line).as_bytes());
+            logged.push(b'\n');
         }
+        self.log.write(stream, &logged);
     }
 
-    fn emit(&self, stream: Stream, line: &[u8]) {
+    /// Shows `line` to the watcher, and returns it as shown, for the log.
+    fn emit(&self, stream: Stream, line: &[u8]) -> String {
         let text = String::from_utf8_lossy(line);
-        let text = match &self.redactor {
+        let mut text = match &self.redactor {
             Some(redactor) => redactor.text(&text),
             None => text.into_owned(),
         };
-        self.watcher
-            .line(&self.node, stream, text.trim_end_matches('\r'));
+        text.truncate(text.trim_end_matches('\r').len());
+        if let Some(watcher) = &self.watcher {
+            watcher.line(&self.node, stream, &text);
+        }
+        text
     }
 }
 
@@ -98,7 +109,93 @@ impl Drop for LiveLines {
         );
         for (stream, rest) in [Stream::Stdout, Stream::Stderr].into_iter().zip(partial) {
             if !rest.is_empty() {
-                self.emit(stream, &rest);
+                let text = self.emit(stream, &rest);
+                self.log.write(stream, text.as_bytes());
+            }
+        }
+    }
+}
+
+/// How much of each stream a [`LiveLog`] holds at most: enough to follow a long build's log,
+/// while a process that prints without end (a builder's output is otherwise kept only up to its
+/// head) cannot fill the disk through it.
+const LIVE_LOG_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The files a running process's output is written to as it comes, its secrets hidden, so that
+/// `kavi runs logs` in another process can show it before the node ends (see
+/// [`Owner::live_log`]). Made with the first line; removed once the process has ended, when what
+/// it printed is the ledger's to keep (a reader that has a file open reads it to its end).
+pub(super) struct LiveLog {
+    paths: [PathBuf; 2],
+    files: Mutex<[LiveFile; 2]>,
+}
+
+#[derive(Default)]
+struct LiveFile {
+    file: Option<File>,
+    written: u64,
+    /// It could not be made or written: the node runs on, without a live log of this stream.
+    failed: bool,
+}
+
+impl LiveLog {
+    pub fn new(owner: &Owner, run_id: i64, node: &str) -> Self {
+        Self {
+            paths: ["stdout", "stderr"].map(|stream| owner.live_log(run_id, node, stream)),
+            files: Mutex::default(),
+        }
+    }
+
+    fn write(&self, stream: Stream, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let live = &mut files[stream as usize];
+        if live.failed || live.written >= LIVE_LOG_LIMIT {
+            return;
+        }
+        let path = &self.paths[stream as usize];
+        let room = usize::try_from(LIVE_LOG_LIMIT - live.written).unwrap_or(usize::MAX);
+        let mut kept = bytes[..room.min(bytes.len())].to_vec();
+        if kept.len() < bytes.len() {
+            kept.extend_from_slice(
+                b"\n[kavi: the live log stops here; `kavi runs logs` shows it all once the node \
+                  has ended]\n",
+            );
+        }
+        let written = match &mut live.file {
+            Some(file) => file.write_all(&kept),
+            None => open_live_log(path).and_then(|mut file| {
+                file.write_all(&kept)?;
+                live.file = Some(file);
+                Ok(())
+            }),
+        };
+        match written {
+            Ok(()) => live.written += bytes.len().min(room) as u64,
+            // A view for other processes, not the record: the node is not failed for it.
+            Err(_) => live.failed = true,
+        }
+    }
+}
+
+fn open_live_log(path: &Path) -> std::io::Result<File> {
+    if let Some(folder) = path.parent() {
+        std::fs::create_dir_all(folder)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+impl Drop for LiveLog {
+    fn drop(&mut self) {
+        let files = self.files.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for (live, path) in files.iter().zip(&self.paths) {
+            if live.file.is_some() {
+                let _ = std::fs::remove_file(path);
             }
         }
     }

@@ -107,7 +107,8 @@ impl NodeContext<'_> {
             .map_err(|e| format!("failed to render `{field}`: {}", describe_error(&e)))
     }
 
-    /// How a process this node starts is captured: by the run's owner, and seen live by whoever
+    /// How a process this node starts is captured: by the run's owner, written to the node's
+    /// live log as it comes (for `kavi runs logs` while it runs), and seen live by whoever
     /// watches the run's output, with `redactor`'s secrets hidden.
     pub fn capture(
         &self,
@@ -115,14 +116,18 @@ impl NodeContext<'_> {
         redactor: Option<&crate::redact::Redactor>,
     ) -> crate::process::CaptureOptions {
         let mut options = self.env.owner.capture(limit);
-        options.live = self.env.live_output.clone().map(|watcher| {
-            let lines = environment::LiveLines {
-                node: self.node_id.to_owned(),
-                watcher,
-                redactor: redactor.map(crate::redact::Redactor::line_wise),
-                partial: Default::default(),
-            };
-            crate::process::LiveOutput(Arc::new(move |stream, chunk| lines.push(stream, chunk)))
+        let watcher = self.env.live_output.clone();
+        let watched = watcher.is_some();
+        let lines = environment::LiveLines {
+            node: self.node_id.to_owned(),
+            watcher,
+            log: environment::LiveLog::new(&self.env.owner, self.run_id, self.node_id),
+            redactor: redactor.map(crate::redact::Redactor::line_wise),
+            partial: Default::default(),
+        };
+        options.live = Some(crate::process::LiveOutput {
+            chunks: Arc::new(move |stream, chunk| lines.push(stream, chunk)),
+            watched,
         });
         options
     }
