@@ -461,13 +461,15 @@ async fn in_workspace(
         Command::Skill(SkillCommand::Import { bundle, options }) => {
             let accepted = kavi_governance::skills::accept_bundle(&workspace, &bundle)?;
             errln!(
-                "accepted {}: `{}` is verified and promoted by this workspace's import pipeline",
-                accepted.origin,
+                "accepted bundle {} signed by key {}: `{}` is verified and promoted by this \
+                 workspace's import pipeline",
+                &accepted.bundle[..12],
+                crate::ledger::checkpoint::short(&accepted.signer),
                 accepted.skill
             );
             let sets = [
                 ("skill".to_owned(), accepted.skill),
-                ("bundle".to_owned(), accepted.origin),
+                ("bundle".to_owned(), accepted.bundle),
             ];
             pipeline::run(&workspace, "import", &sets, options, RunOrigin::User.into()).await
         }

@@ -267,7 +267,9 @@ pub fn verify_attestation(
                         "not a path kavi reads: {reason}"
                     )));
                 }
-                std::fs::read(root.join(name))
+                // No link followed: a file outside DIR is never what a subject names.
+                crate::sandbox::open_beneath(root, name)
+                    .and_then(|file| crate::sandbox::read_bounded(file, u64::MAX))
             })
             .map_err(|reason| Error::Usage(format!("cannot check the attested files: {reason}")))?,
         ),

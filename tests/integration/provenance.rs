@@ -345,6 +345,30 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
     );
     assert!(!b.path().join("skills/word_count").exists());
 
+    // A link on the way to the skill's folder, and a file of B's own in it: refused, nothing
+    // written through the link.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(b.path().join("skills")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), b.path().join("skills/word_count")).unwrap();
+    let refused = import(b.path());
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("a symlink lies on the way"),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    std::fs::remove_file(b.path().join("skills/word_count")).unwrap();
+    std::fs::create_dir_all(b.path().join("skills/word_count")).unwrap();
+    std::fs::write(b.path().join("skills/word_count/helper.py"), "X = 1\n").unwrap();
+    let refused = import(b.path());
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("helper.py` is here and not in the bundle"),
+        "{refused:?}"
+    );
+    std::fs::remove_file(b.path().join("skills/word_count/helper.py")).unwrap();
+
     let imported = import(b.path());
     assert!(imported.status.success(), "{imported:?}");
     let shown = json(&kavi(
@@ -369,4 +393,45 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
     );
     assert!(ran.status.success(), "{ran:?}");
     assert_eq!(json(&ran)["output"]["words"], 3);
+}
+
+/// The import pipeline takes nothing but a kept bundle's files: run directly, with files of the
+/// workspace's own, it stops before BUILT, whatever it is told the bundle was.
+#[test]
+fn the_import_pipeline_promotes_no_files_but_a_bundles() {
+    let (a, c) = (shipped_workspace(), shipped_workspace());
+    let keys = tempfile::tempdir().unwrap();
+    let key = public_key(&kavi(a.path(), keys.path(), &["ledger", "keygen"]));
+    let forged = kavi(
+        a.path(),
+        keys.path(),
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    trust_imports_from(c.path(), &key);
+    common::copy_dir(
+        &a.path().join("skills/word_count"),
+        &c.path().join("skills/word_count"),
+    );
+    let fake = "0".repeat(64);
+    let ran = kavi(
+        c.path(),
+        keys.path(),
+        &[
+            "pipeline",
+            "run",
+            "import",
+            "--set",
+            "skill=word_count",
+            "--set",
+            &format!("bundle={fake}"),
+        ],
+    );
+    assert_eq!(ran.status.code(), Some(1), "{ran:?}");
+    let shown = json(&kavi(
+        c.path(),
+        keys.path(),
+        &["skill", "show", "word_count", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "PROPOSED", "{shown}");
 }

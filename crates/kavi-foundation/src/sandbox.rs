@@ -267,7 +267,7 @@ pub fn contained_path(root: &Path, relative: &str) -> Result<PathBuf, String> {
 /// path itself, looked at one component at a time without following any. Most paths have none:
 /// then they are plainly inside the root, and the two full resolutions (of the root and of the
 /// path) cost a pipeline of 1,000 nodes with inputs and outputs some 16,000 `readlink` calls.
-fn links_below(root: &Path, relative: &Path) -> bool {
+pub fn links_below(root: &Path, relative: &Path) -> bool {
     let mut current = root.to_path_buf();
     for component in relative.components() {
         if component == Component::CurDir {

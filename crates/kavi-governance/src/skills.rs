@@ -493,9 +493,15 @@ pub fn attest(workspace: &Workspace, name: &str, version: Option<i64>) -> Result
 /// A bundle of `name`'s trusted version: its files, the attestation of its promotion, and the
 /// public key that signed it, as JSON text.
 pub fn export(workspace: &Workspace, name: &str) -> Result<String> {
-    let attestation = attest(workspace, name, None)?;
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let skill = ledger.skill(name)?;
+    if skill.state != TRUSTED {
+        return Err(GovernanceError::Usage(format!(
+            "`{name}` is {}: only a trusted skill is exported",
+            skill.state
+        )));
+    }
+    let attestation = attest(workspace, name, None)?;
     let store = open_store(workspace)?;
     let (Some(tree), Some(hash)) = (&skill.trusted_tree, &skill.trusted_hash) else {
         return Err(GovernanceError::Usage(format!(
@@ -506,11 +512,21 @@ pub fn export(workspace: &Workspace, name: &str) -> Result<String> {
         context: format!("failed to export `{name}`"),
         source: std::io::Error::other(reason),
     })?;
-    let key = crate::ledger::checkpoint::load(&crate::ledger::keys::signing_key())
-        .map_err(GovernanceError::Usage)?;
+    // The key that signed the attestation, which a rotation since may have replaced.
+    let key = kavi_provenance::key_ids(&attestation)
+        .into_iter()
+        .find(|id| {
+            crate::ledger::checkpoint::parse_public(id)
+                .is_some_and(|key| kavi_provenance::verify(&attestation, &key).is_ok())
+        })
+        .ok_or_else(|| {
+            GovernanceError::Usage(format!(
+                "the attestation of `{name}` names no key that verifies it"
+            ))
+        })?;
     let bundle = kavi_provenance::Bundle {
         skill: name.to_owned(),
-        key: kavi_provenance::key_id(&key.verifying_key()),
+        key,
         attestation,
         files: tree
             .subjects()
@@ -521,10 +537,14 @@ pub fn export(workspace: &Workspace, name: &str) -> Result<String> {
     Ok(bundle.to_json())
 }
 
-/// A bundle accepted for import: its skill, and how the move to BUILT names where it came from.
+/// The largest bundle read: a skill's files with their evidence, far below this.
+const BUNDLE_LIMIT: u64 = 64 << 20;
+
+/// A bundle accepted for import: its skill, the SKILL_BUNDLE artifact kept, and its signer.
 pub struct Accepted {
     pub skill: String,
-    pub origin: String,
+    pub bundle: String,
+    pub signer: String,
 }
 
 /// Takes in the bundle at `path` as far as this workspace's policy lets a bundle go by itself:
@@ -534,20 +554,28 @@ pub struct Accepted {
 /// written and the bundle kept as an artifact; the import pipeline's gates and promotion decide
 /// the rest.
 pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Accepted> {
-    let text = std::fs::read_to_string(path).map_err(|source| GovernanceError::Io {
+    let refused = |why: String| GovernanceError::Usage(format!("refusing the bundle: {why}"));
+    let unreadable = |source| GovernanceError::Io {
         context: format!("failed to read the bundle {}", path.display()),
         source,
-    })?;
-    let refused = |why: String| GovernanceError::Usage(format!("refusing the bundle: {why}"));
+    };
+    let bytes = std::fs::File::open(path)
+        .and_then(|file| crate::sandbox::read_bounded(file, BUNDLE_LIMIT))
+        .map_err(unreadable)?;
+    let text = String::from_utf8(bytes).map_err(|_| refused("it is not UTF-8 text".to_owned()))?;
     let bundle = kavi_provenance::Bundle::from_json(&text).map_err(|e| refused(e.to_string()))?;
     let name = &bundle.skill;
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
     let signer = bundle.key.to_lowercase();
     if !trust.import_keys.contains(&signer) {
+        let named = if signer.bytes().all(|b| b.is_ascii_hexdigit()) {
+            format!("key {}", crate::ledger::checkpoint::short(&signer))
+        } else {
+            "a key that is not hex".to_owned()
+        };
         return Err(refused(format!(
-            "it is signed by key {}, which policies/trust.toml [import] keys does not list",
-            crate::ledger::checkpoint::short(&signer)
+            "it is signed by {named}, which policies/trust.toml [import] keys does not list"
         )));
     }
     let key = crate::ledger::checkpoint::parse_public(&signer)
@@ -582,6 +610,30 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
             )));
         }
     }
+    // No link on the way to any of them: the files land where their paths say, nowhere else.
+    for (path, _) in &bundle.files {
+        if crate::sandbox::links_below(&workspace.root, std::path::Path::new(path)) {
+            return Err(refused(format!(
+                "a symlink lies on the way to `{path}` here"
+            )));
+        }
+    }
+    // The skill's folder holds nothing else: what trust hashes is the bundle's files alone.
+    let listed = |relative: &str| bundle.files.iter().any(|(path, _)| path == relative);
+    for entry in walkdir::WalkDir::new(workspace.root.join(&folder)).follow_links(false) {
+        let Ok(entry) = entry else { break };
+        let relative = entry
+            .path()
+            .strip_prefix(&workspace.root)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !entry.file_type().is_dir() && !listed(&relative) {
+            return Err(refused(format!(
+                "`{relative}` is here and not in the bundle; the skill's folder must hold only \
+                 the bundle's files"
+            )));
+        }
+    }
     // A file already there is refused unless it is the attested one, byte for byte (the
     // shipped proposals are in every new workspace): nothing here is written over.
     for (path, bytes) in &bundle.files {
@@ -604,24 +656,17 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
             source,
         })?;
     for (path, bytes) in &bundle.files {
-        let target = workspace.root.join(path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| GovernanceError::Io {
-                context: format!("failed to make {}", parent.display()),
+        let target = crate::sandbox::destination(&workspace.root, path).map_err(refused)?;
+        crate::sandbox::write_file(bytes, &target, false).map_err(|source| {
+            GovernanceError::Io {
+                context: format!("failed to write {}", target.display()),
                 source,
-            })?;
-        }
-        std::fs::write(&target, bytes).map_err(|source| GovernanceError::Io {
-            context: format!("failed to write {}", target.display()),
-            source,
+            }
         })?;
     }
     Ok(Accepted {
         skill: name.clone(),
-        origin: format!(
-            "bundle {} signed by key {}",
-            kept.sha256,
-            crate::ledger::checkpoint::short(&signer)
-        ),
+        bundle: kept.sha256,
+        signer,
     })
 }

@@ -144,8 +144,12 @@ impl Signed {
 }
 
 /// A public key from its 64 hex digits (as `kavi ledger keygen` prints it).
+/// A weak key (of small order, such as the identity) is none: a signature of its own "verifies"
+/// any message under it.
 pub fn parse_public(hex: &str) -> Option<VerifyingKey> {
-    from_hex::<32>(hex).and_then(|b| VerifyingKey::from_bytes(&b).ok())
+    from_hex::<32>(hex)
+        .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+        .filter(|key| !key.is_weak())
 }
 
 /// Whether `signature` over `message` verifies under `public_key` (hex both).

@@ -11,7 +11,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use serde_json::{Value, json};
 
 use kavi_ledger::{Ledger, LedgerError, PromotionRow};
@@ -101,8 +101,19 @@ pub fn statement(
             resolved.push(entry);
         }
     }
-    let builder_command = governing
-        .iter()
+    let built = match &run {
+        Some(run) => ledger
+            .builds(&promotion.skill)?
+            .into_iter()
+            .filter(|b| b.run_id == Some(run.id))
+            .collect(),
+        None => Vec::new(),
+    };
+    // A promotion whose run built nothing (an import) names no builder.
+    let builder_command = (!built.is_empty())
+        .then_some(&governing)
+        .into_iter()
+        .flatten()
         .find(|member| member.path == "kavi.toml")
         .and_then(|member| ledger.spec_text(&member.spec_hash).ok())
         .and_then(|(_, text)| text.parse::<toml::Table>().ok())
@@ -132,12 +143,8 @@ pub fn statement(
             entry
         })
         .collect();
-    if let Some(run) = &run {
-        for build in ledger
-            .builds(&promotion.skill)?
-            .into_iter()
-            .filter(|b| b.run_id == Some(run.id))
-        {
+    {
+        for build in built {
             let mut entry = json!({
                 "name": format!("build:{}", build.attempt),
                 "annotations": {
@@ -252,6 +259,21 @@ pub fn envelope(statement: &Value, key: &SigningKey) -> String {
     serde_json::to_string_pretty(&envelope).expect("an envelope serializes")
 }
 
+/// The key ids an envelope's signatures name (unverified: which key to try).
+pub fn key_ids(envelope: &str) -> Vec<String> {
+    serde_json::from_str::<Value>(envelope)
+        .ok()
+        .and_then(|e| {
+            e["signatures"].as_array().map(|signatures| {
+                signatures
+                    .iter()
+                    .filter_map(|s| s["keyid"].as_str().map(str::to_owned))
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
 /// The statement in `envelope` if a signature in it verifies under `key` and it is a statement
 /// of what kavi attests (an in-toto v1 statement with a SLSA v1 provenance predicate).
 pub fn verify(envelope: &str, key: &VerifyingKey) -> Result<Value> {
@@ -278,12 +300,31 @@ pub fn verify(envelope: &str, key: &VerifyingKey) -> Result<Value> {
         .flatten()
         .filter_map(|signature| BASE64.decode(signature["sig"].as_str()?).ok())
         .filter_map(|bytes| Signature::from_slice(&bytes).ok())
-        .any(|signature| key.verify(&signed, &signature).is_ok());
+        .any(|signature| !key.is_weak() && key.verify_strict(&signed, &signature).is_ok());
     if !verifies {
         return Err(ProvenanceError::Signature(key_id(key)));
     }
     let statement: Value = serde_json::from_slice(&payload)
         .map_err(|e| ProvenanceError::Statement(format!("its payload is not JSON: {e}")))?;
+    let well_formed = |subject: &Value| {
+        subject["name"]
+            .as_str()
+            .is_some_and(|name| !name.is_empty())
+            && subject["digest"]["sha256"]
+                .as_str()
+                .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    if !statement["subject"]
+        .as_array()
+        .is_some_and(|subjects| !subjects.is_empty() && subjects.iter().all(well_formed))
+    {
+        return Err(ProvenanceError::Statement(
+            "it has no subjects, or one without a name and a SHA-256 digest".to_owned(),
+        ));
+    }
+    if !statement["predicate"].is_object() {
+        return Err(ProvenanceError::Statement("it has no predicate".to_owned()));
+    }
     for (field, want) in [("_type", STATEMENT_TYPE), ("predicateType", PREDICATE_TYPE)] {
         if statement[field] != want {
             return Err(ProvenanceError::Statement(format!(
@@ -411,6 +452,14 @@ impl Bundle {
             .iter()
             .map(|(path, bytes)| (path.as_str(), sha256_hex(bytes)))
             .collect();
+        let mut names: Vec<&str> = subjects.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.len() != subjects.len() || subjects.is_empty() {
+            return Err(ProvenanceError::Statement(
+                "it names no file, or one file twice".to_owned(),
+            ));
+        }
         let same = subjects.len() == files.len()
             && subjects
                 .iter()

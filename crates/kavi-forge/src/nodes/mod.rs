@@ -11,6 +11,7 @@ mod copy_back;
 mod diff_gate;
 pub mod escalate;
 mod gate;
+mod imported;
 mod promote;
 mod propose;
 pub mod review;
@@ -29,6 +30,7 @@ pub const KINDS: &[NodeKind] = &[
     transition::KIND,
     gate::KIND,
     promote::KIND,
+    imported::KIND,
     propose::KIND,
     build::KIND,
     classify::KIND,

@@ -1,0 +1,132 @@
+//! `imported`: the check that a skill's files are exactly those of a bundle another workspace
+//! signed, by a key this workspace's trust policy accepts, before the import pipeline takes them
+//! as built. It is what makes `pipelines/import.toml` a path for bundles only: run without one
+//! (or with files of the workspace's own beside or instead of the bundle's), it fails.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use toml::Spanned;
+
+use crate::diagnostic::Diagnostic;
+use crate::ledger::Ledger;
+use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
+use crate::skills::trust::TrustPolicy;
+
+pub const KIND: NodeKind = NodeKind {
+    name: "imported",
+    parse,
+    schema: <ImportedConfig as schemars::JsonSchema>::json_schema,
+    calls_http: false,
+};
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ImportedConfig {
+    /// The skill whose files are checked.
+    #[schemars(with = "String")]
+    skill: Spanned<String>,
+    /// The SKILL_BUNDLE artifact `kavi skill import` kept (its SHA-256).
+    #[schemars(with = "String")]
+    bundle: Spanned<String>,
+    #[schemars(with = "Option<String>")]
+    trust: Option<Spanned<String>>,
+}
+
+#[derive(Debug)]
+struct Imported {
+    skill: String,
+    bundle: String,
+    trust: TrustPolicy,
+}
+
+fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
+    let raw: ImportedConfig = config.deserialize()?;
+    for field in [&raw.skill, &raw.bundle] {
+        config.check_template(field)?;
+    }
+    let trust = crate::skills::trust::load(config, raw.trust.as_ref())?;
+    Ok(Arc::new(Imported {
+        skill: raw.skill.into_inner(),
+        bundle: raw.bundle.into_inner(),
+        trust,
+    }))
+}
+
+impl Imported {
+    fn check(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
+        let skill = crate::skills::render_name(ctx, &self.skill)?;
+        let sha = ctx.render("bundle", &self.bundle)?;
+        let text = ctx
+            .env
+            .artifacts
+            .read_text(&sha)
+            .map_err(|e| format!("no bundle to import: {e}"))?;
+        let bundle = kavi_provenance::Bundle::from_json(&text).map_err(|e| e.to_string())?;
+        let signer = bundle.key.to_lowercase();
+        if !self.trust.import_keys.contains(&signer) {
+            return Err(format!(
+                "the bundle is signed by key {}, which the trust policy's [import] keys does not \
+                 list",
+                crate::ledger::checkpoint::short(&signer)
+            ));
+        }
+        let key = crate::ledger::checkpoint::parse_public(&signer)
+            .ok_or("the bundle's key is not a public key")?;
+        bundle.check(&key).map_err(|e| e.to_string())?;
+        if bundle.skill != skill {
+            return Err(format!(
+                "the bundle is of `{}`, not `{skill}`",
+                bundle.skill
+            ));
+        }
+        let ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        let proposal = ledger
+            .skill(&skill)
+            .map_err(|e| e.to_string())?
+            .proposal_path;
+        // What trust will hash is what the bundle holds, file for file: nothing of this
+        // workspace's own beside or instead of it.
+        let tree =
+            self.trust
+                .read_tree(&ctx.env.templates, &ctx.env.workspace, &skill, &proposal)?;
+        let here: Vec<(String, &[u8])> = tree
+            .subjects()
+            .into_iter()
+            .map(|subject| (subject.name, subject.bytes))
+            .collect();
+        let same = here.len() == bundle.files.len()
+            && here
+                .iter()
+                .zip(&bundle.files)
+                .all(|((name, bytes), (path, attested))| name == path && *bytes == &attested[..]);
+        if !same {
+            return Err(format!(
+                "the files of `{skill}` here are not exactly the bundle's: import the bundle \
+                 with `kavi skill import`, into a workspace where {} holds nothing else",
+                tree.folder
+            ));
+        }
+        Ok(NodeOutcome::succeeded(json!({
+            "skill": skill,
+            "bundle": sha,
+            "signer": signer,
+            "source_hash": tree.hash(),
+        })))
+    }
+}
+
+#[async_trait::async_trait]
+impl NodeAction for Imported {
+    fn describe(&self) -> String {
+        format!(
+            "check that the files of skill {} are exactly those of bundle {}",
+            self.skill, self.bundle
+        )
+    }
+
+    async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
+        self.check(ctx).unwrap_or_else(NodeOutcome::failed)
+    }
+}
