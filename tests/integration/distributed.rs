@@ -274,7 +274,7 @@ fn a_step_refuses_what_would_record_a_result_the_run_does_not_vouch_for() {
     assert_eq!(greets, 1);
 
     // The rules changed since the run started: a policy, the configuration, the pipeline.
-    std::fs::write(root.join("kavi.toml"), "jobs = 3\n").unwrap();
+    std::fs::write(root.join("kavi.toml"), "skill_timeout = \"90s\"\n").unwrap();
     let changed = step("flaky");
     assert_eq!(code(&changed), 2, "{}", text(&changed));
     assert!(

@@ -31,7 +31,7 @@ use crate::dag::Dag;
 use crate::ledger::{Artifact, CacheHit, CacheRecord, Ledger, LedgerError, NewRun, RunOrigin};
 use crate::node::{ChildRun, ChildRuns, Environment, NodeOutcome};
 use crate::spec::Pipeline;
-use crate::spec::governing::Role;
+use crate::spec::governing::{Role, config_settings};
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
 use recorder::{Recorder, Write};
@@ -137,16 +137,6 @@ pub struct Reused {
     pub node_run_id: i64,
     pub run_id: i64,
     pub outputs: Value,
-}
-
-/// The run's configuration as part of every node key, from the run's governing set: each key
-/// has the node's own governing files, and the configuration is the run's.
-fn config_parts(members: &[GoverningMember<'_>]) -> Vec<(String, String)> {
-    members
-        .iter()
-        .filter(|(role, ..)| *role == Role::Config)
-        .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash.clone()))
-        .collect()
 }
 
 /// A member of a run's governing set: role, path, hash and text.
@@ -268,8 +258,9 @@ pub struct Executor<'a> {
     /// A node stopped the run for a person's decision.
     awaiting_review: bool,
     reuse: HashMap<String, Reused>,
-    /// The run's configuration, part of every node key, as (`config:<path>`, hash).
-    config_parts: Vec<(String, String)>,
+    /// The run's configuration, setting by setting (see [`config_settings`]): a node's key
+    /// takes those its result depends on.
+    config_settings: std::collections::BTreeMap<String, String>,
     recorder: Recorder,
     /// The parts of every node's template context that do not change during the run, made
     /// once: converting them again for each node cost more than the node's own part.
@@ -331,7 +322,6 @@ pub async fn execute(
         (recorder, run_id),
         cancel,
     );
-    executor.config_parts = config_parts(&members);
     executor.reuse = reuse;
     let result = executor.run_loop().await;
     tracing::debug!(run = run_id, "nodes settled");
@@ -431,6 +421,7 @@ impl<'a> Executor<'a> {
             })),
             config: minijinja::Value::from_serialize(&env.config),
         };
+        let config_settings = config_settings(&env.config);
         Executor {
             dag,
             env,
@@ -459,7 +450,7 @@ impl<'a> Executor<'a> {
             failed: false,
             awaiting_review: false,
             reuse: HashMap::new(),
-            config_parts: Vec::new(),
+            config_settings,
             recorder,
             run_vars,
         }

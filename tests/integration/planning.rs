@@ -1,0 +1,197 @@
+//! What a run is governed by and what a node's key holds (issue 55): the declared governing set,
+//! a cache key of what the node's result depends on.
+
+use crate::common;
+
+use common::{json, kavi, node};
+
+use std::path::Path;
+
+use serde_json::Value;
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for folder in ["pipelines", "scripts", "data"] {
+        std::fs::create_dir(dir.path().join(folder)).unwrap();
+    }
+    dir
+}
+
+fn write(dir: &Path, relative: &str, text: &str) {
+    std::fs::write(dir.join(relative), text).unwrap();
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn succeeds(dir: &Path, args: &[&str]) -> String {
+    let out = kavi(dir, args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+/// A run's governing set as `role path`, in path order.
+fn governing(dir: &Path, run: &str) -> Vec<String> {
+    json(&kavi(dir, &["runs", "show", run, "--json"]))["governing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{} {}", m["role"].as_str().unwrap(), m["path"].as_str().unwrap()))
+        .collect()
+}
+
+/// The state each node of the latest run ended in.
+fn states(dir: &Path) -> Vec<(String, String)> {
+    let run: Value = common::last_run(dir);
+    run["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node_id"].as_str().unwrap().to_owned(),
+                n["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A chain of `touch out/i` names its own outputs: once they exist (the second run), they are
+/// still data, not governance; the set is the pipeline and the configuration.
+#[test]
+fn a_touch_chain_is_governed_by_its_pipeline_and_configuration_only() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    let mut pipeline = String::from("[pipeline]\nname = \"chain\"\n");
+    for i in 0..20 {
+        pipeline.push_str(&format!(
+            "[nodes.n{i}]\nkind = \"exec\"\nrun = [\"touch\", \"out/{i}\"]\n"
+        ));
+        if i > 0 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+        }
+    }
+    write(dir.path(), "pipelines/chain.toml", &pipeline);
+    succeeds(dir.path(), &["pipeline", "run", "chain"]);
+    succeeds(dir.path(), &["pipeline", "run", "chain"]);
+    assert_eq!(
+        governing(dir.path(), "2"),
+        ["config kavi.toml", "pipeline pipelines/chain.toml"]
+    );
+}
+
+/// A command's data is not governance: a file a failed node looked for, created since, lets
+/// `runs resume` go on; the script a node executes and those it declares in `uses` govern, and
+/// a `uses` that names no file is refused where it is written.
+#[test]
+fn scripts_a_node_executes_or_declares_govern_and_its_data_does_not() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/fix.toml",
+        r#"[pipeline]
+name = "fix"
+
+[nodes.count]
+kind = "exec"
+run = ["sh", "scripts/count.sh", "data/in.csv"]
+uses = ["scripts/lib.sh"]
+
+[nodes.fixed]
+kind = "exec"
+run = ["test", "-e", "FIXED"]
+needs = ["count"]
+"#,
+    );
+    write(dir.path(), "scripts/count.sh", ". scripts/lib.sh\nwc -l < \"$1\"\n");
+    write(dir.path(), "scripts/lib.sh", "set -e\n");
+    write(dir.path(), "data/in.csv", "a\nb\n");
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "fix"]).status.code(),
+        Some(1)
+    );
+    assert_eq!(
+        governing(dir.path(), "1"),
+        [
+            "config kavi.toml",
+            "pipeline pipelines/fix.toml",
+            "script scripts/count.sh",
+            "script scripts/lib.sh",
+        ]
+    );
+    // The data it reads changed and the file it looks for is there now: no change of rules.
+    write(dir.path(), "data/in.csv", "a\nb\nc\n");
+    write(dir.path(), "FIXED", "");
+    let diff = kavi(dir.path(), &["policy", "diff", "1"]);
+    assert_eq!(diff.status.code(), Some(0), "{}", stdout(&diff));
+    succeeds(dir.path(), &["runs", "resume", "1"]);
+    assert_eq!(
+        states(dir.path()),
+        [
+            ("count".to_owned(), "reused".to_owned()),
+            ("fixed".to_owned(), "succeeded".to_owned())
+        ]
+    );
+    // A script it declares changed: that is a change of the rules.
+    write(dir.path(), "scripts/lib.sh", "set -eu\n");
+    let diff = kavi(dir.path(), &["policy", "diff", "1"]);
+    assert_eq!(diff.status.code(), Some(1));
+    assert!(stdout(&diff).contains("scripts/lib.sh"), "{}", stdout(&diff));
+
+    write(
+        dir.path(),
+        "pipelines/typo.toml",
+        "[pipeline]\nname = \"typo\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\nuses = [\"scripts/lib.sj\"]\n",
+    );
+    let refused = kavi(dir.path(), &["pipeline", "check", "typo"]);
+    assert_eq!(refused.status.code(), Some(3));
+    let message = stderr(&refused);
+    assert!(
+        message.contains("`uses` names `scripts/lib.sj`, which is not a file of the workspace")
+            && message.contains("typo.toml:6:"),
+        "{message}"
+    );
+}
+
+/// A node's key holds what its result depends on: `--jobs` and a setting it does not use
+/// (`skill_timeout`) leave it up to date; the script it executes is part of it, and `explain`
+/// names it when it changes.
+#[test]
+fn a_node_is_keyed_on_what_it_depends_on_not_the_whole_configuration() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/make.toml",
+        r#"[pipeline]
+name = "make"
+
+[nodes.count]
+kind = "exec"
+run = ["sh", "scripts/count.sh"]
+inputs = ["data"]
+"#,
+    );
+    write(dir.path(), "scripts/count.sh", "echo ran >> ran.txt\ncat data/*\n");
+    write(dir.path(), "data/in.csv", "a\n");
+    let ran = || std::fs::read_to_string(dir.path().join("ran.txt")).unwrap().lines().count();
+    succeeds(dir.path(), &["pipeline", "run", "make"]);
+    succeeds(dir.path(), &["pipeline", "run", "make", "--jobs", "3"]);
+    write(dir.path(), "kavi.toml", "skill_timeout = \"90s\"\n");
+    succeeds(dir.path(), &["pipeline", "run", "make"]);
+    assert_eq!(ran(), 1, "changing --jobs or skill_timeout reran the node");
+    assert_eq!(node(&common::last_run(dir.path()), "count")["state"], "cached");
+
+    write(dir.path(), "scripts/count.sh", "echo ran >> ran.txt\ncat data/* data/*\n");
+    succeeds(dir.path(), &["pipeline", "run", "make"]);
+    assert_eq!(ran(), 2);
+    let explained = succeeds(dir.path(), &["explain", "latest", "count"]);
+    assert!(
+        explained.contains("script `scripts/count.sh` changed"),
+        "{explained}"
+    );
+}
