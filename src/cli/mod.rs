@@ -219,16 +219,25 @@ async fn in_workspace(
     match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run {
-                pipeline, options, ..
+                pipeline,
+                options,
+                rerun,
+                ..
             } => {
                 pipeline::run(
                     &workspace,
                     &pipeline.file,
                     &pipeline.sets,
                     options,
-                    RunOrigin::User.into(),
+                    crate::executor::RunStart {
+                        rerun: rerun.into_iter().collect(),
+                        ..RunOrigin::User.into()
+                    },
                 )
                 .await
+            }
+            PipelineCommand::Status { pipeline, json } => {
+                pipeline::status(&workspace, &pipeline.file, &pipeline.sets, json)
             }
             PipelineCommand::Start { pipeline, id_file } => steps::start(
                 &workspace,

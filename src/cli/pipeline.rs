@@ -91,6 +91,16 @@ pub async fn run(
     let (pipeline, templates) = loaded?;
     let dag = dag::compile(&pipeline)?;
     tracing::debug!(nodes = dag.len(), "pipeline loaded and planned");
+    if let Some(unknown) = start
+        .rerun
+        .iter()
+        .find(|id| !pipeline.nodes.iter().any(|n| &n.id == *id))
+    {
+        return Err(Error::NotFound(format!(
+            "--rerun {unknown}: pipeline `{}` has no node `{unknown}`",
+            pipeline.name
+        )));
+    }
     let params = resolve_params(&pipeline, sets)?;
     let mut ledger = ledger?;
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
@@ -133,6 +143,18 @@ pub async fn run(
     Ok(run_exit_code(outcome.status))
 }
 
+/// kavi's own files in the workspace (the ledger, its locks, the artifact store): never inputs.
+fn state_paths(workspace: &Workspace) -> Vec<PathBuf> {
+    let config = &workspace.config;
+    vec![
+        config.ledger.clone(),
+        PathBuf::from(format!("{}-wal", config.ledger.display())),
+        PathBuf::from(format!("{}-shm", config.ledger.display())),
+        crate::ledger::locks_dir(&config.ledger),
+        config.artifacts.clone(),
+    ]
+}
+
 /// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
 pub(super) fn environment(
     workspace: &Workspace,
@@ -143,13 +165,7 @@ pub(super) fn environment(
     let json = options.json;
     let artifacts = super::open_store(workspace)?;
     let config = &workspace.config;
-    let state_paths = vec![
-        config.ledger.clone(),
-        PathBuf::from(format!("{}-wal", config.ledger.display())),
-        PathBuf::from(format!("{}-shm", config.ledger.display())),
-        crate::ledger::locks_dir(&config.ledger),
-        config.artifacts.clone(),
-    ];
+    let state_paths = state_paths(workspace);
     let child_screen = Arc::clone(screen);
     let owner =
         Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
@@ -417,6 +433,69 @@ pub fn plan(
     }
     super::leave_to_exit(dag);
     super::leave_to_exit(pipeline);
+    Ok(exit::SUCCESS)
+}
+
+/// `kavi pipeline status`: each node, in the order a run decides them, fresh (a run now takes
+/// its recorded result) or stale (a run now runs it), and why.
+pub fn status(
+    workspace: &Workspace,
+    file: &str,
+    sets: &[(String, String)],
+    json: bool,
+) -> Result<i32, Error> {
+    let (pipeline, _) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    let params = Value::Object(resolve_params(&pipeline, sets)?);
+    let nodes = match Ledger::open_existing(&workspace.config.ledger) {
+        Ok(ledger) => {
+            let store = super::open_store(workspace)?;
+            let memo = crate::cache::DigestMemo::of_store(&store);
+            let inputs = executor::Inputs {
+                workspace: &workspace.root,
+                state_paths: &state_paths(workspace),
+                memo: &memo,
+            };
+            executor::status(&dag, &params, &workspace.run_config(), &inputs, &ledger)?
+        }
+        // Reading never makes a ledger: with none, nothing has run, and every node would.
+        Err(crate::ledger::LedgerError::Missing(_)) => dag
+            .order
+            .iter()
+            .map(|&i| executor::NodeStatus {
+                node: pipeline.nodes[i].id.clone(),
+                fresh: false,
+                reason: "nothing has run in this workspace yet".into(),
+                changed: Vec::new(),
+            })
+            .collect(),
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        super::print_json(&json!({
+            "pipeline": pipeline.name,
+            "spec_hash": pipeline.spec_hash,
+            "params": params,
+            "nodes": nodes,
+        }));
+        return Ok(exit::SUCCESS);
+    }
+    let fresh = nodes.iter().filter(|n| n.fresh).count();
+    outln!(
+        "status of `{}`: {} up to date, {} would run",
+        pipeline.name,
+        plural(fresh, "node"),
+        nodes.len() - fresh
+    );
+    let mut rows = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        let state = if node.fresh { "fresh" } else { "stale" };
+        rows.push(vec![state.to_owned(), node.node.clone(), node.reason.clone()]);
+        for change in &node.changed {
+            rows.push(vec![String::new(), String::new(), format!("  {change}")]);
+        }
+    }
+    out!("{}", table(&rows));
     Ok(exit::SUCCESS)
 }
 

@@ -89,6 +89,7 @@ pub async fn run(
         RunStart {
             origin: RunOrigin::Resume { of: id },
             reuse,
+            ..RunStart::default()
         },
     )
     .await

@@ -195,3 +195,109 @@ inputs = ["data"]
         "{explained}"
     );
 }
+
+/// `pipeline status` says which nodes a run would take from the cache and which it would run,
+/// and why, running nothing; `--rerun` runs an up-to-date node again, and what needs it stays
+/// cached when what it gets from it comes out the same.
+#[test]
+fn status_previews_what_would_run_and_rerun_forces_one_node() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/make.toml",
+        r#"[pipeline]
+name = "make"
+
+[nodes.count]
+kind = "exec"
+run = ["sh", "scripts/count.sh"]
+inputs = ["data"]
+
+[nodes.report]
+kind = "exec"
+run = ["sh", "scripts/report.sh", "{{ nodes.count.outputs.stdout }}"]
+needs = ["count"]
+inputs = ["scripts/report.sh"]
+
+[nodes.publish]
+kind = "exec"
+run = ["true"]
+needs = ["report"]
+"#,
+    );
+    write(dir.path(), "scripts/count.sh", "echo count >> ran.txt\ncat data/*\n");
+    write(dir.path(), "scripts/report.sh", "echo report >> ran.txt\necho \"rows: $1\"\n");
+    write(dir.path(), "data/in.csv", "a\n");
+    let ran = || {
+        std::fs::read_to_string(dir.path().join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let status = || {
+        let shown = json(&kavi(dir.path(), &["pipeline", "status", "make", "--json"]));
+        shown["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let state = if n["fresh"].as_bool().unwrap() { "fresh" } else { "stale" };
+                let changed: Vec<&str> = n["changed"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| c.as_str().unwrap())
+                    .collect();
+                format!("{} {state}: {} {}", n["node"].as_str().unwrap(), n["reason"].as_str().unwrap(), changed.join("; "))
+            })
+            .collect::<Vec<_>>()
+    };
+    // Nothing has run: every node would, and reading made no ledger.
+    let before = status();
+    assert!(before.iter().all(|n| n.contains("stale: nothing has run")), "{before:?}");
+    assert!(!dir.path().join(".kavi").exists());
+
+    succeeds(dir.path(), &["pipeline", "run", "make"]);
+    let after = status();
+    assert!(after[0].starts_with("count fresh: node run "), "{after:?}");
+    assert!(after[1].starts_with("report fresh: node run "), "{after:?}");
+    assert_eq!(after[2], "publish stale: it declares no `inputs`, so it always runs ");
+
+    write(dir.path(), "data/in.csv", "a\nb\n");
+    let edited = status();
+    assert!(
+        edited[0].starts_with("count stale: against node run ")
+            && edited[0].ends_with("input `data/in.csv` changed"),
+        "{edited:?}"
+    );
+    assert!(
+        edited[1].starts_with("report stale: needs `count`, which runs"),
+        "{edited:?}"
+    );
+    let text = succeeds(dir.path(), &["pipeline", "status", "make"]);
+    assert!(
+        text.starts_with("status of `make`: 0 nodes up to date, 3 would run\n"),
+        "{text}"
+    );
+    assert_eq!(ran(), "count report", "status ran something");
+
+    succeeds(dir.path(), &["pipeline", "run", "make"]);
+    assert_eq!(ran(), "count report count report");
+    // Forced, `count` runs; `report` gets the same rows from it, and is cached.
+    succeeds(dir.path(), &["pipeline", "run", "make", "--rerun", "count"]);
+    assert_eq!(ran(), "count report count report count");
+    let run = common::last_run(dir.path());
+    assert_eq!(node(&run, "count")["state"], "succeeded");
+    assert_eq!(node(&run, "report")["state"], "cached");
+    let explained = succeeds(dir.path(), &["explain", "latest", "count"]);
+    assert!(explained.contains("--rerun"), "{explained}");
+
+    let unknown = kavi(dir.path(), &["pipeline", "run", "make", "--rerun", "cuont"]);
+    assert_eq!(unknown.status.code(), Some(5));
+    assert!(
+        stderr(&unknown).contains("pipeline `make` has no node `cuont`"),
+        "{}",
+        stderr(&unknown)
+    );
+}

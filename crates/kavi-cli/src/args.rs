@@ -449,8 +449,21 @@ pub enum PipelineCommand {
         /// How many nodes may run at once (default: from config, else the number of CPUs).
         #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,
+        /// Run this node even when it is up to date (repeatable). What needs it is cached still
+        /// when what it gets from it comes out the same.
+        #[arg(long, value_name = "NODE")]
+        rerun: Vec<String>,
         #[command(flatten)]
         options: RunOptions,
+    },
+    /// Show which nodes are up to date and which a run would run, and why, without running
+    /// anything.
+    Status {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
     },
     /// Record a run whose nodes another scheduler runs, one `kavi pipeline step` each (such as
     /// an exported Argo workflow), and print its id.

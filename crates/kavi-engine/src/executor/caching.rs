@@ -137,6 +137,9 @@ impl<'a> Executor<'a> {
         } else if !self.env.use_cache {
             record.note = Some("the run was started with --no-cache".into());
             None
+        } else if self.rerun.contains(&node.id) {
+            record.note = Some("the run was started with --rerun naming it".into());
+            None
         } else {
             self.ledger.cache_hit(&record.key)?
         };

@@ -14,10 +14,11 @@
 mod attempts;
 mod caching;
 mod recorder;
+mod status;
 mod step;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,7 @@ use crate::spec::governing::{Role, config_settings};
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
 use recorder::{Recorder, Write};
+pub use status::{Inputs, NodeStatus, status};
 pub use step::{Progress, StepOutcome, execute_step, progress, rows_by_node, settle_external_run};
 
 /// Something worth telling the user about, as it happens.
@@ -120,6 +122,8 @@ pub struct RunStart {
     pub origin: RunOrigin,
     /// By node id.
     pub reuse: HashMap<String, Reused>,
+    /// Nodes that run even when up to date (`pipeline run --rerun NODE`), by id.
+    pub rerun: HashSet<String>,
 }
 
 impl From<RunOrigin> for RunStart {
@@ -127,6 +131,7 @@ impl From<RunOrigin> for RunStart {
         Self {
             origin,
             reuse: HashMap::new(),
+            rerun: HashSet::new(),
         }
     }
 }
@@ -258,6 +263,8 @@ pub struct Executor<'a> {
     /// A node stopped the run for a person's decision.
     awaiting_review: bool,
     reuse: HashMap<String, Reused>,
+    /// See [`RunStart::rerun`].
+    rerun: HashSet<String>,
     /// The run's configuration, setting by setting (see [`config_settings`]): a node's key
     /// takes those its result depends on.
     config_settings: std::collections::BTreeMap<String, String>,
@@ -292,7 +299,11 @@ pub async fn execute(
     cancel: CancellationToken,
     start: RunStart,
 ) -> Result<RunOutcome, LedgerError> {
-    let RunStart { origin, reuse } = start;
+    let RunStart {
+        origin,
+        reuse,
+        rerun,
+    } = start;
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
@@ -323,6 +334,7 @@ pub async fn execute(
         cancel,
     );
     executor.reuse = reuse;
+    executor.rerun = rerun;
     let result = executor.run_loop().await;
     tracing::debug!(run = run_id, "nodes settled");
     if result.is_err() {
@@ -450,6 +462,7 @@ impl<'a> Executor<'a> {
             failed: false,
             awaiting_review: false,
             reuse: HashMap::new(),
+            rerun: HashSet::new(),
             config_settings,
             recorder,
             run_vars,
