@@ -211,7 +211,8 @@ async fn in_workspace(
     ledger: Option<PathBuf>,
 ) -> Result<i32, Error> {
     let jobs = match &command {
-        Command::Pipeline(PipelineCommand::Run { jobs, .. }) => jobs.map(|jobs| jobs as usize),
+        Command::Pipeline(PipelineCommand::Run { jobs, .. })
+        | Command::Runs(RunsCommand::Resume { jobs, .. }) => jobs.map(|jobs| jobs as usize),
         _ => None,
     };
     let overrides = Overrides { ledger, jobs };
@@ -279,11 +280,21 @@ async fn in_workspace(
             }
             PipelineCommand::Graph { file, format } => pipeline::graph(&workspace, &file, format),
         },
+        Command::Runs(RunsCommand::Resume { sets, run, .. }) if !sets.is_empty() => {
+            Err(Error::Usage(format!(
+                "`runs resume` takes no --set: a resumed run keeps the parameters of the run it \
+                 resumes (`kavi runs show {run}` lists them); to run with others, start a new \
+                 run (`kavi pipeline run FILE --set {}`)",
+                sets[0]
+            )))
+        }
         Command::Runs(RunsCommand::Resume {
             run,
             allow_changed,
+            dry_run,
             options,
-        }) => resume::run(&workspace, &run, allow_changed, options).await,
+            ..
+        }) => resume::run(&workspace, &run, allow_changed, dry_run, options).await,
         Command::Runs(RunsCommand::List {
             limit,
             status,

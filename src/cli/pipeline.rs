@@ -144,7 +144,7 @@ pub async fn run(
 }
 
 /// kavi's own files in the workspace (the ledger, its locks, the artifact store): never inputs.
-fn state_paths(workspace: &Workspace) -> Vec<PathBuf> {
+pub(super) fn state_paths(workspace: &Workspace) -> Vec<PathBuf> {
     let config = &workspace.config;
     vec![
         config.ledger.clone(),

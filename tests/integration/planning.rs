@@ -301,3 +301,88 @@ needs = ["report"]
         stderr(&unknown)
     );
 }
+
+/// `runs resume` re-plans: after a script is edited only the nodes that run it (and what needs
+/// them) run again, `--dry-run` shows that plan and runs nothing; a change of rules still
+/// refuses unless `--allow-changed`, which never reuses a node whose own definition changed.
+#[test]
+fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
+    let dir = workspace();
+    let mut pipeline = String::from("[pipeline]\nname = \"fan\"\n");
+    for (id, needs) in [("a", ""), ("b", "a"), ("c", "a")] {
+        write(dir.path(), &format!("scripts/{id}.sh"), &format!("echo {id} >> ran.txt\n"));
+        pipeline.push_str(&format!(
+            "[nodes.{id}]\nkind = \"exec\"\nrun = [\"sh\", \"scripts/{id}.sh\"]\nneeds = [{}]\n",
+            if needs.is_empty() { String::new() } else { format!("\"{needs}\"") }
+        ));
+    }
+    pipeline.push_str("[nodes.end]\nkind = \"exec\"\nrun = [\"test\", \"-e\", \"FIXED\"]\nneeds = [\"b\", \"c\"]\n");
+    write(dir.path(), "pipelines/fan.toml", &pipeline);
+    let ran = || {
+        std::fs::read_to_string(dir.path().join("ran.txt"))
+            .unwrap()
+            .lines()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "1"]).status.code(), Some(1));
+    assert_eq!(ran(), "a b c");
+
+    write(dir.path(), "scripts/b.sh", "echo b2 >> ran.txt\n");
+    write(dir.path(), "FIXED", "");
+    let plan = succeeds(dir.path(), &["runs", "resume", "1", "--dry-run"]);
+    for line in [
+        "resuming run 1 (pipelines/fan.toml): 2 of its nodes reused, 2 run again",
+        "reuse  a    succeeded in run 1",
+        "run    b    script `scripts/b.sh` changed",
+        "reuse  c    succeeded in run 1",
+        "run    end  needs `b`, which runs again",
+    ] {
+        assert!(plan.contains(line), "{line:?} in\n{plan}");
+    }
+    assert_eq!(ran(), "a b c", "--dry-run ran something");
+    assert!(kavi(dir.path(), &["runs", "show", "2"]).status.code() == Some(5));
+
+    succeeds(dir.path(), &["runs", "resume", "1", "--jobs", "1"]);
+    assert_eq!(ran(), "a b c b2");
+    assert_eq!(
+        states(dir.path()),
+        [
+            ("a".to_owned(), "reused".to_owned()),
+            ("b".to_owned(), "succeeded".to_owned()),
+            ("c".to_owned(), "reused".to_owned()),
+            ("end".to_owned(), "succeeded".to_owned()),
+        ]
+    );
+
+    // A failed run, then a node's command and a setting change: the setting refuses...
+    std::fs::remove_file(dir.path().join("FIXED")).unwrap();
+    assert_eq!(kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "1"]).status.code(), Some(1));
+    write(dir.path(), "pipelines/fan.toml", &pipeline.replace("scripts/c.sh\"]", "scripts/c.sh\", \"again\"]"));
+    write(dir.path(), "kavi.toml", "skill_timeout = \"90s\"\n");
+    write(dir.path(), "FIXED", "");
+    let refused = kavi(dir.path(), &["runs", "resume", "3"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("changed kavi.toml (config)")
+            && !stderr(&refused).contains("fan.toml"),
+        "{}",
+        stderr(&refused)
+    );
+    // ...and, allowed, the node whose command changed is not reused for it.
+    succeeds(dir.path(), &["runs", "resume", "3", "--allow-changed", "--jobs", "1"]);
+    assert_eq!(ran(), "a b c b2 a b2 c c");
+    let resumed = common::last_run(dir.path());
+    assert_eq!(node(&resumed, "c")["state"], "succeeded");
+    // The new run says it was resumed over the change, by choice.
+    assert_eq!(resumed["allowed_changes"], "changed kavi.toml (config)");
+    let shown = succeeds(dir.path(), &["runs", "show", "latest"]);
+    assert!(
+        shown.contains("  allowed   resumed over changed rules (--allow-changed):\n              changed kavi.toml (config)\n"),
+        "{shown}"
+    );
+
+    let set = kavi(dir.path(), &["runs", "resume", "3", "--set", "x=1"]);
+    assert_eq!(set.status.code(), Some(2));
+    assert!(stderr(&set).contains("`runs resume` takes no --set"), "{}", stderr(&set));
+}

@@ -571,14 +571,25 @@ pub enum RunsCommand {
         json: bool,
     },
     /// Run a failed (or cancelled, interrupted) run's pipeline again as a new run: the nodes that
-    /// succeeded are reused (their recorded outputs, not run again), the rest and what needs
-    /// them run. Refused when the files that governed the run changed, unless --allow-changed.
+    /// succeeded are reused (their recorded outputs, not run again) unless their definition,
+    /// scripts or inputs changed since; the rest and what needs them run. Refused when a policy,
+    /// template, chain or the configuration changed, unless --allow-changed.
     Resume {
         /// A run id, or `latest`.
         run: String,
-        /// Resume although the files that govern the run changed since (`kavi policy diff RUN`).
+        /// Resume although the rules that governed the run changed since (`kavi policy diff
+        /// RUN`); a node whose own definition, scripts or inputs changed still runs again.
         #[arg(long)]
         allow_changed: bool,
+        /// Show which nodes would be reused and which would run, and why, and stop there.
+        #[arg(long)]
+        dry_run: bool,
+        /// How many nodes may run at once (default: from config, else the number of CPUs).
+        #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
+        /// Refused: a resumed run keeps the parameters of the run it resumes.
+        #[arg(long = "set", value_name = "KEY=VALUE", hide = true)]
+        sets: Vec<String>,
         #[command(flatten)]
         options: RunOptions,
     },

@@ -59,6 +59,10 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE skills ADD COLUMN trusted_rules BIGINT",
     )],
+    // 31
+    &[ServerStep::Sql(
+        "ALTER TABLE runs ADD COLUMN allowed_changes TEXT",
+    )],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -150,6 +154,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/28.sql"),
     include_str!("migrations/29.sql"),
     include_str!("migrations/30.sql"),
+    include_str!("migrations/31.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

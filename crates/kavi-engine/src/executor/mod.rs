@@ -124,6 +124,8 @@ pub struct RunStart {
     pub reuse: HashMap<String, Reused>,
     /// Nodes that run even when up to date (`pipeline run --rerun NODE`), by id.
     pub rerun: HashSet<String>,
+    /// For a resumed run, the changes of rules it was allowed to start over, a line each.
+    pub allowed_changes: Option<String>,
 }
 
 impl From<RunOrigin> for RunStart {
@@ -132,6 +134,7 @@ impl From<RunOrigin> for RunStart {
             origin,
             reuse: HashMap::new(),
             rerun: HashSet::new(),
+            allowed_changes: None,
         }
     }
 }
@@ -303,6 +306,7 @@ pub async fn execute(
         origin,
         reuse,
         rerun,
+        allowed_changes,
     } = start;
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
@@ -314,7 +318,10 @@ pub async fn execute(
     let (recorder, run_id) = Recorder::begin(ledger, || {
         members = governing.members();
         tracing::debug!(members = members.len(), "governing set read");
-        new_run(pipeline, &params, &members, origin, env.owner.name())
+        NewRun {
+            allowed_changes,
+            ..new_run(pipeline, &params, &members, origin, env.owner.name())
+        }
     })?;
     tracing::debug!(run = run_id, "run begun");
     observer.event(&Event::RunStarted {
@@ -411,6 +418,7 @@ pub fn new_run(
                 )
             })
             .collect(),
+        allowed_changes: None,
     }
 }
 

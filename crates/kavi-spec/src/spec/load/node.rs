@@ -240,6 +240,12 @@ pub(super) fn load_node(
         trigger: common.trigger.unwrap_or(Trigger::Success),
         reads: config.reads,
         cache,
+        scripts: config
+            .governing
+            .iter()
+            .filter(|member| member.role == Role::Script)
+            .map(|member| member.source.path.display().to_string())
+            .collect(),
         action,
     };
     Ok((node, config.governing))
