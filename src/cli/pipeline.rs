@@ -490,7 +490,11 @@ pub fn status(
     let mut rows = Vec::with_capacity(nodes.len());
     for node in &nodes {
         let state = if node.fresh { "fresh" } else { "stale" };
-        rows.push(vec![state.to_owned(), node.node.clone(), node.reason.clone()]);
+        rows.push(vec![
+            state.to_owned(),
+            node.node.clone(),
+            node.reason.clone(),
+        ]);
         for change in &node.changed {
             rows.push(vec![String::new(), String::new(), format!("  {change}")]);
         }

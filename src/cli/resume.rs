@@ -55,13 +55,14 @@ pub async fn run(
         .iter()
         .flat_map(|node| node.scripts.iter().map(String::as_str))
         .collect();
-    let (replanned, rules): (Vec<_>, Vec<_>) = super::policy::changed_since(workspace, &ledger, id)?
-        .into_iter()
-        .partition(|file| match file.role.as_str() {
-            "pipeline" => file.path == old.spec_path,
-            "script" => scripts.contains(file.path.as_str()),
-            _ => false,
-        });
+    let (replanned, rules): (Vec<_>, Vec<_>) =
+        super::policy::changed_since(workspace, &ledger, id)?
+            .into_iter()
+            .partition(|file| match file.role.as_str() {
+                "pipeline" => file.path == old.spec_path,
+                "script" => scripts.contains(file.path.as_str()),
+                _ => false,
+            });
     let lines: Vec<String> = rules
         .iter()
         .map(|file| format!("{} {} ({})", file.change, file.path, file.role))
@@ -98,7 +99,10 @@ pub async fn run(
             .dependencies(index)
             .find(|&dep| plan[dep].as_ref().is_some_and(|(reused, _)| !reused))
         {
-            again(format!("needs `{}`, which runs again", pipeline.nodes[dep].id))
+            again(format!(
+                "needs `{}`, which runs again",
+                pipeline.nodes[dep].id
+            ))
         } else if let Some(then) = finals.get(node.id.as_str()) {
             if !matches!(then.state, NodeState::Succeeded | NodeState::Reused) {
                 again(format!("{} in run {id}", then.state))
@@ -221,7 +225,13 @@ impl InputsNow {
             return Ok(None);
         };
         let mut now = crate::cache::Key::default();
-        if let Err(e) = now.add_inputs(&self.root, &cache.inputs, &self.state_paths, &self.memo, &|| false) {
+        if let Err(e) = now.add_inputs(
+            &self.root,
+            &cache.inputs,
+            &self.state_paths,
+            &self.memo,
+            &|| false,
+        ) {
             return Ok(Some(format!("its inputs cannot be read: {e}")));
         }
         let then_inputs: BTreeMap<String, String> = recorded

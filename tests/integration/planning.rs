@@ -41,7 +41,13 @@ fn governing(dir: &Path, run: &str) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| format!("{} {}", m["role"].as_str().unwrap(), m["path"].as_str().unwrap()))
+        .map(|m| {
+            format!(
+                "{} {}",
+                m["role"].as_str().unwrap(),
+                m["path"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -108,7 +114,11 @@ run = ["test", "-e", "FIXED"]
 needs = ["count"]
 "#,
     );
-    write(dir.path(), "scripts/count.sh", ". scripts/lib.sh\nwc -l < \"$1\"\n");
+    write(
+        dir.path(),
+        "scripts/count.sh",
+        ". scripts/lib.sh\nwc -l < \"$1\"\n",
+    );
     write(dir.path(), "scripts/lib.sh", "set -e\n");
     write(dir.path(), "data/in.csv", "a\nb\n");
     assert_eq!(
@@ -141,7 +151,11 @@ needs = ["count"]
     write(dir.path(), "scripts/lib.sh", "set -eu\n");
     let diff = kavi(dir.path(), &["policy", "diff", "1"]);
     assert_eq!(diff.status.code(), Some(1));
-    assert!(stdout(&diff).contains("scripts/lib.sh"), "{}", stdout(&diff));
+    assert!(
+        stdout(&diff).contains("scripts/lib.sh"),
+        "{}",
+        stdout(&diff)
+    );
 
     write(
         dir.path(),
@@ -176,17 +190,33 @@ run = ["sh", "scripts/count.sh"]
 inputs = ["data"]
 "#,
     );
-    write(dir.path(), "scripts/count.sh", "echo ran >> ran.txt\ncat data/*\n");
+    write(
+        dir.path(),
+        "scripts/count.sh",
+        "echo ran >> ran.txt\ncat data/*\n",
+    );
     write(dir.path(), "data/in.csv", "a\n");
-    let ran = || std::fs::read_to_string(dir.path().join("ran.txt")).unwrap().lines().count();
+    let ran = || {
+        std::fs::read_to_string(dir.path().join("ran.txt"))
+            .unwrap()
+            .lines()
+            .count()
+    };
     succeeds(dir.path(), &["pipeline", "run", "make"]);
     succeeds(dir.path(), &["pipeline", "run", "make", "--jobs", "3"]);
     write(dir.path(), "kavi.toml", "skill_timeout = \"90s\"\n");
     succeeds(dir.path(), &["pipeline", "run", "make"]);
     assert_eq!(ran(), 1, "changing --jobs or skill_timeout reran the node");
-    assert_eq!(node(&common::last_run(dir.path()), "count")["state"], "cached");
+    assert_eq!(
+        node(&common::last_run(dir.path()), "count")["state"],
+        "cached"
+    );
 
-    write(dir.path(), "scripts/count.sh", "echo ran >> ran.txt\ncat data/* data/*\n");
+    write(
+        dir.path(),
+        "scripts/count.sh",
+        "echo ran >> ran.txt\ncat data/* data/*\n",
+    );
     succeeds(dir.path(), &["pipeline", "run", "make"]);
     assert_eq!(ran(), 2);
     let explained = succeeds(dir.path(), &["explain", "latest", "count"]);
@@ -225,8 +255,16 @@ run = ["true"]
 needs = ["report"]
 "#,
     );
-    write(dir.path(), "scripts/count.sh", "echo count >> ran.txt\ncat data/*\n");
-    write(dir.path(), "scripts/report.sh", "echo report >> ran.txt\necho \"rows: $1\"\n");
+    write(
+        dir.path(),
+        "scripts/count.sh",
+        "echo count >> ran.txt\ncat data/*\n",
+    );
+    write(
+        dir.path(),
+        "scripts/report.sh",
+        "echo report >> ran.txt\necho \"rows: $1\"\n",
+    );
     write(dir.path(), "data/in.csv", "a\n");
     let ran = || {
         std::fs::read_to_string(dir.path().join("ran.txt"))
@@ -242,27 +280,42 @@ needs = ["report"]
             .unwrap()
             .iter()
             .map(|n| {
-                let state = if n["fresh"].as_bool().unwrap() { "fresh" } else { "stale" };
+                let state = if n["fresh"].as_bool().unwrap() {
+                    "fresh"
+                } else {
+                    "stale"
+                };
                 let changed: Vec<&str> = n["changed"]
                     .as_array()
                     .into_iter()
                     .flatten()
                     .map(|c| c.as_str().unwrap())
                     .collect();
-                format!("{} {state}: {} {}", n["node"].as_str().unwrap(), n["reason"].as_str().unwrap(), changed.join("; "))
+                format!(
+                    "{} {state}: {} {}",
+                    n["node"].as_str().unwrap(),
+                    n["reason"].as_str().unwrap(),
+                    changed.join("; ")
+                )
             })
             .collect::<Vec<_>>()
     };
     // Nothing has run: every node would, and reading made no ledger.
     let before = status();
-    assert!(before.iter().all(|n| n.contains("stale: nothing has run")), "{before:?}");
+    assert!(
+        before.iter().all(|n| n.contains("stale: nothing has run")),
+        "{before:?}"
+    );
     assert!(!dir.path().join(".kavi").exists());
 
     succeeds(dir.path(), &["pipeline", "run", "make"]);
     let after = status();
     assert!(after[0].starts_with("count fresh: node run "), "{after:?}");
     assert!(after[1].starts_with("report fresh: node run "), "{after:?}");
-    assert_eq!(after[2], "publish stale: it declares no `inputs`, so it always runs ");
+    assert_eq!(
+        after[2],
+        "publish stale: it declares no `inputs`, so it always runs "
+    );
 
     write(dir.path(), "data/in.csv", "a\nb\n");
     let edited = status();
@@ -310,10 +363,18 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
     let dir = workspace();
     let mut pipeline = String::from("[pipeline]\nname = \"fan\"\n");
     for (id, needs) in [("a", ""), ("b", "a"), ("c", "a")] {
-        write(dir.path(), &format!("scripts/{id}.sh"), &format!("echo {id} >> ran.txt\n"));
+        write(
+            dir.path(),
+            &format!("scripts/{id}.sh"),
+            &format!("echo {id} >> ran.txt\n"),
+        );
         pipeline.push_str(&format!(
             "[nodes.{id}]\nkind = \"exec\"\nrun = [\"sh\", \"scripts/{id}.sh\"]\nneeds = [{}]\n",
-            if needs.is_empty() { String::new() } else { format!("\"{needs}\"") }
+            if needs.is_empty() {
+                String::new()
+            } else {
+                format!("\"{needs}\"")
+            }
         ));
     }
     pipeline.push_str("[nodes.end]\nkind = \"exec\"\nrun = [\"test\", \"-e\", \"FIXED\"]\nneeds = [\"b\", \"c\"]\n");
@@ -325,7 +386,12 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    assert_eq!(kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "1"]).status.code(), Some(1));
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "1"])
+            .status
+            .code(),
+        Some(1)
+    );
     assert_eq!(ran(), "a b c");
 
     write(dir.path(), "scripts/b.sh", "echo b2 >> ran.txt\n");
@@ -357,8 +423,17 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
 
     // A failed run, then a node's command and a setting change: the setting refuses...
     std::fs::remove_file(dir.path().join("FIXED")).unwrap();
-    assert_eq!(kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "1"]).status.code(), Some(1));
-    write(dir.path(), "pipelines/fan.toml", &pipeline.replace("scripts/c.sh\"]", "scripts/c.sh\", \"again\"]"));
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "1"])
+            .status
+            .code(),
+        Some(1)
+    );
+    write(
+        dir.path(),
+        "pipelines/fan.toml",
+        &pipeline.replace("scripts/c.sh\"]", "scripts/c.sh\", \"again\"]"),
+    );
     write(dir.path(), "kavi.toml", "skill_timeout = \"90s\"\n");
     write(dir.path(), "FIXED", "");
     let refused = kavi(dir.path(), &["runs", "resume", "3"]);
@@ -370,7 +445,10 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
         stderr(&refused)
     );
     // ...and, allowed, the node whose command changed is not reused for it.
-    succeeds(dir.path(), &["runs", "resume", "3", "--allow-changed", "--jobs", "1"]);
+    succeeds(
+        dir.path(),
+        &["runs", "resume", "3", "--allow-changed", "--jobs", "1"],
+    );
     assert_eq!(ran(), "a b c b2 a b2 c c");
     let resumed = common::last_run(dir.path());
     assert_eq!(node(&resumed, "c")["state"], "succeeded");
@@ -384,5 +462,9 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
 
     let set = kavi(dir.path(), &["runs", "resume", "3", "--set", "x=1"]);
     assert_eq!(set.status.code(), Some(2));
-    assert!(stderr(&set).contains("`runs resume` takes no --set"), "{}", stderr(&set));
+    assert!(
+        stderr(&set).contains("`runs resume` takes no --set"),
+        "{}",
+        stderr(&set)
+    );
 }

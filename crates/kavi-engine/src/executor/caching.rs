@@ -278,7 +278,10 @@ impl<'a> Executor<'a> {
             settings: &self.config_settings,
         };
         key_but_inputs(index, &facts, |i| {
-            self.slots[i].state.is_some().then_some(&self.slots[i].entry)
+            self.slots[i]
+                .state
+                .is_some()
+                .then_some(&self.slots[i].entry)
         })
     }
 }

@@ -76,7 +76,11 @@ pub fn status(
         } else if let Some(cache) = &node.cache {
             if !cache.enabled {
                 stale("it has `cache = false`".into())
-            } else if node.reads.iter().any(|(path, _)| path == "run" || path == "run.id") {
+            } else if node
+                .reads
+                .iter()
+                .any(|(path, _)| path == "run" || path == "run.id")
+            {
                 stale("its templates read the run's id, new every run".into())
             } else {
                 let mut key = key_but_inputs(index, &facts, |i| entries[i].as_ref());
@@ -133,9 +137,5 @@ pub fn status(
         };
         found[index] = Some(status);
     }
-    Ok(dag
-        .order
-        .iter()
-        .filter_map(|&i| found[i].take())
-        .collect())
+    Ok(dag.order.iter().filter_map(|&i| found[i].take()).collect())
 }

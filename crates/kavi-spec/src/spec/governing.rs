@@ -566,7 +566,10 @@ mod tests {
         ] {
             assert!(named.lookup(word).is_none(), "{word}");
         }
-        assert_eq!(named.lookup("checks/lint.py").unwrap().text, "print('ok')\n");
+        assert_eq!(
+            named.lookup("checks/lint.py").unwrap().text,
+            "print('ok')\n"
+        );
     }
 
     /// What a command executes governs it; the data it names does not, but a policy does.
@@ -598,8 +601,14 @@ mod tests {
         assert_eq!(governed(&python), ["script scripts/x.py"]);
         let absolute = ["/usr/bin/python3", "scripts/x.py", "data/in.csv"];
         assert_eq!(governed(&absolute), ["script scripts/x.py"]);
-        assert_eq!(governed(&["scripts/run.sh", "data/in.csv"]), ["script scripts/run.sh"]);
-        assert_eq!(governed(&["bash", "scripts/run.sh"]), ["script scripts/run.sh"]);
+        assert_eq!(
+            governed(&["scripts/run.sh", "data/in.csv"]),
+            ["script scripts/run.sh"]
+        );
+        assert_eq!(
+            governed(&["bash", "scripts/run.sh"]),
+            ["script scripts/run.sh"]
+        );
         assert!(governed(&["touch", "out/1"]).is_empty());
         assert!(governed(&["test", "-e", "FIXED"]).is_empty());
         assert!(governed(&["sh", "-c", "cat data/in.csv"]).is_empty());
