@@ -223,9 +223,11 @@ async fn in_workspace(
                 pipeline,
                 options,
                 rerun,
+                targets,
+                only,
                 ..
             } => {
-                pipeline::run(
+                pipeline::run_subset(
                     &workspace,
                     &pipeline.file,
                     &pipeline.sets,
@@ -233,6 +235,10 @@ async fn in_workspace(
                     crate::executor::RunStart {
                         rerun: rerun.into_iter().collect(),
                         ..RunOrigin::User.into()
+                    },
+                    pipeline::Subset {
+                        targets: &targets,
+                        only,
                     },
                 )
                 .await

@@ -468,3 +468,78 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
         stderr(&set)
     );
 }
+
+/// `pipeline run FILE NODE...` runs those nodes and what they need, as make runs targets;
+/// `--only` runs the targets alone, taking what they need from the cache, and refuses when that
+/// is not up to date.
+#[test]
+fn a_run_of_targets_runs_them_and_what_they_need() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    let mut pipeline = String::from("[pipeline]\nname = \"make\"\n");
+    for (id, needs, inputs) in [
+        ("compile", "", "inputs = [\"src\"]\n"),
+        ("test", "\"compile\"", ""),
+        ("docs", "", ""),
+        ("publish", "\"test\"", ""),
+    ] {
+        write(
+            dir.path(),
+            &format!("scripts/{id}.sh"),
+            &format!("echo {id} >> ran.txt\n"),
+        );
+        pipeline.push_str(&format!(
+            "[nodes.{id}]\nkind = \"exec\"\nrun = [\"sh\", \"scripts/{id}.sh\"]\nneeds = [{needs}]\n{inputs}"
+        ));
+    }
+    write(dir.path(), "pipelines/make.toml", &pipeline);
+    write(dir.path(), "src/main.c", "int main;\n");
+    let ran = || {
+        std::fs::read_to_string(dir.path().join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    succeeds(
+        dir.path(),
+        &["pipeline", "run", "make", "test", "--jobs", "1"],
+    );
+    assert_eq!(ran(), "compile test");
+    assert_eq!(
+        states(dir.path()),
+        [
+            ("compile".to_owned(), "succeeded".to_owned()),
+            ("test".to_owned(), "succeeded".to_owned()),
+        ]
+    );
+    // Alone: `compile` is up to date, and taken from the cache.
+    succeeds(dir.path(), &["pipeline", "run", "make", "test", "--only"]);
+    assert_eq!(ran(), "compile test test");
+    assert_eq!(
+        states(dir.path()),
+        [
+            ("compile".to_owned(), "cached".to_owned()),
+            ("test".to_owned(), "succeeded".to_owned()),
+        ]
+    );
+    write(dir.path(), "src/main.c", "int main() {}\n");
+    let refused = kavi(dir.path(), &["pipeline", "run", "make", "test", "--only"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains(
+            "they need `compile`, which has no result to take from the cache (against node run"
+        ) && stderr(&refused).contains("input `src/main.c` changed"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(ran(), "compile test test", "a refused run ran something");
+
+    let unknown = kavi(dir.path(), &["pipeline", "run", "make", "tset"]);
+    assert_eq!(unknown.status.code(), Some(5));
+    assert!(
+        stderr(&unknown).contains("a target: pipeline `make` has no node `tset`"),
+        "{}",
+        stderr(&unknown)
+    );
+}

@@ -446,6 +446,12 @@ pub enum PipelineCommand {
     Run {
         #[command(flatten)]
         pipeline: PipelineArgs,
+        /// Run only these nodes and what they need, as make runs targets.
+        #[arg(value_name = "NODE")]
+        targets: Vec<String>,
+        /// Run the NODEs alone: what they need is taken from the cache, and must be up to date.
+        #[arg(long, requires = "targets")]
+        only: bool,
         /// How many nodes may run at once (default: from config, else the number of CPUs).
         #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,
