@@ -114,7 +114,7 @@ fn node_named(pipeline: &Pipeline, id: &str, named_by: &str) -> Result<usize, Er
 /// The ids of the nodes a run of `subset` keeps: its targets and everything they need. With
 /// `--only`, what they need must be up to date (see [`executor::status`]): the run takes it
 /// from the cache.
-fn subset_nodes(
+pub(super) fn subset_nodes(
     workspace: &Workspace,
     pipeline: &Pipeline,
     subset: Subset<'_>,

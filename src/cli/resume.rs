@@ -88,12 +88,31 @@ pub async fn run(
         .map(|node| (node.node_id.as_str(), node))
         .collect();
     let inputs_now = InputsNow::open(workspace)?;
+    // A run of targets is resumed as one: its nodes, and what they need now.
+    let targets: Vec<String> = pipeline
+        .nodes
+        .iter()
+        .filter(|node| finals.contains_key(node.id.as_str()))
+        .map(|node| node.id.clone())
+        .collect();
+    let subset = super::pipeline::Subset {
+        targets: &targets,
+        only: false,
+    };
+    let params = match &old.params {
+        serde_json::Value::Object(params) => params.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let kept = super::pipeline::subset_nodes(workspace, &pipeline, subset, &params, &ledger)?;
 
     // Decided in the order a run decides them: a node is reused only when what it needs is.
     let mut plan: Vec<Option<(bool, String)>> = vec![None; dag.len()];
     let mut reuse: HashMap<String, Reused> = HashMap::new();
     for &index in &dag.order {
         let node = &pipeline.nodes[index];
+        if !kept.contains(&node.id) {
+            continue;
+        }
         let again = |reason: String| Some((false, reason));
         plan[index] = if let Some(dep) = dag
             .dependencies(index)
@@ -157,7 +176,7 @@ pub async fn run(
     let sets = super::review::param_sets(&old.params);
     let path = workspace.root.join(&old.spec_path);
     drop(ledger);
-    super::pipeline::run(
+    super::pipeline::run_subset(
         workspace,
         &path.to_string_lossy(),
         &sets,
@@ -169,6 +188,7 @@ pub async fn run(
             allowed_changes: (!lines.is_empty()).then(|| lines.join("\n")),
             ..RunStart::default()
         },
+        subset,
     )
     .await
 }

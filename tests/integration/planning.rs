@@ -543,3 +543,32 @@ fn a_run_of_targets_runs_them_and_what_they_need() {
         stderr(&unknown)
     );
 }
+
+/// A run of targets that failed is resumed as a run of those targets: the nodes it did not
+/// have are not added.
+#[test]
+fn a_run_of_targets_is_resumed_as_one() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/two.toml",
+        "[pipeline]\nname = \"two\"\n[nodes.fix]\nkind = \"exec\"\nrun = [\"test\", \"-e\", \"FIXED\"]\n[nodes.other]\nkind = \"exec\"\nrun = [\"touch\", \"other-ran\"]\n",
+    );
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "two", "fix"])
+            .status
+            .code(),
+        Some(1)
+    );
+    write(dir.path(), "FIXED", "");
+    let resumed = succeeds(dir.path(), &["runs", "resume", "1"]);
+    assert!(
+        resumed.contains("0 of its nodes reused, 1 run again"),
+        "{resumed}"
+    );
+    assert_eq!(
+        states(dir.path()),
+        [("fix".to_owned(), "succeeded".to_owned())]
+    );
+    assert!(!dir.path().join("other-ran").exists());
+}
