@@ -211,7 +211,8 @@ async fn in_workspace(
     ledger: Option<PathBuf>,
 ) -> Result<i32, Error> {
     let jobs = match &command {
-        Command::Pipeline(PipelineCommand::Run { jobs, .. }) => jobs.map(|jobs| jobs as usize),
+        Command::Pipeline(PipelineCommand::Run { jobs, .. })
+        | Command::Runs(RunsCommand::Resume { jobs, .. }) => jobs.map(|jobs| jobs as usize),
         _ => None,
     };
     // Checking an attestation needs no workspace: whoever was handed one checks it.
@@ -229,16 +230,31 @@ async fn in_workspace(
     match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run {
-                pipeline, options, ..
+                pipeline,
+                options,
+                rerun,
+                targets,
+                only,
+                ..
             } => {
-                pipeline::run(
+                pipeline::run_subset(
                     &workspace,
                     &pipeline.file,
                     &pipeline.sets,
                     options,
-                    RunOrigin::User.into(),
+                    crate::executor::RunStart {
+                        rerun: rerun.into_iter().collect(),
+                        ..RunOrigin::User.into()
+                    },
+                    pipeline::Subset {
+                        targets: &targets,
+                        only,
+                    },
                 )
                 .await
+            }
+            PipelineCommand::Status { pipeline, json } => {
+                pipeline::status(&workspace, &pipeline.file, &pipeline.sets, json)
             }
             PipelineCommand::Start { pipeline, id_file } => steps::start(
                 &workspace,
@@ -280,11 +296,21 @@ async fn in_workspace(
             }
             PipelineCommand::Graph { file, format } => pipeline::graph(&workspace, &file, format),
         },
+        Command::Runs(RunsCommand::Resume { sets, run, .. }) if !sets.is_empty() => {
+            Err(Error::Usage(format!(
+                "`runs resume` takes no --set: a resumed run keeps the parameters of the run it \
+                 resumes (`kavi runs show {run}` lists them); to run with others, start a new \
+                 run (`kavi pipeline run FILE --set {}`)",
+                sets[0]
+            )))
+        }
         Command::Runs(RunsCommand::Resume {
             run,
             allow_changed,
+            dry_run,
             options,
-        }) => resume::run(&workspace, &run, allow_changed, options).await,
+            ..
+        }) => resume::run(&workspace, &run, allow_changed, dry_run, options).await,
         Command::Runs(RunsCommand::List {
             limit,
             status,

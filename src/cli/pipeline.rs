@@ -84,15 +84,118 @@ pub async fn run(
     options: RunOptions,
     start: executor::RunStart,
 ) -> Result<i32, Error> {
+    run_subset(workspace, file, sets, options, start, Subset::default()).await
+}
+
+/// Which of a pipeline's nodes a run runs: all of them, or targets (`pipeline run FILE
+/// NODE...`) with what they need, as make runs a target.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Subset<'t> {
+    pub targets: &'t [String],
+    /// `--only`: what the targets need is not run but taken from the cache, so it must be up
+    /// to date.
+    pub only: bool,
+}
+
+/// The index of node `id`, or an error that names the pipeline and the flag it came from.
+fn node_named(pipeline: &Pipeline, id: &str, named_by: &str) -> Result<usize, Error> {
+    pipeline
+        .nodes
+        .iter()
+        .position(|n| n.id == id)
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "{named_by}: pipeline `{}` has no node `{id}`",
+                pipeline.name
+            ))
+        })
+}
+
+/// The ids of the nodes a run of `subset` keeps: its targets and everything they need. With
+/// `--only`, what they need must be up to date (see [`executor::status`]): the run takes it
+/// from the cache.
+pub(super) fn subset_nodes(
+    workspace: &Workspace,
+    pipeline: &Pipeline,
+    subset: Subset<'_>,
+    params: &serde_json::Map<String, Value>,
+    ledger: &Ledger,
+) -> Result<std::collections::HashSet<String>, Error> {
+    let dag = dag::compile(pipeline)?;
+    let mut keep = vec![false; dag.len()];
+    let mut pending = Vec::new();
+    for target in subset.targets {
+        let index = node_named(pipeline, target, "a target")?;
+        keep[index] = true;
+        pending.push(index);
+    }
+    while let Some(index) = pending.pop() {
+        for dep in dag.dependencies(index) {
+            if !keep[dep] {
+                keep[dep] = true;
+                pending.push(dep);
+            }
+        }
+    }
+    if subset.only {
+        let store = super::open_store(workspace)?;
+        let memo = crate::cache::DigestMemo::of_store(&store);
+        let inputs = executor::Inputs {
+            workspace: &workspace.root,
+            state_paths: &state_paths(workspace),
+            memo: &memo,
+        };
+        let params = Value::Object(params.clone());
+        let statuses = executor::status(&dag, &params, &workspace.run_config(), &inputs, ledger)?;
+        // Statuses come in the DAG's order, as `dag.order` has the nodes.
+        let stale = dag.order.iter().zip(&statuses).find(|(index, status)| {
+            keep[**index] && !status.fresh && !subset.targets.contains(&status.node)
+        });
+        if let Some((_, stale)) = stale {
+            let mut why = stale.reason.clone();
+            if !stale.changed.is_empty() {
+                why = format!("{why} {}", stale.changed.join(", "));
+            }
+            return Err(Error::Usage(format!(
+                "--only runs the targets alone, but they need `{}`, which has no result to take \
+                 from the cache ({why}); run it too (drop --only), or bring it up to date first",
+                stale.node
+            )));
+        }
+    }
+    Ok(dag
+        .order
+        .iter()
+        .filter(|&&i| keep[i])
+        .map(|&i| pipeline.nodes[i].id.clone())
+        .collect())
+}
+
+/// [`run`] of a subset of the pipeline's nodes (see [`Subset`]).
+pub async fn run_subset(
+    workspace: &Workspace,
+    file: &str,
+    sets: &[(String, String)],
+    options: RunOptions,
+    start: executor::RunStart,
+    subset: Subset<'_>,
+) -> Result<i32, Error> {
     let json = options.json;
     // A new ledger takes milliseconds of schema and syncs: it opens while the pipeline loads.
     let (loaded, ledger) =
         crate::ledger::open_during(&workspace.config.ledger, || load(workspace, file));
-    let (pipeline, templates) = loaded?;
-    let dag = dag::compile(&pipeline)?;
-    tracing::debug!(nodes = dag.len(), "pipeline loaded and planned");
+    let (mut pipeline, templates) = loaded?;
+    for id in &start.rerun {
+        node_named(&pipeline, id, &format!("--rerun {id}"))?;
+    }
     let params = resolve_params(&pipeline, sets)?;
     let mut ledger = ledger?;
+    if !subset.targets.is_empty() {
+        let keep = subset_nodes(workspace, &pipeline, subset, &params, &ledger)?;
+        pipeline.nodes.retain(|node| keep.contains(&node.id));
+    }
+    let dag = dag::compile(&pipeline)?;
+    tracing::debug!(nodes = dag.len(), "pipeline loaded and planned");
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
     crate::ledger::cleanup::sweep(&mut ledger)?;
     super::policy::adopt_on_first_use(workspace, &mut ledger)?;
@@ -144,6 +247,18 @@ pub async fn run(
     Ok(run_exit_code(outcome.status))
 }
 
+/// kavi's own files in the workspace (the ledger, its locks, the artifact store): never inputs.
+pub(super) fn state_paths(workspace: &Workspace) -> Vec<PathBuf> {
+    let config = &workspace.config;
+    vec![
+        config.ledger.clone(),
+        PathBuf::from(format!("{}-wal", config.ledger.display())),
+        PathBuf::from(format!("{}-shm", config.ledger.display())),
+        crate::ledger::locks_dir(&config.ledger),
+        config.artifacts.clone(),
+    ]
+}
+
 /// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
 pub(super) fn environment(
     workspace: &Workspace,
@@ -154,13 +269,7 @@ pub(super) fn environment(
     let json = options.json;
     let artifacts = super::open_store(workspace)?;
     let config = &workspace.config;
-    let state_paths = vec![
-        config.ledger.clone(),
-        PathBuf::from(format!("{}-wal", config.ledger.display())),
-        PathBuf::from(format!("{}-shm", config.ledger.display())),
-        crate::ledger::locks_dir(&config.ledger),
-        config.artifacts.clone(),
-    ];
+    let state_paths = state_paths(workspace);
     let child_screen = Arc::clone(screen);
     let owner =
         Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
@@ -428,6 +537,73 @@ pub fn plan(
     }
     super::leave_to_exit(dag);
     super::leave_to_exit(pipeline);
+    Ok(exit::SUCCESS)
+}
+
+/// `kavi pipeline status`: each node, in the order a run decides them, fresh (a run now takes
+/// its recorded result) or stale (a run now runs it), and why.
+pub fn status(
+    workspace: &Workspace,
+    file: &str,
+    sets: &[(String, String)],
+    json: bool,
+) -> Result<i32, Error> {
+    let (pipeline, _) = load(workspace, file)?;
+    let dag = dag::compile(&pipeline)?;
+    let params = Value::Object(resolve_params(&pipeline, sets)?);
+    let nodes = match Ledger::open_existing(&workspace.config.ledger) {
+        Ok(ledger) => {
+            let store = super::open_store(workspace)?;
+            let memo = crate::cache::DigestMemo::of_store(&store);
+            let inputs = executor::Inputs {
+                workspace: &workspace.root,
+                state_paths: &state_paths(workspace),
+                memo: &memo,
+            };
+            executor::status(&dag, &params, &workspace.run_config(), &inputs, &ledger)?
+        }
+        // Reading never makes a ledger: with none, nothing has run, and every node would.
+        Err(crate::ledger::LedgerError::Missing(_)) => dag
+            .order
+            .iter()
+            .map(|&i| executor::NodeStatus {
+                node: pipeline.nodes[i].id.clone(),
+                fresh: false,
+                reason: "nothing has run in this workspace yet".into(),
+                changed: Vec::new(),
+            })
+            .collect(),
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        super::print_json(&json!({
+            "pipeline": pipeline.name,
+            "spec_hash": pipeline.spec_hash,
+            "params": params,
+            "nodes": nodes,
+        }));
+        return Ok(exit::SUCCESS);
+    }
+    let fresh = nodes.iter().filter(|n| n.fresh).count();
+    outln!(
+        "status of `{}`: {} up to date, {} would run",
+        pipeline.name,
+        plural(fresh, "node"),
+        nodes.len() - fresh
+    );
+    let mut rows = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        let state = if node.fresh { "fresh" } else { "stale" };
+        rows.push(vec![
+            state.to_owned(),
+            node.node.clone(),
+            node.reason.clone(),
+        ]);
+        for change in &node.changed {
+            rows.push(vec![String::new(), String::new(), format!("  {change}")]);
+        }
+    }
+    out!("{}", table(&rows));
     Ok(exit::SUCCESS)
 }
 

@@ -19,20 +19,16 @@ const LIFECYCLE: &str = crate::skills::LIFECYCLE_POLICY;
 
 pub(super) use kavi_governance::adoption::{adopt_on_first_use, audit};
 
-/// What changed in the files that govern run `run_id`'s pipeline since it ran, one line each
-/// (`changed policies/gates.toml (policy)`); empty when nothing did.
+/// What changed in the files that govern run `run_id`'s pipeline since it ran, each file once;
+/// empty when nothing did.
 pub(super) fn changed_since(
     workspace: &Workspace,
     ledger: &Ledger,
     run_id: i64,
-) -> Result<Vec<String>, Error> {
+) -> Result<Vec<adoption::FileChange>, Error> {
     let from = Side::of_run(ledger, &run_id.to_string())?;
     let to = workspace_side(workspace, &ledger.run(run_id)?.spec_path)?;
-    Ok(PolicyDiff::between(from, to)
-        .files
-        .into_iter()
-        .map(|file| format!("{} {} ({})", file.change, file.path, file.role))
-        .collect())
+    Ok(PolicyDiff::between(from, to).files)
 }
 
 /// The set a run of `spec_path` would be governed by if it started now.

@@ -1,12 +1,15 @@
 //! `kavi runs resume RUN`: run a pipeline again after a failure, taking the outputs of the nodes
-//! that succeeded from the run it resumes, and running only the rest.
+//! that succeeded from the run it resumes, and running only the rest: the nodes that did not
+//! succeed, those whose definition, scripts or inputs changed since, and what needs them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::output::table;
 use crate::config::Workspace;
+use crate::dag;
 use crate::error::{Error, exit};
 use crate::executor::{Reused, RunStart};
-use crate::ledger::{Ledger, RunOrigin};
+use crate::ledger::{Ledger, NodeRunRow, RunOrigin};
 use crate::state::{NodeState, RunStatus};
 use kavi_cli::RunOptions;
 
@@ -14,6 +17,7 @@ pub async fn run(
     workspace: &Workspace,
     reference: &str,
     allow_changed: bool,
+    dry_run: bool,
     options: RunOptions,
 ) -> Result<i32, Error> {
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
@@ -41,47 +45,138 @@ pub async fn run(
         RunStatus::Failed | RunStatus::Cancelled | RunStatus::Interrupted | RunStatus::Rejected => {
         }
     }
-    // What ran then was governed by the files then; outputs made under other rules are not
-    // reused unless the user says they may be.
-    let changed = super::policy::changed_since(workspace, &ledger, id)?;
-    if !changed.is_empty() && !allow_changed {
+    let (pipeline, _) = super::pipeline::load(workspace, &old.spec_path)?;
+    let dag = dag::compile(&pipeline)?;
+    // The pipeline file and the scripts its nodes run are weighed node by node below. Any other
+    // change (a policy, a template, a chain, an included pipeline, the configuration) is to
+    // rules every output was made under: those are not reused unless the user says they may be.
+    let scripts: HashSet<&str> = pipeline
+        .nodes
+        .iter()
+        .flat_map(|node| node.scripts.iter().map(String::as_str))
+        .collect();
+    let (replanned, rules): (Vec<_>, Vec<_>) =
+        super::policy::changed_since(workspace, &ledger, id)?
+            .into_iter()
+            .partition(|file| match file.role.as_str() {
+                "pipeline" => file.path == old.spec_path,
+                "script" => scripts.contains(file.path.as_str()),
+                _ => false,
+            });
+    let lines: Vec<String> = rules
+        .iter()
+        .map(|file| format!("{} {} ({})", file.change, file.path, file.role))
+        .collect();
+    if !rules.is_empty() && !allow_changed {
         return Err(Error::Usage(format!(
             "the files that govern run {id} changed since it ran:\n  {}\nits outputs were made \
              under the old ones; `kavi policy diff {id}` shows the change, and `--allow-changed` \
-             resumes anyway",
-            changed.join("\n  ")
+             resumes anyway (a node whose own definition, scripts or inputs changed runs again \
+             either way)",
+            lines.join("\n  ")
         )));
     }
-    let reuse: HashMap<String, Reused> = crate::ledger::final_attempts(&detail.nodes)
-        .into_iter()
-        .filter(|node| matches!(node.state, NodeState::Succeeded | NodeState::Reused))
-        .map(|node| {
-            (
-                node.node_id.clone(),
-                Reused {
-                    node_run_id: node.id,
-                    run_id: id,
-                    outputs: node.outputs.clone().unwrap_or_default(),
-                },
-            )
-        })
+    let changed_scripts: HashSet<&str> = replanned
+        .iter()
+        .filter(|file| file.role == "script")
+        .map(|file| file.path.as_str())
         .collect();
-    let again: HashSet<&str> = detail
+    let (_, old_text) = ledger.spec_text(&old.spec_hash)?;
+    let (old_tables, new_tables) = (node_tables(&old_text), node_tables(&pipeline.source.text));
+    let finals: HashMap<&str, &NodeRunRow> = crate::ledger::final_attempts(&detail.nodes)
+        .into_iter()
+        .map(|node| (node.node_id.as_str(), node))
+        .collect();
+    let inputs_now = InputsNow::open(workspace)?;
+    // A run of targets is resumed as one: its nodes, and what they need now.
+    let targets: Vec<String> = pipeline
         .nodes
         .iter()
-        .map(|node| node.node_id.as_str())
-        .filter(|node| !reuse.contains_key(*node))
+        .filter(|node| finals.contains_key(node.id.as_str()))
+        .map(|node| node.id.clone())
         .collect();
+    let subset = super::pipeline::Subset {
+        targets: &targets,
+        only: false,
+    };
+    let params = match &old.params {
+        serde_json::Value::Object(params) => params.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let kept = super::pipeline::subset_nodes(workspace, &pipeline, subset, &params, &ledger)?;
+
+    // Decided in the order a run decides them: a node is reused only when what it needs is.
+    let mut plan: Vec<Option<(bool, String)>> = vec![None; dag.len()];
+    let mut reuse: HashMap<String, Reused> = HashMap::new();
+    for &index in &dag.order {
+        let node = &pipeline.nodes[index];
+        if !kept.contains(&node.id) {
+            continue;
+        }
+        let again = |reason: String| Some((false, reason));
+        plan[index] = if let Some(dep) = dag
+            .dependencies(index)
+            .find(|&dep| plan[dep].as_ref().is_some_and(|(reused, _)| !reused))
+        {
+            again(format!(
+                "needs `{}`, which runs again",
+                pipeline.nodes[dep].id
+            ))
+        } else if let Some(then) = finals.get(node.id.as_str()) {
+            if !matches!(then.state, NodeState::Succeeded | NodeState::Reused) {
+                again(format!("{} in run {id}", then.state))
+            } else if old_tables.get(&node.id) != new_tables.get(&node.id) {
+                again("its definition changed".into())
+            } else if let Some(script) = node
+                .scripts
+                .iter()
+                .find(|script| changed_scripts.contains(script.as_str()))
+            {
+                again(format!("script `{script}` changed"))
+            } else if let Some(change) = inputs_now.changed(&ledger, node, then)? {
+                again(change)
+            } else {
+                reuse.insert(
+                    node.id.clone(),
+                    Reused {
+                        node_run_id: then.id,
+                        run_id: id,
+                        outputs: then.outputs.clone().unwrap_or_default(),
+                    },
+                );
+                Some((true, format!("{} in run {id}", then.state)))
+            }
+        } else {
+            again(format!("not in run {id}"))
+        };
+    }
+    let again = plan.iter().flatten().filter(|(reused, _)| !reused).count();
     outln!(
-        "resuming run {id} ({}): {} of its nodes succeeded and are reused, {} run again",
+        "resuming run {id} ({}): {} of its nodes reused, {again} run again",
         old.spec_path,
         reuse.len(),
-        again.len()
     );
+    let rows: Vec<Vec<String>> = dag
+        .order
+        .iter()
+        .filter_map(|&i| {
+            let (reused, reason) = plan[i].as_ref()?;
+            let verb = if *reused { "reuse" } else { "run" };
+            Some(vec![
+                verb.to_owned(),
+                pipeline.nodes[i].id.clone(),
+                reason.clone(),
+            ])
+        })
+        .collect();
+    out!("{}", table(&rows));
+    if dry_run {
+        return Ok(exit::SUCCESS);
+    }
     let sets = super::review::param_sets(&old.params);
     let path = workspace.root.join(&old.spec_path);
     drop(ledger);
-    super::pipeline::run(
+    super::pipeline::run_subset(
         workspace,
         &path.to_string_lossy(),
         &sets,
@@ -89,7 +184,82 @@ pub async fn run(
         RunStart {
             origin: RunOrigin::Resume { of: id },
             reuse,
+            // Recorded on the new run: its outputs were made over these changes by choice.
+            allowed_changes: (!lines.is_empty()).then(|| lines.join("\n")),
+            ..RunStart::default()
         },
+        subset,
     )
     .await
+}
+
+/// A pipeline text's node tables, by id, as TOML values: comments and spacing aside, equal when
+/// the node is defined the same.
+fn node_tables(text: &str) -> BTreeMap<String, toml::Value> {
+    text.parse::<toml::Table>()
+        .ok()
+        .and_then(|mut table| table.remove("nodes"))
+        .and_then(|nodes| match nodes {
+            toml::Value::Table(nodes) => Some(nodes.into_iter().collect()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The input files of nodes, hashed as they are now, to compare with the key a node run recorded.
+struct InputsNow {
+    root: std::path::PathBuf,
+    state_paths: Vec<std::path::PathBuf>,
+    memo: crate::cache::DigestMemo,
+}
+
+impl InputsNow {
+    fn open(workspace: &Workspace) -> Result<Self, Error> {
+        let store = super::open_store(workspace)?;
+        Ok(Self {
+            root: workspace.root.clone(),
+            state_paths: super::pipeline::state_paths(workspace),
+            memo: crate::cache::DigestMemo::of_store(&store),
+        })
+    }
+
+    /// What changed in `node`'s input files since node run `then` (or the one it reused)
+    /// recorded its key; `None` when nothing did, or when it has no key to compare with.
+    fn changed(
+        &self,
+        ledger: &Ledger,
+        node: &crate::spec::NodeSpec,
+        then: &NodeRunRow,
+    ) -> Result<Option<String>, Error> {
+        let Some(cache) = &node.cache else {
+            return Ok(None);
+        };
+        let recorded = match ledger.recorded_key(then.id)? {
+            Some(key) => Some(key),
+            None => match then.reused_from {
+                Some(source) => ledger.recorded_key(source)?,
+                None => None,
+            },
+        };
+        let Some(recorded) = recorded else {
+            return Ok(None);
+        };
+        let mut now = crate::cache::Key::default();
+        if let Err(e) = now.add_inputs(
+            &self.root,
+            &cache.inputs,
+            &self.state_paths,
+            &self.memo,
+            &|| false,
+        ) {
+            return Ok(Some(format!("its inputs cannot be read: {e}")));
+        }
+        let then_inputs: BTreeMap<String, String> = recorded
+            .parts
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("input:"))
+            .collect();
+        let changed = crate::cache::differences(&then_inputs, &now.parts);
+        Ok((!changed.is_empty()).then(|| changed.join(", ")))
+    }
 }

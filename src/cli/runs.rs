@@ -96,6 +96,12 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
         };
         outln!("  resumes   run {resumed}{how}");
     }
+    if let Some(changes) = &run.allowed_changes {
+        outln!("  allowed   resumed over changed rules (--allow-changed):");
+        for change in changes.lines() {
+            outln!("              {change}");
+        }
+    }
     if let Some(error) = &run.error {
         outln!("  note      {error}");
     }

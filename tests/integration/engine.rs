@@ -2666,16 +2666,11 @@ run = ["echo", "{{ nodes.flaky.outputs.stdout | trim }}"]
         kavi(dir.path(), &["pipeline", "run", "fix"]).status.code(),
         Some(1)
     );
-    let text = std::fs::read_to_string(dir.path().join("pipelines/fix.toml")).unwrap();
-    write(
-        dir.path(),
-        "pipelines/fix.toml",
-        &format!("# edited\n{text}"),
-    );
+    write(dir.path(), "kavi.toml", "skill_timeout = \"90s\"\n");
     let refused = kavi(dir.path(), &["runs", "resume", "latest"]);
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("changed pipelines/fix.toml"), "{stderr}");
+    assert!(stderr.contains("changed kavi.toml (config)"), "{stderr}");
     std::fs::write(dir.path().join("state/marker"), "").unwrap();
     let allowed = kavi(dir.path(), &["runs", "resume", "3", "--allow-changed"]);
     assert!(allowed.status.success());

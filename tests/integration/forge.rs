@@ -1186,9 +1186,9 @@ fn a_changed_template_or_configuration_changes_the_governing_set_and_policy_diff
         ("templates/build_packet.md.j2", "template"),
         ("policies/toolchains.toml", "policy"),
         ("policies/toolchains.lock", "policy"),
-        ("policies/ruff.toml", "script"),
-        ("policies/mypy.ini", "script"),
-        ("policies/pytest.ini", "script"),
+        ("policies/ruff.toml", "policy"),
+        ("policies/mypy.ini", "policy"),
+        ("policies/pytest.ini", "policy"),
         ("builders/scripted.py", "script"),
         ("kavi.toml", "config"),
     ] {

@@ -170,6 +170,10 @@ fn a_sound_skill_passes_every_gate_and_each_result_is_recorded() {
             "policies/conventions.toml",
             "policies/gates.toml",
             "policies/invariants.toml",
+            // The tools' configurations the gate commands name under policies/ are policies.
+            "policies/mypy.ini",
+            "policies/pytest.ini",
+            "policies/ruff.toml",
             "policies/scanner.toml",
             "policies/toolchains.lock",
             "policies/toolchains.toml",

@@ -16,6 +16,7 @@ mod forge;
 mod gates;
 mod layers;
 mod lifecycle;
+mod planning;
 mod provenance;
 mod proxy;
 mod roots;

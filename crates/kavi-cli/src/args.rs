@@ -493,11 +493,30 @@ pub enum PipelineCommand {
     Run {
         #[command(flatten)]
         pipeline: PipelineArgs,
+        /// Run only these nodes and what they need, as make runs targets.
+        #[arg(value_name = "NODE")]
+        targets: Vec<String>,
+        /// Run the NODEs alone: what they need is taken from the cache, and must be up to date.
+        #[arg(long, requires = "targets")]
+        only: bool,
         /// How many nodes may run at once (default: from config, else the number of CPUs).
         #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,
+        /// Run this node even when it is up to date (repeatable). What needs it is cached still
+        /// when what it gets from it comes out the same.
+        #[arg(long, value_name = "NODE")]
+        rerun: Vec<String>,
         #[command(flatten)]
         options: RunOptions,
+    },
+    /// Show which nodes are up to date and which a run would run, and why, without running
+    /// anything.
+    Status {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Print JSON instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
     },
     /// Record a run whose nodes another scheduler runs, one `kavi pipeline step` each (such as
     /// an exported Argo workflow), and print its id.
@@ -605,14 +624,25 @@ pub enum RunsCommand {
         json: bool,
     },
     /// Run a failed (or cancelled, interrupted) run's pipeline again as a new run: the nodes that
-    /// succeeded are reused (their recorded outputs, not run again), the rest and what needs
-    /// them run. Refused when the files that governed the run changed, unless --allow-changed.
+    /// succeeded are reused (their recorded outputs, not run again) unless their definition,
+    /// scripts or inputs changed since; the rest and what needs them run. Refused when a policy,
+    /// template, chain or the configuration changed, unless --allow-changed.
     Resume {
         /// A run id, or `latest`.
         run: String,
-        /// Resume although the files that govern the run changed since (`kavi policy diff RUN`).
+        /// Resume although the rules that governed the run changed since (`kavi policy diff
+        /// RUN`); a node whose own definition, scripts or inputs changed still runs again.
         #[arg(long)]
         allow_changed: bool,
+        /// Show which nodes would be reused and which would run, and why, and stop there.
+        #[arg(long)]
+        dry_run: bool,
+        /// How many nodes may run at once (default: from config, else the number of CPUs).
+        #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
+        jobs: Option<u32>,
+        /// Refused: a resumed run keeps the parameters of the run it resumes.
+        #[arg(long = "set", value_name = "KEY=VALUE", hide = true)]
+        sets: Vec<String>,
         #[command(flatten)]
         options: RunOptions,
     },

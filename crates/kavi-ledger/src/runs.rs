@@ -35,6 +35,9 @@ pub struct NewRun {
     pub nodes: Vec<(String, &'static str)>,
     /// The run's governing set (the `kavi` crate's `spec::governing`), as (role, path, hash, text).
     pub governing: Vec<(&'static str, String, String, String)>,
+    /// For a resumed run started over changed rules (`--allow-changed`): the changes, a line
+    /// each.
+    pub allowed_changes: Option<String>,
 }
 
 /// Which runs to list; `None` matches all.
@@ -93,6 +96,9 @@ pub struct RunRow {
     pub started_by: Option<String>,
     /// The hash over its governing set; none for runs recorded before it was kept.
     pub governing_hash: Option<String>,
+    /// The changes of rules it was resumed over with `--allow-changed`, a line each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_changes: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -119,7 +125,7 @@ pub struct GoverningFile {
 
 const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
                            finished_at, duration_ms, parent_run, error, resumed_from, started_by, \
-                           governing_hash";
+                           governing_hash, allowed_changes";
 
 fn run_row(row: &db::Row) -> db::Result<RunRow> {
     Ok(RunRow {
@@ -137,6 +143,7 @@ fn run_row(row: &db::Row) -> db::Result<RunRow> {
         resumed_from: row.get(11)?,
         started_by: row.get(12)?,
         governing_hash: row.get(13)?,
+        allowed_changes: row.get(14)?,
     })
 }
 
@@ -179,8 +186,8 @@ impl Ledger {
         }
         let run_id: i64 = tx.query_row(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
-                               resumed_from, owner, started_by, governing_hash)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10)
+                               resumed_from, owner, started_by, governing_hash, allowed_changes)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10, ?11)
              RETURNING id",
             params![
                 new.pipeline,
@@ -193,6 +200,7 @@ impl Ledger {
                 new.owner,
                 kavi_foundation::identity::actor(),
                 governing_hash,
+                new.allowed_changes,
             ],
             |row| row.get(0),
         )?;

@@ -63,6 +63,10 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE promotions ADD COLUMN attestation TEXT",
     )],
+    // 32
+    &[ServerStep::Sql(
+        "ALTER TABLE runs ADD COLUMN allowed_changes TEXT",
+    )],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -155,6 +159,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/29.sql"),
     include_str!("migrations/30.sql"),
     include_str!("migrations/31.sql"),
+    include_str!("migrations/32.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

@@ -45,6 +45,7 @@ pub fn new_run(params: &Value, nodes: &[&str], owner: &Owner) -> NewRun {
             .map(|node| ((*node).to_owned(), "exec"))
             .collect(),
         governing: Vec::new(),
+        allowed_changes: None,
     }
 }
 

@@ -4,10 +4,10 @@
 //!
 //! The key is the SHA-256 over named parts, each itself a hash: the node's definition, the
 //! parameters and upstream outputs its templates read, the contents of its input files, the
-//! environment its process would get, the files that govern it (its policies, templates and
-//! chains, and the run's configuration; of the pipeline file, its definition is what matters),
-//! and kavi's version. The files a command happens to name are not guessed at: a script a node
-//! runs belongs in its `inputs`. The parts are recorded with the
+//! environment its process would get, the files that govern it (its policies, templates, chains
+//! and the scripts it declares or executes; of the pipeline file, its definition is what
+//! matters), the settings of the configuration its result depends on (its kind's, and those its
+//! templates read: never `jobs` or a timeout), and kavi's version. The parts are recorded with the
 //! node run, so `kavi explain` can say which of them changed when a node ran again.
 //!
 //! Nothing is guessed: a node without declared inputs always runs, and `cache = false` or
@@ -312,6 +312,7 @@ fn describe_part(name: &str) -> String {
         "node" => "the outputs of node",
         "run" => "the run's",
         "env" => "environment variable",
+        "config" => "setting",
         other => other,
     };
     format!("{kind} `{what}`")

@@ -2,10 +2,10 @@
 //! restored from the cache, and what a cached node records.
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::Executor;
 use super::recorder::Write;
@@ -137,6 +137,9 @@ impl<'a> Executor<'a> {
         } else if !self.env.use_cache {
             record.note = Some("the run was started with --no-cache".into());
             None
+        } else if self.rerun.contains(&node.id) {
+            record.note = Some("the run was started with --rerun naming it".into());
+            None
         } else {
             self.ledger.cache_hit(&record.key)?
         };
@@ -265,57 +268,100 @@ impl<'a> Executor<'a> {
     }
 
     /// A node's key (see [`crate::cache`]) but for its input files, which are hashed off the
-    /// loop (see [`Executor::start_keying`]): its definition, kavi's version, the governing
-    /// files, what its templates read and its environment.
+    /// loop (see [`Executor::start_keying`]).
     fn node_key(&self, index: usize) -> Key {
-        let node = &self.dag.pipeline.nodes[index];
-        let spec = node
-            .cache
-            .as_ref()
-            .expect("only nodes with inputs have keys");
-        let mut key = Key::default();
-        key.parts
-            .insert("definition".into(), spec.definition.clone());
-        key.add("kavi", env!("CARGO_PKG_VERSION"));
-        key.parts.extend(spec.governing.iter().cloned());
-        key.parts.extend(self.config_parts.iter().cloned());
-        // What its templates read; `config` is the configuration's governing member.
         let run = json!({ "id": self.run_id, "pipeline": self.dag.pipeline.name, "spec_hash": self.dag.pipeline.spec_hash });
-        for (path, _) in &node.reads {
-            let mut names = path.split('.');
-            let (root, name) = (names.next().unwrap_or_default(), names.next());
-            let (prefix, values) = match root {
-                "params" => ("param", &self.params),
-                "run" => ("run", &run),
-                "nodes" => {
-                    for (i, other) in self.dag.pipeline.nodes.iter().enumerate() {
-                        if name.is_none_or(|id| id == other.id) && self.slots[i].state.is_some() {
-                            key.add(
-                                format!("node:{}", other.id),
-                                self.slots[i].entry.to_string(),
-                            );
-                        }
+        let facts = KeyFacts {
+            nodes: &self.dag.pipeline.nodes,
+            params: &self.params,
+            run: &run,
+            settings: &self.config_settings,
+        };
+        key_but_inputs(index, &facts, |i| {
+            self.slots[i]
+                .state
+                .is_some()
+                .then_some(&self.slots[i].entry)
+        })
+    }
+}
+
+/// What a node's key is made of beside the node itself: its pipeline's nodes, the run's
+/// parameters and fields, the configuration setting by setting (see
+/// [`crate::spec::governing::config_settings`]).
+pub(crate) struct KeyFacts<'k> {
+    pub nodes: &'k [crate::spec::NodeSpec],
+    pub params: &'k Value,
+    pub run: &'k Value,
+    pub settings: &'k BTreeMap<String, String>,
+}
+
+/// Node `index`'s key but for its input files: its definition, kavi's version, the files that
+/// govern it, the settings it depends on, what its templates read (`entry` gives a finished
+/// node's entry as templates see it) and its environment.
+pub(crate) fn key_but_inputs<'e>(
+    index: usize,
+    facts: &KeyFacts<'e>,
+    entry: impl Fn(usize) -> Option<&'e Value>,
+) -> Key {
+    let node = &facts.nodes[index];
+    let spec = node
+        .cache
+        .as_ref()
+        .expect("only nodes with inputs have keys");
+    let mut key = Key::default();
+    key.parts
+        .insert("definition".into(), spec.definition.clone());
+    key.add("kavi", env!("CARGO_PKG_VERSION"));
+    key.parts.extend(spec.governing.iter().cloned());
+    // The settings its result depends on: its kind's, and those its templates read.
+    let mut settings: BTreeSet<&str> = node.action.config_settings().iter().copied().collect();
+    // What its templates read.
+    for (path, _) in &node.reads {
+        let mut names = path.split('.');
+        let (root, name) = (names.next().unwrap_or_default(), names.next());
+        let (prefix, values) = match root {
+            "params" => ("param", facts.params),
+            "run" => ("run", facts.run),
+            "nodes" => {
+                for (i, other) in facts.nodes.iter().enumerate() {
+                    if name.is_none_or(|id| id == other.id)
+                        && let Some(entry) = entry(i)
+                    {
+                        key.add(format!("node:{}", other.id), entry.to_string());
                     }
-                    continue;
                 }
-                _ => continue,
-            };
-            for (field, value) in values.as_object().into_iter().flatten() {
-                if name.is_none_or(|name| name == field) {
-                    key.add(format!("{prefix}:{field}"), value.to_string());
+                continue;
+            }
+            "config" => {
+                match name {
+                    Some(name) => _ = settings.insert(name),
+                    None => settings.extend(facts.settings.keys().map(String::as_str)),
                 }
+                continue;
+            }
+            _ => continue,
+        };
+        for (field, value) in values.as_object().into_iter().flatten() {
+            if name.is_none_or(|name| name == field) {
+                key.add(format!("{prefix}:{field}"), value.to_string());
             }
         }
-        for (name, value) in crate::process::base_env() {
-            key.add(format!("env:{name}"), value);
-        }
-        if node.action.inherits_environment() {
-            let mut inherited: Vec<String> = std::env::vars()
-                .map(|(name, value)| format!("{name}={value}"))
-                .collect();
-            inherited.sort();
-            key.add("env:*", inherited.join("\0"));
-        }
-        key
     }
+    for name in settings {
+        if let Some(text) = facts.settings.get(name) {
+            key.add(format!("config:{name}"), text);
+        }
+    }
+    for (name, value) in crate::process::base_env() {
+        key.add(format!("env:{name}"), value);
+    }
+    if node.action.inherits_environment() {
+        let mut inherited: Vec<String> = std::env::vars()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        inherited.sort();
+        key.add("env:*", inherited.join("\0"));
+    }
+    key
 }

@@ -14,10 +14,11 @@
 mod attempts;
 mod caching;
 mod recorder;
+mod status;
 mod step;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,10 +32,11 @@ use crate::dag::Dag;
 use crate::ledger::{Artifact, CacheHit, CacheRecord, Ledger, LedgerError, NewRun, RunOrigin};
 use crate::node::{ChildRun, ChildRuns, Environment, NodeOutcome};
 use crate::spec::Pipeline;
-use crate::spec::governing::Role;
+use crate::spec::governing::{Role, config_settings};
 use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
 use recorder::{Recorder, Write};
+pub use status::{Inputs, NodeStatus, status};
 pub use step::{Progress, StepOutcome, execute_step, progress, rows_by_node, settle_external_run};
 
 /// Something worth telling the user about, as it happens.
@@ -120,6 +122,10 @@ pub struct RunStart {
     pub origin: RunOrigin,
     /// By node id.
     pub reuse: HashMap<String, Reused>,
+    /// Nodes that run even when up to date (`pipeline run --rerun NODE`), by id.
+    pub rerun: HashSet<String>,
+    /// For a resumed run, the changes of rules it was allowed to start over, a line each.
+    pub allowed_changes: Option<String>,
 }
 
 impl From<RunOrigin> for RunStart {
@@ -127,6 +133,8 @@ impl From<RunOrigin> for RunStart {
         Self {
             origin,
             reuse: HashMap::new(),
+            rerun: HashSet::new(),
+            allowed_changes: None,
         }
     }
 }
@@ -137,16 +145,6 @@ pub struct Reused {
     pub node_run_id: i64,
     pub run_id: i64,
     pub outputs: Value,
-}
-
-/// The run's configuration as part of every node key, from the run's governing set: each key
-/// has the node's own governing files, and the configuration is the run's.
-fn config_parts(members: &[GoverningMember<'_>]) -> Vec<(String, String)> {
-    members
-        .iter()
-        .filter(|(role, ..)| *role == Role::Config)
-        .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash.clone()))
-        .collect()
 }
 
 /// A member of a run's governing set: role, path, hash and text.
@@ -268,8 +266,11 @@ pub struct Executor<'a> {
     /// A node stopped the run for a person's decision.
     awaiting_review: bool,
     reuse: HashMap<String, Reused>,
-    /// The run's configuration, part of every node key, as (`config:<path>`, hash).
-    config_parts: Vec<(String, String)>,
+    /// See [`RunStart::rerun`].
+    rerun: HashSet<String>,
+    /// The run's configuration, setting by setting (see [`config_settings`]): a node's key
+    /// takes those its result depends on.
+    config_settings: std::collections::BTreeMap<String, String>,
     recorder: Recorder,
     /// The parts of every node's template context that do not change during the run, made
     /// once: converting them again for each node cost more than the node's own part.
@@ -301,7 +302,12 @@ pub async fn execute(
     cancel: CancellationToken,
     start: RunStart,
 ) -> Result<RunOutcome, LedgerError> {
-    let RunStart { origin, reuse } = start;
+    let RunStart {
+        origin,
+        reuse,
+        rerun,
+        allowed_changes,
+    } = start;
     let pipeline = dag.pipeline;
     let params = Value::Object(params);
     let governing = pipeline.governing.resolved(&env.config, &env.workspace);
@@ -312,7 +318,10 @@ pub async fn execute(
     let (recorder, run_id) = Recorder::begin(ledger, || {
         members = governing.members();
         tracing::debug!(members = members.len(), "governing set read");
-        new_run(pipeline, &params, &members, origin, env.owner.name())
+        NewRun {
+            allowed_changes,
+            ..new_run(pipeline, &params, &members, origin, env.owner.name())
+        }
     })?;
     tracing::debug!(run = run_id, "run begun");
     observer.event(&Event::RunStarted {
@@ -331,8 +340,8 @@ pub async fn execute(
         (recorder, run_id),
         cancel,
     );
-    executor.config_parts = config_parts(&members);
     executor.reuse = reuse;
+    executor.rerun = rerun;
     let result = executor.run_loop().await;
     tracing::debug!(run = run_id, "nodes settled");
     if result.is_err() {
@@ -409,6 +418,7 @@ pub fn new_run(
                 )
             })
             .collect(),
+        allowed_changes: None,
     }
 }
 
@@ -431,6 +441,7 @@ impl<'a> Executor<'a> {
             })),
             config: minijinja::Value::from_serialize(&env.config),
         };
+        let config_settings = config_settings(&env.config);
         Executor {
             dag,
             env,
@@ -459,7 +470,8 @@ impl<'a> Executor<'a> {
             failed: false,
             awaiting_review: false,
             reuse: HashMap::new(),
-            config_parts: Vec::new(),
+            rerun: HashSet::new(),
+            config_settings,
             recorder,
             run_vars,
         }

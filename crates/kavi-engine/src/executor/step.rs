@@ -99,8 +99,6 @@ pub async fn execute_step(
     run: &RunDetail,
     index: usize,
 ) -> Result<StepOutcome, LedgerError> {
-    let governing = dag.pipeline.governing.resolved(&env.config, &env.workspace);
-    let members = governing.members();
     let recorder = Recorder::start(ledger, run.run.id)?;
     let mut executor = Executor::new(
         dag,
@@ -111,7 +109,6 @@ pub async fn execute_step(
         (recorder, run.run.id),
         cancel,
     );
-    executor.config_parts = super::config_parts(&members);
     let rows = rows_by_node(run);
     let (mut progress_here, mut last_attempt) = (Progress::NotStarted, 1);
     for (i, node) in dag.pipeline.nodes.iter().enumerate() {

@@ -309,6 +309,11 @@ fn parse_json(stdout: &mut Captured, redactor: Option<&Redactor>) -> Result<Valu
 
 #[async_trait::async_trait]
 impl NodeAction for Exec {
+    /// It reads no setting but through its templates.
+    fn config_settings(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     fn inherits_environment(&self) -> bool {
         self.inherit_env
     }

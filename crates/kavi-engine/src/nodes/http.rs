@@ -203,6 +203,11 @@ impl Http {
 
 #[async_trait::async_trait]
 impl NodeAction for Http {
+    /// It reads no setting but through its templates.
+    fn config_settings(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     fn uses_ledger(&self) -> bool {
         false
     }

@@ -91,7 +91,7 @@ fn a_long_pipeline_loads_in_the_file_s_order_on_any_thread() {
                 } else {
                     String::new()
                 };
-                format!("[nodes.n{i}]\nkind = \"{kind}\"\nrun = [\"cat\", \"f{i}\"]\n{needs}")
+                format!("[nodes.n{i}]\nkind = \"{kind}\"\nrun = [\"sh\", \"f{i}\"]\n{needs}")
             })
             .collect::<String>()
     };

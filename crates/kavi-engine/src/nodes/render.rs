@@ -120,6 +120,11 @@ impl Render {
 
 #[async_trait::async_trait]
 impl NodeAction for Render {
+    /// It reads no setting but through its templates.
+    fn config_settings(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["artifact", "path", "bytes", "dest"])
     }

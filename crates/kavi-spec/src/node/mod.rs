@@ -37,6 +37,10 @@ pub struct NodeKind {
     pub calls_http: bool,
 }
 
+/// The settings that choose what does a node's work: the builder command, the model gateway, the
+/// toolchains kavi was pointed at.
+pub const RESULT_SETTINGS: &[&str] = &["builder", "gateway", "toolchain"];
+
 /// What one node does when it runs.
 #[async_trait::async_trait]
 pub trait NodeAction: Send + Sync + Debug {
@@ -73,6 +77,14 @@ pub trait NodeAction: Send + Sync + Debug {
     /// variables), which then is part of its key when it is cached.
     fn inherits_environment(&self) -> bool {
         false
+    }
+
+    /// The settings of the run's configuration its result depends on, by name (`builder`,
+    /// `gateway`), part of its key when it is cached; a setting its templates read is one too.
+    /// By default those that choose what does the work (see [`RESULT_SETTINGS`]): where things
+    /// are kept, how many nodes run at once and how long they may take change no result.
+    fn config_settings(&self) -> &'static [&'static str] {
+        RESULT_SETTINGS
     }
 
     /// Whether running it reads or writes the ledger. The executor records a node's start
@@ -200,7 +212,7 @@ pub struct NodeConfig<'a> {
     pub registry: &'a Registry,
     /// Variable paths read by this node's templates, collected for the DAG's reference check.
     pub reads: Vec<(String, std::ops::Range<usize>)>,
-    /// Files this node is governed by: policies, templates, the scripts its commands name.
+    /// Files this node is governed by: policies, templates, the scripts it declares or executes.
     pub governing: GoverningSet,
     /// What command words name on disk, shared by the nodes of one pipeline file.
     pub(crate) named_files: &'a mut NamedFiles,
@@ -359,9 +371,19 @@ impl<'a> NodeConfig<'a> {
         Ok(())
     }
 
-    /// Records the workspace files a command names (a gate's script) as governing.
+    /// Records what a command's words make governing: the script it executes, the policies it
+    /// names (see [`GoverningSet::add_command`]).
     pub fn govern_command<'w>(&mut self, words: impl IntoIterator<Item = &'w str>) {
-        self.governing.add_named_files(self.named_files, words);
+        let words: Vec<&str> = words.into_iter().collect();
+        self.governing.add_command(self.named_files, &words);
+    }
+
+    /// Records a script the node declares in `uses` as governing; `None` when it names no
+    /// file of the workspace.
+    pub(crate) fn govern_declared(&mut self, path: &str) -> Option<()> {
+        let source = self.named_files.lookup(path)?;
+        self.governing.add(Role::Script, source);
+        Some(())
     }
 
     fn record_reads(&mut self, reads: BTreeSet<String>, span: std::ops::Range<usize>) {

@@ -1,7 +1,7 @@
 //! The governing set of a run: every file whose text decided what the run did. The pipeline
 //! and the pipelines it includes, the chains it runs, every policy file read, every template
-//! rendered, every workspace file a gate, exec or builder command names, and the resolved
-//! configuration. Each member is kept in the ledger by hash; the set has one hash over it, so a
+//! rendered, the scripts its nodes declare (`uses`) or execute (see [`executed_word`]), and the
+//! resolved configuration. Data a command names otherwise is an input, never governance. Each member is kept in the ledger by hash; the set has one hash over it, so a
 //! change to any member changes the run's governing hash.
 //!
 //! The set hash is plain enough to recompute with `sqlite3` and `sha256sum`: the SHA-256 of one
@@ -25,7 +25,7 @@ pub enum Role {
     Chain,
     Policy,
     Template,
-    /// A workspace file a command names (a gate's `--config policies/ruff.toml`, the builder's script).
+    /// A script a node declares in `uses` or executes (see [`executed_word`]).
     Script,
     /// The resolved configuration (`kavi.toml` and its overrides), secrets redacted.
     Config,
@@ -110,15 +110,18 @@ impl GoverningSet {
         self.files.iter()
     }
 
-    /// Adds every workspace file that one of `words` names (see [`NamedFiles`]).
-    pub fn add_named_files<'w>(
-        &mut self,
-        named: &mut NamedFiles,
-        words: impl IntoIterator<Item = &'w str>,
-    ) {
+    /// Adds what a command's `words` make governing: the workspace file it executes (see
+    /// [`executed_word`]) as a script, and the files under `policies/` it names (a gate's
+    /// `--config policies/ruff.toml`) as policies. Whatever else it names is its data.
+    pub fn add_command(&mut self, named: &mut NamedFiles, words: &[&str]) {
+        if let Some(source) = executed_word(words).and_then(|word| named.lookup(word)) {
+            self.add(Role::Script, source);
+        }
         for word in words {
-            if let Some(source) = named.lookup(word) {
-                self.add(Role::Script, source);
+            if word.starts_with(POLICIES)
+                && let Some(source) = named.lookup(word)
+            {
+                self.add(Role::Policy, source);
             }
         }
     }
@@ -132,7 +135,8 @@ impl GoverningSet {
         if self.runs_builder
             && let Some(builder) = config["builder"].as_str()
         {
-            governing.add_named_files(&mut NamedFiles::new(root), builder.split_whitespace());
+            let words: Vec<&str> = builder.split_whitespace().collect();
+            governing.add_command(&mut NamedFiles::new(root), &words);
         }
         governing
     }
@@ -154,6 +158,25 @@ impl GoverningSet {
         members.sort_by(|a, b| a.1.cmp(&b.1));
         members
     }
+}
+
+/// The folder of the workspace's policies: a file under it that a command names governs.
+const POLICIES: &str = "policies/";
+
+/// Programs whose first argument that is not an option is the script they run.
+pub const INTERPRETERS: &[&str] = &["python", "python3", "sh", "bash", "perl", "node", "ruby"];
+
+/// The word of a command that names what it executes: its program, or, when the program is a
+/// known interpreter ([`INTERPRETERS`], by file name, so `/usr/bin/python3` is one), its first
+/// argument that does not start with `-`. `sh -c 'code'` executes no file: its code is the
+/// word, and it names no file of the workspace.
+pub fn executed_word<'w>(words: &[&'w str]) -> Option<&'w str> {
+    let (program, args) = words.split_first()?;
+    let name = program.rsplit('/').next().unwrap_or(program);
+    if !INTERPRETERS.contains(&name) {
+        return Some(program);
+    }
+    args.iter().copied().find(|arg| !arg.starts_with('-'))
 }
 
 /// The workspace files command words name: a relative path to a regular file inside the root.
@@ -416,11 +439,16 @@ fn member_text(mut file: std::fs::File, size: u64) -> Option<String> {
 }
 
 /// The resolved configuration a run sees as `config`, as a member named `kavi.toml`: TOML, with
-/// paths inside the workspace made relative to it (so moving a workspace changes nothing) and
+/// paths inside the workspace made relative to it (so moving a workspace changes nothing),
+/// without `jobs` (how many nodes run at once decides nothing a node did: `--jobs 1` is no
+/// change of rules for `runs resume`), and
 /// secrets redacted: the gateway's API key, should its value appear anywhere, and credentials
 /// written into a URL.
 pub fn config_member(config: &Value) -> Arc<SourceFile> {
     let mut config = config.clone();
+    if let Some(map) = config.as_object_mut() {
+        map.remove("jobs");
+    }
     let root = config
         .as_object_mut()
         .and_then(|map| map.remove("workspace"))
@@ -436,6 +464,23 @@ pub fn config_member(config: &Value) -> Arc<SourceFile> {
     let text = toml::to_string_pretty(&config)
         .unwrap_or_else(|_| serde_json::to_string_pretty(&config).unwrap_or_default());
     SourceFile::new(crate::config::CONFIG_FILE, text)
+}
+
+/// Each setting of the resolved configuration (but the workspace's path) as its own text, by
+/// name: what [`config_member`] holds of it. A node's key takes the settings its result depends
+/// on, so changing another one (`jobs`) leaves it up to date.
+pub fn config_settings(config: &Value) -> std::collections::BTreeMap<String, String> {
+    let Some(settings) = config.as_object() else {
+        return Default::default();
+    };
+    settings
+        .iter()
+        .filter(|(name, _)| name.as_str() != "workspace")
+        .map(|(name, value)| {
+            let alone = serde_json::json!({ "workspace": config["workspace"], name: value });
+            (name.clone(), config_member(&alone).text.clone())
+        })
+        .collect()
 }
 
 fn scrub(value: &mut Value, root: Option<&str>, redactor: Option<&crate::redact::Redactor>) {
@@ -471,14 +516,16 @@ fn without_url_credentials(text: &str) -> String {
 mod tests {
     use super::*;
     #[test]
-    fn the_configuration_member_is_relative_to_the_workspace_and_keeps_no_credentials() {
+    fn the_configuration_member_is_relative_to_the_workspace_and_keeps_no_credentials_nor_jobs() {
         let member = config_member(&serde_json::json!({
             "workspace": "/w/ks",
             "ledger": "/w/ks/.kavi/ledger.db",
             "sandboxes": "/tmp/kavi-1000",
             "builder": "python3 builders/agent.py",
+            "jobs": 4,
             "gateway": {"base_url": "https://me:hunter2@llm.example/v1", "api_key_env": "KAVI_TEST_UNSET_KEY"},
         }));
+        assert!(!member.text.contains("jobs"), "{}", member.text);
         assert_eq!(member.path, std::path::Path::new("kavi.toml"));
         assert!(
             member.text.contains("ledger = \".kavi/ledger.db\""),
@@ -505,27 +552,70 @@ mod tests {
         std::fs::create_dir(dir.path().join("checks")).unwrap();
         std::fs::write(dir.path().join("checks/lint.py"), "print('ok')\n").unwrap();
         let outside = tempfile::NamedTempFile::new().unwrap();
-        let mut set = GoverningSet::default();
         let escape = format!("../{}", outside.path().display());
-        set.add_named_files(
-            &mut NamedFiles::new(dir.path()),
-            [
-                "python3",
-                "checks/lint.py",
-                "--strict",
-                "X=checks/lint.py",
-                "{{ vars.file }}",
-                "missing.py",
-                escape.as_str(),
-                "/etc/hostname",
-                "checks",
-            ],
+        let mut named = NamedFiles::new(dir.path());
+        for word in [
+            "python3",
+            "--strict",
+            "X=checks/lint.py",
+            "{{ vars.file }}",
+            "missing.py",
+            escape.as_str(),
+            "/etc/hostname",
+            "checks",
+        ] {
+            assert!(named.lookup(word).is_none(), "{word}");
+        }
+        assert_eq!(
+            named.lookup("checks/lint.py").unwrap().text,
+            "print('ok')\n"
         );
-        let members = set.members();
-        assert_eq!(members.len(), 1, "{members:?}");
-        assert_eq!(members[0].0, Role::Script);
-        assert_eq!(members[0].1, "checks/lint.py");
-        assert_eq!(members[0].3, "print('ok')\n");
+    }
+
+    /// What a command executes governs it; the data it names does not, but a policy does.
+    #[test]
+    fn a_command_is_governed_by_what_it_executes_and_the_policies_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for folder in ["scripts", "data", "policies", "out"] {
+            std::fs::create_dir(dir.path().join(folder)).unwrap();
+        }
+        for file in [
+            "scripts/x.py",
+            "scripts/run.sh",
+            "data/in.csv",
+            "policies/ruff.toml",
+            "out/1",
+            "FIXED",
+        ] {
+            std::fs::write(dir.path().join(file), file).unwrap();
+        }
+        let governed = |words: &[&str]| {
+            let mut set = GoverningSet::default();
+            set.add_command(&mut NamedFiles::new(dir.path()), words);
+            set.members()
+                .into_iter()
+                .map(|m| format!("{} {}", m.0, m.1))
+                .collect::<Vec<_>>()
+        };
+        let python = ["python3", "-u", "scripts/x.py", "data/in.csv"];
+        assert_eq!(governed(&python), ["script scripts/x.py"]);
+        let absolute = ["/usr/bin/python3", "scripts/x.py", "data/in.csv"];
+        assert_eq!(governed(&absolute), ["script scripts/x.py"]);
+        assert_eq!(
+            governed(&["scripts/run.sh", "data/in.csv"]),
+            ["script scripts/run.sh"]
+        );
+        assert_eq!(
+            governed(&["bash", "scripts/run.sh"]),
+            ["script scripts/run.sh"]
+        );
+        assert!(governed(&["touch", "out/1"]).is_empty());
+        assert!(governed(&["test", "-e", "FIXED"]).is_empty());
+        assert!(governed(&["sh", "-c", "cat data/in.csv"]).is_empty());
+        assert_eq!(
+            governed(&["ruff", "check", "--config", "policies/ruff.toml", "data"]),
+            ["policy policies/ruff.toml"]
+        );
     }
 
     /// A command may name a data file of any size: what governs the run is its content, which
@@ -566,7 +656,12 @@ mod tests {
     /// Asserts that `words`, named below `root`, make a set of exactly `expected` (path, text).
     fn assert_named_members(root: &Path, words: &[&str], expected: &[(&str, &str)]) {
         let mut set = GoverningSet::default();
-        set.add_named_files(&mut NamedFiles::new(root), words.iter().copied());
+        let mut named = NamedFiles::new(root);
+        for word in words {
+            if let Some(source) = named.lookup(word) {
+                set.add(Role::Script, source);
+            }
+        }
         let members = set.members();
         let members: Vec<_> = members.iter().map(|m| (m.1.as_str(), m.3)).collect();
         assert_eq!(members, expected);
@@ -661,8 +756,8 @@ mod tests {
         std::fs::write(dir.path().join("lint.py"), "print('ok')\n").unwrap();
         let mut named = NamedFiles::new(dir.path());
         let (mut first, mut second) = (GoverningSet::default(), GoverningSet::default());
-        first.add_named_files(&mut named, ["python3", "lint.py"]);
-        second.add_named_files(&mut named, ["python3", "lint.py"]);
+        first.add_command(&mut named, &["python3", "lint.py"]);
+        second.add_command(&mut named, &["python3", "lint.py"]);
         for set in [first, second] {
             let paths: Vec<_> = set.members().into_iter().map(|m| m.1).collect();
             assert_eq!(paths, ["lint.py"]);

@@ -77,6 +77,9 @@ pub struct NodeSpec {
     pub reads: Vec<(String, Range<usize>)>,
     /// What makes it up to date: declared when it has `inputs`.
     pub cache: Option<CacheSpec>,
+    /// The scripts it declares in `uses` or executes, as governing members' paths: a resumed run
+    /// runs it again when one changed.
+    pub scripts: Vec<String>,
     pub action: Arc<dyn NodeAction>,
 }
 

@@ -164,6 +164,16 @@ pub(super) fn load_node(
         d
     })?;
 
+    for script in &common.uses {
+        if config.govern_declared(script.get_ref()).is_none() {
+            return Err(Diagnostic::new(format!(
+                "`uses` names `{}`, which is not a file of the workspace",
+                script.get_ref()
+            ))
+            .at(file, script.span())
+            .with_help("`uses` lists the scripts the node runs, relative to the workspace root"));
+        }
+    }
     if let Some(when) = &common.when {
         let reads = templates.check_expression(when.get_ref()).map_err(|e| {
             Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
@@ -206,15 +216,13 @@ pub(super) fn load_node(
     };
 
     if let Some(cache) = &mut cache {
-        // The policies, templates and chains that govern this node are part of its key; the
-        // pipeline file is, through its definition. The files its command happens to name are
-        // not: that is a guess (a log it appends to changes every run), and a key is declared,
-        // so a script it runs belongs in its `inputs`.
+        // The policies, templates, chains and scripts that govern this node are part of its
+        // key; the pipeline file is, through its definition.
         cache.governing = config
             .governing
             .members()
             .into_iter()
-            .filter(|(role, ..)| !matches!(role, Role::Pipeline | Role::Script))
+            .filter(|(role, ..)| *role != Role::Pipeline)
             .map(|(role, path, hash, _)| (format!("{role}:{path}"), hash))
             .collect();
     }
@@ -232,6 +240,12 @@ pub(super) fn load_node(
         trigger: common.trigger.unwrap_or(Trigger::Success),
         reads: config.reads,
         cache,
+        scripts: config
+            .governing
+            .iter()
+            .filter(|member| member.role == Role::Script)
+            .map(|member| member.source.path.display().to_string())
+            .collect(),
         action,
     };
     Ok((node, config.governing))

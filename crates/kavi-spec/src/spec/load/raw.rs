@@ -27,6 +27,7 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
     "inputs",
     "outputs",
     "cache",
+    "uses",
 ];
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -99,7 +100,8 @@ pub struct RawCommon {
     /// Files whose contents decide the node's result: paths (a folder means every file under
     /// it) or globs (`src/**/*.py`), relative to the workspace. A node that declares them is
     /// `cached` when a run with the same key (its definition, these files, the parameters and
-    /// outputs it reads, its environment, the governing files) succeeded before.
+    /// outputs it reads, its environment, the files that govern it, the settings it depends
+    /// on) succeeded before.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub(super) inputs: Vec<Spanned<String>>,
@@ -111,6 +113,12 @@ pub struct RawCommon {
     /// `false`: always run the node, even with `inputs` declared.
     #[schemars(with = "Option<bool>")]
     pub(super) cache: Option<Spanned<bool>>,
+    /// Scripts the node runs, relative to the workspace (`["scripts/x.py"]`): they govern its
+    /// runs and are part of its cache key. The file a command executes (its program, or the
+    /// script a known interpreter runs) is one without being listed.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) uses: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]

@@ -1,0 +1,1 @@
+wc -l < data/rows.csv
