@@ -190,6 +190,11 @@ fn pipeline() -> Value {
             })
         })
         .collect();
+    root["properties"]["params"] = json!({
+        "description": "Parameters, by name: set with `--set NAME=VALUE`, read as `{{ params.NAME }}`.",
+        "type": "object",
+        "additionalProperties": generator.subschema_for::<crate::spec::RawParam>(),
+    });
     root["properties"]["nodes"] = json!({
         "description": "The nodes, by id; `kind` says what each does",
         "type": "object",
