@@ -164,6 +164,7 @@ fn init_logging(format: LogFormat) {
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    let json_problems = check_with_json(&cli.command);
     init_logging(cli.log_format);
     crate::process::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -178,11 +179,29 @@ pub fn main() -> i32 {
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
+        Err(err) if json_problems => {
+            let problems: Vec<_> = err.diagnostics().iter().map(|d| d.to_json()).collect();
+            print_json(&serde_json::json!({ "ok": false, "problems": problems }));
+            err.exit_code()
+        }
         Err(err) => {
             errln!("error: {err}");
             err.exit_code()
         }
     }
+}
+
+/// Whether the command is a check asked for JSON: then its problems, the workspace's own
+/// included, are printed as JSON on stdout, not as text on stderr.
+fn check_with_json(command: &TopCommand) -> bool {
+    matches!(
+        command,
+        TopCommand::InWorkspace(
+            Command::Pipeline(PipelineCommand::Check { json: true, .. })
+                | Command::Policy(PolicyCommand::Check { json: true })
+                | Command::Chain(ChainCommand::Check { json: true, .. })
+        )
+    )
 }
 
 async fn dispatch(cli: Cli) -> Result<i32, Error> {
@@ -263,7 +282,7 @@ async fn in_workspace(
                 };
                 pipeline::export(&workspace, &file, format, options, output.as_deref())
             }
-            PipelineCommand::Check { file } => pipeline::check(&workspace, &file),
+            PipelineCommand::Check { file, json } => pipeline::check(&workspace, &file, json),
             PipelineCommand::List { json } => listing::pipelines(&workspace, json),
             PipelineCommand::Plan { pipeline, json } => {
                 pipeline::plan(&workspace, &pipeline.file, &pipeline.sets, json)
@@ -307,7 +326,7 @@ async fn in_workspace(
         Command::Artifact(ArtifactCommand::Cat { hash }) => runs::artifact_cat(&workspace, &hash),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
-        Command::Policy(PolicyCommand::Check) => policy::check(&workspace),
+        Command::Policy(PolicyCommand::Check { json }) => policy::check(&workspace, json),
         Command::Policy(PolicyCommand::Propose { message }) => {
             policy::propose(&workspace, message.as_deref())
         }
@@ -394,7 +413,9 @@ async fn in_workspace(
             yes,
             json,
         }) => chains::run(&workspace, &file, &sets, yes, json).await,
-        Command::Chain(ChainCommand::Check { file }) => chains::check(&workspace, &file),
+        Command::Chain(ChainCommand::Check { file, json }) => {
+            chains::check(&workspace, &file, json)
+        }
         Command::Chain(ChainCommand::List { json }) => listing::chains(&workspace, json),
         Command::Executions(ExecutionsCommand::Tail {
             count,

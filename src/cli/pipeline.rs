@@ -242,18 +242,30 @@ fn report_skills(ledger: &Ledger, run_id: i64) -> Result<(), Error> {
     Ok(())
 }
 
-pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
+pub fn check(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
     let (pipeline, _) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
     let stages = dag.stage.iter().max().map_or(0, |s| s + 1);
-    outln!(
-        "{}: pipeline `{}` is valid ({}, {}, {})",
-        pipeline.source.path.display(),
-        pipeline.name,
-        plural(dag.len(), "node"),
-        plural(stages, "stage"),
-        plural(pipeline.params.len(), "parameter"),
-    );
+    if json {
+        super::print_json(&serde_json::json!({
+            "ok": true,
+            "file": pipeline.source.path,
+            "pipeline": pipeline.name,
+            "nodes": dag.len(),
+            "stages": stages,
+            "params": pipeline.params.len(),
+            "problems": [],
+        }));
+    } else {
+        outln!(
+            "{}: pipeline `{}` is valid ({}, {}, {})",
+            pipeline.source.path.display(),
+            pipeline.name,
+            plural(dag.len(), "node"),
+            plural(stages, "stage"),
+            plural(pipeline.params.len(), "parameter"),
+        );
+    }
     super::leave_to_exit(dag);
     super::leave_to_exit(pipeline);
     Ok(exit::SUCCESS)

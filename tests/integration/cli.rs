@@ -196,6 +196,73 @@ fn init_merges_into_an_existing_gitignore() {
     assert!(text.ends_with("\n/skills/\n"), "{text}");
 }
 
+/// `--json` on each check command: the verdict on stdout, and each problem with the place the
+/// text points at (file, line, column, end) and its help; the exit code is the text's.
+#[test]
+fn every_check_command_reports_its_problems_as_json() {
+    let dir = common::shipped_workspace();
+    let root = dir.path();
+    let json = |args: &[&str]| {
+        let out = common::kavi(root, args);
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), value)
+    };
+    for args in [
+        &["pipeline", "check", "forge", "--json"][..],
+        &["chain", "check", "search_and_summarize", "--json"],
+        &["policy", "check", "--json"],
+    ] {
+        let (code, value) = json(args);
+        assert_eq!(code, Some(0), "{args:?}: {value}");
+        assert_eq!(value["ok"], true, "{args:?}: {value}");
+        assert_eq!(value["problems"], serde_json::json!([]), "{args:?}");
+    }
+    let chain = root.join("chains/search_and_summarize.toml");
+    let text = std::fs::read_to_string(&chain).unwrap();
+    std::fs::write(&chain, text.replace("stop_on_failure", "stop_on_failur")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("stop_on_failure"))
+        .unwrap()
+        + 1;
+    let expected = serde_json::json!({
+        "message": "unknown field `stop_on_failur`, expected one of `name`, `description`, `stop_on_failure`",
+        "file": "chains/search_and_summarize.toml",
+        "line": line,
+        "column": 1,
+        "end_line": line,
+        "end_column": 15,
+        "help": "did you mean `stop_on_failure`?",
+    });
+    let (code, value) = json(&["chain", "check", "search_and_summarize", "--json"]);
+    assert_eq!(code, Some(3), "{value}");
+    assert_eq!(value["ok"], false);
+    assert_eq!(value["problems"], serde_json::json!([expected]));
+    let (code, value) = json(&["policy", "check", "--json"]);
+    assert_eq!(code, Some(3), "{value}");
+    assert!(
+        value["problems"].as_array().unwrap().contains(&expected),
+        "{value}"
+    );
+    // A problem of no file has no place, and keeps its exit code.
+    let (code, value) = json(&["pipeline", "check", "nosuch", "--json"]);
+    assert_eq!(code, Some(5), "{value}");
+    assert_eq!(value["problems"][0]["file"], serde_json::Value::Null);
+    assert!(
+        value["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("pipeline `nosuch` not found"),
+        "{value}"
+    );
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.

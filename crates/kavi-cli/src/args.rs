@@ -246,6 +246,10 @@ pub enum ChainCommand {
     Check {
         /// A chain file, or a name looked up in the workspace's chains/ folder.
         file: String,
+        /// Print JSON instead of text: the verdict, and each problem with its file, line,
+        /// column and help.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -517,6 +521,10 @@ pub enum PipelineCommand {
     Check {
         /// A pipeline file, or a name looked up in pipelines/.
         file: String,
+        /// Print JSON instead of text: the verdict, and each problem with its file, line,
+        /// column and help.
+        #[arg(long)]
+        json: bool,
     },
     /// Show what would run, in order, without running anything.
     Plan {
@@ -627,7 +635,12 @@ pub enum PolicyCommand {
     /// Check governance as a whole: the lifecycle's dead ends (states that cannot reach
     /// TRUSTED, buildable states with no way in, moves the pipelines need that it lacks), then
     /// every pipeline and chain with every policy they read (exit 3 on any problem).
-    Check,
+    Check {
+        /// Print JSON instead of text: the verdict, and each problem with its file, line,
+        /// column and help.
+        #[arg(long)]
+        json: bool,
+    },
     /// Say what changed in governance between two runs, or between a run and the workspace as
     /// it is now (gates, transitions, allowlist paths, rules, thresholds, profiles), then show
     /// the text diff. Exit 0 when nothing changed, 1 when governance changed.

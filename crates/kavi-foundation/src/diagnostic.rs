@@ -130,6 +130,27 @@ impl Diagnostic {
     pub fn path(&self) -> Option<&Path> {
         self.location.as_ref().map(|(file, _)| file.path.as_path())
     }
+
+    /// What the text shows, for scripts and editors: the message, where it starts and ends
+    /// (lines and columns from 1, the end exclusive), and the help. `null` where it has none.
+    pub fn to_json(&self) -> serde_json::Value {
+        let place = self.location.as_ref().map(|(file, span)| {
+            (
+                &file.path,
+                file.line_col(span.start),
+                file.line_col(span.end),
+            )
+        });
+        serde_json::json!({
+            "message": self.message,
+            "file": place.map(|(path, _, _)| path),
+            "line": place.map(|(_, (line, _), _)| line),
+            "column": place.map(|(_, (_, column), _)| column),
+            "end_line": place.map(|(_, _, (line, _))| line),
+            "end_column": place.map(|(_, _, (_, column))| column),
+            "help": self.help,
+        })
+    }
 }
 
 impl fmt::Display for Diagnostic {
