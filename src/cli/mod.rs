@@ -100,6 +100,7 @@ mod executions;
 mod explain;
 mod gc;
 mod init;
+mod junit;
 mod ledger;
 mod listing;
 mod mcp;
@@ -238,7 +239,10 @@ async fn in_workspace(
     match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run {
-                pipeline, options, ..
+                pipeline,
+                options,
+                junit,
+                ..
             } => {
                 pipeline::run(
                     &workspace,
@@ -246,6 +250,7 @@ async fn in_workspace(
                     &pipeline.sets,
                     options,
                     RunOrigin::User.into(),
+                    junit.as_deref(),
                 )
                 .await
             }

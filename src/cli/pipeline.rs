@@ -83,6 +83,7 @@ pub async fn run(
     sets: &[(String, String)],
     options: RunOptions,
     start: executor::RunStart,
+    junit: Option<&Path>,
 ) -> Result<i32, Error> {
     let json = options.json;
     // A new ledger takes milliseconds of schema and syncs: it opens while the pipeline loads.
@@ -115,6 +116,9 @@ pub async fn run(
     .await?;
     let detail = ledger.run_detail(outcome.run_id)?;
     tracing::debug!("run read back");
+    if let Some(path) = junit {
+        super::junit::write(&detail, path)?;
+    }
     if json {
         super::print_json(&detail);
     } else {

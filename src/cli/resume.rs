@@ -90,6 +90,7 @@ pub async fn run(
             origin: RunOrigin::Resume { of: id },
             reuse,
         },
+        None,
     )
     .await
 }

@@ -263,6 +263,96 @@ fn every_check_command_reports_its_problems_as_json() {
     );
 }
 
+/// `pipeline run --junit FILE` writes the run as JUnit XML in nextest's shape: a suite for the
+/// run, a case per node; a failed node is a failure, a retried one that passed is flaky, and a
+/// skipped or blocked node is skipped, never passed.
+#[test]
+fn a_run_is_written_as_junit_xml() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("pipelines")).unwrap();
+    std::fs::write(
+        root.join("pipelines/checks.toml"),
+        r#"[pipeline]
+name = "checks"
+
+[nodes.lint]
+kind = "exec"
+run = ["true"]
+
+[nodes.flaky]
+kind = "exec"
+shell = "test -f tried || { touch tried; exit 1; }"
+retry = { attempts = 2 }
+
+[nodes.tests]
+kind = "exec"
+shell = "echo 'expected <3> & got 4' >&2; exit 1"
+needs = ["lint"]
+
+[nodes.deploy]
+kind = "exec"
+run = ["true"]
+needs = ["tests"]
+
+[nodes.docs]
+kind = "exec"
+run = ["true"]
+when = "false"
+"#,
+    )
+    .unwrap();
+    let out = common::kavi(
+        root,
+        &["pipeline", "run", "checks", "--junit", "report.xml"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let xml = std::fs::read_to_string(root.join("report.xml")).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}: {xml}"));
+    let suites = doc.root_element();
+    assert_eq!(suites.tag_name().name(), "testsuites", "{xml}");
+    let suite = suites
+        .children()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
+    assert_eq!(suite.attribute("name"), Some("checks"));
+    assert_eq!(suite.attribute("tests"), Some("5"), "{xml}");
+    assert_eq!(suite.attribute("failures"), Some("1"), "{xml}");
+    assert_eq!(suite.attribute("skipped"), Some("2"), "{xml}");
+    let case = |name: &str| {
+        suite
+            .children()
+            .find(|n| n.has_tag_name("testcase") && n.attribute("name") == Some(name))
+            .unwrap_or_else(|| panic!("no test case {name}: {xml}"))
+    };
+    let child = |name: &str, tag: &str| case(name).children().find(|n| n.has_tag_name(tag));
+    assert_eq!(case("lint").attribute("classname"), Some("checks.exec"));
+    assert!(case("lint").children().all(|n| !n.is_element()), "{xml}");
+    let failure = child("tests", "failure").unwrap_or_else(|| panic!("{xml}"));
+    assert_eq!(failure.attribute("type"), Some("failed"));
+    // Escaped in the file, the node's own words come back as it wrote them.
+    assert_eq!(
+        child("tests", "system-err").and_then(|n| n.text()),
+        Some("expected <3> & got 4\n"),
+        "{xml}"
+    );
+    assert!(child("flaky", "flakyFailure").is_some(), "{xml}");
+    assert!(child("flaky", "failure").is_none(), "{xml}");
+    assert_eq!(
+        child("deploy", "skipped").unwrap().attribute("type"),
+        Some("blocked")
+    );
+    assert_eq!(
+        child("docs", "skipped").unwrap().attribute("type"),
+        Some("skipped")
+    );
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.

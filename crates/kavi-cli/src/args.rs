@@ -453,6 +453,10 @@ pub enum PipelineCommand {
         /// How many nodes may run at once (default: from config, else the number of CPUs).
         #[arg(long, short, value_parser = clap::value_parser!(u32).range(1..))]
         jobs: Option<u32>,
+        /// Also write the run as JUnit XML into FILE (a test suite, a test case per node), for
+        /// CI systems that show test results.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
         #[command(flatten)]
         options: RunOptions,
     },
