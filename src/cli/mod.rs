@@ -119,7 +119,7 @@ mod toolchain;
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::config::{Overrides, Workspace};
 use crate::error::{Error, exit};
@@ -164,7 +164,10 @@ fn init_logging(format: LogFormat) {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    // `--version` names the build too (build.rs): which commit, which profile, which features.
+    const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KAVI_BUILD"), ")");
+    let matches = Cli::command().version(VERSION).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let json_problems = check_with_json(&cli.command);
     init_logging(cli.log_format);
     crate::process::raise_open_file_limit();

@@ -353,6 +353,30 @@ when = "false"
     );
 }
 
+/// `kavi --version` names the build, as nextest's does: the commit and its date (this is a git
+/// checkout, so it is known), the profile and the features.
+#[test]
+fn the_version_names_the_commit_the_profile_and_the_features() {
+    let out = common::kavi(common::repo(), &["--version"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let build = stdout
+        .trim_end()
+        .strip_prefix(concat!("kavi ", env!("CARGO_PKG_VERSION"), " ("))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let parts: Vec<&str> = build.split(", ").collect();
+    assert_eq!(parts.len(), 3, "{stdout}");
+    let (commit, date) = parts[0].split_once(' ').unwrap();
+    if common::repo().join(".git").exists() {
+        assert_eq!(commit.len(), 12, "{stdout}");
+        assert!(commit.chars().all(|c| c.is_ascii_hexdigit()), "{stdout}");
+        assert_eq!(date.len(), "2026-01-01".len(), "{stdout}");
+    }
+    assert!(["debug", "release"].contains(&parts[1]), "{stdout}");
+    assert_eq!(parts[2], "features: none", "{stdout}");
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.
