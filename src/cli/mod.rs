@@ -195,6 +195,34 @@ pub fn main() -> i32 {
     }
 }
 
+/// The workspace to run a pipeline file named by its path in, when the current folder is in none
+/// and the file is not under it: the file's own (said on stderr), or a refusal. Either way no
+/// ledger is made in a folder that merely happens to be the current one.
+fn workspace_of_file(file: &str) -> Result<Option<PathBuf>, Error> {
+    let current = std::env::current_dir().map_err(|source| Error::Io {
+        context: "failed to read the current directory".into(),
+        source,
+    })?;
+    let Ok(path) = std::path::Path::new(file).canonicalize() else {
+        return Ok(None);
+    };
+    let current = current.canonicalize().unwrap_or(current);
+    if crate::config::enclosing_workspace(&current).is_some() || path.starts_with(&current) {
+        return Ok(None);
+    }
+    let folder = path.parent().unwrap_or(&path);
+    match crate::config::enclosing_workspace(folder) {
+        Some(root) => {
+            errln!("running in {}, the workspace {file} is in", root.display());
+            Ok(Some(root))
+        }
+        None => Err(Error::Usage(format!(
+            "{file} is in no workspace (no kavi.toml above it), nor is the current folder: \
+             pass --workspace DIR, or make one with `kavi init DIR`"
+        ))),
+    }
+}
+
 /// Whether the command is a check asked for JSON: then its problems, the workspace's own
 /// included, are printed as JSON on stdout, not as text on stderr.
 fn check_with_json(command: &TopCommand) -> bool {
@@ -238,7 +266,13 @@ async fn in_workspace(
         _ => None,
     };
     let overrides = Overrides { ledger, jobs };
-    let workspace = Workspace::load(root, &overrides)?;
+    let file_workspace = match (&command, root) {
+        (Command::Pipeline(PipelineCommand::Run { pipeline, .. }), None) => {
+            workspace_of_file(&pipeline.file)?
+        }
+        _ => None,
+    };
+    let workspace = Workspace::load(root.or(file_workspace.as_deref()), &overrides)?;
     match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run {

@@ -377,6 +377,43 @@ fn the_version_names_the_commit_the_profile_and_the_features() {
     assert_eq!(parts[2], "features: none", "{stdout}");
 }
 
+/// Run from a folder in no workspace, a pipeline named by its path runs in the workspace it is
+/// in, or is refused when it is in none: the current folder never gets a ledger it did not ask
+/// for.
+#[test]
+fn a_pipeline_run_from_outside_any_workspace_uses_the_file_s_or_refuses() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join("pipelines")).unwrap();
+    let file = project.path().join("pipelines/hello.toml");
+    std::fs::write(
+        &file,
+        "[pipeline]\nname = \"hello\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let run = || {
+        common::kavi(
+            elsewhere.path(),
+            &["pipeline", "run", file.to_str().unwrap()],
+        )
+    };
+    let refused = run();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is in no workspace"), "{stderr}");
+    assert!(!elsewhere.path().join(".kavi").exists());
+    assert!(!project.path().join(".kavi").exists());
+
+    std::fs::write(project.path().join("kavi.toml"), "").unwrap();
+    let ran = run();
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(ran.status.success(), "{stderr}");
+    assert!(stderr.contains("running in "), "{stderr}");
+    // Its state (the artifact store, and the ledger on SQLite) is the project's.
+    assert!(project.path().join(".kavi").is_dir());
+    assert!(!elsewhere.path().join(".kavi").exists());
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.
