@@ -414,6 +414,31 @@ fn a_pipeline_run_from_outside_any_workspace_uses_the_file_s_or_refuses() {
     assert!(!elsewhere.path().join(".kavi").exists());
 }
 
+/// The forge of a skill with no proposal says so once, with the proposals there are (the usual
+/// cause is a mistyped name), not the path three times over.
+#[test]
+fn forging_a_skill_with_no_proposal_names_the_ones_there_are() {
+    let dir = common::shipped_workspace();
+    let out = common::kavi(
+        dir.path(),
+        &["pipeline", "run", "forge.toml", "--set", "skill=word_cuont"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "refused `proposals/word_cuont.toml`: there is no such file; proposals/ holds \
+             find_notes, summarize_note, word_count, write_note"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("proposals/word_cuont.toml").count(),
+        1,
+        "{stdout}"
+    );
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.
