@@ -119,7 +119,9 @@ mod toolchain;
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, FromArgMatches};
+use std::io::IsTerminal as _;
+
+use clap::{ColorChoice, CommandFactory, FromArgMatches, ValueEnum as _};
 
 use crate::config::{Overrides, Workspace};
 use crate::error::{Error, exit};
@@ -150,15 +152,54 @@ fn read_confinement(
     Ok(policy.with_hosts(Some(&hosts))?)
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(cli: &Cli) {
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let ansi = match cli.color {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::io::stderr().is_terminal() && !no_color(),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    match format {
+    match cli.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// `NO_COLOR` set and not empty (no-color.org): no colour where the choice is `auto`.
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty())
+}
+
+/// The `--color` the command line asks for, read before clap parses it (the last one wins, as
+/// in clap); `auto` honours NO_COLOR.
+fn color_asked(args: impl Iterator<Item = std::ffi::OsString>) -> ColorChoice {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut asked = ColorChoice::Auto;
+    for (i, arg) in args.iter().enumerate() {
+        let value = match arg.strip_prefix("--color") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        };
+        if let Some(value) = value.and_then(|v| ColorChoice::from_str(v, false).ok()) {
+            asked = value;
+        }
+    }
+    match asked {
+        ColorChoice::Auto if no_color() => ColorChoice::Never,
+        asked => asked,
     }
 }
 
@@ -166,10 +207,14 @@ fn init_logging(format: LogFormat) {
 pub fn main() -> i32 {
     // `--version` names the build too (build.rs): which commit, which profile, which features.
     const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KAVI_BUILD"), ")");
-    let matches = Cli::command().version(VERSION).get_matches();
+    // Clap colours its own usage errors before `--color` is parsed: it is read first.
+    let matches = Cli::command()
+        .version(VERSION)
+        .color(color_asked(std::env::args_os()))
+        .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let json_problems = check_with_json(&cli.command);
-    init_logging(cli.log_format);
+    init_logging(&cli);
     crate::process::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

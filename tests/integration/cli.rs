@@ -439,6 +439,46 @@ fn forging_a_skill_with_no_proposal_names_the_ones_there_are() {
     );
 }
 
+/// `-v`/`-q` set how much the log on stderr says (RUST_LOG unset), and `--color` whether it
+/// and clap's usage errors are coloured: never off a terminal unless `always` is asked for.
+#[test]
+fn verbosity_and_colour_are_the_operator_s_to_choose() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("pipelines")).unwrap();
+    std::fs::write(
+        root.join("pipelines/hello.toml"),
+        "[pipeline]\nname = \"hello\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let stderr = |args: &[&str]| {
+        let out = common::kavi(root, args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    const ESCAPE: &str = "\u{1b}[";
+    let (code, quiet) = stderr(&["pipeline", "run", "hello"]);
+    assert_eq!(code, Some(0), "{quiet}");
+    assert!(!quiet.contains("DEBUG"), "{quiet}");
+    let (_, verbose) = stderr(&["-vv", "pipeline", "run", "hello"]);
+    assert!(verbose.contains(" DEBUG "), "{verbose}");
+    assert!(!verbose.contains(ESCAPE), "{verbose}");
+    let (_, coloured) = stderr(&["-vv", "--color", "always", "pipeline", "run", "hello"]);
+    assert!(coloured.contains(ESCAPE), "{coloured}");
+    let (code, both) = stderr(&["-q", "-v", "pipeline", "run", "hello"]);
+    assert_eq!(code, Some(2), "{both}");
+    let (code, plain) = stderr(&["--color=never", "pipeline", "chek"]);
+    assert_eq!(code, Some(2), "{plain}");
+    assert!(
+        plain.contains("unrecognized subcommand") && !plain.contains(ESCAPE),
+        "{plain}"
+    );
+    let (_, coloured) = stderr(&["--color=always", "pipeline", "chek"]);
+    assert!(coloured.contains(ESCAPE), "{coloured}");
+}
+
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:
 /// every command exits 0, or the code its comment ends with (`(exit 6)`). Its pipeline example
 /// is the shipped `pipelines/diamond.toml`, byte for byte.

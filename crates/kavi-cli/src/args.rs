@@ -22,6 +22,16 @@ pub struct Cli {
     /// Log format on stderr; the level comes from RUST_LOG (default: warn).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// More log lines on stderr: -v info, -vv debug, -vvv trace (RUST_LOG, when set, wins).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only errors in the log on stderr (RUST_LOG, when set, wins).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Colour in help, usage errors and the log: `auto` (on a terminal, unless NO_COLOR is set),
+    /// `always` or `never`.
+    #[arg(long, global = true, value_enum, default_value_t = clap::ColorChoice::Auto, value_name = "WHEN")]
+    pub color: clap::ColorChoice,
     #[command(subcommand)]
     pub command: TopCommand,
 }
