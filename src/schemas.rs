@@ -400,7 +400,7 @@ mod tests {
         ] {
             let text = format!("{header}{body}");
             assert!(
-                crate::spec::load_text(&text, &registry).is_err(),
+                crate::spec::load_text(&text, registry).is_err(),
                 "check takes {mistake}"
             );
             let value: Value = toml::from_str(&text).unwrap();
@@ -410,7 +410,7 @@ mod tests {
         let text = format!(
             "{header}[params.f]\ntype = \"float\"\ndefault = 2\n{exec}shell = \"true\"\ntimeout = \"1m 30s\"\n"
         );
-        assert!(crate::spec::load_text(&text, &registry).is_ok());
+        assert!(crate::spec::load_text(&text, registry).is_ok());
         assert!(pipeline.is_valid(&toml::from_str::<Value>(&text).unwrap()));
         // A misspelt kind is reported at `kind`, not as a mismatch of every other kind.
         let wrong = json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exce", "run": ["true"] } } });
