@@ -288,12 +288,15 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
             kavi_cli::help::completions(shell, &mut std::io::stdout());
             Ok(exit::SUCCESS)
         }
-        TopCommand::Man => kavi_cli::help::man_page(&mut std::io::stdout())
-            .map(|()| exit::SUCCESS)
-            .map_err(|source| Error::Io {
-                context: "failed to write the man page".into(),
-                source,
-            }),
+        TopCommand::Man { dir } => match &dir {
+            None => kavi_cli::help::man_page(&mut std::io::stdout()),
+            Some(dir) => kavi_cli::help::man_pages(dir),
+        }
+        .map(|()| exit::SUCCESS)
+        .map_err(|source| Error::Io {
+            context: "failed to write the man page".into(),
+            source,
+        }),
         TopCommand::Init { dir } => init::run(&dir),
         TopCommand::InWorkspace(command) => {
             in_workspace(command, cli.workspace.as_deref(), cli.ledger).await

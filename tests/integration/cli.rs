@@ -96,6 +96,25 @@ fn completions_and_the_man_page_cover_every_command_anywhere() {
         page.contains(".TH kavi 1") && page.contains("kavi\\-policy"),
         "{page}"
     );
+    // With --dir, a page per command: every page one of them names is there.
+    let pages = dir.path().join("man1");
+    std::fs::create_dir(&pages).unwrap();
+    let written = common::kavi(dir.path(), &["man", "--dir", pages.to_str().unwrap()]);
+    assert!(written.status.success(), "{written:?}");
+    let mut named = 0;
+    for entry in std::fs::read_dir(&pages).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for (at, _) in text.match_indices("(1)") {
+            let start = text[..at].rfind(char::is_whitespace).map_or(0, |i| i + 1);
+            let page = text[start..at].replace("\\-", "-");
+            if page.starts_with("kavi") {
+                named += 1;
+                assert!(pages.join(format!("{page}.1")).is_file(), "no page {page}");
+            }
+        }
+    }
+    assert!(named > 10, "the pages name {named} others");
+    assert!(pages.join("kavi.1").is_file() && pages.join("kavi-pipeline-run.1").is_file());
 }
 
 /// In a folder where nothing has run, and with no policies, reading commands say so and leave

@@ -56,7 +56,13 @@ pub enum TopCommand {
         shell: clap_complete::Shell,
     },
     /// Print kavi's man page (roff), such as `kavi man > ~/.local/share/man/man1/kavi.1`.
-    Man,
+    Man {
+        /// Write a page per command instead (kavi.1, kavi-pipeline.1, kavi-pipeline-run.1, ...)
+        /// into this folder, such as ~/.local/share/man/man1, so every page the first one names
+        /// is there.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Write a working workspace (kavi.toml, the shipped pipelines, policies, chains, templates,
     /// example proposals and the offline scripted builder) into DIR, and say what it wrote.
     Init {
