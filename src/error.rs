@@ -35,6 +35,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// The problems this error is, each located where the spec or configuration says it: a
+    /// check's `--json` lists them. An error of no file is one problem without a place.
+    pub fn diagnostics(&self) -> Vec<crate::diagnostic::Diagnostic> {
+        use crate::diagnostic::Diagnostic;
+        match self {
+            Error::Spec(SpecError::Invalid(found)) => found.0.clone(),
+            Error::Config(ConfigError::Invalid(found)) => {
+                let mut found = (**found).clone();
+                found.message = format!("invalid configuration: {}", found.message);
+                vec![found]
+            }
+            other => vec![Diagnostic::new(other.to_string())],
+        }
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::Io { .. } | Error::Unusable(_) => exit::ENVIRONMENT,

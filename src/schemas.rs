@@ -181,20 +181,42 @@ fn pipeline() -> Value {
             }
             let mut required = vec![json!("kind")];
             required.extend(specific["required"].as_array().cloned().unwrap_or_default());
-            json!({
+            let mut node = json!({
                 "title": format!("a `{}` node", kind.name),
                 "type": "object",
                 "properties": properties,
                 "required": required,
                 "additionalProperties": false,
+            });
+            // A kind that runs a command takes it as an argv (`run`) or a shell line (`shell`),
+            // exactly one of them, as the loader insists.
+            if node["properties"]["run"].is_object() && node["properties"]["shell"].is_object() {
+                node["oneOf"] = json!([{ "required": ["run"] }, { "required": ["shell"] }]);
+            }
+            // Chosen by `kind` (not tried one by one): a misspelt kind is reported at `kind`,
+            // and the rest of the node against its own kind's fields.
+            json!({
+                "if": { "properties": { "kind": { "const": kind.name } }, "required": ["kind"] },
+                "then": node,
             })
         })
         .collect();
+    let kind_names: Vec<&str> = crate::nodes::registry().kinds().map(|k| k.name).collect();
+    root["properties"]["params"] = json!({
+        "description": "Parameters, by name: set with `--set NAME=VALUE`, read as `{{ params.NAME }}`.",
+        "type": "object",
+        "additionalProperties": generator.subschema_for::<crate::spec::RawParam>(),
+    });
     root["properties"]["nodes"] = json!({
         "description": "The nodes, by id; `kind` says what each does",
         "type": "object",
         "propertyNames": { "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$" },
-        "additionalProperties": { "oneOf": kinds },
+        "additionalProperties": {
+            "type": "object",
+            "properties": { "kind": { "enum": kind_names } },
+            "required": ["kind"],
+            "allOf": kinds,
+        },
     });
     let definitions = root["$defs"].as_object().cloned().unwrap_or_default();
     let mut merged = definitions;
@@ -202,7 +224,48 @@ fn pipeline() -> Value {
     if !merged.is_empty() {
         root["$defs"] = Value::Object(merged);
     }
+    // A default of the declared type, as the loader checks it (an integer is a float too).
+    root["$defs"]["RawParam"]["allOf"] = [
+        ("string", json!("string")),
+        ("integer", json!("integer")),
+        ("float", json!("number")),
+        ("boolean", json!("boolean")),
+    ]
+    .iter()
+    .map(|(declared, json_type)| {
+        json!({
+            "if": { "properties": { "type": { "const": declared } }, "required": ["type"] },
+            "then": { "properties": { "default": { "type": json_type } } },
+        })
+    })
+    .collect();
+    durations(&mut root);
     root
+}
+
+/// The fields of a pipeline that hold a duration (humantime: `500ms`, `5s`, `1m 30s`).
+const DURATION_FIELDS: [&str; 4] = ["timeout", "backoff", "max_backoff", "wall"];
+
+/// What humantime reads: numbers, each with its unit, spaces between them allowed.
+const DURATION_PATTERN: &str = r"^\s*([0-9]+\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
+
+/// Gives every duration field under `schema` the pattern of a duration, so that an editor
+/// flags `5 parsecs` as `check` does.
+fn durations(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for field in DURATION_FIELDS {
+                    if let Some(Value::Object(property)) = properties.get_mut(field) {
+                        property.insert("pattern".into(), json!(DURATION_PATTERN));
+                    }
+                }
+            }
+            map.values_mut().for_each(durations);
+        }
+        Value::Array(items) => items.iter_mut().for_each(durations),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -300,6 +363,64 @@ mod tests {
         ] {
             assert!(!pipeline.is_valid(&wrong), "{wrong}");
         }
+        // Files `check` refuses, each for one mistake: the schema refuses each too.
+        let registry = crate::nodes::registry();
+        let header = "[pipeline]\nname = \"p\"\n";
+        let exec = "[nodes.a]\nkind = \"exec\"\n";
+        for (mistake, body) in [
+            (
+                "run and shell",
+                format!("{exec}run = [\"true\"]\nshell = \"true\"\n"),
+            ),
+            ("neither run nor shell", exec.to_owned()),
+            (
+                "a duration in no unit",
+                format!("{exec}run = [\"true\"]\ntimeout = \"5 parsecs\"\n"),
+            ),
+            (
+                "a backoff in no unit",
+                format!("{exec}run = [\"true\"]\nretry = {{ attempts = 2, backoff = \"soon\" }}\n"),
+            ),
+            (
+                "a budget in no unit",
+                format!("[pipeline.budget]\nwall = \"1 fortnight\"\n{exec}run = [\"true\"]\n"),
+            ),
+            (
+                "an integer's default a string",
+                format!(
+                    "[params.n]\ntype = \"integer\"\ndefault = \"three\"\n{exec}run = [\"true\"]\n"
+                ),
+            ),
+            (
+                "a string's default a boolean",
+                format!("[params.s]\ntype = \"string\"\ndefault = true\n{exec}run = [\"true\"]\n"),
+            ),
+            (
+                "a kind misspelt",
+                "[nodes.a]\nkind = \"exce\"\nrun = [\"true\"]\n".to_owned(),
+            ),
+        ] {
+            let text = format!("{header}{body}");
+            assert!(
+                crate::spec::load_text(&text, registry).is_err(),
+                "check takes {mistake}"
+            );
+            let value: Value = toml::from_str(&text).unwrap();
+            assert!(!pipeline.is_valid(&value), "the schema takes {mistake}");
+        }
+        // And what it takes, it takes: a float's default may be written as an integer.
+        let text = format!(
+            "{header}[params.f]\ntype = \"float\"\ndefault = 2\n{exec}shell = \"true\"\ntimeout = \"1m 30s\"\n"
+        );
+        assert!(crate::spec::load_text(&text, registry).is_ok());
+        assert!(pipeline.is_valid(&toml::from_str::<Value>(&text).unwrap()));
+        // A misspelt kind is reported at `kind`, not as a mismatch of every other kind.
+        let wrong = json!({ "pipeline": { "name": "p" }, "nodes": { "a": { "kind": "exce", "run": ["true"] } } });
+        let errors: Vec<String> = pipeline
+            .iter_errors(&wrong)
+            .map(|e| e.instance_path().to_string())
+            .collect();
+        assert_eq!(errors, ["/nodes/a/kind"]);
         let config = validator(schema("kavi.json"));
         assert!(config.is_valid(&json!({ "jobs": 4 })));
         assert!(!config.is_valid(&json!({ "jobs": "four" })));

@@ -21,15 +21,26 @@ fn load(workspace: &Workspace, file: &str) -> Result<Chain, Error> {
     Ok(chains::load(&path, &display, &templates)?)
 }
 
-pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
+pub fn check(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
     let chain = load(workspace, file)?;
-    outln!(
-        "{}: chain `{}` is valid ({} steps, {} parameters)",
-        chain.source.path.display(),
-        chain.name,
-        chain.steps.len(),
-        chain.params.len()
-    );
+    if json {
+        super::print_json(&serde_json::json!({
+            "ok": true,
+            "file": chain.source.path,
+            "chain": chain.name,
+            "steps": chain.steps.len(),
+            "params": chain.params.len(),
+            "problems": [],
+        }));
+    } else {
+        outln!(
+            "{}: chain `{}` is valid ({} steps, {} parameters)",
+            chain.source.path.display(),
+            chain.name,
+            chain.steps.len(),
+            chain.params.len()
+        );
+    }
     Ok(exit::SUCCESS)
 }
 

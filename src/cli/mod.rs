@@ -100,6 +100,7 @@ mod executions;
 mod explain;
 mod gc;
 mod init;
+mod junit;
 mod ledger;
 mod listing;
 mod mcp;
@@ -118,7 +119,9 @@ mod toolchain;
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use std::io::IsTerminal as _;
+
+use clap::{ColorChoice, CommandFactory, FromArgMatches, ValueEnum as _};
 
 use crate::config::{Overrides, Workspace};
 use crate::error::{Error, exit};
@@ -149,22 +152,69 @@ fn read_confinement(
     Ok(policy.with_hosts(Some(&hosts))?)
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(cli: &Cli) {
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let ansi = match cli.color {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::io::stderr().is_terminal() && !no_color(),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    match format {
+    match cli.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
 }
 
+/// `NO_COLOR` set and not empty (no-color.org): no colour where the choice is `auto`.
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty())
+}
+
+/// The `--color` the command line asks for, read before clap parses it (the last one wins, as
+/// in clap); `auto` honours NO_COLOR.
+fn color_asked(args: impl Iterator<Item = std::ffi::OsString>) -> ColorChoice {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut asked = ColorChoice::Auto;
+    for (i, arg) in args.iter().enumerate() {
+        let value = match arg.strip_prefix("--color") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(rest) => rest.strip_prefix('='),
+            None => None,
+        };
+        if let Some(value) = value.and_then(|v| ColorChoice::from_str(v, false).ok()) {
+            asked = value;
+        }
+    }
+    match asked {
+        ColorChoice::Auto if no_color() => ColorChoice::Never,
+        asked => asked,
+    }
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // `--version` names the build too (build.rs): which commit, which profile, which features.
+    const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KAVI_BUILD"), ")");
+    // Clap colours its own usage errors before `--color` is parsed: it is read first.
+    let matches = Cli::command()
+        .version(VERSION)
+        .color(color_asked(std::env::args_os()))
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let json_problems = check_with_json(&cli.command);
+    init_logging(&cli);
     crate::process::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -178,11 +228,57 @@ pub fn main() -> i32 {
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
+        Err(err) if json_problems => {
+            let problems: Vec<_> = err.diagnostics().iter().map(|d| d.to_json()).collect();
+            print_json(&serde_json::json!({ "ok": false, "problems": problems }));
+            err.exit_code()
+        }
         Err(err) => {
             errln!("error: {err}");
             err.exit_code()
         }
     }
+}
+
+/// The workspace to run a pipeline file named by its path in, when the current folder is in none
+/// and the file is not under it: the file's own (said on stderr), or a refusal. Either way no
+/// ledger is made in a folder that merely happens to be the current one.
+fn workspace_of_file(file: &str) -> Result<Option<PathBuf>, Error> {
+    let current = std::env::current_dir().map_err(|source| Error::Io {
+        context: "failed to read the current directory".into(),
+        source,
+    })?;
+    let Ok(path) = std::path::Path::new(file).canonicalize() else {
+        return Ok(None);
+    };
+    let current = current.canonicalize().unwrap_or(current);
+    if crate::config::enclosing_workspace(&current).is_some() || path.starts_with(&current) {
+        return Ok(None);
+    }
+    let folder = path.parent().unwrap_or(&path);
+    match crate::config::enclosing_workspace(folder) {
+        Some(root) => {
+            errln!("running in {}, the workspace {file} is in", root.display());
+            Ok(Some(root))
+        }
+        None => Err(Error::Usage(format!(
+            "{file} is in no workspace (no kavi.toml above it), nor is the current folder: \
+             pass --workspace DIR, or make one with `kavi init DIR`"
+        ))),
+    }
+}
+
+/// Whether the command is a check asked for JSON: then its problems, the workspace's own
+/// included, are printed as JSON on stdout, not as text on stderr.
+fn check_with_json(command: &TopCommand) -> bool {
+    matches!(
+        command,
+        TopCommand::InWorkspace(
+            Command::Pipeline(PipelineCommand::Check { json: true, .. })
+                | Command::Policy(PolicyCommand::Check { json: true })
+                | Command::Chain(ChainCommand::Check { json: true, .. })
+        )
+    )
 }
 
 async fn dispatch(cli: Cli) -> Result<i32, Error> {
@@ -192,12 +288,15 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
             kavi_cli::help::completions(shell, &mut std::io::stdout());
             Ok(exit::SUCCESS)
         }
-        TopCommand::Man => kavi_cli::help::man_page(&mut std::io::stdout())
-            .map(|()| exit::SUCCESS)
-            .map_err(|source| Error::Io {
-                context: "failed to write the man page".into(),
-                source,
-            }),
+        TopCommand::Man { dir } => match &dir {
+            None => kavi_cli::help::man_page(&mut std::io::stdout()),
+            Some(dir) => kavi_cli::help::man_pages(dir),
+        }
+        .map(|()| exit::SUCCESS)
+        .map_err(|source| Error::Io {
+            context: "failed to write the man page".into(),
+            source,
+        }),
         TopCommand::Init { dir } => init::run(&dir),
         TopCommand::InWorkspace(command) => {
             in_workspace(command, cli.workspace.as_deref(), cli.ledger).await
@@ -226,7 +325,13 @@ async fn in_workspace(
         return skills::verify_attestation(file, key, files.as_deref(), *json);
     }
     let overrides = Overrides { ledger, jobs };
-    let workspace = Workspace::load(root, &overrides)?;
+    let file_workspace = match (&command, root) {
+        (Command::Pipeline(PipelineCommand::Run { pipeline, .. }), None) => {
+            workspace_of_file(&pipeline.file)?
+        }
+        _ => None,
+    };
+    let workspace = Workspace::load(root.or(file_workspace.as_deref()), &overrides)?;
     match command {
         Command::Pipeline(command) => match command {
             PipelineCommand::Run {
@@ -235,6 +340,7 @@ async fn in_workspace(
                 rerun,
                 targets,
                 only,
+                junit,
                 ..
             } => {
                 pipeline::run_subset(
@@ -250,6 +356,7 @@ async fn in_workspace(
                         targets: &targets,
                         only,
                     },
+                    junit.as_deref(),
                 )
                 .await
             }
@@ -289,7 +396,7 @@ async fn in_workspace(
                 };
                 pipeline::export(&workspace, &file, format, options, output.as_deref())
             }
-            PipelineCommand::Check { file } => pipeline::check(&workspace, &file),
+            PipelineCommand::Check { file, json } => pipeline::check(&workspace, &file, json),
             PipelineCommand::List { json } => listing::pipelines(&workspace, json),
             PipelineCommand::Plan { pipeline, json } => {
                 pipeline::plan(&workspace, &pipeline.file, &pipeline.sets, json)
@@ -346,7 +453,7 @@ async fn in_workspace(
         Command::Artifact(ArtifactCommand::Cat { hash }) => runs::artifact_cat(&workspace, &hash),
         Command::Runs(RunsCommand::Show { run, json }) => runs::show(&workspace, &run, json),
         Command::Spec(SpecCommand::Show { hash }) => runs::spec_show(&workspace, &hash),
-        Command::Policy(PolicyCommand::Check) => policy::check(&workspace),
+        Command::Policy(PolicyCommand::Check { json }) => policy::check(&workspace, json),
         Command::Policy(PolicyCommand::Propose { message }) => {
             policy::propose(&workspace, message.as_deref())
         }
@@ -433,7 +540,9 @@ async fn in_workspace(
             yes,
             json,
         }) => chains::run(&workspace, &file, &sets, yes, json).await,
-        Command::Chain(ChainCommand::Check { file }) => chains::check(&workspace, &file),
+        Command::Chain(ChainCommand::Check { file, json }) => {
+            chains::check(&workspace, &file, json)
+        }
         Command::Chain(ChainCommand::List { json }) => listing::chains(&workspace, json),
         Command::Executions(ExecutionsCommand::Tail {
             count,
@@ -497,7 +606,15 @@ async fn in_workspace(
                 ("skill".to_owned(), accepted.skill),
                 ("bundle".to_owned(), accepted.bundle),
             ];
-            pipeline::run(&workspace, "import", &sets, options, RunOrigin::User.into()).await
+            pipeline::run(
+                &workspace,
+                "import",
+                &sets,
+                options,
+                RunOrigin::User.into(),
+                None,
+            )
+            .await
         }
         Command::Skill(SkillCommand::VerifyAttestation { .. }) => {
             unreachable!("checked before the workspace is loaded")

@@ -83,8 +83,18 @@ pub async fn run(
     sets: &[(String, String)],
     options: RunOptions,
     start: executor::RunStart,
+    junit: Option<&Path>,
 ) -> Result<i32, Error> {
-    run_subset(workspace, file, sets, options, start, Subset::default()).await
+    run_subset(
+        workspace,
+        file,
+        sets,
+        options,
+        start,
+        Subset::default(),
+        junit,
+    )
+    .await
 }
 
 /// Which of a pipeline's nodes a run runs: all of them, or targets (`pipeline run FILE
@@ -179,6 +189,7 @@ pub async fn run_subset(
     options: RunOptions,
     start: executor::RunStart,
     subset: Subset<'_>,
+    junit: Option<&Path>,
 ) -> Result<i32, Error> {
     let json = options.json;
     // A new ledger takes milliseconds of schema and syncs: it opens while the pipeline loads.
@@ -229,6 +240,9 @@ pub async fn run_subset(
     })?;
     let detail = ledger.run_detail(outcome.run_id)?;
     tracing::debug!("run read back");
+    if let Some(path) = junit {
+        super::junit::write(&detail, path)?;
+    }
     if json {
         super::print_json(&detail);
     } else {
@@ -362,18 +376,30 @@ fn report_skills(ledger: &Ledger, run_id: i64) -> Result<(), Error> {
     Ok(())
 }
 
-pub fn check(workspace: &Workspace, file: &str) -> Result<i32, Error> {
+pub fn check(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error> {
     let (pipeline, _) = load(workspace, file)?;
     let dag = dag::compile(&pipeline)?;
     let stages = dag.stage.iter().max().map_or(0, |s| s + 1);
-    outln!(
-        "{}: pipeline `{}` is valid ({}, {}, {})",
-        pipeline.source.path.display(),
-        pipeline.name,
-        plural(dag.len(), "node"),
-        plural(stages, "stage"),
-        plural(pipeline.params.len(), "parameter"),
-    );
+    if json {
+        super::print_json(&serde_json::json!({
+            "ok": true,
+            "file": pipeline.source.path,
+            "pipeline": pipeline.name,
+            "nodes": dag.len(),
+            "stages": stages,
+            "params": pipeline.params.len(),
+            "problems": [],
+        }));
+    } else {
+        outln!(
+            "{}: pipeline `{}` is valid ({}, {}, {})",
+            pipeline.source.path.display(),
+            pipeline.name,
+            plural(dag.len(), "node"),
+            plural(stages, "stage"),
+            plural(pipeline.params.len(), "parameter"),
+        );
+    }
     super::leave_to_exit(dag);
     super::leave_to_exit(pipeline);
     Ok(exit::SUCCESS)

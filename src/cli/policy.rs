@@ -104,7 +104,7 @@ pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> 
 /// Checks the workspace's governance as a whole: what keeps the lifecycle from being carried
 /// out (see [`Lifecycle::problems`]), then every pipeline and chain with every policy they read.
 /// Every problem is reported, each pointing into its file (exit 3 when there is one).
-pub fn check(workspace: &Workspace) -> Result<i32, Error> {
+pub fn check(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let mut problems: Vec<Diagnostic> = Vec::new();
     let mut add = |found: Vec<Diagnostic>| {
         for diagnostic in found {
@@ -166,12 +166,22 @@ pub fn check(workspace: &Workspace) -> Result<i32, Error> {
     if !problems.is_empty() {
         return Err(Error::Spec(SpecError::Invalid(Diagnostics(problems))));
     }
-    outln!(
-        "ok: {LIFECYCLE} has no dead end; {} pipelines, {} chains and {} proposals check, with every policy they read",
-        pipelines.len(),
-        chains.len(),
-        proposals.len()
-    );
+    if json {
+        super::print_json(&serde_json::json!({
+            "ok": true,
+            "pipelines": pipelines.len(),
+            "chains": chains.len(),
+            "proposals": proposals.len(),
+            "problems": [],
+        }));
+    } else {
+        outln!(
+            "ok: {LIFECYCLE} has no dead end; {} pipelines, {} chains and {} proposals check, with every policy they read",
+            pipelines.len(),
+            chains.len(),
+            proposals.len()
+        );
+    }
     Ok(exit::SUCCESS)
 }
 

@@ -189,6 +189,7 @@ pub async fn run(
             ..RunStart::default()
         },
         subset,
+        None,
     )
     .await
 }

@@ -117,6 +117,7 @@ pub async fn decide(
                 &sets,
                 kavi_cli::RunOptions::default(),
                 RunOrigin::Resume { of: root.id }.into(),
+                None,
             )
             .await
         }

@@ -104,6 +104,25 @@ fn completions_and_the_man_page_cover_every_command_anywhere() {
         page.contains(".TH kavi 1") && page.contains("kavi\\-policy"),
         "{page}"
     );
+    // With --dir, a page per command: every page one of them names is there.
+    let pages = dir.path().join("man1");
+    std::fs::create_dir(&pages).unwrap();
+    let written = common::kavi(dir.path(), &["man", "--dir", pages.to_str().unwrap()]);
+    assert!(written.status.success(), "{written:?}");
+    let mut named = 0;
+    for entry in std::fs::read_dir(&pages).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for (at, _) in text.match_indices("(1)") {
+            let start = text[..at].rfind(char::is_whitespace).map_or(0, |i| i + 1);
+            let page = text[start..at].replace("\\-", "-");
+            if page.starts_with("kavi") {
+                named += 1;
+                assert!(pages.join(format!("{page}.1")).is_file(), "no page {page}");
+            }
+        }
+    }
+    assert!(named > 10, "the pages name {named} others");
+    assert!(pages.join("kavi.1").is_file() && pages.join("kavi-pipeline-run.1").is_file());
 }
 
 /// In a folder where nothing has run, and with no policies, reading commands say so and leave
@@ -202,6 +221,289 @@ fn init_merges_into_an_existing_gitignore() {
     assert!(text.starts_with("target/\n.kavi/\n"), "{text}");
     assert_eq!(text.matches(".kavi/").count(), 1, "{text}");
     assert!(text.ends_with("\n/skills/\n"), "{text}");
+}
+
+/// `--json` on each check command: the verdict on stdout, and each problem with the place the
+/// text points at (file, line, column, end) and its help; the exit code is the text's.
+#[test]
+fn every_check_command_reports_its_problems_as_json() {
+    let dir = common::shipped_workspace();
+    let root = dir.path();
+    let json = |args: &[&str]| {
+        let out = common::kavi(root, args);
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), value)
+    };
+    for args in [
+        &["pipeline", "check", "forge", "--json"][..],
+        &["chain", "check", "search_and_summarize", "--json"],
+        &["policy", "check", "--json"],
+    ] {
+        let (code, value) = json(args);
+        assert_eq!(code, Some(0), "{args:?}: {value}");
+        assert_eq!(value["ok"], true, "{args:?}: {value}");
+        assert_eq!(value["problems"], serde_json::json!([]), "{args:?}");
+    }
+    let chain = root.join("chains/search_and_summarize.toml");
+    let text = std::fs::read_to_string(&chain).unwrap();
+    std::fs::write(&chain, text.replace("stop_on_failure", "stop_on_failur")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("stop_on_failure"))
+        .unwrap()
+        + 1;
+    let expected = serde_json::json!({
+        "message": "unknown field `stop_on_failur`, expected one of `name`, `description`, `stop_on_failure`",
+        "file": "chains/search_and_summarize.toml",
+        "line": line,
+        "column": 1,
+        "end_line": line,
+        "end_column": 15,
+        "help": "did you mean `stop_on_failure`?",
+    });
+    let (code, value) = json(&["chain", "check", "search_and_summarize", "--json"]);
+    assert_eq!(code, Some(3), "{value}");
+    assert_eq!(value["ok"], false);
+    assert_eq!(value["problems"], serde_json::json!([expected]));
+    let (code, value) = json(&["policy", "check", "--json"]);
+    assert_eq!(code, Some(3), "{value}");
+    assert!(
+        value["problems"].as_array().unwrap().contains(&expected),
+        "{value}"
+    );
+    // A problem of no file has no place, and keeps its exit code.
+    let (code, value) = json(&["pipeline", "check", "nosuch", "--json"]);
+    assert_eq!(code, Some(5), "{value}");
+    assert_eq!(value["problems"][0]["file"], serde_json::Value::Null);
+    assert!(
+        value["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("pipeline `nosuch` not found"),
+        "{value}"
+    );
+}
+
+/// `pipeline run --junit FILE` writes the run as JUnit XML in nextest's shape: a suite for the
+/// run, a case per node; a failed node is a failure, a retried one that passed is flaky, and a
+/// skipped or blocked node is skipped, never passed.
+#[test]
+fn a_run_is_written_as_junit_xml() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("pipelines")).unwrap();
+    std::fs::write(
+        root.join("pipelines/checks.toml"),
+        r#"[pipeline]
+name = "checks"
+
+[nodes.lint]
+kind = "exec"
+run = ["true"]
+
+[nodes.flaky]
+kind = "exec"
+shell = "test -f tried || { touch tried; exit 1; }"
+retry = { attempts = 2 }
+
+[nodes.tests]
+kind = "exec"
+shell = "echo 'expected <3> & got 4' >&2; exit 1"
+needs = ["lint"]
+
+[nodes.deploy]
+kind = "exec"
+run = ["true"]
+needs = ["tests"]
+
+[nodes.docs]
+kind = "exec"
+run = ["true"]
+when = "false"
+"#,
+    )
+    .unwrap();
+    let out = common::kavi(
+        root,
+        &["pipeline", "run", "checks", "--junit", "report.xml"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let xml = std::fs::read_to_string(root.join("report.xml")).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("{e}: {xml}"));
+    let suites = doc.root_element();
+    assert_eq!(suites.tag_name().name(), "testsuites", "{xml}");
+    let suite = suites
+        .children()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
+    assert_eq!(suite.attribute("name"), Some("checks"));
+    assert_eq!(suite.attribute("tests"), Some("5"), "{xml}");
+    assert_eq!(suite.attribute("failures"), Some("1"), "{xml}");
+    assert_eq!(suite.attribute("skipped"), Some("2"), "{xml}");
+    let case = |name: &str| {
+        suite
+            .children()
+            .find(|n| n.has_tag_name("testcase") && n.attribute("name") == Some(name))
+            .unwrap_or_else(|| panic!("no test case {name}: {xml}"))
+    };
+    let child = |name: &str, tag: &str| case(name).children().find(|n| n.has_tag_name(tag));
+    assert_eq!(case("lint").attribute("classname"), Some("checks.exec"));
+    assert!(case("lint").children().all(|n| !n.is_element()), "{xml}");
+    let failure = child("tests", "failure").unwrap_or_else(|| panic!("{xml}"));
+    assert_eq!(failure.attribute("type"), Some("failed"));
+    // Escaped in the file, the node's own words come back as it wrote them.
+    assert_eq!(
+        child("tests", "system-err").and_then(|n| n.text()),
+        Some("expected <3> & got 4\n"),
+        "{xml}"
+    );
+    assert!(child("flaky", "flakyFailure").is_some(), "{xml}");
+    assert!(child("flaky", "failure").is_none(), "{xml}");
+    assert_eq!(
+        child("deploy", "skipped").unwrap().attribute("type"),
+        Some("blocked")
+    );
+    assert_eq!(
+        child("docs", "skipped").unwrap().attribute("type"),
+        Some("skipped")
+    );
+}
+
+/// `kavi --version` names the build, as nextest's does: the commit and its date (this is a git
+/// checkout, so it is known), the profile and the features.
+#[test]
+fn the_version_names_the_commit_the_profile_and_the_features() {
+    let out = common::kavi(common::repo(), &["--version"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let build = stdout
+        .trim_end()
+        .strip_prefix(concat!("kavi ", env!("CARGO_PKG_VERSION"), " ("))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let parts: Vec<&str> = build.split(", ").collect();
+    assert_eq!(parts.len(), 3, "{stdout}");
+    let (commit, date) = parts[0].split_once(' ').unwrap();
+    if common::repo().join(".git").exists() {
+        assert_eq!(commit.len(), 12, "{stdout}");
+        assert!(commit.chars().all(|c| c.is_ascii_hexdigit()), "{stdout}");
+        assert_eq!(date.len(), "2026-01-01".len(), "{stdout}");
+    }
+    assert!(["debug", "release"].contains(&parts[1]), "{stdout}");
+    assert_eq!(parts[2], "features: none", "{stdout}");
+}
+
+/// Run from a folder in no workspace, a pipeline named by its path runs in the workspace it is
+/// in, or is refused when it is in none: the current folder never gets a ledger it did not ask
+/// for.
+#[test]
+fn a_pipeline_run_from_outside_any_workspace_uses_the_file_s_or_refuses() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join("pipelines")).unwrap();
+    let file = project.path().join("pipelines/hello.toml");
+    std::fs::write(
+        &file,
+        "[pipeline]\nname = \"hello\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let run = || {
+        common::kavi(
+            elsewhere.path(),
+            &["pipeline", "run", file.to_str().unwrap()],
+        )
+    };
+    let refused = run();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is in no workspace"), "{stderr}");
+    assert!(!elsewhere.path().join(".kavi").exists());
+    assert!(!project.path().join(".kavi").exists());
+
+    std::fs::write(project.path().join("kavi.toml"), "").unwrap();
+    let ran = run();
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(ran.status.success(), "{stderr}");
+    assert!(stderr.contains("running in "), "{stderr}");
+    // Its state (the artifact store, and the ledger on SQLite) is the project's.
+    assert!(project.path().join(".kavi").is_dir());
+    assert!(!elsewhere.path().join(".kavi").exists());
+}
+
+/// The forge of a skill with no proposal says so once, with the proposals there are (the usual
+/// cause is a mistyped name), not the path three times over.
+#[test]
+fn forging_a_skill_with_no_proposal_names_the_ones_there_are() {
+    let dir = common::shipped_workspace();
+    let out = common::kavi(
+        dir.path(),
+        &["pipeline", "run", "forge.toml", "--set", "skill=word_cuont"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "refused `proposals/word_cuont.toml`: there is no such file; proposals/ holds \
+             find_notes, summarize_note, word_count, write_note"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("proposals/word_cuont.toml").count(),
+        1,
+        "{stdout}"
+    );
+}
+
+/// `-v`/`-q` set how much the log on stderr says (RUST_LOG unset), and `--color` whether it
+/// and clap's usage errors are coloured: never off a terminal unless `always` is asked for.
+#[test]
+fn verbosity_and_colour_are_the_operator_s_to_choose() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("pipelines")).unwrap();
+    std::fs::write(
+        root.join("pipelines/hello.toml"),
+        "[pipeline]\nname = \"hello\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let stderr = |args: &[&str]| {
+        let out = common::kavi(root, args);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    const ESCAPE: &str = "\u{1b}[";
+    let (code, quiet) = stderr(&["pipeline", "run", "hello"]);
+    assert_eq!(code, Some(0), "{quiet}");
+    assert!(!quiet.contains("DEBUG"), "{quiet}");
+    let (_, verbose) = stderr(&["-vv", "pipeline", "run", "hello"]);
+    assert!(verbose.contains(" DEBUG "), "{verbose}");
+    assert!(!verbose.contains(ESCAPE), "{verbose}");
+    let (_, coloured) = stderr(&["-vv", "--color", "always", "pipeline", "run", "hello"]);
+    assert!(coloured.contains(ESCAPE), "{coloured}");
+    let (code, both) = stderr(&["-q", "-v", "pipeline", "run", "hello"]);
+    assert_eq!(code, Some(2), "{both}");
+    let (code, plain) = stderr(&["--color=never", "pipeline", "chek"]);
+    assert_eq!(code, Some(2), "{plain}");
+    assert!(
+        plain.contains("unrecognized subcommand") && !plain.contains(ESCAPE),
+        "{plain}"
+    );
+    let (_, coloured) = stderr(&["--color=always", "pipeline", "chek"]);
+    assert!(coloured.contains(ESCAPE), "{coloured}");
 }
 
 /// The README's tour runs as written, top to bottom, from `kavi init` in an empty folder:

@@ -188,7 +188,9 @@ fn the_forge_takes_a_proposal_to_trusted_and_the_ledger_has_every_record() {
     let (again, attempts) = last_forge(root);
     assert_eq!(
         node(&again, "propose")["error"],
-        "`word_count` is TRUSTED, which is not buildable (buildable: PROPOSED, BUILT, SUSPENDED)"
+        "`word_count` is TRUSTED, which is not buildable (buildable: PROPOSED, BUILT, SUSPENDED); \
+         to build version 2, edit proposals/word_count.toml: the next forge builds it while \
+         version 1 keeps running"
     );
     assert_eq!(node(&again, "attempt")["state"], "blocked");
     assert!(attempts.is_empty());

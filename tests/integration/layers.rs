@@ -1,6 +1,7 @@
 //! The invariants of ARCHITECTURE.md that the compiler cannot see, read from the source: one
-//! crate starts processes (kavi-process), and within it one module builds git commands; and the
-//! crate graph it documents is the one the manifests declare.
+//! crate starts processes (kavi-process), and within it one module builds git commands; the
+//! crate graph it documents is the one the manifests declare; and a test that skips fails
+//! under CI.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,24 +23,42 @@ const STARTS_A_PROCESS: &[&str] = &[
     "posix_spawn",
 ];
 
-/// Every Rust file of the workspace's crates, without comments and unit tests, by path
-/// relative to the repository.
-fn sources() -> Vec<(PathBuf, String)> {
+/// Every Rust file under `roots` (folders of the repository), with its text, by path relative
+/// to the repository.
+fn rust_files(roots: &[PathBuf]) -> Vec<(PathBuf, String)> {
     let repo = common::repo();
-    let mut roots = vec![repo.join("src")];
-    for krate in std::fs::read_dir(repo.join("crates")).unwrap() {
-        roots.push(krate.unwrap().path().join("src"));
-    }
     let mut files = Vec::new();
     for root in roots {
         for entry in walkdir::WalkDir::new(root) {
             let entry = entry.unwrap();
             let path = entry.path();
-            let name = path.file_name().unwrap().to_string_lossy();
-            if path.extension().is_none_or(|e| e != "rs") || name == "tests.rs" {
+            if path.extension().is_none_or(|e| e != "rs") {
                 continue;
             }
             let text = std::fs::read_to_string(path).unwrap();
+            files.push((path.strip_prefix(repo).unwrap().to_owned(), text));
+        }
+    }
+    files
+}
+
+/// The `src` folders of the root package and of every workspace crate.
+fn source_roots() -> Vec<PathBuf> {
+    let repo = common::repo();
+    let mut roots = vec![repo.join("src")];
+    for krate in std::fs::read_dir(repo.join("crates")).unwrap() {
+        roots.push(krate.unwrap().path().join("src"));
+    }
+    roots
+}
+
+/// Every Rust file of the workspace's crates, without comments and unit tests, by path
+/// relative to the repository.
+fn sources() -> Vec<(PathBuf, String)> {
+    rust_files(&source_roots())
+        .into_iter()
+        .filter(|(path, _)| path.file_name().is_some_and(|name| name != "tests.rs"))
+        .map(|(path, text)| {
             let code = text
                 .split("#[cfg(test)]\nmod tests")
                 .next()
@@ -48,10 +67,9 @@ fn sources() -> Vec<(PathBuf, String)> {
                 .filter(|line| !line.trim_start().starts_with("//"))
                 .collect::<Vec<_>>()
                 .join("\n");
-            files.push((path.strip_prefix(repo).unwrap().to_owned(), code));
-        }
-    }
-    files
+            (path, code)
+        })
+        .collect()
 }
 
 fn naming(files: &[(PathBuf, String)], markers: &[&str]) -> Vec<String> {
@@ -158,4 +176,33 @@ fn the_crate_graph_is_the_one_architecture_md_documents() {
         "ARCHITECTURE.md has no crate table: {documented:?}"
     );
     assert_eq!(documented, declared);
+}
+
+/// A test that cannot run here says "skipping: why" and returns, which libtest reports as
+/// passed: each such place must first fail when `CI` is set, where everything it needs is
+/// installed (`.ci/run`), so that CI never passes a test that asserted nothing.
+#[test]
+fn every_test_that_skips_fails_under_ci() {
+    let repo = common::repo();
+    let mut roots = source_roots();
+    roots.push(repo.join("tests"));
+    let mut skips = 0;
+    let mut unguarded = Vec::new();
+    for (path, text) in rust_files(&roots) {
+        for (at, _) in text.match_indices("eprintln!(") {
+            let said = text[at + "eprintln!(".len()..].trim_start();
+            if !said.starts_with("\"skipp") {
+                continue;
+            }
+            skips += 1;
+            // From the start of the function that says it.
+            let function = text[..at].rfind("fn ").unwrap_or(0);
+            if !text[function..at].contains("var_os(\"CI\")") {
+                let line = text[..at].matches('\n').count() + 1;
+                unguarded.push(format!("{}:{line}", path.display()));
+            }
+        }
+    }
+    assert!(skips > 0, "found no test that skips: the scan is blind");
+    assert_eq!(unguarded, Vec::<String>::new());
 }

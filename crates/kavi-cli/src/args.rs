@@ -22,6 +22,16 @@ pub struct Cli {
     /// Log format on stderr; the level comes from RUST_LOG (default: warn).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// More log lines on stderr: -v info, -vv debug, -vvv trace (RUST_LOG, when set, wins).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+    /// Only errors in the log on stderr (RUST_LOG, when set, wins).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Colour in help, usage errors and the log: `auto` (on a terminal, unless NO_COLOR is set),
+    /// `always` or `never`.
+    #[arg(long, global = true, value_enum, default_value_t = clap::ColorChoice::Auto, value_name = "WHEN")]
+    pub color: clap::ColorChoice,
     #[command(subcommand)]
     pub command: TopCommand,
 }
@@ -46,7 +56,13 @@ pub enum TopCommand {
         shell: clap_complete::Shell,
     },
     /// Print kavi's man page (roff), such as `kavi man > ~/.local/share/man/man1/kavi.1`.
-    Man,
+    Man {
+        /// Write a page per command instead (kavi.1, kavi-pipeline.1, kavi-pipeline-run.1, ...)
+        /// into this folder, such as ~/.local/share/man/man1, so every page the first one names
+        /// is there.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Write a working workspace (kavi.toml, the shipped pipelines, policies, chains, templates,
     /// example proposals and the offline scripted builder) into DIR, and say what it wrote.
     Init {
@@ -246,6 +262,10 @@ pub enum ChainCommand {
     Check {
         /// A chain file, or a name looked up in the workspace's chains/ folder.
         file: String,
+        /// Print JSON instead of text: the verdict, and each problem with its file, line,
+        /// column and help.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -506,6 +526,10 @@ pub enum PipelineCommand {
         /// when what it gets from it comes out the same.
         #[arg(long, value_name = "NODE")]
         rerun: Vec<String>,
+        /// Also write the run as JUnit XML into FILE (a test suite, a test case per node), for
+        /// CI systems that show test results.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
         #[command(flatten)]
         options: RunOptions,
     },
@@ -583,6 +607,10 @@ pub enum PipelineCommand {
     Check {
         /// A pipeline file, or a name looked up in pipelines/.
         file: String,
+        /// Print JSON instead of text: the verdict, and each problem with its file, line,
+        /// column and help.
+        #[arg(long)]
+        json: bool,
     },
     /// Show what would run, in order, without running anything.
     Plan {
@@ -709,7 +737,12 @@ pub enum PolicyCommand {
     /// Check governance as a whole: the lifecycle's dead ends (states that cannot reach
     /// TRUSTED, buildable states with no way in, moves the pipelines need that it lacks), then
     /// every pipeline and chain with every policy they read (exit 3 on any problem).
-    Check,
+    Check {
+        /// Print JSON instead of text: the verdict, and each problem with its file, line,
+        /// column and help.
+        #[arg(long)]
+        json: bool,
+    },
     /// Say what changed in governance between two runs, or between a run and the workspace as
     /// it is now (gates, transitions, allowlist paths, rules, thresholds, profiles), then show
     /// the text diff. Exit 0 when nothing changed, 1 when governance changed.

@@ -17,6 +17,12 @@ pub fn man_page(out: &mut dyn Write) -> std::io::Result<()> {
     clap_mangen::Man::new(every_command()).render(out)
 }
 
+/// Writes a man page per command into `dir`: kavi.1 names its subcommands' pages
+/// (`kavi-pipeline(1)`), and these are them.
+pub fn man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    clap_mangen::generate_to(every_command(), dir)
+}
+
 /// kavi's commands with every argument made: parsing makes only the given command's (see
 /// `TopCommand`).
 fn every_command() -> clap::Command {

@@ -130,6 +130,27 @@ impl Diagnostic {
     pub fn path(&self) -> Option<&Path> {
         self.location.as_ref().map(|(file, _)| file.path.as_path())
     }
+
+    /// What the text shows, for scripts and editors: the message, where it starts and ends
+    /// (lines and columns from 1, the end exclusive), and the help. `null` where it has none.
+    pub fn to_json(&self) -> serde_json::Value {
+        let place = self.location.as_ref().map(|(file, span)| {
+            (
+                &file.path,
+                file.line_col(span.start),
+                file.line_col(span.end),
+            )
+        });
+        serde_json::json!({
+            "message": self.message,
+            "file": place.map(|(path, _, _)| path),
+            "line": place.map(|(_, (line, _), _)| line),
+            "column": place.map(|(_, (_, column), _)| column),
+            "end_line": place.map(|(_, _, (line, _))| line),
+            "end_column": place.map(|(_, _, (_, column))| column),
+            "help": self.help,
+        })
+    }
 }
 
 impl fmt::Display for Diagnostic {
@@ -219,9 +240,48 @@ impl fmt::Display for Diagnostics {
     }
 }
 
+/// serde's message with TOML's words for Rust's types ("expected u32", "expected a sequence",
+/// "expected struct RawRetry"): the operator wrote TOML, not Rust.
+fn in_toml_terms(message: &str) -> String {
+    const WORDS: &[(&str, &str)] = &[
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        ("expected u64", "expected a whole number from 0 up"),
+        ("expected usize", "expected a whole number from 0 up"),
+        ("expected i32", "expected a whole number"),
+        ("expected i64", "expected a whole number"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected an array"),
+        ("expected a map", "expected a table"),
+    ];
+    let mut message = message.to_owned();
+    for (rust, toml) in WORDS {
+        if let Some(at) = message.find(rust) {
+            let end = at + rust.len();
+            // Whole words only: `u8` is not the start of `u80`.
+            if !message[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                message.replace_range(at..end, toml);
+            }
+        }
+    }
+    if let Some(at) = message.find("expected struct ") {
+        let name = at + "expected struct ".len();
+        let end = message[name..]
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(message.len(), |n| name + n);
+        message.replace_range(at..end, "expected a table");
+    }
+    message
+}
+
 /// A TOML error as a diagnostic located in `file`.
 pub fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagnostic {
-    let mut message = err.message().trim_end().to_owned();
+    let mut message = in_toml_terms(err.message().trim_end());
     if message == "duplicate key"
         && let Some(key) = err.span().and_then(|span| file.text.get(span))
     {
@@ -259,6 +319,23 @@ pub fn glob_set(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn serde_s_rust_type_names_are_said_in_toml_s_words() {
+        assert_eq!(
+            in_toml_terms("invalid type: string \"x\", expected u32"),
+            "invalid type: string \"x\", expected a whole number from 0 to 4294967295"
+        );
+        assert_eq!(
+            in_toml_terms("invalid type: string \"true\", expected a sequence"),
+            "invalid type: string \"true\", expected an array"
+        );
+        assert_eq!(
+            in_toml_terms("invalid type: integer `3`, expected struct RawRetry"),
+            "invalid type: integer `3`, expected a table"
+        );
+        assert_eq!(in_toml_terms("expected u80 things"), "expected u80 things");
+    }
 
     #[test]
     fn a_spec_file_over_the_limit_is_refused_before_it_is_parsed() {

@@ -345,7 +345,16 @@ pub fn open_beneath(root: &Path, relative: &str) -> io::Result<File> {
             } else {
                 errno.desc()
             };
-            io::Error::other(format!("`{relative}`: `{}` {reason}", walked.display()))
+            // Its kind kept, so that a caller can tell a missing file; the path said once.
+            let kind = io::Error::from(errno).kind();
+            if last {
+                io::Error::new(kind, format!("`{relative}` {reason}"))
+            } else {
+                io::Error::new(
+                    kind,
+                    format!("`{relative}`: `{}` {reason}", walked.display()),
+                )
+            }
         })?;
     }
     Ok(File::from(dir))

@@ -30,7 +30,11 @@ macro_rules! string_enum {
             fn from_str(s: &str) -> Result<Self, String> {
                 match s {
                     $($text => Ok($name::$variant),)*
-                    other => Err(format!("unknown {} `{other}`", stringify!($name))),
+                    // In words, not the type's name: the operator typed a state.
+                    other => Err(format!(
+                        "unknown state `{other}`: {}",
+                        crate::diagnostic::suggest(other, &[$($text,)*])
+                    )),
                 }
             }
         }

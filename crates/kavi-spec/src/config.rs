@@ -251,6 +251,13 @@ pub struct Workspace {
     pub config_file: Option<PathBuf>,
 }
 
+/// The workspace `dir` is in: the nearest folder upwards, `dir` included, holding kavi.toml.
+pub fn enclosing_workspace(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|dir| dir.join(CONFIG_FILE).is_file())
+        .map(Path::to_owned)
+}
+
 impl Workspace {
     /// Finds the workspace from `explicit_root` or the current folder, then layers configuration.
     pub fn load(explicit_root: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
@@ -263,11 +270,7 @@ impl Workspace {
                 }
                 root
             }
-            None => cwd
-                .ancestors()
-                .find(|dir| dir.join(CONFIG_FILE).is_file())
-                .unwrap_or(&cwd)
-                .to_owned(),
+            None => enclosing_workspace(&cwd).unwrap_or(cwd),
         };
         let config_file = Some(root.join(CONFIG_FILE)).filter(|p| p.is_file());
         let mut figment = Figment::from(Serialized::defaults(Config::default()));

@@ -526,10 +526,21 @@ pub fn build_refusal(
     let state = row.state;
     let not_buildable = (!lifecycle.buildable.contains(&state) && !lifecycle.rebuilds(&state))
         .then(|| {
-            format!(
+            let refusal = format!(
                 "`{skill}` is {state}, which is not buildable (buildable: {})",
                 lifecycle.buildable.join(", ")
-            )
+            );
+            // Forging a trusted skill again is how a new version starts: say how.
+            match state == TRUSTED {
+                true => format!(
+                    "{refusal}; to build version {next}, edit {path}: the next forge builds it \
+                     while version {now} keeps running",
+                    next = row.version + 1,
+                    path = row.proposal_path,
+                    now = row.version,
+                ),
+                false => refusal,
+            }
         });
     // A person's pending or negative decision says more than the state it left the skill in.
     // A decision about an older version (one rejected, say) does not bind a newer one.

@@ -64,6 +64,28 @@ pub enum ProposeError {
 }
 
 impl Proposing<'_> {
+    /// Why a proposal file that is not there is refused: with the ones that are, since the
+    /// usual cause is a skill's name mistyped in `--set skill=`.
+    fn no_such_proposal(&self) -> String {
+        let mut names: Vec<String> = std::fs::read_dir(self.root.join("proposals"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".toml").map(str::to_owned)
+            })
+            .collect();
+        names.sort();
+        match names.is_empty() {
+            true => "there is no such file, and proposals/ holds none".to_owned(),
+            false => format!(
+                "there is no such file; proposals/ holds {}",
+                names.join(", ")
+            ),
+        }
+    }
+
     /// Records the proposal in `relative` (a path inside the workspace).
     pub fn record(&self, ledger: &mut Ledger, relative: &str) -> Result<Proposed, ProposeError> {
         let refused = |reason: String| ProposeError::Path {
@@ -77,7 +99,10 @@ impl Proposing<'_> {
         }
         let text = crate::sandbox::open_beneath(self.root, relative)
             .and_then(|file| crate::sandbox::read_bounded(file, super::trust::PROPOSAL_LIMIT))
-            .map_err(|e| refused(e.to_string()))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => refused(self.no_such_proposal()),
+                _ => refused(e.to_string()),
+            })?;
         let text = String::from_utf8(text).map_err(|_| refused("it is not UTF-8".into()))?;
         let source = SourceFile::new(relative, text);
         let proposal = Proposal::parse(&source).map_err(SpecError::from)?;

@@ -5,13 +5,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use indexmap::IndexMap;
-use serde::Deserialize;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::LoadContext;
-use super::node::{load_node, load_params};
-use super::raw::RawParam;
+use super::node::{load_node, read_params};
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::spec::NodeSpec;
 use crate::spec::document::{Key, Tables};
@@ -169,32 +167,14 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
     }
 }
 
-/// The parameters alone, as [`RawHeader`] reads them.
-#[derive(Deserialize)]
-struct RawParams {
-    #[serde(default)]
-    pub(super) params: IndexMap<String, Spanned<RawParam>>,
-}
-
 impl NodeLoader<'_, '_> {
     /// Reads the parameters from `root`, the document before its first node, unless they are
-    /// read already: false when they hold a mistake, which is reported with the header's, the
-    /// nodes waiting for the tree.
-    fn read_params(&mut self, root: &DeTable<'_>) -> bool {
-        if self.params.is_some() {
-            return true;
+    /// read already. A broken one is reported, and stays declared.
+    fn read_params(&mut self, root: &DeTable<'_>) {
+        if self.params.is_none() {
+            let table = root.get("params").cloned();
+            self.params = Some(read_params(self.file, table, &mut self.problems));
         }
-        let mut params = DeTable::new();
-        if let Some((key, value)) = root.get_key_value("params") {
-            params.insert(key.clone(), value.clone());
-        }
-        let Ok(raw) =
-            RawParams::deserialize(toml::de::Deserializer::from(Spanned::new(0..0, params)))
-        else {
-            return false;
-        };
-        self.params = Some(load_params(self.file, raw.params, &mut self.problems));
-        true
     }
 
     /// Loads a node the reader handed over.
@@ -336,9 +316,7 @@ where
         table: Spanned<DeValue<'i>>,
     ) -> Option<Spanned<DeValue<'i>>> {
         if let Loading::Undecided = self.loading {
-            if !lock(self.loader).read_params(root) {
-                return Some(table);
-            }
+            lock(self.loader).read_params(root);
             self.loading = self.decide();
         }
         match &mut self.loading {

@@ -28,8 +28,8 @@ mod node;
 mod raw;
 
 use loader::{Courier, NodeLoader};
-use node::check_needs;
 pub use node::load_params;
+use node::{check_needs, read_params};
 pub use raw::{RawCommon, RawHeader, RawParam, timeout};
 
 /// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
@@ -151,20 +151,26 @@ pub fn load_pipeline_str(
 
     let mut header_table = DeTable::new();
     let mut raw_nodes = None;
+    let mut raw_params = None;
     for (key, value) in root.into_inner() {
         if key.get_ref() == "nodes" {
             raw_nodes = Some(value);
+        } else if key.get_ref() == "params" {
+            raw_params = Some(value);
         } else {
             header_table.insert(key, value);
         }
     }
+    // A broken header is one problem among the others, said first as it comes first in the
+    // file: the nodes are still checked.
     let header = RawHeader::deserialize(toml::de::Deserializer::from(Spanned::new(
         root_span.clone(),
         header_table,
     )))
-    .map_err(|e| toml_error(&file, &e))?;
+    .map_err(|e| loader.problems.insert(0, toml_error(&file, &e)))
+    .ok();
     if loader.params.is_none() {
-        let params = load_params(&file, header.params, &mut loader.problems);
+        let params = read_params(&file, raw_params, &mut loader.problems);
         loader.params = Some(params);
     }
 
@@ -196,9 +202,9 @@ pub fn load_pipeline_str(
     let params = params.unwrap_or_default();
     check_needs(&file, &nodes, &unloaded, &mut problems);
 
-    if !problems.is_empty() {
+    let Some(header) = header.filter(|_| problems.is_empty()) else {
         return Err(problems.into());
-    }
+    };
     Ok(Pipeline {
         name: header.pipeline.name,
         description: header.pipeline.description,

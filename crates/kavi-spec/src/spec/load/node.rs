@@ -12,13 +12,68 @@ use toml::de::{DeTable, DeValue};
 
 use super::LoadContext;
 use super::raw::{COMMON_FIELDS, MAX_ATTEMPTS, RawCommon, RawParam, retry_on};
-use crate::diagnostic::{Diagnostic, SourceFile, toml_error};
+use crate::diagnostic::{Diagnostic, SourceFile, closest, toml_error};
 use crate::node::NodeConfig;
 use crate::spec::document::Key;
 use crate::spec::governing::{GoverningSet, NamedFiles, Role};
 use crate::spec::params::ParamDecl;
 use crate::spec::{NodeSpec, OnFailure, RetryPolicy, Trigger};
 use crate::template::describe_error;
+
+/// Reads a pipeline's `[params]` table one parameter at a time, so that every broken one is
+/// reported in the same pass. A broken one stays declared (the load fails anyway): a template
+/// that reads it is not also reported as reading an undeclared parameter.
+pub(super) fn read_params(
+    file: &Arc<SourceFile>,
+    table: Option<Spanned<DeValue<'_>>>,
+    problems: &mut Vec<Diagnostic>,
+) -> IndexMap<String, ParamDecl> {
+    let Some(table) = table else {
+        return IndexMap::new();
+    };
+    let span = table.span();
+    let DeValue::Table(table) = table.into_inner() else {
+        problems
+            .push(Diagnostic::new("`params` must be a table of parameter tables").at(file, span));
+        return IndexMap::new();
+    };
+    let mut raw = IndexMap::with_capacity(table.len());
+    let mut broken = Vec::new();
+    for (name, value) in table {
+        let span = value.span();
+        match RawParam::deserialize(toml::de::ValueDeserializer::from(value)) {
+            Ok(param) => {
+                raw.insert(name.into_inner().into_owned(), Spanned::new(span, param));
+            }
+            Err(e) => {
+                problems.push(toml_error(file, &e));
+                broken.push(name.into_inner().into_owned());
+            }
+        }
+    }
+    let mut params = load_params(file, raw, problems);
+    for name in broken {
+        params.entry(name).or_insert(BROKEN_PARAM);
+    }
+    params
+}
+
+/// What a parameter that failed to load stands as, so that reading it is no second problem.
+const BROKEN_PARAM: ParamDecl = ParamDecl {
+    ty: crate::spec::params::ParamType::String,
+    default: None,
+    description: None,
+};
+
+/// "an integer", "a string": a TOML type's name as a sentence says it.
+fn with_article(name: &str) -> String {
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {name}")
+}
 
 pub fn load_params(
     file: &Arc<SourceFile>,
@@ -36,12 +91,18 @@ pub fn load_params(
                 None => {
                     problems.push(
                         Diagnostic::new(format!(
-                            "default of parameter `{name}` is a {}, but its type is {}",
-                            value.get_ref().type_str(),
+                            "default of parameter `{name}` is {}, but its type is {}",
+                            with_article(value.get_ref().type_str()),
                             raw.ty.name()
                         ))
-                        .at(file, value.span()),
+                        .at(file, value.span())
+                        .with_help(format!(
+                            "write {} default, or change `type`",
+                            with_article(raw.ty.name())
+                        )),
                     );
+                    // Declared all the same: its reads are not also "undeclared".
+                    params.insert(name, BROKEN_PARAM);
                     continue;
                 }
             },
@@ -124,6 +185,18 @@ pub(super) fn load_node(
             specific.insert(key, value);
         }
     }
+    // Without a `kind`, serde would say only "missing field `kind`"; a misspelt one is named.
+    if !common.contains_key("kind")
+        && let Some(typo) = specific
+            .keys()
+            .find(|key| closest(key.get_ref(), ["kind"]).is_some())
+    {
+        return Err(
+            Diagnostic::new(format!("unknown field `{}`", typo.get_ref()))
+                .at(file, typo.span())
+                .with_help("did you mean `kind`?"),
+        );
+    }
     let common = RawCommon::deserialize(toml::de::Deserializer::from(Spanned::new(
         node_span.clone(),
         common,
@@ -154,11 +227,15 @@ pub(super) fn load_node(
             .location
             .as_ref()
             .is_some_and(|(f, _)| Arc::ptr_eq(f, file));
-        if in_this_file && d.message.starts_with("unknown field") {
+        if in_this_file && let Some(rest) = d.message.strip_prefix("unknown field `") {
             let also = format!("every node also takes: {}", COMMON_FIELDS.join(", "));
-            d.help = Some(match d.help.take() {
-                Some(suggestion) => format!("{suggestion} {also}"),
-                None => also,
+            // The kind's parser knows only its own fields: a misspelt shared one is named here.
+            let word = rest.split('`').next().unwrap_or_default();
+            let shared = closest(word, COMMON_FIELDS.iter().copied());
+            d.help = Some(match (d.help.take(), shared) {
+                (Some(suggestion), _) => format!("{suggestion} {also}"),
+                (None, Some(close)) => format!("did you mean `{close}`? {also}"),
+                (None, None) => also,
             });
         }
         d
@@ -328,10 +405,16 @@ fn check_param_reads(
             && let Some(name) = parts.next()
             && !params.contains_key(name)
         {
+            let help = match closest(name, params.keys().map(String::as_str)) {
+                Some(close) => format!(
+                    "did you mean `{close}`? or declare `{name}` with a [params.{name}] table"
+                ),
+                None => format!("declare it with a [params.{name}] table"),
+            };
             return Err(
                 Diagnostic::new(format!("template reads undeclared parameter `{name}`"))
                     .at(file, span.clone())
-                    .with_help(format!("declare it with a [params.{name}] table")),
+                    .with_help(help),
             );
         }
     }
@@ -354,14 +437,16 @@ pub(super) fn check_needs(
     for node in nodes {
         for need in &node.needs {
             if !ids.contains(need.get_ref().as_str()) {
-                problems.push(
-                    Diagnostic::new(format!(
-                        "node `{}` needs `{}`, which is not a node of this pipeline",
-                        node.id,
-                        need.get_ref()
-                    ))
-                    .at(file, need.span()),
-                );
+                let problem = Diagnostic::new(format!(
+                    "node `{}` needs `{}`, which is not a node of this pipeline",
+                    node.id,
+                    need.get_ref()
+                ))
+                .at(file, need.span());
+                problems.push(match closest(need.get_ref(), ids.iter().copied()) {
+                    Some(close) => problem.with_help(format!("did you mean `{close}`?")),
+                    None => problem,
+                });
             }
         }
     }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
@@ -30,15 +29,13 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
     "uses",
 ];
 
+// A pipeline's header: its `[params]` are read apart, one at a time, so that each broken one is
+// reported (`read_params`), and its `[nodes]` one by one.
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawHeader {
     /// The pipeline's name and run-wide settings.
     pub(super) pipeline: RawPipelineSection,
-    /// Parameters, by name: set with `--set NAME=VALUE`, read as `{{ params.NAME }}`.
-    #[serde(default)]
-    #[schemars(with = "IndexMap<String, RawParam>")]
-    pub(super) params: IndexMap<String, Spanned<RawParam>>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
