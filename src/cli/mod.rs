@@ -167,10 +167,13 @@ fn init_logging(cli: &Cli) {
         ColorChoice::Never => false,
         ColorChoice::Auto => std::io::stderr().is_terminal() && !no_color(),
     };
+    // A log line that cannot be written (stderr closed by `2>&1 | head`) is dropped: the
+    // subscriber's own report of it would be an eprintln! to the same closed stderr, a panic.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     match cli.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

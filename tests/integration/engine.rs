@@ -887,6 +887,50 @@ fn a_run_whose_reader_goes_away_goes_on_and_is_recorded() {
     );
 }
 
+/// A log that goes to a reader who went away too (`kavi -vv pipeline run X 2>&1 | head -1`):
+/// the lines that cannot be written are dropped and the run goes on to its end. The logger's
+/// own report of a failed write was a panic while the run was being recorded, and the recorder
+/// then waited forever for the run it would never be handed.
+#[test]
+fn a_run_whose_log_reader_goes_away_goes_on_and_is_recorded() {
+    use std::io::BufRead as _;
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/slow.toml",
+        "[pipeline]\nname = \"slow\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"sleep\", \"0.2\"]\n\
+         [nodes.b]\nkind = \"exec\"\nneeds = [\"a\"]\nrun = [\"true\"]\n",
+    );
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut child = kavi_command(dir.path(), &["-vv", "pipeline", "run", "slow"])
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(reader)
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty());
+    // The reader is dropped here. A kavi that hangs is stopped after two minutes and fails the
+    // test, rather than hanging it.
+    let mut waited = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if waited == 1200 {
+            child.kill().unwrap();
+            panic!("kavi did not end once its log's reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        waited += 1;
+    };
+    assert_eq!(status.code(), Some(0));
+    let detail = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    assert_eq!(detail["status"], "succeeded", "{detail}");
+}
+
 /// `kavi runs logs` of a node still running prints what it has printed so far, and `-f`
 /// follows it from another process as it prints, until it ends, exiting as the node did (here
 /// it fails: 1); once it has ended, `-f` prints what the ledger kept and exits the same way.

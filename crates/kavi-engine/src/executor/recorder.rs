@@ -95,6 +95,9 @@ impl Recorder {
                 let _ = announce.send(id);
             })
         })?;
+        // Declared after the recorder, so dropped before it: should `make_run` panic, the
+        // writer's wait for the run ends, and the recorder's drop does not wait on it forever.
+        let hand_run = hand_run;
         // A writer that failed to connect has dropped its end: `finish` says why, below.
         let _ = hand_run.send(make_run());
         match announced.recv() {
