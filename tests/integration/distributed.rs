@@ -888,6 +888,7 @@ outputs = ["out/a.txt"]
              DROP TABLE ledger_identity;
              ALTER TABLE journal DROP COLUMN mac;
              ALTER TABLE runs DROP COLUMN allowed_changes;
+             ALTER TABLE promotions DROP COLUMN attestation;
              UPDATE schema_version SET version = 23;",
         )
         .unwrap();

@@ -61,7 +61,7 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     )],
     // 31
     &[ServerStep::Sql(
-        "ALTER TABLE promotions ADD COLUMN attestation TEXT",
+        "ALTER TABLE promotions ADD COLUMN attestation TEXT REFERENCES artifacts(sha256)",
     )],
     // 32
     &[ServerStep::Sql(
