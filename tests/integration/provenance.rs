@@ -369,6 +369,31 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
     );
     std::fs::remove_file(b.path().join("skills/word_count/helper.py")).unwrap();
 
+    // A predicate changed after signing (the promoter renamed): the signature no longer holds.
+    let mut retold: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(retold["attestation"]["payload"].as_str().unwrap())
+        .unwrap();
+    let mut statement: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    statement["predicate"]["buildDefinition"]["internalParameters"]["promotedBy"] =
+        "someone else".into();
+    retold["attestation"]["payload"] = base64::engine::general_purpose::STANDARD
+        .encode(statement.to_string())
+        .into();
+    std::fs::write(b.path().join("retold.bundle.json"), retold.to_string()).unwrap();
+    let refused = kavi(
+        b.path(),
+        keys_b.path(),
+        &["skill", "import", "retold.bundle.json"],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no signature"),
+        "{refused:?}"
+    );
+    assert!(!b.path().join("skills/word_count/skill.py").exists());
+
     let imported = import(b.path());
     assert!(imported.status.success(), "{imported:?}");
     let shown = json(&kavi(
