@@ -609,9 +609,10 @@ async fn in_workspace(
                 ("skill".to_owned(), accepted.skill),
                 ("bundle".to_owned(), accepted.bundle),
             ];
+            let import = workspace.root.join("pipelines/import.toml");
             pipeline::run(
                 &workspace,
-                "import",
+                &import.to_string_lossy(),
                 &sets,
                 options,
                 RunOrigin::User.into(),

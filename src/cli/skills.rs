@@ -229,15 +229,34 @@ pub fn verify_attestation(
     files: Option<&std::path::Path>,
     json: bool,
 ) -> Result<i32, Error> {
+    // An attestation of a skill's files is kilobytes; a key, 64 digits.
+    const LIMIT: u64 = 16 << 20;
     let read = |path: &std::path::Path| {
-        std::fs::read_to_string(path).map_err(|source| Error::Io {
-            context: format!("failed to read {}", path.display()),
-            source,
-        })
+        std::fs::File::open(path)
+            .and_then(|file| crate::sandbox::read_bounded(file, LIMIT))
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .map_err(|source| Error::Io {
+                context: format!("failed to read {}", path.display()),
+                source,
+            })
     };
     let envelope = read(file)?;
     let key_text = match std::path::Path::new(key) {
         path if crate::ledger::checkpoint::parse_public(key).is_none() && path.is_file() => {
+            // The signing key's file looks like a public key (64 hex digits) and is not one:
+            // its digits must never be printed back, so it is refused by name.
+            let signing = crate::ledger::keys::signing_key();
+            let same = |a: &std::path::Path, b: &std::path::Path| {
+                a.canonicalize()
+                    .ok()
+                    .is_some_and(|a| b.canonicalize().ok() == Some(a))
+            };
+            if same(path, &signing) {
+                return Err(Error::Usage(format!(
+                    "{key} is kavi's private signing key; give the public key, as `kavi ledger \
+                     keygen` printed it"
+                )));
+            }
             read(path)?
         }
         _ => key.to_owned(),
@@ -267,9 +286,11 @@ pub fn verify_attestation(
                         "not a path kavi reads: {reason}"
                     )));
                 }
-                // No link followed: a file outside DIR is never what a subject names.
-                crate::sandbox::open_beneath(root, name)
-                    .and_then(|file| crate::sandbox::read_bounded(file, u64::MAX))
+                // No link followed: a file outside DIR is never what a subject names. One
+                // that is missing or unreadable is not the attested file: it counts as changed.
+                Ok(crate::sandbox::open_beneath(root, name)
+                    .and_then(|file| crate::sandbox::read_bounded(file, LIMIT << 6))
+                    .unwrap_or_default())
             })
             .map_err(|reason| Error::Usage(format!("cannot check the attested files: {reason}")))?,
         ),

@@ -261,6 +261,24 @@ fn a_promotion_without_a_signing_key_is_attested_once_a_key_is_made() {
     );
     assert!(checked.status.success(), "{checked:?}");
     assert!(stdout(&checked).contains("all 3 match"), "{checked:?}");
+    // The private key's file, given for the public one, is refused by name and never echoed.
+    let private = keys.path().join("signing.key");
+    let seed = std::fs::read_to_string(&private).unwrap();
+    let refused = kavi(
+        root,
+        keys.path(),
+        &[
+            "skill",
+            "verify-attestation",
+            "a.json",
+            "--key",
+            private.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let said = format!("{refused:?}");
+    assert!(said.contains("private signing key"), "{said}");
+    assert!(!said.contains(seed.trim()), "{said}");
 
     let missing = kavi(root, keys.path(), &["skill", "attest", "nosuch"]);
     assert_eq!(missing.status.code(), Some(5), "{missing:?}");

@@ -621,7 +621,16 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
     // The skill's folder holds nothing else: what trust hashes is the bundle's files alone.
     let listed = |relative: &str| bundle.files.iter().any(|(path, _)| path == relative);
     for entry in walkdir::WalkDir::new(workspace.root.join(&folder)).follow_links(false) {
-        let Ok(entry) = entry else { break };
+        let entry = match entry {
+            Ok(entry) => entry,
+            // No folder yet: nothing of this workspace's own in it.
+            Err(e)
+                if e.io_error().map(std::io::Error::kind) == Some(std::io::ErrorKind::NotFound) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(refused(format!("cannot list {folder}: {e}"))),
+        };
         let relative = entry
             .path()
             .strip_prefix(&workspace.root)

@@ -71,6 +71,8 @@ pub struct PromotionRow {
     pub comment: Option<String>,
     /// The version promoted; none for promotions recorded before versions.
     pub version: Option<i64>,
+    /// When that version was proposed: its moves are those from then to the promotion.
+    pub version_proposed_at: Option<String>,
     /// Its ATTESTATION artifact, if one was made.
     pub attestation: Option<String>,
 }
@@ -509,7 +511,9 @@ impl Ledger {
         self.conn
             .query_row(
                 "SELECT id, skill, from_state, to_state, source_hash, run_id, node_id, actor, at,
-                        comment, version, attestation
+                        comment, version, attestation,
+                        (SELECT proposed_at FROM skill_versions v
+                         WHERE v.skill = promotions.skill AND v.version = promotions.version)
                  FROM promotions WHERE skill = ?1 AND (?2 IS NULL OR version = ?2)
                  ORDER BY id DESC LIMIT 1",
                 params![name, version],
@@ -527,6 +531,7 @@ impl Ledger {
                         comment: row.get(9)?,
                         version: row.get(10)?,
                         attestation: row.get(11)?,
+                        version_proposed_at: row.get(12)?,
                     })
                 },
             )

@@ -31,7 +31,7 @@ pub enum ProvenanceError {
     Ledger(#[from] LedgerError),
     #[error("the attestation is not a DSSE envelope kavi can read: {0}")]
     Malformed(String),
-    #[error("no signature in the attestation verifies under key {0}")]
+    #[error("no signature in the attestation verifies under key {0}…")]
     Signature(String),
     #[error("the attestation's statement is not what kavi attests: {0}")]
     Statement(String),
@@ -160,13 +160,18 @@ pub fn statement(
             byproducts.push(entry);
         }
     }
-    // The moves of this version, up to and with the promotion: who proposed, who approved.
-    let skill = ledger.skill(&promotion.skill)?;
+    // The moves of this version, from its proposal up to and with the promotion: who
+    // proposed, who approved.
     for moved in ledger
         .skill_transitions(&promotion.skill)?
         .into_iter()
-        .filter(|t| promotion.version != Some(skill.version) || t.at >= skill.version_proposed_at)
-        .filter(|t| t.at <= promotion.at)
+        .filter(|t| {
+            promotion
+                .version_proposed_at
+                .as_ref()
+                .is_none_or(|proposed| t.at >= *proposed)
+                && t.at <= promotion.at
+        })
     {
         byproducts.push(json!({
             "name": format!(
@@ -302,7 +307,9 @@ pub fn verify(envelope: &str, key: &VerifyingKey) -> Result<Value> {
         .filter_map(|bytes| Signature::from_slice(&bytes).ok())
         .any(|signature| !key.is_weak() && key.verify_strict(&signed, &signature).is_ok());
     if !verifies {
-        return Err(ProvenanceError::Signature(key_id(key)));
+        return Err(ProvenanceError::Signature(
+            kavi_ledger::checkpoint::short(&key_id(key)).to_owned(),
+        ));
     }
     let statement: Value = serde_json::from_slice(&payload)
         .map_err(|e| ProvenanceError::Statement(format!("its payload is not JSON: {e}")))?;

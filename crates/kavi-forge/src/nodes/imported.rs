@@ -58,6 +58,12 @@ impl Imported {
     fn check(&self, ctx: &NodeContext<'_>) -> Result<NodeOutcome, String> {
         let skill = crate::skills::render_name(ctx, &self.skill)?;
         let sha = ctx.render("bundle", &self.bundle)?;
+        if sha.len() != 64 || !sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(format!(
+                "`{sha}` is not an artifact's SHA-256 (64 lowercase hex digits): import a bundle \
+                 with `kavi skill import`"
+            ));
+        }
         let text = ctx
             .env
             .artifacts
@@ -108,12 +114,21 @@ impl Imported {
                 tree.folder
             ));
         }
-        Ok(NodeOutcome::succeeded(json!({
+        // Kept as this node's artifact: recorded, journaled and verified with the ledger, it
+        // is the exporter's provenance beside this workspace's.
+        let kept = ctx
+            .env
+            .artifacts
+            .put_bytes("SKILL_BUNDLE", text.as_bytes())
+            .map_err(|e| format!("failed to keep the bundle: {e}"))?;
+        let mut outcome = NodeOutcome::succeeded(json!({
             "skill": skill,
             "bundle": sha,
             "signer": signer,
             "source_hash": tree.hash(),
-        })))
+        }));
+        outcome.artifacts.push(("bundle", kept));
+        Ok(outcome)
     }
 }
 
