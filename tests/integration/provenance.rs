@@ -23,6 +23,15 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `out` is a refusal (exit 2) whose message says `why`.
+fn assert_refused(out: &Output, why: &str) {
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(why),
+        "{out:?}"
+    );
+}
+
 /// The public key `kavi ledger keygen` printed.
 fn public_key(keygen: &Output) -> String {
     let text = stdout(keygen) + &String::from_utf8_lossy(&keygen.stderr);
@@ -235,9 +244,7 @@ fn a_promotion_without_a_signing_key_is_attested_once_a_key_is_made() {
     );
     assert!(forged.status.success(), "{forged:?}");
     let refused = kavi(root, keys.path(), &["skill", "attest", "word_count"]);
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(said.contains("no signing key"), "{said}");
+    assert_refused(&refused, "no signing key");
 
     let key = public_key(&kavi(root, keys.path(), &["ledger", "keygen"]));
     let attested = kavi(
@@ -334,11 +341,7 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
         )
     };
     let refused = import(b.path());
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("[import] keys does not list"),
-        "{refused:?}"
-    );
+    assert_refused(&refused, "[import] keys does not list");
     assert!(!b.path().join("skills/word_count").exists());
 
     trust_imports_from(b.path(), &key_a);
@@ -356,11 +359,7 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
         keys_b.path(),
         &["skill", "import", "changed.bundle.json"],
     );
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("not exactly the attested ones"),
-        "{refused:?}"
-    );
+    assert_refused(&refused, "not exactly the attested ones");
     assert!(!b.path().join("skills/word_count").exists());
 
     // A link on the way to the skill's folder, and a file of B's own in it: refused, nothing
@@ -369,22 +368,13 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
     std::fs::create_dir_all(b.path().join("skills")).unwrap();
     std::os::unix::fs::symlink(outside.path(), b.path().join("skills/word_count")).unwrap();
     let refused = import(b.path());
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("a symlink lies on the way"),
-        "{refused:?}"
-    );
+    assert_refused(&refused, "a symlink lies on the way");
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     std::fs::remove_file(b.path().join("skills/word_count")).unwrap();
     std::fs::create_dir_all(b.path().join("skills/word_count")).unwrap();
     std::fs::write(b.path().join("skills/word_count/helper.py"), "X = 1\n").unwrap();
     let refused = import(b.path());
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr)
-            .contains("helper.py` is here and not in the bundle"),
-        "{refused:?}"
-    );
+    assert_refused(&refused, "helper.py` is here and not in the bundle");
     std::fs::remove_file(b.path().join("skills/word_count/helper.py")).unwrap();
 
     // A predicate changed after signing (the promoter renamed): the signature no longer holds.
@@ -405,11 +395,7 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
         keys_b.path(),
         &["skill", "import", "retold.bundle.json"],
     );
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("no signature"),
-        "{refused:?}"
-    );
+    assert_refused(&refused, "no signature");
     assert!(!b.path().join("skills/word_count/skill.py").exists());
 
     let imported = import(b.path());
