@@ -422,6 +422,28 @@ fn a_skill_bundle_moves_trust_only_to_a_workspace_that_trusts_its_signer() {
     );
     assert!(ran.status.success(), "{ran:?}");
     assert_eq!(json(&ran)["output"]["words"], 3);
+
+    // B's rules are adopted now: a key added to its trust policy on disk is a rule change that
+    // no one reviewed, and no bundle it signed is taken in on its word.
+    let keys_c = tempfile::tempdir().unwrap();
+    let key_c = public_key(&kavi(a.path(), keys_c.path(), &["ledger", "keygen"]));
+    let path = b.path().join("policies/trust.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace(&key_a, &format!("{key_a}\", \"{key_c}")),
+    )
+    .unwrap();
+    let mut resigned: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    resigned["key"] = key_c.clone().into();
+    std::fs::write(b.path().join("resigned.bundle.json"), resigned.to_string()).unwrap();
+    let refused = kavi(
+        b.path(),
+        keys_b.path(),
+        &["skill", "import", "resigned.bundle.json"],
+    );
+    assert_refused(&refused, "are not the adopted rule set");
 }
 
 /// The import pipeline takes nothing but a kept bundle's files: run directly, with files of the

@@ -80,7 +80,43 @@ pub fn load_lifecycle(workspace: &Workspace) -> Result<Lifecycle> {
 
 /// The workspace's trust policy, with the conventions it hashes a skill's files by.
 pub fn load_trust(workspace: &Workspace, templates: &TemplateEngine) -> Result<TrustPolicy> {
-    let read = |path: &str| read_policy(workspace, path);
+    trust_from(|path| Ok(read_policy(workspace, path)?), templates)
+}
+
+/// The trust policy of the rule set a decision is taken under: the adopted one, as long as the
+/// files on disk do not weaken it (see [`crate::policy::adoption::for_decision`]); before any set
+/// is adopted, the files on disk, which the first run adopts.
+pub fn decision_trust(
+    workspace: &Workspace,
+    ledger: &ledger::Ledger,
+    templates: &TemplateEngine,
+) -> Result<TrustPolicy> {
+    if crate::policy::adoption::Governing::adopted(ledger)
+        .map_err(GovernanceError::Usage)?
+        .is_none()
+    {
+        return load_trust(workspace, templates);
+    }
+    let governing = crate::policy::adoption::for_decision(ledger, &workspace.root)
+        .map_err(GovernanceError::Usage)?;
+    governing_trust(&governing, templates)
+}
+
+/// The trust policy of a recorded rule set, as the ledger kept its texts.
+pub fn governing_trust(
+    governing: &crate::policy::adoption::Governing,
+    templates: &TemplateEngine,
+) -> Result<TrustPolicy> {
+    trust_from(
+        |path| governing.source(path).map_err(GovernanceError::Usage),
+        templates,
+    )
+}
+
+fn trust_from(
+    read: impl Fn(&str) -> Result<Arc<SourceFile>>,
+    templates: &TemplateEngine,
+) -> Result<TrustPolicy> {
     let conventions = Conventions::parse(&read(conventions::DEFAULT_POLICY)?, templates)
         .map_err(SpecError::from)?;
     Ok(TrustPolicy::parse(&read(trust::DEFAULT_POLICY)?, conventions).map_err(SpecError::from)?)

@@ -390,7 +390,7 @@ pub fn restore(workspace: &Workspace, name: &str, comment: Option<&str>) -> Resu
     };
     let store = open_store(workspace)?;
     let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = load_trust(workspace, &templates)?;
+    let trust = crate::governing_trust(&governing, &templates)?;
     let refused = |reason: String| GovernanceError::Io {
         context: format!("failed to restore `{name}`"),
         source: std::io::Error::other(reason),
@@ -548,7 +548,7 @@ pub struct Accepted {
 }
 
 /// Takes in the bundle at `path` as far as this workspace's policy lets a bundle go by itself:
-/// its attestation must be signed by a key `policies/trust.toml` `[import]` lists, its files
+/// its attestation must be signed by a key the adopted `policies/trust.toml` `[import]` lists, its files
 /// exactly the attested ones, for a skill this workspace has never had, at the paths this
 /// workspace's conventions give it, none of which exists with other content. Then its files are
 /// written and the bundle kept as an artifact; the import pipeline's gates and promotion decide
@@ -566,7 +566,9 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
     let bundle = kavi_provenance::Bundle::from_json(&text).map_err(|e| refused(e.to_string()))?;
     let name = &bundle.skill;
     let templates = TemplateEngine::new(&workspace.templates_dir());
-    let trust = load_trust(workspace, &templates)?;
+    let ledger = Ledger::open(&workspace.config.ledger)?;
+    // The keys the adopted rules trust: a key added on disk is a rule change to review first.
+    let trust = crate::decision_trust(workspace, &ledger, &templates)?;
     let signer = bundle.key.to_lowercase();
     if !trust.import_keys.contains(&signer) {
         let named = if signer.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -584,7 +586,6 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
     if let Some(reason) = crate::skill::invalid_name_reason(name) {
         return Err(refused(format!("`{name}` is not a skill name: {reason}")));
     }
-    let ledger = Ledger::open(&workspace.config.ledger)?;
     match ledger.skill(name) {
         Err(LedgerError::SkillNotFound(_)) => {}
         Ok(_) => {
