@@ -94,6 +94,7 @@ fn leave_to_exit<T>(value: T) {
 mod builds;
 mod chains;
 mod chat;
+mod complete;
 mod doctor;
 mod drill;
 mod executions;
@@ -210,6 +211,8 @@ fn color_asked(args: impl Iterator<Item = std::ffi::OsString>) -> ColorChoice {
 pub fn main() -> i32 {
     // `--version` names the build too (build.rs): which commit, which profile, which features.
     const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KAVI_BUILD"), ")");
+    // A shell asking for the names it may complete is answered, and nothing else happens.
+    kavi_cli::complete::complete_if_asked(complete::names);
     // Clap colours its own usage errors before `--color` is parsed: it is read first.
     let matches = Cli::command()
         .version(VERSION)
@@ -288,8 +291,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Error> {
     match cli.command {
         // These describe kavi itself and need no workspace.
         TopCommand::Completions { shell } => {
-            kavi_cli::help::completions(shell, &mut std::io::stdout());
-            Ok(exit::SUCCESS)
+            kavi_cli::complete::write_registration(shell, &mut std::io::stdout())
+                .map(|()| exit::SUCCESS)
+                .map_err(|source| Error::Io {
+                    context: "failed to write the completion script".into(),
+                    source,
+                })
         }
         TopCommand::Man { dir } => match &dir {
             None => kavi_cli::help::man_page(&mut std::io::stdout()),

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::complete::Names;
 use crate::dag::GraphFormat;
 
 #[derive(Debug, Parser)]
@@ -48,8 +49,9 @@ pub struct Cli {
 pub enum TopCommand {
     #[command(flatten)]
     InWorkspace(Command),
-    /// Print a shell completion script, such as `kavi completions bash >
-    /// ~/.local/share/bash-completion/completions/kavi`.
+    /// Print the script that registers kavi's completion with a shell, such as `kavi completions
+    /// bash > ~/.local/share/bash-completion/completions/kavi`: commands and flags, and the
+    /// workspace's pipelines, nodes, skills and runs (it asks the `kavi` on PATH).
     Completions {
         /// The shell to complete for.
         #[arg(value_enum)]
@@ -169,8 +171,10 @@ pub enum Command {
     /// what the nodes it needs did, and which of its inputs, parameters or policies changed.
     Explain {
         /// A run id, or `latest`.
+        #[arg(add = crate::complete::names(Names::Run))]
         run: String,
         /// The node's id.
+        #[arg(add = crate::complete::names(Names::RunNode))]
         node: String,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
@@ -216,6 +220,7 @@ pub enum Command {
     /// the forge goes on with the next attempt).
     Approve {
         /// A run id (the run or one of its child runs), or `latest`.
+        #[arg(add = crate::complete::names(Names::Run))]
         run: String,
         /// Why, recorded with the decision.
         #[arg(long)]
@@ -228,6 +233,7 @@ pub enum Command {
     /// put back), the skill moves to the lifecycle's rejected state and is not built again.
     Reject {
         /// A run id (the run or one of its child runs), or `latest`.
+        #[arg(add = crate::complete::names(Names::Run))]
         run: String,
         /// Why, recorded with the decision.
         #[arg(long)]
@@ -247,6 +253,7 @@ pub enum ChainCommand {
     /// Run a chain's steps in order; each leaves an execution record (exit 1 if any failed).
     Run {
         /// A chain file, or a name looked up in chains/.
+        #[arg(add = crate::complete::names(Names::Chain))]
         file: String,
         /// Set a chain parameter.
         #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::spec::parse_set)]
@@ -261,6 +268,7 @@ pub enum ChainCommand {
     /// Validate a chain: fields, step references, templates and JSONPath mappings.
     Check {
         /// A chain file, or a name looked up in the workspace's chains/ folder.
+        #[arg(add = crate::complete::names(Names::Chain))]
         file: String,
         /// Print JSON instead of text: the verdict, and each problem with its file, line,
         /// column and help.
@@ -281,7 +289,7 @@ pub enum ExecutionsCommand {
         #[arg(long)]
         only_failures: bool,
         /// Only the executions of this skill.
-        #[arg(long)]
+        #[arg(add = crate::complete::names(Names::Skill), long)]
         skill: Option<String>,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
@@ -350,6 +358,7 @@ pub enum BuildsCommand {
     /// A skill's build attempts, first first, with their lineage and failure kinds.
     List {
         /// The skill whose builds to list.
+        #[arg(add = crate::complete::names(Names::Skill))]
         skill: String,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
@@ -377,6 +386,7 @@ pub enum SkillCommand {
     /// Show a skill's state and every transition it went through.
     Show {
         /// The skill's name.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: String,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]
@@ -386,6 +396,7 @@ pub enum SkillCommand {
     /// refused on drift; input and output checked against its schemas.
     Run {
         /// The skill's name.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: String,
         /// The input, as JSON.
         #[arg(long)]
@@ -398,6 +409,7 @@ pub enum SkillCommand {
     /// drift) return it to TRUSTED.
     Restore {
         /// The skill's name.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: String,
         /// Why, recorded with the transition.
         #[arg(long)]
@@ -406,6 +418,7 @@ pub enum SkillCommand {
     /// Revoke a skill: it moves to the lifecycle's `revoked` state and never runs again.
     Revoke {
         /// The skill's name.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: String,
         /// Why, recorded with the transition.
         #[arg(long)]
@@ -415,6 +428,7 @@ pub enum SkillCommand {
     /// `drifted` state) and does not run (exit 1 on drift).
     Verify {
         /// One skill; without it, every trusted skill.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: Option<String>,
         /// Every trusted skill (the default when no name is given).
         #[arg(long, conflicts_with = "name")]
@@ -427,6 +441,7 @@ pub enum SkillCommand {
     /// in a DSSE envelope signed with kavi's signing key (docs/provenance.md).
     Attest {
         /// The skill's name.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: String,
         /// The promoted version; by default the latest promotion.
         #[arg(long)]
@@ -439,6 +454,7 @@ pub enum SkillCommand {
     /// its promotion, and the public key that signed it (docs/provenance.md).
     Export {
         /// The skill's name.
+        #[arg(add = crate::complete::names(Names::Skill))]
         name: String,
         /// Write it to this file instead of standard output.
         #[arg(long, short)]
@@ -475,6 +491,7 @@ pub enum SkillCommand {
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
     /// A pipeline file, or a name looked up in the workspace's pipelines/ folder.
+    #[arg(add = crate::complete::names(Names::Pipeline))]
     pub file: String,
     /// Set a parameter (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = crate::spec::parse_set)]
@@ -514,7 +531,7 @@ pub enum PipelineCommand {
         #[command(flatten)]
         pipeline: PipelineArgs,
         /// Run only these nodes and what they need, as make runs targets.
-        #[arg(value_name = "NODE")]
+        #[arg(add = crate::complete::names(Names::PipelineNode), value_name = "NODE")]
         targets: Vec<String>,
         /// Run the NODEs alone: what they need is taken from the cache, and must be up to date.
         #[arg(long, requires = "targets")]
@@ -524,7 +541,7 @@ pub enum PipelineCommand {
         jobs: Option<u32>,
         /// Run this node even when it is up to date (repeatable). What needs it is cached still
         /// when what it gets from it comes out the same.
-        #[arg(long, value_name = "NODE")]
+        #[arg(add = crate::complete::names(Names::PipelineNode), long, value_name = "NODE")]
         rerun: Vec<String>,
         /// Also write the run as JUnit XML into FILE (a test suite, a test case per node), for
         /// CI systems that show test results.
@@ -555,11 +572,13 @@ pub enum PipelineCommand {
     /// nodes it needs have finished. Exits 75 when its retry policy wants another attempt.
     Step {
         /// The run's pipeline file, or a name looked up in pipelines/.
+        #[arg(add = crate::complete::names(Names::Pipeline))]
         file: String,
         /// The run, as `kavi pipeline start` printed it.
         #[arg(long)]
         run: i64,
         /// The node to run.
+        #[arg(add = crate::complete::names(Names::PipelineNode))]
         node: String,
         #[command(flatten)]
         options: RunOptions,
@@ -568,6 +587,7 @@ pub enum PipelineCommand {
     /// decided are recorded, and the run gets its status.
     End {
         /// The run's pipeline file, or a name looked up in pipelines/.
+        #[arg(add = crate::complete::names(Names::Pipeline))]
         file: String,
         /// The run, as `kavi pipeline start` printed it.
         #[arg(long)]
@@ -580,6 +600,7 @@ pub enum PipelineCommand {
     /// records into the ledger; what the engine cannot carry out itself is listed on stderr.
     Export {
         /// A pipeline file, or a name looked up in pipelines/.
+        #[arg(add = crate::complete::names(Names::Pipeline))]
         file: String,
         /// The engine.
         #[arg(long, value_enum)]
@@ -606,6 +627,7 @@ pub enum PipelineCommand {
     /// Validate a pipeline without running it.
     Check {
         /// A pipeline file, or a name looked up in pipelines/.
+        #[arg(add = crate::complete::names(Names::Pipeline))]
         file: String,
         /// Print JSON instead of text: the verdict, and each problem with its file, line,
         /// column and help.
@@ -623,6 +645,7 @@ pub enum PipelineCommand {
     /// Print the pipeline's graph.
     Graph {
         /// A pipeline file, or a name looked up in pipelines/.
+        #[arg(add = crate::complete::names(Names::Pipeline))]
         file: String,
         /// DOT for Graphviz, or Mermaid for Markdown.
         #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
@@ -657,6 +680,7 @@ pub enum RunsCommand {
     /// template, chain or the configuration changed, unless --allow-changed.
     Resume {
         /// A run id, or `latest`.
+        #[arg(add = crate::complete::names(Names::Run))]
         run: String,
         /// Resume although the rules that governed the run changed since (`kavi policy diff
         /// RUN`); a node whose own definition, scripts or inputs changed still runs again.
@@ -678,8 +702,10 @@ pub enum RunsCommand {
     /// still running, what it has printed so far.
     Logs {
         /// A run id, or `latest`.
+        #[arg(add = crate::complete::names(Names::Run))]
         run: String,
         /// The node's id.
+        #[arg(add = crate::complete::names(Names::RunNode))]
         node: String,
         /// Its stderr instead of its stdout.
         #[arg(long)]
@@ -692,7 +718,7 @@ pub enum RunsCommand {
     /// Show one run and every node run in it.
     Show {
         /// A run id, or `latest`.
-        #[arg(default_value = "latest")]
+        #[arg(add = crate::complete::names(Names::Run), default_value = "latest")]
         run: String,
         /// Print JSON instead of text, for scripts.
         #[arg(long)]

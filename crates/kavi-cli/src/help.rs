@@ -1,16 +1,11 @@
-//! `kavi completions SHELL` and `kavi man`: kavi described for shells and `man`, generated from
-//! the same clap definitions the parser uses, so they cannot drift from the commands.
+//! `kavi man`: kavi described for `man`, generated from the same clap definitions the parser
+//! uses, so it cannot drift from the commands.
 
 use std::io::Write;
 
 use clap::CommandFactory;
 
 use super::Cli;
-
-/// Writes the completion script for `shell` to `out`.
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut every_command(), "kavi", out);
-}
 
 /// Writes kavi's man page (roff) to `out`.
 pub fn man_page(out: &mut dyn Write) -> std::io::Result<()> {

@@ -1,9 +1,10 @@
 //! kavi's command line as clap parses it: every command, subcommand and flag with its help, and
-//! the man page and shell completions made from them ([`help`]). What a command does is the
+//! the man page and shell completions made from them ([`help`], [`complete`]). What a command does is the
 //! `kavi` binary's (its `cli` module, which matches on these types); nothing here opens a
 //! workspace or runs anything.
 
 mod args;
+pub mod complete;
 pub mod help;
 
 pub use args::{
