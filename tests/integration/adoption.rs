@@ -407,3 +407,71 @@ fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
         stdout(&verified)
     );
 }
+
+/// A rule weakened on disk when a run starts and put back before it promotes: the run's gates
+/// judged under the weakened file, so its promotion is refused, naming the file, although the
+/// disk holds the adopted set again by then.
+#[test]
+fn a_rule_weakened_for_the_gates_and_put_back_before_promotion_promotes_nothing() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    // A builder slow enough for the test to put the file back while it builds; part of the
+    // adopted set from the first run on.
+    std::fs::write(
+        root.join("builders/slow.py"),
+        "import os, time\ntime.sleep(3)\nos.execvp('python3', ['python3', 'builders/scripted.py'])\n",
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(root.join("kavi.toml")).unwrap();
+    std::fs::write(
+        root.join("kavi.toml"),
+        config.replace("builders/scripted.py", "builders/slow.py"),
+    )
+    .unwrap();
+    assert!(forge(root, "word_count").status.success());
+    let adopted = drop_the_test_gate(root);
+    // A skill whose unit test fails: only the tests gate would catch it.
+    let mut run = common::kavi_command(
+        root,
+        &[
+            "pipeline",
+            "run",
+            "forge",
+            "--set",
+            "skill=find_notes",
+            "--set",
+            "flaws=1=test",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    // The forge's attempt, a child run of the latest.
+    let attempt = |root: &Path| -> Option<serde_json::Value> {
+        let forge = kavi(root, &["runs", "show", "latest", "--json"]);
+        let child = json(&forge)["children"].as_array()?.last()?["id"].to_string();
+        Some(json(&kavi(root, &["runs", "show", &child, "--json"])))
+    };
+    let building = |root: &Path| {
+        attempt(root).is_some_and(|run| {
+            run["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["node_id"] == "build" && n["state"] == "running")
+        })
+    };
+    let waited = std::time::Instant::now();
+    while !building(root) {
+        assert!(waited.elapsed().as_secs() < 120, "the build never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::write(root.join("policies/gates.toml"), adopted).unwrap();
+    assert!(!run.wait().unwrap().success());
+    assert_ne!(state(root, "find_notes"), "TRUSTED");
+    let attempt = attempt(root).unwrap();
+    let error = node(&attempt, "promote")["error"].to_string();
+    assert!(
+        error.contains("ran under a policies/gates.toml that is not the adopted rule set"),
+        "{attempt}"
+    );
+}

@@ -14,8 +14,16 @@ use crate::diagnostic::SourceFile;
 use crate::hash::set_hash;
 
 /// The folders whose files govern, and `kavi.toml`.
-const FOLDERS: [&str; 4] = ["pipelines", "policies", "templates", "chains"];
-const CONFIG: &str = "kavi.toml";
+const FOLDERS: [&str; 4] = kavi_spec::node::GOVERNING_FOLDERS;
+const CONFIG: &str = kavi_spec::config::CONFIG_FILE;
+/// Whether `path` (relative to the workspace) is in one of the governing folders.
+pub fn in_governing_folder(path: &str) -> bool {
+    FOLDERS.iter().any(|folder| {
+        path.strip_prefix(folder)
+            .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
 /// The role each member has in the set hash.
 pub const ROLE: &str = "rules";
 
@@ -51,9 +59,17 @@ impl RuleSet {
                     }
                     Err(e) => return Err(format!("cannot read the governing files: {e}")),
                 };
-                if entry.file_type().is_file()
-                    && let Ok(relative) = entry.path().strip_prefix(root)
-                {
+                let Ok(relative) = entry.path().strip_prefix(root) else {
+                    continue;
+                };
+                // A link would govern with a file the set does not hold, changed at will.
+                if entry.path_is_symlink() && entry.depth() > 0 {
+                    return Err(format!(
+                        "{} is a symlink: a governing file must be a file of the workspace itself",
+                        relative.display()
+                    ));
+                }
+                if entry.file_type().is_file() {
                     paths.push(relative.to_string_lossy().into_owned());
                 }
             }
@@ -439,6 +455,51 @@ mod tests {
         );
     }
 
+    /// Changes the shipped rules once called strengthening: a removal riding with an addition
+    /// to a set they strengthen by adding to, and a key added inside a gate.
+    #[test]
+    fn a_removal_or_a_changed_gate_never_passes_for_strengthening() {
+        let policy = shipped();
+        let classes = |path: &str, old: &str, new: &str| -> Vec<Class> {
+            crate::diff::describe(old, new)
+                .unwrap()
+                .iter()
+                .map(|change| policy.classify(&format!("{path}: {change}")).unwrap())
+                .collect()
+        };
+        let swapped = classes(
+            "policies/escalation.toml",
+            "security_kinds = [\"SECURITY_VIOLATION\", \"VERIFY_SECRET\"]\n",
+            "security_kinds = [\"UNKNOWN\"]\n",
+        );
+        assert_eq!(overall(&swapped), Class::Weakening, "{swapped:?}");
+        let denied = classes(
+            "policies/allowlist.toml",
+            "deny = [\"**/.git/**\"]\n",
+            "deny = [\"**/nothing-here\"]\n",
+        );
+        assert_eq!(overall(&denied), Class::Weakening, "{denied:?}");
+        let added = classes(
+            "policies/allowlist.toml",
+            "deny = [\"**/.git/**\"]\n",
+            "deny = [\"**/.git/**\", \"**/.env\"]\n",
+        );
+        assert_eq!(added, [Class::Strengthening]);
+        let gate = "[[gate]]\nid = \"tests\"\nkind = \"command\"\nrun = [\"pytest\"]\n";
+        let slower = classes(
+            "policies/gates.toml",
+            gate,
+            &format!("{gate}timeout = \"3650days\"\n"),
+        );
+        assert_eq!(slower, [Class::Weakening]);
+        let more = classes(
+            "policies/gates.toml",
+            gate,
+            &format!("{gate}\n[[gate]]\nid = \"types\"\nkind = \"command\"\nrun = [\"mypy\"]\n"),
+        );
+        assert_eq!(more, [Class::Strengthening]);
+    }
+
     #[test]
     fn the_rule_set_is_every_governing_file_and_its_hash_follows_them() {
         let dir = tempfile::tempdir().unwrap();
@@ -451,6 +512,10 @@ mod tests {
         assert_eq!(paths, ["kavi.toml", "policies/gates.toml"]);
         std::fs::write(dir.path().join("policies/gates.toml"), "a = 2\n").unwrap();
         assert_ne!(RuleSet::read(dir.path()).unwrap().hash, set.hash);
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("policies/link.toml")).unwrap();
+        let error = RuleSet::read(dir.path()).unwrap_err();
+        assert!(error.contains("policies/link.toml is a symlink"), "{error}");
+        std::fs::remove_file(dir.path().join("policies/link.toml")).unwrap();
         std::fs::write(dir.path().join("policies/bad.toml"), [0xff]).unwrap();
         let error = RuleSet::read(dir.path()).unwrap_err();
         assert!(error.contains("policies/bad.toml is not UTF-8"), "{error}");

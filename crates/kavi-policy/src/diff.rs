@@ -69,17 +69,17 @@ fn values(changes: &mut Vec<String>, path: &str, key: &str, old: &Value, new: &V
                 .filter(|v| !old.contains(v))
                 .map(inline)
                 .collect();
-            let mut parts = Vec::new();
+            // Additions and removals are separate changes, each classified on its own: one
+            // sentence for both would let a rule for additions (`deny`: added *) pass removals.
             if !added.is_empty() {
-                parts.push(format!("added {}", added.join(", ")));
+                changes.push(format!("`{path}`: added {}", added.join(", ")));
             }
             if !removed.is_empty() {
-                parts.push(format!("removed {}", removed.join(", ")));
+                changes.push(format!("`{path}`: removed {}", removed.join(", ")));
             }
-            if parts.is_empty() {
-                parts.push("reordered".to_owned());
+            if added.is_empty() && removed.is_empty() {
+                changes.push(format!("`{path}`: reordered"));
             }
-            changes.push(format!("`{path}`: {}", parts.join("; ")));
         }
         _ => changes.push(format!("`{path}`: {} -> {}", inline(old), inline(new))),
     }

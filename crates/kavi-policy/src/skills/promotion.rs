@@ -102,8 +102,12 @@ impl Promotion<'_> {
             .read_tree(self.templates, self.source, skill, &proposal)?;
         let hash = tree.hash();
         self.governed(ledger, skill, &hash, origin.0)?;
-        // Whatever path it came by, a promotion happens only under the adopted rules.
-        crate::adoption::for_decision(ledger, self.workspace)
+        // Whatever path it came by, a promotion happens only under the adopted rules: those on
+        // disk now, and those its runs ran under (a file weakened for the gates and put back
+        // before the promotion is not the adopted one).
+        let adopted = crate::adoption::for_decision(ledger, self.workspace)
+            .map_err(|why| format!("`{skill}` may not be promoted: {why}"))?;
+        ran_under(ledger, &adopted, origin.0)
             .map_err(|why| format!("`{skill}` may not be promoted: {why}"))?;
         let kept = tree
             .store(self.store)
@@ -223,6 +227,39 @@ impl Promotion<'_> {
             rule.gates
         ))
     }
+}
+
+/// Refuses unless every run from `run` up to its root ran under the adopted rules: each
+/// governing file it recorded from the rule set's folders had the adopted text. (A run records
+/// the configuration it resolved, not `kavi.toml`'s text; the file itself is checked against the
+/// adopted one when the promotion is decided.)
+fn ran_under(
+    ledger: &Ledger,
+    adopted: &crate::adoption::Governing,
+    run: Option<i64>,
+) -> Result<(), String> {
+    let mut lineage = run;
+    while let Some(id) = lineage {
+        for member in ledger.governing(id).map_err(|e| e.to_string())? {
+            if !crate::adoption::in_governing_folder(&member.path) {
+                continue;
+            }
+            let adopted_hash = adopted
+                .files
+                .iter()
+                .find(|(path, _)| *path == member.path)
+                .map(|(_, text)| crate::hash::spec_hash(text));
+            if adopted_hash.as_deref() != Some(member.spec_hash.as_str()) {
+                return Err(format!(
+                    "run {id} ran under a {} that is not the adopted rule set {}'s (see `kavi \
+                     policy diff`); run it again under the adopted rules",
+                    member.path, adopted.row.id
+                ));
+            }
+        }
+        lineage = ledger.run(id).map_err(|e| e.to_string())?.parent_run;
+    }
+    Ok(())
 }
 
 /// Signs the attestation of `promotion`, whose files are `tree`, with kavi's signing key, and

@@ -7,7 +7,7 @@ mod policy_file;
 mod registry;
 
 pub use environment::{ChildRun, ChildRuns, Environment, LiveNodeOutput};
-pub use policy_file::{Policy, read};
+pub use policy_file::{GOVERNING_FOLDERS, Policy, read};
 pub use registry::{FailureKinds, LoadFailureKinds, Registry};
 
 use std::collections::BTreeSet;
