@@ -152,7 +152,7 @@ pub(super) fn subset_nodes(
         let memo = crate::cache::DigestMemo::of_store(&store);
         let inputs = executor::Inputs {
             workspace: &workspace.root,
-            state_paths: &state_paths(workspace),
+            state_paths: &workspace.state_paths(),
             memo: &memo,
         };
         let params = Value::Object(params.clone());
@@ -261,18 +261,6 @@ pub async fn run_subset(
     Ok(run_exit_code(outcome.status))
 }
 
-/// kavi's own files in the workspace (the ledger, its locks, the artifact store): never inputs.
-pub(super) fn state_paths(workspace: &Workspace) -> Vec<PathBuf> {
-    let config = &workspace.config;
-    vec![
-        config.ledger.clone(),
-        PathBuf::from(format!("{}-wal", config.ledger.display())),
-        PathBuf::from(format!("{}-shm", config.ledger.display())),
-        crate::ledger::locks_dir(&config.ledger),
-        config.artifacts.clone(),
-    ]
-}
-
 /// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
 pub(super) fn environment(
     workspace: &Workspace,
@@ -283,7 +271,7 @@ pub(super) fn environment(
     let json = options.json;
     let artifacts = super::open_store(workspace)?;
     let config = &workspace.config;
-    let state_paths = state_paths(workspace);
+    let state_paths = workspace.state_paths();
     let child_screen = Arc::clone(screen);
     let owner =
         Owner::claim(&config.ledger, &artifacts.temp_dir()).map_err(|source| Error::Io {
@@ -583,7 +571,7 @@ pub fn status(
             let memo = crate::cache::DigestMemo::of_store(&store);
             let inputs = executor::Inputs {
                 workspace: &workspace.root,
-                state_paths: &state_paths(workspace),
+                state_paths: &workspace.state_paths(),
                 memo: &memo,
             };
             executor::status(&dag, &params, &workspace.run_config(), &inputs, &ledger)?

@@ -219,7 +219,7 @@ impl InputsNow {
         let store = super::open_store(workspace)?;
         Ok(Self {
             root: workspace.root.clone(),
-            state_paths: super::pipeline::state_paths(workspace),
+            state_paths: workspace.state_paths(),
             memo: crate::cache::DigestMemo::of_store(&store),
         })
     }

@@ -339,6 +339,7 @@ pub(super) struct SkillEnv {
     pub timeout: std::time::Duration,
     pub confinement: ConfinementPolicy,
     pub owner: Owner,
+    pub kavi_state: Vec<std::path::PathBuf>,
 }
 
 impl SkillEnv {
@@ -362,6 +363,7 @@ impl SkillEnv {
             timeout,
             confinement,
             owner,
+            kavi_state: workspace.state_paths(),
         })
     }
 
@@ -377,6 +379,7 @@ impl SkillEnv {
             timeout: self.timeout,
             confinement: &self.confinement,
             owner: &self.owner,
+            kavi_state: &self.kavi_state,
         }
     }
 }

@@ -928,3 +928,30 @@ fn drill_a_sandbox_over_its_keep_budget_is_not_kept_and_the_record_says_why() {
         "gc left a kept sandbox over its budget"
     );
 }
+
+/// kavi's own files are never copied into a build's sandbox, wherever `kavi.toml` puts them: the
+/// executions log (past skills' inputs and outputs) and the registry included.
+#[test]
+fn kavi_state_never_enters_the_sandbox_wherever_it_is_configured() {
+    let dir = workspace(
+        "test ! -e logs/executions.jsonl && test ! -e .kavi/registry.json && test ! -e state/kavi.ledger",
+        false,
+    );
+    let root = dir.path();
+    std::fs::write(
+        root.join("kavi.toml"),
+        "ledger = \"state/kavi.ledger\"\nexecutions_log = \"logs/executions.jsonl\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("logs")).unwrap();
+    std::fs::write(
+        root.join("logs/executions.jsonl"),
+        "{\"input\": \"confidential\"}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join(".kavi")).unwrap();
+    std::fs::write(root.join(".kavi/registry.json"), "{}\n").unwrap();
+    kavi(root, &["pipeline", "run", "build"]);
+    let run = last_run(root);
+    assert_eq!(node(&run, "build")["state"], "succeeded", "{run}");
+}

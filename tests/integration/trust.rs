@@ -1247,3 +1247,34 @@ fn a_trusted_skill_whose_code_and_hash_were_swapped_in_the_ledger_does_not_run()
         String::from_utf8_lossy(&verified.stderr)
     );
 }
+
+/// A READ_ONLY skill that reads a path it is given cannot read kavi's own files where
+/// `kavi.toml` puts them (outside `.kavi`, under names no hiding glob matches): the ledger and
+/// the executions log are covered in its view, and opening them is refused.
+#[test]
+fn a_skill_never_reads_kavi_state_wherever_it_is_configured() {
+    let dir = common::shipped_workspace();
+    let root = dir.path();
+    let config = std::fs::read_to_string(root.join("kavi.toml")).unwrap();
+    std::fs::write(
+        root.join("kavi.toml"),
+        format!(
+            "{config}\nledger = \"state/kavi.ledger\"\nexecutions_log = \"logs/executions.jsonl\"\n"
+        ),
+    )
+    .unwrap();
+    let forged = kavi(
+        root,
+        &["pipeline", "run", "forge", "--set", "skill=summarize_note"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    assert!(root.join("state/kavi.ledger").is_file());
+    for state in ["state/kavi.ledger", "logs/executions.jsonl"] {
+        let input = format!("{{\"path\": \"{state}\"}}");
+        let read = kavi(root, &["skill", "run", "summarize_note", "--input", &input]);
+        assert!(!read.status.success(), "{state} was readable: {read:?}");
+        let record: Value = serde_json::from_slice(&read.stdout).unwrap();
+        let error = record["error"].to_string();
+        assert!(error.contains("Permission denied"), "{state}: {error}");
+    }
+}

@@ -546,7 +546,7 @@ async fn attack(
         mechanism,
     };
     let confinement = profile
-        .confine(templates, &values, &[])
+        .confine(templates, &values, &[], &[])
         .map_err(DrillError::Confinement)?;
     if !confinement.isolated() {
         let why = confinement.unconfined_because.clone().unwrap_or_default();

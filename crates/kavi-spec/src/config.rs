@@ -407,6 +407,21 @@ impl Workspace {
         self.root.join("templates")
     }
 
+    /// kavi's own files (the ledger, its journal files and locks, the artifact store, the
+    /// executions log): never a node's inputs, never copied into a sandbox, and hidden from
+    /// every process kavi confines, wherever the configuration puts them.
+    pub fn state_paths(&self) -> Vec<PathBuf> {
+        let config = &self.config;
+        vec![
+            config.ledger.clone(),
+            PathBuf::from(format!("{}-wal", config.ledger.display())),
+            PathBuf::from(format!("{}-shm", config.ledger.display())),
+            crate::ledger::locks_dir(&config.ledger),
+            config.artifacts.clone(),
+            config.executions_log.clone(),
+        ]
+    }
+
     /// The configuration as runs see it: `config` in templates, and the `config` member of
     /// every run's governing set. Its keys are [`RUN_CONFIG_KEYS`](crate::template::RUN_CONFIG_KEYS).
     pub fn run_config(&self) -> serde_json::Value {

@@ -114,6 +114,7 @@ impl ChainNode {
             timeout,
             confinement: &self.confinement,
             owner: &ctx.env.owner,
+            kavi_state: &ctx.env.state_paths,
         };
         let context = ChainContext {
             runner: &runner,

@@ -130,6 +130,8 @@ pub struct Runner<'a> {
     pub confinement: &'a ConfinementPolicy,
     /// The kavi process running the skills: their executions and process groups are its own.
     pub owner: &'a Owner,
+    /// kavi's own files (the workspace's `state_paths`), hidden from every skill.
+    pub kavi_state: &'a [std::path::PathBuf],
 }
 
 /// The most a skill may print on stdout: its output is parsed whole, in memory.
@@ -464,6 +466,7 @@ impl Runner<'_> {
             self.templates,
             &values,
             &ready.proposal.write_paths(),
+            self.kavi_state,
         ) {
             Ok(confinement) => confinement,
             Err(refusal) => return Ok((Err(refusal), None, None)),

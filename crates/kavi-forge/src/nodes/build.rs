@@ -218,6 +218,7 @@ impl Build {
             &ctx.env.templates,
             &minijinja::context! { sandbox => &sandbox, tmp => tmp.path() },
             &[],
+            &ctx.env.state_paths,
         )?;
         let mut ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
         if let Some(refusal) = crate::skills::build_refusal(&ledger, &self.lifecycle, &skill)

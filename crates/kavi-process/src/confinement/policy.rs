@@ -120,15 +120,27 @@ pub struct RoleProfile {
 
 impl RoleProfile {
     /// The confinement a process of this role runs under: the profile resolved with the role's
-    /// values (and `writes`, for the entries that read `write`), made ready for the kernel. An
-    /// error says why the process may not run: a bad path, or a kernel that cannot confine it.
+    /// values (and `writes`, for the entries that read `write`), made ready for the kernel, with
+    /// `kavi_state` (kavi's own files: the ledger, the artifact store...) hidden wherever the
+    /// view would show them, whatever the policy says. An error says why the process may not
+    /// run: a bad path, or a kernel that cannot confine it.
     pub fn confine(
         &self,
         templates: &TemplateEngine,
         values: &minijinja::Value,
         writes: &[String],
+        kavi_state: &[PathBuf],
     ) -> Result<super::Confinement, String> {
-        let profile = self.resolve(templates, values, writes)?;
+        let mut profile = self.resolve(templates, values, writes)?;
+        let shown = |path: &PathBuf| {
+            profile
+                .read
+                .iter()
+                .chain(&profile.write)
+                .any(|visible| path.starts_with(visible))
+        };
+        let hidden: Vec<PathBuf> = kavi_state.iter().filter(|p| shown(p)).cloned().collect();
+        profile.hide.extend(hidden);
         let mut confinement = super::prepare(profile).map_err(|e| e.to_string())?;
         confinement.policy = Some(self.policy.clone());
         if self.network {

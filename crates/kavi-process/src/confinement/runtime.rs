@@ -150,7 +150,14 @@ pub fn arguments(
         .iter()
         .map(|p| (Mount::Read, p, 0))
         .chain(view.write.iter().map(|(p, fd)| (Mount::Write, p, *fd)))
-        .chain(view.hide.iter().map(|p| (Mount::Hide, p, 0)))
+        // A path under another hidden one is hidden with it; mounting on it again would
+        // need a folder made in the read-only tmpfs that hides its parent.
+        .chain(
+            view.hide
+                .iter()
+                .filter(|p| !view.hide.iter().any(|h| h != *p && p.starts_with(h)))
+                .map(|p| (Mount::Hide, p, 0)),
+        )
         .map(|(kind, path, fd)| (path.components().count(), kind, path, fd))
         .collect();
     mounts.sort();

@@ -44,6 +44,7 @@ impl Candidate<'_> {
             timeout: self.timeout,
             confinement: self.confinement,
             owner: &ctx.env.owner,
+            kavi_state: &ctx.env.state_paths,
         }
     }
 

@@ -119,6 +119,7 @@ impl Gate {
                 &ctx.env.templates,
                 &minijinja::context! { workspace => &*ctx.env.workspace, tmp => tmp.path() },
                 &[],
+                &ctx.env.state_paths,
             )?;
             Some((confinement, tmp))
         } else {
