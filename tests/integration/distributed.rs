@@ -646,6 +646,98 @@ fn a_skill_promoted_by_one_kavi_is_trusted_by_another_on_the_same_server() {
     assert_ne!(shown["skill"]["state"], "TRUSTED");
 }
 
+/// A node whose output is over the 16 KiB the ledger keeps in a row, and over two of the
+/// server's 1 MiB chunks.
+const LARGE: &str = r#"
+[pipeline]
+name = "large"
+
+[nodes.big]
+kind = "exec"
+shell = "yes kavi | head -c 2500000"
+"#;
+
+/// Two checkouts on two machines, each with its own artifact folder, on one server ledger: an
+/// output too large for a row, made on the first, is verified and read on the second, from the
+/// copy the server keeps; the second's file of it is a cache, checked whenever it is read.
+#[test]
+fn a_large_artifact_made_on_one_machine_is_verified_and_read_on_another() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let (first, second) = (workspace_with(LARGE), workspace_with(LARGE));
+    let ran = on_server(first.path(), &url, &["pipeline", "run", "parity"]);
+    assert_eq!(code(&ran), 0, "{}", text(&ran));
+    let expected = "kavi\n".repeat(500_000).into_bytes();
+    let detail = json(&on_server(
+        second.path(),
+        &url,
+        &["runs", "show", "1", "--json"],
+    ));
+    let stdout = detail["nodes"][0]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "stdout")
+        .unwrap()
+        .clone();
+    let sha = stdout["sha256"].as_str().unwrap();
+    assert_eq!(stdout["size"], expected.len());
+    // A file of the store, not a row: the case that was only on the first machine's disk.
+    assert_ne!(stdout["path"], "");
+    let cached = second
+        .path()
+        .join(".kavi/artifacts")
+        .join(stdout["path"].as_str().unwrap());
+    assert!(!cached.exists());
+
+    let verify = on_server(second.path(), &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+    assert!(text(&verify).starts_with("ok: "), "{}", text(&verify));
+    let cat = on_server(second.path(), &url, &["artifact", "cat", sha]);
+    assert_eq!(code(&cat), 0, "{}", text(&cat));
+    assert!(cat.stdout == expected, "{} bytes", cat.stdout.len());
+    assert_eq!(std::fs::read(&cached).unwrap(), expected);
+    let logs = on_server(second.path(), &url, &["runs", "logs", "1", "big"]);
+    assert_eq!(code(&logs), 0, "{}", text(&logs));
+    assert!(logs.stdout == expected, "{} bytes", logs.stdout.len());
+
+    // The second machine's copy altered (or lost): it is fetched again, and checked.
+    std::fs::remove_file(&cached).unwrap();
+    std::fs::write(&cached, b"not what was made\n").unwrap();
+    let cat = on_server(second.path(), &url, &["artifact", "cat", sha]);
+    assert_eq!(code(&cat), 0, "{}", text(&cat));
+    assert!(cat.stdout == expected, "{} bytes", cat.stdout.len());
+
+    // The server's copy altered: refused on reading where no machine has it, and reported.
+    let third = workspace_with(LARGE);
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let altered = client
+        .execute(
+            "UPDATE artifact_chunks SET content = convert_to('edited', 'UTF8')
+             WHERE sha256 = $1 AND seq = 1",
+            &[&sha],
+        )
+        .unwrap();
+    assert_eq!(altered, 1);
+    let cat = on_server(third.path(), &url, &["artifact", "cat", sha]);
+    assert_eq!(code(&cat), 4, "{}", text(&cat));
+    assert!(
+        text(&cat).contains("in the shared store was altered"),
+        "{}",
+        text(&cat)
+    );
+    let verify = on_server(third.path(), &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 1, "{}", text(&verify));
+    assert!(
+        text(&verify).contains(&format!(
+            "artifact {sha}: the content the ledger keeps no longer hashes to its name"
+        )),
+        "{}",
+        text(&verify)
+    );
+}
+
 #[test]
 fn four_runs_at_once_on_one_server_lose_nothing() {
     let Some(url) = common::postgres::database() else {

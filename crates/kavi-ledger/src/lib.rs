@@ -45,6 +45,7 @@ use std::path::PathBuf;
 use db::Db;
 use serde_json::Value;
 
+pub use artifacts::SharedArtifacts;
 use artifacts::keep_artifact;
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
