@@ -586,23 +586,17 @@ fn the_readme_forge_runs_on_a_server_ledger_which_verifies_and_keeps_no_password
     assert!(text(&refused).contains("password"), "{}", text(&refused));
 }
 
-/// Two checkouts of one workspace on two machines, one server ledger and one artifact store:
-/// the skill one promotes is TRUSTED on the other, which runs it.
+/// Two checkouts of one workspace on two machines, each with its own artifact folder, on one
+/// server ledger: the skill one promotes is TRUSTED on the other, which runs it. A checkout
+/// whose files are stale is that machine's condition: it runs the trusted bytes from the shared
+/// store, and the skill stays trusted for the team.
 #[test]
 fn a_skill_promoted_by_one_kavi_is_trusted_by_another_on_the_same_server() {
     let Some(url) = common::postgres::database() else {
         return;
     };
-    let store = tempfile::tempdir().unwrap();
-    let store = store.path().display().to_string();
     let (first, second) = (common::shipped_workspace(), common::shipped_workspace());
-    let kavi_at = |root: &Path, args: &[&str]| {
-        common::kavi_command(root, args)
-            .env("KAVI_LEDGER", &url)
-            .env("KAVI_ARTIFACTS", &store)
-            .output()
-            .unwrap()
-    };
+    let kavi_at = |root: &Path, args: &[&str]| on_server(root, &url, args);
     let forged = kavi_at(
         first.path(),
         &["pipeline", "run", "forge.toml", "--set", "skill=word_count"],
@@ -618,32 +612,58 @@ fn a_skill_promoted_by_one_kavi_is_trusted_by_another_on_the_same_server() {
         &["skill", "show", "word_count", "--json"],
     ));
     assert_eq!(shown["skill"]["state"], "TRUSTED");
-    let ran = kavi_at(
-        second.path(),
-        &[
-            "skill",
-            "run",
-            "word_count",
-            "--input",
-            r#"{"text": "one two three"}"#,
-        ],
-    );
-    assert_eq!(code(&ran), 0, "{}", text(&ran));
-    let record: Value = serde_json::from_slice(&ran.stdout).unwrap();
-    assert_eq!(record["output"]["words"], 3);
-    // Its files changed on the second machine: drift, seen there, suspends it for both.
-    std::fs::write(
-        second.path().join("skills/word_count/skill.py"),
-        "print('changed')\n",
-    )
-    .unwrap();
+    let run_on = |root: &Path| {
+        let ran = kavi_at(
+            root,
+            &[
+                "skill",
+                "run",
+                "word_count",
+                "--input",
+                r#"{"text": "one two three"}"#,
+            ],
+        );
+        assert_eq!(code(&ran), 0, "{}", text(&ran));
+        let record: Value = serde_json::from_slice(&ran.stdout).unwrap();
+        assert_eq!(record["output"]["words"], 3, "{record}");
+        (record, text(&ran))
+    };
+    run_on(second.path());
+
+    // The second machine's checkout is stale (its files are not the trusted ones): verifying
+    // there says so, and suspends nothing.
+    let skill_file = second.path().join("skills/word_count/skill.py");
+    let trusted_bytes = std::fs::read(&skill_file).unwrap();
+    std::fs::write(&skill_file, "print('changed')\n").unwrap();
     let verified = kavi_at(second.path(), &["skill", "verify"]);
-    assert_eq!(code(&verified), 1, "{}", text(&verified));
-    let shown = json(&kavi_at(
-        first.path(),
-        &["skill", "show", "word_count", "--json"],
-    ));
-    assert_ne!(shown["skill"]["state"], "TRUSTED");
+    assert_eq!(code(&verified), 0, "{}", text(&verified));
+    assert!(
+        text(&verified).contains(&format!(
+            "STALE  word_count  trusted sha256:{}; this checkout's files differ \
+             (skills/word_count/skill.py: trusted sha256:{}, found sha256:{})",
+            &shown["skill"]["trusted_hash"].as_str().unwrap()["sha256:".len()..][..12],
+            kavi::hash::sha256_hex(&trusted_bytes),
+            kavi::hash::sha256_hex(b"print('changed')\n"),
+        )),
+        "{}",
+        text(&verified)
+    );
+    for root in [first.path(), second.path()] {
+        let shown = json(&kavi_at(root, &["skill", "show", "word_count", "--json"]));
+        assert_eq!(shown["skill"]["state"], "TRUSTED");
+    }
+    // Both run it: the second from the trusted bytes it fetches from the shared store (its
+    // own folder would print `changed`), saying so; the first from its folder.
+    std::fs::remove_dir_all(second.path().join(".kavi/artifacts")).unwrap();
+    let (record, said) = run_on(second.path());
+    assert!(
+        said.contains(
+            "differs from its trusted files: running the trusted files from the shared store"
+        ),
+        "{said}"
+    );
+    assert_eq!(record["source_hash"], shown["skill"]["trusted_hash"]);
+    run_on(first.path());
 }
 
 /// A node whose output is over the 16 KiB the ledger keeps in a row, and over two of the
