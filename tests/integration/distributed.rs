@@ -825,10 +825,13 @@ fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
         )),
         1
     );
+    // An output too large for a row: a file of this machine's store, which the copy takes along.
+    std::fs::write(root.join("pipelines/large.toml"), LARGE).unwrap();
+    assert_eq!(code(&kavi(root, &["pipeline", "run", "large"])), 0);
 
     let moved = with_key(&["ledger", "migrate", "--to", &url]);
     assert_eq!(code(&moved), 0, "{}", text(&moved));
-    assert!(text(&moved).contains("2 runs"), "{}", text(&moved));
+    assert!(text(&moved).contains("3 runs"), "{}", text(&moved));
     assert!(text(&moved).contains("1 checkpoints"), "{}", text(&moved));
     assert!(
         text(&moved).contains("the copy verifies"),
@@ -849,8 +852,22 @@ fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
     // The copy goes on where the file stopped.
     assert_eq!(code(&on_copy(&["pipeline", "run", "parity"])), 1);
     let listed = json(&on_copy(&["runs", "list", "--json"]));
-    assert_eq!(listed[0]["id"], 3);
+    assert_eq!(listed[0]["id"], 4);
     assert_eq!(code(&on_copy(&["ledger", "verify"])), 0);
+    // Another machine's checkout reads the large output from the server.
+    let elsewhere = workspace_with(PARITY);
+    let on_copy_elsewhere = |args: &[&str]| {
+        common::kavi_command(elsewhere.path(), args)
+            .env("KAVI_KEYS", keys.path())
+            .env("KAVI_LEDGER", &url)
+            .output()
+            .unwrap()
+    };
+    let verify = on_copy_elsewhere(&["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+    let logs = on_copy_elsewhere(&["runs", "logs", "3", "big"]);
+    assert_eq!(code(&logs), 0, "{}", text(&logs));
+    assert!(logs.stdout == "kavi\n".repeat(500_000).into_bytes());
 
     // Into a database that holds a ledger: refused.
     let again = with_key(&["ledger", "migrate", "--to", &url]);
@@ -1001,6 +1018,8 @@ outputs = ["out/a.txt"]
              ALTER TABLE journal DROP COLUMN mac;
              ALTER TABLE runs DROP COLUMN allowed_changes;
              ALTER TABLE promotions DROP COLUMN attestation;
+             DELETE FROM artifact_chunks;
+             DROP TABLE artifact_chunks;
              UPDATE schema_version SET version = 23;",
         )
         .unwrap();
@@ -1015,7 +1034,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 32);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 33);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

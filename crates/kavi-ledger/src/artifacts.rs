@@ -36,8 +36,8 @@ pub(crate) fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> Result<
         )?
         .execute(params![artifact.sha256, &content[..]])?;
     }
-    if let (Backend::Postgres, Some(file)) = (conn.backend(), &artifact.file) {
-        share_chunks(conn, artifact, file)?;
+    if conn.backend() == Backend::Postgres {
+        share_chunks(conn, artifact)?;
     }
     Ok(())
 }
@@ -47,10 +47,14 @@ fn chunk_count(size: u64) -> u64 {
     size.div_ceil(CHUNK_SIZE as u64)
 }
 
-/// Writes the chunks of `artifact`'s content from this machine's `file` of it, unless the
-/// server has all of them: read one chunk at a time, and hashed on the way, so that a file
-/// changed since it was stored is refused rather than shared (the transaction is then undone).
-fn share_chunks(conn: &Db, artifact: &Artifact, file: &Path) -> Result<()> {
+/// Writes the chunks of `artifact`'s content from this machine's file of it (none for content
+/// kept in a row, or read from the ledger), unless the server has all of them: read one chunk
+/// at a time, and hashed on the way, so that a file changed since it was stored is refused
+/// rather than shared (the transaction is then undone).
+pub(crate) fn share_chunks(conn: &Db, artifact: &Artifact) -> Result<()> {
+    let Some(file) = &artifact.file else {
+        return Ok(());
+    };
     let shared: u64 = conn
         .prepare_cached("SELECT count(*) FROM artifact_chunks WHERE sha256 = ?1")?
         .query_row([&artifact.sha256], |row| row.get(0))?;
