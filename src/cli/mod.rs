@@ -386,6 +386,7 @@ async fn in_workspace(
                 workdir,
                 workspace_claim,
                 task_ledger,
+                task_ledger_secret,
                 parallelism,
                 output,
             } => {
@@ -393,7 +394,7 @@ async fn in_workspace(
                     image,
                     workdir,
                     workspace_claim,
-                    ledger: task_ledger,
+                    ledger: pipeline::task_ledger(task_ledger, task_ledger_secret)?,
                     parallelism,
                     file: String::new(),
                 };

@@ -3,8 +3,9 @@
 //! manifests use, on real processes: the DAG's tasks in dependency order, each task's `depends`
 //! expression (`&&`, `||`, parentheses, `task.Phase`), a container as its `command` and `args`
 //! run in the workspace (the container's own `/tmp` becomes a folder of its own), global output
-//! parameters read from files, `retryStrategy` with `limit` and an exit-code `expression`, and
-//! the `onExit` handler. Tasks run one at a time.
+//! parameters read from files, `retryStrategy` with `limit` and an exit-code `expression`, the
+//! `onExit` handler, and environment variables from a value or a Secret's key (`secretKeyRef`,
+//! the Secrets given; one that is missing is a pod that cannot start). Tasks run one at a time.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,13 +26,18 @@ pub struct Outcome {
     pub globals: HashMap<String, String>,
 }
 
+/// A Kubernetes Secret's key, and its value: `((secret, key), value)`.
+pub type Secret<'a> = ((&'a str, &'a str), &'a str);
+
 /// Runs `manifest` in `workspace`, with `kavi` (the binary under test) for the containers'
-/// `kavi` command and `parameters` for the workflow's arguments (defaults otherwise).
+/// `kavi` command, `parameters` for the workflow's arguments (defaults otherwise) and `secrets`
+/// for the Secrets the cluster holds.
 pub fn run(
     manifest: &Value,
     workspace: &Path,
     kavi: &Path,
     parameters: &[(&str, &str)],
+    secrets: &[Secret<'_>],
 ) -> Outcome {
     let spec = &manifest["spec"];
     let templates: HashMap<&str, &Value> = spec["templates"]
@@ -78,7 +84,14 @@ pub fn run(
             continue;
         }
         let template = templates[task["template"].as_str().unwrap()];
-        let (phase, exits) = run_template(template, workspace, kavi, &params, &mut outcome.globals);
+        let (phase, exits) = run_template(
+            template,
+            workspace,
+            kavi,
+            &params,
+            secrets,
+            &mut outcome.globals,
+        );
         outcome.phases.insert(name.clone(), phase);
         outcome.exits.insert(name, exits);
     }
@@ -88,6 +101,7 @@ pub fn run(
             workspace,
             kavi,
             &params,
+            secrets,
             &mut outcome.globals,
         );
         outcome.on_exit = exits.last().copied();
@@ -102,6 +116,7 @@ fn run_template(
     workspace: &Path,
     kavi: &Path,
     params: &HashMap<String, String>,
+    secrets: &[Secret<'_>],
     globals: &mut HashMap<String, String>,
 ) -> (&'static str, Vec<i32>) {
     let container = &template["container"];
@@ -148,10 +163,22 @@ fn run_template(
             .env_remove("KAVI_KEYS");
         // The container's environment, as the manifest gives it (the shared ledger).
         for variable in container["env"].as_array().into_iter().flatten() {
-            command.env(
-                variable["name"].as_str().unwrap(),
-                variable["value"].as_str().unwrap(),
-            );
+            let value = match variable["value"].as_str() {
+                Some(value) => value,
+                None => {
+                    let reference = &variable["valueFrom"]["secretKeyRef"];
+                    let wanted = (
+                        reference["name"].as_str().unwrap(),
+                        reference["key"].as_str().unwrap(),
+                    );
+                    secrets
+                        .iter()
+                        .find(|(secret, _)| *secret == wanted)
+                        .unwrap_or_else(|| panic!("no Secret key {wanted:?}: the pod cannot start"))
+                        .1
+                }
+            };
+            command.env(variable["name"].as_str().unwrap(), value);
         }
         let status = command.output().unwrap();
         let code = status.status.code().unwrap_or(-1);

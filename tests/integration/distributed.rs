@@ -145,6 +145,7 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
         driven.path(),
         Path::new(env!("CARGO_BIN_EXE_kavi")),
         &[("word", "argo")],
+        &[],
     );
     let run_id = &outcome.globals["kavi-run"];
     assert_eq!(node_runs(driven.path(), run_id), expected);
@@ -206,24 +207,66 @@ outputs = ["out.txt"]
     );
 }
 
-/// The exported workflow's tasks record into a server's ledger (`--task-ledger`), as tasks on
-/// several machines would.
+/// The exported workflow's tasks record into a server's ledger, as tasks on several machines
+/// would: its URL, password and all, comes from a Kubernetes Secret (`--task-ledger-secret`),
+/// and is nowhere in the manifest; `--task-ledger` with a password is refused.
 #[test]
 fn an_exported_workflow_records_into_a_server_ledger() {
     let Some(url) = common::postgres::database() else {
         return;
     };
     let dir = workspace_with(PARITY);
+    let refused = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "export",
+            "parity",
+            "--format",
+            "argo",
+            "--image",
+            "registry.example/kavi:test",
+            "--task-ledger",
+            &url,
+        ],
+    );
+    assert_eq!(code(&refused), 2, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("--task-ledger carries a password"),
+        "{}",
+        text(&refused)
+    );
+    assert!(refused.stdout.is_empty());
     let manifest = export(
         dir.path(),
         "parity",
-        &["--workspace-claim", "ws", "--task-ledger", &url],
+        &[
+            "--workspace-claim",
+            "ws",
+            "--task-ledger-secret",
+            "kavi-ledger:url",
+        ],
+    );
+    assert!(!manifest.to_string().contains(&url));
+    let start = manifest["spec"]["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "kavi-start")
+        .unwrap();
+    assert_eq!(
+        start["container"]["env"],
+        serde_json::json!([{
+            "name": "KAVI_LEDGER",
+            "valueFrom": { "secretKeyRef": { "name": "kavi-ledger", "key": "url" } },
+        }])
     );
     let outcome = controller::run(
         &manifest,
         dir.path(),
         Path::new(env!("CARGO_BIN_EXE_kavi")),
         &[],
+        &[(("kavi-ledger", "url"), &url)],
     );
     assert_eq!(outcome.on_exit, Some(1));
     let run_id = &outcome.globals["kavi-run"];
@@ -414,6 +457,13 @@ fn exported_manifests_are_valid_argo_workflows() {
         let (valid, report) = validate(&manifest);
         assert!(valid, "{file}: {report}");
     }
+    let from_secret = export(
+        root,
+        "pipelines/forge_attempt.toml",
+        &["--task-ledger-secret", "kavi-ledger:url"],
+    );
+    let (valid, report) = validate(&from_secret);
+    assert!(valid, "{report}");
 
     let mut broken = export(root, "pipelines/forge_attempt.toml", &[]);
     broken["spec"]["templates"][1]["container"]["arguments"] = serde_json::json!(["x"]);

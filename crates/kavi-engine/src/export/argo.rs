@@ -41,11 +41,20 @@ pub struct ArgoOptions {
     /// writes (a sandbox, a built skill) are there for the next.
     pub workspace_claim: Option<String>,
     /// The ledger every task records into (`KAVI_LEDGER`); the workspace's own when `None`.
-    pub ledger: Option<String>,
+    pub ledger: Option<TaskLedger>,
     /// At most this many tasks at once (the workflow's `parallelism`).
     pub parallelism: Option<u32>,
     /// The pipeline file as `kavi` inside the container names it, relative to `workdir`.
     pub file: String,
+}
+
+/// Where the tasks' `KAVI_LEDGER` comes from.
+#[derive(Debug, Clone)]
+pub enum TaskLedger {
+    /// Written into the manifest: a file, or a server's URL without a password.
+    Location(String),
+    /// A key of a Kubernetes Secret (`secretKeyRef`): a URL with its password stays there.
+    Secret { name: String, key: String },
 }
 
 /// The manifest, and what of the pipeline Argo does not carry out itself.
@@ -273,8 +282,17 @@ fn container(options: &ArgoOptions, args: &[&str]) -> Value {
         "args": args,
         "workingDir": options.workdir,
     });
-    if let Some(ledger) = &options.ledger {
-        container["env"] = json!([{ "name": "KAVI_LEDGER", "value": ledger }]);
+    match &options.ledger {
+        Some(TaskLedger::Location(ledger)) => {
+            container["env"] = json!([{ "name": "KAVI_LEDGER", "value": ledger }]);
+        }
+        Some(TaskLedger::Secret { name, key }) => {
+            container["env"] = json!([{
+                "name": "KAVI_LEDGER",
+                "valueFrom": { "secretKeyRef": { "name": name, "key": key } },
+            }]);
+        }
+        None => {}
     }
     if options.workspace_claim.is_some() {
         container["volumeMounts"] = json!([{ "name": "workspace", "mountPath": options.workdir }]);
