@@ -167,6 +167,79 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
     common::assert_ledger_verifies(driven.path());
 }
 
+/// The shipped forge attempt, exported and carried out task by task, ends as the same attempt
+/// in one process: a good skill TRUSTED, and a skill that fails its policy gate classified
+/// (VERIFY_POLICY) and escalated for review, not left with an interrupted classify.
+#[test]
+fn the_exported_forge_attempt_passes_and_fails_as_it_does_in_one_process() {
+    for (skill, flaws, exit, state) in [
+        ("word_count", "", 0, "TRUSTED"),
+        ("write_note", "1=policy", 6, "BUILT"),
+    ] {
+        let sets = [("skill", skill), ("flaws", flaws)];
+        let local = common::shipped_workspace();
+        let run = kavi(
+            local.path(),
+            &[
+                "pipeline",
+                "run",
+                "forge_attempt.toml",
+                "--set",
+                &format!("skill={skill}"),
+                "--set",
+                &format!("flaws={flaws}"),
+            ],
+        );
+        assert_eq!(code(&run), exit, "{skill}: {}", text(&run));
+
+        let driven = common::shipped_workspace();
+        let manifest = export(
+            driven.path(),
+            "forge_attempt.toml",
+            &["--workspace-claim", "ws"],
+        );
+        let outcome = controller::run(
+            &manifest,
+            driven.path(),
+            Path::new(env!("CARGO_BIN_EXE_kavi")),
+            &sets,
+            &[],
+        );
+        assert_eq!(outcome.on_exit, Some(exit), "{skill}: {outcome:?}");
+        // Node by node, each attempt ended as in the one process, and the failure handling
+        // decided the same: the kind, the node it blames, the escalation's triggers.
+        let decided = |root: &Path, run: &str| {
+            let runs = node_runs(root, run);
+            let output = |node: &str, field: &str| {
+                runs.iter()
+                    .find(|(id, ..)| id == node)
+                    .map(|(.., outputs)| outputs[field].clone())
+            };
+            let kind = output("classify", "kind");
+            let blamed = output("classify", "facts").map(|facts| facts["node"].clone());
+            let triggers = output("escalate", "triggers");
+            let states: Vec<_> = runs
+                .into_iter()
+                .map(|(id, attempt, state, exit_code, _)| (id, attempt, state, exit_code))
+                .collect();
+            (states, kind, blamed, triggers)
+        };
+        let expected = decided(local.path(), "latest");
+        assert_eq!(
+            decided(driven.path(), &outcome.globals["kavi-run"]),
+            expected,
+            "{skill}"
+        );
+        if exit != 0 {
+            assert_eq!(expected.1, Some(serde_json::json!("VERIFY_POLICY")));
+        }
+        for root in [local.path(), driven.path()] {
+            let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
+            assert_eq!(shown["skill"]["state"], state, "{skill}");
+        }
+    }
+}
+
 /// A step takes a node from the cache as `pipeline run` does: its key made and its outputs put
 /// back off the step's loop, with no process started.
 #[test]
