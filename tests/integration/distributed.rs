@@ -128,6 +128,9 @@ fn export(root: &Path, file: &str, extra: &[&str]) -> Value {
 
 #[test]
 fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
+    if !controller::available() {
+        return;
+    }
     // The same pipeline twice, each in a workspace of its own: once as `kavi pipeline run`
     // schedules it, once as Argo would, task by task, from the exported manifest.
     let local = workspace_with(PARITY);
@@ -145,7 +148,7 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
         driven.path(),
         Path::new(env!("CARGO_BIN_EXE_kavi")),
         &[("word", "argo")],
-        &[],
+        (&[], &[]),
     );
     let run_id = &outcome.globals["kavi-run"];
     assert_eq!(node_runs(driven.path(), run_id), expected);
@@ -172,6 +175,9 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
 /// (VERIFY_POLICY) and escalated for review, not left with an interrupted classify.
 #[test]
 fn the_exported_forge_attempt_passes_and_fails_as_it_does_in_one_process() {
+    if !controller::available() {
+        return;
+    }
     for (skill, flaws, exit, state) in [
         ("word_count", "", 0, "TRUSTED"),
         ("write_note", "1=policy", 6, "BUILT"),
@@ -192,18 +198,21 @@ fn the_exported_forge_attempt_passes_and_fails_as_it_does_in_one_process() {
         );
         assert_eq!(code(&run), exit, "{skill}: {}", text(&run));
 
+        // The sandboxes on a volume of their own that every task mounts: each pod's /tmp is
+        // its own.
         let driven = common::shipped_workspace();
         let manifest = export(
             driven.path(),
             "forge_attempt.toml",
-            &["--workspace-claim", "ws"],
+            &["--workspace-claim", "ws", "--sandbox-claim", "sandboxes"],
         );
+        let sandboxes = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let outcome = controller::run(
             &manifest,
             driven.path(),
             Path::new(env!("CARGO_BIN_EXE_kavi")),
             &sets,
-            &[],
+            (&[], &[("sandboxes", sandboxes.path())]),
         );
         assert_eq!(outcome.on_exit, Some(exit), "{skill}: {outcome:?}");
         // Node by node, each attempt ended as in the one process, and the failure handling
@@ -230,13 +239,37 @@ fn the_exported_forge_attempt_passes_and_fails_as_it_does_in_one_process() {
             expected,
             "{skill}"
         );
-        if exit != 0 {
-            assert_eq!(expected.1, Some(serde_json::json!("VERIFY_POLICY")));
-        }
         for root in [local.path(), driven.path()] {
             let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
             assert_eq!(shown["skill"]["state"], state, "{skill}");
         }
+        if exit != 0 {
+            assert_eq!(expected.1, Some(serde_json::json!("VERIFY_POLICY")));
+            continue;
+        }
+        // Without the sandboxes' volume, the sandbox the `sandbox` task made is in that pod's
+        // /tmp, gone for the build: the export says so, and the attempt does not succeed.
+        let unshared = common::shipped_workspace();
+        let manifest = export(
+            unshared.path(),
+            "forge_attempt.toml",
+            &["--workspace-claim", "ws"],
+        );
+        assert!(
+            manifest["metadata"]["annotations"]["kavi.dev/notes"]
+                .as_str()
+                .unwrap()
+                .contains("give --sandbox-claim"),
+            "{manifest}"
+        );
+        let outcome = controller::run(
+            &manifest,
+            unshared.path(),
+            Path::new(env!("CARGO_BIN_EXE_kavi")),
+            &sets,
+            (&[], &[]),
+        );
+        assert_ne!(outcome.on_exit, Some(0), "{outcome:?}");
     }
 }
 
@@ -288,6 +321,9 @@ fn an_exported_workflow_records_into_a_server_ledger() {
     let Some(url) = common::postgres::database() else {
         return;
     };
+    if !controller::available() {
+        return;
+    }
     let dir = workspace_with(PARITY);
     let refused = kavi(
         dir.path(),
@@ -339,7 +375,7 @@ fn an_exported_workflow_records_into_a_server_ledger() {
         dir.path(),
         Path::new(env!("CARGO_BIN_EXE_kavi")),
         &[],
-        &[(("kavi-ledger", "url"), &url)],
+        (&[(("kavi-ledger", "url"), &url)], &[]),
     );
     assert_eq!(outcome.on_exit, Some(1));
     let run_id = &outcome.globals["kavi-run"];
@@ -533,7 +569,14 @@ fn exported_manifests_are_valid_argo_workflows() {
     let from_secret = export(
         root,
         "pipelines/forge_attempt.toml",
-        &["--task-ledger-secret", "kavi-ledger:url"],
+        &[
+            "--workspace-claim",
+            "kavi-workspace",
+            "--sandbox-claim",
+            "kavi-sandboxes",
+            "--task-ledger-secret",
+            "kavi-ledger:url",
+        ],
     );
     let (valid, report) = validate(&from_secret);
     assert!(valid, "{report}");

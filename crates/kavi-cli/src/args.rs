@@ -593,6 +593,10 @@ pub enum PipelineCommand {
         /// A PersistentVolumeClaim holding the workspace, mounted at --workdir in every task.
         #[arg(long, value_name = "CLAIM")]
         workspace_claim: Option<String>,
+        /// A PersistentVolumeClaim for the sandboxes, mounted in every task (their
+        /// KAVI_SANDBOXES): a `sandbox` node's copy is then there for the nodes after it.
+        #[arg(long, value_name = "CLAIM")]
+        sandbox_claim: Option<String>,
         /// The ledger the tasks record into (their KAVI_LEDGER); the workspace's by default.
         /// A URL with a password is refused: give it with --task-ledger-secret.
         #[arg(long, value_name = "LEDGER")]
