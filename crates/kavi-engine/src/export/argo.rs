@@ -17,7 +17,10 @@
 //!   record the timeout it enforces itself;
 //! - `on_failure = "continue"` → `continueOn: {failed: true}`;
 //! - `[pipeline.budget] wall` → the workflow's `activeDeadlineSeconds`;
-//! - parameters → workflow parameters, passed to `kavi pipeline start`.
+//! - parameters → workflow parameters, passed to `kavi pipeline start`;
+//! - the tasks' ledger → `KAVI_LEDGER`, written in, or from a Secret's key (`secretKeyRef`);
+//! - the sandboxes → a declared volume every task mounts, which `KAVI_SANDBOXES` names (a
+//!   pod's `/tmp` is its own).
 //!
 //! What does not is listed in [`Export::notes`], and in the manifest's `kavi.dev/notes`
 //! annotation: never dropped silently.
