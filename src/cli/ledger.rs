@@ -245,7 +245,8 @@ pub fn migrate(workspace: &Workspace, url: &str) -> Result<i32, Error> {
         return Ok(exit::RUN_FAILED);
     }
     // The copy keeps the ledger's identity, and with it the checkpoint log beside the key.
-    let copied = Ledger::open_existing(source)?.copy_to_postgres(url)?;
+    let store = super::open_store(workspace)?;
+    let copied = Ledger::open_existing(source)?.copy_to_postgres(url, &store)?;
     let rows: usize = copied.iter().map(|(_, rows)| rows).sum();
     let count = |table: &str| {
         copied

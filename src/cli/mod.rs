@@ -392,7 +392,9 @@ async fn in_workspace(
                 image,
                 workdir,
                 workspace_claim,
+                sandbox_claim,
                 task_ledger,
+                task_ledger_secret,
                 parallelism,
                 output,
             } => {
@@ -400,7 +402,8 @@ async fn in_workspace(
                     image,
                     workdir,
                     workspace_claim,
-                    ledger: task_ledger,
+                    sandbox_claim,
+                    ledger: pipeline::task_ledger(task_ledger, task_ledger_secret)?,
                     parallelism,
                     file: String::new(),
                 };

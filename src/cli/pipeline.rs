@@ -393,6 +393,44 @@ pub fn check(workspace: &Workspace, file: &str, json: bool) -> Result<i32, Error
     Ok(exit::SUCCESS)
 }
 
+/// The ledger an export's tasks record into, from `--task-ledger` or `--task-ledger-secret`. A
+/// location with a password is refused: the manifest would carry it in plain text into every
+/// container, and to whoever can read the workflow.
+pub fn task_ledger(
+    location: Option<String>,
+    secret: Option<String>,
+) -> Result<Option<crate::export::argo::TaskLedger>, Error> {
+    use crate::export::argo::TaskLedger;
+    if let Some(secret) = secret {
+        let Some((name, key)) = secret
+            .split_once(':')
+            .filter(|(name, key)| !name.is_empty() && !key.is_empty())
+        else {
+            return Err(Error::Usage(format!(
+                "--task-ledger-secret `{secret}`: give the Secret and its key as SECRET:KEY"
+            )));
+        };
+        return Ok(Some(TaskLedger::Secret {
+            name: name.to_owned(),
+            key: key.to_owned(),
+        }));
+    }
+    match location {
+        Some(url)
+            if crate::ledger::display_location(Path::new(&url)) != url
+                || url.contains("password=") =>
+        {
+            Err(Error::Usage(
+                "--task-ledger carries a password, which the manifest would hold in plain text \
+                 for every container: keep the URL in a Kubernetes Secret and give \
+                 --task-ledger-secret SECRET:KEY"
+                    .to_owned(),
+            ))
+        }
+        location => Ok(location.map(TaskLedger::Location)),
+    }
+}
+
 /// `kavi pipeline export`: the manifest on stdout (or into `output`), and what the engine does
 /// not carry out itself on stderr.
 pub fn export(

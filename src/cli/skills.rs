@@ -130,6 +130,15 @@ pub fn verify(workspace: &Workspace, name: Option<&str>, json: bool) -> Result<i
                 r["current_hash"].as_str(),
                 r["error"].as_str(),
             ) {
+                (false, _, _) if r["stale_here"] == true => outln!(
+                    "STALE  {name}  trusted {trusted}; this checkout's files differ ({}): it runs \
+                     from the trusted files in the shared store, and stays trusted for the team; \
+                     update the checkout, or `kavi skill restore {name}`",
+                    r["evidence"]
+                        .as_str()
+                        .or(r["error"].as_str())
+                        .unwrap_or("the same bytes, another mode")
+                ),
                 (false, _, _) => outln!("ok     {name}  {trusted}"),
                 (true, Some(_), Some(reason)) => {
                     outln!("DRIFT  {name}  trusted {trusted}, same bytes, but {reason}")

@@ -33,6 +33,8 @@ pub fn start(
     dag::compile(&pipeline)?;
     let params = resolve_params(&pipeline, sets)?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
+    // As `pipeline run` does: a promotion by one of its steps needs an adopted rule set.
+    super::policy::adopt_on_first_use(workspace, &mut ledger)?;
     let governing = pipeline
         .governing
         .resolved(&workspace.run_config(), &workspace.root);

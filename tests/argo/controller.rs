@@ -1,10 +1,17 @@
 //! A stand-in for the Argo Workflows controller, for the manifests `kavi pipeline export`
 //! writes: Kubernetes cannot run here. It carries out the part of Argo's semantics those
 //! manifests use, on real processes: the DAG's tasks in dependency order, each task's `depends`
-//! expression (`&&`, `||`, parentheses, `task.Phase`), a container as its `command` and `args`
-//! run in the workspace (the container's own `/tmp` becomes a folder of its own), global output
-//! parameters read from files, `retryStrategy` with `limit` and an exit-code `expression`, and
-//! the `onExit` handler. Tasks run one at a time.
+//! expression (`&&`, `||`, parentheses, `task.Phase`), global output parameters read from
+//! files, `retryStrategy` with `limit` and an exit-code `expression`, and the `onExit` handler.
+//! Tasks run one at a time.
+//!
+//! Each task is a pod of its own: its container's `command` and `args` run in a mount namespace
+//! of its own (`unshare --mount`) whose `/tmp` is a new, empty tmpfs, with only the environment
+//! the image gives every container ([`IMAGE_ENV`]) and the manifest's `env` (a value, or a
+//! Secret's key: `secretKeyRef`, from the Secrets given; one missing is a pod that cannot
+//! start). What one task writes outside the volumes the manifest declares is gone for the next:
+//! the workspace's claim is the workspace, at its own path, and every other claim is the
+//! folder the test gives for it, mounted where the manifest says.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,13 +32,40 @@ pub struct Outcome {
     pub globals: HashMap<String, String>,
 }
 
+/// The environment variables the tests' image gives every container, as a real image's
+/// `ENV` would: where `kavi` and the tools are, and kavi's configuration outside the workspace.
+const IMAGE_ENV: &[&str] = &["PATH", "HOME", "KAVI_TOOLCHAINS", "XDG_CONFIG_HOME"];
+
+/// Whether pods can be stood in for here (a mount namespace needs root, and util-linux's
+/// `unshare`); where not, the caller skips, saying why, and under CI that fails.
+pub fn available() -> bool {
+    let missing = if !nix::unistd::getuid().is_root() {
+        "a task's mount namespace needs root"
+    } else if Command::new("unshare").arg("--version").output().is_err() {
+        "a task's mount namespace needs unshare (util-linux)"
+    } else {
+        return true;
+    };
+    assert!(std::env::var_os("CI").is_none(), "CI must: {missing}");
+    eprintln!("skipping: {missing}");
+    false
+}
+
+/// A PersistentVolumeClaim's name, and the folder that stands in for it.
+pub type Claim<'a> = (&'a str, &'a Path);
+
+/// A Kubernetes Secret's key, and its value: `((secret, key), value)`.
+pub type Secret<'a> = ((&'a str, &'a str), &'a str);
+
 /// Runs `manifest` in `workspace`, with `kavi` (the binary under test) for the containers'
-/// `kavi` command and `parameters` for the workflow's arguments (defaults otherwise).
+/// `kavi` command, `parameters` for the workflow's arguments (defaults otherwise), `secrets`
+/// for the Secrets the cluster holds and `claims` for its other volumes.
 pub fn run(
     manifest: &Value,
     workspace: &Path,
     kavi: &Path,
     parameters: &[(&str, &str)],
+    (secrets, claims): (&[Secret<'_>], &[Claim<'_>]),
 ) -> Outcome {
     let spec = &manifest["spec"];
     let templates: HashMap<&str, &Value> = spec["templates"]
@@ -59,6 +93,22 @@ pub fn run(
     for (name, value) in parameters {
         params.insert((*name).to_owned(), (*value).to_owned());
     }
+    // Each volume the workflow declares, by name: the folder standing in for its claim.
+    let volumes: HashMap<String, &Path> = spec["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|volume| {
+            let claim = volume["persistentVolumeClaim"]["claimName"]
+                .as_str()
+                .unwrap();
+            let folder = claims
+                .iter()
+                .find(|(name, _)| *name == claim)
+                .map_or(workspace, |(_, folder)| *folder);
+            (volume["name"].as_str().unwrap().to_owned(), folder)
+        })
+        .collect();
     let entry = templates[spec["entrypoint"].as_str().unwrap()];
     let tasks = entry["dag"]["tasks"].as_array().unwrap();
     while outcome.phases.len() < tasks.len() {
@@ -78,7 +128,14 @@ pub fn run(
             continue;
         }
         let template = templates[task["template"].as_str().unwrap()];
-        let (phase, exits) = run_template(template, workspace, kavi, &params, &mut outcome.globals);
+        let (phase, exits) = run_template(
+            template,
+            workspace,
+            kavi,
+            &params,
+            (secrets, &volumes),
+            &mut outcome.globals,
+        );
         outcome.phases.insert(name.clone(), phase);
         outcome.exits.insert(name, exits);
     }
@@ -88,6 +145,7 @@ pub fn run(
             workspace,
             kavi,
             &params,
+            (secrets, &volumes),
             &mut outcome.globals,
         );
         outcome.on_exit = exits.last().copied();
@@ -102,13 +160,15 @@ fn run_template(
     workspace: &Path,
     kavi: &Path,
     params: &HashMap<String, String>,
+    (secrets, volumes): (&[Secret<'_>], &HashMap<String, &Path>),
     globals: &mut HashMap<String, String>,
 ) -> (&'static str, Vec<i32>) {
     let container = &template["container"];
     assert_eq!(container["command"], serde_json::json!(["kavi"]));
-    let own_tmp = tempfile::tempdir().unwrap();
+    // The pod's own /tmp as the controller sees it, where it reads output parameters from.
+    let own_tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let substitute = |arg: &str, globals: &HashMap<String, String>| {
-        let mut arg = arg.replace("/tmp/", &format!("{}/", own_tmp.path().display()));
+        let mut arg = arg.to_owned();
         for (name, value) in params {
             arg = arg.replace(&format!("{{{{workflow.parameters.{name}}}}}"), value);
         }
@@ -137,21 +197,77 @@ fn run_template(
             .iter()
             .map(|a| substitute(a.as_str().unwrap(), globals))
             .collect();
-        let mut command = Command::new(kavi);
+        // In the task's namespace: a tmpfs on /tmp (the workspace, when under /tmp, bound back
+        // at its path from the working folder it was entered by), its volumes mounted, then
+        // kavi with the container's args; then its output parameters' files copied out to
+        // `own_tmp`, where the controller reads them as Argo reads them from the pod.
+        let mut script = String::from(
+            "mount -t tmpfs pod-tmp /tmp && mkdir -p \"$0\" && \
+             mount --no-canonicalize --bind /proc/self/cwd \"$0\" && cd \"$0\"",
+        );
+        for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+            let path = mount["mountPath"].as_str().unwrap();
+            if path == container["workingDir"] {
+                // The workspace's claim: the workspace, at its own path.
+                continue;
+            }
+            assert!(
+                path.starts_with("/tmp/"),
+                "the stand-in mounts volumes under /tmp: {path}"
+            );
+            let folder = volumes[mount["name"].as_str().unwrap()];
+            script.push_str(&format!(
+                " && mkdir -p '{path}' && mount --bind '{}' '{path}'",
+                folder.display()
+            ));
+        }
+        script.push_str(" && \"$@\"; code=$?");
+        for output in template["outputs"]["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let path = output["valueFrom"]["path"].as_str().unwrap();
+            script.push_str(&format!(
+                "; cp '{path}' '{}' 2>/dev/null",
+                own_tmp.path().join(in_pod(path)).display()
+            ));
+        }
+        script.push_str("; exit $code");
+        let mut command = Command::new("unshare");
         command
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .arg(workspace)
+            .arg(kavi)
             .args(&args)
             .current_dir(workspace)
-            .env_remove("RUST_LOG")
-            .env("KAVI_SANDBOXES", super::common::sandboxes())
+            .env_clear();
+        for name in IMAGE_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        command
             .env("KAVI_TOOLCHAINS", super::common::toolchains())
-            .env("XDG_CONFIG_HOME", super::common::config_home())
-            .env_remove("KAVI_KEYS");
+            .env("XDG_CONFIG_HOME", super::common::config_home());
         // The container's environment, as the manifest gives it (the shared ledger).
         for variable in container["env"].as_array().into_iter().flatten() {
-            command.env(
-                variable["name"].as_str().unwrap(),
-                variable["value"].as_str().unwrap(),
-            );
+            let value = match variable["value"].as_str() {
+                Some(value) => value,
+                None => {
+                    let reference = &variable["valueFrom"]["secretKeyRef"];
+                    let wanted = (
+                        reference["name"].as_str().unwrap(),
+                        reference["key"].as_str().unwrap(),
+                    );
+                    secrets
+                        .iter()
+                        .find(|(secret, _)| *secret == wanted)
+                        .unwrap_or_else(|| panic!("no Secret key {wanted:?}: the pod cannot start"))
+                        .1
+                }
+            };
+            command.env(variable["name"].as_str().unwrap(), value);
         }
         let status = command.output().unwrap();
         let code = status.status.code().unwrap_or(-1);
@@ -170,13 +286,22 @@ fn run_template(
         .into_iter()
         .flatten()
     {
-        let path = substitute(output["valueFrom"]["path"].as_str().unwrap(), globals);
-        let value = std::fs::read_to_string(path).unwrap().trim().to_owned();
+        let path = output["valueFrom"]["path"].as_str().unwrap();
+        let value = std::fs::read_to_string(own_tmp.path().join(in_pod(path)))
+            .unwrap()
+            .trim()
+            .to_owned();
         if let Some(global) = output["globalName"].as_str() {
             globals.insert(global.to_owned(), value);
         }
     }
     ("Succeeded", exits)
+}
+
+/// Where an output parameter's file is in the pod's /tmp.
+fn in_pod(path: &str) -> &str {
+    path.strip_prefix("/tmp/")
+        .unwrap_or_else(|| panic!("the stand-in reads outputs from the pod's /tmp: {path}"))
 }
 
 /// The task names a `depends` expression reads.

@@ -128,6 +128,9 @@ fn export(root: &Path, file: &str, extra: &[&str]) -> Value {
 
 #[test]
 fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
+    if !controller::available() {
+        return;
+    }
     // The same pipeline twice, each in a workspace of its own: once as `kavi pipeline run`
     // schedules it, once as Argo would, task by task, from the exported manifest.
     let local = workspace_with(PARITY);
@@ -145,6 +148,7 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
         driven.path(),
         Path::new(env!("CARGO_BIN_EXE_kavi")),
         &[("word", "argo")],
+        (&[], &[]),
     );
     let run_id = &outcome.globals["kavi-run"];
     assert_eq!(node_runs(driven.path(), run_id), expected);
@@ -164,6 +168,109 @@ fn an_exported_workflow_records_the_run_kavi_would_have_run_itself() {
     assert_eq!(detail["status"], "failed");
     assert_eq!(detail["params"]["word"], "argo");
     common::assert_ledger_verifies(driven.path());
+}
+
+/// The shipped forge attempt, exported and carried out task by task, ends as the same attempt
+/// in one process: a good skill TRUSTED, and a skill that fails its policy gate classified
+/// (VERIFY_POLICY) and escalated for review, not left with an interrupted classify.
+#[test]
+fn the_exported_forge_attempt_passes_and_fails_as_it_does_in_one_process() {
+    if !controller::available() {
+        return;
+    }
+    for (skill, flaws, exit, state) in [
+        ("word_count", "", 0, "TRUSTED"),
+        ("write_note", "1=policy", 6, "BUILT"),
+    ] {
+        let sets = [("skill", skill), ("flaws", flaws)];
+        let local = common::shipped_workspace();
+        let run = kavi(
+            local.path(),
+            &[
+                "pipeline",
+                "run",
+                "forge_attempt.toml",
+                "--set",
+                &format!("skill={skill}"),
+                "--set",
+                &format!("flaws={flaws}"),
+            ],
+        );
+        assert_eq!(code(&run), exit, "{skill}: {}", text(&run));
+
+        // The sandboxes on a volume of their own that every task mounts: each pod's /tmp is
+        // its own.
+        let driven = common::shipped_workspace();
+        let manifest = export(
+            driven.path(),
+            "forge_attempt.toml",
+            &["--workspace-claim", "ws", "--sandbox-claim", "sandboxes"],
+        );
+        let sandboxes = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let outcome = controller::run(
+            &manifest,
+            driven.path(),
+            Path::new(env!("CARGO_BIN_EXE_kavi")),
+            &sets,
+            (&[], &[("sandboxes", sandboxes.path())]),
+        );
+        assert_eq!(outcome.on_exit, Some(exit), "{skill}: {outcome:?}");
+        // Node by node, each attempt ended as in the one process, and the failure handling
+        // decided the same: the kind, the node it blames, the escalation's triggers.
+        let decided = |root: &Path, run: &str| {
+            let runs = node_runs(root, run);
+            let output = |node: &str, field: &str| {
+                runs.iter()
+                    .find(|(id, ..)| id == node)
+                    .map(|(.., outputs)| outputs[field].clone())
+            };
+            let kind = output("classify", "kind");
+            let blamed = output("classify", "facts").map(|facts| facts["node"].clone());
+            let triggers = output("escalate", "triggers");
+            let states: Vec<_> = runs
+                .into_iter()
+                .map(|(id, attempt, state, exit_code, _)| (id, attempt, state, exit_code))
+                .collect();
+            (states, kind, blamed, triggers)
+        };
+        let expected = decided(local.path(), "latest");
+        assert_eq!(
+            decided(driven.path(), &outcome.globals["kavi-run"]),
+            expected,
+            "{skill}"
+        );
+        for root in [local.path(), driven.path()] {
+            let shown = json(&kavi(root, &["skill", "show", skill, "--json"]));
+            assert_eq!(shown["skill"]["state"], state, "{skill}");
+        }
+        if exit != 0 {
+            assert_eq!(expected.1, Some(serde_json::json!("VERIFY_POLICY")));
+            continue;
+        }
+        // Without the sandboxes' volume, the sandbox the `sandbox` task made is in that pod's
+        // /tmp, gone for the build: the export says so, and the attempt does not succeed.
+        let unshared = common::shipped_workspace();
+        let manifest = export(
+            unshared.path(),
+            "forge_attempt.toml",
+            &["--workspace-claim", "ws"],
+        );
+        assert!(
+            manifest["metadata"]["annotations"]["kavi.dev/notes"]
+                .as_str()
+                .unwrap()
+                .contains("give --sandbox-claim"),
+            "{manifest}"
+        );
+        let outcome = controller::run(
+            &manifest,
+            unshared.path(),
+            Path::new(env!("CARGO_BIN_EXE_kavi")),
+            &sets,
+            (&[], &[]),
+        );
+        assert_ne!(outcome.on_exit, Some(0), "{outcome:?}");
+    }
 }
 
 /// A step takes a node from the cache as `pipeline run` does: its key made and its outputs put
@@ -206,24 +313,69 @@ outputs = ["out.txt"]
     );
 }
 
-/// The exported workflow's tasks record into a server's ledger (`--task-ledger`), as tasks on
-/// several machines would.
+/// The exported workflow's tasks record into a server's ledger, as tasks on several machines
+/// would: its URL, password and all, comes from a Kubernetes Secret (`--task-ledger-secret`),
+/// and is nowhere in the manifest; `--task-ledger` with a password is refused.
 #[test]
 fn an_exported_workflow_records_into_a_server_ledger() {
     let Some(url) = common::postgres::database() else {
         return;
     };
+    if !controller::available() {
+        return;
+    }
     let dir = workspace_with(PARITY);
+    let refused = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "export",
+            "parity",
+            "--format",
+            "argo",
+            "--image",
+            "registry.example/kavi:test",
+            "--task-ledger",
+            &url,
+        ],
+    );
+    assert_eq!(code(&refused), 2, "{}", text(&refused));
+    assert!(
+        text(&refused).contains("--task-ledger carries a password"),
+        "{}",
+        text(&refused)
+    );
+    assert!(refused.stdout.is_empty());
     let manifest = export(
         dir.path(),
         "parity",
-        &["--workspace-claim", "ws", "--task-ledger", &url],
+        &[
+            "--workspace-claim",
+            "ws",
+            "--task-ledger-secret",
+            "kavi-ledger:url",
+        ],
+    );
+    assert!(!manifest.to_string().contains(&url));
+    let start = manifest["spec"]["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "kavi-start")
+        .unwrap();
+    assert_eq!(
+        start["container"]["env"],
+        serde_json::json!([{
+            "name": "KAVI_LEDGER",
+            "valueFrom": { "secretKeyRef": { "name": "kavi-ledger", "key": "url" } },
+        }])
     );
     let outcome = controller::run(
         &manifest,
         dir.path(),
         Path::new(env!("CARGO_BIN_EXE_kavi")),
         &[],
+        (&[(("kavi-ledger", "url"), &url)], &[]),
     );
     assert_eq!(outcome.on_exit, Some(1));
     let run_id = &outcome.globals["kavi-run"];
@@ -414,6 +566,20 @@ fn exported_manifests_are_valid_argo_workflows() {
         let (valid, report) = validate(&manifest);
         assert!(valid, "{file}: {report}");
     }
+    let from_secret = export(
+        root,
+        "pipelines/forge_attempt.toml",
+        &[
+            "--workspace-claim",
+            "kavi-workspace",
+            "--sandbox-claim",
+            "kavi-sandboxes",
+            "--task-ledger-secret",
+            "kavi-ledger:url",
+        ],
+    );
+    let (valid, report) = validate(&from_secret);
+    assert!(valid, "{report}");
 
     let mut broken = export(root, "pipelines/forge_attempt.toml", &[]);
     broken["spec"]["templates"][1]["container"]["arguments"] = serde_json::json!(["x"]);
@@ -586,23 +752,17 @@ fn the_readme_forge_runs_on_a_server_ledger_which_verifies_and_keeps_no_password
     assert!(text(&refused).contains("password"), "{}", text(&refused));
 }
 
-/// Two checkouts of one workspace on two machines, one server ledger and one artifact store:
-/// the skill one promotes is TRUSTED on the other, which runs it.
+/// Two checkouts of one workspace on two machines, each with its own artifact folder, on one
+/// server ledger: the skill one promotes is TRUSTED on the other, which runs it. A checkout
+/// whose files are stale is that machine's condition: it runs the trusted bytes from the shared
+/// store, and the skill stays trusted for the team.
 #[test]
 fn a_skill_promoted_by_one_kavi_is_trusted_by_another_on_the_same_server() {
     let Some(url) = common::postgres::database() else {
         return;
     };
-    let store = tempfile::tempdir().unwrap();
-    let store = store.path().display().to_string();
     let (first, second) = (common::shipped_workspace(), common::shipped_workspace());
-    let kavi_at = |root: &Path, args: &[&str]| {
-        common::kavi_command(root, args)
-            .env("KAVI_LEDGER", &url)
-            .env("KAVI_ARTIFACTS", &store)
-            .output()
-            .unwrap()
-    };
+    let kavi_at = |root: &Path, args: &[&str]| on_server(root, &url, args);
     let forged = kavi_at(
         first.path(),
         &["pipeline", "run", "forge.toml", "--set", "skill=word_count"],
@@ -618,32 +778,150 @@ fn a_skill_promoted_by_one_kavi_is_trusted_by_another_on_the_same_server() {
         &["skill", "show", "word_count", "--json"],
     ));
     assert_eq!(shown["skill"]["state"], "TRUSTED");
-    let ran = kavi_at(
-        second.path(),
-        &[
-            "skill",
-            "run",
-            "word_count",
-            "--input",
-            r#"{"text": "one two three"}"#,
-        ],
-    );
-    assert_eq!(code(&ran), 0, "{}", text(&ran));
-    let record: Value = serde_json::from_slice(&ran.stdout).unwrap();
-    assert_eq!(record["output"]["words"], 3);
-    // Its files changed on the second machine: drift, seen there, suspends it for both.
-    std::fs::write(
-        second.path().join("skills/word_count/skill.py"),
-        "print('changed')\n",
-    )
-    .unwrap();
+    let run_on = |root: &Path| {
+        let ran = kavi_at(
+            root,
+            &[
+                "skill",
+                "run",
+                "word_count",
+                "--input",
+                r#"{"text": "one two three"}"#,
+            ],
+        );
+        assert_eq!(code(&ran), 0, "{}", text(&ran));
+        let record: Value = serde_json::from_slice(&ran.stdout).unwrap();
+        assert_eq!(record["output"]["words"], 3, "{record}");
+        (record, text(&ran))
+    };
+    run_on(second.path());
+
+    // The second machine's checkout is stale (its files are not the trusted ones): verifying
+    // there says so, and suspends nothing.
+    let skill_file = second.path().join("skills/word_count/skill.py");
+    let trusted_bytes = std::fs::read(&skill_file).unwrap();
+    std::fs::write(&skill_file, "print('changed')\n").unwrap();
     let verified = kavi_at(second.path(), &["skill", "verify"]);
-    assert_eq!(code(&verified), 1, "{}", text(&verified));
-    let shown = json(&kavi_at(
-        first.path(),
-        &["skill", "show", "word_count", "--json"],
+    assert_eq!(code(&verified), 0, "{}", text(&verified));
+    assert!(
+        text(&verified).contains(&format!(
+            "STALE  word_count  trusted sha256:{}; this checkout's files differ \
+             (skills/word_count/skill.py: trusted sha256:{}, found sha256:{})",
+            &shown["skill"]["trusted_hash"].as_str().unwrap()["sha256:".len()..][..12],
+            kavi::hash::sha256_hex(&trusted_bytes),
+            kavi::hash::sha256_hex(b"print('changed')\n"),
+        )),
+        "{}",
+        text(&verified)
+    );
+    for root in [first.path(), second.path()] {
+        let shown = json(&kavi_at(root, &["skill", "show", "word_count", "--json"]));
+        assert_eq!(shown["skill"]["state"], "TRUSTED");
+    }
+    // Both run it: the second from the trusted bytes it fetches from the shared store (its
+    // own folder would print `changed`), saying so; the first from its folder.
+    std::fs::remove_dir_all(second.path().join(".kavi/artifacts")).unwrap();
+    let (record, said) = run_on(second.path());
+    assert!(
+        said.contains(
+            "differs from its trusted files: running the trusted files from the shared store"
+        ),
+        "{said}"
+    );
+    assert_eq!(record["source_hash"], shown["skill"]["trusted_hash"]);
+    run_on(first.path());
+}
+
+/// A node whose output is over the 16 KiB the ledger keeps in a row, and over two of the
+/// server's 1 MiB chunks.
+const LARGE: &str = r#"
+[pipeline]
+name = "large"
+
+[nodes.big]
+kind = "exec"
+shell = "yes kavi | head -c 2500000"
+"#;
+
+/// Two checkouts on two machines, each with its own artifact folder, on one server ledger: an
+/// output too large for a row, made on the first, is verified and read on the second, from the
+/// copy the server keeps; the second's file of it is a cache, checked whenever it is read.
+#[test]
+fn a_large_artifact_made_on_one_machine_is_verified_and_read_on_another() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let (first, second) = (workspace_with(LARGE), workspace_with(LARGE));
+    let ran = on_server(first.path(), &url, &["pipeline", "run", "parity"]);
+    assert_eq!(code(&ran), 0, "{}", text(&ran));
+    let expected = "kavi\n".repeat(500_000).into_bytes();
+    let detail = json(&on_server(
+        second.path(),
+        &url,
+        &["runs", "show", "1", "--json"],
     ));
-    assert_ne!(shown["skill"]["state"], "TRUSTED");
+    let stdout = detail["nodes"][0]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == "stdout")
+        .unwrap()
+        .clone();
+    let sha = stdout["sha256"].as_str().unwrap();
+    assert_eq!(stdout["size"], expected.len());
+    // A file of the store, not a row: the case that was only on the first machine's disk.
+    assert_ne!(stdout["path"], "");
+    let cached = second
+        .path()
+        .join(".kavi/artifacts")
+        .join(stdout["path"].as_str().unwrap());
+    assert!(!cached.exists());
+
+    let verify = on_server(second.path(), &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+    assert!(text(&verify).starts_with("ok: "), "{}", text(&verify));
+    let cat = on_server(second.path(), &url, &["artifact", "cat", sha]);
+    assert_eq!(code(&cat), 0, "{}", text(&cat));
+    assert!(cat.stdout == expected, "{} bytes", cat.stdout.len());
+    assert_eq!(std::fs::read(&cached).unwrap(), expected);
+    let logs = on_server(second.path(), &url, &["runs", "logs", "1", "big"]);
+    assert_eq!(code(&logs), 0, "{}", text(&logs));
+    assert!(logs.stdout == expected, "{} bytes", logs.stdout.len());
+
+    // The second machine's copy altered (or lost): it is fetched again, and checked.
+    std::fs::remove_file(&cached).unwrap();
+    std::fs::write(&cached, b"not what was made\n").unwrap();
+    let cat = on_server(second.path(), &url, &["artifact", "cat", sha]);
+    assert_eq!(code(&cat), 0, "{}", text(&cat));
+    assert!(cat.stdout == expected, "{} bytes", cat.stdout.len());
+
+    // The server's copy altered: refused on reading where no machine has it, and reported.
+    let third = workspace_with(LARGE);
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let altered = client
+        .execute(
+            "UPDATE artifact_chunks SET content = convert_to('edited', 'UTF8')
+             WHERE sha256 = $1 AND seq = 1",
+            &[&sha],
+        )
+        .unwrap();
+    assert_eq!(altered, 1);
+    let cat = on_server(third.path(), &url, &["artifact", "cat", sha]);
+    assert_eq!(code(&cat), 4, "{}", text(&cat));
+    assert!(
+        text(&cat).contains("in the shared store was altered"),
+        "{}",
+        text(&cat)
+    );
+    let verify = on_server(third.path(), &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 1, "{}", text(&verify));
+    assert!(
+        text(&verify).contains(&format!(
+            "artifact {sha}: the content the ledger keeps no longer hashes to its name"
+        )),
+        "{}",
+        text(&verify)
+    );
 }
 
 #[test]
@@ -713,10 +991,13 @@ fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
         )),
         1
     );
+    // An output too large for a row: a file of this machine's store, which the copy takes along.
+    std::fs::write(root.join("pipelines/large.toml"), LARGE).unwrap();
+    assert_eq!(code(&kavi(root, &["pipeline", "run", "large"])), 0);
 
     let moved = with_key(&["ledger", "migrate", "--to", &url]);
     assert_eq!(code(&moved), 0, "{}", text(&moved));
-    assert!(text(&moved).contains("2 runs"), "{}", text(&moved));
+    assert!(text(&moved).contains("3 runs"), "{}", text(&moved));
     assert!(text(&moved).contains("1 checkpoints"), "{}", text(&moved));
     assert!(
         text(&moved).contains("the copy verifies"),
@@ -737,8 +1018,22 @@ fn a_sqlite_ledger_moves_to_a_server_checkpoints_and_all_and_verifies_there() {
     // The copy goes on where the file stopped.
     assert_eq!(code(&on_copy(&["pipeline", "run", "parity"])), 1);
     let listed = json(&on_copy(&["runs", "list", "--json"]));
-    assert_eq!(listed[0]["id"], 3);
+    assert_eq!(listed[0]["id"], 4);
     assert_eq!(code(&on_copy(&["ledger", "verify"])), 0);
+    // Another machine's checkout reads the large output from the server.
+    let elsewhere = workspace_with(PARITY);
+    let on_copy_elsewhere = |args: &[&str]| {
+        common::kavi_command(elsewhere.path(), args)
+            .env("KAVI_KEYS", keys.path())
+            .env("KAVI_LEDGER", &url)
+            .output()
+            .unwrap()
+    };
+    let verify = on_copy_elsewhere(&["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
+    let logs = on_copy_elsewhere(&["runs", "logs", "3", "big"]);
+    assert_eq!(code(&logs), 0, "{}", text(&logs));
+    assert!(logs.stdout == "kavi\n".repeat(500_000).into_bytes());
 
     // Into a database that holds a ledger: refused.
     let again = with_key(&["ledger", "migrate", "--to", &url]);
@@ -889,6 +1184,8 @@ outputs = ["out/a.txt"]
              ALTER TABLE journal DROP COLUMN mac;
              ALTER TABLE runs DROP COLUMN allowed_changes;
              ALTER TABLE promotions DROP COLUMN attestation;
+             DELETE FROM artifact_chunks;
+             DROP TABLE artifact_chunks;
              UPDATE schema_version SET version = 23;",
         )
         .unwrap();
@@ -903,7 +1200,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 32);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 33);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

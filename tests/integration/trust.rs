@@ -200,11 +200,19 @@ fn a_verified_skill_is_promoted_at_its_hash_and_drift_is_reported() {
         .last()
         .unwrap()
         .clone();
+    // It names the machine that saw it, and the file, with what was trusted and what was found.
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let comment = last["comment"].as_str().unwrap();
     assert!(
-        last["comment"]
-            .as_str()
-            .unwrap()
-            .starts_with("drift: its files hash to sha256:"),
+        comment.starts_with(&format!("drift on {host}: its files hash to sha256:")),
+        "{last}"
+    );
+    assert!(
+        comment.ends_with(&format!(
+            "; skills/demo/skill.py: trusted sha256:{}, found sha256:{}",
+            kavi::hash::sha256_hex(text.as_bytes()),
+            kavi::hash::sha256_hex(text.replace("echo", "ech0").as_bytes())
+        )),
         "{last}"
     );
     assert_eq!(

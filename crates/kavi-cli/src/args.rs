@@ -614,9 +614,18 @@ pub enum PipelineCommand {
         /// A PersistentVolumeClaim holding the workspace, mounted at --workdir in every task.
         #[arg(long, value_name = "CLAIM")]
         workspace_claim: Option<String>,
+        /// A PersistentVolumeClaim for the sandboxes, mounted in every task (their
+        /// KAVI_SANDBOXES): a `sandbox` node's copy is then there for the nodes after it.
+        #[arg(long, value_name = "CLAIM")]
+        sandbox_claim: Option<String>,
         /// The ledger the tasks record into (their KAVI_LEDGER); the workspace's by default.
+        /// A URL with a password is refused: give it with --task-ledger-secret.
         #[arg(long, value_name = "LEDGER")]
         task_ledger: Option<String>,
+        /// The Kubernetes Secret, and its key, that holds the ledger the tasks record into: their
+        /// KAVI_LEDGER comes from it (`secretKeyRef`), and no password is in the manifest.
+        #[arg(long, value_name = "SECRET:KEY", conflicts_with = "task_ledger")]
+        task_ledger_secret: Option<String>,
         /// At most this many tasks at once.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         parallelism: Option<u32>,

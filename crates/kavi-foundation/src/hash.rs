@@ -79,6 +79,33 @@ pub fn copy_hashing(
     Ok((format!("{:x}", hasher.finalize()), size))
 }
 
+/// A writer that hashes what is written to it and keeps none of it: for content that comes
+/// in pieces rather than from a reader.
+#[derive(Default)]
+pub struct HashingSink {
+    hasher: Sha256,
+    size: u64,
+}
+
+impl HashingSink {
+    /// The SHA-256 (hex) and length of everything written.
+    pub fn finish(self) -> (String, u64) {
+        (format!("{:x}", self.hasher.finalize()), self.size)
+    }
+}
+
+impl Write for HashingSink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

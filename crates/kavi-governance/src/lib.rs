@@ -61,15 +61,23 @@ pub fn read_policy(
         .map_err(|message| Diagnostic::new(message).into())
 }
 
-/// The workspace's artifact store, with an error that names it.
+/// The workspace's artifact store, with an error that names it: with a server ledger, a cache
+/// in front of the content the server keeps for every machine.
 pub fn open_store(workspace: &Workspace) -> Result<ArtifactStore> {
-    ArtifactStore::open(&workspace.config.artifacts).map_err(|source| GovernanceError::Io {
-        context: format!(
-            "failed to open the artifact store at {}",
-            workspace.config.artifacts.display()
-        ),
-        source,
-    })
+    let store =
+        ArtifactStore::open(&workspace.config.artifacts).map_err(|source| GovernanceError::Io {
+            context: format!(
+                "failed to open the artifact store at {}",
+                workspace.config.artifacts.display()
+            ),
+            source,
+        })?;
+    Ok(
+        match ledger::SharedArtifacts::of(&workspace.config.ledger) {
+            Some(shared) => store.in_front_of(Arc::new(shared)),
+            None => store,
+        },
+    )
 }
 
 /// The workspace's skill lifecycle, as the files on disk have it.

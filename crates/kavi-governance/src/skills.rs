@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::config::Workspace;
 use crate::diagnostic::{Diagnostic, SourceFile};
-use crate::ledger::{Ledger, LedgerError, SkillRow};
+use crate::ledger::{self, Ledger, LedgerError, SkillRow};
 use crate::policy::adoption::{Governing, OnChange};
 use crate::skill::propose::{ProposeError, Proposed, Proposing};
 use crate::skill::trust::{Drift, SkillTree, TrustPolicy};
@@ -210,6 +210,9 @@ pub fn rehash_trusted(workspace: &Workspace, name: Option<&str>) -> Result<Vec<s
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let trust = load_trust(workspace, &templates)?;
     let store = open_store(workspace)?;
+    // With a server ledger, the trusted bytes every machine runs are in the shared store: a
+    // checkout whose files differ is this machine's condition, not the skill's.
+    let shared = ledger::postgres_url(&workspace.config.ledger).is_some();
     Ok(skills
         .iter()
         .map(|skill| {
@@ -240,6 +243,25 @@ pub fn rehash_trusted(workspace: &Workspace, name: Option<&str>) -> Result<Vec<s
                     Some("no kept tree: it was promoted before kavi kept them".to_owned()),
                 ),
             };
+            let differs = problem.is_some() || now.as_ref() != Some(&skill.trusted_hash);
+            // Which file differs, from the trusted bytes kept at promotion, when they load.
+            let kept = match (differs, &skill.trusted_tree) {
+                (true, Some(tree)) => Some(SkillTree::load(&store, tree, &skill.trusted_hash)),
+                _ => None,
+            };
+            let evidence = match &kept {
+                Some(Ok(trusted)) if skill.newer_version.is_none() => trust
+                    .read_tree(
+                        &templates,
+                        &workspace.root,
+                        &skill.name,
+                        &skill.proposal_path,
+                    )
+                    .ok()
+                    .and_then(|here| here.first_difference(trusted)),
+                _ => None,
+            };
+            let stale_here = shared && skill.newer_version.is_none() && matches!(kept, Some(Ok(_)));
             json!({
                 "skill": skill.name,
                 "version": skill.version,
@@ -247,7 +269,9 @@ pub fn rehash_trusted(workspace: &Workspace, name: Option<&str>) -> Result<Vec<s
                 "trusted_hash": skill.trusted_hash,
                 "current_hash": now,
                 "error": problem,
-                "drifted": problem.is_some() || now.as_ref() != Some(&skill.trusted_hash),
+                "evidence": evidence,
+                "drifted": differs && !stale_here,
+                "stale_here": stale_here,
             })
         })
         .collect())
@@ -286,13 +310,17 @@ pub fn verify(workspace: &Workspace, name: Option<&str>) -> Result<Verified> {
             .filter(|r| r["drifted"] == true && r["newer_version"].is_null())
         {
             let skill = r["skill"].as_str().unwrap_or_default().to_owned();
+            // Where it was seen, and which file: a team reads the suspension from any machine.
             let mut comment = format!(
-                "drift: its files hash to {}, trusted {}",
+                "drift on {}: its files hash to {}, trusted {}",
+                ledger::this_host(),
                 r["current_hash"].as_str().unwrap_or("nothing readable"),
                 r["trusted_hash"].as_str().unwrap_or_default()
             );
-            if let Some(reason) = r["error"].as_str() {
-                comment.push_str(&format!("; {reason}"));
+            for detail in [&r["evidence"], &r["error"]] {
+                if let Some(detail) = detail.as_str() {
+                    comment.push_str(&format!("; {detail}"));
+                }
             }
             move_skill(
                 workspace,

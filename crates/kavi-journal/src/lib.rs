@@ -65,13 +65,15 @@ pub const HASH_FUNCTION: &str = "kavi_sha256";
 /// the public chain, but not the MACs.
 const MAC_FUNCTION: &str = "kavi_mac";
 
-/// Tables without journal entries: the journal itself, bookkeeping, and the content of small
-/// artifacts (bound by the SHA-256 of its journaled artifact row, and re-hashed by `verify`).
+/// Tables without journal entries: the journal itself, bookkeeping, and the content of
+/// artifacts kept in the ledger (bound by the SHA-256 of its journaled artifact row, and
+/// re-hashed by `verify`).
 const UNJOURNALED: &[&str] = &[
     "journal",
     "schema_version",
     "sqlite_sequence",
     "artifact_contents",
+    "artifact_chunks",
 ];
 
 /// What a SQLite ledger's table triggers write their entries into: a view that holds nothing,

@@ -1,17 +1,19 @@
 //! Copying a SQLite ledger to a PostgreSQL server (`kavi ledger migrate --to`): every row of
 //! every table as it is, the journal and the signed checkpoints included, so that the copy's
-//! chain is the original's and verifies as it did.
+//! chain is the original's and verifies as it did. The artifacts' files go with them, as the
+//! server keeps file content for every machine.
 
 use super::db::{Backend, Db};
-use super::{LedgerError, Result, journal};
+use super::{Artifact, ArtifactStore, LedgerError, Result, journal};
 use kavi_db::postgres;
 
 /// Rows copied, per table.
 pub type Copied = Vec<(String, usize)>;
 
 impl super::Ledger {
-    /// Copies this ledger, a SQLite file, into the empty database at `url`, in one transaction.
-    pub fn copy_to_postgres(&self, url: &str) -> Result<Copied> {
+    /// Copies this ledger, a SQLite file, into the empty database at `url`, in one transaction,
+    /// with the content of its file artifacts from `store`.
+    pub fn copy_to_postgres(&self, url: &str, store: &ArtifactStore) -> Result<Copied> {
         if self.conn.backend() != Backend::Sqlite {
             return Err(LedgerError::CopyRefused(
                 "the ledger to copy is on a server already; copy from a SQLite ledger".into(),
@@ -34,6 +36,24 @@ impl super::Ledger {
                 continue;
             }
             copied.push((table.clone(), copy_table(&self.conn, &tx, &table)?));
+        }
+        let files: Vec<Artifact> = self
+            .conn
+            .prepare("SELECT sha256, kind, size, path FROM artifacts WHERE path != ''")?
+            .query_map([], |row| {
+                let path: String = row.get(3)?;
+                Ok(Artifact {
+                    sha256: row.get(0)?,
+                    kind: row.get(1)?,
+                    size: row.get(2)?,
+                    file: Some(store.path_of_sha256(&row.get::<_, String>(0)?)),
+                    path,
+                    inline: None,
+                })
+            })?
+            .collect::<super::db::Result<_>>()?;
+        for artifact in &files {
+            super::artifacts::share_chunks(&tx, artifact)?;
         }
         // Identities go on from the largest copied value.
         let identities: Vec<(String, String)> = tx

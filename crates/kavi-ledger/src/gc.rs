@@ -162,7 +162,7 @@ impl Ledger {
                     "SELECT m.name, f.\"from\" FROM sqlite_master m
                      JOIN pragma_foreign_key_list(m.name) f
                      WHERE m.type = 'table' AND f.\"table\" = 'artifacts'
-                       AND m.name NOT IN ('node_run_artifacts', 'artifact_contents')"
+                       AND m.name NOT IN ('node_run_artifacts', 'artifact_contents', 'artifact_chunks')"
                 }
                 super::db::Backend::Postgres => {
                     "SELECT tc.table_name::text, kcu.column_name::text
@@ -175,7 +175,8 @@ impl Ledger {
                       AND ccu.table_schema = tc.table_schema
                      WHERE tc.constraint_type = 'FOREIGN KEY' AND ccu.table_name = 'artifacts'
                        AND tc.table_schema = current_schema()
-                       AND tc.table_name NOT IN ('node_run_artifacts', 'artifact_contents')"
+                       AND tc.table_name NOT IN ('node_run_artifacts', 'artifact_contents',
+                                                'artifact_chunks')"
                 }
             })?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -240,6 +241,7 @@ impl Ledger {
              DELETE FROM governing_members WHERE set_hash NOT IN
                  (SELECT governing_hash FROM runs WHERE governing_hash IS NOT NULL);
              DELETE FROM artifact_contents WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
+             DELETE FROM artifact_chunks WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifacts WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DROP TABLE gc_artifacts;
              DROP TABLE gc_runs;",

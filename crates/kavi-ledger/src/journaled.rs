@@ -3,7 +3,7 @@
 //! vouch for, and signing its head.
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
-use kavi_foundation::hash::sha256_hex;
+use kavi_foundation::hash::{HashingSink, sha256_hex};
 
 use crate::db::Db;
 use crate::journal::{self, Findings, checkpoint};
@@ -100,6 +100,24 @@ fn contents(conn: &Db, store: &ArtifactStore, problems: &mut Vec<String>) -> Res
                 ));
             }
             continue;
+        }
+        // On a server, the content every machine reads: this machine's file is only a cache.
+        let mut shared = HashingSink::default();
+        match crate::artifacts::copy_chunks(conn, &sha256, &mut shared) {
+            Err(e) => {
+                problems.push(format!("artifact {sha256}: {e}"));
+                continue;
+            }
+            Ok(true) => {
+                let (found, bytes) = shared.finish();
+                if found != sha256 || i64::try_from(bytes) != Ok(size) {
+                    problems.push(format!(
+                        "artifact {sha256}: the content the ledger keeps no longer hashes to its name"
+                    ));
+                }
+                continue;
+            }
+            Ok(false) => {}
         }
         let path = store.path_of_sha256(&sha256);
         match kavi_foundation::hash::hash_file(&path) {

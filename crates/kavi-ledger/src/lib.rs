@@ -45,6 +45,7 @@ use std::path::PathBuf;
 use db::Db;
 use serde_json::Value;
 
+pub use artifacts::SharedArtifacts;
 use artifacts::keep_artifact;
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
@@ -55,7 +56,7 @@ pub use gc::{GcRule, Pruned};
 pub use kavi_store::{Artifact, ArtifactStore};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};
 pub use open::open_during;
-pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner, live_log};
+pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner, live_log, this_host};
 pub use recovery::Recovered;
 pub use rules::{NewRuleSet, RuleSetRow};
 pub use runs::{GoverningFile, NewRun, RunDetail, RunFilter, RunOrigin, RunRow};

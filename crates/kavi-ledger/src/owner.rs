@@ -78,7 +78,7 @@ fn well_formed(name: &str) -> bool {
 }
 
 /// This machine's name, as owners name it.
-fn this_host() -> String {
+pub fn this_host() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())

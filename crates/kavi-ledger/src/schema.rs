@@ -67,6 +67,8 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE runs ADD COLUMN allowed_changes TEXT",
     )],
+    // 34
+    &[ServerStep::Table("artifact_chunks")],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -160,6 +162,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/30.sql"),
     include_str!("migrations/31.sql"),
     include_str!("migrations/32.sql"),
+    include_str!("migrations/34.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

@@ -287,6 +287,13 @@ CREATE TABLE rule_sets (
         decided_at  TEXT
     );
 
+CREATE TABLE artifact_chunks (
+        sha256  TEXT NOT NULL REFERENCES artifacts(sha256),
+        seq     INTEGER NOT NULL,
+        content BLOB NOT NULL,
+        PRIMARY KEY (sha256, seq)
+    );
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 

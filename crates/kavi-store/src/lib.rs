@@ -8,9 +8,14 @@
 //! artifact to the ledger, which keeps them in `artifact_contents` in the same transaction as the
 //! row that records them (this crate knows no ledger: `kavi-ledger` records and reads the rows). A node that prints a line then costs a row, not a file and an fsync,
 //! and the content is exactly as durable as the record of it.
+//!
+//! With a ledger every machine of a team shares ([`SharedContent`]), the files here are a cache
+//! in front of it: an artifact this machine does not have, or whose copy no longer matches its
+//! hash, is fetched from the shared copy and checked before it is read.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tempfile::NamedTempFile;
@@ -28,7 +33,18 @@ pub struct Artifact {
     pub path: String,
     /// The content of a small artifact, which the ledger keeps instead of a file.
     #[serde(skip)]
-    pub inline: Option<std::sync::Arc<[u8]>>,
+    pub inline: Option<Arc<[u8]>>,
+    /// Where this machine's store holds a file artifact it has just stored: what a shared
+    /// ledger copies the content from when it records the artifact.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
+}
+
+/// Artifacts' content kept where every machine can read it (a server ledger), by SHA-256.
+pub trait SharedContent: Send + Sync + std::fmt::Debug {
+    /// Writes the content kept under `sha256` to `writer`, as it comes; `Ok(false)` when none
+    /// is kept there (recorded before content was shared, or by a ledger that does not share).
+    fn copy_to(&self, sha256: &str, writer: &mut dyn Write) -> Result<bool, String>;
 }
 
 /// The most an artifact kept in the ledger holds: above it, a file is cheaper than a row.
@@ -39,6 +55,7 @@ pub const INLINE_LIMIT: usize = 16 * 1024;
 #[derive(Debug, Clone)]
 pub struct ArtifactStore {
     root: PathBuf,
+    shared: Option<Arc<dyn SharedContent>>,
 }
 
 impl ArtifactStore {
@@ -46,7 +63,16 @@ impl ArtifactStore {
         std::fs::create_dir_all(root.join("tmp"))?;
         Ok(Self {
             root: root.to_owned(),
+            shared: None,
         })
+    }
+
+    /// This store as a cache in front of `shared`, which every machine reads.
+    pub fn in_front_of(self, shared: Arc<dyn SharedContent>) -> Self {
+        Self {
+            shared: Some(shared),
+            ..self
+        }
     }
 
     /// Where temporary files go before they are stored: on the store's file system, so that
@@ -64,6 +90,7 @@ impl ArtifactStore {
     fn artifact(&self, kind: &str, sha256: String, size: u64) -> Artifact {
         let path = relative_path(&sha256);
         Artifact {
+            file: Some(self.root.join(&path)),
             sha256,
             kind: kind.to_owned(),
             size,
@@ -84,6 +111,7 @@ impl ArtifactStore {
             size: bytes.len() as u64,
             path: String::new(),
             inline: Some(bytes.into()),
+            file: None,
         })
     }
 
@@ -187,6 +215,7 @@ impl ArtifactStore {
     /// error, once all is written, when the file no longer matches its name (the writer's copy
     /// is then not to be used).
     pub fn copy_out(&self, sha256: &str, writer: &mut dyn Write) -> Result<(), String> {
+        self.fetch_if_needed(sha256)?;
         let path = self.path_of_sha256(sha256);
         let (found, _) = open_regular(&path)
             .and_then(|mut file| copy_hashing(&mut file, writer))
@@ -198,6 +227,38 @@ impl ArtifactStore {
             ));
         }
         Ok(())
+    }
+
+    /// With a shared copy, makes this machine's file of `sha256` hold its content: a file that
+    /// is missing or no longer matches its hash is fetched again, whole, into a temporary file,
+    /// checked and only then renamed into place (a reader never sees a part). The copy here is
+    /// re-hashed when it is read all the same: checking it first costs a read, and a file
+    /// found altered once its bytes went to a writer could no longer be replaced.
+    pub fn fetch_if_needed(&self, sha256: &str) -> Result<(), String> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let destination = self.path_of_sha256(sha256);
+        let cached = open_regular(&destination).and_then(|mut file| hash_reader(&mut file));
+        if matches!(&cached, Ok((found, _)) if found == sha256) {
+            return Ok(());
+        }
+        let failed = |e: io::Error| format!("failed to fetch artifact {sha256}: {e}");
+        let mut temp = NamedTempFile::new_in(self.temp_dir()).map_err(failed)?;
+        if !shared.copy_to(sha256, temp.as_file_mut())? {
+            // Nothing shared to fetch: the read says what is wrong with the file here.
+            return Ok(());
+        }
+        temp.as_file_mut()
+            .seek(SeekFrom::Start(0))
+            .map_err(failed)?;
+        let (found, _) = hash_reader(temp.as_file_mut()).map_err(failed)?;
+        if found != sha256 {
+            return Err(format!(
+                "artifact {sha256} in the shared store was altered: its content no longer matches its hash"
+            ));
+        }
+        self.persist(temp, &destination).map_err(failed)
     }
 }
 
@@ -290,6 +351,70 @@ mod tests {
             store.copy_out(&large.sha256, &mut copy).unwrap();
             assert_eq!(copy, bytes);
         }
+        assert_eq!(std::fs::read_dir(store.temp_dir()).unwrap().count(), 0);
+    }
+
+    /// What a server ledger keeps, as a map: content by hash, which a test may alter.
+    #[derive(Debug, Default)]
+    struct Shared(std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>);
+
+    impl SharedContent for Shared {
+        fn copy_to(&self, sha256: &str, writer: &mut dyn Write) -> Result<bool, String> {
+            match self.0.lock().unwrap().get(sha256) {
+                Some(bytes) => writer
+                    .write_all(bytes)
+                    .map(|()| true)
+                    .map_err(|e| e.to_string()),
+                None => Ok(false),
+            }
+        }
+    }
+
+    #[test]
+    fn in_front_of_a_shared_copy_a_missing_or_altered_file_is_fetched_and_checked() {
+        let made = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..3 * INLINE_LIMIT).map(|i| (i % 253) as u8).collect();
+        let artifact = ArtifactStore::open(made.path())
+            .unwrap()
+            .put_bytes("OUTPUT", &bytes)
+            .unwrap();
+        let shared = Arc::new(Shared::default());
+        shared
+            .0
+            .lock()
+            .unwrap()
+            .insert(artifact.sha256.clone(), bytes.clone());
+        let elsewhere = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(elsewhere.path())
+            .unwrap()
+            .in_front_of(shared.clone());
+        // Not on this machine: fetched, kept, read.
+        assert_eq!(store.read_bytes(&artifact.sha256).unwrap(), bytes);
+        let cached = store.path_of_sha256(&artifact.sha256);
+        assert_eq!(std::fs::read(&cached).unwrap(), bytes);
+        // The copy here altered: fetched again.
+        std::fs::remove_file(&cached).unwrap();
+        std::fs::write(&cached, b"altered").unwrap();
+        assert_eq!(store.read_bytes(&artifact.sha256).unwrap(), bytes);
+        // The shared copy altered, and none here: refused, and nothing kept.
+        std::fs::remove_file(&cached).unwrap();
+        shared
+            .0
+            .lock()
+            .unwrap()
+            .insert(artifact.sha256.clone(), b"altered".to_vec());
+        let error = store.read_bytes(&artifact.sha256).unwrap_err();
+        assert!(
+            error.ends_with(
+                "in the shared store was altered: its content no longer matches its hash"
+            ),
+            "{error}"
+        );
+        assert!(!cached.exists());
+        // Nothing shared for it: the read says the file is missing, as without a shared copy.
+        let unknown = "0".repeat(64);
+        let error = store.read_bytes(&unknown).unwrap_err();
+        assert!(error.starts_with("failed to read artifact"), "{error}");
         assert_eq!(std::fs::read_dir(store.temp_dir()).unwrap().count(), 0);
     }
 

@@ -275,6 +275,10 @@ pub struct Executor<'a> {
     /// The parts of every node's template context that do not change during the run, made
     /// once: converting them again for each node cost more than the node's own part.
     run_vars: RunVars,
+    /// A step's node (`kavi pipeline step`): the one node this executor may start. Another that
+    /// its outcome makes ready to run (a failure handler) is its own step's to run: started
+    /// here, it would be left running when the step ends.
+    starts_only: Option<usize>,
 }
 
 /// `params`, `run` and `config` as templates see them.
@@ -474,6 +478,7 @@ impl<'a> Executor<'a> {
             config_settings,
             recorder,
             run_vars,
+            starts_only: None,
         }
     }
 
@@ -630,6 +635,7 @@ impl<'a> Executor<'a> {
                 },
             };
             match verdict {
+                None if self.starts_only.is_some_and(|only| only != index) => {}
                 // Its key first: attempt 0 (see `start_due_nodes`).
                 None if node.cache.is_some() => self.to_start.push(Reverse((index, 0))),
                 None => self.to_start.push(Reverse((index, 1))),

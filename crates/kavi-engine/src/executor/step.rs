@@ -109,6 +109,7 @@ pub async fn execute_step(
         (recorder, run.run.id),
         cancel,
     );
+    executor.starts_only = Some(index);
     let rows = rows_by_node(run);
     let (mut progress_here, mut last_attempt) = (Progress::NotStarted, 1);
     for (i, node) in dag.pipeline.nodes.iter().enumerate() {

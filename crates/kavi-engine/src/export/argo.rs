@@ -17,7 +17,10 @@
 //!   record the timeout it enforces itself;
 //! - `on_failure = "continue"` → `continueOn: {failed: true}`;
 //! - `[pipeline.budget] wall` → the workflow's `activeDeadlineSeconds`;
-//! - parameters → workflow parameters, passed to `kavi pipeline start`.
+//! - parameters → workflow parameters, passed to `kavi pipeline start`;
+//! - the tasks' ledger → `KAVI_LEDGER`, written in, or from a Secret's key (`secretKeyRef`);
+//! - the sandboxes → a declared volume every task mounts, which `KAVI_SANDBOXES` names (a
+//!   pod's `/tmp` is its own).
 //!
 //! What does not is listed in [`Export::notes`], and in the manifest's `kavi.dev/notes`
 //! annotation: never dropped silently.
@@ -40,12 +43,25 @@ pub struct ArgoOptions {
     /// A PersistentVolumeClaim mounted at `workdir` in every task, so that files one node
     /// writes (a sandbox, a built skill) are there for the next.
     pub workspace_claim: Option<String>,
+    /// A PersistentVolumeClaim for the sandboxes (`KAVI_SANDBOXES`), mounted at
+    /// [`SANDBOXES_PATH`] in every task: kavi keeps them outside the workspace, and each pod's
+    /// own `/tmp` is not the next one's.
+    pub sandbox_claim: Option<String>,
     /// The ledger every task records into (`KAVI_LEDGER`); the workspace's own when `None`.
-    pub ledger: Option<String>,
+    pub ledger: Option<TaskLedger>,
     /// At most this many tasks at once (the workflow's `parallelism`).
     pub parallelism: Option<u32>,
     /// The pipeline file as `kavi` inside the container names it, relative to `workdir`.
     pub file: String,
+}
+
+/// Where the tasks' `KAVI_LEDGER` comes from.
+#[derive(Debug, Clone)]
+pub enum TaskLedger {
+    /// Written into the manifest: a file, or a server's URL without a password.
+    Location(String),
+    /// A key of a Kubernetes Secret (`secretKeyRef`): a URL with its password stays there.
+    Secret { name: String, key: String },
 }
 
 /// The manifest, and what of the pipeline Argo does not carry out itself.
@@ -54,6 +70,10 @@ pub struct Export {
     pub manifest: Value,
     pub notes: Vec<String>,
 }
+
+/// Where the sandboxes' volume (`--sandbox-claim`) is mounted in every task, and what the
+/// tasks' `KAVI_SANDBOXES` names.
+pub const SANDBOXES_PATH: &str = "/tmp/kavi-sandboxes";
 
 /// Where a task finds the run id `kavi-start` recorded.
 const RUN_ID: &str = "{{workflow.outputs.parameters.kavi-run}}";
@@ -209,17 +229,36 @@ pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Export {
     if let Some(parallelism) = options.parallelism {
         spec["parallelism"] = json!(parallelism);
     }
-    if let Some(claim) = &options.workspace_claim {
-        spec["volumes"] = json!([{
-            "name": "workspace",
+    let mut volumes = Vec::new();
+    if let Some(claim) = &options.sandbox_claim {
+        volumes.push(json!({
+            "name": "sandboxes",
             "persistentVolumeClaim": { "claimName": claim },
-        }]);
+        }));
+    } else if pipeline.nodes.iter().any(|node| node.kind == "sandbox") {
+        notes.push(
+            "the tasks share no sandboxes: a `sandbox` node's copy is in its own pod, not there \
+             for the nodes that work in it; give --sandbox-claim"
+                .to_owned(),
+        );
+    }
+    if let Some(claim) = &options.workspace_claim {
+        volumes.insert(
+            0,
+            json!({
+                "name": "workspace",
+                "persistentVolumeClaim": { "claimName": claim },
+            }),
+        );
     } else {
         notes.push(
             "the tasks share no workspace: files a node writes (a sandbox, a built skill, an \
              output) are not there for the next node's task; give --workspace-claim"
                 .to_owned(),
         );
+    }
+    if !volumes.is_empty() {
+        spec["volumes"] = json!(volumes);
     }
     if options.ledger.is_none() {
         notes.push(
@@ -273,11 +312,30 @@ fn container(options: &ArgoOptions, args: &[&str]) -> Value {
         "args": args,
         "workingDir": options.workdir,
     });
-    if let Some(ledger) = &options.ledger {
-        container["env"] = json!([{ "name": "KAVI_LEDGER", "value": ledger }]);
+    let mut env = Vec::new();
+    match &options.ledger {
+        Some(TaskLedger::Location(ledger)) => {
+            env.push(json!({ "name": "KAVI_LEDGER", "value": ledger }));
+        }
+        Some(TaskLedger::Secret { name, key }) => env.push(json!({
+            "name": "KAVI_LEDGER",
+            "valueFrom": { "secretKeyRef": { "name": name, "key": key } },
+        })),
+        None => {}
     }
+    let mut mounts = Vec::new();
     if options.workspace_claim.is_some() {
-        container["volumeMounts"] = json!([{ "name": "workspace", "mountPath": options.workdir }]);
+        mounts.push(json!({ "name": "workspace", "mountPath": options.workdir }));
+    }
+    if options.sandbox_claim.is_some() {
+        env.push(json!({ "name": "KAVI_SANDBOXES", "value": SANDBOXES_PATH }));
+        mounts.push(json!({ "name": "sandboxes", "mountPath": SANDBOXES_PATH }));
+    }
+    if !env.is_empty() {
+        container["env"] = json!(env);
+    }
+    if !mounts.is_empty() {
+        container["volumeMounts"] = json!(mounts);
     }
     container
 }

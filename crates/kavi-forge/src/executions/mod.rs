@@ -179,7 +179,9 @@ impl Runner<'_> {
         // The bytes hashed are the bytes that run: they are read once, checked, and written
         // into the snapshot, which is hashed again.
         let tree = match trusted.newer_version {
-            None => self.working_tree(&trusted)?,
+            None => self
+                .working_tree(&trusted)
+                .or_else(|refused| self.shared_tree(&trusted).ok_or(refused))?,
             Some(newer) => self.kept_tree(&trusted, newer)?,
         };
         let snapshot = Snapshot::make(&tree, &trusted.trusted_hash, |dir| self.owner.track(dir))
@@ -237,6 +239,26 @@ impl Runner<'_> {
                     ),
                 })
             })
+    }
+
+    /// With a server ledger, the trusted files every machine runs, from the shared store
+    /// (fetched, and re-hashed on reading), when this checkout's folder differs: a machine that
+    /// has not pulled the skill's files yet runs what the team trusted. `None` otherwise, and
+    /// when those do not load (the refusal of the folder stands).
+    fn shared_tree(&self, trusted: &TrustedSkill) -> Option<SkillTree> {
+        crate::ledger::postgres_url(self.ledger)?;
+        let tree = SkillTree::load(
+            self.artifacts,
+            trusted.trusted_tree.as_deref()?,
+            &trusted.trusted_hash,
+        )
+        .ok()?;
+        tracing::warn!(
+            "`{}`'s folder in this checkout differs from its trusted files: running the trusted \
+             files from the shared store",
+            trusted.name
+        );
+        Some(tree)
     }
 
     /// The trusted version's kept tree, re-hashed on reading: the skill's own folder holds the

@@ -183,6 +183,48 @@ impl SkillTree {
         Ok(tree)
     }
 
+    /// The first file whose bytes differ from `trusted`'s, with the SHA-256 of each: the
+    /// evidence a drift is recorded with.
+    pub fn first_difference(&self, trusted: &SkillTree) -> Option<String> {
+        let sha = |bytes: &[u8]| format!("sha256:{}", kavi_foundation::hash::sha256_hex(bytes));
+        if self.proposal != trusted.proposal {
+            return Some(format!(
+                "{}: trusted {}, found {}",
+                trusted.proposal_path,
+                sha(&trusted.proposal),
+                sha(&self.proposal)
+            ));
+        }
+        let found = |path: &str| self.files.iter().find(|f| f.path == path);
+        trusted
+            .files
+            .iter()
+            .find_map(|was| {
+                let path = format!("{}/{}", trusted.folder, was.path);
+                match found(&was.path) {
+                    None => Some(format!("{path}: trusted {}, missing", sha(&was.bytes))),
+                    Some(now) if now.bytes != was.bytes => Some(format!(
+                        "{path}: trusted {}, found {}",
+                        sha(&was.bytes),
+                        sha(&now.bytes)
+                    )),
+                    Some(_) => None,
+                }
+            })
+            .or_else(|| {
+                let extra = self
+                    .files
+                    .iter()
+                    .find(|now| !trusted.files.iter().any(|was| was.path == now.path))?;
+                Some(format!(
+                    "{}/{}: not trusted, found {}",
+                    trusted.folder,
+                    extra.path,
+                    sha(&extra.bytes)
+                ))
+            })
+    }
+
     /// How this tree's files differ from `trusted`'s in mode, if they do: the first difference,
     /// in words. Files whose trusted metadata was not recorded are not compared; the bytes are
     /// the source hash's to check. The modification time is recorded (and restored) but not
