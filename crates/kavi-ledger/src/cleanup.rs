@@ -131,15 +131,37 @@ pub fn neutralise(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// What one entry costs at least, whatever it holds: an inode and its name.
+const LEAST_PER_ENTRY: u64 = 4096;
+
 /// The bytes the files under `dir` hold, links not followed (a sparse file counts at its
-/// length: that is what a person copying it away would get).
+/// length: that is what a person copying it away would get), each entry at least
+/// [`LEAST_PER_ENTRY`] (300,000 empty files hold nothing, and take the host's inodes).
 fn size(dir: &Path) -> io::Result<u64> {
     let mut total: u64 = 0;
     for entry in walkdir::WalkDir::new(dir).follow_links(false) {
         let entry = entry.map_err(io::Error::other)?;
-        if entry.file_type().is_file() {
-            total = total.saturating_add(entry.metadata().map_err(io::Error::other)?.len());
-        }
+        let length = if entry.file_type().is_file() {
+            entry.metadata().map_err(io::Error::other)?.len()
+        } else {
+            0
+        };
+        total = total.saturating_add(length.max(LEAST_PER_ENTRY));
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size;
+
+    #[test]
+    fn empty_files_count_toward_a_kept_sandboxs_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..1000 {
+            std::fs::File::create(dir.path().join(format!("f{i}"))).unwrap();
+        }
+        // A thousand empty files and their folder: over 4 MB, not nothing.
+        assert!(size(dir.path()).unwrap() > 4_000_000);
+    }
 }

@@ -383,8 +383,14 @@ pub fn exceeded_by_signal(signal: i32, limits: &Limits) -> Option<String> {
     }
 }
 
+/// What one file costs the filesystem at least, whatever it holds: its inode and its entry.
+/// Counted so, 300,000 empty files (no blocks at all) are over a disk bound, not a way around it
+/// to the host's inodes.
+const LEAST_PER_ENTRY: u64 = 4096;
+
 /// The disk the files under `paths` take (allocated blocks, so a sparse file counts for what it
-/// holds), not following links; `None` when part of them cannot be measured (a folder nested
+/// holds, and at least [`LEAST_PER_ENTRY`] each), not following links; `None` when part of them
+/// cannot be measured (a folder nested
 /// past the longest path, say), which the caller takes as past any bound: what cannot be
 /// counted cannot be shown to be within it.
 pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
@@ -399,7 +405,7 @@ pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
                 .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         };
         match entry.and_then(|entry| entry.metadata()) {
-            Ok(metadata) => used += metadata.blocks() * 512,
+            Ok(metadata) => used += (metadata.blocks() * 512).max(LEAST_PER_ENTRY),
             // Gone between listing and reading (a test's temporary file): nothing to count.
             Err(e) if gone(&e) => {}
             Err(_) => return None,

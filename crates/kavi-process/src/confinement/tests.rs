@@ -386,6 +386,35 @@ async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped()
     );
 }
 
+/// Empty files take no blocks, yet each takes an inode: thousands of them are past the disk
+/// bound, not a way around it to the host's inodes.
+#[tokio::test]
+async fn a_process_that_makes_empty_files_past_the_disk_bound_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let scope = dir.join("scope");
+    std::fs::create_dir_all(&scope).unwrap();
+    let limits = Limits {
+        disk_mib: Some(8),
+        ..Limits::default()
+    };
+    // 500 empty files a step (2 MiB at one block each), for up to 30 seconds.
+    let fill = format!(
+        "cd {} && for i in $(seq 120); do touch $(seq -f \"$i-%g\" 500); sleep 0.25; done",
+        scope.display()
+    );
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![scope.clone()], limits), &fill).await
+    else {
+        return;
+    };
+    assert_eq!(
+        finished.violation,
+        Some(Violation::Bound("its disk bound (8 MiB)".into()))
+    );
+    let files = std::fs::read_dir(&scope).unwrap().count();
+    assert!(files < 20_000, "{files} files made before it was stopped");
+}
+
 /// Each process's CPU rlimit is below the bound, yet three of them together pass it: the
 /// tree's time is what is bounded, where the cgroup counts it.
 #[tokio::test]
