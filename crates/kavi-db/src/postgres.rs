@@ -9,12 +9,16 @@
 //! which is what SQLite's write lock gave: kavi's writers read, decide and write under it, so
 //! two kavi processes never decide on the same state at once, on any machine. Readers do not
 //! take it.
+//!
+//! Nothing waits on the server forever (see [`Timeouts`]): a server that takes the connection and
+//! never answers, or stops answering midway, is an error after the time the URL allows.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
@@ -25,8 +29,81 @@ use crate::{Backend, Result as DbResult, Row, Storage};
 /// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
 pub const WRITE_LOCK: i64 = 0x6b61_7669;
 
-/// How long a writer waits for [`WRITE_LOCK`]: what SQLite's busy timeout is for a file.
-const LOCK_TIMEOUT: std::time::Duration = crate::BUSY_TIMEOUT;
+/// How long kavi waits on the server, from the URL's query (`?connect_timeout=5&lock_timeout=30s`):
+/// `connect_timeout` is libpq's (seconds); `statement_timeout` and `lock_timeout` are kavi's,
+/// in PostgreSQL's units (a number is milliseconds; `500ms`, `30s`, `2min`), and are set on
+/// the session. The connection's thread is waited for no longer than a statement may take plus
+/// `connect_timeout`: past that the server is taken for gone, even if its socket is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Reaching the server and being let in (TCP, startup, authentication).
+    pub connect: Duration,
+    /// One statement.
+    pub statement: Duration,
+    /// A writer waiting for [`WRITE_LOCK`] or a row another holds.
+    pub lock: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            statement: Duration::from_secs(120),
+            // What SQLite's busy timeout is for a file.
+            lock: crate::BUSY_TIMEOUT,
+        }
+    }
+}
+
+impl Timeouts {
+    /// How long a call waits for the connection's thread to answer.
+    fn answer(&self) -> Duration {
+        self.statement + self.connect
+    }
+}
+
+/// The URL as the client reads it (kavi's own settings taken out) and the timeouts it sets.
+pub fn settings(url: &str) -> Result<(String, Timeouts), PgError> {
+    let mut timeouts = Timeouts::default();
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), timeouts));
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad = |why: &str| PgError::Setting(format!("`{key}={value}` in the ledger URL: {why}"));
+        match key {
+            "statement_timeout" => timeouts.statement = pg_duration(value).map_err(|e| bad(&e))?,
+            "lock_timeout" => timeouts.lock = pg_duration(value).map_err(|e| bad(&e))?,
+            "connect_timeout" => {
+                let seconds: u64 = value
+                    .parse()
+                    .map_err(|_| bad("a whole number of seconds is expected"))?;
+                timeouts.connect = Duration::from_secs(seconds);
+                kept.push(pair);
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, timeouts))
+}
+
+/// A duration as PostgreSQL's settings take one: a number of milliseconds, or with a unit.
+fn pg_duration(value: &str) -> Result<Duration, String> {
+    let duration = match value.parse::<u64>() {
+        Ok(millis) => Duration::from_millis(millis),
+        Err(_) => humantime::parse_duration(value).map_err(|e| e.to_string())?,
+    };
+    if duration.is_zero() {
+        return Err("kavi never waits on the server without a bound: give a duration".to_owned());
+    }
+    Ok(duration)
+}
 
 /// Whether a ledger location names a PostgreSQL server rather than a file.
 pub fn is_url(location: &str) -> bool {
@@ -72,6 +149,9 @@ pub struct Pg {
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
     url: String,
+    timeouts: Timeouts,
+    /// The thread stopped answering: it is left to its socket rather than waited for.
+    stuck: Cell<bool>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -81,10 +161,14 @@ impl std::fmt::Debug for Pg {
 }
 
 impl Pg {
-    pub fn connect(url: &str) -> Result<Pg, postgres::Error> {
+    pub fn connect(url: &str) -> Result<Pg, PgError> {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (ready, connected) = mpsc::channel();
-        let mut config: postgres::Config = url.parse()?;
+        let (client_url, timeouts) = settings(url)?;
+        let mut config: postgres::Config = client_url.parse()?;
+        // The client's own bound covers reaching the socket only, not a server that takes the
+        // connection and never answers: the wait below bounds the whole of it.
+        config.connect_timeout(timeouts.connect);
         // As libpq does: a URL without a password takes PGPASSWORD's, so that the password
         // can stay out of kavi.toml and of the commands that name the ledger.
         if config.get_password().is_none()
@@ -95,11 +179,14 @@ impl Pg {
         let thread = std::thread::Builder::new()
             .name("kavi-postgres".into())
             .spawn(move || {
-                // A writer waits for the write lock as long as a SQLite one would, then fails.
-                let lock_timeout = format!("SET lock_timeout = '{}ms'", LOCK_TIMEOUT.as_millis());
+                let session = format!(
+                    "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'",
+                    timeouts.lock.as_millis(),
+                    timeouts.statement.as_millis()
+                );
                 let client = match config
                     .connect(postgres::NoTls)
-                    .and_then(|mut client| client.batch_execute(&lock_timeout).map(|()| client))
+                    .and_then(|mut client| client.batch_execute(&session).map(|()| client))
                 {
                     Ok(client) => client,
                     Err(e) => {
@@ -117,44 +204,62 @@ impl Pg {
                 }
             })
             .expect("a thread can be started");
-        connected
-            .recv()
-            .expect("the connection thread answers")
-            .map(|()| Pg {
+        match connected.recv_timeout(timeouts.connect) {
+            Ok(Ok(())) => Ok(Pg {
                 jobs: Some(jobs),
                 thread: Some(thread),
                 url: url.to_owned(),
-            })
+                timeouts,
+                stuck: Cell::new(false),
+            }),
+            Ok(Err(e)) => Err(e.into()),
+            // The thread stays behind, stuck on a socket the process drops when it exits.
+            Err(_) => Err(PgError::Silent {
+                doing: "let kavi in",
+                after: timeouts.connect,
+            }),
+        }
     }
 
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// Runs `work` on the connection's thread and waits for its answer.
-    fn call<T: Send + 'static>(&self, work: impl FnOnce(&mut Session) -> T + Send + 'static) -> T {
+    /// Runs `work` on the connection's thread and waits for its answer, as long as a statement
+    /// may take and a little more: a server that stops answering is an error, not a hang.
+    fn call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Session) -> T + Send + 'static,
+    ) -> Result<T, PgError> {
         let (answer, answered) = mpsc::sync_channel(1);
         let job: Job = Box::new(move |session| {
             let _ = answer.send(work(session));
         });
-        self.jobs
+        let silent = PgError::Silent {
+            doing: "answer",
+            after: self.timeouts.answer(),
+        };
+        if self
+            .jobs
             .as_ref()
-            .expect("the connection is open")
-            .send(job)
-            .expect("the connection thread runs while the connection lives");
-        answered
-            .recv()
-            .expect("the connection thread answers every job")
+            .is_none_or(|jobs| jobs.send(job).is_err())
+        {
+            return Err(silent);
+        }
+        answered.recv_timeout(self.timeouts.answer()).map_err(|_| {
+            self.stuck.set(true);
+            silent
+        })
     }
 
-    pub fn execute(&self, sql: &str, values: Vec<Value>) -> Result<u64, postgres::Error> {
+    pub fn execute(&self, sql: &str, values: Vec<Value>) -> Result<u64, PgError> {
         let sql = sql.to_owned();
-        self.call(move |session| {
+        Ok(self.call(move |session| {
             let statement = session.statement(&sql)?;
             let params: Vec<&(dyn ToSql + Sync)> =
                 values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
             session.client.execute(&statement, &params)
-        })
+        })??)
     }
 
     pub fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Vec<Value>>, PgError> {
@@ -165,19 +270,19 @@ impl Pg {
                 values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
             let rows = session.client.query(&statement, &params)?;
             rows.iter().map(row).collect()
-        })
+        })?
     }
 
-    pub fn batch(&self, sql: &str) -> Result<(), postgres::Error> {
+    pub fn batch(&self, sql: &str) -> Result<(), PgError> {
         let sql = sql.to_owned();
-        self.call(move |session| session.client.batch_execute(&sql))
+        Ok(self.call(move |session| session.client.batch_execute(&sql))??)
     }
 }
 
 impl Drop for Pg {
     fn drop(&mut self) {
         self.jobs = None;
-        if let Some(thread) = self.thread.take() {
+        if let Some(thread) = self.thread.take().filter(|_| !self.stuck.get()) {
             let _ = thread.join();
         }
     }
@@ -192,7 +297,7 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    pub fn connect(url: &str) -> Result<Self, postgres::Error> {
+    pub fn connect(url: &str) -> Result<Self, PgError> {
         Ok(Postgres {
             pg: Pg::connect(url)?,
             open: Cell::new(false),
@@ -262,6 +367,17 @@ pub enum PgError {
     Postgres(#[from] postgres::Error),
     #[error("column {column} has type {ty}, which the ledger does not read")]
     Type { column: usize, ty: Type },
+    #[error(
+        "the server did not {doing} within {}s (the ledger URL's `connect_timeout` and \
+         `statement_timeout` set how long kavi waits)",
+        after.as_secs_f64()
+    )]
+    Silent {
+        doing: &'static str,
+        after: Duration,
+    },
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// The server's own message: the client's error says only `db error`, and keeps it as its source.
@@ -373,6 +489,34 @@ mod tests {
             numbered_parameters("SELECT '?1', \"a?\" FROM t WHERE a = ?1 AND b = ?12"),
             "SELECT '?1', \"a?\" FROM t WHERE a = $1 AND b = $12"
         );
+    }
+
+    #[test]
+    fn the_urls_timeouts_are_read_and_kavis_own_taken_out_of_it() {
+        let (url, timeouts) = settings(
+            "postgres://kavi@db/ledger?connect_timeout=3&statement_timeout=2500&lock_timeout=30s",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://kavi@db/ledger?connect_timeout=3");
+        assert_eq!(
+            timeouts,
+            Timeouts {
+                connect: Duration::from_secs(3),
+                statement: Duration::from_millis(2500),
+                lock: Duration::from_secs(30),
+            }
+        );
+        let (url, timeouts) = settings("postgres://kavi@db/ledger").unwrap();
+        assert_eq!(url, "postgres://kavi@db/ledger");
+        assert_eq!(timeouts, Timeouts::default());
+        for bad in [
+            "statement_timeout=0",
+            "lock_timeout=soon",
+            "connect_timeout=1.5",
+        ] {
+            let error = settings(&format!("postgres://db/ledger?{bad}")).unwrap_err();
+            assert!(error.to_string().contains(bad), "{error}");
+        }
     }
 
     #[test]
