@@ -87,3 +87,49 @@ fn a_silent_server_is_an_error_not_a_hang() {
     );
     assert!(!said.contains("hunter22"), "{said}");
 }
+
+/// A machine set up otherwise (its own temporary folder, so its own sandbox folder, and the
+/// server's URL spelt its own way) steps a run another machine started: its settings are its
+/// own, not a change of the run's rules.
+#[test]
+fn a_machine_set_up_otherwise_steps_the_same_run() {
+    let dir = workspace_with(SLOW);
+    let root = dir.path();
+    let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let server = common::postgres::database();
+    let (ledger_a, ledger_b) = match &server {
+        // 127.0.0.1 here, localhost there, with a timeout of its own.
+        Some(url) => (
+            Some(url.clone()),
+            Some(format!(
+                "{}?connect_timeout=5",
+                url.replace("@127.0.0.1:", "@localhost:")
+            )),
+        ),
+        None => (None, None),
+    };
+    let machine = |tmp: &Path, ledger: Option<&str>, args: &[&str]| {
+        let mut command = kavi_on(root, ledger, args);
+        command.env_remove("KAVI_SANDBOXES").env("TMPDIR", tmp);
+        command.output().unwrap()
+    };
+    let started = machine(
+        tmp_a.path(),
+        ledger_a.as_deref(),
+        &["pipeline", "start", "slow"],
+    );
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started));
+    let run = String::from_utf8_lossy(&started.stdout).trim().to_owned();
+    let step = machine(
+        tmp_b.path(),
+        ledger_b.as_deref(),
+        &["pipeline", "step", "slow", "--run", &run, "slow"],
+    );
+    assert_eq!(step.status.code(), Some(0), "{}", text(&step));
+    let end = machine(
+        tmp_a.path(),
+        ledger_a.as_deref(),
+        &["pipeline", "end", "slow", "--run", &run],
+    );
+    assert_eq!(end.status.code(), Some(0), "{}", text(&end));
+}
