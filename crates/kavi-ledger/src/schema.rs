@@ -67,6 +67,12 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE runs ADD COLUMN allowed_changes TEXT",
     )],
+    // 33
+    &[
+        ServerStep::Sql("ALTER TABLE node_runs ADD COLUMN claimed_by TEXT"),
+        ServerStep::Sql("ALTER TABLE node_runs ADD COLUMN lease_until TEXT"),
+        ServerStep::Sql("ALTER TABLE runs ADD COLUMN lease_until TEXT"),
+    ],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -160,6 +166,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/30.sql"),
     include_str!("migrations/31.sql"),
     include_str!("migrations/32.sql"),
+    include_str!("migrations/33.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order
