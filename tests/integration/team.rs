@@ -346,3 +346,55 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
     }
     assert!(!alive(node), "what machine A left running still runs");
 }
+
+/// The ledger's server restarts in the middle of a run: kavi's connections are made again, and
+/// the run goes on to its end; every node that ran is recorded, and the ledger verifies.
+#[test]
+fn a_run_goes_on_across_a_server_restart() {
+    let Some((url, server)) = common::postgres::own_server() else {
+        return;
+    };
+    let mut pipeline = String::from("[pipeline]\nname = \"slow\"\n");
+    for i in 0..20 {
+        pipeline.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo n{i} >> ran.txt; sleep 0.3\"\n"
+        ));
+        if i > 0 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+        }
+    }
+    let dir = workspace_with(&pipeline);
+    let root = dir.path();
+    let run = spawn(kavi_on(
+        root,
+        Some(&url),
+        &["pipeline", "run", "slow", "--json"],
+    ));
+    let ran = || {
+        std::fs::read_to_string(root.join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..300 {
+        if ran() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ran() >= 3);
+    common::postgres::restart(&server);
+    assert!(ran() < 20, "the run ended before the restart");
+    let output = run.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(detail["status"], "succeeded");
+    let nodes = detail["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 20);
+    assert!(nodes.iter().all(|n| n["state"] == "succeeded"), "{nodes:?}");
+    assert_eq!(ran(), 20);
+    let verify = kavi_on(root, Some(&url), &["ledger", "verify"])
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+}

@@ -11,7 +11,9 @@
 //! take it.
 //!
 //! Nothing waits on the server forever (see [`Timeouts`]): a server that takes the connection and
-//! never answers, or stops answering midway, is an error after the time the URL allows.
+//! never answers, or stops answering midway, is an error after the time the URL allows. A
+//! connection the server closed (a restart) is made again before the next statement, with the
+//! session's settings, unless a transaction was open on it (see [`Session::reconnect_if_lost`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -56,9 +58,10 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
-    /// How long a call waits for the connection's thread to answer.
+    /// How long a call waits for the connection's thread to answer: connecting again after a
+    /// lost connection takes up to a statement's time (see [`Session::reconnect_if_lost`]).
     fn answer(&self) -> Duration {
-        self.statement + self.connect
+        self.statement * 2 + self.connect
     }
 }
 
@@ -131,9 +134,97 @@ type Job = Box<dyn FnOnce(&mut Session) + Send>;
 struct Session {
     client: postgres::Client,
     statements: HashMap<String, postgres::Statement>,
+    /// How to connect again, and what each new connection is given first: the timeouts, then
+    /// the settings kavi gave this session (see [`Pg::set_for_session`]).
+    config: postgres::Config,
+    timeouts: Timeouts,
+    settings: Vec<(String, Vec<Value>)>,
+    /// A transaction is open: a connection lost now loses it, and is not made again under it.
+    in_transaction: bool,
 }
 
 impl Session {
+    fn connect(
+        config: &postgres::Config,
+        timeouts: Timeouts,
+    ) -> Result<postgres::Client, postgres::Error> {
+        let setup = format!(
+            "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'",
+            timeouts.lock.as_millis(),
+            timeouts.statement.as_millis()
+        );
+        let mut client = config.connect(postgres::NoTls)?;
+        client.batch_execute(&setup)?;
+        Ok(client)
+    }
+
+    /// Connects again (see [`Session::reconnect`]) when the server closed the connection (it
+    /// restarted, or a proxy or the network dropped it) while no transaction was open.
+    fn reconnect_if_lost(&mut self) {
+        if !self.client.is_closed() || self.in_transaction {
+            return;
+        }
+        self.reconnect();
+    }
+
+    /// `work`, once more on a connection made again when the server ended the session before
+    /// doing it (it shut down or restarted, and said so): outside a transaction, such a
+    /// statement was not carried out, so doing it again does it once. Any other failure (a
+    /// connection that broke midway, whose statement may have been carried out) is the caller's.
+    fn retrying<T>(
+        &mut self,
+        work: impl Fn(&mut Session) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let in_transaction = self.in_transaction;
+        match work(self) {
+            Err(e) if !in_transaction && ended_by_server(&e) => {
+                self.reconnect();
+                work(self)
+            }
+            result => result,
+        }
+    }
+
+    /// Makes the connection again, trying with a growing pause for as long as a statement may
+    /// take, and gives it this session's settings. A connection that cannot be made again
+    /// leaves the client as it was: the statement then fails, saying why.
+    fn reconnect(&mut self) {
+        let deadline = std::time::Instant::now() + self.timeouts.statement;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.connect_again() {
+                Ok(()) => {
+                    tracing::info!("the connection to the ledger's server was made again");
+                    return;
+                }
+                Err(e) if std::time::Instant::now() + pause >= deadline => {
+                    tracing::warn!(
+                        error = %describe(&e),
+                        "the ledger's server closed the connection and could not be reached again within {}s",
+                        self.timeouts.statement.as_secs()
+                    );
+                    return;
+                }
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    fn connect_again(&mut self) -> Result<(), postgres::Error> {
+        let mut client = Session::connect(&self.config, self.timeouts)?;
+        for (sql, values) in &self.settings {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            client.execute(&numbered_parameters(sql), &params)?;
+        }
+        self.client = client;
+        self.statements.clear();
+        Ok(())
+    }
+
     fn statement(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
@@ -179,15 +270,7 @@ impl Pg {
         let thread = std::thread::Builder::new()
             .name("kavi-postgres".into())
             .spawn(move || {
-                let session = format!(
-                    "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'",
-                    timeouts.lock.as_millis(),
-                    timeouts.statement.as_millis()
-                );
-                let client = match config
-                    .connect(postgres::NoTls)
-                    .and_then(|mut client| client.batch_execute(&session).map(|()| client))
-                {
+                let client = match Session::connect(&config, timeouts) {
                     Ok(client) => client,
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -198,8 +281,13 @@ impl Pg {
                 let mut session = Session {
                     client,
                     statements: HashMap::new(),
+                    config,
+                    timeouts,
+                    settings: Vec::new(),
+                    in_transaction: false,
                 };
                 while let Ok(job) = receiver.recv() {
+                    session.reconnect_if_lost();
                     job(&mut session);
                 }
             })
@@ -225,8 +313,33 @@ impl Pg {
         &self.url
     }
 
-    /// Runs `work` on the connection's thread and waits for its answer, as long as a statement
-    /// may take and a little more: a server that stops answering is an error, not a hang.
+    /// Runs `sql` now, and again on each connection made after a lost one: a setting of the
+    /// session, which a new connection would not have.
+    pub fn set_for_session(&self, sql: &str, values: Vec<Value>) -> Result<(), PgError> {
+        let sql = sql.to_owned();
+        Ok(self.call(move |session| {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            let result = session.client.execute(&numbered_parameters(&sql), &params);
+            session.settings.push((sql, values));
+            result.map(|_| ())
+        })??)
+    }
+
+    /// Opens (`open`) or ends a transaction with `sql`; while one is open, a lost connection is
+    /// not made again under it.
+    fn transaction_sql(&self, sql: &str, open: bool) -> Result<(), PgError> {
+        let sql = sql.to_owned();
+        Ok(self.call(move |session| {
+            let result = session.retrying(|session| session.client.batch_execute(&sql));
+            session.in_transaction = open && result.is_ok();
+            result
+        })??)
+    }
+
+    /// Runs `work` on the connection's thread and waits for its answer, as long as making a lost
+    /// connection again and a statement may take, and a little more: a server that stops
+    /// answering is an error, not a hang.
     fn call<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Session) -> T + Send + 'static,
@@ -255,27 +368,33 @@ impl Pg {
     pub fn execute(&self, sql: &str, values: Vec<Value>) -> Result<u64, PgError> {
         let sql = sql.to_owned();
         Ok(self.call(move |session| {
-            let statement = session.statement(&sql)?;
-            let params: Vec<&(dyn ToSql + Sync)> =
-                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            session.client.execute(&statement, &params)
+            session.retrying(|session| {
+                let statement = session.statement(&sql)?;
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+                session.client.execute(&statement, &params)
+            })
         })??)
     }
 
     pub fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Vec<Value>>, PgError> {
         let sql = sql.to_owned();
-        self.call(move |session| {
-            let statement = session.statement(&sql)?;
-            let params: Vec<&(dyn ToSql + Sync)> =
-                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            let rows = session.client.query(&statement, &params)?;
-            rows.iter().map(row).collect()
-        })?
+        let rows = self.call(move |session| {
+            session.retrying(|session| {
+                let statement = session.statement(&sql)?;
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+                session.client.query(&statement, &params)
+            })
+        })??;
+        rows.iter().map(row).collect()
     }
 
     pub fn batch(&self, sql: &str) -> Result<(), PgError> {
         let sql = sql.to_owned();
-        Ok(self.call(move |session| session.client.batch_execute(&sql))??)
+        Ok(self.call(move |session| {
+            session.retrying(|session| session.client.batch_execute(&sql))
+        })??)
     }
 }
 
@@ -342,21 +461,26 @@ impl Storage for Postgres {
     }
 
     fn begin(&self) -> DbResult<()> {
-        self.pg.batch(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        ))?;
+        self.pg.transaction_sql(
+            &format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            true,
+        )?;
         self.open.set(true);
         Ok(())
     }
 
     fn commit(&self) -> DbResult<()> {
         self.open.set(false);
-        Ok(self.pg.batch("COMMIT")?)
+        Ok(self.pg.transaction_sql("COMMIT", false)?)
     }
 
     fn rollback(&self) {
         self.open.set(false);
-        let _ = self.pg.batch("ROLLBACK");
+        let _ = self.pg.transaction_sql("ROLLBACK", false);
+    }
+
+    fn set_for_session(&self, sql: &str, values: Vec<Value>) -> DbResult<()> {
+        Ok(self.pg.set_for_session(sql, values)?)
     }
 }
 
@@ -378,6 +502,15 @@ pub enum PgError {
     },
     #[error("{0}")]
     Setting(String),
+}
+
+/// Whether the server ended the session itself before doing what was asked: an administrator's
+/// shutdown or restart, or a crash of another backend (SQLSTATE 57P01, 57P02).
+fn ended_by_server(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    error
+        .code()
+        .is_some_and(|code| [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN].contains(code))
 }
 
 /// The server's own message: the client's error says only `db error`, and keeps it as its source.
