@@ -129,3 +129,57 @@ impl Ledger {
         Ok(renewed > 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NodeRecord;
+    use crate::testing::{fresh_ledger, new_run};
+    use kavi_foundation::state::NodeState;
+
+    #[test]
+    fn an_attempt_is_claimed_once_renewed_by_its_claimant_and_ended_once() {
+        let (_dir, mut ledger, owner) = fresh_ledger();
+        let run = ledger
+            .create_run(&new_run(&serde_json::json!({}), &["a"], &owner))
+            .unwrap();
+        // The pending first attempt, then a retry's row that does not exist yet.
+        for attempt in [1, 2] {
+            assert_eq!(
+                ledger
+                    .claim_attempt(run, "a", "exec", attempt, "1-1@one")
+                    .unwrap(),
+                Claim::Won
+            );
+            let Claim::Held { by, until } = ledger
+                .claim_attempt(run, "a", "exec", attempt, "2-2@two")
+                .unwrap()
+            else {
+                panic!("a claimed attempt was claimed again");
+            };
+            assert_eq!(by, "1-1@one");
+            assert!(!lease_over(Some(&until)));
+            assert!(ledger.renew_claim(run, "a", attempt, "1-1@one").unwrap());
+            assert!(!ledger.renew_claim(run, "a", attempt, "2-2@two").unwrap());
+            for (state, code) in [(NodeState::Failed, 1), (NodeState::Succeeded, 0)] {
+                // The second end changes nothing.
+                let record = NodeRecord {
+                    exit_code: Some(code),
+                    ..Default::default()
+                };
+                ledger
+                    .finish_node(run, "a", attempt, state, &record)
+                    .unwrap();
+            }
+            let rows = ledger.run_detail(run).unwrap().nodes;
+            let row = rows
+                .iter()
+                .find(|r| r.attempt == i64::from(attempt))
+                .unwrap();
+            assert_eq!((row.state, row.exit_code), (NodeState::Failed, Some(1)));
+            // Over: its lease is not renewed.
+            assert!(!ledger.renew_claim(run, "a", attempt, "1-1@one").unwrap());
+        }
+        assert!(lease_over(None));
+    }
+}
