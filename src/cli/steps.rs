@@ -149,7 +149,7 @@ pub async fn step(
         pipeline,
         templates,
         mut ledger,
-        run,
+        mut run,
     } = open_run(workspace, file, run_id)?;
     let dag = dag::compile(&pipeline)?;
     let Some(index) = pipeline.nodes.iter().position(|n| n.id == node) else {
@@ -173,16 +173,40 @@ pub async fn step(
     } else {
         Box::new(super::progress::Console::new(Arc::clone(&screen), 0))
     };
-    let outcome = executor::execute_step(
-        &dag,
-        Arc::new(env),
-        &mut ledger,
-        console.as_mut(),
-        cancel.clone(),
-        &run,
-        index,
-    )
-    .await?;
+    let env = Arc::new(env);
+    let claimant = crate::ledger::claimant_name();
+    let mut waiting = false;
+    let outcome = loop {
+        let outcome = executor::execute_step(
+            &dag,
+            Arc::clone(&env),
+            &mut ledger,
+            console.as_mut(),
+            cancel.clone(),
+            executor::StepOf {
+                run: &run,
+                index,
+                claimant: &claimant,
+            },
+        )
+        .await?;
+        let Some(by) = &outcome.claimed_by else {
+            break outcome;
+        };
+        // Another step runs the node: this one waits for its end and exits as it does, or
+        // takes the node over should its lease run out.
+        if !std::mem::replace(&mut waiting, true) {
+            errln!(
+                "run {run_id}: `{node}` attempt {} is claimed by {by}, which runs it; waiting for its end",
+                outcome.attempt
+            );
+        }
+        tokio::select! {
+            () = tokio::time::sleep(CLAIM_POLL) => {}
+            () = cancel.cancelled() => return Ok(super::cancelled_exit_code()),
+        }
+        run = ledger.run_detail(run_id)?;
+    };
     if options.json {
         super::print_json(&json!({
             "run_id": run_id,
@@ -213,6 +237,9 @@ pub async fn step(
         step_exit_code(outcome.state)
     })
 }
+
+/// How often a step whose node another step runs looks whether it has ended.
+const CLAIM_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What a step exits with for a node that ended in `state`: 0 when it succeeded or was
 /// skipped, 6 when it waits for a person, 1 when it did not run to success (failed, timed out,

@@ -1184,6 +1184,9 @@ outputs = ["out/a.txt"]
              ALTER TABLE journal DROP COLUMN mac;
              ALTER TABLE runs DROP COLUMN allowed_changes;
              ALTER TABLE promotions DROP COLUMN attestation;
+             ALTER TABLE node_runs DROP COLUMN claimed_by;
+             ALTER TABLE node_runs DROP COLUMN lease_until;
+             ALTER TABLE runs DROP COLUMN lease_until;
              DELETE FROM artifact_chunks;
              DROP TABLE artifact_chunks;
              UPDATE schema_version SET version = 23;",
@@ -1200,7 +1203,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 33);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 34);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

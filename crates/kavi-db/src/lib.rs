@@ -92,6 +92,12 @@ pub trait Storage: std::fmt::Debug + Send {
 
     /// Gives up the open transaction; called only when one is open.
     fn rollback(&self);
+
+    /// Runs `sql`, which sets something for the session, now and on every connection the
+    /// storage makes again after losing one.
+    fn set_for_session(&self, sql: &str, values: Vec<Value>) -> Result<()> {
+        self.execute(sql, values).map(|_| ())
+    }
 }
 
 /// A connection to the ledger's database.
@@ -169,6 +175,12 @@ impl Db {
     /// Runs statements separated by `;`, without parameters (schema changes).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         self.storage.execute_batch(sql)
+    }
+
+    /// Runs `sql`, a setting of the session, now and again on each connection made after a
+    /// lost one (see [`Storage::set_for_session`]).
+    pub fn set_for_session(&self, sql: &str, params: impl Params) -> Result<()> {
+        self.storage.set_for_session(sql, params.values())
     }
 
     /// Whether no transaction is open on this connection.

@@ -9,12 +9,18 @@
 //! which is what SQLite's write lock gave: kavi's writers read, decide and write under it, so
 //! two kavi processes never decide on the same state at once, on any machine. Readers do not
 //! take it.
+//!
+//! Nothing waits on the server forever (see [`Timeouts`]): a server that takes the connection and
+//! never answers, or stops answering midway, is an error after the time the URL allows. A
+//! connection the server closed (a restart) is made again before the next statement, with the
+//! session's settings, unless a transaction was open on it (see [`Session::reconnect_if_lost`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
@@ -25,8 +31,82 @@ use crate::{Backend, Result as DbResult, Row, Storage};
 /// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
 pub const WRITE_LOCK: i64 = 0x6b61_7669;
 
-/// How long a writer waits for [`WRITE_LOCK`]: what SQLite's busy timeout is for a file.
-const LOCK_TIMEOUT: std::time::Duration = crate::BUSY_TIMEOUT;
+/// How long kavi waits on the server, from the URL's query (`?connect_timeout=5&lock_timeout=30s`):
+/// `connect_timeout` is libpq's (seconds); `statement_timeout` and `lock_timeout` are kavi's,
+/// in PostgreSQL's units (a number is milliseconds; `500ms`, `30s`, `2min`), and are set on
+/// the session. The connection's thread is waited for no longer than a statement may take plus
+/// `connect_timeout`: past that the server is taken for gone, even if its socket is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Reaching the server and being let in (TCP, startup, authentication).
+    pub connect: Duration,
+    /// One statement.
+    pub statement: Duration,
+    /// A writer waiting for [`WRITE_LOCK`] or a row another holds.
+    pub lock: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            statement: Duration::from_secs(120),
+            // What SQLite's busy timeout is for a file.
+            lock: crate::BUSY_TIMEOUT,
+        }
+    }
+}
+
+impl Timeouts {
+    /// How long a call waits for the connection's thread to answer: connecting again after a
+    /// lost connection takes up to a statement's time (see [`Session::reconnect_if_lost`]).
+    fn answer(&self) -> Duration {
+        self.statement * 2 + self.connect
+    }
+}
+
+/// The URL as the client reads it (kavi's own settings taken out) and the timeouts it sets.
+pub fn settings(url: &str) -> Result<(String, Timeouts), PgError> {
+    let mut timeouts = Timeouts::default();
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), timeouts));
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad = |why: &str| PgError::Setting(format!("`{key}={value}` in the ledger URL: {why}"));
+        match key {
+            "statement_timeout" => timeouts.statement = pg_duration(value).map_err(|e| bad(&e))?,
+            "lock_timeout" => timeouts.lock = pg_duration(value).map_err(|e| bad(&e))?,
+            "connect_timeout" => {
+                let seconds: u64 = value
+                    .parse()
+                    .map_err(|_| bad("a whole number of seconds is expected"))?;
+                timeouts.connect = Duration::from_secs(seconds);
+                kept.push(pair);
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, timeouts))
+}
+
+/// A duration as PostgreSQL's settings take one: a number of milliseconds, or with a unit.
+fn pg_duration(value: &str) -> Result<Duration, String> {
+    let duration = match value.parse::<u64>() {
+        Ok(millis) => Duration::from_millis(millis),
+        Err(_) => humantime::parse_duration(value).map_err(|e| e.to_string())?,
+    };
+    if duration.is_zero() {
+        return Err("kavi never waits on the server without a bound: give a duration".to_owned());
+    }
+    Ok(duration)
+}
 
 /// Whether a ledger location names a PostgreSQL server rather than a file.
 pub fn is_url(location: &str) -> bool {
@@ -54,9 +134,97 @@ type Job = Box<dyn FnOnce(&mut Session) + Send>;
 struct Session {
     client: postgres::Client,
     statements: HashMap<String, postgres::Statement>,
+    /// How to connect again, and what each new connection is given first: the timeouts, then
+    /// the settings kavi gave this session (see [`Pg::set_for_session`]).
+    config: postgres::Config,
+    timeouts: Timeouts,
+    settings: Vec<(String, Vec<Value>)>,
+    /// A transaction is open: a connection lost now loses it, and is not made again under it.
+    in_transaction: bool,
 }
 
 impl Session {
+    fn connect(
+        config: &postgres::Config,
+        timeouts: Timeouts,
+    ) -> Result<postgres::Client, postgres::Error> {
+        let setup = format!(
+            "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'",
+            timeouts.lock.as_millis(),
+            timeouts.statement.as_millis()
+        );
+        let mut client = config.connect(postgres::NoTls)?;
+        client.batch_execute(&setup)?;
+        Ok(client)
+    }
+
+    /// Connects again (see [`Session::reconnect`]) when the server closed the connection (it
+    /// restarted, or a proxy or the network dropped it) while no transaction was open.
+    fn reconnect_if_lost(&mut self) {
+        if !self.client.is_closed() || self.in_transaction {
+            return;
+        }
+        self.reconnect();
+    }
+
+    /// `work`, once more on a connection made again when the server ended the session before
+    /// doing it (it shut down or restarted, and said so): outside a transaction, such a
+    /// statement was not carried out, so doing it again does it once. Any other failure (a
+    /// connection that broke midway, whose statement may have been carried out) is the caller's.
+    fn retrying<T>(
+        &mut self,
+        work: impl Fn(&mut Session) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let in_transaction = self.in_transaction;
+        match work(self) {
+            Err(e) if !in_transaction && ended_by_server(&e) => {
+                self.reconnect();
+                work(self)
+            }
+            result => result,
+        }
+    }
+
+    /// Makes the connection again, trying with a growing pause for as long as a statement may
+    /// take, and gives it this session's settings. A connection that cannot be made again
+    /// leaves the client as it was: the statement then fails, saying why.
+    fn reconnect(&mut self) {
+        let deadline = std::time::Instant::now() + self.timeouts.statement;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.connect_again() {
+                Ok(()) => {
+                    tracing::info!("the connection to the ledger's server was made again");
+                    return;
+                }
+                Err(e) if std::time::Instant::now() + pause >= deadline => {
+                    tracing::warn!(
+                        error = %describe(&e),
+                        "the ledger's server closed the connection and could not be reached again within {}s",
+                        self.timeouts.statement.as_secs()
+                    );
+                    return;
+                }
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    fn connect_again(&mut self) -> Result<(), postgres::Error> {
+        let mut client = Session::connect(&self.config, self.timeouts)?;
+        for (sql, values) in &self.settings {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            client.execute(&numbered_parameters(sql), &params)?;
+        }
+        self.client = client;
+        self.statements.clear();
+        Ok(())
+    }
+
     fn statement(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
@@ -72,6 +240,9 @@ pub struct Pg {
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
     url: String,
+    timeouts: Timeouts,
+    /// The thread stopped answering: it is left to its socket rather than waited for.
+    stuck: Cell<bool>,
 }
 
 impl std::fmt::Debug for Pg {
@@ -81,10 +252,14 @@ impl std::fmt::Debug for Pg {
 }
 
 impl Pg {
-    pub fn connect(url: &str) -> Result<Pg, postgres::Error> {
+    pub fn connect(url: &str) -> Result<Pg, PgError> {
         let (jobs, receiver) = mpsc::channel::<Job>();
         let (ready, connected) = mpsc::channel();
-        let mut config: postgres::Config = url.parse()?;
+        let (client_url, timeouts) = settings(url)?;
+        let mut config: postgres::Config = client_url.parse()?;
+        // The client's own bound covers reaching the socket only, not a server that takes the
+        // connection and never answers: the wait below bounds the whole of it.
+        config.connect_timeout(timeouts.connect);
         // As libpq does: a URL without a password takes PGPASSWORD's, so that the password
         // can stay out of kavi.toml and of the commands that name the ledger.
         if config.get_password().is_none()
@@ -95,12 +270,7 @@ impl Pg {
         let thread = std::thread::Builder::new()
             .name("kavi-postgres".into())
             .spawn(move || {
-                // A writer waits for the write lock as long as a SQLite one would, then fails.
-                let lock_timeout = format!("SET lock_timeout = '{}ms'", LOCK_TIMEOUT.as_millis());
-                let client = match config
-                    .connect(postgres::NoTls)
-                    .and_then(|mut client| client.batch_execute(&lock_timeout).map(|()| client))
-                {
+                let client = match Session::connect(&config, timeouts) {
                     Ok(client) => client,
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -111,73 +281,127 @@ impl Pg {
                 let mut session = Session {
                     client,
                     statements: HashMap::new(),
+                    config,
+                    timeouts,
+                    settings: Vec::new(),
+                    in_transaction: false,
                 };
                 while let Ok(job) = receiver.recv() {
+                    session.reconnect_if_lost();
                     job(&mut session);
                 }
             })
             .expect("a thread can be started");
-        connected
-            .recv()
-            .expect("the connection thread answers")
-            .map(|()| Pg {
+        match connected.recv_timeout(timeouts.connect) {
+            Ok(Ok(())) => Ok(Pg {
                 jobs: Some(jobs),
                 thread: Some(thread),
                 url: url.to_owned(),
-            })
+                timeouts,
+                stuck: Cell::new(false),
+            }),
+            Ok(Err(e)) => Err(e.into()),
+            // The thread stays behind, stuck on a socket the process drops when it exits.
+            Err(_) => Err(PgError::Silent {
+                doing: "let kavi in",
+                after: timeouts.connect,
+            }),
+        }
     }
 
     pub fn url(&self) -> &str {
         &self.url
     }
 
-    /// Runs `work` on the connection's thread and waits for its answer.
-    fn call<T: Send + 'static>(&self, work: impl FnOnce(&mut Session) -> T + Send + 'static) -> T {
+    /// Runs `sql` now, and again on each connection made after a lost one: a setting of the
+    /// session, which a new connection would not have.
+    pub fn set_for_session(&self, sql: &str, values: Vec<Value>) -> Result<(), PgError> {
+        let sql = sql.to_owned();
+        Ok(self.call(move |session| {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+            let result = session.client.execute(&numbered_parameters(&sql), &params);
+            session.settings.push((sql, values));
+            result.map(|_| ())
+        })??)
+    }
+
+    /// Opens (`open`) or ends a transaction with `sql`; while one is open, a lost connection is
+    /// not made again under it.
+    fn transaction_sql(&self, sql: &str, open: bool) -> Result<(), PgError> {
+        let sql = sql.to_owned();
+        Ok(self.call(move |session| {
+            let result = session.retrying(|session| session.client.batch_execute(&sql));
+            session.in_transaction = open && result.is_ok();
+            result
+        })??)
+    }
+
+    /// Runs `work` on the connection's thread and waits for its answer, as long as making a lost
+    /// connection again and a statement may take, and a little more: a server that stops
+    /// answering is an error, not a hang.
+    fn call<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Session) -> T + Send + 'static,
+    ) -> Result<T, PgError> {
         let (answer, answered) = mpsc::sync_channel(1);
         let job: Job = Box::new(move |session| {
             let _ = answer.send(work(session));
         });
-        self.jobs
+        let silent = PgError::Silent {
+            doing: "answer",
+            after: self.timeouts.answer(),
+        };
+        if self
+            .jobs
             .as_ref()
-            .expect("the connection is open")
-            .send(job)
-            .expect("the connection thread runs while the connection lives");
-        answered
-            .recv()
-            .expect("the connection thread answers every job")
+            .is_none_or(|jobs| jobs.send(job).is_err())
+        {
+            return Err(silent);
+        }
+        answered.recv_timeout(self.timeouts.answer()).map_err(|_| {
+            self.stuck.set(true);
+            silent
+        })
     }
 
-    pub fn execute(&self, sql: &str, values: Vec<Value>) -> Result<u64, postgres::Error> {
+    pub fn execute(&self, sql: &str, values: Vec<Value>) -> Result<u64, PgError> {
         let sql = sql.to_owned();
-        self.call(move |session| {
-            let statement = session.statement(&sql)?;
-            let params: Vec<&(dyn ToSql + Sync)> =
-                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            session.client.execute(&statement, &params)
-        })
+        Ok(self.call(move |session| {
+            session.retrying(|session| {
+                let statement = session.statement(&sql)?;
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+                session.client.execute(&statement, &params)
+            })
+        })??)
     }
 
     pub fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Vec<Value>>, PgError> {
         let sql = sql.to_owned();
-        self.call(move |session| {
-            let statement = session.statement(&sql)?;
-            let params: Vec<&(dyn ToSql + Sync)> =
-                values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
-            let rows = session.client.query(&statement, &params)?;
-            rows.iter().map(row).collect()
-        })
+        let rows = self.call(move |session| {
+            session.retrying(|session| {
+                let statement = session.statement(&sql)?;
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+                session.client.query(&statement, &params)
+            })
+        })??;
+        rows.iter().map(row).collect()
     }
 
-    pub fn batch(&self, sql: &str) -> Result<(), postgres::Error> {
+    pub fn batch(&self, sql: &str) -> Result<(), PgError> {
         let sql = sql.to_owned();
-        self.call(move |session| session.client.batch_execute(&sql))
+        Ok(self.call(move |session| {
+            session.retrying(|session| session.client.batch_execute(&sql))
+        })??)
     }
 }
 
 impl Drop for Pg {
     fn drop(&mut self) {
         self.jobs = None;
-        if let Some(thread) = self.thread.take() {
+        if let Some(thread) = self.thread.take().filter(|_| !self.stuck.get()) {
             let _ = thread.join();
         }
     }
@@ -192,7 +416,7 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    pub fn connect(url: &str) -> Result<Self, postgres::Error> {
+    pub fn connect(url: &str) -> Result<Self, PgError> {
         Ok(Postgres {
             pg: Pg::connect(url)?,
             open: Cell::new(false),
@@ -237,21 +461,26 @@ impl Storage for Postgres {
     }
 
     fn begin(&self) -> DbResult<()> {
-        self.pg.batch(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
-        ))?;
+        self.pg.transaction_sql(
+            &format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
+            true,
+        )?;
         self.open.set(true);
         Ok(())
     }
 
     fn commit(&self) -> DbResult<()> {
         self.open.set(false);
-        Ok(self.pg.batch("COMMIT")?)
+        Ok(self.pg.transaction_sql("COMMIT", false)?)
     }
 
     fn rollback(&self) {
         self.open.set(false);
-        let _ = self.pg.batch("ROLLBACK");
+        let _ = self.pg.transaction_sql("ROLLBACK", false);
+    }
+
+    fn set_for_session(&self, sql: &str, values: Vec<Value>) -> DbResult<()> {
+        Ok(self.pg.set_for_session(sql, values)?)
     }
 }
 
@@ -262,6 +491,26 @@ pub enum PgError {
     Postgres(#[from] postgres::Error),
     #[error("column {column} has type {ty}, which the ledger does not read")]
     Type { column: usize, ty: Type },
+    #[error(
+        "the server did not {doing} within {}s (the ledger URL's `connect_timeout` and \
+         `statement_timeout` set how long kavi waits)",
+        after.as_secs_f64()
+    )]
+    Silent {
+        doing: &'static str,
+        after: Duration,
+    },
+    #[error("{0}")]
+    Setting(String),
+}
+
+/// Whether the server ended the session itself before doing what was asked: an administrator's
+/// shutdown or restart, or a crash of another backend (SQLSTATE 57P01, 57P02).
+fn ended_by_server(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    error
+        .code()
+        .is_some_and(|code| [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN].contains(code))
 }
 
 /// The server's own message: the client's error says only `db error`, and keeps it as its source.
@@ -373,6 +622,34 @@ mod tests {
             numbered_parameters("SELECT '?1', \"a?\" FROM t WHERE a = ?1 AND b = ?12"),
             "SELECT '?1', \"a?\" FROM t WHERE a = $1 AND b = $12"
         );
+    }
+
+    #[test]
+    fn the_urls_timeouts_are_read_and_kavis_own_taken_out_of_it() {
+        let (url, timeouts) = settings(
+            "postgres://kavi@db/ledger?connect_timeout=3&statement_timeout=2500&lock_timeout=30s",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://kavi@db/ledger?connect_timeout=3");
+        assert_eq!(
+            timeouts,
+            Timeouts {
+                connect: Duration::from_secs(3),
+                statement: Duration::from_millis(2500),
+                lock: Duration::from_secs(30),
+            }
+        );
+        let (url, timeouts) = settings("postgres://kavi@db/ledger").unwrap();
+        assert_eq!(url, "postgres://kavi@db/ledger");
+        assert_eq!(timeouts, Timeouts::default());
+        for bad in [
+            "statement_timeout=0",
+            "lock_timeout=soon",
+            "connect_timeout=1.5",
+        ] {
+            let error = settings(&format!("postgres://db/ledger?{bad}")).unwrap_err();
+            assert!(error.to_string().contains(bad), "{error}");
+        }
     }
 
     #[test]

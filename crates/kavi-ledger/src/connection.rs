@@ -452,12 +452,12 @@ pub(crate) fn mac_key() -> Result<&'static keys::MacKey> {
 
 /// Gives a session of kavi's the journal's MAC key.
 fn key_session(conn: &Db, key: &keys::MacKey) -> Result<()> {
-    conn.query_row(
+    // Kept for the session: a connection made again after a server's restart has it too.
+    conn.set_for_session(
         &format!(
             "SELECT set_config('{MAC_INNER}', ?1, false), set_config('{MAC_OUTER}', ?2, false)"
         ),
         params![key.pads.0, key.pads.1],
-        |_| Ok(()),
     )?;
     Ok(())
 }

@@ -16,6 +16,7 @@
 mod artifacts;
 mod builds;
 mod cache;
+mod claims;
 pub mod cleanup;
 mod connection;
 mod copy;
@@ -49,6 +50,7 @@ pub use artifacts::SharedArtifacts;
 use artifacts::keep_artifact;
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
+pub use claims::{Claim, LEASE, lease_over};
 pub use connection::{AnotherConnection, display_location, locks_dir, postgres_url};
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
@@ -56,7 +58,9 @@ pub use gc::{GcRule, Pruned};
 pub use kavi_store::{Artifact, ArtifactStore};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};
 pub use open::open_during;
-pub use owner::{EXTERNAL as EXTERNAL_OWNER, Owner, live_log, this_host};
+pub use owner::{
+    EXTERNAL as EXTERNAL_OWNER, Owner, live_log, new_name as claimant_name, this_host,
+};
 pub use recovery::Recovered;
 pub use rules::{NewRuleSet, RuleSetRow};
 pub use runs::{GoverningFile, NewRun, RunDetail, RunFilter, RunOrigin, RunRow};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::db::params;
+use super::db::{OptionalExtension, params};
 use super::{Artifact, CacheRecord, Ledger, Result, cache, keep_artifact, now};
 use kavi_foundation::state::NodeState;
 
@@ -149,11 +149,12 @@ impl Ledger {
         record: &NodeRecord,
     ) -> Result<()> {
         let conn = &self.conn;
-        let node_run_id: i64 = conn.prepare_cached(
+        let node_run_id: Option<i64> = conn.prepare_cached(
             "UPDATE node_runs SET state = ?1, finished_at = ?2, duration_ms = ?3, exit_code = ?4,
                     outputs = ?5, error = ?6, reason = ?7, reused_from = ?11,
                     started_at = COALESCE(?12, started_at)
              WHERE run_id = ?8 AND node_id = ?9 AND attempt = ?10
+               AND state IN ('pending', 'running')
              RETURNING id",
         )?
         .query_row(
@@ -172,7 +173,26 @@ impl Ledger {
                 record.started_at.as_deref()
             ],
             |row| row.get(0),
-        )?;
+        )
+        .optional()?;
+        let Some(node_run_id) = node_run_id else {
+            // An attempt ends once: a second completion (a step run twice, a step whose claim
+            // another took over when its lease ran out) leaves the decided one as it is.
+            let decided: String = conn
+                .prepare_cached(
+                    "SELECT state FROM node_runs WHERE run_id = ?1 AND node_id = ?2 AND attempt = ?3",
+                )?
+                .query_row(params![run_id, node_id, attempt], |row| row.get(0))?;
+            tracing::warn!(
+                run_id,
+                node_id,
+                attempt,
+                refused = state.as_str(),
+                decided,
+                "the attempt was decided already: this end of it is not recorded"
+            );
+            return Ok(());
+        };
         if let Some(cache) = &record.cache {
             cache::record(conn, node_run_id, cache)?;
         }

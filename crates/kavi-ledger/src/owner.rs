@@ -77,6 +77,16 @@ fn well_formed(name: &str) -> bool {
         })
 }
 
+/// A name for this process, unique on the team: `<pid>-<nanos>@<host>`.
+pub fn new_name() -> String {
+    format!(
+        "{}-{}@{}",
+        std::process::id(),
+        jiff::Timestamp::now().as_nanosecond(),
+        this_host()
+    )
+}
+
 /// This machine's name, as owners name it.
 pub fn this_host() -> String {
     nix::unistd::gethostname()
@@ -169,12 +179,7 @@ impl Owner {
     pub fn claim(ledger: &Path, spill_root: &Path) -> io::Result<Self> {
         let locks = super::locks_dir(ledger);
         std::fs::create_dir_all(&locks)?;
-        let name = format!(
-            "{}-{}@{}",
-            std::process::id(),
-            jiff::Timestamp::now().as_nanosecond(),
-            this_host()
-        );
+        let name = new_name();
         let [lock, claiming, roster] =
             [LOCKS[0], LOCKS[1], ROSTER].map(|extension| locks.join(format!("{name}.{extension}")));
         let _turn = take_turn(&locks, false)?;

@@ -20,6 +20,14 @@ fn held(path: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// Why an owner's runs are taken for abandoned.
+enum Lapsed<'a> {
+    /// Its lock on this machine is free; what it said when it stopped, if it could.
+    Note(Option<&'a str>),
+    /// Its lease, on another machine, ran out before this time.
+    Since(&'a str),
+}
+
 /// What recovery found of one dead owner and did about it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Recovered {
@@ -58,9 +66,10 @@ impl Ledger {
             }
         }
         owners.remove(owner::EXTERNAL);
-        // A shared ledger names owners on other machines: only this one's can be checked.
+        // A shared ledger names owners on other machines: only this one's can be checked. The
+        // others' runs are recovered once their leases have run out (see below).
         owners.retain(|name| owner::runs_here(name));
-        let mut recovered = Vec::new();
+        let mut recovered = self.recover_lapsed_leases()?;
         for name in owners {
             let mut alive = false;
             for extension in owner::LOCKS {
@@ -77,7 +86,7 @@ impl Ledger {
                 Err(e) => return Err(e.into()),
             };
             let note = owner::stop_note(&self.owner_file(&name, owner::LOCKS[0]));
-            let runs = self.mark_interrupted(&name, note.as_deref())?;
+            let runs = self.mark_interrupted(&name, Lapsed::Note(note.as_deref()))?;
             if let Some(spill) = leftovers.spill {
                 owner::remove_spill(&name, &spill);
             }
@@ -115,21 +124,78 @@ impl Ledger {
         Ok(recovered)
     }
 
-    /// Marks what `owner` left unfinished as interrupted, in one transaction, saying why it
-    /// stopped where it said (`note`); returns the runs.
-    fn mark_interrupted(&mut self, owner: &str, note: Option<&str>) -> Result<Vec<i64>> {
+    /// Marks interrupted the runs of other machines whose leases have run out: their kavi died,
+    /// or was cut off from the ledger for longer than a lease, so no kavi renews them. What
+    /// they left running on their machine is stopped when that machine's kavi comes back (its
+    /// owner's lock is free then, above). Runs without a lease (an older kavi's) are left alone.
+    fn recover_lapsed_leases(&mut self) -> Result<Vec<Recovered>> {
         let now = now();
-        let why = note.map_or_else(String::new, |note| format!(": {note}"));
+        let mut owners = std::collections::BTreeSet::new();
+        {
+            let mut stmt = self.conn.prepare(
+                "SELECT owner FROM runs
+                 WHERE status = 'running' AND lease_until IS NOT NULL AND lease_until < ?1",
+            )?;
+            for owner in stmt.query_map(params![now], |row| row.get::<_, String>(0))? {
+                owners.insert(owner?);
+            }
+        }
+        let mut recovered = Vec::new();
+        for name in owners.into_iter().filter(|name| !owner::runs_here(name)) {
+            let runs = self.mark_interrupted(&name, Lapsed::Since(&now))?;
+            if !runs.is_empty() {
+                tracing::warn!(
+                    owner = %name,
+                    runs = ?runs,
+                    "the kavi process running these runs on another machine stopped renewing \
+                     their lease: they are marked interrupted"
+                );
+                recovered.push(Recovered {
+                    owner: name,
+                    runs,
+                    killed: 0,
+                });
+            }
+        }
+        Ok(recovered)
+    }
+
+    /// Marks what `owner` left unfinished as interrupted, in one transaction, saying why it
+    /// stopped; returns the runs.
+    fn mark_interrupted(&mut self, owner: &str, why: Lapsed<'_>) -> Result<Vec<i64>> {
+        let now = now();
+        let (why, lapsed) = match why {
+            Lapsed::Note(note) => (
+                note.map_or_else(String::new, |note| format!(": {note}")),
+                None,
+            ),
+            Lapsed::Since(at) => (
+                format!(": its lease ran out before {at}, on another machine"),
+                Some(at),
+            ),
+        };
         let run_error = format!("the kavi process running it stopped before it finished{why}");
         let node_reason = format!("the kavi process stopped while this node was unfinished{why}");
         let tx = self.conn.transaction()?;
-        let runs = tx
-            .prepare(
-                "UPDATE runs SET status = 'interrupted', finished_at = ?1, error = ?3
-                 WHERE owner = ?2 AND status = 'running' RETURNING id",
-            )?
-            .query_map(params![now, owner, run_error], |row| row.get::<_, i64>(0))?
-            .collect::<db::Result<Vec<i64>>>()?;
+        let runs = match lapsed {
+            None => tx
+                .prepare(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?1, error = ?3
+                     WHERE owner = ?2 AND status = 'running' RETURNING id",
+                )?
+                .query_map(params![now, owner, run_error], |row| row.get::<_, i64>(0))?
+                .collect::<db::Result<Vec<i64>>>()?,
+            // Only the runs whose lease lapsed: decided again under the write lock.
+            Some(at) => tx
+                .prepare(
+                    "UPDATE runs SET status = 'interrupted', finished_at = ?1, error = ?3
+                     WHERE owner = ?2 AND status = 'running' AND lease_until < ?4 RETURNING id",
+                )?
+                .query_map(params![now, owner, run_error, at], |row| {
+                    row.get::<_, i64>(0)
+                })?
+                .collect::<db::Result<Vec<i64>>>()?,
+        };
         for run_id in &runs {
             tx.execute(
                 "UPDATE node_runs SET state = 'interrupted', finished_at = ?1, reason = ?3
@@ -142,11 +208,14 @@ impl Ledger {
                 params![now, run_id],
             )?;
         }
-        tx.execute(
-            "UPDATE executions SET status = 'interrupted', finished_at = ?1, error = ?3
-             WHERE owner = ?2 AND status = 'running'",
-            params![now, owner, run_error],
-        )?;
+        // Executions hold no lease: another machine's are its own kavi's to recover.
+        if lapsed.is_none() {
+            tx.execute(
+                "UPDATE executions SET status = 'interrupted', finished_at = ?1, error = ?3
+                 WHERE owner = ?2 AND status = 'running'",
+                params![now, owner, run_error],
+            )?;
+        }
         tx.commit()?;
         Ok(runs)
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::claims::LEASE;
 use super::db::{self, OptionalExtension, params};
 use super::nodes::{NodeArtifact, NodeRunRow, by_node, millis};
 use super::{
@@ -186,8 +187,9 @@ impl Ledger {
         }
         let run_id: i64 = tx.query_row(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
-                               resumed_from, owner, started_by, governing_hash, allowed_changes)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                               resumed_from, owner, started_by, governing_hash, allowed_changes,
+                               lease_until)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              RETURNING id",
             params![
                 new.pipeline,
@@ -201,6 +203,8 @@ impl Ledger {
                 kavi_foundation::identity::actor(),
                 governing_hash,
                 new.allowed_changes,
+                // An external run's steps hold leases of their own, on its nodes' attempts.
+                (new.owner != super::EXTERNAL_OWNER).then(|| super::claims::lease_end(LEASE)),
             ],
             |row| row.get(0),
         )?;

@@ -67,6 +67,12 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE runs ADD COLUMN allowed_changes TEXT",
     )],
+    // 33
+    &[
+        ServerStep::Sql("ALTER TABLE node_runs ADD COLUMN claimed_by TEXT"),
+        ServerStep::Sql("ALTER TABLE node_runs ADD COLUMN lease_until TEXT"),
+        ServerStep::Sql("ALTER TABLE runs ADD COLUMN lease_until TEXT"),
+    ],
     // 34
     &[ServerStep::Table("artifact_chunks")],
 ];
@@ -162,6 +168,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/30.sql"),
     include_str!("migrations/31.sql"),
     include_str!("migrations/32.sql"),
+    include_str!("migrations/33.sql"),
     include_str!("migrations/34.sql"),
 ];
 

@@ -28,7 +28,7 @@ CREATE TABLE runs (
         parent_run  INTEGER REFERENCES runs(id),
         owner       TEXT NOT NULL,             -- names the lock file held while the run is live
         error       TEXT
-    , resumed_from INTEGER REFERENCES runs(id), started_by TEXT, governing_hash TEXT, allowed_changes TEXT);
+    , resumed_from INTEGER REFERENCES runs(id), started_by TEXT, governing_hash TEXT, allowed_changes TEXT, lease_until TEXT);
 
 CREATE INDEX runs_status ON runs(status);
 
@@ -45,7 +45,7 @@ CREATE TABLE node_runs (
         exit_code   INTEGER,
         outputs     TEXT,                      -- JSON
         error       TEXT,                      -- why it failed
-        reason      TEXT, governing_hash TEXT, reused_from INTEGER REFERENCES node_runs(id),                      -- why it was skipped, blocked or cancelled
+        reason      TEXT, governing_hash TEXT, reused_from INTEGER REFERENCES node_runs(id), claimed_by TEXT, lease_until TEXT,                      -- why it was skipped, blocked or cancelled
         UNIQUE (run_id, node_id, attempt)
     );
 
@@ -459,17 +459,17 @@ CREATE TRIGGER "journal_node_run_artifacts_delete" AFTER DELETE ON "node_run_art
 
 CREATE TRIGGER "journal_node_runs_insert" AFTER INSERT ON "node_runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('node_runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from"));
+               VALUES ('node_runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from", 'claimed_by', NEW."claimed_by", 'lease_until', NEW."lease_until"));
              END;
 
 CREATE TRIGGER "journal_node_runs_update" AFTER UPDATE ON "node_runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('node_runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from"));
+               VALUES ('node_runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'run_id', NEW."run_id", 'node_id', NEW."node_id", 'kind', NEW."kind", 'state', NEW."state", 'attempt', NEW."attempt", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'exit_code', NEW."exit_code", 'outputs', NEW."outputs", 'error', NEW."error", 'reason', NEW."reason", 'governing_hash', NEW."governing_hash", 'reused_from', NEW."reused_from", 'claimed_by', NEW."claimed_by", 'lease_until', NEW."lease_until"));
              END;
 
 CREATE TRIGGER "journal_node_runs_delete" AFTER DELETE ON "node_runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('node_runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'kind', OLD."kind", 'state', OLD."state", 'attempt', OLD."attempt", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'exit_code', OLD."exit_code", 'outputs', OLD."outputs", 'error', OLD."error", 'reason', OLD."reason", 'governing_hash', OLD."governing_hash", 'reused_from', OLD."reused_from"));
+               VALUES ('node_runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'run_id', OLD."run_id", 'node_id', OLD."node_id", 'kind', OLD."kind", 'state', OLD."state", 'attempt', OLD."attempt", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'exit_code', OLD."exit_code", 'outputs', OLD."outputs", 'error', OLD."error", 'reason', OLD."reason", 'governing_hash', OLD."governing_hash", 'reused_from', OLD."reused_from", 'claimed_by', OLD."claimed_by", 'lease_until', OLD."lease_until"));
              END;
 
 CREATE TRIGGER "journal_promotions_insert" AFTER INSERT ON "promotions" BEGIN
@@ -519,17 +519,17 @@ CREATE TRIGGER "journal_run_policies_delete" AFTER DELETE ON "run_policies" BEGI
 
 CREATE TRIGGER "journal_runs_insert" AFTER INSERT ON "runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes"));
+               VALUES ('runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes", 'lease_until', NEW."lease_until"));
              END;
 
 CREATE TRIGGER "journal_runs_update" AFTER UPDATE ON "runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes"));
+               VALUES ('runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes", 'lease_until', NEW."lease_until"));
              END;
 
 CREATE TRIGGER "journal_runs_delete" AFTER DELETE ON "runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'pipeline', OLD."pipeline", 'spec_path', OLD."spec_path", 'spec_hash', OLD."spec_hash", 'params', OLD."params", 'status', OLD."status", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'parent_run', OLD."parent_run", 'owner', OLD."owner", 'error', OLD."error", 'resumed_from', OLD."resumed_from", 'started_by', OLD."started_by", 'governing_hash', OLD."governing_hash", 'allowed_changes', OLD."allowed_changes"));
+               VALUES ('runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'pipeline', OLD."pipeline", 'spec_path', OLD."spec_path", 'spec_hash', OLD."spec_hash", 'params', OLD."params", 'status', OLD."status", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'parent_run', OLD."parent_run", 'owner', OLD."owner", 'error', OLD."error", 'resumed_from', OLD."resumed_from", 'started_by', OLD."started_by", 'governing_hash', OLD."governing_hash", 'allowed_changes', OLD."allowed_changes", 'lease_until', OLD."lease_until"));
              END;
 
 CREATE TRIGGER "journal_sandbox_entries_insert" AFTER INSERT ON "sandbox_entries" BEGIN

@@ -78,12 +78,22 @@ pub fn kavi_with_read_only(read_only: &Path, dir: &Path, args: &[&str]) -> Optio
 /// Whether this process can make a mount namespace of its own (`unshare -m`, as root), for
 /// `what`; where it cannot, the caller skips, saying why; under CI that fails.
 fn mount_namespace_or_skip(what: &str) -> bool {
+    namespace_or_skip("-m", "mount", what)
+}
+
+/// Whether this process can make a UTS namespace of its own (`unshare --uts`, as root), where
+/// a kavi gets a hostname of its own: another machine, as the tests fake one.
+pub fn uts_namespace_or_skip() -> bool {
+    namespace_or_skip("--uts", "UTS", "another machine's hostname")
+}
+
+fn namespace_or_skip(flag: &str, kind: &str, what: &str) -> bool {
     let works = Command::new("unshare")
-        .args(["-m", "true"])
+        .args([flag, "true"])
         .output()
         .is_ok_and(|out| out.status.success());
     if !works {
-        let missing = format!("{what} needs a mount namespace (unshare -m, as root)");
+        let missing = format!("{what} needs a {kind} namespace (unshare {flag}, as root)");
         assert!(std::env::var_os("CI").is_none(), "CI must: {missing}");
         eprintln!("skipping: {missing}");
     }

@@ -9,25 +9,69 @@ use std::sync::{Mutex, OnceLock};
 fn server() -> Result<&'static str, &'static str> {
     static SERVER: OnceLock<Result<String, String>> = OnceLock::new();
     SERVER
-        .get_or_init(|| {
-            let dir = tempfile::Builder::new()
-                .prefix("kavi-postgres")
-                .tempdir()
-                .map_err(|e| e.to_string())?
-                .keep();
-            let output = std::process::Command::new("bash")
-                .arg(super::repo().join("tests/postgres/server.sh"))
-                .arg(&dir)
-                .arg(std::process::id().to_string())
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !output.status.success() {
-                return Err(String::from_utf8_lossy(&output.stderr).trim().to_owned());
-            }
-            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-        })
+        .get_or_init(|| start().map(|(url, _)| url))
         .as_deref()
         .map_err(String::as_str)
+}
+
+/// Starts a server (tests/postgres/server.sh): its URL without a database, and its folder.
+fn start() -> Result<(String, PathBuf), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("kavi-postgres")
+        .tempdir()
+        .map_err(|e| e.to_string())?
+        .keep();
+    let output = std::process::Command::new("bash")
+        .arg(super::repo().join("tests/postgres/server.sh"))
+        .arg(&dir)
+        .arg(std::process::id().to_string())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_owned());
+    }
+    Ok((
+        String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        dir,
+    ))
+}
+
+/// A server of the caller's own, for a test that stops or restarts it: the URL of its
+/// `postgres` database, and its folder (for [`restart`]). `None`, with the reason printed,
+/// when no server can run here (under CI, a failure).
+pub fn own_server() -> Option<(String, PathBuf)> {
+    match start() {
+        Ok((url, dir)) => Some((format!("{url}/postgres"), dir)),
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI needs a PostgreSQL server: {why}"
+            );
+            eprintln!("skipping: no PostgreSQL server: {why}");
+            None
+        }
+    }
+}
+
+/// Restarts the server in `dir` (made by [`own_server`]) as an administrator would: its
+/// sessions are ended, and it takes connections again once it is back.
+pub fn restart(dir: &Path) {
+    let restarted = std::process::Command::new("bash")
+        .args([
+            "-c",
+            r#"pg_ctl=$(command -v pg_ctl || ls -d /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -n 1)
+               as=(); [[ $(id -u) == 0 ]] && as=(runuser -u nobody --)
+               "${as[@]}" "$pg_ctl" -D "$1/data" -m fast -w restart > /dev/null"#,
+            "restart",
+        ])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(
+        restarted.success(),
+        "the server in {} did not restart",
+        dir.display()
+    );
 }
 
 /// The URL of a new, empty database on the tests' server; `None`, with the reason printed,

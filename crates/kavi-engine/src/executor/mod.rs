@@ -37,7 +37,9 @@ use crate::spec::{OnFailure, Trigger};
 use crate::state::{NodeState, RunStatus};
 use recorder::{Recorder, Write};
 pub use status::{Inputs, NodeStatus, status};
-pub use step::{Progress, StepOutcome, execute_step, progress, rows_by_node, settle_external_run};
+pub use step::{
+    Progress, StepOf, StepOutcome, execute_step, progress, rows_by_node, settle_external_run,
+};
 
 /// Something worth telling the user about, as it happens.
 #[derive(Debug)]

@@ -280,12 +280,31 @@ fn write_groups(
 ) -> Result<(), LedgerError> {
     let mut group = Vec::new();
     let (mut groups, mut writes) = (0_usize, 0_usize);
-    while let Ok(first) = receiver.recv() {
+    // The run's lease is renewed while this thread lives: with the first group after a third
+    // of it has passed, or on its own when nothing is written for that long (a long node).
+    let renew_every = crate::ledger::LEASE / 3;
+    let mut renewed = Instant::now();
+    loop {
+        let first = match receiver.recv_timeout(renew_every) {
+            Ok(first) => first,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                ledger.renew_run_lease(run_id)?;
+                renewed = Instant::now();
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         gather(first, receiver, Instant::now() + LINGER, &mut group);
         fold_starts(&mut group);
         groups += 1;
         writes += group.len();
         ledger.begin_batch()?;
+        if renewed.elapsed() >= renew_every {
+            ledger
+                .renew_run_lease(run_id)
+                .inspect_err(|_| ledger.rollback_batch())?;
+            renewed = Instant::now();
+        }
         let mut synced = Vec::new();
         for message in group.drain(..) {
             match message {

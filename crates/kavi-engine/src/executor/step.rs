@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::recorder::Recorder;
 use super::{Executor, Observer, counts_as_failure, sleep_until_opt};
 use crate::dag::Dag;
-use crate::ledger::{Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail};
+use crate::ledger::{Claim, Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail, lease_over};
 use crate::node::Environment;
 use crate::spec::NodeSpec;
 use crate::state::{NodeState, RunStatus};
@@ -77,8 +77,17 @@ pub fn rows_by_node(run: &RunDetail) -> HashMap<&str, Vec<&NodeRunRow>> {
     rows
 }
 
-/// What one step did.
+/// The node a step decides: node `index` of `run`, for `claimant` (the step, named as owners
+/// are), which claims its attempt.
 #[derive(Debug, Clone, Copy)]
+pub struct StepOf<'a> {
+    pub run: &'a RunDetail,
+    pub index: usize,
+    pub claimant: &'a str,
+}
+
+/// What one step did.
+#[derive(Debug, Clone)]
 pub struct StepOutcome {
     /// The attempt it recorded.
     pub attempt: u32,
@@ -86,6 +95,8 @@ pub struct StepOutcome {
     pub state: NodeState,
     /// The node's retry policy wants another attempt: the engine should run the step again.
     pub retry: bool,
+    /// Another step holds the attempt (named as owners are) and runs it: this one ran nothing.
+    pub claimed_by: Option<String>,
 }
 
 /// Decides node `index` of `run` and runs it once, as the in-process executor would at this
@@ -96,9 +107,43 @@ pub async fn execute_step(
     ledger: &mut Ledger,
     observer: &mut (dyn Observer + Send),
     cancel: CancellationToken,
-    run: &RunDetail,
-    index: usize,
+    StepOf {
+        run,
+        index,
+        claimant,
+    }: StepOf<'_>,
 ) -> Result<StepOutcome, LedgerError> {
+    let rows = rows_by_node(run);
+    let node = &dag.pipeline.nodes[index];
+    let rows_here = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
+    // The attempt this step would run, claimed before anything is decided: of two steps of one
+    // node, the one that wins decides it, and the other waits for it.
+    let to_claim = match progress(node, rows_here) {
+        Progress::NotStarted => Some(1),
+        Progress::Retry { attempt } => Some(attempt),
+        Progress::Abandoned { attempt } => {
+            if let Some((by, until)) = ledger.claim_on(run.run.id, &node.id, attempt)?
+                && !lease_over(Some(&until))
+            {
+                return Ok(claimed(attempt, by));
+            }
+            (attempt < node.retry.attempts).then_some(attempt + 1)
+        }
+        Progress::Finished(_) => None,
+    };
+    let heartbeat = match to_claim {
+        Some(attempt) => {
+            match ledger.claim_attempt(run.run.id, &node.id, node.kind, attempt, claimant)? {
+                Claim::Won => Some(Heartbeat::start(
+                    ledger.another_connection()?,
+                    (run.run.id, node.id.clone(), attempt, claimant.to_owned()),
+                    cancel.clone(),
+                )),
+                Claim::Held { by, .. } => return Ok(claimed(attempt, by)),
+            }
+        }
+        None => None,
+    };
     let recorder = Recorder::start(ledger, run.run.id)?;
     let mut executor = Executor::new(
         dag,
@@ -110,7 +155,6 @@ pub async fn execute_step(
         cancel,
     );
     executor.starts_only = Some(index);
-    let rows = rows_by_node(run);
     let (mut progress_here, mut last_attempt) = (Progress::NotStarted, 1);
     for (i, node) in dag.pipeline.nodes.iter().enumerate() {
         let rows = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
@@ -167,6 +211,7 @@ pub async fn execute_step(
                 attempt: last_attempt,
                 state,
                 retry: false,
+                claimed_by: None,
             });
         }
     };
@@ -203,6 +248,7 @@ pub async fn execute_step(
         }
     }
     executor.recorder.finish()?;
+    drop(heartbeat);
     let retry = !executor.retries.is_empty();
     // Decided without running (the attempt never started), or the state its attempt ended in.
     let state = executor.slots[index]
@@ -213,7 +259,80 @@ pub async fn execute_step(
         attempt,
         state,
         retry,
+        claimed_by: None,
     })
+}
+
+/// A step that ran nothing: attempt `attempt` is another's, `by`.
+fn claimed(attempt: u32, by: String) -> StepOutcome {
+    StepOutcome {
+        attempt,
+        state: NodeState::Running,
+        retry: false,
+        claimed_by: Some(by),
+    }
+}
+
+/// Renews a step's lease on the attempt it runs, on a thread and a connection of its own, until
+/// it is dropped. Should the attempt stop being the step's own (another step took it over once
+/// the lease ran out, when the ledger could not be reached for that long), the node is
+/// cancelled: its result would not be recorded.
+struct Heartbeat {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    fn start(
+        connection: crate::ledger::AnotherConnection,
+        (run_id, node_id, attempt, claimant): (i64, String, u32, String),
+        cancel: CancellationToken,
+    ) -> Heartbeat {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("kavi-heartbeat".into())
+            .spawn(move || {
+                let ledger = match connection.open() {
+                    Ok(ledger) => ledger,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the claim's lease cannot be renewed");
+                        return;
+                    }
+                };
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(crate::ledger::LEASE / 3)
+                {
+                    match ledger.renew_claim(run_id, &node_id, attempt, &claimant) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(
+                                node = node_id,
+                                attempt,
+                                "the attempt's claim was lost to another step: the node is stopped"
+                            );
+                            cancel.cancel();
+                            return;
+                        }
+                        // The lease holds a while yet: the next beat tries again.
+                        Err(e) => tracing::warn!(error = %e, "the claim's lease was not renewed"),
+                    }
+                }
+            })
+            .expect("a thread can be started");
+        Heartbeat {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// How long ago the run started, whichever machine started it.

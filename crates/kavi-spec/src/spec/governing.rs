@@ -438,16 +438,33 @@ fn member_text(mut file: std::fs::File, size: u64) -> Option<String> {
     )
 }
 
+/// The settings of the configuration that say how one machine is set up, not what a run may
+/// do: where its ledger, artifacts, sandboxes, log and toolchains are (the sandbox folder comes
+/// from `$TMPDIR`; a server ledger's URL is spelt per machine, `localhost` or `127.0.0.1`, with
+/// or without a password). The machines of a team differ in them, so they do not govern: a step
+/// or a resume from a machine set up otherwise is not a change of rules.
+pub const LOCAL_SETTINGS: [&str; 6] = [
+    "ledger",
+    "artifacts",
+    "sandboxes",
+    "executions_log",
+    "toolchains",
+    "toolchain",
+];
+
 /// The resolved configuration a run sees as `config`, as a member named `kavi.toml`: TOML, with
 /// paths inside the workspace made relative to it (so moving a workspace changes nothing),
 /// without `jobs` (how many nodes run at once decides nothing a node did: `--jobs 1` is no
-/// change of rules for `runs resume`), and
+/// change of rules for `runs resume`) nor the machine's own [`LOCAL_SETTINGS`], and
 /// secrets redacted: the gateway's API key, should its value appear anywhere, and credentials
 /// written into a URL.
 pub fn config_member(config: &Value) -> Arc<SourceFile> {
     let mut config = config.clone();
     if let Some(map) = config.as_object_mut() {
         map.remove("jobs");
+        for local in LOCAL_SETTINGS {
+            map.remove(local);
+        }
     }
     let root = config
         .as_object_mut()
@@ -519,21 +536,16 @@ mod tests {
     fn the_configuration_member_is_relative_to_the_workspace_and_keeps_no_credentials_nor_jobs() {
         let member = config_member(&serde_json::json!({
             "workspace": "/w/ks",
-            "ledger": "/w/ks/.kavi/ledger.db",
-            "sandboxes": "/tmp/kavi-1000",
-            "builder": "python3 builders/agent.py",
+            "builder": "/w/ks/builders/agent.py --fast",
             "jobs": 4,
             "gateway": {"base_url": "https://me:hunter2@llm.example/v1", "api_key_env": "KAVI_TEST_UNSET_KEY"},
         }));
         assert!(!member.text.contains("jobs"), "{}", member.text);
         assert_eq!(member.path, std::path::Path::new("kavi.toml"));
         assert!(
-            member.text.contains("ledger = \".kavi/ledger.db\""),
-            "{}",
-            member.text
-        );
-        assert!(
-            member.text.contains("\"/tmp/kavi-1000\""),
+            member
+                .text
+                .contains("builder = \"builders/agent.py --fast\""),
             "{}",
             member.text
         );
@@ -544,6 +556,32 @@ mod tests {
             member.text
         );
         assert!(!member.text.contains("/w/ks"), "{}", member.text);
+    }
+
+    #[test]
+    fn a_machines_own_settings_do_not_govern() {
+        let here = serde_json::json!({
+            "workspace": "/w/ks",
+            "ledger": "postgres://kavi:one@127.0.0.1:5432/kavi",
+            "artifacts": "/w/ks/.kavi/artifacts",
+            "sandboxes": "/tmp/kavi-1000",
+            "executions_log": "/w/ks/.kavi/executions.jsonl",
+            "toolchains": "/root/.cache/kavi/toolchains",
+            "toolchain": {"python": {"path": "/opt/venv"}},
+            "skill_timeout": "60s",
+        });
+        let there = serde_json::json!({
+            "workspace": "/home/b/ks",
+            "ledger": "postgres://kavi@localhost/kavi?connect_timeout=3",
+            "artifacts": "/mnt/team/artifacts",
+            "sandboxes": "/var/tmp/kavi-0",
+            "executions_log": "/home/b/log.jsonl",
+            "toolchains": "/home/b/.cache/kavi/toolchains",
+            "toolchain": {},
+            "skill_timeout": "60s",
+        });
+        assert_eq!(config_member(&here).text, config_member(&there).text);
+        assert_eq!(config_member(&here).text.trim(), "skill_timeout = \"60s\"");
     }
 
     #[test]

@@ -1,0 +1,400 @@
+//! Several machines on one ledger (issue 56): node attempts claimed once, a step killed midway,
+//! a server that never answers, and machines set up differently. Real `kavi` processes, a real
+//! ledger file or the tests' PostgreSQL server; another machine is another `TMPDIR` and another
+//! spelling of the server's URL.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+use crate::common::{self, json};
+use serde_json::Value;
+
+/// One node that counts its runs and takes long enough for a second step to come while it runs.
+const SLOW: &str = r#"
+[pipeline]
+name = "slow"
+
+[nodes.slow]
+kind = "exec"
+shell = "echo ran >> runs.txt; sleep 3"
+"#;
+
+fn workspace_with(pipeline: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pipelines")).unwrap();
+    std::fs::write(dir.path().join("kavi.toml"), "# a workspace\n").unwrap();
+    std::fs::write(dir.path().join("pipelines/slow.toml"), pipeline).unwrap();
+    dir
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `kavi` in `root` on `ledger` (a server's URL, or `None` for the workspace's file).
+fn kavi_on(root: &Path, ledger: Option<&str>, args: &[&str]) -> Command {
+    let mut command = common::kavi_command(root, args);
+    if let Some(url) = ledger {
+        command.env("KAVI_LEDGER", url);
+    }
+    command
+}
+
+fn spawn(mut command: Command) -> Child {
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn start(root: &Path, ledger: Option<&str>) -> String {
+    let started = kavi_on(root, ledger, &["pipeline", "start", "slow"])
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started));
+    String::from_utf8_lossy(&started.stdout).trim().to_owned()
+}
+
+fn node_rows(root: &Path, ledger: Option<&str>, run: &str) -> Vec<Value> {
+    let shown = kavi_on(root, ledger, &["runs", "show", run, "--json"])
+        .output()
+        .unwrap();
+    json(&shown)["nodes"].as_array().unwrap().clone()
+}
+
+/// Waits until the run's node is recorded `running`, as `runs show` says while a step runs it.
+fn wait_until_running(root: &Path, ledger: Option<&str>, run: &str) {
+    for _ in 0..300 {
+        if node_rows(root, ledger, run)
+            .iter()
+            .any(|row| row["state"] == "running")
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the node was never shown running while its step ran");
+}
+
+/// Two workers step the same node at once, on a file and on a server: one runs it, the other
+/// says who has it, waits for its end and exits as it did; one attempt is recorded, whole.
+#[test]
+fn two_steps_of_one_node_run_it_once() {
+    let server = common::postgres::database();
+    for ledger in [None, server.as_deref()] {
+        let dir = workspace_with(SLOW);
+        let root = dir.path();
+        let run = start(root, ledger);
+        let step = ["pipeline", "step", "slow", "--run", &run, "slow"];
+        let first = spawn(kavi_on(root, ledger, &step));
+        wait_until_running(root, ledger, &run);
+        let second = spawn(kavi_on(root, ledger, &step));
+        let (first, second) = (
+            first.wait_with_output().unwrap(),
+            second.wait_with_output().unwrap(),
+        );
+        assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+        assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+        assert!(
+            text(&second).contains("attempt 1 is claimed by"),
+            "{}",
+            text(&second)
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("runs.txt")).unwrap(),
+            "ran\n"
+        );
+        let rows = node_rows(root, ledger, &run);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0]["state"], "succeeded");
+        let end = kavi_on(root, ledger, &["pipeline", "end", "slow", "--run", &run])
+            .output()
+            .unwrap();
+        assert_eq!(end.status.code(), Some(0), "{}", text(&end));
+        let verify = kavi_on(root, ledger, &["ledger", "verify"])
+            .output()
+            .unwrap();
+        assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+    }
+}
+
+/// A step killed in the middle of its node leaves the node `running`, claimed; `pipeline end`
+/// records it `interrupted`, as the docs say, and the run too.
+#[test]
+fn a_step_killed_midway_leaves_its_node_interrupted() {
+    let dir = workspace_with(SLOW);
+    let root = dir.path();
+    let run = start(root, None);
+    let mut step = spawn(kavi_on(
+        root,
+        None,
+        &["pipeline", "step", "slow", "--run", &run, "slow"],
+    ));
+    wait_until_running(root, None, &run);
+    step.kill().unwrap();
+    step.wait().unwrap();
+    let end = kavi_on(
+        root,
+        None,
+        &["pipeline", "end", "slow", "--run", &run, "--json"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(end.status.code(), Some(1), "{}", text(&end));
+    let detail: Value = serde_json::from_slice(&end.stdout).unwrap();
+    assert_eq!(detail["status"], "interrupted");
+    assert_eq!(detail["nodes"][0]["state"], "interrupted");
+    assert_eq!(
+        detail["nodes"][0]["reason"],
+        "the step running it ended before it finished"
+    );
+}
+
+/// A server that takes the connection and never answers: kavi gives up after the URL's
+/// `connect_timeout`, saying so without the password, and exits 4 (the ledger could not be
+/// used), rather than hanging.
+#[test]
+fn a_silent_server_is_an_error_not_a_hang() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Takes every connection and keeps it open, saying nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let dir = workspace_with(SLOW);
+    let url = format!("postgres://kavi:hunter22@127.0.0.1:{port}/kavi?connect_timeout=2");
+    let mut kavi = spawn(kavi_on(dir.path(), Some(&url), &["runs", "list"]));
+    let mut waited = 0;
+    while kavi.try_wait().unwrap().is_none() {
+        // A bound far past the timeout: a hang fails the test instead of stopping the suite.
+        if waited == 600 {
+            kavi.kill().unwrap();
+            panic!("kavi still waits on a server that never answers");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        waited += 1;
+    }
+    let output = kavi.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output));
+    let said = text(&output);
+    assert!(
+        said.contains("the server did not let kavi in within 2s"),
+        "{said}"
+    );
+    assert!(!said.contains("hunter22"), "{said}");
+}
+
+/// A machine set up otherwise (its own temporary folder, so its own sandbox folder, and the
+/// server's URL spelt its own way) steps a run another machine started: its settings are its
+/// own, not a change of the run's rules.
+#[test]
+fn a_machine_set_up_otherwise_steps_the_same_run() {
+    let dir = workspace_with(SLOW);
+    let root = dir.path();
+    let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let server = common::postgres::database();
+    let (ledger_a, ledger_b) = match &server {
+        // 127.0.0.1 here, localhost there, with a timeout of its own.
+        Some(url) => (
+            Some(url.clone()),
+            Some(format!(
+                "{}?connect_timeout=5",
+                url.replace("@127.0.0.1:", "@localhost:")
+            )),
+        ),
+        None => (None, None),
+    };
+    let machine = |tmp: &Path, ledger: Option<&str>, args: &[&str]| {
+        let mut command = kavi_on(root, ledger, args);
+        command.env_remove("KAVI_SANDBOXES").env("TMPDIR", tmp);
+        command.output().unwrap()
+    };
+    let started = machine(
+        tmp_a.path(),
+        ledger_a.as_deref(),
+        &["pipeline", "start", "slow"],
+    );
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started));
+    let run = String::from_utf8_lossy(&started.stdout).trim().to_owned();
+    let step = machine(
+        tmp_b.path(),
+        ledger_b.as_deref(),
+        &["pipeline", "step", "slow", "--run", &run, "slow"],
+    );
+    assert_eq!(step.status.code(), Some(0), "{}", text(&step));
+    let end = machine(
+        tmp_a.path(),
+        ledger_a.as_deref(),
+        &["pipeline", "end", "slow", "--run", &run],
+    );
+    assert_eq!(end.status.code(), Some(0), "{}", text(&end));
+}
+
+/// `kavi` as a process of machine `host` (its own hostname, in a UTS namespace of its own, and
+/// its own temporary folder, where its lock files live), on the server's ledger `url`.
+fn on_machine(root: &Path, host: &str, tmp: &Path, url: &str, args: &[&str]) -> Command {
+    let mut unshare = Command::new("unshare");
+    unshare
+        .args([
+            "--uts",
+            "sh",
+            "-c",
+            &format!("hostname {host} && exec \"$0\" \"$@\""),
+        ])
+        .arg(env!("CARGO_BIN_EXE_kavi"));
+    let mut command = common::with_test_env(unshare, root, args);
+    command.env("KAVI_LEDGER", url).env("TMPDIR", tmp);
+    command
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// A machine dies in the middle of a run (its kavi killed, what its node started left running):
+/// once the run's lease runs out, another machine sharing the server sees it interrupted,
+/// resumes it and collects garbage; when the dead machine comes back, its kavi stops what the
+/// node left running.
+#[test]
+fn a_dead_machines_run_is_recovered_from_another() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    if !common::uts_namespace_or_skip() {
+        return;
+    }
+    let dir = workspace_with(
+        r#"
+[pipeline]
+name = "slow"
+
+[nodes.slow]
+kind = "exec"
+shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pid; wait; fi"
+"#,
+    );
+    let root = dir.path();
+    let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let machine_a = |args: &[&str]| on_machine(root, "machine-a", tmp_a.path(), &url, args);
+    let machine_b = |args: &[&str]| on_machine(root, "machine-b", tmp_b.path(), &url, args);
+    let mut run = spawn(machine_a(&["pipeline", "run", "slow"]));
+    let pid_file = root.join("node.pid");
+    for _ in 0..300 {
+        if std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid.ends_with('\n')) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let node: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the node started")
+        .trim()
+        .parse()
+        .unwrap();
+    // The run is recorded (its first nodes start while that commits).
+    for _ in 0..300 {
+        let listed = json(&machine_b(&["runs", "list", "--json"]).output().unwrap());
+        if listed[0]["status"] == "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Machine A dies: its kavi is gone (and the node's shell with it), what the node started
+    // runs on.
+    run.kill().unwrap();
+    run.wait().unwrap();
+    assert!(alive(node));
+
+    // While the lease holds, the run is machine A's: B may not resume it, nor collect garbage.
+    let early = machine_b(&["runs", "resume", "1"]).output().unwrap();
+    assert_eq!(early.status.code(), Some(2), "{}", text(&early));
+    assert!(text(&early).contains("still running"), "{}", text(&early));
+    let gc = machine_b(&["gc", "--dry-run"]).output().unwrap();
+    assert_eq!(gc.status.code(), Some(4), "{}", text(&gc));
+
+    // Once it ran out (nothing renews it), any machine recovers the run.
+    let mut status = Value::Null;
+    for _ in 0..90 {
+        let listed = json(&machine_b(&["runs", "list", "--json"]).output().unwrap());
+        status = listed[0]["status"].clone();
+        if status != "running" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    assert_eq!(status, "interrupted");
+    let resumed = machine_b(&["runs", "resume", "1"]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    let gc = machine_b(&["gc", "--dry-run"]).output().unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", text(&gc));
+    // What machine A left running is machine A's to stop, when it comes back.
+    assert!(alive(node));
+    let back = machine_a(&["runs", "list"]).output().unwrap();
+    assert_eq!(back.status.code(), Some(0), "{}", text(&back));
+    for _ in 0..100 {
+        if !alive(node) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!alive(node), "what machine A left running still runs");
+}
+
+/// The ledger's server restarts in the middle of a run: kavi's connections are made again, and
+/// the run goes on to its end; every node that ran is recorded, and the ledger verifies.
+#[test]
+fn a_run_goes_on_across_a_server_restart() {
+    let Some((url, server)) = common::postgres::own_server() else {
+        return;
+    };
+    let mut pipeline = String::from("[pipeline]\nname = \"slow\"\n");
+    for i in 0..20 {
+        pipeline.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo n{i} >> ran.txt; sleep 0.3\"\n"
+        ));
+        if i > 0 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+        }
+    }
+    let dir = workspace_with(&pipeline);
+    let root = dir.path();
+    let run = spawn(kavi_on(
+        root,
+        Some(&url),
+        &["pipeline", "run", "slow", "--json"],
+    ));
+    let ran = || {
+        std::fs::read_to_string(root.join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..300 {
+        if ran() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ran() >= 3);
+    common::postgres::restart(&server);
+    assert!(ran() < 20, "the run ended before the restart");
+    let output = run.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(detail["status"], "succeeded");
+    let nodes = detail["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 20);
+    assert!(nodes.iter().all(|n| n["state"] == "succeeded"), "{nodes:?}");
+    assert_eq!(ran(), 20);
+    let verify = kavi_on(root, Some(&url), &["ledger", "verify"])
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+}
