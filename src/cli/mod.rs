@@ -112,6 +112,7 @@ mod research;
 mod resume;
 mod review;
 mod runs;
+mod serve;
 mod signals;
 mod skills;
 mod steps;
@@ -444,6 +445,7 @@ async fn in_workspace(
                 status,
                 pipeline,
                 since,
+                before: None,
             };
             runs::list(&workspace, &filter, limit, json)
         }
@@ -517,6 +519,16 @@ async fn in_workspace(
             drill::gates(&workspace, case.as_deref(), json).await
         }
         Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
+        Command::Serve {
+            mut bind,
+            port,
+            allow_remote,
+        } => {
+            if let Some(port) = port {
+                bind.set_port(port);
+            }
+            serve::run(workspace, bind, allow_remote).await
+        }
         Command::Mcp { client } => mcp::run(workspace, client).await,
         Command::Chat {
             message,

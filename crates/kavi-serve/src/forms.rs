@@ -1,0 +1,167 @@
+//! The approve and reject forms. A decision is taken only from this server's own page (its
+//! token, and an `Origin` that is this server), only on the run as the page showed it, and then
+//! through `kavi_governance::review::decide`, the function `kavi approve` and `kavi reject` call:
+//! whatever the CLI refuses, the page refuses, recorded as the account running the server.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use kavi_foundation::state::RunStatus;
+use kavi_governance::review::{self, Outcome, Verdict};
+use kavi_ledger::Ledger;
+
+use crate::pages::{page, refusal};
+use crate::{Shared, evidence};
+
+#[derive(Deserialize)]
+pub struct Decision {
+    token: String,
+    /// The run's state as the page showed it ([`evidence::fingerprint`]).
+    seen: String,
+    /// `approve` or `reject`.
+    verdict: String,
+    #[serde(default)]
+    comment: String,
+}
+
+/// Whether the request comes from a page of this server: browsers send `Origin` with every
+/// form post, and a page elsewhere cannot make it this server's.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    match (header(header::ORIGIN), header(header::HOST)) {
+        (Some(origin), Some(host)) => origin == format!("http://{host}"),
+        _ => false,
+    }
+}
+
+pub async fn decide(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    form: axum::Form<Decision>,
+) -> Response {
+    if !same_origin(&headers) {
+        return refusal(
+            &app,
+            StatusCode::FORBIDDEN,
+            "refused: the form was not sent from this server's page (its Origin is another \
+             site's, or missing); nothing was recorded",
+        );
+    }
+    if form.token != app.token {
+        return refusal(
+            &app,
+            StatusCode::FORBIDDEN,
+            "refused: the form's token is not this server's (reload the page: a token lasts \
+             as long as the server); nothing was recorded",
+        );
+    }
+    let verdict = match form.verdict.as_str() {
+        "approve" => Verdict::Approve,
+        "reject" => Verdict::Reject,
+        other => {
+            return refusal(
+                &app,
+                StatusCode::BAD_REQUEST,
+                &format!("refused: `{other}` is not a decision (approve or reject)"),
+            );
+        }
+    };
+    let task = tokio::task::spawn_blocking(move || decide_blocking(&app, id, verdict, &form));
+    task.await.unwrap_or_else(|e| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the decision did not finish: {e}"),
+        )
+            .into_response()
+    })
+}
+
+fn decide_blocking(app: &Shared, id: i64, verdict: Verdict, form: &Decision) -> Response {
+    let workspace = &app.workspace;
+    let root = match Ledger::open_existing(&workspace.config.ledger)
+        .map_err(|e| e.to_string())
+        .and_then(|ledger| {
+            let root = ledger.root_run(id).map_err(|e| e.to_string())?;
+            let now = evidence::fingerprint(&ledger, root.id)?;
+            Ok((root, now))
+        }) {
+        Ok((root, now)) if now == form.seen => root,
+        Ok((root, _)) => {
+            return refusal(
+                app,
+                StatusCode::CONFLICT,
+                &format!(
+                    "refused: run {} changed since the page was shown (it is {} now); nothing \
+                     was recorded. Read the page again before deciding.",
+                    root.id, root.status
+                ),
+            );
+        }
+        Err(e) => return refusal(app, StatusCode::NOT_FOUND, &e),
+    };
+    let comment = Some(form.comment.trim()).filter(|c| !c.is_empty());
+    let mut steps = Vec::new();
+    let decided = review::decide(
+        workspace,
+        &root.id.to_string(),
+        verdict,
+        comment,
+        &mut |line| steps.push(line),
+    );
+    let review = match decided {
+        Ok(review) => review,
+        Err(e) => {
+            return refusal(
+                app,
+                StatusCode::FORBIDDEN,
+                &format!("refused: {e}; nothing was decided"),
+            );
+        }
+    };
+    let verb = match verdict {
+        Verdict::Approve => "approved",
+        Verdict::Reject => "rejected",
+    };
+    let (title, mut lines) = match review.outcome {
+        Outcome::NeedsApprovals(missing) => (
+            format!("approval of run {} recorded", review.root.id),
+            vec![format!(
+                "recorded the approval by {}; it stays awaiting review: {missing}",
+                review.actor
+            )],
+        ),
+        Outcome::Waiting => (
+            format!("run {} still awaits review", review.root.id),
+            Vec::new(),
+        ),
+        Outcome::Decided(decided) => {
+            let mut lines: Vec<String> = decided
+                .escalations
+                .iter()
+                .map(|e| format!("{verb} `{}` by {}", e.skill, review.actor))
+                .collect();
+            lines.extend(decided.undone);
+            // As `kavi approve` does: a run that stopped for more than lifecycle moves goes on.
+            if verdict == Verdict::Approve
+                && !decided.only_moves
+                && review.root.status == RunStatus::AwaitingReview
+            {
+                lines.push(format!(
+                    "resuming run {} ({}): the resumed run is listed under Runs",
+                    review.root.id, review.root.spec_path
+                ));
+                app.cli.resume(workspace, review.root.clone());
+            }
+            (format!("run {} {verb}", review.root.id), lines)
+        }
+    };
+    steps.append(&mut lines);
+    page(
+        app,
+        "decided.html",
+        minijinja::context! { title, run => review.root.id, lines => steps },
+    )
+}
