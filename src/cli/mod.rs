@@ -207,6 +207,20 @@ fn color_asked(args: impl Iterator<Item = std::ffi::OsString>) -> ColorChoice {
     }
 }
 
+/// Refuses to start server `command` outside a workspace: it would serve nothing and leave a
+/// ledger behind.
+fn served_workspace(workspace: &Workspace, command: &str) -> Result<(), Error> {
+    if workspace.root.join(crate::config::CONFIG_FILE).is_file() {
+        return Ok(());
+    }
+    Err(Error::Unusable(format!(
+        "{} is not a kavi workspace (no {} there or above); start `{command}` in one, or name \
+         it with --workspace DIR; nothing was written",
+        workspace.root.display(),
+        crate::config::CONFIG_FILE
+    )))
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     // `--version` names the build too (build.rs): which commit, which profile, which features.

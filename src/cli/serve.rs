@@ -42,6 +42,7 @@ impl kavi_serve::Cli for Binary {
 }
 
 pub async fn run(workspace: Workspace, addr: SocketAddr, allow_remote: bool) -> Result<i32, Error> {
+    super::served_workspace(&workspace, "kavi serve")?;
     let options = Options { addr, allow_remote };
     let served = kavi_serve::serve(workspace, options, Box::new(Binary), |addr| {
         outln!("serving the review page on http://{addr}/ (Ctrl-C stops it)");

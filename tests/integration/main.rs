@@ -22,4 +22,5 @@ mod proxy;
 mod roots;
 mod sandbox;
 mod scanner;
+mod serve;
 mod trust;

@@ -94,11 +94,11 @@ pub async fn queue(State(app): State<Shared>) -> Response {
     };
     let found = read(&app, move |_, ledger| {
         let Some(ledger) = ledger else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         };
-        let runs = ledger
-            .find_runs(&filter, usize::MAX)
-            .map_err(|e| e.to_string())?;
+        // The newest page of them: the rest are on the runs list, filtered to them.
+        let runs = ledger.find_runs(&filter, PAGE).map_err(|e| e.to_string())?;
+        let more = runs.len() == PAGE;
         let mut waiting = Vec::new();
         // A child run (a forge attempt) is decided through the run above it.
         for run in runs.into_iter().filter(|r| r.parent_run.is_none()) {
@@ -107,11 +107,11 @@ pub async fn queue(State(app): State<Shared>) -> Response {
                 .map_err(|e| e.to_string())?;
             waiting.push(minijinja::context! { run, escalations });
         }
-        Ok(waiting)
+        Ok((waiting, more))
     })
     .await;
     match found {
-        Ok(waiting) => page(&app, "queue.html", minijinja::context! { waiting }),
+        Ok((waiting, more)) => page(&app, "queue.html", minijinja::context! { waiting, more }),
         Err(response) => response,
     }
 }
