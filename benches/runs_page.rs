@@ -33,6 +33,10 @@ impl Cli for Nothing {
         Err("not asked in this bench".into())
     }
 
+    fn explain(&self, _: &Workspace, _: i64, _: &str) -> Result<serde_json::Value, String> {
+        Err("not asked in this bench".into())
+    }
+
     fn resume(&self, _: &Workspace, _: RunRow) {}
 }
 

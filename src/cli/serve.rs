@@ -1,6 +1,6 @@
 //! `kavi serve`: the review page of crates/kavi-serve, given what only the binary can do: the
-//! policy diff of a run against the workspace's pipeline as it loads now, and resuming an
-//! approved run, each through the function the CLI's own command uses.
+//! policy diff of a run against the workspace's pipeline as it loads now, `explain`, and resuming
+//! an approved run, each through the function the CLI's own command uses.
 
 use std::net::SocketAddr;
 
@@ -17,6 +17,17 @@ impl kavi_serve::Cli for Binary {
     fn policy_diff(&self, workspace: &Workspace, run_id: i64) -> Result<Vec<FileChange>, String> {
         let ledger = Ledger::open_existing(&workspace.config.ledger).map_err(|e| e.to_string())?;
         super::policy::changed_since(workspace, &ledger, run_id).map_err(|e| e.to_string())
+    }
+
+    fn explain(
+        &self,
+        workspace: &Workspace,
+        run_id: i64,
+        node: &str,
+    ) -> Result<serde_json::Value, String> {
+        super::explain::explanation(workspace, &run_id.to_string(), node)
+            .map(|explained| explained.report)
+            .map_err(|e| e.to_string())
     }
 
     fn resume(&self, workspace: &Workspace, root: RunRow) {

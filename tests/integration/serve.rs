@@ -329,6 +329,33 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
         .await
         .unwrap();
     assert!(client.find(Locator::Id("approve")).await.is_err());
+
+    // A node's page: why it ran, as `kavi explain` says, and its log, as `kavi runs logs`.
+    client
+        .goto(&format!("{}/runs/2", served.url))
+        .await
+        .unwrap();
+    client
+        .find(Locator::LinkText("verify"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let explained = json(&kavi(root, &["explain", "2", "verify", "--json"]));
+    assert_eq!(
+        text_of(client, "p.because").await,
+        explained["because"].as_str().unwrap()
+    );
+    screenshot(client, "node").await;
+    client
+        .goto(&format!("{}/runs/2/nodes/build", served.url))
+        .await
+        .unwrap();
+    let logs = kavi(root, &["runs", "logs", "2", "build"]);
+    let logs = String::from_utf8(logs.stdout).unwrap();
+    assert!(!logs.trim().is_empty());
+    assert_eq!(text_of(client, "pre.log").await.trim(), logs.trim());
     common::assert_ledger_verifies(root);
 }
 

@@ -46,6 +46,13 @@ pub trait Cli: Send + Sync + 'static {
     /// What changed in the files that govern run `run_id` since it ran, as `kavi policy diff RUN`
     /// reports it.
     fn policy_diff(&self, workspace: &Workspace, run_id: i64) -> Result<Vec<FileChange>, String>;
+    /// Why node `node` of run `run_id` ran or did not, as `kavi explain RUN NODE --json` prints it.
+    fn explain(
+        &self,
+        workspace: &Workspace,
+        run_id: i64,
+        node: &str,
+    ) -> Result<serde_json::Value, String>;
     /// Resumes an approved run as `kavi approve` does (its pipeline runs again with the same
     /// parameters), without waiting for it: the page shows the run as it goes.
     fn resume(&self, workspace: &Workspace, root: RunRow);
@@ -104,6 +111,7 @@ fn router(app: Shared) -> Router {
         .route("/", get(pages::queue))
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
+        .route("/runs/{id}/nodes/{node}", get(pages::node))
         .route("/runs/{id}/decide", post(forms::decide))
         .route("/style.css", get(pages::style))
         .with_state(app)

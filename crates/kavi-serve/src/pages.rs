@@ -21,6 +21,7 @@ pub fn templates() -> minijinja::Environment<'static> {
         ("queue.html", include_str!("templates/queue.html")),
         ("runs.html", include_str!("templates/runs.html")),
         ("run.html", include_str!("templates/run.html")),
+        ("node.html", include_str!("templates/node.html")),
         ("decided.html", include_str!("templates/decided.html")),
         ("refusal.html", include_str!("templates/refusal.html")),
     ] {
@@ -188,6 +189,52 @@ pub async fn run(State(app): State<Shared>, Path(id): Path<i64>) -> Response {
                 minijinja::context! { page => run, awaiting },
             )
         }
+        Err(response) => response,
+    }
+}
+
+/// How much of a kept stream a node's page shows; `kavi artifact cat` prints all of it.
+const SHOWN_BYTES: usize = 256 * 1024;
+
+/// A node of a run: its last attempt's state, error and outputs, why it ran (`kavi explain`),
+/// and the streams it kept (`kavi runs logs`), as far as they were recorded.
+pub async fn node(State(app): State<Shared>, Path((id, node)): Path<(i64, String)>) -> Response {
+    let found = read(&app, move |app, ledger| {
+        let ledger = ledger.ok_or_else(|| format!("no run {id}: the ledger has no runs yet"))?;
+        let detail = ledger.run_detail(id).map_err(|e| e.to_string())?;
+        let attempt = kavi_ledger::final_attempts(&detail.nodes)
+            .into_iter()
+            .find(|n| n.node_id == node)
+            .cloned()
+            .ok_or_else(|| format!("run {id} has no node `{node}`"))?;
+        let explained = app.cli.explain(&app.workspace, id, &node);
+        let store = kavi_governance::open_store(&app.workspace).map_err(|e| e.to_string())?;
+        let streams: Vec<minijinja::Value> = attempt
+            .artifacts
+            .iter()
+            .filter(|a| ["stdout", "stderr", "log"].contains(&a.role.as_str()))
+            .map(|a| {
+                let text = store.read_bytes(&a.sha256).map_or_else(
+                    |e| format!("({e})"),
+                    |bytes| {
+                        String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN_BYTES)]).into_owned()
+                    },
+                );
+                let cut = usize::try_from(a.size).is_ok_and(|size| size > SHOWN_BYTES);
+                minijinja::context! { role => a.role, sha256 => a.sha256, text, cut }
+            })
+            .collect();
+        let outputs = attempt
+            .outputs
+            .as_ref()
+            .and_then(|o| serde_json::to_string_pretty(o).ok());
+        Ok(minijinja::context! {
+            run => detail.run, attempt, outputs, streams, explained,
+        })
+    })
+    .await;
+    match found {
+        Ok(context) => page(&app, "node.html", context),
         Err(response) => response,
     }
 }
