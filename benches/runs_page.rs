@@ -37,6 +37,10 @@ impl Cli for Nothing {
         Err("not asked in this bench".into())
     }
 
+    fn ledger_verify(&self, _: &Workspace) -> Result<serde_json::Value, String> {
+        Err("not asked in this bench".into())
+    }
+
     fn resume(&self, _: &Workspace, _: RunRow) {}
 }
 

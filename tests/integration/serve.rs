@@ -356,6 +356,30 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
     let logs = String::from_utf8(logs.stdout).unwrap();
     assert!(!logs.trim().is_empty());
     assert_eq!(text_of(client, "pre.log").await.trim(), logs.trim());
+
+    // The skill's page: its lifecycle as `kavi skill show` has it, the approval among its moves.
+    client
+        .goto(&format!("{}/skills/write_note", served.url))
+        .await
+        .unwrap();
+    assert_eq!(text_of(client, "h1 .state").await, "TRUSTED");
+    let moves = text_of(client, "section[aria-labelledby='moves'] tbody").await;
+    let recorded = shown["transitions"].as_array().unwrap();
+    assert_eq!(moves.lines().count(), recorded.len(), "{moves}");
+    screenshot(client, "skill").await;
+    // The ledger verifies, as `kavi ledger verify` says.
+    let verified = json(&kavi(root, &["ledger", "verify", "--json"]));
+    client
+        .goto(&format!("{}/ledger", served.url))
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(client, "main [role=status]").await,
+        format!(
+            "OK: {} journal entries chain, and every row, spec and artifact matches them.",
+            verified["entries"]
+        )
+    );
     common::assert_ledger_verifies(root);
 }
 

@@ -53,6 +53,8 @@ pub trait Cli: Send + Sync + 'static {
         run_id: i64,
         node: &str,
     ) -> Result<serde_json::Value, String>;
+    /// What verifying the ledger finds, as `kavi ledger verify --json` prints it.
+    fn ledger_verify(&self, workspace: &Workspace) -> Result<serde_json::Value, String>;
     /// Resumes an approved run as `kavi approve` does (its pipeline runs again with the same
     /// parameters), without waiting for it: the page shows the run as it goes.
     fn resume(&self, workspace: &Workspace, root: RunRow);
@@ -113,6 +115,8 @@ fn router(app: Shared) -> Router {
         .route("/runs/{id}", get(pages::run))
         .route("/runs/{id}/nodes/{node}", get(pages::node))
         .route("/runs/{id}/decide", post(forms::decide))
+        .route("/skills/{name}", get(pages::skill))
+        .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))
         .with_state(app)
 }

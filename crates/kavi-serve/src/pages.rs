@@ -22,6 +22,8 @@ pub fn templates() -> minijinja::Environment<'static> {
         ("runs.html", include_str!("templates/runs.html")),
         ("run.html", include_str!("templates/run.html")),
         ("node.html", include_str!("templates/node.html")),
+        ("skill.html", include_str!("templates/skill.html")),
+        ("ledger.html", include_str!("templates/ledger.html")),
         ("decided.html", include_str!("templates/decided.html")),
         ("refusal.html", include_str!("templates/refusal.html")),
     ] {
@@ -235,6 +237,39 @@ pub async fn node(State(app): State<Shared>, Path((id, node)): Path<(i64, String
     .await;
     match found {
         Ok(context) => page(&app, "node.html", context),
+        Err(response) => response,
+    }
+}
+
+/// A skill: its state and versions, its lifecycle moves, the tools of its last verification, and
+/// its builds, as `kavi skill show` and `kavi builds list` print them.
+pub async fn skill(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    let found = read(&app, move |_, ledger| {
+        let ledger = ledger.ok_or_else(|| format!("no skill `{name}`: the ledger is empty"))?;
+        let fail = |e: LedgerError| e.to_string();
+        let skill = ledger.skill(&name).map_err(fail)?;
+        let transitions = ledger.skill_transitions(&name).map_err(fail)?;
+        let toolchains = ledger.latest_toolchains(&name).map_err(fail)?;
+        let builds = ledger.builds(&name).map_err(fail)?;
+        Ok(minijinja::context! { skill, transitions, toolchains, builds })
+    })
+    .await;
+    match found {
+        Ok(context) => page(&app, "skill.html", context),
+        Err(response) => response,
+    }
+}
+
+/// `kavi ledger verify`: the journal, rows, specs and artifacts checked, and the checkpoints.
+/// Done when asked for, as the command is: it reads every artifact.
+pub async fn ledger(State(app): State<Shared>) -> Response {
+    let found = read(&app, move |app, ledger| {
+        ledger.ok_or("nothing is recorded yet: there is no ledger to verify")?;
+        Ok(app.cli.ledger_verify(&app.workspace))
+    })
+    .await;
+    match found {
+        Ok(verified) => page(&app, "ledger.html", minijinja::context! { verified }),
         Err(response) => response,
     }
 }
