@@ -502,6 +502,25 @@ async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_
         assert!(body.contains(reason), "{reason}: {body}");
         assert!(body.contains("nothing was recorded"), "{body}");
     }
+    // A page of another site whose name resolves here (DNS rebinding) reads nothing: its
+    // requests name that site.
+    let host = served
+        .url
+        .trim_start_matches("http://")
+        .replace("127.0.0.1", "rebound.example");
+    let answer = http
+        .get(format!("{}/runs/1", served.url))
+        .header("Host", &host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 421);
+    let body = answer.text().await.unwrap();
+    assert!(
+        body.contains("answers to 127.0.0.1 or localhost only"),
+        "{body}"
+    );
+    assert!(!body.contains(&token), "the token reached another site");
     // Without a token at all the form is not one.
     let answer = http
         .post(format!("{}/runs/1/decide", served.url))

@@ -71,6 +71,8 @@ pub struct Options {
 /// What every request shares.
 struct App {
     workspace: Workspace,
+    /// Served beyond loopback (`--allow-remote`): any `Host` is answered.
+    allow_remote: bool,
     cli: Box<dyn Cli>,
     /// The forms' token: random for each start of the server, so a page from another site
     /// cannot know it.
@@ -99,6 +101,7 @@ pub async fn serve(
         })?;
     let app = Arc::new(App {
         workspace,
+        allow_remote: options.allow_remote,
         cli,
         token: uuid::Uuid::new_v4().simple().to_string(),
         templates: pages::templates(),
@@ -118,5 +121,9 @@ fn router(app: Shared) -> Router {
         .route("/skills/{name}", get(pages::skill))
         .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            forms::loopback_host,
+        ))
         .with_state(app)
 }
