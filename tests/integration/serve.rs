@@ -250,6 +250,14 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
     let note = String::from_utf8(note.stdout).unwrap();
     assert!(note.contains("VERIFY_POLICY"), "{note}");
     assert_eq!(text_of(client, "pre.note").await.trim(), note.trim());
+    // Who decides, and the roles the adopted rules give that account (recorded with it).
+    let who = text_of(client, "section[aria-labelledby='decide'] p").await;
+    let me = kavi::identity::actor();
+    // The shipped policies/roles.toml gives every account both roles.
+    assert_eq!(
+        who,
+        format!("You decide as {me}, holding maintainer, reviewer in the adopted rules.")
+    );
     screenshot(client, "evidence").await;
     // A second tab with the same page, left open while the first decides.
     let first_tab = client.window().await.unwrap();
@@ -277,7 +285,6 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
         .unwrap();
     text_of(client, "ul[role=status]").await;
     let decided = text_of(client, "main").await;
-    let me = kavi::identity::actor();
     assert!(
         decided.contains("run 1 approved")
             && decided.contains(&format!("approved `write_note` by {me}"))

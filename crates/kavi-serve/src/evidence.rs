@@ -29,6 +29,9 @@ pub struct RunPage {
     pub policy_diff: Result<Vec<FileChange>, String>,
     /// The governing files on disk against the adopted rule set, and the pending rule changes.
     pub rules: Result<Rules, String>,
+    /// The roles the account running the server holds in the adopted rules, recorded with its
+    /// approval.
+    pub roles: Result<Vec<String>, String>,
     /// What the forms carry to refuse a decision on a run that changed since the page was shown.
     pub seen: String,
 }
@@ -152,6 +155,14 @@ pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String
             pending: status.pending,
         })
         .map_err(|e| e.to_string());
+    let roles = kavi_policy::adoption::Governing::adopted(ledger)
+        .and_then(|set| set.map(|set| set.roles()).transpose())
+        .map(|roles| {
+            roles
+                .flatten()
+                .map(|r| r.held_by_current_process())
+                .unwrap_or_default()
+        });
     let seen = fingerprint(ledger, run_id)?;
     Ok(RunPage {
         detail,
@@ -161,6 +172,7 @@ pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String
         skills,
         policy_diff,
         rules,
+        roles,
         seen,
     })
 }
