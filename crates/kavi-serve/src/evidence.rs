@@ -287,3 +287,51 @@ fn diff_trees(before: Option<&SkillTree>, after: &SkillTree) -> Vec<FileDiff> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kavi_policy::skills::trust::TreeFile;
+
+    fn tree(files: &[(&str, &str)]) -> SkillTree {
+        SkillTree {
+            proposal_path: "proposals/s.toml".into(),
+            proposal: b"name = \"s\"\n".to_vec(),
+            folder: "skills/s".into(),
+            files: files
+                .iter()
+                .map(|(path, text)| TreeFile {
+                    path: (*path).into(),
+                    bytes: text.as_bytes().to_vec(),
+                    executable: false,
+                    meta: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_diff_names_each_file_added_removed_or_changed_and_skips_the_same() {
+        let trusted = tree(&[("a.py", "x = 1\n"), ("gone.py", "y\n"), ("same.py", "z\n")]);
+        let built = tree(&[("a.py", "x = 2\n"), ("new.py", "w\n"), ("same.py", "z\n")]);
+        let diffs = diff_trees(Some(&trusted), &built);
+        let changes: Vec<(&str, &str)> =
+            diffs.iter().map(|d| (d.path.as_str(), d.change)).collect();
+        assert_eq!(
+            changes,
+            [
+                ("skills/s/a.py", "changed"),
+                ("skills/s/gone.py", "removed"),
+                ("skills/s/new.py", "added"),
+            ]
+        );
+        assert_eq!(
+            diffs[0].diff,
+            "--- a/skills/s/a.py\n+++ b/skills/s/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+        );
+        // Never trusted: every file, the proposal too, is added.
+        let first = diff_trees(None, &built);
+        assert_eq!(first.len(), 4);
+        assert!(first.iter().all(|d| d.change == "added"));
+    }
+}

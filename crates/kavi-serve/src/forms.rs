@@ -198,3 +198,66 @@ fn decide_blocking(app: &Shared, id: i64, verdict: Verdict, form: &Decision) -> 
         minijinja::context! { title, run => review.root.id, lines => steps },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(name.clone(), value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn only_loopback_names_are_answered() {
+        for host in [
+            "127.0.0.1:8321",
+            "localhost:8321",
+            "LOCALHOST",
+            "[::1]:8321",
+            "127.1.2.3",
+        ] {
+            assert!(
+                loopback_host_header(&headers(&[(header::HOST, host)])),
+                "{host}"
+            );
+        }
+        for host in [
+            "rebound.example:8321",
+            "localhost.example:8321",
+            "10.0.0.1:8321",
+            "127.0.0.1.nip.io:8321",
+        ] {
+            assert!(
+                !loopback_host_header(&headers(&[(header::HOST, host)])),
+                "{host}"
+            );
+        }
+        assert!(!loopback_host_header(&HeaderMap::new()), "no Host at all");
+    }
+
+    #[test]
+    fn a_post_is_same_origin_only_with_this_servers_origin() {
+        let ours = [
+            (header::HOST, "127.0.0.1:8321"),
+            (header::ORIGIN, "http://127.0.0.1:8321"),
+        ];
+        assert!(same_origin(&headers(&ours)));
+        for origin in [
+            "http://attacker.example",
+            "https://127.0.0.1:8321",
+            "http://127.0.0.1:8322",
+            "null",
+        ] {
+            let theirs = [(header::HOST, "127.0.0.1:8321"), (header::ORIGIN, origin)];
+            assert!(!same_origin(&headers(&theirs)), "{origin}");
+        }
+        assert!(
+            !same_origin(&headers(&[(header::HOST, "127.0.0.1:8321")])),
+            "a post without Origin"
+        );
+    }
+}
