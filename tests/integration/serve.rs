@@ -436,6 +436,33 @@ async fn the_page_refuses_what_kavi_approve_refuses() {
     );
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     assert_eq!(run["status"], "awaiting_review");
+
+    // Allowing self-approval again weakens the adopted rules: a rule change its proposer may not
+    // approve, on the page as with `kavi policy approve`.
+    std::fs::write(&rules, &text).unwrap();
+    let proposed = kavi(root, &["policy", "propose", "-m", "allow self-approval"]);
+    assert!(proposed.status.success(), "{proposed:?}");
+    client
+        .goto(&format!("{}/runs/1", served.url))
+        .await
+        .unwrap();
+    client
+        .find(Locator::Id("approve-rules-2"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let refused = text_of(client, "main [role=alert]").await;
+    let cli = kavi(root, &["policy", "approve", "2"]);
+    assert_eq!(cli.status.code(), Some(2));
+    let cli = String::from_utf8_lossy(&cli.stderr);
+    let reason = cli.trim().trim_start_matches("error: ");
+    assert_eq!(refused, format!("refused: {reason}; nothing was decided"));
+    let pending = common::LedgerConnection::open(root)
+        .texts("SELECT status || ' ' || coalesce(approvals, 'none') FROM rule_sets WHERE id = 2");
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].starts_with("pending "), "{pending:?}");
 }
 
 /// The hidden fields of the decision form on `page`.

@@ -86,7 +86,15 @@ pub struct FileDiff {
 pub struct Rules {
     pub adopted: i64,
     pub changes: Vec<(String, String)>,
-    pub pending: Vec<RuleSetRow>,
+    pub pending: Vec<PendingChange>,
+}
+
+/// A pending rule change, with what its form carries to refuse a decision on it once changed.
+#[derive(Serialize)]
+pub struct PendingChange {
+    #[serde(flatten)]
+    pub row: RuleSetRow,
+    pub seen: String,
 }
 
 /// The state of a run a decision is made on, as a hash: the run, its nodes and children, and its
@@ -98,6 +106,13 @@ pub fn fingerprint(ledger: &Ledger, root: i64) -> Result<String, String> {
         .pending_escalations(root)
         .map_err(|e| e.to_string())?;
     let state = serde_json::to_vec(&(&detail, &pending)).map_err(|e| e.to_string())?;
+    Ok(sha256_hex(&state))
+}
+
+/// The state of pending rule change `id` as a hash: its status and approvals.
+pub fn rules_fingerprint(ledger: &Ledger, id: i64) -> Result<String, String> {
+    let row = ledger.rule_set(id).map_err(|e| e.to_string())?;
+    let state = serde_json::to_vec(&row).map_err(|e| e.to_string())?;
     Ok(sha256_hex(&state))
 }
 
@@ -152,7 +167,14 @@ pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String
                 .into_iter()
                 .map(|(change, class)| (change, class.as_str().to_owned()))
                 .collect(),
-            pending: status.pending,
+            pending: status
+                .pending
+                .into_iter()
+                .map(|row| {
+                    let seen = sha256_hex(&serde_json::to_vec(&row).unwrap_or_default());
+                    PendingChange { row, seen }
+                })
+                .collect(),
         })
         .map_err(|e| e.to_string());
     let roles = kavi_policy::adoption::Governing::adopted(ledger)

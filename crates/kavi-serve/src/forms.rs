@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use kavi_foundation::state::RunStatus;
+use kavi_governance::adoption;
 use kavi_governance::review::{self, Outcome, Verdict};
 use kavi_ledger::Ledger;
 
@@ -69,40 +70,45 @@ pub async fn loopback_host(State(app): State<Shared>, request: Request, next: Ne
     )
 }
 
-pub async fn decide(
-    State(app): State<Shared>,
-    Path(id): Path<i64>,
-    headers: HeaderMap,
-    form: axum::Form<Decision>,
-) -> Response {
-    if !same_origin(&headers) {
-        return refusal(
-            &app,
+/// The verdict of a form sent from this server's own page, or why one is refused: it was not
+/// (or it names no verdict).
+fn from_our_page(
+    app: &Shared,
+    headers: &HeaderMap,
+    form: &Decision,
+) -> Result<Verdict, (StatusCode, String)> {
+    if !same_origin(headers) {
+        return Err((
             StatusCode::FORBIDDEN,
             "refused: the form was not sent from this server's page (its Origin is another \
-             site's, or missing); nothing was recorded",
-        );
+             site's, or missing); nothing was recorded"
+                .to_owned(),
+        ));
     }
     if form.token != app.token {
-        return refusal(
-            &app,
+        return Err((
             StatusCode::FORBIDDEN,
             "refused: the form's token is not this server's (reload the page: a token lasts \
-             as long as the server); nothing was recorded",
-        );
+             as long as the server); nothing was recorded"
+                .to_owned(),
+        ));
     }
-    let verdict = match form.verdict.as_str() {
-        "approve" => Verdict::Approve,
-        "reject" => Verdict::Reject,
-        other => {
-            return refusal(
-                &app,
-                StatusCode::BAD_REQUEST,
-                &format!("refused: `{other}` is not a decision (approve or reject)"),
-            );
-        }
-    };
-    let task = tokio::task::spawn_blocking(move || decide_blocking(&app, id, verdict, &form));
+    match form.verdict.as_str() {
+        "approve" => Ok(Verdict::Approve),
+        "reject" => Ok(Verdict::Reject),
+        other => Err((
+            StatusCode::BAD_REQUEST,
+            format!("refused: `{other}` is not a decision (approve or reject)"),
+        )),
+    }
+}
+
+/// Runs a decision off the async threads.
+async fn blocking(
+    app: Shared,
+    decide: impl FnOnce(&Shared) -> Response + Send + 'static,
+) -> Response {
+    let task = tokio::task::spawn_blocking(move || decide(&app));
     task.await.unwrap_or_else(|e| {
         (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -110,6 +116,87 @@ pub async fn decide(
         )
             .into_response()
     })
+}
+
+pub async fn decide(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    form: axum::Form<Decision>,
+) -> Response {
+    match from_our_page(&app, &headers, &form) {
+        Ok(verdict) => blocking(app, move |app| decide_blocking(app, id, verdict, &form)).await,
+        Err((status, why)) => refusal(&app, status, &why),
+    }
+}
+
+/// `kavi policy approve ID` and `kavi policy reject ID` from the page: through
+/// `kavi_governance::adoption`, as the CLI, on the rule change as the page showed it.
+pub async fn decide_rules(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    form: axum::Form<Decision>,
+) -> Response {
+    let verdict = match from_our_page(&app, &headers, &form) {
+        Ok(verdict) => verdict,
+        Err((status, why)) => return refusal(&app, status, &why),
+    };
+    blocking(app, move |app| {
+        let workspace = &app.workspace;
+        let now = Ledger::open_existing(&workspace.config.ledger)
+            .map_err(|e| e.to_string())
+            .and_then(|ledger| evidence::rules_fingerprint(&ledger, id));
+        match now {
+            Ok(now) if now == form.seen => {}
+            Ok(_) => {
+                return refusal(
+                    app,
+                    StatusCode::CONFLICT,
+                    &format!(
+                        "refused: rule change {id} changed since the page was shown; nothing \
+                         was recorded. Read the page again before deciding."
+                    ),
+                );
+            }
+            Err(e) => return refusal(app, StatusCode::NOT_FOUND, &e),
+        }
+        let lines = match verdict {
+            Verdict::Approve => adoption::approve(workspace, id).map(|approved| {
+                let roles = match approved.roles.is_empty() {
+                    true => "none".to_owned(),
+                    false => approved.roles.join(", "),
+                };
+                vec![
+                    format!(
+                        "approved rule change {id} by {} (roles: {roles})",
+                        approved.actor
+                    ),
+                    match approved.missing {
+                        None => format!(
+                            "its approvals are complete: adopt it with `kavi policy adopt {id}`"
+                        ),
+                        Some(missing) => format!("not yet adoptable: {missing}"),
+                    },
+                ]
+            }),
+            Verdict::Reject => adoption::reject(workspace, id)
+                .map(|actor| vec![format!("rejected rule change {id} by {actor}")]),
+        };
+        match lines {
+            Ok(lines) => page(
+                app,
+                "decided.html",
+                minijinja::context! { title => format!("rule change {id}"), lines },
+            ),
+            Err(e) => refusal(
+                app,
+                StatusCode::FORBIDDEN,
+                &format!("refused: {e}; nothing was decided"),
+            ),
+        }
+    })
+    .await
 }
 
 fn decide_blocking(app: &Shared, id: i64, verdict: Verdict, form: &Decision) -> Response {

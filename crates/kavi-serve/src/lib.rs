@@ -118,6 +118,7 @@ fn router(app: Shared) -> Router {
         .route("/runs/{id}", get(pages::run))
         .route("/runs/{id}/nodes/{node}", get(pages::node))
         .route("/runs/{id}/decide", post(forms::decide))
+        .route("/rules/{id}/decide", post(forms::decide_rules))
         .route("/skills/{name}", get(pages::skill))
         .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))
