@@ -11,6 +11,45 @@ use crate::ledger::{Ledger, NodeRunRow, final_attempts};
 use crate::state::NodeState;
 
 pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Result<i32, Error> {
+    let Explanation { pipeline, report } = explanation(workspace, reference, node)?;
+    if json {
+        super::print_json(&report);
+        return Ok(exit::SUCCESS);
+    }
+    outln!(
+        "node `{node}` of run {} ({pipeline}): {}",
+        report["run"],
+        report["state"].as_str().unwrap_or_default()
+    );
+    outln!("  {}", report["because"].as_str().unwrap_or_default());
+    for need in report["needs"].as_array().into_iter().flatten() {
+        let state = need["state"].as_str().unwrap_or("not recorded");
+        outln!(
+            "  needs `{}`: {state}",
+            need["node"].as_str().unwrap_or_default()
+        );
+    }
+    let cache = &report["cache"];
+    if let Some(summary) = cache["summary"].as_str() {
+        outln!("  cache: {summary}");
+    }
+    for change in cache["changed"].as_array().into_iter().flatten() {
+        outln!("    {}", change.as_str().unwrap_or_default());
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Why a node ran or did not, as `kavi explain --json` prints it, with its run's pipeline.
+pub(super) struct Explanation {
+    pub pipeline: String,
+    pub report: Value,
+}
+
+pub(super) fn explanation(
+    workspace: &Workspace,
+    reference: &str,
+    node: &str,
+) -> Result<Explanation, Error> {
     let ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let detail = ledger.run_detail(ledger.resolve_run(reference)?)?;
     let run = &detail.run;
@@ -92,38 +131,21 @@ pub fn run(workspace: &Workspace, reference: &str, node: &str, json: bool) -> Re
         }
     };
     let cache = cache_explanation(&ledger, &run.pipeline, last, &declared)?;
-    if json {
-        super::print_json(&json!({
-            "run": run.id,
-            "node": node,
-            "state": last.state,
-            "attempts": attempts.len(),
-            "needs": needs.iter().map(|(dep, state)| json!({ "node": dep, "state": state })).collect::<Vec<_>>(),
-            "when": when,
-            "reused_from": last.reused_from,
-            "because": because,
-            "cache": cache,
-        }));
-        return Ok(exit::SUCCESS);
-    }
-    outln!(
-        "node `{node}` of run {} ({}): {}",
-        run.id,
-        run.pipeline,
-        last.state
-    );
-    outln!("  {because}");
-    for (dep, state) in &needs {
-        let state = state.map_or("not recorded", |s| s.as_str());
-        outln!("  needs `{dep}`: {state}");
-    }
-    if let Some(summary) = cache["summary"].as_str() {
-        outln!("  cache: {summary}");
-    }
-    for change in cache["changed"].as_array().into_iter().flatten() {
-        outln!("    {}", change.as_str().unwrap_or_default());
-    }
-    Ok(exit::SUCCESS)
+    let report = json!({
+        "run": run.id,
+        "node": node,
+        "state": last.state,
+        "attempts": attempts.len(),
+        "needs": needs.iter().map(|(dep, state)| json!({ "node": dep, "state": state })).collect::<Vec<_>>(),
+        "when": when,
+        "reused_from": last.reused_from,
+        "because": because,
+        "cache": cache,
+    });
+    Ok(Explanation {
+        pipeline: run.pipeline.clone(),
+        report,
+    })
 }
 
 /// What the node's key says: why an earlier result was or was not taken, and which parts of the

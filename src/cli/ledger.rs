@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
@@ -280,18 +280,23 @@ pub fn migrate(workspace: &Workspace, url: &str) -> Result<i32, Error> {
 
 /// Verifies the journal, the tables, the stored specs, the artifact files and the checkpoints;
 /// exit 1 when any does not match, each problem named.
+/// What `kavi ledger verify --json` prints: the review page shows it too.
+pub(super) fn report(findings: &Findings, trusted: Option<&str>) -> Value {
+    json!({
+        "entries": findings.entries,
+        "checkpoints": findings.checkpoints,
+        "key": trusted,
+        "unkeyed": findings.unkeyed,
+        "ok": findings.problems.is_empty(),
+        "problems": findings.problems,
+        "adoption": findings.adoption,
+    })
+}
+
 pub fn verify(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let (findings, trusted) = findings(workspace)?;
     if json {
-        super::print_json(&json!({
-            "entries": findings.entries,
-            "checkpoints": findings.checkpoints,
-            "key": trusted,
-            "unkeyed": findings.unkeyed,
-            "ok": findings.problems.is_empty(),
-            "problems": findings.problems,
-            "adoption": findings.adoption,
-        }));
+        super::print_json(&report(&findings, trusted.as_deref()));
     } else {
         for problem in &findings.problems {
             outln!("MISMATCH  {problem}");

@@ -26,15 +26,7 @@ impl Runners for Served {
 }
 
 pub async fn run(workspace: Workspace, client: Option<String>) -> Result<i32, Error> {
-    // Outside a workspace a server would serve nothing and leave a ledger behind.
-    if !workspace.root.join(crate::config::CONFIG_FILE).is_file() {
-        return Err(Error::Unusable(format!(
-            "{} is not a kavi workspace (no {} there or above); start `kavi mcp` in one, or name \
-             it with --workspace DIR; nothing was written",
-            workspace.root.display(),
-            crate::config::CONFIG_FILE
-        )));
-    }
+    super::served_workspace(&workspace, "kavi mcp")?;
     // No policy file grants nothing: READ_ONLY skills only.
     let policy = if workspace.root.join(policy::DEFAULT_POLICY).is_file() {
         let source = super::read_policy(&workspace, policy::DEFAULT_POLICY)?;

@@ -113,6 +113,7 @@ mod research;
 mod resume;
 mod review;
 mod runs;
+mod serve;
 mod signals;
 mod skills;
 mod steps;
@@ -205,6 +206,20 @@ fn color_asked(args: impl Iterator<Item = std::ffi::OsString>) -> ColorChoice {
         ColorChoice::Auto if no_color() => ColorChoice::Never,
         asked => asked,
     }
+}
+
+/// Refuses to start server `command` outside a workspace: it would serve nothing and leave a
+/// ledger behind.
+fn served_workspace(workspace: &Workspace, command: &str) -> Result<(), Error> {
+    if workspace.root.join(crate::config::CONFIG_FILE).is_file() {
+        return Ok(());
+    }
+    Err(Error::Unusable(format!(
+        "{} is not a kavi workspace (no {} there or above); start `{command}` in one, or name \
+         it with --workspace DIR; nothing was written",
+        workspace.root.display(),
+        crate::config::CONFIG_FILE
+    )))
 }
 
 /// Runs the command line and returns the process exit code.
@@ -454,6 +469,7 @@ async fn in_workspace(
                 status,
                 pipeline,
                 since,
+                before: None,
             };
             runs::list(&workspace, &filter, limit, json)
         }
@@ -527,6 +543,16 @@ async fn in_workspace(
             drill::gates(&workspace, case.as_deref(), json).await
         }
         Command::Explain { run, node, json } => explain::run(&workspace, &run, &node, json),
+        Command::Serve {
+            mut bind,
+            port,
+            allow_remote,
+        } => {
+            if let Some(port) = port {
+                bind.set_port(port);
+            }
+            serve::run(workspace, bind, allow_remote).await
+        }
         Command::Mcp { client } => mcp::run(workspace, client).await,
         Command::Chat {
             message,

@@ -10,7 +10,7 @@ use kavi_governance::review::{self, Decided, Outcome, Verdict};
 
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::RunOrigin;
+use crate::ledger::{RunOrigin, RunRow};
 use crate::state::RunStatus;
 
 #[derive(Debug, Clone, Copy)]
@@ -109,19 +109,25 @@ pub async fn decide(
                 return Ok(exit::SUCCESS);
             }
             outln!("resuming run {} ({})", root.id, root.spec_path);
-            let sets = param_sets(&root.params);
-            let path = workspace.root.join(&root.spec_path);
-            super::pipeline::run(
-                workspace,
-                &path.to_string_lossy(),
-                &sets,
-                kavi_cli::RunOptions::default(),
-                RunOrigin::Resume { of: root.id }.into(),
-                None,
-            )
-            .await
+            resume(workspace, &root).await
         }
     }
+}
+
+/// Runs an approved run's pipeline again, from its file as it is now, with the same parameters,
+/// recorded as a new run that names the one it resumes: `kavi approve` and the review page.
+pub(super) async fn resume(workspace: &Workspace, root: &RunRow) -> Result<i32, Error> {
+    let sets = param_sets(&root.params);
+    let path = workspace.root.join(&root.spec_path);
+    super::pipeline::run(
+        workspace,
+        &path.to_string_lossy(),
+        &sets,
+        kavi_cli::RunOptions::default(),
+        RunOrigin::Resume { of: root.id }.into(),
+        None,
+    )
+    .await
 }
 
 /// A run's recorded parameters as `--set` pairs: strings as they are, other values as JSON

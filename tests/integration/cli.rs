@@ -179,8 +179,8 @@ fn bash_completes_commands_and_the_workspaces_names() {
 }
 
 /// In a folder where nothing has run, and with no policies, reading commands say so and leave
-/// nothing behind; the ones that need no policy work without one, and `kavi mcp`, which serves a
-/// workspace, refuses a folder that is none.
+/// nothing behind; the ones that need no policy work without one, and `kavi mcp` and `kavi
+/// serve`, which serve a workspace, refuse a folder that is none.
 #[test]
 fn reading_commands_never_make_a_ledger() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,6 +205,11 @@ fn reading_commands_never_make_a_ledger() {
         (vec!["doctor"], 0, "none yet at"),
         (
             vec!["mcp"],
+            4,
+            "is not a kavi workspace (no kavi.toml there or above)",
+        ),
+        (
+            vec!["serve", "--port", "0"],
             4,
             "is not a kavi workspace (no kavi.toml there or above)",
         ),

@@ -22,5 +22,6 @@ mod proxy;
 mod roots;
 mod sandbox;
 mod scanner;
+mod serve;
 mod team;
 mod trust;

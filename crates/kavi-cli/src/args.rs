@@ -159,6 +159,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the review page on http://127.0.0.1:8321: the review queue with each stopped run's
+    /// evidence and approve and reject forms, and the runs (see docs/review.md).
+    Serve {
+        /// The address to listen on; a port of 0 takes a free one (printed).
+        #[arg(long, default_value = "127.0.0.1:8321")]
+        bind: std::net::SocketAddr,
+        /// The port to listen on, on the --bind address.
+        #[arg(long)]
+        port: Option<u16>,
+        /// Listen on an address other than loopback: whoever reaches it decides as the account
+        /// running kavi.
+        #[arg(long)]
+        allow_remote: bool,
+    },
     /// Serve the trusted skills to an agent as MCP tools, on stdio (see docs/mcp.md).
     Mcp {
         /// The name the client is granted side effects under in policies/mcp.toml; without it,

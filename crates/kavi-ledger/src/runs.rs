@@ -18,7 +18,8 @@ use kavi_foundation::state::RunStatus;
 /// The runs a [`RunFilter`] keeps, over parameters 1 (status), 2 (pipeline) and 3 (since).
 const RUN_FILTER: &str = "(CAST(?1 AS TEXT) IS NULL OR status = ?1)
     AND (CAST(?2 AS TEXT) IS NULL OR pipeline = ?2)
-    AND (CAST(?3 AS TEXT) IS NULL OR started_at >= ?3)";
+    AND (CAST(?3 AS TEXT) IS NULL OR started_at >= ?3)
+    AND (CAST(?4 AS BIGINT) IS NULL OR id < ?4)";
 
 /// What a new run records before any node starts. Owned, so that a thread of its own can
 /// record it (see the executor's recorder).
@@ -48,6 +49,9 @@ pub struct RunFilter {
     pub pipeline: Option<String>,
     /// Started at or after.
     pub since: Option<jiff::Timestamp>,
+    /// Older than this run: the next page of a listing, by key rather than offset, so a deep
+    /// page costs what the first does.
+    pub before: Option<i64>,
 }
 
 /// Who started a run.
@@ -290,13 +294,14 @@ impl Ledger {
     pub fn find_runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunRow>> {
         let since = filter.since.map(format_time);
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE {RUN_FILTER} ORDER BY id DESC LIMIT ?4"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE {RUN_FILTER} ORDER BY id DESC LIMIT ?5"
         ))?;
         let rows = stmt.query_map(
             params![
                 filter.status.map(RunStatus::as_str),
                 filter.pipeline,
                 since,
+                filter.before,
                 i64::try_from(limit).unwrap_or(i64::MAX)
             ],
             run_row,
@@ -309,7 +314,12 @@ impl Ledger {
         let since = filter.since.map(format_time);
         let count: i64 = self.conn.query_row(
             &format!("SELECT count(*) FROM runs WHERE {RUN_FILTER}"),
-            params![filter.status.map(RunStatus::as_str), filter.pipeline, since],
+            params![
+                filter.status.map(RunStatus::as_str),
+                filter.pipeline,
+                since,
+                filter.before
+            ],
             |row| row.get(0),
         )?;
         Ok(u64::try_from(count).unwrap_or(0))

@@ -1,0 +1,350 @@
+//! The approve and reject forms. A decision is taken only from this server's own page (its
+//! token, and an `Origin` that is this server), only on the run as the page showed it, and then
+//! through `kavi_governance::review::decide`, the function `kavi approve` and `kavi reject` call:
+//! whatever the CLI refuses, the page refuses, recorded as the account running the server.
+
+use std::net::IpAddr;
+
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use kavi_foundation::state::RunStatus;
+use kavi_governance::adoption;
+use kavi_governance::review::{self, Outcome, Verdict};
+use kavi_ledger::Ledger;
+
+use crate::pages::{page, refusal};
+use crate::{Shared, evidence};
+
+#[derive(Deserialize)]
+pub struct Decision {
+    token: String,
+    /// The run's state as the page showed it ([`evidence::fingerprint`]).
+    seen: String,
+    /// `approve` or `reject`.
+    verdict: String,
+    #[serde(default)]
+    comment: String,
+}
+
+/// Whether the request comes from a page of this server: browsers send `Origin` with every
+/// form post, and a page elsewhere cannot make it this server's.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    match (header(header::ORIGIN), header(header::HOST)) {
+        (Some(origin), Some(host)) => origin == format!("http://{host}"),
+        _ => false,
+    }
+}
+
+/// Whether the request names this server by a loopback address or `localhost`. A page of
+/// another site whose name is made to resolve to 127.0.0.1 (DNS rebinding) is same-origin with
+/// itself, so it could read a page and its token and post with a matching `Origin`; its `Host`
+/// still names that site.
+fn loopback_host_header(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Answers only requests that name this server by loopback, unless it serves beyond it.
+pub async fn loopback_host(State(app): State<Shared>, request: Request, next: Next) -> Response {
+    if app.allow_remote || loopback_host_header(request.headers()) {
+        return next.run(request).await;
+    }
+    refusal(
+        &app,
+        StatusCode::MISDIRECTED_REQUEST,
+        "refused: this server answers to 127.0.0.1 or localhost only; the name this request was \
+         sent to leads here from another site; nothing was read or recorded",
+    )
+}
+
+/// The verdict of a form sent from this server's own page, or why one is refused: it was not
+/// (or it names no verdict).
+fn from_our_page(
+    app: &Shared,
+    headers: &HeaderMap,
+    form: &Decision,
+) -> Result<Verdict, (StatusCode, String)> {
+    if !same_origin(headers) {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "refused: the form was not sent from this server's page (its Origin is another \
+             site's, or missing); nothing was recorded"
+                .to_owned(),
+        ));
+    }
+    if form.token != app.token {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "refused: the form's token is not this server's (reload the page: a token lasts \
+             as long as the server); nothing was recorded"
+                .to_owned(),
+        ));
+    }
+    match form.verdict.as_str() {
+        "approve" => Ok(Verdict::Approve),
+        "reject" => Ok(Verdict::Reject),
+        other => Err((
+            StatusCode::BAD_REQUEST,
+            format!("refused: `{other}` is not a decision (approve or reject)"),
+        )),
+    }
+}
+
+/// Runs a decision off the async threads.
+async fn blocking(
+    app: Shared,
+    decide: impl FnOnce(&Shared) -> Response + Send + 'static,
+) -> Response {
+    let task = tokio::task::spawn_blocking(move || decide(&app));
+    task.await.unwrap_or_else(|e| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the decision did not finish: {e}"),
+        )
+            .into_response()
+    })
+}
+
+pub async fn decide(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    form: axum::Form<Decision>,
+) -> Response {
+    match from_our_page(&app, &headers, &form) {
+        Ok(verdict) => blocking(app, move |app| decide_blocking(app, id, verdict, &form)).await,
+        Err((status, why)) => refusal(&app, status, &why),
+    }
+}
+
+/// `kavi policy approve ID` and `kavi policy reject ID` from the page: through
+/// `kavi_governance::adoption`, as the CLI, on the rule change as the page showed it.
+pub async fn decide_rules(
+    State(app): State<Shared>,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    form: axum::Form<Decision>,
+) -> Response {
+    let verdict = match from_our_page(&app, &headers, &form) {
+        Ok(verdict) => verdict,
+        Err((status, why)) => return refusal(&app, status, &why),
+    };
+    blocking(app, move |app| {
+        let workspace = &app.workspace;
+        let now = Ledger::open_existing(&workspace.config.ledger)
+            .map_err(|e| e.to_string())
+            .and_then(|ledger| evidence::rules_fingerprint(&ledger, id));
+        match now {
+            Ok(now) if now == form.seen => {}
+            Ok(_) => {
+                return refusal(
+                    app,
+                    StatusCode::CONFLICT,
+                    &format!(
+                        "refused: rule change {id} changed since the page was shown; nothing \
+                         was recorded. Read the page again before deciding."
+                    ),
+                );
+            }
+            Err(e) => return refusal(app, StatusCode::NOT_FOUND, &e),
+        }
+        let lines = match verdict {
+            Verdict::Approve => adoption::approve(workspace, id).map(|approved| {
+                let roles = match approved.roles.is_empty() {
+                    true => "none".to_owned(),
+                    false => approved.roles.join(", "),
+                };
+                vec![
+                    format!(
+                        "approved rule change {id} by {} (roles: {roles})",
+                        approved.actor
+                    ),
+                    match approved.missing {
+                        None => format!(
+                            "its approvals are complete: adopt it with `kavi policy adopt {id}`"
+                        ),
+                        Some(missing) => format!("not yet adoptable: {missing}"),
+                    },
+                ]
+            }),
+            Verdict::Reject => adoption::reject(workspace, id)
+                .map(|actor| vec![format!("rejected rule change {id} by {actor}")]),
+        };
+        match lines {
+            Ok(lines) => page(
+                app,
+                "decided.html",
+                minijinja::context! { title => format!("rule change {id}"), lines },
+            ),
+            Err(e) => refusal(
+                app,
+                StatusCode::FORBIDDEN,
+                &format!("refused: {e}; nothing was decided"),
+            ),
+        }
+    })
+    .await
+}
+
+fn decide_blocking(app: &Shared, id: i64, verdict: Verdict, form: &Decision) -> Response {
+    let workspace = &app.workspace;
+    let root = match Ledger::open_existing(&workspace.config.ledger)
+        .map_err(|e| e.to_string())
+        .and_then(|ledger| {
+            let root = ledger.root_run(id).map_err(|e| e.to_string())?;
+            let now = evidence::fingerprint(&ledger, root.id)?;
+            Ok((root, now))
+        }) {
+        Ok((root, now)) if now == form.seen => root,
+        Ok((root, _)) => {
+            return refusal(
+                app,
+                StatusCode::CONFLICT,
+                &format!(
+                    "refused: run {} changed since the page was shown (it is {} now); nothing \
+                     was recorded. Read the page again before deciding.",
+                    root.id, root.status
+                ),
+            );
+        }
+        Err(e) => return refusal(app, StatusCode::NOT_FOUND, &e),
+    };
+    let comment = Some(form.comment.trim()).filter(|c| !c.is_empty());
+    let mut steps = Vec::new();
+    let decided = review::decide(
+        workspace,
+        &root.id.to_string(),
+        verdict,
+        comment,
+        &mut |line| steps.push(line),
+    );
+    let review = match decided {
+        Ok(review) => review,
+        Err(e) => {
+            return refusal(
+                app,
+                StatusCode::FORBIDDEN,
+                &format!("refused: {e}; nothing was decided"),
+            );
+        }
+    };
+    let verb = match verdict {
+        Verdict::Approve => "approved",
+        Verdict::Reject => "rejected",
+    };
+    let (title, mut lines) = match review.outcome {
+        Outcome::NeedsApprovals(missing) => (
+            format!("approval of run {} recorded", review.root.id),
+            vec![format!(
+                "recorded the approval by {}; it stays awaiting review: {missing}",
+                review.actor
+            )],
+        ),
+        Outcome::Waiting => (
+            format!("run {} still awaits review", review.root.id),
+            Vec::new(),
+        ),
+        Outcome::Decided(decided) => {
+            let mut lines: Vec<String> = decided
+                .escalations
+                .iter()
+                .map(|e| format!("{verb} `{}` by {}", e.skill, review.actor))
+                .collect();
+            lines.extend(decided.undone);
+            // As `kavi approve` does: a run that stopped for more than lifecycle moves goes on.
+            if verdict == Verdict::Approve
+                && !decided.only_moves
+                && review.root.status == RunStatus::AwaitingReview
+            {
+                lines.push(format!(
+                    "resuming run {} ({}): the resumed run is listed under Runs",
+                    review.root.id, review.root.spec_path
+                ));
+                app.cli.resume(workspace, review.root.clone());
+            }
+            (format!("run {} {verb}", review.root.id), lines)
+        }
+    };
+    steps.append(&mut lines);
+    page(
+        app,
+        "decided.html",
+        minijinja::context! { title, run => review.root.id, lines => steps },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(name.clone(), value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn only_loopback_names_are_answered() {
+        for host in [
+            "127.0.0.1:8321",
+            "localhost:8321",
+            "LOCALHOST",
+            "[::1]:8321",
+            "127.1.2.3",
+        ] {
+            assert!(
+                loopback_host_header(&headers(&[(header::HOST, host)])),
+                "{host}"
+            );
+        }
+        for host in [
+            "rebound.example:8321",
+            "localhost.example:8321",
+            "10.0.0.1:8321",
+            "127.0.0.1.nip.io:8321",
+        ] {
+            assert!(
+                !loopback_host_header(&headers(&[(header::HOST, host)])),
+                "{host}"
+            );
+        }
+        assert!(!loopback_host_header(&HeaderMap::new()), "no Host at all");
+    }
+
+    #[test]
+    fn a_post_is_same_origin_only_with_this_servers_origin() {
+        let ours = [
+            (header::HOST, "127.0.0.1:8321"),
+            (header::ORIGIN, "http://127.0.0.1:8321"),
+        ];
+        assert!(same_origin(&headers(&ours)));
+        for origin in [
+            "http://attacker.example",
+            "https://127.0.0.1:8321",
+            "http://127.0.0.1:8322",
+            "null",
+        ] {
+            let theirs = [(header::HOST, "127.0.0.1:8321"), (header::ORIGIN, origin)];
+            assert!(!same_origin(&headers(&theirs)), "{origin}");
+        }
+        assert!(
+            !same_origin(&headers(&[(header::HOST, "127.0.0.1:8321")])),
+            "a post without Origin"
+        );
+    }
+}

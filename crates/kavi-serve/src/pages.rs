@@ -1,0 +1,275 @@
+//! The pages: the review queue, the runs (paged, with `kavi runs list`'s filters), a run with
+//! its nodes and, when it awaits review, its evidence.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use serde::Deserialize;
+
+use kavi_foundation::state::RunStatus;
+use kavi_ledger::{Ledger, LedgerError, RunFilter, RunRow};
+
+use crate::{App, Shared, evidence};
+
+/// Runs on a page of the runs list.
+const PAGE: usize = 50;
+
+pub fn templates() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    for (name, text) in [
+        ("base.html", include_str!("templates/base.html")),
+        ("queue.html", include_str!("templates/queue.html")),
+        ("runs.html", include_str!("templates/runs.html")),
+        ("run.html", include_str!("templates/run.html")),
+        ("node.html", include_str!("templates/node.html")),
+        ("skill.html", include_str!("templates/skill.html")),
+        ("ledger.html", include_str!("templates/ledger.html")),
+        ("decided.html", include_str!("templates/decided.html")),
+        ("refusal.html", include_str!("templates/refusal.html")),
+    ] {
+        env.add_template(name, text)
+            .expect("the shipped templates parse");
+    }
+    env
+}
+
+pub async fn style() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css")],
+        include_str!("style.css"),
+    )
+        .into_response()
+}
+
+/// Renders template `name`; the account the page decides as is on every page.
+pub fn page(app: &App, name: &str, context: minijinja::Value) -> Response {
+    let context = minijinja::context! {
+        actor => kavi_foundation::identity::actor(),
+        token => app.token,
+        ..context
+    };
+    match app
+        .templates
+        .get_template(name)
+        .and_then(|t| t.render(context))
+    {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to render {name}: {e:#}"),
+        )
+            .into_response(),
+    }
+}
+
+pub fn refusal(app: &App, status: StatusCode, message: &str) -> Response {
+    let mut response = page(app, "refusal.html", minijinja::context! { message });
+    *response.status_mut() = status;
+    response
+}
+
+/// Runs a ledger read off the async threads; no ledger yet reads as an empty one.
+async fn read<T: Send + 'static>(
+    app: &Shared,
+    read: impl FnOnce(&App, Option<&Ledger>) -> Result<T, String> + Send + 'static,
+) -> Result<T, Response> {
+    let app = app.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        match Ledger::open_existing(&app.workspace.config.ledger) {
+            Ok(ledger) => read(&app, Some(&ledger)),
+            Err(LedgerError::Missing(_)) => read(&app, None),
+            Err(e) => Err(e.to_string()),
+        }
+        .map_err(|message| (app.clone(), message))
+    });
+    match task.await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err((app, message))) => Err(refusal(&app, StatusCode::NOT_FOUND, &message)),
+        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()),
+    }
+}
+
+/// The review queue: each run a user started that awaits a person's decision.
+pub async fn queue(State(app): State<Shared>) -> Response {
+    let filter = RunFilter {
+        status: Some(RunStatus::AwaitingReview),
+        ..RunFilter::default()
+    };
+    let found = read(&app, move |_, ledger| {
+        let Some(ledger) = ledger else {
+            return Ok((Vec::new(), false));
+        };
+        // The newest page of them: the rest are on the runs list, filtered to them.
+        let runs = ledger.find_runs(&filter, PAGE).map_err(|e| e.to_string())?;
+        let more = runs.len() == PAGE;
+        let mut waiting = Vec::new();
+        // A child run (a forge attempt) is decided through the run above it.
+        for run in runs.into_iter().filter(|r| r.parent_run.is_none()) {
+            let escalations = ledger
+                .pending_escalations(run.id)
+                .map_err(|e| e.to_string())?;
+            waiting.push(minijinja::context! { run, escalations });
+        }
+        Ok((waiting, more))
+    })
+    .await;
+    match found {
+        Ok((waiting, more)) => page(&app, "queue.html", minijinja::context! { waiting, more }),
+        Err(response) => response,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct RunsQuery {
+    status: Option<String>,
+    pipeline: Option<String>,
+    before: Option<i64>,
+}
+
+/// The runs, newest first, a page at a time: each page asks the ledger for one page of rows, by
+/// key, so the page loads as fast on a ledger of many thousands of runs.
+pub async fn runs(State(app): State<Shared>, Query(query): Query<RunsQuery>) -> Response {
+    let status = match query.status.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => match text.parse::<RunStatus>() {
+            Ok(status) => Some(status),
+            Err(e) => return refusal(&app, StatusCode::BAD_REQUEST, &e),
+        },
+    };
+    let pipeline = query.pipeline.filter(|p| !p.is_empty());
+    let filter = RunFilter {
+        status,
+        pipeline: pipeline.clone(),
+        since: None,
+        before: query.before,
+    };
+    let found = read(&app, move |_, ledger| {
+        let Some(ledger) = ledger else {
+            return Ok((Vec::new(), false));
+        };
+        let mut runs: Vec<RunRow> = ledger
+            .find_runs(&filter, PAGE + 1)
+            .map_err(|e| e.to_string())?;
+        let more = runs.len() > PAGE;
+        runs.truncate(PAGE);
+        Ok((runs, more))
+    })
+    .await;
+    let (runs, more) = match found {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let next = more.then(|| runs.last().map(|r| r.id)).flatten();
+    let statuses: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+    page(
+        &app,
+        "runs.html",
+        minijinja::context! {
+            runs,
+            next,
+            statuses,
+            status => status.map(RunStatus::as_str),
+            pipeline,
+        },
+    )
+}
+
+/// A run: its nodes, and when it awaits review, the evidence and the forms to decide.
+pub async fn run(State(app): State<Shared>, Path(id): Path<i64>) -> Response {
+    let found = read(&app, move |app, ledger| {
+        let ledger = ledger.ok_or_else(|| format!("no run {id}: the ledger has no runs yet"))?;
+        evidence::gather(app, ledger, id)
+    })
+    .await;
+    match found {
+        Ok(run) => {
+            let awaiting = run.detail.run.status == RunStatus::AwaitingReview
+                && run.detail.run.parent_run.is_none();
+            page(
+                &app,
+                "run.html",
+                minijinja::context! { page => run, awaiting },
+            )
+        }
+        Err(response) => response,
+    }
+}
+
+/// How much of a kept stream a node's page shows; `kavi artifact cat` prints all of it.
+const SHOWN_BYTES: usize = 256 * 1024;
+
+/// A node of a run: its last attempt's state, error and outputs, why it ran (`kavi explain`),
+/// and the streams it kept (`kavi runs logs`), as far as they were recorded.
+pub async fn node(State(app): State<Shared>, Path((id, node)): Path<(i64, String)>) -> Response {
+    let found = read(&app, move |app, ledger| {
+        let ledger = ledger.ok_or_else(|| format!("no run {id}: the ledger has no runs yet"))?;
+        let detail = ledger.run_detail(id).map_err(|e| e.to_string())?;
+        let attempt = kavi_ledger::final_attempts(&detail.nodes)
+            .into_iter()
+            .find(|n| n.node_id == node)
+            .cloned()
+            .ok_or_else(|| format!("run {id} has no node `{node}`"))?;
+        let explained = app.cli.explain(&app.workspace, id, &node);
+        let store = kavi_governance::open_store(&app.workspace).map_err(|e| e.to_string())?;
+        let streams: Vec<minijinja::Value> = attempt
+            .artifacts
+            .iter()
+            .filter(|a| ["stdout", "stderr", "log"].contains(&a.role.as_str()))
+            .map(|a| {
+                let text = store.read_bytes(&a.sha256).map_or_else(
+                    |e| format!("({e})"),
+                    |bytes| {
+                        String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN_BYTES)]).into_owned()
+                    },
+                );
+                let cut = usize::try_from(a.size).is_ok_and(|size| size > SHOWN_BYTES);
+                minijinja::context! { role => a.role, sha256 => a.sha256, text, cut }
+            })
+            .collect();
+        let outputs = attempt
+            .outputs
+            .as_ref()
+            .and_then(|o| serde_json::to_string_pretty(o).ok());
+        Ok(minijinja::context! {
+            run => detail.run, attempt, outputs, streams, explained,
+        })
+    })
+    .await;
+    match found {
+        Ok(context) => page(&app, "node.html", context),
+        Err(response) => response,
+    }
+}
+
+/// A skill: its state and versions, its lifecycle moves, the tools of its last verification, and
+/// its builds, as `kavi skill show` and `kavi builds list` print them.
+pub async fn skill(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+    let found = read(&app, move |_, ledger| {
+        let ledger = ledger.ok_or_else(|| format!("no skill `{name}`: the ledger is empty"))?;
+        let fail = |e: LedgerError| e.to_string();
+        let skill = ledger.skill(&name).map_err(fail)?;
+        let transitions = ledger.skill_transitions(&name).map_err(fail)?;
+        let toolchains = ledger.latest_toolchains(&name).map_err(fail)?;
+        let builds = ledger.builds(&name).map_err(fail)?;
+        Ok(minijinja::context! { skill, transitions, toolchains, builds })
+    })
+    .await;
+    match found {
+        Ok(context) => page(&app, "skill.html", context),
+        Err(response) => response,
+    }
+}
+
+/// `kavi ledger verify`: the journal, rows, specs and artifacts checked, and the checkpoints.
+/// Done when asked for, as the command is: it reads every artifact.
+pub async fn ledger(State(app): State<Shared>) -> Response {
+    let found = read(&app, move |app, ledger| {
+        ledger.ok_or("nothing is recorded yet: there is no ledger to verify")?;
+        Ok(app.cli.ledger_verify(&app.workspace))
+    })
+    .await;
+    match found {
+        Ok(verified) => page(&app, "ledger.html", minijinja::context! { verified }),
+        Err(response) => response,
+    }
+}

@@ -1,0 +1,587 @@
+//! `kavi serve`, the review page, driven by a real headless Chromium through chromedriver
+//! (WebDriver) against a real server on a workspace whose forge run stopped for review: what a
+//! reviewer reads, and a decision made in the browser that the CLI and the ledger then see as
+//! `kavi approve`'s. Screenshots of the pages are kept under target/tmp/serve-screenshots/.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use crate::common::{self, json, kavi, shipped_workspace};
+
+/// A `kavi serve` of a workspace on a port the system chose, stopped when dropped.
+struct Served {
+    child: Child,
+    url: String,
+    /// What the server printed after its first line: the resumed runs' progress.
+    output: Arc<Mutex<String>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    fn start(root: &Path) -> Served {
+        let mut child = common::kavi_command(root, &["serve", "--bind", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let url = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .trim_end_matches('/')
+            .to_owned();
+        let output = Arc::new(Mutex::new(String::new()));
+        let kept = output.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let mut kept = kept.lock().unwrap();
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        });
+        Served { child, url, output }
+    }
+
+    /// Waits for the server to print a line containing `text` (a resumed run ending).
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let output = self.output.lock().unwrap().clone();
+            if output.contains(text) {
+                return output;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never printed {text:?}: {output}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// chromedriver and the headless Chromium it drives, stopped when dropped.
+struct Browser {
+    driver: Child,
+    client: Option<Client>,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Debian's chromium and chromium-driver, started; `None`, saying why, where they are not
+/// installed (under CI, which installs them, a failure).
+async fn browser_or_skip() -> Option<Browser> {
+    let installed = |program: &str| {
+        Command::new(program)
+            .arg("--version")
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
+    if !installed("chromedriver") || !installed("chromium") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must drive a browser: chromium and chromedriver (.ci/run installs them)"
+        );
+        eprintln!(
+            "skipping: the review page's browser tests need chromium and chromedriver \
+             (apt-get install -y chromium chromium-driver)"
+        );
+        return None;
+    }
+    let port = free_port();
+    let driver = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut browser = Browser {
+        driver,
+        client: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            // Root has no user namespace sandbox for Chromium here; the pages are kavi's own.
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1280,1400"]
+        }),
+    );
+    let client = ClientBuilder::new(HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("chromedriver starts a headless Chromium");
+    browser.client = Some(client);
+    Some(browser)
+}
+
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn screenshot(client: &Client, name: &str) {
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(format!("{name}.png")), png).unwrap();
+}
+
+/// The text of the element `css` selects, once the page holding it has loaded (a click on a
+/// form's button returns before the answer to the post is shown).
+async fn text_of(client: &Client, css: &str) -> String {
+    client
+        .wait()
+        .at_most(Duration::from_secs(120))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The forge of `write_note` whose first attempt imports `subprocess`: the policy gate fails,
+/// the classifier calls it VERIFY_POLICY with a research note, and the run stops for review.
+fn stopped_for_review(root: &Path) {
+    let out = kavi(
+        root,
+        &[
+            "pipeline",
+            "run",
+            "forge",
+            "--set",
+            "skill=write_note",
+            "--set",
+            "flaws=1=policy",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_approve_does() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path();
+    stopped_for_review(root);
+    let served = Served::start(root);
+
+    // The queue lists the stopped run with what it awaits.
+    client.goto(&served.url).await.unwrap();
+    let queue = text_of(client, "main table").await;
+    assert!(
+        queue.contains("run 1") && queue.contains("write_note: SECURITY_CLASS"),
+        "{queue}"
+    );
+    screenshot(client, "queue").await;
+
+    client
+        .find(Locator::LinkText("run 1"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    // The builder's files as a diff: write_note was never trusted, so each file is added, and
+    // the import the policy gate refused is in it.
+    let files = text_of(client, "section[aria-labelledby='files-write_note']").await;
+    assert!(
+        files.contains("skills/write_note/skill.py: added")
+            && files.contains("+++ b/skills/write_note/skill.py")
+            && files.contains("+import subprocess"),
+        "{files}"
+    );
+    // The gates' findings, each gate's result in words.
+    let gates = text_of(client, "section[aria-labelledby='gates']").await;
+    let gates = gates.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        gates.contains("classified VERIFY_POLICY")
+            && gates.contains(
+                "policy policy_scan failed skills/write_note/skill.py:4:1: [process] starts a \
+                 process: imports `subprocess`"
+            ),
+        "{gates}"
+    );
+    // The research note is the one the ledger keeps for build 1.
+    let builds = json(&kavi(root, &["builds", "list", "write_note", "--json"]));
+    let note_hash = builds[0]["research_note"].as_str().unwrap();
+    let note = kavi(root, &["artifact", "cat", note_hash]);
+    let note = String::from_utf8(note.stdout).unwrap();
+    assert!(note.contains("VERIFY_POLICY"), "{note}");
+    assert_eq!(text_of(client, "pre.note").await.trim(), note.trim());
+    // Who decides, and the roles the adopted rules give that account (recorded with it).
+    let who = text_of(client, "section[aria-labelledby='decide'] p").await;
+    let me = kavi::identity::actor();
+    // The shipped policies/roles.toml gives every account both roles.
+    assert_eq!(
+        who,
+        format!("You decide as {me}, holding maintainer, reviewer in the adopted rules.")
+    );
+    screenshot(client, "evidence").await;
+    // A second tab with the same page, left open while the first decides.
+    let first_tab = client.window().await.unwrap();
+    let run_page = client.current_url().await.unwrap();
+    let second_tab = client.new_window(true).await.unwrap().handle;
+    client.switch_to_window(second_tab.clone()).await.unwrap();
+    client.goto(run_page.as_str()).await.unwrap();
+    client.switch_to_window(first_tab).await.unwrap();
+
+    // An approval from the page: recorded as the account running the server, and the run
+    // resumed as `kavi approve` resumes it.
+    client
+        .find(Locator::Id("comment"))
+        .await
+        .unwrap()
+        .send_keys("the import was the drill's")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Id("approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    text_of(client, "ul[role=status]").await;
+    let decided = text_of(client, "main").await;
+    assert!(
+        decided.contains("run 1 approved")
+            && decided.contains(&format!("approved `write_note` by {me}"))
+            && decided.contains("resuming run 1 (pipelines/forge.toml)"),
+        "{decided}"
+    );
+    screenshot(client, "decided").await;
+    served.wait_for("the resumed run of run 1 ended (0)");
+    let first = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(first["status"], "approved");
+    let recorded = common::LedgerConnection::open(root)
+        .texts("SELECT decided_by || ' ' || comment FROM escalations");
+    assert_eq!(recorded, [format!("{me} the import was the drill's")]);
+    // As after `kavi approve 1` (forge.rs): attempt 2 is built after attempt 1 and promoted.
+    let builds = json(&kavi(root, &["builds", "list", "write_note", "--json"]));
+    assert_eq!(builds[1]["attempt"], 2);
+    assert_eq!(builds[1]["parent_build"], builds[0]["id"]);
+    let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+    assert_eq!(shown["skill"]["state"], "TRUSTED");
+
+    // The same account approves again from the tab shown before the decision: the run changed
+    // since that page was shown, so nothing is recorded.
+    client.switch_to_window(second_tab).await.unwrap();
+    client
+        .find(Locator::Id("approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let refused = text_of(client, "main [role=alert]").await;
+    assert!(
+        refused.starts_with("refused: run 1 changed since the page was shown (it is approved now)"),
+        "{refused}"
+    );
+    screenshot(client, "refused").await;
+    let again = common::LedgerConnection::open(root)
+        .texts("SELECT decided_by || ' ' || comment FROM escalations");
+    assert_eq!(again, recorded);
+    // The queue is empty now, and the run's page has no form.
+    client.goto(&served.url).await.unwrap();
+    assert!(
+        text_of(client, "main")
+            .await
+            .contains("No run awaits review.")
+    );
+    client
+        .goto(&format!("{}/runs/1", served.url))
+        .await
+        .unwrap();
+    assert!(client.find(Locator::Id("approve")).await.is_err());
+
+    // A node's page: why it ran, as `kavi explain` says, and its log, as `kavi runs logs`.
+    client
+        .goto(&format!("{}/runs/2", served.url))
+        .await
+        .unwrap();
+    client
+        .find(Locator::LinkText("verify"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let explained = json(&kavi(root, &["explain", "2", "verify", "--json"]));
+    assert_eq!(
+        text_of(client, "p.because").await,
+        explained["because"].as_str().unwrap()
+    );
+    screenshot(client, "node").await;
+    client
+        .goto(&format!("{}/runs/2/nodes/build", served.url))
+        .await
+        .unwrap();
+    let logs = kavi(root, &["runs", "logs", "2", "build"]);
+    let logs = String::from_utf8(logs.stdout).unwrap();
+    assert!(!logs.trim().is_empty());
+    assert_eq!(text_of(client, "pre.log").await.trim(), logs.trim());
+
+    // The skill's page: its lifecycle as `kavi skill show` has it, the approval among its moves.
+    client
+        .goto(&format!("{}/skills/write_note", served.url))
+        .await
+        .unwrap();
+    assert_eq!(text_of(client, "h1 .state").await, "TRUSTED");
+    let moves = text_of(client, "section[aria-labelledby='moves'] tbody").await;
+    let recorded = shown["transitions"].as_array().unwrap();
+    assert_eq!(moves.lines().count(), recorded.len(), "{moves}");
+    screenshot(client, "skill").await;
+    // The ledger verifies, as `kavi ledger verify` says.
+    let verified = json(&kavi(root, &["ledger", "verify", "--json"]));
+    client
+        .goto(&format!("{}/ledger", served.url))
+        .await
+        .unwrap();
+    assert_eq!(
+        text_of(client, "main [role=status]").await,
+        format!(
+            "OK: {} journal entries chain, and every row, spec and artifact matches them.",
+            verified["entries"]
+        )
+    );
+    common::assert_ledger_verifies(root);
+}
+
+/// With `self_approval = false`, the account that started a run may not approve it: the page
+/// refuses it with `kavi approve`'s own reason, and the run still awaits review.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_refuses_what_kavi_approve_refuses() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let rules = root.join("policies/escalation.toml");
+    let text = std::fs::read_to_string(&rules).unwrap();
+    std::fs::write(
+        &rules,
+        text.replace("self_approval = true", "self_approval = false"),
+    )
+    .unwrap();
+    stopped_for_review(root);
+    let served = Served::start(root);
+    client
+        .goto(&format!("{}/runs/1", served.url))
+        .await
+        .unwrap();
+    client
+        .find(Locator::Id("approve"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let refused = text_of(client, "main [role=alert]").await;
+    let cli = kavi(root, &["approve", "1", "--no-resume"]);
+    assert_eq!(cli.status.code(), Some(2));
+    let cli = String::from_utf8_lossy(&cli.stderr);
+    let reason = cli.trim().trim_start_matches("error: ");
+    assert!(
+        reason.contains("forbid approving a run by the account that started it"),
+        "{reason}"
+    );
+    assert_eq!(
+        refused,
+        format!("refused: {reason}; nothing was decided"),
+        "the page and the CLI refuse alike"
+    );
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "awaiting_review");
+
+    // Allowing self-approval again weakens the adopted rules: a rule change its proposer may not
+    // approve, on the page as with `kavi policy approve`.
+    std::fs::write(&rules, &text).unwrap();
+    let proposed = kavi(root, &["policy", "propose", "-m", "allow self-approval"]);
+    assert!(proposed.status.success(), "{proposed:?}");
+    client
+        .goto(&format!("{}/runs/1", served.url))
+        .await
+        .unwrap();
+    client
+        .find(Locator::Id("approve-rules-2"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let refused = text_of(client, "main [role=alert]").await;
+    let cli = kavi(root, &["policy", "approve", "2"]);
+    assert_eq!(cli.status.code(), Some(2));
+    let cli = String::from_utf8_lossy(&cli.stderr);
+    let reason = cli.trim().trim_start_matches("error: ");
+    assert_eq!(refused, format!("refused: {reason}; nothing was decided"));
+    let pending = common::LedgerConnection::open(root)
+        .texts("SELECT status || ' ' || coalesce(approvals, 'none') FROM rule_sets WHERE id = 2");
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].starts_with("pending "), "{pending:?}");
+}
+
+/// The hidden fields of the decision form on `page`.
+fn field(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = page.find(&marker).unwrap_or_else(|| panic!("no {name}")) + marker.len();
+    page[at..].split('"').next().unwrap().to_owned()
+}
+
+/// A decision posted from elsewhere: another site's `Origin`, no token, a token of another
+/// server, or a page of a run that changed since: each refused, and nothing recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_nothing() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    stopped_for_review(root);
+    let served = Served::start(root);
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!("{}/runs/1", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (token, seen) = (field(&page, "token"), field(&page, "seen"));
+    let post = |origin: &str, form: Vec<(&str, &str)>| {
+        http.post(format!("{}/runs/1/decide", served.url))
+            .header("Origin", origin)
+            .form(&form)
+            .send()
+    };
+    let ours = served.url.as_str();
+    let cases = [
+        (
+            "http://attacker.example",
+            vec![
+                ("token", token.as_str()),
+                ("seen", &seen),
+                ("verdict", "approve"),
+            ],
+            403,
+            "not sent from this server",
+        ),
+        (
+            ours,
+            vec![
+                ("token", "guessed"),
+                ("seen", &seen),
+                ("verdict", "approve"),
+            ],
+            403,
+            "token is not this server",
+        ),
+        (
+            ours,
+            vec![
+                ("token", token.as_str()),
+                ("seen", "an older page"),
+                ("verdict", "reject"),
+            ],
+            409,
+            "run 1 changed since the page was shown (it is awaiting_review now)",
+        ),
+    ];
+    for (origin, form, status, reason) in cases {
+        let answer = post(origin, form).await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{reason}");
+        let body = answer.text().await.unwrap();
+        assert!(body.contains(reason), "{reason}: {body}");
+        assert!(body.contains("nothing was recorded"), "{body}");
+    }
+    // A page of another site whose name resolves here (DNS rebinding) reads nothing: its
+    // requests name that site.
+    let host = served
+        .url
+        .trim_start_matches("http://")
+        .replace("127.0.0.1", "rebound.example");
+    let answer = http
+        .get(format!("{}/runs/1", served.url))
+        .header("Host", &host)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 421);
+    let body = answer.text().await.unwrap();
+    assert!(
+        body.contains("answers to 127.0.0.1 or localhost only"),
+        "{body}"
+    );
+    assert!(!body.contains(&token), "the token reached another site");
+    // Without a token at all the form is not one.
+    let answer = http
+        .post(format!("{}/runs/1/decide", served.url))
+        .header("Origin", ours)
+        .form(&[("seen", seen.as_str()), ("verdict", "approve")])
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_client_error(), "{}", answer.status());
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    assert_eq!(run["status"], "awaiting_review");
+    let decided = common::LedgerConnection::open(root)
+        .texts("SELECT status || ' ' || coalesce(approvals, 'none') FROM escalations");
+    assert_eq!(decided, ["pending none"]);
+}
+
+/// A bind address other than loopback is refused unless asked for: whoever reaches the port
+/// decides as the account running kavi.
+#[test]
+fn serving_beyond_loopback_needs_allow_remote() {
+    let dir = shipped_workspace();
+    let out = kavi(dir.path(), &["serve", "--bind", "0.0.0.0:0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to serve on 0.0.0.0:0: it is not a loopback address")
+            && stderr.contains("--allow-remote"),
+        "{stderr}"
+    );
+}
