@@ -543,6 +543,16 @@ pub fn plan(
                     };
                     note(&mut notes, &format!("when {} ({verdict})", when.get_ref()));
                 }
+                if let Some(fan_out) = &node.fan_out {
+                    let items = match &fan_out.items {
+                        crate::spec::ForEach::Items(items) => format!("{} items", items.len()),
+                        crate::spec::ForEach::Expression(e) => e.get_ref().clone(),
+                    };
+                    note(&mut notes, &format!("once per item of {items}"));
+                    if let Some(max) = fan_out.max_parallel {
+                        note(&mut notes, &format!("at most {max} at once"));
+                    }
+                }
                 if let Some(timeout) = node.timeout {
                     let timeout = humantime::format_duration(timeout);
                     note(&mut notes, &format!("timeout {timeout}"));

@@ -80,7 +80,35 @@ pub struct NodeSpec {
     /// The scripts it declares in `uses` or executes, as governing members' paths: a resumed run
     /// runs it again when one changed.
     pub scripts: Vec<String>,
+    /// Runs it once per item (`for_each`).
+    pub fan_out: Option<FanOut>,
     pub action: Arc<dyn NodeAction>,
+}
+
+/// A node run once per item of a list, each instance recorded as its own node run, `id[0]`,
+/// `id[1]`, ... with its item; what needs it sees the list of their outputs.
+#[derive(Debug, Clone)]
+pub struct FanOut {
+    pub items: ForEach,
+    /// How many instances run at once; `None`: as many as `--jobs` allows.
+    pub max_parallel: Option<u32>,
+}
+
+/// Where a fan-out's items come from.
+#[derive(Debug, Clone)]
+pub enum ForEach {
+    /// Written in the pipeline (`for_each = ["a", "b"]`).
+    Items(Vec<serde_json::Value>),
+    /// An expression (inside `{{ }}`) evaluated when the node is ready: a list, or text holding
+    /// a JSON array (what a node printed).
+    Expression(Spanned<String>),
+}
+
+impl FanOut {
+    /// The id of the instance at `position`, as the ledger records it.
+    pub fn instance_id(node: &str, position: usize) -> String {
+        format!("{node}[{position}]")
+    }
 }
 
 /// How many times a node is tried, which failures are tried again, and how long to wait.

@@ -27,6 +27,8 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
     "outputs",
     "cache",
     "uses",
+    "for_each",
+    "max_parallel",
 ];
 
 // A pipeline's header: its `[params]` are read apart, one at a time, so that each broken one is
@@ -56,7 +58,8 @@ pub(super) struct RawPipelineSection {
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawParam {
-    /// `string`, `integer`, `float` or `boolean`.
+    /// `string`, `integer`, `float`, `boolean` or `list` (a TOML array; `--set` takes a JSON
+    /// array or words between commas).
     #[serde(rename = "type")]
     pub(super) ty: ParamType,
     /// The value when `--set` does not give one; without one, the parameter is required.
@@ -116,6 +119,26 @@ pub struct RawCommon {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub(super) uses: Vec<Spanned<String>>,
+    /// Runs the node once per item, each instance with `{{ item }}`: a list
+    /// (`["a", "b"]`), or one expression giving a list or a JSON array
+    /// (`"{{ params.items }}"`, `"{{ nodes.list.outputs.stdout }}"`). Nodes that need it see
+    /// the list of the instances' outputs.
+    #[schemars(schema_with = "for_each_schema")]
+    pub(super) for_each: Option<Spanned<toml::Value>>,
+    /// With `for_each`: how many of its instances run at once (default: as many as `--jobs`
+    /// allows).
+    #[schemars(with = "Option<std::num::NonZeroU32>")]
+    pub(super) max_parallel: Option<Spanned<u32>>,
+}
+
+/// What `for_each` takes: the items themselves, or an expression giving them.
+fn for_each_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "oneOf": [
+            { "type": "array" },
+            { "type": "string", "pattern": "^\\s*\\{\\{.*\\}\\}\\s*$" },
+        ]
+    })
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
