@@ -3500,3 +3500,112 @@ run = ["true"]
         "{error}"
     );
 }
+
+/// Pipelines naming one concurrency group (limit 1), each holding it with a node that counts the
+/// runs inside as it starts.
+fn grouped(dir: &Path, name: &str, on_conflict: &str) {
+    write(
+        dir,
+        &format!("pipelines/{name}.toml"),
+        &format!(
+            "[pipeline]\nname = \"{name}\"\nconcurrency = {{ group = \"deploy\", on_conflict = \"{on_conflict}\" }}\n\
+             [nodes.hold]\nkind = \"exec\"\n\
+             shell = \"touch slots/{name}; ls slots | wc -l >> seen; sleep 1; rm slots/{name}\"\n"
+        ),
+    );
+}
+
+/// Two runs in one concurrency group of limit 1, each its own kavi process: the second waits
+/// for the first (`queue`), so their nodes never overlap; with `refuse` it starts nothing.
+#[test]
+fn a_concurrency_group_holds_its_runs_to_its_limit_across_processes() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("slots")).unwrap();
+    grouped(dir.path(), "first", "queue");
+    grouped(dir.path(), "second", "queue");
+    grouped(dir.path(), "third", "refuse");
+    let start_first = || {
+        let _ = std::fs::remove_file(dir.path().join("seen"));
+        let first = kavi_command(dir.path(), &["pipeline", "run", "first"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Its node runs: it holds the group.
+        wait_for_file(&dir.path().join("seen"));
+        first
+    };
+
+    let mut first = start_first();
+    let second = kavi(dir.path(), &["pipeline", "run", "second"]);
+    assert!(first.wait().unwrap().success());
+    assert!(second.status.success());
+    let waited = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        waited.contains("concurrency group `deploy` is full: 1 run(s) at once")
+            && waited.contains("waiting for a slot"),
+        "{waited}"
+    );
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["1", "1"],
+        "runs overlapped"
+    );
+
+    let mut first = start_first();
+    let third = kavi(dir.path(), &["pipeline", "run", "third"]);
+    assert!(first.wait().unwrap().success());
+    assert_eq!(third.status.code(), Some(2));
+    let refused = String::from_utf8_lossy(&third.stderr);
+    assert!(
+        refused.contains("concurrency group `deploy` is full")
+            && refused.contains("`on_conflict = \"refuse\"` starts nothing"),
+        "{refused}"
+    );
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    let pipelines: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["pipeline"].as_str().unwrap())
+        .collect();
+    assert!(!pipelines.contains(&"third"), "{pipelines:?}");
+    assert_eq!(pipelines.len(), 3, "{pipelines:?}");
+}
+
+/// `cancel-running`: the newest run of the group cancels the one holding it, as SIGTERM does,
+/// and runs once it has ended.
+#[test]
+fn a_run_whose_group_says_cancel_running_cancels_the_run_holding_it() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/long.toml",
+        "[pipeline]\nname = \"long\"\nconcurrency = { group = \"deploy\" }\n\
+         [nodes.hold]\nkind = \"exec\"\nshell = \"echo started > started; sleep 30\"\n",
+    );
+    write(
+        dir.path(),
+        "pipelines/newest.toml",
+        "[pipeline]\nname = \"newest\"\n\
+         concurrency = { group = \"deploy\", on_conflict = \"cancel-running\" }\n\
+         [nodes.go]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    let mut long = kavi_command(dir.path(), &["pipeline", "run", "long"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&dir.path().join("started"));
+    let newest = kavi(dir.path(), &["pipeline", "run", "newest"]);
+    assert!(
+        newest.status.success(),
+        "{}",
+        String::from_utf8_lossy(&newest.stderr)
+    );
+    assert_eq!(long.wait().unwrap().code(), Some(143));
+    let long = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    assert_eq!(long["status"], "cancelled");
+    assert_eq!(common::last_run(dir.path())["status"], "succeeded");
+}

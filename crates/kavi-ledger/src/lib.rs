@@ -17,6 +17,7 @@ mod artifacts;
 mod builds;
 mod cache;
 pub mod cleanup;
+pub mod concurrency;
 mod connection;
 mod copy;
 pub use kavi_db as db;

@@ -44,6 +44,8 @@ pub struct Pipeline {
     pub fail_fast: bool,
     /// Limits on the whole run (`[pipeline.budget]`).
     pub budget: Budget,
+    /// The concurrency group its runs belong to (`[pipeline] concurrency`).
+    pub concurrency: Option<Concurrency>,
     pub params: IndexMap<String, ParamDecl>,
     pub nodes: Vec<NodeSpec>,
     /// The files that govern a run of it (this file, its policies, templates, ...), recorded
@@ -139,6 +141,50 @@ pub struct Budget {
     pub attempts: Option<u32>,
     /// Attempts of the nodes that call out over HTTP (`http`, `advise`).
     pub http_calls: Option<u32>,
+}
+
+/// `[pipeline] concurrency`: runs of every pipeline naming `group` are at most `limit` at once
+/// on one ledger, across processes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Concurrency {
+    /// The group's name: letters, digits, `_`, `-` and `.`.
+    #[serde(deserialize_with = "load::group_name")]
+    pub group: String,
+    /// How many of its runs may run at once (default 1: one at a time).
+    #[serde(default = "one")]
+    pub limit: std::num::NonZeroU32,
+    /// What a run that finds the group full does: `queue` (default) waits for a slot, `refuse`
+    /// ends at once, `cancel-running` cancels the runs holding it and then waits.
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+}
+
+fn one() -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::MIN
+}
+
+/// What a run that finds its concurrency group full does.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    /// Wait for a run of the group to end.
+    #[default]
+    Queue,
+    /// End at once, starting nothing.
+    Refuse,
+    /// Cancel the runs holding the group (as Ctrl-C would), then wait for a slot.
+    CancelRunning,
 }
 
 /// One thing `retry.on` names.

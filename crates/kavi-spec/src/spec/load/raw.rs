@@ -10,7 +10,7 @@ use toml::Spanned;
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::node::NodeConfig;
 use crate::spec::params::ParamType;
-use crate::spec::{Budget, OnFailure, RetryOn, Trigger};
+use crate::spec::{Budget, Concurrency, OnFailure, RetryOn, Trigger};
 use crate::state::NodeState;
 
 /// Fields every node has, whatever its kind.
@@ -53,6 +53,9 @@ pub(super) struct RawPipelineSection {
     /// Limits on the whole run: wall time, node attempts, HTTP calls.
     #[serde(default)]
     pub(super) budget: Budget,
+    /// A group whose runs, of this pipeline and any other naming it, are at most `limit` at
+    /// once on the ledger, and what a run that finds it full does.
+    pub(super) concurrency: Option<Concurrency>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -170,6 +173,22 @@ pub(super) struct RawRetry {
 pub(super) enum RawRetryOn {
     Code(i64),
     Name(String),
+}
+
+/// A concurrency group's name: it names files in the ledger's locks folder.
+pub(crate) fn group_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    let mut chars = name.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if valid {
+        Ok(name)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "invalid group `{name}`: a group name starts with a letter or digit and holds only \
+             letters, digits, `_`, `-` and `.`"
+        )))
+    }
 }
 
 /// The range of a node's `timeout`: a zero timeout would stop every node at once, and one past
