@@ -230,6 +230,7 @@ fn pipeline() -> Value {
         ("integer", json!("integer")),
         ("float", json!("number")),
         ("boolean", json!("boolean")),
+        ("list", json!("array")),
     ]
     .iter()
     .map(|(declared, json_type)| {

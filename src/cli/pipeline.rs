@@ -215,6 +215,16 @@ pub async fn run_subset(
     let env = environment(workspace, templates, options, &screen)?;
     tracing::debug!("store open");
     let cancel = super::cancel_on_signals("running nodes");
+    // Held until the run has ended; a run cancelled while it waits for its group never began.
+    let _group = match &pipeline.concurrency {
+        None => None,
+        Some(concurrency) => {
+            match join_group(&workspace.config.ledger, concurrency, &cancel).await? {
+                Some(slot) => Some(slot),
+                None => return Ok(super::cancelled_exit_code()),
+            }
+        }
+    };
 
     let mut console = observer(json, &screen, 0);
     let owner = Arc::clone(&env.owner);
@@ -259,6 +269,65 @@ pub async fn run_subset(
     super::leave_to_exit(dag);
     super::leave_to_exit(pipeline);
     Ok(run_exit_code(outcome.status))
+}
+
+/// Takes a slot of the run's concurrency group (see [`crate::ledger::concurrency`]), doing what
+/// its `on_conflict` says while the group is full: waiting, refusing (exit 2), or cancelling the
+/// runs holding it (SIGTERM, which a kavi run takes as a cancel) and waiting. Runs that wait take
+/// a free slot in no set order. `None` when `cancel` fired while it waited.
+async fn join_group(
+    ledger: &Path,
+    concurrency: &spec::Concurrency,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Option<crate::ledger::concurrency::GroupSlot>, Error> {
+    let group = &concurrency.group;
+    let limit = concurrency.limit.get();
+    let mut cancelled = std::collections::HashSet::new();
+    let mut waiting = false;
+    loop {
+        let holders =
+            crate::ledger::concurrency::try_take(ledger, group, limit).map_err(|source| {
+                Error::Io {
+                    context: format!("failed to take a slot of concurrency group `{group}`"),
+                    source,
+                }
+            })?;
+        let holders = match holders {
+            Ok(slot) => return Ok(Some(slot)),
+            Err(holders) => holders,
+        };
+        let held_by: Vec<String> = holders.iter().map(u32::to_string).collect();
+        let full = format!(
+            "concurrency group `{group}` is full: {limit} run(s) at once, held by kavi process {}",
+            held_by.join(", ")
+        );
+        match concurrency.on_conflict {
+            spec::OnConflict::Refuse => {
+                return Err(Error::Usage(format!(
+                    "{full}; this pipeline's `on_conflict = \"refuse\"` starts nothing"
+                )));
+            }
+            spec::OnConflict::CancelRunning => {
+                for pid in holders.into_iter().filter(|pid| cancelled.insert(*pid)) {
+                    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+                    // One that has ended meanwhile needs no cancel.
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                    errln!(
+                        "cancelling the run of kavi process {pid} in concurrency group `{group}`"
+                    );
+                }
+            }
+            spec::OnConflict::Queue => {}
+        }
+        if !waiting {
+            errln!("{full}; waiting for a slot");
+            waiting = true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            () = cancel.cancelled() => return Ok(None),
+        }
+    }
 }
 
 /// The environment a run's nodes run in, owned by this kavi process and shown on `screen`.
@@ -568,6 +637,16 @@ pub fn plan(
                         None => "decided at run time",
                     };
                     note(&mut notes, &format!("when {} ({verdict})", when.get_ref()));
+                }
+                if let Some(fan_out) = &node.fan_out {
+                    let items = match &fan_out.items {
+                        crate::spec::ForEach::Items(items) => format!("{} items", items.len()),
+                        crate::spec::ForEach::Expression(e) => e.get_ref().clone(),
+                    };
+                    note(&mut notes, &format!("once per item of {items}"));
+                    if let Some(max) = fan_out.max_parallel {
+                        note(&mut notes, &format!("at most {max} at once"));
+                    }
                 }
                 if let Some(timeout) = node.timeout {
                     let timeout = humantime::format_duration(timeout);

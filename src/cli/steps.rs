@@ -158,6 +158,12 @@ pub async fn step(
             pipeline.name
         )));
     };
+    if pipeline.nodes[index].fan_out.is_some() {
+        return Err(Error::Usage(format!(
+            "`{node}` runs once per item (`for_each`): only `kavi pipeline run` schedules its \
+             instances, and a step runs one node once"
+        )));
+    }
     if run.run.status != RunStatus::Running {
         return Err(Error::Usage(format!(
             "run {run_id} is {}: its steps are over",

@@ -3262,3 +3262,350 @@ env = {{ KAVI_LEDGER = "{ledger}" }}
     );
     assert_eq!(seen["nodes"][0]["outputs"]["stdout"], "hello\n");
 }
+
+/// A node that runs once per item of a list parameter: the most instances at once its
+/// `max_parallel` allows (each counts the instances holding a slot as it starts), each recorded
+/// as its own node run with its item, and what needs it sees their outputs as a list.
+const FAN_OUT: &str = r#"
+[pipeline]
+name = "fan"
+
+[params.items]
+type = "list"
+default = ["a", "b", "c"]
+
+[nodes.fan]
+kind = "exec"
+for_each = "{{ params.items }}"
+max_parallel = 2
+env = { ITEM = "{{ item }}" }
+shell = "touch \"slots/$ITEM\"; ls slots | wc -l >> seen; sleep 0.5; rm \"slots/$ITEM\"; echo \"$ITEM\" | tr a-z A-Z"
+
+[nodes.report]
+kind = "exec"
+needs = ["fan"]
+run = ["printf", "%s", "{% for o in nodes.fan.outputs %}{{ o.item }}={{ o.stdout | trim }};{% endfor %}"]
+"#;
+
+#[test]
+fn a_fan_out_runs_an_instance_per_item_at_most_max_parallel_at_once_and_gathers_outputs() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("slots")).unwrap();
+    write(dir.path(), "pipelines/fan.toml", FAN_OUT);
+    let out = kavi(dir.path(), &["pipeline", "run", "fan", "--jobs", "8"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let detail = common::last_run(dir.path());
+    let states = nodes_by_state(&detail);
+    for id in ["fan", "fan[0]", "fan[1]", "fan[2]", "report"] {
+        assert!(
+            states.contains(&(id.into(), "succeeded".into())),
+            "{id}: {states:?}"
+        );
+    }
+    assert_eq!(states.len(), 5, "{states:?}");
+    for (i, item) in ["a", "b", "c"].iter().enumerate() {
+        let instance = node(&detail, &format!("fan[{i}]"));
+        assert_eq!(instance["outputs"]["item"], *item);
+        assert_eq!(
+            instance["outputs"]["stdout"],
+            format!("{}\n", item.to_uppercase())
+        );
+    }
+    assert_eq!(node(&detail, "fan")["outputs"].as_array().unwrap().len(), 3);
+    assert_eq!(node(&detail, "report")["outputs"]["stdout"], "a=A;b=B;c=C;");
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    let most = seen
+        .lines()
+        .map(|l| l.trim().parse::<usize>().unwrap())
+        .max();
+    assert_eq!(most, Some(2), "max_parallel = 2 with --jobs 8: {seen}");
+
+    // A list set on the command line, words between commas.
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "fan", "--set", "items=x,y"],
+    );
+    assert!(out.status.success());
+    let detail = common::last_run(dir.path());
+    assert_eq!(node(&detail, "report")["outputs"]["stdout"], "x=X;y=Y;");
+}
+
+/// One item fails: the others still run, and the fan-out fails with it, which its
+/// `on_failure` then handles as any node's failure.
+#[test]
+fn a_failing_item_fails_its_fan_out_as_its_on_failure_says() {
+    let dir = workspace();
+    for on_failure in ["continue", "stop"] {
+        write(
+            dir.path(),
+            "pipelines/items.toml",
+            &format!(
+                r#"
+[pipeline]
+name = "items"
+
+[nodes.fan]
+kind = "exec"
+for_each = [1, 2, 3]
+on_failure = "{on_failure}"
+env = {{ ITEM = "{{{{ item }}}}" }}
+shell = "test \"$ITEM\" != 2"
+
+[nodes.after]
+kind = "exec"
+needs = ["fan"]
+run = ["echo", "{{{{ nodes.fan.state }}}}"]
+"#
+            ),
+        );
+        let out = kavi(dir.path(), &["pipeline", "run", "items"]);
+        let detail = common::last_run(dir.path());
+        let states = nodes_by_state(&detail);
+        for (id, state) in [
+            ("fan[0]", "succeeded"),
+            ("fan[1]", "failed"),
+            ("fan[2]", "succeeded"),
+            ("fan", "failed"),
+        ] {
+            assert!(states.contains(&(id.into(), state.into())), "{states:?}");
+        }
+        assert_eq!(
+            node(&detail, "fan")["error"],
+            "`fan[1]` failed: exited with code 1",
+            "{detail}"
+        );
+        if on_failure == "continue" {
+            assert!(out.status.success());
+            assert_eq!(detail["status"], "succeeded");
+            assert_eq!(node(&detail, "after")["outputs"]["stdout"], "failed\n");
+        } else {
+            assert_eq!(out.status.code(), Some(1));
+            assert_eq!(detail["status"], "failed");
+            assert_eq!(node(&detail, "after")["state"], "blocked");
+        }
+    }
+}
+
+/// Each instance has a key of its own, with its item and not the whole list: a run over a
+/// longer list takes the items it already ran from the cache and runs only the new one.
+#[test]
+fn each_item_of_a_fan_out_is_cached_on_its_own() {
+    let dir = workspace();
+    write(dir.path(), "data.txt", "data\n");
+    write(
+        dir.path(),
+        "pipelines/cached.toml",
+        r#"
+[pipeline]
+name = "cached"
+
+[params.items]
+type = "list"
+required = true
+
+[nodes.fan]
+kind = "exec"
+for_each = "{{ params.items }}"
+inputs = ["data.txt"]
+env = { ITEM = "{{ item }}" }
+shell = "echo \"$ITEM\" >> ran; echo \"$ITEM\""
+"#,
+    );
+    let run = |items: &str| {
+        let out = kavi(
+            dir.path(),
+            &[
+                "pipeline",
+                "run",
+                "cached",
+                "--set",
+                &format!("items={items}"),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        nodes_by_state(&common::last_run(dir.path()))
+    };
+    run("a,b");
+    let states = run(r#"["a", "b", "c"]"#);
+    assert_eq!(
+        states,
+        [
+            ("fan".into(), "succeeded".into()),
+            ("fan[0]".into(), "cached".into()),
+            ("fan[1]".into(), "cached".into()),
+            ("fan[2]".into(), "succeeded".into()),
+        ]
+    );
+    let ran = std::fs::read_to_string(dir.path().join("ran")).unwrap();
+    assert_eq!(ran, "a\nb\nc\n");
+    let detail = common::last_run(dir.path());
+    assert_eq!(node(&detail, "fan[1]")["outputs"]["item"], "b");
+    assert_eq!(node(&detail, "fan")["outputs"][2]["stdout"], "c\n");
+}
+
+/// `for_each` over what an upstream node printed: a JSON array.
+#[test]
+fn a_fan_out_runs_over_the_json_list_a_node_printed() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/listed.toml",
+        r#"
+[pipeline]
+name = "listed"
+
+[nodes.list]
+kind = "exec"
+run = ["echo", "[\"x\", \"y\"]"]
+
+[nodes.each]
+kind = "exec"
+needs = ["list"]
+for_each = "{{ nodes.list.outputs.stdout }}"
+run = ["echo", "got {{ item }}"]
+
+[nodes.word]
+kind = "exec"
+run = ["echo", "not json"]
+
+[nodes.bad]
+kind = "exec"
+needs = ["word"]
+for_each = "{{ nodes.word.outputs.stdout }}"
+run = ["true"]
+"#,
+    );
+    let out = kavi(dir.path(), &["pipeline", "run", "listed"]);
+    assert_eq!(out.status.code(), Some(1));
+    let detail = common::last_run(dir.path());
+    let each = node(&detail, "each")["outputs"].clone();
+    assert_eq!(each[0]["stdout"], "got x\n");
+    assert_eq!(each[1]["stdout"], "got y\n");
+    let bad = node(&detail, "bad");
+    assert_eq!(bad["state"], "failed");
+    let error = bad["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "`for_each` (nodes.word.outputs.stdout) gave text that is not a JSON array"
+        ),
+        "{error}"
+    );
+}
+
+/// Pipelines naming one concurrency group (limit 1), each holding it with a node that counts the
+/// runs inside as it starts.
+fn grouped(dir: &Path, name: &str, on_conflict: &str) {
+    write(
+        dir,
+        &format!("pipelines/{name}.toml"),
+        &format!(
+            "[pipeline]\nname = \"{name}\"\nconcurrency = {{ group = \"deploy\", on_conflict = \"{on_conflict}\" }}\n\
+             [nodes.hold]\nkind = \"exec\"\n\
+             shell = \"touch slots/{name}; ls slots | wc -l >> seen; sleep 1; rm slots/{name}\"\n"
+        ),
+    );
+}
+
+/// Two runs in one concurrency group of limit 1, each its own kavi process: the second waits
+/// for the first (`queue`), so their nodes never overlap; with `refuse` it starts nothing.
+#[test]
+fn a_concurrency_group_holds_its_runs_to_its_limit_across_processes() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("slots")).unwrap();
+    grouped(dir.path(), "first", "queue");
+    grouped(dir.path(), "second", "queue");
+    grouped(dir.path(), "third", "refuse");
+    let start_first = || {
+        let _ = std::fs::remove_file(dir.path().join("seen"));
+        let first = kavi_command(dir.path(), &["pipeline", "run", "first"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Its node runs: it holds the group.
+        wait_for_file(&dir.path().join("seen"));
+        first
+    };
+
+    let mut first = start_first();
+    let second = kavi(dir.path(), &["pipeline", "run", "second"]);
+    assert!(first.wait().unwrap().success());
+    assert!(second.status.success());
+    let waited = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        waited.contains("concurrency group `deploy` is full: 1 run(s) at once")
+            && waited.contains("waiting for a slot"),
+        "{waited}"
+    );
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["1", "1"],
+        "runs overlapped"
+    );
+
+    let mut first = start_first();
+    let third = kavi(dir.path(), &["pipeline", "run", "third"]);
+    assert!(first.wait().unwrap().success());
+    assert_eq!(third.status.code(), Some(2));
+    let refused = String::from_utf8_lossy(&third.stderr);
+    assert!(
+        refused.contains("concurrency group `deploy` is full")
+            && refused.contains("`on_conflict = \"refuse\"` starts nothing"),
+        "{refused}"
+    );
+    let runs = json(&kavi(dir.path(), &["runs", "list", "--json"]));
+    let pipelines: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["pipeline"].as_str().unwrap())
+        .collect();
+    assert!(!pipelines.contains(&"third"), "{pipelines:?}");
+    assert_eq!(pipelines.len(), 3, "{pipelines:?}");
+}
+
+/// `cancel-running`: the newest run of the group cancels the one holding it, as SIGTERM does,
+/// and runs once it has ended.
+#[test]
+fn a_run_whose_group_says_cancel_running_cancels_the_run_holding_it() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/long.toml",
+        "[pipeline]\nname = \"long\"\nconcurrency = { group = \"deploy\" }\n\
+         [nodes.hold]\nkind = \"exec\"\nshell = \"echo started > started; sleep 30\"\n",
+    );
+    write(
+        dir.path(),
+        "pipelines/newest.toml",
+        "[pipeline]\nname = \"newest\"\n\
+         concurrency = { group = \"deploy\", on_conflict = \"cancel-running\" }\n\
+         [nodes.go]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    let mut long = kavi_command(dir.path(), &["pipeline", "run", "long"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&dir.path().join("started"));
+    let newest = kavi(dir.path(), &["pipeline", "run", "newest"]);
+    assert!(
+        newest.status.success(),
+        "{}",
+        String::from_utf8_lossy(&newest.stderr)
+    );
+    assert_eq!(long.wait().unwrap().code(), Some(143));
+    let long = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    assert_eq!(long["status"], "cancelled");
+    assert_eq!(common::last_run(dir.path())["status"], "succeeded");
+}

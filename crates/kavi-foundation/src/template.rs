@@ -93,6 +93,11 @@ impl TemplateEngine {
         self.plain.get_template(name)?.render(context)
     }
 
+    /// Evaluates an expression (a `for_each`) to its value.
+    pub fn eval_expression(&self, expr: &str, context: &Value) -> Result<Value, minijinja::Error> {
+        self.plain.compile_expression(expr)?.eval(context)
+    }
+
     /// Evaluates a `when` expression; the node runs when the result is truthy.
     pub fn eval_condition(&self, expr: &str, context: &Value) -> Result<bool, minijinja::Error> {
         Ok(self

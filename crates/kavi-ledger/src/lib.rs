@@ -18,6 +18,7 @@ mod builds;
 mod cache;
 mod claims;
 pub mod cleanup;
+pub mod concurrency;
 mod connection;
 mod copy;
 pub use kavi_db as db;

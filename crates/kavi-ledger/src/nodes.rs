@@ -117,6 +117,18 @@ impl Ledger {
         Ok(())
     }
 
+    /// Adds a pending node run to a run that has begun: an instance of a node that runs once
+    /// per item, known only once its items are.
+    pub fn add_node(&self, run_id: i64, node_id: &str, kind: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, governing_hash)
+             VALUES (?1, ?2, ?3, 'pending', 1, (SELECT governing_hash FROM runs WHERE id = ?1))",
+            )?
+            .execute(params![run_id, node_id, kind])?;
+        Ok(())
+    }
+
     /// Records how a node run ended, with its artifacts, atomically: in a transaction of its
     /// own, or inside the open batch as part of it (a failure then spoils the whole batch,
     /// which the caller rolls back).

@@ -19,8 +19,8 @@ impl<'a> Executor<'a> {
     /// Why a node cannot run because of its dependencies, if it cannot.
     pub(super) fn dependency_verdict(&self, index: usize) -> Option<(NodeState, String)> {
         let nodes = &self.dag.pipeline.nodes;
-        let node = &nodes[index];
-        let mut deps: Vec<usize> = self.dag.dependencies(index).collect();
+        let node = self.spec(index);
+        let mut deps: Vec<usize> = self.dag.dependencies(self.slots[index].node).collect();
         deps.sort_unstable();
         let failed = deps.iter().find_map(|&dep| {
             let state = self.slots[dep].state.expect("dependencies finish first");
@@ -77,10 +77,16 @@ impl<'a> Executor<'a> {
     /// 0, for a node that declares inputs: hashing them is work as an attempt is, and a pipeline
     /// of many such nodes would otherwise hash them all at once).
     pub(super) fn start_due_nodes(&mut self) -> Result<(), LedgerError> {
+        // Instances whose fan-out has `max_parallel` of them running: due again next turn.
+        let mut held = Vec::new();
         while self.running.len() < self.env.jobs.max(1) {
             let Some(Reverse((index, attempt))) = self.to_start.pop() else {
                 break;
             };
+            if attempt > 0 && self.stopped_for(index).is_none() && self.at_max_parallel(index) {
+                held.push(Reverse((index, attempt)));
+                continue;
+            }
             if attempt > 0 {
                 self.check_budget(index);
             }
@@ -101,13 +107,16 @@ impl<'a> Executor<'a> {
                 self.spawn_attempt(index, attempt)?;
             }
         }
+        self.to_start.extend(held);
         Ok(())
     }
 
     fn spawn_attempt(&mut self, index: usize, attempt: u32) -> Result<(), LedgerError> {
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
+        let node_id = self.slot_id(index);
+        self.instance_started(index, true);
         self.recorder.record(Write::Start {
-            node_id: node.id.clone(),
+            node_id: node_id.clone(),
             kind: node.kind,
             attempt,
             at: jiff::Timestamp::now(),
@@ -116,13 +125,12 @@ impl<'a> Executor<'a> {
             // It reads what the run recorded so far, and writes on a connection of its own.
             self.recorder.sync()?;
         }
-        tracing::debug!(run = self.run_id, node = %node.id, attempt, "node started");
+        tracing::debug!(run = self.run_id, node = %node_id, attempt, "node started");
         self.observer.event(&Event::NodeStarted {
-            node: &node.id,
+            node: &node_id,
             attempt,
         });
         let action = Arc::clone(&node.action);
-        let node_id = node.id.clone();
         let timeout = node.timeout;
         // A node with a key keeps its declared output files, to put back when it is cached.
         let outputs = node
@@ -231,7 +239,14 @@ impl<'a> Executor<'a> {
             duration,
             stored,
         } = finished;
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
+        let node_id = self.slot_id(index);
+        self.instance_started(index, false);
+        if let Some((_, item)) = &self.slots[index].instance
+            && let Some(outputs) = outcome.outputs.as_object_mut()
+        {
+            outputs.insert("item".into(), item.clone());
+        }
         let mut cache = self.slots[index].cache.clone();
         match (stored, &mut cache) {
             (Some(Ok(stored)), Some(cache)) => {
@@ -250,9 +265,9 @@ impl<'a> Executor<'a> {
             .retry
             .retries(outcome.state, outcome.exit_code, &outcome.outputs);
         let will_retry = retryable && attempt < node.retry.attempts && self.stop_reason.is_none();
-        tracing::debug!(run = self.run_id, node = %node.id, attempt, state = %outcome.state, will_retry, "node finished");
+        tracing::debug!(run = self.run_id, node = %node_id, attempt, state = %outcome.state, will_retry, "node finished");
         self.observer.event(&Event::NodeFinished {
-            node: &node.id,
+            node: &node_id,
             attempt,
             state: outcome.state,
             duration: Some(duration),
@@ -261,7 +276,7 @@ impl<'a> Executor<'a> {
             will_retry,
         });
         self.recorder.record(Write::Finish {
-            node_id: node.id.clone(),
+            node_id,
             attempt,
             state: outcome.state,
             record: Box::new(NodeRecord {
@@ -311,28 +326,38 @@ impl<'a> Executor<'a> {
         error: Option<&str>,
         reason: Option<&str>,
     ) -> Result<(), LedgerError> {
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
+        let node_id = self.slot_id(index);
+        // An instance is recorded with its item, whether or not it ran.
+        let outputs = match &self.slots[index].instance {
+            Some((_, item)) => json!({ "item": item }),
+            None => json!({}),
+        };
         if attempt > 1 {
             // A retry that never started still gets its own row, so the ledger shows why.
             self.recorder.record(Write::Start {
-                node_id: node.id.clone(),
+                node_id: node_id.clone(),
                 kind: node.kind,
                 attempt,
                 at: jiff::Timestamp::now(),
             });
         }
         self.recorder.record(Write::Finish {
-            node_id: node.id.clone(),
+            node_id: node_id.clone(),
             attempt,
             state,
             record: Box::new(NodeRecord {
                 error: error.map(str::to_owned),
                 reason: reason.map(str::to_owned),
+                outputs: self.slots[index]
+                    .instance
+                    .is_some()
+                    .then(|| outputs.clone()),
                 ..Default::default()
             }),
         });
         self.observer.event(&Event::NodeFinished {
-            node: &node.id,
+            node: &node_id,
             attempt,
             state,
             duration: None,
@@ -342,9 +367,9 @@ impl<'a> Executor<'a> {
         });
         self.slots[index].entry = json!({
             "state": state,
-            "kind": self.dag.pipeline.nodes[index].kind,
+            "kind": node.kind,
             "error": error.or(reason),
-            "outputs": {},
+            "outputs": outputs,
         });
         Ok(())
     }
@@ -352,7 +377,11 @@ impl<'a> Executor<'a> {
     /// Records a node's final state and releases the nodes that were waiting on it.
     pub(super) fn mark_done(&mut self, index: usize, state: NodeState) {
         self.note_final(index, state);
-        let dependants: Vec<usize> = self.dag.dependants(index).collect();
+        // An instance's only dependant is its fan-out, which gathers them all.
+        let dependants: Vec<usize> = match self.slots[index].instance {
+            Some(_) => vec![self.slots[index].node],
+            None => self.dag.dependants(index).collect(),
+        };
         for dependant in dependants {
             let slot = &mut self.slots[dependant];
             slot.waiting_on -= 1;
@@ -369,13 +398,13 @@ impl<'a> Executor<'a> {
         if state == NodeState::AwaitingReview {
             self.awaiting_review = true;
         }
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
         if counts_as_failure(node, state) && !self.run_cancel.is_cancelled() {
             self.failed = true;
             if self.dag.pipeline.fail_fast && state != NodeState::Blocked {
                 self.stop(&format!(
                     "`{}` {} and the pipeline is fail_fast",
-                    node.id,
+                    self.slot_id(index),
                     describe_state(state)
                 ));
             }
@@ -386,11 +415,11 @@ impl<'a> Executor<'a> {
     /// it reads `nodes` as a whole: building every node's outputs for every node would make
     /// large pipelines quadratic.
     pub(super) fn context_for(&self, index: usize) -> minijinja::Value {
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
         let mut nodes = serde_json::Map::new();
         let reads_all = node.reads.iter().any(|(path, _)| path == "nodes");
         let wanted: Vec<usize> = if reads_all {
-            (0..self.slots.len()).collect()
+            (0..self.dag.len()).collect()
         } else {
             node.reads
                 .iter()
@@ -412,11 +441,18 @@ impl<'a> Executor<'a> {
                 );
             }
         }
-        minijinja::context! {
+        let context = minijinja::context! {
             params => self.run_vars.params.clone(),
             nodes => minijinja::Value::from_serialize(&nodes),
             run => self.run_vars.run.clone(),
             config => self.run_vars.config.clone(),
+        };
+        match &self.slots[index].instance {
+            Some((_, item)) => minijinja::context! {
+                item => minijinja::Value::from_serialize(item),
+                ..context
+            },
+            None => context,
         }
     }
 }

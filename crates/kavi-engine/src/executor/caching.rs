@@ -19,6 +19,10 @@ impl<'a> Executor<'a> {
     /// (there, again) everything it needs: what is upstream of something that runs anew is never
     /// reused. Returns whether it was.
     pub(super) fn reuse_node(&mut self, index: usize) -> bool {
+        // An instance is reused with its fan-out, as part of its outputs.
+        if self.slots[index].instance.is_some() {
+            return false;
+        }
         let node = &self.dag.pipeline.nodes[index];
         let Some(reused) = self.reuse.get(&node.id) else {
             return false;
@@ -70,7 +74,8 @@ impl<'a> Executor<'a> {
     /// (their output is read, their timeouts kept) nor a cancel; [`Executor::consult_cache`]
     /// takes the key when it is whole.
     pub(super) fn start_keying(&mut self, index: usize) {
-        let spec = self.dag.pipeline.nodes[index]
+        let spec = self
+            .spec(index)
             .cache
             .as_ref()
             .expect("only nodes with inputs have keys");
@@ -104,7 +109,7 @@ impl<'a> Executor<'a> {
         index: usize,
         key: std::io::Result<Key>,
     ) -> Result<bool, LedgerError> {
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
         let spec = node
             .cache
             .as_ref()
@@ -224,7 +229,8 @@ impl<'a> Executor<'a> {
         hit: &CacheHit,
         restored: usize,
     ) {
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
+        let node_id = self.slot_id(index);
         record.source = Some(hit.node_run_id);
         record.files.clone_from(&hit.files);
         let reason = format!(
@@ -237,7 +243,7 @@ impl<'a> Executor<'a> {
             n => format!("from run {}, {n} output file(s) restored", hit.run_id),
         };
         self.observer.event(&Event::NodeFinished {
-            node: &node.id,
+            node: &node_id,
             attempt: 1,
             state: NodeState::Cached,
             duration: None,
@@ -259,7 +265,7 @@ impl<'a> Executor<'a> {
             ..Default::default()
         };
         self.recorder.record(Write::Finish {
-            node_id: node.id.clone(),
+            node_id,
             attempt: 1,
             state: NodeState::Cached,
             record: Box::new(record),
@@ -277,12 +283,17 @@ impl<'a> Executor<'a> {
             run: &run,
             settings: &self.config_settings,
         };
-        key_but_inputs(index, &facts, |i| {
+        let mut key = key_but_inputs(self.slots[index].node, &facts, |i| {
             self.slots[i]
                 .state
                 .is_some()
                 .then_some(&self.slots[i].entry)
-        })
+        });
+        // An instance's result depends on its item, whatever its templates do with it.
+        if let Some((_, item)) = &self.slots[index].instance {
+            key.add("item", item.to_string());
+        }
+        key
     }
 }
 
@@ -316,8 +327,19 @@ pub(crate) fn key_but_inputs<'e>(
     key.parts.extend(spec.governing.iter().cloned());
     // The settings its result depends on: its kind's, and those its templates read.
     let mut settings: BTreeSet<&str> = node.action.config_settings().iter().copied().collect();
-    // What its templates read.
-    for (path, _) in &node.reads {
+    // What its templates read; not what its `for_each` reads: an instance's key has its own
+    // item (see `Executor::node_key`), so a list that grows leaves the others cached.
+    let items_span = node
+        .fan_out
+        .as_ref()
+        .and_then(|fan_out| match &fan_out.items {
+            crate::spec::ForEach::Expression(expression) => Some(expression.span()),
+            crate::spec::ForEach::Items(_) => None,
+        });
+    for (path, span) in &node.reads {
+        if items_span.as_ref() == Some(span) {
+            continue;
+        }
         let mut names = path.split('.');
         let (root, name) = (names.next().unwrap_or_default(), names.next());
         let (prefix, values) = match root {

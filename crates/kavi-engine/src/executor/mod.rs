@@ -13,6 +13,7 @@
 
 mod attempts;
 mod caching;
+mod fan_out;
 mod recorder;
 mod status;
 mod step;
@@ -230,13 +231,36 @@ struct Finished {
     stored: Option<Result<Vec<(String, Artifact)>, String>>,
 }
 
-/// What the loop knows about one node.
+/// What the loop knows about one node, or one instance of a node that runs once per item: the
+/// pipeline's nodes have the first slots, in order; instances are added as their items are
+/// known.
 struct Slot {
     state: Option<NodeState>,
     waiting_on: usize,
     entry: Value,
     /// The key of a node that declares its inputs, computed when it became ready.
     cache: Option<CacheRecord>,
+    /// The pipeline node it runs: its own index, or, for an instance, its fan-out's.
+    node: usize,
+    /// For an instance: its position among its fan-out's and its item.
+    instance: Option<(usize, Value)>,
+    /// For a fan-out once its items are known: its instances' slots, and how many of their
+    /// attempts are running (`max_parallel`).
+    instances: Option<(std::ops::Range<usize>, u32)>,
+}
+
+impl Slot {
+    fn new(node: usize, waiting_on: usize) -> Self {
+        Self {
+            state: None,
+            waiting_on,
+            entry: Value::Null,
+            cache: None,
+            node,
+            instance: None,
+            instances: None,
+        }
+    }
 }
 
 pub struct Executor<'a> {
@@ -456,12 +480,7 @@ impl<'a> Executor<'a> {
             params,
             run_id,
             slots: (0..dag.len())
-                .map(|i| Slot {
-                    state: None,
-                    waiting_on: dag.dependencies(i).count(),
-                    entry: Value::Null,
-                    cache: None,
-                })
+                .map(|i| Slot::new(i, dag.dependencies(i).count()))
                 .collect(),
             ready: BinaryHeap::new(),
             to_start: BinaryHeap::new(),
@@ -558,10 +577,25 @@ impl<'a> Executor<'a> {
         self.nodes_cancel.cancel();
     }
 
+    /// The pipeline node slot `index` runs.
+    fn spec(&self, index: usize) -> &'a crate::spec::NodeSpec {
+        &self.dag.pipeline.nodes[self.slots[index].node]
+    }
+
+    /// The id slot `index` is recorded and shown under: its node's, or for an instance
+    /// `id[position]`.
+    fn slot_id(&self, index: usize) -> String {
+        let id = &self.spec(index).id;
+        match &self.slots[index].instance {
+            Some((position, _)) => crate::spec::FanOut::instance_id(id, *position),
+            None => id.clone(),
+        }
+    }
+
     /// Spends a budget if starting `index` would take more than it allows.
     fn check_budget(&mut self, index: usize) {
         let budget = self.dag.pipeline.budget;
-        let node = &self.dag.pipeline.nodes[index];
+        let node = self.spec(index);
         if budget
             .attempts
             .is_some_and(|limit| self.attempts_started >= limit)
@@ -583,7 +617,7 @@ impl<'a> Executor<'a> {
     /// `success`), which exist for exactly that moment.
     fn stopped_for(&self, index: usize) -> Option<String> {
         let reason = self.stop_reason.clone()?;
-        let handler = self.dag.pipeline.nodes[index].trigger != Trigger::Success;
+        let handler = self.spec(index).trigger != Trigger::Success;
         (self.run_cancel.is_cancelled() || self.budget_spent || !handler).then_some(reason)
     }
 
@@ -607,7 +641,11 @@ impl<'a> Executor<'a> {
                 finished += 1;
                 continue;
             }
-            let node = &self.dag.pipeline.nodes[index];
+            let node = self.spec(index);
+            if node.fan_out.is_some() && self.slots[index].instance.is_none() {
+                finished += usize::from(self.settle_fan_out(index)?);
+                continue;
+            }
             // What its dependencies did is the more precise reason; a stop comes second.
             let verdict = self.dependency_verdict(index).or_else(|| {
                 self.stopped_for(index)

@@ -25,6 +25,8 @@ use crate::state::{NodeState, RunStatus};
 
 /// One decision to record.
 pub(super) enum Write {
+    /// A node run the run did not begin with: an instance of a fan-out, pending.
+    Pending { node_id: String, kind: &'static str },
     Start {
         node_id: String,
         kind: &'static str,
@@ -414,6 +416,7 @@ fn fold_starts(group: &mut Vec<Message>) {
 
 fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerError> {
     match write {
+        Write::Pending { node_id, kind } => ledger.add_node(run_id, &node_id, kind),
         Write::Start {
             node_id,
             kind,
@@ -587,6 +590,9 @@ mod tests {
                     *attempt,
                     record.started_at.as_deref(),
                 ),
+                Message::Write(Write::Pending { node_id, .. }) => {
+                    ("pending", node_id.as_str(), 1, None)
+                }
                 Message::Write(Write::RunEnd { .. }) => ("run end", "", 0, None),
                 Message::Sync(_) => ("sync", "", 0, None),
             })

@@ -73,6 +73,8 @@ pub fn status(
                 "needs `{}`, which runs: what it gets from it is known only then",
                 pipeline.nodes[dep].id
             ))
+        } else if node.fan_out.is_some() {
+            stale("it runs once per item: each instance's key is known only when it runs".into())
         } else if let Some(cache) = &node.cache {
             if !cache.enabled {
                 stale("it has `cache = false`".into())

@@ -12,7 +12,7 @@ use toml::Spanned;
 use crate::diagnostic::Diagnostic;
 use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::sandbox::contained_path;
-use crate::template::{Scope, describe_error};
+use crate::template::describe_error;
 
 pub const KIND: NodeKind = NodeKind {
     name: "render",
@@ -54,7 +54,8 @@ struct Render {
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
     let raw: RenderConfig = config.deserialize()?;
     let vars = raw.vars.keys().map(String::as_str).collect();
-    config.check_template_file(&raw.template, &Scope::node().with("vars", Some(vars)))?;
+    let scope = config.scope().with("vars", Some(vars));
+    config.check_template_file(&raw.template, &scope)?;
     for value in raw.vars.values() {
         config.check_template(value)?;
     }

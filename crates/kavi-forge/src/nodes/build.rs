@@ -24,7 +24,7 @@ use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::process::{self, CommandSpec, Exit};
 use crate::skills::Lifecycle;
 use crate::state::NodeState;
-use crate::template::{Scope, describe_error};
+use crate::template::describe_error;
 
 pub const KIND: NodeKind = NodeKind {
     name: "build",
@@ -90,7 +90,8 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
     config.check_template(&raw.skill)?;
     config.check_template(&raw.sandbox)?;
     // What `Build::run` adds to the node's context for the packet.
-    let packet_scope = Scope::node()
+    let packet_scope = config
+        .scope()
         .with("build", None)
         .with("paths", Some(vec!["allowed", "required"]))
         .with("previous", None)

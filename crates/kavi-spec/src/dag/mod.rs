@@ -251,6 +251,21 @@ fn unknown_node_field<'p>(
     if field != "outputs" {
         return None;
     }
+    if target.fan_out.is_some() {
+        // Its outputs are a list: `nodes.f.outputs[0].x` and loops read no further than this.
+        let output = rest.next()?;
+        let id = &target.id;
+        return Some((
+            format!(
+                "`{id}` runs once per item (`for_each`): its `outputs` is a list, one entry per \
+                 instance, with no `{output}`"
+            ),
+            format!(
+                "read one instance's as `nodes.{id}.outputs[0].{output}`, or each in a loop: \
+                 `{{% for o in nodes.{id}.outputs %}}{{{{ o.{output} }}}}{{% endfor %}}`"
+            ),
+        ));
+    }
     unknown_output(target, rest)
 }
 

@@ -216,6 +216,8 @@ pub struct NodeConfig<'a> {
     pub governing: GoverningSet,
     /// What command words name on disk, shared by the nodes of one pipeline file.
     pub(crate) named_files: &'a mut NamedFiles,
+    /// The node has `for_each`: its templates read `item` too.
+    pub(crate) fans_out: bool,
 }
 
 impl<'a> NodeConfig<'a> {
@@ -328,11 +330,27 @@ impl<'a> NodeConfig<'a> {
         if reads.is_empty() {
             return Ok(());
         }
-        if let Some((_, message, help)) = Scope::node().unknown(&reads) {
+        if let Some((read, message, help)) = self.scope().unknown(&reads) {
+            let help = match read.split('.').next() {
+                Some("item") => {
+                    "only a node with `for_each` runs once per item, with `item`".into()
+                }
+                _ => help,
+            };
             return Err(self.error(message, field.span()).with_help(help));
         }
         self.record_reads(reads, field.span());
         Ok(())
+    }
+
+    /// What this node's templates are rendered with: a node's scope, and `item` when it fans out.
+    pub fn scope<'s>(&self) -> Scope<'s> {
+        let scope = Scope::node();
+        if self.fans_out {
+            scope.with("item", None)
+        } else {
+            scope
+        }
     }
 
     /// Checks a template file under `templates/`, rendered with `scope`, and the templates it

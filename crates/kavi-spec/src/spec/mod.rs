@@ -44,6 +44,8 @@ pub struct Pipeline {
     pub fail_fast: bool,
     /// Limits on the whole run (`[pipeline.budget]`).
     pub budget: Budget,
+    /// The concurrency group its runs belong to (`[pipeline] concurrency`).
+    pub concurrency: Option<Concurrency>,
     pub params: IndexMap<String, ParamDecl>,
     pub nodes: Vec<NodeSpec>,
     /// The files that govern a run of it (this file, its policies, templates, ...), recorded
@@ -80,7 +82,35 @@ pub struct NodeSpec {
     /// The scripts it declares in `uses` or executes, as governing members' paths: a resumed run
     /// runs it again when one changed.
     pub scripts: Vec<String>,
+    /// Runs it once per item (`for_each`).
+    pub fan_out: Option<FanOut>,
     pub action: Arc<dyn NodeAction>,
+}
+
+/// A node run once per item of a list, each instance recorded as its own node run, `id[0]`,
+/// `id[1]`, ... with its item; what needs it sees the list of their outputs.
+#[derive(Debug, Clone)]
+pub struct FanOut {
+    pub items: ForEach,
+    /// How many instances run at once; `None`: as many as `--jobs` allows.
+    pub max_parallel: Option<u32>,
+}
+
+/// Where a fan-out's items come from.
+#[derive(Debug, Clone)]
+pub enum ForEach {
+    /// Written in the pipeline (`for_each = ["a", "b"]`).
+    Items(Vec<serde_json::Value>),
+    /// An expression (inside `{{ }}`) evaluated when the node is ready: a list, or text holding
+    /// a JSON array (what a node printed).
+    Expression(Spanned<String>),
+}
+
+impl FanOut {
+    /// The id of the instance at `position`, as the ledger records it.
+    pub fn instance_id(node: &str, position: usize) -> String {
+        format!("{node}[{position}]")
+    }
 }
 
 /// How many times a node is tried, which failures are tried again, and how long to wait.
@@ -111,6 +141,50 @@ pub struct Budget {
     pub attempts: Option<u32>,
     /// Attempts of the nodes that call out over HTTP (`http`, `advise`).
     pub http_calls: Option<u32>,
+}
+
+/// `[pipeline] concurrency`: runs of every pipeline naming `group` are at most `limit` at once
+/// on one ledger, across processes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Concurrency {
+    /// The group's name: letters, digits, `_`, `-` and `.`.
+    #[serde(deserialize_with = "load::group_name")]
+    pub group: String,
+    /// How many of its runs may run at once (default 1: one at a time).
+    #[serde(default = "one")]
+    pub limit: std::num::NonZeroU32,
+    /// What a run that finds the group full does: `queue` (default) waits for a slot, `refuse`
+    /// ends at once, `cancel-running` cancels the runs holding it and then waits.
+    #[serde(default)]
+    pub on_conflict: OnConflict,
+}
+
+fn one() -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::MIN
+}
+
+/// What a run that finds its concurrency group full does.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnConflict {
+    /// Wait for a run of the group to end.
+    #[default]
+    Queue,
+    /// End at once, starting nothing.
+    Refuse,
+    /// Cancel the runs holding the group (as Ctrl-C would), then wait for a slot.
+    CancelRunning,
 }
 
 /// One thing `retry.on` names.

@@ -14,6 +14,8 @@ pub enum ParamType {
     Integer,
     Float,
     Boolean,
+    /// A list of values: a node's `for_each` runs it once per item.
+    List,
 }
 
 impl ParamType {
@@ -23,6 +25,7 @@ impl ParamType {
             ParamType::Integer => "integer",
             ParamType::Float => "float",
             ParamType::Boolean => "boolean",
+            ParamType::List => "list",
         }
     }
 
@@ -34,6 +37,7 @@ impl ParamType {
                 ParamType::Integer => "a whole number, such as 3 or -1",
                 ParamType::Float => "a number, such as 0.5 or 2",
                 ParamType::Boolean => "true or false",
+                ParamType::List => "a JSON array, such as [\"a\", 2], or words between commas",
             };
             format!(
                 "`{text}` is not a valid {} (accepted: {accepted})",
@@ -55,6 +59,20 @@ impl ParamType {
                 "false" => Value::Bool(false),
                 _ => return Err(bad()),
             },
+            // A JSON array as Argo's `withParam` takes it (what a template prints of a list
+            // is one), else `a,b,c` as typed on a command line.
+            ParamType::List if text.trim_start().starts_with('[') => {
+                match serde_json::from_str::<Value>(text) {
+                    Ok(list @ Value::Array(_)) => list,
+                    _ => return Err(bad()),
+                }
+            }
+            ParamType::List => Value::Array(
+                text.split(',')
+                    .map(|word| Value::String(word.trim().to_owned()))
+                    .filter(|word| word != "")
+                    .collect(),
+            ),
         })
     }
 
@@ -66,6 +84,7 @@ impl ParamType {
             (ParamType::Float, toml::Value::Float(f)) => Some(Value::from(*f)),
             (ParamType::Float, toml::Value::Integer(i)) => Some(Value::from(*i as f64)),
             (ParamType::Boolean, toml::Value::Boolean(b)) => Some(Value::Bool(*b)),
+            (ParamType::List, list @ toml::Value::Array(_)) => serde_json::to_value(list).ok(),
             _ => None,
         }
     }
@@ -214,6 +233,25 @@ mod tests {
         assert_eq!(ParamType::Boolean.parse("True").unwrap(), Value::Bool(true));
         let refused = ParamType::Boolean.parse("yes").unwrap_err();
         assert!(refused.contains("accepted: true or false"), "{refused}");
+    }
+
+    #[test]
+    fn a_list_is_a_json_array_or_words_between_commas() {
+        let list = ParamType::List;
+        assert_eq!(
+            list.parse(r#"["a b", 2]"#).unwrap(),
+            serde_json::json!(["a b", 2])
+        );
+        assert_eq!(
+            list.parse("a, b,c").unwrap(),
+            serde_json::json!(["a", "b", "c"])
+        );
+        assert_eq!(list.parse("").unwrap(), serde_json::json!([]));
+        let refused = list.parse(r#"[1, "#).unwrap_err();
+        assert!(refused.contains("not a valid list"), "{refused}");
+        let default = toml::Value::Array(vec![toml::Value::Integer(1), "x".into()]);
+        assert_eq!(list.accepts(&default), Some(serde_json::json!([1, "x"])));
+        assert_eq!(list.accepts(&toml::Value::Integer(1)), None);
     }
 
     #[test]

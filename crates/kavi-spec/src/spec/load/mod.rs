@@ -30,6 +30,7 @@ mod raw;
 use loader::{Courier, NodeLoader};
 pub use node::load_params;
 use node::{check_needs, read_params};
+pub(crate) use raw::group_name;
 pub use raw::{RawCommon, RawHeader, RawParam, timeout};
 
 /// Finds a pipeline file: a path as given, or a bare name looked up in `<root>/pipelines/`.
@@ -212,6 +213,7 @@ pub fn load_pipeline_str(
         spec_hash,
         fail_fast: header.pipeline.fail_fast,
         budget: header.pipeline.budget,
+        concurrency: header.pipeline.concurrency,
         params,
         nodes,
         governing,

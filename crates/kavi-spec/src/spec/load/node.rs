@@ -17,7 +17,7 @@ use crate::node::NodeConfig;
 use crate::spec::document::Key;
 use crate::spec::governing::{GoverningSet, NamedFiles, Role};
 use crate::spec::params::ParamDecl;
-use crate::spec::{NodeSpec, OnFailure, RetryPolicy, Trigger};
+use crate::spec::{ForEach, NodeSpec, OnFailure, RetryPolicy, Trigger};
 use crate::template::describe_error;
 
 /// Reads a pipeline's `[params]` table one parameter at a time, so that every broken one is
@@ -210,7 +210,9 @@ pub(super) fn load_node(
             .with_help(context.registry.unknown_help(kind_name)));
     };
 
+    let fan_out = fan_out(file, &common)?;
     let mut config = NodeConfig {
+        fans_out: fan_out.is_some(),
         file,
         table: Some(Spanned::new(node_span.clone(), specific)),
         span: id_span.clone(),
@@ -256,7 +258,7 @@ pub(super) fn load_node(
             Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
                 .at(file, when.span())
         })?;
-        if let Some((_, message, help)) = crate::template::Scope::node().unknown(&reads) {
+        if let Some((_, message, help)) = config.scope().unknown(&reads) {
             return Err(Diagnostic::new(message)
                 .at(file, when.span())
                 .with_help(help));
@@ -264,6 +266,30 @@ pub(super) fn load_node(
         config
             .reads
             .extend(reads.into_iter().map(|path| (path, when.span())));
+    }
+    if let Some(crate::spec::FanOut {
+        items: ForEach::Expression(expression),
+        ..
+    }) = &fan_out
+    {
+        let reads = templates
+            .check_expression(expression.get_ref())
+            .map_err(|e| {
+                Diagnostic::new(format!(
+                    "invalid `for_each` expression: {}",
+                    describe_error(&e)
+                ))
+                .at(file, expression.span())
+            })?;
+        // The items are known before any instance: `item` is not among what they may read.
+        if let Some((_, message, help)) = crate::template::Scope::node().unknown(&reads) {
+            return Err(Diagnostic::new(message)
+                .at(file, expression.span())
+                .with_help(help));
+        }
+        config
+            .reads
+            .extend(reads.into_iter().map(|path| (path, expression.span())));
     }
     check_param_reads(file, &config.reads, params)?;
 
@@ -323,9 +349,71 @@ pub(super) fn load_node(
             .filter(|member| member.role == Role::Script)
             .map(|member| member.source.path.display().to_string())
             .collect(),
+        fan_out,
         action,
     };
     Ok((node, config.governing))
+}
+
+/// Reads `for_each` and `max_parallel`: items written out, or one `{{ expression }}` (kept
+/// without its braces, as `when` is); `max_parallel` only beside `for_each`, and at least 1.
+fn fan_out(
+    file: &Arc<SourceFile>,
+    common: &RawCommon,
+) -> Result<Option<crate::spec::FanOut>, Diagnostic> {
+    let max_parallel = match &common.max_parallel {
+        Some(max) if common.for_each.is_none() => {
+            return Err(Diagnostic::new("`max_parallel` without `for_each`")
+                .at(file, max.span())
+                .with_help(
+                    "only a node that runs once per item (`for_each`) has instances to limit",
+                ));
+        }
+        Some(max) if *max.get_ref() == 0 => {
+            return Err(Diagnostic::new("`max_parallel` must be at least 1").at(file, max.span()));
+        }
+        max => max.as_ref().map(|max| *max.get_ref()),
+    };
+    let Some(for_each) = &common.for_each else {
+        return Ok(None);
+    };
+    let usage = "write the items (`for_each = [\"a\", \"b\"]`) or one expression giving a list \
+                 or a JSON array (`for_each = \"{{ params.items }}\"`)";
+    let items = match for_each.get_ref() {
+        toml::Value::Array(items) => ForEach::Items(
+            items
+                .iter()
+                .map(|item| serde_json::to_value(item).unwrap_or_default())
+                .collect(),
+        ),
+        toml::Value::String(text) => {
+            let inner = text
+                .trim()
+                .strip_prefix("{{")
+                .and_then(|rest| rest.strip_suffix("}}"))
+                .filter(|inner| !inner.contains("{{") && !inner.contains("}}"));
+            let Some(inner) = inner else {
+                return Err(Diagnostic::new(
+                    "`for_each` is one expression inside `{{ }}`, giving the items",
+                )
+                .at(file, for_each.span())
+                .with_help(usage));
+            };
+            ForEach::Expression(Spanned::new(for_each.span(), inner.trim().to_owned()))
+        }
+        other => {
+            return Err(Diagnostic::new(format!(
+                "`for_each` is a list or an expression, not {}",
+                with_article(other.type_str())
+            ))
+            .at(file, for_each.span())
+            .with_help(usage));
+        }
+    };
+    Ok(Some(crate::spec::FanOut {
+        items,
+        max_parallel,
+    }))
 }
 
 /// The SHA-256 of a node's table as TOML would give it back: the same for the same fields and

@@ -10,7 +10,7 @@ use toml::Spanned;
 use crate::diagnostic::{Diagnostic, SourceFile};
 use crate::node::NodeConfig;
 use crate::spec::params::ParamType;
-use crate::spec::{Budget, OnFailure, RetryOn, Trigger};
+use crate::spec::{Budget, Concurrency, OnFailure, RetryOn, Trigger};
 use crate::state::NodeState;
 
 /// Fields every node has, whatever its kind.
@@ -27,6 +27,8 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
     "outputs",
     "cache",
     "uses",
+    "for_each",
+    "max_parallel",
 ];
 
 // A pipeline's header: its `[params]` are read apart, one at a time, so that each broken one is
@@ -51,12 +53,16 @@ pub(super) struct RawPipelineSection {
     /// Limits on the whole run: wall time, node attempts, HTTP calls.
     #[serde(default)]
     pub(super) budget: Budget,
+    /// A group whose runs, of this pipeline and any other naming it, are at most `limit` at
+    /// once on the ledger, and what a run that finds it full does.
+    pub(super) concurrency: Option<Concurrency>,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawParam {
-    /// `string`, `integer`, `float` or `boolean`.
+    /// `string`, `integer`, `float`, `boolean` or `list` (a TOML array; `--set` takes a JSON
+    /// array or words between commas).
     #[serde(rename = "type")]
     pub(super) ty: ParamType,
     /// The value when `--set` does not give one; without one, the parameter is required.
@@ -116,6 +122,26 @@ pub struct RawCommon {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub(super) uses: Vec<Spanned<String>>,
+    /// Runs the node once per item, each instance with `{{ item }}`: a list
+    /// (`["a", "b"]`), or one expression giving a list or a JSON array
+    /// (`"{{ params.items }}"`, `"{{ nodes.list.outputs.stdout }}"`). Nodes that need it see
+    /// the list of the instances' outputs.
+    #[schemars(schema_with = "for_each_schema")]
+    pub(super) for_each: Option<Spanned<toml::Value>>,
+    /// With `for_each`: how many of its instances run at once (default: as many as `--jobs`
+    /// allows).
+    #[schemars(with = "Option<std::num::NonZeroU32>")]
+    pub(super) max_parallel: Option<Spanned<u32>>,
+}
+
+/// What `for_each` takes: the items themselves, or an expression giving them.
+fn for_each_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "oneOf": [
+            { "type": "array" },
+            { "type": "string", "pattern": "^\\s*\\{\\{.*\\}\\}\\s*$" },
+        ]
+    })
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -147,6 +173,22 @@ pub(super) struct RawRetry {
 pub(super) enum RawRetryOn {
     Code(i64),
     Name(String),
+}
+
+/// A concurrency group's name: it names files in the ledger's locks folder.
+pub(crate) fn group_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    let mut chars = name.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if valid {
+        Ok(name)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "invalid group `{name}`: a group name starts with a letter or digit and holds only \
+             letters, digits, `_`, `-` and `.`"
+        )))
+    }
 }
 
 /// The range of a node's `timeout`: a zero timeout would stop every node at once, and one past
