@@ -132,12 +132,14 @@ impl RoleProfile {
         kavi_state: &[PathBuf],
     ) -> Result<super::Confinement, String> {
         let mut profile = self.resolve(templates, values, writes)?;
+        // Only what the view would show and the policy does not hide already.
         let shown = |path: &PathBuf| {
             profile
                 .read
                 .iter()
                 .chain(&profile.write)
                 .any(|visible| path.starts_with(visible))
+                && !profile.hide.iter().any(|hidden| path.starts_with(hidden))
         };
         let hidden: Vec<PathBuf> = kavi_state.iter().filter(|p| shown(p)).cloned().collect();
         profile.hide.extend(hidden);
