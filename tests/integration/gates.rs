@@ -848,6 +848,60 @@ fn tests_that_end_early_or_hide_failures_fail_the_test_gate_with_a_named_reason(
     }
 }
 
+/// A test that reaches pytest's machinery through the `request` fixture and makes every later
+/// test "pass" without running its body: the classes pytest runs items through, the items
+/// themselves, and hooks registered once tests load, each spelling fails the test gate.
+#[test]
+fn a_test_that_switches_off_the_tests_after_it_fails_the_test_gate_however_spelled() {
+    let each_item = |body: &str| {
+        format!(
+            "import pytest\n\n\ndef test_a_setup(request: pytest.FixtureRequest) -> None:\n    \
+             for item in request.node.session.items:\n        {body}\n\n\n"
+        )
+    };
+    let cases = [
+        ("type(item).runtest", each_item("kind: Any = type(item)\n        kind.runtest = lambda self: None"), "framework_replaced"),
+        ("setattr(type(item))", each_item("setattr(type(item), \"runtest\", lambda self: None)"), "framework_replaced"),
+        ("item.__class__", each_item("item.__class__.runtest = lambda self: None"), "framework_replaced"),
+        ("type.__setattr__", each_item("type.__setattr__(type(item), \"runtest\", lambda self: None)"), "framework_replaced"),
+        ("item.runtest", each_item("item.runtest = lambda: None"), "framework_replaced"),
+        ("item.obj", each_item("item.obj = lambda *a, **k: None"), "framework_replaced"),
+        ("item.__dict__", each_item("item.__dict__[\"runtest\"] = lambda: None"), "framework_replaced"),
+        (
+            "CallInfo.from_call",
+            "import _pytest.runner\n\n\ndef test_a_setup() -> None:\n    \
+             real = _pytest.runner.CallInfo.from_call.__func__\n    \
+             _pytest.runner.CallInfo.from_call = classmethod(  # type: ignore[method-assign]\n        \
+             lambda cls, func, when, reraise=None: real(cls, (lambda: None) if when == \"call\" else func, when, reraise)\n    )\n\n\n"
+                .to_owned(),
+            "framework_replaced",
+        ),
+        (
+            "pluginmanager.register",
+            "import pytest\n\n\nclass Pass:\n    @pytest.hookimpl(tryfirst=True)\n    \
+             def pytest_runtest_call(self, item: Any) -> None:\n        item.runtest = lambda: None\n\n\n\
+             def test_a_setup(request: pytest.FixtureRequest) -> None:\n    \
+             request.config.pluginmanager.register(Pass())\n\n\n"
+                .to_owned(),
+            "framework_replaced",
+        ),
+    ];
+    for (case, setup, reason) in cases {
+        // Sorted first, so that the failing test runs after it.
+        let test = failing_test().replace(
+            "from skill import run\n",
+            &format!("from typing import Any\n\nfrom skill import run\n\n{setup}"),
+        );
+        let dir = workspace(SKILL, &test);
+        let (status, detail) = gate_of(dir.path(), "tests");
+        assert_eq!(status, "failed", "{case}: {detail}");
+        assert!(
+            detail.starts_with(&format!("{reason}: ")),
+            "{case}: {detail}"
+        );
+    }
+}
+
 /// The files kavi reads back from the test gate's folder (the report, the name of the test
 /// running) are the tests' to replace: one replaced by a link to a file of the host's is not
 /// read through it, so what the link points at never reaches the record (or the next build's
