@@ -902,6 +902,67 @@ fn a_test_that_switches_off_the_tests_after_it_fails_the_test_gate_however_spell
     }
 }
 
+/// The gates judge the bytes that are hashed: a test file swapped for a passing one while the
+/// gates run (from the moment their temporary folder appears until pytest's report is written)
+/// and swapped back before the second hash is never what the test gate reads. Before, the gates
+/// read the workspace, and the failing test file was verified.
+#[test]
+fn a_file_swapped_in_the_workspace_while_the_gates_run_is_not_what_they_judge() {
+    let dir = workspace(SKILL, &failing_test());
+    let sandboxes = tempfile::tempdir().unwrap();
+    let test_file = dir.path().join("skills/demo/test_skill.py");
+    let mut gates = common::kavi_command(dir.path(), &["pipeline", "run", "verify"])
+        .env("KAVI_SANDBOXES", sandboxes.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A folder of this run's (the gates' temporary one), and in it the file `find` names.
+    let mut appears = |find: &dyn Fn(&std::path::Path) -> Option<std::path::PathBuf>| loop {
+        if let Some(found) = walkdir::WalkDir::new(sandboxes.path())
+            .into_iter()
+            .flatten()
+            .find_map(|e| find(e.path()))
+        {
+            return Some(found);
+        }
+        if gates.try_wait().unwrap().is_some() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let named = |prefix: &'static str| {
+        move |path: &std::path::Path| {
+            path.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+                .then(|| path.to_owned())
+        }
+    };
+    appears(&named("kavi-tmp-gates-")).expect("the gates made no temporary folder");
+    let swap = |text: &str| {
+        let next = test_file.with_extension("swap");
+        std::fs::write(&next, text).unwrap();
+        std::fs::rename(&next, &test_file).unwrap();
+    };
+    swap(TEST);
+    let report = appears(&named("report.xml"));
+    swap(&failing_test());
+    assert!(report.is_some(), "pytest wrote no report");
+    let code = gates.wait().unwrap().code();
+    let run = last_run(dir.path());
+    let tests = verification(&run, "tests");
+    // What was hashed (the failing test) is what the test gate judged.
+    assert_eq!(code, Some(1), "{run}");
+    assert_eq!(tests["status"], "failed", "{tests}");
+    assert!(
+        tests["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("tests_failed: "),
+        "{tests}"
+    );
+}
+
 /// The files kavi reads back from the test gate's folder (the report, the name of the test
 /// running) are the tests' to replace: one replaced by a link to a file of the host's is not
 /// read through it, so what the link points at never reaches the record (or the next build's
