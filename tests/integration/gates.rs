@@ -963,6 +963,64 @@ fn a_file_swapped_in_the_workspace_while_the_gates_run_is_not_what_they_judge() 
     );
 }
 
+/// A provisioned toolchain is checked against what pip installed, not only for its versions: a
+/// copy whose `bin/mypy` prints "Success" held the pinned versions and passed a type error. Every
+/// gate of that toolchain is now an error naming the file.
+#[test]
+fn a_toolchain_whose_tool_was_replaced_is_refused_naming_the_file() {
+    let dir = workspace(&BROKEN.replace("import os\n", ""), TEST);
+    let root = dir.path();
+    assert!(kavi(root, &["toolchain", "install"]).status.success());
+    let cache = tempfile::tempdir().unwrap();
+    for name in ["python", "secrets"] {
+        let out = kavi(root, &["toolchain", "path", name]);
+        let original = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let copy = cache.path().join(original.file_name().unwrap());
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&original)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        // The copy's manifest names where it now is, as one made there would.
+        let manifest = copy.join("kavi-toolchain.json");
+        let text = std::fs::read_to_string(&manifest).unwrap().replace(
+            &format!("{:?}", original.display().to_string()),
+            &format!("{:?}", copy.display().to_string()),
+        );
+        std::fs::write(&manifest, text).unwrap();
+        if name == "python" {
+            let mypy = copy.join("bin/mypy");
+            std::fs::remove_file(&mypy).unwrap();
+            std::fs::write(&mypy, "#!/bin/sh\necho 'Success: no issues found'\n").unwrap();
+            std::fs::set_permissions(&mypy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+    }
+    let out = common::kavi_command(root, &["pipeline", "run", "verify"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    let types = verification(&run, "types");
+    assert_eq!(types["status"], "error", "{types}");
+    let detail = types["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("bin/mypy is not the file pip installed")
+            && detail.contains("mypy-2.4.1.dist-info/RECORD"),
+        "{detail}"
+    );
+    // The other toolchain, untouched, still runs.
+    assert_eq!(verification(&run, "secrets")["status"], "passed");
+}
+
 /// The files kavi reads back from the test gate's folder (the report, the name of the test
 /// running) are the tests' to replace: one replaced by a link to a file of the host's is not
 /// read through it, so what the link points at never reaches the record (or the next build's
