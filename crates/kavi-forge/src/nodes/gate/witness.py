@@ -13,10 +13,10 @@ deliberate, it is no proof against that.
 """
 
 import builtins
-import functools
 import inspect
 import os
 import sys
+import types
 import unittest
 
 import pluggy
@@ -94,6 +94,12 @@ def _body(item):
     return getattr(function, "__code__", None)
 
 
+# The test's own classes (by id): their data may change as tests run (`cls.data = ...` in
+# `setUpClass`), only what runs may not.
+_OWN = set()
+_RUNNABLE = (types.FunctionType, classmethod, staticmethod, property)
+
+
 def _watch_classes(classes):
     """Watches from now on the classes a collected test runs through that are not watched yet
     (an item's own class and its bases, the test's class and its bases)."""
@@ -102,30 +108,42 @@ def _watch_classes(classes):
         if kind is object or id(kind) in known or kind.__module__ == "builtins":
             continue
         known.add(id(kind))
+        if not kind.__module__.startswith(("_pytest", "pytest", "pluggy", "unittest")):
+            _OWN.add(id(kind))
         _BEFORE.append((f"{kind.__module__}.{kind.__qualname__}", kind, _attributes(kind)))
+
+
+def _runs(name, value):
+    """Whether an attribute of a test's own class is one that runs: a method, or a name the
+    framework calls (a test, `setUp`, `run`...)."""
+    return isinstance(value, _RUNNABLE) or name.startswith("test") or hasattr(unittest.TestCase, name)
 
 
 def _replaced():
     changed = []
     for label, owner, before in _BEFORE:
         now = vars(owner)
+        own = id(owner) in _OWN
         for name, value in before.items():
+            if own and not _runs(name, value) and not _runs(name, now.get(name)):
+                continue
             if name not in now:
                 changed.append(f"{label}.{name} (removed)")
             elif now[name] is not value:
                 changed.append(f"{label}.{name}")
         if isinstance(owner, type):
-            changed += [f"{label}.{name} (added)" for name in _attributes(owner) if name not in before]
+            changed += [f"{label}.{name} (added)" for name, value in _attributes(owner).items()
+                        if name not in before and (not own or _runs(name, value))]
     for nodeid, (item, kind, before, body) in _ITEMS.items():
         if type(item) is not kind:
             changed.append(f"{nodeid}: the test item's class")
             continue
         if _body(item) is not body:
             changed.append(f"{nodeid}: the test item's function")
-        # An attribute on the item itself that hides one of its class's (`item.runtest = ...`),
-        # but for the values a class caches on its instances by design.
+        # An attribute on the item itself that hides a method of its class's (`item.runtest =
+        # ...`); data the class defaults (`_excinfo = None`) is the item's to set.
         inherited = {name for base in kind.__mro__ for name, value in vars(base).items()
-                     if not isinstance(value, functools.cached_property)}
+                     if isinstance(value, _RUNNABLE)}
         changed += [f"{nodeid}: the test item's {name}" for name in vars(item)
                     if name in inherited and name not in before]
     if sys.getprofile() is not None and sys.getprofile() is not _profile:
