@@ -108,6 +108,9 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("junit_rewritten", "forged_report"),
         ("hung_test", "test_timed_out"),
         ("pytestmark_skip", "tests_skipped"),
+        ("item_class_runtest", "framework_replaced"),
+        ("item_function_replaced", "framework_replaced"),
+        ("plugin_from_test_file", "framework_replaced"),
     ] {
         let outcome = outcomes.iter().find(|o| o["case"] == case).unwrap();
         assert!(
@@ -135,6 +138,7 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("environment_named_at_run_time", "[environment]"),
         ("environment_bytes", "[environment]"),
         ("environment_by_getattr", "[environment]"),
+        ("item_class_runtest_scanned", "policy failed: "),
         ("logging_file_handler", "[file_write]"),
         ("logging_rotating_handler", "[file_write]"),
         ("logging_basic_config_file", "[file_write]"),

@@ -848,6 +848,179 @@ fn tests_that_end_early_or_hide_failures_fail_the_test_gate_with_a_named_reason(
     }
 }
 
+/// A test that reaches pytest's machinery through the `request` fixture and makes every later
+/// test "pass" without running its body: the classes pytest runs items through, the items
+/// themselves, and hooks registered once tests load, each spelling fails the test gate.
+#[test]
+fn a_test_that_switches_off_the_tests_after_it_fails_the_test_gate_however_spelled() {
+    let each_item = |body: &str| {
+        format!(
+            "import pytest\n\n\ndef test_a_setup(request: pytest.FixtureRequest) -> None:\n    \
+             for item in request.node.session.items:\n        {body}\n\n\n"
+        )
+    };
+    let cases = [
+        ("type(item).runtest", each_item("kind: Any = type(item)\n        kind.runtest = lambda self: None"), "framework_replaced"),
+        ("setattr(type(item))", each_item("setattr(type(item), \"runtest\", lambda self: None)"), "framework_replaced"),
+        ("item.__class__", each_item("item.__class__.runtest = lambda self: None"), "framework_replaced"),
+        ("type.__setattr__", each_item("type.__setattr__(type(item), \"runtest\", lambda self: None)"), "framework_replaced"),
+        ("item.runtest", each_item("item.runtest = lambda: None"), "framework_replaced"),
+        ("item.obj", each_item("item.obj = lambda *a, **k: None"), "framework_replaced"),
+        ("item.__dict__", each_item("item.__dict__[\"runtest\"] = lambda: None"), "framework_replaced"),
+        (
+            "CallInfo.from_call",
+            "import _pytest.runner\n\n\ndef test_a_setup() -> None:\n    \
+             real = _pytest.runner.CallInfo.from_call.__func__\n    \
+             _pytest.runner.CallInfo.from_call = classmethod(  # type: ignore[method-assign]\n        \
+             lambda cls, func, when, reraise=None: real(cls, (lambda: None) if when == \"call\" else func, when, reraise)\n    )\n\n\n"
+                .to_owned(),
+            "framework_replaced",
+        ),
+        (
+            "pluginmanager.register",
+            "import pytest\n\n\nclass Pass:\n    @pytest.hookimpl(tryfirst=True)\n    \
+             def pytest_runtest_call(self, item: Any) -> None:\n        item.runtest = lambda: None\n\n\n\
+             def test_a_setup(request: pytest.FixtureRequest) -> None:\n    \
+             request.config.pluginmanager.register(Pass())\n\n\n"
+                .to_owned(),
+            "framework_replaced",
+        ),
+    ];
+    for (case, setup, reason) in cases {
+        // Sorted first, so that the failing test runs after it.
+        let test = failing_test().replace(
+            "from skill import run\n",
+            &format!("from typing import Any\n\nfrom skill import run\n\n{setup}"),
+        );
+        let dir = workspace(SKILL, &test);
+        let (status, detail) = gate_of(dir.path(), "tests");
+        assert_eq!(status, "failed", "{case}: {detail}");
+        assert!(
+            detail.starts_with(&format!("{reason}: ")),
+            "{case}: {detail}"
+        );
+    }
+}
+
+/// The gates judge the bytes that are hashed: a test file swapped for a passing one while the
+/// gates run (from the moment their temporary folder appears until pytest's report is written)
+/// and swapped back before the second hash is never what the test gate reads. Before, the gates
+/// read the workspace, and the failing test file was verified.
+#[test]
+fn a_file_swapped_in_the_workspace_while_the_gates_run_is_not_what_they_judge() {
+    let dir = workspace(SKILL, &failing_test());
+    let sandboxes = tempfile::tempdir().unwrap();
+    let test_file = dir.path().join("skills/demo/test_skill.py");
+    let mut gates = common::kavi_command(dir.path(), &["pipeline", "run", "verify"])
+        .env("KAVI_SANDBOXES", sandboxes.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // A folder of this run's (the gates' temporary one), and in it the file `find` names.
+    let mut appears = |find: &dyn Fn(&std::path::Path) -> Option<std::path::PathBuf>| loop {
+        if let Some(found) = walkdir::WalkDir::new(sandboxes.path())
+            .into_iter()
+            .flatten()
+            .find_map(|e| find(e.path()))
+        {
+            return Some(found);
+        }
+        if gates.try_wait().unwrap().is_some() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let named = |prefix: &'static str| {
+        move |path: &std::path::Path| {
+            path.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+                .then(|| path.to_owned())
+        }
+    };
+    appears(&named("kavi-tmp-gates-")).expect("the gates made no temporary folder");
+    let swap = |text: &str| {
+        let next = test_file.with_extension("swap");
+        std::fs::write(&next, text).unwrap();
+        std::fs::rename(&next, &test_file).unwrap();
+    };
+    swap(TEST);
+    let report = appears(&named("report.xml"));
+    swap(&failing_test());
+    assert!(report.is_some(), "pytest wrote no report");
+    let code = gates.wait().unwrap().code();
+    let run = last_run(dir.path());
+    let tests = verification(&run, "tests");
+    // What was hashed (the failing test) is what the test gate judged.
+    assert_eq!(code, Some(1), "{run}");
+    assert_eq!(tests["status"], "failed", "{tests}");
+    assert!(
+        tests["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("tests_failed: "),
+        "{tests}"
+    );
+}
+
+/// A provisioned toolchain is checked against what pip installed, not only for its versions: a
+/// copy whose `bin/mypy` prints "Success" held the pinned versions and passed a type error. Every
+/// gate of that toolchain is now an error naming the file.
+#[test]
+fn a_toolchain_whose_tool_was_replaced_is_refused_naming_the_file() {
+    let dir = workspace(&BROKEN.replace("import os\n", ""), TEST);
+    let root = dir.path();
+    assert!(kavi(root, &["toolchain", "install"]).status.success());
+    let cache = tempfile::tempdir().unwrap();
+    for name in ["python", "secrets"] {
+        let out = kavi(root, &["toolchain", "path", name]);
+        let original = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let copy = cache.path().join(original.file_name().unwrap());
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&original)
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        // The copy's manifest names where it now is, as one made there would.
+        let manifest = copy.join("kavi-toolchain.json");
+        let text = std::fs::read_to_string(&manifest).unwrap().replace(
+            &format!("{:?}", original.display().to_string()),
+            &format!("{:?}", copy.display().to_string()),
+        );
+        std::fs::write(&manifest, text).unwrap();
+        if name == "python" {
+            let mypy = copy.join("bin/mypy");
+            std::fs::remove_file(&mypy).unwrap();
+            std::fs::write(&mypy, "#!/bin/sh\necho 'Success: no issues found'\n").unwrap();
+            std::fs::set_permissions(&mypy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
+    }
+    let out = common::kavi_command(root, &["pipeline", "run", "verify"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    let types = verification(&run, "types");
+    assert_eq!(types["status"], "error", "{types}");
+    let detail = types["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("bin/mypy is not the file pip installed")
+            && detail.contains("mypy-2.4.1.dist-info/RECORD"),
+        "{detail}"
+    );
+    // The other toolchain, untouched, still runs.
+    assert_eq!(verification(&run, "secrets")["status"], "passed");
+}
+
 /// The files kavi reads back from the test gate's folder (the report, the name of the test
 /// running) are the tests' to replace: one replaced by a link to a file of the host's is not
 /// read through it, so what the link points at never reaches the record (or the next build's

@@ -523,7 +523,8 @@ async fn attack(
         }
         Role::Gate => {
             let tmp = targets.path("gate-tmp");
-            let values = minijinja::context! { workspace => workspace, tmp => &tmp };
+            let values =
+                minijinja::context! { workspace => workspace, tmp => &tmp, snapshot => workspace };
             (&policy.gate, values, workspace.to_owned(), tmp)
         }
         Role::Skill => {

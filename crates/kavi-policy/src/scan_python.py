@@ -186,6 +186,74 @@ def test_hooks(tree, scope, add, rule, message):
                 add(node, rule, "%s: reaches `TestCase`'s internals (`%s`)" % (message, name))
             if func & {"builtins.type", "types.new_class"} and len(node.args) + len(node.keywords) >= 2:
                 add(node, rule, "%s: makes a class at run time, whose methods no syntax shows" % message)
+    class_stores(tree, scope, add, rule, message)
+
+
+# What reaches the class of an object at run time, whatever the object is (a pytest item, a
+# report): `type(x)`, `x.__class__`, and the classes it derives from.
+CLASS_ATTRIBUTES = frozenset({"__class__", "__mro__", "__bases__", "__base__"})
+SETTERS = frozenset({"builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
+                     "builtins.object.__delattr__"})
+
+
+def class_stores(tree, scope, add, rule, message):
+    """A test that sets or removes an attribute of a class it reached through an object
+    (`type(item).runtest = ...`, `item.__class__`, `setattr(type(item), ...)`, `vars(type(item))[...]`,
+    by way of names bound to such a class), or by `type.__setattr__`: the class may be the test
+    framework's, which no import names."""
+    derived = set()
+
+    def reaches(node):
+        for part in ast.walk(node):
+            if isinstance(part, ast.Attribute) and part.attr in CLASS_ATTRIBUTES:
+                return True
+            if isinstance(part, ast.Name) and part.id in derived:
+                return True
+            if isinstance(part, ast.Call) and "builtins.type" in scope.quals(part.func) and len(part.args) == 1:
+                return True
+        return False
+
+    bound = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound += [(target, node.value) for target in targets]
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            bound.append((node.target, node.iter))
+        elif isinstance(node, ast.comprehension):
+            bound.append((node.target, node.iter))
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            bound.append((node.optional_vars, node.context_expr))
+    # Names bound to such a class, through any number of other names.
+    grew = True
+    while grew:
+        grew = False
+        for target, value in bound:
+            if reaches(value):
+                for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+                    if name not in derived:
+                        derived.add(name)
+                        grew = True
+
+    def namespace(node):
+        """`vars(cls)` or `cls.__dict__` of such a class."""
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return reaches(node.value)
+        return isinstance(node, ast.Call) and "builtins.vars" in scope.quals(node.func) and any(map(reaches, node.args))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and reaches(node.value):
+            add(node, rule, "%s: sets `%s` on a class reached through an object, which may be the test framework's" % (message, node.attr))
+        elif isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load) and namespace(node.value):
+            add(node, rule, "%s: writes into the namespace of a class reached through an object" % message)
+        elif isinstance(node, ast.Call):
+            func = scope.quals(node.func)
+            if func & {"builtins.type.__setattr__", "builtins.type.__delattr__"} or (
+                func & SETTERS and node.args and reaches(node.args[0])
+            ):
+                add(node, rule, "%s: sets an attribute of a class reached through an object, which may be the test framework's" % message)
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "__setitem__", "setdefault", "pop", "__delitem__") and namespace(node.func.value):
+                add(node, rule, "%s: writes into the namespace of a class reached through an object" % message)
 
 
 # The test frameworks, whose objects (`pytest.TestReport`, `unittest.TestResult`) decide what a

@@ -12,6 +12,7 @@
 
 pub mod lock;
 pub mod provision;
+pub mod record;
 
 use kavi_foundation::diagnostic;
 use kavi_process as process;

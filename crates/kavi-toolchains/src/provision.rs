@@ -63,6 +63,15 @@ pub enum ToolchainError {
         path: String,
         reason: String,
     },
+    #[error(
+        "toolchain `{toolchain}`: refusing the environment {path}, its files are not the ones \
+         pip installed: {reason}\nhelp: remove {path}; kavi provisions it again from the lock"
+    )]
+    Tampered {
+        toolchain: String,
+        path: String,
+        reason: String,
+    },
     #[error("toolchain `{toolchain}`: {context}: {source}")]
     Io {
         toolchain: String,
@@ -164,7 +173,7 @@ pub async fn ensure(
         .map_err(|e| io("waiting for the lock".into())(std::io::Error::other(e)))?
         .map_err(io(format!("cannot lock {}", lock_path.display())))?;
     if let Some(ready) = read_manifest(toolchain, &folder) {
-        return Ok(ready);
+        return verified(toolchain, ready);
     }
     let started = Instant::now();
     progress(&format!(
@@ -190,7 +199,23 @@ pub async fn ensure(
         toolchain.name,
         started.elapsed().as_secs_f64()
     ));
-    Ok(provisioned)
+    verified(toolchain, provisioned)
+}
+
+/// `provisioned`, once its files are checked against what pip installed (see [`super::record`]):
+/// its versions alone do not say its tools were not replaced.
+fn verified(
+    toolchain: &Toolchain,
+    provisioned: Provisioned,
+) -> Result<Provisioned, ToolchainError> {
+    match super::record::verify(&provisioned.path) {
+        Ok(()) => Ok(provisioned),
+        Err(reason) => Err(ToolchainError::Tampered {
+            toolchain: toolchain.name.clone(),
+            path: provisioned.path.display().to_string(),
+            reason,
+        }),
+    }
 }
 
 /// The manifest of a complete environment of this declaration, if there is one and its tools
@@ -312,7 +337,7 @@ async fn existing(
             return Err(refused(format!("has no bin/{tool}")));
         }
     }
-    Ok(provisioned)
+    verified(toolchain, provisioned)
 }
 
 /// Asks the environment's interpreter for its versions.

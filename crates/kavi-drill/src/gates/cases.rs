@@ -52,6 +52,9 @@ const PYTEST_INI: &str = "[pytest]\naddopts = --collect-only\n";
 const PYPROJECT: &str = "[tool.ruff.lint]\nignore = [\"F401\"]\n\n[tool.mypy]\nignore_errors = true\n\n\
 [tool.pytest.ini_options]\naddopts = \"--collect-only\"\n";
 
+/// The attacker's test that made every later test "pass" without running its body.
+pub(super) const ITEM_CLASS_RUNTEST: &str = "import unittest\nfrom typing import Any\n\nimport pytest\n\nfrom skill import run\n\n\ndef test_a_setup(request: pytest.FixtureRequest) -> None:\n    for item in request.node.session.items:\n        kind: Any = type(item)\n        kind.runtest = lambda self: None\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n";
+
 /// A proposal that runs `skill.py` and promises the echo of 1.
 pub(super) const CONTRACT_PROPOSAL: &str = "name = \"demo\"\ndescription = \"A drill case\"\nside_effect = \"READ_ONLY\"\n\
 command = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = {}\noutput_schema = {}\n\n\
@@ -429,6 +432,41 @@ pub(super) const TOOL_CASES: &[Case] = &[
             (At::Skill, "mypy.ini", "[mypy]\nignore_errors = True\n"),
             (At::Skill, "tox.ini", "[pytest]\naddopts = --collect-only\n"),
         ],
+        kind: None,
+    },
+    Case {
+        name: "item_class_runtest",
+        what: "a test replacing `runtest` on the later tests' item classes (`type(item)`)",
+        targets: &["tests"],
+        skill: None,
+        test: Some(ITEM_CLASS_RUNTEST),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "item_function_replaced",
+        what: "a test replacing the later tests' functions on their items (`item.obj`)",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import pytest\n\nfrom skill import run\n\n\ndef test_a_setup(request: pytest.FixtureRequest) -> None:\n    for item in request.node.session.items:\n        item.obj = lambda *args, **kwargs: None\n\n\ndef test_echo() -> None:\n    assert run(1) == {\"echo\": 2}\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "plugin_from_test_file",
+        what: "a plugin named by `pytest_plugins` in the test file, passing every call",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "from skill import run\n\npytest_plugins = [\"passing\"]\n\n\ndef test_echo() -> None:\n    assert run(1) == {\"echo\": 2}\n",
+        ),
+        extra: &[(
+            At::Skill,
+            "passing.py",
+            "import pytest\n\n\n@pytest.hookimpl(tryfirst=True)\ndef pytest_pyfunc_call(pyfuncitem: object) -> bool:\n    return True\n",
+        )],
         kind: None,
     },
 ];

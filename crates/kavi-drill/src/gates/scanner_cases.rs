@@ -2,7 +2,7 @@
 //! they are spelled, secrets built from pieces, the environment read whole, and what the
 //! skill's confinement stops.
 
-use super::cases::{At, CONTRACT_PROPOSAL, Case};
+use super::cases::{At, CONTRACT_PROPOSAL, Case, ITEM_CLASS_RUNTEST};
 
 pub(super) const SCANNER_CASES: &[Case] = &[
     Case {
@@ -450,6 +450,15 @@ pub(super) const SCANNER_CASES: &[Case] = &[
             "\u{feff}# ruff: disable[F401]\nimport os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
         ),
         test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "item_class_runtest_scanned",
+        what: "`type(item).runtest = ...` in a test, seen by the scanner",
+        targets: &["policy"],
+        skill: None,
+        test: Some(ITEM_CLASS_RUNTEST),
         extra: &[],
         kind: None,
     },

@@ -31,6 +31,61 @@ impl Snapshot {
         hash: &str,
         track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
     ) -> Result<Self, String> {
+        Self::make_with(tree, hash, track, |_| Ok(()))
+    }
+
+    /// A snapshot laid out as the workspace is, for the gates to judge exactly the bytes that
+    /// were hashed: the skill's folder and its proposal are the snapshot's own read-only
+    /// copies, and every other entry at the workspace's top (its policies, say) links to the
+    /// workspace's (never `.kavi` or `.git`). A file swapped in the workspace while the gates
+    /// run is not what they read.
+    pub fn make_view(
+        tree: &SkillTree,
+        hash: &str,
+        track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+        workspace: &Path,
+    ) -> Result<Self, String> {
+        Self::make_with(tree, hash, track, |root| {
+            write_read_only(root, &tree.proposal_path, &tree.proposal, false).map_err(|e| {
+                format!("cannot write {} into the snapshot: {e}", tree.proposal_path)
+            })?;
+            let own = |path: &str| {
+                Path::new(path)
+                    .components()
+                    .next()
+                    .map(|c| c.as_os_str().to_owned())
+            };
+            let (folder, proposal) = (own(&tree.folder), own(&tree.proposal_path));
+            let entries = std::fs::read_dir(workspace)
+                .map_err(|e| format!("cannot read {}: {e}", workspace.display()))?;
+            for entry in entries {
+                let name = entry.map_err(|e| e.to_string())?.file_name();
+                if Some(&name) == folder.as_ref()
+                    || Some(&name) == proposal.as_ref()
+                    || name == ".kavi"
+                    || name == ".git"
+                {
+                    continue;
+                }
+                std::os::unix::fs::symlink(workspace.join(&name), root.join(&name)).map_err(
+                    |e| {
+                        format!(
+                            "cannot link {} into the snapshot: {e}",
+                            name.to_string_lossy()
+                        )
+                    },
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn make_with(
+        tree: &SkillTree,
+        hash: &str,
+        track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+        beside: impl FnOnce(&Path) -> Result<(), String>,
+    ) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("kavi-snapshot-")
             .tempdir()
@@ -43,6 +98,7 @@ impl Snapshot {
             write_read_only(&root, &file.path, &file.bytes, file.executable)
                 .map_err(|e| format!("cannot write {} into the snapshot: {e}", file.path))?;
         }
+        beside(dir.path())?;
         // Folders last, so that nothing more can be made in them.
         for entry in walkdir::WalkDir::new(dir.path()).contents_first(true) {
             let entry = entry.map_err(|e| e.to_string())?;

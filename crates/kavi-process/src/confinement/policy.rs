@@ -18,8 +18,9 @@ pub const DEFAULT_POLICY: &str = "policies/confinement.toml";
 /// The values the builder's path templates may read.
 const BUILDER_VALUES: &[&str] = &["sandbox", "tmp"];
 
-/// The values a gate's path templates may read.
-const GATE_VALUES: &[&str] = &["workspace", "tmp"];
+/// The values a gate's path templates may read: `snapshot` is the copy of the skill's files the
+/// gates judge, laid out as the workspace is.
+const GATE_VALUES: &[&str] = &["workspace", "tmp", "snapshot"];
 
 /// The values a skill's path templates may read. An entry that reads `write` is repeated once
 /// for each path the skill's proposal declares in `writes`, and gives nothing when it has none.

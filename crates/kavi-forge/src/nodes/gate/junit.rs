@@ -7,8 +7,10 @@
 //! as one document; it carries the witness's properties with this run's nonce; the number of
 //! test cases equals what pytest collected, nothing was deselected, and each test function the
 //! test files declare is among them; at least `min_tests`; none failed or erred; no more
-//! skipped than allowed; the test framework was not replaced at run time; and the process
-//! exited 0, in agreement with the report.
+//! skipped than allowed; the test framework (its modules, the classes pytest runs a test
+//! through, each test item) was not replaced at run time and no plugin was registered once tests
+//! began to load; every test not skipped had its test function entered while pytest ran it; and
+//! the process exited 0, in agreement with the report.
 //!
 //! Limits: the tests run in pytest's own process, which must write the report, so code in a test
 //! can find the report's path and the witness and forge both (kavi reads the nonce from a file
@@ -396,6 +398,28 @@ fn judge_text(
             format!("the tests replaced parts of the test framework while they ran: {replaced}"),
         ));
     }
+    let plugins = one("kavi_plugins");
+    if !plugins.trim().is_empty() {
+        return Err(counted(
+            counts,
+            "framework_replaced",
+            format!(
+                "plugins were registered once the tests began to load, so hooks kavi did not \
+                 choose ran with them: {plugins}"
+            ),
+        ));
+    }
+    let not_run = one("kavi_not_run");
+    if !not_run.trim().is_empty() {
+        return Err(counted(
+            counts,
+            "tests_not_run",
+            format!(
+                "pytest reported these tests without their test function having been entered \
+                 while it ran them: {not_run}"
+            ),
+        ));
+    }
     if one("kavi_optimized") != "0" {
         return Err(counted(
             counts,
@@ -504,6 +528,8 @@ mod tests {
             ("kavi_collected", collected.to_owned()),
             ("kavi_deselected", "0".to_owned()),
             ("kavi_replaced", String::new()),
+            ("kavi_plugins", String::new()),
+            ("kavi_not_run", String::new()),
             ("kavi_optimized", "0".to_owned()),
             ("kavi_exitstatus", "0".to_owned()),
         ]
@@ -550,6 +576,22 @@ mod tests {
                 Some(0)
             )),
             "framework_replaced"
+        );
+        assert_eq!(
+            reason(judge_with(
+                &with("kavi_plugins", "skill_plugin"),
+                PASSED,
+                Some(0)
+            )),
+            "framework_replaced"
+        );
+        assert_eq!(
+            reason(judge_with(
+                &with("kavi_not_run", "test_skill.py::test_a"),
+                PASSED,
+                Some(0)
+            )),
+            "tests_not_run"
         );
         assert_eq!(
             reason(judge_with(&with("kavi_collected", "2"), PASSED, Some(0))),

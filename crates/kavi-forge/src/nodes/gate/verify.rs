@@ -9,6 +9,8 @@ use super::{Check, DETAIL_IN_ERROR, Gate, Scope};
 use crate::ledger::{GateResult, Ledger};
 use crate::node::{NodeAction, NodeContext, NodeOutcome};
 use crate::nodes::vars::Vars;
+use crate::skills::snapshot::Snapshot;
+use crate::skills::trust::SkillTree;
 use crate::state::NodeState;
 use crate::toolchains::Provisioned;
 
@@ -100,13 +102,35 @@ impl Gate {
             None => None,
         };
         // The hash covers the proposal too, so only a proposed skill has one.
-        let hash = || match (&self.trust, &row) {
+        let hash = |root: &Path| match (&self.trust, &row) {
             (Some(trust), Some(row)) => trust
-                .source_hash(&ctx.env.templates, &cwd, &row.name, &row.proposal_path)
+                .source_hash(&ctx.env.templates, root, &row.name, &row.proposal_path)
                 .map(Some),
             _ => Ok(None),
         };
-        let before = hash()?;
+        // The hashed bytes, read once: the gates judge a snapshot of exactly them, so a file
+        // swapped in the workspace while they run (and swapped back before the second hash) is
+        // never what they read.
+        let tree = match (&self.trust, &row) {
+            (Some(trust), Some(row)) => {
+                Some(trust.read_tree(&ctx.env.templates, &cwd, &row.name, &row.proposal_path)?)
+            }
+            _ => None,
+        };
+        let before = tree.as_ref().map(SkillTree::hash);
+        let view = match (&tree, &before) {
+            (Some(tree), Some(hash)) => Some(Snapshot::make_view(
+                tree,
+                hash,
+                |dir| ctx.env.owner.track(dir),
+                &cwd,
+            )?),
+            _ => None,
+        };
+        let workspace_cwd = cwd;
+        let cwd = view
+            .as_ref()
+            .map_or_else(|| workspace_cwd.clone(), |view| view.path().to_owned());
         // Invariants compare what the skill declares with what it was proposed as.
         let class = row.as_ref().map(|row| row.side_effect.clone());
         // Gates that start a process (commands, the analyser, detect-secrets) share one private
@@ -117,7 +141,11 @@ impl Gate {
                 .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
             let confinement = self.confinement.confine(
                 &ctx.env.templates,
-                &minijinja::context! { workspace => &*ctx.env.workspace, tmp => tmp.path() },
+                &minijinja::context! {
+                    workspace => &*ctx.env.workspace,
+                    tmp => tmp.path(),
+                    snapshot => &cwd,
+                },
                 &[],
                 &ctx.env.state_paths,
             )?;
@@ -162,11 +190,16 @@ impl Gate {
             }
         }
         // What passed must be what is recorded: files that changed under the gates void the run.
-        if hash()? != before {
+        if hash(&workspace_cwd)? != before {
             return Err(
                 "the skill's files changed while the gates ran; nothing is recorded as verified"
                     .into(),
             );
+        }
+        if let Some(view) = &view {
+            view.check().map_err(|e| {
+                format!("the gates' copy of the skill changed while they ran ({e}); nothing is recorded as verified")
+            })?;
         }
         let blocking: Vec<&GateResult> = results
             .iter()

@@ -4,17 +4,22 @@ module is imported).
 It writes into the JUnit report, as global properties, what kavi checks the report against:
 how many tests pytest collected, that the session reached its end, the run's nonce (read from a
 file kavi wrote beside this module, then removed, so that a report written without pytest does
-not carry it), and which parts of the test framework the code under test replaced at run time
-(an `assertEqual` that never fails, a patched pytest runner). It runs in the same process as the
-tests, so a test written against kavi itself can still forge it: it catches the usual ways and
-makes a forgery deliberate, it is no proof against that.
+not carry it), which parts of the test framework the code under test replaced at run time
+(an `assertEqual` that never fails, a patched pytest runner, a test item's class or the item
+itself), which plugins were registered once tests began to load, and which tests passed
+without their body being entered. It runs in the same process as the tests, so a test written
+against kavi itself can still forge it: it catches the usual ways and makes a forgery
+deliberate, it is no proof against that.
 """
 
 import builtins
+import inspect
 import os
 import sys
+import types
 import unittest
 
+import pluggy
 import pytest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,50 +40,176 @@ _WATCHED = [
     ("builtins", builtins),
     ("pytest", pytest),
 ]
-for _name in ("_pytest.runner", "_pytest.python", "_pytest.unittest", "_pytest.reports",
-              "_pytest.outcomes", "_pytest.main", "_pytest.junitxml", "_pytest.skipping"):
-    if _name in sys.modules:
-        _WATCHED.append((_name, sys.modules[_name]))
+# The modules pytest runs a test through, from the hook call to the report, imported here so
+# that they are watched as they stand before any test module loads.
+_MODULES = ("_pytest.runner", "_pytest.python", "_pytest.unittest", "_pytest.reports",
+            "_pytest.outcomes", "_pytest.main", "_pytest.junitxml", "_pytest.skipping",
+            "_pytest.nodes", "_pytest.fixtures", "_pytest.timing", "pluggy._callers",
+            "pluggy._hooks", "pluggy._manager", "pluggy._result")
+for _name in _MODULES:
+    __import__(_name)
+    _WATCHED.append((_name, sys.modules[_name]))
+# Every class those modules define is watched whole too: `Function.runtest` replaced on the class
+# (reached as `type(item)`) leaves the module's attributes as they were.
+for _name in _MODULES:
+    for _value in list(vars(sys.modules[_name]).values()):
+        if isinstance(_value, type) and _value.__module__ == _name:
+            _WATCHED.append((f"{_name}.{_value.__qualname__}", _value))
 # The classes whose attributes decide what a result says (`BaseReport.passed` is a property):
 # a class is watched whole, and a name added to it (one that shadows what it inherits) counts too.
 _WATCHED.append(("unittest.TestResult", unittest.TestResult))
-if "_pytest.reports" in sys.modules:
-    _reports = sys.modules["_pytest.reports"]
-    _WATCHED += [("_pytest.reports.BaseReport", _reports.BaseReport),
-                 ("_pytest.reports.TestReport", _reports.TestReport),
-                 ("_pytest.reports.CollectReport", _reports.CollectReport)]
 
 
 def _attributes(owner):
     if isinstance(owner, type) and owner is not unittest.TestCase:
-        return dict(vars(owner))
+        return {name: value for name, value in vars(owner).items() if name not in _FRAMEWORK_MARKS}
     return {name: value for name, value in list(vars(owner).items())
             if not name.startswith("__") or name in ("__call__", "__init__")}
 
 
-_BEFORE = [(label, owner, _attributes(owner)) for label, owner in _WATCHED]
+# Taken when collection starts (see `pytest_collection`): pytest's own set-up (its legacy path
+# plugin adds `Node.fspath`) is done, and no test module has loaded yet.
+_BEFORE = []
+# What the frameworks set on classes themselves as tests run: pytest on an item's class when it
+# makes the first item of it, unittest on a test class when its class clean-ups run.
+_FRAMEWORK_MARKS = {"_pytest_diamond_inheritance_warning_shown", "tearDown_exceptions"}
 _collected = None
 _deselected = 0
+# Per collected test, by node id: its item, the item's class and attributes as collected, and
+# the code object its body is (None: not a Python function, so it cannot be shown to have run).
+_ITEMS = {}
+# The tests whose body was entered while pytest ran them, and those pytest reported skipped.
+_entered = set()
+_skipped = set()
+# Plugins registered once collection began: a test module's `pytest_plugins`, or a test
+# registering one itself, would run hooks kavi did not choose.
+_late_plugins = []
+_collecting = False
+
+
+def _body(item):
+    """The code object of the test function `item` runs, unwrapped from its decorators."""
+    function = getattr(item, "obj", None)
+    function = inspect.unwrap(getattr(function, "__func__", function))
+    return getattr(function, "__code__", None)
+
+
+# The test's own classes (by id): their data may change as tests run (`cls.data = ...` in
+# `setUpClass`), only what runs may not.
+_OWN = set()
+_RUNNABLE = (types.FunctionType, classmethod, staticmethod, property)
+
+
+def _watch_classes(classes):
+    """Watches from now on the classes a collected test runs through that are not watched yet
+    (an item's own class and its bases, the test's class and its bases)."""
+    known = {id(owner) for _, owner, _ in _BEFORE}
+    for kind in classes:
+        if kind is object or id(kind) in known or kind.__module__ == "builtins":
+            continue
+        known.add(id(kind))
+        if not kind.__module__.startswith(("_pytest", "pytest", "pluggy", "unittest")):
+            _OWN.add(id(kind))
+        _BEFORE.append((f"{kind.__module__}.{kind.__qualname__}", kind, _attributes(kind)))
+
+
+def _runs(name, value):
+    """Whether an attribute of a test's own class is one that runs: a method, or a name the
+    framework calls (a test, `setUp`, `run`...)."""
+    return isinstance(value, _RUNNABLE) or name.startswith("test") or hasattr(unittest.TestCase, name)
 
 
 def _replaced():
     changed = []
     for label, owner, before in _BEFORE:
         now = vars(owner)
+        own = id(owner) in _OWN
         for name, value in before.items():
+            if own and not _runs(name, value) and not _runs(name, now.get(name)):
+                continue
             if name not in now:
                 changed.append(f"{label}.{name} (removed)")
             elif now[name] is not value:
                 changed.append(f"{label}.{name}")
         if isinstance(owner, type):
-            changed += [f"{label}.{name} (added)" for name in _attributes(owner) if name not in before]
+            changed += [f"{label}.{name} (added)" for name, value in _attributes(owner).items()
+                        if name not in before and (not own or _runs(name, value))]
+    for nodeid, (item, kind, before, body) in _ITEMS.items():
+        if type(item) is not kind:
+            changed.append(f"{nodeid}: the test item's class")
+            continue
+        if _body(item) is not body:
+            changed.append(f"{nodeid}: the test item's function")
+        # An attribute on the item itself that hides a method of its class's (`item.runtest =
+        # ...`); data the class defaults (`_excinfo = None`) is the item's to set.
+        inherited = {name for base in kind.__mro__ for name, value in vars(base).items()
+                     if isinstance(value, _RUNNABLE)}
+        changed += [f"{nodeid}: the test item's {name}" for name in vars(item)
+                    if name in inherited and name not in before]
+    if sys.getprofile() is not None and sys.getprofile() is not _profile:
+        changed.append("sys.setprofile")
     return changed
+
+
+def _not_run():
+    """The tests pytest did not skip whose body was never entered while pytest ran them."""
+    return [nodeid for nodeid in _ITEMS if nodeid not in _entered and nodeid not in _skipped]
+
+
+_running_body = None
+
+
+def _profile(frame, event, arg):
+    global _running_body
+    if event == "call" and frame.f_code is _running_body:
+        _entered.add(_running)
+        _running_body = None
+
+
+_running = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    global _collecting
+    _BEFORE.extend((label, owner, _attributes(owner)) for label, owner in _WATCHED)
+    _collecting = True
+
+
+def pytest_plugin_registered(plugin, plugin_name, manager):
+    if _collecting:
+        _late_plugins.append(getattr(plugin, "__name__", None) or type(plugin).__qualname__)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
     global _collected
     _collected = len(session.items)
+    for item in session.items:
+        kind = type(item)
+        _ITEMS[item.nodeid] = (item, kind, dict(vars(item)), _body(item))
+        test_class = getattr(item, "cls", None)
+        _watch_classes(kind.__mro__ + (test_class.__mro__ if isinstance(test_class, type) else ()))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Watches, while pytest runs `item`'s test, for the body collected for it to be entered."""
+    global _running, _running_body
+    entry = _ITEMS.get(item.nodeid)
+    _running, _running_body = item.nodeid, entry and entry[3]
+    previous = sys.getprofile()
+    sys.setprofile(_profile)
+    try:
+        return (yield)
+    finally:
+        sys.setprofile(previous)
+        _running = _running_body = None
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        _skipped.add(report.nodeid)
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -108,5 +239,7 @@ def pytest_sessionfinish(session, exitstatus):
     xml.add_global_property("kavi_collected", "" if _collected is None else str(_collected))
     xml.add_global_property("kavi_deselected", str(_deselected))
     xml.add_global_property("kavi_replaced", " ".join(_replaced()))
+    xml.add_global_property("kavi_plugins", " ".join(_late_plugins))
+    xml.add_global_property("kavi_not_run", " ".join(_not_run()))
     xml.add_global_property("kavi_optimized", str(sys.flags.optimize))
     xml.add_global_property("kavi_exitstatus", str(int(exitstatus)))
