@@ -173,6 +173,25 @@ async fn text_of(client: &Client, css: &str) -> String {
         .unwrap()
 }
 
+/// Clicks the button whose id is `id` on the page shown.
+async fn press(client: &Client, id: &str) {
+    client
+        .find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("no #{id}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Why the CLI refuses `args` (exit 2), as it says it on stderr without `error: `.
+fn refusal(root: &Path, args: &[&str]) -> String {
+    let out = kavi(root, args);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    said.trim().trim_start_matches("error: ").to_owned()
+}
+
 /// The forge of `write_note` whose first attempt imports `subprocess`: the policy gate fails,
 /// the classifier calls it VERIFY_POLICY with a research note, and the run stops for review.
 fn stopped_for_review(root: &Path) {
@@ -276,13 +295,7 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
         .send_keys("the import was the drill's")
         .await
         .unwrap();
-    client
-        .find(Locator::Id("approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    press(client, "approve").await;
     text_of(client, "ul[role=status]").await;
     let decided = text_of(client, "main").await;
     assert!(
@@ -308,13 +321,7 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
     // The same account approves again from the tab shown before the decision: the run changed
     // since that page was shown, so nothing is recorded.
     client.switch_to_window(second_tab).await.unwrap();
-    client
-        .find(Locator::Id("approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    press(client, "approve").await;
     let refused = text_of(client, "main [role=alert]").await;
     assert!(
         refused.starts_with("refused: run 1 changed since the page was shown (it is approved now)"),
@@ -413,18 +420,9 @@ async fn the_page_refuses_what_kavi_approve_refuses() {
         .goto(&format!("{}/runs/1", served.url))
         .await
         .unwrap();
-    client
-        .find(Locator::Id("approve"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    press(client, "approve").await;
     let refused = text_of(client, "main [role=alert]").await;
-    let cli = kavi(root, &["approve", "1", "--no-resume"]);
-    assert_eq!(cli.status.code(), Some(2));
-    let cli = String::from_utf8_lossy(&cli.stderr);
-    let reason = cli.trim().trim_start_matches("error: ");
+    let reason = refusal(root, &["approve", "1", "--no-resume"]);
     assert!(
         reason.contains("forbid approving a run by the account that started it"),
         "{reason}"
@@ -446,18 +444,9 @@ async fn the_page_refuses_what_kavi_approve_refuses() {
         .goto(&format!("{}/runs/1", served.url))
         .await
         .unwrap();
-    client
-        .find(Locator::Id("approve-rules-2"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    press(client, "approve-rules-2").await;
     let refused = text_of(client, "main [role=alert]").await;
-    let cli = kavi(root, &["policy", "approve", "2"]);
-    assert_eq!(cli.status.code(), Some(2));
-    let cli = String::from_utf8_lossy(&cli.stderr);
-    let reason = cli.trim().trim_start_matches("error: ");
+    let reason = refusal(root, &["policy", "approve", "2"]);
     assert_eq!(refused, format!("refused: {reason}; nothing was decided"));
     let pending = common::LedgerConnection::open(root)
         .texts("SELECT status || ' ' || coalesce(approvals, 'none') FROM rule_sets WHERE id = 2");
