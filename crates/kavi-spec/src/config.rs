@@ -293,6 +293,25 @@ impl Workspace {
                         .at(&source, span),
                     ));
                 }
+                // kavi.toml is a workspace file, which builders, gates and skills read: a
+                // server's password in it would be theirs too.
+                let ledger = toml::from_str::<toml::Table>(&text)
+                    .ok()
+                    .and_then(|table| table.get("ledger")?.as_str().map(str::to_owned));
+                if let (Some(url), Some(span)) = (ledger, value_span(&text, &["ledger"]))
+                    && crate::ledger::postgres_url(Path::new(&url)).is_some()
+                    && crate::ledger::display_location(Path::new(&url)) != url
+                {
+                    // Named by line and column, not shown: the line holds the password.
+                    let (line, column) = source.line_col(span.start);
+                    return Err(ConfigError::invalid(Diagnostic::new(format!(
+                        "{}:{line}:{column}: a password in kavi.toml's `ledger` URL would be \
+                         readable by every builder, gate and skill kavi runs here (kavi.toml is \
+                         a file of the workspace they see): leave it out of the URL and set \
+                         PGPASSWORD, or give the whole URL in KAVI_LEDGER",
+                        file.display()
+                    ))));
+                }
                 // toml knows where each value is; figment does not, so the file is checked here.
                 toml::from_str::<Config>(&text).map_err(|e| {
                     ConfigError::invalid(crate::diagnostic::toml_error(&source, &e))
@@ -521,6 +540,37 @@ mod tests {
             jail.create_file("kavi.toml", "jobz = 3\n")?;
             let err = Workspace::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("jobz"), "{err}");
+            Ok(())
+        });
+    }
+
+    /// A server's password is refused in kavi.toml, which confined processes read, at its place;
+    /// the same URL without it, or in the environment, is taken.
+    #[test]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
+    fn a_ledger_password_in_kavi_toml_is_refused_where_it_is() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "kavi.toml",
+                "jobs = 2
+ledger = \"postgres://kavi:hunter2@db.example/kavi\"\n",
+            )?;
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            let said = err.to_string();
+            assert!(said.contains("kavi.toml:2:10"), "{said}");
+            assert!(said.contains("set PGPASSWORD"), "{said}");
+            assert!(!said.contains("hunter2"), "{said}");
+            jail.create_file(
+                "kavi.toml",
+                "ledger = \"postgres://kavi@db.example/kavi\"\n",
+            )?;
+            assert!(Workspace::load(None, &Overrides::default()).is_ok());
+            jail.create_file("kavi.toml", "")?;
+            jail.set_env("KAVI_LEDGER", "postgres://kavi:hunter2@db.example/kavi");
+            assert!(Workspace::load(None, &Overrides::default()).is_ok());
             Ok(())
         });
     }
