@@ -80,8 +80,11 @@ struct Browser {
 }
 
 impl Drop for Browser {
+    /// Ends chromedriver and the Chromium it started: they are a process group of their own,
+    /// which no session left open (a test that failed midway) outlives.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        let group = nix::unistd::Pid::from_raw(i32::try_from(self.driver.id()).unwrap());
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.driver.wait();
     }
 }
@@ -115,10 +118,12 @@ async fn browser_or_skip() -> Option<Browser> {
         return None;
     }
     let port = free_port();
+    use std::os::unix::process::CommandExt as _;
     let driver = Command::new("chromedriver")
         .arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap();
     let mut browser = Browser {
