@@ -356,29 +356,42 @@ async fn keeping_cgroup_moves_fast_leaves_kavi_where_it_is() {
     );
 }
 
-#[tokio::test]
-async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path().canonicalize().unwrap();
+/// Runs `fill` (a shell script given its write folder) under an 8 MiB disk bound, asserts the
+/// bound stopped it, and hands back the folder; `None` where it could not run (skipped).
+async fn stopped_at_the_disk_bound(dir: &Path, fill: impl Fn(&Path) -> String) -> Option<PathBuf> {
     let scope = dir.join("scope");
     std::fs::create_dir_all(&scope).unwrap();
     let limits = Limits {
         disk_mib: Some(8),
         ..Limits::default()
     };
-    // 4 MiB a step, never one file past any file-size bound, for up to 30 seconds.
-    let fill = format!(
-        "for i in $(seq 120); do head -c 4194304 /dev/zero > {}/f$i; sleep 0.25; done",
-        scope.display()
-    );
-    let Some(finished) = run_sh(&dir, profile(&dir, vec![scope.clone()], limits), &fill).await
-    else {
-        return;
-    };
+    let finished = run_sh(
+        dir,
+        profile(dir, vec![scope.clone()], limits),
+        &fill(&scope),
+    )
+    .await?;
     assert_eq!(
         finished.violation,
         Some(Violation::Bound("its disk bound (8 MiB)".into()))
     );
+    Some(scope)
+}
+
+#[tokio::test]
+async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // 4 MiB a step, never one file past any file-size bound, for up to 30 seconds.
+    let fill = |scope: &Path| {
+        format!(
+            "for i in $(seq 120); do head -c 4194304 /dev/zero > {}/f$i; sleep 0.25; done",
+            scope.display()
+        )
+    };
+    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
+        return;
+    };
     let held = bounds::disk_used(&[scope]).unwrap();
     assert!(
         held < 64 << 20,
@@ -392,25 +405,16 @@ async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped()
 async fn a_process_that_makes_empty_files_past_the_disk_bound_is_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
-    let scope = dir.join("scope");
-    std::fs::create_dir_all(&scope).unwrap();
-    let limits = Limits {
-        disk_mib: Some(8),
-        ..Limits::default()
-    };
     // 500 empty files a step (2 MiB at one block each), for up to 30 seconds.
-    let fill = format!(
-        "cd {} && for i in $(seq 120); do touch $(seq -f \"$i-%g\" 500); sleep 0.25; done",
-        scope.display()
-    );
-    let Some(finished) = run_sh(&dir, profile(&dir, vec![scope.clone()], limits), &fill).await
-    else {
+    let fill = |scope: &Path| {
+        format!(
+            "cd {} && for i in $(seq 120); do touch $(seq -f \"$i-%g\" 500); sleep 0.25; done",
+            scope.display()
+        )
+    };
+    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
         return;
     };
-    assert_eq!(
-        finished.violation,
-        Some(Violation::Bound("its disk bound (8 MiB)".into()))
-    );
     let files = std::fs::read_dir(&scope).unwrap().count();
     assert!(files < 20_000, "{files} files made before it was stopped");
 }
