@@ -97,6 +97,13 @@ pub fn keygen() -> Result<i32, Error> {
     Ok(exit::SUCCESS)
 }
 
+/// Prints the signing key's public half, hex.
+pub fn public_key() -> Result<i32, Error> {
+    let key = checkpoint::load(&keys::signing_key()).map_err(Error::Usage)?;
+    outln!("{}", checkpoint::public_hex(&key.verifying_key()));
+    Ok(exit::SUCCESS)
+}
+
 /// Signs the journal's head, with the key this ledger's log pins (the first checkpoint pins
 /// the key that signs it).
 pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {

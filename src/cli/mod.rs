@@ -495,6 +495,7 @@ async fn in_workspace(
         },
         Command::Ledger(LedgerCommand::Verify { json }) => ledger::verify(&workspace, json),
         Command::Ledger(LedgerCommand::Keygen) => ledger::keygen(),
+        Command::Ledger(LedgerCommand::PublicKey) => ledger::public_key(),
         Command::Ledger(LedgerCommand::Checkpoint) => ledger::checkpoint(&workspace),
         Command::Ledger(LedgerCommand::RotateKey) => ledger::rotate_key(),
         Command::Ledger(LedgerCommand::Seal) => ledger::seal(&workspace),

@@ -21,6 +21,11 @@ fn cli_scenarios() {
     prepare_shipped_fixture("forge");
     prepare_shipped_fixture("adopt");
     prepare_shipped_fixture("review");
+    // Two workspaces side by side: one exports a skill, the other imports it.
+    let bundle = common::repo().join("tests/cmd/bundle.in");
+    let _ = std::fs::remove_dir_all(&bundle);
+    common::copy_shipped_workspace(&bundle.join("a"));
+    common::copy_shipped_workspace(&bundle.join("b"));
     let chain = prepare_shipped_fixture("chain");
     std::fs::create_dir_all(chain.join("notes")).unwrap();
     std::fs::write(

@@ -763,6 +763,9 @@ pub enum LedgerCommand {
     /// Make the ed25519 key that signs checkpoints, in kavi's keys folder ($KAVI_KEYS, else
     /// ~/.config/kavi; never in the workspace). An existing key is never overwritten.
     Keygen,
+    /// Print the public half of the signing key: what another workspace lists in its
+    /// `policies/trust.toml` `[import] keys` to take in this one's skill bundles.
+    PublicKey,
     /// Sign the journal's head, so that a rewrite of the chain up to it is detected.
     Checkpoint,
     /// Make a new signing key, with a rotation record signed by the old one in the log of every

@@ -64,8 +64,14 @@ pub fn generate(path: &Path) -> std::io::Result<VerifyingKey> {
 
 /// Reads the key at `path`.
 pub fn load(path: &Path) -> std::result::Result<SigningKey, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the signing key {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            "; make one with `kavi ledger keygen`"
+        } else {
+            ""
+        };
+        format!("cannot read the signing key {}: {e}{hint}", path.display())
+    })?;
     let seed = from_hex::<32>(&text).ok_or_else(|| {
         format!(
             "{} is not a signing key (64 hex digits); make one with `kavi ledger keygen`",

@@ -49,14 +49,7 @@ pub fn dir() -> PathBuf {
 /// it, anyone who can edit the workspace could read or replace them.
 pub fn refuse_inside(root: &Path) -> Option<String> {
     let keys = dir();
-    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
-    let (root, resolved) = (canonical(root), canonical(&keys));
-    let resolved = if resolved.is_absolute() {
-        resolved
-    } else {
-        canonical(&std::env::current_dir().unwrap_or_default()).join(resolved)
-    };
-    resolved.starts_with(&root).then(|| {
+    lies_inside(&keys, root).then(|| {
         format!(
             "kavi's keys folder {} lies in the workspace {}, where whoever can edit the workspace \
              could read or replace the keys; set KAVI_KEYS to a folder outside it",
@@ -64,6 +57,36 @@ pub fn refuse_inside(root: &Path) -> Option<String> {
             root.display()
         )
     })
+}
+
+/// Whether `keys` is `root` or below it once links and `..` are resolved, for a folder that
+/// may not exist yet: its deepest existing ancestor is resolved and the rest appended.
+fn lies_inside(keys: &Path, root: &Path) -> bool {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    let keys = if keys.is_absolute() {
+        keys.to_owned()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(keys)
+    };
+    let mut existing = keys.as_path();
+    let mut rest = Vec::new();
+    let resolved = loop {
+        match existing.canonicalize() {
+            Ok(resolved) => break resolved,
+            Err(_) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_owned());
+                    existing = parent;
+                }
+                // `..` or the root itself: nothing left to resolve.
+                _ => break existing.to_owned(),
+            },
+        }
+    };
+    rest.iter()
+        .rev()
+        .fold(resolved, |path, name| path.join(name))
+        .starts_with(&root)
 }
 
 /// The signing key's path.
@@ -195,5 +218,29 @@ mod tests {
             .chain_update(inner)
             .finalize();
         assert_eq!(crate::checkpoint::to_hex(&outer), key.mac("abc"));
+    }
+
+    /// A keys folder beside the workspace, spelled through it with `..` and not made yet, is
+    /// outside it; one below it, made or not, through a link or not, is inside.
+    #[test]
+    fn a_keys_folder_is_inside_the_workspace_only_when_it_resolves_there() {
+        let top = tempfile::tempdir().unwrap();
+        let workspace = top.path().join("a");
+        std::fs::create_dir_all(workspace.join("made")).unwrap();
+        std::os::unix::fs::symlink(top.path(), workspace.join("up")).unwrap();
+        for (keys, inside) in [
+            ("../keys-a", false),
+            ("up/keys-a", false),
+            ("keys", true),
+            ("made", true),
+            ("made/../keys", true),
+            (".", true),
+        ] {
+            assert_eq!(
+                lies_inside(&workspace.join(keys), &workspace),
+                inside,
+                "{keys}"
+            );
+        }
     }
 }
