@@ -642,12 +642,13 @@ async fn in_workspace(
                 crate::ledger::checkpoint::short(&accepted.signer),
                 accepted.skill
             );
+            let skill = accepted.skill.clone();
             let sets = [
-                ("skill".to_owned(), accepted.skill),
-                ("bundle".to_owned(), accepted.bundle),
+                ("skill".to_owned(), accepted.skill.clone()),
+                ("bundle".to_owned(), accepted.bundle.clone()),
             ];
             let import = workspace.root.join("pipelines/import.toml");
-            pipeline::run(
+            let code = pipeline::run(
                 &workspace,
                 &import.to_string_lossy(),
                 &sets,
@@ -655,7 +656,22 @@ async fn in_workspace(
                 RunOrigin::User.into(),
                 None,
             )
-            .await
+            .await?;
+            // Files the import brought that it did not promote go back out: left in the
+            // skill's folder, the next forge would take them as this workspace's own.
+            if code != exit::SUCCESS {
+                for path in &accepted.written {
+                    if let Err(e) = std::fs::remove_file(path) {
+                        errln!("warning: could not remove {}: {e}", path.display());
+                    }
+                }
+                errln!(
+                    "the import did not promote `{}`: the {} file(s) it wrote are removed",
+                    skill,
+                    accepted.written.len()
+                );
+            }
+            Ok(code)
         }
         Command::Skill(SkillCommand::VerifyAttestation { .. }) => {
             unreachable!("checked before the workspace is loaded")

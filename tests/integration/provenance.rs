@@ -486,3 +486,78 @@ fn the_import_pipeline_promotes_no_files_but_a_bundles() {
     ));
     assert_eq!(shown["skill"]["state"], "PROPOSED", "{shown}");
 }
+
+/// A bundle its trusted signer re-signed with a file no build may bring in (`conftest.py`, which
+/// configures the tests gate): the import pipeline refuses it by the allowlist a build's files
+/// pass, and every file the import wrote goes back out, so that the next forge does not find it
+/// in the skill's folder as the workspace's own.
+#[test]
+fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let base64 = base64::engine::general_purpose::STANDARD;
+    let (a, b) = (shipped_workspace(), shipped_workspace());
+    let keys = tempfile::tempdir().unwrap();
+    let key = public_key(&kavi(a.path(), keys.path(), &["ledger", "keygen"]));
+    let forged = kavi(
+        a.path(),
+        keys.path(),
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    let exported = b.path().join("word_count.bundle.json");
+    let export = kavi(
+        a.path(),
+        keys.path(),
+        &[
+            "skill",
+            "export",
+            "word_count",
+            "-o",
+            exported.to_str().unwrap(),
+        ],
+    );
+    assert!(export.status.success(), "{export:?}");
+    trust_imports_from(b.path(), &key);
+
+    let mut bundle: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&exported).unwrap()).unwrap();
+    let payload = base64
+        .decode(bundle["attestation"]["payload"].as_str().unwrap())
+        .unwrap();
+    let mut statement: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    let conftest = b"def pytest_collection_modifyitems(items):\n    items.clear()\n";
+    let path = "skills/word_count/conftest.py";
+    statement["subject"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": path,
+            "digest": { "sha256": format!("{:x}", sha2::Sha256::digest(conftest)) },
+        }));
+    bundle["files"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({ "path": path, "content": base64.encode(conftest) }));
+    let signing = kavi_ledger::checkpoint::load(&keys.path().join("signing.key")).unwrap();
+    let envelope = kavi_provenance::envelope(&statement, &signing);
+    bundle["attestation"] = serde_json::from_str(&envelope).unwrap();
+    std::fs::write(b.path().join("resigned.bundle.json"), bundle.to_string()).unwrap();
+
+    let imported = kavi(
+        b.path(),
+        keys.path(),
+        &["skill", "import", "resigned.bundle.json"],
+    );
+    assert_eq!(imported.status.code(), Some(1), "{imported:?}");
+    let said = format!("{imported:?}");
+    assert!(
+        said.contains("conftest.py` configures a gate's tool"),
+        "{said}"
+    );
+    assert!(said.contains("file(s) it wrote are removed"), "{said}");
+    for file in ["conftest.py", "skill.py", "test_skill.py"] {
+        let left = b.path().join("skills/word_count").join(file);
+        assert!(!left.exists(), "{} is left behind", left.display());
+    }
+}

@@ -568,11 +568,14 @@ pub fn export(workspace: &Workspace, name: &str) -> Result<String> {
 /// The largest bundle read: a skill's files with their evidence, far below this.
 const BUNDLE_LIMIT: u64 = 64 << 20;
 
-/// A bundle accepted for import: its skill, the SKILL_BUNDLE artifact kept, and its signer.
+/// A bundle accepted for import: its skill, the SKILL_BUNDLE artifact kept, its signer, and
+/// the files the import wrote that were not there before (what to take back out if the import
+/// pipeline does not promote them).
 pub struct Accepted {
     pub skill: String,
     pub bundle: String,
     pub signer: String,
+    pub written: Vec<std::path::PathBuf>,
 }
 
 /// Takes in the bundle at `path` as far as this workspace's policy lets a bundle go by itself:
@@ -597,20 +600,8 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
     let ledger = Ledger::open(&workspace.config.ledger)?;
     // The keys the adopted rules trust: a key added on disk is a rule change to review first.
     let trust = crate::decision_trust(workspace, &ledger, &templates)?;
+    let statement = trust.check_bundle(&bundle).map_err(refused)?;
     let signer = bundle.key.to_lowercase();
-    if !trust.import_keys.contains(&signer) {
-        let named = if signer.bytes().all(|b| b.is_ascii_hexdigit()) {
-            format!("key {}", crate::ledger::checkpoint::short(&signer))
-        } else {
-            "a key that is not hex".to_owned()
-        };
-        return Err(refused(format!(
-            "it is signed by {named}, which policies/trust.toml [import] keys does not list"
-        )));
-    }
-    let key = crate::ledger::checkpoint::parse_public(&signer)
-        .ok_or_else(|| refused("its key is not a public key".to_owned()))?;
-    bundle.check(&key).map_err(|e| refused(e.to_string()))?;
     if let Some(reason) = crate::skill::invalid_name_reason(name) {
         return Err(refused(format!("`{name}` is not a skill name: {reason}")));
     }
@@ -693,9 +684,14 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
             context: "failed to keep the bundle".to_owned(),
             source,
         })?;
+    let mut written = Vec::new();
     for (path, bytes) in &bundle.files {
         let target = crate::sandbox::destination(&workspace.root, path).map_err(refused)?;
-        crate::sandbox::write_file(bytes, &target, false).map_err(|source| {
+        if target.symlink_metadata().is_err() {
+            written.push(target.clone());
+        }
+        let executable = kavi_provenance::attested_executable(&statement, path);
+        crate::sandbox::write_file(bytes, &target, executable).map_err(|source| {
             GovernanceError::Io {
                 context: format!("failed to write {}", target.display()),
                 source,
@@ -706,5 +702,6 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
         skill: name.clone(),
         bundle: kept.sha256,
         signer,
+        written,
     })
 }

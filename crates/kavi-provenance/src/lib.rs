@@ -39,10 +39,12 @@ pub enum ProvenanceError {
 
 type Result<T, E = ProvenanceError> = std::result::Result<T, E>;
 
-/// A file a promotion vouched for: its path in the workspace and its bytes.
+/// A file a promotion vouched for: its path in the workspace, its bytes, and whether it is
+/// executable (the one mode bit that travels, as in git: the rest is the reader's umask's).
 pub struct Subject<'a> {
     pub name: String,
     pub bytes: &'a [u8],
+    pub executable: bool,
 }
 
 /// The hex SHA-256 of `bytes`.
@@ -197,7 +199,14 @@ pub fn statement(
         "_type": STATEMENT_TYPE,
         "subject": subjects
             .iter()
-            .map(|s| json!({ "name": s.name, "digest": { "sha256": sha256_hex(s.bytes) } }))
+            .map(|s| {
+                let mut subject =
+                    json!({ "name": s.name, "digest": { "sha256": sha256_hex(s.bytes) } });
+                if s.executable {
+                    subject["annotations"] = json!({ "executable": true });
+                }
+                subject
+            })
             .collect::<Vec<_>>(),
         "predicateType": PREDICATE_TYPE,
         "predicate": {
@@ -358,6 +367,21 @@ pub fn changed_subjects(
         }
     }
     Ok(changed)
+}
+
+/// Whether `statement` attests the file `name` as executable.
+pub fn attested_executable(statement: &Value, name: &str) -> bool {
+    statement["subject"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|subject| subject["name"] == name)
+        .is_some_and(|subject| subject["annotations"]["executable"] == true)
+}
+
+/// When the promotion `statement` attests took place, as the ledger wrote it.
+pub fn attested_at(statement: &Value) -> Option<&str> {
+    statement["predicate"]["runDetails"]["metadata"]["finishedOn"].as_str()
 }
 
 /// What a skill bundle's `format` says.
@@ -563,6 +587,16 @@ mod tests {
         let mut renamed = Bundle::from_json(&bundle.to_json()).unwrap();
         renamed.skill = "y".into();
         assert!(renamed.check(&key().verifying_key()).is_err());
+    }
+
+    /// Only a subject annotated executable is: the annotation is inside the signed statement.
+    #[test]
+    fn the_executable_bit_is_read_from_the_statement() {
+        let mut statement = minimal();
+        assert!(!attested_executable(&statement, "skills/x/skill.py"));
+        statement["subject"][0]["annotations"] = json!({ "executable": true });
+        assert!(attested_executable(&statement, "skills/x/skill.py"));
+        assert!(!attested_executable(&statement, "skills/x/other.py"));
     }
 
     #[test]

@@ -192,6 +192,25 @@ impl Allowlist {
         Ok(resolved)
     }
 
+    /// Why `path` is never admitted, if a `deny` glob says so.
+    fn denied(&self, path: &str) -> Option<String> {
+        let &glob = self.deny.0.matches(path).first()?;
+        Some(format!(
+            "`{path}` configures a gate's tool and is never admitted (`deny` glob `{}` in {})",
+            self.deny.1[glob], self.policy_path
+        ))
+    }
+
+    /// Why a file brought in whole, as an imported bundle's are, may not be: a `deny` glob
+    /// names it, or it is none of the `allowed` paths (by-products the build may leave are
+    /// not admitted either: a bundle has none).
+    pub fn refusal(&self, path: &str, allowed: &[(String, bool)]) -> Option<String> {
+        self.denied(path).or_else(|| {
+            (!allowed.iter().any(|(a, _)| a == path))
+                .then(|| format!("`{path}` is outside the allowlist ({})", self.policy_path))
+        })
+    }
+
     /// Compares the sandbox with the manifest kavi recorded when it made it, and sorts each
     /// change into allowed, ignored or violation; then applies the sandbox's limits, which it
     /// returns with the review.
@@ -270,13 +289,9 @@ impl Allowlist {
                 continue;
             }
             review.changed.push(path.clone());
-            if let Some(&glob) = self.deny.0.matches(path).first() {
+            if let Some(denied) = self.denied(path) {
                 // Denied before anything else: not ignored, not allowed, never copied back.
-                review.refused.push(format!(
-                    "`{path}` configures a gate's tool and is never admitted (`deny` glob \
-                     `{}` in {})",
-                    self.deny.1[glob], self.policy_path
-                ));
+                review.refused.push(denied);
             } else if self.ignore.is_match(path) {
                 review.ignored.push(path.clone());
             } else if is_allowed {

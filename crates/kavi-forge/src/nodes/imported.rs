@@ -9,6 +9,9 @@ use serde::Deserialize;
 use serde_json::json;
 use toml::Spanned;
 
+use indexmap::IndexMap;
+
+use super::allowlist::Allowlist;
 use crate::diagnostic::Diagnostic;
 use crate::ledger::Ledger;
 use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
@@ -32,6 +35,14 @@ struct ImportedConfig {
     bundle: Spanned<String>,
     #[schemars(with = "Option<String>")]
     trust: Option<Spanned<String>>,
+    /// The allowlist the bundle's files must pass as a build's would (default
+    /// `policies/allowlist.toml`): its `deny` globs and its paths.
+    #[schemars(with = "Option<String>")]
+    allowlist: Option<Spanned<String>>,
+    /// Values for the allowlist's path templates, such as `skill`.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, String>")]
+    vars: IndexMap<String, Spanned<String>>,
 }
 
 #[derive(Debug)]
@@ -39,6 +50,7 @@ struct Imported {
     skill: String,
     bundle: String,
     trust: TrustPolicy,
+    allowlist: Allowlist,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -47,10 +59,12 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         config.check_template(field)?;
     }
     let trust = crate::skills::trust::load(config, raw.trust.as_ref())?;
+    let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
     Ok(Arc::new(Imported {
         skill: raw.skill.into_inner(),
         bundle: raw.bundle.into_inner(),
         trust,
+        allowlist,
     }))
 }
 
@@ -70,17 +84,11 @@ impl Imported {
             .read_text(&sha)
             .map_err(|e| format!("no bundle to import: {e}"))?;
         let bundle = kavi_provenance::Bundle::from_json(&text).map_err(|e| e.to_string())?;
+        let statement = self
+            .trust
+            .check_bundle(&bundle)
+            .map_err(|why| format!("the bundle is refused: {why}"))?;
         let signer = bundle.key.to_lowercase();
-        if !self.trust.import_keys.contains(&signer) {
-            return Err(format!(
-                "the bundle is signed by key {}, which the trust policy's [import] keys does not \
-                 list",
-                crate::ledger::checkpoint::short(&signer)
-            ));
-        }
-        let key = crate::ledger::checkpoint::parse_public(&signer)
-            .ok_or("the bundle's key is not a public key")?;
-        bundle.check(&key).map_err(|e| e.to_string())?;
         if bundle.skill != skill {
             return Err(format!(
                 "the bundle is of `{}`, not `{skill}`",
@@ -92,21 +100,36 @@ impl Imported {
             .skill(&skill)
             .map_err(|e| e.to_string())?
             .proposal_path;
+        // The skill's files pass the allowlist a build's would: nothing a build may not bring
+        // in comes in by bundle.
+        let allowed = self.allowlist.resolve(ctx)?;
+        let refused: Vec<String> = bundle
+            .files
+            .iter()
+            .filter(|(path, _)| *path != proposal)
+            .filter_map(|(path, _)| self.allowlist.refusal(path, &allowed))
+            .collect();
+        if !refused.is_empty() {
+            return Err(format!(
+                "the bundle's files are refused: {}",
+                refused.join("; ")
+            ));
+        }
         // What trust will hash is what the bundle holds, file for file: nothing of this
         // workspace's own beside or instead of it.
         let tree =
             self.trust
                 .read_tree(&ctx.env.templates, &ctx.env.workspace, &skill, &proposal)?;
-        let here: Vec<(String, &[u8])> = tree
-            .subjects()
-            .into_iter()
-            .map(|subject| (subject.name, subject.bytes))
-            .collect();
+        let here = tree.subjects();
         let same = here.len() == bundle.files.len()
             && here
                 .iter()
                 .zip(&bundle.files)
-                .all(|((name, bytes), (path, attested))| name == path && *bytes == &attested[..]);
+                .all(|(file, (path, attested))| {
+                    file.name == *path
+                        && file.bytes == &attested[..]
+                        && file.executable == kavi_provenance::attested_executable(&statement, path)
+                });
         if !same {
             return Err(format!(
                 "the files of `{skill}` here are not exactly the bundle's: import the bundle \

@@ -111,10 +111,12 @@ impl SkillTree {
         std::iter::once(kavi_provenance::Subject {
             name: self.proposal_path.clone(),
             bytes: &self.proposal,
+            executable: false,
         })
         .chain(self.files.iter().map(|file| kavi_provenance::Subject {
             name: format!("{}/{}", self.folder, file.path),
             bytes: &file.bytes,
+            executable: file.executable,
         }))
         .collect()
     }

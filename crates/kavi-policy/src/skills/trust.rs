@@ -62,6 +62,11 @@ struct RawImport {
     /// by this workspace's gates and promoted only by a pipeline `[promotion]` names.
     #[schemars(with = "Vec<String>")]
     keys: Vec<Spanned<String>>,
+    /// How old a bundle's attested promotion may be when it is imported (`"90 days"`, `"2w"`;
+    /// humantime). A bundle outlives what its exporter may since have revoked: this bounds how
+    /// long it is taken on its word. Without it, any age.
+    #[schemars(with = "Option<String>")]
+    max_age: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -97,6 +102,8 @@ pub struct TrustPolicy {
     pub promotion: Option<PromotionRule>,
     /// The public keys (hex) whose skill bundles may be imported.
     pub import_keys: Vec<String>,
+    /// How old an imported bundle's attested promotion may be; `None`: any age.
+    pub import_max_age: Option<std::time::Duration>,
     pub source: Arc<SourceFile>,
 }
 
@@ -134,7 +141,7 @@ impl TrustPolicy {
                 })
             }
         };
-        let import_keys = raw.import.map_or(Ok(Vec::new()), |import| {
+        let import_keys = raw.import.as_ref().map_or(Ok(Vec::new()), |import| {
             import
                 .keys
                 .iter()
@@ -152,6 +159,16 @@ impl TrustPolicy {
                 })
                 .collect()
         })?;
+        let import_max_age = match raw.import.as_ref().and_then(|i| i.max_age.as_ref()) {
+            None => None,
+            Some(age) => Some(humantime::parse_duration(age.get_ref()).map_err(|e| {
+                Diagnostic::new(format!(
+                    "invalid `max_age` `{}`: {e}; a duration such as \"90 days\"",
+                    age.get_ref()
+                ))
+                .at(source, age.span())
+            })?),
+        };
         Ok(Self {
             folder: raw.folder,
             conventions,
@@ -159,8 +176,37 @@ impl TrustPolicy {
             registry: raw.registry,
             promotion,
             import_keys,
+            import_max_age,
             source: Arc::clone(source),
         })
+    }
+
+    /// The statement of `bundle` when this policy takes it in on its word: signed by a key
+    /// `[import] keys` lists, its files exactly the attested ones, and its promotion no older
+    /// than `[import] max_age`. What a workspace then does with the files (its own gates and
+    /// promotion) is its pipelines'.
+    pub fn check_bundle(
+        &self,
+        bundle: &kavi_provenance::Bundle,
+    ) -> Result<serde_json::Value, String> {
+        let signer = bundle.key.to_lowercase();
+        if !self.import_keys.contains(&signer) {
+            let named = if signer.bytes().all(|b| b.is_ascii_hexdigit()) {
+                format!("key {}", crate::ledger::checkpoint::short(&signer))
+            } else {
+                "a key that is not hex".to_owned()
+            };
+            return Err(format!(
+                "it is signed by {named}, which policies/trust.toml [import] keys does not list"
+            ));
+        }
+        let key = crate::ledger::checkpoint::parse_public(&signer)
+            .ok_or("its key is not a public key")?;
+        let statement = bundle.check(&key).map_err(|e| e.to_string())?;
+        if let Some(max_age) = self.import_max_age {
+            older_than(&statement, max_age, jiff::Timestamp::now())?;
+        }
+        Ok(statement)
     }
 
     /// The skill's folder, relative to the tree it lives in.
@@ -314,9 +360,44 @@ pub(super) fn read_folder(folder: &Path, exclude: &GlobSet) -> std::io::Result<V
         .collect()
 }
 
+/// Refuses a bundle whose attested promotion was longer than `max_age` before `now`.
+fn older_than(
+    statement: &serde_json::Value,
+    max_age: std::time::Duration,
+    now: jiff::Timestamp,
+) -> Result<(), String> {
+    let at = kavi_provenance::attested_at(statement)
+        .and_then(|at| at.parse::<jiff::Timestamp>().ok())
+        .ok_or("its attestation says no time of promotion, and [import] max_age needs one")?;
+    let allowed = jiff::SignedDuration::try_from(max_age).unwrap_or(jiff::SignedDuration::MAX);
+    if now.duration_since(at) > allowed {
+        return Err(format!(
+            "its promotion was attested at {at}, longer ago than policies/trust.toml [import] \
+             max_age ({}) allows; ask its workspace for a new export",
+            humantime::format_duration(max_age)
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bundle is as old as its attested promotion: within `max_age` it is taken, beyond it
+    /// (or with no time said) it is refused.
+    #[test]
+    fn a_bundle_older_than_max_age_is_refused() {
+        let statement = serde_json::json!({
+            "predicate": { "runDetails": { "metadata": { "finishedOn": "2026-01-01T00:00:00Z" } } }
+        });
+        let day = std::time::Duration::from_secs(86_400);
+        let now = |at: &str| at.parse::<jiff::Timestamp>().unwrap();
+        assert!(older_than(&statement, 30 * day, now("2026-01-20T00:00:00Z")).is_ok());
+        let refused = older_than(&statement, 30 * day, now("2026-03-01T00:00:00Z")).unwrap_err();
+        assert!(refused.contains("longer ago than"), "{refused}");
+        assert!(older_than(&serde_json::json!({}), day, now("2026-01-02T00:00:00Z")).is_err());
+    }
 
     fn exclude() -> GlobSet {
         let mut builder = globset::GlobSetBuilder::new();
