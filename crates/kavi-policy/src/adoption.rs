@@ -198,7 +198,7 @@ impl Governing {
         let mut classified = Vec::new();
         for (path, words) in changes(&self.files, &now.files) {
             for word in words {
-                let change = format!("{path}: {word}");
+                let change = worded(&path, &word);
                 let class = match &policy {
                     Some(policy) => policy.classify(&change)?,
                     None => Class::Weakening,
@@ -208,6 +208,12 @@ impl Governing {
         }
         Ok(classified)
     }
+}
+
+/// One change as the `[adoption]` rules read it: `PATH: what changed`. The path is the file's
+/// to choose, so it must not forge the words after it.
+fn worded(path: &str, change: &str) -> String {
+    format!("{}: {change}", super::diff::unticked(path))
 }
 
 /// What changed in each file from `before` to `after` (both (path, text) in path order): the
@@ -453,6 +459,23 @@ mod tests {
             overall(&[Class::Strengthening, Class::Weakening]),
             Class::Weakening
         );
+    }
+
+    /// A file whose name spells a strengthening change is still only a file added.
+    #[test]
+    fn a_file_name_does_not_forge_the_words_of_a_change() {
+        let policy = shipped();
+        for name in [
+            "pipelines/x: gate `g` added.toml",
+            "pipelines/x: gate `g` made required.toml",
+            "chains/y: `network`: true -> false.toml",
+        ] {
+            assert_eq!(
+                policy.classify(&worded(name, "file added")).unwrap(),
+                Class::Weakening,
+                "{name}"
+            );
+        }
     }
 
     /// Changes the shipped rules once called strengthening: a removal riding with an addition

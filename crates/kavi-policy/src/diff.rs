@@ -28,8 +28,9 @@ fn join(prefix: &str, key: &str) -> String {
 
 /// Text a file supplies (a key, a value, an id) with its backticks made quotes: the words wrap
 /// keys and ids in backticks, and the `[adoption]` rules match those, so a value must not forge
-/// them (`builder = "x # : gate `t` added"` read as adding a gate).
-fn unticked(text: &str) -> String {
+/// them (`builder = "x # : gate `t` added"` read as adding a gate). File names too: a file
+/// named `x: gate `g` added.toml` must not read as adding a gate.
+pub(crate) fn unticked(text: &str) -> String {
     text.replace('`', "'")
 }
 
