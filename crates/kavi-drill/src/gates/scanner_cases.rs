@@ -6,6 +6,28 @@ use super::cases::{At, CONTRACT_PROPOSAL, Case, ITEM_CLASS_RUNTEST};
 
 pub(super) const SCANNER_CASES: &[Case] = &[
     Case {
+        name: "assertion_in_a_thread",
+        what: "the test's assertion runs in a `threading.Thread`, whose exception pytest only warns of",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import threading\nimport unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        def check() -> None:\n            self.assertEqual(run(\"a b\"), -1)\n\n        worker = threading.Thread(target=check)\n        worker.start()\n        worker.join()\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "assertion_suppressed",
+        what: "the test's assertion under `contextlib.suppress(AssertionError)`",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import contextlib\nimport unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        with contextlib.suppress(AssertionError):\n            self.assertEqual(run(\"a b\"), -1)\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "subprocess_via_tests",
         what: "`import subprocess` in test_skill.py, called from skill.py",
         targets: &["policy"],
