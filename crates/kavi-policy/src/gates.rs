@@ -38,7 +38,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 #[serde(deny_unknown_fields)]
 pub struct SuppressionPolicy {
     /// Kinds of suppression allowed: `file_noqa`, `mypy_inline_config`, `module_type_ignore`,
-    /// `no_type_check`.
+    /// `no_type_check`, `line_noqa`, `line_type_ignore`.
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub allow: Vec<Spanned<String>>,

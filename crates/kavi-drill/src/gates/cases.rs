@@ -106,6 +106,28 @@ pub(super) const TOOL_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "line_noqa_with_code",
+        what: "`# noqa: F401` on an unused import, which silences exactly what it names",
+        targets: &["lint"],
+        skill: Some(
+            "import os  # noqa: F401\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "line_type_ignore_with_code",
+        what: "`# type: ignore[return-value]` on a `str` returned as `int`",
+        targets: &["types"],
+        skill: Some(
+            "SIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: str) -> int:\n    return data.strip()  # type: ignore[return-value]\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "mypy_ignore_errors",
         what: "`# mypy: ignore-errors` over a type error",
         targets: &["types"],

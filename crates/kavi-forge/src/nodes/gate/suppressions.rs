@@ -28,6 +28,11 @@ pub enum Kind {
     ModuleTypeIgnore,
     /// `typing.no_type_check`: mypy checks nothing in the function it decorates.
     NoTypeCheck,
+    /// `# noqa: F401` (or `# ruff: ignore[F401]`) after code: ruff skips those rules on that
+    /// line. Narrow, and RUF100 fails one that silences nothing, but a reviewer should see it.
+    LineNoqa,
+    /// `# type: ignore[code]` after code: mypy skips that error on that line.
+    LineTypeIgnore,
 }
 
 pub const KINDS: &[Kind] = &[
@@ -35,6 +40,8 @@ pub const KINDS: &[Kind] = &[
     Kind::MypyInlineConfig,
     Kind::ModuleTypeIgnore,
     Kind::NoTypeCheck,
+    Kind::LineNoqa,
+    Kind::LineTypeIgnore,
 ];
 
 impl Kind {
@@ -44,6 +51,8 @@ impl Kind {
             Kind::MypyInlineConfig => "mypy_inline_config",
             Kind::ModuleTypeIgnore => "module_type_ignore",
             Kind::NoTypeCheck => "no_type_check",
+            Kind::LineNoqa => "line_noqa",
+            Kind::LineTypeIgnore => "line_type_ignore",
         }
     }
 
@@ -53,6 +62,16 @@ impl Kind {
 
     /// Whether `line` holds this suppression.
     fn matches(self, line: &str) -> bool {
+        if matches!(self, Kind::LineNoqa | Kind::LineTypeIgnore) {
+            return trailing_comments(line).any(|body| match self {
+                Kind::LineNoqa => {
+                    body.strip_prefix("noqa").is_some_and(|rest| {
+                        rest.is_empty() || rest.starts_with(':') || rest.starts_with(' ')
+                    }) || directive(&body, "ruff").is_some_and(|rest| rest.starts_with("ignore"))
+                }
+                _ => directive(&body, "type").is_some_and(|rest| rest.starts_with("ignore")),
+            });
+        }
         let comment = line.trim_start();
         let Some(body) = comment.strip_prefix('#') else {
             return self == Kind::NoTypeCheck && mentions_no_type_check(line);
@@ -73,9 +92,25 @@ impl Kind {
                 .map(str::trim_start)
                 .and_then(|rest| rest.strip_prefix(':'))
                 .is_some_and(|rest| rest.trim_start().starts_with("ignore")),
-            Kind::NoTypeCheck => false,
+            Kind::NoTypeCheck | Kind::LineNoqa | Kind::LineTypeIgnore => false,
         }
     }
+}
+
+/// The comments after code on `line`, each lowercased from after its `#`: every `#` counts (one
+/// in a string too), so that none is missed; a false finding fails safe.
+fn trailing_comments(line: &str) -> impl Iterator<Item = String> + '_ {
+    line.match_indices('#')
+        .filter(|(at, _)| !line[..*at].trim().is_empty())
+        .map(|(at, _)| line[at + 1..].trim_start().to_ascii_lowercase())
+}
+
+/// What follows `tool:` at the start of a comment's `body`, trimmed.
+fn directive<'a>(body: &'a str, tool: &str) -> Option<&'a str> {
+    body.strip_prefix(tool)
+        .map(str::trim_start)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .map(str::trim_start)
 }
 
 fn mentions_no_type_check(line: &str) -> bool {
@@ -177,12 +212,35 @@ mod tests {
         );
     }
 
+    /// A suppression after code, of one line's rules, in its spellings; not a comment that
+    /// only starts like one, nor one on a line of its own.
+    #[test]
+    fn a_line_suppression_is_found_after_code() {
+        let line = |text: &str| -> Vec<&str> {
+            find_in("x.py", text, &[Kind::LineNoqa, Kind::LineTypeIgnore])
+                .iter()
+                .map(|f| f.kind.name())
+                .collect()
+        };
+        assert_eq!(line("import os  # noqa: F401\n"), ["line_noqa"]);
+        assert_eq!(line("import os  #NOQA\n"), ["line_noqa"]);
+        assert_eq!(line("x = 1  # ruff: ignore[F841]\n"), ["line_noqa"]);
+        assert_eq!(
+            line("x: int = y  # type: ignore[assignment]\n"),
+            ["line_type_ignore"]
+        );
+        assert_eq!(
+            line("x = 1  # a comment # type:ignore\n"),
+            ["line_type_ignore"]
+        );
+        assert!(line("x = 1  # noqaish\n").is_empty());
+        assert!(line("# type: ignore\n").is_empty());
+    }
+
     #[test]
     fn code_and_ordinary_comments_are_not_suppressions() {
-        assert!(kinds("import os  # noqa: F401\n").is_empty());
-        assert!(kinds("import os  # ruff: ignore[F401]\n").is_empty());
+        assert!(kinds("# noqa: F401\n").is_empty());
         assert!(kinds("# ruffian: noqa\n").is_empty());
-        assert!(kinds("x = f()  # type: ignore[misc]\n").is_empty());
         assert!(kinds("# the type: of this\n# mypy is strict\n# ruff rules\n").is_empty());
         assert!(kinds("no_type_checker = 1\n# no_type_check is banned\n").is_empty());
     }
