@@ -1151,6 +1151,65 @@ fn the_chat_on_a_terminal_cancels_only_what_ctrl_c_interrupts() {
     );
 }
 
+/// `exec:<id>` names an execution of any session by its id or a prefix of it: a prefix that
+/// names one resolves to that record's result; one that names several, or none, is asked back
+/// about with the candidates, and nothing runs.
+#[test]
+fn the_chat_resolves_an_execution_named_by_its_id_or_asks_which() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    // Seventeen records: two of them share at least the first character of their ids.
+    let messages: String = (0..17)
+        .map(|i| format!("summarize notes/{}.md\n", ["kavi", "other"][i % 2]))
+        .collect();
+    let answers = chat_session(root, &messages);
+    let other = answers[1]["records"][0]["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ledger = common::LedgerConnection::open(root);
+    let ids = ledger.texts("SELECT id FROM executions ORDER BY id");
+    let shared = ids
+        .iter()
+        .map(|id| &id[..1])
+        .find(|first| ids.iter().filter(|id| id.starts_with(first)).count() > 1)
+        .unwrap()
+        .to_owned();
+    let sharing: Vec<String> = ids
+        .iter()
+        .filter(|id| id.starts_with(&shared))
+        .take(10)
+        .map(|id| format!("summarize exec:{id}"))
+        .collect();
+    let count = |ledger: &mut common::LedgerConnection| {
+        ledger.texts("SELECT CAST(count(*) AS TEXT) FROM executions")[0].clone()
+    };
+    let before = count(&mut ledger);
+
+    let (code, several) = chat_once(root, &[&format!("summarize exec:{shared}")]);
+    assert_eq!(code, Some(2), "{several}");
+    assert_eq!(several["status"], "needs_clarification", "{several}");
+    assert_eq!(several["candidates"], json!(sharing));
+    let (_, none) = chat_once(root, &["summarize exec:0000ffff"]);
+    assert_eq!(none["status"], "needs_clarification", "{none}");
+    assert!(
+        none["question"]
+            .as_str()
+            .unwrap()
+            .contains("no execution in the ledger has an id starting with `0000ffff`"),
+        "{none}"
+    );
+    assert_eq!(count(&mut ledger), before, "nothing ran");
+
+    let (code, one) = chat_once(
+        root,
+        &[&format!("summarize exec:{}", other[..8].to_uppercase())],
+    );
+    assert_eq!(code, Some(0), "{one}");
+    assert_eq!(one["plan"]["input"]["path"], "notes/other.md", "{one}");
+    assert_eq!(one["records"][0]["output"]["title"], "Other");
+}
+
 /// Answers of `kavi chat -m`, as JSON, with the exit code.
 fn chat_once(root: &Path, args: &[&str]) -> (Option<i32>, Value) {
     let mut all = vec!["chat", "--json", "-m"];
