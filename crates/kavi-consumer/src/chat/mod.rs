@@ -4,7 +4,8 @@
 //! retries, no planning beyond what an intent in `policies/chat.toml` declares ([`intents`]).
 //! The deterministic parser matches the message against the intents' patterns; the plan is the
 //! intent's skill or chain with its templates rendered over the message's named groups and the
-//! session's earlier results (`last`, `last_<skill>`: "summarize that"). A READ_ONLY plan runs
+//! session's earlier results (`last`, `last_<skill>`: "summarize that"; `exec:<id>` and
+//! `ref:last_<skill>` name the one meant). A READ_ONLY plan runs
 //! at once; any other class the policy allows waits for a yes, which runs the stashed plan as it
 //! was shown, never a re-parse. Every execution is an ordinary execution record (caller `chat`),
 //! run through [`crate::executions::Runner`], like `kavi skill run`.
