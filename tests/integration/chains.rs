@@ -702,6 +702,148 @@ fn the_mcp_sdks_default_client_confirms_a_file_write_on_the_current_protocol() {
     );
 }
 
+/// What tests/mcp/resources.py saw of `kavi mcp`'s resources on protocol generation `mode`
+/// (`legacy`: 2025-11-25's handshake; `current`: the SDK's default client, 2026-07-28).
+fn mcp_resources(python: &Path, root: &Path, mode: &str) -> Value {
+    let script = common::repo().join("tests/mcp/resources.py");
+    let out = common::with_test_env(
+        std::process::Command::new(python),
+        root,
+        &[
+            script.to_str().unwrap(),
+            mode,
+            env!("CARGO_BIN_EXE_kavi"),
+            root.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Execution records and runs are MCP resources, for the official SDK's clients of both
+/// protocol generations: listed newest first in pages of `resources_page` (policies/mcp.toml)
+/// by cursor, read by id, by a prefix of it or by run, the two summaries subscribable; a
+/// `kavi skill run` in another process is told to the subscribed client as a new resource and
+/// an update of `kavi://executions` (`resources/subscribe` up to 2025-11-25,
+/// `subscriptions/listen` from 2026-07-28).
+#[test]
+fn mcp_clients_page_read_and_subscribe_to_execution_records_and_runs() {
+    let Some(python) = mcp_client_python() else {
+        return;
+    };
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["word_count"]);
+    for text in ["one", "one two", "one two three"] {
+        let input = json!({ "text": text }).to_string();
+        let ran = kavi(root, &["skill", "run", "word_count", "--input", &input]);
+        assert!(ran.status.success(), "{}", stdout(&ran));
+    }
+    write(root, "policies/mcp.toml", "resources_page = 2\n");
+    let runs: Vec<String> = common::LedgerConnection::open(root)
+        .texts("SELECT CAST(id AS TEXT) FROM runs ORDER BY id DESC")
+        .iter()
+        .map(|id| format!("kavi://runs/{id}"))
+        .collect();
+    assert!(!runs.is_empty(), "forging recorded its runs");
+
+    for mode in ["legacy", "current"] {
+        let seen = mcp_resources(&python, root, mode);
+        let records = json(&kavi(root, &["executions", "tail", "-n", "100", "--json"]));
+        // Newest first: the log's order reversed.
+        let mut newest_first: Vec<String> = records
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| format!("kavi://executions/{}", r["execution_id"].as_str().unwrap()))
+            .collect();
+        newest_first.reverse();
+        // The record the client's own `kavi skill run` added is the newest; the rest were listed.
+        let added = newest_first.remove(0);
+        let pages = seen["pages"].as_array().unwrap();
+        let listed: Vec<String> = pages
+            .iter()
+            .flat_map(|page| page["uris"].as_array().unwrap().iter())
+            .map(|uri| uri.as_str().unwrap().to_owned())
+            .collect();
+        let mut expected = vec!["kavi://executions".to_owned(), "kavi://runs".to_owned()];
+        expected.extend(newest_first.iter().cloned());
+        expected.extend(runs.iter().cloned());
+        assert_eq!(listed, expected, "{mode}: {seen}");
+        assert!(pages.len() > 2, "{mode}: paged: {seen}");
+        for page in &pages[1..] {
+            assert!(
+                page["uris"].as_array().unwrap().len() <= 2,
+                "{mode}: {seen}"
+            );
+        }
+        assert_eq!(
+            seen["templates"],
+            json!(["kavi://executions/{execution_id}", "kavi://runs/{run_id}"])
+        );
+        let newest = &newest_first[0];
+        assert_eq!(
+            format!(
+                "kavi://executions/{}",
+                seen["record"]["execution_id"].as_str().unwrap()
+            ),
+            *newest
+        );
+        assert_eq!(seen["record"]["output"]["words"], 3, "{mode}: {seen}");
+        assert_eq!(seen["by_prefix"], seen["record"], "{mode}");
+        assert_eq!(seen["summary"][0]["uri"], newest.as_str(), "{mode}");
+        assert_eq!(
+            format!("kavi://runs/{}", seen["run"]["id"]),
+            runs[0],
+            "{mode}: {seen}"
+        );
+        assert!(seen["run"]["nodes"].as_array().is_some(), "{mode}: {seen}");
+        assert!(
+            seen["missing"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no execution `ffffffff` in the ledger"),
+            "{mode}: {seen}"
+        );
+        // What the other process ran is told, and listed first.
+        assert_eq!(seen["after"][2], added.as_str(), "{mode}: {seen}");
+        match mode {
+            "legacy" => {
+                assert_eq!(seen["protocol_version"], "2025-11-25", "{seen}");
+                assert_eq!(
+                    seen["capabilities"],
+                    json!({"subscribe": true, "listChanged": true})
+                );
+                let notified = seen["notified"].as_array().unwrap();
+                for expected in [
+                    json!({"method": "notifications/resources/updated", "uri": "kavi://executions"}),
+                    json!({"method": "notifications/resources/list_changed", "uri": null}),
+                ] {
+                    assert!(notified.contains(&expected), "{seen}");
+                }
+            }
+            _ => {
+                assert_eq!(seen["protocol_version"], "2026-07-28", "{seen}");
+                assert_eq!(
+                    seen["honored"]["resourceSubscriptions"],
+                    json!(["kavi://executions"]),
+                    "{seen}"
+                );
+                let events = seen["events"].as_array().unwrap();
+                for expected in ["ResourcesListChanged", "ResourceUpdated kavi://executions"] {
+                    assert!(events.contains(&json!(expected)), "{seen}");
+                }
+            }
+        }
+    }
+}
+
 /// `kavi mcp` spoken to line by line, as JSON-RPC over stdio is.
 struct RawMcp {
     child: std::process::Child,
@@ -1007,6 +1149,65 @@ fn the_chat_on_a_terminal_cancels_only_what_ctrl_c_interrupts() {
         "{}",
         session["transcript"]
     );
+}
+
+/// `exec:<id>` names an execution of any session by its id or a prefix of it: a prefix that
+/// names one resolves to that record's result; one that names several, or none, is asked back
+/// about with the candidates, and nothing runs.
+#[test]
+fn the_chat_resolves_an_execution_named_by_its_id_or_asks_which() {
+    let dir = notes_workspace();
+    let root = dir.path();
+    // Seventeen records: two of them share at least the first character of their ids.
+    let messages: String = (0..17)
+        .map(|i| format!("summarize notes/{}.md\n", ["kavi", "other"][i % 2]))
+        .collect();
+    let answers = chat_session(root, &messages);
+    let other = answers[1]["records"][0]["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut ledger = common::LedgerConnection::open(root);
+    let ids = ledger.texts("SELECT id FROM executions ORDER BY id");
+    let shared = ids
+        .iter()
+        .map(|id| &id[..1])
+        .find(|first| ids.iter().filter(|id| id.starts_with(first)).count() > 1)
+        .unwrap()
+        .to_owned();
+    let sharing: Vec<String> = ids
+        .iter()
+        .filter(|id| id.starts_with(&shared))
+        .take(10)
+        .map(|id| format!("summarize exec:{id}"))
+        .collect();
+    let count = |ledger: &mut common::LedgerConnection| {
+        ledger.texts("SELECT CAST(count(*) AS TEXT) FROM executions")[0].clone()
+    };
+    let before = count(&mut ledger);
+
+    let (code, several) = chat_once(root, &[&format!("summarize exec:{shared}")]);
+    assert_eq!(code, Some(2), "{several}");
+    assert_eq!(several["status"], "needs_clarification", "{several}");
+    assert_eq!(several["candidates"], json!(sharing));
+    let (_, none) = chat_once(root, &["summarize exec:0000ffff"]);
+    assert_eq!(none["status"], "needs_clarification", "{none}");
+    assert!(
+        none["question"]
+            .as_str()
+            .unwrap()
+            .contains("no execution in the ledger has an id starting with `0000ffff`"),
+        "{none}"
+    );
+    assert_eq!(count(&mut ledger), before, "nothing ran");
+
+    let (code, one) = chat_once(
+        root,
+        &[&format!("summarize exec:{}", other[..8].to_uppercase())],
+    );
+    assert_eq!(code, Some(0), "{one}");
+    assert_eq!(one["plan"]["input"]["path"], "notes/other.md", "{one}");
+    assert_eq!(one["records"][0]["output"]["title"], "Other");
 }
 
 /// Answers of `kavi chat -m`, as JSON, with the exit code.

@@ -49,25 +49,30 @@ const COLUMNS: &str = "id, parent, skill, source_hash, side_effect, input, outpu
                        started_at, finished_at, duration_ms, chain, step, run_id, confinement, skill_version, caller";
 
 fn row(r: &super::db::Row) -> super::db::Result<ExecutionRecord> {
+    row_from(r, 0)
+}
+
+/// The record in the columns of [`COLUMNS`], from column `at` on.
+fn row_from(r: &super::db::Row, at: usize) -> super::db::Result<ExecutionRecord> {
     Ok(ExecutionRecord {
-        execution_id: r.get(0)?,
-        parent_execution_id: r.get(1)?,
-        skill: r.get(2)?,
-        source_hash: r.get(3)?,
-        side_effect: r.get(4)?,
-        input: super::json_column(r, 5)?,
-        output: super::json_column(r, 6)?,
-        success: r.get(7)?,
-        error: r.get(8)?,
-        started_at: r.get(9)?,
-        finished_at: r.get(10)?,
-        duration_ms: r.get(11)?,
-        chain: r.get(12)?,
-        step: r.get(13)?,
-        run_id: r.get(14)?,
-        confinement: super::json_column(r, 15)?,
-        skill_version: r.get(16)?,
-        caller: r.get(17)?,
+        execution_id: r.get(at)?,
+        parent_execution_id: r.get(at + 1)?,
+        skill: r.get(at + 2)?,
+        source_hash: r.get(at + 3)?,
+        side_effect: r.get(at + 4)?,
+        input: super::json_column(r, at + 5)?,
+        output: super::json_column(r, at + 6)?,
+        success: r.get(at + 7)?,
+        error: r.get(at + 8)?,
+        started_at: r.get(at + 9)?,
+        finished_at: r.get(at + 10)?,
+        duration_ms: r.get(at + 11)?,
+        chain: r.get(at + 12)?,
+        step: r.get(at + 13)?,
+        run_id: r.get(at + 14)?,
+        confinement: super::json_column(r, at + 15)?,
+        skill_version: r.get(at + 16)?,
+        caller: r.get(at + 17)?,
     })
 }
 
@@ -127,19 +132,48 @@ impl Ledger {
 
     /// An execution by its id, or by a prefix of it that names only one.
     pub fn execution(&self, id: &str) -> Result<ExecutionRecord> {
-        let pattern = format!("{}%", id.replace(['%', '_'], ""));
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {COLUMNS} FROM executions WHERE id LIKE ?1 ORDER BY id LIMIT 2"
-        ))?;
-        let found = stmt
-            .query_map([pattern], row)?
-            .collect::<super::db::Result<Vec<_>>>()?;
+        let found = self.executions_by_prefix(id, 2)?;
         // Ids have one length, so a whole id is never the prefix of another.
         match found.as_slice() {
             [one] if !id.is_empty() => Ok(one.clone()),
             [_, _] => Err(LedgerError::ExecutionAmbiguous(id.to_owned())),
             _ => Err(LedgerError::ExecutionNotFound(id.to_owned())),
         }
+    }
+
+    /// Up to `limit` executions whose ids start with `prefix`, by id.
+    pub fn executions_by_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<ExecutionRecord>> {
+        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM executions WHERE id LIKE ?1 ORDER BY id LIMIT ?2"
+        ))?;
+        let found = stmt
+            .query_map(
+                params![pattern, i64::try_from(limit).unwrap_or(i64::MAX)],
+                row,
+            )?
+            .collect::<super::db::Result<Vec<_>>>()?;
+        Ok(found)
+    }
+
+    /// A page of the executions that have ended, newest first, each with its key: the next
+    /// page is the one `before` the last key. By key rather than offset, so that records
+    /// added while someone pages do not shift the pages.
+    pub fn finished_executions(
+        &self,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<(i64, ExecutionRecord)>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT rowid, {COLUMNS} FROM executions
+             WHERE status <> 'running' AND (CAST(?1 AS BIGINT) IS NULL OR rowid < ?1)
+             ORDER BY rowid DESC LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(
+            params![before, i64::try_from(limit).unwrap_or(i64::MAX)],
+            |r| Ok((r.get(0)?, row_from(r, 1)?)),
+        )?;
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// The newest execution, if any.

@@ -4,7 +4,8 @@
 //! retries, no planning beyond what an intent in `policies/chat.toml` declares ([`intents`]).
 //! The deterministic parser matches the message against the intents' patterns; the plan is the
 //! intent's skill or chain with its templates rendered over the message's named groups and the
-//! session's earlier results (`last`, `last_<skill>`: "summarize that"). A READ_ONLY plan runs
+//! session's earlier results (`last`, `last_<skill>`: "summarize that"; `exec:<id>` and
+//! `ref:last_<skill>` name the one meant). A READ_ONLY plan runs
 //! at once; any other class the policy allows waits for a yes, which runs the stashed plan as it
 //! was shown, never a re-parse. Every execution is an ordinary execution record (caller `chat`),
 //! run through [`crate::executions::Runner`], like `kavi skill run`.
@@ -21,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::chains::{self, Chain, ChainContext, Confirm};
 use crate::executions::{Lineage, Runner};
-use crate::ledger::ExecutionRecord;
+use crate::ledger::{ExecutionRecord, Ledger};
 use crate::skills::SideEffects;
 use crate::template::TemplateEngine;
 
@@ -152,7 +153,51 @@ impl Answer {
 #[derive(Debug, Clone)]
 struct Anchor {
     skill: String,
+    execution_id: String,
     output: Value,
+}
+
+/// How many executions an ambiguous `exec:` prefix offers to choose from.
+const CANDIDATES: usize = 10;
+
+/// A reference that names its result: `exec:<id>` (an execution id or a unique prefix of it,
+/// any session's) or `ref:last_<skill>` (the newest result of that skill in this session).
+enum Explicit {
+    Execution(String),
+    LastOf(String),
+}
+
+impl Explicit {
+    fn parse(value: &str) -> Option<Self> {
+        let value = value.trim().to_lowercase();
+        if let Some(id) = value.strip_prefix("exec:") {
+            return (!id.is_empty()).then(|| Explicit::Execution(id.to_owned()));
+        }
+        value
+            .strip_prefix("ref:last_")
+            .filter(|skill| !skill.is_empty())
+            .map(|skill| Explicit::LastOf(skill.to_owned()))
+    }
+}
+
+/// The distinct strings at `paths` in `output`, in order.
+fn values_at(output: &Value, paths: &[String]) -> Vec<String> {
+    let mut values: Vec<String> = Vec::new();
+    for path in paths {
+        let selected = match crate::jsonpath::select(output, path) {
+            Ok(Value::Array(items)) => items,
+            Ok(one) => vec![one],
+            Err(_) => Vec::new(),
+        };
+        for item in selected {
+            if let Some(text) = item.as_str()
+                && !values.iter().any(|v| v == text)
+            {
+                values.push(text.to_owned());
+            }
+        }
+    }
+    values
 }
 
 /// One conversation: the policy, what runs skills, and what was said and done so far.
@@ -456,9 +501,13 @@ impl<'a> Session<'a> {
         groups: &mut Map<String, Value>,
     ) -> Result<(), Clarification> {
         for (group, value) in groups.iter_mut() {
-            let Some(word) = value.as_str().filter(|v| self.policy.is_reference(v)) else {
+            let Some(word) = value.as_str() else {
                 continue;
             };
+            let explicit = Explicit::parse(word);
+            if explicit.is_none() && !self.policy.is_reference(word) {
+                continue;
+            }
             let word = word.to_owned();
             let Some(paths) = self.policy.references.get(group) else {
                 let again = self
@@ -483,24 +532,15 @@ impl<'a> Session<'a> {
                     },
                 });
             };
-            let found = self.anchors.iter().rev().find_map(|anchor| {
-                let mut values: Vec<String> = Vec::new();
-                for path in paths {
-                    let selected = match crate::jsonpath::select(&anchor.output, path) {
-                        Ok(Value::Array(items)) => items,
-                        Ok(one) => vec![one],
-                        Err(_) => Vec::new(),
-                    };
-                    for item in selected {
-                        if let Some(text) = item.as_str()
-                            && !values.iter().any(|v| v == text)
-                        {
-                            values.push(text.to_owned());
-                        }
-                    }
+            let found = match explicit {
+                Some(explicit) => {
+                    Some(self.named_result(message, intent, &word, explicit, group, paths)?)
                 }
-                (!values.is_empty()).then(|| (anchor.skill.clone(), values))
-            });
+                None => self.anchors.iter().rev().find_map(|anchor| {
+                    let values = values_at(&anchor.output, paths);
+                    (!values.is_empty()).then(|| (anchor.skill.clone(), values))
+                }),
+            };
             match found {
                 None => {
                     return Err(Clarification {
@@ -531,6 +571,114 @@ impl<'a> Session<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The values for `group` that the result an explicit reference names holds, with the
+    /// skill that gave it; asks back when there is no such result, when an `exec:` prefix
+    /// names several executions, or when the result holds no such value.
+    fn named_result(
+        &self,
+        message: &str,
+        intent: &intents::Intent,
+        word: &str,
+        explicit: Explicit,
+        group: &str,
+        paths: &[String],
+    ) -> Result<(String, Vec<String>), Clarification> {
+        // Messages that would each name one of this session's results that holds a value
+        // for the group, newest first.
+        let instead = |name: &dyn Fn(&Anchor) -> String| {
+            let mut candidates: Vec<String> = Vec::new();
+            for anchor in self.anchors.iter().rev() {
+                let candidate = message.trim().replacen(word, &name(anchor), 1);
+                if !values_at(&anchor.output, paths).is_empty() && !candidates.contains(&candidate)
+                {
+                    candidates.push(candidate);
+                }
+            }
+            candidates
+        };
+        let ask = |question: String, candidates: Vec<String>| Clarification {
+            question: format!("{question}; nothing was run"),
+            candidates,
+        };
+        let (skill, output) = match explicit {
+            Explicit::LastOf(skill) => {
+                let Some(anchor) = self.anchors.iter().rev().find(|a| a.skill == skill) else {
+                    return Err(ask(
+                        format!(
+                            "nothing earlier in this session came from `{skill}` for `{word}`: \
+                             say which {group}"
+                        ),
+                        instead(&|anchor| format!("ref:last_{}", anchor.skill)),
+                    ));
+                };
+                (anchor.skill.clone(), anchor.output.clone())
+            }
+            Explicit::Execution(id) => {
+                let found = Ledger::open_existing(self.runner.ledger)
+                    .and_then(|ledger| ledger.executions_by_prefix(&id, CANDIDATES + 1))
+                    .map_err(|e| ask(format!("`{word}` cannot be looked up: {e}"), Vec::new()))?;
+                match found.as_slice() {
+                    [] => {
+                        return Err(ask(
+                            format!(
+                                "no execution in the ledger has an id starting with `{id}`: say \
+                                 which {group}"
+                            ),
+                            instead(&|anchor| format!("exec:{}", short_id(&anchor.execution_id))),
+                        ));
+                    }
+                    [record] => match (&record.output, record.success) {
+                        (Some(output), true) => (record.skill.clone(), output.clone()),
+                        _ => {
+                            return Err(ask(
+                                format!(
+                                    "execution {} (`{}`) failed, so it has no result for `{word}`",
+                                    record.execution_id, record.skill
+                                ),
+                                Vec::new(),
+                            ));
+                        }
+                    },
+                    several => {
+                        return Err(ask(
+                            format!(
+                                "`{word}` could be {} executions: say which",
+                                if several.len() > CANDIDATES {
+                                    format!("more than {CANDIDATES}")
+                                } else {
+                                    several.len().to_string()
+                                }
+                            ),
+                            several
+                                .iter()
+                                .take(CANDIDATES)
+                                .map(|r| {
+                                    message.trim().replacen(
+                                        word,
+                                        &format!("exec:{}", r.execution_id),
+                                        1,
+                                    )
+                                })
+                                .collect(),
+                        ));
+                    }
+                }
+            }
+        };
+        let values = values_at(&output, paths);
+        if values.is_empty() {
+            return Err(ask(
+                format!(
+                    "`{word}` is a result of `{skill}`, which holds no {group} `{}` can take: say \
+                     which {group}",
+                    intent.name
+                ),
+                Vec::new(),
+            ));
+        }
+        Ok((skill, values))
     }
 
     /// The template variables: the message's groups, and the session's earlier results.
@@ -624,6 +772,7 @@ impl<'a> Session<'a> {
                     if let Some(output) = &record.output {
                         self.anchors.push_back(Anchor {
                             skill: record.skill.clone(),
+                            execution_id: record.execution_id.clone(),
                             output: output.clone(),
                         });
                     }
@@ -686,6 +835,11 @@ impl<'a> Session<'a> {
             .map_err(|e| e.to_string())?;
         Ok(results.into_iter().filter_map(|r| r.record).collect())
     }
+}
+
+/// The first eight characters of an execution id, as answers show it.
+fn short_id(id: &str) -> &str {
+    &id[..8.min(id.len())]
 }
 
 /// Whether `value` is a string somewhere in `output`.
@@ -759,7 +913,7 @@ pub fn describe(answer: &Answer) -> String {
                 lines.push(format!(
                     "ran `{}` (execution {}): {result}",
                     record.skill,
-                    &record.execution_id[..8.min(record.execution_id.len())]
+                    short_id(&record.execution_id)
                 ));
             }
             if answer.records.is_empty()

@@ -20,6 +20,7 @@
 //! [`wire`] frames stdio so that every malformed line gets the error JSON-RPC names.
 
 pub mod policy;
+pub mod resources;
 pub mod wire;
 
 use std::collections::BTreeMap;
@@ -35,11 +36,13 @@ use rmcp::model::{
     DiscoverRequestMethod, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationSchema, ErrorCode, GetPromptRequestMethod, InputRequest, InputRequests,
     InputRequiredResult, ListPromptsRequestMethod, ListResourceTemplatesRequestMethod,
-    ListResourcesRequestMethod, ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams,
-    PingRequestMethod, ReadResourceRequestMethod, ServerCapabilities, ServerConfig,
-    SetLevelRequestMethod, SubscribeRequestMethod, Tool, ToolAnnotations, UnsubscribeRequestMethod,
+    ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
+    ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
+    ReadResourceRequestMethod, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestMethod, SubscribeRequestMethod, SubscribeRequestParams,
+    SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestMethod, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use serde_json::{Value, json};
 
 use crate::executions::{Lineage, Ready, Runner};
@@ -68,6 +71,8 @@ pub struct SkillServer {
     questions: Arc<Mutex<BTreeMap<String, Question>>>,
     /// How many such questions were asked: keeps their keys in the order they were asked.
     asked: Arc<AtomicU64>,
+    /// The client's subscriptions to execution records and runs (see [`resources`]).
+    watch: Arc<resources::Watch>,
 }
 
 impl SkillServer {
@@ -79,7 +84,25 @@ impl SkillServer {
             listed: Arc::new(Mutex::new(None)),
             questions: Arc::new(Mutex::new(BTreeMap::new())),
             asked: Arc::new(AtomicU64::new(0)),
+            watch: Arc::new(resources::Watch::default()),
         }
+    }
+
+    /// The ledger the records are read from, open for one request.
+    fn ledger(&self) -> Result<Ledger, McpError> {
+        Ledger::open_existing(self.runners.runner().ledger)
+            .map_err(|e| McpError::internal_error(format!("the ledger cannot be read: {e}"), None))
+    }
+
+    /// How many records a page of resources holds.
+    fn page(&self) -> usize {
+        self.policy.resources_page.get()
+    }
+
+    /// Starts telling the client about new records and changed resources.
+    fn watch(&self, context: &RequestContext<RoleServer>) {
+        self.watch
+            .start(&context.peer, self.runners.runner().ledger, self.page());
     }
 
     /// Trusted skills that pass the trust check now, each ready to run.
@@ -402,6 +425,9 @@ impl ServerHandler for SkillServer {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
             .build();
         let mut config = ServerConfig::new(capabilities);
         config.server_info.name = "kavi".into();
@@ -409,7 +435,9 @@ impl ServerHandler for SkillServer {
         config.instructions = Some(
             "Trusted skills of this kavi workspace. READ_ONLY skills run when called; others \
              only when the workspace's policies/mcp.toml pre-approves them for this client, or \
-             lets its user confirm them (kavi then asks through elicitation)."
+             lets its user confirm them (kavi then asks through elicitation). Its execution \
+             records and runs are resources (kavi://executions/{id}, kavi://runs/{id}), newest \
+             first; subscribe to kavi://executions or kavi://runs to hear of new ones."
                 .into(),
         );
         config
@@ -424,6 +452,89 @@ impl ServerHandler for SkillServer {
         let names = tools.iter().map(|t| t.name.to_string()).collect();
         *self.listed.lock().expect("listed lock") = Some(names);
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let cursor = request.and_then(|r| r.cursor);
+        let listed = resources::list(&self.ledger()?, cursor.as_deref(), self.page())?;
+        // A client that lists the records is told when there are new ones.
+        self.watch(&context);
+        Ok(listed)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(resources::templates()).with_ttl_ms(0))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        resources::read(&self.ledger()?, &request.uri, self.page()).map(Into::into)
+    }
+
+    /// Up to 2025-11-25: `notifications/resources/updated` for `uri` from now on.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        // Reading it checks that it exists, and is what a change is measured against.
+        let ledger = self.ledger()?;
+        resources::read(&ledger, &request.uri, self.page())?;
+        self.watch.subscribe(&ledger, &request.uri, self.page());
+        self.watch(&context);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.watch.unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    /// From 2026-07-28: what a `subscriptions/listen` stream may carry: the tool and resource
+    /// lists' changes, and updates of kavi's own resources.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| resources::is_kavi_uri(uri))
+            .cloned()
+            .collect();
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .resources_list_changed()
+                .resource_subscriptions(uris)
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let sink = context.sink().clone();
+        self.watch
+            .listen(&self.ledger()?, sink.clone(), self.page());
+        self.watch(context.request_context());
+        context.cancelled().await;
+        self.watch.stop_listening(&sink);
+        Ok(())
     }
 
     /// The SDK hands a request of the protocol here, as an unknown method, when its params do not
@@ -486,6 +597,10 @@ impl ServerHandler for SkillServer {
             .is_some_and(|listed| *listed != now);
         if changed {
             let _ = context.peer.notify_tool_list_changed().await;
+            // From 2026-07-28, notifications go to the client's `subscriptions/listen` streams.
+            for sink in self.watch.listeners() {
+                let _ = sink.notify_tool_list_changed().await;
+            }
         }
         Ok(result)
     }

@@ -7,6 +7,7 @@
 //! `initialize`: that one is the client's to choose, so it cannot be what grants anything.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -24,6 +25,10 @@ pub struct McpPolicy {
     /// error and not read. 1 MiB unless set.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,
+    /// How many execution records or runs one page of `resources/list` holds; the client asks
+    /// for the next page with the cursor the page ends with. 50 unless set.
+    #[serde(default = "default_resources_page")]
+    pub resources_page: NonZeroUsize,
     /// By the name given with `kavi mcp --client NAME`: what that client may call beyond
     /// READ_ONLY skills.
     #[serde(default)]
@@ -35,10 +40,15 @@ fn default_max_request_bytes() -> usize {
     1 << 20
 }
 
+fn default_resources_page() -> NonZeroUsize {
+    NonZeroUsize::new(50).expect("not zero")
+}
+
 impl Default for McpPolicy {
     fn default() -> Self {
         Self {
             max_request_bytes: default_max_request_bytes(),
+            resources_page: default_resources_page(),
             clients: BTreeMap::new(),
         }
     }
