@@ -475,3 +475,35 @@ fn a_rule_weakened_for_the_gates_and_put_back_before_promotion_promotes_nothing(
         "{attempt}"
     );
 }
+
+/// `kavi.toml` pointed at a new ledger beside a weakened rule: the new ledger does not adopt
+/// the disk's rules on first use but carries over those the workspace's ledger adopted, so the
+/// weakening still promotes nothing, and `kavi policy diff` names it against them.
+#[test]
+fn a_new_ledger_carries_over_the_adopted_rules_and_adopts_no_weakening_on_first_use() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count").status.success());
+    drop_the_test_gate(root);
+    let config = root.join("kavi.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("ledger = \".kavi/team.db\"\n{text}")).unwrap();
+
+    let held = forge(root, "find_notes");
+    assert_eq!(held.status.code(), Some(6), "{}", stdout(&held));
+    assert!(root.join(".kavi/team.db").exists());
+    assert_ne!(state(root, "find_notes"), "TRUSTED");
+    let said = stdout(&kavi(root, &["policy", "diff"]));
+    assert!(said.contains("gate `tests` removed"), "{said}");
+    // The same adopted set as the workspace's own ledger's, hash for hash.
+    let adopted = |said: &str| said.lines().next().unwrap_or_default().to_owned();
+    let earlier = stdout(&kavi(
+        root,
+        &["policy", "diff", "--ledger", ".kavi/ledger.db"],
+    ));
+    assert!(
+        adopted(&said).starts_with("adopted: rule set 1 (sha256:"),
+        "{said}"
+    );
+    assert_eq!(adopted(&said), adopted(&earlier), "{said}\n{earlier}");
+}

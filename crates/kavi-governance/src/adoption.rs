@@ -169,12 +169,40 @@ fn compare(from: &Side, to: &Side) -> Vec<FileChange> {
 }
 
 /// Trust on first use: a ledger with no rule set recorded adopts the governing files the first
-/// run finds, recorded as `first-use`.
+/// run finds, recorded as `first-use`. Unless the workspace's rules were adopted in another
+/// ledger before (the one kavi's keys folder remembers for it, or the workspace's default
+/// `.kavi/ledger.db`): then that ledger's adopted set is carried over, so that pointing
+/// `kavi.toml` at a new ledger adopts nothing its rules did not (a weakening on disk stays one).
 pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<()> {
     if !ledger.rule_sets()?.is_empty() {
         return Ok(());
     }
-    let set = RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?;
+    let here = ledger_location(&workspace.config.ledger);
+    let carried = previous_ledgers(workspace)
+        .into_iter()
+        .filter(|previous| ledger_location(previous) != here)
+        .find_map(|previous| {
+            let earlier = Ledger::open_read_only(&previous).ok()?;
+            let adopted = Governing::adopted(&earlier).ok()??;
+            Some((previous, adopted))
+        });
+    let (set, message) = match carried {
+        Some((previous, adopted)) => (
+            RuleSet {
+                hash: adopted.row.set_hash.clone(),
+                files: adopted.files,
+            },
+            format!(
+                "carried over on first use from the ledger at {}, where it is rule set {}",
+                crate::ledger::display_location(&previous),
+                adopted.row.id
+            ),
+        ),
+        None => (
+            RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?,
+            "adopted on first use".to_owned(),
+        ),
+    };
     let files = keep_rule_set(ledger, &set)?;
     ledger.record_rule_set(
         &NewRuleSet {
@@ -184,11 +212,76 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
             changes: &serde_json::json!([]),
             based_on: None,
             actor: &crate::identity::actor(),
-            message: Some("adopted on first use"),
+            message: Some(&message),
         },
         true,
     )?;
+    remember_ledger(workspace, &here);
     Ok(())
+}
+
+/// Where kavi's keys folder remembers, per workspace, the ledger its rules were adopted in:
+/// `<workspace>\t<ledger>` lines. Outside every workspace, so that no edit of one changes it.
+fn adoptions_index() -> std::path::PathBuf {
+    crate::ledger::keys::dir()
+        .join("ledgers")
+        .join("workspaces")
+}
+
+/// A ledger's location as the index keeps it: a file's canonical path, a server's URL without
+/// its password.
+fn ledger_location(ledger: &std::path::Path) -> String {
+    if crate::ledger::postgres_url(ledger).is_some() {
+        return crate::ledger::display_location(ledger);
+    }
+    ledger
+        .canonicalize()
+        .unwrap_or_else(|_| ledger.to_owned())
+        .display()
+        .to_string()
+}
+
+fn workspace_key(workspace: &Workspace) -> String {
+    ledger_location(&workspace.root)
+}
+
+/// The ledgers this workspace's rules may have been adopted in before: the one the index
+/// remembers, then the default one in the workspace.
+fn previous_ledgers(workspace: &Workspace) -> Vec<std::path::PathBuf> {
+    let key = workspace_key(workspace);
+    let remembered = std::fs::read_to_string(adoptions_index())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_once('\t'))
+        .filter(|(root, _)| *root == key)
+        .map(|(_, ledger)| std::path::PathBuf::from(ledger))
+        .last();
+    remembered
+        .into_iter()
+        .chain(std::iter::once(workspace.root.join(".kavi/ledger.db")))
+        .collect()
+}
+
+/// Remembers `ledger` as where this workspace's rules were adopted. Best effort: a keys
+/// folder that cannot be written loses only the carrying over from a ledger other than the
+/// workspace's default one.
+fn remember_ledger(workspace: &Workspace, ledger: &str) {
+    use std::io::Write as _;
+    // A URL's password is never written (`ledger_location` redacts it), nor a line break.
+    if ledger.contains(['\n', '\t']) {
+        return;
+    }
+    let index = adoptions_index();
+    let remember = || -> std::io::Result<()> {
+        std::fs::create_dir_all(index.parent().unwrap_or(std::path::Path::new(".")))?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&index)?;
+        writeln!(file, "{}\t{ledger}", workspace_key(workspace))
+    };
+    // The workspace's default ledger is still found without it.
+    let _ = remember();
 }
 
 /// Keeps each file's text in the ledger; returns path -> spec hash.
