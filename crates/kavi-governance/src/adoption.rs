@@ -255,7 +255,7 @@ fn previous_ledgers(workspace: &Workspace) -> Vec<std::path::PathBuf> {
         .filter_map(|line| line.split_once('\t'))
         .filter(|(root, _)| *root == key)
         .map(|(_, ledger)| std::path::PathBuf::from(ledger))
-        .last();
+        .next_back();
     remembered
         .into_iter()
         .chain(std::iter::once(workspace.root.join(".kavi/ledger.db")))
