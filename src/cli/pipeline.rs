@@ -88,7 +88,11 @@ pub(super) fn check_named_files(
     params: &serde_json::Map<String, Value>,
     reused: &std::collections::HashMap<String, executor::Reused>,
 ) -> Result<(), Error> {
-    for node in pipeline.nodes.iter().filter(|n| !reused.contains_key(&n.id)) {
+    for node in pipeline
+        .nodes
+        .iter()
+        .filter(|n| !reused.contains_key(&n.id))
+    {
         let Some(template) = node.action.reads_file() else {
             continue;
         };

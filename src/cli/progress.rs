@@ -160,10 +160,10 @@ impl Observer for Console {
                 spec_hash,
                 nodes,
             } => self.screen.progress(&format!(
-                    "{indent}run {run_id}: {pipeline} ({}, spec {})",
-                    plural(*nodes, "node"),
-                    short_hash(spec_hash)
-                )),
+                "{indent}run {run_id}: {pipeline} ({}, spec {})",
+                plural(*nodes, "node"),
+                short_hash(spec_hash)
+            )),
             Event::NodeStarted { node, attempt } => self.started(node, *attempt),
             Event::NodeFinished {
                 node,

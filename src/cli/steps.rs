@@ -34,7 +34,13 @@ pub fn start(
     let (pipeline, templates) = load(workspace, file)?;
     dag::compile(&pipeline)?;
     let params = resolve_params(&pipeline, sets)?;
-    check_named_files(workspace, &pipeline, &templates, &params, &Default::default())?;
+    check_named_files(
+        workspace,
+        &pipeline,
+        &templates,
+        &params,
+        &Default::default(),
+    )?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     // As `pipeline run` does: a promotion by one of its steps needs an adopted rule set.
     super::policy::adopt_on_first_use(workspace, &mut ledger)?;

@@ -2602,7 +2602,10 @@ run = ["true"]
     let progress: Vec<&str> = stderr.lines().collect();
     assert_eq!(progress[1], "  ..     talk started", "{stderr}");
     assert_eq!(progress[2], "talk | done", "{stderr}");
-    assert!(progress[3].starts_with("  ok     talk succeeded"), "{stderr}");
+    assert!(
+        progress[3].starts_with("  ok     talk succeeded"),
+        "{stderr}"
+    );
     assert_eq!(progress[4], "  ..     after started", "{stderr}");
     assert!(!format!("{seen:?}{stderr}").contains("sk-live-987"));
 }

@@ -210,10 +210,12 @@ pub(super) fn load_node(
             .keys()
             .find(|key| closest(key.get_ref(), ["kind"]).is_some())
     {
-        return Err(Diagnostic::new(format!("unknown field `{}`", typo.get_ref()))
-            .at(file, typo.span())
-            .with_help("did you mean `kind`?")
-            .into());
+        return Err(
+            Diagnostic::new(format!("unknown field `{}`", typo.get_ref()))
+                .at(file, typo.span())
+                .with_help("did you mean `kind`?")
+                .into(),
+        );
     }
     let common = RawCommon::deserialize(toml::de::Deserializer::from(Spanned::new(
         node_span.clone(),
@@ -282,7 +284,9 @@ pub(super) fn load_node(
                     script.get_ref()
                 ))
                 .at(file, script.span())
-                .with_help("`uses` lists the scripts the node runs, relative to the workspace root"),
+                .with_help(
+                    "`uses` lists the scripts the node runs, relative to the workspace root",
+                ),
             );
         }
     }
