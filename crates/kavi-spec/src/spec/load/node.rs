@@ -23,7 +23,7 @@ use crate::template::describe_error;
 /// Reads a pipeline's `[params]` table one parameter at a time, so that every broken one is
 /// reported in the same pass. A broken one stays declared (the load fails anyway): a template
 /// that reads it is not also reported as reading an undeclared parameter.
-pub(super) fn read_params(
+pub fn read_params(
     file: &Arc<SourceFile>,
     table: Option<Spanned<DeValue<'_>>>,
     problems: &mut Vec<Diagnostic>,
@@ -75,7 +75,7 @@ fn with_article(name: &str) -> String {
     format!("{article} {name}")
 }
 
-pub fn load_params(
+fn load_params(
     file: &Arc<SourceFile>,
     raw: IndexMap<String, Spanned<RawParam>>,
     problems: &mut Vec<Diagnostic>,
