@@ -236,6 +236,9 @@ pub fn main() -> i32 {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let json_problems = check_with_json(&cli.command);
     init_logging(&cli);
+    if cli.quiet {
+        progress::hide_progress();
+    }
     crate::process::raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

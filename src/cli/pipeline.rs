@@ -77,6 +77,114 @@ pub(super) fn resolve_params(
         .map_err(|problems| Error::Usage(Diagnostics(problems).to_string()))
 }
 
+/// Refuses parameters that name a file the pipeline's nodes read (`--set skill=nosuch`, whose
+/// proposal is `proposals/nosuch.toml`) when it is not there, before a run is recorded: a run
+/// would only fail at that node. Names the file once, with the values that do name a file.
+/// Nodes in `reused` do not run, and read nothing.
+pub(super) fn check_named_files(
+    workspace: &Workspace,
+    pipeline: &Pipeline,
+    templates: &TemplateEngine,
+    params: &serde_json::Map<String, Value>,
+    reused: &std::collections::HashMap<String, executor::Reused>,
+) -> Result<(), Error> {
+    for node in pipeline
+        .nodes
+        .iter()
+        .filter(|n| !reused.contains_key(&n.id))
+    {
+        let Some(template) = node.action.reads_file() else {
+            continue;
+        };
+        let Ok(reads) = templates.check_str(template) else {
+            continue;
+        };
+        // Only a file the parameters alone name is known before the run.
+        let named_by: Vec<&str> = reads
+            .iter()
+            .filter_map(|read| read.strip_prefix("params."))
+            .collect();
+        if named_by.is_empty() || named_by.len() != reads.len() {
+            continue;
+        }
+        let Ok(relative) = templates.render_str(
+            template,
+            &minijinja::Value::from_serialize(json!({ "params": params })),
+        ) else {
+            continue;
+        };
+        // A path that leaves the workspace is the node's to refuse, saying why.
+        if crate::sandbox::unsafe_path_reason(&relative).is_some()
+            || workspace.root.join(&relative).exists()
+        {
+            continue;
+        }
+        let mut message = format!(
+            "node `{}` reads {relative}, which does not exist; nothing was run",
+            node.id
+        );
+        if let [name] = named_by[..]
+            && let Some(Value::String(value)) = params.get(name)
+        {
+            message = format!("parameter `{name}` is `{value}`: {message}");
+            let values = named_values(workspace, templates, template, params, name);
+            if let Some(close) =
+                crate::diagnostic::closest(value, values.iter().map(String::as_str))
+            {
+                message.push_str(&format!("\n  = help: did you mean `--set {name}={close}`?"));
+            }
+            if !values.is_empty() {
+                message.push_str(&format!(
+                    "\n  = help: `{name}` names a file for each of: {}",
+                    values.join(", ")
+                ));
+            }
+        }
+        return Err(Error::NotFound(message));
+    }
+    Ok(())
+}
+
+/// The values of parameter `name` for which `template` names a file that exists: the files of
+/// the folder it points into that fit around the parameter (`proposals/*.toml`), sorted.
+fn named_values(
+    workspace: &Workspace,
+    templates: &TemplateEngine,
+    template: &str,
+    params: &serde_json::Map<String, Value>,
+    name: &str,
+) -> Vec<String> {
+    // Rendered with a marker for the parameter, the path splits around where its value goes.
+    const MARK: &str = "\u{1}";
+    let mut marked = params.clone();
+    marked.insert(name.to_owned(), Value::String(MARK.to_owned()));
+    let Ok(path) = templates.render_str(
+        template,
+        &minijinja::Value::from_serialize(json!({ "params": marked })),
+    ) else {
+        return Vec::new();
+    };
+    let Some((before, after)) = path.split_once(MARK) else {
+        return Vec::new();
+    };
+    let (folder, start) = before.rsplit_once('/').unwrap_or(("", before));
+    if after.contains(['/', '\u{1}']) {
+        return Vec::new();
+    }
+    let mut values: Vec<String> = std::fs::read_dir(workspace.root.join(folder))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let file = entry.file_name().into_string().ok()?;
+            let value = file.strip_prefix(start)?.strip_suffix(after)?;
+            (!value.is_empty()).then(|| value.to_owned())
+        })
+        .collect();
+    values.sort();
+    values
+}
+
 pub async fn run(
     workspace: &Workspace,
     file: &str,
@@ -205,6 +313,7 @@ pub async fn run_subset(
         let keep = subset_nodes(workspace, &pipeline, subset, &params, &ledger)?;
         pipeline.nodes.retain(|node| keep.contains(&node.id));
     }
+    check_named_files(workspace, &pipeline, &templates, &params, &start.reuse)?;
     let dag = dag::compile(&pipeline)?;
     tracing::debug!(nodes = dag.len(), "pipeline loaded and planned");
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.

@@ -1,13 +1,16 @@
-//! What a run shows while it runs.
+//! What a run shows while it runs, on stderr as cargo shows its progress: stdout keeps the
+//! command's result (the run's summary), so `kavi pipeline run X > result` holds only that.
 //!
 //! Off a terminal (a log, CI, a pipe), one line per change of state: a node started, a node
 //! finished. On a terminal, finished nodes print the same way, and below them a live line per
-//! running node counts its time (indicatif, drawn on stderr as cargo draws its bars). With
-//! `--stream`, every line a node's processes write is printed as it comes, after the node's id.
+//! running node counts its time (indicatif, drawn on stderr as cargo draws its bars). `-q` shows
+//! none of it. With `--stream`, every line a node's processes write is printed as it comes, after
+//! the node's id, on the stream it was written to.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -21,19 +24,38 @@ use crate::state::NodeState;
 /// How many lines of a failed node's stderr the console shows; the whole is an artifact.
 const STDERR_TAIL_LINES: usize = 5;
 
-/// Where a run's lines go: straight to stdout, or around the live view.
+/// Set by `-q`: runs show no progress, only their result.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Hides the progress of every run this command makes (`-q`).
+pub fn hide_progress() {
+    QUIET.store(true, Ordering::Relaxed);
+}
+
+/// Where a run's lines go: straight to stderr (or stdout), or around the live view.
 pub struct Screen {
     live: Option<MultiProgress>,
+    quiet: bool,
 }
 
 impl Screen {
     /// A live view only for a person at a terminal: stderr is one, and `TERM` is not `dumb`.
     pub fn new() -> Arc<Self> {
-        let terminal = std::io::stderr().is_terminal()
+        let quiet = QUIET.load(Ordering::Relaxed);
+        let terminal = !quiet
+            && std::io::stderr().is_terminal()
             && std::env::var_os("TERM").is_none_or(|term| term != "dumb");
         Arc::new(Self {
             live: terminal.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr())),
+            quiet,
         })
+    }
+
+    /// Prints a line of progress to stderr, unless `-q` hides it.
+    fn progress(&self, text: &str) {
+        if !self.quiet {
+            self.print(text, Stream::Stderr);
+        }
     }
 
     /// Prints a line to stdout (or stderr), clearing the live view while it does.
@@ -91,7 +113,7 @@ impl Console {
                 line.push_str(&format!(" (attempt {attempt})"));
             }
             line.push_str(" started");
-            self.screen.print(&line, Stream::Stdout);
+            self.screen.progress(&line);
             return;
         };
         let style = ProgressStyle::with_template("{spinner} {prefix} {elapsed}")
@@ -137,14 +159,11 @@ impl Observer for Console {
                 pipeline,
                 spec_hash,
                 nodes,
-            } => self.screen.print(
-                &format!(
-                    "{indent}run {run_id}: {pipeline} ({}, spec {})",
-                    plural(*nodes, "node"),
-                    short_hash(spec_hash)
-                ),
-                Stream::Stdout,
-            ),
+            } => self.screen.progress(&format!(
+                "{indent}run {run_id}: {pipeline} ({}, spec {})",
+                plural(*nodes, "node"),
+                short_hash(spec_hash)
+            )),
             Event::NodeStarted { node, attempt } => self.started(node, *attempt),
             Event::NodeFinished {
                 node,
@@ -179,7 +198,7 @@ impl Observer for Console {
                         line.push_str(&format!("\n{indent}         | {tail}"));
                     }
                 }
-                self.screen.print(&line, Stream::Stdout);
+                self.screen.progress(&line);
             }
         }
     }

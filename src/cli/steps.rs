@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::pipeline::{environment, load, report_run, resolve_params, run_exit_code};
+use super::pipeline::{
+    check_named_files, environment, load, report_run, resolve_params, run_exit_code,
+};
 use super::progress::Screen;
 use crate::config::Workspace;
 use crate::dag::{self, Dag};
@@ -29,9 +31,16 @@ pub fn start(
     sets: &[(String, String)],
     id_file: Option<&Path>,
 ) -> Result<i32, Error> {
-    let (pipeline, _) = load(workspace, file)?;
+    let (pipeline, templates) = load(workspace, file)?;
     dag::compile(&pipeline)?;
     let params = resolve_params(&pipeline, sets)?;
+    check_named_files(
+        workspace,
+        &pipeline,
+        &templates,
+        &params,
+        &Default::default(),
+    )?;
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     // As `pipeline run` does: a promotion by one of its steps needs an adopted rule set.
     super::policy::adopt_on_first_use(workspace, &mut ledger)?;

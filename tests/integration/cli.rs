@@ -504,8 +504,9 @@ fn a_pipeline_run_from_outside_any_workspace_uses_the_file_s_or_refuses() {
     assert!(!elsewhere.path().join(".kavi").exists());
 }
 
-/// The forge of a skill with no proposal says so once, with the proposals there are (the usual
-/// cause is a mistyped name), not the path three times over.
+/// The forge of a skill with no proposal is refused before a run is recorded (exit 5), naming
+/// the file once, with the proposals there are and the one it probably meant (the usual cause is
+/// a mistyped name).
 #[test]
 fn forging_a_skill_with_no_proposal_names_the_ones_there_are() {
     let dir = common::shipped_workspace();
@@ -513,20 +514,24 @@ fn forging_a_skill_with_no_proposal_names_the_ones_there_are() {
         dir.path(),
         &["pipeline", "run", "forge.toml", "--set", "skill=word_cuont"],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(
-        stdout.contains(
-            "refused `proposals/word_cuont.toml`: there is no such file; proposals/ holds \
-             find_notes, summarize_note, word_count, write_note"
+        stderr.contains(
+            "parameter `skill` is `word_cuont`: node `propose` reads proposals/word_cuont.toml, \
+             which does not exist; nothing was run\n  = help: did you mean `--set \
+             skill=word_count`?\n  = help: `skill` names a file for each of: find_notes, \
+             summarize_note, word_count, write_note\n"
         ),
-        "{stdout}"
+        "{stderr}"
     );
     assert_eq!(
-        stdout.matches("proposals/word_cuont.toml").count(),
+        stderr.matches("proposals/word_cuont.toml").count(),
         1,
-        "{stdout}"
+        "{stderr}"
     );
+    let runs = common::kavi(dir.path(), &["runs", "list", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&runs.stdout).trim(), "[]");
 }
 
 /// `-v`/`-q` set how much the log on stderr says (RUST_LOG unset), and `--color` whether it

@@ -846,8 +846,9 @@ inherit_env = true
     assert_eq!(detail["nodes"][0]["outputs"]["stdout"], "C.override 1");
 }
 
-/// A reader that goes away (`kavi pipeline run X | head -1`) does not end the run: it goes
-/// on to its end, is recorded as it ended, and kavi's exit code is the run's.
+/// A reader that goes away (`kavi pipeline run X 2>&1 | head -1`, the progress being on
+/// stderr) does not end the run: it goes on to its end, is recorded as it ended, and kavi's exit
+/// code is the run's.
 #[test]
 fn a_run_whose_reader_goes_away_goes_on_and_is_recorded() {
     use std::io::BufRead as _;
@@ -865,12 +866,12 @@ fn a_run_whose_reader_goes_away_goes_on_and_is_recorded() {
     }
     write(dir.path(), "pipelines/slow.toml", &text);
     let mut child = kavi_command(dir.path(), &["pipeline", "run", "slow"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut first = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
+    std::io::BufReader::new(child.stderr.take().unwrap())
         .read_line(&mut first)
         .unwrap();
     assert!(first.starts_with("run 1: slow"), "{first}");
@@ -1157,7 +1158,7 @@ fn runs_list_says_how_many_more_runs_match() {
 
 /// What a node's command chose (here a program name with a terminal escape and a carriage
 /// return, as a builder's file name could be) is shown on the terminal, never obeyed: every
-/// control character but tab and newline reaches stdout in caret notation.
+/// control character but tab and newline reaches stdout or stderr in caret notation.
 #[test]
 fn control_characters_from_a_node_are_shown_never_sent_to_the_terminal() {
     let dir = workspace();
@@ -1168,13 +1169,14 @@ fn control_characters_from_a_node_are_shown_never_sent_to_the_terminal() {
     );
     let ran = kavi(dir.path(), &["pipeline", "run", "esc"]);
     let shown = kavi(dir.path(), &["runs", "show", "latest"]);
-    for out in [&ran, &shown] {
-        let stdout = String::from_utf8_lossy(&out.stdout);
+    // The run's progress line names the command, on stderr; `runs show` on stdout.
+    for shown in [&ran.stderr, &shown.stdout] {
+        let shown = String::from_utf8_lossy(shown);
         assert!(
-            stdout.contains("./no^[]0;PWNED^G^MFAKE: all passed"),
-            "{stdout}"
+            shown.contains("./no^[]0;PWNED^G^MFAKE: all passed"),
+            "{shown}"
         );
-        assert!(!stdout.contains(['\u{1b}', '\r', '\u{7}']), "{stdout:?}");
+        assert!(!shown.contains(['\u{1b}', '\r', '\u{7}']), "{shown:?}");
     }
 }
 
@@ -2593,12 +2595,18 @@ run = ["true"]
     let rest = child.wait_with_output().unwrap();
     assert!(rest.status.success());
     let stderr = String::from_utf8_lossy(&rest.stderr);
-    assert_eq!(seen[1], "  ..     talk started", "{seen:?}");
-    assert_eq!(seen[2], "talk | ready [redacted]", "{seen:?}");
-    assert_eq!(seen[3], "talk | tail", "{seen:?}");
-    assert!(seen[4].starts_with("  ok     talk succeeded"), "{seen:?}");
-    assert_eq!(seen[5], "  ..     after started", "{seen:?}");
-    assert!(stderr.contains("talk | done"), "{stderr}");
+    // stdout: what the node wrote there, then the run's result; its progress is on stderr.
+    assert_eq!(seen[0], "talk | ready [redacted]", "{seen:?}");
+    assert_eq!(seen[1], "talk | tail", "{seen:?}");
+    assert!(seen[2].starts_with("run 1 succeeded"), "{seen:?}");
+    let progress: Vec<&str> = stderr.lines().collect();
+    assert_eq!(progress[1], "  ..     talk started", "{stderr}");
+    assert_eq!(progress[2], "talk | done", "{stderr}");
+    assert!(
+        progress[3].starts_with("  ok     talk succeeded"),
+        "{stderr}"
+    );
+    assert_eq!(progress[4], "  ..     after started", "{stderr}");
     assert!(!format!("{seen:?}{stderr}").contains("sk-live-987"));
 }
 

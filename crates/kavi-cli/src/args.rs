@@ -26,7 +26,8 @@ pub struct Cli {
     /// More log lines on stderr: -v info, -vv debug, -vvv trace (RUST_LOG, when set, wins).
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
-    /// Only errors in the log on stderr (RUST_LOG, when set, wins).
+    /// No progress lines of a run, and only errors in the log on stderr (RUST_LOG, when set,
+    /// wins for the log).
     #[arg(short, long, global = true)]
     pub quiet: bool,
     /// Colour in help, usage errors and the log: `auto` (on a terminal, unless NO_COLOR is set),

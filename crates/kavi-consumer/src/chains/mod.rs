@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 use crate::diagnostic::{Diagnostic, Diagnostics, SourceFile};
 use crate::executions::{ExecutionError, Lineage, Runner};
@@ -51,8 +52,14 @@ pub struct Step {
     pub parent: Option<usize>,
 }
 
-#[derive(Deserialize, schemars::JsonSchema)]
+// A chain file's whole shape, for its JSON Schema (not a doc comment: the schema would take it
+// as its description); the loader reads its parts one by one.
+#[derive(schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[expect(
+    dead_code,
+    reason = "only its schema is used: the loader reads the file part by part"
+)]
 pub struct RawChain {
     chain: RawHeader,
     #[serde(default)]
@@ -61,6 +68,14 @@ pub struct RawChain {
     #[serde(rename = "step", default)]
     #[schemars(with = "Vec<RawStep>")]
     steps: Vec<Spanned<RawStep>>,
+}
+
+/// A chain file's `[chain]` table, read apart from its parameters and steps (the whole file's
+/// shape, for its schema, is [`RawChain`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChainHeader {
+    chain: RawHeader,
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -154,11 +169,41 @@ pub fn load(
         source,
     })?;
     let file = SourceFile::new(display_path, text);
-    let raw: RawChain =
-        toml::from_str(&file.text).map_err(|e| crate::diagnostic::toml_error(&file, &e))?;
+    let toml_error = |e: &toml::de::Error| crate::diagnostic::toml_error(&file, e);
+    let root = DeTable::parse(&file.text).map_err(|e| toml_error(&e))?;
+    // The header, each parameter and each step are read on their own: every broken one is
+    // reported in the same pass.
+    let root_span = root.span();
+    let mut header = DeTable::new();
+    let (mut raw_params, mut raw_steps) = (None, None);
+    for (key, value) in root.into_inner() {
+        match key.get_ref().as_ref() {
+            "params" => raw_params = Some(value),
+            "step" => raw_steps = Some(value),
+            _ => {
+                header.insert(key, value);
+            }
+        }
+    }
     let mut problems = Vec::new();
-    let params = crate::spec::load_params(&file, raw.params, &mut problems);
-    if raw.steps.is_empty() {
+    let header = RawChainHeader::deserialize(toml::de::Deserializer::from(Spanned::new(
+        root_span, header,
+    )))
+    .map_err(|e| problems.push(toml_error(&e)))
+    .ok();
+    let params = crate::spec::read_params(&file, raw_params, &mut problems);
+    let raw_steps = match raw_steps.map(|steps| (steps.span(), steps.into_inner())) {
+        None => Vec::new(),
+        Some((_, DeValue::Array(steps))) => steps.into_iter().collect(),
+        Some((span, _)) => {
+            problems.push(
+                Diagnostic::new("`step` must be an array of tables, each a [[step]]")
+                    .at(&file, span),
+            );
+            Vec::new()
+        }
+    };
+    if raw_steps.is_empty() && problems.is_empty() {
         problems.push(
             Diagnostic::new("a chain needs at least one step")
                 .at(&file, 0..0)
@@ -167,27 +212,46 @@ pub fn load(
     }
     let mut ids: Vec<String> = Vec::new();
     let mut steps = Vec::new();
-    for raw_step in raw.steps {
-        let step = raw_step.into_inner();
-        match load_step(&file, step, &ids, templates) {
+    for raw_step in raw_steps {
+        let id = step_id(&raw_step);
+        let loaded = RawStep::deserialize(toml::de::ValueDeserializer::from(raw_step))
+            .map_err(|e| toml_error(&e))
+            .and_then(|step| load_step(&file, step, &ids, templates));
+        match loaded {
             Ok(step) => {
                 ids.push(step.id.clone());
                 steps.push(step);
             }
-            Err(diagnostic) => problems.push(diagnostic),
+            Err(diagnostic) => {
+                problems.push(diagnostic);
+                // A broken step still stands in its place: a later step naming it is no
+                // second problem.
+                ids.push(id.unwrap_or_default());
+            }
         }
     }
-    if !problems.is_empty() {
+    let Some(RawChainHeader { chain }) = header.filter(|_| problems.is_empty()) else {
         return Err(SpecError::Invalid(Diagnostics(problems)));
-    }
+    };
     Ok(Chain {
-        name: raw.chain.name,
-        description: raw.chain.description,
+        name: chain.name,
+        description: chain.description,
         source: file,
-        stop_on_failure: raw.chain.stop_on_failure,
+        stop_on_failure: chain.stop_on_failure,
         params,
         steps,
     })
+}
+
+/// A step table's `id`, read before the step is: what a later step's `from` may name.
+fn step_id(step: &Spanned<DeValue<'_>>) -> Option<String> {
+    let DeValue::Table(table) = step.get_ref() else {
+        return None;
+    };
+    match table.get("id")?.get_ref() {
+        DeValue::String(id) => Some(id.to_string()),
+        _ => None,
+    }
 }
 
 fn load_step(

@@ -108,6 +108,10 @@ impl NodeAction for Propose {
         format!("propose the skill in {}", self.file)
     }
 
+    fn reads_file(&self) -> Option<&str> {
+        Some(&self.file)
+    }
+
     async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
         self.propose(ctx).unwrap_or_else(NodeOutcome::failed)
     }

@@ -73,6 +73,13 @@ pub trait NodeAction: Send + Sync + Debug {
         None
     }
 
+    /// The workspace file it reads when it runs, as its template (a proposal named by a
+    /// parameter), so that a run whose parameters name one that is not there is refused before
+    /// it is recorded.
+    fn reads_file(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether the process it starts gets all of kavi's environment (not just the base
     /// variables), which then is part of its key when it is cached.
     fn inherits_environment(&self) -> bool {

@@ -23,8 +23,8 @@ pub use cache::{CacheSpec, InputPattern, output_path};
 pub use document::agrees_with_toml;
 pub use error::SpecError;
 pub use load::{
-    LoadContext, RawCommon, RawHeader, RawParam, load_params, load_pipeline, load_pipeline_str,
-    load_text, resolve_pipeline_path, resolve_spec_path, spec_in_workspace,
+    LoadContext, RawCommon, RawHeader, RawParam, load_pipeline, load_pipeline_str, load_text,
+    read_params, resolve_pipeline_path, resolve_spec_path, spec_in_workspace,
     timeout as deserialize_timeout,
 };
 pub use params::{ParamDecl, ParamType, parse_set, resolve as resolve_params};

@@ -26,8 +26,9 @@ pub(super) struct NodeLoader<'a, 'c> {
     pub(super) problems: Vec<Diagnostic>,
     pub(super) nodes: Vec<NodeSpec>,
     pub(super) governing: GoverningSet,
-    /// Nodes declared but refused: a `needs` naming one is not a second problem.
-    pub(super) unloaded: Vec<String>,
+    /// Nodes declared but refused, with what they need: a `needs` naming one is not a second
+    /// problem, and theirs are checked too.
+    pub(super) unloaded: Vec<(String, Vec<Spanned<String>>)>,
     pub(super) named_files: NamedFiles,
     /// How many node tables were taken from the reader, refused ones too.
     taken: usize,
@@ -149,9 +150,9 @@ impl<'a, 'c> NodeLoader<'a, 'c> {
                 self.nodes.push(node);
                 self.governing.extend(&used);
             }
-            Err(diagnostic) => {
-                self.problems.push(diagnostic);
-                self.unloaded.push(name);
+            Err(refused) => {
+                self.problems.extend(refused.problems);
+                self.unloaded.push((name, refused.needs));
             }
         }
     }

@@ -28,8 +28,8 @@ mod node;
 mod raw;
 
 use loader::{Courier, NodeLoader};
-pub use node::load_params;
-use node::{check_needs, read_params};
+use node::check_needs;
+pub use node::read_params;
 pub(crate) use raw::group_name;
 pub use raw::{RawCommon, RawHeader, RawParam, timeout};
 

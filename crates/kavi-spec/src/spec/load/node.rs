@@ -23,7 +23,7 @@ use crate::template::describe_error;
 /// Reads a pipeline's `[params]` table one parameter at a time, so that every broken one is
 /// reported in the same pass. A broken one stays declared (the load fails anyway): a template
 /// that reads it is not also reported as reading an undeclared parameter.
-pub(super) fn read_params(
+pub fn read_params(
     file: &Arc<SourceFile>,
     table: Option<Spanned<DeValue<'_>>>,
     problems: &mut Vec<Diagnostic>,
@@ -75,7 +75,7 @@ fn with_article(name: &str) -> String {
     format!("{article} {name}")
 }
 
-pub fn load_params(
+fn load_params(
     file: &Arc<SourceFile>,
     raw: IndexMap<String, Spanned<RawParam>>,
     problems: &mut Vec<Diagnostic>,
@@ -141,6 +141,22 @@ fn is_valid_node_id(id: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// A node that did not load: every independent problem found in it, and what it `needs`
+/// (when that much was read), which is checked as a loaded node's is.
+pub(super) struct Refused {
+    pub problems: Vec<Diagnostic>,
+    pub needs: Vec<Spanned<String>>,
+}
+
+impl From<Diagnostic> for Refused {
+    fn from(problem: Diagnostic) -> Self {
+        Self {
+            problems: vec![problem],
+            needs: Vec::new(),
+        }
+    }
+}
+
 pub(super) fn load_node(
     file: &Arc<SourceFile>,
     id: Key<'_>,
@@ -148,7 +164,7 @@ pub(super) fn load_node(
     context: &LoadContext<'_>,
     params: &IndexMap<String, ParamDecl>,
     named_files: &mut NamedFiles,
-) -> Result<(NodeSpec, GoverningSet), Diagnostic> {
+) -> Result<(NodeSpec, GoverningSet), Refused> {
     let templates = context.templates;
     let id_span = id.span();
     let id = id.into_inner().into_owned();
@@ -157,7 +173,8 @@ pub(super) fn load_node(
             .at(file, id_span)
             .with_help(
                 "node ids start with a letter or `_` and hold only letters, digits, `_` and `-`",
-            ));
+            )
+            .into());
     }
     let node_span = node.span();
     // A cached node's key covers its whole definition, as written.
@@ -168,7 +185,9 @@ pub(super) fn load_node(
         _ => None,
     };
     let DeValue::Table(table) = node.into_inner() else {
-        return Err(Diagnostic::new(format!("node `{id}` must be a table")).at(file, node_span));
+        return Err(Diagnostic::new(format!("node `{id}` must be a table"))
+            .at(file, node_span)
+            .into());
     };
 
     // Each made at its size: growing them rehashes every key again.
@@ -194,7 +213,8 @@ pub(super) fn load_node(
         return Err(
             Diagnostic::new(format!("unknown field `{}`", typo.get_ref()))
                 .at(file, typo.span())
-                .with_help("did you mean `kind`?"),
+                .with_help("did you mean `kind`?")
+                .into(),
         );
     }
     let common = RawCommon::deserialize(toml::de::Deserializer::from(Spanned::new(
@@ -205,14 +225,26 @@ pub(super) fn load_node(
 
     let kind_name = common.kind.get_ref();
     let Some(kind) = context.registry.get(kind_name) else {
-        return Err(Diagnostic::new(format!("unknown node kind `{kind_name}`"))
-            .at(file, common.kind.span())
-            .with_help(context.registry.unknown_help(kind_name)));
+        return Err(Refused {
+            problems: vec![
+                Diagnostic::new(format!("unknown node kind `{kind_name}`"))
+                    .at(file, common.kind.span())
+                    .with_help(context.registry.unknown_help(kind_name)),
+            ],
+            needs: common.needs,
+        });
     };
 
-    let fan_out = fan_out(file, &common)?;
+    // From here each check is independent of the others: all their problems are reported in
+    // one pass, as rustc reports a file's errors.
+    let mut problems = Vec::new();
+    let fan_out = fan_out(file, &common)
+        .map_err(|problem| problems.push(problem))
+        .ok()
+        .flatten();
     let mut config = NodeConfig {
-        fans_out: fan_out.is_some(),
+        // A broken `for_each` is still one: its `item` reads are not a second problem.
+        fans_out: common.for_each.is_some(),
         file,
         table: Some(Spanned::new(node_span.clone(), specific)),
         span: id_span.clone(),
@@ -241,81 +273,84 @@ pub(super) fn load_node(
             });
         }
         d
-    })?;
+    });
+    let action = action.map_err(|problem| problems.push(problem)).ok();
 
     for script in &common.uses {
         if config.govern_declared(script.get_ref()).is_none() {
-            return Err(Diagnostic::new(format!(
-                "`uses` names `{}`, which is not a file of the workspace",
-                script.get_ref()
-            ))
-            .at(file, script.span())
-            .with_help("`uses` lists the scripts the node runs, relative to the workspace root"));
+            problems.push(
+                Diagnostic::new(format!(
+                    "`uses` names `{}`, which is not a file of the workspace",
+                    script.get_ref()
+                ))
+                .at(file, script.span())
+                .with_help(
+                    "`uses` lists the scripts the node runs, relative to the workspace root",
+                ),
+            );
         }
     }
     if let Some(when) = &common.when {
-        let reads = templates.check_expression(when.get_ref()).map_err(|e| {
-            Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
-                .at(file, when.span())
-        })?;
-        if let Some((_, message, help)) = config.scope().unknown(&reads) {
-            return Err(Diagnostic::new(message)
-                .at(file, when.span())
-                .with_help(help));
+        match templates.check_expression(when.get_ref()) {
+            Err(e) => problems.push(
+                Diagnostic::new(format!("invalid `when` expression: {}", describe_error(&e)))
+                    .at(file, when.span()),
+            ),
+            Ok(reads) => match config.scope().unknown(&reads) {
+                Some((_, message, help)) => problems.push(
+                    Diagnostic::new(message)
+                        .at(file, when.span())
+                        .with_help(help),
+                ),
+                None => config
+                    .reads
+                    .extend(reads.into_iter().map(|path| (path, when.span()))),
+            },
         }
-        config
-            .reads
-            .extend(reads.into_iter().map(|path| (path, when.span())));
     }
     if let Some(crate::spec::FanOut {
         items: ForEach::Expression(expression),
         ..
     }) = &fan_out
     {
-        let reads = templates
-            .check_expression(expression.get_ref())
-            .map_err(|e| {
+        match templates.check_expression(expression.get_ref()) {
+            Err(e) => problems.push(
                 Diagnostic::new(format!(
                     "invalid `for_each` expression: {}",
                     describe_error(&e)
                 ))
-                .at(file, expression.span())
-            })?;
-        // The items are known before any instance: `item` is not among what they may read.
-        if let Some((_, message, help)) = crate::template::Scope::node().unknown(&reads) {
-            return Err(Diagnostic::new(message)
-                .at(file, expression.span())
-                .with_help(help));
-        }
-        config
-            .reads
-            .extend(reads.into_iter().map(|path| (path, expression.span())));
-    }
-    check_param_reads(file, &config.reads, params)?;
-
-    let mut cache = cache_spec(file, context.root, &common, definition)?;
-    let retry = match common.retry {
-        None => RetryPolicy::default(),
-        Some(raw) if !(1..=MAX_ATTEMPTS).contains(raw.attempts.get_ref()) => {
-            return Err(Diagnostic::new(format!(
-                "`retry.attempts` counts every try and must be from 1 to {MAX_ATTEMPTS}"
-            ))
-            .at(file, raw.attempts.span()));
-        }
-        Some(raw) => RetryPolicy {
-            attempts: raw.attempts.into_inner(),
-            backoff: raw.backoff.unwrap_or(Duration::ZERO),
-            factor: match raw.factor {
-                None => 2,
-                Some(factor) if (1..=10).contains(factor.get_ref()) => factor.into_inner(),
-                Some(factor) => {
-                    return Err(Diagnostic::new("`retry.factor` must be from 1 to 10")
-                        .at(file, factor.span()));
-                }
+                .at(file, expression.span()),
+            ),
+            // The items are known before any instance: `item` is not among what they may read.
+            Ok(reads) => match crate::template::Scope::node().unknown(&reads) {
+                Some((_, message, help)) => problems.push(
+                    Diagnostic::new(message)
+                        .at(file, expression.span())
+                        .with_help(help),
+                ),
+                None => config
+                    .reads
+                    .extend(reads.into_iter().map(|path| (path, expression.span()))),
             },
-            max_backoff: raw.max_backoff,
-            on: retry_on(file, &raw.on, &mut config)?,
-        },
+        }
+    }
+    check_param_reads(file, &config.reads, params, &mut problems);
+
+    let mut cache = cache_spec(file, context.root, &common, definition)
+        .map_err(|problem| problems.push(problem))
+        .ok()
+        .flatten();
+    let retry = match common.retry {
+        None => Some(RetryPolicy::default()),
+        Some(raw) => retry_policy(file, raw, &mut config)
+            .map_err(|problem| problems.push(problem))
+            .ok(),
+    };
+    let (Some(action), Some(retry), true) = (action, retry, problems.is_empty()) else {
+        return Err(Refused {
+            problems,
+            needs: common.needs,
+        });
     };
 
     if let Some(cache) = &mut cache {
@@ -353,6 +388,35 @@ pub(super) fn load_node(
         action,
     };
     Ok((node, config.governing))
+}
+
+/// Reads `retry`: how many tries, how long between them, and on which failures.
+fn retry_policy(
+    file: &Arc<SourceFile>,
+    raw: super::raw::RawRetry,
+    config: &mut NodeConfig<'_>,
+) -> Result<RetryPolicy, Diagnostic> {
+    if !(1..=MAX_ATTEMPTS).contains(raw.attempts.get_ref()) {
+        return Err(Diagnostic::new(format!(
+            "`retry.attempts` counts every try and must be from 1 to {MAX_ATTEMPTS}"
+        ))
+        .at(file, raw.attempts.span()));
+    }
+    Ok(RetryPolicy {
+        attempts: raw.attempts.into_inner(),
+        backoff: raw.backoff.unwrap_or(Duration::ZERO),
+        factor: match raw.factor {
+            None => 2,
+            Some(factor) if (1..=10).contains(factor.get_ref()) => factor.into_inner(),
+            Some(factor) => {
+                return Err(
+                    Diagnostic::new("`retry.factor` must be from 1 to 10").at(file, factor.span())
+                );
+            }
+        },
+        max_backoff: raw.max_backoff,
+        on: retry_on(file, &raw.on, config)?,
+    })
 }
 
 /// Reads `for_each` and `max_parallel`: items written out, or one `{{ expression }}` (kept
@@ -481,12 +545,14 @@ fn cache_spec(
     }))
 }
 
-/// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now.
+/// A template that reads `params.x` for an undeclared `x` would fail at run time; say so now,
+/// for each one.
 fn check_param_reads(
     file: &Arc<SourceFile>,
     reads: &[(String, std::ops::Range<usize>)],
     params: &IndexMap<String, ParamDecl>,
-) -> Result<(), Diagnostic> {
+    problems: &mut Vec<Diagnostic>,
+) {
     for (path, span) in reads {
         let mut parts = path.split('.');
         if parts.next() == Some("params")
@@ -499,35 +565,38 @@ fn check_param_reads(
                 ),
                 None => format!("declare it with a [params.{name}] table"),
             };
-            return Err(
+            problems.push(
                 Diagnostic::new(format!("template reads undeclared parameter `{name}`"))
                     .at(file, span.clone())
                     .with_help(help),
             );
         }
     }
-    Ok(())
 }
 
-/// Every `needs` entry must name another node of this pipeline.
+/// Every `needs` entry must name another node of this pipeline: a loaded node's, and a
+/// refused one's (`unloaded`, by id, with what it needs).
 pub(super) fn check_needs(
     file: &Arc<SourceFile>,
     nodes: &[NodeSpec],
-    unloaded: &[String],
+    unloaded: &[(String, Vec<Spanned<String>>)],
     problems: &mut Vec<Diagnostic>,
 ) {
     // foldhash, not SipHash: the ids are the operator's, and there can be tens of thousands.
     let ids: std::collections::HashSet<&str, foldhash::fast::RandomState> = nodes
         .iter()
         .map(|n| n.id.as_str())
-        .chain(unloaded.iter().map(String::as_str))
+        .chain(unloaded.iter().map(|(id, _)| id.as_str()))
         .collect();
-    for node in nodes {
-        for need in &node.needs {
+    let every = nodes
+        .iter()
+        .map(|n| (&n.id, &n.needs))
+        .chain(unloaded.iter().map(|(id, needs)| (id, needs)));
+    for (id, needs) in every {
+        for need in needs {
             if !ids.contains(need.get_ref().as_str()) {
                 let problem = Diagnostic::new(format!(
-                    "node `{}` needs `{}`, which is not a node of this pipeline",
-                    node.id,
+                    "node `{id}` needs `{}`, which is not a node of this pipeline",
                     need.get_ref()
                 ))
                 .at(file, need.span());
