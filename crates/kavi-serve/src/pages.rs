@@ -26,6 +26,7 @@ pub fn templates() -> minijinja::Environment<'static> {
         ("ledger.html", include_str!("templates/ledger.html")),
         ("decided.html", include_str!("templates/decided.html")),
         ("refusal.html", include_str!("templates/refusal.html")),
+        ("rules.html", include_str!("templates/rules.html")),
     ] {
         env.add_template(name, text)
             .expect("the shipped templates parse");
@@ -113,10 +114,20 @@ pub async fn queue(State(app): State<Shared>) -> Response {
         Ok((waiting, more))
     })
     .await;
-    match found {
-        Ok((waiting, more)) => page(&app, "queue.html", minijinja::context! { waiting, more }),
-        Err(response) => response,
-    }
+    let (waiting, more) = match found {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    // Rule changes wait on a person too, whether or not a run waits on them.
+    let workspace = app.workspace.clone();
+    let rules = tokio::task::spawn_blocking(move || evidence::rules(&workspace))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    page(
+        &app,
+        "queue.html",
+        minijinja::context! { waiting, more, rules },
+    )
 }
 
 #[derive(Deserialize)]
