@@ -127,6 +127,7 @@ fn router(app: Shared) -> Router {
         .route("/runs/{id}/nodes/{node}", get(pages::node))
         .route("/runs/{id}/decide", post(forms::decide))
         .route("/rules/{id}/decide", post(forms::decide_rules))
+        .route("/skills", get(pages::skills))
         .route("/skills/{name}", get(pages::skill))
         .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))
