@@ -768,3 +768,109 @@ async fn rule_changes_are_approved_and_adopted_from_the_queue_as_kavi_policy_doe
     }
     assert_eq!(status(3), ["pending -"]);
 }
+
+/// The skills, by name with their state and versions, and a skill's page with its gate results
+/// and its executions, newest first, 50 to a page: the 51st execution, the oldest, is on the
+/// next page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_skills_and_a_skills_verifications_and_executions_are_listed_a_page_at_a_time() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let forged = kavi(
+        root,
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    for _ in 0..51 {
+        let ran = kavi(
+            root,
+            &[
+                "skill",
+                "run",
+                "word_count",
+                "--input",
+                r#"{"text": "a b"}"#,
+            ],
+        );
+        assert!(ran.status.success(), "{ran:?}");
+    }
+    let newest = json(&kavi(root, &["executions", "tail", "-n", "51", "--json"]));
+    let ids: Vec<&str> = newest
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 51);
+    let gates = common::LedgerConnection::open(root)
+        .texts("SELECT gate_id FROM verifications WHERE skill = 'word_count' ORDER BY id DESC");
+    assert!(!gates.is_empty());
+    let served = Served::start(root);
+
+    client
+        .goto(&format!("{}/skills", served.url))
+        .await
+        .unwrap();
+    let listed = text_of(client, "main table tbody").await;
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    let version = shown["skill"]["version"].to_string();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("word_count TRUSTED {version} {version}"))),
+        "{listed}"
+    );
+    screenshot(client, "skills").await;
+    client
+        .find(Locator::LinkText("word_count"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rows = |section: &'static str| async move {
+        let table = client
+            .wait()
+            .at_most(Duration::from_secs(60))
+            .for_element(Locator::Css(&format!(
+                "section[aria-labelledby='{section}'] tbody"
+            )))
+            .await
+            .unwrap();
+        let mut texts = Vec::new();
+        for row in table.find_all(Locator::Css("tr")).await.unwrap() {
+            texts.push(row.text().await.unwrap());
+        }
+        texts
+    };
+    // Every gate result the ledger holds for it, newest first.
+    let verifications = rows("verifications").await;
+    let named: Vec<&str> = verifications
+        .iter()
+        .map(|row| row.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(named, gates, "{verifications:?}");
+    // The newest 50 executions, then the oldest on the next page.
+    let executions = rows("executions").await;
+    let first: Vec<&str> = executions
+        .iter()
+        .map(|row| row.split_whitespace().next().unwrap())
+        .collect();
+    let newest_first: Vec<&str> = ids.iter().rev().copied().collect();
+    assert_eq!(first, newest_first[..50]);
+    screenshot(client, "skill").await;
+    client
+        .find(Locator::LinkText("Older executions"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rest = rows("executions").await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(rest[0].starts_with(ids[0]), "{rest:?}");
+}
