@@ -70,10 +70,10 @@ pub async fn loopback_host(State(app): State<Shared>, request: Request, next: Ne
     )
 }
 
-/// Whether a form was sent from this server's own page, or why it is refused.
-fn from_our_page(app: &Shared, headers: &HeaderMap, form: &Decision) -> Result<(), Response> {
+/// The refusal of a form not sent from this server's own page; `None` for one that was.
+fn not_from_our_page(app: &Shared, headers: &HeaderMap, form: &Decision) -> Option<Response> {
     if !same_origin(headers) {
-        return Err(refusal(
+        return Some(refusal(
             app,
             StatusCode::FORBIDDEN,
             "refused: the form was not sent from this server's page (its Origin is another \
@@ -81,14 +81,14 @@ fn from_our_page(app: &Shared, headers: &HeaderMap, form: &Decision) -> Result<(
         ));
     }
     if form.token != app.token {
-        return Err(refusal(
+        return Some(refusal(
             app,
             StatusCode::FORBIDDEN,
             "refused: the form's token is not this server's (reload the page: a token lasts \
              as long as the server); nothing was recorded",
         ));
     }
-    Ok(())
+    None
 }
 
 /// A decision the form does not offer.
@@ -121,7 +121,7 @@ pub async fn decide(
     headers: HeaderMap,
     form: axum::Form<Decision>,
 ) -> Response {
-    if let Err(refused) = from_our_page(&app, &headers, &form) {
+    if let Some(refused) = not_from_our_page(&app, &headers, &form) {
         return refused;
     }
     let verdict = match form.verdict.as_str() {
@@ -148,7 +148,7 @@ pub async fn decide_rules(
     headers: HeaderMap,
     form: axum::Form<Decision>,
 ) -> Response {
-    if let Err(refused) = from_our_page(&app, &headers, &form) {
+    if let Some(refused) = not_from_our_page(&app, &headers, &form) {
         return refused;
     }
     let verdict = match form.verdict.as_str() {
