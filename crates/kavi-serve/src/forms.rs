@@ -1,7 +1,9 @@
-//! The approve and reject forms, and a rule change's approve, reject and adopt. A decision is taken only from this server's own page (its
-//! token, and an `Origin` that is this server), only on the run as the page showed it, and then
-//! through `kavi_governance::review::decide`, the function `kavi approve` and `kavi reject` call:
-//! whatever the CLI refuses, the page refuses, recorded as the account running the server.
+//! The approve and reject forms, and a rule change's approve, reject and adopt. A decision is
+//! taken only from this server's own page (its token, and an `Origin` that is this server), only
+//! on the run as the page showed it, and then through `kavi_governance::review::decide`, the
+//! function `kavi approve` and `kavi reject` call (or `kavi_governance::adoption`'s, as `kavi
+//! policy` does): whatever the CLI refuses, the page refuses, recorded as the account running
+//! the server.
 
 use std::net::IpAddr;
 
