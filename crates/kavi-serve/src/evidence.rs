@@ -115,31 +115,37 @@ pub fn fingerprint(ledger: &Ledger, root: i64) -> Result<String, String> {
 /// The state of pending rule change `id` as a hash: its status and approvals.
 pub fn rules_fingerprint(ledger: &Ledger, id: i64) -> Result<String, String> {
     let row = ledger.rule_set(id).map_err(|e| e.to_string())?;
-    let state = serde_json::to_vec(&row).map_err(|e| e.to_string())?;
+    rule_change_fingerprint(&row)
+}
+
+fn rule_change_fingerprint(row: &RuleSetRow) -> Result<String, String> {
+    let state = serde_json::to_vec(row).map_err(|e| e.to_string())?;
     Ok(sha256_hex(&state))
 }
 
 /// The governing files on disk against the adopted rule set, and the rule changes pending, as
 /// `kavi policy diff` reports them, each change with what its forms carry.
 pub fn rules(workspace: &Workspace) -> Result<Rules, String> {
-    adoption::status(workspace)
-        .map(|status| Rules {
-            adopted: status.adopted.row.id,
-            changes: status
-                .changes
-                .into_iter()
-                .map(|(change, class)| (change, class.as_str().to_owned()))
-                .collect(),
-            pending: status
-                .pending
-                .into_iter()
-                .map(|row| {
-                    let seen = sha256_hex(&serde_json::to_vec(&row).unwrap_or_default());
-                    PendingChange { row, seen }
-                })
-                .collect(),
+    let status = adoption::status(workspace).map_err(|e| e.to_string())?;
+    let pending = status
+        .pending
+        .into_iter()
+        .map(|row| {
+            Ok(PendingChange {
+                seen: rule_change_fingerprint(&row)?,
+                row,
+            })
         })
-        .map_err(|e| e.to_string())
+        .collect::<Result<_, String>>()?;
+    Ok(Rules {
+        adopted: status.adopted.row.id,
+        changes: status
+            .changes
+            .into_iter()
+            .map(|(change, class)| (change, class.as_str().to_owned()))
+            .collect(),
+        pending,
+    })
 }
 
 pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String> {
