@@ -580,14 +580,14 @@ fn serving_beyond_loopback_needs_allow_remote() {
     );
 }
 
-/// A pipeline of four nodes in a diamond, `a` before `b` and `c`, both before `d`, where `c`
-/// fails and so `d` is blocked: a workspace of it alone, run once.
-fn ran_a_diamond(root: &Path) {
+/// A pipeline of four nodes, `a` before `b` and `c`, both before `d`, where `c` fails and so
+/// `d` is blocked (not the shipped `diamond`, which succeeds), written and run once.
+fn ran_a_split(root: &Path) {
     std::fs::create_dir_all(root.join("pipelines")).unwrap();
     std::fs::write(
-        root.join("pipelines/diamond.toml"),
+        root.join("pipelines/split.toml"),
         r#"[pipeline]
-name = "diamond"
+name = "split"
 
 [nodes.a]
 kind = "exec"
@@ -610,7 +610,7 @@ run = ["true"]
 "#,
     )
     .unwrap();
-    let out = kavi(root, &["pipeline", "run", "diamond"]);
+    let out = kavi(root, &["pipeline", "run", "split"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
@@ -626,7 +626,7 @@ async fn a_runs_graph_is_drawn_with_each_nodes_state_in_words() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::write(root.join("kavi.toml"), "").unwrap();
-    ran_a_diamond(root);
+    ran_a_split(root);
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     let served = Served::start(root);
     client
@@ -695,7 +695,7 @@ async fn rule_changes_are_approved_and_adopted_from_the_queue_as_kavi_policy_doe
     let root = dir.path();
     // The first run adopts the rules it runs under: here without the tests gate.
     let gates = common::drop_the_test_gate(root);
-    ran_a_diamond(root);
+    ran_a_split(root);
     std::fs::write(root.join("policies/gates.toml"), gates).unwrap();
     let proposed = kavi(root, &["policy", "propose", "-m", "the tests gate again"]);
     assert!(
