@@ -37,6 +37,10 @@ impl Cli for Nothing {
         Err("not asked in this bench".into())
     }
 
+    fn graph(&self, _: &Workspace, _: i64) -> Result<Vec<(String, Vec<String>)>, String> {
+        Err("not asked in this bench".into())
+    }
+
     fn ledger_verify(&self, _: &Workspace) -> Result<serde_json::Value, String> {
         Err("not asked in this bench".into())
     }

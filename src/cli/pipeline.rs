@@ -853,3 +853,37 @@ pub fn graph(workspace: &Workspace, file: &str, format: GraphFormat) -> Result<i
     out!("{}", dag::render_graph(&dag, format));
     Ok(exit::SUCCESS)
 }
+
+/// The graph of run `run_id` as the spec it kept declares it (not the file as it is now): each
+/// node with the nodes it depends on, in the order `kavi pipeline graph` lists them.
+pub(super) fn kept_graph(
+    workspace: &Workspace,
+    run_id: i64,
+) -> Result<Vec<(String, Vec<String>)>, Error> {
+    let ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let run = ledger.run(run_id)?;
+    let (_, text) = ledger.spec_text(&run.spec_hash)?;
+    let templates = TemplateEngine::new(&workspace.templates_dir());
+    let context = spec::LoadContext {
+        root: &workspace.root,
+        templates: &templates,
+        including: &[],
+        registry: crate::nodes::registry(),
+    };
+    let pipeline = spec::load_pipeline_str(Path::new(&run.spec_path), text, &context)?;
+    let dag = dag::compile(&pipeline)?;
+    let nodes = &pipeline.nodes;
+    Ok(dag
+        .order
+        .iter()
+        .map(|&i| {
+            let needs = dag
+                .dependencies(i)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|dep| nodes[dep].id.clone())
+                .collect();
+            (nodes[i].id.clone(), needs)
+        })
+        .collect())
+}

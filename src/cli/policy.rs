@@ -321,18 +321,9 @@ pub fn decide(workspace: &Workspace, id: i64, approve: bool) -> Result<i32, Erro
 /// `kavi policy adopt ID`: makes a pending change the adopted set, then re-verifies the skills
 /// trusted under an older one when its rules say so.
 pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {
-    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
-    let (change, actor) = adoption::adopt(workspace, &mut ledger, id)?;
-    outln!(
-        "adopted rule change {id} ({}) by {actor}: {} governs",
-        change.class,
-        short_hash(&change.set_hash)
-    );
-    for skill in kavi_governance::skills::reverify_older(workspace, &mut ledger)? {
-        outln!(
-            "`{skill}` was trusted under an older rule set: it is suspended until the forge \
-             builds and gates it again (`on_change = \"reverify\"`)"
-        );
+    let adopted = adoption::adopt(workspace, id)?;
+    for line in adoption::adopted_lines(&adopted) {
+        outln!("{line}");
     }
     Ok(exit::SUCCESS)
 }

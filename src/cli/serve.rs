@@ -1,6 +1,6 @@
 //! `kavi serve`: the review page of crates/kavi-serve, given what only the binary can do: the
-//! policy diff of a run against the workspace's pipeline as it loads now, `explain`, `ledger
-//! verify`, and resuming an approved run, each through the function the CLI's own command uses.
+//! policy diff of a run against the workspace's pipeline as it loads now, `explain`, the graph
+//! of the spec a run kept, `ledger verify`, and resuming an approved run, each through the function the CLI's own command uses.
 
 use std::net::SocketAddr;
 
@@ -28,6 +28,14 @@ impl kavi_serve::Cli for Binary {
         super::explain::explanation(workspace, &run_id.to_string(), node)
             .map(|explained| explained.report)
             .map_err(|e| e.to_string())
+    }
+
+    fn graph(
+        &self,
+        workspace: &Workspace,
+        run_id: i64,
+    ) -> Result<Vec<(String, Vec<String>)>, String> {
+        super::pipeline::kept_graph(workspace, run_id).map_err(|e| e.to_string())
     }
 
     fn ledger_verify(&self, workspace: &Workspace) -> Result<serde_json::Value, String> {

@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{json, kavi, node, shipped_workspace};
+use common::{drop_the_test_gate, json, kavi, node, shipped_workspace};
 
 fn forge(root: &Path, skill: &str) -> Output {
     kavi(
@@ -27,18 +27,6 @@ fn stdout(out: &Output) -> String {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// `policies/gates.toml` without its `tests` gate.
-fn drop_the_test_gate(root: &Path) -> String {
-    let path = root.join("policies/gates.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let start = text.find("[[gate]]\nid = \"tests\"").unwrap();
-    let end = text[start + 1..]
-        .find("[[gate]]")
-        .map_or(text.len(), |i| start + 1 + i);
-    std::fs::write(&path, format!("{}{}", &text[..start], &text[end..])).unwrap();
-    text
 }
 
 fn state(root: &Path, skill: &str) -> String {

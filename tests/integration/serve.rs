@@ -579,3 +579,298 @@ fn serving_beyond_loopback_needs_allow_remote() {
         "{stderr}"
     );
 }
+
+/// A pipeline of four nodes, `a` before `b` and `c`, both before `d`, where `c` fails and so
+/// `d` is blocked (not the shipped `diamond`, which succeeds), written and run once.
+fn ran_a_split(root: &Path) {
+    std::fs::create_dir_all(root.join("pipelines")).unwrap();
+    std::fs::write(
+        root.join("pipelines/split.toml"),
+        r#"[pipeline]
+name = "split"
+
+[nodes.a]
+kind = "exec"
+run = ["true"]
+
+[nodes.b]
+kind = "exec"
+needs = ["a"]
+run = ["true"]
+
+[nodes.c]
+kind = "exec"
+needs = ["a"]
+run = ["false"]
+
+[nodes.d]
+kind = "exec"
+needs = ["b", "c"]
+run = ["true"]
+"#,
+    )
+    .unwrap();
+    let out = kavi(root, &["pipeline", "run", "split"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
+
+/// The run page draws the run's graph from the spec it kept, as inline SVG rendered on the
+/// server: each node a link to its page naming it and its state in words, in the layer of its
+/// longest path, so `d` stands right of both `b` and `c`, which stand right of `a`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_graph_is_drawn_with_each_nodes_state_in_words() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("kavi.toml"), "").unwrap();
+    ran_a_split(root);
+    let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
+    let served = Served::start(root);
+    client
+        .goto(&format!("{}/runs/1", served.url))
+        .await
+        .unwrap();
+    let links = client
+        .wait()
+        .at_most(Duration::from_secs(60))
+        .for_element(Locator::Css("section[aria-labelledby='graph'] svg"))
+        .await
+        .unwrap()
+        .find_all(Locator::Css("a"))
+        .await
+        .unwrap();
+    let mut drawn = Vec::new();
+    for link in &links {
+        let label = link.attr("aria-label").await.unwrap().unwrap();
+        // The state is written in the box, not only its colour.
+        let text = link.text().await.unwrap();
+        let rect = link.find(Locator::Css("rect")).await.unwrap();
+        let x: u32 = rect.attr("x").await.unwrap().unwrap().parse().unwrap();
+        let y: u32 = rect.attr("y").await.unwrap().unwrap().parse().unwrap();
+        let words: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
+        drawn.push((label, words, x, y));
+    }
+    let expected: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|id| {
+            let state = common::node(&run, id)["state"].as_str().unwrap();
+            format!("{id}: {state}")
+        })
+        .collect();
+    let labels: Vec<&str> = drawn.iter().map(|(label, ..)| label.as_str()).collect();
+    assert_eq!(labels, expected);
+    assert_eq!(
+        expected[2..],
+        ["c: failed".to_owned(), "d: blocked".to_owned()]
+    );
+    for (label, words, ..) in &drawn {
+        let (id, state) = label.split_once(": ").unwrap();
+        assert_eq!(words, &[id, state], "{label}");
+    }
+    let (a, b, c, d) = (&drawn[0], &drawn[1], &drawn[2], &drawn[3]);
+    assert!(a.2 < b.2 && b.2 == c.2 && c.2 < d.2, "{drawn:?}");
+    assert_ne!(b.3, c.3, "b and c share a layer, one above the other");
+    screenshot(client, "graph").await;
+
+    // Each node is a link to its page.
+    links[2].click().await.unwrap();
+    let heading = text_of(client, "main h1").await;
+    assert_eq!(heading, "Node c of run 1 failed");
+}
+
+/// Pending rule changes wait on the review queue with approve, reject and adopt forms, which
+/// decide as `kavi policy approve|reject|adopt` do, under the same token and `Origin` checks:
+/// a strengthening change is adopted from the page; a weakening one is refused to its proposer,
+/// in the CLI's words, and stays pending.
+#[tokio::test(flavor = "multi_thread")]
+async fn rule_changes_are_approved_and_adopted_from_the_queue_as_kavi_policy_does() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path();
+    // The first run adopts the rules it runs under: here without the tests gate.
+    let gates = common::drop_the_test_gate(root);
+    ran_a_split(root);
+    std::fs::write(root.join("policies/gates.toml"), gates).unwrap();
+    let proposed = kavi(root, &["policy", "propose", "-m", "the tests gate again"]);
+    assert!(
+        String::from_utf8_lossy(&proposed.stdout)
+            .starts_with("proposed rule change 2 (strengthening)"),
+        "{proposed:?}"
+    );
+    let served = Served::start(root);
+
+    // A form posted from another site is refused, and nothing is adopted.
+    let http = reqwest::Client::new();
+    let page = http
+        .get(&served.url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let answer = http
+        .post(format!("{}/rules/2/decide", served.url))
+        .header("Origin", "http://attacker.example")
+        .form(&[
+            ("token", field(&page, "token").as_str()),
+            ("seen", &field(&page, "seen")),
+            ("verdict", "adopt"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 403);
+    let status = |id: i64| {
+        common::LedgerConnection::open(root).texts(&format!(
+            "SELECT status || ' ' || coalesce(decided_by, '-') FROM rule_sets WHERE id = {id}"
+        ))
+    };
+    assert_eq!(status(2), ["pending -"]);
+
+    client.goto(&served.url).await.unwrap();
+    let rules = text_of(client, "section[aria-labelledby='rules']").await;
+    assert!(
+        rules.contains("Pending rule change 2 (strengthening) by")
+            && rules.contains("the tests gate again"),
+        "{rules}"
+    );
+    screenshot(client, "rule-changes").await;
+    press(client, "adopt-rules-2").await;
+    let said = text_of(client, "main ul").await;
+    let me = kavi::identity::actor();
+    assert!(
+        said.starts_with(&format!(
+            "adopted rule change 2 (strengthening) by {me}: sha256:"
+        )),
+        "{said}"
+    );
+    assert_eq!(status(2), [format!("adopted {me}")]);
+    let diff = json(&kavi(root, &["policy", "diff", "--json"]));
+    assert_eq!(diff["adopted"]["id"], 2);
+
+    // Dropping the gate again weakens the rules: its proposer may neither approve nor adopt it,
+    // on the page as with the CLI.
+    common::drop_the_test_gate(root);
+    assert!(kavi(root, &["policy", "propose"]).status.success());
+    for (button, command) in [("approve-rules-3", "approve"), ("adopt-rules-3", "adopt")] {
+        client.goto(&served.url).await.unwrap();
+        press(client, button).await;
+        let refused = text_of(client, "main [role=alert]").await;
+        let reason = refusal(root, &["policy", command, "3"]);
+        assert_eq!(refused, format!("refused: {reason}; nothing was decided"));
+    }
+    assert_eq!(status(3), ["pending -"]);
+}
+
+/// The skills, by name with their state and versions, and a skill's page with its gate results
+/// and its executions, newest first, 50 to a page: the 51st execution, the oldest, is on the
+/// next page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_skills_and_a_skills_verifications_and_executions_are_listed_a_page_at_a_time() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let forged = kavi(
+        root,
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    for _ in 0..51 {
+        let ran = kavi(
+            root,
+            &[
+                "skill",
+                "run",
+                "word_count",
+                "--input",
+                r#"{"text": "a b"}"#,
+            ],
+        );
+        assert!(ran.status.success(), "{ran:?}");
+    }
+    let newest = json(&kavi(root, &["executions", "tail", "-n", "51", "--json"]));
+    let ids: Vec<&str> = newest
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 51);
+    let gates = common::LedgerConnection::open(root)
+        .texts("SELECT gate_id FROM verifications WHERE skill = 'word_count' ORDER BY id DESC");
+    assert!(!gates.is_empty());
+    let served = Served::start(root);
+
+    client
+        .goto(&format!("{}/skills", served.url))
+        .await
+        .unwrap();
+    let listed = text_of(client, "main table tbody").await;
+    let shown = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    let version = shown["skill"]["version"].to_string();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with(&format!("word_count TRUSTED {version} {version}"))),
+        "{listed}"
+    );
+    screenshot(client, "skills").await;
+    client
+        .find(Locator::LinkText("word_count"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rows = |section: &'static str| async move {
+        let table = client
+            .wait()
+            .at_most(Duration::from_secs(60))
+            .for_element(Locator::Css(&format!(
+                "section[aria-labelledby='{section}'] tbody"
+            )))
+            .await
+            .unwrap();
+        let mut texts = Vec::new();
+        for row in table.find_all(Locator::Css("tr")).await.unwrap() {
+            texts.push(row.text().await.unwrap());
+        }
+        texts
+    };
+    // Every gate result the ledger holds for it, newest first.
+    let verifications = rows("verifications").await;
+    let named: Vec<&str> = verifications
+        .iter()
+        .map(|row| row.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(named, gates, "{verifications:?}");
+    // The newest 50 executions, then the oldest on the next page.
+    let executions = rows("executions").await;
+    let first: Vec<&str> = executions
+        .iter()
+        .map(|row| row.split_whitespace().next().unwrap())
+        .collect();
+    let newest_first: Vec<&str> = ids.iter().rev().copied().collect();
+    assert_eq!(first, newest_first[..50]);
+    screenshot(client, "skill").await;
+    client
+        .find(Locator::LinkText("Older executions"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rest = rows("executions").await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(rest[0].starts_with(ids[0]), "{rest:?}");
+}

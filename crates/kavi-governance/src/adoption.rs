@@ -604,13 +604,46 @@ fn proposer(change: &RuleSetRow) -> Excluded<'_> {
     }
 }
 
+/// A rule change adopted.
+#[derive(Debug)]
+pub struct Adopted {
+    pub change: RuleSetRow,
+    pub actor: String,
+    /// The skills trusted under an older set, moved to be built and gated again
+    /// ([`crate::skills::reverify_older`]).
+    pub suspended: Vec<String>,
+}
+
+/// What adopting a rule change did, a line each, as `kavi policy adopt` and the review page
+/// report it.
+pub fn adopted_lines(adopted: &Adopted) -> Vec<String> {
+    let Adopted {
+        change,
+        actor,
+        suspended,
+    } = adopted;
+    std::iter::once(format!(
+        "adopted rule change {} ({}) by {actor}: {} governs",
+        change.id,
+        change.class,
+        short_hash(&change.set_hash)
+    ))
+    .chain(suspended.iter().map(|skill| {
+        format!(
+            "`{skill}` was trusted under an older rule set: it is suspended until the forge \
+             builds and gates it again (`on_change = \"reverify\"`)"
+        )
+    }))
+    .collect()
+}
+
 /// Makes pending change `id` the adopted set, once its files are still those proposed, it
-/// changes the set adopted now, and a weakening one has its approvals. Returns the change and
-/// the account that adopted it; the skills it re-verifies are moved by
-/// [`crate::skills::reverify_older`].
-pub fn adopt(workspace: &Workspace, ledger: &mut Ledger, id: i64) -> Result<(RuleSetRow, String)> {
-    let change = pending(ledger, id)?;
-    let base = adopted(ledger)?;
+/// changes the set adopted now, and a weakening one has its approvals; then suspends the skills
+/// trusted under an older set, as the newly adopted rules ask.
+pub fn adopt(workspace: &Workspace, id: i64) -> Result<Adopted> {
+    let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
+    let change = pending(&ledger, id)?;
+    let base = adopted(&ledger)?;
     if change.based_on != Some(base.row.id) {
         return Err(GovernanceError::Usage(format!(
             "rule change {id} was proposed against another adopted set than {} (now adopted): \
@@ -638,7 +671,12 @@ pub fn adopt(workspace: &Workspace, ledger: &mut Ledger, id: i64) -> Result<(Rul
     }
     let actor = crate::identity::actor();
     ledger.decide_rule_set(id, "adopted", &actor)?;
-    Ok((change, actor))
+    let suspended = crate::skills::reverify_older(workspace, &mut ledger)?;
+    Ok(Adopted {
+        change,
+        actor,
+        suspended,
+    })
 }
 
 #[cfg(test)]

@@ -190,6 +190,26 @@ impl Ledger {
             .optional()?)
     }
 
+    /// Up to `limit` executions of `skill`, newest first, started before the execution
+    /// `before` names (its start and id) when given: a page of them, read by key.
+    pub fn skill_executions(
+        &self,
+        skill: &str,
+        before: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<ExecutionRecord>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM executions
+             WHERE skill = ?1
+               AND (CAST(?2 AS TEXT) IS NULL OR started_at < ?2 OR (started_at = ?2 AND id < ?3))
+             ORDER BY started_at DESC, id DESC LIMIT ?4"
+        ))?;
+        let (started, id) = before.unzip();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![skill, started, id, limit], row)?;
+        Ok(rows.collect::<super::db::Result<_>>()?)
+    }
+
     /// Every execution in the tree `id` belongs to: up to its root through the parents, then
     /// all descendants of the root, ordered by start time.
     pub fn execution_tree(&self, id: &str) -> Result<Vec<ExecutionRecord>> {

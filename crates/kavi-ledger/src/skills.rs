@@ -105,6 +105,30 @@ pub struct Transitioned {
     pub to: String,
 }
 
+const SKILL_SELECT: &str = "SELECT s.name, s.description, s.side_effect, s.spec_artifact, \
+    s.proposal_path, s.state, s.created_at, s.updated_at, s.trusted_hash, s.trusted_tree, s.version, \
+    s.trusted_version, v.proposed_at, s.trusted_rules \
+    FROM skills s JOIN skill_versions v ON v.skill = s.name AND v.version = s.version";
+
+fn skill_row(row: &super::db::Row) -> super::db::Result<SkillRow> {
+    Ok(SkillRow {
+        name: row.get(0)?,
+        description: row.get(1)?,
+        side_effect: row.get(2)?,
+        spec_artifact: row.get(3)?,
+        proposal_path: row.get(4)?,
+        state: row.get(5)?,
+        created_at: row.get(6)?,
+        updated_at: row.get(7)?,
+        trusted_hash: row.get(8)?,
+        trusted_tree: row.get(9)?,
+        version: row.get(10)?,
+        trusted_version: row.get(11)?,
+        version_proposed_at: row.get(12)?,
+        trusted_rules: row.get(13)?,
+    })
+}
+
 impl Ledger {
     /// Records a proposal: its spec artifact, the skill in its initial state, and the first
     /// transition, in one transaction.
@@ -364,33 +388,23 @@ impl Ledger {
     pub fn skill(&self, name: &str) -> Result<SkillRow> {
         self.conn
             .query_row(
-                "SELECT s.name, s.description, s.side_effect, s.spec_artifact, s.proposal_path,
-                        s.state, s.created_at, s.updated_at, s.trusted_hash, s.trusted_tree,
-                        s.version, s.trusted_version, v.proposed_at, s.trusted_rules
-                 FROM skills s JOIN skill_versions v ON v.skill = s.name AND v.version = s.version
-                 WHERE s.name = ?1",
+                &format!("{SKILL_SELECT} WHERE s.name = ?1"),
                 [name],
-                |row| {
-                    Ok(SkillRow {
-                        name: row.get(0)?,
-                        description: row.get(1)?,
-                        side_effect: row.get(2)?,
-                        spec_artifact: row.get(3)?,
-                        proposal_path: row.get(4)?,
-                        state: row.get(5)?,
-                        created_at: row.get(6)?,
-                        updated_at: row.get(7)?,
-                        trusted_hash: row.get(8)?,
-                        trusted_tree: row.get(9)?,
-                        version: row.get(10)?,
-                        trusted_version: row.get(11)?,
-                        version_proposed_at: row.get(12)?,
-                        trusted_rules: row.get(13)?,
-                    })
-                },
+                skill_row,
             )
             .optional()?
             .ok_or_else(|| LedgerError::SkillNotFound(name.to_owned()))
+    }
+
+    /// Up to `limit` skills by name, after `after` when given: a page of the skills, read by
+    /// key so that a page far down costs what the first one does.
+    pub fn skills_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<SkillRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "{SKILL_SELECT} WHERE CAST(?1 AS TEXT) IS NULL OR s.name > ?1 ORDER BY s.name LIMIT ?2"
+        ))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![after, limit], skill_row)?;
+        Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
     /// The skills run `run_id` and its child runs moved, each with the states it went through

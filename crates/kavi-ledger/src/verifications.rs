@@ -39,6 +39,31 @@ pub struct VerificationRow {
     pub at: String,
 }
 
+const VERIFICATION_COLUMNS: &str = "run_id, node_id, skill, gate_id, gate_kind, required, status, \
+    failure_kind, detail, report, at, source_hash, tool, id";
+
+fn verification_row(row: &super::db::Row) -> super::db::Result<(i64, VerificationRow)> {
+    let verification = VerificationRow {
+        run_id: row.get(0)?,
+        node_id: row.get(1)?,
+        skill: row.get(2)?,
+        result: GateResult {
+            gate: row.get(3)?,
+            kind: row.get(4)?,
+            required: row.get(5)?,
+            status: row.get(6)?,
+            failure_kind: row.get(7)?,
+            detail: row.get(8)?,
+            tool: super::json_column(row, 12)?,
+            evidence: None,
+        },
+        report: row.get(9)?,
+        at: row.get(10)?,
+        source_hash: row.get(11)?,
+    };
+    Ok((row.get(13)?, verification))
+}
+
 impl Ledger {
     /// Records a gate set's results and their report, in one transaction. When every required
     /// gate passed, `source_hash` becomes the skill's verified hash: the only hash it may be
@@ -94,31 +119,27 @@ impl Ledger {
 
     /// Every gate result recorded by a run, in the order recorded.
     pub fn verifications(&self, run_id: i64) -> Result<Vec<VerificationRow>, LedgerError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT run_id, node_id, skill, gate_id, gate_kind, required, status, failure_kind, detail, report, at,
-                    source_hash, tool
-             FROM verifications WHERE run_id = ?1 ORDER BY id",
-        )?;
-        let rows = stmt.query_map([run_id], |row| {
-            Ok(VerificationRow {
-                run_id: row.get(0)?,
-                node_id: row.get(1)?,
-                skill: row.get(2)?,
-                result: GateResult {
-                    gate: row.get(3)?,
-                    kind: row.get(4)?,
-                    required: row.get(5)?,
-                    status: row.get(6)?,
-                    failure_kind: row.get(7)?,
-                    detail: row.get(8)?,
-                    tool: super::json_column(row, 12)?,
-                    evidence: None,
-                },
-                report: row.get(9)?,
-                at: row.get(10)?,
-                source_hash: row.get(11)?,
-            })
-        })?;
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {VERIFICATION_COLUMNS} FROM verifications WHERE run_id = ?1 ORDER BY id"
+        ))?;
+        let rows = stmt.query_map([run_id], |row| verification_row(row).map(|(_, v)| v))?;
+        Ok(rows.collect::<super::db::Result<_>>()?)
+    }
+
+    /// Up to `limit` gate results of `skill`, newest first, each with its id, older than id
+    /// `before` when given: a page of them, read by key.
+    pub fn skill_verifications(
+        &self,
+        skill: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<(i64, VerificationRow)>, LedgerError> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {VERIFICATION_COLUMNS} FROM verifications
+             WHERE skill = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3"
+        ))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![skill, before, limit], verification_row)?;
         Ok(rows.collect::<super::db::Result<_>>()?)
     }
 

@@ -16,6 +16,7 @@ use kavi_policy::skills::trust::SkillTree;
 use kavi_spec::config::Workspace;
 
 use crate::App;
+use crate::graph::{self, Drawing};
 
 /// A run's page: the run, its nodes, and when it awaits review, the evidence.
 #[derive(Serialize)]
@@ -23,6 +24,8 @@ pub struct RunPage {
     pub detail: RunDetail,
     /// The nodes as they ended (the last attempt of each), in the order they were recorded.
     pub nodes: Vec<Node>,
+    /// The run's graph drawn with its nodes' states, or why the kept spec gives none.
+    pub graph: Result<Drawing, String>,
     pub attempts: Vec<Attempt>,
     pub escalations: Vec<EscalationRow>,
     pub skills: Vec<SkillEvidence>,
@@ -112,15 +115,44 @@ pub fn fingerprint(ledger: &Ledger, root: i64) -> Result<String, String> {
 /// The state of pending rule change `id` as a hash: its status and approvals.
 pub fn rules_fingerprint(ledger: &Ledger, id: i64) -> Result<String, String> {
     let row = ledger.rule_set(id).map_err(|e| e.to_string())?;
-    let state = serde_json::to_vec(&row).map_err(|e| e.to_string())?;
+    rule_change_fingerprint(&row)
+}
+
+fn rule_change_fingerprint(row: &RuleSetRow) -> Result<String, String> {
+    let state = serde_json::to_vec(row).map_err(|e| e.to_string())?;
     Ok(sha256_hex(&state))
+}
+
+/// The governing files on disk against the adopted rule set, and the rule changes pending, as
+/// `kavi policy diff` reports them, each change with what its forms carry.
+pub fn rules(workspace: &Workspace) -> Result<Rules, String> {
+    let status = adoption::status(workspace).map_err(|e| e.to_string())?;
+    let pending = status
+        .pending
+        .into_iter()
+        .map(|row| {
+            Ok(PendingChange {
+                seen: rule_change_fingerprint(&row)?,
+                row,
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(Rules {
+        adopted: status.adopted.row.id,
+        changes: status
+            .changes
+            .into_iter()
+            .map(|(change, class)| (change, class.as_str().to_owned()))
+            .collect(),
+        pending,
+    })
 }
 
 pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String> {
     let workspace = &app.workspace;
     let err = |e: kavi_ledger::LedgerError| e.to_string();
     let detail = ledger.run_detail(run_id).map_err(err)?;
-    let nodes = final_attempts(&detail.nodes)
+    let nodes: Vec<Node> = final_attempts(&detail.nodes)
         .into_iter()
         .map(|n| Node {
             id: n.node_id.clone(),
@@ -135,6 +167,14 @@ pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String
                 .and_then(|o| serde_json::to_string_pretty(o).ok()),
         })
         .collect();
+    let graph = app.cli.graph(workspace, run_id).map(|declared| {
+        graph::layout(&declared, |id| {
+            nodes
+                .iter()
+                .find(|n| n.id == id)
+                .map_or_else(|| "not recorded".to_owned(), |n| n.state.clone())
+        })
+    });
     let mut attempts = Vec::new();
     for child in &detail.children {
         let child_detail = ledger.run_detail(child.id).map_err(err)?;
@@ -159,24 +199,7 @@ pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String
         .map(|name| skill_evidence(workspace, ledger, &store, name))
         .collect::<Result<_, _>>()?;
     let policy_diff = app.cli.policy_diff(workspace, run_id);
-    let rules = adoption::status(workspace)
-        .map(|status| Rules {
-            adopted: status.adopted.row.id,
-            changes: status
-                .changes
-                .into_iter()
-                .map(|(change, class)| (change, class.as_str().to_owned()))
-                .collect(),
-            pending: status
-                .pending
-                .into_iter()
-                .map(|row| {
-                    let seen = sha256_hex(&serde_json::to_vec(&row).unwrap_or_default());
-                    PendingChange { row, seen }
-                })
-                .collect(),
-        })
-        .map_err(|e| e.to_string());
+    let rules = rules(workspace);
     let roles = kavi_policy::adoption::Governing::adopted(ledger)
         .and_then(|set| set.map(|set| set.roles()).transpose())
         .map(|roles| {
@@ -189,6 +212,7 @@ pub fn gather(app: &App, ledger: &Ledger, run_id: i64) -> Result<RunPage, String
     Ok(RunPage {
         detail,
         nodes,
+        graph,
         attempts,
         escalations,
         skills,

@@ -1,7 +1,9 @@
-//! The approve and reject forms. A decision is taken only from this server's own page (its
-//! token, and an `Origin` that is this server), only on the run as the page showed it, and then
-//! through `kavi_governance::review::decide`, the function `kavi approve` and `kavi reject` call:
-//! whatever the CLI refuses, the page refuses, recorded as the account running the server.
+//! The approve and reject forms, and a rule change's approve, reject and adopt. A decision is
+//! taken only from this server's own page (its token, and an `Origin` that is this server), only
+//! on the run as the page showed it, and then through `kavi_governance::review::decide`, the
+//! function `kavi approve` and `kavi reject` call (or `kavi_governance::adoption`'s, as `kavi
+//! policy` does): whatever the CLI refuses, the page refuses, recorded as the account running
+//! the server.
 
 use std::net::IpAddr;
 
@@ -70,37 +72,34 @@ pub async fn loopback_host(State(app): State<Shared>, request: Request, next: Ne
     )
 }
 
-/// The verdict of a form sent from this server's own page, or why one is refused: it was not
-/// (or it names no verdict).
-fn from_our_page(
-    app: &Shared,
-    headers: &HeaderMap,
-    form: &Decision,
-) -> Result<Verdict, (StatusCode, String)> {
+/// The refusal of a form not sent from this server's own page; `None` for one that was.
+fn not_from_our_page(app: &Shared, headers: &HeaderMap, form: &Decision) -> Option<Response> {
     if !same_origin(headers) {
-        return Err((
+        return Some(refusal(
+            app,
             StatusCode::FORBIDDEN,
             "refused: the form was not sent from this server's page (its Origin is another \
-             site's, or missing); nothing was recorded"
-                .to_owned(),
+             site's, or missing); nothing was recorded",
         ));
     }
     if form.token != app.token {
-        return Err((
+        return Some(refusal(
+            app,
             StatusCode::FORBIDDEN,
             "refused: the form's token is not this server's (reload the page: a token lasts \
-             as long as the server); nothing was recorded"
-                .to_owned(),
+             as long as the server); nothing was recorded",
         ));
     }
-    match form.verdict.as_str() {
-        "approve" => Ok(Verdict::Approve),
-        "reject" => Ok(Verdict::Reject),
-        other => Err((
-            StatusCode::BAD_REQUEST,
-            format!("refused: `{other}` is not a decision (approve or reject)"),
-        )),
-    }
+    None
+}
+
+/// A decision the form does not offer.
+fn not_a_decision(app: &Shared, verdict: &str, offered: &str) -> Response {
+    refusal(
+        app,
+        StatusCode::BAD_REQUEST,
+        &format!("refused: `{verdict}` is not a decision ({offered})"),
+    )
 }
 
 /// Runs a decision off the async threads.
@@ -124,23 +123,41 @@ pub async fn decide(
     headers: HeaderMap,
     form: axum::Form<Decision>,
 ) -> Response {
-    match from_our_page(&app, &headers, &form) {
-        Ok(verdict) => blocking(app, move |app| decide_blocking(app, id, verdict, &form)).await,
-        Err((status, why)) => refusal(&app, status, &why),
+    if let Some(refused) = not_from_our_page(&app, &headers, &form) {
+        return refused;
     }
+    let verdict = match form.verdict.as_str() {
+        "approve" => Verdict::Approve,
+        "reject" => Verdict::Reject,
+        other => return not_a_decision(&app, other, "approve or reject"),
+    };
+    blocking(app, move |app| decide_blocking(app, id, verdict, &form)).await
 }
 
-/// `kavi policy approve ID` and `kavi policy reject ID` from the page: through
-/// `kavi_governance::adoption`, as the CLI, on the rule change as the page showed it.
+/// What the page may do to a pending rule change, each as its `kavi policy` command does.
+#[derive(Clone, Copy)]
+enum RuleVerdict {
+    Approve,
+    Reject,
+    Adopt,
+}
+
+/// `kavi policy approve ID`, `kavi policy reject ID` and `kavi policy adopt ID` from the page:
+/// through `kavi_governance::adoption`, as the CLI, on the rule change as the page showed it.
 pub async fn decide_rules(
     State(app): State<Shared>,
     Path(id): Path<i64>,
     headers: HeaderMap,
     form: axum::Form<Decision>,
 ) -> Response {
-    let verdict = match from_our_page(&app, &headers, &form) {
-        Ok(verdict) => verdict,
-        Err((status, why)) => return refusal(&app, status, &why),
+    if let Some(refused) = not_from_our_page(&app, &headers, &form) {
+        return refused;
+    }
+    let verdict = match form.verdict.as_str() {
+        "approve" => RuleVerdict::Approve,
+        "reject" => RuleVerdict::Reject,
+        "adopt" => RuleVerdict::Adopt,
+        other => return not_a_decision(&app, other, "approve, reject or adopt"),
     };
     blocking(app, move |app| {
         let workspace = &app.workspace;
@@ -162,7 +179,7 @@ pub async fn decide_rules(
             Err(e) => return refusal(app, StatusCode::NOT_FOUND, &e),
         }
         let lines = match verdict {
-            Verdict::Approve => adoption::approve(workspace, id).map(|approved| {
+            RuleVerdict::Approve => adoption::approve(workspace, id).map(|approved| {
                 let roles = match approved.roles.is_empty() {
                     true => "none".to_owned(),
                     false => approved.roles.join(", "),
@@ -180,8 +197,11 @@ pub async fn decide_rules(
                     },
                 ]
             }),
-            Verdict::Reject => adoption::reject(workspace, id)
+            RuleVerdict::Reject => adoption::reject(workspace, id)
                 .map(|actor| vec![format!("rejected rule change {id} by {actor}")]),
+            RuleVerdict::Adopt => {
+                adoption::adopt(workspace, id).map(|adopted| adoption::adopted_lines(&adopted))
+            }
         };
         match lines {
             Ok(lines) => page(

@@ -8,6 +8,7 @@
 
 mod evidence;
 mod forms;
+mod graph;
 mod pages;
 
 use std::net::SocketAddr;
@@ -53,6 +54,13 @@ pub trait Cli: Send + Sync + 'static {
         run_id: i64,
         node: &str,
     ) -> Result<serde_json::Value, String>;
+    /// The graph of run `run_id` as the spec it kept declares it, as `kavi pipeline graph`
+    /// draws it: each node with the nodes it depends on, in a topological order.
+    fn graph(
+        &self,
+        workspace: &Workspace,
+        run_id: i64,
+    ) -> Result<Vec<(String, Vec<String>)>, String>;
     /// What verifying the ledger finds, as `kavi ledger verify --json` prints it.
     fn ledger_verify(&self, workspace: &Workspace) -> Result<serde_json::Value, String>;
     /// Resumes an approved run as `kavi approve` does (its pipeline runs again with the same
@@ -119,6 +127,7 @@ fn router(app: Shared) -> Router {
         .route("/runs/{id}/nodes/{node}", get(pages::node))
         .route("/runs/{id}/decide", post(forms::decide))
         .route("/rules/{id}/decide", post(forms::decide_rules))
+        .route("/skills", get(pages::skills))
         .route("/skills/{name}", get(pages::skill))
         .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))

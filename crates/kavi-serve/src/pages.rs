@@ -23,9 +23,11 @@ pub fn templates() -> minijinja::Environment<'static> {
         ("run.html", include_str!("templates/run.html")),
         ("node.html", include_str!("templates/node.html")),
         ("skill.html", include_str!("templates/skill.html")),
+        ("skills.html", include_str!("templates/skills.html")),
         ("ledger.html", include_str!("templates/ledger.html")),
         ("decided.html", include_str!("templates/decided.html")),
         ("refusal.html", include_str!("templates/refusal.html")),
+        ("rules.html", include_str!("templates/rules.html")),
     ] {
         env.add_template(name, text)
             .expect("the shipped templates parse");
@@ -113,10 +115,20 @@ pub async fn queue(State(app): State<Shared>) -> Response {
         Ok((waiting, more))
     })
     .await;
-    match found {
-        Ok((waiting, more)) => page(&app, "queue.html", minijinja::context! { waiting, more }),
-        Err(response) => response,
-    }
+    let (waiting, more) = match found {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    // Rule changes wait on a person too, whether or not a run waits on them.
+    let workspace = app.workspace.clone();
+    let rules = tokio::task::spawn_blocking(move || evidence::rules(&workspace))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    page(
+        &app,
+        "queue.html",
+        minijinja::context! { waiting, more, rules },
+    )
 }
 
 #[derive(Deserialize)]
@@ -147,12 +159,10 @@ pub async fn runs(State(app): State<Shared>, Query(query): Query<RunsQuery>) -> 
         let Some(ledger) = ledger else {
             return Ok((Vec::new(), false));
         };
-        let mut runs: Vec<RunRow> = ledger
+        let runs: Vec<RunRow> = ledger
             .find_runs(&filter, PAGE + 1)
             .map_err(|e| e.to_string())?;
-        let more = runs.len() > PAGE;
-        runs.truncate(PAGE);
-        Ok((runs, more))
+        Ok(paged(runs))
     })
     .await;
     let (runs, more) = match found {
@@ -241,9 +251,60 @@ pub async fn node(State(app): State<Shared>, Path((id, node)): Path<(i64, String
     }
 }
 
-/// A skill: its state and versions, its lifecycle moves, the tools of its last verification, and
-/// its builds, as `kavi skill show` and `kavi builds list` print them.
-pub async fn skill(State(app): State<Shared>, Path(name): Path<String>) -> Response {
+/// A page of at most [`PAGE`] rows read as `PAGE + 1`: the rows, and whether more follow.
+fn paged<T>(mut rows: Vec<T>) -> (Vec<T>, bool) {
+    let more = rows.len() > PAGE;
+    rows.truncate(PAGE);
+    (rows, more)
+}
+
+#[derive(Deserialize)]
+pub struct SkillsQuery {
+    after: Option<String>,
+}
+
+/// The skills by name, a page at a time, each with its lifecycle state and versions, as
+/// `kavi skill show` gives them.
+pub async fn skills(State(app): State<Shared>, Query(query): Query<SkillsQuery>) -> Response {
+    let found = read(&app, move |_, ledger| {
+        let Some(ledger) = ledger else {
+            return Ok((Vec::new(), false));
+        };
+        let after = query.after.as_deref().filter(|a| !a.is_empty());
+        let skills = ledger
+            .skills_page(after, PAGE + 1)
+            .map_err(|e| e.to_string())?;
+        Ok(paged(skills))
+    })
+    .await;
+    match found {
+        Ok((skills, more)) => {
+            let next = more
+                .then(|| skills.last().map(|s| s.name.clone()))
+                .flatten();
+            page(&app, "skills.html", minijinja::context! { skills, next })
+        }
+        Err(response) => response,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct SkillQuery {
+    /// Verifications older than this one's id.
+    verifications_before: Option<i64>,
+    /// Executions started before this one (its start, then its id).
+    executions_before: Option<String>,
+    executions_before_id: Option<String>,
+}
+
+/// A skill: its state and versions, its lifecycle moves, the tools of its last verification,
+/// its builds, as `kavi skill show` and `kavi builds list` print them, and its gate results and
+/// executions, newest first, a page of each at a time.
+pub async fn skill(
+    State(app): State<Shared>,
+    Path(name): Path<String>,
+    Query(query): Query<SkillQuery>,
+) -> Response {
     let found = read(&app, move |_, ledger| {
         let ledger = ledger.ok_or_else(|| format!("no skill `{name}`: the ledger is empty"))?;
         let fail = |e: LedgerError| e.to_string();
@@ -251,7 +312,31 @@ pub async fn skill(State(app): State<Shared>, Path(name): Path<String>) -> Respo
         let transitions = ledger.skill_transitions(&name).map_err(fail)?;
         let toolchains = ledger.latest_toolchains(&name).map_err(fail)?;
         let builds = ledger.builds(&name).map_err(fail)?;
-        Ok(minijinja::context! { skill, transitions, toolchains, builds })
+        let (verifications, more) = paged(
+            ledger
+                .skill_verifications(&name, query.verifications_before, PAGE + 1)
+                .map_err(fail)?,
+        );
+        let verifications_next = more
+            .then(|| verifications.last().map(|(id, _)| *id))
+            .flatten();
+        let verifications: Vec<_> = verifications.into_iter().map(|(_, v)| v).collect();
+        let before = query
+            .executions_before
+            .as_deref()
+            .zip(query.executions_before_id.as_deref());
+        let (executions, more) = paged(
+            ledger
+                .skill_executions(&name, before, PAGE + 1)
+                .map_err(fail)?,
+        );
+        let executions_next = more.then(|| executions.last()).flatten().map(|e| {
+            minijinja::context! { started_at => e.started_at, id => e.execution_id }
+        });
+        Ok(minijinja::context! {
+            skill, transitions, toolchains, builds,
+            verifications, verifications_next, executions, executions_next,
+        })
     })
     .await;
     match found {
