@@ -643,6 +643,43 @@ fn an_export_lists_what_argo_does_not_carry_out_itself() {
     );
 }
 
+/// A fan-out's instances are known only when it runs, and a step runs one node once: the export
+/// refuses such a pipeline, naming the node where its `for_each` is written, rather than writing
+/// a task whose step would refuse at run time.
+#[test]
+fn an_export_refuses_a_fan_out_naming_the_node_where_it_is_written() {
+    let dir = workspace_with(
+        "[pipeline]\nname = \"parity\"\n\n[nodes.one]\nkind = \"exec\"\nrun = [\"true\"]\n\n\
+         [nodes.fan]\nkind = \"exec\"\nneeds = [\"one\"]\nfor_each = [\"a\", \"b\"]\n\
+         run = [\"echo\", \"{{ item }}\"]\n",
+    );
+    let output = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "export",
+            "parity",
+            "--format",
+            "argo",
+            "--image",
+            "kavi:test",
+        ],
+    );
+    assert_eq!(code(&output), 3, "{}", text(&output));
+    assert!(
+        output.stdout.is_empty(),
+        "a manifest was written: {}",
+        text(&output)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "node `fan` runs once per item (`for_each`): an Argo export cannot carry it out"
+        ) && stderr.contains("pipelines/parity.toml:11:12"),
+        "{stderr}"
+    );
+}
+
 /// `kavi` in `root` with its ledger on the tests' PostgreSQL server at `url`.
 fn on_server(root: &Path, url: &str, args: &[&str]) -> std::process::Output {
     common::kavi_command(root, args)
