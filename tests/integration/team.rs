@@ -199,6 +199,7 @@ fn a_silent_server_is_an_error_not_a_hang() {
 fn a_machine_set_up_otherwise_steps_the_same_run() {
     let dir = workspace_with(SLOW);
     let root = dir.path();
+    std::fs::write(root.join("kavi.toml"), "lease = \"10s\"\n").unwrap();
     let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let server = common::postgres::database();
     let (ledger_a, ledger_b) = match &server {
@@ -260,9 +261,9 @@ fn alive(pid: i32) -> bool {
 }
 
 /// A machine dies in the middle of a run (its kavi killed, what its node started left running):
-/// once the run's lease runs out, another machine sharing the server sees it interrupted,
-/// resumes it and collects garbage; when the dead machine comes back, its kavi stops what the
-/// node left running.
+/// once the run's lease (kavi.toml's `lease`, shorter than the default 30 s here) runs out,
+/// another machine sharing the server sees it interrupted, resumes it and collects garbage;
+/// when the dead machine comes back, its kavi stops what the node left running.
 #[test]
 fn a_dead_machines_run_is_recovered_from_another() {
     let Some(url) = common::postgres::database() else {
@@ -282,6 +283,7 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
 "#,
     );
     let root = dir.path();
+    std::fs::write(root.join("kavi.toml"), "lease = \"10s\"\n").unwrap();
     let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let machine_a = |args: &[&str]| on_machine(root, "machine-a", tmp_a.path(), &url, args);
     let machine_b = |args: &[&str]| on_machine(root, "machine-b", tmp_b.path(), &url, args);
@@ -319,9 +321,10 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
     let gc = machine_b(&["gc", "--dry-run"]).output().unwrap();
     assert_eq!(gc.status.code(), Some(4), "{}", text(&gc));
 
-    // Once it ran out (nothing renews it), any machine recovers the run.
+    // Once it ran out (nothing renews it), any machine recovers the run: within the
+    // configured lease, well before the default one would have run out.
     let mut status = Value::Null;
-    for _ in 0..90 {
+    for _ in 0..20 {
         let listed = json(&machine_b(&["runs", "list", "--json"]).output().unwrap());
         status = listed[0]["status"].clone();
         if status != "running" {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::claims::LEASE;
+use super::claims::lease;
 use super::db::{self, OptionalExtension, params};
 use super::nodes::{NodeArtifact, NodeRunRow, by_node, millis};
 use super::{
@@ -208,7 +208,7 @@ impl Ledger {
                 governing_hash,
                 new.allowed_changes,
                 // An external run's steps hold leases of their own, on its nodes' attempts.
-                (new.owner != super::EXTERNAL_OWNER).then(|| super::claims::lease_end(LEASE)),
+                (new.owner != super::EXTERNAL_OWNER).then(|| super::claims::lease_end(lease())),
             ],
             |row| row.get(0),
         )?;

@@ -284,7 +284,7 @@ fn write_groups(
     let (mut groups, mut writes) = (0_usize, 0_usize);
     // The run's lease is renewed while this thread lives: with the first group after a third
     // of it has passed, or on its own when nothing is written for that long (a long node).
-    let renew_every = crate::ledger::LEASE / 3;
+    let renew_every = crate::ledger::lease() / 3;
     let mut renewed = Instant::now();
     loop {
         let first = match receiver.recv_timeout(renew_every) {
