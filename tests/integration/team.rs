@@ -350,6 +350,57 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
     assert!(!alive(node), "what machine A left running still runs");
 }
 
+/// The ledger's server stops in the middle of a run and does not come back: kavi starts no node
+/// it could not record (at most the one that started as the server went, before any write had
+/// failed), waits for the server as long as the URL's `statement_timeout` allows, and exits 4
+/// saying the ledger could not be reached.
+#[test]
+fn no_node_starts_while_the_ledger_cannot_record_it() {
+    let Some((url, server)) = common::postgres::own_server() else {
+        return;
+    };
+    let url = format!("{url}?statement_timeout=3s");
+    let mut pipeline = String::from("[pipeline]\nname = \"slow\"\n");
+    for i in 0..60 {
+        pipeline.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo n{i} >> ran.txt; sleep 0.3\"\n"
+        ));
+        if i > 0 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+        }
+    }
+    let dir = workspace_with(&pipeline);
+    let root = dir.path();
+    let run = spawn(kavi_on(root, Some(&url), &["pipeline", "run", "slow"]));
+    let ran = || {
+        std::fs::read_to_string(root.join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..300 {
+        if ran() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ran() >= 3);
+    common::postgres::stop(&server);
+    let at_stop = ran();
+    let output = run.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output));
+    // The node running as the server went, and the next one, which started before the ledger's
+    // first failed write; before, nodes went on starting for as long as kavi waited (3 s, some
+    // ten of them).
+    assert!(
+        ran() <= at_stop + 2,
+        "{} node(s) started after the server stopped",
+        ran() - at_stop
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("ledger"), "{stderr}");
+}
+
 /// The ledger's server restarts in the middle of a run: kavi's connections are made again, and
 /// the run goes on to its end; every node that ran is recorded, and the ledger verifies.
 #[test]
