@@ -531,6 +531,50 @@ run = ["echo", "{% for o in nodes.fan.outputs %}{{ o.stdout | trim }}{% endfor %
     assert_eq!(node(&resumed, "after")["outputs"]["stdout"], "abc\n");
 }
 
+/// A run records the settings of the machine it ran on (where its sandboxes and temporary
+/// folder are, its ledger, its artifacts): `runs show` displays them, and they stay out of its
+/// governing set, so another machine's spelling is no change of rules.
+#[test]
+fn a_run_records_its_machines_own_settings_apart_from_its_governing_set() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/one.toml",
+        "[pipeline]\nname = \"one\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = tmp.path().display().to_string();
+    let sandboxes = tmp.path().join("sandboxes");
+    std::fs::create_dir(&sandboxes).unwrap();
+    let out = common::kavi_command(dir.path(), &["pipeline", "run", "one"])
+        .env("TMPDIR", tmp.path())
+        .env("KAVI_SANDBOXES", &sandboxes)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    let local = &run["local_settings"];
+    assert_eq!(local["temp"], tmp_path.as_str(), "{run}");
+    assert_eq!(local["sandboxes"], format!("{tmp_path}/sandboxes"), "{run}");
+    assert!(
+        local["ledger"]
+            .as_str()
+            .is_some_and(|path| path.ends_with(".kavi/ledger.db")),
+        "{run}"
+    );
+    let shown = succeeds(dir.path(), &["runs", "show", "1"]);
+    assert!(
+        shown.contains("  machine   its machine's own settings (recorded, not governing):\n")
+            && shown.contains(&format!("              temp           {tmp_path}\n")),
+        "{shown}"
+    );
+    let governing: Vec<String> = governing(dir.path(), "1");
+    assert!(
+        governing.iter().all(|member| !member.contains(&tmp_path)),
+        "{governing:?}"
+    );
+}
+
 /// `pipeline run FILE NODE...` runs those nodes and what they need, as make runs targets;
 /// `--only` runs the targets alone, taking what they need from the cache, and refuses when that
 /// is not up to date.
