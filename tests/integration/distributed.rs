@@ -1224,6 +1224,7 @@ outputs = ["out/a.txt"]
              ALTER TABLE node_runs DROP COLUMN claimed_by;
              ALTER TABLE node_runs DROP COLUMN lease_until;
              ALTER TABLE runs DROP COLUMN lease_until;
+             ALTER TABLE runs DROP COLUMN local_settings;
              DELETE FROM artifact_chunks;
              DROP TABLE artifact_chunks;
              UPDATE schema_version SET version = 23;",
@@ -1240,7 +1241,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 34);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 35);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(
