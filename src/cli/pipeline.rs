@@ -623,7 +623,7 @@ pub fn export(
     // Inside the container, kavi finds the file where it is in the workspace.
     options.file = pipeline.source.path.display().to_string();
     let export = match format {
-        crate::export::ExportFormat::Argo => crate::export::argo::export(&dag, &options),
+        crate::export::ExportFormat::Argo => crate::export::argo::export(&dag, &options)?,
     };
     let text = serde_json::to_string_pretty(&export.manifest).expect("a manifest serializes");
     match output {

@@ -107,6 +107,8 @@ pub async fn run(
 
     // Decided in the order a run decides them: a node is reused only when what it needs is.
     let mut plan: Vec<Option<(bool, String)>> = vec![None; dag.len()];
+    // A fan-out that runs again for its own end alone: its instances' plan, by node.
+    let mut instance_plans: HashMap<usize, Vec<(bool, String, String)>> = HashMap::new();
     let mut reuse: HashMap<String, Reused> = HashMap::new();
     for &index in &dag.order {
         let node = &pipeline.nodes[index];
@@ -123,7 +125,8 @@ pub async fn run(
                 pipeline.nodes[dep].id
             ))
         } else if let Some(then) = finals.get(node.id.as_str()) {
-            if !matches!(then.state, NodeState::Succeeded | NodeState::Reused) {
+            let succeeded = matches!(then.state, NodeState::Succeeded | NodeState::Reused);
+            if !succeeded && node.fan_out.is_none() {
                 again(format!("{} in run {id}", then.state))
             } else if old_tables.get(&node.id) != new_tables.get(&node.id) {
                 again("its definition changed".into())
@@ -133,41 +136,59 @@ pub async fn run(
                 .find(|script| changed_scripts.contains(script.as_str()))
             {
                 again(format!("script `{script}` changed"))
+            } else if !succeeded {
+                // As Argo retries a workflow from its failed pods: the instances that succeeded
+                // are taken, the failed, cancelled and interrupted ones run again.
+                let instances = plan_instances(&ledger, &inputs_now, node, &finals, id)?;
+                let taken = instances.iter().filter(|(reused, ..)| *reused).count();
+                let plans = instance_plans.entry(index).or_default();
+                for (reused, instance_id, reason, then) in instances {
+                    if reused {
+                        reuse.insert(instance_id.clone(), reused_from(then, id));
+                    }
+                    plans.push((reused, instance_id, reason));
+                }
+                again(format!(
+                    "{} in run {id}; {taken} of its {} instance(s) reused",
+                    then.state,
+                    plans.len()
+                ))
             } else if let Some(change) = inputs_now.changed(&ledger, node, then)? {
                 again(change)
             } else {
-                reuse.insert(
-                    node.id.clone(),
-                    Reused {
-                        node_run_id: then.id,
-                        run_id: id,
-                        outputs: then.outputs.clone().unwrap_or_default(),
-                    },
-                );
+                reuse.insert(node.id.clone(), reused_from(then, id));
                 Some((true, format!("{} in run {id}", then.state)))
             }
         } else {
             again(format!("not in run {id}"))
         };
     }
-    let again = plan.iter().flatten().filter(|(reused, _)| !reused).count();
+    let (taken, again): (Vec<bool>, Vec<bool>) = plan
+        .iter()
+        .flatten()
+        .map(|(reused, _)| *reused)
+        .partition(|reused| *reused);
     outln!(
-        "resuming run {id} ({}): {} of its nodes reused, {again} run again",
+        "resuming run {id} ({}): {} of its nodes reused, {} run again",
         old.spec_path,
-        reuse.len(),
+        taken.len(),
+        again.len(),
     );
+    let verb = |reused: bool| if reused { "reuse" } else { "run" }.to_owned();
     let rows: Vec<Vec<String>> = dag
         .order
         .iter()
         .filter_map(|&i| {
             let (reused, reason) = plan[i].as_ref()?;
-            let verb = if *reused { "reuse" } else { "run" };
-            Some(vec![
-                verb.to_owned(),
-                pipeline.nodes[i].id.clone(),
-                reason.clone(),
-            ])
+            let node = vec![verb(*reused), pipeline.nodes[i].id.clone(), reason.clone()];
+            let instances = instance_plans.get(&i).into_iter().flatten();
+            Some(
+                std::iter::once(node).chain(instances.map(|(reused, instance_id, reason)| {
+                    vec![verb(*reused), instance_id.clone(), reason.clone()]
+                })),
+            )
         })
+        .flatten()
         .collect();
     out!("{}", table(&rows));
     if dry_run {
@@ -192,6 +213,42 @@ pub async fn run(
         None,
     )
     .await
+}
+
+/// Node run `then` of run `run`, as a resumed run takes it.
+fn reused_from(then: &NodeRunRow, run: i64) -> Reused {
+    Reused {
+        node_run_id: then.id,
+        run_id: run,
+        outputs: then.outputs.clone().unwrap_or_default(),
+    }
+}
+
+/// The instances fan-out `node` had in run `run`, in order, each with whether it is reused (it
+/// succeeded and its inputs are as they were), its id, why, and its node run.
+fn plan_instances<'r>(
+    ledger: &Ledger,
+    inputs_now: &InputsNow,
+    node: &crate::spec::NodeSpec,
+    finals: &HashMap<&str, &'r NodeRunRow>,
+    run: i64,
+) -> Result<Vec<(bool, String, String, &'r NodeRunRow)>, Error> {
+    let mut instances = Vec::new();
+    for position in 0.. {
+        let instance_id = crate::spec::FanOut::instance_id(&node.id, position);
+        let Some(&then) = finals.get(instance_id.as_str()) else {
+            break;
+        };
+        let (reused, reason) = if !matches!(then.state, NodeState::Succeeded | NodeState::Reused) {
+            (false, format!("{} in run {run}", then.state))
+        } else if let Some(change) = inputs_now.changed(ledger, node, then)? {
+            (false, change)
+        } else {
+            (true, format!("{} in run {run}", then.state))
+        };
+        instances.push((reused, instance_id, reason, then));
+    }
+    Ok(instances)
 }
 
 /// A pipeline text's node tables, by id, as TOML values: comments and spacing aside, equal when

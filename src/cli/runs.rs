@@ -102,6 +102,16 @@ pub fn show(workspace: &Workspace, reference: &str, json: bool) -> Result<i32, E
             outln!("              {change}");
         }
     }
+    if let Some(serde_json::Value::Object(settings)) = &run.local_settings {
+        outln!("  machine   its machine's own settings (recorded, not governing):");
+        for (name, value) in settings {
+            let shown = match value {
+                serde_json::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            outln!("              {name:<14} {shown}");
+        }
+    }
     if let Some(error) = &run.error {
         outln!("  note      {error}");
     }

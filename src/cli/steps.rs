@@ -44,15 +44,15 @@ pub fn start(
     let mut ledger = Ledger::open(&workspace.config.ledger)?;
     // As `pipeline run` does: a promotion by one of its steps needs an adopted rule set.
     super::policy::adopt_on_first_use(workspace, &mut ledger)?;
-    let governing = pipeline
-        .governing
-        .resolved(&workspace.run_config(), &workspace.root);
+    let config = workspace.run_config();
+    let governing = pipeline.governing.resolved(&config, &workspace.root);
     let run_id = ledger.create_run(&executor::new_run(
         &pipeline,
         &serde_json::Value::Object(params),
         &governing.members(),
         RunOrigin::User,
         EXTERNAL_OWNER,
+        &config,
     ))?;
     if let Some(path) = id_file {
         std::fs::write(path, format!("{run_id}\n")).map_err(|source| Error::Io {

@@ -643,6 +643,43 @@ fn an_export_lists_what_argo_does_not_carry_out_itself() {
     );
 }
 
+/// A fan-out's instances are known only when it runs, and a step runs one node once: the export
+/// refuses such a pipeline, naming the node where its `for_each` is written, rather than writing
+/// a task whose step would refuse at run time.
+#[test]
+fn an_export_refuses_a_fan_out_naming_the_node_where_it_is_written() {
+    let dir = workspace_with(
+        "[pipeline]\nname = \"parity\"\n\n[nodes.one]\nkind = \"exec\"\nrun = [\"true\"]\n\n\
+         [nodes.fan]\nkind = \"exec\"\nneeds = [\"one\"]\nfor_each = [\"a\", \"b\"]\n\
+         run = [\"echo\", \"{{ item }}\"]\n",
+    );
+    let output = kavi(
+        dir.path(),
+        &[
+            "pipeline",
+            "export",
+            "parity",
+            "--format",
+            "argo",
+            "--image",
+            "kavi:test",
+        ],
+    );
+    assert_eq!(code(&output), 3, "{}", text(&output));
+    assert!(
+        output.stdout.is_empty(),
+        "a manifest was written: {}",
+        text(&output)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "node `fan` runs once per item (`for_each`): an Argo export cannot carry it out"
+        ) && stderr.contains("pipelines/parity.toml:11:12"),
+        "{stderr}"
+    );
+}
+
 /// `kavi` in `root` with its ledger on the tests' PostgreSQL server at `url`.
 fn on_server(root: &Path, url: &str, args: &[&str]) -> std::process::Output {
     common::kavi_command(root, args)
@@ -1187,6 +1224,7 @@ outputs = ["out/a.txt"]
              ALTER TABLE node_runs DROP COLUMN claimed_by;
              ALTER TABLE node_runs DROP COLUMN lease_until;
              ALTER TABLE runs DROP COLUMN lease_until;
+             ALTER TABLE runs DROP COLUMN local_settings;
              DELETE FROM artifact_chunks;
              DROP TABLE artifact_chunks;
              UPDATE schema_version SET version = 23;",
@@ -1203,7 +1241,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 34);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 35);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

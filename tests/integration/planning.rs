@@ -469,6 +469,112 @@ fn resume_runs_again_only_what_changed_and_shows_its_plan_first() {
     );
 }
 
+/// A fan-out that failed is resumed instance by instance: the instances that succeeded are
+/// reused, only the failed one runs again, and `--dry-run` says which.
+#[test]
+fn resume_runs_again_only_the_instances_of_a_fan_out_that_did_not_succeed() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/items.toml",
+        r#"[pipeline]
+name = "items"
+
+[nodes.fan]
+kind = "exec"
+for_each = ["a", "b", "c"]
+env = { ITEM = "{{ item }}" }
+shell = "echo \"$ITEM\" >> ran.txt; { test \"$ITEM\" != b || test -e FIXED; } && echo \"$ITEM\""
+
+[nodes.after]
+kind = "exec"
+needs = ["fan"]
+run = ["echo", "{% for o in nodes.fan.outputs %}{{ o.stdout | trim }}{% endfor %}"]
+"#,
+    );
+    let ran = || std::fs::read_to_string(dir.path().join("ran.txt")).unwrap();
+    assert_eq!(
+        kavi(dir.path(), &["pipeline", "run", "items", "--jobs", "1"])
+            .status
+            .code(),
+        Some(1)
+    );
+    assert_eq!(ran(), "a\nb\nc\n");
+
+    write(dir.path(), "FIXED", "");
+    let plan = succeeds(dir.path(), &["runs", "resume", "1", "--dry-run"]);
+    for line in [
+        "resuming run 1 (pipelines/items.toml): 0 of its nodes reused, 2 run again",
+        "run    fan     failed in run 1; 2 of its 3 instance(s) reused",
+        "reuse  fan[0]  succeeded in run 1",
+        "run    fan[1]  failed in run 1",
+        "reuse  fan[2]  succeeded in run 1",
+        "run    after   needs `fan`, which runs again",
+    ] {
+        assert!(plan.contains(line), "{line:?} in\n{plan}");
+    }
+    assert_eq!(ran(), "a\nb\nc\n", "--dry-run ran something");
+
+    succeeds(dir.path(), &["runs", "resume", "1", "--jobs", "1"]);
+    assert_eq!(ran(), "a\nb\nc\nb\n", "only the failed instance ran again");
+    let resumed = common::last_run(dir.path());
+    for (id, state) in [
+        ("fan[0]", "reused"),
+        ("fan[1]", "succeeded"),
+        ("fan[2]", "reused"),
+        ("fan", "succeeded"),
+        ("after", "succeeded"),
+    ] {
+        assert_eq!(node(&resumed, id)["state"], state, "{id}: {resumed}");
+    }
+    // The reused instances' outputs are gathered with the new one's, in item order.
+    assert_eq!(node(&resumed, "after")["outputs"]["stdout"], "abc\n");
+}
+
+/// A run records the settings of the machine it ran on (where its sandboxes and temporary
+/// folder are, its ledger, its artifacts): `runs show` displays them, and they stay out of its
+/// governing set, so another machine's spelling is no change of rules.
+#[test]
+fn a_run_records_its_machines_own_settings_apart_from_its_governing_set() {
+    let dir = workspace();
+    write(
+        dir.path(),
+        "pipelines/one.toml",
+        "[pipeline]\nname = \"one\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_path = tmp.path().display().to_string();
+    let sandboxes = tmp.path().join("sandboxes");
+    std::fs::create_dir(&sandboxes).unwrap();
+    let out = common::kavi_command(dir.path(), &["pipeline", "run", "one"])
+        .env("TMPDIR", tmp.path())
+        .env("KAVI_SANDBOXES", &sandboxes)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let run = json(&kavi(dir.path(), &["runs", "show", "1", "--json"]));
+    let local = &run["local_settings"];
+    assert_eq!(local["temp"], tmp_path.as_str(), "{run}");
+    assert_eq!(local["sandboxes"], format!("{tmp_path}/sandboxes"), "{run}");
+    assert!(
+        local["ledger"]
+            .as_str()
+            .is_some_and(|path| path.ends_with(".kavi/ledger.db")),
+        "{run}"
+    );
+    let shown = succeeds(dir.path(), &["runs", "show", "1"]);
+    assert!(
+        shown.contains("  machine   its machine's own settings (recorded, not governing):\n")
+            && shown.contains(&format!("              temp           {tmp_path}\n")),
+        "{shown}"
+    );
+    let governing: Vec<String> = governing(dir.path(), "1");
+    assert!(
+        governing.iter().all(|member| !member.contains(&tmp_path)),
+        "{governing:?}"
+    );
+}
+
 /// `pipeline run FILE NODE...` runs those nodes and what they need, as make runs targets;
 /// `--only` runs the targets alone, taking what they need from the cache, and refuses when that
 /// is not up to date.

@@ -199,6 +199,7 @@ fn a_silent_server_is_an_error_not_a_hang() {
 fn a_machine_set_up_otherwise_steps_the_same_run() {
     let dir = workspace_with(SLOW);
     let root = dir.path();
+    std::fs::write(root.join("kavi.toml"), "lease = \"10s\"\n").unwrap();
     let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let server = common::postgres::database();
     let (ledger_a, ledger_b) = match &server {
@@ -260,9 +261,9 @@ fn alive(pid: i32) -> bool {
 }
 
 /// A machine dies in the middle of a run (its kavi killed, what its node started left running):
-/// once the run's lease runs out, another machine sharing the server sees it interrupted,
-/// resumes it and collects garbage; when the dead machine comes back, its kavi stops what the
-/// node left running.
+/// once the run's lease (kavi.toml's `lease`, shorter than the default 30 s here) runs out,
+/// another machine sharing the server sees it interrupted, resumes it and collects garbage;
+/// when the dead machine comes back, its kavi stops what the node left running.
 #[test]
 fn a_dead_machines_run_is_recovered_from_another() {
     let Some(url) = common::postgres::database() else {
@@ -282,6 +283,7 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
 "#,
     );
     let root = dir.path();
+    std::fs::write(root.join("kavi.toml"), "lease = \"10s\"\n").unwrap();
     let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let machine_a = |args: &[&str]| on_machine(root, "machine-a", tmp_a.path(), &url, args);
     let machine_b = |args: &[&str]| on_machine(root, "machine-b", tmp_b.path(), &url, args);
@@ -319,9 +321,10 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
     let gc = machine_b(&["gc", "--dry-run"]).output().unwrap();
     assert_eq!(gc.status.code(), Some(4), "{}", text(&gc));
 
-    // Once it ran out (nothing renews it), any machine recovers the run.
+    // Once it ran out (nothing renews it), any machine recovers the run: within the
+    // configured lease, well before the default one would have run out.
     let mut status = Value::Null;
-    for _ in 0..90 {
+    for _ in 0..20 {
         let listed = json(&machine_b(&["runs", "list", "--json"]).output().unwrap());
         status = listed[0]["status"].clone();
         if status != "running" {
@@ -345,6 +348,57 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(!alive(node), "what machine A left running still runs");
+}
+
+/// The ledger's server stops in the middle of a run and does not come back: kavi starts no node
+/// it could not record (at most the one that started as the server went, before any write had
+/// failed), waits for the server as long as the URL's `statement_timeout` allows, and exits 4
+/// saying the ledger could not be reached.
+#[test]
+fn no_node_starts_while_the_ledger_cannot_record_it() {
+    let Some((url, server)) = common::postgres::own_server() else {
+        return;
+    };
+    let url = format!("{url}?statement_timeout=3s");
+    let mut pipeline = String::from("[pipeline]\nname = \"slow\"\n");
+    for i in 0..60 {
+        pipeline.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo n{i} >> ran.txt; sleep 0.3\"\n"
+        ));
+        if i > 0 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+        }
+    }
+    let dir = workspace_with(&pipeline);
+    let root = dir.path();
+    let run = spawn(kavi_on(root, Some(&url), &["pipeline", "run", "slow"]));
+    let ran = || {
+        std::fs::read_to_string(root.join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for _ in 0..300 {
+        if ran() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ran() >= 3);
+    common::postgres::stop(&server);
+    let at_stop = ran();
+    let output = run.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(4), "{}", text(&output));
+    // The node running as the server went, and the next one, which started before the ledger's
+    // first failed write; before, nodes went on starting for as long as kavi waited (3 s, some
+    // ten of them).
+    assert!(
+        ran() <= at_stop + 2,
+        "{} node(s) started after the server stopped",
+        ran() - at_stop
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("ledger"), "{stderr}");
 }
 
 /// The ledger's server restarts in the middle of a run: kavi's connections are made again, and

@@ -5,13 +5,32 @@
 //! `running`, claimed, and waits for it, or takes over once the lease has run out (its claimant
 //! died, or its machine did).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::db::{OptionalExtension, params};
 use super::{Ledger, Result, format_time};
 
-/// How long a claim holds without being renewed; its step renews it every third of it.
-pub const LEASE: Duration = Duration::from_secs(30);
+/// How long a claim (and a run's lease) holds without being renewed, by default; its holder
+/// renews it every third of it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The lease this kavi takes, in milliseconds: kavi.toml's `lease`.
+static LEASE_MS: AtomicU64 = AtomicU64::new(DEFAULT_LEASE.as_millis() as u64);
+
+/// Sets the lease this kavi takes, from the workspace's configuration. Each lease is recorded
+/// with its end, so machines set up with other leases read one another's rightly.
+pub fn set_lease(lease: Duration) {
+    LEASE_MS.store(
+        u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+}
+
+/// How long a lease this kavi takes holds without being renewed (see [`set_lease`]).
+pub fn lease() -> Duration {
+    Duration::from_millis(LEASE_MS.load(Ordering::Relaxed))
+}
 
 /// Who got an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +61,7 @@ impl Ledger {
             .prepare_cached(
                 "UPDATE runs SET lease_until = ?1 WHERE id = ?2 AND status = 'running'",
             )?
-            .execute(params![lease_end(LEASE), run_id])?;
+            .execute(params![lease_end(lease()), run_id])?;
         Ok(())
     }
 
@@ -70,7 +89,7 @@ impl Ledger {
                  RETURNING id",
             )?
             .query_row(
-                params![run_id, node_id, kind, attempt, claimant, lease_end(LEASE)],
+                params![run_id, node_id, kind, attempt, claimant, lease_end(lease())],
                 |row| row.get(0),
             )
             .optional()?;
@@ -120,7 +139,7 @@ impl Ledger {
                    AND state = 'running'",
             )?
             .execute(params![
-                lease_end(LEASE),
+                lease_end(lease()),
                 run_id,
                 node_id,
                 attempt,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::claims::LEASE;
+use super::claims::lease;
 use super::db::{self, OptionalExtension, params};
 use super::nodes::{NodeArtifact, NodeRunRow, by_node, millis};
 use super::{
@@ -40,6 +40,9 @@ pub struct NewRun {
     /// For a resumed run started over changed rules (`--allow-changed`): the changes, a line
     /// each.
     pub allowed_changes: Option<String>,
+    /// The machine-local settings it runs with, by name, credentials taken out: recorded, not
+    /// governing.
+    pub local_settings: Option<Value>,
 }
 
 /// Which runs to list; `None` matches all.
@@ -104,6 +107,10 @@ pub struct RunRow {
     /// The changes of rules it was resumed over with `--allow-changed`, a line each.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allowed_changes: Option<String>,
+    /// The machine-local settings it ran with (see [`NewRun::local_settings`]); none for runs
+    /// recorded before they were kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_settings: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -130,7 +137,7 @@ pub struct GoverningFile {
 
 const RUN_COLUMNS: &str = "id, pipeline, spec_path, spec_hash, params, status, started_at, \
                            finished_at, duration_ms, parent_run, error, resumed_from, started_by, \
-                           governing_hash, allowed_changes";
+                           governing_hash, allowed_changes, local_settings";
 
 fn run_row(row: &db::Row) -> db::Result<RunRow> {
     Ok(RunRow {
@@ -149,6 +156,7 @@ fn run_row(row: &db::Row) -> db::Result<RunRow> {
         started_by: row.get(12)?,
         governing_hash: row.get(13)?,
         allowed_changes: row.get(14)?,
+        local_settings: json_column(row, 15)?,
     })
 }
 
@@ -192,8 +200,8 @@ impl Ledger {
         let run_id: i64 = tx.query_row(
             "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, parent_run,
                                resumed_from, owner, started_by, governing_hash, allowed_changes,
-                               lease_until)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                               lease_until, local_settings)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
              RETURNING id",
             params![
                 new.pipeline,
@@ -208,7 +216,8 @@ impl Ledger {
                 governing_hash,
                 new.allowed_changes,
                 // An external run's steps hold leases of their own, on its nodes' attempts.
-                (new.owner != super::EXTERNAL_OWNER).then(|| super::claims::lease_end(LEASE)),
+                (new.owner != super::EXTERNAL_OWNER).then(|| super::claims::lease_end(lease())),
+                new.local_settings.as_ref().map(Value::to_string),
             ],
             |row| row.get(0),
         )?;

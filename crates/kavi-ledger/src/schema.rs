@@ -75,6 +75,10 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     ],
     // 34
     &[ServerStep::Table("artifact_chunks")],
+    // 35
+    &[ServerStep::Sql(
+        "ALTER TABLE runs ADD COLUMN local_settings TEXT",
+    )],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -170,6 +174,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/32.sql"),
     include_str!("migrations/33.sql"),
     include_str!("migrations/34.sql"),
+    include_str!("migrations/35.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

@@ -28,7 +28,7 @@ CREATE TABLE runs (
         parent_run  INTEGER REFERENCES runs(id),
         owner       TEXT NOT NULL,             -- names the lock file held while the run is live
         error       TEXT
-    , resumed_from INTEGER REFERENCES runs(id), started_by TEXT, governing_hash TEXT, allowed_changes TEXT, lease_until TEXT);
+    , resumed_from INTEGER REFERENCES runs(id), started_by TEXT, governing_hash TEXT, allowed_changes TEXT, lease_until TEXT, local_settings TEXT);
 
 CREATE INDEX runs_status ON runs(status);
 
@@ -519,17 +519,17 @@ CREATE TRIGGER "journal_run_policies_delete" AFTER DELETE ON "run_policies" BEGI
 
 CREATE TRIGGER "journal_runs_insert" AFTER INSERT ON "runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes", 'lease_until', NEW."lease_until"));
+               VALUES ('runs', 'insert', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes", 'lease_until', NEW."lease_until", 'local_settings', NEW."local_settings"));
              END;
 
 CREATE TRIGGER "journal_runs_update" AFTER UPDATE ON "runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes", 'lease_until', NEW."lease_until"));
+               VALUES ('runs', 'update', json_array(NEW."id"), json_object('id', NEW."id", 'pipeline', NEW."pipeline", 'spec_path', NEW."spec_path", 'spec_hash', NEW."spec_hash", 'params', NEW."params", 'status', NEW."status", 'started_at', NEW."started_at", 'finished_at', NEW."finished_at", 'duration_ms', NEW."duration_ms", 'parent_run', NEW."parent_run", 'owner', NEW."owner", 'error', NEW."error", 'resumed_from', NEW."resumed_from", 'started_by', NEW."started_by", 'governing_hash', NEW."governing_hash", 'allowed_changes', NEW."allowed_changes", 'lease_until', NEW."lease_until", 'local_settings', NEW."local_settings"));
              END;
 
 CREATE TRIGGER "journal_runs_delete" AFTER DELETE ON "runs" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)
-               VALUES ('runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'pipeline', OLD."pipeline", 'spec_path', OLD."spec_path", 'spec_hash', OLD."spec_hash", 'params', OLD."params", 'status', OLD."status", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'parent_run', OLD."parent_run", 'owner', OLD."owner", 'error', OLD."error", 'resumed_from', OLD."resumed_from", 'started_by', OLD."started_by", 'governing_hash', OLD."governing_hash", 'allowed_changes', OLD."allowed_changes", 'lease_until', OLD."lease_until"));
+               VALUES ('runs', 'delete', json_array(OLD."id"), json_object('id', OLD."id", 'pipeline', OLD."pipeline", 'spec_path', OLD."spec_path", 'spec_hash', OLD."spec_hash", 'params', OLD."params", 'status', OLD."status", 'started_at', OLD."started_at", 'finished_at', OLD."finished_at", 'duration_ms', OLD."duration_ms", 'parent_run', OLD."parent_run", 'owner', OLD."owner", 'error', OLD."error", 'resumed_from', OLD."resumed_from", 'started_by', OLD."started_by", 'governing_hash', OLD."governing_hash", 'allowed_changes', OLD."allowed_changes", 'lease_until', OLD."lease_until", 'local_settings', OLD."local_settings"));
              END;
 
 CREATE TRIGGER "journal_sandbox_entries_insert" AFTER INSERT ON "sandbox_entries" BEGIN

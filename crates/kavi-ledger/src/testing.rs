@@ -46,6 +46,7 @@ pub fn new_run(params: &Value, nodes: &[&str], owner: &Owner) -> NewRun {
             .collect(),
         governing: Vec::new(),
         allowed_changes: None,
+        local_settings: None,
     }
 }
 

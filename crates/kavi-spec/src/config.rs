@@ -39,6 +39,10 @@ pub struct Config {
     pub skill_timeout: String,
     /// The largest spec file (pipeline, chain, policy, proposal, kavi.toml) kavi reads, in KiB.
     pub max_spec_kib: u64,
+    /// How long a run's or a claimed node attempt's lease holds without being renewed (kavi
+    /// renews it every third of it), such as `30s`: how long after its machine dies another
+    /// machine may recover the run or take the attempt over.
+    pub lease: String,
     /// The fewest characters a declared secret's value may have (at least 2): a shorter one is
     /// refused before what declares it starts, since redacting it would hide ordinary text.
     pub min_secret_chars: usize,
@@ -63,6 +67,20 @@ impl Config {
     pub fn skill_timeout(&self) -> Result<std::time::Duration, String> {
         humantime::parse_duration(&self.skill_timeout)
             .map_err(|e| format!("`skill_timeout` = {:?}: {e}", self.skill_timeout))
+    }
+
+    /// The lease kavi takes, checked when the configuration is loaded: at least a second, as
+    /// it is renewed every third of it.
+    pub fn lease(&self) -> Result<std::time::Duration, String> {
+        let lease = humantime::parse_duration(&self.lease)
+            .map_err(|e| format!("`lease` = {:?}: {e}", self.lease))?;
+        if lease < std::time::Duration::from_secs(1) {
+            return Err(format!(
+                "`lease` = {:?}: must be at least 1s, as it is renewed every third of it",
+                self.lease
+            ));
+        }
+        Ok(lease)
     }
 }
 
@@ -119,6 +137,7 @@ impl Default for Config {
             executions_log: PathBuf::from(".kavi/executions.jsonl"),
             skill_timeout: "60s".to_owned(),
             max_spec_kib: crate::diagnostic::DEFAULT_MAX_SPEC_KIB,
+            lease: humantime::format_duration(crate::ledger::DEFAULT_LEASE).to_string(),
             min_secret_chars: crate::redact::DEFAULT_MIN_SECRET_CHARS,
             toolchains: PathBuf::new(),
             toolchain: std::collections::BTreeMap::new(),
@@ -336,6 +355,7 @@ impl Workspace {
                 "max_spec_kib",
                 "min_secret_chars",
                 "toolchains",
+                "lease",
             ]))
             // KAVI_GATEWAY_BASE_URL and friends; the API key's variable is read only when used.
             .merge(
@@ -378,6 +398,10 @@ impl Workspace {
         }
         if let Err(message) = config.skill_timeout() {
             return Err(ConfigError::invalid(located(&["skill_timeout"], message)));
+        }
+        match config.lease() {
+            Ok(lease) => crate::ledger::set_lease(lease),
+            Err(message) => return Err(ConfigError::invalid(located(&["lease"], message))),
         }
         if config.max_spec_kib == 0 {
             return Err(ConfigError::invalid(located(
@@ -599,6 +623,15 @@ ledger = \"postgres://kavi:hunter2@db.example/kavi\"\n",
             let err = Workspace::load(None, &Overrides::default()).unwrap_err();
             assert!(
                 err.to_string().contains("KAVI_JOBS (`jobs` must be"),
+                "{err}"
+            );
+
+            jail.set_env("KAVI_JOBS", "1");
+            jail.create_file("kavi.toml", "lease = \"300ms\"\n")?;
+            let err = Workspace::load(None, &Overrides::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("kavi.toml:1:9")
+                    && err.to_string().contains("must be at least 1s"),
                 "{err}"
             );
             Ok(())

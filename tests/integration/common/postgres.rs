@@ -56,20 +56,31 @@ pub fn own_server() -> Option<(String, PathBuf)> {
 /// Restarts the server in `dir` (made by [`own_server`]) as an administrator would: its
 /// sessions are ended, and it takes connections again once it is back.
 pub fn restart(dir: &Path) {
-    let restarted = std::process::Command::new("bash")
+    pg_ctl(dir, "restart");
+}
+
+/// Stops the server in `dir` (made by [`own_server`]) for good, ending its sessions.
+pub fn stop(dir: &Path) {
+    pg_ctl(dir, "stop");
+}
+
+/// `pg_ctl ACTION` on the server in `dir`, as its owner, waiting for it to be done.
+fn pg_ctl(dir: &Path, action: &str) {
+    let done = std::process::Command::new("bash")
         .args([
             "-c",
             r#"pg_ctl=$(command -v pg_ctl || ls -d /usr/lib/postgresql/*/bin/pg_ctl | sort -V | tail -n 1)
                as=(); [[ $(id -u) == 0 ]] && as=(runuser -u nobody --)
-               "${as[@]}" "$pg_ctl" -D "$1/data" -m fast -w restart > /dev/null"#,
-            "restart",
+               "${as[@]}" "$pg_ctl" -D "$1/data" -m fast -w "$2" > /dev/null"#,
+            "pg_ctl",
         ])
         .arg(dir)
+        .arg(action)
         .status()
         .unwrap();
     assert!(
-        restarted.success(),
-        "the server in {} did not restart",
+        done.success(),
+        "pg_ctl {action} of the server in {} failed",
         dir.display()
     );
 }

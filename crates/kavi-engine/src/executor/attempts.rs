@@ -112,6 +112,17 @@ impl<'a> Executor<'a> {
     }
 
     fn spawn_attempt(&mut self, index: usize, attempt: u32) -> Result<(), LedgerError> {
+        // No node starts that the ledger could not record: while the writer is stalled (the
+        // server gone and its connection being made again, the file locked), the loop waits
+        // for it to commit what came before, which fails the run, exit 4, when the ledger
+        // does not come back within its timeouts.
+        if self.recorder.stalled() {
+            tracing::warn!(
+                run = self.run_id,
+                "the ledger does not record: waiting for it before starting a node"
+            );
+            self.recorder.sync()?;
+        }
         let node = self.spec(index);
         let node_id = self.slot_id(index);
         self.instance_started(index, true);

@@ -17,19 +17,24 @@ use crate::state::NodeState;
 impl<'a> Executor<'a> {
     /// Takes a node's outputs from the run being resumed, when it succeeded there and so did
     /// (there, again) everything it needs: what is upstream of something that runs anew is never
-    /// reused. Returns whether it was.
+    /// reused. An instance is taken so when its fan-out did not succeed but it did, for the same
+    /// item. Returns whether it was.
     pub(super) fn reuse_node(&mut self, index: usize) -> bool {
-        // An instance is reused with its fan-out, as part of its outputs.
-        if self.slots[index].instance.is_some() {
-            return false;
-        }
-        let node = &self.dag.pipeline.nodes[index];
-        let Some(reused) = self.reuse.get(&node.id) else {
+        let node = self.spec(index);
+        let node_id = self.slot_id(index);
+        let Some(reused) = self.reuse.get(&node_id) else {
             return false;
         };
+        // Its items are its fan-out's dependencies' doing, which are reused; a different item
+        // in its place is still not what it ran for.
+        if let Some((_, item)) = &self.slots[index].instance
+            && reused.outputs.get("item") != Some(item)
+        {
+            return false;
+        }
         if self
             .dag
-            .dependencies(index)
+            .dependencies(self.slots[index].node)
             .any(|dep| self.slots[dep].state != Some(NodeState::Reused))
             || self.stopped_for(index).is_some()
         {
@@ -42,7 +47,7 @@ impl<'a> Executor<'a> {
             ..Default::default()
         };
         self.observer.event(&Event::NodeFinished {
-            node: &node.id,
+            node: &node_id,
             attempt: 1,
             state: NodeState::Reused,
             duration: None,
@@ -58,7 +63,7 @@ impl<'a> Executor<'a> {
             "outputs": reused.outputs,
         });
         self.recorder.record(Write::Finish {
-            node_id: node.id.clone(),
+            node_id,
             attempt: 1,
             state: NodeState::Reused,
             record: Box::new(record),

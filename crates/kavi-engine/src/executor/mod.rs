@@ -350,7 +350,14 @@ pub async fn execute(
         tracing::debug!(members = members.len(), "governing set read");
         NewRun {
             allowed_changes,
-            ..new_run(pipeline, &params, &members, origin, env.owner.name())
+            ..new_run(
+                pipeline,
+                &params,
+                &members,
+                origin,
+                env.owner.name(),
+                &env.config,
+            )
         }
     })?;
     tracing::debug!(run = run_id, "run begun");
@@ -416,13 +423,15 @@ pub async fn execute(
 }
 
 /// What a new run of `pipeline` records before its nodes start: governed by `members` (its
-/// set resolved for the run), all its nodes pending.
+/// set resolved for the run), all its nodes pending, with the machine-local settings of
+/// `config` (the resolved configuration).
 pub fn new_run(
     pipeline: &Pipeline,
     params: &Value,
     members: &[GoverningMember<'_>],
     origin: RunOrigin,
     owner: &str,
+    config: &Value,
 ) -> NewRun {
     NewRun {
         pipeline: pipeline.name.clone(),
@@ -449,6 +458,7 @@ pub fn new_run(
             })
             .collect(),
         allowed_changes: None,
+        local_settings: Some(crate::spec::governing::local_settings(config)),
     }
 }
 

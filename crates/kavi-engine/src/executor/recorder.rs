@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -65,6 +65,46 @@ pub(super) struct Recorder {
     /// [`Recorder::closing`]).
     thread: Option<JoinHandle<()>>,
     failed: Arc<AtomicBool>,
+    clock: WriteClock,
+}
+
+/// How long one of the writer's commits may take before the loop takes the ledger for
+/// unreachable (a server gone, its connection being made again; a file locked past its busy
+/// timeout). A commit takes milliseconds, or a moment more when another kavi writes.
+const STALL: Duration = Duration::from_millis(250);
+
+/// When the writer began the write it is at, for the loop to see it stalled.
+#[derive(Clone)]
+struct WriteClock {
+    epoch: Instant,
+    /// Milliseconds from `epoch` plus one when the write began; 0 between writes.
+    since: Arc<AtomicU64>,
+}
+
+impl WriteClock {
+    fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            since: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
+    }
+
+    fn begin(&self) {
+        self.since.store(self.now(), Ordering::Release);
+    }
+
+    fn end(&self) {
+        self.since.store(0, Ordering::Release);
+    }
+
+    fn stalled(&self) -> bool {
+        let since = self.since.load(Ordering::Acquire);
+        since != 0 && self.now().saturating_sub(since) > STALL.as_millis() as u64
+    }
 }
 
 impl Recorder {
@@ -124,13 +164,15 @@ impl Recorder {
         let (report, written) = mpsc::sync_channel(1);
         let failed = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&failed);
+        let clock = WriteClock::new();
+        let writer_clock = clock.clone();
         let thread = std::thread::Builder::new()
             .name("kavi-recorder".into())
             .spawn(move || {
                 let result = connection.open().and_then(|mut connection| {
                     connection.checkpoint_every(CHECKPOINT_PAGES)?;
                     let run_id = first(&mut connection)?;
-                    write_groups(&mut connection, run_id, &receiver)?;
+                    write_groups(&mut connection, run_id, &receiver, &writer_clock)?;
                     Ok(connection)
                 });
                 match result {
@@ -162,7 +204,14 @@ impl Recorder {
             written: Some(written),
             thread: Some(thread),
             failed,
+            clock,
         })
+    }
+
+    /// Whether the writer has been at one write for longer than [`STALL`]: the ledger cannot
+    /// record now, and nothing is to start that it would have to.
+    pub(super) fn stalled(&self) -> bool {
+        self.clock.stalled()
     }
 
     /// Keeps `write` until the loop's turn ends ([`Recorder::hand_over`]).
@@ -279,18 +328,21 @@ fn write_groups(
     ledger: &mut Ledger,
     run_id: i64,
     receiver: &mpsc::Receiver<Message>,
+    clock: &WriteClock,
 ) -> Result<(), LedgerError> {
     let mut group = Vec::new();
     let (mut groups, mut writes) = (0_usize, 0_usize);
     // The run's lease is renewed while this thread lives: with the first group after a third
     // of it has passed, or on its own when nothing is written for that long (a long node).
-    let renew_every = crate::ledger::LEASE / 3;
+    let renew_every = crate::ledger::lease() / 3;
     let mut renewed = Instant::now();
     loop {
         let first = match receiver.recv_timeout(renew_every) {
             Ok(first) => first,
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                clock.begin();
                 ledger.renew_run_lease(run_id)?;
+                clock.end();
                 renewed = Instant::now();
                 continue;
             }
@@ -300,6 +352,7 @@ fn write_groups(
         fold_starts(&mut group);
         groups += 1;
         writes += group.len();
+        clock.begin();
         ledger.begin_batch()?;
         if renewed.elapsed() >= renew_every {
             ledger
@@ -319,6 +372,7 @@ fn write_groups(
         ledger
             .commit_batch()
             .inspect_err(|_| ledger.rollback_batch())?;
+        clock.end();
         for done in synced {
             let _ = done.send(());
         }

@@ -300,7 +300,7 @@ impl Heartbeat {
                     }
                 };
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(crate::ledger::LEASE / 3)
+                    stopped.recv_timeout(crate::ledger::lease() / 3)
                 {
                     match ledger.renew_claim(run_id, &node_id, attempt, &claimant) {
                         Ok(true) => {}

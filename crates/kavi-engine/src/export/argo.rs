@@ -31,7 +31,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::dag::Dag;
-use crate::spec::{OnFailure, Trigger};
+use crate::diagnostic::{Diagnostic, Diagnostics};
+use crate::spec::{OnFailure, SpecError, Trigger};
 
 /// How the exported workflow runs kavi.
 #[derive(Debug, Clone)]
@@ -88,8 +89,32 @@ const TIMEOUT_GRACE: Duration = Duration::from_secs(60);
 /// Kinds that may stop the run for a person's review.
 const REVIEW_KINDS: &[&str] = &["escalate", "transition", "promote", "pipeline"];
 
-pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Export {
+/// The workflow of `dag`'s pipeline; refused when a node runs once per item (`for_each`): its
+/// instances are known only when it runs, and a step runs one node once, so no task of a
+/// manifest written now could carry them out.
+pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Result<Export, SpecError> {
     let pipeline = dag.pipeline;
+    let fan_outs: Vec<Diagnostic> = pipeline
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let fan_out = node.fan_out.as_ref()?;
+            Some(
+                Diagnostic::new(format!(
+                    "node `{}` runs once per item (`for_each`): an Argo export cannot carry it out",
+                    node.id
+                ))
+                .at(&pipeline.source, fan_out.span.clone())
+                .with_help(
+                    "its instances are known only when it runs and `kavi pipeline step` runs one \
+                     node once: run this pipeline with `kavi pipeline run`",
+                ),
+            )
+        })
+        .collect();
+    if !fan_outs.is_empty() {
+        return Err(SpecError::Invalid(Diagnostics(fan_outs)));
+    }
     let mut notes = Vec::new();
     let names = task_names(dag);
 
@@ -301,7 +326,7 @@ pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Export {
         },
         "spec": spec,
     });
-    Export { manifest, notes }
+    Ok(Export { manifest, notes })
 }
 
 /// A container that runs `kavi ARGS` in the workspace.

@@ -452,6 +452,23 @@ pub const LOCAL_SETTINGS: [&str; 6] = [
     "toolchain",
 ];
 
+/// The machine's own [`LOCAL_SETTINGS`] of the resolved configuration, with the temporary
+/// folder its processes get (`$TMPDIR`), credentials written into a URL taken out: what a run
+/// records of how its machine was set up, beside its governing set, not in it.
+pub fn local_settings(config: &Value) -> Value {
+    let mut local: serde_json::Map<String, Value> = LOCAL_SETTINGS
+        .iter()
+        .filter_map(|name| Some(((*name).to_owned(), config.get(*name)?.clone())))
+        .collect();
+    local.insert(
+        "temp".into(),
+        Value::from(std::env::temp_dir().display().to_string()),
+    );
+    let mut local = Value::Object(local);
+    scrub(&mut local, None, None);
+    local
+}
+
 /// The resolved configuration a run sees as `config`, as a member named `kavi.toml`: TOML, with
 /// paths inside the workspace made relative to it (so moving a workspace changes nothing),
 /// without `jobs` (how many nodes run at once decides nothing a node did: `--jobs 1` is no

@@ -92,6 +92,8 @@ pub struct NodeSpec {
 #[derive(Debug, Clone)]
 pub struct FanOut {
     pub items: ForEach,
+    /// Where `for_each` is written in the pipeline file.
+    pub span: Range<usize>,
     /// How many instances run at once; `None`: as many as `--jobs` allows.
     pub max_parallel: Option<u32>,
 }

@@ -476,6 +476,7 @@ fn fan_out(
     };
     Ok(Some(crate::spec::FanOut {
         items,
+        span: for_each.span(),
         max_parallel,
     }))
 }
