@@ -497,7 +497,9 @@ impl Runner<'_> {
             && proposal.writes.is_empty()
             && command.len() > PYTHON_ISOLATED.len() + 1
             && command[0] == PRESTARTED_PYTHON
-            && command[1..=PYTHON_ISOLATED.len()] == PYTHON_ISOLATED;
+            && command[1..=PYTHON_ISOLATED.len()] == PYTHON_ISOLATED
+            // The loader runs a script, not an interpreter's option.
+            && !command[PYTHON_ISOLATED.len() + 1].starts_with('-');
         if !servable {
             return Ok(None);
         }
