@@ -121,11 +121,10 @@ async fn listen(path: &Path) -> Result<UnixListener, Error> {
             path.display()
         )));
     }
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(io(format!("failed to remove {}", path.display()))(e));
-        }
-        _ => {}
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(io(format!("failed to remove {}", path.display()))(e));
     }
     let listener =
         UnixListener::bind(path).map_err(io(format!("failed to listen on {}", path.display())))?;

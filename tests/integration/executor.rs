@@ -11,8 +11,9 @@ use crate::common::{self, json, kavi};
 use crate::trust::{PROPOSAL, TEST, verify_and_promote, workspace_with};
 
 /// `demo` as trust's tests have it, printing also its PID namespace (a sandbox of its own per
-/// run) and what it reads at `notes/.env` (hidden from every skill).
-const SKILL: &str = "import json\nimport os\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': data}\n\n\ndef seen(path: str) -> str | None:\n    if not os.path.exists(path):\n        return None\n    with open(path) as file:\n        return file.read()\n\n\nif __name__ == '__main__':\n    out = run(json.load(sys.stdin))\n    out['sandbox'] = os.readlink('/proc/self/ns/pid')\n    out['hidden'] = seen('notes/.env')\n    print(json.dumps(out))\n";
+/// run) and what it reads at `notes/.env` (hidden from every skill: where the file exists, the
+/// view shows a device node it may not open).
+const SKILL: &str = "import json\nimport os\nimport pathlib\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': data}\n\n\ndef seen(path: str) -> str | None:\n    file = pathlib.Path(path)\n    try:\n        return file.read_text() if file.exists() else None\n    except OSError as error:\n        return type(error).__name__\n\n\nif __name__ == '__main__':\n    out = run(json.load(sys.stdin))\n    out['sandbox'] = os.readlink('/proc/self/ns/pid')\n    out['hidden'] = seen('notes/.env')\n    print(json.dumps(out))\n";
 
 /// A workspace with `demo` trusted, where this machine isolates.
 fn trusted() -> Option<tempfile::TempDir> {
@@ -204,7 +205,7 @@ fn a_secret_made_after_the_sandboxes_started_is_hidden_from_the_next_runs() {
     let mut launches = Vec::new();
     for round in 0..4 {
         let record = run(root, &format!("{{\"round\": {round}}}"));
-        assert_eq!(record["output"]["hidden"], Value::Null, "{record}");
+        assert_eq!(record["output"]["hidden"], "PermissionError", "{record}");
         launches.push(record["confinement"]["launch"].clone());
     }
     assert_eq!(launches[0], Value::Null, "{launches:?}");
