@@ -12,7 +12,8 @@ turn (so that a slow spell of the machine falls on every command alike):
            with the python3 the skill itself runs (found on the policy's search path)
 
 and prints each one's median and the ratio skill / python (the isolation issue's target: at most
-1.25). With BASELINE_KAVI (an older build), it also times the README's forge run with each
+1.25). Then, with `KAVI executor` running in the workspace (sandboxes started ahead), the same
+`kavi skill run` against the bare run again, in turn, and that ratio. With BASELINE_KAVI (an older build), it also times the README's forge run with each
 build, on a fresh copy of the workspace each time, and prints their ratio (target: within 15%).
 """
 import shutil
@@ -44,6 +45,23 @@ def forge(kavi, workspace):
                    cwd=workspace, check=True, stdout=subprocess.DEVNULL)
 
 
+def alternate(commands, rounds, workspace):
+    """Times the two commands round by round, in turn; prints their medians and ratio."""
+    times = {name: [] for name in commands}
+    for round_ in range(rounds + 1):
+        order = list(commands) if round_ % 2 else list(reversed(commands))
+        for name in order:
+            took = timed(commands[name][0], workspace, commands[name][1])
+            if round_:  # the first round warms the caches
+                times[name].append(took)
+    for name, values in times.items():
+        print(f"{name:8} median {statistics.median(values) * 1000:7.1f} ms "
+              f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f}, n {len(values)})")
+    first, second = list(commands)
+    ratios = [a / b for a, b in zip(times[first], times[second])]
+    print(f"{first} / {second}, round by round: median {statistics.median(ratios):.2f}")
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -57,18 +75,17 @@ def main():
             "python": ([shutil.which("python3", path=SKILL_PATH), "-I", "-B",
                         "skills/word_count/skill.py"], INPUT),
         }
-        times = {name: [] for name in commands}
-        for round_ in range(rounds + 1):
-            order = list(commands) if round_ % 2 else list(reversed(commands))
-            for name in order:
-                took = timed(commands[name][0], workspace, commands[name][1])
-                if round_:  # the first round warms the caches
-                    times[name].append(took)
-        for name, values in times.items():
-            print(f"{name:8} median {statistics.median(values) * 1000:7.1f} ms "
-                  f"(min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f}, n {len(values)})")
-        ratios = [s / p for s, p in zip(times["skill"], times["python"])]
-        print(f"skill / python, round by round: median {statistics.median(ratios):.2f}")
+        alternate(commands, rounds, workspace)
+        # The executor's first line says its sandboxes are started; it ends on SIGTERM.
+        executor = subprocess.Popen([kavi, "executor", "--idle-timeout", "10m"], cwd=workspace,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            print(executor.stderr.readline().strip())
+            alternate({"executor": commands["skill"], "python": commands["python"]}, rounds,
+                      workspace)
+        finally:
+            executor.terminate()
+            executor.wait()
         if baseline:
             forged = {"kavi": [], "baseline": []}
             for round_ in range(max(3, rounds // 4)):

@@ -98,6 +98,7 @@ mod complete;
 mod doctor;
 mod drill;
 mod executions;
+mod executor;
 mod explain;
 mod gc;
 mod init;
@@ -558,6 +559,9 @@ async fn in_workspace(
             serve::run(workspace, bind, allow_remote).await
         }
         Command::Mcp { client } => mcp::run(workspace, client).await,
+        Command::Executor { idle_timeout } => {
+            executor::run(workspace, &overrides, idle_timeout).await
+        }
         Command::Chat {
             message,
             confirmed,

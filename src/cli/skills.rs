@@ -354,10 +354,8 @@ pub(super) struct SkillEnv {
 impl SkillEnv {
     pub fn load(workspace: &Workspace) -> Result<Self, Error> {
         let store = super::open_store(workspace)?;
-        let templates = TemplateEngine::new(&workspace.templates_dir());
-        let trust = kavi_governance::load_trust(workspace, &templates)?;
+        let (templates, trust, confinement) = Self::policies(workspace)?;
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
-        let confinement = super::read_confinement(workspace, &templates)?;
         let owner =
             Owner::claim(&workspace.config.ledger, &store.temp_dir()).map_err(|source| {
                 Error::Io {
@@ -374,6 +372,23 @@ impl SkillEnv {
             owner,
             kavi_state: workspace.state_paths(),
         })
+    }
+
+    /// The templates, and the trust and confinement policies, as the workspace's files are now.
+    fn policies(
+        workspace: &Workspace,
+    ) -> Result<(TemplateEngine, TrustPolicy, ConfinementPolicy), Error> {
+        let templates = TemplateEngine::new(&workspace.templates_dir());
+        let trust = kavi_governance::load_trust(workspace, &templates)?;
+        let confinement = super::read_confinement(workspace, &templates)?;
+        Ok((templates, trust, confinement))
+    }
+
+    /// Reads the policies again: a resident executor runs each skill under the files as they
+    /// are at its run.
+    pub fn reload(&mut self, workspace: &Workspace) -> Result<(), Error> {
+        (self.templates, self.trust, self.confinement) = Self::policies(workspace)?;
+        Ok(())
     }
 
     /// A runner that logs to the configured JSONL log unless `log` is false.
@@ -426,6 +441,10 @@ pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i3
 pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
     let input: serde_json::Value = serde_json::from_str(input)
         .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
+    // A running executor runs a READ_ONLY skill in a sandbox it started ahead, and records it.
+    if let Some(record) = super::executor::ask(workspace, name, &input).await {
+        return Ok(report(&record, &CancellationToken::new()));
+    }
     // A skill that does not exist is said so before policies are read or anything is made.
     match Ledger::open_existing(&workspace.config.ledger) {
         Err(LedgerError::Missing(_)) => {

@@ -12,6 +12,7 @@ mod cli;
 mod distributed;
 mod drill;
 mod engine;
+mod executor;
 mod forge;
 mod gates;
 mod layers;

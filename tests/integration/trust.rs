@@ -49,16 +49,16 @@ skill = "{{ params.skill }}"
 comment = "all gates passed"
 "#;
 
-const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n";
+pub(crate) const PROPOSAL: &str = "name = \"demo\"\ndescription = \"Echo\"\nside_effect = \"READ_ONLY\"\ncommand = [\"python3\", \"skills/demo/skill.py\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"object\" }\n";
 const SKILL: &str = "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': data}\n\nif __name__ == '__main__':\n    print(json.dumps(run(json.load(sys.stdin))))\n";
-const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
+pub(crate) const TEST: &str = "import unittest\nfrom skill import run\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {'echo': 1})\n";
 
 fn workspace() -> tempfile::TempDir {
     workspace_with(PROPOSAL, SKILL, TEST)
 }
 
 /// A workspace with the `demo` skill proposed from `proposal`, its files written.
-fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir {
+pub(crate) fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     for folder in ["pipelines", "policies", "proposals", "skills/demo"] {
@@ -104,7 +104,7 @@ fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfile::TempDir 
 }
 
 /// Runs the gates over `demo` and promotes it.
-fn verify_and_promote(root: &std::path::Path) {
+pub(crate) fn verify_and_promote(root: &std::path::Path) {
     let out = kavi(
         root,
         &["pipeline", "run", "verify-promote", "--set", "skill=demo"],

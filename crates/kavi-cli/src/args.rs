@@ -182,6 +182,14 @@ pub enum Command {
         #[arg(long)]
         client: Option<String>,
     },
+    /// Keep sandboxes for READ_ONLY skills started ahead, so that `kavi skill run` pays only
+    /// for the run; in the foreground, until Ctrl-C, SIGTERM or --idle-timeout (see
+    /// docs/skills.md).
+    Executor {
+        /// End after this long without a request (`90s`, `10m`, `1h`).
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        idle_timeout: std::time::Duration,
+    },
     /// Say why a node of a recorded run ran, was skipped, blocked, cancelled, reused or cached,
     /// what the nodes it needs did, and which of its inputs, parameters or policies changed.
     Explain {

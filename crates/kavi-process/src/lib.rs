@@ -108,6 +108,33 @@ pub async fn run(
     options: &CaptureOptions,
     cancel: &CancellationToken,
 ) -> io::Result<Finished> {
+    run_with(spec, spec.stdin.clone().map(Input::Now), options, cancel).await
+}
+
+/// [`run`] with the child's input sent later: the child starts now, its stdin a pipe that
+/// stays open until `input` brings the bytes (a sandbox started before its work is known); a
+/// dropped sender closes it. `spec.stdin` is not used.
+pub async fn run_fed(
+    spec: &CommandSpec,
+    input: tokio::sync::oneshot::Receiver<Vec<u8>>,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> io::Result<Finished> {
+    run_with(spec, Some(Input::Later(input)), options, cancel).await
+}
+
+/// What a child reads on its stdin.
+enum Input {
+    Now(Vec<u8>),
+    Later(tokio::sync::oneshot::Receiver<Vec<u8>>),
+}
+
+async fn run_with(
+    spec: &CommandSpec,
+    input: Option<Input>,
+    options: &CaptureOptions,
+    cancel: &CancellationToken,
+) -> io::Result<Finished> {
     // A confined program is found on its profile's search path, inside its view.
     let confined_env;
     let env = match &spec.confinement {
@@ -165,7 +192,7 @@ pub async fn run(
             &spec.args,
             env,
             &spec.cwd,
-            spec.stdin.is_some(),
+            input.is_some(),
             &spawn::Extras::default(),
         )?,
         Some(launch) => {
@@ -195,7 +222,7 @@ pub async fn run(
                 &launch.args,
                 env,
                 &spec.cwd,
-                spec.stdin.is_some(),
+                input.is_some(),
                 &spawn::Extras {
                     pass: &pass,
                     cgroups: &cgroups,
@@ -212,10 +239,18 @@ pub async fn run(
         roster.enlist(spawned.pid.as_raw(), window)?;
     }
 
-    if let (Some(bytes), Some(fd)) = (spec.stdin.clone(), spawned.stdin) {
+    if let (Some(input), Some(fd)) = (input, spawned.stdin) {
         let mut pipe = tokio::net::unix::pipe::Sender::from_owned_fd(fd)?;
         // A child that does not read its stdin closes the pipe; that is not an error.
         tokio::spawn(async move {
+            let bytes = match input {
+                Input::Now(bytes) => bytes,
+                Input::Later(later) => match later.await {
+                    Ok(bytes) => bytes,
+                    // Never sent: the pipe closes, the child reads the end of its input.
+                    Err(_) => return,
+                },
+            };
             let _ = pipe.write_all(&bytes).await;
         });
     }

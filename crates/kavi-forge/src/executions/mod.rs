@@ -115,6 +115,56 @@ fn isolate_python(argv: &mut Vec<String>) {
     }
 }
 
+/// How a record's confinement says its process was started ahead (`launch`).
+pub const PRESTARTED: &str = "pre-started";
+
+/// The interpreter a pre-started sandbox runs: the one a skill's `python3` is, found on the
+/// profile's search path inside the same view.
+const PRESTARTED_PYTHON: &str = "python3";
+
+/// What a pre-started sandbox's Python runs: it reads one line from its stdin, a byte at a
+/// time (so nothing after it is read ahead), the skill's `sys.argv` as JSON, and runs that
+/// script as `__main__`; the rest of stdin is the skill's input, as in a direct run. Without a
+/// line (the sandbox discarded unused) it ends.
+const LOADER: &str = "import json, os, runpy, sys
+line = b''
+while not line.endswith(b'\\n'):
+    byte = os.read(0, 1)
+    if not byte:
+        sys.exit(0)
+    line += byte
+sys.argv = json.loads(line)
+runpy.run_path(sys.argv[0], run_name='__main__')
+";
+
+/// A sandbox started before its skill is known ([`Runner::prestart`]). It serves one run
+/// ([`Runner::run_prestarted`]) and ends with it; dropped unused, it ends at once.
+pub struct Prestarted {
+    confinement: crate::confinement::Confinement,
+    /// Empty, and shown read-only in the sandbox where the skill's snapshot is expected, until
+    /// the run's trust check writes the trusted bytes into it.
+    snapshot: Option<tempfile::TempDir>,
+    tmp: tempfile::TempDir,
+    /// The loader's line and the input, sent when the sandbox is claimed.
+    feed: tokio::sync::oneshot::Sender<Vec<u8>>,
+    stop: CancellationToken,
+    finished: tokio::task::JoinHandle<std::io::Result<crate::process::Finished>>,
+}
+
+impl Prestarted {
+    /// Whether its process is still waiting for a run: one that ended (killed, or at a bound)
+    /// serves none.
+    pub fn alive(&self) -> bool {
+        !self.finished.is_finished()
+    }
+
+    /// Ends it unused, and waits until its process tree is gone.
+    pub async fn discard(self) {
+        self.stop.cancel();
+        let _ = self.finished.await;
+    }
+}
+
 /// What running skills needs from the workspace.
 pub struct Runner<'a> {
     pub root: &'a Path,
@@ -147,6 +197,12 @@ fn millis(d: Duration) -> i64 {
 impl Runner<'_> {
     /// The trust check. The error says which check failed and how to recover.
     pub fn ready(&self, name: &str) -> Result<Ready, Refusal> {
+        self.ready_in(name, None)
+    }
+
+    /// [`Runner::ready`], the snapshot written into `folder` when given (a pre-started
+    /// sandbox's, see [`Prestarted`]), else into a new one.
+    fn ready_in(&self, name: &str, folder: Option<tempfile::TempDir>) -> Result<Ready, Refusal> {
         // The run's confined launch follows this check: its cgroup move waits less.
         crate::confinement::bounds::move_soon();
         // Running a skill never makes a ledger: with none, there is no skill to run.
@@ -184,8 +240,11 @@ impl Runner<'_> {
                 .or_else(|refused| self.shared_tree(&trusted).ok_or(refused))?,
             Some(newer) => self.kept_tree(&trusted, newer)?,
         };
-        let snapshot = Snapshot::make(&tree, &trusted.trusted_hash, |dir| self.owner.track(dir))
-            .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
+        let snapshot = match folder {
+            Some(folder) => Snapshot::make_in(folder, &tree, &trusted.trusted_hash),
+            None => Snapshot::make(&tree, &trusted.trusted_hash, |dir| self.owner.track(dir)),
+        }
+        .map_err(|e| Refusal::Hash(format!("refusing to run `{name}`: {e}")))?;
         let proposal = Proposal::from_artifact(self.artifacts, &trusted.spec_artifact)
             .map_err(Refusal::Unreadable)?;
         // Trusted before kavi refused such commands: its hash never covered what it would load.
@@ -317,7 +376,7 @@ impl Runner<'_> {
         input: &Value,
         cancel: &CancellationToken,
     ) -> Result<(Result<Value, String>, Option<Violation>), ExecutionError> {
-        let (outcome, _, violation) = self.invoke(ready, input, &[], cancel).await?;
+        let (outcome, _, violation) = self.invoke(ready, input, &[], cancel, None).await?;
         Ok((outcome, violation))
     }
 
@@ -362,6 +421,110 @@ impl Runner<'_> {
         lineage: &Lineage,
         cancel: &CancellationToken,
     ) -> Result<ExecutionRecord, ExecutionError> {
+        self.run_in(ready, input, lineage, cancel, None).await
+    }
+
+    /// Starts a sandbox for a READ_ONLY skill not yet known: its confinement made exactly as
+    /// [`Runner::run`] makes a READ_ONLY skill's, around the profile's Python running
+    /// [`LOADER`], which waits for the script to run. Its snapshot folder is empty until
+    /// [`Runner::run_prestarted`] writes the skill's trusted bytes into it. `shutdown` ends it
+    /// unused.
+    pub fn prestart(&self, shutdown: &CancellationToken) -> Result<Prestarted, String> {
+        crate::confinement::bounds::move_soon();
+        let tmp = self.private_tmp().map_err(|e| e.to_string())?;
+        let snapshot = Snapshot::new_folder(|dir| self.owner.track(dir))?;
+        let confinement = self.confine(
+            crate::skills::SideEffects::from(crate::skills::SideEffect::ReadOnly),
+            tmp.path(),
+            snapshot.path(),
+            &[],
+        )?;
+        if !confinement.isolated() {
+            return Err("this machine cannot isolate a skill: nothing is started ahead".into());
+        }
+        let spec = crate::process::CommandSpec {
+            program: PRESTARTED_PYTHON.to_owned(),
+            args: PYTHON_ISOLATED
+                .iter()
+                .chain(&["-c", LOADER])
+                .map(|arg| (*arg).to_owned())
+                .collect(),
+            env: self.skill_env(tmp.path(), &[]),
+            cwd: self.root.to_owned(),
+            stdin: None,
+            confinement: Some(confinement.clone()),
+        };
+        let (feed, input) = tokio::sync::oneshot::channel();
+        let options = self.owner.capture(OUTPUT_LIMIT);
+        let stop = shutdown.child_token();
+        let finished = tokio::spawn({
+            let stop = stop.clone();
+            async move { crate::process::run_fed(&spec, input, &options, &stop).await }
+        });
+        Ok(Prestarted {
+            confinement,
+            snapshot: Some(snapshot),
+            tmp,
+            feed,
+            stop,
+            finished,
+        })
+    }
+
+    /// Runs `name` with `input` in `sandbox` from [`Runner::prestart`], as [`Runner::ready`]
+    /// then [`Runner::run`] would: the trust check writes the snapshot into the sandbox's
+    /// folder at this moment, and the run is recorded the same, its confinement marked
+    /// `pre-started`. `Ok(None)`, the sandbox discarded, when it cannot serve this run: the
+    /// skill is refused, is not a READ_ONLY Python script without secrets or writes, or the
+    /// view a fresh sandbox would have (the policies, what `hide_matching` finds now) differs
+    /// from the one it was started with. The caller then runs it the usual way, which says
+    /// why when it is refused.
+    pub async fn run_prestarted(
+        &self,
+        name: &str,
+        input: Value,
+        lineage: &Lineage,
+        cancel: &CancellationToken,
+        mut sandbox: Prestarted,
+    ) -> Result<Option<ExecutionRecord>, ExecutionError> {
+        let Ok(ready) = self.ready_in(name, sandbox.snapshot.take()) else {
+            return Ok(None);
+        };
+        let proposal = &ready.proposal;
+        let command = ready.command();
+        let servable = proposal.side_effect.is_read_only()
+            && proposal.secrets.is_empty()
+            && proposal.writes.is_empty()
+            && command.len() > PYTHON_ISOLATED.len() + 1
+            && command[0] == PRESTARTED_PYTHON
+            && command[1..=PYTHON_ISOLATED.len()] == PYTHON_ISOLATED
+            // The loader runs a script, not an interpreter's option.
+            && !command[PYTHON_ISOLATED.len() + 1].starts_with('-');
+        if !servable {
+            return Ok(None);
+        }
+        let fresh = self.confine(
+            proposal.side_effect,
+            sandbox.tmp.path(),
+            ready.snapshot.path(),
+            &[],
+        );
+        if fresh.map(|fresh| fresh.record()).ok() != Some(sandbox.confinement.record()) {
+            return Ok(None);
+        }
+        self.run_in(&ready, input, lineage, cancel, Some(sandbox))
+            .await
+            .map(Some)
+    }
+
+    async fn run_in(
+        &self,
+        ready: &Ready,
+        input: Value,
+        lineage: &Lineage,
+        cancel: &CancellationToken,
+        sandbox: Option<Prestarted>,
+    ) -> Result<ExecutionRecord, ExecutionError> {
         let started_at = crate::ledger::now();
         let clock = Instant::now();
         let proposal = &ready.proposal;
@@ -403,8 +566,9 @@ impl Runner<'_> {
         ) {
             (Err(e), _) | (Ok(()), Err(e)) => (Err(e), None, Vec::new()),
             (Ok(()), Ok(secrets)) => {
-                let (outcome, confinement, _) =
-                    self.invoke(ready, &input, &secrets, cancel).await?;
+                let (outcome, confinement, _) = self
+                    .invoke(ready, &input, &secrets, cancel, sandbox)
+                    .await?;
                 (outcome, confinement, secrets)
             }
         };
@@ -432,23 +596,28 @@ impl Runner<'_> {
     /// Runs the command under its class's confinement; `Ok((Err(..), _, _))` is the skill failing
     /// (or refused for want of confinement), `Err` is kavi failing to start it. The second value
     /// is the confinement it ran under, for the record; the third, what that confinement stopped
-    /// it for.
+    /// it for. In `sandbox`, when given, the command runs in that pre-started sandbox.
     async fn invoke(
         &self,
         ready: &Ready,
         input: &Value,
         secrets: &[(String, String)],
         cancel: &CancellationToken,
+        sandbox: Option<Prestarted>,
     ) -> Result<(Result<Value, String>, Option<Value>, Option<Violation>), ExecutionError> {
         let class = ready.proposal.side_effect;
-        let tmp = tempfile::Builder::new()
-            .prefix("kavi-tmp-skill-")
-            .tempdir()
-            .and_then(|tmp| self.owner.track(tmp.path()).map(|()| tmp))
-            .map_err(|source| ExecutionError::Spawn {
-                skill: ready.name.clone(),
-                source,
-            })?;
+        let spawn_error = |source| ExecutionError::Spawn {
+            skill: ready.name.clone(),
+            source,
+        };
+        let own_tmp;
+        let tmp = match &sandbox {
+            Some(sandbox) => sandbox.tmp.path(),
+            None => {
+                own_tmp = self.private_tmp().map_err(spawn_error)?;
+                own_tmp.path()
+            }
+        };
         // A declared path that does not exist yet is made as a folder, so that the profile can
         // grant it; one that resolves outside the workspace is refused.
         for write in ready.proposal.write_paths() {
@@ -479,50 +648,72 @@ impl Runner<'_> {
                 None,
             ));
         }
-        let values = minijinja::context! {
-            workspace => self.root,
-            tmp => tmp.path(),
-            snapshot => ready.snapshot.path(),
-        };
-        let confinement = match self.confinement.for_skill(class).confine(
-            self.templates,
-            &values,
-            &ready.proposal.write_paths(),
-            self.kavi_state,
-        ) {
-            Ok(confinement) => confinement,
-            Err(refusal) => return Ok((Err(refusal), None, None)),
-        };
-        let recorded = confinement.clone();
-        let mut env = crate::process::base_env();
-        env.push(("TMPDIR".to_owned(), tmp.path().display().to_string()));
-        env.extend(secrets.iter().cloned());
         let mut argv = ready.command();
-        let spec = crate::process::CommandSpec {
-            program: argv.remove(0),
-            args: argv,
-            env,
-            cwd: self.root.to_owned(),
-            stdin: Some(input.to_string().into_bytes()),
-            confinement: Some(confinement),
-        };
-        let options = self.owner.capture(OUTPUT_LIMIT);
-        let stop = cancel.child_token();
-        let timer = stop.clone();
         let timeout = self.timeout;
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
-            timer.cancel();
-        });
-        let finished = crate::process::run(&spec, &options, &stop).await;
-        timer.abort();
-        let finished = finished.map_err(|source| ExecutionError::Spawn {
-            skill: ready.name.clone(),
-            source,
-        })?;
+        // Stopped at the timeout, or when the caller cancels.
+        let timer = |stop: CancellationToken| {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(timeout) => {}
+                    () = cancel.cancelled() => {}
+                }
+                stop.cancel();
+            })
+        };
+        let (finished, recorded, prestarted) = match sandbox {
+            None => {
+                let confinement = match self.confine(
+                    class,
+                    tmp,
+                    ready.snapshot.path(),
+                    &ready.proposal.write_paths(),
+                ) {
+                    Ok(confinement) => confinement,
+                    Err(refusal) => return Ok((Err(refusal), None, None)),
+                };
+                let recorded = confinement.clone();
+                let spec = crate::process::CommandSpec {
+                    program: argv.remove(0),
+                    args: argv,
+                    env: self.skill_env(tmp, secrets),
+                    cwd: self.root.to_owned(),
+                    stdin: Some(input.to_string().into_bytes()),
+                    confinement: Some(confinement),
+                };
+                let options = self.owner.capture(OUTPUT_LIMIT);
+                let stop = cancel.child_token();
+                let timer = timer(stop.clone());
+                let finished = crate::process::run(&spec, &options, &stop).await;
+                timer.abort();
+                (finished, recorded, false)
+            }
+            Some(sandbox) => {
+                // The loader's line: the script and its arguments, as `sys.argv`; the input
+                // follows on the same stdin.
+                let script = argv.split_off(1 + PYTHON_ISOLATED.len());
+                let mut fed = serde_json::to_vec(&script).unwrap_or_default();
+                fed.push(b'\n');
+                fed.extend(input.to_string().into_bytes());
+                let timer = timer(sandbox.stop.clone());
+                // A sandbox that ended before its go (killed, or stopped at a bound) reports
+                // that when it is awaited.
+                let _ = sandbox.feed.send(fed);
+                let finished = match sandbox.finished.await {
+                    Ok(finished) => finished,
+                    Err(joined) => Err(std::io::Error::other(joined)),
+                };
+                timer.abort();
+                (finished, sandbox.confinement, true)
+            }
+        };
+        let finished = finished.map_err(spawn_error)?;
         // With the connections its proxy allowed and refused, for a skill with the network; and
         // what stopped it, by the failure kind a build or a gate would have had.
         let mut record = recorded.record_run(finished.network.as_ref());
+        if prestarted {
+            record["launch"] = serde_json::json!(PRESTARTED);
+        }
         if let Some(violation) = &finished.violation {
             record["violation"] = serde_json::json!({
                 "kind": violation.failure_kind(),
@@ -570,6 +761,41 @@ impl Runner<'_> {
             other => Err(with_stderr(format!("ended with {other:?} {profile}"))),
         };
         Ok((outcome, Some(record), finished.violation))
+    }
+
+    /// A skill's private temporary folder (its TMPDIR, writable in its view).
+    fn private_tmp(&self) -> std::io::Result<tempfile::TempDir> {
+        tempfile::Builder::new()
+            .prefix("kavi-tmp-skill-")
+            .tempdir()
+            .and_then(|tmp| self.owner.track(tmp.path()).map(|()| tmp))
+    }
+
+    /// The confinement of a skill of `class` with its temporary folder `tmp`, its snapshot at
+    /// `snapshot` and the write scopes `writes`.
+    fn confine(
+        &self,
+        class: crate::skills::SideEffects,
+        tmp: &Path,
+        snapshot: &Path,
+        writes: &[String],
+    ) -> Result<crate::confinement::Confinement, String> {
+        let values = minijinja::context! {
+            workspace => self.root,
+            tmp => tmp,
+            snapshot => snapshot,
+        };
+        self.confinement
+            .for_skill(class)
+            .confine(self.templates, &values, writes, self.kavi_state)
+    }
+
+    /// A skill's environment, built from nothing: the base, its TMPDIR, and its secrets.
+    fn skill_env(&self, tmp: &Path, secrets: &[(String, String)]) -> Vec<(String, String)> {
+        let mut env = crate::process::base_env();
+        env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
+        env.extend(secrets.iter().cloned());
+        env
     }
 
     fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {

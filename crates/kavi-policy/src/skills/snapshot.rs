@@ -31,7 +31,26 @@ impl Snapshot {
         hash: &str,
         track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
     ) -> Result<Self, String> {
-        Self::make_with(tree, hash, track, |_| Ok(()))
+        Self::make_in(Self::new_folder(track)?, tree, hash)
+    }
+
+    /// A new, empty private folder for a snapshot; `track` writes it down before anything is
+    /// put in it (see [`crate::ledger::Owner::track`]).
+    pub fn new_folder(
+        track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
+    ) -> Result<tempfile::TempDir, String> {
+        tempfile::Builder::new()
+            .prefix("kavi-snapshot-")
+            .tempdir()
+            .and_then(|dir| track(dir.path()).map(|()| dir))
+            .map_err(|e| format!("cannot make the snapshot folder: {e}"))
+    }
+
+    /// [`Snapshot::make`] into `dir`, an empty folder from [`Snapshot::new_folder`]: one that a
+    /// sandbox started before its skill was known already shows, read-only, where the skill's
+    /// files are expected.
+    pub fn make_in(dir: tempfile::TempDir, tree: &SkillTree, hash: &str) -> Result<Self, String> {
+        Self::make_with(dir, tree, hash, |_| Ok(()))
     }
 
     /// A snapshot laid out as the workspace is, for the gates to judge exactly the bytes that
@@ -45,7 +64,7 @@ impl Snapshot {
         track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
         workspace: &Path,
     ) -> Result<Self, String> {
-        Self::make_with(tree, hash, track, |root| {
+        Self::make_with(Self::new_folder(track)?, tree, hash, |root| {
             write_read_only(root, &tree.proposal_path, &tree.proposal, false).map_err(|e| {
                 format!("cannot write {} into the snapshot: {e}", tree.proposal_path)
             })?;
@@ -81,16 +100,11 @@ impl Snapshot {
     }
 
     fn make_with(
+        dir: tempfile::TempDir,
         tree: &SkillTree,
         hash: &str,
-        track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
         beside: impl FnOnce(&Path) -> Result<(), String>,
     ) -> Result<Self, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("kavi-snapshot-")
-            .tempdir()
-            .and_then(|dir| track(dir.path()).map(|()| dir))
-            .map_err(|e| format!("cannot make the snapshot folder: {e}"))?;
         let root = dir.path().join(&tree.folder);
         std::fs::create_dir_all(&root)
             .map_err(|e| format!("cannot make {}: {e}", root.display()))?;
