@@ -68,8 +68,8 @@ impl kavi_serve::Cli for Binary {
 pub async fn run(workspace: Workspace, addr: SocketAddr, allow_remote: bool) -> Result<i32, Error> {
     super::served_workspace(&workspace, "kavi serve")?;
     let options = Options { addr, allow_remote };
-    let served = kavi_serve::serve(workspace, options, Box::new(Binary), |addr| {
-        outln!("serving the review page on http://{addr}/ (Ctrl-C stops it)");
+    let served = kavi_serve::serve(workspace, options, Box::new(Binary), |addr, key| {
+        outln!("serving the review page on http://{addr}/?key={key} (Ctrl-C stops it)");
     });
     match served.await {
         Ok(()) => Ok(exit::SUCCESS),

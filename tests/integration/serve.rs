@@ -18,7 +18,10 @@ use crate::common::{self, json, kavi, shipped_workspace};
 /// A `kavi serve` of a workspace on a port the system chose, stopped when dropped.
 struct Served {
     child: Child,
+    /// The address, without the key.
     url: String,
+    /// The key the server printed, which every request must carry.
+    key: String,
     /// What the server printed after its first line: the resumed runs' progress.
     output: Arc<Mutex<String>>,
 }
@@ -38,12 +41,12 @@ impl Served {
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let first = lines.next().unwrap().unwrap();
-        let url = first
+        let (url, key) = first
             .split_whitespace()
             .find(|w| w.starts_with("http://127.0.0.1:"))
-            .unwrap_or_else(|| panic!("no address in {first:?}"))
-            .trim_end_matches('/')
-            .to_owned();
+            .and_then(|address| address.split_once("/?key="))
+            .unwrap_or_else(|| panic!("no address with a key in {first:?}"));
+        let (url, key) = (url.to_owned(), key.to_owned());
         let output = Arc::new(Mutex::new(String::new()));
         let kept = output.clone();
         std::thread::spawn(move || {
@@ -53,7 +56,34 @@ impl Served {
                 kept.push('\n');
             }
         });
-        Served { child, url, output }
+        Served {
+            child,
+            url,
+            key,
+            output,
+        }
+    }
+
+    /// Opens the page in `client` with the key, so that its cookie goes with every later page.
+    async fn sign_in(&self, client: &Client) {
+        client
+            .goto(&format!("{}/?key={}", self.url, self.key))
+            .await
+            .unwrap();
+    }
+
+    /// An HTTP client that sends the key's cookie with every request.
+    fn http(&self) -> reqwest::Client {
+        let port = self.url.rsplit(':').next().unwrap();
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::COOKIE,
+            format!("kavi_key_{port}={}", self.key).parse().unwrap(),
+        );
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap()
     }
 
     /// Waits for the server to print a line containing `text` (a resumed run ending).
@@ -230,6 +260,7 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
     let root = dir.path();
     stopped_for_review(root);
     let served = Served::start(root);
+    served.sign_in(client).await;
 
     // The queue lists the stopped run with what it awaits.
     client.goto(&served.url).await.unwrap();
@@ -421,6 +452,7 @@ async fn the_page_refuses_what_kavi_approve_refuses() {
     .unwrap();
     stopped_for_review(root);
     let served = Served::start(root);
+    served.sign_in(client).await;
     client
         .goto(&format!("{}/runs/1", served.url))
         .await
@@ -474,7 +506,24 @@ async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_
     let root = dir.path();
     stopped_for_review(root);
     let served = Served::start(root);
-    let http = reqwest::Client::new();
+    // Without the key (another account of this machine, which can reach loopback but did not
+    // start the server), or with a wrong one: no page, no token, no decision.
+    let stranger = reqwest::Client::new();
+    let port = served.url.rsplit(':').next().unwrap();
+    for cookie in ["", "kavi_key_{port}=guessed"] {
+        let cookie = cookie.replace("{port}", port);
+        let answer = stranger
+            .get(format!("{}/runs/1", served.url))
+            .header("Cookie", cookie.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 401, "{cookie}");
+        let body = answer.text().await.unwrap();
+        assert!(!body.contains("name=\"token\""), "{body}");
+        assert!(body.contains("holds its key"), "{body}");
+    }
+    let http = served.http();
     let page = http
         .get(format!("{}/runs/1", served.url))
         .send()
@@ -484,6 +533,18 @@ async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_
         .await
         .unwrap();
     let (token, seen) = (field(&page, "token"), field(&page, "seen"));
+    let keyless = stranger
+        .post(format!("{}/runs/1/decide", served.url))
+        .header("Origin", served.url.as_str())
+        .form(&[
+            ("token", token.as_str()),
+            ("seen", &seen),
+            ("verdict", "approve"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(keyless.status().as_u16(), 401);
     let post = |origin: &str, form: Vec<(&str, &str)>| {
         http.post(format!("{}/runs/1/decide", served.url))
             .header("Origin", origin)
@@ -629,6 +690,7 @@ async fn a_runs_graph_is_drawn_with_each_nodes_state_in_words() {
     ran_a_split(root);
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     let served = Served::start(root);
+    served.sign_in(client).await;
     client
         .goto(&format!("{}/runs/1", served.url))
         .await
@@ -704,9 +766,10 @@ async fn rule_changes_are_approved_and_adopted_from_the_queue_as_kavi_policy_doe
         "{proposed:?}"
     );
     let served = Served::start(root);
+    served.sign_in(client).await;
 
     // A form posted from another site is refused, and nothing is adopted.
-    let http = reqwest::Client::new();
+    let http = served.http();
     let page = http
         .get(&served.url)
         .send()
@@ -810,6 +873,7 @@ async fn the_skills_and_a_skills_verifications_and_executions_are_listed_a_page_
         .texts("SELECT gate_id FROM verifications WHERE skill = 'word_count' ORDER BY id DESC");
     assert!(!gates.is_empty());
     let served = Served::start(root);
+    served.sign_in(client).await;
 
     client
         .goto(&format!("{}/skills", served.url))

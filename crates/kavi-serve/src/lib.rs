@@ -10,6 +10,7 @@ mod evidence;
 mod forms;
 mod graph;
 mod pages;
+mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -85,18 +86,23 @@ struct App {
     /// The forms' token: random for each start of the server, so a page from another site
     /// cannot know it.
     token: String,
+    /// What a request must carry to be answered (see [`session`]): random for each start, and
+    /// told only to whoever started the server.
+    key: String,
+    /// The port listened on, which names the key's cookie.
+    port: u16,
     templates: minijinja::Environment<'static>,
 }
 
 type Shared = Arc<App>;
 
 /// Serves until the process is stopped. `ready` is told the address listened on (the port the
-/// system chose for port 0).
+/// system chose for port 0) and the key a request must carry (`?key=` once, then its cookie).
 pub async fn serve(
     workspace: Workspace,
     options: Options,
     cli: Box<dyn Cli>,
-    ready: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr, &str),
 ) -> Result<(), ServeError> {
     if !options.addr.ip().is_loopback() && !options.allow_remote {
         return Err(ServeError::NotLoopback(options.addr));
@@ -107,14 +113,17 @@ pub async fn serve(
             addr: options.addr,
             source,
         })?;
+    let addr = listener.local_addr()?;
     let app = Arc::new(App {
         workspace,
         allow_remote: options.allow_remote,
         cli,
         token: uuid::Uuid::new_v4().simple().to_string(),
+        key: uuid::Uuid::new_v4().simple().to_string(),
+        port: addr.port(),
         templates: pages::templates(),
     });
-    ready(listener.local_addr()?);
+    ready(addr, &app.key);
     axum::serve(listener, router(app)).await?;
     Ok(())
 }
@@ -131,6 +140,10 @@ fn router(app: Shared) -> Router {
         .route("/skills/{name}", get(pages::skill))
         .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            session::with_key,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             forms::loopback_host,
