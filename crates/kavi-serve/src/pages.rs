@@ -358,3 +358,23 @@ pub async fn ledger(State(app): State<Shared>) -> Response {
         Err(response) => response,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The runs list's link to its next page keeps a pipeline filter, encoded for a query.
+    #[test]
+    fn the_next_page_link_keeps_the_pipeline_filter_encoded() {
+        let env = super::templates();
+        let html = env
+            .get_template("runs.html")
+            .unwrap()
+            .render(
+                minijinja::context! { next => 7, pipeline => "a b&c", runs => serde_json::json!([{ "id": 8, "status": "failed", "pipeline": "a b&c" }]) },
+            )
+            .unwrap();
+        assert!(
+            html.contains("/runs?before=7&amp;pipeline=a%20b%26c"),
+            "{html}"
+        );
+    }
+}
