@@ -71,7 +71,14 @@ pub async fn run(workspace: Workspace, addr: SocketAddr, allow_remote: bool) -> 
     let served = kavi_serve::serve(workspace, options, Box::new(Binary), |addr, key| {
         outln!("serving the review page on http://{addr}/?key={key} (Ctrl-C stops it)");
     });
-    match served.await {
+    // A run the page resumes takes SIGINT and SIGTERM to cancel itself; the server must still
+    // end on them, with the code a cancelled command ends with.
+    let stopped = super::signals::cancel_on_signals("the review page and any run it resumed");
+    let served = tokio::select! {
+        served = served => served,
+        () = stopped.cancelled() => return Ok(super::signals::cancelled_exit_code()),
+    };
+    match served {
         Ok(()) => Ok(exit::SUCCESS),
         Err(e @ ServeError::NotLoopback(_)) => Err(Error::Usage(e.to_string())),
         Err(e) => Err(Error::Unusable(e.to_string())),

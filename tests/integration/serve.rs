@@ -86,6 +86,24 @@ impl Served {
             .unwrap()
     }
 
+    /// Sends SIGTERM and waits for the server to end; its exit code. A server that does not end
+    /// within a minute fails the test.
+    fn terminate(mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not end on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits for the server to print a line containing `text` (a resumed run ending).
     fn wait_for(&self, text: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(600);
@@ -431,6 +449,9 @@ async fn a_reviewer_reads_the_evidence_and_approves_in_the_browser_as_kavi_appro
         )
     );
     common::assert_ledger_verifies(root);
+    // Having resumed a run (which takes SIGTERM to cancel itself), the server still ends on
+    // SIGTERM, as a cancelled command does.
+    assert_eq!(served.terminate(), Some(143));
 }
 
 /// With `self_approval = false`, the account that started a run may not approve it: the page
