@@ -47,7 +47,7 @@ fn findings_at(
             Vec::new()
         }
     };
-    if let Some(seen) = checkpoint::last_seen_at(&location(ledger_at))
+    if let Some(seen) = checkpoint::last_seen_at(&crate::ledger::canonical_location(ledger_at))
         && identity.as_ref() != Some(&seen)
     {
         problems.push(format!(
@@ -66,19 +66,6 @@ fn findings_at(
         findings,
         pinned.or(trusted.as_ref().map(checkpoint::public_hex)),
     ))
-}
-
-/// Where a ledger is, as the index of locations beside the key names it: its canonical path,
-/// or its server's URL without a password.
-fn location(ledger: &Path) -> String {
-    if crate::ledger::postgres_url(ledger).is_some() {
-        return crate::ledger::display_location(ledger);
-    }
-    ledger
-        .canonicalize()
-        .unwrap_or_else(|_| ledger.to_owned())
-        .display()
-        .to_string()
 }
 
 fn io_error(context: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -136,9 +123,13 @@ pub fn checkpoint(workspace: &Workspace) -> Result<i32, Error> {
                 keys::log_path(&id).display()
             ));
             checkpoint::log(&id, &Record::Checkpoint(signed.clone())).map_err(logging)?;
-            checkpoint::remember_location(&id, &location(&workspace.config.ledger)).map_err(
-                io_error("failed to record where the ledger is, beside the key".into()),
-            )?;
+            checkpoint::remember_location(
+                &id,
+                &crate::ledger::canonical_location(&workspace.config.ledger),
+            )
+            .map_err(io_error(
+                "failed to record where the ledger is, beside the key".into(),
+            ))?;
             outln!(
                 "checkpoint: journal entry {} ({}) signed by {}",
                 signed.seq,

@@ -177,10 +177,10 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
     if !ledger.rule_sets()?.is_empty() {
         return Ok(());
     }
-    let here = ledger_location(&workspace.config.ledger);
+    let here = crate::ledger::canonical_location(&workspace.config.ledger);
     let carried = previous_ledgers(workspace)
         .into_iter()
-        .filter(|previous| ledger_location(previous) != here)
+        .filter(|previous| crate::ledger::canonical_location(previous) != here)
         .find_map(|previous| {
             let earlier = Ledger::open_read_only(&previous).ok()?;
             let adopted = Governing::adopted(&earlier).ok()??;
@@ -228,21 +228,8 @@ fn adoptions_index() -> std::path::PathBuf {
         .join("workspaces")
 }
 
-/// A ledger's location as the index keeps it: a file's canonical path, a server's URL without
-/// its password.
-fn ledger_location(ledger: &std::path::Path) -> String {
-    if crate::ledger::postgres_url(ledger).is_some() {
-        return crate::ledger::display_location(ledger);
-    }
-    ledger
-        .canonicalize()
-        .unwrap_or_else(|_| ledger.to_owned())
-        .display()
-        .to_string()
-}
-
 fn workspace_key(workspace: &Workspace) -> String {
-    ledger_location(&workspace.root)
+    crate::ledger::canonical_location(&workspace.root)
 }
 
 /// The ledgers this workspace's rules may have been adopted in before: the one the index
@@ -267,7 +254,7 @@ fn previous_ledgers(workspace: &Workspace) -> Vec<std::path::PathBuf> {
 /// workspace's default one.
 fn remember_ledger(workspace: &Workspace, ledger: &str) {
     use std::io::Write as _;
-    // A URL's password is never written (`ledger_location` redacts it), nor a line break.
+    // A URL's password is never written (`canonical_location` leaves it out), nor a line break.
     if ledger.contains(['\n', '\t']) {
         return;
     }

@@ -73,6 +73,19 @@ pub fn postgres_url(location: &Path) -> Option<&str> {
     location.to_str().filter(|text| postgres::is_url(text))
 }
 
+/// A ledger's location as indexes outside the workspace keep it: a file's canonical path, a
+/// server's URL without its password.
+pub fn canonical_location(ledger: &Path) -> String {
+    if postgres_url(ledger).is_some() {
+        return display_location(ledger);
+    }
+    ledger
+        .canonicalize()
+        .unwrap_or_else(|_| ledger.to_owned())
+        .display()
+        .to_string()
+}
+
 /// How messages name a ledger location: a server's password left out.
 pub fn display_location(location: &Path) -> String {
     match postgres_url(location) {

@@ -52,7 +52,9 @@ use artifacts::keep_artifact;
 pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use claims::{Claim, DEFAULT_LEASE, lease, lease_over, set_lease};
-pub use connection::{AnotherConnection, display_location, locks_dir, postgres_url};
+pub use connection::{
+    AnotherConnection, canonical_location, display_location, locks_dir, postgres_url,
+};
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
