@@ -750,14 +750,15 @@ fn a_file_level_suppression_fails_its_gate_unless_the_gate_set_allows_it() {
     let (status, detail) = gate_of(dir.path(), "types");
     assert_eq!(status, "failed");
     assert!(detail.contains("(mypy_inline_config)"), "{detail}");
-    // A `# type: ignore` without a code is mypy's own finding.
+    // A `# type: ignore` after code, with a code or without, is a line's suppression: refused
+    // unless allowed, before mypy runs.
     let blanket = BROKEN
         .replace("import os\n", "")
         .replace("return text\n", "return text  # type: ignore\n");
     let dir = workspace(&blanket, TEST);
     let (status, detail) = gate_of(dir.path(), "types");
     assert_eq!(status, "failed");
-    assert!(detail.contains("ignore-without-code"), "{detail}");
+    assert!(detail.contains("(line_type_ignore)"), "{detail}");
 
     // Allowed by the gate set: the gate passes, and the suppression is on the record.
     let sound = format!("# mypy: disallow-any-expr=False\n{SKILL}");
