@@ -142,6 +142,9 @@ struct RawRule {
     message: String,
     #[schemars(with = "String")]
     regex: Spanned<String>,
+    /// Matched in the skill's test files only (`test_files`).
+    #[serde(default)]
+    tests_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -149,6 +152,7 @@ struct Rule {
     id: String,
     message: String,
     regex: Regex,
+    tests_only: bool,
 }
 
 /// A compiled scanner policy.
@@ -223,6 +227,7 @@ fn compile_rules(source: &Arc<SourceFile>, raw: Vec<RawRule>) -> Result<Vec<Rule
                 id: rule.id,
                 message: rule.message,
                 regex,
+                tests_only: rule.tests_only,
             })
         })
         .collect()
@@ -314,6 +319,9 @@ impl Scanner {
                 continue;
             }
             for rule in &self.rules {
+                if rule.tests_only && !self.is_test(name) {
+                    continue;
+                }
                 if rule.regex.is_match(line) {
                     findings.push(Finding {
                         file: name.to_owned(),

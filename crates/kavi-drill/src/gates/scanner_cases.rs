@@ -17,6 +17,17 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "assertion_caught",
+        what: "the test's assertion in a `try` whose `except AssertionError` passes",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        try:\n            self.assertEqual(run(\"a b\"), -1)\n        except AssertionError:\n            pass\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "assertion_suppressed",
         what: "the test's assertion under `contextlib.suppress(AssertionError)`",
         targets: &["policy"],

@@ -15,6 +15,26 @@ fn rules(findings: &[Finding]) -> Vec<(usize, &str)> {
     findings.iter().map(|f| (f.line, f.rule.as_str())).collect()
 }
 
+/// A test that catches what its assertion raises is a finding in a test file, in each
+/// spelling; the same `except` in the skill's own code is not (it may handle its errors).
+#[test]
+fn a_test_swallowing_its_assertion_is_a_finding_in_tests_only() {
+    let text = "try:\n    check()\nexcept AssertionError:\n    pass\ntry:\n    check()\nexcept:\n    pass\n\
+                try:\n    check()\nexcept (ValueError, Exception) as e:\n    pass\ntry:\n    check()\n\
+                except BaseException:\n    pass\ntry:\n    check()\nexcept ValueError:\n    pass\n";
+    let swallowed = [
+        (3, "swallowed-assertion"),
+        (7, "swallowed-assertion"),
+        (11, "swallowed-assertion"),
+        (15, "swallowed-assertion"),
+    ];
+    assert_eq!(
+        rules(&shipped().scan_text("skills/x/test_skill.py", text)),
+        swallowed
+    );
+    assert!(shipped().scan_text("skills/x/skill.py", text).is_empty());
+}
+
 #[test]
 fn text_rules_fire_and_clean_code_passes() {
     let text = "print(os.environ['TOKEN'])\nlogging.info('k=%s', os.getenv('KEY'))\ntoken = os.environ['TOKEN']\n# print(os.environ['X'])\nprint('done')\n";
