@@ -215,15 +215,24 @@ async fn screenshot(client: &Client, name: &str) {
 /// The text of the element `css` selects, once the page holding it has loaded (a click on a
 /// form's button returns before the answer to the post is shown).
 async fn text_of(client: &Client, css: &str) -> String {
-    client
-        .wait()
-        .at_most(Duration::from_secs(120))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .text()
-        .await
-        .unwrap()
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let element = client
+            .wait()
+            .at_most(Duration::from_secs(120))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        match element.text().await {
+            Ok(text) => return text,
+            // The next page replaced the one the element was found on (a post's answer
+            // arriving in between): find it again on the page shown now.
+            Err(fantoccini::error::CmdError::Standard(e))
+                if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                    && Instant::now() < deadline => {}
+            Err(e) => panic!("reading {css}: {e}"),
+        }
+    }
 }
 
 /// Clicks the button whose id is `id` on the page shown.
