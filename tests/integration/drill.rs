@@ -143,6 +143,7 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("logging_rotating_handler", "[file_write]"),
         ("logging_basic_config_file", "[file_write]"),
         ("no_cover_pragma", "tests failed: branch_coverage: "),
+        ("uncalled_function", "tests failed: line_coverage: "),
         (
             "contract_tripwire",
             "contract failed: running its examples, the skill was stopped by its confinement",

@@ -1445,6 +1445,44 @@ fn each_verification_records_the_hash_of_the_lock_its_tools_came_from() {
     );
 }
 
+/// With `line_coverage` in the test gate's `junit`, a function no test calls fails the gate,
+/// naming its lines, where `branch_coverage` alone passes it (it has no branch to leave untaken).
+#[test]
+fn a_line_coverage_threshold_fails_code_no_test_runs() {
+    let skill = "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n\
+def run(data: Any) -> dict[str, Any]:\n    return {'echo': json.loads(json.dumps(data))}\n\n\n\
+def backdoor(data: Any) -> dict[str, Any]:\n    return {'echo': None}\n";
+    let dir = workspace(skill, TEST);
+    let root = dir.path();
+    let gates = root.join("policies/gates.toml");
+    let shipped = std::fs::read_to_string(&gates).unwrap();
+    let junit = "junit = { min_tests = 1, allow_skipped = 0 }";
+    let with = |thresholds: &str| {
+        std::fs::write(
+            &gates,
+            shipped.replace(
+                junit,
+                &format!("junit = {{ min_tests = 1, allow_skipped = 0, {thresholds} }}"),
+            ),
+        )
+        .unwrap();
+    };
+    with("branch_coverage = 100");
+    assert_eq!(run_verify(root), Some(0));
+    with("branch_coverage = 100, line_coverage = 100");
+    let (status, detail) = gate_of(root, "tests");
+    assert_eq!(status, "failed");
+    assert!(
+        // The workspace's `echo.py`, which no test imports, is measured too.
+        detail.starts_with(
+            "line_coverage: the tests ran 6 of 10 lines (60%), the policy requires 100%; \
+             never run: skills/demo/echo.py:1, skills/demo/echo.py:2, skills/demo/echo.py:4, \
+             skills/demo/skill.py:12 "
+        ),
+        "{detail}"
+    );
+}
+
 /// With `branch_coverage` in the test gate's `junit`, tests that pass but never take a branch
 /// fail the gate, naming the branch; a `.coveragerc` in the skill's folder changes nothing; off
 /// (as shipped), the same skill passes.

@@ -258,9 +258,9 @@ fn keep_only_targets(gates: &Path, targets: &[&str]) -> std::io::Result<()> {
         });
         for gate in list.iter_mut() {
             if let Some(toml::Value::Table(junit)) = gate.get_mut("junit") {
-                junit
-                    .entry("branch_coverage")
-                    .or_insert(toml::Value::Integer(100));
+                for threshold in ["branch_coverage", "line_coverage"] {
+                    junit.entry(threshold).or_insert(toml::Value::Integer(100));
+                }
             }
         }
     }

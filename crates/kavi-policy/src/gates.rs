@@ -59,6 +59,28 @@ pub struct JunitSpec {
     /// unset: not measured.
     #[schemars(range(max = 100))]
     pub branch_coverage: Option<u8>,
+    /// The least share of the skill's statements (percent, 0 to 100) the tests must run,
+    /// measured as `branch_coverage` is; unset: not measured. A function no test calls has
+    /// no branch, so only this finds it.
+    #[schemars(range(max = 100))]
+    pub line_coverage: Option<u8>,
+}
+
+impl JunitSpec {
+    /// The coverage thresholds that are set, by name.
+    pub fn coverage_thresholds(&self) -> impl Iterator<Item = (&'static str, u8)> {
+        [
+            ("branch_coverage", self.branch_coverage),
+            ("line_coverage", self.line_coverage),
+        ]
+        .into_iter()
+        .filter_map(|(name, percent)| percent.map(|percent| (name, percent)))
+    }
+
+    /// Whether coverage.py measures the tests' run.
+    pub fn measures_coverage(&self) -> bool {
+        self.coverage_thresholds().next().is_some()
+    }
 }
 
 fn one() -> u32 {

@@ -103,6 +103,17 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "uncalled_function",
+        what: "code no test runs, in a function without a branch (coverage is on here)",
+        targets: &["tests"],
+        skill: Some(
+            "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data))}\n\n\ndef backdoor(data: Any) -> dict[str, Any]:\n    return {\"echo\": None}\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "no_cover_pragma",
         what: "`# pragma: no cover` and `# pragma: no branch` on the branch the tests never take",
         targets: &["tests"],

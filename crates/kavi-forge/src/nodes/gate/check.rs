@@ -180,9 +180,9 @@ impl CompiledGate {
                 let prepared = match junit_spec {
                     Some(spec) => {
                         // What coverage measures: the folder of the tests' files, the skill's.
-                        let measured = spec
-                            .branch_coverage
-                            .and(files.first())
+                        let measured = files
+                            .first()
+                            .filter(|_| spec.measures_coverage())
                             .and_then(|file| Path::new(file).parent())
                             .map(|folder| cwd.join(folder));
                         let prepared = junit::prepare(tmp, measured.as_deref())?;

@@ -140,8 +140,10 @@ pub struct Counts {
     pub failed: usize,
     pub errors: usize,
     pub skipped: usize,
-    /// Branches taken and branches in all, where the gate measures coverage.
+    /// Branches taken and branches in all, where the gate measures branch coverage.
     pub branches: Option<(u64, u64)>,
+    /// Statements run and statements in all, where the gate measures line coverage.
+    pub lines: Option<(u64, u64)>,
 }
 
 impl Counts {
@@ -157,6 +159,9 @@ impl Counts {
         if let Some((covered, branches)) = self.branches {
             record["branches"] = json!({ "covered": covered, "total": branches });
         }
+        if let Some((run, lines)) = self.lines {
+            record["lines"] = json!({ "covered": run, "total": lines });
+        }
         record
     }
 
@@ -167,6 +172,9 @@ impl Counts {
         );
         if let Some((covered, branches)) = self.branches {
             summary.push_str(&format!("; {covered} of {branches} branches taken"));
+        }
+        if let Some((run, lines)) = self.lines {
+            summary.push_str(&format!("; {run} of {lines} lines run"));
         }
         summary
     }
@@ -236,15 +244,16 @@ pub fn judge(
         }
     };
     let counts = judge_text(&text, &prepared.nonce, spec, exit, declared)?;
-    match (spec.branch_coverage, &prepared.coverage) {
-        (Some(minimum), Some(json)) => judge_coverage(json, minimum, counts),
+    match &prepared.coverage {
+        Some(json) if spec.measures_coverage() => judge_coverage(json, spec, counts),
         _ => Ok(counts),
     }
 }
 
-/// Every test passed; the branches they took must be at least `minimum` percent of the
-/// measured code's branches, by coverage.py's JSON report.
-fn judge_coverage(json: &Path, minimum: u8, mut counts: Counts) -> Result<Counts, Refusal> {
+/// Every test passed; the branches they took and the lines they ran must be at least the
+/// policy's shares of the measured code's, by coverage.py's JSON report. Branches are judged
+/// first: an untaken branch names where a decision was left untested.
+fn judge_coverage(json: &Path, spec: &JunitSpec, mut counts: Counts) -> Result<Counts, Refusal> {
     let refused = |reason, detail: String, counts| Refusal {
         reason,
         detail,
@@ -261,43 +270,73 @@ fn judge_coverage(json: &Path, minimum: u8, mut counts: Counts) -> Result<Counts
         Err(e) => {
             return Err(refused(
                 "no_coverage_report",
-                format!("coverage.py wrote no report ({e}): no branch is known to have run"),
+                format!("coverage.py wrote no report ({e}): no line is known to have run"),
                 counts,
             ));
         }
     };
+    let files = report["files"].as_object();
     let totals = &report["totals"];
-    let branches = totals["num_branches"].as_u64().unwrap_or(0);
-    let covered = totals["covered_branches"].as_u64().unwrap_or(0);
-    counts.branches = Some((covered, branches));
-    // No branch at all: nothing is left untested.
-    if branches == 0 || covered * 100 >= u64::from(minimum) * branches {
-        return Ok(counts);
-    }
-    let mut missing = Vec::new();
-    if let Some(files) = report["files"].as_object() {
-        for (file, data) in files {
-            for pair in data["missing_branches"].as_array().into_iter().flatten() {
-                let (from, to) = (&pair[0], &pair[1]);
-                // coverage.py marks a branch that leaves the function with a negative line.
-                let to = match to.as_i64() {
-                    Some(line) if line < 0 => "exit".to_owned(),
-                    _ => to.to_string(),
-                };
-                missing.push(format!("{file}:{from}->{to}"));
+    let total = |key: &str| totals[key].as_u64().unwrap_or(0);
+    // The part that meets `minimum` percent of `all`; nothing at all leaves nothing untested.
+    let enough =
+        |part: u64, all: u64, minimum: u8| all == 0 || part * 100 >= u64::from(minimum) * all;
+    if let Some(minimum) = spec.branch_coverage {
+        let (covered, branches) = (total("covered_branches"), total("num_branches"));
+        counts.branches = Some((covered, branches));
+        if !enough(covered, branches, minimum) {
+            let mut missing = Vec::new();
+            for (file, data) in files.into_iter().flatten() {
+                for pair in data["missing_branches"].as_array().into_iter().flatten() {
+                    let (from, to) = (&pair[0], &pair[1]);
+                    // coverage.py marks a branch that leaves the function with a negative line.
+                    let to = match to.as_i64() {
+                        Some(line) if line < 0 => "exit".to_owned(),
+                        _ => to.to_string(),
+                    };
+                    missing.push(format!("{file}:{from}->{to}"));
+                }
             }
+            return Err(refused(
+                "branch_coverage",
+                format!(
+                    "the tests took {covered} of {branches} branches ({}%), the policy requires \
+                     {minimum}%; never taken: {}",
+                    covered * 100 / branches,
+                    missing.join(", ")
+                ),
+                counts,
+            ));
         }
     }
-    Err(refused(
-        "branch_coverage",
-        format!(
-            "the tests took {covered} of {branches} branches ({}%), the policy requires {minimum}%; \
-             never taken: {}",
-            covered * 100 / branches,
-            missing.join(", ")
-        ),
-        counts,
-    ))
+    if let Some(minimum) = spec.line_coverage {
+        let (run, lines) = (total("covered_lines"), total("num_statements"));
+        counts.lines = Some((run, lines));
+        if !enough(run, lines, minimum) {
+            let missing: Vec<String> = files
+                .into_iter()
+                .flatten()
+                .flat_map(|(file, data)| {
+                    data["missing_lines"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(move |line| format!("{file}:{line}"))
+                })
+                .collect();
+            return Err(refused(
+                "line_coverage",
+                format!(
+                    "the tests ran {run} of {lines} lines ({}%), the policy requires {minimum}%; \
+                     never run: {}",
+                    run * 100 / lines,
+                    missing.join(", ")
+                ),
+                counts,
+            ));
+        }
+    }
+    Ok(counts)
 }
 
 fn judge_text(
@@ -509,6 +548,7 @@ mod tests {
         min_tests: 1,
         allow_skipped: 0,
         branch_coverage: None,
+        line_coverage: None,
     };
 
     fn report(props: &[(&str, &str)], cases: &str) -> String {
@@ -671,6 +711,7 @@ mod tests {
             min_tests: 2,
             allow_skipped: 0,
             branch_coverage: None,
+            line_coverage: None,
         };
         let result = judge_text(
             &report(&props, PASSED),
@@ -680,5 +721,40 @@ mod tests {
             &BTreeSet::new(),
         );
         assert_eq!(reason(result), "too_few_tests");
+    }
+
+    /// A report as coverage.py 7 writes it: every branch taken, one function never called.
+    const COVERAGE: &str = r#"{"files": {"skills/demo/skill.py": {"missing_lines": [11, 12],
+        "missing_branches": []}}, "totals": {"covered_lines": 6, "num_statements": 8,
+        "covered_branches": 2, "num_branches": 2}}"#;
+
+    #[test]
+    fn lines_no_test_runs_fail_line_coverage_though_every_branch_was_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("coverage.json");
+        std::fs::write(&json, COVERAGE).unwrap();
+        let spec = |branch_coverage, line_coverage| JunitSpec {
+            branch_coverage,
+            line_coverage,
+            ..SPEC
+        };
+        let counts = judge_coverage(&json, &spec(Some(100), None), Counts::default()).unwrap();
+        assert_eq!(counts.branches, Some((2, 2)));
+        assert_eq!(counts.lines, None);
+        let refusal =
+            judge_coverage(&json, &spec(Some(100), Some(100)), Counts::default()).unwrap_err();
+        assert_eq!(refusal.reason, "line_coverage");
+        assert_eq!(
+            refusal.detail,
+            "the tests ran 6 of 8 lines (75%), the policy requires 100%; never run: \
+             skills/demo/skill.py:11, skills/demo/skill.py:12"
+        );
+        let counts = judge_coverage(&json, &spec(None, Some(75)), Counts::default()).unwrap();
+        assert_eq!(counts.lines, Some((6, 8)));
+        assert!(
+            counts.summary().ends_with("; 6 of 8 lines run"),
+            "{}",
+            counts.summary()
+        );
     }
 }

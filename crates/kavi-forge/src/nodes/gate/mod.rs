@@ -282,20 +282,18 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
                 for file in &gate.files {
                     vars.check_policy_template(config.templates, file, &source)?;
                 }
-                if let Some(junit) = &gate.junit
-                    && let Some(percent) = junit.branch_coverage
-                {
+                for (name, percent) in gate.junit.iter().flat_map(JunitSpec::coverage_thresholds) {
                     if percent > 100 {
                         return Err(Diagnostic::new(format!(
-                            "`branch_coverage` is a percentage, 0 to 100, not {percent}"
+                            "`{name}` is a percentage, 0 to 100, not {percent}"
                         ))
                         .at(&source, gate.id.span()));
                     }
                     if gate.files.is_empty() {
-                        return Err(Diagnostic::new(
-                            "a gate that measures `branch_coverage` needs `files`: the folder of \
-                             its test files is what coverage measures",
-                        )
+                        return Err(Diagnostic::new(format!(
+                            "a gate that measures `{name}` needs `files`: the folder of its \
+                             test files is what coverage measures"
+                        ))
                         .at(&source, gate.id.span()));
                     }
                 }
