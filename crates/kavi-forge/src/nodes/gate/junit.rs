@@ -185,7 +185,7 @@ impl Counts {
 pub struct Refusal {
     pub reason: &'static str,
     pub detail: String,
-    pub counts: Option<Counts>,
+    pub counts: Option<Box<Counts>>,
 }
 
 fn refuse(reason: &'static str, detail: impl Into<String>) -> Refusal {
@@ -257,7 +257,7 @@ fn judge_coverage(json: &Path, spec: &JunitSpec, mut counts: Counts) -> Result<C
     let refused = |reason, detail: String, counts| Refusal {
         reason,
         detail,
-        counts: Some(counts),
+        counts: Some(Box::new(counts)),
     };
     let report: serde_json::Value = match read_regular(json) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
@@ -419,7 +419,7 @@ fn judge_text(
     let counted = |counts: Counts, reason, detail: String| Refusal {
         reason,
         detail,
-        counts: Some(counts),
+        counts: Some(Box::new(counts)),
     };
     if !failures.is_empty() {
         let reason = if failures.iter().any(|f| f.contains("Timeout (>")) {
