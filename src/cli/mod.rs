@@ -667,7 +667,8 @@ async fn in_workspace(
             // Files the import brought that it did not promote go back out: left in the
             // skill's folder, the next forge would take them as this workspace's own.
             if code != exit::SUCCESS {
-                for path in &accepted.written {
+                let written = accepted.written.files();
+                for path in written {
                     if let Err(e) = std::fs::remove_file(path) {
                         errln!("warning: could not remove {}: {e}", path.display());
                     }
@@ -675,9 +676,10 @@ async fn in_workspace(
                 errln!(
                     "the import did not promote `{}`: the {} file(s) it wrote are removed",
                     skill,
-                    accepted.written.len()
+                    written.len()
                 );
             }
+            accepted.written.settle();
             Ok(code)
         }
         Command::Skill(SkillCommand::VerifyAttestation { .. }) => {

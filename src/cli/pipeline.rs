@@ -318,6 +318,13 @@ pub async fn run_subset(
     tracing::debug!(nodes = dag.len(), "pipeline loaded and planned");
     // Sandboxes of earlier runs whose keeping time is up (or whose kavi was killed) go now.
     crate::ledger::cleanup::sweep(&mut ledger)?;
+    // So are the files of an import killed before it settled: a forge must not take them in.
+    for path in kavi_governance::skills::pending::settle_abandoned(workspace, &ledger)? {
+        errln!(
+            "removed {}: written by an import that stopped before its skill was promoted",
+            path.display()
+        );
+    }
     super::policy::adopt_on_first_use(workspace, &mut ledger)?;
     tracing::debug!("ledger open");
     let screen = Screen::new();

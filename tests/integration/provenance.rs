@@ -561,3 +561,64 @@ fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
         assert!(!left.exists(), "{} is left behind", left.display());
     }
 }
+
+/// An import killed after writing a bundle's files, before its pipeline decided on them: the
+/// next run takes the files back out (they were listed in kavi's state folder before the first
+/// was written), so the next forge does not find them in the skill's folder as the workspace's own.
+#[test]
+fn a_killed_import_leaves_no_file_for_the_next_run() {
+    let (a, b) = (shipped_workspace(), shipped_workspace());
+    let keys = tempfile::tempdir().unwrap();
+    let key = public_key(&kavi(a.path(), keys.path(), &["ledger", "keygen"]));
+    let forged = kavi(
+        a.path(),
+        keys.path(),
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(forged.status.success(), "{forged:?}");
+    let bundle = b.path().join("word_count.bundle.json");
+    let exported = kavi(
+        a.path(),
+        keys.path(),
+        &[
+            "skill",
+            "export",
+            "word_count",
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert!(exported.status.success(), "{exported:?}");
+    trust_imports_from(b.path(), &key);
+
+    let skill = b.path().join("skills/word_count/skill.py");
+    let list = b.path().join(".kavi/imports/word_count.json");
+    let mut importing = kavi_command(b.path(), &["skill", "import", "word_count.bundle.json"])
+        .env("KAVI_KEYS", keys.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once the files are written, while its gates run (they take seconds).
+    let written = (0..600).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        skill.exists() && list.exists()
+    });
+    importing.kill().unwrap(); // SIGKILL: no chance to take them back out
+    importing.wait().unwrap();
+    assert!(written, "the import never wrote its files");
+    assert!(skill.exists() && list.exists());
+
+    let next = kavi(b.path(), keys.path(), &["pipeline", "run", "diamond"]);
+    assert!(next.status.success(), "{next:?}");
+    let said = String::from_utf8_lossy(&next.stderr);
+    assert!(
+        said.contains("written by an import that stopped before its skill was promoted"),
+        "{said}"
+    );
+    for file in ["skill.py", "test_skill.py"] {
+        let left = b.path().join("skills/word_count").join(file);
+        assert!(!left.exists(), "{} is left behind", left.display());
+    }
+    assert!(!list.exists());
+}

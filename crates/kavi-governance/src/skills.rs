@@ -2,6 +2,8 @@
 //! (and suspending those that drifted), restoring and revoking one, and re-verifying those
 //! trusted under an older rule set once a new one is adopted.
 
+pub mod pending;
+
 use serde_json::json;
 
 use crate::config::Workspace;
@@ -570,12 +572,12 @@ const BUNDLE_LIMIT: u64 = 64 << 20;
 
 /// A bundle accepted for import: its skill, the SKILL_BUNDLE artifact kept, its signer, and
 /// the files the import wrote that were not there before (what to take back out if the import
-/// pipeline does not promote them).
+/// pipeline does not promote them), listed until the import settles.
 pub struct Accepted {
     pub skill: String,
     pub bundle: String,
     pub signer: String,
-    pub written: Vec<std::path::PathBuf>,
+    pub written: pending::PendingImport,
 }
 
 /// Takes in the bundle at `path` as far as this workspace's policy lets a bundle go by itself:
@@ -598,6 +600,8 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
     let name = &bundle.skill;
     let templates = TemplateEngine::new(&workspace.templates_dir());
     let ledger = Ledger::open(&workspace.config.ledger)?;
+    // An import that died before it settled left files a skill's folder must not hold.
+    pending::settle_abandoned(workspace, &ledger)?;
     // The keys the adopted rules trust: a key added on disk is a rule change to review first.
     let trust = crate::decision_trust(workspace, &ledger, &templates)?;
     let statement = trust.check_bundle(&bundle).map_err(refused)?;
@@ -684,14 +688,22 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
             context: "failed to keep the bundle".to_owned(),
             source,
         })?;
-    let mut written = Vec::new();
+    let mut targets = Vec::new();
     for (path, bytes) in &bundle.files {
         let target = crate::sandbox::destination(&workspace.root, path).map_err(refused)?;
-        if target.symlink_metadata().is_err() {
-            written.push(target.clone());
-        }
+        targets.push((target, path, bytes.as_slice()));
+    }
+    // Listed before the first is written: a kill from here on leaves a list the next import or
+    // run settles.
+    let new: Vec<_> = targets
+        .iter()
+        .filter(|(target, ..)| target.symlink_metadata().is_err())
+        .map(|(target, _, bytes)| (target.clone(), *bytes))
+        .collect();
+    let written = pending::PendingImport::begin(workspace, name, &new)?;
+    for (target, path, bytes) in &targets {
         let executable = kavi_provenance::attested_executable(&statement, path);
-        crate::sandbox::write_file(bytes, &target, executable).map_err(|source| {
+        crate::sandbox::write_file(bytes, target, executable).map_err(|source| {
             GovernanceError::Io {
                 context: format!("failed to write {}", target.display()),
                 source,
