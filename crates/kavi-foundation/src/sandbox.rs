@@ -316,6 +316,87 @@ pub fn write_file(bytes: &[u8], destination: &Path, executable: bool) -> io::Res
     Ok(())
 }
 
+/// Writes `bytes` to `relative` beneath `root` whole, as [`write_file`] does, but resolving the
+/// path itself: each folder on the way is opened (or made) with `O_NOFOLLOW`, and the temporary
+/// file is made, synced and renamed relative to the last one, so a folder swapped for a link
+/// after any check cannot send the write elsewhere. `relative` must pass [`unsafe_path_reason`].
+pub fn write_beneath(
+    root: &Path,
+    relative: &str,
+    bytes: &[u8],
+    executable: bool,
+) -> io::Result<()> {
+    use nix::errno::Errno;
+    use nix::sys::stat::{fchmod, mkdirat};
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TEMPORARIES: AtomicU64 = AtomicU64::new(0);
+
+    if let Some(reason) = unsafe_path_reason(relative) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("`{relative}`: {reason}"),
+        ));
+    }
+    let (folders, name) = relative.rsplit_once('/').unwrap_or(("", relative));
+    let mut dir: OwnedFd = File::open(root)?.into();
+    for part in folders.split('/').filter(|part| !part.is_empty()) {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let opened = match openat(dir.as_fd(), part, flags, Mode::empty()) {
+            Err(Errno::ENOENT) => match mkdirat(dir.as_fd(), part, Mode::from_bits_truncate(0o777))
+            {
+                Ok(()) | Err(Errno::EEXIST) => openat(dir.as_fd(), part, flags, Mode::empty()),
+                Err(errno) => Err(errno),
+            },
+            opened => opened,
+        };
+        dir = opened.map_err(|errno| {
+            let reason = match errno {
+                // O_NOFOLLOW refuses a link as ELOOP, O_DIRECTORY a non-folder as ENOTDIR.
+                Errno::ELOOP | Errno::ENOTDIR => "is a symlink or not a folder",
+                errno => errno.desc(),
+            };
+            io::Error::new(
+                io::Error::from(errno).kind(),
+                format!("`{relative}`: `{part}` {reason}"),
+            )
+        })?;
+    }
+    let (temporary, file) = loop {
+        let temporary = format!(
+            ".{name}.{}-{}.kavi-tmp",
+            std::process::id(),
+            TEMPORARIES.fetch_add(1, Ordering::Relaxed)
+        );
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match openat(
+            dir.as_fd(),
+            temporary.as_str(),
+            flags,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            // Left by a writer of the same pid that died: take the next name.
+            Err(Errno::EEXIST) => continue,
+            opened => break (temporary, File::from(opened?)),
+        }
+    };
+    let written = (|| {
+        let mut file = file;
+        file.write_all(bytes)?;
+        if executable {
+            fchmod(file.as_fd(), Mode::from_bits_truncate(0o755))?;
+        }
+        file.sync_all()?;
+        nix::fcntl::renameat(dir.as_fd(), temporary.as_str(), dir.as_fd(), name)?;
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = unlinkat(dir.as_fd(), temporary.as_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    written
+}
+
 /// Opens the regular file at `relative` beneath `root` without following any link on the way
 /// (each folder is opened with `O_NOFOLLOW`), so a folder swapped for a link after the check
 /// cannot redirect the read. `relative` must pass [`unsafe_path_reason`].
@@ -559,6 +640,54 @@ mod tests {
             Path::new("x/../../../c")
         ));
         assert!(!link_stays_inside(Path::new("a/l"), Path::new("/a/c")));
+    }
+
+    #[test]
+    fn write_beneath_makes_folders_keeps_modes_and_follows_no_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+
+        write_beneath(&root, "skills/demo/skill.py", b"one", false).unwrap();
+        write_beneath(&root, "skills/demo/run.sh", b"#!/bin/sh\n", true).unwrap();
+        write_beneath(&root, "skills/demo/skill.py", b"two", false).unwrap();
+        let demo = root.join("skills/demo");
+        assert_eq!(std::fs::read(demo.join("skill.py")).unwrap(), b"two");
+        assert_eq!(mode(&demo.join("skill.py")), 0o600);
+        assert_eq!(mode(&demo.join("run.sh")), 0o755);
+        // No temporary file is left beside them.
+        assert_eq!(std::fs::read_dir(&demo).unwrap().count(), 2);
+
+        // A folder on the way swapped for a link: refused, nothing written where it leads.
+        std::fs::remove_dir_all(&demo).unwrap();
+        std::os::unix::fs::symlink(&outside, &demo).unwrap();
+        let refused = write_beneath(&root, "skills/demo/skill.py", b"three", false).unwrap_err();
+        assert!(
+            refused.to_string().contains("`demo` is a symlink"),
+            "{refused}"
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // The file itself a link: replaced by the rename, its target untouched.
+        std::fs::remove_file(&demo).unwrap();
+        std::fs::create_dir(&demo).unwrap();
+        let target = outside.join("target");
+        std::fs::write(&target, "kept").unwrap();
+        std::os::unix::fs::symlink(&target, demo.join("skill.py")).unwrap();
+        write_beneath(&root, "skills/demo/skill.py", b"four", false).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
+        assert!(
+            !demo
+                .join("skill.py")
+                .symlink_metadata()
+                .unwrap()
+                .is_symlink()
+        );
+        // Paths that leave the root are refused before anything is opened.
+        assert!(write_beneath(&root, "../outside/x", b"", false).is_err());
+        assert!(write_beneath(&root, "/etc/x", b"", false).is_err());
     }
 
     #[test]

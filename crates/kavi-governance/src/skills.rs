@@ -703,12 +703,12 @@ pub fn accept_bundle(workspace: &Workspace, path: &std::path::Path) -> Result<Ac
     let written = pending::PendingImport::begin(workspace, name, &new)?;
     for (target, path, bytes) in &targets {
         let executable = kavi_provenance::attested_executable(&statement, path);
-        crate::sandbox::write_file(bytes, target, executable).map_err(|source| {
-            GovernanceError::Io {
+        crate::sandbox::write_beneath(&workspace.root, path, bytes, executable).map_err(
+            |source| GovernanceError::Io {
                 context: format!("failed to write {}", target.display()),
                 source,
-            }
-        })?;
+            },
+        )?;
     }
     Ok(Accepted {
         skill: name.clone(),

@@ -21,7 +21,7 @@ use crate::diagnostic::Diagnostic;
 use crate::ledger::SandboxLimits;
 use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::sandbox;
-use crate::sandbox::{destination, write_file};
+use crate::sandbox::{destination, write_beneath};
 
 pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
@@ -134,7 +134,7 @@ impl CopyBack {
             return Err(format!("refusing to copy back: {}", refused.join("; ")));
         }
         for (path, bytes, destination) in &plan {
-            write_file(bytes, destination, false).map_err(|e| {
+            write_beneath(&target, path, bytes, false).map_err(|e| {
                 format!("failed to copy `{path}` to {}: {e}", destination.display())
             })?;
         }

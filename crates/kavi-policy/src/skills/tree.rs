@@ -259,8 +259,8 @@ impl SkillTree {
         is_excluded: impl Fn(&str) -> bool,
     ) -> Result<(), String> {
         let write = |relative: &str, bytes: &[u8], executable: bool| -> Result<(), String> {
-            let destination = crate::sandbox::destination(root, relative)?;
-            crate::sandbox::write_file(bytes, &destination, executable)
+            crate::sandbox::destination(root, relative)?;
+            crate::sandbox::write_beneath(root, relative, bytes, executable)
                 .map_err(|e| format!("failed to write {relative}: {e}"))
         };
         write(&self.proposal_path, &self.proposal, false)?;
