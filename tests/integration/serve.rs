@@ -671,12 +671,25 @@ fn serving_beyond_loopback_needs_allow_remote() {
     );
 }
 
+/// A workspace of its own settings only, the defaults.
+fn empty_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kavi.toml"), "").unwrap();
+    dir
+}
+
+/// Writes the pipeline `name` in the workspace at `root`.
+fn write_pipeline(root: &Path, name: &str, text: &str) {
+    std::fs::create_dir_all(root.join("pipelines")).unwrap();
+    std::fs::write(root.join(format!("pipelines/{name}.toml")), text).unwrap();
+}
+
 /// A pipeline of four nodes, `a` before `b` and `c`, both before `d`, where `c` fails and so
 /// `d` is blocked (not the shipped `diamond`, which succeeds), written and run once.
 fn ran_a_split(root: &Path) {
-    std::fs::create_dir_all(root.join("pipelines")).unwrap();
-    std::fs::write(
-        root.join("pipelines/split.toml"),
+    write_pipeline(
+        root,
+        "split",
         r#"[pipeline]
 name = "split"
 
@@ -699,8 +712,7 @@ kind = "exec"
 needs = ["b", "c"]
 run = ["true"]
 "#,
-    )
-    .unwrap();
+    );
     let out = kavi(root, &["pipeline", "run", "split"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
@@ -714,9 +726,8 @@ async fn a_runs_graph_is_drawn_with_each_nodes_state_in_words() {
         return;
     };
     let client = browser.client.as_ref().unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = empty_workspace();
     let root = dir.path();
-    std::fs::write(root.join("kavi.toml"), "").unwrap();
     ran_a_split(root);
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     let served = Served::start(root);
@@ -1015,14 +1026,13 @@ async fn a_running_nodes_page_follows_its_output_with_its_secret_hidden() {
         return;
     };
     let client = browser.client.as_ref().unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = empty_workspace();
     let root = dir.path();
-    std::fs::write(root.join("kavi.toml"), "").unwrap();
-    std::fs::create_dir_all(root.join("pipelines")).unwrap();
     // The secret goes out in two writes, half a second apart, then the node waits for `go`,
     // prints its second line, and waits for `end`.
-    std::fs::write(
-        root.join("pipelines/slow.toml"),
+    write_pipeline(
+        root,
+        "slow",
         r#"[pipeline]
 name = "slow"
 
@@ -1038,8 +1048,7 @@ echo second line
 while [ ! -e end ]; do sleep 0.05; done
 '''
 "#,
-    )
-    .unwrap();
+    );
     let secret = "sk-live-9876543210";
     let mut run = common::kavi_command(root, &["pipeline", "run", "slow"])
         .env("API_TOKEN", secret)
