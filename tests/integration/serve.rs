@@ -1066,6 +1066,11 @@ while [ ! -e end ]; do sleep 0.05; done
     })
     .await;
     common::assert_nowhere_under(&root.join(".kavi"), secret);
+    // `kavi runs logs` of the running node prints the same, from the same files.
+    let so_far = kavi(root, &["runs", "logs", "1", "talk"]);
+    assert_eq!(so_far.stdout, b"first line\nkey=[redacted]\n", "{so_far:?}");
+    let so_far = kavi(root, &["runs", "logs", "1", "talk", "--stderr"]);
+    assert_eq!(so_far.stdout, b"on stderr: [redacted]\n", "{so_far:?}");
     let served = Served::start(root);
 
     // Without JavaScript: the page holds what it printed so far, and a link to load it again.
