@@ -302,17 +302,25 @@ pub fn logs(
             node,
             role,
         );
+        let mut tail = crate::ledger::LiveTail::new(live);
         if !follow {
-            if let Some(mut file) = live.and_then(|path| std::fs::File::open(path).ok()) {
-                copy_live(&mut file)?;
-            }
+            copy_live(tail.read())?;
             return Ok(exit::SUCCESS);
         }
+        let mut tails = [tail];
+        let ended = ledger.follow_live(
+            &mut tails,
+            |_, read| copy_live(read),
+            |ledger| {
+                let attempt = last_attempt(ledger, run_id, node)?;
+                Ok::<_, Error>(attempt.state.is_terminal().then_some(attempt))
+            },
+        )?;
         // A reader that went away (`| head`) ends the follow, quietly.
-        let Some(followed) = follow_live(&mut ledger, run_id, node, live.as_deref())? else {
+        let Some(ended) = ended else {
             return Ok(exit::SUCCESS);
         };
-        (attempt, printed_live) = followed;
+        (attempt, printed_live) = (ended, tails[0].opened());
     }
     // A node that ended before its output could be followed: it is all in the ledger.
     if !printed_live {
@@ -344,65 +352,10 @@ fn last_attempt(
     )))
 }
 
-/// How often a follower looks for more output, and for the node's end.
-const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-/// How many looks apart a follower checks that the run's kavi is still alive (recovery marks a
-/// killed one's nodes interrupted, which ends the follow).
-const RECOVER_EVERY: u32 = 20;
-
-/// Prints what node `node` of run `run_id` prints, from its live log at `live`, until its last
-/// attempt ends; returns that attempt, and whether any of its output was printed here (`None`
-/// once stdout's reader has gone).
-fn follow_live(
-    ledger: &mut Ledger,
-    run_id: i64,
-    node: &str,
-    live: Option<&std::path::Path>,
-) -> Result<Option<(crate::ledger::NodeRunRow, bool)>, Error> {
-    use std::os::unix::fs::MetadataExt as _;
-    let mut file: Option<std::fs::File> = None;
-    let mut printed = false;
-    let mut look: u32 = 0;
-    loop {
-        look = look.wrapping_add(1);
-        if file.is_none() {
-            file = live.and_then(|path| std::fs::File::open(path).ok());
-            printed |= file.is_some();
-        }
-        if let Some(open) = &mut file {
-            // Removed: its process has ended (read to its end after the check), and another (a
-            // retry) would make a new one.
-            let removed = open.metadata().map_or(true, |meta| meta.nlink() == 0);
-            if !copy_live(open)? {
-                return Ok(None);
-            }
-            if removed {
-                file = None;
-            }
-        }
-        if look.is_multiple_of(RECOVER_EVERY) {
-            // A read-only ledger cannot be recovered; the follower then only waits.
-            let _ = ledger.recover_interrupted();
-        }
-        let attempt = last_attempt(ledger, run_id, node)?;
-        if attempt.state.is_terminal() {
-            // Written before the node's end was recorded: all of it is there now.
-            if let Some(open) = &mut file
-                && !copy_live(open)?
-            {
-                return Ok(None);
-            }
-            return Ok(Some((attempt, printed)));
-        }
-        std::thread::sleep(FOLLOW_EVERY);
-    }
-}
-
-/// Prints what `file` holds past what was read of it; `false` once stdout's reader has gone.
-fn copy_live(file: &mut std::fs::File) -> Result<bool, Error> {
-    use std::io::{Read as _, Write as _};
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(|source| Error::Io {
+/// Prints what was read of a live log; `false` once stdout's reader has gone.
+fn copy_live(read: std::io::Result<Vec<u8>>) -> Result<bool, Error> {
+    use std::io::Write as _;
+    let bytes = read.map_err(|source| Error::Io {
         context: "failed to read the node's live log".into(),
         source,
     })?;

@@ -1227,6 +1227,9 @@ outputs = ["out/a.txt"]
              ALTER TABLE runs DROP COLUMN local_settings;
              DELETE FROM artifact_chunks;
              DROP TABLE artifact_chunks;
+             DROP INDEX verifications_skill;
+             DROP INDEX verifications_skill_run;
+             DROP INDEX executions_skill;
              UPDATE schema_version SET version = 23;",
         )
         .unwrap();
@@ -1241,7 +1244,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 35);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 36);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

@@ -671,12 +671,25 @@ fn serving_beyond_loopback_needs_allow_remote() {
     );
 }
 
+/// A workspace of its own settings only, the defaults.
+fn empty_workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kavi.toml"), "").unwrap();
+    dir
+}
+
+/// Writes the pipeline `name` in the workspace at `root`.
+fn write_pipeline(root: &Path, name: &str, text: &str) {
+    std::fs::create_dir_all(root.join("pipelines")).unwrap();
+    std::fs::write(root.join(format!("pipelines/{name}.toml")), text).unwrap();
+}
+
 /// A pipeline of four nodes, `a` before `b` and `c`, both before `d`, where `c` fails and so
 /// `d` is blocked (not the shipped `diamond`, which succeeds), written and run once.
 fn ran_a_split(root: &Path) {
-    std::fs::create_dir_all(root.join("pipelines")).unwrap();
-    std::fs::write(
-        root.join("pipelines/split.toml"),
+    write_pipeline(
+        root,
+        "split",
         r#"[pipeline]
 name = "split"
 
@@ -699,8 +712,7 @@ kind = "exec"
 needs = ["b", "c"]
 run = ["true"]
 "#,
-    )
-    .unwrap();
+    );
     let out = kavi(root, &["pipeline", "run", "split"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
@@ -714,9 +726,8 @@ async fn a_runs_graph_is_drawn_with_each_nodes_state_in_words() {
         return;
     };
     let client = browser.client.as_ref().unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = empty_workspace();
     let root = dir.path();
-    std::fs::write(root.join("kavi.toml"), "").unwrap();
     ran_a_split(root);
     let run = json(&kavi(root, &["runs", "show", "1", "--json"]));
     let served = Served::start(root);
@@ -967,4 +978,165 @@ async fn the_skills_and_a_skills_verifications_and_executions_are_listed_a_page_
     let rest = rows("executions").await;
     assert_eq!(rest.len(), 1, "{rest:?}");
     assert!(rest[0].starts_with(ids[0]), "{rest:?}");
+}
+
+/// The live logs of node `node` in run 1, as its kavi writes them while it runs (under the
+/// artifact store's temp folder, in its owner's spill folder): each stream's path and text.
+fn live_logs(root: &Path, node: &str) -> Vec<(PathBuf, String)> {
+    // Made and removed as it runs: what is not there (yet, or any more) is not listed.
+    walkdir::WalkDir::new(root.join(".kavi"))
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry.file_type().is_file()
+                && entry.path().parent().is_some_and(|p| p.ends_with("live"))
+                && entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|name| name.starts_with(&format!("1.{node}.")))
+        })
+        .map(|entry| {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            (entry.into_path(), text)
+        })
+        .collect()
+}
+
+/// Waits until `ready` says yes, for at most two minutes; what it last saw fails the test.
+async fn eventually<T: std::fmt::Debug>(mut look: impl AsyncFnMut() -> (bool, T)) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (ready, seen) = look().await;
+        if ready {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "never came: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A running node's page shows what it has printed so far and follows it in the browser as it
+/// prints: its first line is on the page while it waits, and a line printed after the page was
+/// loaded appears in it without a reload; once the node ends the page shows what the ledger
+/// kept. The declared secret it prints, in two writes, is hidden on the page, in the stream the
+/// page reads and in the live log file alike; and the page reads without JavaScript too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_nodes_page_follows_its_output_with_its_secret_hidden() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = empty_workspace();
+    let root = dir.path();
+    // The secret goes out in two writes, half a second apart, then the node waits for `go`,
+    // prints its second line, and waits for `end`.
+    write_pipeline(
+        root,
+        "slow",
+        r#"[pipeline]
+name = "slow"
+
+[nodes.talk]
+kind = "exec"
+secrets = ["API_TOKEN"]
+shell = '''
+echo first line
+printf 'key=%s' "${API_TOKEN%%-*}-"; sleep 0.5; printf '%s\n' "${API_TOKEN#*-}"
+echo "on stderr: $API_TOKEN" >&2
+while [ ! -e go ]; do sleep 0.05; done
+echo second line
+while [ ! -e end ]; do sleep 0.05; done
+'''
+"#,
+    );
+    let secret = "sk-live-9876543210";
+    let mut run = common::kavi_command(root, &["pipeline", "run", "slow"])
+        .env("API_TOKEN", secret)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Both streams' live logs hold their lines, the secret hidden, while the node waits.
+    let logs = eventually(async || {
+        let logs = live_logs(root, "talk");
+        let texts: Vec<&str> = logs.iter().map(|(_, text)| text.as_str()).collect();
+        let ready = texts.contains(&"first line\nkey=[redacted]\n")
+            && texts.contains(&"on stderr: [redacted]\n");
+        (ready, logs)
+    })
+    .await;
+    common::assert_nowhere_under(&root.join(".kavi"), secret);
+    // `kavi runs logs` of the running node prints the same, from the same files.
+    let so_far = kavi(root, &["runs", "logs", "1", "talk"]);
+    assert_eq!(so_far.stdout, b"first line\nkey=[redacted]\n", "{so_far:?}");
+    let so_far = kavi(root, &["runs", "logs", "1", "talk", "--stderr"]);
+    assert_eq!(so_far.stdout, b"on stderr: [redacted]\n", "{so_far:?}");
+    let served = Served::start(root);
+
+    // Without JavaScript: the page holds what it printed so far, and a link to load it again.
+    let page = served
+        .http()
+        .get(format!("{}/runs/1/nodes/talk", served.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("first line\nkey=[redacted]\n</pre>")
+            && page.contains(">Reload</a> to see more.")
+            && !page.contains(secret),
+        "{page}"
+    );
+
+    served.sign_in(client).await;
+    client
+        .goto(&format!("{}/runs/1/nodes/talk", served.url))
+        .await
+        .unwrap();
+    assert_eq!(text_of(client, "main h1 .state").await, "running");
+    let stdout = "pre[data-stream=stdout]";
+    assert_eq!(text_of(client, stdout).await, "first line\nkey=[redacted]");
+    assert_eq!(
+        text_of(client, "pre[data-stream=stderr]").await,
+        "on stderr: [redacted]"
+    );
+    // The script follows it: the status says so, and the next line arrives without a reload.
+    assert!(
+        text_of(client, "[data-live] [role=status]")
+            .await
+            .starts_with("Running: its output grows below as it prints"),
+    );
+    std::fs::write(root.join("go"), "").unwrap();
+    eventually(async || {
+        let text = text_of(client, stdout).await;
+        (text.ends_with("second line"), text)
+    })
+    .await;
+    assert_eq!(text_of(client, "main h1 .state").await, "running");
+    screenshot(client, "running").await;
+    let source = client.source().await.unwrap();
+    assert!(!source.contains(secret), "{source}");
+
+    // The node ends: the page loads again, with what the ledger kept, as `kavi runs logs` has it.
+    std::fs::write(root.join("end"), "").unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    eventually(async || {
+        let state = text_of(client, "main h1 .state").await;
+        (state == "succeeded", state)
+    })
+    .await;
+    let kept = kavi(root, &["runs", "logs", "1", "talk"]);
+    assert_eq!(kept.stdout, b"first line\nkey=[redacted]\nsecond line\n");
+    assert_eq!(
+        text_of(client, "pre.log").await,
+        "first line\nkey=[redacted]\nsecond line"
+    );
+    assert!(client.find(Locator::Css("[data-live]")).await.is_err());
+    // The live logs went with the node's process.
+    for (path, _) in logs {
+        assert!(!path.exists(), "{}", path.display());
+    }
+    common::assert_nowhere_under(root, secret);
 }

@@ -61,6 +61,11 @@ fn build_row(r: &super::db::Row) -> super::db::Result<BuildRow> {
     })
 }
 
+/// A skill's builds, first attempt first: in the order of the key `UNIQUE (skill, attempt)`.
+pub(crate) fn skill_builds_sql() -> String {
+    format!("SELECT {BUILD_COLUMNS} FROM builds WHERE skill = ?1 ORDER BY attempt")
+}
+
 impl Ledger {
     /// Starts the next build attempt of a skill; its parent is the skill's previous build.
     pub fn start_build(&mut self, skill: &str, run_id: i64, node_id: &str) -> Result<NewBuild> {
@@ -166,9 +171,7 @@ impl Ledger {
 
     /// A skill's builds, first attempt first.
     pub fn builds(&self, skill: &str) -> Result<Vec<BuildRow>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {BUILD_COLUMNS} FROM builds WHERE skill = ?1 ORDER BY attempt"
-        ))?;
+        let mut stmt = self.conn.prepare(&skill_builds_sql())?;
         let rows = stmt.query_map([skill], build_row)?;
         Ok(rows.collect::<super::db::Result<_>>()?)
     }

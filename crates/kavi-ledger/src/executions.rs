@@ -76,6 +76,18 @@ fn row_from(r: &super::db::Row, at: usize) -> super::db::Result<ExecutionRecord>
     })
 }
 
+/// A page of a skill's executions, newest first, started before the one `?2` and `?3` name
+/// (its start and id) when they are not NULL: a seek on `executions_skill` to that start (`9999`
+/// sorts after every RFC 3339 time, in any collation), however deep the page.
+pub(crate) fn skill_executions_sql() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM executions
+         WHERE skill = ?1 AND started_at <= coalesce(CAST(?2 AS TEXT), '9999')
+           AND (CAST(?2 AS TEXT) IS NULL OR started_at < ?2 OR id < ?3)
+         ORDER BY started_at DESC, id DESC LIMIT ?4"
+    )
+}
+
 impl Ledger {
     /// Records an execution as it starts (`running`, owned by `owner`), so that a killed kavi
     /// leaves a row that recovery marks `interrupted`.
@@ -198,12 +210,7 @@ impl Ledger {
         before: Option<(&str, &str)>,
         limit: usize,
     ) -> Result<Vec<ExecutionRecord>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {COLUMNS} FROM executions
-             WHERE skill = ?1
-               AND (CAST(?2 AS TEXT) IS NULL OR started_at < ?2 OR (started_at = ?2 AND id < ?3))
-             ORDER BY started_at DESC, id DESC LIMIT ?4"
-        ))?;
+        let mut stmt = self.conn.prepare(&skill_executions_sql())?;
         let (started, id) = before.unzip();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt.query_map(params![skill, started, id, limit], row)?;

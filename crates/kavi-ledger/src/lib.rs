@@ -28,6 +28,7 @@ mod gc;
 pub use kavi_journal as journal;
 pub use kavi_journal::{checkpoint, keys};
 mod journaled;
+mod live;
 mod migrations;
 mod nodes;
 mod open;
@@ -59,6 +60,7 @@ pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned};
 pub use kavi_store::{Artifact, ArtifactStore};
+pub use live::{LivePosition, LiveTail};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};
 pub use open::open_during;
 pub use owner::{

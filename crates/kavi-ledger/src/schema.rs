@@ -79,6 +79,12 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Sql(
         "ALTER TABLE runs ADD COLUMN local_settings TEXT",
     )],
+    // 36
+    &[
+        ServerStep::Sql("CREATE INDEX verifications_skill ON verifications(skill)"),
+        ServerStep::Sql("CREATE INDEX verifications_skill_run ON verifications(skill, run_id)"),
+        ServerStep::Sql("CREATE INDEX executions_skill ON executions(skill, started_at, id)"),
+    ],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -175,6 +181,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/33.sql"),
     include_str!("migrations/34.sql"),
     include_str!("migrations/35.sql"),
+    include_str!("migrations/36.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

@@ -294,6 +294,12 @@ CREATE TABLE artifact_chunks (
         PRIMARY KEY (sha256, seq)
     );
 
+CREATE INDEX verifications_skill ON verifications(skill);
+
+CREATE INDEX verifications_skill_run ON verifications(skill, run_id);
+
+CREATE INDEX executions_skill ON executions(skill, started_at, id);
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 

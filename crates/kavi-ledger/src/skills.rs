@@ -110,6 +110,16 @@ const SKILL_SELECT: &str = "SELECT s.name, s.description, s.side_effect, s.spec_
     s.trusted_version, v.proposed_at, s.trusted_rules \
     FROM skills s JOIN skill_versions v ON v.skill = s.name AND v.version = s.version";
 
+/// A page of the skills by name, after `?1` when it is not NULL: a seek on the names' key (no
+/// name is empty), however deep.
+pub(crate) fn skills_page_sql() -> String {
+    format!("{SKILL_SELECT} WHERE s.name > coalesce(CAST(?1 AS TEXT), '') ORDER BY s.name LIMIT ?2")
+}
+
+/// Every lifecycle move of a skill, oldest first.
+pub(crate) const SKILL_TRANSITIONS: &str = "SELECT from_state, to_state, run_id, node_id, actor, \
+    at, comment FROM skill_transitions WHERE skill = ?1 ORDER BY id";
+
 fn skill_row(row: &super::db::Row) -> super::db::Result<SkillRow> {
     Ok(SkillRow {
         name: row.get(0)?,
@@ -399,9 +409,7 @@ impl Ledger {
     /// Up to `limit` skills by name, after `after` when given: a page of the skills, read by
     /// key so that a page far down costs what the first one does.
     pub fn skills_page(&self, after: Option<&str>, limit: usize) -> Result<Vec<SkillRow>> {
-        let mut stmt = self.conn.prepare(&format!(
-            "{SKILL_SELECT} WHERE CAST(?1 AS TEXT) IS NULL OR s.name > ?1 ORDER BY s.name LIMIT ?2"
-        ))?;
+        let mut stmt = self.conn.prepare(&skills_page_sql())?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt.query_map(params![after, limit], skill_row)?;
         Ok(rows.collect::<super::db::Result<_>>()?)
@@ -441,10 +449,7 @@ impl Ledger {
 
     /// Every transition of a skill, oldest first.
     pub fn skill_transitions(&self, name: &str) -> Result<Vec<TransitionRow>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT from_state, to_state, run_id, node_id, actor, at, comment
-             FROM skill_transitions WHERE skill = ?1 ORDER BY id",
-        )?;
+        let mut stmt = self.conn.prepare(SKILL_TRANSITIONS)?;
         let rows = stmt.query_map([name], |row| {
             Ok(TransitionRow {
                 from_state: row.get(0)?,

@@ -559,3 +559,59 @@ fn sqlite_allocates_from_mimalloc_uncounted_once_a_ledger_is_opened() {
         rusqlite::ffi::sqlite3_free(block);
     }
 }
+
+/// The skill pages (`kavi serve`) read each table through an index, in the order they show its
+/// rows, seeking straight to the page asked for: no table is scanned and nothing is sorted,
+/// however many gate results, executions or skills there are. Each query is the text the
+/// ledger runs; a missing index, or a query no index serves, changes its plan and fails this.
+#[test]
+fn the_skill_pages_seek_by_index_and_sort_nothing() {
+    let (dir, _ledger, _owner) = fresh_ledger();
+    let conn = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    let plan = |sql: &str| -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        // Planned as prepared, before any value is bound: every parameter NULL.
+        let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+        stmt.query_map(rusqlite::params_from_iter(nulls), |row| {
+            row.get::<_, String>(3)
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    };
+    for (sql, expected) in [
+        (
+            crate::skills::skills_page_sql(),
+            &[
+                "SEARCH s USING INDEX sqlite_autoindex_skills_1 (name>?)",
+                "SEARCH v USING INDEX sqlite_autoindex_skill_versions_1 (skill=? AND version=?)",
+            ][..],
+        ),
+        (
+            crate::skills::SKILL_TRANSITIONS.to_owned(),
+            &["SEARCH skill_transitions USING INDEX skill_transitions_skill (skill=?)"],
+        ),
+        (
+            crate::verifications::skill_verifications_sql(),
+            &["SEARCH verifications USING INDEX verifications_skill (skill=? AND rowid<?)"],
+        ),
+        (
+            crate::verifications::LATEST_TOOLCHAINS.to_owned(),
+            &[
+                "SEARCH verifications USING INDEX verifications_skill_run (skill=? AND run_id=?)",
+                "SCALAR SUBQUERY 1",
+                "SEARCH verifications USING COVERING INDEX verifications_skill_run (skill=?)",
+            ],
+        ),
+        (
+            crate::executions::skill_executions_sql(),
+            &["SEARCH executions USING INDEX executions_skill (skill=? AND started_at<?)"],
+        ),
+        (
+            crate::builds::skill_builds_sql(),
+            &["SEARCH builds USING INDEX sqlite_autoindex_builds_1 (skill=?)"],
+        ),
+    ] {
+        assert_eq!(plan(&sql), expected, "{sql}");
+    }
+}

@@ -64,6 +64,22 @@ fn verification_row(row: &super::db::Row) -> super::db::Result<(i64, Verificatio
     Ok((row.get(13)?, verification))
 }
 
+/// A page of a skill's gate results, newest first, older than `?2` when it is not NULL: a seek
+/// on `verifications_skill` (its entries are in id order within a skill), however deep.
+pub(crate) fn skill_verifications_sql() -> String {
+    format!(
+        "SELECT {VERIFICATION_COLUMNS} FROM verifications
+         WHERE skill = ?1 AND id < coalesce(CAST(?2 AS BIGINT), 9223372036854775807)
+         ORDER BY id DESC LIMIT ?3"
+    )
+}
+
+/// The tools of a skill's latest verifying run: both lookups on `verifications_skill_run`.
+pub(crate) const LATEST_TOOLCHAINS: &str = "SELECT tool FROM verifications
+     WHERE skill = ?1 AND tool IS NOT NULL
+       AND run_id = (SELECT max(run_id) FROM verifications WHERE skill = ?1)
+     ORDER BY id";
+
 impl Ledger {
     /// Records a gate set's results and their report, in one transaction. When every required
     /// gate passed, `source_hash` becomes the skill's verified hash: the only hash it may be
@@ -134,10 +150,7 @@ impl Ledger {
         before: Option<i64>,
         limit: usize,
     ) -> Result<Vec<(i64, VerificationRow)>, LedgerError> {
-        let mut stmt = self.conn.prepare(&format!(
-            "SELECT {VERIFICATION_COLUMNS} FROM verifications
-             WHERE skill = ?1 AND (CAST(?2 AS BIGINT) IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3"
-        ))?;
+        let mut stmt = self.conn.prepare(&skill_verifications_sql())?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = stmt.query_map(params![skill, before, limit], verification_row)?;
         Ok(rows.collect::<super::db::Result<_>>()?)
@@ -146,12 +159,7 @@ impl Ledger {
     /// The toolchains the skill's latest verification ran its tools from, one each: toolchain,
     /// declaration hash and the hash of the locked set it was installed from.
     pub fn latest_toolchains(&self, skill: &str) -> Result<Vec<Value>, LedgerError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT tool FROM verifications
-             WHERE skill = ?1 AND tool IS NOT NULL
-               AND run_id = (SELECT max(run_id) FROM verifications WHERE skill = ?1)
-             ORDER BY id",
-        )?;
+        let mut stmt = self.conn.prepare(LATEST_TOOLCHAINS)?;
         let rows = stmt.query_map([skill], |row| super::json_column(row, 0))?;
         let mut seen = Vec::new();
         for tool in rows {

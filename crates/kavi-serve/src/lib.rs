@@ -4,11 +4,13 @@
 //! `kavi_governance::review::decide`, as `kavi approve` and `kavi reject` do.
 //!
 //! Pages are rendered on the server (minijinja, which kavi already builds for its templates) and
-//! need no JavaScript; the style sheet is compiled into the binary.
+//! need no JavaScript to read; the style sheet, and the one script (which follows a running
+//! node's output), are compiled into the binary.
 
 mod evidence;
 mod forms;
 mod graph;
+mod live;
 mod pages;
 mod session;
 
@@ -134,12 +136,14 @@ fn router(app: Shared) -> Router {
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
         .route("/runs/{id}/nodes/{node}", get(pages::node))
+        .route("/runs/{id}/nodes/{node}/live", get(live::follow))
         .route("/runs/{id}/decide", post(forms::decide))
         .route("/rules/{id}/decide", post(forms::decide_rules))
         .route("/skills", get(pages::skills))
         .route("/skills/{name}", get(pages::skill))
         .route("/ledger", get(pages::ledger))
         .route("/style.css", get(pages::style))
+        .route("/live.js", get(live::script))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             session::with_key,

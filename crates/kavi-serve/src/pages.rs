@@ -71,7 +71,7 @@ pub fn refusal(app: &App, status: StatusCode, message: &str) -> Response {
 }
 
 /// Runs a ledger read off the async threads; no ledger yet reads as an empty one.
-async fn read<T: Send + 'static>(
+pub async fn read<T: Send + 'static>(
     app: &Shared,
     read: impl FnOnce(&App, Option<&Ledger>) -> Result<T, String> + Send + 'static,
 ) -> Result<T, Response> {
@@ -208,25 +208,37 @@ pub async fn run(State(app): State<Shared>, Path(id): Path<i64>) -> Response {
 /// How much of a kept stream a node's page shows; `kavi artifact cat` prints all of it.
 const SHOWN_BYTES: usize = 256 * 1024;
 
+/// The streams a node keeps, in the order its page shows them (a build node's `log` holds both
+/// of its builder's).
+const STREAMS: [&str; 3] = ["stdout", "stderr", "log"];
+
 /// A node of a run: its last attempt's state, error and outputs, why it ran (`kavi explain`),
-/// and the streams it kept (`kavi runs logs`), as far as they were recorded.
+/// and the streams it kept (`kavi runs logs`), as far as they were recorded; while it runs, what
+/// it has printed so far, which the page follows (see [`crate::live`]).
 pub async fn node(State(app): State<Shared>, Path((id, node)): Path<(i64, String)>) -> Response {
     let found = read(&app, move |app, ledger| {
         let ledger = ledger.ok_or_else(|| format!("no run {id}: the ledger has no runs yet"))?;
-        let detail = ledger.run_detail(id).map_err(|e| e.to_string())?;
-        let attempt = kavi_ledger::final_attempts(&detail.nodes)
-            .into_iter()
-            .find(|n| n.node_id == node)
-            .cloned()
+        let run = ledger.run(id).map_err(|e| e.to_string())?;
+        let attempt = crate::live::last_attempt(ledger, id, &node)?
             .ok_or_else(|| format!("run {id} has no node `{node}`"))?;
         let explained = app.cli.explain(&app.workspace, id, &node);
         let store = kavi_governance::open_store(&app.workspace).map_err(|e| e.to_string())?;
-        let streams: Vec<minijinja::Value> = attempt
+        let mut kept: Vec<_> = attempt
             .artifacts
             .iter()
-            .filter(|a| ["stdout", "stderr", "log"].contains(&a.role.as_str()))
-            .map(|a| {
-                let text = store.read_bytes(&a.sha256).map_or_else(
+            .filter_map(|a| Some((STREAMS.iter().position(|s| *s == a.role)?, a)))
+            .collect();
+        kept.sort_by_key(|(order, _)| *order);
+        let streams: Vec<minijinja::Value> = kept
+            .into_iter()
+            .map(|(_, a)| {
+                // A small output is kept in the ledger itself, a larger one in the store.
+                let bytes = match ledger.kept_artifact(&a.sha256) {
+                    Ok(Some(bytes)) => Ok(bytes),
+                    Ok(None) => store.read_bytes(&a.sha256).map_err(|e| e.to_string()),
+                    Err(e) => Err(e),
+                };
+                let text = bytes.map_or_else(
                     |e| format!("({e})"),
                     |bytes| {
                         String::from_utf8_lossy(&bytes[..bytes.len().min(SHOWN_BYTES)]).into_owned()
@@ -240,8 +252,12 @@ pub async fn node(State(app): State<Shared>, Path((id, node)): Path<(i64, String
             .outputs
             .as_ref()
             .and_then(|o| serde_json::to_string_pretty(o).ok());
+        let live = match attempt.state.is_terminal() {
+            true => None,
+            false => Some(crate::live::so_far(app, ledger, id, &node)?),
+        };
         Ok(minijinja::context! {
-            run => detail.run, attempt, outputs, streams, explained,
+            run, attempt, outputs, streams, explained, live,
         })
     })
     .await;
