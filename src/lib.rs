@@ -15,7 +15,7 @@ pub mod schemas;
 pub use error::Error;
 pub use kavi_consumer::{chains, chat, mcp};
 pub use kavi_drill as drill;
-pub use kavi_engine::{cache, executor, export};
+pub use kavi_engine::{cache, executor, export, groups};
 pub use kavi_forge::{executions, research};
 pub use kavi_foundation::{
     diagnostic, files, hash, identity, json_schema, jsonpath, redact, sandbox, state, template,

@@ -387,60 +387,47 @@ pub async fn run_subset(
     Ok(run_exit_code(outcome.status))
 }
 
-/// Takes a slot of the run's concurrency group (see [`crate::ledger::concurrency`]), doing what
-/// its `on_conflict` says while the group is full: waiting, refusing (exit 2), or cancelling the
-/// runs holding it (SIGTERM, which a kavi run takes as a cancel) and waiting. Runs that wait take
-/// a free slot in no set order. `None` when `cancel` fired while it waited.
+/// Takes a slot of the run's concurrency group (see [`crate::groups`]), doing what its
+/// `on_conflict` says while the group is full: waiting, refusing (exit 2), or cancelling the
+/// runs holding it and waiting. Runs that wait take a free slot in no set order. `None` when
+/// `cancel` fired while it waited.
 async fn join_group(
     ledger: &Path,
     concurrency: &spec::Concurrency,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<crate::ledger::concurrency::GroupSlot>, Error> {
-    let group = &concurrency.group;
-    let limit = concurrency.limit.get();
-    let mut cancelled = std::collections::HashSet::new();
+    let mut wait = crate::groups::GroupWait::new(concurrency, "run");
     let mut waiting = false;
     loop {
-        let holders =
-            crate::ledger::concurrency::try_take(ledger, group, limit).map_err(|source| {
-                Error::Io {
-                    context: format!("failed to take a slot of concurrency group `{group}`"),
-                    source,
-                }
-            })?;
-        let holders = match holders {
-            Ok(slot) => return Ok(Some(slot)),
-            Err(holders) => holders,
-        };
-        let held_by: Vec<String> = holders.iter().map(u32::to_string).collect();
-        let full = format!(
-            "concurrency group `{group}` is full: {limit} run(s) at once, held by kavi process {}",
-            held_by.join(", ")
-        );
-        match concurrency.on_conflict {
-            spec::OnConflict::Refuse => {
+        let turn = wait.try_take(ledger).map_err(|source| Error::Io {
+            context: format!(
+                "failed to take a slot of concurrency group `{}`",
+                wait.group()
+            ),
+            source,
+        })?;
+        match turn {
+            crate::groups::Turn::Took(slot) => return Ok(Some(slot)),
+            crate::groups::Turn::Refused(full) => {
                 return Err(Error::Usage(format!(
                     "{full}; this pipeline's `on_conflict = \"refuse\"` starts nothing"
                 )));
             }
-            spec::OnConflict::CancelRunning => {
-                for pid in holders.into_iter().filter(|pid| cancelled.insert(*pid)) {
-                    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
-                    // One that has ended meanwhile needs no cancel.
-                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            crate::groups::Turn::Full { why, cancelled } => {
+                for pid in cancelled {
                     errln!(
-                        "cancelling the run of kavi process {pid} in concurrency group `{group}`"
+                        "cancelling the run of kavi process {pid} in concurrency group `{}`",
+                        wait.group()
                     );
                 }
+                if !waiting {
+                    errln!("{why}; waiting for a slot");
+                    waiting = true;
+                }
             }
-            spec::OnConflict::Queue => {}
-        }
-        if !waiting {
-            errln!("{full}; waiting for a slot");
-            waiting = true;
         }
         tokio::select! {
-            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            () = tokio::time::sleep(crate::groups::RETRY) => {}
             () = cancel.cancelled() => return Ok(None),
         }
     }

@@ -165,6 +165,25 @@ impl Observer for Console {
                 short_hash(spec_hash)
             )),
             Event::NodeStarted { node, attempt } => self.started(node, *attempt),
+            Event::NodeWaiting {
+                node,
+                attempt,
+                why,
+                cancelled,
+            } => {
+                for pid in *cancelled {
+                    self.screen.progress(&format!(
+                        "{indent}  {:<6} {node}: cancelling the run of kavi process {pid}",
+                        mark(NodeState::Pending)
+                    ));
+                }
+                let mut line = format!("{indent}  {:<6} {node}", mark(NodeState::Pending));
+                if *attempt > 1 {
+                    line.push_str(&format!(" (attempt {attempt})"));
+                }
+                line.push_str(&format!(" waits: {why}"));
+                self.screen.progress(&line);
+            }
             Event::NodeFinished {
                 node,
                 attempt,

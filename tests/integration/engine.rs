@@ -3635,3 +3635,167 @@ fn a_run_whose_group_says_cancel_running_cancels_the_run_holding_it() {
     assert_eq!(long["status"], "cancelled");
     assert_eq!(common::last_run(dir.path())["status"], "succeeded");
 }
+
+/// A pipeline `name` whose node `deploy` is in concurrency group `deploy` (limit 1), beside a
+/// node `free` in none. `deploy` counts the node runs of the group inside as it starts, writes
+/// `holding-NAME` and, when `hold`, stays until the file `release` appears.
+fn grouped_node(dir: &Path, name: &str, on_conflict: &str, hold: bool) {
+    let until = if hold {
+        "until [ -e release ]; do sleep 0.05; done; "
+    } else {
+        ""
+    };
+    write(
+        dir,
+        &format!("pipelines/{name}.toml"),
+        &format!(
+            "[pipeline]\nname = \"{name}\"\n\
+             [nodes.free]\nkind = \"exec\"\nrun = [\"true\"]\n\
+             [nodes.deploy]\nkind = \"exec\"\n\
+             concurrency = {{ group = \"deploy\", on_conflict = \"{on_conflict}\" }}\n\
+             shell = \"touch slots/{name}; ls slots | wc -l >> seen; echo held > holding-{name}; \
+             {until}rm slots/{name}\"\n"
+        ),
+    );
+}
+
+/// Starts a run of `name` (from [`grouped_node`]) in the background, once its `deploy` holds
+/// the group.
+fn start_holding(dir: &Path, name: &str) -> std::process::Child {
+    let holding = dir.join(format!("holding-{name}"));
+    let _ = std::fs::remove_file(&holding);
+    let run = kavi_command(dir, &["pipeline", "run", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&holding);
+    run
+}
+
+/// The run's JSON, once `ready` holds for it (a run in another process, seen as it goes).
+fn run_when(dir: &Path, run: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = kavi(dir, &["runs", "show", run, "--json"]);
+        if shown.status.success() {
+            let detail: Value = serde_json::from_slice(&shown.stdout).unwrap();
+            if ready(&detail) {
+                return detail;
+            }
+        }
+        assert!(Instant::now() < deadline, "run {run} never got there");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Two pipelines whose `deploy` nodes share a concurrency group of limit 1, run by two kavi
+/// processes: the second's `deploy` waits, recorded on its row and said on stderr, while its
+/// other node runs; the two never overlap, and the wait's note is gone once it ran.
+#[test]
+fn a_node_concurrency_group_holds_node_runs_to_its_limit_across_processes() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("slots")).unwrap();
+    grouped_node(dir.path(), "first", "queue", true);
+    grouped_node(dir.path(), "second", "queue", true);
+    let mut first = start_holding(dir.path(), "first");
+    let second = kavi_command(dir.path(), &["pipeline", "run", "second"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = run_when(dir.path(), "2", |run| {
+        node(run, "deploy")["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.starts_with("waiting: "))
+            && node(run, "free")["state"] == "succeeded"
+    });
+    let deploy = node(&waiting, "deploy");
+    assert_eq!(deploy["state"], "pending");
+    let reason = deploy["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(
+            "waiting: concurrency group `deploy` is full: 1 node run(s) at once, held by kavi process "
+        ),
+        "{reason}"
+    );
+    assert!(!dir.path().join("holding-second").exists());
+    write(dir.path(), "release", "");
+    assert!(exit_within(&mut first, 60, "the first run never ended").success());
+    let second = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("deploy waits: concurrency group `deploy` is full: 1 node run(s) at once"),
+        "{stderr}"
+    );
+    let seen = std::fs::read_to_string(dir.path().join("seen")).unwrap();
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["1", "1"],
+        "node runs overlapped"
+    );
+    let done = json(&kavi(dir.path(), &["runs", "show", "2", "--json"]));
+    assert_eq!(node(&done, "deploy")["state"], "succeeded");
+    assert_eq!(node(&done, "deploy")["reason"], Value::Null);
+}
+
+/// A node holding a slot of its group whose kavi is killed (-9) frees it: the next node of the
+/// group runs at once. `refuse` fails the node (not the run's other nodes), naming the holder;
+/// `cancel-running` cancels the run holding the group.
+#[test]
+fn a_node_group_slot_is_freed_by_a_killed_holder_and_refused_or_taken_over_on_conflict() {
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("slots")).unwrap();
+    grouped_node(dir.path(), "holder", "queue", true);
+    grouped_node(dir.path(), "refused", "refuse", false);
+    grouped_node(dir.path(), "taker", "cancel-running", false);
+    grouped_node(dir.path(), "after", "queue", false);
+
+    let mut holder = start_holding(dir.path(), "holder");
+    let refused = kavi(dir.path(), &["pipeline", "run", "refused"]);
+    assert_eq!(refused.status.code(), Some(1));
+    let run = common::last_run(dir.path());
+    assert_eq!(node(&run, "free")["state"], "succeeded");
+    let deploy = node(&run, "deploy");
+    assert_eq!(deploy["state"], "failed");
+    let error = deploy["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("held by kavi process {}", holder.id()))
+            && error.ends_with("this node's `on_conflict = \"refuse\"` runs nothing"),
+        "{error}"
+    );
+
+    // Killed: its node's process stays (recovery's to stop), the slot goes with kavi.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let mut after = kavi_command(dir.path(), &["pipeline", "run", "after"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = exit_within(&mut after, 60, "the killed holder's slot was never freed");
+    write(dir.path(), "release", "");
+    assert!(status.success());
+    assert_eq!(
+        node(&common::last_run(dir.path()), "deploy")["state"],
+        "succeeded"
+    );
+
+    std::fs::remove_file(dir.path().join("release")).unwrap();
+    let mut holder = start_holding(dir.path(), "holder");
+    let taker = kavi(dir.path(), &["pipeline", "run", "taker"]);
+    let stderr = String::from_utf8_lossy(&taker.stderr);
+    assert!(taker.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "deploy: cancelling the run of kavi process {}",
+            holder.id()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        exit_within(&mut holder, 60, "the holding run was never cancelled").code(),
+        Some(143)
+    );
+}

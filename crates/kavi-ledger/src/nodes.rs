@@ -111,7 +111,7 @@ impl Ledger {
                 "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, started_at, governing_hash)
              VALUES (?1, ?2, ?3, 'running', ?4, ?5, (SELECT governing_hash FROM runs WHERE id = ?1))
              ON CONFLICT (run_id, node_id, attempt)
-             DO UPDATE SET state = 'running', started_at = excluded.started_at",
+             DO UPDATE SET state = 'running', started_at = excluded.started_at, reason = NULL",
             )?
             .execute(params![run_id, node_id, kind, attempt, started_at])?;
         Ok(())
@@ -126,6 +126,27 @@ impl Ledger {
              VALUES (?1, ?2, ?3, 'pending', 1, (SELECT governing_hash FROM runs WHERE id = ?1))",
             )?
             .execute(params![run_id, node_id, kind])?;
+        Ok(())
+    }
+
+    /// Records why an attempt that has not started waits (its concurrency group is full), on
+    /// its pending row, added for a retry that has none yet; its start clears it.
+    pub fn note_waiting(
+        &self,
+        run_id: i64,
+        node_id: &str,
+        kind: &str,
+        attempt: u32,
+        reason: &str,
+    ) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO node_runs (run_id, node_id, kind, state, attempt, reason, governing_hash)
+             VALUES (?1, ?2, ?3, 'pending', ?4, ?5, (SELECT governing_hash FROM runs WHERE id = ?1))
+             ON CONFLICT (run_id, node_id, attempt)
+             DO UPDATE SET reason = excluded.reason WHERE node_runs.state = 'pending'",
+            )?
+            .execute(params![run_id, node_id, kind, attempt, reason])?;
         Ok(())
     }
 

@@ -15,6 +15,16 @@ use crate::node::NodeContext;
 use crate::spec::{OnFailure, Trigger};
 use crate::state::NodeState;
 
+/// What a node's concurrency group lets an attempt due to start do.
+enum Admission {
+    /// Start, holding the group's slot (`None`: the node names no group).
+    Go(Option<crate::ledger::concurrency::GroupSlot>),
+    /// Wait: the group is full.
+    Wait,
+    /// Nothing more: the attempt ended without running (recorded).
+    Ended,
+}
+
 impl<'a> Executor<'a> {
     /// Why a node cannot run because of its dependencies, if it cannot.
     pub(super) fn dependency_verdict(&self, index: usize) -> Option<(NodeState, String)> {
@@ -77,8 +87,10 @@ impl<'a> Executor<'a> {
     /// 0, for a node that declares inputs: hashing them is work as an attempt is, and a pipeline
     /// of many such nodes would otherwise hash them all at once).
     pub(super) fn start_due_nodes(&mut self) -> Result<(), LedgerError> {
-        // Instances whose fan-out has `max_parallel` of them running: due again next turn.
+        // Instances whose fan-out has `max_parallel` of them running, attempts whose group is
+        // full: due again next turn.
         let mut held = Vec::new();
+        self.waiting_for_group = false;
         while self.running.len() < self.env.jobs.max(1) {
             let Some(Reverse((index, attempt))) = self.to_start.pop() else {
                 break;
@@ -103,15 +115,78 @@ impl<'a> Executor<'a> {
             }
             if attempt == 0 {
                 self.start_keying(index);
-            } else {
-                self.spawn_attempt(index, attempt)?;
+                continue;
+            }
+            match self.join_group(index, attempt)? {
+                Admission::Go(slot) => self.spawn_attempt(index, attempt, slot)?,
+                Admission::Wait => {
+                    self.waiting_for_group = true;
+                    held.push(Reverse((index, attempt)));
+                }
+                Admission::Ended => {}
             }
         }
         self.to_start.extend(held);
         Ok(())
     }
 
-    fn spawn_attempt(&mut self, index: usize, attempt: u32) -> Result<(), LedgerError> {
+    /// Takes a slot of the concurrency group the node of slot `index` names, for `attempt`
+    /// (see [`crate::groups`]). A full group is waited for, the wait recorded on the attempt's
+    /// row and shown once; `refuse` fails the attempt, not retried.
+    fn join_group(&mut self, index: usize, attempt: u32) -> Result<Admission, LedgerError> {
+        let node = self.spec(index);
+        let Some(concurrency) = &node.concurrency else {
+            return Ok(Admission::Go(None));
+        };
+        let first = self.slots[index].group_wait.is_none();
+        let wait = self.slots[index].group_wait.get_or_insert_with(|| {
+            crate::groups::GroupWait::new(concurrency.get_ref(), "node run")
+        });
+        let ended = match wait.try_take(&self.env.ledger) {
+            Ok(crate::groups::Turn::Took(slot)) => {
+                self.slots[index].group_wait = None;
+                return Ok(Admission::Go(Some(slot)));
+            }
+            Ok(crate::groups::Turn::Full { why, cancelled }) => {
+                let node_id = self.slot_id(index);
+                if first {
+                    self.recorder.record(Write::Waiting {
+                        node_id: node_id.clone(),
+                        kind: node.kind,
+                        attempt,
+                        reason: format!("waiting: {why}"),
+                    });
+                }
+                if first || !cancelled.is_empty() {
+                    self.observer.event(&Event::NodeWaiting {
+                        node: &node_id,
+                        attempt,
+                        why: &why,
+                        cancelled: &cancelled,
+                    });
+                }
+                return Ok(Admission::Wait);
+            }
+            Ok(crate::groups::Turn::Refused(why)) => {
+                format!("{why}; this node's `on_conflict = \"refuse\"` runs nothing")
+            }
+            Err(e) => format!(
+                "failed to take a slot of concurrency group `{}`: {e}",
+                concurrency.get_ref().group
+            ),
+        };
+        self.slots[index].group_wait = None;
+        self.finish_without_running_attempt(index, attempt, NodeState::Failed, Some(&ended), None)?;
+        self.mark_done(index, NodeState::Failed);
+        Ok(Admission::Ended)
+    }
+
+    fn spawn_attempt(
+        &mut self,
+        index: usize,
+        attempt: u32,
+        group_slot: Option<crate::ledger::concurrency::GroupSlot>,
+    ) -> Result<(), LedgerError> {
         // No node starts that the ledger could not record: while the writer is stalled (the
         // server gone and its connection being made again, the file locked), the loop waits
         // for it to commit what came before, which fails the run, exit 4, when the ledger
@@ -159,6 +234,8 @@ impl<'a> Executor<'a> {
             self.http_attempts_started += 1;
         }
         self.running.spawn(async move {
+            // The group's slot is held until the attempt's end, its outputs stored.
+            let _group_slot = group_slot;
             let started = Instant::now();
             let ctx = NodeContext {
                 node_id: &node_id,

@@ -55,6 +55,16 @@ pub enum Event<'a> {
         node: &'a str,
         attempt: u32,
     },
+    /// A node's attempt found its concurrency group full and waits for a slot (said once per
+    /// wait, and again when it cancels the runs holding the group).
+    NodeWaiting {
+        node: &'a str,
+        attempt: u32,
+        /// Why: the group, its limit and its holders.
+        why: &'a str,
+        /// The kavi processes it sent a cancel (`on_conflict = "cancel-running"`).
+        cancelled: &'a [u32],
+    },
     NodeFinished {
         node: &'a str,
         attempt: u32,
@@ -247,6 +257,8 @@ struct Slot {
     /// For a fan-out once its items are known: its instances' slots, and how many of their
     /// attempts are running (`max_parallel`).
     instances: Option<(std::ops::Range<usize>, u32)>,
+    /// While an attempt waits for a slot of the node's concurrency group: its wait.
+    group_wait: Option<crate::groups::GroupWait>,
 }
 
 impl Slot {
@@ -259,6 +271,7 @@ impl Slot {
             node,
             instance: None,
             instances: None,
+            group_wait: None,
         }
     }
 }
@@ -305,6 +318,9 @@ pub struct Executor<'a> {
     /// its outcome makes ready to run (a failure handler) is its own step's to run: started
     /// here, it would be left running when the step ends.
     starts_only: Option<usize>,
+    /// An attempt due to start waits for a slot of its concurrency group: the loop tries again
+    /// after [`crate::groups::RETRY`].
+    waiting_for_group: bool,
 }
 
 /// `params`, `run` and `config` as templates see them.
@@ -510,6 +526,7 @@ impl<'a> Executor<'a> {
             recorder,
             run_vars,
             starts_only: None,
+            waiting_for_group: false,
         }
     }
 
@@ -560,6 +577,7 @@ impl<'a> Executor<'a> {
                     done += self.task_done(task)?.0;
                 }
                 () = sleep_until_opt(next_retry) => self.promote_due_retries(),
+                () = tokio::time::sleep(crate::groups::RETRY), if self.waiting_for_group => {}
                 () = self.run_cancel.cancelled(), if self.stop_reason.is_none() => self.stop("run cancelled"),
                 () = sleep_until_opt(wall.map(|(at, _)| at)), if !self.budget_spent => {
                     self.spend_budget("wall", &wall_text(wall));

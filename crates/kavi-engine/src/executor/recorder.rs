@@ -27,6 +27,13 @@ use crate::state::{NodeState, RunStatus};
 pub(super) enum Write {
     /// A node run the run did not begin with: an instance of a fan-out, pending.
     Pending { node_id: String, kind: &'static str },
+    /// An attempt due to start waits for a slot of its concurrency group: why, on its row.
+    Waiting {
+        node_id: String,
+        kind: &'static str,
+        attempt: u32,
+        reason: String,
+    },
     Start {
         node_id: String,
         kind: &'static str,
@@ -471,6 +478,12 @@ fn fold_starts(group: &mut Vec<Message>) {
 fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerError> {
     match write {
         Write::Pending { node_id, kind } => ledger.add_node(run_id, &node_id, kind),
+        Write::Waiting {
+            node_id,
+            kind,
+            attempt,
+            reason,
+        } => ledger.note_waiting(run_id, &node_id, kind, attempt, &reason),
         Write::Start {
             node_id,
             kind,
@@ -647,6 +660,9 @@ mod tests {
                 Message::Write(Write::Pending { node_id, .. }) => {
                     ("pending", node_id.as_str(), 1, None)
                 }
+                Message::Write(Write::Waiting {
+                    node_id, attempt, ..
+                }) => ("waiting", node_id.as_str(), *attempt, None),
                 Message::Write(Write::RunEnd { .. }) => ("run end", "", 0, None),
                 Message::Sync(_) => ("sync", "", 0, None),
             })

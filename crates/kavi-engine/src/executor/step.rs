@@ -229,14 +229,18 @@ pub async fn execute_step(
     let mut done = executor.settle_ready()?;
     executor.start_due_nodes()?;
     let mut ended_in = None;
-    while done == 0 && !executor.running.is_empty() {
+    // The node's attempt runs, or waits for a slot of its concurrency group first.
+    while done == 0 && (!executor.running.is_empty() || executor.waiting_for_group) {
         tokio::select! {
-            joined = executor.running.join_next() => {
+            joined = executor.running.join_next(), if !executor.running.is_empty() => {
                 let task = joined.expect("join set is not empty").expect("node tasks do not panic");
                 let (finished, state) = executor.task_done(task)?;
                 done += finished;
                 ended_in = state.or(ended_in);
                 // A node whose key is now whole and found nothing is due to start.
+                executor.start_due_nodes()?;
+            }
+            () = tokio::time::sleep(crate::groups::RETRY), if executor.waiting_for_group => {
                 executor.start_due_nodes()?;
             }
             () = executor.run_cancel.cancelled(), if executor.stop_reason.is_none() => {

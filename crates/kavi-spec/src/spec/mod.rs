@@ -84,6 +84,8 @@ pub struct NodeSpec {
     pub scripts: Vec<String>,
     /// Runs it once per item (`for_each`).
     pub fan_out: Option<FanOut>,
+    /// The concurrency group its attempts belong to (`concurrency`), where it is written.
+    pub concurrency: Option<Spanned<Concurrency>>,
     pub action: Arc<dyn NodeAction>,
 }
 
@@ -146,7 +148,7 @@ pub struct Budget {
 }
 
 /// `[pipeline] concurrency`: runs of every pipeline naming `group` are at most `limit` at once
-/// on one ledger, across processes.
+/// on one ledger, across processes. A node's `concurrency` holds its attempts likewise.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Concurrency {

@@ -202,6 +202,12 @@ pub fn load_pipeline_str(
     } = loader;
     let params = params.unwrap_or_default();
     check_needs(&file, &nodes, &unloaded, &mut problems);
+    if let Some(own) = header
+        .as_ref()
+        .and_then(|h| h.pipeline.concurrency.as_ref())
+    {
+        check_node_groups(&file, own, &nodes, &mut problems);
+    }
 
     let Some(header) = header.filter(|_| problems.is_empty()) else {
         return Err(problems.into());
@@ -218,6 +224,35 @@ pub fn load_pipeline_str(
         nodes,
         governing,
     })
+}
+
+/// A node may not name its own pipeline's group: the run holds a slot of it while the node
+/// waits for one, and two such runs would each wait for the other forever.
+fn check_node_groups(
+    file: &std::sync::Arc<SourceFile>,
+    own: &crate::spec::Concurrency,
+    nodes: &[crate::spec::NodeSpec],
+    problems: &mut Vec<Diagnostic>,
+) {
+    for node in nodes {
+        if let Some(group) = node
+            .concurrency
+            .as_ref()
+            .filter(|group| group.get_ref().group == own.group)
+        {
+            problems.push(
+                Diagnostic::new(format!(
+                    "node `{}` names concurrency group `{}`, which its pipeline's runs belong to",
+                    node.id, own.group
+                ))
+                .at(file, group.span())
+                .with_help(
+                    "a run holds its pipeline's group while its nodes wait for theirs: name \
+                     another group for the node, or drop one of the two",
+                ),
+            );
+        }
+    }
 }
 
 /// `text`, loaded as `p.toml` in an empty workspace with `registry`'s kinds: for the tests of

@@ -385,6 +385,7 @@ pub(super) fn load_node(
             .map(|member| member.source.path.display().to_string())
             .collect(),
         fan_out,
+        concurrency: common.concurrency,
         action,
     };
     Ok((node, config.governing))

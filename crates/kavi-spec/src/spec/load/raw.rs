@@ -29,6 +29,7 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
     "uses",
     "for_each",
     "max_parallel",
+    "concurrency",
 ];
 
 // A pipeline's header: its `[params]` are read apart, one at a time, so that each broken one is
@@ -132,6 +133,10 @@ pub struct RawCommon {
     /// allows).
     #[schemars(with = "Option<std::num::NonZeroU32>")]
     pub(super) max_parallel: Option<Spanned<u32>>,
+    /// A group whose node runs, of this node and of any other naming it in any pipeline, are at
+    /// most `limit` at once on the ledger, and what an attempt that finds it full does.
+    #[schemars(with = "Option<Concurrency>")]
+    pub(super) concurrency: Option<Spanned<Concurrency>>,
 }
 
 /// What `for_each` takes: the items themselves, or an expression giving them.
