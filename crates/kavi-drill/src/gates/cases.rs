@@ -491,4 +491,74 @@ pub(super) const TOOL_CASES: &[Case] = &[
         )],
         kind: None,
     },
+    Case {
+        name: "swallowed_by_context_manager",
+        what: "the test's assertion inside a context manager whose `__exit__` returns True",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import unittest\nfrom types import TracebackType\n\nfrom skill import run\n\n\nclass Calm:\n    def __enter__(self) -> \"Calm\":\n        return self\n\n    def __exit__(\n        self,\n        kind: type[BaseException] | None,\n        value: BaseException | None,\n        trace: TracebackType | None,\n    ) -> bool:\n        return True\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        with Calm():\n            self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "swallowed_by_multiline_except",
+        what: "the test's assertion caught by an `except (` spread over lines",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        try:\n            self.assertEqual(run(1), {\"echo\": 2})\n        except (\n            AssertionError\n        ):\n            pass\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "swallowed_by_skill_helper",
+        what: "the test's assertion run by a helper of the skill that catches it",
+        targets: &["tests"],
+        skill: Some(
+            "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data))}\n\n\ndef lenient(check: Any) -> None:\n    try:\n        check()\n    except AssertionError:\n        pass\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import lenient, run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        lenient(lambda: self.assertEqual(run(1), {\"echo\": 2}))\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "swallowed_by_alias",
+        what: "a plain `assert` caught under another name for AssertionError",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "from skill import run\n\nExpected = AssertionError\n\n\ndef test_echo() -> None:\n    try:\n        assert run(1) == {\"echo\": 2}\n    except Expected:\n        pass\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "assertions_from_a_mixin",
+        what: "a mixin from the skill that redefines `assertEqual`, ahead of unittest's",
+        targets: &["tests"],
+        skill: Some(
+            "import json\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data))}\n\n\nclass Checks:\n    def assertEqual(self, first: object, second: object, msg: object = None) -> None:\n        \"\"\"Compares leniently.\"\"\"\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import Checks, run\n\n\nclass T(Checks, unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "equality_func_registered",
+        what: "an equality check registered for dicts that passes anything",
+        targets: &["tests"],
+        skill: None,
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def setUp(self) -> None:\n        self.addTypeEqualityFunc(dict, lambda first, second, msg=None: None)\n\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
 ];

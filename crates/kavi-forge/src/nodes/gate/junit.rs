@@ -459,6 +459,17 @@ fn judge_text(
             ),
         ));
     }
+    let swallowed = one("kavi_swallowed");
+    if !swallowed.trim().is_empty() {
+        return Err(counted(
+            counts,
+            "assertion_swallowed",
+            format!(
+                "these tests passed although an assertion failed while they ran (what it raised \
+                 was caught and hidden): {swallowed}"
+            ),
+        ));
+    }
     if one("kavi_optimized") != "0" {
         return Err(counted(
             counts,
@@ -570,6 +581,7 @@ mod tests {
             ("kavi_replaced", String::new()),
             ("kavi_plugins", String::new()),
             ("kavi_not_run", String::new()),
+            ("kavi_swallowed", String::new()),
             ("kavi_optimized", "0".to_owned()),
             ("kavi_exitstatus", "0".to_owned()),
         ]
@@ -632,6 +644,14 @@ mod tests {
                 Some(0)
             )),
             "tests_not_run"
+        );
+        assert_eq!(
+            reason(judge_with(
+                &with("kavi_swallowed", "test_skill.py::T::test_a"),
+                PASSED,
+                Some(0)
+            )),
+            "assertion_swallowed"
         );
         assert_eq!(
             reason(judge_with(&with("kavi_collected", "2"), PASSED, Some(0))),

@@ -6,8 +6,10 @@ how many tests pytest collected, that the session reached its end, the run's non
 file kavi wrote beside this module, then removed, so that a report written without pytest does
 not carry it), which parts of the test framework the code under test replaced at run time
 (an `assertEqual` that never fails, a patched pytest runner, a test item's class or the item
-itself), which plugins were registered once tests began to load, and which tests passed
-without their body being entered. It runs in the same process as the tests, so a test written
+itself, or a test class that overrides an assertion), which plugins were registered once tests
+began to load, which tests passed without their body being entered, and which tests passed
+although an assertion failed while they ran (its failure caught and hidden, however that was
+spelled). It runs in the same process as the tests, so a test written
 against kavi itself can still forge it: it catches the usual ways and makes a forgery
 deliberate, it is no proof against that.
 """
@@ -33,6 +35,68 @@ try:
 except OSError:
     _NONCE = ""
 
+# The tests in which an assertion failed while they ran. A test that passed with one of them
+# caught what the assertion raised and hid it: with an `except`, a context manager whose
+# `__exit__` returns True, a helper of the code under test, a name bound to AssertionError.
+_failed_in = set()
+
+
+def _assertion_failed():
+    if _running is not None:
+        _failed_in.add(_running)
+
+
+class _AssertionFailed(AssertionError):
+    """What unittest's assertions raise under the witness: an AssertionError that notes the test."""
+
+    def __init__(self, *args):
+        _assertion_failed()
+        super().__init__(*args)
+
+
+# Shown as what it stands for, in tracebacks and in the report's failure messages.
+_AssertionFailed.__name__ = _AssertionFailed.__qualname__ = "AssertionError"
+_AssertionFailed.__module__ = "builtins"
+unittest.TestCase.failureException = _AssertionFailed
+
+# pytest's rewritten `assert` formats its explanation only when the assertion fails.
+import _pytest.assertion.rewrite as _rewrite  # noqa: E402
+
+_format_explanation = _rewrite._format_explanation
+
+
+def _witnessed_format_explanation(explanation):
+    _assertion_failed()
+    return _format_explanation(explanation)
+
+
+_rewrite._format_explanation = _witnessed_format_explanation
+# unittest.TestCase's own assertion machinery, which a test class may not redefine (a mixin whose
+# `assertEqual` never fails); what a test class sets up for itself is its own.
+_OVERRIDABLE = {"setUp", "tearDown", "setUpClass", "tearDownClass", "maxDiff", "longMessage"}
+# The type-specific equality checks `assertEqual` dispatches to, as unittest registers them: one
+# a test adds (`addTypeEqualityFunc`) can make `assertEqual` pass anything.
+_EQUALITY = dict(unittest.TestCase()._type_equality_funcs)
+# Test classes that redefine the framework's assertions, and tests that changed their equality
+# checks, as found.
+_overridden = []
+_seen_classes = set()
+
+
+def _check_overrides(test_class):
+    if id(test_class) in _seen_classes:
+        return
+    _seen_classes.add(id(test_class))
+    for name in dir(unittest.TestCase):
+        if name in _OVERRIDABLE or (name.startswith("__") and name != "__call__"):
+            continue
+        owner = next((kind for kind in test_class.__mro__ if name in vars(kind)), None)
+        if owner is None or owner.__module__.startswith(("unittest", "_pytest", "pytest")):
+            continue
+        _overridden.append(f"{test_class.__module__}.{test_class.__qualname__}.{name} "
+                           f"(defined by {owner.__module__}.{owner.__qualname__})")
+
+
 # What a test could replace to make failures pass, as it stands before any test module loads.
 _WATCHED = [
     ("unittest.TestCase", unittest.TestCase),
@@ -44,7 +108,8 @@ _WATCHED = [
 # that they are watched as they stand before any test module loads.
 _MODULES = ("_pytest.runner", "_pytest.python", "_pytest.unittest", "_pytest.reports",
             "_pytest.outcomes", "_pytest.main", "_pytest.junitxml", "_pytest.skipping",
-            "_pytest.nodes", "_pytest.fixtures", "_pytest.timing", "pluggy._callers",
+            "_pytest.nodes", "_pytest.fixtures", "_pytest.timing", "_pytest.assertion.rewrite",
+            "pluggy._callers",
             "pluggy._hooks", "pluggy._manager", "pluggy._result")
 for _name in _MODULES:
     __import__(_name)
@@ -148,7 +213,9 @@ def _replaced():
                     if name in inherited and name not in before]
     if sys.getprofile() is not None and sys.getprofile() is not _profile:
         changed.append("sys.setprofile")
-    return changed
+    if unittest.TestCase.failureException is not _AssertionFailed:
+        changed.append("unittest.TestCase.failureException")
+    return changed + _overridden
 
 
 def _not_run():
@@ -190,6 +257,8 @@ def pytest_collection_finish(session):
         _ITEMS[item.nodeid] = (item, kind, dict(vars(item)), _body(item))
         test_class = getattr(item, "cls", None)
         _watch_classes(kind.__mro__ + (test_class.__mro__ if isinstance(test_class, type) else ()))
+        if isinstance(test_class, type) and issubclass(test_class, unittest.TestCase):
+            _check_overrides(test_class)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -205,11 +274,20 @@ def pytest_runtest_call(item):
     finally:
         sys.setprofile(previous)
         _running = _running_body = None
+        instance = getattr(item, "instance", None)
+        if (isinstance(instance, unittest.TestCase)
+                and getattr(instance, "_type_equality_funcs", _EQUALITY) != _EQUALITY):
+            _overridden.append(f"{item.nodeid}: addTypeEqualityFunc")
+
+
+_swallowed = []
 
 
 def pytest_runtest_logreport(report):
     if report.skipped:
         _skipped.add(report.nodeid)
+    if report.when == "call" and report.passed and report.nodeid in _failed_in:
+        _swallowed.append(report.nodeid)
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -241,5 +319,6 @@ def pytest_sessionfinish(session, exitstatus):
     xml.add_global_property("kavi_replaced", " ".join(_replaced()))
     xml.add_global_property("kavi_plugins", " ".join(_late_plugins))
     xml.add_global_property("kavi_not_run", " ".join(_not_run()))
+    xml.add_global_property("kavi_swallowed", " ".join(_swallowed))
     xml.add_global_property("kavi_optimized", str(sys.flags.optimize))
     xml.add_global_property("kavi_exitstatus", str(int(exitstatus)))
