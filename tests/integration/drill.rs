@@ -111,6 +111,12 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("item_class_runtest", "framework_replaced"),
         ("item_function_replaced", "framework_replaced"),
         ("plugin_from_test_file", "framework_replaced"),
+        ("swallowed_by_context_manager", "assertion_swallowed"),
+        ("swallowed_by_multiline_except", "assertion_swallowed"),
+        ("swallowed_by_skill_helper", "assertion_swallowed"),
+        ("swallowed_by_alias", "assertion_swallowed"),
+        ("assertions_from_a_mixin", "framework_replaced"),
+        ("equality_func_registered", "framework_replaced"),
     ] {
         let outcome = outcomes.iter().find(|o| o["case"] == case).unwrap();
         assert!(
@@ -144,6 +150,8 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("logging_basic_config_file", "[file_write]"),
         ("no_cover_pragma", "tests failed: branch_coverage: "),
         ("uncalled_function", "tests failed: line_coverage: "),
+        ("import_path_extended", "policy failed: "),
+        ("compiler_spawns", "policy failed: "),
         (
             "contract_tripwire",
             "contract failed: running its examples, the skill was stopped by its confinement",

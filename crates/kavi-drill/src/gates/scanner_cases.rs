@@ -103,6 +103,28 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "import_path_extended",
+        what: "the skill puts a workspace folder on `sys.path` and imports a module it may find there",
+        targets: &["policy"],
+        skill: Some(
+            "import json\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\nsys.path.insert(0, \"notes\")\nimport colorsys  # noqa: E402\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {\"echo\": json.loads(json.dumps(data)), \"hue\": colorsys.ONE_THIRD}\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "compiler_spawns",
+        what: "a process started through distutils' compiler object",
+        targets: &["policy"],
+        skill: Some(
+            "import json\nfrom distutils.ccompiler import new_compiler\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    new_compiler().spawn([\"sh\", \"-c\", \"exit 7\"])\n    return {\"echo\": json.loads(json.dumps(data))}\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "uncalled_function",
         what: "code no test runs, in a function without a branch (coverage is on here)",
         targets: &["tests"],
