@@ -388,7 +388,7 @@ fn set_field(input: &mut Value, field: &str, value: Value) {
 }
 
 /// Renders every string of a step's input as a template.
-fn render_input(
+pub(crate) fn render_input(
     value: &mut Value,
     templates: &TemplateEngine,
     context: &minijinja::Value,
