@@ -458,5 +458,23 @@ mod tests {
         assert!(config.is_valid(&json!({ "jobs": 4 })));
         assert!(!config.is_valid(&json!({ "jobs": "four" })));
         assert!(!config.is_valid(&json!({ "jobz": 4 })));
+        // A side-effect class is one of the names, alone, joined by `+` or listed: an editor
+        // completes them, and a misspelt one is refused as the loader refuses it.
+        let proposal = validator(schema("proposal.json"));
+        let with = |side_effect: Value| {
+            json!({ "name": "s", "description": "d", "side_effect": side_effect,
+                    "command": ["python3", "skills/s/skill.py"],
+                    "input_schema": {}, "output_schema": {} })
+        };
+        for taken in [
+            json!("READ_ONLY"),
+            json!("NETWORK+SECRET_READ"),
+            json!(["FILE_WRITE", "NETWORK"]),
+        ] {
+            assert!(proposal.is_valid(&with(taken.clone())), "{taken}");
+        }
+        for refused in [json!("READ_ONLYY"), json!("NETWORK+SECRETS"), json!("")] {
+            assert!(!proposal.is_valid(&with(refused.clone())), "{refused}");
+        }
     }
 }
