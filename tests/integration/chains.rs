@@ -705,19 +705,18 @@ fn the_mcp_sdks_default_client_confirms_a_file_write_on_the_current_protocol() {
 /// What tests/mcp/resources.py saw of `kavi mcp`'s resources on protocol generation `mode`
 /// (`legacy`: 2025-11-25's handshake; `current`: the SDK's default client, 2026-07-28).
 fn mcp_resources(python: &Path, root: &Path, mode: &str) -> Value {
-    let script = common::repo().join("tests/mcp/resources.py");
-    let out = common::with_test_env(
-        std::process::Command::new(python),
-        root,
-        &[
-            script.to_str().unwrap(),
-            mode,
-            env!("CARGO_BIN_EXE_kavi"),
-            root.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
+    mcp_script(python, root, "resources.py", &[mode])
+}
+
+/// What a script of tests/mcp printed, run as `SCRIPT ARGS... KAVI WORKSPACE`.
+fn mcp_script(python: &Path, root: &Path, script: &str, args: &[&str]) -> Value {
+    let script = common::repo().join("tests/mcp").join(script);
+    let mut all = vec![script.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.extend([env!("CARGO_BIN_EXE_kavi"), root.to_str().unwrap()]);
+    let out = common::with_test_env(std::process::Command::new(python), root, &all)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -748,24 +747,7 @@ fn chains_are_mcp_prompts_and_a_note_linked_out_of_the_workspace_is_refused() {
     write(root, "policies/mcp.toml", "resources_page = 1\n");
     std::os::unix::fs::symlink("/etc/passwd", root.join("notes/link.md")).unwrap();
 
-    let script = common::repo().join("tests/mcp/prompts.py");
-    let out = common::with_test_env(
-        std::process::Command::new(&python),
-        root,
-        &[
-            script.to_str().unwrap(),
-            env!("CARGO_BIN_EXE_kavi"),
-            root.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = mcp_script(&python, root, "prompts.py", &[]);
     assert_eq!(seen["prompts_capability"], true, "{seen}");
     let pages = seen["pages"].as_array().unwrap();
     let names: Vec<&str> = pages
