@@ -4,8 +4,12 @@
 //! each shipped file names its schema in a `#:schema` comment on its first line, which TOML
 //! language servers (taplo, tombi) read to complete and check the file as it is edited.
 
+use std::sync::Arc;
+
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
+
+use crate::diagnostic::{Diagnostic, SourceFile};
 
 /// Where the schemas are, relative to the workspace (and this repository).
 pub const DIR: &str = "docs/schemas";
@@ -16,137 +20,150 @@ pub struct Published {
     pub file: &'static str,
     pub describes: &'static str,
     pub schema: Value,
+    /// Every problem of shape (unknown fields, wrong types) the file has, found by reading it
+    /// whole as the type its schema is made from; `None` for the files read part by part
+    /// (pipelines, chains, proposals, `kavi.toml`), whose loaders report theirs.
+    pub problems: Option<Problems>,
 }
+
+/// The problems of one file's text (see [`Published::problems`]).
+pub type Problems = fn(&Arc<SourceFile>) -> Vec<Diagnostic>;
 
 /// Every schema kavi publishes.
 pub fn all() -> Vec<Published> {
     use crate::{chains, config, confinement, nodes, policy, skills, toolchains};
-    let published = |file, describes, title: &str, schema: Value| Published {
+    let published = |file, describes, title: &str, (schema, problems): (Value, _)| Published {
         file,
         describes,
         schema: titled(schema, title),
+        problems,
     };
     vec![
         published(
             "kavi.json",
             "kavi.toml",
             "kavi.toml: workspace configuration",
-            of::<config::Config>(),
+            (of::<config::Config>(), None),
         ),
-        published("pipeline.json", "pipelines/", "A kavi pipeline", pipeline()),
+        published(
+            "pipeline.json",
+            "pipelines/",
+            "A kavi pipeline",
+            (pipeline(), None),
+        ),
         published(
             "chain.json",
             "chains/",
             "A chain of trusted skills",
-            of::<chains::RawChain>(),
+            (of::<chains::RawChain>(), None),
         ),
         published(
             "proposal.json",
             "proposals/",
             "A skill proposal",
-            of::<skills::Proposal>(),
+            (of::<skills::Proposal>(), None),
         ),
         published(
             "policies/allowlist.json",
             "policies/allowlist.toml",
             "The diff gate's allowlist",
-            of::<policy::AllowlistPolicy>(),
+            whole::<policy::AllowlistPolicy>(),
         ),
         published(
             "policies/classifier.json",
             "policies/classifier.toml",
             "The failure classifier",
-            of::<policy::classifier::RawClassifier>(),
+            whole::<policy::classifier::RawClassifier>(),
         ),
         published(
             "policies/confinement.json",
             "policies/confinement.toml",
             "What builders, gates and skills may touch",
-            of::<confinement::policy::RawPolicy>(),
+            whole::<confinement::policy::RawPolicy>(),
         ),
         published(
             "policies/conventions.json",
             "policies/conventions.toml",
             "Where a skill's files are",
-            of::<skills::conventions::RawConventions>(),
+            whole::<skills::conventions::RawConventions>(),
         ),
         published(
             "policies/escalation.json",
             "policies/escalation.toml",
             "When a failed attempt goes to a person",
-            of::<nodes::escalate::Rules>(),
+            whole::<nodes::escalate::Rules>(),
         ),
         published(
             "policies/gates.json",
             "policies/gates.toml",
             "The gates a skill must pass",
-            of::<policy::gates::GateSet>(),
+            whole::<policy::gates::GateSet>(),
         ),
         published(
             "policies/invariants.json",
             "policies/invariants.toml",
             "What every skill must hold to",
-            of::<policy::invariants::RawInvariants>(),
+            whole::<policy::invariants::RawInvariants>(),
         ),
         published(
             "policies/lifecycle.json",
             "policies/lifecycle.toml",
             "A skill's lifecycle",
-            of::<skills::RawLifecycle>(),
+            whole::<skills::RawLifecycle>(),
         ),
         published(
             "policies/chat.json",
             "policies/chat.toml",
             "What `kavi chat` understands",
-            of::<crate::chat::intents::RawChatPolicy>(),
+            whole::<crate::chat::intents::RawChatPolicy>(),
         ),
         published(
             "policies/mcp.json",
             "policies/mcp.toml",
             "What MCP clients may call beyond READ_ONLY skills",
-            of::<crate::mcp::McpPolicy>(),
+            whole::<crate::mcp::McpPolicy>(),
         ),
         published(
             "policies/network.json",
             "policies/network.toml",
             "The hosts nodes may call",
-            of::<crate::confinement::network::NetworkPolicy>(),
+            whole::<crate::confinement::network::NetworkPolicy>(),
         ),
         published(
             "policies/roles.json",
             "policies/roles.toml",
             "Who holds which role",
-            of::<policy::roles::RawRoles>(),
+            whole::<policy::roles::RawRoles>(),
         ),
         published(
             "policies/sandbox.json",
             "policies/sandbox.toml",
             "The limits of a sandbox",
-            of::<policy::SandboxPolicy>(),
+            whole::<policy::SandboxPolicy>(),
         ),
         published(
             "policies/scanner.json",
             "policies/scanner.toml",
             "The security scanner's rules",
-            of::<policy::scanner::RawScanner>(),
+            whole::<policy::scanner::RawScanner>(),
         ),
         published(
             "policies/toolchains.json",
             "policies/toolchains.toml",
             "The pinned toolchains gates run",
-            of::<toolchains::RawSet>(),
+            whole::<toolchains::RawSet>(),
         ),
         published(
             "policies/toolchains-lock.json",
             "policies/toolchains.lock",
             "Every package each toolchain installs, with its wheel's sha256 (`kavi toolchain lock`)",
-            of::<toolchains::lock::RawLock>(),
+            whole::<toolchains::lock::RawLock>(),
         ),
         published(
             "policies/trust.json",
             "policies/trust.toml",
             "What a skill's trusted hash covers",
-            of::<skills::trust::RawTrust>(),
+            whole::<skills::trust::RawTrust>(),
         ),
     ]
 }
@@ -154,6 +171,21 @@ pub fn all() -> Vec<Published> {
 /// The schema of a file read as one `T`.
 fn of<T: JsonSchema>() -> Value {
     schemars::schema_for!(T).to_value()
+}
+
+/// The schema of a file read whole as one `T`, and how its problems are found.
+fn whole<T: JsonSchema + serde::de::DeserializeOwned>() -> (Value, Option<Problems>) {
+    (of::<T>(), Some(problems_of::<T>))
+}
+
+fn problems_of<T: serde::de::DeserializeOwned>(file: &Arc<SourceFile>) -> Vec<Diagnostic> {
+    match toml::de::DeTable::parse(&file.text) {
+        Err(e) => vec![crate::diagnostic::toml_error(file, &e)],
+        Ok(root) => {
+            let span = root.span();
+            crate::diagnostic::read_table::<T>(file, span, root.into_inner()).1
+        }
+    }
 }
 
 fn titled(mut schema: Value, title: &str) -> Value {
@@ -426,5 +458,23 @@ mod tests {
         assert!(config.is_valid(&json!({ "jobs": 4 })));
         assert!(!config.is_valid(&json!({ "jobs": "four" })));
         assert!(!config.is_valid(&json!({ "jobz": 4 })));
+        // A side-effect class is one of the names, alone, joined by `+` or listed: an editor
+        // completes them, and a misspelt one is refused as the loader refuses it.
+        let proposal = validator(schema("proposal.json"));
+        let with = |side_effect: Value| {
+            json!({ "name": "s", "description": "d", "side_effect": side_effect,
+                    "command": ["python3", "skills/s/skill.py"],
+                    "input_schema": {}, "output_schema": {} })
+        };
+        for taken in [
+            json!("READ_ONLY"),
+            json!("NETWORK+SECRET_READ"),
+            json!(["FILE_WRITE", "NETWORK"]),
+        ] {
+            assert!(proposal.is_valid(&with(taken.clone())), "{taken}");
+        }
+        for refused in [json!("READ_ONLYY"), json!("NETWORK+SECRETS"), json!("")] {
+            assert!(!proposal.is_valid(&with(refused.clone())), "{refused}");
+        }
     }
 }

@@ -122,6 +122,21 @@ pub fn check(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         SpecError::Invalid(found) => found.0.clone(),
         other => vec![Diagnostic::new(other.to_string())],
     };
+    // Every policy file there is, whole, each with all its problems of shape: a file no
+    // pipeline reads (the chat's, the MCP server's) is checked too, and a file's second typo
+    // is shown with its first. Its loader's own checks follow below.
+    for published in crate::schemas::all() {
+        let Some(problems) = published.problems else {
+            continue;
+        };
+        if !workspace.root.join(published.describes).exists() {
+            continue;
+        }
+        match crate::policy::read(&workspace.root, published.describes) {
+            Ok(source) => add(problems(&source)),
+            Err(problem) => add(vec![Diagnostic::new(problem)]),
+        }
+    }
     // A workspace made before roles existed has no roles file; one that has it must read.
     let roles = match workspace.root.join(ROLES).exists() {
         true => match Roles::load(&workspace.root) {

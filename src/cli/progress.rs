@@ -32,6 +32,14 @@ pub fn hide_progress() {
     QUIET.store(true, Ordering::Relaxed);
 }
 
+/// Prints a line of progress to stderr, unless `-q` hides it: what a command says it is about to
+/// do, kept apart from its result on stdout (the plan a resumed run follows, "resuming run 4").
+pub fn note(args: std::fmt::Arguments<'_>) {
+    if !QUIET.load(Ordering::Relaxed) {
+        errln!("{args}");
+    }
+}
+
 /// Where a run's lines go: straight to stderr (or stdout), or around the live view.
 pub struct Screen {
     live: Option<MultiProgress>,

@@ -168,7 +168,8 @@ pub async fn run(
         .flatten()
         .map(|(reused, _)| *reused)
         .partition(|reused| *reused);
-    outln!(
+    // A dry run's plan is its result (stdout); a real one's is progress before the run's own.
+    let heading = format!(
         "resuming run {id} ({}): {} of its nodes reused, {} run again",
         old.spec_path,
         taken.len(),
@@ -190,10 +191,13 @@ pub async fn run(
         })
         .flatten()
         .collect();
-    out!("{}", table(&rows));
+    let plan = table(&rows);
     if dry_run {
+        outln!("{heading}");
+        out!("{plan}");
         return Ok(exit::SUCCESS);
     }
+    super::progress::note(format_args!("{heading}\n{}", plan.trim_end()));
     let sets = super::review::param_sets(&old.params);
     let path = workspace.root.join(&old.spec_path);
     drop(ledger);

@@ -108,7 +108,10 @@ pub async fn decide(
                 outln!("run {} is {}: nothing to resume", root.id, root.status);
                 return Ok(exit::SUCCESS);
             }
-            outln!("resuming run {} ({})", root.id, root.spec_path);
+            super::progress::note(format_args!(
+                "resuming run {} ({})",
+                root.id, root.spec_path
+            ));
             resume(workspace, &root).await
         }
     }

@@ -705,25 +705,108 @@ fn the_mcp_sdks_default_client_confirms_a_file_write_on_the_current_protocol() {
 /// What tests/mcp/resources.py saw of `kavi mcp`'s resources on protocol generation `mode`
 /// (`legacy`: 2025-11-25's handshake; `current`: the SDK's default client, 2026-07-28).
 fn mcp_resources(python: &Path, root: &Path, mode: &str) -> Value {
-    let script = common::repo().join("tests/mcp/resources.py");
-    let out = common::with_test_env(
-        std::process::Command::new(python),
-        root,
-        &[
-            script.to_str().unwrap(),
-            mode,
-            env!("CARGO_BIN_EXE_kavi"),
-            root.to_str().unwrap(),
-        ],
-    )
-    .output()
-    .unwrap();
+    mcp_script(python, root, "resources.py", &[mode])
+}
+
+/// What a script of tests/mcp printed, run as `SCRIPT ARGS... KAVI WORKSPACE`.
+fn mcp_script(python: &Path, root: &Path, script: &str, args: &[&str]) -> Value {
+    let script = common::repo().join("tests/mcp").join(script);
+    let mut all = vec![script.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.extend([env!("CARGO_BIN_EXE_kavi"), root.to_str().unwrap()]);
+    let out = common::with_test_env(std::process::Command::new(python), root, &all)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The workspace's chains are MCP prompts for the official SDK's default client, listed in
+/// pages of `resources_page` with their parameters as arguments, each rendered with the
+/// arguments given into the calls it makes; a missing argument or an unknown prompt is invalid
+/// params. A note that links out of the workspace (to /etc/passwd) is refused, named, with a
+/// record, over MCP and in the chat alike, and what the skill read there is not handed back.
+#[test]
+fn chains_are_mcp_prompts_and_a_note_linked_out_of_the_workspace_is_refused() {
+    let Some(python) = mcp_client_python() else {
+        return;
+    };
+    let dir = notes_workspace();
+    let root = dir.path();
+    write(
+        root,
+        "chains/count.toml",
+        "[chain]\nname = \"count_it\"\ndescription = \"Count a text's words\"\n\n\
+         [params.text]\ntype = \"string\"\n\n[[step]]\nid = \"count\"\nskill = \"word_count\"\n\
+         input = { text = \"{{ params.text }}\" }\n",
+    );
+    write(root, "policies/mcp.toml", "resources_page = 1\n");
+    std::os::unix::fs::symlink("/etc/passwd", root.join("notes/link.md")).unwrap();
+
+    let seen = mcp_script(&python, root, "prompts.py", &[]);
+    assert_eq!(seen["prompts_capability"], true, "{seen}");
+    let pages = seen["pages"].as_array().unwrap();
+    let names: Vec<&str> = pages
+        .iter()
+        .flat_map(|page| page["prompts"].as_array().unwrap())
+        .map(|prompt| prompt["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["count_it", "search_and_summarize"], "{seen}");
+    assert_eq!(pages.len(), 2, "one prompt a page: {seen}");
+    assert_eq!(
+        pages[0]["prompts"][0]["arguments"],
+        json!([{ "name": "text", "required": true }])
+    );
+    let text = seen["got"]["messages"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("1. call `find_notes` with {\"query\":\"governed\",\"folder\":\"notes\"}"),
+        "{text}"
+    );
+    assert!(text.contains("2. call `summarize_note`"), "{text}");
+    for (key, says) in [
+        ("missing_argument", "missing required parameter `text`"),
+        ("unknown", "no prompt `no_such_chain`"),
+    ] {
+        assert_eq!(seen[key]["code"], -32602, "{seen}");
+        assert!(
+            seen[key]["message"].as_str().unwrap().contains(says),
+            "{seen}"
+        );
+    }
+    let refusal = "`notes/link.md` is a link that leads outside the workspace (to /etc/passwd)";
+    assert_eq!(seen["link"]["is_error"], true, "{seen}");
+    let said = seen["link"]["text"].to_string();
+    assert!(
+        said.contains(refusal) && !said.contains("root:x:0"),
+        "{said}"
+    );
+
+    for message in ["find root", "summarize notes/link.md"] {
+        let (code, answer) = chat_once(root, &[message]);
+        assert_eq!(code, Some(1), "{answer}");
+        assert_eq!(answer["status"], "failed", "{answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains(refusal),
+            "{answer}"
+        );
+        assert!(answer["records"][0]["output"].is_null(), "{answer}");
+    }
+    // Each refusal is a record, naming who asked.
+    let records = json(&kavi(root, &["executions", "tail", "-n", "100", "--json"]));
+    let refused: Vec<&str> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["error"].as_str().is_some_and(|e| e.contains(refusal)))
+        .map(|r| r["caller"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(refused.len(), 3, "{records}");
+    assert!(refused[0].starts_with("mcp:"), "{refused:?}");
+    assert_eq!(refused[1..], ["chat", "chat"]);
 }
 
 /// Execution records and runs are MCP resources, for the official SDK's clients of both

@@ -24,6 +24,15 @@ fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
             "{outcome}"
         );
     }
+    // A link in the workspace to /etc/passwd reads kavi's stand-in, never the host's file.
+    let passwd = outcomes
+        .iter()
+        .find(|o| o["attack"] == "passwd_link")
+        .unwrap();
+    assert!(
+        passwd["mechanism"].as_str().unwrap().contains("stand-in"),
+        "{passwd}"
+    );
     assert_eq!(out.status.code(), Some(0));
     // The drill's canaries and targets are gone with it.
     let left: Vec<_> = std::fs::read_dir(dir.path())

@@ -52,6 +52,21 @@ def etc_shadow():
     return read_file("/etc/shadow")
 
 
+def passwd_link():
+    # A link in the workspace to the host's list of accounts, read as a note would be.
+    import hashlib
+
+    path = ENV["KAVI_DRILL_PASSWD_LINK"]
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError as e:
+        return refused(e.errno, path)
+    if hashlib.sha256(data).hexdigest() == ENV["KAVI_DRILL_PASSWD_SHA256"]:
+        return allowed(f"read the host's /etc/passwd through {os.path.basename(path)}")
+    return refused("STAND_IN", f"read {len(data)} bytes, not the host's")
+
+
 def kavi_environ():
     return read_file(f"/proc/{ENV['KAVI_DRILL_KAVI_PID']}/environ")
 

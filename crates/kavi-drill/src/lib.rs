@@ -123,6 +123,11 @@ const CASES: &[Case] = &[
     ),
     case("ledger", Role::Skill, "list the ledger's folder (.kavi)"),
     case(
+        "passwd_link",
+        Role::Skill,
+        "read the host's /etc/passwd through a link in the workspace",
+    ),
+    case(
         "workspace_secret",
         Role::Gate,
         "read a secret file in the workspace (.env, .vault-token, id_dsa, *.tfvars, ...)",
@@ -311,6 +316,7 @@ fn mechanism_of(errno: &str) -> &'static str {
         "ENOSPC" => "no new user namespaces",
         "ENOSYS" => "seccomp",
         "FORBIDDEN" => "kavi's proxy: not in [processes] allowed_hosts, 403",
+        "STAND_IN" => "mount view: kavi's stand-in accounts file, not the host's",
         _ => "refused",
     }
 }
@@ -350,6 +356,9 @@ const SECRET_FILES: &[&str] = &[
     "nested/.kavi/artifacts/registry.json",
 ];
 
+/// A note in the workspace that is a link to the host's `/etc/passwd`.
+const PASSWD_LINK: &str = "link.md";
+
 impl Targets {
     fn make(workspace: &Path) -> Result<Self, DrillError> {
         let dir = tempfile::Builder::new().prefix("kavi-drill-").tempdir()?;
@@ -365,6 +374,7 @@ impl Targets {
             std::fs::create_dir_all(path.parent().unwrap_or(&secret_dir))?;
             std::fs::write(path, "API_KEY=kavi-drill-secret\n")?;
         }
+        std::os::unix::fs::symlink("/etc/passwd", secret_dir.join(PASSWD_LINK))?;
         for folder in ["sandbox", "builder-tmp", "gate-tmp", "skill-tmp"] {
             std::fs::create_dir_all(dir.path().join(folder))?;
         }
@@ -606,6 +616,16 @@ async fn attack(
             (
                 "KAVI_DRILL_UNIX_WORKSPACE",
                 targets.unix_in_workspace.1.display().to_string(),
+            ),
+            (
+                "KAVI_DRILL_PASSWD_LINK",
+                targets.secret_dir.join(PASSWD_LINK).display().to_string(),
+            ),
+            (
+                "KAVI_DRILL_PASSWD_SHA256",
+                kavi_foundation::hash::sha256_hex(
+                    &std::fs::read("/etc/passwd").unwrap_or_default(),
+                ),
             ),
             ("KAVI_DRILL_ABSTRACT", targets.abstract_name.clone()),
             ("KAVI_DRILL_TOKEN", targets.token.clone()),

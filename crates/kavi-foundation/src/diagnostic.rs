@@ -298,6 +298,64 @@ pub fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagnostic {
     }
 }
 
+/// Reads `table` (at `span` of `file`) as a `T`, with every problem of its fields, not only
+/// serde's first: the field at fault is taken out and the table read again, once per field at
+/// most, as rustc goes on past an error. A field taken out is then not reported missing too,
+/// nor is one a misspelt field was said to mean. Of a nested table, the first problem is
+/// reported. The value is the table read without the fields at fault, when it then reads: what
+/// those that remain say can still be checked, in the same pass.
+pub fn read_table<T: serde::de::DeserializeOwned>(
+    file: &Arc<SourceFile>,
+    span: Range<usize>,
+    mut table: toml::de::DeTable<'_>,
+) -> (Option<T>, Vec<Diagnostic>) {
+    let mut problems = Vec::new();
+    let mut taken_out: Vec<String> = Vec::new();
+    loop {
+        let read = T::deserialize(toml::de::Deserializer::from(Spanned::new(
+            span.clone(),
+            table.clone(),
+        )));
+        let error = match read {
+            Ok(value) => return (Some(value), problems),
+            Err(error) => error,
+        };
+        if let Some(missing) = error.message().strip_prefix("missing field `") {
+            if !taken_out
+                .iter()
+                .any(|f| missing.starts_with(&format!("{f}`")))
+            {
+                problems.push(toml_error(file, &error));
+            }
+            return (None, problems);
+        }
+        let problem = toml_error(file, &error);
+        // "did you mean `initial`?": the field it names is taken as written, not missing.
+        if let Some(meant) = problem
+            .help
+            .as_deref()
+            .and_then(|help| help.strip_prefix("did you mean `"))
+            .and_then(|rest| rest.split('`').next())
+        {
+            taken_out.push(meant.to_owned());
+        }
+        problems.push(problem);
+        let at_fault = error.span().and_then(|at| {
+            table
+                .iter()
+                .find(|(key, value)| key.span().start <= at.start && at.start < value.span().end)
+                .map(|(key, _)| key.get_ref().to_string())
+        });
+        match at_fault {
+            Some(field) => {
+                table.remove(field.as_str());
+                taken_out.push(field);
+            }
+            None => return (None, problems),
+        }
+    }
+}
+
 /// Compiles glob patterns, pointing at the one that does not parse.
 pub fn glob_set(
     patterns: &[Spanned<String>],
@@ -319,6 +377,85 @@ pub fn glob_set(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_s_every_field_problem_is_reported_in_one_pass() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        struct Step {
+            id: String,
+            skill: String,
+            retries: Option<u32>,
+        }
+        let text = "[step]\nid = \"a\"\nskil = \"x\"\nretries = \"two\"\nfrmo = 1\nskill = \"b\"\n";
+        let file = SourceFile::new("chains/x.toml", text);
+        let read = |text: &str| {
+            let file = SourceFile::new("chains/x.toml", text);
+            let mut root = toml::de::DeTable::parse(text).unwrap().into_inner();
+            let step = root.remove("step").unwrap();
+            let span = step.span();
+            let toml::de::DeValue::Table(table) = step.into_inner() else {
+                panic!("a table")
+            };
+            match read_table::<Step>(&file, span, table) {
+                (Some(step), problems) if problems.is_empty() => Ok(step),
+                (_, problems) => Err(problems),
+            }
+        };
+        let problems = read(&file.text).unwrap_err();
+        let found: Vec<_> = problems
+            .iter()
+            .map(|p| {
+                (
+                    p.message.split(',').next().unwrap().to_owned(),
+                    p.position().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (
+                    "unknown field `skil`".to_owned(),
+                    "chains/x.toml:3:1".to_owned()
+                ),
+                (
+                    "invalid type: string \"two\"".to_owned(),
+                    "chains/x.toml:4:11".to_owned()
+                ),
+                (
+                    "unknown field `frmo`".to_owned(),
+                    "chains/x.toml:5:1".to_owned()
+                ),
+            ]
+        );
+        assert_eq!(problems[0].help.as_deref(), Some("did you mean `skill`?"));
+        // What remains is read, for what its fields say to be checked too.
+        let mut root = toml::de::DeTable::parse(&file.text).unwrap().into_inner();
+        let step = root.remove("step").unwrap();
+        let span = step.span();
+        let toml::de::DeValue::Table(table) = step.into_inner() else {
+            panic!("a table")
+        };
+        let (remaining, problems) = read_table::<Step>(&file, span, table);
+        assert_eq!(problems.len(), 3);
+        let step = remaining.unwrap();
+        assert_eq!(
+            (step.id.as_str(), step.skill.as_str(), step.retries),
+            ("a", "b", None)
+        );
+        // A field missing for want of being written is reported; one taken out for its type
+        // is not reported twice.
+        let problems = read("[step]\nid = 3\nskill = \"b\"\n").unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        let problems = read("[step]\nskil = \"b\"\n").unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[1].message.starts_with("missing field `id`"));
+        // `skil` meant `skill`: that one is not reported missing as well.
+        let problems = read("[step]\nid = \"a\"\nskil = \"b\"\n").unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(read("[step]\nid = \"a\"\nskill = \"b\"\n").is_ok());
+    }
 
     #[test]
     fn serde_s_rust_type_names_are_said_in_toml_s_words() {

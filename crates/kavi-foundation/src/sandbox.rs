@@ -284,6 +284,87 @@ pub fn links_below(root: &Path, relative: &Path) -> bool {
     false
 }
 
+/// How many entries of a folder a value names are looked at for a link that leads out.
+const LINKS_SEARCHED: usize = 10_000;
+
+/// The first path that `value` (a skill's input or output) names in the workspace at `root`,
+/// and that leads out of it through a symlink, said as a refusal. A string names a path when
+/// one exists there (relative to `root`, or absolute below it); with `folders`, every entry of
+/// a folder named is looked at too, the first [`LINKS_SEARCHED`] of them. A skill's view shows
+/// the workspace and the system's files at their own paths, so such a link would hand back a
+/// file of the machine as if it were the workspace's.
+pub fn link_out_named(root: &Path, value: &serde_json::Value, folders: bool) -> Option<String> {
+    let mut strings = Vec::new();
+    json_strings(value, &mut strings);
+    for text in strings {
+        if text.is_empty() || text.len() > 4096 || text.contains('\0') {
+            continue;
+        }
+        let path = Path::new(text);
+        let Ok(relative) = (if path.is_absolute() {
+            path.strip_prefix(root)
+        } else {
+            Ok(path)
+        }) else {
+            continue;
+        };
+        let named = root.join(relative);
+        let Ok(metadata) = named.symlink_metadata() else {
+            continue;
+        };
+        if let Some(refused) = leads_out(root, relative) {
+            return Some(refused);
+        }
+        if folders && metadata.is_dir() {
+            let entries = walkdir::WalkDir::new(&named)
+                .follow_links(false)
+                .min_depth(1);
+            for entry in entries.into_iter().flatten().take(LINKS_SEARCHED) {
+                if entry.path_is_symlink()
+                    && let Ok(inner) = entry.path().strip_prefix(root)
+                    && let Some(refused) = leads_out(root, inner)
+                {
+                    return Some(refused);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Every string in a JSON value, at any depth.
+pub fn json_strings<'v>(value: &'v serde_json::Value, found: &mut Vec<&'v str>) {
+    match value {
+        serde_json::Value::String(s) => found.push(s),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| json_strings(v, found)),
+        serde_json::Value::Object(map) => {
+            map.values().for_each(|v| json_strings(v, found));
+        }
+        _ => {}
+    }
+}
+
+/// Why `root/relative` is refused when a link on its way leads out of `root` (or nowhere).
+fn leads_out(root: &Path, relative: &Path) -> Option<String> {
+    if !links_below(root, relative) {
+        return None;
+    }
+    let shown = relative.display();
+    let real_root = root.canonicalize().ok()?;
+    match root.join(relative).canonicalize() {
+        Ok(real) if real.starts_with(&real_root) => None,
+        Ok(real) => Some(format!(
+            "`{shown}` is a link that leads outside the workspace (to {}); kavi does not follow \
+             it for a skill",
+            real.display()
+        )),
+        Err(_) => Some(format!(
+            "`{shown}` is a link that leads nowhere in the workspace; kavi does not follow it \
+             for a skill"
+        )),
+    }
+}
+
 /// Where a file goes in a target it is written into: inside it once links are resolved, and not
 /// itself a link.
 pub fn destination(target: &Path, path: &str) -> Result<PathBuf, String> {
@@ -485,6 +566,51 @@ pub fn unsafe_path_reason(path: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_path_or_folder_entry_that_links_out_of_the_root_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("notes/deep")).unwrap();
+        std::fs::write(root.join("notes/a.md"), "a").unwrap();
+        std::os::unix::fs::symlink("a.md", root.join("notes/inside.md")).unwrap();
+        let value = serde_json::json!({"folder": "notes", "results": [{"path": "notes/a.md"}]});
+        assert_eq!(
+            link_out_named(&root, &value, true),
+            None,
+            "a link inside is fine"
+        );
+        std::os::unix::fs::symlink("/etc/passwd", root.join("notes/deep/link.md")).unwrap();
+        let refused = link_out_named(&root, &value, true).unwrap();
+        assert!(
+            refused.contains("`notes/deep/link.md` is a link that leads outside the workspace"),
+            "{refused}"
+        );
+        // Without folders, only the paths named themselves are looked at.
+        assert_eq!(link_out_named(&root, &value, false), None);
+        for named in [
+            "notes/deep/link.md",
+            &root.join("notes/deep/link.md").display().to_string(),
+        ] {
+            let value = serde_json::json!({"results": [{"path": named, "line": 1}]});
+            assert!(link_out_named(&root, &value, false).is_some(), "{named}");
+        }
+        // A link in a folder on the way counts as much as one at the end.
+        std::os::unix::fs::symlink("/etc", root.join("etc")).unwrap();
+        let value = serde_json::json!(["etc/hostname", "/etc/passwd", "no such file"]);
+        assert!(
+            link_out_named(&root, &value, false)
+                .unwrap()
+                .contains("`etc/hostname`")
+        );
+        std::os::unix::fs::symlink("/nonexistent/x", root.join("gone")).unwrap();
+        let value = serde_json::json!({"path": "gone"});
+        assert!(
+            link_out_named(&root, &value, false)
+                .unwrap()
+                .contains("leads nowhere")
+        );
+    }
 
     #[test]
     fn contained_path_refuses_escapes_with_a_reason() {

@@ -163,10 +163,15 @@ impl schemars::JsonSchema for SideEffects {
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let class = generator.subschema_for::<SideEffect>();
+        // The names themselves, not a shape of names: an editor completes one, and refuses a
+        // misspelt one (`READ_ONLYY`) as the loader does, joined or not.
+        let name = ALL.map(SideEffect::as_str).join("|");
+        let joined = format!("^({name})(\\+({name}))+$");
         schemars::json_schema!({
             "description": "A side-effect class, several joined by `+` (`NETWORK+SECRET_READ`), or an array of them",
             "anyOf": [
-                { "type": "string", "pattern": "^[A-Z_]+(\\+[A-Z_]+)*$" },
+                class.clone(),
+                { "type": "string", "pattern": joined },
                 { "type": "array", "items": class, "minItems": 1 }
             ]
         })

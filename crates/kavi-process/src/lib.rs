@@ -161,6 +161,7 @@ async fn run_with(
         let folders = launch.tripwires.as_ref().map(|t| t.folder());
         for folder in folders
             .into_iter()
+            .chain(launch.accounts.as_ref().map(|a| a.folder()))
             .chain(launch.proxy.as_ref().map(|p| p.folder()))
         {
             roster.track(folder)?;

@@ -109,16 +109,6 @@ struct RawStep {
     parent: Option<Spanned<toml::Value>>,
 }
 
-/// Every string in a JSON value.
-fn strings<'v>(value: &'v Value, found: &mut Vec<&'v str>) {
-    match value {
-        Value::String(s) => found.push(s),
-        Value::Array(items) => items.iter().for_each(|v| strings(v, found)),
-        Value::Object(map) => map.values().for_each(|v| strings(v, found)),
-        _ => {}
-    }
-}
-
 /// Resolves a step reference (an earlier step's id or index).
 fn step_ref(
     file: &Arc<SourceFile>,
@@ -214,16 +204,32 @@ pub fn load(
     let mut steps = Vec::new();
     for raw_step in raw_steps {
         let id = step_id(&raw_step);
-        let loaded = RawStep::deserialize(toml::de::ValueDeserializer::from(raw_step))
-            .map_err(|e| toml_error(&e))
-            .and_then(|step| load_step(&file, step, &ids, templates));
+        // Every problem of a step, its fields' and then what they say, in one pass.
+        let span = raw_step.span();
+        let (read, mut found) = match raw_step.into_inner() {
+            DeValue::Table(table) => crate::diagnostic::read_table::<RawStep>(&file, span, table),
+            other => match RawStep::deserialize(toml::de::ValueDeserializer::from(Spanned::new(
+                span, other,
+            ))) {
+                Ok(step) => (Some(step), Vec::new()),
+                Err(e) => (None, vec![toml_error(&e)]),
+            },
+        };
+        let loaded = match read.map(|step| load_step(&file, step, &ids, templates)) {
+            Some(Ok(step)) if found.is_empty() => Ok(step),
+            Some(Ok(_)) | None => Err(found),
+            Some(Err(more)) => {
+                found.extend(more);
+                Err(found)
+            }
+        };
         match loaded {
             Ok(step) => {
                 ids.push(step.id.clone());
                 steps.push(step);
             }
-            Err(diagnostic) => {
-                problems.push(diagnostic);
+            Err(found) => {
+                problems.extend(found);
                 // A broken step still stands in its place: a later step naming it is no
                 // second problem.
                 ids.push(id.unwrap_or_default());
@@ -259,63 +265,44 @@ fn load_step(
     raw: RawStep,
     ids: &[String],
     templates: &TemplateEngine,
-) -> Result<Step, Diagnostic> {
+) -> Result<Step, Vec<Diagnostic>> {
+    // Each check below is independent of the others: every one that fails is reported.
+    let mut problems = Vec::new();
     let id = raw.id.get_ref().clone();
     if ids.contains(&id) {
-        return Err(Diagnostic::new(format!("duplicate step id `{id}`")).at(file, raw.id.span()));
+        problems.push(Diagnostic::new(format!("duplicate step id `{id}`")).at(file, raw.id.span()));
     }
     if let Some(reason) = crate::skills::invalid_name_reason(raw.skill.get_ref()) {
-        return Err(Diagnostic::new(reason).at(file, raw.skill.span()));
+        problems.push(Diagnostic::new(reason).at(file, raw.skill.span()));
     }
     let input = match &raw.input {
-        None => Value::Object(Map::new()),
-        Some(input) => {
-            let value = serde_json::to_value(input.get_ref()).map_err(|e| {
-                Diagnostic::new(format!("the input is not JSON: {e}")).at(file, input.span())
-            })?;
-            if !value.is_object() {
-                return Err(Diagnostic::new("`input` must be a table (a JSON object)")
-                    .at(file, input.span()));
-            }
-            let mut found = Vec::new();
-            strings(&value, &mut found);
-            for template in found {
-                let reads = templates.check_str(template).map_err(|e| {
-                    Diagnostic::new(format!("invalid template: {}", describe_error(&e)))
-                        .at(file, input.span())
-                })?;
-                if let Some(bad) = reads
-                    .iter()
-                    .find(|r| !(r.starts_with("params") || r.starts_with("chain")))
-                {
-                    return Err(Diagnostic::new(format!(
-                        "a step's input may read `params` and `chain`, not `{bad}`"
-                    ))
-                    .at(file, input.span())
-                    .with_help("take values from earlier steps with `map` and JSONPath"));
-                }
-            }
-            value
-        }
+        None => Some(Value::Object(Map::new())),
+        Some(input) => step_input(file, input, templates)
+            .map_err(|problem| problems.push(problem))
+            .ok(),
     };
     for path in raw.map.values() {
-        crate::jsonpath::check(path.get_ref())
-            .map_err(|e| Diagnostic::new(e).at(file, path.span()))?;
+        if let Err(e) = crate::jsonpath::check(path.get_ref()) {
+            problems.push(Diagnostic::new(e).at(file, path.span()));
+        }
     }
     let first = ids.is_empty();
-    let from = match &raw.from {
-        Some(reference) => Some(step_ref(file, reference, ids, "from")?),
-        None if first && !raw.map.is_empty() => {
-            return Err(
-                Diagnostic::new("the first step has no earlier step to `map` from")
-                    .at(file, raw.id.span()),
-            );
-        }
+    let mut reference = |field: &Option<Spanned<toml::Value>>, name: &str| match field {
+        Some(reference) => step_ref(file, reference, ids, name)
+            .map_err(|problem| problems.push(problem))
+            .ok(),
         None => ids.len().checked_sub(1),
     };
-    let parent = match &raw.parent {
-        Some(reference) => Some(step_ref(file, reference, ids, "parent")?),
-        None => ids.len().checked_sub(1),
+    let from = reference(&raw.from, "from");
+    let parent = reference(&raw.parent, "parent");
+    if raw.from.is_none() && first && !raw.map.is_empty() {
+        problems.push(
+            Diagnostic::new("the first step has no earlier step to `map` from")
+                .at(file, raw.id.span()),
+        );
+    }
+    let Some(input) = input.filter(|_| problems.is_empty()) else {
+        return Err(problems);
     };
     Ok(Step {
         id,
@@ -329,6 +316,41 @@ fn load_step(
         from,
         parent,
     })
+}
+
+/// A step's `input` as JSON, its templates checked: they read only `params` and `chain`.
+fn step_input(
+    file: &Arc<SourceFile>,
+    input: &Spanned<toml::Value>,
+    templates: &TemplateEngine,
+) -> Result<Value, Diagnostic> {
+    let value = serde_json::to_value(input.get_ref()).map_err(|e| {
+        Diagnostic::new(format!("the input is not JSON: {e}")).at(file, input.span())
+    })?;
+    if !value.is_object() {
+        return Err(
+            Diagnostic::new("`input` must be a table (a JSON object)").at(file, input.span())
+        );
+    }
+    let mut found = Vec::new();
+    kavi_foundation::sandbox::json_strings(&value, &mut found);
+    for template in found {
+        let reads = templates.check_str(template).map_err(|e| {
+            Diagnostic::new(format!("invalid template: {}", describe_error(&e)))
+                .at(file, input.span())
+        })?;
+        if let Some(bad) = reads
+            .iter()
+            .find(|r| !(r.starts_with("params") || r.starts_with("chain")))
+        {
+            return Err(Diagnostic::new(format!(
+                "a step's input may read `params` and `chain`, not `{bad}`"
+            ))
+            .at(file, input.span())
+            .with_help("take values from earlier steps with `map` and JSONPath"));
+        }
+    }
+    Ok(value)
 }
 
 /// How one step ended.
@@ -366,7 +388,7 @@ fn set_field(input: &mut Value, field: &str, value: Value) {
 }
 
 /// Renders every string of a step's input as a template.
-fn render_input(
+pub(crate) fn render_input(
     value: &mut Value,
     templates: &TemplateEngine,
     context: &minijinja::Value,

@@ -20,6 +20,7 @@
 //! [`wire`] frames stdio so that every malformed line gets the error JSON-RPC names.
 
 pub mod policy;
+pub mod prompts;
 pub mod resources;
 pub mod wire;
 
@@ -34,13 +35,14 @@ use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult,
     CompleteRequestMethod, ConstString, ContentBlock, CustomRequest, CustomResult,
     DiscoverRequestMethod, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationSchema, ErrorCode, GetPromptRequestMethod, InputRequest, InputRequests,
-    InputRequiredResult, ListPromptsRequestMethod, ListResourceTemplatesRequestMethod,
-    ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
-    ListToolsRequestMethod, ListToolsResult, PaginatedRequestParams, PingRequestMethod,
-    ReadResourceRequestMethod, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SetLevelRequestMethod, SubscribeRequestMethod, SubscribeRequestParams,
-    SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestMethod, UnsubscribeRequestParams,
+    ElicitationSchema, ErrorCode, GetPromptRequestMethod, GetPromptRequestParams,
+    GetPromptResponse, InputRequest, InputRequests, InputRequiredResult, ListPromptsRequestMethod,
+    ListPromptsResult, ListResourceTemplatesRequestMethod, ListResourceTemplatesResult,
+    ListResourcesRequestMethod, ListResourcesResult, ListToolsRequestMethod, ListToolsResult,
+    PaginatedRequestParams, PingRequestMethod, ReadResourceRequestMethod,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SetLevelRequestMethod, SubscribeRequestMethod, SubscribeRequestParams, SubscriptionFilter,
+    Tool, ToolAnnotations, UnsubscribeRequestMethod, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use serde_json::{Value, json};
@@ -423,11 +425,12 @@ fn tool(ready: &Ready) -> Tool {
 impl ServerHandler for SkillServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
+            .enable_prompts()
             .enable_resources()
             .enable_resources_subscribe()
             .enable_resources_list_changed()
+            .enable_tools()
+            .enable_tool_list_changed()
             .build();
         let mut config = ServerConfig::new(capabilities);
         config.server_info.name = "kavi".into();
@@ -437,7 +440,8 @@ impl ServerHandler for SkillServer {
              only when the workspace's policies/mcp.toml pre-approves them for this client, or \
              lets its user confirm them (kavi then asks through elicitation). Its execution \
              records and runs are resources (kavi://executions/{id}, kavi://runs/{id}), newest \
-             first; subscribe to kavi://executions or kavi://runs to hear of new ones."
+             first; subscribe to kavi://executions or kavi://runs to hear of new ones. Its \
+             chains are prompts: each says which tools to call, in order, with which input."
                 .into(),
         );
         config
@@ -452,6 +456,36 @@ impl ServerHandler for SkillServer {
         let names = tools.iter().map(|t| t.name.to_string()).collect();
         *self.listed.lock().expect("listed lock") = Some(names);
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let runner = self.runners.runner();
+        let cursor = request.and_then(|r| r.cursor);
+        prompts::list(
+            runner.root,
+            runner.templates,
+            cursor.as_deref(),
+            self.page(),
+        )
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let runner = self.runners.runner();
+        prompts::get(
+            runner.root,
+            runner.templates,
+            &request.name,
+            request.arguments,
+        )
+        .map(Into::into)
     }
 
     async fn list_resources(

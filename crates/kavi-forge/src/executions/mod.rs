@@ -560,15 +560,31 @@ impl Runner<'_> {
                 crate::redact::secret_from_env(name).map(|v| (name.clone(), v))
             })
             .collect();
+        // A path the input names (or a file in a folder it names) that links out of the
+        // workspace is refused before the skill runs, and one its output names after: what
+        // such a link reaches is the machine's, not the workspace's, whatever the view shows.
+        let links_out = crate::sandbox::link_out_named(self.root, &input, true);
         let (outcome, confinement, secrets) = match (
             crate::json_schema::validate(&proposal.input_schema, &input, "input"),
             secrets,
+            links_out,
         ) {
-            (Err(e), _) | (Ok(()), Err(e)) => (Err(e), None, Vec::new()),
-            (Ok(()), Ok(secrets)) => {
+            (Err(e), _, _) | (Ok(()), Err(e), _) => (Err(e), None, Vec::new()),
+            (Ok(()), Ok(_), Some(refused)) => {
+                (Err(format!("refused: {refused}")), None, Vec::new())
+            }
+            (Ok(()), Ok(secrets), None) => {
                 let (outcome, confinement, _) = self
                     .invoke(ready, &input, &secrets, cancel, sandbox)
                     .await?;
+                let outcome = outcome.and_then(|output| {
+                    match crate::sandbox::link_out_named(self.root, &output, false) {
+                        Some(refused) => Err(format!(
+                            "refused: {refused}; its output, which names it, is withheld"
+                        )),
+                        None => Ok(output),
+                    }
+                });
                 (outcome, confinement, secrets)
             }
         };

@@ -17,6 +17,7 @@
 //! decides: refuse to run the role, naming what is missing, or run it unconfined and record
 //! `none`.
 
+pub mod accounts;
 pub mod bounds;
 pub mod bridge;
 pub mod policy;
@@ -129,6 +130,8 @@ pub struct Launch {
     pub rlimits: Vec<(nix::libc::__rlimit_resource_t, u64)>,
     /// The decoys laid in the view, watched while the process runs.
     pub tripwires: Option<tripwire::Tripwires>,
+    /// The accounts files mounted over the host's, kept until the process ends.
+    pub accounts: Option<accounts::Accounts>,
     /// For a profile with the network: the proxy's socket, to serve while the process runs,
     /// and the variables that point the process at it.
     pub proxy: Option<proxy::Listening>,
@@ -199,6 +202,7 @@ impl Confinement {
             .map(PathBuf::as_path)
             .collect();
         let tripwires = tripwire::Tripwires::lay(&self.profile.tripwires, &mounted)?;
+        let accounts = accounts::Accounts::write(&read)?;
         // With the network: a proxy for this launch, its socket and the bridge mounted in, and
         // the bridge run in place of the program. Without a bridge, nothing runs.
         let proxy = match self.profile.network {
@@ -221,6 +225,7 @@ impl Confinement {
                 write: &write,
                 hide: &self.profile.hide,
                 decoys: tripwires.as_ref().map_or(&[], |t| t.mounts()),
+                files: accounts.as_ref().map_or(&[], |a| a.mounts()),
             },
             socket
                 .as_deref()
@@ -251,6 +256,7 @@ impl Confinement {
             cgroup,
             rlimits,
             tripwires,
+            accounts,
             env: if proxy.is_some() {
                 proxy::environment()
             } else {

@@ -64,6 +64,9 @@ pub struct View<'a> {
     /// Tripwires: each decoy, or folder of decoys, kavi made, and where it appears (see
     /// [`super::tripwire`]).
     pub decoys: &'a [(PathBuf, PathBuf)],
+    /// Files kavi wrote for the view, and the path each is shown at in place of the host's
+    /// (see [`super::accounts`]).
+    pub files: &'a [(PathBuf, PathBuf)],
 }
 
 /// What a mount in the view does.
@@ -176,8 +179,9 @@ pub fn arguments(
         }
     }
     // Decoys go where nothing else is mounted, so after everything: bubblewrap makes the
-    // folders they need in the view's own root.
-    for (decoy, shown) in view.decoys {
+    // folders they need in the view's own root. kavi's own files go over the host's they
+    // replace, so after the folders that hold those.
+    for (decoy, shown) in view.decoys.iter().chain(view.files) {
         args.extend([
             "--ro-bind".into(),
             decoy.display().to_string(),

@@ -560,3 +560,43 @@ fn a_write_scope_reached_through_a_symlink_is_refused() {
     .to_string();
     assert!(err.contains("through a symlink"), "{err}");
 }
+
+#[tokio::test]
+async fn a_link_to_the_accounts_files_reads_kavi_s_stand_ins_not_the_host_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(dir.join("notes")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("notes/link.md")).unwrap();
+    // A hard link would be a second name for the host's file, not a path the view must show.
+    let mut profile = profile(&dir, Vec::new(), Limits::default());
+    profile
+        .read
+        .extend(["/etc/passwd", "/etc/group"].map(PathBuf::from));
+    let script = format!(
+        "cat {dir}/notes/link.md; echo --; cat /etc/group; echo --; id -un",
+        dir = dir.display()
+    );
+    let Some(finished) = run_sh(&dir, profile, &script).await else {
+        return;
+    };
+    let out = stdout(&finished);
+    let mut parts = out.split("--\n");
+    let (passwd, group, me) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap_or_default(),
+    );
+    let uid = nix::unistd::getuid().as_raw();
+    let uids: Vec<u32> = passwd
+        .lines()
+        .map(|line| line.split(':').nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert!(uids.contains(&0) && uids.contains(&65534), "{out}");
+    assert!(uids.iter().all(|u| [0, 65534, uid].contains(u)), "{out}");
+    assert!(
+        passwd.lines().count() <= 3 && group.lines().count() <= 3,
+        "{out}"
+    );
+    // The running account is found: tools that look their uid up still work.
+    assert!(!me.trim().is_empty(), "{out}");
+}
