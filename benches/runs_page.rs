@@ -11,13 +11,13 @@
 //! Exits 1 when the median of the runs list's first page, or of the skill's, is over the target.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use kavi_foundation::state::RunStatus;
 use kavi_ledger::testing::{isolate_keys, new_run};
 use kavi_ledger::{ExecutionRecord, GateResult, Ledger, NewSkill, Owner, RunRow};
-use kavi_serve::{Cli, Options};
+use kavi_serve::{Address, Cli, Options};
 use kavi_spec::config::{Overrides, Workspace};
 
 const RUNS: usize = 10_000;
@@ -160,14 +160,14 @@ fn fill(workspace: &Workspace) {
 }
 
 /// One GET with the server's key, read to its end; the status line must say 200.
-fn get(addr: SocketAddr, key: &str, path: &str) -> Duration {
+fn get(served: &Address, path: &str) -> Duration {
     let started = Instant::now();
-    let mut stream = TcpStream::connect(addr).unwrap();
+    let mut stream = TcpStream::connect(served.addr).unwrap();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nCookie: kavi_key_{}={key}\r\n\
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: kavi_key={}\r\n\
          Connection: close\r\n\r\n",
-        addr.port()
+        served.host, served.key
     )
     .unwrap();
     let mut answer = Vec::new();
@@ -198,9 +198,9 @@ fn main() {
         workspace,
         options,
         Box::new(Nothing),
-        move |addr, key| tx.send((addr, key.to_owned())).unwrap(),
+        move |address| tx.send(address.clone()).unwrap(),
     ));
-    let (addr, key) = rx.recv().unwrap();
+    let served = rx.recv().unwrap();
     let deep = format!("/runs?before={}", RUNS / 2);
     // Half way down both of the skill's lists: the gate results of the middle run (ids count up
     // three a run) and the middle execution.
@@ -221,8 +221,8 @@ fn main() {
         ("a skill, first page", skill.as_str(), true),
         ("a skill, half way down", deep_skill.as_str(), false),
     ] {
-        get(addr, &key, path);
-        let mut times: Vec<Duration> = (0..ROUNDS).map(|_| get(addr, &key, path)).collect();
+        get(&served, path);
+        let mut times: Vec<Duration> = (0..ROUNDS).map(|_| get(&served, path)).collect();
         times.sort_unstable();
         let median = times[ROUNDS / 2];
         println!(

@@ -68,8 +68,11 @@ impl kavi_serve::Cli for Binary {
 pub async fn run(workspace: Workspace, addr: SocketAddr, allow_remote: bool) -> Result<i32, Error> {
     super::served_workspace(&workspace, "kavi serve")?;
     let options = Options { addr, allow_remote };
-    let served = kavi_serve::serve(workspace, options, Box::new(Binary), |addr, key| {
-        outln!("serving the review page on http://{addr}/?key={key} (Ctrl-C stops it)");
+    let served = kavi_serve::serve(workspace, options, Box::new(Binary), |address| {
+        outln!(
+            "serving the review page on {} (Ctrl-C stops it)",
+            address.url()
+        );
     });
     // A run the page resumes takes SIGINT and SIGTERM to cancel itself; the server must still
     // end on them, with the code a cancelled command ends with.
@@ -80,7 +83,9 @@ pub async fn run(workspace: Workspace, addr: SocketAddr, allow_remote: bool) -> 
     };
     match served {
         Ok(()) => Ok(exit::SUCCESS),
-        Err(e @ ServeError::NotLoopback(_)) => Err(Error::Usage(e.to_string())),
+        Err(e @ (ServeError::NotLoopback(_) | ServeError::NotNamedLoopback(_))) => {
+            Err(Error::Usage(e.to_string()))
+        }
         Err(e) => Err(Error::Unusable(e.to_string())),
     }
 }

@@ -3,8 +3,8 @@
 //! reviewer reads, and a decision made in the browser that the CLI and the ledger then see as
 //! `kavi approve`'s. Screenshots of the pages are kept under target/tmp/serve-screenshots/.
 
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -18,8 +18,10 @@ use crate::common::{self, json, kavi, shipped_workspace};
 /// A `kavi serve` of a workspace on a port the system chose, stopped when dropped.
 struct Served {
     child: Child,
-    /// The address, without the key.
+    /// The address, without the key: a name of loopback made for this start and the port.
     url: String,
+    /// Where that name leads: the socket listened on.
+    addr: SocketAddr,
     /// The key the server printed, which every request must carry.
     key: String,
     /// What the server printed after its first line: the resumed runs' progress.
@@ -43,10 +45,13 @@ impl Served {
         let first = lines.next().unwrap().unwrap();
         let (url, key) = first
             .split_whitespace()
-            .find(|w| w.starts_with("http://127.0.0.1:"))
+            .find(|w| w.starts_with("http://kavi-"))
             .and_then(|address| address.split_once("/?key="))
             .unwrap_or_else(|| panic!("no address with a key in {first:?}"));
         let (url, key) = (url.to_owned(), key.to_owned());
+        let (name, port) = url.trim_start_matches("http://").split_once(':').unwrap();
+        assert!(name.ends_with(".localhost"), "{url}");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port.parse().unwrap()));
         let output = Arc::new(Mutex::new(String::new()));
         let kept = output.clone();
         std::thread::spawn(move || {
@@ -59,6 +64,7 @@ impl Served {
         Served {
             child,
             url,
+            addr,
             key,
             output,
         }
@@ -74,13 +80,19 @@ impl Served {
 
     /// An HTTP client that sends the key's cookie with every request.
     fn http(&self) -> reqwest::Client {
-        let port = self.url.rsplit(':').next().unwrap();
+        self.client(&format!("kavi_key={}", self.key))
+    }
+
+    /// An HTTP client that sends `cookie` with every request, and reaches the printed name
+    /// (as browsers do, it leads to loopback).
+    fn client(&self, cookie: &str) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(
-            reqwest::header::COOKIE,
-            format!("kavi_key_{port}={}", self.key).parse().unwrap(),
-        );
+        if !cookie.is_empty() {
+            headers.insert(reqwest::header::COOKIE, cookie.parse().unwrap());
+        }
+        let name = self.url.trim_start_matches("http://").split(':').next();
         reqwest::Client::builder()
+            .resolve(name.unwrap(), self.addr)
             .default_headers(headers)
             .build()
             .unwrap()
@@ -538,13 +550,11 @@ async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_
     let served = Served::start(root);
     // Without the key (another account of this machine, which can reach loopback but did not
     // start the server), or with a wrong one: no page, no token, no decision.
-    let stranger = reqwest::Client::new();
-    let port = served.url.rsplit(':').next().unwrap();
-    for cookie in ["", "kavi_key_{port}=guessed"] {
-        let cookie = cookie.replace("{port}", port);
-        let answer = stranger
+    let stranger = served.client("");
+    for cookie in ["", "kavi_key=guessed"] {
+        let answer = served
+            .client(cookie)
             .get(format!("{}/runs/1", served.url))
-            .header("Cookie", cookie.as_str())
             .send()
             .await
             .unwrap();
@@ -622,24 +632,29 @@ async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_
         assert!(body.contains("nothing was recorded"), "{body}");
     }
     // A page of another site whose name resolves here (DNS rebinding) reads nothing: its
-    // requests name that site.
-    let host = served
+    // requests name that site. Nor does a request, key and all, to another name of loopback:
+    // the server answers to the name it printed only, and the refusal does not say it.
+    let (name, port) = served
         .url
         .trim_start_matches("http://")
-        .replace("127.0.0.1", "rebound.example");
-    let answer = http
-        .get(format!("{}/runs/1", served.url))
-        .header("Host", &host)
-        .send()
-        .await
+        .split_once(':')
         .unwrap();
-    assert_eq!(answer.status().as_u16(), 421);
-    let body = answer.text().await.unwrap();
-    assert!(
-        body.contains("answers to 127.0.0.1 or localhost only"),
-        "{body}"
-    );
-    assert!(!body.contains(&token), "the token reached another site");
+    for host in ["rebound.example", "127.0.0.1", "localhost", "[::1]"] {
+        let answer = http
+            .get(format!("{}/runs/1", served.url))
+            .header("Host", format!("{host}:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 421, "{host}");
+        let body = answer.text().await.unwrap();
+        assert!(
+            body.contains("answers only to the address `kavi serve` printed"),
+            "{body}"
+        );
+        assert!(!body.contains(&token), "the token reached {host}");
+        assert!(!body.contains(name), "the name was told to {host}");
+    }
     // Without a token at all the form is not one.
     let answer = http
         .post(format!("{}/runs/1/decide", served.url))
@@ -654,6 +669,109 @@ async fn a_post_without_the_token_or_from_another_origin_is_refused_and_records_
     let decided = common::LedgerConnection::open(root)
         .texts("SELECT status || ' ' || coalesce(approvals, 'none') FROM escalations");
     assert_eq!(decided, ["pending none"]);
+}
+
+/// A server of another account on loopback: answers every request with a page and keeps the
+/// headers each request came with.
+fn another_server() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let kept = heard.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut head = Vec::new();
+            let mut byte = [0u8];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&head).into_owned());
+            let page = "<!doctype html><title>another server</title><p>hello";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    (port, heard)
+}
+
+/// The key's cookie goes to kavi's server only. A browser sends a cookie to every port of the
+/// host that set it, so had the page been served as 127.0.0.1 (or localhost), the browser that
+/// opened it would hand the key to any other account's server there, which would then decide as
+/// the account running kavi. Here the real browser opens the printed address, then pages of
+/// another server on loopback: none of its requests carries the key.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_keys_cookie_is_sent_to_no_other_server_on_loopback() {
+    let Some(browser) = browser_or_skip().await else {
+        return;
+    };
+    let client = browser.client.as_ref().unwrap();
+    let dir = shipped_workspace();
+    let served = Served::start(dir.path());
+    served.sign_in(client).await;
+    // Signed in: the cookie is set, and a page without `?key=` is answered.
+    client.goto(&format!("{}/runs", served.url)).await.unwrap();
+    let heading = text_of(client, "main h1").await;
+    assert!(heading.contains("Runs"), "{heading}");
+    let (port, heard) = another_server();
+    for host in ["127.0.0.1", "localhost"] {
+        client
+            .goto(&format!("http://{host}:{port}/page"))
+            .await
+            .unwrap();
+        assert_eq!(text_of(client, "p").await, "hello", "{host}");
+    }
+    let heard = heard.lock().unwrap().clone();
+    assert!(
+        heard
+            .iter()
+            .filter(|head| head.starts_with("GET /page "))
+            .count()
+            >= 2,
+        "the browser reached the other server for each page: {heard:?}"
+    );
+    for head in &heard {
+        assert!(
+            !head.contains("kavi_key") && !head.contains(&served.key),
+            "the key went to another server: {head}"
+        );
+    }
+}
+
+/// The printed name leads to 127.0.0.1 and ::1 both, so the server holds its port on both: a
+/// port whose other loopback address another process holds is refused (that process would be
+/// sent the key by a browser trying ::1 first).
+#[test]
+fn a_port_another_process_holds_on_the_other_loopback_address_is_refused() {
+    let dir = shipped_workspace();
+    let Ok(taken) = TcpListener::bind("[::1]:0") else {
+        eprintln!("skipping: this machine has no IPv6 loopback, which nobody can then hold");
+        return;
+    };
+    let port = taken.local_addr().unwrap().port();
+    let out = kavi(
+        dir.path(),
+        &["serve", "--bind", &format!("127.0.0.1:{port}")],
+    );
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "refusing to serve on loopback port {port}: another process holds [::1]:{port}"
+        )),
+        "{stderr}"
+    );
+    let out = kavi(dir.path(), &["serve", "--bind", "127.0.0.2:0"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("browsers resolve to 127.0.0.1 and ::1"),
+        "{out:?}"
+    );
 }
 
 /// A bind address other than loopback is refused unless asked for: whoever reaches the port

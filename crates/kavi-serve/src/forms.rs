@@ -5,11 +5,8 @@
 //! policy` does): whatever the CLI refuses, the page refuses, recorded as the account running
 //! the server.
 
-use std::net::IpAddr;
-
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -40,36 +37,6 @@ fn same_origin(headers: &HeaderMap) -> bool {
         (Some(origin), Some(host)) => origin == format!("http://{host}"),
         _ => false,
     }
-}
-
-/// Whether the request names this server by a loopback address or `localhost`. A page of
-/// another site whose name is made to resolve to 127.0.0.1 (DNS rebinding) is same-origin with
-/// itself, so it could read a page and its token and post with a matching `Origin`; its `Host`
-/// still names that site.
-fn loopback_host_header(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    name.eq_ignore_ascii_case("localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Answers only requests that name this server by loopback, unless it serves beyond it.
-pub async fn loopback_host(State(app): State<Shared>, request: Request, next: Next) -> Response {
-    if app.allow_remote || loopback_host_header(request.headers()) {
-        return next.run(request).await;
-    }
-    refusal(
-        &app,
-        StatusCode::MISDIRECTED_REQUEST,
-        "refused: this server answers to 127.0.0.1 or localhost only; the name this request was \
-         sent to leads here from another site; nothing was read or recorded",
-    )
 }
 
 /// The refusal of a form not sent from this server's own page; `None` for one that was.
@@ -316,34 +283,6 @@ mod tests {
             map.insert(name.clone(), value.parse().unwrap());
         }
         map
-    }
-
-    #[test]
-    fn only_loopback_names_are_answered() {
-        for host in [
-            "127.0.0.1:8321",
-            "localhost:8321",
-            "LOCALHOST",
-            "[::1]:8321",
-            "127.1.2.3",
-        ] {
-            assert!(
-                loopback_host_header(&headers(&[(header::HOST, host)])),
-                "{host}"
-            );
-        }
-        for host in [
-            "rebound.example:8321",
-            "localhost.example:8321",
-            "10.0.0.1:8321",
-            "127.0.0.1.nip.io:8321",
-        ] {
-            assert!(
-                !loopback_host_header(&headers(&[(header::HOST, host)])),
-                "{host}"
-            );
-        }
-        assert!(!loopback_host_header(&HeaderMap::new()), "no Host at all");
     }
 
     #[test]
