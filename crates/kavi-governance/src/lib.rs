@@ -121,7 +121,9 @@ pub fn governing_trust(
     )
 }
 
-fn trust_from(
+/// The trust policy, and the conventions it hashes a skill's files by, from the policy texts
+/// `read` gives.
+pub fn trust_from(
     read: impl Fn(&str) -> Result<Arc<SourceFile>>,
     templates: &TemplateEngine,
 ) -> Result<TrustPolicy> {
