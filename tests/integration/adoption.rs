@@ -544,3 +544,37 @@ fn a_new_keys_folder_and_ledger_adopt_nothing_on_first_use_when_the_earlier_ledg
         "{diff:?}"
     );
 }
+
+/// An approval given from inside a user namespace of the approver's own (where it is any uid and
+/// any name its own mounts say) is refused and records nothing; the proposer's own uid under
+/// another name is still the proposer.
+#[test]
+fn an_approval_from_inside_a_user_namespace_is_refused_and_records_nothing() {
+    if !common::user_namespace_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count").status.success());
+    drop_the_test_gate(root);
+    let proposed = kavi(root, &["policy", "propose", "-m", "drop the tests gate"]);
+    assert!(proposed.status.success(), "{proposed:?}");
+    let mut unshare = std::process::Command::new("unshare");
+    // Another uid, with no account's name: to the NSS lookup inside, someone else.
+    unshare
+        .args(["--user", "--map-user=4321", "--map-group=4321"])
+        .arg(env!("CARGO_BIN_EXE_kavi"));
+    let approved = common::with_test_env(unshare, root, &["policy", "approve", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(approved.status.code(), Some(2), "{approved:?}");
+    assert!(
+        String::from_utf8_lossy(&approved.stderr)
+            .contains("a decision is never recorded from inside a user namespace"),
+        "{approved:?}"
+    );
+    let adopt = kavi(root, &["policy", "adopt", "2"]);
+    assert!(!adopt.status.success(), "{adopt:?}");
+    let said = stdout(&kavi(root, &["policy", "diff"]));
+    assert!(said.contains("gate `tests` removed"), "{said}");
+}

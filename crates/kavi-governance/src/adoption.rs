@@ -566,7 +566,7 @@ fn pending(ledger: &Ledger, id: i64) -> Result<RuleSetRow> {
 pub fn reject(workspace: &Workspace, id: i64) -> Result<String> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     pending(&ledger, id)?;
-    let actor = crate::identity::actor();
+    let actor = deciding_actor()?;
     ledger.decide_rule_set(id, "rejected", &actor)?;
     Ok(actor)
 }
@@ -585,8 +585,8 @@ pub struct Approved {
 pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let change = pending(&ledger, id)?;
-    let actor = crate::identity::actor();
-    if change.proposed_by == actor {
+    let actor = deciding_actor()?;
+    if crate::identity::same_account(&change.proposed_by, &actor) {
         return Err(GovernanceError::Usage(format!(
             "{actor} proposed rule change {id}: the proposer's approval never counts, another \
              account must approve it"
@@ -608,6 +608,11 @@ pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
         roles: held,
         missing,
     })
+}
+
+/// The current account to record a decision under; refused where its name cannot be trusted.
+pub(crate) fn deciding_actor() -> Result<String> {
+    crate::identity::deciding_actor().map_err(GovernanceError::Usage)
 }
 
 fn proposer(change: &RuleSetRow) -> Excluded<'_> {
@@ -682,7 +687,7 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<Adopted> {
                 GovernanceError::Usage(format!("rule change {id} weakens the rules and {missing}"))
             })?;
     }
-    let actor = crate::identity::actor();
+    let actor = deciding_actor()?;
     ledger.decide_rule_set(id, "adopted", &actor)?;
     let suspended = crate::skills::reverify_older(workspace, &mut ledger)?;
     Ok(Adopted {
