@@ -6,7 +6,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{drop_the_test_gate, json, kavi, node, shipped_workspace};
+use common::{drop_the_test_gate, json, kavi, kavi_command, node, shipped_workspace};
 
 fn forge(root: &Path, skill: &str) -> Output {
     kavi(
@@ -419,7 +419,7 @@ fn a_rule_weakened_for_the_gates_and_put_back_before_promotion_promotes_nothing(
     assert!(forge(root, "word_count").status.success());
     let adopted = drop_the_test_gate(root);
     // A skill whose unit test fails: only the tests gate would catch it.
-    let mut run = common::kavi_command(
+    let mut run = kavi_command(
         root,
         &[
             "pipeline",
@@ -494,4 +494,87 @@ fn a_new_ledger_carries_over_the_adopted_rules_and_adopts_no_weakening_on_first_
         "{said}"
     );
     assert_eq!(adopted(&said), adopted(&earlier), "{said}\n{earlier}");
+}
+
+/// A new keys folder and a new ledger beside a weakened rule: the workspace's ledger, whose
+/// adopted set would be carried over, cannot be vouched for with the new keys, so the run adopts
+/// nothing on first use (it does not fall back to the rules on disk) and promotes nothing; the
+/// refusal says what to do.
+#[test]
+fn a_new_keys_folder_and_ledger_adopt_nothing_on_first_use_when_the_earlier_ledger_cannot_be_vouched_for()
+ {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count").status.success());
+    drop_the_test_gate(root);
+    let keys = tempfile::tempdir().unwrap();
+    let ledger = root.join(".kavi/elsewhere.db");
+    let run = kavi_command(
+        root,
+        &[
+            "pipeline",
+            "run",
+            "forge",
+            "--ledger",
+            ledger.to_str().unwrap(),
+            "--set",
+            "skill=find_notes",
+        ],
+    )
+    .env("KAVI_KEYS", keys.path())
+    .output()
+    .unwrap();
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains("refused to adopt the rules on first use")
+            && said.contains("cannot be vouched for with the keys in use")
+            && said.contains("kavi policy propose"),
+        "{said}"
+    );
+    let diff = kavi_command(
+        root,
+        &["policy", "diff", "--ledger", ledger.to_str().unwrap()],
+    )
+    .env("KAVI_KEYS", keys.path())
+    .output()
+    .unwrap();
+    assert!(
+        String::from_utf8_lossy(&diff.stderr).contains("no rule set is adopted"),
+        "{diff:?}"
+    );
+}
+
+/// An approval given from inside a user namespace of the approver's own (where it is any uid and
+/// any name its own mounts say) is refused and records nothing; the proposer's own uid under
+/// another name is still the proposer.
+#[test]
+fn an_approval_from_inside_a_user_namespace_is_refused_and_records_nothing() {
+    if !common::user_namespace_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    assert!(forge(root, "word_count").status.success());
+    drop_the_test_gate(root);
+    let proposed = kavi(root, &["policy", "propose", "-m", "drop the tests gate"]);
+    assert!(proposed.status.success(), "{proposed:?}");
+    let mut unshare = std::process::Command::new("unshare");
+    // Another uid, with no account's name: to the NSS lookup inside, someone else.
+    unshare
+        .args(["--user", "--map-user=4321", "--map-group=4321"])
+        .arg(env!("CARGO_BIN_EXE_kavi"));
+    let approved = common::with_test_env(unshare, root, &["policy", "approve", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(approved.status.code(), Some(2), "{approved:?}");
+    assert!(
+        String::from_utf8_lossy(&approved.stderr)
+            .contains("a decision is never recorded from inside a user namespace"),
+        "{approved:?}"
+    );
+    let adopt = kavi(root, &["policy", "adopt", "2"]);
+    assert!(!adopt.status.success(), "{adopt:?}");
+    let said = stdout(&kavi(root, &["policy", "diff"]));
+    assert!(said.contains("gate `tests` removed"), "{said}");
 }

@@ -178,14 +178,16 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
         return Ok(());
     }
     let here = crate::ledger::canonical_location(&workspace.config.ledger);
-    let carried = previous_ledgers(workspace)
+    let mut carried = None;
+    for previous in previous_ledgers(workspace)
         .into_iter()
         .filter(|previous| crate::ledger::canonical_location(previous) != here)
-        .find_map(|previous| {
-            let earlier = Ledger::open_read_only(&previous).ok()?;
-            let adopted = Governing::adopted(&earlier).ok()??;
-            Some((previous, adopted))
-        });
+    {
+        if let Some(adopted) = earlier_adoption(&previous)? {
+            carried = Some((previous, adopted));
+            break;
+        }
+    }
     let (set, message) = match carried {
         Some((previous, adopted)) => (
             RuleSet {
@@ -218,6 +220,30 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
     )?;
     remember_ledger(workspace, &here);
     Ok(())
+}
+
+/// The rule set an earlier ledger adopted; `None` when there is no such ledger or it adopted
+/// none. An earlier ledger that is there but cannot be vouched for (another keys folder's, a
+/// schema this kavi cannot read, rows changed outside kavi) is a refusal: adopting the disk's
+/// rules instead would trust on first use exactly what that ledger may have held back.
+fn earlier_adoption(previous: &std::path::Path) -> Result<Option<Governing>> {
+    let refused = |why: String| {
+        GovernanceError::Usage(format!(
+            "refused to adopt the rules on first use: this workspace's rules were adopted in the \
+             ledger at {}, which cannot be vouched for with the keys in use ({}): {why}. Run with \
+             the keys folder that ledger was kept with (KAVI_KEYS), or keep using that ledger \
+             and change the rules there through review (`kavi policy propose`, `approve`, \
+             `adopt`)",
+            crate::ledger::display_location(previous),
+            crate::ledger::keys::dir().display()
+        ))
+    };
+    let earlier = match Ledger::open_read_only(previous) {
+        Ok(earlier) => earlier,
+        Err(crate::ledger::LedgerError::Missing(_)) => return Ok(None),
+        Err(error) => return Err(refused(error.to_string())),
+    };
+    Governing::adopted(&earlier).map_err(refused)
 }
 
 /// Where kavi's keys folder remembers, per workspace, the ledger its rules were adopted in:
@@ -540,7 +566,7 @@ fn pending(ledger: &Ledger, id: i64) -> Result<RuleSetRow> {
 pub fn reject(workspace: &Workspace, id: i64) -> Result<String> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     pending(&ledger, id)?;
-    let actor = crate::identity::actor();
+    let actor = deciding_actor()?;
     ledger.decide_rule_set(id, "rejected", &actor)?;
     Ok(actor)
 }
@@ -559,8 +585,8 @@ pub struct Approved {
 pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let change = pending(&ledger, id)?;
-    let actor = crate::identity::actor();
-    if change.proposed_by == actor {
+    let actor = deciding_actor()?;
+    if crate::identity::same_account(&change.proposed_by, &actor) {
         return Err(GovernanceError::Usage(format!(
             "{actor} proposed rule change {id}: the proposer's approval never counts, another \
              account must approve it"
@@ -582,6 +608,11 @@ pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
         roles: held,
         missing,
     })
+}
+
+/// The current account to record a decision under; refused where its name cannot be trusted.
+pub(crate) fn deciding_actor() -> Result<String> {
+    crate::identity::deciding_actor().map_err(GovernanceError::Usage)
 }
 
 fn proposer(change: &RuleSetRow) -> Excluded<'_> {
@@ -656,7 +687,7 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<Adopted> {
                 GovernanceError::Usage(format!("rule change {id} weakens the rules and {missing}"))
             })?;
     }
-    let actor = crate::identity::actor();
+    let actor = deciding_actor()?;
     ledger.decide_rule_set(id, "adopted", &actor)?;
     let suspended = crate::skills::reverify_older(workspace, &mut ledger)?;
     Ok(Adopted {

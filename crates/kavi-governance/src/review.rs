@@ -74,7 +74,7 @@ pub fn decide(
 ) -> Result<Review> {
     let mut ledger = Ledger::open_existing(&workspace.config.ledger)?;
     let root = ledger.root_run(ledger.resolve_run(run)?)?;
-    let actor = crate::identity::actor();
+    let actor = crate::adoption::deciding_actor()?;
     let approve = verdict == Verdict::Approve;
     let verb = if approve { "approved" } else { "rejected" };
     // Decided under the adopted rules, never under weaker ones on disk.
@@ -333,7 +333,7 @@ fn record_approval(
             Approval::Roles(requirement.clone()),
         ))
     };
-    if root.started_by.as_deref() == Some(actor) {
+    if crate::identity::same_account(root.started_by.as_deref().unwrap_or_default(), actor) {
         return Err(refused("it started the run".to_owned()));
     }
     let held = governing
@@ -609,7 +609,7 @@ fn record_escalation_approval(
                 self_approval: true,
             } => "",
         };
-        if actor == starter && !refusal.is_empty() {
+        if crate::identity::same_account(actor, starter) && !refusal.is_empty() {
             return Err(GovernanceError::Usage(format!(
                 "{actor} started run {run}, and its escalation rules ({}) {refusal}",
                 short_hash(policy)

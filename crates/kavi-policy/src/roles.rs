@@ -241,13 +241,19 @@ impl Requirement {
         approvals: &[crate::ledger::RecordedApproval],
         excluded: Excluded<'_>,
     ) -> Result<(), String> {
-        let mut counted: Vec<&str> = approvals
-            .iter()
-            .filter(|a| a.actor != excluded.actor && a.roles.contains(&self.role))
-            .map(|a| a.actor.as_str())
-            .collect();
+        // Accounts are told apart by uid: one uid under two names is one approver.
+        let mut counted: Vec<&str> = Vec::new();
+        for approval in approvals.iter().filter(|a| {
+            !crate::identity::same_account(&a.actor, excluded.actor) && a.roles.contains(&self.role)
+        }) {
+            if !counted
+                .iter()
+                .any(|c| crate::identity::same_account(c, &approval.actor))
+            {
+                counted.push(&approval.actor);
+            }
+        }
         counted.sort_unstable();
-        counted.dedup();
         if counted.len() >= self.approvals as usize {
             return Ok(());
         }
@@ -364,6 +370,18 @@ mod tests {
         ];
         assert_eq!(
             two.met_by(&approvals, STARTER).unwrap_err(),
+            "needs 2 distinct reviewers other than the account that started the run; \
+             has 1: alice (uid 1000)"
+        );
+        // One uid under two names is one approver, and the starter under another name is still
+        // the starter.
+        let renamed = [
+            alice.clone(),
+            approval("someone-else (uid 1000)", &["reviewer"]),
+            approval("admin (uid 0)", &["reviewer"]),
+        ];
+        assert_eq!(
+            two.met_by(&renamed, STARTER).unwrap_err(),
             "needs 2 distinct reviewers other than the account that started the run; \
              has 1: alice (uid 1000)"
         );

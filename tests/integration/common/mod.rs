@@ -87,6 +87,12 @@ pub fn uts_namespace_or_skip() -> bool {
     namespace_or_skip("--uts", "UTS", "another machine's hostname")
 }
 
+/// Whether this process can make a user namespace of its own (`unshare --user`), where any
+/// account may name itself as it likes.
+pub fn user_namespace_or_skip() -> bool {
+    namespace_or_skip("--user", "user", "an account naming itself")
+}
+
 fn namespace_or_skip(flag: &str, kind: &str, what: &str) -> bool {
     let works = Command::new("unshare")
         .args([flag, "true"])
