@@ -145,30 +145,13 @@ fn read_confinement(
     workspace: &Workspace,
     templates: &crate::template::TemplateEngine,
 ) -> Result<crate::confinement::policy::ConfinementPolicy, crate::spec::SpecError> {
-    confinement_from(
-        &|relative| read_policy(workspace, relative),
-        &|relative| workspace.root.join(relative).is_file(),
-        templates,
-    )
-}
-
-/// [`read_confinement`] from the policy texts `read` gives, `exists` saying whether there is
-/// a file at a path.
-fn confinement_from(
-    read: &dyn Fn(
-        &str,
-    )
-        -> Result<std::sync::Arc<crate::diagnostic::SourceFile>, crate::spec::SpecError>,
-    exists: &dyn Fn(&str) -> bool,
-    templates: &crate::template::TemplateEngine,
-) -> Result<crate::confinement::policy::ConfinementPolicy, crate::spec::SpecError> {
-    let source = read(crate::confinement::policy::DEFAULT_POLICY)?;
+    let source = read_policy(workspace, crate::confinement::policy::DEFAULT_POLICY)?;
     let policy = crate::confinement::policy::ConfinementPolicy::parse(&source, templates)?;
     let network = crate::confinement::network::DEFAULT_POLICY;
-    if !policy.any_network() || !exists(network) {
+    if !policy.any_network() || !workspace.root.join(network).is_file() {
         return Ok(policy);
     }
-    let hosts = read(network)?;
+    let hosts = read_policy(workspace, network)?;
     Ok(policy.with_hosts(Some(&hosts))?)
 }
 

@@ -9,16 +9,12 @@ use crate::config::Workspace;
 use crate::error::{Error, exit};
 use tokio_util::sync::CancellationToken;
 
-use crate::diagnostic::SourceFile;
-use crate::executions::{Lineage, Runner, pool};
+use crate::executions::{Lineage, Runner};
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
-use crate::policy::adoption::RuleSet;
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Proposal, SideEffects, TRUSTED};
-use crate::spec::SpecError;
 use crate::template::TemplateEngine;
 use kavi_governance::skills::{self as governed, trusted_under};
-use std::sync::Arc;
 
 const LIFECYCLE: &str = crate::skills::LIFECYCLE_POLICY;
 
@@ -353,10 +349,6 @@ pub(super) struct SkillEnv {
     pub confinement: ConfinementPolicy,
     pub owner: Owner,
     pub kavi_state: Vec<std::path::PathBuf>,
-    /// The hash of the governing files (every file of the governing folders, and `kavi.toml`)
-    /// that the trust and confinement policies were parsed from, byte for byte: while they
-    /// hash the same, [`SkillEnv::reload`] has nothing to parse again.
-    rules: Option<String>,
 }
 
 impl SkillEnv {
@@ -379,7 +371,6 @@ impl SkillEnv {
             confinement,
             owner,
             kavi_state: workspace.state_paths(),
-            rules: None,
         })
     }
 
@@ -393,49 +384,10 @@ impl SkillEnv {
         Ok((templates, trust, confinement))
     }
 
-    /// The policies as the workspace's files are now: a resident executor runs each skill
-    /// under the files as they are at its run. They are parsed again only when the governing
-    /// files' hash changed since they were last parsed, and cached only when every policy text
-    /// parsed is the text that hash covers (and a file found missing is missing from it too),
-    /// so that a change made while they were read is never kept. The templates are made new
-    /// each time, so a template file is read as a direct run reads it.
+    /// Reads the policies again: a resident executor runs each skill under the files as they
+    /// are at its run.
     pub fn reload(&mut self, workspace: &Workspace) -> Result<(), Error> {
-        self.templates = TemplateEngine::new(&workspace.templates_dir());
-        // A set that cannot be read whole (a link, a file not UTF-8) caches nothing.
-        let rules = RuleSet::read(&workspace.root).ok();
-        let hash = rules.as_ref().map(|rules| rules.hash.clone());
-        if hash.is_some() && hash == self.rules {
-            return Ok(());
-        }
-        self.rules = None;
-        let exact = std::cell::Cell::new(rules.is_some());
-        let covered = |relative: &str| {
-            rules.as_ref().and_then(|rules| {
-                rules
-                    .files
-                    .iter()
-                    .find(|(path, _)| path == relative)
-                    .map(|(_, text)| text)
-            })
-        };
-        let read = |relative: &str| -> Result<Arc<SourceFile>, SpecError> {
-            let source = super::read_policy(workspace, relative)?;
-            if covered(relative) != Some(&source.text) {
-                exact.set(false);
-            }
-            Ok(source)
-        };
-        let exists = |relative: &str| {
-            let found = workspace.root.join(relative).is_file();
-            if found != covered(relative).is_some() {
-                exact.set(false);
-            }
-            found
-        };
-        let trust = kavi_governance::trust_from(|relative| Ok(read(relative)?), &self.templates)?;
-        let confinement = super::confinement_from(&read, &exists, &self.templates)?;
-        (self.trust, self.confinement) = (trust, confinement);
-        self.rules = hash.filter(|_| exact.get());
+        (self.templates, self.trust, self.confinement) = Self::policies(workspace)?;
         Ok(())
     }
 
@@ -444,8 +396,6 @@ impl SkillEnv {
         Runner {
             root: &workspace.root,
             ledger: &workspace.config.ledger,
-            held: None,
-            pool: true,
             artifacts: &self.store,
             templates: &self.templates,
             trust: &self.trust,
@@ -491,19 +441,9 @@ pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i3
 pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
     let input: serde_json::Value = serde_json::from_str(input)
         .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
-    // A running executor runs a READ_ONLY skill in a sandbox it started ahead, and records it:
-    // asked before anything is read here, as it does the trust check itself. Ctrl-C ends this
-    // process, which closes the connection: the executor then cancels the run and records it.
-    let request = pool::Request {
-        skill: name.to_owned(),
-        input: input.clone(),
-        lineage: Lineage::default(),
-        hash: None,
-    };
-    let socket = pool::socket(&workspace.config.ledger);
-    let uncancelled = CancellationToken::new();
-    if let Some(record) = pool::ask(&socket, &request, &uncancelled).await {
-        return Ok(report(&record, &uncancelled));
+    // A running executor runs a READ_ONLY skill in a sandbox it started ahead, and records it.
+    if let Some(record) = super::executor::ask(workspace, name, &input).await {
+        return Ok(report(&record, &CancellationToken::new()));
     }
     // A skill that does not exist is said so before policies are read or anything is made.
     match Ledger::open_existing(&workspace.config.ledger) {

@@ -121,9 +121,7 @@ pub fn governing_trust(
     )
 }
 
-/// The trust policy, and the conventions it hashes a skill's files by, from the policy texts
-/// `read` gives.
-pub fn trust_from(
+fn trust_from(
     read: impl Fn(&str) -> Result<Arc<SourceFile>>,
     templates: &TemplateEngine,
 ) -> Result<TrustPolicy> {
