@@ -40,9 +40,9 @@ pub async fn run(
     confirmed: bool,
     json: bool,
 ) -> Result<i32, Error> {
-    let source = super::read_policy(workspace, intents::DEFAULT_POLICY)?;
-    let policy = ChatPolicy::parse(&source).map_err(SpecError::from)?;
     let env = SkillEnv::load(workspace)?;
+    let source = kavi_governance::run_policy(&env.rules, intents::DEFAULT_POLICY)?;
+    let policy = ChatPolicy::parse(&source).map_err(SpecError::from)?;
     let runner = env.runner(workspace, true);
     let load_chain = |name: &str| -> Result<Chain, String> {
         let path = crate::spec::resolve_spec_path(&workspace.root, "chains", "chain", name)
@@ -54,7 +54,7 @@ pub async fn run(
     };
     // With a gateway configured, the model parses first (and the patterns when it fails).
     let network = if crate::research::gateway::configured(&workspace.config.gateway) {
-        let source = super::read_policy(workspace, network::DEFAULT_POLICY)?;
+        let source = kavi_governance::run_policy(&env.rules, network::DEFAULT_POLICY)?;
         Some(NetworkPolicy::parse(&source).map_err(SpecError::from)?)
     } else {
         None

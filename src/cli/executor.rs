@@ -243,7 +243,25 @@ async fn answer(mut stream: UnixStream, reply: &Value) -> std::io::Result<()> {
 /// stopped by a signal closes the connection, and the executor cancels the run and records it
 /// cancelled.
 pub async fn ask(workspace: &Workspace, name: &str, input: &Value) -> Option<ExecutionRecord> {
-    let mut stream = UnixStream::connect(socket(workspace)).await.ok()?;
+    let path = socket(workspace);
+    let mut stream = UnixStream::connect(&path).await.ok()?;
+    // Whoever can make the socket can listen on it: only an executor of this account (or
+    // root's) is sent the skill's input or believed.
+    let me = nix::unistd::getuid().as_raw();
+    match stream.peer_cred().map(|peer| peer.uid()) {
+        Ok(uid) if uid == me || uid == 0 => {}
+        answered => {
+            errln!(
+                "warning: not asking the executor at {}: {}; running the skill here",
+                path.display(),
+                answered.map_or_else(
+                    |e| format!("its account cannot be told ({e})"),
+                    |uid| format!("it runs as another account (uid {uid})")
+                )
+            );
+            return None;
+        }
+    }
     let request = json!({ "skill": name, "input": input });
     stream
         .write_all(format!("{request}\n").as_bytes())

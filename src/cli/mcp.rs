@@ -27,14 +27,13 @@ impl Runners for Served {
 
 pub async fn run(workspace: Workspace, client: Option<String>) -> Result<i32, Error> {
     super::served_workspace(&workspace, "kavi mcp")?;
-    // No policy file grants nothing: READ_ONLY skills only.
-    let policy = if workspace.root.join(policy::DEFAULT_POLICY).is_file() {
-        let source = super::read_policy(&workspace, policy::DEFAULT_POLICY)?;
-        McpPolicy::parse(&source).map_err(SpecError::from)?
-    } else {
-        McpPolicy::default()
-    };
     let env = SkillEnv::load(&workspace)?;
+    // Read from the rules skills run under, never a weakening on disk nobody adopted. No policy
+    // file grants nothing: READ_ONLY skills only.
+    let policy = match env.rules.source(policy::DEFAULT_POLICY) {
+        Some(source) => McpPolicy::parse(&source).map_err(SpecError::from)?,
+        None => McpPolicy::default(),
+    };
     let served = Arc::new(Served { workspace, env });
     let wire = Lines::new(
         tokio::io::stdin(),

@@ -121,12 +121,14 @@ mod steps;
 mod toolchain;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use std::io::IsTerminal as _;
 
 use clap::{ColorChoice, CommandFactory, FromArgMatches, ValueEnum as _};
 
 use crate::config::{Overrides, Workspace};
+use crate::diagnostic::SourceFile;
 use crate::error::{Error, exit};
 use crate::ledger::RunOrigin;
 use kavi_governance::{open_store, read_policy};
@@ -139,20 +141,21 @@ use kavi_cli::{
 use signals::cancel_on_signals;
 pub(crate) use signals::cancelled_exit_code;
 
-/// The workspace's confinement policy, its roles with the network given the hosts of
-/// `policies/network.toml` (none without the file).
+/// A confinement policy, its roles with the network given the hosts of `policies/network.toml`
+/// (none without the file), each file as `read` has it (`None`: no such file).
 fn read_confinement(
-    workspace: &Workspace,
     templates: &crate::template::TemplateEngine,
+    read: impl Fn(&str) -> Result<Option<Arc<SourceFile>>, crate::spec::SpecError>,
 ) -> Result<crate::confinement::policy::ConfinementPolicy, crate::spec::SpecError> {
-    let source = read_policy(workspace, crate::confinement::policy::DEFAULT_POLICY)?;
+    let path = crate::confinement::policy::DEFAULT_POLICY;
+    let source = read(path)?
+        .ok_or_else(|| crate::diagnostic::Diagnostic::new(format!("{path}: no such file")))?;
     let policy = crate::confinement::policy::ConfinementPolicy::parse(&source, templates)?;
-    let network = crate::confinement::network::DEFAULT_POLICY;
-    if !policy.any_network() || !workspace.root.join(network).is_file() {
+    if !policy.any_network() {
         return Ok(policy);
     }
-    let hosts = read_policy(workspace, network)?;
-    Ok(policy.with_hosts(Some(&hosts))?)
+    let hosts = read(crate::confinement::network::DEFAULT_POLICY)?;
+    Ok(policy.with_hosts(hosts.as_ref())?)
 }
 
 fn init_logging(cli: &Cli) {

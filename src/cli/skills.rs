@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Lineage, Runner};
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
+use crate::policy::adoption::RunRules;
 use crate::skills::trust::TrustPolicy;
 use crate::skills::{Proposal, SideEffects, TRUSTED};
 use crate::template::TemplateEngine;
@@ -349,12 +350,22 @@ pub(super) struct SkillEnv {
     pub confinement: ConfinementPolicy,
     pub owner: Owner,
     pub kavi_state: Vec<std::path::PathBuf>,
+    /// The rules these policies were read from; `kavi mcp` and `kavi chat` read theirs here.
+    pub rules: RunRules,
 }
 
 impl SkillEnv {
     pub fn load(workspace: &Workspace) -> Result<Self, Error> {
         let store = super::open_store(workspace)?;
-        let (templates, trust, confinement) = Self::policies(workspace)?;
+        let (templates, trust, confinement, rules) = Self::policies(workspace)?;
+        if !rules.ignored.is_empty() {
+            errln!(
+                "warning: the governing files weaken the adopted rules ({}): running under {}; \
+                 propose them with `kavi policy propose`",
+                rules.ignored.join("; "),
+                rules.describe()
+            );
+        }
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
         let owner =
             Owner::claim(&workspace.config.ledger, &store.temp_dir()).map_err(|source| {
@@ -371,23 +382,26 @@ impl SkillEnv {
             confinement,
             owner,
             kavi_state: workspace.state_paths(),
+            rules,
         })
     }
 
-    /// The templates, and the trust and confinement policies, as the workspace's files are now.
+    /// The templates, and the trust and confinement policies of the rules skills run under now
+    /// (see [`kavi_governance::run_rules`]), with those rules.
     fn policies(
         workspace: &Workspace,
-    ) -> Result<(TemplateEngine, TrustPolicy, ConfinementPolicy), Error> {
+    ) -> Result<(TemplateEngine, TrustPolicy, ConfinementPolicy, RunRules), Error> {
         let templates = TemplateEngine::new(&workspace.templates_dir());
-        let trust = kavi_governance::load_trust(workspace, &templates)?;
-        let confinement = super::read_confinement(workspace, &templates)?;
-        Ok((templates, trust, confinement))
+        let rules = kavi_governance::run_rules(workspace)?;
+        let trust = kavi_governance::run_trust(&rules, &templates)?;
+        let confinement = super::read_confinement(&templates, |path| Ok(rules.source(path)))?;
+        Ok((templates, trust, confinement, rules))
     }
 
-    /// Reads the policies again: a resident executor runs each skill under the files as they
+    /// Reads the policies again: a resident executor runs each skill under the rules as they
     /// are at its run.
     pub fn reload(&mut self, workspace: &Workspace) -> Result<(), Error> {
-        (self.templates, self.trust, self.confinement) = Self::policies(workspace)?;
+        (self.templates, self.trust, self.confinement, self.rules) = Self::policies(workspace)?;
         Ok(())
     }
 

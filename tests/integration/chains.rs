@@ -493,6 +493,13 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
     };
     let dir = shipped_workspace();
     let root = dir.path();
+    // Written before the forge adopts the rules on first use: an edit after it would be a
+    // weakening nobody adopted, which never governs.
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.editor]\nallow = [\"FILE_WRITE\"]\n\n[clients.desk]\nconfirm = [\"FILE_WRITE\"]\n",
+    );
     forge(root, &["word_count", "write_note"]);
 
     let session = mcp_session(&python, root, &[]);
@@ -532,11 +539,6 @@ fn an_mcp_client_calls_trusted_skills_under_the_same_governance() {
 
     // A client whose user must confirm: refused when it cannot ask, or when the user says no;
     // run when the user says yes to the question naming the skill, its class and its input.
-    write(
-        root,
-        "policies/mcp.toml",
-        "[clients.editor]\nallow = [\"FILE_WRITE\"]\n\n[clients.desk]\nconfirm = [\"FILE_WRITE\"]\n",
-    );
     let cannot_ask = mcp_session(&python, root, &["--client", "desk"]);
     let text = |session: &Value| session["calls"]["write_note"]["text"][0].to_string();
     assert!(
@@ -654,12 +656,14 @@ fn the_mcp_sdks_default_client_confirms_a_file_write_on_the_current_protocol() {
     };
     let dir = shipped_workspace();
     let root = dir.path();
-    forge(root, &["write_note"]);
+    // Written before the forge adopts the rules on first use: an edit after it would be a
+    // weakening nobody adopted, which never governs.
     write(
         root,
         "policies/mcp.toml",
         "[clients.desk]\nconfirm = [\"FILE_WRITE\"]\n",
     );
+    forge(root, &["write_note"]);
     let out = std::process::Command::new(&python)
         .env("XDG_CONFIG_HOME", common::config_home())
         .env_remove("KAVI_KEYS")
@@ -822,13 +826,15 @@ fn mcp_clients_page_read_and_subscribe_to_execution_records_and_runs() {
     };
     let dir = shipped_workspace();
     let root = dir.path();
+    // Written before the forge adopts the rules on first use: an edit after it would be a
+    // weakening nobody adopted, which never governs.
+    write(root, "policies/mcp.toml", "resources_page = 2\n");
     forge(root, &["word_count"]);
     for text in ["one", "one two", "one two three"] {
         let input = json!({ "text": text }).to_string();
         let ran = kavi(root, &["skill", "run", "word_count", "--input", &input]);
         assert!(ran.status.success(), "{}", stdout(&ran));
     }
-    write(root, "policies/mcp.toml", "resources_page = 2\n");
     let runs: Vec<String> = common::LedgerConnection::open(root)
         .texts("SELECT CAST(id AS TEXT) FROM runs ORDER BY id DESC")
         .iter()
@@ -1067,12 +1073,14 @@ fn mcp_answers_malformed_lines_as_json_rpc_says() {
 fn a_cancelled_mcp_call_stops_its_skill_and_writes_nothing() {
     let dir = shipped_workspace();
     let root = dir.path();
-    forge(root, &["write_note"]);
+    // Written before the forge adopts the rules on first use: an edit after it would be a
+    // weakening nobody adopted, which never governs.
     write(
         root,
         "policies/mcp.toml",
         "[clients.desk]\nallow = [\"FILE_WRITE\"]\n",
     );
+    forge(root, &["write_note"]);
     let note = root.join("notes/from-mcp.md");
     std::fs::create_dir_all(note.parent().unwrap()).unwrap();
     nix::unistd::mkfifo(&note, nix::sys::stat::Mode::S_IRWXU).unwrap();
@@ -1542,4 +1550,37 @@ fn the_chat_asks_the_gateway_first_and_falls_back_to_its_patterns() {
             .contains("unreachable")
     );
     common::assert_nowhere_under(root, key);
+}
+
+/// An MCP client's grant added to policies/mcp.toml after the rules were adopted, by whoever can
+/// edit the workspace (an agent too), is a weakening nobody reviewed: it grants nothing.
+#[test]
+fn an_mcp_grant_nobody_adopted_grants_nothing() {
+    let Some(python) = mcp_client_python() else {
+        return;
+    };
+    let dir = shipped_workspace();
+    let root = dir.path();
+    forge(root, &["write_note"]);
+    write(
+        root,
+        "policies/mcp.toml",
+        "[clients.agent]\nallow = [\"FILE_WRITE\"]\n",
+    );
+    let session = mcp_session(&python, root, &["--client", "agent"]);
+    assert_eq!(
+        session["calls"]["write_note"]["is_error"], true,
+        "{session}"
+    );
+    assert!(
+        session["calls"]["write_note"]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("FILE_WRITE"),
+        "{session}"
+    );
+    assert!(
+        !root.join("notes/from-mcp.md").exists(),
+        "nothing was written"
+    );
 }

@@ -21,6 +21,7 @@ mod planning;
 mod provenance;
 mod proxy;
 mod roots;
+mod run_rules;
 mod sandbox;
 mod scanner;
 mod serve;

@@ -104,16 +104,59 @@ fn ensure_root(root: &Path, apart: &[&Path]) -> io::Result<()> {
     }
     // In a shared folder such as /tmp, someone else could have made the folder first and so
     // control what sandboxes are made in: only this user's folder, or a sticky shared one, will do.
-    let ours = metadata.uid() == nix::unistd::getuid().as_raw();
     let sticky = metadata.mode() & 0o1000 != 0;
-    if !ours && !sticky {
+    if !sticky && let Some(problem) = not_ours(&metadata) {
         return Err(io::Error::other(format!(
-            "the sandbox folder {} belongs to another user (uid {}); refusing to use it",
-            root.display(),
-            metadata.uid()
+            "the sandbox folder {} {problem}; refusing to use it",
+            root.display()
         )));
     }
     Ok(())
+}
+
+/// Why a folder is not this user's alone: another account owns it.
+fn not_ours(metadata: &std::fs::Metadata) -> Option<String> {
+    let uid = metadata.uid();
+    (uid != nix::unistd::getuid().as_raw()).then(|| format!("belongs to another user (uid {uid})"))
+}
+
+/// Makes one of kavi's state folders (`.kavi/`, the ledger's locks, the artifact store) if
+/// missing, and checks it: a real folder (not a link), this user's or root's. In a shared
+/// workspace another account could otherwise make it first and plant what kavi trusts there (a
+/// ledger, an executor's socket, artifacts). A folder root owns is accepted open to others: that
+/// is how a team shares a workspace, and what is found in it is checked on its own (the
+/// executor's account, the journal's keys).
+pub fn state_folder(path: &Path) -> io::Result<()> {
+    match path.symlink_metadata() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // Never group- or world-writable, whatever the umask allows.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(path)?;
+        }
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    let metadata = path.symlink_metadata()?;
+    let problem = if !metadata.is_dir() {
+        Some("is not a folder (a link is refused)".to_owned())
+    } else if metadata.uid() == 0 {
+        None
+    } else {
+        not_ours(&metadata)
+    };
+    match problem {
+        Some(problem) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "kavi's state folder {} {problem}; refusing to use it (remove it, or make it \
+                 yours)",
+                path.display()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Removes a sandbox and everything in it, even folders the builder made unreadable.

@@ -121,6 +121,38 @@ pub fn governing_trust(
     )
 }
 
+/// The rules a skill runs under outside a pipeline run (`kavi skill run`, `chain run`, `chat`,
+/// `mcp`, the executor), read once: the files on disk unless they weaken the adopted set, then
+/// the adopted copies (see [`crate::policy::adoption::for_run`]).
+pub fn run_rules(workspace: &Workspace) -> Result<crate::policy::adoption::RunRules> {
+    let ledger = match ledger::Ledger::open_existing(&workspace.config.ledger) {
+        Ok(ledger) => Some(ledger),
+        // Nothing recorded here, so nothing adopted either.
+        Err(LedgerError::Missing(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    crate::policy::adoption::for_run(ledger.as_ref(), &workspace.root)
+        .map_err(GovernanceError::Usage)
+}
+
+/// A file of the rules a skill runs under; an error naming it when they have none.
+pub fn run_policy(
+    rules: &crate::policy::adoption::RunRules,
+    path: &str,
+) -> std::result::Result<Arc<SourceFile>, SpecError> {
+    rules.source(path).ok_or_else(|| {
+        Diagnostic::new(format!("{path}: not a file of {}", rules.describe())).into()
+    })
+}
+
+/// The trust policy of the rules a skill runs under.
+pub fn run_trust(
+    rules: &crate::policy::adoption::RunRules,
+    templates: &TemplateEngine,
+) -> Result<TrustPolicy> {
+    trust_from(|path| Ok(run_policy(rules, path)?), templates)
+}
+
 fn trust_from(
     read: impl Fn(&str) -> Result<Arc<SourceFile>>,
     templates: &TemplateEngine,

@@ -136,7 +136,7 @@ impl Ledger {
                     });
                 }
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(parent)?;
+                    kavi_foundation::sandbox::state_folder(parent)?;
                 }
                 schema::create(path).map_err(|source| LedgerError::Create {
                     path: path.to_owned(),
@@ -157,7 +157,7 @@ impl Ledger {
             None => migrate(&mut conn, path)?,
         }
         let locks_dir = locks_dir(path);
-        std::fs::create_dir_all(&locks_dir)?;
+        kavi_foundation::sandbox::state_folder(&locks_dir)?;
         let mut ledger = Self {
             conn,
             locks_dir,

@@ -178,7 +178,7 @@ impl Owner {
     /// `spill_root` (the artifact store's temp folder).
     pub fn claim(ledger: &Path, spill_root: &Path) -> io::Result<Self> {
         let locks = super::locks_dir(ledger);
-        std::fs::create_dir_all(&locks)?;
+        kavi_foundation::sandbox::state_folder(&locks)?;
         let name = new_name();
         let [lock, claiming, roster] =
             [LOCKS[0], LOCKS[1], ROSTER].map(|extension| locks.join(format!("{name}.{extension}")));

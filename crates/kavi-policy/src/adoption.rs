@@ -208,6 +208,20 @@ impl Governing {
         }
         Ok(classified)
     }
+
+    /// Each change from the adopted set to `now` the adopted `[adoption]` rules call
+    /// weakening, in words; none when `now` is the adopted set.
+    pub fn weakened_by(&self, now: &RuleSet) -> Result<Vec<String>, String> {
+        if self.row.set_hash == now.hash {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .changes_to(now)?
+            .into_iter()
+            .filter(|(_, class)| *class == Class::Weakening)
+            .map(|(change, _)| change)
+            .collect())
+    }
 }
 
 /// One change as the `[adoption]` rules read it: `PATH: what changed`. The path is the file's
@@ -279,15 +293,7 @@ pub fn for_decision(ledger: &crate::ledger::Ledger, root: &Path) -> Result<Gover
             crate::hash::short_hash(&current.hash)
         ));
     };
-    if adopted.row.set_hash == current.hash {
-        return Ok(adopted);
-    }
-    let changes = adopted.changes_to(&current)?;
-    let weakening: Vec<&str> = changes
-        .iter()
-        .filter(|(_, class)| *class == Class::Weakening)
-        .map(|(change, _)| change.as_str())
-        .collect();
+    let weakening = adopted.weakened_by(&current)?;
     if weakening.is_empty() {
         return Ok(adopted);
     }
@@ -313,6 +319,77 @@ pub fn for_decision(ledger: &crate::ledger::Ledger, root: &Path) -> Result<Gover
         crate::hash::short_hash(&current.hash),
         weakening.join("; ")
     ))
+}
+
+/// The rule texts a command that runs skills outside a pipeline run reads its run-time rules
+/// from (the confinement, trust and MCP policies): never a weakening nobody adopted.
+#[derive(Debug)]
+pub struct RunRules {
+    /// (path, text) of each file that governs, in path order.
+    pub files: Vec<(String, String)>,
+    /// The set these files are: the adopted one, or the files on disk.
+    pub set_hash: String,
+    /// The adopted set's id; `None` before any set is adopted.
+    pub adopted: Option<i64>,
+    /// The changes on disk that weaken the adopted set, and so do not govern; when there are
+    /// any, `files` are the adopted set's.
+    pub ignored: Vec<String>,
+}
+
+impl RunRules {
+    /// A governing file as a source to parse; `None` when the governing set has no such file.
+    pub fn source(&self, path: &str) -> Option<Arc<SourceFile>> {
+        self.files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(p, text)| SourceFile::new(p.as_str(), text.as_str()))
+    }
+
+    /// Which rules these are, in words.
+    pub fn describe(&self) -> String {
+        let hash = crate::hash::short_hash(&self.set_hash);
+        match self.adopted {
+            None => format!("the files on disk ({hash}; no rule set is adopted yet)"),
+            Some(id) if !self.ignored.is_empty() => format!("adopted rule set {id} ({hash})"),
+            Some(id) => {
+                format!("the files on disk ({hash}), which do not weaken adopted rule set {id}")
+            }
+        }
+    }
+}
+
+/// The rules a skill runs under outside a pipeline run, read once so that what was checked is
+/// what governs. Like a pipeline run, the files on disk govern while they do not weaken the
+/// adopted set (a strengthening governs at once); while they weaken it (by the adopted
+/// `[adoption]` rules), the adopted copies the ledger keeps govern instead, so an edit nobody
+/// reviewed never grants a skill or a client more. Before any set is adopted (`ledger` is `None`
+/// or has none), the files on disk, which the first pipeline run adopts.
+pub fn for_run(ledger: Option<&crate::ledger::Ledger>, root: &Path) -> Result<RunRules, String> {
+    let current = RuleSet::read(root)?;
+    let adopted = match ledger {
+        Some(ledger) => Governing::adopted(ledger)?,
+        None => None,
+    };
+    let Some(adopted) = adopted else {
+        return Ok(RunRules {
+            files: current.files,
+            set_hash: current.hash,
+            adopted: None,
+            ignored: Vec::new(),
+        });
+    };
+    let ignored = adopted.weakened_by(&current)?;
+    let (files, set_hash) = if ignored.is_empty() {
+        (current.files, current.hash)
+    } else {
+        (adopted.files, adopted.row.set_hash)
+    };
+    Ok(RunRules {
+        files,
+        set_hash,
+        adopted: Some(adopted.row.id),
+        ignored,
+    })
 }
 
 /// What kind of change a rule names.

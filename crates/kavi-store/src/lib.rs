@@ -60,6 +60,7 @@ pub struct ArtifactStore {
 
 impl ArtifactStore {
     pub fn open(root: &Path) -> io::Result<Self> {
+        kavi_foundation::sandbox::state_folder(root)?;
         std::fs::create_dir_all(root.join("tmp"))?;
         Ok(Self {
             root: root.to_owned(),
