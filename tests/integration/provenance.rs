@@ -487,15 +487,9 @@ fn the_import_pipeline_promotes_no_files_but_a_bundles() {
     assert_eq!(shown["skill"]["state"], "PROPOSED", "{shown}");
 }
 
-/// A bundle its trusted signer re-signed with a file no build may bring in (`conftest.py`, which
-/// configures the tests gate): the import pipeline refuses it by the allowlist a build's files
-/// pass, and every file the import wrote goes back out, so that the next forge does not find it
-/// in the skill's folder as the workspace's own.
-#[test]
-fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
-    use base64::Engine as _;
-    use sha2::Digest as _;
-    let base64 = base64::engine::general_purpose::STANDARD;
+/// `word_count` forged in a first workspace with a key of its own, exported as
+/// `word_count.bundle.json` into a second workspace that trusts that key for imports.
+fn exported_to_a_trusting_workspace() -> (tempfile::TempDir, tempfile::TempDir, tempfile::TempDir) {
     let (a, b) = (shipped_workspace(), shipped_workspace());
     let keys = tempfile::tempdir().unwrap();
     let key = public_key(&kavi(a.path(), keys.path(), &["ledger", "keygen"]));
@@ -505,7 +499,7 @@ fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
         &["pipeline", "run", "forge", "--set", "skill=word_count"],
     );
     assert!(forged.status.success(), "{forged:?}");
-    let exported = b.path().join("word_count.bundle.json");
+    let bundle = b.path().join("word_count.bundle.json");
     let export = kavi(
         a.path(),
         keys.path(),
@@ -514,11 +508,25 @@ fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
             "export",
             "word_count",
             "-o",
-            exported.to_str().unwrap(),
+            bundle.to_str().unwrap(),
         ],
     );
     assert!(export.status.success(), "{export:?}");
     trust_imports_from(b.path(), &key);
+    (a, b, keys)
+}
+
+/// A bundle its trusted signer re-signed with a file no build may bring in (`conftest.py`, which
+/// configures the tests gate): the import pipeline refuses it by the allowlist a build's files
+/// pass, and every file the import wrote goes back out, so that the next forge does not find it
+/// in the skill's folder as the workspace's own.
+#[test]
+fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let base64 = base64::engine::general_purpose::STANDARD;
+    let (_a, b, keys) = exported_to_a_trusting_workspace();
+    let exported = b.path().join("word_count.bundle.json");
 
     let mut bundle: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&exported).unwrap()).unwrap();
@@ -567,29 +575,7 @@ fn an_import_refused_by_the_allowlist_takes_its_files_back_out() {
 /// was written), so the next forge does not find them in the skill's folder as the workspace's own.
 #[test]
 fn a_killed_import_leaves_no_file_for_the_next_run() {
-    let (a, b) = (shipped_workspace(), shipped_workspace());
-    let keys = tempfile::tempdir().unwrap();
-    let key = public_key(&kavi(a.path(), keys.path(), &["ledger", "keygen"]));
-    let forged = kavi(
-        a.path(),
-        keys.path(),
-        &["pipeline", "run", "forge", "--set", "skill=word_count"],
-    );
-    assert!(forged.status.success(), "{forged:?}");
-    let bundle = b.path().join("word_count.bundle.json");
-    let exported = kavi(
-        a.path(),
-        keys.path(),
-        &[
-            "skill",
-            "export",
-            "word_count",
-            "-o",
-            bundle.to_str().unwrap(),
-        ],
-    );
-    assert!(exported.status.success(), "{exported:?}");
-    trust_imports_from(b.path(), &key);
+    let (_a, b, keys) = exported_to_a_trusting_workspace();
 
     let skill = b.path().join("skills/word_count/skill.py");
     let list = b.path().join(".kavi/imports/word_count.json");
