@@ -739,8 +739,18 @@ fn chains_are_mcp_prompts_and_a_note_linked_out_of_the_workspace_is_refused() {
     let Some(python) = mcp_client_python() else {
         return;
     };
-    let dir = notes_workspace();
+    // The MCP policy is written before the forge adopts the rules: one nobody adopted does not
+    // govern.
+    let dir = shipped_workspace();
     let root = dir.path();
+    write(root, "policies/mcp.toml", "resources_page = 1\n");
+    forge(root, &["find_notes", "summarize_note"]);
+    write(
+        root,
+        "notes/kavi.md",
+        "# About kavi\n\nKavi runs governed pipelines.\n",
+    );
+    write(root, "notes/other.md", "# Other\n\nNothing to see.\n");
     write(
         root,
         "chains/count.toml",
@@ -748,7 +758,6 @@ fn chains_are_mcp_prompts_and_a_note_linked_out_of_the_workspace_is_refused() {
          [params.text]\ntype = \"string\"\n\n[[step]]\nid = \"count\"\nskill = \"word_count\"\n\
          input = { text = \"{{ params.text }}\" }\n",
     );
-    write(root, "policies/mcp.toml", "resources_page = 1\n");
     std::os::unix::fs::symlink("/etc/passwd", root.join("notes/link.md")).unwrap();
 
     let seen = mcp_script(&python, root, "prompts.py", &[]);
@@ -1126,13 +1135,14 @@ fn a_cancelled_mcp_call_stops_its_skill_and_writes_nothing() {
 fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
     let dir = shipped_workspace();
     let root = dir.path();
-    forge(root, &["write_note"]);
+    // The chat's policy is written before the forge adopts the rules.
     let policy = std::fs::read_to_string(root.join("policies/chat.toml")).unwrap();
     write(
         root,
         "policies/chat.toml",
         &policy.replace("confirm_within = \"5m\"", "confirm_within = \"1s\""),
     );
+    forge(root, &["write_note"]);
     let mut child = common::kavi_command(root, &["chat", "--json"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -1156,7 +1166,12 @@ fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     assert_eq!(answers.len(), 5, "{answers:?}");
-    assert_eq!(answers[0]["plan"]["input"]["title"], "Late");
+    assert_eq!(
+        answers[0]["plan"]["input"]["title"],
+        "Late",
+        "{answers:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(answers[1]["status"], "expired", "{}", answers[1]);
     assert!(
         answers[1]["error"]
@@ -1412,7 +1427,10 @@ fn the_chat_runs_one_trusted_skill_per_message_and_asks_before_side_effects() {
     assert_eq!(skills, ["find_notes", "summarize_note"]);
     assert_eq!(answers[6]["records"][1]["output"]["path"], "notes/other.md");
 
-    // What the policy does not allow is refused, confirmed or not.
+    // What the policy does not allow is refused, confirmed or not (in a workspace whose rules
+    // said so when they were adopted).
+    let tight = shipped_workspace();
+    let root = tight.path();
     let policy = std::fs::read_to_string(root.join("policies/chat.toml")).unwrap();
     write(
         root,
@@ -1422,6 +1440,7 @@ fn the_chat_runs_one_trusted_skill_per_message_and_asks_before_side_effects() {
             "allow = [\"READ_ONLY\"]",
         ),
     );
+    forge(root, &["write_note"]);
     let (code, answer) = chat_once(root, &["write a note Blocked: no", "--confirmed"]);
     assert_eq!(code, Some(2));
     assert_eq!(answer["status"], "refused");
