@@ -1283,8 +1283,20 @@ outputs = ["out/a.txt"]
     let verify = on_server(root, &url, &["ledger", "verify"]);
     assert_eq!(code(&verify), 0, "{}", text(&verify));
 
-    // Its schema is that of a ledger made new by this kavi.
-    let made = on_server(root, &fresh, &["pipeline", "run", "parity"]);
+    // Its schema is that of a ledger made new by this kavi. The new ledger carries over the
+    // rules adopted in the first one, which kavi remembers without its password: the server's
+    // password comes from PGPASSWORD, as docs/distributed.md says.
+    let password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(credentials, _)| credentials.split_once(':'))
+        .map(|(_, password)| password.to_owned())
+        .unwrap();
+    let made = common::kavi_command(root, &["pipeline", "run", "parity"])
+        .env("KAVI_LEDGER", &fresh)
+        .env("PGPASSWORD", password)
+        .output()
+        .unwrap();
     assert_eq!(code(&made), 0, "{}", text(&made));
     assert_eq!(server_schema(&url), server_schema(&fresh));
 }

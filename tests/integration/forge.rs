@@ -500,9 +500,11 @@ fn an_approval_resumes_the_loop_with_the_next_attempt() {
         stdout.starts_with("approved run 1 for `word_count` (REPEATED_FAILURE) by "),
         "{stdout}"
     );
+    // The resumed run's progress, its "resuming" line first, is on stderr.
+    let stderr = String::from_utf8_lossy(&approved.stderr);
     assert!(
-        stdout.contains("resuming run 1 (pipelines/forge.toml)"),
-        "{stdout}"
+        stderr.contains("resuming run 1 (pipelines/forge.toml)"),
+        "{stderr}"
     );
     assert!(!stdout.contains("someone-else"), "{stdout}");
     let me = kavi::identity::actor();

@@ -115,6 +115,16 @@ pub fn is_url(location: &str) -> bool {
 
 /// A URL as messages show it: a password in it is replaced.
 pub fn redacted(url: &str) -> String {
+    password_shown_as(url, Some("[redacted]"))
+}
+
+/// `url` with no password at all (`postgres://user@host/db`): what libpq completes from
+/// PGPASSWORD or `~/.pgpass` when it connects. Also drops a `[redacted]` written in its place.
+pub fn without_password(url: &str) -> String {
+    password_shown_as(url, None)
+}
+
+fn password_shown_as(url: &str, shown: Option<&str>) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -122,7 +132,10 @@ pub fn redacted(url: &str) -> String {
     match authority.rsplit_once('@') {
         Some((credentials, host)) if credentials.contains(':') => {
             let user = credentials.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:[redacted]@{host}{tail}")
+            match shown {
+                Some(shown) => format!("{scheme}://{user}:{shown}@{host}{tail}"),
+                None => format!("{scheme}://{user}@{host}{tail}"),
+            }
         }
         _ => url.to_owned(),
     }
@@ -661,6 +674,11 @@ mod tests {
         assert_eq!(
             redacted("postgres://kavi@db.example/ledger"),
             "postgres://kavi@db.example/ledger"
+        );
+        // A location remembered as shown connects with PGPASSWORD, not with the placeholder.
+        assert_eq!(
+            without_password("postgres://kavi:[redacted]@db.example:5432/ledger"),
+            "postgres://kavi@db.example:5432/ledger"
         );
     }
 }

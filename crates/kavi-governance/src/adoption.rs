@@ -238,7 +238,10 @@ fn earlier_adoption(previous: &std::path::Path) -> Result<Option<Governing>> {
             crate::ledger::keys::dir().display()
         ))
     };
-    let earlier = match Ledger::open_read_only(previous) {
+    // A server's location is remembered without its password; the connection takes it from
+    // PGPASSWORD or ~/.pgpass.
+    let location = crate::ledger::location_without_password(previous);
+    let earlier = match Ledger::open_read_only(&location) {
         Ok(earlier) => earlier,
         Err(crate::ledger::LedgerError::Missing(_)) => return Ok(None),
         Err(error) => return Err(refused(error.to_string())),

@@ -86,6 +86,15 @@ pub fn canonical_location(ledger: &Path) -> String {
         .to_string()
 }
 
+/// A ledger location with a server's password left out entirely (a `[redacted]` in its place
+/// too), for a connection to complete from PGPASSWORD or `~/.pgpass`.
+pub fn location_without_password(ledger: &Path) -> PathBuf {
+    match postgres_url(ledger) {
+        Some(url) => PathBuf::from(postgres::without_password(url)),
+        None => ledger.to_owned(),
+    }
+}
+
 /// How messages name a ledger location: a server's password left out.
 pub fn display_location(location: &Path) -> String {
     match postgres_url(location) {

@@ -54,7 +54,8 @@ pub use builds::{BuildRow, NewBuild};
 pub use cache::{CacheHit, CacheRecord, RecordedKey};
 pub use claims::{Claim, DEFAULT_LEASE, lease, lease_over, set_lease};
 pub use connection::{
-    AnotherConnection, canonical_location, display_location, locks_dir, postgres_url,
+    AnotherConnection, canonical_location, display_location, location_without_password, locks_dir,
+    postgres_url,
 };
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
