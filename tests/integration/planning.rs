@@ -667,10 +667,13 @@ fn a_run_of_targets_is_resumed_as_one() {
         Some(1)
     );
     write(dir.path(), "FIXED", "");
-    let resumed = succeeds(dir.path(), &["runs", "resume", "1"]);
+    // The plan is progress, on stderr.
+    let resumed = kavi(dir.path(), &["runs", "resume", "1"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
     assert!(
-        resumed.contains("0 of its nodes reused, 1 run again"),
-        "{resumed}"
+        stderr(&resumed).contains("0 of its nodes reused, 1 run again"),
+        "{}",
+        stderr(&resumed)
     );
     assert_eq!(
         states(dir.path()),
