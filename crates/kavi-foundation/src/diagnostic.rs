@@ -244,6 +244,26 @@ impl fmt::Display for Diagnostics {
 /// "expected struct RawRetry"): the operator wrote TOML, not Rust.
 fn in_toml_terms(message: &str) -> String {
     const WORDS: &[(&str, &str)] = &[
+        (
+            "expected a nonzero u8",
+            "expected a whole number from 1 to 255",
+        ),
+        (
+            "expected a nonzero u16",
+            "expected a whole number from 1 to 65535",
+        ),
+        (
+            "expected a nonzero u32",
+            "expected a whole number from 1 to 4294967295",
+        ),
+        (
+            "expected a nonzero u64",
+            "expected a whole number from 1 up",
+        ),
+        (
+            "expected a nonzero usize",
+            "expected a whole number from 1 up",
+        ),
         ("expected u8", "expected a whole number from 0 to 255"),
         ("expected u16", "expected a whole number from 0 to 65535"),
         (
@@ -472,6 +492,10 @@ mod tests {
             "invalid type: integer `3`, expected a table"
         );
         assert_eq!(in_toml_terms("expected u80 things"), "expected u80 things");
+        assert_eq!(
+            in_toml_terms("invalid value: integer `0`, expected a nonzero u32"),
+            "invalid value: integer `0`, expected a whole number from 1 to 4294967295"
+        );
     }
 
     #[test]

@@ -219,6 +219,10 @@ impl NodeAction for SubPipeline {
             .flatten()
     }
 
+    fn child_nodes(&self) -> &[spec::NodeSpec] {
+        &self.pipeline.nodes
+    }
+
     fn output_keys(&self) -> Option<&'static [&'static str]> {
         Some(&["run_id", "status", "nodes", "failure_kind"])
     }

@@ -73,6 +73,12 @@ pub trait NodeAction: Send + Sync + Debug {
         None
     }
 
+    /// The nodes it runs inside itself (a child pipeline's), so `check` can refuse a node
+    /// that waits for a concurrency group this one holds while they run.
+    fn child_nodes(&self) -> &[crate::spec::NodeSpec] {
+        &[]
+    }
+
     /// The workspace file it reads when it runs, as its template (a proposal named by a
     /// parameter), so that a run whose parameters name one that is not there is refused before
     /// it is recorded.

@@ -202,12 +202,10 @@ pub fn load_pipeline_str(
     } = loader;
     let params = params.unwrap_or_default();
     check_needs(&file, &nodes, &unloaded, &mut problems);
-    if let Some(own) = header
+    let own = header
         .as_ref()
-        .and_then(|h| h.pipeline.concurrency.as_ref())
-    {
-        check_node_groups(&file, own, &nodes, &mut problems);
-    }
+        .and_then(|h| h.pipeline.concurrency.as_ref());
+    check_node_groups(&file, own, &nodes, &mut problems);
 
     let Some(header) = header.filter(|_| problems.is_empty()) else {
         return Err(problems.into());
@@ -226,24 +224,27 @@ pub fn load_pipeline_str(
     })
 }
 
-/// A node may not name its own pipeline's group: the run holds a slot of it while the node
-/// waits for one, and two such runs would each wait for the other forever.
+/// A node may not wait for a concurrency group that is held while it waits: its own
+/// pipeline's (the run holds a slot of it), or, for a node a child pipeline runs, the group of
+/// the node running that child (or of any node between). Two such runs would each wait for the
+/// other forever, and with `limit = 1` one run waits for itself.
 fn check_node_groups(
     file: &std::sync::Arc<SourceFile>,
-    own: &crate::spec::Concurrency,
+    own: Option<&crate::spec::Concurrency>,
     nodes: &[crate::spec::NodeSpec],
     problems: &mut Vec<Diagnostic>,
 ) {
     for node in nodes {
-        if let Some(group) = node
-            .concurrency
-            .as_ref()
-            .filter(|group| group.get_ref().group == own.group)
-        {
+        if let Some(group) = own.and_then(|own| {
+            node.concurrency
+                .as_ref()
+                .filter(|group| group.get_ref().group == own.group)
+        }) {
             problems.push(
                 Diagnostic::new(format!(
                     "node `{}` names concurrency group `{}`, which its pipeline's runs belong to",
-                    node.id, own.group
+                    node.id,
+                    group.get_ref().group
                 ))
                 .at(file, group.span())
                 .with_help(
@@ -252,7 +253,53 @@ fn check_node_groups(
                 ),
             );
         }
+        let mut held: Vec<(&str, String)> = own
+            .map(|own| (own.group.as_str(), "its pipeline's runs hold".to_owned()))
+            .into_iter()
+            .collect();
+        if let Some(group) = &node.concurrency {
+            held.push((&group.get_ref().group, format!("node `{}` holds", node.id)));
+        }
+        if let Some((path, group, holder)) = waits_inside(node, &held, &mut Vec::new()) {
+            problems.push(
+                Diagnostic::new(format!(
+                    "node `{}` runs a child pipeline whose node `{path}` names concurrency group \
+                     `{group}`, which {holder} while it runs",
+                    node.id
+                ))
+                .at(file, node.span.clone())
+                .with_help(
+                    "the child's node would wait for a slot its own parent holds: name another \
+                     group for one of them",
+                ),
+            );
+        }
     }
+}
+
+/// The first node run inside `node` (through child pipelines, at any depth) that names one of
+/// the `held` groups, as its path from `node`, the group and who holds it.
+fn waits_inside<'a>(
+    node: &'a crate::spec::NodeSpec,
+    held: &[(&'a str, String)],
+    path: &mut Vec<&'a str>,
+) -> Option<(String, String, String)> {
+    for child in node.action.child_nodes() {
+        path.push(&child.id);
+        let group = child
+            .concurrency
+            .as_ref()
+            .map(|g| g.get_ref().group.as_str());
+        if let Some((group, holder)) = group.and_then(|g| held.iter().find(|(h, _)| *h == g)) {
+            return Some((path.join(" → "), (*group).to_owned(), holder.clone()));
+        }
+        let found = waits_inside(child, held, path);
+        path.pop();
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 /// `text`, loaded as `p.toml` in an empty workspace with `registry`'s kinds: for the tests of
