@@ -124,14 +124,37 @@ impl Redactor {
         }
     }
 
+    /// How much of `held`, the start of a stream whose rest has not been read yet, can be shown
+    /// redacted now: up to where a secret could still begin that later bytes complete (the
+    /// longest secret's length from the end), or past it to the end of a secret that starts
+    /// before and lies wholly in `held`. All of it when the stream has `ended`.
+    pub fn settled(&self, held: &[u8], ended: bool) -> usize {
+        if ended {
+            return held.len();
+        }
+        let settled = held
+            .len()
+            .saturating_sub(self.automaton.max_pattern_len() - 1);
+        self.automaton
+            .find_iter(held)
+            .take_while(|found| found.start() < settled)
+            .last()
+            .map_or(settled, |found| found.end().max(settled))
+    }
+
+    /// `bytes` with every secret replaced.
+    pub fn bytes(&self, bytes: &[u8]) -> Vec<u8> {
+        self.automaton
+            .replace_all_bytes(bytes, &vec![REDACTED; self.automaton.patterns_len()])
+    }
+
     /// Copies `from` to `to` with every secret replaced; works on bytes, in bounded memory.
     ///
-    /// A match is replaced only once everything that could extend it has been read (the longest
-    /// secret's length past its start), so a secret split across reads, or one that contains
-    /// another, is hidden whole.
+    /// A match is replaced only once everything that could extend it has been read (see
+    /// [`Redactor::settled`]), so a secret split across reads, or one that contains another,
+    /// is hidden whole.
     pub fn stream(&self, from: &mut dyn Read, to: &mut dyn Write) -> io::Result<()> {
-        let longest = self.automaton.max_pattern_len();
-        let mut buffer: Vec<u8> = Vec::with_capacity(CHUNK + longest);
+        let mut buffer: Vec<u8> = Vec::with_capacity(CHUNK + self.automaton.max_pattern_len());
         let mut chunk = vec![0u8; CHUNK];
         loop {
             let read = match from.read(&mut chunk) {
@@ -141,23 +164,8 @@ impl Redactor {
             };
             buffer.extend_from_slice(&chunk[..read]);
             let end = read == 0;
-            // Matches that start before `settled` lie wholly inside the buffer.
-            let settled = if end {
-                buffer.len()
-            } else {
-                buffer.len().saturating_sub(longest - 1)
-            };
-            let mut written = 0;
-            for found in self.automaton.find_iter(buffer.as_slice()) {
-                if found.start() >= settled {
-                    break;
-                }
-                to.write_all(&buffer[written..found.start()])?;
-                to.write_all(REDACTED.as_bytes())?;
-                written = found.end();
-            }
-            let kept = written.max(settled);
-            to.write_all(&buffer[written..kept])?;
+            let kept = self.settled(&buffer, end);
+            to.write_all(&self.bytes(&buffer[..kept]))?;
             buffer.drain(..kept);
             if end {
                 return Ok(());

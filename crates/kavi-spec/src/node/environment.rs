@@ -66,23 +66,46 @@ pub(super) struct LiveLines {
     pub partial: Mutex<[Vec<u8>; 2]>,
 }
 
+/// The longest line [`LiveLines`] holds waiting for its newline: output that never ends a line
+/// is shown in pieces of about this size, so kavi's memory and work stay linear in it.
+const LONGEST_LIVE_LINE: usize = 64 * 1024;
+
 impl LiveLines {
     pub fn push(&self, stream: Stream, chunk: &[u8]) {
         let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
         let buffer = &mut partial[stream as usize];
+        let held = buffer.len();
         buffer.extend_from_slice(chunk);
-        let Some(last) = buffer.iter().rposition(|b| *b == b'\n') else {
-            return;
+        // Only the new bytes are searched: what was held has no newline.
+        let cut = match chunk.iter().rposition(|b| *b == b'\n') {
+            Some(last) => held + last + 1,
+            None if buffer.len() > LONGEST_LIVE_LINE => self.piece(buffer),
+            None => return,
         };
-        let lines: Vec<u8> = buffer.drain(..=last).collect();
+        if cut == 0 {
+            return;
+        }
+        let mut lines: Vec<u8> = buffer.drain(..cut).collect();
         drop(partial);
+        let forced = lines.last() != Some(&b'\n');
+        if !forced {
+            lines.pop();
+        }
         // The chunk's lines go to the log in one write.
         let mut logged = Vec::with_capacity(lines.len());
-        for line in lines[..lines.len() - 1].split(|b| *b == b'\n') {
+        for line in lines.split(|b| *b == b'\n') {
             logged.extend_from_slice(self.emit(stream, line).as_bytes());
             logged.push(b'\n');
         }
         self.log.write(stream, &logged);
+    }
+
+    /// Where a line too long to hold is cut: not inside a secret that may still be completing.
+    /// (A character cut in two shows as U+FFFD on each side.)
+    fn piece(&self, held: &[u8]) -> usize {
+        self.redactor
+            .as_ref()
+            .map_or(held.len(), |redactor| redactor.settled(held, false))
     }
 
     /// Shows `line` to the watcher, and returns it as shown, for the log.
@@ -229,4 +252,61 @@ pub trait ChildRuns: Send + Sync {
         parent_run: i64,
         cancel: CancellationToken,
     ) -> Result<ChildRun, String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Watcher(Mutex<Vec<String>>);
+
+    impl LiveNodeOutput for Watcher {
+        fn line(&self, _node: &str, _stream: Stream, text: &str) {
+            self.0.lock().unwrap().push(text.to_owned());
+        }
+    }
+
+    /// Output that never ends a line is shown in pieces while kavi holds little of it, and a
+    /// secret across a piece's edge is still hidden whole.
+    #[test]
+    fn a_line_without_end_goes_out_in_pieces_its_secrets_hidden() {
+        let folder = tempfile::tempdir().unwrap();
+        let secret = "sekrit-value-0123456789";
+        let watcher = Arc::new(Watcher::default());
+        let lines = LiveLines {
+            node: "build".into(),
+            watcher: Some(watcher.clone()),
+            log: LiveLog {
+                paths: ["out", "err"].map(|name| folder.path().join(name)),
+                files: Mutex::default(),
+            },
+            redactor: Redactor::new(&[secret]).map(|r| r.line_wise()),
+            partial: Mutex::default(),
+        };
+        // 1 MiB of `A`s with the secret every 9,999 bytes, in chunks of 4,093 bytes, so the
+        // secret falls across chunk edges and piece edges alike.
+        let mut printed = Vec::new();
+        while printed.len() < 1 << 20 {
+            printed.extend(std::iter::repeat_n(b'A', 9_999));
+            printed.extend_from_slice(secret.as_bytes());
+        }
+        for chunk in printed.chunks(4_093) {
+            lines.push(Stream::Stdout, chunk);
+            let held = lines.partial.lock().unwrap()[Stream::Stdout as usize].len();
+            assert!(held <= LONGEST_LIVE_LINE + 4_093, "holds {held} bytes");
+        }
+        // The live log holds what was shown so far, a piece a line (it goes once the process
+        // has ended, with the rest shown).
+        let logged = std::fs::read_to_string(folder.path().join("out")).unwrap();
+        assert_eq!(logged, watcher.0.lock().unwrap().join("\n") + "\n");
+        drop(lines);
+        let shown = watcher.0.lock().unwrap().concat();
+        let expected = String::from_utf8(printed)
+            .unwrap()
+            .replace(secret, crate::redact::REDACTED);
+        assert!(!shown.contains("sekrit"));
+        assert_eq!(shown, expected);
+        assert!(watcher.0.lock().unwrap().len() > 10, "shown in pieces");
+    }
 }
