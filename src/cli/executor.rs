@@ -3,18 +3,19 @@
 //!
 //! Each sandbox is a READ_ONLY skill's confinement, made as a direct run makes it, around the
 //! profile's Python waiting for its script (`kavi_forge::executions::Runner::prestart`); it
-//! serves one run and ends with it. `kavi skill run` asks over a unix socket beside the ledger's
-//! locks (among the workspace's state paths, so hidden from every confined view), from the same
-//! account only; the executor runs the trust check, the run and its records as `kavi skill run`
-//! does, on its own ledger connection, and answers with the record. Whatever it cannot serve (a
-//! skill of another class, a refusal, a view that changed, a run already under way) it answers
-//! with no record, and the caller runs the skill itself.
+//! serves one run and ends with it. `kavi skill run`, `kavi mcp`, `kavi chat` and chains ask
+//! over a unix socket beside the ledger's locks (among the workspace's state paths, so hidden
+//! from every confined view), from the same account only (`kavi_forge::executions::pool`); the
+//! executor runs the trust check, the run and its records as `kavi skill run` does, under the
+//! rules that govern at that run, on the one ledger connection it holds, and answers with the
+//! record. Whatever it cannot serve (a skill of another class, a refusal, a view that changed, a
+//! run already under way) it answers with no record, and the caller runs the skill itself.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
@@ -22,20 +23,15 @@ use tokio_util::sync::CancellationToken;
 use super::skills::SkillEnv;
 use crate::config::{Overrides, Workspace};
 use crate::error::{Error, exit};
-use crate::executions::{Lineage, Prestarted};
-use crate::ledger::ExecutionRecord;
+use crate::executions::pool::{Reply, Request};
+use crate::executions::{Claim, Prestarted};
+use crate::ledger::Ledger;
 
 /// Sandboxes kept started: a run takes one and the next is ready for a run right after it.
 const POOL_SIZE: usize = 2;
 
 /// The most a request may hold: a skill's input is read whole, as `--input` is.
 const REQUEST_LIMIT: u64 = 16 << 20;
-
-/// The executor's socket for a workspace: in the ledger's locks folder, which every confined
-/// view and the builder's sandbox hide.
-pub fn socket(workspace: &Workspace) -> PathBuf {
-    crate::ledger::locks_dir(&workspace.config.ledger).join("executor.sock")
-}
 
 /// Runs the executor in the foreground until SIGINT or SIGTERM, or until no request came for
 /// `idle_timeout`; every sandbox it started ends before it returns.
@@ -45,11 +41,9 @@ pub async fn run(
     idle_timeout: Duration,
 ) -> Result<i32, Error> {
     // Nothing to run without a ledger, and the executor must not make one.
-    drop(crate::ledger::Ledger::open_existing(
-        &workspace.config.ledger,
-    )?);
+    let mut ledger = Held::open(&workspace.config.ledger)?;
     let mut env = SkillEnv::load(&workspace)?;
-    let path = socket(&workspace);
+    let path = crate::executions::pool::socket(&workspace.config.ledger);
     let listener = listen(&path).await?;
     let shutdown = super::cancel_on_signals("the executor");
     let started_config = workspace.run_config();
@@ -75,11 +69,18 @@ pub async fn run(
         // kavi.toml changed: its ledger, log or timeout may not be this executor's any more.
         let fresh = Workspace::load(Some(&workspace.root), overrides).ok();
         if fresh.as_ref().map(Workspace::run_config) != Some(started_config.clone()) {
-            let _ = answer(stream, &json!({ "record": null })).await;
+            let _ = answer(stream, &Reply::default()).await;
             break "kavi.toml changed; start it again";
         }
         let served = {
-            let serving = serve(&mut env, &workspace, stream, &mut pool, &shutdown);
+            let serving = serve(
+                &mut env,
+                &workspace,
+                &mut ledger,
+                stream,
+                &mut pool,
+                &shutdown,
+            );
             tokio::pin!(serving);
             // One run at a time: a caller that comes meanwhile runs its skill itself.
             loop {
@@ -87,7 +88,7 @@ pub async fn run(
                     served = &mut serving => break served,
                     accepted = listener.accept() => {
                         if let Ok((other, _)) = accepted {
-                            let _ = answer(other, &json!({ "record": null })).await;
+                            let _ = answer(other, &Reply::default()).await;
                         }
                     }
                 }
@@ -95,7 +96,7 @@ pub async fn run(
         };
         // A sandbox refused for its view (a policy changed, a new file to hide) has siblings
         // started with the same view: all go, and the new ones see the workspace as it is.
-        if !served {
+        if matches!(served, Some(Claim::OtherView)) {
             for sandbox in pool.drain(..) {
                 sandbox.discard().await;
             }
@@ -156,119 +157,138 @@ fn fill(
 }
 
 /// Serves one connection: checks the caller's account, reads its request, runs the skill in a
-/// sandbox from the pool, and answers with the record, or with none. `false` when a sandbox
-/// was taken and could not serve the run.
+/// sandbox from the pool, and answers with the record, or with none. What became of the
+/// sandbox it took, if it took one.
 async fn serve(
     env: &mut SkillEnv,
     workspace: &Workspace,
+    ledger: &mut Held,
     stream: UnixStream,
     pool: &mut VecDeque<Prestarted>,
     shutdown: &CancellationToken,
-) -> bool {
+) -> Option<Claim> {
     let same_account = stream
         .peer_cred()
         .is_ok_and(|peer| peer.uid() == nix::unistd::getuid().as_raw());
     if !same_account {
         tracing::warn!("executor: refused a connection from another account");
-        return true;
+        return None;
     }
     let (reader, mut writer) = stream.into_split();
     let mut reader = BufReader::new(reader.take(REQUEST_LIMIT));
     let mut line = String::new();
-    let request: Option<Value> = match reader.read_line(&mut line).await {
-        Ok(_) => serde_json::from_str(&line).ok(),
-        Err(_) => None,
-    };
-    let record = match request {
+    let request: Request = match reader.read_line(&mut line).await {
+        Ok(_) => serde_json::from_str(&line).ok()?,
         // Nothing was asked: no sandbox was taken.
-        None => return true,
-        Some(request) => {
-            // A caller gone (Ctrl-C) cancels its run, as Ctrl-C does a direct one.
-            let cancel = shutdown.child_token();
-            let gone = cancel.clone();
-            let watch = tokio::spawn(async move {
-                let mut rest = Vec::new();
-                let _ = reader.read_to_end(&mut rest).await;
-                gone.cancel();
-            });
-            let record = claim(env, workspace, &request, pool, &cancel).await;
-            watch.abort();
-            record
-        }
+        Err(_) => return None,
     };
-    let served = record.is_some();
-    let reply = json!({ "record": record });
-    let _ = writer.write_all(format!("{reply}\n").as_bytes()).await;
-    served
+    // A caller gone (Ctrl-C), or one that closes its side of the connection, cancels its
+    // run, as Ctrl-C does a direct one.
+    let cancel = shutdown.child_token();
+    let gone = cancel.clone();
+    let watch = tokio::spawn(async move {
+        let mut rest = Vec::new();
+        let _ = reader.read_to_end(&mut rest).await;
+        gone.cancel();
+    });
+    let claimed = claim(env, workspace, ledger, &request, pool, &cancel).await;
+    watch.abort();
+    let reply = match &claimed {
+        Some(Claim::Ran(record)) => Reply {
+            record: Some(record.as_ref().clone()),
+            // The run went by the rules read for it: the caller says so as a direct run does.
+            warning: super::skills::weakening_warning(&env.rules),
+        },
+        _ => Reply::default(),
+    };
+    let _ = writer
+        .write_all(format!("{}\n", json!(reply)).as_bytes())
+        .await;
+    claimed
 }
 
-/// Runs the request's skill in the pool's first live sandbox, after reading the policies
-/// again: the record, or `None` where the caller must run it itself.
+/// Runs the request's skill in the pool's first live sandbox, under the policies as their
+/// files are now: what became of the sandbox, or `None` when none was taken.
 async fn claim(
     env: &mut SkillEnv,
     workspace: &Workspace,
-    request: &Value,
+    ledger: &mut Held,
+    request: &Request,
     pool: &mut VecDeque<Prestarted>,
     cancel: &CancellationToken,
-) -> Option<Value> {
-    let name = request["skill"].as_str()?;
-    let input = request.get("input")?.clone();
-    env.reload(workspace).ok()?;
+) -> Option<Claim> {
+    let connection = ledger.current(&workspace.config.ledger).ok()?;
+    let reloaded = env.reload(workspace, &crate::executions::lock(connection));
+    if let Err(e) = reloaded {
+        // The caller runs the skill itself, and says why where it is refused too. The next
+        // run opens the ledger again, in case the connection is what failed.
+        tracing::warn!("executor: reading the rules again failed: {e}");
+        ledger.forget();
+        return None;
+    }
     let sandbox = loop {
         let sandbox = pool.pop_front()?;
         if sandbox.alive() {
             break sandbox;
         }
     };
-    let runner = env.runner(workspace, true);
-    match runner
-        .run_prestarted(name, input, &Lineage::default(), cancel, sandbox)
-        .await
-    {
-        Ok(record) => record.map(|record| serde_json::to_value(record).unwrap_or_default()),
+    let runner = env.runner(workspace, true).holding(connection);
+    match runner.run_prestarted(request, cancel, sandbox).await {
+        Ok(claimed) => Some(claimed),
         Err(e) => {
-            tracing::warn!("executor: running `{name}` failed: {e}");
-            None
+            tracing::warn!("executor: running `{}` failed: {e}", request.skill);
+            // The next run opens the ledger again, in case the connection is what failed.
+            ledger.forget();
+            Some(Claim::Declined)
         }
     }
+}
+
+/// The executor's one connection to the ledger, kept across runs while the ledger is the same
+/// file: one moved or replaced (restored from a copy, say) is opened again.
+struct Held {
+    ledger: std::sync::Mutex<Ledger>,
+    /// The file's device and inode when it was opened; `None` for a server's ledger.
+    file: Option<(u64, u64)>,
+    stale: bool,
+}
+
+impl Held {
+    fn open(path: &Path) -> Result<Self, Error> {
+        let ledger = Ledger::open_existing(path)?;
+        Ok(Self {
+            ledger: std::sync::Mutex::new(ledger),
+            file: file_id(path),
+            stale: false,
+        })
+    }
+
+    /// The connection, opened again first when the file it was opened on is not the one at
+    /// `path` any more, or a run failed on it.
+    fn current(&mut self, path: &Path) -> Result<&std::sync::Mutex<Ledger>, Error> {
+        if self.stale || file_id(path) != self.file {
+            *self = Self::open(path)?;
+        }
+        Ok(&self.ledger)
+    }
+
+    fn forget(&mut self) {
+        self.stale = true;
+    }
+}
+
+/// A ledger file's device and inode (`None` for a server's ledger, or no file).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    if crate::ledger::postgres_url(path).is_some() {
+        return None;
+    }
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Writes one answer line and closes the connection.
-async fn answer(mut stream: UnixStream, reply: &Value) -> std::io::Result<()> {
-    stream.write_all(format!("{reply}\n").as_bytes()).await
-}
-
-/// Asks a running executor to run `name` with `input`: the execution record it made, or `None`
-/// when none answers, or it did not run the skill (the caller runs it itself then). A caller
-/// stopped by a signal closes the connection, and the executor cancels the run and records it
-/// cancelled.
-pub async fn ask(workspace: &Workspace, name: &str, input: &Value) -> Option<ExecutionRecord> {
-    let path = socket(workspace);
-    let mut stream = UnixStream::connect(&path).await.ok()?;
-    // Whoever can make the socket can listen on it: only an executor of this account (or
-    // root's) is sent the skill's input or believed.
-    let me = nix::unistd::getuid().as_raw();
-    match stream.peer_cred().map(|peer| peer.uid()) {
-        Ok(uid) if uid == me || uid == 0 => {}
-        answered => {
-            errln!(
-                "warning: not asking the executor at {}: {}; running the skill here",
-                path.display(),
-                answered.map_or_else(
-                    |e| format!("its account cannot be told ({e})"),
-                    |uid| format!("it runs as another account (uid {uid})")
-                )
-            );
-            return None;
-        }
-    }
-    let request = json!({ "skill": name, "input": input });
+async fn answer(mut stream: UnixStream, reply: &Reply) -> std::io::Result<()> {
     stream
-        .write_all(format!("{request}\n").as_bytes())
+        .write_all(format!("{}\n", json!(reply)).as_bytes())
         .await
-        .ok()?;
-    let mut reply = String::new();
-    BufReader::new(stream).read_line(&mut reply).await.ok()?;
-    let mut reply: Value = serde_json::from_str(&reply).ok()?;
-    serde_json::from_value(reply.get_mut("record")?.take()).ok()
 }

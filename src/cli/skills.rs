@@ -9,7 +9,7 @@ use crate::config::Workspace;
 use crate::error::{Error, exit};
 use tokio_util::sync::CancellationToken;
 
-use crate::executions::{Lineage, Runner};
+use crate::executions::{Lineage, Runner, pool};
 use crate::ledger::{ArtifactStore, ExecutionRecord, Ledger, LedgerError, Owner};
 use crate::policy::adoption::RunRules;
 use crate::skills::trust::TrustPolicy;
@@ -358,13 +358,8 @@ impl SkillEnv {
     pub fn load(workspace: &Workspace) -> Result<Self, Error> {
         let store = super::open_store(workspace)?;
         let (templates, trust, confinement, rules) = Self::policies(workspace)?;
-        if !rules.ignored.is_empty() {
-            errln!(
-                "warning: the governing files weaken the adopted rules ({}): running under {}; \
-                 propose them with `kavi policy propose`",
-                rules.ignored.join("; "),
-                rules.describe()
-            );
+        if let Some(warning) = weakening_warning(&rules) {
+            errln!("{warning}");
         }
         let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
         let owner =
@@ -393,15 +388,35 @@ impl SkillEnv {
     ) -> Result<(TemplateEngine, TrustPolicy, ConfinementPolicy, RunRules), Error> {
         let templates = TemplateEngine::new(&workspace.templates_dir());
         let rules = kavi_governance::run_rules(workspace)?;
-        let trust = kavi_governance::run_trust(&rules, &templates)?;
-        let confinement = super::read_confinement(&templates, |path| Ok(rules.source(path)))?;
+        let (trust, confinement) = Self::parse(&rules, &templates)?;
         Ok((templates, trust, confinement, rules))
     }
 
-    /// Reads the policies again: a resident executor runs each skill under the rules as they
-    /// are at its run.
-    pub fn reload(&mut self, workspace: &Workspace) -> Result<(), Error> {
-        (self.templates, self.trust, self.confinement, self.rules) = Self::policies(workspace)?;
+    /// The trust and confinement policies of `rules`: a function of their texts alone.
+    fn parse(
+        rules: &RunRules,
+        templates: &TemplateEngine,
+    ) -> Result<(TrustPolicy, ConfinementPolicy), Error> {
+        let trust = kavi_governance::run_trust(rules, templates)?;
+        let confinement = super::read_confinement(templates, |path| Ok(rules.source(path)))?;
+        Ok((trust, confinement))
+    }
+
+    /// The rules skills run under now, read again on `ledger` (a resident executor's own
+    /// connection): each run is governed by the rules as they are at its run, the adopted
+    /// copies where the disk weakens them (see [`kavi_governance::run_rules`]). The policies
+    /// are parsed again only when the texts that govern are not, byte for byte, the ones they
+    /// were parsed from: an edit on disk, the disk weakening or no longer weakening the
+    /// adopted set, a new adoption. The templates are made new each time, so a template file
+    /// is read as a direct run reads it.
+    pub fn reload(&mut self, workspace: &Workspace, ledger: &Ledger) -> Result<(), Error> {
+        self.templates = TemplateEngine::new(&workspace.templates_dir());
+        let rules = crate::policy::adoption::for_run(Some(ledger), &workspace.root)
+            .map_err(Error::Usage)?;
+        if rules.files != self.rules.files {
+            (self.trust, self.confinement) = Self::parse(&rules, &self.templates)?;
+        }
+        self.rules = rules;
         Ok(())
     }
 
@@ -410,6 +425,10 @@ impl SkillEnv {
         Runner {
             root: &workspace.root,
             ledger: &workspace.config.ledger,
+            held: None,
+            // A running executor records and logs every run it serves: a runner told not to
+            // log runs its skills itself.
+            pool: log,
             artifacts: &self.store,
             templates: &self.templates,
             trust: &self.trust,
@@ -420,6 +439,19 @@ impl SkillEnv {
             kavi_state: &self.kavi_state,
         }
     }
+}
+
+/// The warning a command that runs skills gives when the governing files weaken the adopted
+/// rules, which then govern in their place; `None` when the files on disk govern.
+pub(super) fn weakening_warning(rules: &RunRules) -> Option<String> {
+    (!rules.ignored.is_empty()).then(|| {
+        format!(
+            "warning: the governing files weaken the adopted rules ({}): running under {}; \
+             propose them with `kavi policy propose`",
+            rules.ignored.join("; "),
+            rules.describe()
+        )
+    })
 }
 
 /// Refuses a side effect that nobody confirmed: `--yes`, or a yes at the terminal prompt.
@@ -455,9 +487,27 @@ pub(super) fn report(record: &ExecutionRecord, cancel: &CancellationToken) -> i3
 pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> Result<i32, Error> {
     let input: serde_json::Value = serde_json::from_str(input)
         .map_err(|e| Error::Usage(format!("--input is not valid JSON: {e}")))?;
-    // A running executor runs a READ_ONLY skill in a sandbox it started ahead, and records it.
-    if let Some(record) = super::executor::ask(workspace, name, &input).await {
-        return Ok(report(&record, &CancellationToken::new()));
+    // A running executor runs a READ_ONLY skill in a sandbox it started ahead, and records it:
+    // asked before anything is read here, as it does the trust check itself, under the rules
+    // that govern now (it says when the adopted ones govern in place of the files). Ctrl-C
+    // ends this process, which closes the connection: the executor then cancels the run and
+    // records it.
+    let request = pool::Request {
+        skill: name.to_owned(),
+        input: input.clone(),
+        lineage: Lineage::default(),
+        hash: None,
+    };
+    let uncancelled = CancellationToken::new();
+    match pool::ask(&workspace.config.ledger, &request, &uncancelled).await {
+        pool::Answer::Ran(reply) => {
+            if let Some(warning) = &reply.warning {
+                errln!("{warning}");
+            }
+            return Ok(report(&reply.record, &uncancelled));
+        }
+        pool::Answer::Unvouched(reason) => errln!("warning: {reason}; running the skill here"),
+        pool::Answer::Unserved => {}
     }
     // A skill that does not exist is said so before policies are read or anything is made.
     match Ledger::open_existing(&workspace.config.ledger) {
@@ -469,7 +519,11 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
         ledger => drop(ledger?.skill(name)?),
     }
     let env = SkillEnv::load(workspace)?;
-    let runner = env.runner(workspace, true);
+    // The executor was asked above: it declined, or none answered.
+    let runner = Runner {
+        pool: false,
+        ..env.runner(workspace, true)
+    };
     let ready = runner.ready(name)?;
     require_confirmation(name, ready.proposal.side_effect, yes)?;
     let cancel = super::cancel_on_signals("the skill");

@@ -442,13 +442,13 @@ run = ["echo", "{{{{ nodes.summary.outputs.steps.summarize.output.title }}}}"]
 }
 
 /// A Python environment with the official MCP SDK (see [`common::python_with`]).
-fn mcp_client_python() -> Option<std::path::PathBuf> {
+pub(crate) fn mcp_client_python() -> Option<std::path::PathBuf> {
     common::python_with("mcp-client", "mcp>=2,<3", "mcp")
 }
 
 /// What the official MCP client saw of `kavi mcp` (see tests/mcp/client.py), answering any
 /// elicitation with `elicit` when given.
-fn mcp_session(python: &Path, root: &Path, extra: &[&str]) -> Value {
+pub(crate) fn mcp_session(python: &Path, root: &Path, extra: &[&str]) -> Value {
     mcp_session_answering(python, root, None, extra)
 }
 

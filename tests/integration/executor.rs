@@ -233,3 +233,306 @@ fn no_process_the_executor_started_outlives_it() {
     assert_eq!(direct["confinement"].get("launch"), None, "{direct}");
     assert!(!root.join(".kavi/ledger.locks/executor.sock").exists());
 }
+
+/// A run of `demo` with the executor running: the confinement policy it ran under (its hash),
+/// how it was started, what it saw at `notes/.env`, and what `kavi skill run` said on stderr.
+#[derive(Debug)]
+struct Governed {
+    policy: Value,
+    launch: Value,
+    hidden: Value,
+    stderr: String,
+}
+
+/// `runs` more runs of `demo`, each as [`Governed`].
+fn governed(root: &Path, runs: usize) -> Vec<Governed> {
+    (0..runs)
+        .map(|round| {
+            let ran = kavi(
+                root,
+                &[
+                    "skill",
+                    "run",
+                    "demo",
+                    "--input",
+                    &format!("{{\"round\": {round}}}"),
+                ],
+            );
+            let stderr = String::from_utf8_lossy(&ran.stderr).into_owned();
+            assert!(ran.status.success(), "{stderr}");
+            let record = json(&ran);
+            Governed {
+                policy: record["confinement"]["policy_hash"].clone(),
+                launch: record["confinement"]["launch"].clone(),
+                hidden: record["output"]["hidden"].clone(),
+                stderr,
+            }
+        })
+        .collect()
+}
+
+/// The hash a record names a policy text by.
+fn text_hash(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{:x}", Sha256::digest(text.as_bytes()))
+}
+
+/// The hash of `policies/confinement.toml` in the adopted rule set, as the ledger keeps it.
+fn adopted_confinement(root: &Path) -> String {
+    let files = common::LedgerConnection::open(root)
+        .texts("SELECT files FROM rule_sets WHERE status = 'adopted'");
+    let files: Value = serde_json::from_str(&files[0]).unwrap();
+    files["policies/confinement.toml"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// `policies/confinement.toml` with the NETWORK profile's network turned off, written in as many
+/// bytes as before (`network = true` becomes `network= false`): a strengthening, by the shipped
+/// `[adoption]` rules. Returns the new text.
+fn network_off_same_size(root: &Path) -> String {
+    let path = root.join("policies/confinement.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text.find("[network]").unwrap();
+    let at = start + text[start..].find("network = true").unwrap();
+    let mut edited = text.clone();
+    edited.replace_range(at..at + "network = true".len(), "network= false");
+    assert_eq!(edited.len(), text.len());
+    std::fs::write(&path, &edited).unwrap();
+    edited
+}
+
+/// The executor parses the policies again only when the texts that govern change, and never
+/// serves a run under a policy that is no longer the one that governs: here an edit of the
+/// same size that does not weaken the adopted rules (so the file on disk governs), with the
+/// file's modification time put back, so that only its bytes tell.
+#[test]
+fn a_policy_edited_on_disk_while_the_executor_runs_is_never_served_stale() {
+    let Some(dir) = trusted() else { return };
+    let root = dir.path();
+    let path = root.join("policies/confinement.toml");
+    let before_text = std::fs::read_to_string(&path).unwrap();
+    let _executor = Executor::start(root);
+    let before = governed(root, 2);
+    assert_eq!(before[1].launch, "pre-started", "{before:?}");
+    assert_eq!(
+        before[1].policy,
+        text_hash(&before_text).as_str(),
+        "{before:?}"
+    );
+
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let edited = network_off_same_size(root);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    let diff = kavi(root, &["policy", "diff"]);
+    let said = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        said.contains("strengthening") && !said.contains("weakening "),
+        "{said}"
+    );
+
+    // Every run after the edit names the edited policy; the sandboxes started under the old
+    // one serve none of them, and those started after it do.
+    let after = governed(root, 3);
+    for run in &after {
+        assert_eq!(run.policy, text_hash(&edited).as_str(), "{after:?}");
+        assert!(!run.stderr.contains("weaken"), "{after:?}");
+    }
+    assert_eq!(after[2].launch, "pre-started", "{after:?}");
+}
+
+/// A weakening written while the executor runs does not govern its runs: the adopted copy does,
+/// the run hides what the adopted profile hides, and the caller is told, as a direct run is.
+#[test]
+fn a_policy_weakened_on_disk_while_the_executor_runs_governs_none_of_its_runs() {
+    let Some(dir) = trusted() else { return };
+    let root = dir.path();
+    std::fs::create_dir(root.join("notes")).unwrap();
+    std::fs::write(root.join("notes/.env"), "TOKEN=hunter2\n").unwrap();
+    let adopted = adopted_confinement(root);
+    let _executor = Executor::start(root);
+    let before = governed(root, 1);
+    assert_eq!(before[0].policy, adopted.as_str(), "{before:?}");
+    assert_eq!(before[0].hidden, "PermissionError", "{before:?}");
+
+    crate::run_rules::unhide_everything(root);
+    let after = governed(root, 3);
+    for run in &after {
+        assert_eq!(run.policy, adopted.as_str(), "{after:?}");
+        assert_eq!(run.hidden, "PermissionError", "{after:?}");
+        assert!(
+            run.stderr.contains("weaken the adopted rules")
+                && run.stderr.contains("running under adopted rule set 1"),
+            "{after:?}"
+        );
+    }
+    // The executor served them: what governs did not change, so neither did its sandboxes.
+    assert!(
+        after.iter().all(|run| run.launch == "pre-started"),
+        "{after:?}"
+    );
+}
+
+/// A rule set adopted while the executor runs governs its next run, though no governing file
+/// is then what it was at the last run: here a strengthening is adopted and the file put back
+/// as it was, so the disk now weakens the adopted set, and the adopted copy governs.
+#[test]
+fn a_rule_set_adopted_while_the_executor_runs_governs_its_next_runs() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let dir = workspace_with(PROPOSAL, SKILL, TEST);
+    let root = dir.path();
+    // Who may adopt, in the rules the first run adopts.
+    common::copy_policies(root, &["roles.toml"]);
+    verify_and_promote(root);
+    let path = root.join("policies/confinement.toml");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let _executor = Executor::start(root);
+    let before = governed(root, 1);
+    assert_eq!(
+        before[0].policy,
+        text_hash(&original).as_str(),
+        "{before:?}"
+    );
+
+    let stronger = network_off_same_size(root);
+    let proposed = kavi(root, &["policy", "propose"]);
+    let said = String::from_utf8_lossy(&proposed.stdout);
+    assert!(
+        said.starts_with("proposed rule change 2 (strengthening)"),
+        "{said}{}",
+        String::from_utf8_lossy(&proposed.stderr)
+    );
+    let adopted = kavi(root, &["policy", "adopt", "2"]);
+    assert!(
+        adopted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&adopted.stderr)
+    );
+    std::fs::write(&path, &original).unwrap();
+    assert_eq!(adopted_confinement(root), text_hash(&stronger));
+
+    let after = governed(root, 3);
+    for run in &after {
+        assert_eq!(run.policy, text_hash(&stronger).as_str(), "{after:?}");
+        assert!(
+            run.stderr.contains("running under adopted rule set 2"),
+            "{after:?}"
+        );
+    }
+    assert_eq!(after[2].launch, "pre-started", "{after:?}");
+}
+
+/// A chain's steps run in the executor's sandboxes, by the same path as `kavi skill run`, and
+/// their records keep their lineage: the chain, the step, the parent.
+#[test]
+fn a_chain_runs_its_steps_in_the_executors_sandboxes_with_their_lineage() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let dir = workspace_with(PROPOSAL, SKILL, TEST);
+    let root = dir.path();
+    // Written before the rules are adopted: a chain nobody adopted does not govern.
+    std::fs::create_dir(root.join("chains")).unwrap();
+    std::fs::write(
+        root.join("chains/twice.toml"),
+        "[chain]\nname = \"twice\"\ndescription = \"Echo, then echo the echo\"\n\n\
+         [[step]]\nid = \"first\"\nskill = \"demo\"\ninput = { word = \"hello\" }\n\n\
+         [[step]]\nid = \"second\"\nskill = \"demo\"\nmap = { again = \"$.echo.word\" }\n",
+    )
+    .unwrap();
+    verify_and_promote(root);
+    let _executor = Executor::start(root);
+    let ran = kavi(root, &["chain", "run", "twice", "--json"]);
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let steps = json(&ran);
+    let [first, second] = steps.as_array().unwrap().as_slice() else {
+        panic!("{steps}");
+    };
+    for (step, id) in [(first, "first"), (second, "second")] {
+        let record = &step["record"];
+        assert_eq!(record["confinement"]["launch"], "pre-started", "{steps}");
+        assert_eq!(record["chain"], "twice", "{steps}");
+        assert_eq!(record["step"], id, "{steps}");
+    }
+    assert_eq!(second["record"]["input"]["again"], "hello", "{steps}");
+    assert_eq!(
+        second["record"]["parent_execution_id"], first["record"]["execution_id"],
+        "{steps}"
+    );
+    // As the executor recorded them in the ledger.
+    let recorded = common::LedgerConnection::open(root).texts(&format!(
+        "SELECT chain || ' ' || step || ' ' || parent FROM executions WHERE id = '{}'",
+        second["record"]["execution_id"].as_str().unwrap()
+    ));
+    assert_eq!(
+        recorded,
+        [format!(
+            "twice second {}",
+            first["record"]["execution_id"].as_str().unwrap()
+        )]
+    );
+}
+
+/// `kavi chat` and `kavi mcp` run a READ_ONLY skill in a sandbox the executor started ahead,
+/// by the same path as `kavi skill run`, and the record names their caller.
+#[test]
+fn chat_and_mcp_use_the_executors_sandboxes_and_record_their_caller() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let dir = common::shipped_workspace();
+    let root = dir.path();
+    let forged = kavi(
+        root,
+        &["pipeline", "run", "forge", "--set", "skill=word_count"],
+    );
+    assert!(
+        forged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forged.stdout)
+    );
+    let _executor = Executor::start(root);
+
+    let chat = kavi(
+        root,
+        &["chat", "--json", "-m", "count words in one two three"],
+    );
+    assert!(
+        chat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&chat.stderr)
+    );
+    let answer = json(&chat);
+    let record = &answer["records"][0];
+    assert_eq!(record["output"]["words"], 3, "{answer}");
+    assert_eq!(record["caller"], "chat", "{answer}");
+    assert_eq!(record["confinement"]["launch"], "pre-started", "{answer}");
+
+    let Some(python) = crate::chains::mcp_client_python() else {
+        return;
+    };
+    let session = crate::chains::mcp_session(&python, root, &[]);
+    let execution = session["calls"]["word_count"]["structured"]["execution_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{session}"))
+        .to_owned();
+    let recorded = common::LedgerConnection::open(root).texts(&format!(
+        "SELECT caller || char(9) || confinement FROM executions WHERE id = '{execution}'"
+    ));
+    let (caller, confinement) = recorded[0].split_once('\t').unwrap();
+    assert!(caller.starts_with("mcp:"), "{caller}");
+    let confinement: Value = serde_json::from_str(confinement).unwrap();
+    assert_eq!(confinement["launch"], "pre-started", "{confinement}");
+}

@@ -28,7 +28,7 @@ fn run_demo(root: &Path) -> (Value, String) {
 
 /// `policies/confinement.toml` with the READ_ONLY profile's hidden globs emptied: what
 /// `kavi policy diff` calls weakening.
-fn unhide_everything(root: &Path) {
+pub(crate) fn unhide_everything(root: &Path) {
     let path = root.join("policies/confinement.toml");
     let text = std::fs::read_to_string(&path).unwrap();
     let start = text.find("[read_only]").unwrap();

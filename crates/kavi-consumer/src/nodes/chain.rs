@@ -107,6 +107,9 @@ impl ChainNode {
         let runner = Runner {
             root: &ctx.env.workspace,
             ledger: &ctx.env.ledger,
+            held: None,
+            // A pipeline's node runs its skills itself.
+            pool: false,
             artifacts,
             templates: &ctx.env.templates,
             trust: &self.trust,

@@ -11,9 +11,11 @@
 //! ([`Runner::record_failure`]), leaves an [`ExecutionRecord`] in the ledger and, unless told
 //! not to, a line in the JSONL log. Secret values are redacted from what is recorded.
 //!
-//! `kavi skill run`, chains and `kavi replay` all run skills through here.
+//! `kavi skill run`, chains, `kavi chat`, `kavi mcp`, `kavi replay` and `kavi executor` all run
+//! skills through here; [`pool`] is how they ask a running executor.
 
 pub mod log;
+pub mod pool;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -47,7 +49,7 @@ pub enum ExecutionError {
 }
 
 /// Where a run sits: the execution it follows, and the chain step or pipeline run behind it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Lineage {
     pub parent: Option<String>,
     pub chain: Option<String>,
@@ -89,6 +91,21 @@ pub struct Ready {
 }
 
 impl Ready {
+    /// Whether a sandbox started ahead ([`Runner::prestart`]) can run it: a READ_ONLY skill
+    /// without secrets or writes whose command is the profile's `python3` running a script.
+    fn prestartable(&self) -> bool {
+        let proposal = &self.proposal;
+        let command = self.command();
+        proposal.side_effect.is_read_only()
+            && proposal.secrets.is_empty()
+            && proposal.writes.is_empty()
+            && command.len() > PYTHON_ISOLATED.len() + 1
+            && command[0] == PRESTARTED_PYTHON
+            && command[1..=PYTHON_ISOLATED.len()] == PYTHON_ISOLATED
+            // The loader runs a script, not an interpreter's option.
+            && !command[PYTHON_ISOLATED.len() + 1].starts_with('-')
+    }
+
     /// The argv that runs this version: paths into the skill's folder point into its snapshot,
     /// and a Python interpreter runs isolated.
     fn command(&self) -> Vec<String> {
@@ -137,6 +154,18 @@ sys.argv = json.loads(line)
 runpy.run_path(sys.argv[0], run_name='__main__')
 ";
 
+/// What became of a run asked of a sandbox started ahead ([`Runner::run_prestarted`]).
+#[derive(Debug)]
+pub enum Claim {
+    /// It ran there, and this is its record.
+    Ran(Box<ExecutionRecord>),
+    /// That sandbox cannot serve this run; the others still can serve others.
+    Declined,
+    /// A sandbox started now would see the workspace otherwise: the others, started with the
+    /// same view, cannot serve either.
+    OtherView,
+}
+
 /// A sandbox started before its skill is known ([`Runner::prestart`]). It serves one run
 /// ([`Runner::run_prestarted`]) and ends with it; dropped unused, it ends at once.
 pub struct Prestarted {
@@ -168,8 +197,15 @@ impl Prestarted {
 /// What running skills needs from the workspace.
 pub struct Runner<'a> {
     pub root: &'a Path,
-    /// The ledger file; each call opens it, so a runner can be held across awaits.
+    /// The ledger file; each call opens it (unless [`Runner::held`]), so a runner can be held
+    /// across awaits.
     pub ledger: &'a Path,
+    /// A connection to that ledger its caller holds open across runs (a resident executor's),
+    /// used in place of opening the file on each call: opening one reads the schema, migrates
+    /// and recovers, a few milliseconds a run.
+    pub held: Option<&'a std::sync::Mutex<Ledger>>,
+    /// Whether [`Runner::run`] asks a running `kavi executor` first (see [`pool`]).
+    pub pool: bool,
     pub artifacts: &'a ArtifactStore,
     pub templates: &'a TemplateEngine,
     pub trust: &'a TrustPolicy,
@@ -194,7 +230,17 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    /// This runner on `ledger`, a connection its caller holds across runs, never asking an
+    /// executor: a resident executor's own.
+    pub fn holding(self, ledger: &'a std::sync::Mutex<Ledger>) -> Self {
+        Self {
+            held: Some(ledger),
+            pool: false,
+            ..self
+        }
+    }
+
     /// The trust check. The error says which check failed and how to recover.
     pub fn ready(&self, name: &str) -> Result<Ready, Refusal> {
         self.ready_in(name, None)
@@ -203,15 +249,19 @@ impl Runner<'_> {
     /// [`Runner::ready`], the snapshot written into `folder` when given (a pre-started
     /// sandbox's, see [`Prestarted`]), else into a new one.
     fn ready_in(&self, name: &str, folder: Option<tempfile::TempDir>) -> Result<Ready, Refusal> {
-        // The run's confined launch follows this check: its cgroup move waits less.
-        crate::confinement::bounds::move_soon();
+        // The run's confined launch follows this check: its cgroup move waits less. A sandbox
+        // started ahead is in its cgroup already: nothing is moved for its run.
+        if folder.is_none() {
+            crate::confinement::bounds::move_soon();
+        }
         // Running a skill never makes a ledger: with none, there is no skill to run.
-        let ledger = Ledger::open_existing(self.ledger).map_err(|e| match e {
+        let connection = self.connect(true).map_err(|e| match e {
             LedgerError::Missing(_) => Refusal::Unknown(format!(
                 "no skill `{name}`: nothing has been recorded in this workspace yet"
             )),
             e => Refusal::Unreadable(e.to_string()),
         })?;
+        let ledger = connection.lock();
         let skill = ledger.skill(name).map_err(|e| match e {
             LedgerError::SkillNotFound(_) => Refusal::Unknown(e.to_string()),
             e => Refusal::Unreadable(e.to_string()),
@@ -413,7 +463,9 @@ impl Runner<'_> {
         self.keep(record)
     }
 
-    /// Runs a ready skill with `input` and records what happened.
+    /// Runs a ready skill with `input` and records what happened: in a sandbox a running
+    /// `kavi executor` started ahead when it serves the skill (see [`Runner::ask_pool`]), else
+    /// here.
     pub async fn run(
         &self,
         ready: &Ready,
@@ -421,7 +473,47 @@ impl Runner<'_> {
         lineage: &Lineage,
         cancel: &CancellationToken,
     ) -> Result<ExecutionRecord, ExecutionError> {
+        if ready.prestartable()
+            && let Some(record) = self
+                .ask_pool(&ready.name, &input, lineage, Some(&ready.hash), cancel)
+                .await
+        {
+            return Ok(record);
+        }
         self.run_in(ready, input, lineage, cancel, None).await
+    }
+
+    /// Asks the workspace's running `kavi executor`, if this runner may ([`Runner::pool`]), to
+    /// run `name` with `input`: the record it made, or `None` when none answers or it did not
+    /// run the skill, and the caller runs it itself. With `hash`, only that trusted version
+    /// runs there. The executor does the trust check and records the run as [`Runner::run`]
+    /// does.
+    async fn ask_pool(
+        &self,
+        name: &str,
+        input: &Value,
+        lineage: &Lineage,
+        hash: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Option<ExecutionRecord> {
+        if !self.pool {
+            return None;
+        }
+        let request = pool::Request {
+            skill: name.to_owned(),
+            input: input.clone(),
+            lineage: lineage.clone(),
+            hash: hash.map(str::to_owned),
+        };
+        match pool::ask(self.ledger, &request, cancel).await {
+            // This caller said which rules govern when it read them for its trust check.
+            pool::Answer::Ran(ran) => Some(ran.record),
+            pool::Answer::Unvouched(reason) => {
+                tracing::warn!("{reason}; running the skill here");
+                None
+            }
+            pool::Answer::Unserved => None,
+        }
     }
 
     /// Starts a sandbox for a READ_ONLY skill not yet known: its confinement made exactly as
@@ -474,47 +566,47 @@ impl Runner<'_> {
     /// Runs `name` with `input` in `sandbox` from [`Runner::prestart`], as [`Runner::ready`]
     /// then [`Runner::run`] would: the trust check writes the snapshot into the sandbox's
     /// folder at this moment, and the run is recorded the same, its confinement marked
-    /// `pre-started`. `Ok(None)`, the sandbox discarded, when it cannot serve this run: the
-    /// skill is refused, is not a READ_ONLY Python script without secrets or writes, or the
-    /// view a fresh sandbox would have (the policies, what `hide_matching` finds now) differs
-    /// from the one it was started with. The caller then runs it the usual way, which says
-    /// why when it is refused.
+    /// `pre-started`. [`Claim::Declined`], the sandbox discarded, when it cannot serve this
+    /// run: the skill is refused, is not a READ_ONLY Python script without secrets or writes,
+    /// or its trusted hash is not `hash` (the one its caller checked, when given);
+    /// [`Claim::OtherView`] when the view a fresh sandbox would have (the policies, what
+    /// `hide_matching` finds now) differs from the one it was started with. The caller then
+    /// runs it the usual way, which says why when it is refused.
     pub async fn run_prestarted(
         &self,
-        name: &str,
-        input: Value,
-        lineage: &Lineage,
+        request: &pool::Request,
         cancel: &CancellationToken,
         mut sandbox: Prestarted,
-    ) -> Result<Option<ExecutionRecord>, ExecutionError> {
-        let Ok(ready) = self.ready_in(name, sandbox.snapshot.take()) else {
-            return Ok(None);
+    ) -> Result<Claim, ExecutionError> {
+        let Ok(ready) = self.ready_in(&request.skill, sandbox.snapshot.take()) else {
+            return Ok(Claim::Declined);
         };
-        let proposal = &ready.proposal;
-        let command = ready.command();
-        let servable = proposal.side_effect.is_read_only()
-            && proposal.secrets.is_empty()
-            && proposal.writes.is_empty()
-            && command.len() > PYTHON_ISOLATED.len() + 1
-            && command[0] == PRESTARTED_PYTHON
-            && command[1..=PYTHON_ISOLATED.len()] == PYTHON_ISOLATED
-            // The loader runs a script, not an interpreter's option.
-            && !command[PYTHON_ISOLATED.len() + 1].starts_with('-');
-        if !servable {
-            return Ok(None);
+        if !ready.prestartable()
+            || request
+                .hash
+                .as_ref()
+                .is_some_and(|hash| *hash != ready.hash)
+        {
+            return Ok(Claim::Declined);
         }
         let fresh = self.confine(
-            proposal.side_effect,
+            ready.proposal.side_effect,
             sandbox.tmp.path(),
             ready.snapshot.path(),
             &[],
         );
         if fresh.map(|fresh| fresh.record()).ok() != Some(sandbox.confinement.record()) {
-            return Ok(None);
+            return Ok(Claim::OtherView);
         }
-        self.run_in(&ready, input, lineage, cancel, Some(sandbox))
-            .await
-            .map(Some)
+        self.run_in(
+            &ready,
+            request.input.clone(),
+            &request.lineage,
+            cancel,
+            Some(sandbox),
+        )
+        .await
+        .map(|record| Claim::Ran(Box::new(record)))
     }
 
     async fn run_in(
@@ -548,10 +640,13 @@ impl Runner<'_> {
             confinement: None,
             caller: lineage.caller.clone(),
         };
-        let ledger = Ledger::open(self.ledger)?;
-        // The confinement policy governs the run: its text is kept for the record to name.
-        ledger.keep_spec(&self.confinement.source)?;
-        ledger.start_execution(&started, self.owner.name())?;
+        let ledger = self.connect(false)?;
+        {
+            let ledger = ledger.lock();
+            // The confinement policy governs the run: its text is kept for the record to name.
+            ledger.keep_spec(&self.confinement.source)?;
+            ledger.start_execution(&started, self.owner.name())?;
+        }
         let secrets: Result<Vec<(String, String)>, String> = proposal
             .secrets
             .iter()
@@ -606,7 +701,7 @@ impl Runner<'_> {
             confinement,
             ..started
         };
-        self.keep_in(&ledger, record)
+        self.keep_in(&ledger.lock(), record)
     }
 
     /// Runs the command under its class's confinement; `Ok((Err(..), _, _))` is the skill failing
@@ -815,7 +910,17 @@ impl Runner<'_> {
     }
 
     fn keep(&self, record: ExecutionRecord) -> Result<ExecutionRecord, ExecutionError> {
-        self.keep_in(&Ledger::open(self.ledger)?, record)
+        self.keep_in(&self.connect(false)?.lock(), record)
+    }
+
+    /// The ledger for one call: the connection held across runs, else one opened for it
+    /// (`existing`: only if the ledger exists).
+    fn connect(&self, existing: bool) -> Result<Connection<'_>, LedgerError> {
+        Ok(match self.held {
+            Some(held) => Connection::Held(held),
+            None if existing => Connection::Opened(Ledger::open_existing(self.ledger)?),
+            None => Connection::Opened(Ledger::open(self.ledger)?),
+        })
     }
 
     /// [`Runner::keep`] on a ledger already open: the one the run's start was recorded on.
@@ -833,6 +938,45 @@ impl Runner<'_> {
         }
         Ok(record)
     }
+}
+
+/// A ledger connection for one call ([`Runner::connect`]).
+enum Connection<'a> {
+    Held(&'a std::sync::Mutex<Ledger>),
+    Opened(Ledger),
+}
+
+/// The ledger a [`Connection`] reaches, for one step: never held across an await, so that a
+/// run stays `Send` with a held connection too.
+enum Locked<'a> {
+    Held(std::sync::MutexGuard<'a, Ledger>),
+    Opened(&'a Ledger),
+}
+
+impl Connection<'_> {
+    fn lock(&self) -> Locked<'_> {
+        match self {
+            Self::Held(held) => Locked::Held(lock(held)),
+            Self::Opened(ledger) => Locked::Opened(ledger),
+        }
+    }
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Ledger;
+    fn deref(&self) -> &Ledger {
+        match self {
+            Self::Held(guard) => guard,
+            Self::Opened(ledger) => ledger,
+        }
+    }
+}
+
+/// A ledger connection held across runs ([`Runner::held`]), for one step. A panic while it was
+/// locked left no half-written row: SQLite rolled it back.
+pub fn lock(held: &std::sync::Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
+    held.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A new execution id: a random UUID, so a short prefix of it names it (as with git hashes).

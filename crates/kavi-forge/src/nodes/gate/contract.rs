@@ -37,6 +37,9 @@ impl Candidate<'_> {
         Runner {
             root,
             ledger: &ctx.env.ledger,
+            held: None,
+            // A pipeline's node runs its skills itself.
+            pool: false,
             artifacts: &ctx.env.artifacts,
             templates: &ctx.env.templates,
             trust: self.trust,
