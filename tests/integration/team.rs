@@ -570,53 +570,6 @@ fn many_writers_at_once_leave_one_chain_and_claim_each_node_once() {
     assert_verifies(root, &url);
 }
 
-/// Another writer's transaction left open on the server does not hold up a run (before, every
-/// write transaction held the one lock to its end, and the run's first write waited past its
-/// `lock_timeout`); a transaction that decides under the lock, held alone, still does.
-#[test]
-fn a_writer_waits_for_a_deciding_transaction_and_for_no_other() {
-    let Some(url) = common::postgres::database() else {
-        return;
-    };
-    let dir = workspace_with(&chains("slow", 8));
-    let root = dir.path();
-    let url = format!("{url}?lock_timeout=2s");
-    let run = || {
-        kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
-            .output()
-            .unwrap()
-    };
-    let first = run();
-    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
-    let client_url = url.split_once('?').unwrap().0;
-    let mut other = postgres::Client::connect(client_url, postgres::NoTls).unwrap();
-
-    // A write under way: a changed row, its journal entry to come at its commit.
-    let mut writing = other.transaction().unwrap();
-    let changed = writing
-        .execute("UPDATE runs SET error = error WHERE id = 1", &[])
-        .unwrap();
-    assert_eq!(changed, 1);
-    let second = run();
-    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
-    writing.rollback().unwrap();
-
-    // A transaction that decides under the lock (as `kavi gc` or recovery does).
-    let mut deciding = other.transaction().unwrap();
-    deciding
-        .execute(
-            "SELECT pg_advisory_xact_lock($1)",
-            &[&kavi_ledger::db::postgres::DECIDE_LOCK],
-        )
-        .unwrap();
-    let third = run();
-    assert_ne!(third.status.code(), Some(0), "{}", text(&third));
-    assert!(text(&third).contains("lock timeout"), "{}", text(&third));
-    deciding.rollback().unwrap();
-
-    assert_verifies(root, &url);
-}
-
 /// The journal triggers an earlier kavi made on a server (appending at once, row by row) are
 /// made again by the next kavi that opens the ledger, and the ledger verifies after.
 #[test]
