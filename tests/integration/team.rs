@@ -570,6 +570,91 @@ fn many_writers_at_once_leave_one_chain_and_claim_each_node_once() {
     assert_verifies(root, &url);
 }
 
+/// Another writer's transaction left open on the server does not hold up a run (before, every
+/// write transaction held the one lock to its end, and the run's first write waited past its
+/// `lock_timeout`); a transaction that decides under the lock, held alone, still does.
+#[test]
+fn a_writer_waits_for_a_deciding_transaction_and_for_no_other() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(&chains("slow", 8));
+    let root = dir.path();
+    let url = format!("{url}?lock_timeout=2s");
+    let run = || {
+        kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+            .output()
+            .unwrap()
+    };
+    let first = run();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let client_url = url.split_once('?').unwrap().0;
+    let mut other = postgres::Client::connect(client_url, postgres::NoTls).unwrap();
+
+    // A write under way: a changed row, its journal entry to come at its commit.
+    let mut writing = other.transaction().unwrap();
+    let changed = writing
+        .execute("UPDATE runs SET error = error WHERE id = 1", &[])
+        .unwrap();
+    assert_eq!(changed, 1);
+    let second = run();
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    writing.rollback().unwrap();
+
+    // A transaction that decides under the lock (as `kavi gc` or recovery does).
+    let mut deciding = other.transaction().unwrap();
+    deciding
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&kavi_ledger::db::postgres::DECIDE_LOCK],
+        )
+        .unwrap();
+    let third = run();
+    assert_ne!(third.status.code(), Some(0), "{}", text(&third));
+    assert!(text(&third).contains("lock timeout"), "{}", text(&third));
+    deciding.rollback().unwrap();
+
+    assert_verifies(root, &url);
+}
+
+/// A transaction that holds the write lock alone (a migration's) may write a row and then alter
+/// or drop its table: its journal entries are appended as its rows change, not at its commit,
+/// so the server finds none still to come (before, the DDL was refused: "pending trigger
+/// events"), and the chain verifies after.
+#[test]
+fn a_deciding_transaction_writes_then_alters_the_table_it_wrote() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(&chains("slow", 1));
+    let root = dir.path();
+    let first = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let mut db = kavi_ledger::db::Db::connect_postgres(&url).unwrap();
+    db.execute_batch(&common::postgres::keyed_session())
+        .unwrap();
+    let entries = |db: &kavi_ledger::db::Db| -> i64 {
+        db.query_row("SELECT count(*) FROM journal", [], |row| row.get(0))
+            .unwrap()
+    };
+    let before = entries(&db);
+    let tx = db.transaction().unwrap();
+    let changed = tx
+        .execute("UPDATE runs SET error = 'altered' WHERE id = 1", [])
+        .unwrap();
+    assert_eq!(changed, 1);
+    tx.execute_batch(
+        "ALTER TABLE runs ADD COLUMN added TEXT;
+         ALTER TABLE runs DROP COLUMN added;",
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(entries(&db), before + 1);
+    assert_verifies(root, &url);
+}
+
 /// The journal triggers an earlier kavi made on a server (appending at once, row by row) are
 /// made again by the next kavi that opens the ledger, and the ledger verifies after.
 #[test]

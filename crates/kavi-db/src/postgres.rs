@@ -493,9 +493,14 @@ impl Storage for Postgres {
         !self.open.get()
     }
 
+    /// Holding [`DECIDE_LOCK`] alone, it has no writer beside it to let go first, so its
+    /// journal entries are appended as its rows change (`SET CONSTRAINTS ALL IMMEDIATE`), as all
+    /// were before entries were appended at commit: a table it writes and then alters or drops (a
+    /// migration, the journal's triggers made again) has no entry still to come, which the
+    /// server refuses ("pending trigger events").
     fn begin(&self) -> DbResult<()> {
         self.open_transaction(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({DECIDE_LOCK})"
+            "BEGIN; SELECT pg_advisory_xact_lock({DECIDE_LOCK}); SET CONSTRAINTS ALL IMMEDIATE"
         ))
     }
 
