@@ -9,8 +9,10 @@ all in one database for PostgreSQL (started with tests/postgres/server.sh, as th
 Printed per backend and count: the wall time until the last run ended (median of ROUNDS), its
 ratio to one run's, node records per second (runs x 200 / wall time), how busy the machine's
 CPUs were meanwhile (all processes, this machine's other users included), and for PostgreSQL
-the share of the server's active kavi sessions found waiting for a lock (pg_stat_activity,
-sampled every 20 ms by one psql): whether the runs wait on the ledger or on the CPUs.
+the share of the server's active kavi sessions found waiting for a lock (pg_stat_activity and
+pg_locks, sampled every 20 ms by one psql), split by lock: the write lock (kavi's advisory lock
+"kavi"), the journal lock ("kjnl", taken at commit for the journal's entries) and any other
+(rows, tables): whether the runs wait on the ledger, on which lock, or on the CPUs.
 
     benches/team.py target/debug/kavi            # ROUNDS=3 by default
     ROUNDS=5 benches/team.py target/dist/kavi
@@ -55,9 +57,17 @@ def cpu_times():
     return sum(fields) - idle, sum(fields)
 
 
-LOCK_SAMPLE = """SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'),
-       count(*) FILTER (WHERE state = 'active')
-FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+# Per sample: sessions waiting for the write lock, for the journal lock, for any other lock,
+# and active sessions. An advisory lock of a key under 2^32 is (classid 0, objid key).
+LOCK_SAMPLE = """SELECT count(*) FILTER (WHERE l.objid = x'6b617669'::int::oid),
+       count(*) FILTER (WHERE l.objid = x'6b6a6e6c'::int::oid),
+       count(*) FILTER (WHERE a.wait_event_type = 'Lock' AND l.objid IS DISTINCT FROM
+                              x'6b617669'::int::oid AND l.objid IS DISTINCT FROM
+                              x'6b6a6e6c'::int::oid),
+       count(*) FILTER (WHERE a.state = 'active')
+FROM pg_stat_activity a
+LEFT JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted AND l.locktype = 'advisory'
+WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
 \\watch 0.02
 """
 
@@ -77,16 +87,17 @@ def lock_sampler(ledger):
 
 
 def lock_share(psql):
-    """Of the sampled active sessions, the share waiting for a lock."""
+    """Of the sampled active sessions, the shares waiting for the write lock, the journal lock
+    and any other lock."""
     psql.terminate()
     out, _ = psql.communicate()
-    waiting = active = 0
+    sums = [0, 0, 0, 0]
     for line in out.splitlines():
         parts = line.split(",")
-        if len(parts) == 2 and all(p.isdigit() for p in parts):
-            waiting += int(parts[0])
-            active += int(parts[1])
-    return waiting / active if active else 0.0
+        if len(parts) == 4 and all(p.isdigit() for p in parts):
+            sums = [total + int(part) for total, part in zip(sums, parts)]
+    active = sums[3]
+    return tuple(waiting / active if active else 0.0 for waiting in sums[:3])
 
 
 def wave(kavi, roots, ledger):
@@ -151,7 +162,12 @@ def main():
                 # The median wave by wall time, with its own CPU and lock figures.
                 wall, cpu, locks = sorted(waves)[len(waves) // 2]
                 one = one or wall
-                waiting = f", {locks:4.0%} of sessions waiting for a lock" if ledger else ""
+                waiting = (
+                    ", sessions waiting for the write lock {:.0%}, the journal lock {:.0%}, "
+                    "another lock {:.0%}".format(*locks)
+                    if ledger
+                    else ""
+                )
                 print(
                     f"{backend:8} {count} run(s) at once: {wall:6.2f} s "
                     f"({wall / one:4.2f} x one run), "
