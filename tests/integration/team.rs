@@ -476,6 +476,17 @@ fn chains(name: &str, count: usize) -> String {
     pipeline
 }
 
+/// A workspace whose pipeline `slow` (`count` nodes, see [`chains`]) has run once on the
+/// server's ledger at `url`.
+fn ran_once(url: &str, count: usize) -> tempfile::TempDir {
+    let dir = workspace_with(&chains("slow", count));
+    let first = kavi_on(dir.path(), Some(url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    dir
+}
+
 /// Eight runs and eight workers stepping the same ten nodes, all at once on one server: the
 /// runs' writes no longer wait for one another, yet their journal entries form one chain that
 /// `ledger verify` accepts (appended at commit, one transaction at a time: without that, two
@@ -626,12 +637,8 @@ fn a_deciding_transaction_writes_then_alters_the_table_it_wrote() {
     let Some(url) = common::postgres::database() else {
         return;
     };
-    let dir = workspace_with(&chains("slow", 1));
+    let dir = ran_once(&url, 1);
     let root = dir.path();
-    let first = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
-        .output()
-        .unwrap();
-    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
     let mut db = kavi_ledger::db::Db::connect_postgres(&url).unwrap();
     db.execute_batch(&common::postgres::keyed_session())
         .unwrap();
@@ -662,12 +669,8 @@ fn a_server_ledgers_journal_triggers_of_before_are_made_again() {
     let Some(url) = common::postgres::database() else {
         return;
     };
-    let dir = workspace_with(&chains("slow", 4));
+    let dir = ran_once(&url, 4);
     let root = dir.path();
-    let first = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
-        .output()
-        .unwrap();
-    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let appending_at_once = |client: &mut postgres::Client| -> i64 {
         client
