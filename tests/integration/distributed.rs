@@ -1194,14 +1194,17 @@ outputs = ["out/a.txt"]
 
     // Back to schema 23, as the kavi before wrote that run: the set's members in run_policies,
     // the key's parts in node_cache, neither table since, and no sandbox budget. Through the journal's triggers,
-    // so that the chain stays whole.
+    // so that the chain stays whole, appending as the rows change, as that kavi's did (a
+    // table whose entries are still to come, at commit, cannot be dropped).
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client
         .batch_execute(&common::postgres::keyed_session())
         .unwrap();
     client
         .batch_execute(
-            "INSERT INTO run_policies (run_id, path, spec_hash, role)
+            "BEGIN;
+             SET CONSTRAINTS ALL IMMEDIATE;
+             INSERT INTO run_policies (run_id, path, spec_hash, role)
                  SELECT r.id, g.path, g.spec_hash, g.role
                  FROM runs r JOIN governing_members g ON g.set_hash = r.governing_hash;
              UPDATE node_cache SET parts = (SELECT parts FROM cache_parts p
@@ -1230,7 +1233,8 @@ outputs = ["out/a.txt"]
              DROP INDEX verifications_skill;
              DROP INDEX verifications_skill_run;
              DROP INDEX executions_skill;
-             UPDATE schema_version SET version = 23;",
+             UPDATE schema_version SET version = 23;
+             COMMIT;",
         )
         .unwrap();
     drop(client);

@@ -452,3 +452,251 @@ fn a_run_goes_on_across_a_server_restart() {
         .unwrap();
     assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
 }
+
+/// `kavi ledger verify` on the server's ledger at `url` finds nothing wrong.
+fn assert_verifies(root: &Path, url: &str) {
+    let verify = kavi_on(root, Some(url), &["ledger", "verify"])
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+}
+
+/// A pipeline of `count` nodes in four chains, each node appending its name to `ran.txt`:
+/// many short writes from one run.
+fn chains(name: &str, count: usize) -> String {
+    let mut pipeline = format!("[pipeline]\nname = \"{name}\"\n");
+    for i in 0..count {
+        pipeline.push_str(&format!(
+            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo {name}-n{i} >> ran.txt\"\n"
+        ));
+        if i >= 4 {
+            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 4));
+        }
+    }
+    pipeline
+}
+
+/// A workspace whose pipeline `slow` (`count` nodes, see [`chains`]) has run once on the
+/// server's ledger at `url`.
+fn ran_once(url: &str, count: usize) -> tempfile::TempDir {
+    let dir = workspace_with(&chains("slow", count));
+    let first = kavi_on(dir.path(), Some(url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    dir
+}
+
+/// Eight runs and eight workers stepping the same ten nodes, all at once on one server: the
+/// runs' writes no longer wait for one another, yet their journal entries form one chain that
+/// `ledger verify` accepts (appended at commit, one transaction at a time: without that, two
+/// commits take the same entry number and one fails), and each stepped node ran once.
+#[test]
+fn many_writers_at_once_leave_one_chain_and_claim_each_node_once() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(SLOW);
+    let root = dir.path();
+    std::fs::write(root.join("pipelines/many.toml"), chains("many", 40)).unwrap();
+    let mut shared = String::from("[pipeline]\nname = \"shared\"\n");
+    for i in 0..10 {
+        shared.push_str(&format!(
+            "\n[nodes.s{i}]\nkind = \"exec\"\nshell = \"echo s{i} >> stepped.txt; sleep 0.2\"\n"
+        ));
+    }
+    std::fs::write(root.join("pipelines/shared.toml"), shared).unwrap();
+    let started = kavi_on(root, Some(&url), &["pipeline", "start", "shared"])
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(0), "{}", text(&started));
+    let run = String::from_utf8_lossy(&started.stdout).trim().to_owned();
+
+    let runs: Vec<Child> = (0..8)
+        .map(|_| {
+            spawn(kavi_on(
+                root,
+                Some(&url),
+                &["pipeline", "run", "many", "--jobs", "4", "--json"],
+            ))
+        })
+        .collect();
+    // Each worker steps every node, starting from a different one.
+    let workers: Vec<_> = (0..8)
+        .map(|worker| {
+            let (root, url, run) = (root.to_owned(), url.clone(), run.clone());
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|i| {
+                        let node = format!("s{}", (worker + i) % 10);
+                        let step = ["pipeline", "step", "shared", "--run", &run, &node];
+                        kavi_on(&root, Some(&url), &step).output().unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for output in workers.into_iter().flat_map(|w| w.join().unwrap()) {
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    }
+    for run in runs {
+        let output = run.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
+        let nodes = detail["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 40);
+        assert!(nodes.iter().all(|n| n["state"] == "succeeded"), "{nodes:?}");
+    }
+
+    let mut stepped: Vec<String> = std::fs::read_to_string(root.join("stepped.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    stepped.sort();
+    let once: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
+    assert_eq!(stepped, once, "a stepped node ran more or less than once");
+    let rows = node_rows(root, Some(&url), &run);
+    assert_eq!(rows.len(), 10, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|row| row["state"] == "succeeded" && row["attempt"] == 1),
+        "{rows:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("ran.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        8 * 40
+    );
+    let end = kavi_on(
+        root,
+        Some(&url),
+        &["pipeline", "end", "shared", "--run", &run],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(end.status.code(), Some(0), "{}", text(&end));
+    assert_verifies(root, &url);
+}
+
+/// Another writer's transaction left open on the server does not hold up a run (before, every
+/// write transaction held the one lock to its end, and the run's first write waited past its
+/// `lock_timeout`); a transaction that decides under the lock, held alone, still does.
+#[test]
+fn a_writer_waits_for_a_deciding_transaction_and_for_no_other() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = workspace_with(&chains("slow", 8));
+    let root = dir.path();
+    let url = format!("{url}?lock_timeout=2s");
+    let run = || {
+        kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+            .output()
+            .unwrap()
+    };
+    let first = run();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let client_url = url.split_once('?').unwrap().0;
+    let mut other = postgres::Client::connect(client_url, postgres::NoTls).unwrap();
+
+    // A write under way: a changed row, its journal entry to come at its commit.
+    let mut writing = other.transaction().unwrap();
+    let changed = writing
+        .execute("UPDATE runs SET error = error WHERE id = 1", &[])
+        .unwrap();
+    assert_eq!(changed, 1);
+    let second = run();
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    writing.rollback().unwrap();
+
+    // A transaction that decides under the lock (as `kavi gc` or recovery does).
+    let mut deciding = other.transaction().unwrap();
+    deciding
+        .execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&kavi_ledger::db::postgres::DECIDE_LOCK],
+        )
+        .unwrap();
+    let third = run();
+    assert_ne!(third.status.code(), Some(0), "{}", text(&third));
+    assert!(text(&third).contains("lock timeout"), "{}", text(&third));
+    deciding.rollback().unwrap();
+
+    assert_verifies(root, &url);
+}
+
+/// A transaction that holds the write lock alone (a migration's) may write a row and then alter
+/// or drop its table: its journal entries are appended as its rows change, not at its commit,
+/// so the server finds none still to come (before, the DDL was refused: "pending trigger
+/// events"), and the chain verifies after.
+#[test]
+fn a_deciding_transaction_writes_then_alters_the_table_it_wrote() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = ran_once(&url, 1);
+    let root = dir.path();
+    let mut db = kavi_ledger::db::Db::connect_postgres(&url).unwrap();
+    db.execute_batch(&common::postgres::keyed_session())
+        .unwrap();
+    let entries = |db: &kavi_ledger::db::Db| -> i64 {
+        db.query_row("SELECT count(*) FROM journal", [], |row| row.get(0))
+            .unwrap()
+    };
+    let before = entries(&db);
+    let tx = db.transaction().unwrap();
+    let changed = tx
+        .execute("UPDATE runs SET error = 'altered' WHERE id = 1", [])
+        .unwrap();
+    assert_eq!(changed, 1);
+    tx.execute_batch(
+        "ALTER TABLE runs ADD COLUMN added TEXT;
+         ALTER TABLE runs DROP COLUMN added;",
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(entries(&db), before + 1);
+    assert_verifies(root, &url);
+}
+
+/// The journal triggers an earlier kavi made on a server (appending at once, row by row) are
+/// made again by the next kavi that opens the ledger, and the ledger verifies after.
+#[test]
+fn a_server_ledgers_journal_triggers_of_before_are_made_again() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = ran_once(&url, 4);
+    let root = dir.path();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let appending_at_once = |client: &mut postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM pg_trigger
+                 WHERE NOT tgisinternal AND tgname::text LIKE 'journal\\_%'
+                   AND (tgtype & 1) = 1 AND NOT tgdeferrable",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(appending_at_once(&mut client), 0);
+    // As an earlier kavi left it: the entry appended as the row changes.
+    client
+        .batch_execute(
+            "DROP TRIGGER journal_runs_update ON runs;
+             CREATE TRIGGER journal_runs_update AFTER UPDATE ON runs
+               FOR EACH ROW EXECUTE FUNCTION journal_runs_update();",
+        )
+        .unwrap();
+    assert_eq!(appending_at_once(&mut client), 1);
+    let second = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    assert_eq!(appending_at_once(&mut client), 0);
+    assert_verifies(root, &url);
+}

@@ -88,6 +88,12 @@ pub trait Storage: std::fmt::Debug + Send {
     /// Opens a transaction that takes the write lock at once.
     fn begin(&self) -> Result<()>;
 
+    /// Opens a transaction of writes that need no decision of their own under the write lock
+    /// (see [`Db::begin_sharing`]). SQLite has one writer at a time: the same as [`Storage::begin`].
+    fn begin_sharing(&self) -> Result<()> {
+        self.begin()
+    }
+
     fn commit(&self) -> Result<()>;
 
     /// Gives up the open transaction; called only when one is open.
@@ -190,9 +196,18 @@ impl Db {
 
     /// Opens a transaction that takes the write lock at once: a writer that read first and
     /// then found the lock taken would have to start over. On PostgreSQL the lock is the
-    /// ledger's advisory lock (see [`postgres`]).
+    /// ledger's [`postgres::DECIDE_LOCK`], held alone.
     pub fn begin(&self) -> Result<()> {
         self.storage.begin()
+    }
+
+    /// Opens a transaction for writes that are right whatever other writers do meanwhile: each
+    /// statement decides on the rows it writes, under their row locks (a node run's end, its
+    /// artifacts). On a server, such transactions go on side by side, waiting only for one
+    /// opened by [`Db::begin`] and, for a moment, for each other's journal entries at commit;
+    /// on SQLite it is [`Db::begin`].
+    pub fn begin_sharing(&self) -> Result<()> {
+        self.storage.begin_sharing()
     }
 
     pub fn commit(&self) -> Result<()> {
@@ -209,6 +224,15 @@ impl Db {
     /// A transaction that takes the write lock at once, rolled back when dropped uncommitted.
     pub fn transaction(&mut self) -> Result<Transaction<'_>> {
         self.begin()?;
+        Ok(Transaction {
+            db: self,
+            done: false,
+        })
+    }
+
+    /// A transaction opened by [`Db::begin_sharing`], rolled back when dropped uncommitted.
+    pub fn sharing_transaction(&mut self) -> Result<Transaction<'_>> {
+        self.begin_sharing()?;
         Ok(Transaction {
             db: self,
             done: false,

@@ -5,10 +5,18 @@
 //! the ledger from inside its own runtime, where blocking on another one is refused. So each
 //! connection lives on a thread of its own, and the ledger hands it work and waits.
 //!
-//! Write transactions take one advisory lock (`pg_advisory_xact_lock`) for their duration,
-//! which is what SQLite's write lock gave: kavi's writers read, decide and write under it, so
-//! two kavi processes never decide on the same state at once, on any machine. Readers do not
-//! take it.
+//! Writers do not wait for one another, except for a moment at each commit: the journal's hash
+//! chain is one sequence, so its entries are appended at commit, one transaction at a time
+//! ([`JOURNAL_LOCK`], taken by the journal's triggers). Rows themselves are guarded by the
+//! server's row locks: kavi's writes that race (claims, node ends, artifacts) are single
+//! statements that one writer wins (`ON CONFLICT`, a `WHERE` on the row's state).
+//!
+//! A transaction that reads, decides and then writes on what it read ([`crate::Db::transaction`]:
+//! migrations, recovery, `gc`, skills) holds [`DECIDE_LOCK`] alone for its duration, which is
+//! what SQLite's write lock gives: no other kavi writes meanwhile, on any machine. Every other
+//! writing statement shares that lock (the journal's triggers take it before the statement
+//! touches a row), so they go on side by side and wait only for such a transaction. Readers
+//! take neither.
 //!
 //! Nothing waits on the server forever (see [`Timeouts`]): a server that takes the connection and
 //! never answers, or stops answering midway, is an error after the time the URL allows. A
@@ -28,8 +36,14 @@ use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use crate::value::Value;
 use crate::{Backend, Result as DbResult, Row, Storage};
 
-/// The advisory lock every write transaction and every journal entry takes: "kavi" in ASCII.
-pub const WRITE_LOCK: i64 = 0x6b61_7669;
+/// The advisory lock a transaction that decides on what it read holds alone, and every
+/// writing statement shares: "kavi" in ASCII. An older kavi takes it alone for every write
+/// transaction, and so still waits for, and is waited for by, a newer one.
+pub const DECIDE_LOCK: i64 = 0x6b61_7669;
+
+/// The advisory lock a transaction holds from appending its journal entries, at its commit,
+/// until the commit is done: "kjnl" in ASCII.
+pub const JOURNAL_LOCK: i64 = 0x6b6a_6e6c;
 
 /// How long kavi waits on the server, from the URL's query (`?connect_timeout=5&lock_timeout=30s`):
 /// `connect_timeout` is libpq's (seconds); `statement_timeout` and `lock_timeout` are kavi's,
@@ -42,7 +56,7 @@ pub struct Timeouts {
     pub connect: Duration,
     /// One statement.
     pub statement: Duration,
-    /// A writer waiting for [`WRITE_LOCK`] or a row another holds.
+    /// A writer waiting for [`DECIDE_LOCK`], [`JOURNAL_LOCK`] or a row another holds.
     pub lock: Duration,
 }
 
@@ -435,6 +449,12 @@ impl Postgres {
             open: Cell::new(false),
         })
     }
+
+    fn open_transaction(&self, sql: &str) -> DbResult<()> {
+        self.pg.transaction_sql(sql, true)?;
+        self.open.set(true);
+        Ok(())
+    }
 }
 
 impl Storage for Postgres {
@@ -473,13 +493,20 @@ impl Storage for Postgres {
         !self.open.get()
     }
 
+    /// Holding [`DECIDE_LOCK`] alone, it has no writer beside it to let go first, so its
+    /// journal entries are appended as its rows change (`SET CONSTRAINTS ALL IMMEDIATE`), as all
+    /// were before entries were appended at commit: a table it writes and then alters or drops (a
+    /// migration, the journal's triggers made again) has no entry still to come, which the
+    /// server refuses ("pending trigger events").
     fn begin(&self) -> DbResult<()> {
-        self.pg.transaction_sql(
-            &format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})"),
-            true,
-        )?;
-        self.open.set(true);
-        Ok(())
+        self.open_transaction(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({DECIDE_LOCK}); SET CONSTRAINTS ALL IMMEDIATE"
+        ))
+    }
+
+    /// Its statements share [`DECIDE_LOCK`] as they write (the journal's triggers take it).
+    fn begin_sharing(&self) -> DbResult<()> {
+        self.open_transaction("BEGIN")
     }
 
     fn commit(&self) -> DbResult<()> {

@@ -2,6 +2,27 @@
 
 use super::{APPEND_VIEW, Backend, Db, Result, UNJOURNALED, postgres_mac_sql};
 
+/// What a server's table calls the trigger of [`Table::writer_trigger_sql`]: `journal_{table}_writes`.
+pub(super) const WRITES: &str = "writes";
+
+/// The function [`Table::writer_trigger_sql`]'s triggers run: a statement that writes waits for
+/// a transaction that decides under [`kavi_db::postgres::DECIDE_LOCK`], and such a transaction
+/// for the statements under way, as SQLite's one write lock has them. Taken before any row
+/// is, so that a writer never holds a row a deciding transaction waits for while it waits.
+pub(super) const WRITER: &str = "journal_writer";
+
+/// The function behind [`WRITER`].
+pub(super) fn writer_function_sql() -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION {WRITER}() RETURNS trigger LANGUAGE plpgsql AS $writer$
+         BEGIN
+           PERFORM pg_advisory_xact_lock_shared({lock});
+           RETURN NULL;
+         END $writer$;",
+        lock = kavi_db::postgres::DECIDE_LOCK,
+    )
+}
+
 /// A journaled table: its name, columns and key.
 pub(super) struct Table {
     pub(super) name: String,
@@ -77,7 +98,11 @@ impl Table {
         };
         let name = &self.name;
         if self.backend == Backend::Postgres {
-            // Entries are appended one writer at a time, as SQLite's lock made them.
+            // Appended at commit (a deferred constraint trigger fires then, once per change, in
+            // the order of the changes, with the row as that change left it), one transaction
+            // at a time: the journal lock is held from the first entry to the end of the
+            // commit, not for the whole transaction. Each entry reads the head the last
+            // commit left, so concurrent writers make one chain.
             return format!(
                 "CREATE OR REPLACE FUNCTION \"{trigger}\"() RETURNS trigger LANGUAGE plpgsql AS $journal$
                  DECLARE s BIGINT; p TEXT; k TEXT; c TEXT; h TEXT;
@@ -93,10 +118,11 @@ impl Table {
                    VALUES (s, '{name}', '{op}', k, c, p, h, {mac});
                    RETURN NULL;
                  END $journal$;
-                 CREATE TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
+                 CREATE CONSTRAINT TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
+                   DEFERRABLE INITIALLY DEFERRED
                    FOR EACH ROW EXECUTE FUNCTION \"{trigger}\"();",
                 trigger = self.trigger_name(op),
-                lock = kavi_db::postgres::WRITE_LOCK,
+                lock = kavi_db::postgres::JOURNAL_LOCK,
                 key = self.key_sql(row),
                 content = self.content_sql(row),
                 mac = postgres_mac_sql("h"),
@@ -112,6 +138,17 @@ impl Table {
             trigger = self.trigger_name(op),
             key = self.key_sql(row),
             content = self.content_sql(row),
+        )
+    }
+
+    /// On a server, the trigger that has every statement writing this table share the decide
+    /// lock before it touches a row (see [`WRITER`]).
+    pub(super) fn writer_trigger_sql(&self) -> String {
+        format!(
+            "CREATE TRIGGER \"{trigger}\" BEFORE INSERT OR UPDATE OR DELETE ON \"{name}\"
+               FOR EACH STATEMENT EXECUTE FUNCTION {WRITER}();",
+            trigger = self.trigger_name(WRITES),
+            name = self.name,
         )
     }
 

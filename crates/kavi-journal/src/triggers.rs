@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::tables::{Table, tables};
+use super::tables::{Table, WRITES, tables, writer_function_sql};
 use super::{
     APPEND_VIEW, APPENDER, Backend, Db, JournalError, LAST_HASH, NEXT_SEQ, OptionalExtension,
     Result, Transaction, appender_sql, appender_trigger_sql, entry_hash, params,
@@ -65,8 +65,12 @@ pub fn drop_triggers(tx: &Transaction<'_>) -> Result<()> {
         ))?;
     }
     let tables = tables(tx)?;
+    let ops: &[&str] = match tx.backend() {
+        Backend::Sqlite => &["insert", "update", "delete"],
+        Backend::Postgres => &["insert", "update", "delete", WRITES],
+    };
     for table in &tables {
-        for op in ["insert", "update", "delete"] {
+        for op in ops {
             tx.execute_batch(&format!(
                 "DROP TRIGGER IF EXISTS \"{}\"{};",
                 table.trigger_name(op),
@@ -104,12 +108,16 @@ pub fn install(tx: &Transaction<'_>) -> Result<()> {
 
 /// The appender (SQLite) and every table's triggers, where none are.
 fn make_triggers(tx: &Transaction<'_>, tables: &[Table]) -> Result<()> {
-    if tx.backend() == Backend::Sqlite {
-        tx.execute_batch(&appender_sql())?;
+    match tx.backend() {
+        Backend::Sqlite => tx.execute_batch(&appender_sql())?,
+        Backend::Postgres => tx.execute_batch(&writer_function_sql())?,
     }
     for table in tables {
         for op in ["insert", "update", "delete"] {
             tx.execute_batch(&table.trigger_sql(op))?;
+        }
+        if tx.backend() == Backend::Postgres {
+            tx.execute_batch(&table.writer_trigger_sql())?;
         }
     }
     Ok(())
@@ -118,10 +126,19 @@ fn make_triggers(tx: &Transaction<'_>, tables: &[Table]) -> Result<()> {
 /// Whether the journal's triggers are the ones [`install`] makes now. A SQLite ledger made
 /// before the appender (see [`APPEND_VIEW`]) has its entries written out in every table
 /// trigger, and one made before its `VALUES` row (see [`appender_trigger_sql`]) another
-/// appender: it is current in every other way, and [`remake`] remakes them.
+/// appender; a server's ledger made before entries were appended at commit has triggers that
+/// append at once, under a lock held to the end of the transaction. Either is current in
+/// every other way, and [`remake`] remakes them.
 pub fn current(conn: &Db) -> Result<bool> {
-    if conn.backend() != Backend::Sqlite {
-        return Ok(true);
+    if conn.backend() == Backend::Postgres {
+        // Row-level journal triggers that are not deferred: the appenders of before.
+        return Ok(conn.query_row(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_trigger
+                                WHERE NOT tgisinternal AND tgname::text LIKE 'journal\\_%'
+                                  AND (tgtype & 1) = 1 AND NOT tgdeferrable)",
+            [],
+            |row| row.get(0),
+        )?);
     }
     let appender: Option<String> = conn
         .query_row(
@@ -133,8 +150,8 @@ pub fn current(conn: &Db) -> Result<bool> {
     Ok(appender.is_some_and(|sql| sql == appender_trigger_sql()))
 }
 
-/// Remakes the triggers of a ledger made before the appender or its current text (see
-/// [`current`]), under the write lock, where another kavi may have remade them first. Unlike
+/// Remakes the triggers of a ledger made before the appender or its current text, or of a
+/// server's made before entries were appended at commit (see [`current`]), under the write lock, where another kavi may have remade them first. Unlike
 /// [`install`] it records no row: no migration changed any, and one that differs from its
 /// last entry was edited behind the triggers (dropping the appender is how one would get here
 /// on purpose), which `verify` must go on reporting.

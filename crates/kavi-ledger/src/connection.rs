@@ -313,10 +313,11 @@ impl Ledger {
     /// Starts grouping this connection's writes into one transaction, until
     /// [`Ledger::commit_batch`]: the executor's recorder writes the decisions that arrive close
     /// together in one commit. Inside a batch, a no-op. The caller must not wait on anything
-    /// else while a batch is open: other kavi processes wait for its lock.
+    /// else while a batch is open: other kavi processes wait for its lock (on a server, only a
+    /// transaction that decides under the write lock waits; see [`db::Db::begin_sharing`]).
     pub fn begin_batch(&self) -> Result<()> {
         if self.conn.is_autocommit() {
-            self.conn.begin()?;
+            self.conn.begin_sharing()?;
         }
         Ok(())
     }

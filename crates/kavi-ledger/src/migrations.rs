@@ -53,7 +53,12 @@ pub(crate) fn migrate_postgres(conn: &mut Db, url: &str) -> Result<()> {
     };
     let path = PathBuf::from(postgres::redacted(url));
     match found.cmp(&known) {
-        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Equal => {
+            if !journal::current(conn)? {
+                journal::remake(conn)?;
+            }
+            Ok(())
+        }
         std::cmp::Ordering::Greater => Err(LedgerError::TooNew { path, found, known }),
         std::cmp::Ordering::Less => Err(LedgerError::ServerTooOld { path, found, known }),
     }

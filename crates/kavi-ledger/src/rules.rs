@@ -105,16 +105,16 @@ impl Ledger {
     /// ledger at once, one adopts, under the write lock, and the others find it done (the id of
     /// the first set).
     pub fn record_rule_set(&mut self, set: &NewRuleSet<'_>, adopt: bool) -> Result<i64> {
+        let first_use = set.class == "first-use";
+        // Almost always there is one: found by a read, without waiting for the write lock,
+        // which every run's start would otherwise take, waiting for other runs' writes.
+        if first_use && let Some(first) = first_rule_set(&self.conn)? {
+            return Ok(first);
+        }
         let tx = self.conn.transaction()?;
-        if set.class == "first-use" {
-            let first: Option<i64> = tx
-                .query_row("SELECT min(id) FROM rule_sets", [], |r| r.get(0))
-                .optional()?
-                .flatten();
-            if let Some(first) = first {
-                tx.commit()?;
-                return Ok(first);
-            }
+        if first_use && let Some(first) = first_rule_set(&tx)? {
+            tx.commit()?;
+            return Ok(first);
         }
         let at = now();
         if adopt {
@@ -223,4 +223,12 @@ fn pending_in(conn: &super::db::Db, id: i64) -> Result<RuleSetRow> {
         )));
     }
     Ok(set)
+}
+
+/// The first rule set recorded, if any.
+fn first_rule_set(conn: &super::db::Db) -> Result<Option<i64>> {
+    Ok(conn
+        .query_row("SELECT min(id) FROM rule_sets", [], |r| r.get(0))
+        .optional()?
+        .flatten())
 }

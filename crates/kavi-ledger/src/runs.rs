@@ -185,7 +185,9 @@ impl Ledger {
         // entry were most of the wait before the first node could start (0.65 of 0.9 ms, a
         // 1,000-node pipeline into a new ledger): the run's reference to it is checked at commit.
         let spec_after_run = self.conn.backend() == db::Backend::Sqlite;
-        let tx = self.conn.transaction()?;
+        // Every row it writes is new, or written `ON CONFLICT DO NOTHING`: nothing to decide
+        // under the write lock alone, so runs start while others record.
+        let tx = self.conn.sharing_transaction()?;
         let insert_spec = |tx: &db::Transaction<'_>| {
             tx.execute(
                 "INSERT INTO specs (hash, path, text, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",

@@ -193,7 +193,11 @@ impl Ledger {
     /// A run ended: its sandboxes are due for removal now if it succeeded; otherwise they are
     /// kept for as long as their policy says.
     pub fn settle_sandboxes(&mut self, run_id: i64, succeeded: bool) -> Result<()> {
-        let tx = self.conn.transaction()?;
+        // Each row is settled only while still `active`, under its row lock: two kavis settling
+        // the same run (its own end, another's sweep of it) settle it once. Nothing to decide
+        // under the write lock alone, which every run's end would otherwise take, waiting for
+        // every other writer's transaction under way.
+        let tx = self.conn.sharing_transaction()?;
         let active: Vec<(i64, i64)> = {
             let mut stmt = tx.prepare(
                 "SELECT id, keep_failed_ms FROM sandboxes WHERE run_id = ?1 AND status = 'active'",
@@ -208,7 +212,8 @@ impl Ledger {
                 Duration::from_millis(u64::try_from(keep_ms).unwrap_or(0))
             };
             tx.execute(
-                "UPDATE sandboxes SET status = 'kept', keep_until = ?1 WHERE id = ?2",
+                "UPDATE sandboxes SET status = 'kept', keep_until = ?1
+                 WHERE id = ?2 AND status = 'active'",
                 params![after(keep), id],
             )?;
         }
