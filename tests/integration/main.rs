@@ -17,6 +17,7 @@ mod forge;
 mod gates;
 mod layers;
 mod lifecycle;
+mod objects;
 mod planning;
 mod provenance;
 mod proxy;

@@ -21,6 +21,7 @@ pub const RUN_CONFIG_KEYS: &[&str] = &[
     "jobs",
     "toolchains",
     "toolchain",
+    "object_store",
 ];
 
 /// Renders string templates, template files from `templates/` and `when` conditions.

@@ -61,19 +61,27 @@ pub fn read_policy(
         .map_err(|message| Diagnostic::new(message).into())
 }
 
-/// The workspace's artifact store, with an error that names it: with a server ledger, a cache
-/// in front of the content the server keeps for every machine.
+/// The workspace's artifact store, with an error that names it: with a server ledger or an
+/// object store (`[object_store]` in kavi.toml), a cache in front of the content every machine
+/// reads, and with an object store, putting every file artifact there.
 pub fn open_store(workspace: &Workspace) -> Result<ArtifactStore> {
-    let store =
-        ArtifactStore::open(&workspace.config.artifacts).map_err(|source| GovernanceError::Io {
-            context: format!(
-                "failed to open the artifact store at {}",
-                workspace.config.artifacts.display()
-            ),
-            source,
-        })?;
+    let failed = |source| GovernanceError::Io {
+        context: format!(
+            "failed to open the artifact store at {}",
+            workspace.config.artifacts.display()
+        ),
+        source,
+    };
+    let mut store = ArtifactStore::open(&workspace.config.artifacts).map_err(failed)?;
+    let objects = match workspace.config.object_settings() {
+        Some(settings) => Some(Arc::new(ledger::Objects::new(settings).map_err(failed)?)),
+        None => None,
+    };
+    if let Some(objects) = &objects {
+        store = store.with_objects(objects.clone());
+    }
     Ok(
-        match ledger::SharedArtifacts::of(&workspace.config.ledger) {
+        match ledger::SharedArtifacts::of(&workspace.config.ledger, objects) {
             Some(shared) => store.in_front_of(Arc::new(shared)),
             None => store,
         },

@@ -1,23 +1,24 @@
 //! The artifacts' rows: recording one the store (`kavi-store`, re-exported) has kept, and
 //! finding one by its hash. A server ledger also keeps every file artifact's content, in
-//! chunks, so that every machine reads what any machine made ([`SharedArtifacts`]).
+//! chunks, so that every machine reads what any machine made ([`SharedArtifacts`]); with an
+//! object store, it records where the object is instead.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use kavi_foundation::files::open_regular;
 use kavi_foundation::hash::copy_hashing;
 
 use super::db::{self, Backend, Db, OptionalExtension, params};
-use super::{Artifact, Ledger, LedgerError, Result};
+use super::{Artifact, Ledger, LedgerError, Objects, Result};
 
 /// The most one row of `artifact_chunks` holds: what a machine holds in memory at a time while
 /// it shares or fetches an artifact, and far below PostgreSQL's 1 GB for a value.
 pub const CHUNK_SIZE: usize = 1024 * 1024;
 
-/// Records a stored artifact's row (once: content already recorded is left as it is). On a
-/// server, a file artifact's content goes with it, in chunks.
+/// Records a stored artifact's row (once: content already recorded is left as it is), and
+/// where every machine reads a file artifact's content (see [`share`]).
 pub(crate) fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO artifacts (sha256, kind, size, path, created_at)
@@ -36,10 +37,24 @@ pub(crate) fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> Result<
         )?
         .execute(params![artifact.sha256, &content[..]])?;
     }
-    if conn.backend() == Backend::Postgres {
-        share_chunks(conn, artifact)?;
+    share(conn, artifact)
+}
+
+/// Records where every machine reads a file artifact's content: the object the store put it in
+/// (its location), else, on a server, the chunks of it written here.
+pub(crate) fn share(conn: &Db, artifact: &Artifact) -> Result<()> {
+    match &artifact.location {
+        Some(location) => {
+            conn.prepare_cached(
+                "INSERT INTO artifact_objects (sha256, location) VALUES (?1, ?2)
+                 ON CONFLICT DO NOTHING",
+            )?
+            .execute(params![artifact.sha256, location])?;
+            Ok(())
+        }
+        None if conn.backend() == Backend::Postgres => share_chunks(conn, artifact),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// How many chunks hold `size` bytes.
@@ -51,7 +66,7 @@ fn chunk_count(size: u64) -> u64 {
 /// kept in a row, or read from the ledger), unless the server has all of them: read one chunk
 /// at a time, and hashed on the way, so that a file changed since it was stored is refused
 /// rather than shared (the transaction is then undone).
-pub(crate) fn share_chunks(conn: &Db, artifact: &Artifact) -> Result<()> {
+fn share_chunks(conn: &Db, artifact: &Artifact) -> Result<()> {
     let Some(file) = &artifact.file else {
         return Ok(());
     };
@@ -121,11 +136,13 @@ impl Write for Chunks<'_> {
     }
 }
 
-/// The content a server ledger keeps for every machine, which a machine's store keeps a cache
-/// of (see `kavi_store::SharedContent`). It connects, to read only, the first time something
-/// is fetched: most commands read nothing this machine does not have.
+/// The content every machine reads, which a machine's store keeps a cache of (see
+/// `kavi_store::SharedContent`): the chunks a server ledger keeps, or the objects in the object
+/// store the ledger records. It connects, to read only, the first time something is fetched:
+/// most commands read nothing this machine does not have.
 pub struct SharedArtifacts {
     location: PathBuf,
+    objects: Option<Arc<Objects>>,
     ledger: Mutex<Option<Ledger>>,
 }
 
@@ -138,12 +155,16 @@ impl std::fmt::Debug for SharedArtifacts {
 }
 
 impl SharedArtifacts {
-    /// The shared content of the ledger at `location`, when it is a server's; `None` for a
-    /// SQLite file, whose machine has the files.
-    pub fn of(location: &Path) -> Option<Self> {
-        super::connection::postgres_url(location)?;
+    /// The shared content of the ledger at `location`, when it is a server's or this machine
+    /// has an object store (`objects`); `None` for a SQLite file alone, whose machine has the
+    /// files.
+    pub fn of(location: &Path, objects: Option<Arc<Objects>>) -> Option<Self> {
+        if objects.is_none() {
+            super::connection::postgres_url(location)?;
+        }
         Some(Self {
             location: location.to_owned(),
+            objects,
             ledger: Mutex::new(None),
         })
     }
@@ -156,8 +177,35 @@ impl kavi_store::SharedContent for SharedArtifacts {
             *ledger = Some(Ledger::open_read_only(&self.location).map_err(|e| e.to_string())?);
         }
         let ledger = ledger.as_ref().expect("connected above");
-        copy_chunks(&ledger.conn, sha256, writer).map_err(|e| format!("artifact {sha256}: {e}"))
+        let failed = |e: &dyn std::fmt::Display| format!("artifact {sha256}: {e}");
+        match object_location(&ledger.conn, sha256).map_err(|e| failed(&e))? {
+            Some(location) => {
+                let objects = self
+                    .objects
+                    .as_ref()
+                    .ok_or_else(|| failed(&unreachable_object(&location)))?;
+                objects.copy_to(&location, writer).map_err(|e| failed(&e))?;
+                Ok(true)
+            }
+            None => copy_chunks(&ledger.conn, sha256, writer).map_err(|e| failed(&e)),
+        }
     }
+}
+
+/// Where the object store keeps the artifact `sha256`, when it does.
+pub(crate) fn object_location(conn: &Db, sha256: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT location FROM artifact_objects WHERE sha256 = ?1")?
+        .query_row([sha256], |row| row.get(0))
+        .optional()?)
+}
+
+/// Why an object at `location` cannot be read on a machine with no object store configured.
+pub(crate) fn unreachable_object(location: &str) -> String {
+    format!(
+        "its content is kept in the object store at {location}, and this machine's kavi.toml \
+         names no `[object_store]` to read it from (docs/distributed.md)"
+    )
 }
 
 /// Writes the chunks `conn` keeps of the artifact `sha256` to `writer`, one read at a time;
@@ -212,6 +260,7 @@ impl Ledger {
                     path: row.get(3)?,
                     inline: None,
                     file: None,
+                    location: None,
                 })
             })?
             .collect::<db::Result<_>>()?;

@@ -1,7 +1,7 @@
 //! Copying a SQLite ledger to a PostgreSQL server (`kavi ledger migrate --to`): every row of
 //! every table as it is, the journal and the signed checkpoints included, so that the copy's
 //! chain is the original's and verifies as it did. The artifacts' files go with them, as the
-//! server keeps file content for every machine.
+//! server keeps file content for every machine (or to the object store, when there is one).
 
 use super::db::{Backend, Db};
 use super::{Artifact, ArtifactStore, LedgerError, Result, journal};
@@ -37,9 +37,13 @@ impl super::Ledger {
             }
             copied.push((table.clone(), copy_table(&self.conn, &tx, &table)?));
         }
+        // Those an object store keeps already are found where their copied rows say.
         let files: Vec<Artifact> = self
             .conn
-            .prepare("SELECT sha256, kind, size, path FROM artifacts WHERE path != ''")?
+            .prepare(
+                "SELECT sha256, kind, size, path FROM artifacts
+                 WHERE path != '' AND sha256 NOT IN (SELECT sha256 FROM artifact_objects)",
+            )?
             .query_map([], |row| {
                 let path: String = row.get(3)?;
                 Ok(Artifact {
@@ -49,11 +53,13 @@ impl super::Ledger {
                     file: Some(store.path_of_sha256(&row.get::<_, String>(0)?)),
                     path,
                     inline: None,
+                    location: None,
                 })
             })?
             .collect::<super::db::Result<_>>()?;
-        for artifact in &files {
-            super::artifacts::share_chunks(&tx, artifact)?;
+        for mut artifact in files {
+            store.send(&mut artifact)?;
+            super::artifacts::share(&tx, &artifact)?;
         }
         // Identities go on from the largest copied value.
         let identities: Vec<(String, String)> = tx

@@ -162,7 +162,8 @@ impl Ledger {
                     "SELECT m.name, f.\"from\" FROM sqlite_master m
                      JOIN pragma_foreign_key_list(m.name) f
                      WHERE m.type = 'table' AND f.\"table\" = 'artifacts'
-                       AND m.name NOT IN ('node_run_artifacts', 'artifact_contents', 'artifact_chunks')"
+                       AND m.name NOT IN ('node_run_artifacts', 'artifact_contents', 'artifact_chunks',
+                                          'artifact_objects')"
                 }
                 super::db::Backend::Postgres => {
                     "SELECT tc.table_name::text, kcu.column_name::text
@@ -176,7 +177,7 @@ impl Ledger {
                      WHERE tc.constraint_type = 'FOREIGN KEY' AND ccu.table_name = 'artifacts'
                        AND tc.table_schema = current_schema()
                        AND tc.table_name NOT IN ('node_run_artifacts', 'artifact_contents',
-                                                'artifact_chunks')"
+                                                'artifact_chunks', 'artifact_objects')"
                 }
             })?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -242,6 +243,8 @@ impl Ledger {
                  (SELECT governing_hash FROM runs WHERE governing_hash IS NOT NULL);
              DELETE FROM artifact_contents WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifact_chunks WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
+             -- the object stays in the store: several ledgers may keep the same content there
+             DELETE FROM artifact_objects WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifacts WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DROP TABLE gc_artifacts;
              DROP TABLE gc_runs;",

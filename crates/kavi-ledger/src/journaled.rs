@@ -79,20 +79,28 @@ fn contents(conn: &Db, store: &ArtifactStore, problems: &mut Vec<String>) -> Res
         }
     }
 
-    // Artifacts hash to their names: the content the ledger keeps, or the file.
+    // Artifacts hash to their names: the content the ledger keeps, the object, or the file.
     let mut stmt = conn.prepare(
-        "SELECT a.sha256, a.size, c.content FROM artifacts a
-         LEFT JOIN artifact_contents c ON c.sha256 = a.sha256 ORDER BY a.sha256",
+        "SELECT a.sha256, a.size, c.content, o.location FROM artifacts a
+         LEFT JOIN artifact_contents c ON c.sha256 = a.sha256
+         LEFT JOIN artifact_objects o ON o.sha256 = a.sha256 ORDER BY a.sha256",
     )?;
     let artifacts = stmt.query_map([], |row| {
         Ok((
             row.get::<_, String>(0)?,
             row.get::<_, i64>(1)?,
             row.get::<_, Option<Vec<u8>>>(2)?,
+            row.get::<_, Option<String>>(3)?,
         ))
     })?;
     for artifact in artifacts {
-        let (sha256, size, kept) = artifact?;
+        let (sha256, size, kept, location) = artifact?;
+        if let Some(location) = location {
+            if let Some(problem) = object_problem(store, &sha256, size, &location)? {
+                problems.push(format!("artifact {sha256}: {problem}"));
+            }
+            continue;
+        }
         if let Some(content) = kept {
             if sha256_hex(&content) != sha256 || i64::try_from(content.len()) != Ok(size) {
                 problems.push(format!(
@@ -134,6 +142,42 @@ fn contents(conn: &Db, store: &ArtifactStore, problems: &mut Vec<String>) -> Res
         }
     }
     Ok(())
+}
+
+/// What is wrong with the object store's copy of the artifact `sha256` at `location`, re-hashed
+/// as it is read: missing, or no longer its content. A store that cannot be read (unreachable,
+/// access refused, not configured here) is an error: nothing was found wrong with the ledger.
+fn object_problem(
+    store: &ArtifactStore,
+    sha256: &str,
+    size: i64,
+    location: &str,
+) -> Result<Option<String>> {
+    let Some(objects) = store.objects() else {
+        return Err(LedgerError::Io(std::io::Error::other(format!(
+            "cannot verify artifact {sha256}: {}",
+            crate::artifacts::unreachable_object(location)
+        ))));
+    };
+    let mut read = HashingSink::default();
+    match objects.copy_to(location, &mut read) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some(format!(
+            "its object {location} is missing from the object store"
+        ))),
+        Err(e) => Err(LedgerError::Io(std::io::Error::other(format!(
+            "cannot verify artifact {sha256}: {e}"
+        )))),
+        Ok(()) => {
+            let (found, bytes) = read.finish();
+            Ok(
+                (found != sha256 || i64::try_from(bytes) != Ok(size)).then(|| {
+                    format!(
+                        "its object {location} no longer hashes to its name (edited in the store)"
+                    )
+                }),
+            )
+        }
+    }
 }
 
 #[cfg(test)]

@@ -300,6 +300,11 @@ CREATE INDEX verifications_skill_run ON verifications(skill, run_id);
 
 CREATE INDEX executions_skill ON executions(skill, started_at, id);
 
+CREATE TABLE artifact_objects (
+        sha256   TEXT PRIMARY KEY REFERENCES artifacts(sha256),
+        location TEXT NOT NULL
+    );
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 
@@ -312,6 +317,21 @@ CREATE TRIGGER journal_append_entry INSTEAD OF INSERT ON journal_append BEGIN
                                    || char(10) || NEW.op || char(10) || NEW.key || char(10)
                                    || NEW.content)));
          END;
+
+CREATE TRIGGER "journal_artifact_objects_insert" AFTER INSERT ON "artifact_objects" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('artifact_objects', 'insert', json_array(NEW."sha256"), json_object('sha256', NEW."sha256", 'location', NEW."location"));
+             END;
+
+CREATE TRIGGER "journal_artifact_objects_update" AFTER UPDATE ON "artifact_objects" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('artifact_objects', 'update', json_array(NEW."sha256"), json_object('sha256', NEW."sha256", 'location', NEW."location"));
+             END;
+
+CREATE TRIGGER "journal_artifact_objects_delete" AFTER DELETE ON "artifact_objects" BEGIN
+               INSERT INTO journal_append (tbl, op, key, content)
+               VALUES ('artifact_objects', 'delete', json_array(OLD."sha256"), json_object('sha256', OLD."sha256", 'location', OLD."location"));
+             END;
 
 CREATE TRIGGER "journal_artifacts_insert" AFTER INSERT ON "artifacts" BEGIN
                INSERT INTO journal_append (tbl, op, key, content)

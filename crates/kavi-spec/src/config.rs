@@ -52,6 +52,83 @@ pub struct Config {
     /// Existing environments to use instead of provisioning, by toolchain name: for a machine
     /// with no package registry. Their versions must still be the pinned ones.
     pub toolchain: std::collections::BTreeMap<String, ExistingToolchain>,
+    /// An S3-compatible object store that keeps every file artifact's content for every
+    /// machine (docs/distributed.md). None: a server ledger keeps it; a SQLite ledger's machine
+    /// has the files.
+    pub object_store: Option<ObjectStoreConfig>,
+}
+
+/// `[object_store]` in kavi.toml: where, never with what credentials (those come from the
+/// environment, as the AWS tools read them).
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    /// The bucket the objects go in.
+    pub bucket: String,
+    /// The URL of an S3-compatible server, such as `https://minio.example:9000`; empty: AWS's.
+    #[serde(default)]
+    pub endpoint: String,
+    /// The bucket's region; empty: `AWS_REGION` or `AWS_DEFAULT_REGION`, else `us-east-1`.
+    #[serde(default)]
+    pub region: String,
+    /// The folder of the bucket kavi's objects go in, such as `team/kavi`; empty: its root.
+    #[serde(default)]
+    pub prefix: String,
+    /// How long one request may take, such as `60s`.
+    #[serde(default = "default_object_timeout")]
+    pub timeout: String,
+}
+
+fn default_object_timeout() -> String {
+    "60s".to_owned()
+}
+
+/// The keys of `[object_store]`: anything else there (an access key, a secret) is refused
+/// without being shown.
+const OBJECT_STORE_KEYS: [&str; 5] = ["bucket", "endpoint", "region", "prefix", "timeout"];
+
+impl ObjectStoreConfig {
+    /// What is wrong with these settings, naming the key.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.bucket.is_empty() {
+            return Err(("bucket", "`object_store.bucket` must name a bucket".into()));
+        }
+        if !self.endpoint.is_empty() {
+            let authority = self
+                .endpoint
+                .strip_prefix("https://")
+                .or_else(|| self.endpoint.strip_prefix("http://"))
+                .ok_or((
+                    "endpoint",
+                    "`object_store.endpoint` must be an http:// or https:// URL".to_owned(),
+                ))?;
+            // Shown nowhere: what is there may be a credential.
+            if authority.contains(['@', '?', '#']) {
+                return Err((
+                    "endpoint",
+                    "`object_store.endpoint` may hold no user, password or query: credentials \
+                     come only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+                     AWS_SESSION_TOKEN)"
+                        .to_owned(),
+                ));
+            }
+        }
+        self.timeout()
+            .map(|_| ())
+            .map_err(|message| ("timeout", message))
+    }
+
+    fn timeout(&self) -> Result<std::time::Duration, String> {
+        let timeout = humantime::parse_duration(&self.timeout)
+            .map_err(|e| format!("`object_store.timeout` = {:?}: {e}", self.timeout))?;
+        if timeout < std::time::Duration::from_secs(1) {
+            return Err(format!(
+                "`object_store.timeout` = {:?}: must be at least 1s",
+                self.timeout
+            ));
+        }
+        Ok(timeout)
+    }
 }
 
 /// `[toolchain.NAME]` in kavi.toml.
@@ -63,6 +140,22 @@ pub struct ExistingToolchain {
 }
 
 impl Config {
+    /// The object store artifacts go to, when one is configured (checked when the
+    /// configuration is loaded).
+    pub fn object_settings(&self) -> Option<crate::ledger::ObjectSettings> {
+        let store = self.object_store.as_ref()?;
+        let set = |text: &str| Some(text.to_owned()).filter(|text| !text.is_empty());
+        Some(crate::ledger::ObjectSettings {
+            bucket: store.bucket.clone(),
+            endpoint: set(&store.endpoint),
+            region: set(&store.region),
+            prefix: store.prefix.trim_matches('/').to_owned(),
+            timeout: store
+                .timeout()
+                .unwrap_or(std::time::Duration::from_secs(60)),
+        })
+    }
+
     /// How long one run of a skill may take, checked when the configuration is loaded.
     pub fn skill_timeout(&self) -> Result<std::time::Duration, String> {
         humantime::parse_duration(&self.skill_timeout)
@@ -141,6 +234,7 @@ impl Default for Config {
             min_secret_chars: crate::redact::DEFAULT_MIN_SECRET_CHARS,
             toolchains: PathBuf::new(),
             toolchain: std::collections::BTreeMap::new(),
+            object_store: None,
         }
     }
 }
@@ -222,6 +316,34 @@ fn from_environment(error: &figment::Error) -> String {
 fn variable_name(key: &[impl AsRef<str>]) -> String {
     let parts: Vec<&str> = key.iter().map(AsRef::as_ref).collect();
     format!("KAVI_{}", parts.join("_").to_ascii_uppercase())
+}
+
+/// Where kavi.toml's `[object_store]` holds what may be a credential: a key it does not know
+/// (an access key, a secret), or an endpoint with a user, password or query. Said as
+/// `LINE:COLUMN: why`, never showing the value: the line may hold the secret.
+fn object_store_secret(text: &str, source: &SourceFile) -> Option<String> {
+    let root = toml::de::DeTable::parse(text).ok()?;
+    let toml::de::DeValue::Table(store) = root.get_ref().get("object_store")?.get_ref() else {
+        return None;
+    };
+    let (key, span) = store.iter().find_map(|(key, value)| {
+        let endpoint_with_secrets = key.get_ref() == "endpoint"
+            && value.get_ref().as_str().is_some_and(|endpoint| {
+                endpoint
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| rest.contains(['@', '?', '#']))
+            });
+        let unknown = !OBJECT_STORE_KEYS.contains(&key.get_ref().as_ref());
+        (unknown || endpoint_with_secrets).then(|| (key.get_ref().to_string(), key.span()))
+    })?;
+    let (line, column) = source.line_col(span.start);
+    Some(format!(
+        "{line}:{column}: `object_store.{key}` is refused, and not shown: kavi.toml is a file \
+         of the workspace every builder, gate and skill reads, so it names where the object \
+         store is (bucket, endpoint without a user or query, region, prefix, timeout), and \
+         credentials come only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+         AWS_SESSION_TOKEN)"
+    ))
 }
 
 /// The span of the value at `key` (a dotted path) in TOML text.
@@ -331,6 +453,12 @@ impl Workspace {
                         file.display()
                     ))));
                 }
+                if let Some(refused) = object_store_secret(&text, &source) {
+                    return Err(ConfigError::invalid(Diagnostic::new(format!(
+                        "{}:{refused}",
+                        file.display()
+                    ))));
+                }
                 // toml knows where each value is; figment does not, so the file is checked here.
                 toml::from_str::<Config>(&text).map_err(|e| {
                     ConfigError::invalid(crate::diagnostic::toml_error(&source, &e))
@@ -362,6 +490,11 @@ impl Workspace {
                 Env::prefixed("KAVI_GATEWAY_")
                     .only(&["base_url", "model", "timeout", "max_prompt_chars"])
                     .map(|key| format!("gateway.{key}").into()),
+            )
+            .merge(
+                Env::prefixed("KAVI_OBJECT_STORE_")
+                    .only(&OBJECT_STORE_KEYS)
+                    .map(|key| format!("object_store.{key}").into()),
             )
             .merge(Serialized::defaults(overrides));
         // Points at the layer that set a value: its place in kavi.toml, or its variable.
@@ -420,6 +553,12 @@ impl Workspace {
             )));
         }
         crate::redact::set_min_secret_chars(config.min_secret_chars);
+        if let Some(Err((key, message))) = config.object_store.as_ref().map(|store| store.check()) {
+            return Err(ConfigError::invalid(located(
+                &["object_store", key],
+                message,
+            )));
+        }
         // A server's URL is no path in the workspace.
         if crate::ledger::postgres_url(&config.ledger).is_none() {
             config.ledger = root.join(&config.ledger);
@@ -480,6 +619,7 @@ impl Workspace {
             "jobs": self.config.jobs,
             "toolchains": self.config.toolchains,
             "toolchain": self.config.toolchain,
+            "object_store": self.config.object_store,
         })
     }
 }
@@ -634,6 +774,72 @@ ledger = \"postgres://kavi:hunter2@db.example/kavi\"\n",
                     && err.to_string().contains("must be at least 1s"),
                 "{err}"
             );
+            Ok(())
+        });
+    }
+
+    /// `[object_store]` says where the store is; a credential is refused wherever it is put
+    /// (a key of its own, an endpoint's user or query, inline or in the environment), at its
+    /// place, never shown.
+    #[test]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
+    fn an_object_store_is_named_in_kavi_toml_and_its_credentials_never_are() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "kavi.toml",
+                "[object_store]\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:9000\"\nprefix = \"/t/k/\"\n",
+            )?;
+            let config = Workspace::load(None, &Overrides::default()).unwrap().config;
+            let settings = config.object_settings().unwrap();
+            assert_eq!(settings.bucket, "b");
+            assert_eq!(settings.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+            assert_eq!((settings.region, settings.prefix.as_str()), (None, "t/k"));
+            assert_eq!(settings.timeout, std::time::Duration::from_secs(60));
+            for (text, at) in [
+                (
+                    "[object_store]\nbucket = \"b\"\nsecret_access_key = \"hunter2secret\"\n",
+                    "kavi.toml:3:1",
+                ),
+                (
+                    "jobs = 1\n[object_store]\nendpoint = \"https://AKIA:hunter2secret@s3.example\"\nbucket = \"b\"\n",
+                    "kavi.toml:3:1",
+                ),
+                (
+                    "object_store = { bucket = \"b\", token = \"hunter2secret\" }\n",
+                    "kavi.toml:1:32",
+                ),
+                (
+                    "[object_store]\nbucket = \"b\"\nendpoint = \"https://s3.example/?X-Amz-Credential=hunter2secret\"\n",
+                    "kavi.toml:3:1",
+                ),
+            ] {
+                jail.create_file("kavi.toml", text)?;
+                let said = Workspace::load(None, &Overrides::default())
+                    .unwrap_err()
+                    .to_string();
+                assert!(said.contains(at), "{said}");
+                assert!(said.contains("AWS_SECRET_ACCESS_KEY"), "{said}");
+                assert!(!said.contains("hunter2secret"), "{said}");
+            }
+            jail.create_file("kavi.toml", "[object_store]\nbucket = \"b\"\n")?;
+            jail.set_env(
+                "KAVI_OBJECT_STORE_ENDPOINT",
+                "https://AKIA:hunter2secret@s3.example",
+            );
+            let said = Workspace::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(said.contains("KAVI_OBJECT_STORE_ENDPOINT ("), "{said}");
+            assert!(!said.contains("hunter2secret"), "{said}");
+            jail.set_env("KAVI_OBJECT_STORE_ENDPOINT", "");
+            jail.create_file("kavi.toml", "[object_store]\nbucket = \"\"\n")?;
+            let said = Workspace::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(said.contains("kavi.toml:2:10"), "{said}");
             Ok(())
         });
     }

@@ -12,6 +12,14 @@
 //! With a ledger every machine of a team shares ([`SharedContent`]), the files here are a cache
 //! in front of it: an artifact this machine does not have, or whose copy no longer matches its
 //! hash, is fetched from the shared copy and checked before it is read.
+//!
+//! With an object store ([`Objects`], kavi.toml's `[object_store]`), every file artifact is
+//! also put there as it is stored, and the ledger records where: the shared copy is then the
+//! object, not the ledger's.
+
+mod objects;
+
+pub use objects::{ObjectSettings, Objects};
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -38,6 +46,10 @@ pub struct Artifact {
     /// ledger copies the content from when it records the artifact.
     #[serde(skip)]
     pub file: Option<PathBuf>,
+    /// Where the object store holds this file artifact, once it was put there
+    /// (`s3://BUCKET/KEY`): what the ledger records for every machine to read it from.
+    #[serde(skip)]
+    pub location: Option<String>,
 }
 
 /// Artifacts' content kept where every machine can read it (a server ledger), by SHA-256.
@@ -56,6 +68,7 @@ pub const INLINE_LIMIT: usize = 16 * 1024;
 pub struct ArtifactStore {
     root: PathBuf,
     shared: Option<Arc<dyn SharedContent>>,
+    objects: Option<Arc<Objects>>,
 }
 
 impl ArtifactStore {
@@ -65,7 +78,30 @@ impl ArtifactStore {
         Ok(Self {
             root: root.to_owned(),
             shared: None,
+            objects: None,
         })
+    }
+
+    /// This store putting every file artifact in `objects` too, for every machine to read.
+    pub fn with_objects(self, objects: Arc<Objects>) -> Self {
+        Self {
+            objects: Some(objects),
+            ..self
+        }
+    }
+
+    /// The object store file artifacts go to, when there is one.
+    pub fn objects(&self) -> Option<&Objects> {
+        self.objects.as_deref()
+    }
+
+    /// Puts the file artifact `artifact`, which this store holds, in the object store when
+    /// there is one, and notes where. Content already there is not sent again.
+    pub fn send(&self, artifact: &mut Artifact) -> io::Result<()> {
+        if let (Some(objects), Some(file)) = (&self.objects, &artifact.file) {
+            artifact.location = Some(objects.put_file(&artifact.sha256, artifact.size, file)?);
+        }
+        Ok(())
     }
 
     /// This store as a cache in front of `shared`, which every machine reads.
@@ -97,6 +133,7 @@ impl ArtifactStore {
             size,
             path,
             inline: None,
+            location: None,
         }
     }
 
@@ -113,17 +150,19 @@ impl ArtifactStore {
             path: String::new(),
             inline: Some(bytes.into()),
             file: None,
+            location: None,
         })
     }
 
     pub fn put_bytes(&self, kind: &str, bytes: &[u8]) -> io::Result<Artifact> {
-        let artifact = self.artifact(kind, sha256_hex(bytes), bytes.len() as u64);
+        let mut artifact = self.artifact(kind, sha256_hex(bytes), bytes.len() as u64);
         let destination = self.path_of(&artifact);
         if !holds(&destination, &artifact) {
             let mut temp = NamedTempFile::new_in(self.temp_dir())?;
             temp.write_all(bytes)?;
             self.persist(temp, &destination)?;
         }
+        self.send(&mut artifact)?;
         Ok(artifact)
     }
 
@@ -169,11 +208,12 @@ impl ArtifactStore {
         sha256: String,
         size: u64,
     ) -> io::Result<Artifact> {
-        let artifact = self.artifact(kind, sha256, size);
+        let mut artifact = self.artifact(kind, sha256, size);
         let destination = self.path_of(&artifact);
         if !holds(&destination, &artifact) {
             self.persist(temp, &destination)?;
         }
+        self.send(&mut artifact)?;
         Ok(artifact)
     }
 

@@ -2,6 +2,7 @@
 //! read its JSON answers.
 
 pub mod postgres;
+pub mod s3;
 pub mod stand_in;
 
 use std::path::Path;

@@ -439,17 +439,19 @@ fn member_text(mut file: std::fs::File, size: u64) -> Option<String> {
 }
 
 /// The settings of the configuration that say how one machine is set up, not what a run may
-/// do: where its ledger, artifacts, sandboxes, log and toolchains are (the sandbox folder comes
-/// from `$TMPDIR`; a server ledger's URL is spelt per machine, `localhost` or `127.0.0.1`, with
-/// or without a password). The machines of a team differ in them, so they do not govern: a step
-/// or a resume from a machine set up otherwise is not a change of rules.
-pub const LOCAL_SETTINGS: [&str; 6] = [
+/// do: where its ledger, artifacts, object store, sandboxes, log and toolchains are (the
+/// sandbox folder comes from `$TMPDIR`; a server ledger's URL is spelt per machine, `localhost`
+/// or `127.0.0.1`, with or without a password; an object store's endpoint may be a machine's
+/// own way to it). The machines of a team differ in them, so they do not govern: a step or a
+/// resume from a machine set up otherwise is not a change of rules.
+pub const LOCAL_SETTINGS: [&str; 7] = [
     "ledger",
     "artifacts",
     "sandboxes",
     "executions_log",
     "toolchains",
     "toolchain",
+    "object_store",
 ];
 
 /// The machine's own [`LOCAL_SETTINGS`] of the resolved configuration, with the temporary
@@ -458,7 +460,11 @@ pub const LOCAL_SETTINGS: [&str; 6] = [
 pub fn local_settings(config: &Value) -> Value {
     let mut local: serde_json::Map<String, Value> = LOCAL_SETTINGS
         .iter()
-        .filter_map(|name| Some(((*name).to_owned(), config.get(*name)?.clone())))
+        // A setting a machine leaves unset (`object_store`) is not listed.
+        .filter_map(|name| {
+            let value = config.get(*name).filter(|value| !value.is_null())?;
+            Some(((*name).to_owned(), value.clone()))
+        })
         .collect();
     local.insert(
         "temp".into(),
