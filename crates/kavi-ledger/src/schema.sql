@@ -300,6 +300,15 @@ CREATE INDEX verifications_skill_run ON verifications(skill, run_id);
 
 CREATE INDEX executions_skill ON executions(skill, started_at, id);
 
+CREATE TABLE group_slots (
+        grp         TEXT NOT NULL,
+        slot        INTEGER NOT NULL,
+        holder      TEXT NOT NULL,
+        lease_until TEXT NOT NULL,
+        make_way    INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (grp, slot)
+    );
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 
