@@ -334,12 +334,10 @@ pub async fn run_subset(
     // Held until the run has ended; a run cancelled while it waits for its group never began.
     let _group = match &pipeline.concurrency {
         None => None,
-        Some(concurrency) => {
-            match join_group(&workspace.config.ledger, concurrency, &cancel).await? {
-                Some(slot) => Some(slot),
-                None => return Ok(super::cancelled_exit_code()),
-            }
-        }
+        Some(concurrency) => match join_group(&mut ledger, concurrency, &cancel).await? {
+            Some(slot) => Some(slot),
+            None => return Ok(super::cancelled_exit_code()),
+        },
     };
 
     let mut console = observer(json, &screen, 0);
@@ -392,20 +390,14 @@ pub async fn run_subset(
 /// runs holding it and waiting. Runs that wait take a free slot in no set order. `None` when
 /// `cancel` fired while it waited.
 async fn join_group(
-    ledger: &Path,
+    ledger: &mut Ledger,
     concurrency: &spec::Concurrency,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Result<Option<crate::ledger::concurrency::GroupSlot>, Error> {
+) -> Result<Option<crate::groups::Slot>, Error> {
     let mut wait = crate::groups::GroupWait::new(concurrency, "run");
     let mut waiting = false;
     loop {
-        let turn = wait.try_take(ledger).map_err(|source| Error::Io {
-            context: format!(
-                "failed to take a slot of concurrency group `{}`",
-                wait.group()
-            ),
-            source,
-        })?;
+        let turn = wait.try_take(ledger)?;
         match turn {
             crate::groups::Turn::Took(slot) => return Ok(Some(slot)),
             crate::groups::Turn::Refused(full) => {
@@ -414,9 +406,9 @@ async fn join_group(
                 )));
             }
             crate::groups::Turn::Full { why, cancelled } => {
-                for pid in cancelled {
+                for holder in cancelled {
                     errln!(
-                        "cancelling the run of kavi process {pid} in concurrency group `{}`",
+                        "cancelling the run of kavi process {holder} in concurrency group `{}`",
                         wait.group()
                     );
                 }

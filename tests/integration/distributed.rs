@@ -1233,6 +1233,7 @@ outputs = ["out/a.txt"]
              DROP INDEX verifications_skill;
              DROP INDEX verifications_skill_run;
              DROP INDEX executions_skill;
+             DROP TABLE group_slots;
              DELETE FROM artifact_objects;
              DROP TABLE artifact_objects;
              UPDATE schema_version SET version = 23;
@@ -1250,7 +1251,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 37);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 38);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

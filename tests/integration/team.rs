@@ -256,6 +256,21 @@ fn on_machine(root: &Path, host: &str, tmp: &Path, url: &str, args: &[&str]) -> 
     command
 }
 
+/// The process id a node wrote into `file` once it started what it leaves running.
+fn node_pid(file: &Path) -> i32 {
+    for _ in 0..300 {
+        if std::fs::read_to_string(file).is_ok_and(|pid| pid.ends_with('\n')) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::read_to_string(file)
+        .expect("the node started")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 fn alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }
@@ -288,18 +303,7 @@ shell = "if [ -e node.pid ]; then echo again; else sleep 600 & echo $! > node.pi
     let machine_a = |args: &[&str]| on_machine(root, "machine-a", tmp_a.path(), &url, args);
     let machine_b = |args: &[&str]| on_machine(root, "machine-b", tmp_b.path(), &url, args);
     let mut run = spawn(machine_a(&["pipeline", "run", "slow"]));
-    let pid_file = root.join("node.pid");
-    for _ in 0..300 {
-        if std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid.ends_with('\n')) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let node: i32 = std::fs::read_to_string(&pid_file)
-        .expect("the node started")
-        .trim()
-        .parse()
-        .unwrap();
+    let node = node_pid(&root.join("node.pid"));
     // The run is recorded (its first nodes start while that commits).
     for _ in 0..300 {
         let listed = json(&machine_b(&["runs", "list", "--json"]).output().unwrap());
@@ -699,4 +703,213 @@ fn a_server_ledgers_journal_triggers_of_before_are_made_again() {
     assert_eq!(second.status.code(), Some(0), "{}", text(&second));
     assert_eq!(appending_at_once(&mut client), 0);
     assert_verifies(root, &url);
+}
+
+/// Writes `s ID TIME` when its node starts and `e ID TIME` when it ends into `log`, sleeping
+/// between: the interval it ran in.
+fn interval_shell(log: &Path) -> String {
+    format!(
+        "echo \\\"s $$ $(date +%s%N)\\\" >> {log}; sleep 1; echo \\\"e $$ $(date +%s%N)\\\" >> {log}",
+        log = log.display()
+    )
+}
+
+/// The intervals `log` holds, as (start, end), by start.
+fn intervals(log: &Path) -> Vec<(u128, u128)> {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut by_id: std::collections::HashMap<&str, (Option<u128>, Option<u128>)> =
+        std::collections::HashMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [mark, id, time] = fields[..] else {
+            panic!("a line that is not `s|e ID TIME`: {line}");
+        };
+        let time = time.parse().unwrap();
+        let entry = by_id.entry(id).or_default();
+        match mark {
+            "s" => entry.0 = Some(time),
+            _ => entry.1 = Some(time),
+        }
+    }
+    let mut intervals: Vec<(u128, u128)> = by_id
+        .into_values()
+        .map(|(s, e)| (s.expect("a start"), e.expect("an end")))
+        .collect();
+    intervals.sort_unstable();
+    intervals
+}
+
+/// Runs of a group, and attempts of a node group, on two machines sharing a server's ledger
+/// (each its own hostname and temporary folder, where its lock files live): the group's limit
+/// holds across them, with runs and attempts that would otherwise overlap waiting their turn.
+#[test]
+fn a_concurrency_group_holds_across_machines_on_a_server() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    if !common::uts_namespace_or_skip() {
+        return;
+    }
+    let log_dir = tempfile::tempdir().unwrap();
+    let runs_log = log_dir.path().join("runs.log");
+    let nodes_log = log_dir.path().join("nodes.log");
+    let runs = format!(
+        "[pipeline]\nname = \"deploy\"\nconcurrency = {{ group = \"deploy\" }}\n\n\
+         [nodes.work]\nkind = \"exec\"\nshell = \"{}\"\n",
+        interval_shell(&runs_log)
+    );
+    let nodes = format!(
+        "[pipeline]\nname = \"gpu\"\n\n\
+         [nodes.a]\nkind = \"exec\"\nshell = \"{shell}\"\nconcurrency = {{ group = \"gpu\" }}\n\n\
+         [nodes.b]\nkind = \"exec\"\nshell = \"{shell}\"\nconcurrency = {{ group = \"gpu\" }}\n",
+        shell = interval_shell(&nodes_log)
+    );
+    // Two workspaces, one per machine, on the one server.
+    let (dir_a, dir_b) = (workspace_with(&runs), workspace_with(&runs));
+    for dir in [&dir_a, &dir_b] {
+        std::fs::write(dir.path().join("pipelines/gpu.toml"), &nodes).unwrap();
+    }
+    let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let machines = [
+        (dir_a.path(), "machine-a", tmp_a.path()),
+        (dir_b.path(), "machine-b", tmp_b.path()),
+    ];
+    for (pipeline, log, wanted) in [("slow", &runs_log, 2), ("gpu", &nodes_log, 4)] {
+        let children: Vec<Child> = machines
+            .iter()
+            .map(|(root, host, tmp)| {
+                spawn(on_machine(
+                    root,
+                    host,
+                    tmp,
+                    &url,
+                    &["pipeline", "run", pipeline, "--jobs", "2"],
+                ))
+            })
+            .collect();
+        let outputs: Vec<Output> = children
+            .into_iter()
+            .map(|child| child.wait_with_output().unwrap())
+            .collect();
+        for output in &outputs {
+            assert_eq!(output.status.code(), Some(0), "{}", text(output));
+        }
+        // Someone found the group full and waited, naming the holder by its machine.
+        assert!(
+            outputs
+                .iter()
+                .any(|o| text(o).contains("is full") && text(o).contains("@machine-")),
+            "{}",
+            outputs.iter().map(text).collect::<String>()
+        );
+        let intervals = intervals(log);
+        assert_eq!(intervals.len(), wanted, "{intervals:?}");
+        for pair in intervals.windows(2) {
+            assert!(
+                pair[0].1 <= pair[1].0,
+                "{pipeline}: two members of a group of 1 ran at once: {intervals:?}"
+            );
+        }
+    }
+}
+
+/// A machine holding a group's slot dies: the run waiting on another machine goes on once the
+/// dead one's lease (kavi.toml's `lease`, 3 s here) has run out, not before. A run that finds
+/// the group full with `cancel-running` has the holder on the other machine cancel its run
+/// (recorded so) and then runs; one with `refuse` starts nothing, naming the holder.
+#[test]
+fn a_dead_or_cancelled_holder_on_another_machine_frees_its_groups_slot() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    if !common::uts_namespace_or_skip() {
+        return;
+    }
+    let holding = "[pipeline]\nname = \"slow\"\nconcurrency = { group = \"deploy\" }\n\n\
+                   [nodes.hold]\nkind = \"exec\"\n\
+                   shell = \"sleep 600 & echo $! > held.pid; wait\"\n";
+    let (dir_a, dir_b) = (workspace_with(holding), workspace_with(holding));
+    for (dir, on_conflict) in [
+        (&dir_b, "queue"),
+        (&dir_b, "cancel-running"),
+        (&dir_b, "refuse"),
+    ] {
+        std::fs::write(
+            dir.path().join(format!("pipelines/{on_conflict}.toml")),
+            format!(
+                "[pipeline]\nname = \"{on_conflict}\"\n\
+                 concurrency = {{ group = \"deploy\", on_conflict = \"{on_conflict}\" }}\n\n\
+                 [nodes.go]\nkind = \"exec\"\nshell = \"echo ran > {on_conflict}.ran\"\n"
+            ),
+        )
+        .unwrap();
+    }
+    for dir in [&dir_a, &dir_b] {
+        std::fs::write(dir.path().join("kavi.toml"), "lease = \"3s\"\n").unwrap();
+    }
+    let (root_a, root_b) = (dir_a.path(), dir_b.path());
+    let (tmp_a, tmp_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let machine_a = |args: &[&str]| on_machine(root_a, "machine-a", tmp_a.path(), &url, args);
+    let machine_b = |args: &[&str]| on_machine(root_b, "machine-b", tmp_b.path(), &url, args);
+    let pid_file = root_a.join("held.pid");
+    // Machine A's run holds the group until its node is stopped.
+    let hold = |machine_a: &dyn Fn(&[&str]) -> Command| {
+        let _ = std::fs::remove_file(&pid_file);
+        let run = spawn(machine_a(&["pipeline", "run", "slow", "--json"]));
+        (run, node_pid(&pid_file))
+    };
+
+    // A dies holding it; B waits all the while A lives, then goes on.
+    let (mut run_a, node_a) = hold(&machine_a);
+    let mut queued = spawn(machine_b(&["pipeline", "run", "queue"]));
+    for _ in 0..20 {
+        assert!(queued.try_wait().unwrap().is_none(), "B did not wait for A");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        !root_b.join("queue.ran").exists(),
+        "B ran while A held the group"
+    );
+    run_a.kill().unwrap();
+    run_a.wait().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(node_a),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let queued = queued.wait_with_output().unwrap();
+    assert_eq!(queued.status.code(), Some(0), "{}", text(&queued));
+    assert!(root_b.join("queue.ran").exists());
+    let said = text(&queued);
+    assert!(
+        said.contains("concurrency group `deploy` is full: 1 run(s) at once, held by kavi process")
+            && said.contains(&format!("{}@machine-a", run_a.id())),
+        "{said}"
+    );
+
+    // A holds it again; B refuses to start, then cancels A's run and runs.
+    let (run_a, node_a) = hold(&machine_a);
+    let refused = machine_b(&["pipeline", "run", "refuse"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(text(&refused).contains("@machine-a"), "{}", text(&refused));
+    assert!(!root_b.join("refuse.ran").exists());
+    let cancelling = machine_b(&["pipeline", "run", "cancel-running"])
+        .output()
+        .unwrap();
+    assert_eq!(cancelling.status.code(), Some(0), "{}", text(&cancelling));
+    assert!(
+        text(&cancelling).contains("cancelling the run of kavi process"),
+        "{}",
+        text(&cancelling)
+    );
+    assert!(root_b.join("cancel-running.ran").exists());
+    let cancelled = run_a.wait_with_output().unwrap();
+    let detail: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(detail["status"], "cancelled", "{}", text(&cancelled));
+    for _ in 0..100 {
+        if !alive(node_a) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!alive(node_a), "the cancelled run's node still runs");
 }

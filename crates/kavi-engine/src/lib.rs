@@ -9,6 +9,7 @@ pub mod cache;
 pub mod executor;
 pub mod export;
 pub mod groups;
+pub mod heartbeat;
 pub mod nodes;
 
 pub use kavi_foundation::{diagnostic, files, hash, jsonpath, redact, sandbox, state, template};

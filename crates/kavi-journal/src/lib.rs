@@ -65,7 +65,8 @@ pub const HASH_FUNCTION: &str = "kavi_sha256";
 /// the public chain, but not the MACs.
 const MAC_FUNCTION: &str = "kavi_mac";
 
-/// Tables without journal entries: the journal itself, bookkeeping, and the content of
+/// Tables without journal entries: the journal itself, bookkeeping (the slots of concurrency
+/// groups, held a while and deciding nothing the runs' rows do not record), and the content of
 /// artifacts kept in the ledger (bound by the SHA-256 of its journaled artifact row, and
 /// re-hashed by `verify`).
 const UNJOURNALED: &[&str] = &[
@@ -74,6 +75,7 @@ const UNJOURNALED: &[&str] = &[
     "sqlite_sequence",
     "artifact_contents",
     "artifact_chunks",
+    "group_slots",
 ];
 
 /// What a SQLite ledger's table triggers write their entries into: a view that holds nothing,

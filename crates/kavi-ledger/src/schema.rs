@@ -87,6 +87,8 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     ],
     // 37
     &[ServerStep::Table("artifact_objects")],
+    // 38
+    &[ServerStep::Table("group_slots")],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -185,6 +187,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/35.sql"),
     include_str!("migrations/36.sql"),
     include_str!("migrations/37.sql"),
+    include_str!("migrations/38.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

@@ -305,6 +305,15 @@ CREATE TABLE artifact_objects (
         location TEXT NOT NULL
     );
 
+CREATE TABLE group_slots (
+        grp         TEXT NOT NULL,
+        slot        INTEGER NOT NULL,
+        holder      TEXT NOT NULL,
+        lease_until TEXT NOT NULL,
+        make_way    INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (grp, slot)
+    );
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 

@@ -18,7 +18,7 @@ use crate::state::NodeState;
 /// What a node's concurrency group lets an attempt due to start do.
 enum Admission {
     /// Start, holding the group's slot (`None`: the node names no group).
-    Go(Option<crate::ledger::concurrency::GroupSlot>),
+    Go(Option<crate::groups::Slot>),
     /// Wait: the group is full.
     Wait,
     /// Nothing more: the attempt ended without running (recorded).
@@ -142,7 +142,7 @@ impl<'a> Executor<'a> {
         let wait = self.slots[index].group_wait.get_or_insert_with(|| {
             crate::groups::GroupWait::new(concurrency.get_ref(), "node run")
         });
-        let ended = match wait.try_take(&self.env.ledger) {
+        let ended = match wait.try_take(self.ledger) {
             Ok(crate::groups::Turn::Took(slot)) => {
                 self.slots[index].group_wait = None;
                 return Ok(Admission::Go(Some(slot)));
@@ -185,7 +185,7 @@ impl<'a> Executor<'a> {
         &mut self,
         index: usize,
         attempt: u32,
-        group_slot: Option<crate::ledger::concurrency::GroupSlot>,
+        group_slot: Option<crate::groups::Slot>,
     ) -> Result<(), LedgerError> {
         // No node starts that the ledger could not record: while the writer is stalled (the
         // server gone and its connection being made again, the file locked), the loop waits

@@ -62,8 +62,9 @@ pub enum Event<'a> {
         attempt: u32,
         /// Why: the group, its limit and its holders.
         why: &'a str,
-        /// The kavi processes it sent a cancel (`on_conflict = "cancel-running"`).
-        cancelled: &'a [u32],
+        /// The kavi processes it asked to make way (`on_conflict = "cancel-running"`): process
+        /// ids, or `pid@host` on a server's ledger.
+        cancelled: &'a [String],
     },
     NodeFinished {
         node: &'a str,

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::recorder::Recorder;
 use super::{Executor, Observer, counts_as_failure, sleep_until_opt};
 use crate::dag::Dag;
+use crate::heartbeat::{Beat, Heartbeat};
 use crate::ledger::{Claim, Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail, lease_over};
 use crate::node::Environment;
 use crate::spec::NodeSpec;
@@ -134,7 +135,7 @@ pub async fn execute_step(
     let heartbeat = match to_claim {
         Some(attempt) => {
             match ledger.claim_attempt(run.run.id, &node.id, node.kind, attempt, claimant)? {
-                Claim::Won => Some(Heartbeat::start(
+                Claim::Won => Some(claim_heartbeat(
                     ledger.another_connection()?,
                     (run.run.id, node.id.clone(), attempt, claimant.to_owned()),
                     cancel.clone(),
@@ -277,68 +278,6 @@ fn claimed(attempt: u32, by: String) -> StepOutcome {
     }
 }
 
-/// Renews a step's lease on the attempt it runs, on a thread and a connection of its own, until
-/// it is dropped. Should the attempt stop being the step's own (another step took it over once
-/// the lease ran out, when the ledger could not be reached for that long), the node is
-/// cancelled: its result would not be recorded.
-struct Heartbeat {
-    stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Heartbeat {
-    fn start(
-        connection: crate::ledger::AnotherConnection,
-        (run_id, node_id, attempt, claimant): (i64, String, u32, String),
-        cancel: CancellationToken,
-    ) -> Heartbeat {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("kavi-heartbeat".into())
-            .spawn(move || {
-                let ledger = match connection.open() {
-                    Ok(ledger) => ledger,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the claim's lease cannot be renewed");
-                        return;
-                    }
-                };
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(crate::ledger::lease() / 3)
-                {
-                    match ledger.renew_claim(run_id, &node_id, attempt, &claimant) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            tracing::warn!(
-                                node = node_id,
-                                attempt,
-                                "the attempt's claim was lost to another step: the node is stopped"
-                            );
-                            cancel.cancel();
-                            return;
-                        }
-                        // The lease holds a while yet: the next beat tries again.
-                        Err(e) => tracing::warn!(error = %e, "the claim's lease was not renewed"),
-                    }
-                }
-            })
-            .expect("a thread can be started");
-        Heartbeat {
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.stop = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 /// How long ago the run started, whichever machine started it.
 fn since_start(run: &RunDetail) -> Duration {
     run.run
@@ -428,4 +367,31 @@ pub fn settle_external_run(
     ledger.finish_run(run.run.id, status, since_start(run), error.as_deref())?;
     crate::ledger::cleanup::settle_run(ledger, run.run.id, status == RunStatus::Succeeded)?;
     Ok(status)
+}
+
+/// Renews a step's lease on the attempt it runs until it is dropped. Should the attempt stop
+/// being the step's own (another step took it over once the lease ran out, when the ledger
+/// could not be reached for that long), the node is cancelled: its result would not be
+/// recorded.
+fn claim_heartbeat(
+    connection: crate::ledger::AnotherConnection,
+    (run_id, node_id, attempt, claimant): (i64, String, u32, String),
+    cancel: CancellationToken,
+) -> Heartbeat {
+    let what = format!("attempt {attempt} of `{node_id}`'s claim");
+    Heartbeat::start(
+        connection,
+        what,
+        move |ledger| {
+            Ok(
+                if ledger.renew_claim(run_id, &node_id, attempt, &claimant)? {
+                    Beat::Held
+                } else {
+                    Beat::Lost("the attempt's claim was lost to another step: the node is stopped")
+                },
+            )
+        },
+        move |_| cancel.cancel(),
+        |_| {},
+    )
 }
