@@ -208,6 +208,50 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     assert_eq!(shown["skill"]["state"], "VERIFIED");
 }
 
+/// A pipeline of `transition` nodes alone does not record a skill VERIFIED ("every required
+/// gate passed") with no gate run: the move into a state on the way to trust needs a passing
+/// gate run of the skill in the run, whatever the pipeline looks like.
+#[test]
+fn a_move_into_verified_needs_a_passing_gate_run_in_the_run() {
+    let dir = workspace();
+    json(&kavi(
+        dir.path(),
+        &["skill", "propose", "proposals/write_note.toml", "--json"],
+    ));
+    let out = kavi(
+        dir.path(),
+        &["pipeline", "run", "advance", "--set", "skill=write_note"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
+    assert_eq!(run["nodes"][1]["node_id"], "verified", "{run}");
+    assert_eq!(run["nodes"][1]["state"], "failed", "{run}");
+    assert_eq!(
+        run["nodes"][1]["error"],
+        format!(
+            "the move BUILT -> VERIFIED of `write_note` is earned, not declared: no gate run of \
+             it is recorded in run {id} or the runs below it; a `gate` node earns it",
+            id = run["id"]
+        )
+    );
+    let shown = json(&kavi(
+        dir.path(),
+        &["skill", "show", "write_note", "--json"],
+    ));
+    assert_eq!(shown["skill"]["state"], "BUILT");
+    // A second run has no more right to it: the first run's moves earn nothing either.
+    let again = kavi(
+        dir.path(),
+        &["pipeline", "run", "advance", "--set", "skill=write_note"],
+    );
+    assert_eq!(again.status.code(), Some(1));
+    let shown = json(&kavi(
+        dir.path(),
+        &["skill", "show", "write_note", "--json"],
+    ));
+    assert_ne!(shown["skill"]["state"], "VERIFIED");
+}
+
 #[test]
 fn a_transition_to_an_undeclared_state_is_a_check_error() {
     let dir = workspace();
@@ -267,11 +311,22 @@ run = ["echo", "{{ params.word }}"]
         dir.path(),
         &["skill", "propose", "proposals/write_note.toml", "--json"],
     ));
+    // A run that moves the skill, and so is part of its history.
+    std::fs::write(
+        dir.path().join("pipelines/build-only.toml"),
+        "[pipeline]\nname = \"build-only\"\n[params.skill]\ntype = \"string\"\n\
+         [nodes.built]\nkind = \"transition\"\nskill = \"{{ params.skill }}\"\nto = \"BUILT\"\n",
+    )
+    .unwrap();
     let advanced = kavi(
         dir.path(),
-        &["pipeline", "run", "advance", "--set", "skill=write_note"],
+        &["pipeline", "run", "build-only", "--set", "skill=write_note"],
     );
-    assert!(advanced.status.success());
+    assert!(
+        advanced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&advanced.stderr)
+    );
     said("shared");
     let store = dir.path().join(".kavi/artifacts");
     let only_mine_stdout = only_mine["nodes"][0]["artifacts"]

@@ -142,6 +142,35 @@ fn an_executor_of_another_account_is_not_asked() {
     );
 }
 
+/// A `.kavi/` every account may add to is refused even when root owns it and the sticky bit is
+/// set: another account could plant a lock file, a socket or an artifact under a name kavi reads.
+#[test]
+fn a_world_writable_state_folder_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = workspace_with(PROPOSAL, SKILL, TEST);
+    let root = dir.path();
+    let state = root.join(".kavi");
+    std::fs::remove_dir_all(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = kavi(
+        root,
+        &["pipeline", "run", "verify-promote", "--set", "skill=demo"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains(&format!("kavi's state folder {}", state.display()))
+            && stderr.contains("is writable by every account (mode 1777)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&state).unwrap().count(),
+        0,
+        "nothing was made in it"
+    );
+}
+
 /// A `.kavi/` another account made first in a shared workspace is refused, naming it, before
 /// anything is read from or written to it.
 #[test]

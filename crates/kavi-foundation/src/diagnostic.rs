@@ -320,16 +320,18 @@ pub fn toml_error(file: &Arc<SourceFile>, err: &toml::de::Error) -> Diagnostic {
 
 /// Reads `table` (at `span` of `file`) as a `T`, with every problem of its fields, not only
 /// serde's first: the field at fault is taken out and the table read again, once per field at
-/// most, as rustc goes on past an error. A field taken out is then not reported missing too,
-/// nor is one a misspelt field was said to mean. Of a nested table, the first problem is
-/// reported. The value is the table read without the fields at fault, when it then reads: what
-/// those that remain say can still be checked, in the same pass.
+/// most, as rustc goes on past an error. The field taken out is the innermost one the problem
+/// points into, so a nested table (`[limits]`, an `[[transition]]`, a node's `retry`) has every
+/// problem of its own reported too. A field taken out is then not reported missing too, nor is
+/// one a misspelt field was said to mean. The value is the table read without the fields at
+/// fault, when it then reads: what those that remain say can still be checked, in the same pass.
 pub fn read_table<T: serde::de::DeserializeOwned>(
     file: &Arc<SourceFile>,
     span: Range<usize>,
     mut table: toml::de::DeTable<'_>,
 ) -> (Option<T>, Vec<Diagnostic>) {
     let mut problems = Vec::new();
+    // The names of the fields taken out or meant, at whatever depth.
     let mut taken_out: Vec<String> = Vec::new();
     loop {
         let read = T::deserialize(toml::de::Deserializer::from(Spanned::new(
@@ -347,7 +349,19 @@ pub fn read_table<T: serde::de::DeserializeOwned>(
             {
                 problems.push(toml_error(file, &error));
             }
-            return (None, problems);
+            // A nested table that misses a field is taken out, and the rest read on; a field
+            // the whole table misses leaves nothing to read it as.
+            match error
+                .span()
+                .filter(|at| *at != span)
+                .and_then(|at| take_out(&mut table, at.start))
+            {
+                Some(field) => {
+                    taken_out.push(field);
+                    continue;
+                }
+                None => return (None, problems),
+            }
         }
         let problem = toml_error(file, &error);
         // "did you mean `initial`?": the field it names is taken as written, not missing.
@@ -360,20 +374,50 @@ pub fn read_table<T: serde::de::DeserializeOwned>(
             taken_out.push(meant.to_owned());
         }
         problems.push(problem);
-        let at_fault = error.span().and_then(|at| {
-            table
-                .iter()
-                .find(|(key, value)| key.span().start <= at.start && at.start < value.span().end)
-                .map(|(key, _)| key.get_ref().to_string())
-        });
-        match at_fault {
-            Some(field) => {
-                table.remove(field.as_str());
-                taken_out.push(field);
-            }
+        match error.span().and_then(|at| take_out(&mut table, at.start)) {
+            Some(field) => taken_out.push(field),
             None => return (None, problems),
         }
     }
+}
+
+/// Takes out of `table` the innermost field whose key or value holds byte `at`, looking into
+/// nested tables and the tables of arrays, and returns its name; `None` when no field holds it.
+/// A `[table]` header's span is the header alone, so nested tables are searched whatever their
+/// span; an array's item cannot be taken out alone, so a problem of the item itself takes out
+/// the array.
+fn take_out(table: &mut toml::de::DeTable<'_>, at: usize) -> Option<String> {
+    let names: Vec<String> = table
+        .iter()
+        .map(|(key, _)| key.get_ref().to_string())
+        .collect();
+    for name in names {
+        let Some((key, value)) = table.get_key_value(name.as_str()) else {
+            continue;
+        };
+        let mut holds =
+            key.span().start <= at && at < value.span().end || value.span().contains(&at);
+        let value = table.get_mut(name.as_str())?;
+        let inner = match value.get_mut() {
+            toml::de::DeValue::Table(nested) => take_out(nested, at),
+            toml::de::DeValue::Array(items) => items.iter_mut().find_map(|item| {
+                holds |= item.span().contains(&at);
+                match item.get_mut() {
+                    toml::de::DeValue::Table(nested) => take_out(nested, at),
+                    _ => None,
+                }
+            }),
+            _ => None,
+        };
+        if inner.is_some() {
+            return inner;
+        }
+        if holds {
+            table.remove(name.as_str());
+            return Some(name);
+        }
+    }
+    None
 }
 
 /// Compiles glob patterns, pointing at the one that does not parse.
@@ -475,6 +519,68 @@ mod tests {
         let problems = read("[step]\nid = \"a\"\nskil = \"b\"\n").unwrap_err();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(read("[step]\nid = \"a\"\nskill = \"b\"\n").is_ok());
+    }
+
+    #[test]
+    fn a_nested_table_s_every_problem_is_reported_in_one_pass() {
+        #[derive(serde::Deserialize, Debug)]
+        #[expect(dead_code, reason = "only how the file reads is checked")]
+        #[serde(deny_unknown_fields)]
+        struct Limits {
+            memory: u32,
+            cpus: Option<u32>,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[expect(dead_code, reason = "only how the file reads is checked")]
+        #[serde(deny_unknown_fields)]
+        struct Step {
+            id: String,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[expect(dead_code, reason = "only how the file reads is checked")]
+        #[serde(deny_unknown_fields)]
+        struct Policy {
+            name: String,
+            limits: Limits,
+            step: Vec<Step>,
+        }
+        let text = "name = \"p\"\n\n[limits]\nmemroy = 1\ncpus = \"two\"\nswap = 3\n\n\
+                    [[step]]\nid = \"a\"\n\n[[step]]\nid = 2\ndi = \"b\"\n";
+        let file = SourceFile::new("policies/p.toml", text);
+        let root = toml::de::DeTable::parse(text).unwrap();
+        let span = root.span();
+        let (read, problems) = read_table::<Policy>(&file, span, root.into_inner());
+        let found: Vec<_> = problems
+            .iter()
+            .map(|p| {
+                (
+                    p.message.split(',').next().unwrap().to_owned(),
+                    p.position().unwrap(),
+                    p.help.clone(),
+                )
+            })
+            .collect();
+        let at = |line: usize, col: usize| format!("policies/p.toml:{line}:{col}");
+        assert_eq!(
+            found,
+            [
+                (
+                    "unknown field `memroy`".to_owned(),
+                    at(4, 1),
+                    Some("did you mean `memory`?".to_owned())
+                ),
+                ("invalid type: string \"two\"".to_owned(), at(5, 8), None),
+                ("unknown field `swap`".to_owned(), at(6, 1), None),
+                ("invalid type: integer `2`".to_owned(), at(12, 6), None),
+                (
+                    "unknown field `di`".to_owned(),
+                    at(13, 1),
+                    Some("did you mean `id`?".to_owned())
+                ),
+            ],
+            "{problems:#?}"
+        );
+        assert!(read.is_none(), "`memory` is missing once `memroy` is out");
     }
 
     #[test]

@@ -121,11 +121,12 @@ fn not_ours(metadata: &std::fs::Metadata) -> Option<String> {
 }
 
 /// Makes one of kavi's state folders (`.kavi/`, the ledger's locks, the artifact store) if
-/// missing, and checks it: a real folder (not a link), this user's or root's. In a shared
-/// workspace another account could otherwise make it first and plant what kavi trusts there (a
-/// ledger, an executor's socket, artifacts). A folder root owns is accepted open to others: that
-/// is how a team shares a workspace, and what is found in it is checked on its own (the
-/// executor's account, the journal's keys).
+/// missing, and checks it: a real folder (not a link), this user's or root's, and not writable
+/// by every account. In a shared workspace another account could otherwise make it first, or
+/// add to it, and plant what kavi trusts there (a ledger, an executor's socket, lock files,
+/// artifacts). A folder root owns is accepted open to a group: that is how a team shares a
+/// workspace. World write is refused even with the sticky bit: that bit stops others removing
+/// kavi's files, not adding their own under names kavi then reads.
 pub fn state_folder(path: &Path) -> io::Result<()> {
     match path.symlink_metadata() {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -140,18 +141,29 @@ pub fn state_folder(path: &Path) -> io::Result<()> {
     }
     let metadata = path.symlink_metadata()?;
     let problem = if !metadata.is_dir() {
-        Some("is not a folder (a link is refused)".to_owned())
+        Some((
+            "is not a folder (a link is refused)".to_owned(),
+            "remove it",
+        ))
+    } else if metadata.mode() & 0o002 != 0 {
+        Some((
+            format!(
+                "is writable by every account (mode {:o}): any of them could plant files kavi \
+                 reads there",
+                metadata.mode() & 0o7777
+            ),
+            "`chmod o-w` it",
+        ))
     } else if metadata.uid() == 0 {
         None
     } else {
-        not_ours(&metadata)
+        not_ours(&metadata).map(|problem| (problem, "remove it, or make it yours"))
     };
     match problem {
-        Some(problem) => Err(io::Error::new(
+        Some((problem, remedy)) => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "kavi's state folder {} {problem}; refusing to use it (remove it, or make it \
-                 yours)",
+                "kavi's state folder {} {problem}; refusing to use it ({remedy})",
                 path.display()
             ),
         )),
@@ -609,6 +621,41 @@ pub fn unsafe_path_reason(path: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state folder any account may add to is refused whoever owns it, sticky or not; one
+    /// open to a group only is kept, and so is a missing one kavi makes itself.
+    #[test]
+    fn a_world_writable_state_folder_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let made = dir.path().join("made");
+        state_folder(&made).unwrap();
+        assert_eq!(made.metadata().unwrap().mode() & 0o022, 0, "made closed");
+        for (mode, refused) in [
+            (0o777, true),
+            (0o1777, true),
+            (0o775, false),
+            (0o755, false),
+        ] {
+            let state = dir.path().join(format!("state-{mode:o}"));
+            std::fs::create_dir(&state).unwrap();
+            std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).unwrap();
+            match state_folder(&state) {
+                Err(e) => {
+                    assert!(refused, "mode {mode:o} refused: {e}");
+                    let message = e.to_string();
+                    assert!(
+                        message.contains("is writable by every account")
+                            && message.contains(&format!("(mode {mode:o})"))
+                            && message.contains("`chmod o-w` it"),
+                        "{message}"
+                    );
+                    assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+                }
+                Ok(()) => assert!(!refused, "mode {mode:o} was accepted"),
+            }
+        }
+    }
 
     #[test]
     fn a_named_path_or_folder_entry_that_links_out_of_the_root_is_refused() {

@@ -176,11 +176,9 @@ pub fn load(
         }
     }
     let mut problems = Vec::new();
-    let header = RawChainHeader::deserialize(toml::de::Deserializer::from(Spanned::new(
-        root_span, header,
-    )))
-    .map_err(|e| problems.push(toml_error(&e)))
-    .ok();
+    let (header, header_problems) =
+        crate::diagnostic::read_table::<RawChainHeader>(&file, root_span, header);
+    problems.extend(header_problems);
     let params = crate::spec::read_params(&file, raw_params, &mut problems);
     let raw_steps = match raw_steps.map(|steps| (steps.span(), steps.into_inner())) {
         None => Vec::new(),

@@ -402,6 +402,13 @@ impl Lifecycle {
         seen
     }
 
+    /// Whether a move `from -> to` must rest on a gate run that passed, whichever node or
+    /// pipeline makes it: a move into a state on the way to trust (VERIFIED) from one that is
+    /// not. Trust itself is earned by a promotion.
+    pub fn needs_gates(&self, from: &str, to: &str) -> bool {
+        to != TRUSTED && self.toward_trusted(to).is_some() && self.toward_trusted(from).is_none()
+    }
+
     /// The next move of a verified skill in state `from` toward TRUSTED, and what it needs: the
     /// first of the shortest chain of transitions to TRUSTED that passes through no buildable,
     /// terminal, drifted, revoked or rejected state (a promotion never rebuilds, nor leaves the

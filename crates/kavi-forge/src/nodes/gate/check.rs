@@ -107,6 +107,7 @@ impl CompiledGate {
             allowed,
             skill,
             secrets,
+            live,
         } = *scope;
         match &self.check {
             Check::Invariants(invariants) => {
@@ -200,7 +201,7 @@ impl CompiledGate {
                     stdin: None,
                     confinement: Some(confinement.clone()),
                 };
-                let options = ctx.capture(64 * 1024, None);
+                let options = ctx.capture(64 * 1024, live);
                 // Past its time limit the gate's own token stops it (its whole process group);
                 // the node's token still stops it for a cancel or the node's timeout.
                 let stop = ctx.cancel.child_token();

@@ -546,6 +546,9 @@ struct Scope<'a> {
     /// The values the secret scans found (written whole, or built from pieces), for every
     /// gate's detail to be redacted of.
     secrets: &'a std::sync::Mutex<Vec<String>>,
+    /// The secrets the scans find in the skill's files, hidden from what a gate's tool prints
+    /// as it prints it (the live log, `--stream`), not only from the result kept.
+    live: Option<&'a crate::redact::Redactor>,
 }
 
 /// How a gate that ran came out.

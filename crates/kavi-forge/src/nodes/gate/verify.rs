@@ -156,6 +156,11 @@ impl Gate {
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let toolchains = self.provision(ctx).await;
         let secrets = std::sync::Mutex::new(Vec::new());
+        // A secret the secret scan finds is printed by no gate: a test's traceback or a type
+        // error may quote the line that holds it, or print the key the code builds. Found
+        // before the gates start, so that what they print is hidden as it is printed.
+        let mut found = self.secrets_in(ctx, &cwd, &vars);
+        let live = crate::redact::Redactor::new(&found);
         let scope = Scope {
             cwd: &cwd,
             vars: &vars,
@@ -167,6 +172,7 @@ impl Gate {
                 _ => None,
             },
             secrets: &secrets,
+            live: live.as_ref(),
         };
         let mut results = futures_util::future::join_all(
             self.gates
@@ -174,9 +180,6 @@ impl Gate {
                 .map(|gate| gate.run(ctx, &scope, &toolchains)),
         )
         .await;
-        // A secret the secret scan found is printed by no gate: a test's traceback or a type
-        // error may quote the line that holds it, or print the key the code builds.
-        let mut found = self.secrets_in(ctx, &cwd, &vars);
         found.extend(
             secrets
                 .into_inner()

@@ -13,8 +13,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use serde::Deserialize;
-use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::document::Read;
@@ -164,12 +162,9 @@ pub fn load_pipeline_str(
     }
     // A broken header is one problem among the others, said first as it comes first in the
     // file: the nodes are still checked.
-    let header = RawHeader::deserialize(toml::de::Deserializer::from(Spanned::new(
-        root_span.clone(),
-        header_table,
-    )))
-    .map_err(|e| loader.problems.insert(0, toml_error(&file, &e)))
-    .ok();
+    let (header, header_problems) =
+        crate::diagnostic::read_table::<RawHeader>(&file, root_span.clone(), header_table);
+    loader.problems.splice(0..0, header_problems);
     if loader.params.is_none() {
         let params = read_params(&file, raw_params, &mut loader.problems);
         loader.params = Some(params);

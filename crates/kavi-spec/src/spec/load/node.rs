@@ -12,7 +12,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::LoadContext;
 use super::raw::{COMMON_FIELDS, MAX_ATTEMPTS, RawCommon, RawParam, retry_on};
-use crate::diagnostic::{Diagnostic, SourceFile, closest, toml_error};
+use crate::diagnostic::{Diagnostic, SourceFile, closest, read_table, toml_error};
 use crate::node::NodeConfig;
 use crate::spec::document::Key;
 use crate::spec::governing::{GoverningSet, NamedFiles, Role};
@@ -41,14 +41,23 @@ pub fn read_params(
     let mut broken = Vec::new();
     for (name, value) in table {
         let span = value.span();
-        match RawParam::deserialize(toml::de::ValueDeserializer::from(value)) {
-            Ok(param) => {
+        // A parameter's table is read with every problem of its fields.
+        let (param, found) = match value.into_inner() {
+            DeValue::Table(fields) => read_table::<RawParam>(file, span.clone(), fields),
+            other => match RawParam::deserialize(toml::de::ValueDeserializer::from(Spanned::new(
+                span.clone(),
+                other,
+            ))) {
+                Ok(param) => (Some(param), Vec::new()),
+                Err(e) => (None, vec![toml_error(file, &e)]),
+            },
+        };
+        problems.extend(found);
+        match param {
+            Some(param) => {
                 raw.insert(name.into_inner().into_owned(), Spanned::new(span, param));
             }
-            Err(e) => {
-                problems.push(toml_error(file, &e));
-                broken.push(name.into_inner().into_owned());
-            }
+            None => broken.push(name.into_inner().into_owned()),
         }
     }
     let mut params = load_params(file, raw, problems);
@@ -217,11 +226,15 @@ pub(super) fn load_node(
                 .into(),
         );
     }
-    let common = RawCommon::deserialize(toml::de::Deserializer::from(Spanned::new(
-        node_span.clone(),
-        common,
-    )))
-    .map_err(|e| toml_error(file, &e))?;
+    let common = match read_table::<RawCommon>(file, node_span.clone(), common) {
+        (Some(common), problems) if problems.is_empty() => common,
+        (_, problems) => {
+            return Err(Refused {
+                problems,
+                needs: Vec::new(),
+            });
+        }
+    };
 
     let kind_name = common.kind.get_ref();
     let Some(kind) = context.registry.get(kind_name) else {
