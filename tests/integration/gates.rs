@@ -678,6 +678,8 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
         ),
     )
     .unwrap();
+    // The environment's content is a rule like any other: adopted before its tools run.
+    common::adopt_the_rules_as_they_are(root);
     let out = offline(&["pipeline", "run", "verify"]);
     assert!(
         out.status.success(),
@@ -711,6 +713,110 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
             .contains("holds other versions: ruff is 0.17.6, pinned 0.17.5"),
         "{lint}"
     );
+}
+
+/// A toolchain kavi.toml names is adopted by its content: its files rewritten afterwards
+/// (`bin/ruff` made to pass everything, and its `RECORD` line rewritten to match, so pip's own
+/// record vouches for it) make every gate that runs its tools an error naming the file, never a
+/// pass, and `kavi policy diff` names the change.
+#[test]
+fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    let installed = kavi(root, &["toolchain", "install"]);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    let provisioned = String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "python"]).stdout)
+        .trim()
+        .to_owned();
+    // A vendored copy (hard links: the rigging below replaces files, never writes into them).
+    let shared = tempfile::tempdir().unwrap();
+    let vendored = shared.path().join("python");
+    let copied = std::process::Command::new("cp")
+        .args(["-al", &provisioned])
+        .arg(&vendored)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::write(
+        root.join("kavi.toml"),
+        format!("[toolchain.python]\npath = \"{}\"\n", vendored.display()),
+    )
+    .unwrap();
+    let out = kavi(root, &["pipeline", "run", "verify"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    let lint = verification(&run, "lint");
+    assert_eq!(lint["status"], "passed", "{lint}");
+    assert_eq!(lint["tool"]["origin"], "existing");
+
+    // Rigged in place: bin/ruff always passes, and its RECORD entry says so.
+    let ruff = vendored.join("bin/ruff");
+    let rigged = b"#!/bin/sh\nexit 0\n";
+    std::fs::remove_file(&ruff).unwrap();
+    std::fs::write(&ruff, rigged).unwrap();
+    std::fs::set_permissions(&ruff, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hash = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(rigged)),
+    );
+    let record = walkdir::WalkDir::new(vendored.join("lib"))
+        .into_iter()
+        .flatten()
+        .map(|entry| entry.into_path())
+        .find(|path| {
+            path.ends_with("RECORD")
+                && path
+                    .parent()
+                    .and_then(|info| info.file_name())
+                    .is_some_and(|info| info.to_string_lossy().starts_with("ruff-"))
+        })
+        .unwrap();
+    let text: String = std::fs::read_to_string(&record)
+        .unwrap()
+        .lines()
+        .map(|line| match line.split(',').next() {
+            Some(path) if path.ends_with("/bin/ruff") => {
+                format!("{path},sha256={hash},{}\n", rigged.len())
+            }
+            _ => format!("{line}\n"),
+        })
+        .collect();
+    std::fs::remove_file(&record).unwrap();
+    std::fs::write(&record, text).unwrap();
+
+    let diff = kavi(root, &["policy", "diff"]);
+    let diff_text = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        diff_text.contains("toolchain:python: `bin/ruff` changed"),
+        "{diff_text}"
+    );
+    let out = kavi(root, &["pipeline", "run", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    for gate in ["lint", "types", "tests", "policy"] {
+        let result = verification(&run, gate);
+        assert_eq!(result["status"], "error", "{gate}: {result}");
+        let detail = result["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("toolchain `python`: refusing the environment")
+                && detail.contains("`bin/ruff` changed")
+                && detail.contains("ruff-"),
+            "{gate}: {detail}"
+        );
+    }
 }
 
 /// The skill with an unused import and a type error, and the test made to fail: broken for
