@@ -605,6 +605,8 @@ fn a_gate_tool_outside_every_declared_toolchain_is_refused_at_check() {
 fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand_in() {
     let dir = workspace(SKILL, TEST);
     let root = dir.path();
+    // Who may adopt the rule change that names the environment (below).
+    copy_policies(root, &["roles.toml"]);
     // The tests' own toolchain, provisioned once for the whole suite: the environment to point at.
     let installed = kavi(root, &["toolchain", "install"]);
     assert!(
@@ -741,6 +743,26 @@ fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
         .status()
         .unwrap();
     assert!(copied.success());
+    // Its scripts name their interpreter by path: moved with the copy, as vendoring does.
+    for entry in std::fs::read_dir(vendored.join("bin")).unwrap().flatten() {
+        let path = entry.path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if path.is_symlink() || !text.starts_with(&format!("#!{provisioned}")) {
+            continue;
+        }
+        let moved = text.replacen(&provisioned, &vendored.display().to_string(), 1);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &moved).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        rerecord(
+            &vendored,
+            &entry.file_name().to_string_lossy(),
+            moved.as_bytes(),
+        );
+    }
     std::fs::write(
         root.join("kavi.toml"),
         format!("[toolchain.python]\npath = \"{}\"\n", vendored.display()),
@@ -763,34 +785,7 @@ fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
     std::fs::remove_file(&ruff).unwrap();
     std::fs::write(&ruff, rigged).unwrap();
     std::fs::set_permissions(&ruff, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let hash = base64::Engine::encode(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(rigged)),
-    );
-    let record = walkdir::WalkDir::new(vendored.join("lib"))
-        .into_iter()
-        .flatten()
-        .map(|entry| entry.into_path())
-        .find(|path| {
-            path.ends_with("RECORD")
-                && path
-                    .parent()
-                    .and_then(|info| info.file_name())
-                    .is_some_and(|info| info.to_string_lossy().starts_with("ruff-"))
-        })
-        .unwrap();
-    let text: String = std::fs::read_to_string(&record)
-        .unwrap()
-        .lines()
-        .map(|line| match line.split(',').next() {
-            Some(path) if path.ends_with("/bin/ruff") => {
-                format!("{path},sha256={hash},{}\n", rigged.len())
-            }
-            _ => format!("{line}\n"),
-        })
-        .collect();
-    std::fs::remove_file(&record).unwrap();
-    std::fs::write(&record, text).unwrap();
+    rerecord(&vendored, "ruff", rigged);
 
     let diff = kavi(root, &["policy", "diff"]);
     let diff_text = String::from_utf8_lossy(&diff.stdout);
@@ -816,6 +811,37 @@ fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
                 && detail.contains("ruff-"),
             "{gate}: {detail}"
         );
+    }
+}
+
+/// Rewrites the `RECORD` line of `bin/NAME` in the environment at `venv` for its new `bytes`
+/// (replacing the file, never writing into it: the copy's files are hard links).
+fn rerecord(venv: &std::path::Path, name: &str, bytes: &[u8]) {
+    let hash = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(bytes)),
+    );
+    let line_for = format!("/bin/{name}");
+    for record in walkdir::WalkDir::new(venv.join("lib"))
+        .into_iter()
+        .flatten()
+        .map(|entry| entry.into_path())
+        .filter(|path| path.ends_with("RECORD"))
+    {
+        let old = std::fs::read_to_string(&record).unwrap();
+        let text: String = old
+            .lines()
+            .map(|line| match line.split(',').next() {
+                Some(path) if path.ends_with(&line_for) => {
+                    format!("{path},sha256={hash},{}\n", bytes.len())
+                }
+                _ => format!("{line}\n"),
+            })
+            .collect();
+        if text != old {
+            std::fs::remove_file(&record).unwrap();
+            std::fs::write(&record, text).unwrap();
+        }
     }
 }
 
