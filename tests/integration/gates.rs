@@ -607,20 +607,9 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
     let root = dir.path();
     // Who may adopt the rule change that names the environment (below).
     copy_policies(root, &["roles.toml"]);
-    // The tests' own toolchain, provisioned once for the whole suite: the environment to point at.
-    let installed = kavi(root, &["toolchain", "install"]);
-    assert!(
-        installed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&installed.stderr)
-    );
-    let existing = String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "python"]).stdout)
-        .trim()
-        .to_owned();
-    let existing_secrets =
-        String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "secrets"]).stdout)
-            .trim()
-            .to_owned();
+    // The tests' own toolchains: the environments to point at.
+    let existing = provisioned(root, "python");
+    let existing_secrets = provisioned(root, "secrets");
     let offline = |args: &[&str]| {
         let cache = tempfile::tempdir().unwrap();
         common::kavi_command(root, args)
@@ -725,15 +714,7 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
 fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
     let dir = workspace(SKILL, TEST);
     let root = dir.path();
-    let installed = kavi(root, &["toolchain", "install"]);
-    assert!(
-        installed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&installed.stderr)
-    );
-    let provisioned = String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "python"]).stdout)
-        .trim()
-        .to_owned();
+    let provisioned = provisioned(root, "python");
     // A vendored copy (hard links: the rigging below replaces files, never writes into them).
     let shared = tempfile::tempdir().unwrap();
     let vendored = shared.path().join("python");
@@ -812,6 +793,19 @@ fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
             "{gate}: {detail}"
         );
     }
+}
+
+/// The folder of the tests' own toolchain `name`, provisioned once for the whole suite.
+fn provisioned(root: &std::path::Path, name: &str) -> String {
+    let installed = kavi(root, &["toolchain", "install"]);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    String::from_utf8_lossy(&kavi(root, &["toolchain", "path", name]).stdout)
+        .trim()
+        .to_owned()
 }
 
 /// Rewrites the `RECORD` line of `bin/NAME` in the environment at `venv` for its new `bytes`
