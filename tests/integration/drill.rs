@@ -33,6 +33,25 @@ fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
         passwd["mechanism"].as_str().unwrap().contains("stand-in"),
         "{passwd}"
     );
+    // A skill reaches a program by routes no scanner rule names, and its interpreter, held to
+    // itself, starts none: a child that tries is killed, and so is the skill that execs itself.
+    let mechanism = |attack: &str| {
+        outcomes
+            .iter()
+            .find(|o| o["attack"] == attack)
+            .unwrap_or_else(|| panic!("no {attack} case"))["mechanism"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for attack in ["exec_ctypes", "exec_spawn", "exec_loader", "exec_memfd"] {
+        assert!(
+            mechanism(attack).contains("a class that starts no programs, execve killed"),
+            "{attack}: {}",
+            mechanism(attack)
+        );
+    }
+    assert_eq!(mechanism("exec_self"), "seccomp: the process was killed");
     assert_eq!(out.status.code(), Some(0));
     // The drill's canaries and targets are gone with it.
     let left: Vec<_> = std::fs::read_dir(dir.path())

@@ -605,20 +605,11 @@ fn a_gate_tool_outside_every_declared_toolchain_is_refused_at_check() {
 fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand_in() {
     let dir = workspace(SKILL, TEST);
     let root = dir.path();
-    // The tests' own toolchain, provisioned once for the whole suite: the environment to point at.
-    let installed = kavi(root, &["toolchain", "install"]);
-    assert!(
-        installed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&installed.stderr)
-    );
-    let existing = String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "python"]).stdout)
-        .trim()
-        .to_owned();
-    let existing_secrets =
-        String::from_utf8_lossy(&kavi(root, &["toolchain", "path", "secrets"]).stdout)
-            .trim()
-            .to_owned();
+    // Who may adopt the rule change that names the environment (below).
+    copy_policies(root, &["roles.toml"]);
+    // The tests' own toolchains: the environments to point at.
+    let existing = provisioned(root, "python");
+    let existing_secrets = provisioned(root, "secrets");
     let offline = |args: &[&str]| {
         let cache = tempfile::tempdir().unwrap();
         common::kavi_command(root, args)
@@ -678,6 +669,8 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
         ),
     )
     .unwrap();
+    // The environment's content is a rule like any other: adopted before its tools run.
+    common::adopt_the_rules_as_they_are(root);
     let out = offline(&["pipeline", "run", "verify"]);
     assert!(
         out.status.success(),
@@ -711,6 +704,139 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
             .contains("holds other versions: ruff is 0.17.6, pinned 0.17.5"),
         "{lint}"
     );
+}
+
+/// A toolchain kavi.toml names is adopted by its content: its files rewritten afterwards
+/// (`bin/ruff` made to pass everything, and its `RECORD` line rewritten to match, so pip's own
+/// record vouches for it) make every gate that runs its tools an error naming the file, never a
+/// pass, and `kavi policy diff` names the change.
+#[test]
+fn a_toolchain_kavi_toml_names_runs_only_with_the_content_adopted() {
+    let dir = workspace(SKILL, TEST);
+    let root = dir.path();
+    let provisioned = provisioned(root, "python");
+    // A vendored copy (hard links: the rigging below replaces files, never writes into them).
+    let shared = tempfile::tempdir().unwrap();
+    let vendored = shared.path().join("python");
+    let copied = std::process::Command::new("cp")
+        .args(["-al", &provisioned])
+        .arg(&vendored)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    // Its scripts name their interpreter by path: moved with the copy, as vendoring does.
+    for entry in std::fs::read_dir(vendored.join("bin")).unwrap().flatten() {
+        let path = entry.path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if path.is_symlink() || !text.starts_with(&format!("#!{provisioned}")) {
+            continue;
+        }
+        let moved = text.replacen(&provisioned, &vendored.display().to_string(), 1);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &moved).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        rerecord(
+            &vendored,
+            &entry.file_name().to_string_lossy(),
+            moved.as_bytes(),
+        );
+    }
+    std::fs::write(
+        root.join("kavi.toml"),
+        format!("[toolchain.python]\npath = \"{}\"\n", vendored.display()),
+    )
+    .unwrap();
+    let out = kavi(root, &["pipeline", "run", "verify"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    let lint = verification(&run, "lint");
+    assert_eq!(lint["status"], "passed", "{lint}");
+    assert_eq!(lint["tool"]["origin"], "existing");
+
+    // Rigged in place: bin/ruff always passes, and its RECORD entry says so.
+    let ruff = vendored.join("bin/ruff");
+    let rigged = b"#!/bin/sh\nexit 0\n";
+    std::fs::remove_file(&ruff).unwrap();
+    std::fs::write(&ruff, rigged).unwrap();
+    std::fs::set_permissions(&ruff, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    rerecord(&vendored, "ruff", rigged);
+
+    let diff = kavi(root, &["policy", "diff"]);
+    let diff_text = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        diff_text.contains("toolchain:python: `bin/ruff` changed"),
+        "{diff_text}"
+    );
+    let out = kavi(root, &["pipeline", "run", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = last_run(root);
+    for gate in ["lint", "types", "tests", "policy"] {
+        let result = verification(&run, gate);
+        assert_eq!(result["status"], "error", "{gate}: {result}");
+        let detail = result["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("toolchain `python`: refusing the environment")
+                && detail.contains("`bin/ruff` changed")
+                && detail.contains("ruff-"),
+            "{gate}: {detail}"
+        );
+    }
+}
+
+/// The folder of the tests' own toolchain `name`, provisioned once for the whole suite.
+fn provisioned(root: &std::path::Path, name: &str) -> String {
+    let installed = kavi(root, &["toolchain", "install"]);
+    assert!(
+        installed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+    String::from_utf8_lossy(&kavi(root, &["toolchain", "path", name]).stdout)
+        .trim()
+        .to_owned()
+}
+
+/// Rewrites the `RECORD` line of `bin/NAME` in the environment at `venv` for its new `bytes`
+/// (replacing the file, never writing into it: the copy's files are hard links).
+fn rerecord(venv: &std::path::Path, name: &str, bytes: &[u8]) {
+    let hash = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(bytes)),
+    );
+    let line_for = format!("/bin/{name}");
+    for record in walkdir::WalkDir::new(venv.join("lib"))
+        .into_iter()
+        .flatten()
+        .map(|entry| entry.into_path())
+        .filter(|path| path.ends_with("RECORD"))
+    {
+        let old = std::fs::read_to_string(&record).unwrap();
+        let text: String = old
+            .lines()
+            .map(|line| match line.split(',').next() {
+                Some(path) if path.ends_with(&line_for) => {
+                    format!("{path},sha256={hash},{}\n", bytes.len())
+                }
+                _ => format!("{line}\n"),
+            })
+            .collect();
+        if text != old {
+            std::fs::remove_file(&record).unwrap();
+            std::fs::write(&record, text).unwrap();
+        }
+    }
 }
 
 /// The skill with an unused import and a type error, and the test made to fail: broken for

@@ -84,6 +84,7 @@ fn profile(dir: &Path, hosts: &[String]) -> Profile {
                 .map(|h| HostPattern::parse(h).unwrap())
                 .collect(),
         }),
+        programs: true,
         require: true,
         limits: Limits::default(),
         path: "/usr/bin:/bin".into(),

@@ -244,6 +244,77 @@ def daemon():
     return allowed("left a daemon (the drill checks whether it outlived the run)")
 
 
+def child_ended(pid, what):
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        signal = os.WTERMSIG(status)
+        name = "SIGSYS" if signal == 31 else f"signal {signal}"
+        return refused(name, f"the child that tried {what} was killed")
+    code = os.WEXITSTATUS(status)
+    if code == 0:
+        return allowed(f"started {what}")
+    return refused(code - 100 if code > 100 else f"exit {code}", what)
+
+
+def exec_ctypes():
+    # A program started by a route no scanner rule names: libc's execv through ctypes, in a
+    # child, so that the attack can tell how it ended. The program is the interpreter itself,
+    # which every view holds: a refusal cannot be a missing file.
+    pid = os.fork()
+    if pid == 0:
+        path = sys.executable.encode()
+        argv = (ctypes.c_char_p * 5)(path, b"-I", b"-c", b"pass", None)
+        libc.execv(path, argv)
+        os._exit(100 + ctypes.get_errno())
+    return child_ended(pid, "execv through ctypes")
+
+
+def exec_spawn():
+    # os.posix_spawn reached by a name built at run time, which a scan of names cannot see.
+    spawn = getattr(os, "posix" + "_spawn")
+    try:
+        pid = spawn(sys.executable, [sys.executable, "-I", "-c", "pass"], {})
+    except OSError as e:
+        return refused(e.errno, "posix_spawn")
+    return child_ended(pid, "posix_spawn")
+
+
+def exec_loader():
+    # The ELF loader run as a program, which maps and runs the program it is handed without an
+    # exec of that program: what Landlock's execute right on the interpreter alone would let by.
+    with open("/proc/self/maps") as f:
+        loader = next((line.split()[-1] for line in f if "/ld-linux" in line or "/ld-musl" in line), None)
+    if loader is None:
+        return refused("ENOENT", "no ELF loader mapped")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv(loader, [loader, sys.executable, "-I", "-c", "pass"])
+        except OSError as e:
+            os._exit(100 + e.errno)
+    return child_ended(pid, f"{loader} as a program")
+
+
+def exec_memfd():
+    # A program from memory: a copy of the interpreter in a memfd, run by its descriptor
+    # (execveat with AT_EMPTY_PATH), no path in the view involved.
+    fd = os.memfd_create("kavi-drill")
+    with open(sys.executable, "rb") as f:
+        os.write(fd, f.read())
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execve(fd, [sys.executable, "-I", "-c", "pass"], {})
+        except OSError as e:
+            os._exit(100 + e.errno)
+    return child_ended(pid, "a program from a memfd")
+
+
+def exec_self():
+    # execv in the skill's own process (os.execv through getattr): the process itself is killed.
+    getattr(os, "ex" + "ecv")(sys.executable, [sys.executable, "-I", "-c", "print('{\"allowed\": true, \"errno\": null, \"detail\": \"replaced itself\"}')"])
+
+
 def kill_outside():
     try:
         os.kill(int(ENV["KAVI_DRILL_VICTIM"]), 9)

@@ -231,6 +231,31 @@ const CASES: &[Case] = &[
     ),
     case("memory", Role::Builder, "hold 4 GiB of memory"),
     case("processes", Role::Skill, "start 500 processes"),
+    case(
+        "exec_ctypes",
+        Role::Skill,
+        "start a program through ctypes' execv (no scanner rule names it)",
+    ),
+    case(
+        "exec_spawn",
+        Role::Skill,
+        "start a program through os.posix_spawn reached by a computed name",
+    ),
+    case(
+        "exec_loader",
+        Role::Skill,
+        "start a program through the ELF loader run as a program",
+    ),
+    case(
+        "exec_memfd",
+        Role::Skill,
+        "start a program from memory (a memfd, by its descriptor)",
+    ),
+    case(
+        "exec_self",
+        Role::Skill,
+        "replace itself with another program (execv)",
+    ),
     case("big_file", Role::Skill, "allocate a 3 GiB file"),
     case(
         "fill_disk",
@@ -315,6 +340,7 @@ fn mechanism_of(errno: &str) -> &'static str {
         "EMFILE" => "open files bound",
         "ENOSPC" => "no new user namespaces",
         "ENOSYS" => "seccomp",
+        "SIGSYS" => "seccomp: a class that starts no programs, execve killed the caller",
         "FORBIDDEN" => "kavi's proxy: not in [processes] allowed_hosts, 403",
         "STAND_IN" => "mount view: kavi's stand-in accounts file, not the host's",
         _ => "refused",

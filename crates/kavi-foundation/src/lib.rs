@@ -5,6 +5,7 @@
 //! ([`files`], [`sandbox`]), side-effect classes ([`side_effect`]), templates ([`template`]),
 //! JSON Schema checks of values ([`json_schema`]) and JSONPath ([`jsonpath`]).
 
+pub mod content;
 pub mod diagnostic;
 pub mod exit;
 pub mod files;

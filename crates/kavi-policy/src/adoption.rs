@@ -37,7 +37,8 @@ pub struct RuleSet {
 
 impl RuleSet {
     /// Reads every regular file of the governing folders (not hidden ones, nor Python's caches)
-    /// and `kavi.toml`. A file that is not UTF-8 is an error naming it.
+    /// and `kavi.toml`, and the content of each toolchain environment `kavi.toml` names. A file
+    /// that is not UTF-8 is an error naming it.
     pub fn read(root: &Path) -> Result<Self, String> {
         let mut paths = vec![CONFIG.to_owned()];
         for folder in FOLDERS {
@@ -86,6 +87,8 @@ impl RuleSet {
                 .map_err(|_| format!("{path} is not UTF-8 text, which a governing file must be"))?;
             files.push((path, text));
         }
+        files.extend(toolchain_members(root, &files));
+        files.sort();
         let hashes: Vec<(String, String)> = files
             .iter()
             .map(|(path, text)| (path.clone(), crate::hash::spec_hash(text)))
@@ -93,6 +96,40 @@ impl RuleSet {
         let hash = set_hash(hashes.iter().map(|(p, h)| (ROLE, p.as_str(), h.as_str())));
         Ok(Self { files, hash })
     }
+}
+
+/// How the rule set names the content of the environment `kavi.toml` names for a toolchain:
+/// `toolchain:NAME`, which no workspace file can be called.
+pub fn toolchain_member(name: &str) -> String {
+    format!("{TOOLCHAIN_MEMBER}{name}")
+}
+
+const TOOLCHAIN_MEMBER: &str = "toolchain:";
+
+/// The content of each environment `kavi.toml` (among `files`) names with `[toolchain.NAME]
+/// path`, as a member of the set (see [`kavi_foundation::content`]): adopting the rules adopts
+/// those bytes, not a path whose files can change with no rule changing. An environment that
+/// cannot be read is a member saying so, which no gate accepts.
+fn toolchain_members(root: &Path, files: &[(String, String)]) -> Vec<(String, String)> {
+    let Some((_, config)) = files.iter().find(|(path, _)| path == CONFIG) else {
+        return Vec::new();
+    };
+    // A kavi.toml that does not parse is reported by every command that loads it.
+    let Ok(config) = config.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let Some(toolchains) = config.get("toolchain").and_then(toml::Value::as_table) else {
+        return Vec::new();
+    };
+    toolchains
+        .iter()
+        .filter_map(|(name, declared)| {
+            let path = declared.get("path")?.as_str()?;
+            let text = kavi_foundation::content::manifest(&root.join(path))
+                .unwrap_or_else(|reason| format!("unreadable: {reason}\n"));
+            Some((toolchain_member(name), text))
+        })
+        .collect()
 }
 
 /// The adopted rule set a decision is taken under, with the texts the ledger kept of it: a
@@ -254,6 +291,9 @@ pub fn changes(
         .filter_map(|path| {
             let words = match (find(before, path), find(after, path)) {
                 (Some(old), Some(new)) if old == new => return None,
+                (Some(old), Some(new)) if path.starts_with(TOOLCHAIN_MEMBER) => {
+                    kavi_foundation::content::differences(&old, &new, 5)
+                }
                 (Some(old), Some(new)) => Some(&new)
                     .filter(|_| path.ends_with(".toml"))
                     .and_then(|new| super::diff::describe(&old, new))

@@ -158,7 +158,12 @@ pub fn adopt_the_rules_as_they_are(root: &Path) {
     let id = stdout
         .strip_prefix("proposed rule change ")
         .and_then(|rest| rest.split(' ').next())
-        .unwrap_or_else(|| panic!("nothing proposed: {stdout}"));
+        .unwrap_or_else(|| {
+            panic!(
+                "nothing proposed: {stdout}{}",
+                String::from_utf8_lossy(&proposed.stderr)
+            )
+        });
     open_to_other_accounts(root);
     let approved = kavi_as(4301, root, &["policy", "approve", id]);
     assert!(approved.status.success(), "{approved:?}");

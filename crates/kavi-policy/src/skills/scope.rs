@@ -91,14 +91,8 @@ pub fn write_scope_refusal(root: Option<&std::path::Path>, path: &str) -> Option
     None
 }
 
-/// The part of the command's `i`th argument that may name a file: the program, a plain
-/// argument, or the value of a `--flag=value`; none for a bare flag.
-/// Whether `name` (a program's file name) is a Python interpreter: `python`, `python3`,
-/// `python3.X`.
-pub fn is_python(name: &str) -> bool {
-    name.strip_prefix("python")
-        .is_some_and(|version| version.chars().all(|c| c.is_ascii_digit() || c == '.'))
-}
+// Whether a program's file name is a Python interpreter's: where kavi holds one to itself.
+pub use crate::process::confinement::programs::is_python;
 
 /// Why `command` could run bytes other than the skill's own, if it could. Only two shapes run
 /// nothing else: a file of the skill's `folder` run itself, and a Python interpreter running

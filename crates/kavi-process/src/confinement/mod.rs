@@ -21,6 +21,7 @@ pub mod accounts;
 pub mod bounds;
 pub mod bridge;
 pub mod policy;
+pub mod programs;
 pub mod runtime;
 mod seccomp;
 pub mod tripwire;
@@ -64,6 +65,8 @@ pub struct Profile {
     /// The hosts the proxy lets a process with the network reach (none when empty).
     #[serde(skip)]
     pub hosts: Arc<proxy::HostAllowlist>,
+    /// Whether the program may start other programs (see [`programs`]).
+    pub programs: bool,
     /// Refuse to run the role where the machine cannot isolate it.
     pub require: bool,
     pub limits: Limits,
@@ -244,7 +247,17 @@ impl Confinement {
             ]);
         }
         wrapped.push(program.display().to_string());
-        wrapped.extend(args.iter().cloned());
+        if self.profile.programs {
+            wrapped.extend(args.iter().cloned());
+        } else {
+            let held = programs::held(program, args).map_err(|reason| {
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("refusing to run the {}: {reason}", self.profile.role),
+                )
+            })?;
+            wrapped.extend(held);
+        }
         let cgroup = bounds::Cgroup::make(&self.profile.limits)?;
         let rlimits = bounds::rlimits(&self.profile.limits, cgroup.is_some());
         Ok(Some(Launch {
@@ -281,6 +294,11 @@ impl Confinement {
             "isolation": self.isolated().then(|| serde_json::json!({
                 "namespaces": ["user", "pid", "mount", "ipc", "uts", "cgroup", "net"],
                 "seccomp": true,
+                "programs": if self.profile.programs {
+                    "any"
+                } else {
+                    "none: execve and execveat kill the process once its interpreter has started"
+                },
                 "capabilities": "none",
                 "terminal": "none",
                 "bounds": bounds::cgroup_support().describe(),

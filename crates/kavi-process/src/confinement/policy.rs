@@ -82,6 +82,11 @@ struct RawProfile {
     hide_matching: Vec<Spanned<String>>,
     #[serde(default)]
     network: bool,
+    /// Whether the role's program may start other programs. Without, a Python interpreter is
+    /// held to itself once it has started (see [`super::programs`]) and any other program is
+    /// refused. Default: yes for the builder and gates, no for a skill class.
+    #[serde(default)]
+    programs: Option<bool>,
     #[serde(default)]
     limits: super::Limits,
 }
@@ -114,6 +119,7 @@ pub struct RoleProfile {
     /// they come from (`policies/network.toml`): none until [`ConfinementPolicy::with_hosts`].
     hosts: Arc<HostAllowlist>,
     hosts_policy: Option<super::PolicyRef>,
+    programs: bool,
     limits: super::Limits,
     /// The system's part of the view, shared by every role.
     system: Arc<System>,
@@ -227,6 +233,7 @@ impl RoleProfile {
             },
             network: self.network,
             hosts: Arc::clone(&self.hosts),
+            programs: self.programs,
             require: self.require,
             limits: self.limits,
             path: self.system.path.clone(),
@@ -271,6 +278,7 @@ impl ConfinementPolicy {
             network: false,
             hosts: Arc::clone(&self.read_only.hosts),
             hosts_policy: self.read_only.hosts_policy.clone(),
+            programs: false,
             limits: super::Limits::default(),
             system: Arc::clone(&self.read_only.system),
         };
@@ -278,6 +286,7 @@ impl ConfinementPolicy {
         for profile in profiles {
             union.require |= profile.require;
             union.network |= profile.network;
+            union.programs |= profile.programs;
             // Every class's hidden matches are hidden.
             for pattern in &profile.hide_matching {
                 if !union.hide_matching.contains(pattern) {
@@ -371,11 +380,15 @@ impl ConfinementPolicy {
             path: raw.system.path.clone(),
             tripwires: super::tripwire::resolve(&tripwires, home.as_deref()),
         });
-        let check = |role, provided, raw| check(source, templates, role, provided, raw, &system);
-        let skill = |role, raw| check(role, SKILL_VALUES, raw);
+        let check = |role, provided, programs, raw| {
+            check(source, templates, (role, provided, programs), raw, &system)
+        };
+        // No class of the shipped scanner policy may start a process: a skill's interpreter is
+        // held to that at run time too, unless its profile says otherwise.
+        let skill = |role, raw| check(role, SKILL_VALUES, false, raw);
         Ok(Self {
-            builder: check("builder", BUILDER_VALUES, raw.builder)?,
-            gate: check("gate", GATE_VALUES, raw.gate)?,
+            builder: check("builder", BUILDER_VALUES, true, raw.builder)?,
+            gate: check("gate", GATE_VALUES, true, raw.gate)?,
             read_only: skill("READ_ONLY skill", raw.read_only)?,
             file_write: skill("FILE_WRITE skill", raw.file_write)?,
             network: skill("NETWORK skill", raw.network)?,
@@ -385,11 +398,12 @@ impl ConfinementPolicy {
     }
 }
 
+/// `raw` checked as the profile of `role`, whose templates may read `provided`, and which may
+/// start programs by default when `programs`.
 fn check(
     source: &Arc<SourceFile>,
     templates: &TemplateEngine,
-    role: &'static str,
-    provided: &[&str],
+    (role, provided, programs): (&'static str, &[&str], bool),
     raw: RawProfile,
     system: &Arc<System>,
 ) -> Result<RoleProfile, Diagnostic> {
@@ -447,6 +461,7 @@ fn check(
         network: raw.network,
         hosts: Arc::default(),
         hosts_policy: None,
+        programs: raw.programs.unwrap_or(programs),
         limits: raw.limits,
         system: Arc::clone(system),
     })

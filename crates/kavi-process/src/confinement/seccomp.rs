@@ -224,6 +224,21 @@ pub fn filters(network: bool) -> Result<Vec<Vec<u8>>, String> {
     Ok(programs)
 }
 
+/// The programs a process that may start no other program puts itself under once its
+/// interpreter has started (see [`super::programs`]): `execve` and `execveat` kill it, and on
+/// x86-64 so does any x32 call (its own program, for a process run without the others).
+pub fn no_programs() -> Result<Vec<Vec<u8>>, String> {
+    let rules = BTreeMap::from([
+        (libc::SYS_execve, Vec::new()),
+        (libc::SYS_execveat, Vec::new()),
+    ]);
+    #[allow(unused_mut)]
+    let mut programs = vec![compile(rules, SeccompAction::KillProcess)?];
+    #[cfg(target_arch = "x86_64")]
+    programs.push(no_x32());
+    Ok(programs)
+}
+
 /// The program the network bridge puts its child under: unix sockets refused (EPERM), socket
 /// pairs aside, as a profile without the network has them (see the module's notes).
 pub fn unix_sockets_refused() -> Result<BpfProgram, String> {

@@ -23,6 +23,7 @@ fn profile(dir: &Path, write: Vec<PathBuf>, limits: Limits) -> Profile {
         hide_matching: None,
         network: false,
         hosts: Arc::default(),
+        programs: true,
         require: true,
         limits,
         path: "/usr/bin:/bin".into(),
@@ -599,4 +600,76 @@ async fn a_link_to_the_accounts_files_reads_kavi_s_stand_ins_not_the_host_s() {
     );
     // The running account is found: tools that look their uid up still work.
     assert!(!me.trim().is_empty(), "{out}");
+}
+
+/// A profile without programs: its Python interpreter, once started, starts no program by any
+/// route (a child that execs dies of SIGSYS, an exec in its own process is a violation), its
+/// own code runs as it would have, and a program that is not a Python interpreter is refused.
+#[tokio::test]
+async fn a_role_without_programs_starts_none_once_its_interpreter_runs() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        skipping("/usr/bin/python3");
+        return;
+    }
+    if let Err(missing) = runtime::bwrap() {
+        skipping(missing);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut held = profile(&dir, vec![], Limits::default());
+    held.programs = false;
+    let run = |program: &Path, args: &[&str]| {
+        let spec = CommandSpec {
+            program: program.display().to_string(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: vec![],
+            cwd: dir.clone(),
+            stdin: None,
+            confinement: Some(prepare(held.clone()).unwrap()),
+        };
+        let options = CaptureOptions {
+            limit: 1 << 20,
+            spill_dir: dir.clone(),
+            roster: None,
+            live: None,
+        };
+        async move { crate::run(&spec, &options, &Default::default()).await }
+    };
+    let child = run(
+        python,
+        &[
+            "-I",
+            "-c",
+            "import subprocess; print(subprocess.run(['/bin/true']).returncode)",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(stdout(&child), "-31\n", "{child:?}");
+    assert_eq!(child.violation, None);
+
+    let own = run(
+        python,
+        &["-I", "-c", "import os; os.execv('/bin/true', ['true'])"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(own.violation, Some(Violation::ForbiddenCall), "{own:?}");
+
+    let plain = run(python, &["-I", "-c", "import sys; print(sys.argv)", "a"])
+        .await
+        .unwrap();
+    assert_eq!(stdout(&plain), "['-c', 'a']\n", "{plain:?}");
+
+    let error = run(Path::new("/bin/sh"), &["-c", "true"])
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("may start no program but a Python interpreter"),
+        "{error}"
+    );
 }

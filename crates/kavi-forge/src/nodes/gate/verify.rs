@@ -154,7 +154,8 @@ impl Gate {
             None
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
-        let toolchains = self.provision(ctx).await;
+        let mut toolchains = self.provision(ctx).await;
+        let watched = held_to_adoption(&ledger, &mut toolchains);
         let secrets = std::sync::Mutex::new(Vec::new());
         // A secret the secret scan finds is printed by no gate: a test's traceback or a type
         // error may quote the line that holds it, or print the key the code builds. Found
@@ -198,6 +199,15 @@ impl Gate {
                 "the skill's files changed while the gates ran; nothing is recorded as verified"
                     .into(),
             );
+        }
+        for (path, stamps) in &watched {
+            if kavi_foundation::content::stamps(path)? != *stamps {
+                return Err(format!(
+                    "the toolchain environment {} changed while the gates ran; nothing is \
+                     recorded as verified",
+                    path.display()
+                ));
+            }
         }
         if let Some(view) = &view {
             view.check().map_err(|e| {
@@ -287,4 +297,61 @@ impl NodeAction for Gate {
     async fn run(&self, ctx: &NodeContext<'_>) -> NodeOutcome {
         self.verify(ctx).await.unwrap_or_else(NodeOutcome::failed)
     }
+}
+
+/// Each environment kavi.toml names among `toolchains` made an error unless its content is the
+/// adopted one (see [`as_adopted`]); those that are, with their stamps.
+fn held_to_adoption(
+    ledger: &Ledger,
+    toolchains: &mut Toolchains,
+) -> Vec<(std::path::PathBuf, String)> {
+    let mut watched = Vec::new();
+    for (name, ready) in toolchains.iter_mut() {
+        let Ok(provisioned) = ready else { continue };
+        if provisioned.origin != "existing" {
+            continue;
+        }
+        match as_adopted(ledger, name, &provisioned.path) {
+            Ok(stamps) => watched.push((provisioned.path.clone(), stamps)),
+            Err(refused) => *ready = Err(refused),
+        }
+    }
+    watched
+}
+
+/// The environment kavi.toml names for toolchain `name`, at `path`, held to the content the
+/// adopted rule set keeps of it (see `kavi_policy::adoption::toolchain_member`): the tools a gate
+/// runs are the bytes someone adopted, whatever the environment's own `RECORD` files say.
+/// Returns its stamps, which must not move while the gates run. The stamps are taken first, so
+/// a change made while it is hashed is seen by one check or the other.
+fn as_adopted(ledger: &Ledger, name: &str, path: &Path) -> Result<String, String> {
+    use kavi_foundation::content;
+    let refused = |why: String| {
+        format!(
+            "toolchain `{name}`: refusing the environment {} (from kavi.toml), its tools are not \
+             run: {why}",
+            path.display()
+        )
+    };
+    let adopted = crate::policy::adoption::Governing::adopted(ledger)?
+        .ok_or_else(|| refused("no rule set is adopted yet, so its content is not".into()))?;
+    let member = crate::policy::adoption::toolchain_member(name);
+    let Some(kept) = adopted.text(&member) else {
+        return Err(refused(format!(
+            "adopted rule set {} does not hold its content; propose the kavi.toml that names it \
+             (`kavi policy propose`) and adopt it",
+            adopted.row.id
+        )));
+    };
+    let stamps = content::stamps(path).map_err(&refused)?;
+    let now = content::manifest(path).map_err(&refused)?;
+    if now != kept {
+        return Err(refused(format!(
+            "its files are not the ones adopted in rule set {}: {}\nhelp: if the change is \
+             wanted, `kavi policy propose` records it for review",
+            adopted.row.id,
+            content::differences(kept, &now, 5).join(", ")
+        )));
+    }
+    Ok(stamps)
 }
