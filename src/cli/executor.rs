@@ -217,6 +217,17 @@ async fn claim(
     pool: &mut VecDeque<Prestarted>,
     cancel: &CancellationToken,
 ) -> Option<Claim> {
+    // Another workspace on this ledger (its socket is the ledger's), or a caller whose run
+    // goes by other settings: it runs the skill itself, in its own folder, by its own rules.
+    if request.caller != env.runner(workspace, true).caller() {
+        tracing::warn!(
+            "executor: not serving a caller in {} (this executor serves {} with its own \
+             settings)",
+            request.caller.root.display(),
+            workspace.root.display()
+        );
+        return None;
+    }
     let connection = ledger.current(&workspace.config.ledger).ok()?;
     let reloaded = env.reload(workspace, &crate::executions::lock(connection));
     if let Err(e) = reloaded {

@@ -492,7 +492,13 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
     // that govern now (it says when the adopted ones govern in place of the files). Ctrl-C
     // ends this process, which closes the connection: the executor then cancels the run and
     // records it.
+    let timeout = workspace.config.skill_timeout().map_err(Error::Usage)?;
     let request = pool::Request {
+        caller: pool::Caller::new(
+            &workspace.root,
+            timeout,
+            Some(&workspace.config.executions_log),
+        ),
         skill: name.to_owned(),
         input: input.clone(),
         lineage: Lineage::default(),

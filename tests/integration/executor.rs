@@ -536,3 +536,50 @@ fn chat_and_mcp_use_the_executors_sandboxes_and_record_their_caller() {
     let confinement: Value = serde_json::from_str(confinement).unwrap();
     assert_eq!(confinement["launch"], "pre-started", "{confinement}");
 }
+
+/// The executor serves only its own workspace, with its own settings: a second workspace on
+/// the same ledger (whose socket it shares) and a caller with a shorter `skill_timeout` run the
+/// skill themselves, by their own folder and settings, and the executor's sandboxes wait for
+/// its own callers.
+#[test]
+fn an_executor_serves_no_other_workspace_and_no_caller_with_other_settings() {
+    let Some(dir) = trusted() else { return };
+    let root = dir.path();
+    let other = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .args(["-a", "--no-target-directory"])
+        .arg(root)
+        .arg(other.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let executor = Executor::start(root);
+    let asked = |cwd: &Path, env: (&str, &std::ffi::OsStr)| {
+        let ran = common::kavi_command(cwd, &["skill", "run", "demo", "--input", "{}"])
+            .env(env.0, env.1)
+            .output()
+            .unwrap();
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        json(&ran)
+    };
+    let shared_ledger = root.join(".kavi/ledger.db");
+    assert!(shared_ledger.is_file());
+    let elsewhere = asked(other.path(), ("KAVI_LEDGER", shared_ledger.as_os_str()));
+    assert_eq!(elsewhere["confinement"].get("launch"), None, "{elsewhere}");
+    let shorter = asked(root, ("KAVI_SKILL_TIMEOUT", "2s".as_ref()));
+    assert_eq!(shorter["confinement"].get("launch"), None, "{shorter}");
+    let own = asked(root, ("KAVI_SKILL_TIMEOUT", "60s".as_ref()));
+    assert_eq!(own["confinement"]["launch"], "pre-started", "{own}");
+    let said = executor.stop();
+    assert!(
+        said.contains(&format!(
+            "not serving a caller in {}",
+            other.path().display()
+        )),
+        "{said}"
+    );
+}

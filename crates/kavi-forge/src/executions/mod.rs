@@ -233,6 +233,11 @@ fn millis(d: Duration) -> i64 {
 impl<'a> Runner<'a> {
     /// This runner on `ledger`, a connection its caller holds across runs, never asking an
     /// executor: a resident executor's own.
+    /// Who this runner is to an executor it asks (see [`pool::Caller`]).
+    pub fn caller(&self) -> pool::Caller {
+        pool::Caller::new(self.root, self.timeout, self.log)
+    }
+
     pub fn holding(self, ledger: &'a std::sync::Mutex<Ledger>) -> Self {
         Self {
             held: Some(ledger),
@@ -500,6 +505,7 @@ impl<'a> Runner<'a> {
             return None;
         }
         let request = pool::Request {
+            caller: self.caller(),
             skill: name.to_owned(),
             input: input.clone(),
             lineage: lineage.clone(),

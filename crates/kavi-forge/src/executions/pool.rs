@@ -20,9 +20,32 @@ pub fn socket(ledger: &Path) -> PathBuf {
     crate::ledger::locks_dir(ledger).join("executor.sock")
 }
 
+/// Who asks: the caller's workspace and the settings a skill's run goes by there. An executor
+/// serves only a caller whose are its own, so a workspace that shares another's ledger (and so
+/// its socket) never runs in that one's folder under its rules, and a caller's shorter
+/// `skill_timeout` is never traded for the executor's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    pub root: PathBuf,
+    pub timeout_ms: u128,
+    pub executions_log: Option<PathBuf>,
+}
+
+impl Caller {
+    pub fn new(root: &Path, timeout: std::time::Duration, log: Option<&Path>) -> Self {
+        Self {
+            root: root.to_owned(),
+            timeout_ms: timeout.as_millis(),
+            executions_log: log.map(Path::to_owned),
+        }
+    }
+}
+
 /// One request: a line of JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
+    /// Required: a request that does not say who asks is not served.
+    pub caller: Caller,
     pub skill: String,
     pub input: Value,
     /// Where the run sits, recorded as a direct run records it.
@@ -125,8 +148,19 @@ mod tests {
 
     #[test]
     fn a_request_without_lineage_or_hash_is_read_as_a_plain_run() {
-        let request: Request =
-            serde_json::from_str(r#"{"skill": "demo", "input": {"x": 1}}"#).unwrap();
+        let caller = r#""caller": {"root": "/w", "timeout_ms": 60000, "executions_log": null}"#;
+        let request: Request = serde_json::from_str(&format!(
+            r#"{{{caller}, "skill": "demo", "input": {{"x": 1}}}}"#
+        ))
+        .unwrap();
+        assert_eq!(
+            request.caller,
+            Caller::new(Path::new("/w"), std::time::Duration::from_secs(60), None)
+        );
+        // One that does not say who asks is not read, so not served.
+        assert!(
+            serde_json::from_str::<Request>(r#"{"skill": "demo", "input": {"x": 1}}"#).is_err()
+        );
         assert_eq!(request.skill, "demo");
         assert_eq!(request.hash, None);
         assert_eq!(request.lineage.caller, None);
