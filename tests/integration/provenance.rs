@@ -594,6 +594,23 @@ fn a_killed_import_leaves_no_file_for_the_next_run() {
     importing.wait().unwrap();
     assert!(written, "the import never wrote its files");
     assert!(skill.exists() && list.exists());
+    // A list naming files outside the workspace, or reached through a link, is kavi's own
+    // only in name: what it names is checked again, and nothing there is removed.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.txt");
+    std::fs::write(&victim, "keep me").unwrap();
+    std::os::unix::fs::symlink(outside.path(), b.path().join("skills/linked")).unwrap();
+    let hash = kavi_foundation::hash::sha256_hex(b"keep me");
+    let planted = serde_json::json!({"skill": "nosuch", "files": [
+        {"path": victim, "sha256": hash},
+        {"path": b.path().join("skills/linked/victim.txt"), "sha256": hash},
+        {"path": b.path().join("skills/../../victim.txt"), "sha256": hash},
+    ]});
+    std::fs::write(
+        b.path().join(".kavi/imports/nosuch.json"),
+        planted.to_string(),
+    )
+    .unwrap();
 
     let next = kavi(b.path(), keys.path(), &["pipeline", "run", "diamond"]);
     assert!(next.status.success(), "{next:?}");
@@ -607,4 +624,5 @@ fn a_killed_import_leaves_no_file_for_the_next_run() {
         assert!(!left.exists(), "{} is left behind", left.display());
     }
     assert!(!list.exists());
+    assert!(victim.exists(), "a file outside the workspace was removed");
 }

@@ -63,10 +63,7 @@ impl PendingImport {
                 })
                 .collect(),
         };
-        let held =
-            File::create(&list).map_err(io(format!("failed to write {}", list.display())))?;
-        held.lock()
-            .map_err(io(format!("failed to lock {}", list.display())))?;
+        let held = hold(&list)?;
         serde_json::to_writer(&held, &body)
             .map_err(std::io::Error::from)
             .and_then(|()| held.sync_all())
@@ -86,6 +83,45 @@ impl PendingImport {
     /// The import is over (promoted, or its files taken back out): the list goes.
     pub fn settle(self) {
         let _ = std::fs::remove_file(&self.list);
+    }
+}
+
+/// Opens the list at `list` and holds it, emptied, for one import. Never emptied before it is
+/// held (a running import's list would be lost with it), and refused while another import of
+/// the same skill holds it. A list its import removed between the open and the lock is not the
+/// one at `list` any more: opened again.
+fn hold(list: &Path) -> Result<File> {
+    use std::os::unix::fs::MetadataExt as _;
+    let io = |context: &str| {
+        let context = format!("failed to {context} {}", list.display());
+        move |source| GovernanceError::Io { context, source }
+    };
+    loop {
+        let held = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(list)
+            .map_err(io("write"))?;
+        match held.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(GovernanceError::Io {
+                    context: format!(
+                        "another import of this skill is running (it holds {})",
+                        list.display()
+                    ),
+                    source: std::io::Error::from(std::io::ErrorKind::ResourceBusy),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("lock")(e)),
+        }
+        let ours = held.metadata().map_err(io("read"))?;
+        let there = std::fs::symlink_metadata(list).ok();
+        if there.is_some_and(|there| (there.dev(), there.ino()) == (ours.dev(), ours.ino())) {
+            held.set_len(0).map_err(io("write"))?;
+            return Ok(held);
+        }
     }
 }
 
@@ -126,7 +162,9 @@ pub fn settle_abandoned(workspace: &Workspace, ledger: &Ledger) -> Result<Vec<Pa
         };
         if !promoted {
             for written in &list.files {
-                if is_unchanged(&written.path, &written.sha256) {
+                if is_import_file(workspace, &written.path)
+                    && is_unchanged(&written.path, &written.sha256)
+                {
                     let _ = std::fs::remove_file(&written.path);
                     removed.push(written.path.clone());
                 }
@@ -137,8 +175,61 @@ pub fn settle_abandoned(workspace: &Workspace, ledger: &Ledger) -> Result<Vec<Pa
     Ok(removed)
 }
 
+/// Whether `path` is where an import writes: beneath the workspace, outside kavi's state and
+/// git's, reached through no link. A list is kavi's own, but what it names is checked again
+/// before anything is removed.
+fn is_import_file(workspace: &Workspace, path: &Path) -> bool {
+    let Ok(relative) = path.strip_prefix(&workspace.root) else {
+        return false;
+    };
+    let mut parts = relative.components();
+    let plain = relative
+        .components()
+        .all(|part| matches!(part, std::path::Component::Normal(_)));
+    let outside_state = parts.next().is_some_and(|first| {
+        ![".kavi", ".git"].contains(&first.as_os_str().to_str().unwrap_or(""))
+    });
+    let unlinked = match (workspace.root.canonicalize(), relative.parent()) {
+        (Ok(real_root), Some(folder)) => path
+            .parent()
+            .and_then(|parent| parent.canonicalize().ok())
+            .is_some_and(|real| real == real_root.join(folder)),
+        _ => false,
+    };
+    plain && outside_state && unlinked
+}
+
 /// Whether `path` is still the regular file the import wrote (no link, same bytes).
 fn is_unchanged(path: &Path, sha256: &str) -> bool {
     path.symlink_metadata().is_ok_and(|meta| meta.is_file())
         && std::fs::read(path).is_ok_and(|bytes| sha256_hex(&bytes) == sha256)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::hold;
+
+    /// A second import of a skill whose list is held is refused, and the list it found is left
+    /// as the running import wrote it; once that import is gone, the list is held again.
+    #[test]
+    fn a_held_list_is_neither_emptied_nor_shared() {
+        let folder = tempfile::tempdir().unwrap();
+        let list = folder.path().join("demo.json");
+        let mut first = hold(&list).unwrap();
+        first.write_all(b"{\"skill\": \"demo\"}").unwrap();
+        let second = hold(&list).unwrap_err().to_string();
+        assert!(
+            second.contains("another import of this skill is running"),
+            "{second}"
+        );
+        assert_eq!(std::fs::read(&list).unwrap(), b"{\"skill\": \"demo\"}");
+        // The first import settles: its list goes, and the next one holds a new one.
+        std::fs::remove_file(&list).unwrap();
+        drop(first);
+        let third = hold(&list).unwrap();
+        assert_eq!(third.metadata().unwrap().len(), 0);
+        assert!(list.exists());
+    }
 }
