@@ -40,15 +40,18 @@ pub fn other_accounts_or_skip() -> bool {
     false
 }
 
-/// `kavi` run as the numeric `uid` (with its own gid and no other group): an id with no
-/// account, which kavi records as `uid N`. The workspace must be open to it (see
+/// The group a team's accounts share a workspace through (see [`open_to_other_accounts`]).
+const TEAM_GID: u32 = 4000;
+
+/// `kavi` run as the numeric `uid` (with its own gid and the team's group, [`TEAM_GID`]): an
+/// id with no account, which kavi records as `uid N`. The workspace must be open to it (see
 /// [`open_to_other_accounts`]).
 pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
     let mut setpriv = Command::new("setpriv");
     setpriv.args([
         format!("--reuid={uid}"),
         format!("--regid={uid}"),
-        "--clear-groups".to_owned(),
+        format!("--groups={TEAM_GID}"),
         env!("CARGO_BIN_EXE_kavi").to_owned(),
     ]);
     with_test_env(setpriv, dir, args)
@@ -118,7 +121,7 @@ pub fn sh_with_small_disk(dir: &Path, folder: &str, size: &str, script: &str) ->
     std::fs::create_dir_all(dir.join(folder)).unwrap();
     let mut unshare = Command::new("unshare");
     unshare.args(["-m", "sh", "-c"]).arg(format!(
-        "mount -t tmpfs -o size={size} tmpfs {folder} || exit 90\n{script}"
+        "mount -t tmpfs -o size={size},mode=0755 tmpfs {folder} || exit 90\n{script}"
     ));
     let mut command = with_test_env(unshare, dir, &[]);
     Some(
@@ -129,20 +132,27 @@ pub fn sh_with_small_disk(dir: &Path, folder: &str, size: &str, script: &str) ->
     )
 }
 
-/// Lets every account read and write the workspace (its ledger included), as a team's shared
-/// workspace would, and the tests' keys folder, which accounts sharing a ledger share (kavi
-/// MACs every journal entry it writes with the key there).
+/// Lets the team's group ([`TEAM_GID`], which [`kavi_as`] gives every other account) read
+/// and write the workspace (its ledger included), as a team's shared workspace has it, and the
+/// tests' keys folder, which accounts sharing a ledger share (kavi MACs every journal entry it
+/// writes with the key there). Through a group, not every account: kavi refuses a state
+/// folder every account may write to.
 pub fn open_to_other_accounts(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let keys = config_home().join("kavi");
     let folders = std::iter::once(dir).chain(keys.is_dir().then_some(keys.as_path()));
     for entry in folders.flat_map(walkdir::WalkDir::new) {
         let entry = entry.unwrap();
+        std::os::unix::fs::lchown(entry.path(), None, Some(TEAM_GID)).unwrap();
+        if entry.file_type().is_symlink() {
+            continue;
+        }
         let mode = entry.metadata().unwrap().permissions().mode();
+        // Folders pass their group on to what is made in them.
         let open = if entry.file_type().is_dir() {
-            0o777
+            0o2775
         } else {
-            0o666
+            0o664
         };
         std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode | open))
             .unwrap();
