@@ -96,19 +96,22 @@ fn an_executor_of_another_account_is_not_asked() {
     let socket = locks.join("executor.sock");
     let asked = root.join("asked.log");
     std::fs::write(&asked, "").unwrap();
-    // The locks folder open to the other account, as a team's shared workspace has it: a
-    // folder root owns is accepted, so only the check of who answers stands in the way.
+    // The locks folder open to the other account through the team's group, as a shared
+    // workspace has it: a folder root owns is accepted, so only the check of who answers stands
+    // in the way.
     use std::os::unix::fs::PermissionsExt as _;
     for (path, mode) in [
         (root, 0o755),
-        (locks.as_path(), 0o777),
-        (asked.as_path(), 0o666),
+        (locks.as_path(), 0o2775),
+        (asked.as_path(), 0o664),
     ] {
+        std::os::unix::fs::chown(path, None, Some(common::TEAM_GID)).unwrap();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     const FAKE: &str = "import json, os, socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(1)\nprint('listening', flush=True)\nc, _ = s.accept()\nline = c.makefile('rb').readline()\nopen(sys.argv[2], 'a').write(line.decode())\nc.sendall((json.dumps({'record': {'forged': True}}) + '\\n').encode())\n";
     let mut fake = std::process::Command::new("setpriv")
-        .args(["--reuid=4202", "--regid=4202", "--clear-groups"])
+        .args(["--reuid=4202", "--regid=4202"])
+        .arg(format!("--groups={}", common::TEAM_GID))
         .arg(python)
         .args(["-c", FAKE])
         .arg(&socket)

@@ -239,7 +239,7 @@ const CASES: &[Case] = &[
     case(
         "exec_spawn",
         Role::Skill,
-        "start a program through os.posix_spawn reached by a computed name",
+        "start a program through the os module's spawn call, reached by a computed name",
     ),
     case(
         "exec_loader",

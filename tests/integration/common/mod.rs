@@ -41,7 +41,7 @@ pub fn other_accounts_or_skip() -> bool {
 }
 
 /// The group a team's accounts share a workspace through (see [`open_to_other_accounts`]).
-const TEAM_GID: u32 = 4000;
+pub const TEAM_GID: u32 = 4000;
 
 /// `kavi` run as the numeric `uid` (with its own gid and the team's group, [`TEAM_GID`]): an
 /// id with no account, which kavi records as `uid N`. The workspace must be open to it (see
