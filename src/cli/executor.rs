@@ -191,7 +191,10 @@ async fn serve(
         let _ = reader.read_to_end(&mut rest).await;
         gone.cancel();
     });
-    let claimed = claim(env, workspace, ledger, &request, pool, &cancel).await;
+    // The run's folders and cgroups are removed after the answer: its client waits for none
+    // of it (the run's processes are gone before its record is written).
+    let leftovers = crate::executions::Deferred::default();
+    let claimed = claim(env, workspace, ledger, &request, pool, &leftovers, &cancel).await;
     watch.abort();
     let reply = match &claimed {
         Some(Claim::Ran(record)) => Reply {
@@ -204,6 +207,8 @@ async fn serve(
     let _ = writer
         .write_all(format!("{}\n", json!(reply)).as_bytes())
         .await;
+    drop(writer);
+    drop(leftovers);
     claimed
 }
 
@@ -215,6 +220,7 @@ async fn claim(
     ledger: &mut Held,
     request: &Request,
     pool: &mut VecDeque<Prestarted>,
+    leftovers: &crate::executions::Deferred,
     cancel: &CancellationToken,
 ) -> Option<Claim> {
     // Another workspace on this ledger (its socket is the ledger's), or a caller whose run
@@ -243,7 +249,10 @@ async fn claim(
             break sandbox;
         }
     };
-    let runner = env.runner(workspace, true).holding(connection);
+    let runner = env
+        .runner(workspace, true)
+        .holding(connection)
+        .deferring(leftovers);
     match runner.run_prestarted(request, cancel, sandbox).await {
         Ok(claimed) => Some(claimed),
         Err(e) => {

@@ -437,6 +437,7 @@ impl SkillEnv {
             confinement: &self.confinement,
             owner: &self.owner,
             kavi_state: &self.kavi_state,
+            deferred: None,
         }
     }
 }

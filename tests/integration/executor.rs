@@ -234,6 +234,51 @@ fn no_process_the_executor_started_outlives_it() {
     assert!(!root.join(".kavi/ledger.locks/executor.sock").exists());
 }
 
+/// A run's snapshot and temporary folder, as its record names them.
+fn private_folders(record: &Value) -> Vec<std::path::PathBuf> {
+    let confinement = &record["confinement"];
+    let named = |key: &str| -> Vec<std::path::PathBuf> {
+        confinement[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|path| std::path::PathBuf::from(path.as_str().unwrap()))
+            .collect()
+    };
+    let mut folders: Vec<_> = named("read")
+        .into_iter()
+        .filter(|path| path.to_string_lossy().contains("kavi-snapshot-"))
+        .collect();
+    folders.extend(named("write"));
+    folders
+}
+
+/// The executor answers before it removes a run's folders, and removes them right after: none
+/// is kept while it goes on serving.
+#[test]
+fn a_runs_private_folders_are_removed_once_it_is_answered() {
+    let Some(dir) = trusted() else { return };
+    let root = dir.path();
+    let _executor = Executor::start(root);
+    let folders: Vec<_> = (0..3)
+        .flat_map(|_| {
+            let record = run(root, "{}");
+            assert_eq!(record["confinement"]["launch"], "pre-started", "{record}");
+            private_folders(&record)
+        })
+        .collect();
+    assert_eq!(folders.len(), 6, "{folders:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while folders.iter().any(|folder| folder.exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kept: {:?}",
+            folders.iter().filter(|f| f.exists()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A run of `demo` with the executor running: the confinement policy it ran under (its hash),
 /// how it was started, what it saw at `notes/.env`, and what `kavi skill run` said on stderr.
 #[derive(Debug)]

@@ -100,6 +100,30 @@ pub struct Finished {
     /// For a confined process with the network: every connection its proxy allowed or
     /// refused.
     pub network: Option<crate::confinement::proxy::ProxyLog>,
+    /// What the run leaves to remove: its private folders and cgroups, removed when this is
+    /// dropped. Its process tree is gone already.
+    pub leftovers: Leftovers,
+}
+
+/// Private folders, decoys and cgroups of a finished run, removed when dropped. Removing them
+/// takes dozens of calls into the file system; a caller that someone waits on (an executor's
+/// client) answers first and drops this after.
+#[derive(Default)]
+pub struct Leftovers(Vec<Box<dyn Send>>);
+
+impl Leftovers {
+    /// `self` holding `more` too, removed when `self` is.
+    #[must_use]
+    pub fn and(mut self, more: impl Send + 'static) -> Self {
+        self.0.push(Box::new(more));
+        self
+    }
+}
+
+impl std::fmt::Debug for Leftovers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Leftovers({})", self.0.len())
+    }
 }
 
 /// Runs a command to completion, capturing its output.
@@ -387,6 +411,7 @@ async fn run_with(
         stderr: stderr?,
         violation,
         network: proxy.map(crate::confinement::proxy::Running::finish),
+        leftovers: Leftovers::default().and(launch).and(tripwires),
     })
 }
 

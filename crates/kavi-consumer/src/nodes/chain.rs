@@ -118,6 +118,7 @@ impl ChainNode {
             confinement: &self.confinement,
             owner: &ctx.env.owner,
             kavi_state: &ctx.env.state_paths,
+            deferred: None,
         };
         let context = ChainContext {
             runner: &runner,

@@ -218,7 +218,14 @@ pub struct Runner<'a> {
     pub owner: &'a Owner,
     /// kavi's own files (the workspace's `state_paths`), hidden from every skill.
     pub kavi_state: &'a [std::path::PathBuf],
+    /// Where a run's private folders and cgroups go to be removed after its record is
+    /// answered (see [`Runner::deferring`]); `None` removes them before the run returns.
+    pub deferred: Option<&'a Deferred>,
 }
+
+/// A finished run's folders and cgroups, removed when the holder drops them: an executor
+/// answers its client first.
+pub type Deferred = std::sync::Mutex<crate::process::Leftovers>;
 
 /// The most a skill may print on stdout: its output is parsed whole, in memory.
 const OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
@@ -231,18 +238,37 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl<'a> Runner<'a> {
-    /// This runner on `ledger`, a connection its caller holds across runs, never asking an
-    /// executor: a resident executor's own.
     /// Who this runner is to an executor it asks (see [`pool::Caller`]).
     pub fn caller(&self) -> pool::Caller {
         pool::Caller::new(self.root, self.timeout, self.log)
     }
 
+    /// This runner on `ledger`, a connection its caller holds across runs, never asking an
+    /// executor: a resident executor's own.
     pub fn holding(self, ledger: &'a std::sync::Mutex<Ledger>) -> Self {
         Self {
             held: Some(ledger),
             pool: false,
             ..self
+        }
+    }
+
+    /// This runner leaving each run's folders and cgroups in `deferred`, for its caller to
+    /// remove once it has answered (its process tree is gone before the record is written).
+    pub fn deferring(self, deferred: &'a Deferred) -> Self {
+        Self {
+            deferred: Some(deferred),
+            ..self
+        }
+    }
+
+    /// Removes `leftovers` now, or leaves them in [`Runner::deferred`].
+    fn leave(&self, leftovers: crate::process::Leftovers) {
+        if let Some(deferred) = self.deferred {
+            let mut held = deferred
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *held = std::mem::take(&mut *held).and(leftovers);
         }
     }
 
@@ -604,15 +630,17 @@ impl<'a> Runner<'a> {
         if fresh.map(|fresh| fresh.record()).ok() != Some(sandbox.confinement.record()) {
             return Ok(Claim::OtherView);
         }
-        self.run_in(
-            &ready,
-            request.input.clone(),
-            &request.lineage,
-            cancel,
-            Some(sandbox),
-        )
-        .await
-        .map(|record| Claim::Ran(Box::new(record)))
+        let ran = self
+            .run_in(
+                &ready,
+                request.input.clone(),
+                &request.lineage,
+                cancel,
+                Some(sandbox),
+            )
+            .await;
+        self.leave(crate::process::Leftovers::default().and(ready));
+        ran.map(|record| Claim::Ran(Box::new(record)))
     }
 
     async fn run_in(
@@ -821,6 +849,7 @@ impl<'a> Runner<'a> {
                     Err(joined) => Err(std::io::Error::other(joined)),
                 };
                 timer.abort();
+                self.leave(crate::process::Leftovers::default().and(sandbox.tmp));
                 (finished, sandbox.confinement, true)
             }
         };
@@ -877,6 +906,7 @@ impl<'a> Runner<'a> {
             }
             other => Err(with_stderr(format!("ended with {other:?} {profile}"))),
         };
+        self.leave(finished.leftovers);
         Ok((outcome, Some(record), finished.violation))
     }
 

@@ -48,6 +48,7 @@ impl Candidate<'_> {
             confinement: self.confinement,
             owner: &ctx.env.owner,
             kavi_state: &ctx.env.state_paths,
+            deferred: None,
         }
     }
 
