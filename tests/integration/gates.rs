@@ -1207,6 +1207,69 @@ fn tool_configuration_near_the_skill_or_in_the_environment_changes_nothing() {
     }
 }
 
+/// The tools' configuration is recorded as governing when the run begins, and the tools read the
+/// recorded texts: weakened on disk once the run has begun (and put back before anyone looks),
+/// it decides nothing. An attacker's race made a skill with a lint error, a type error and a
+/// failing test TRUSTED this way, the record showing only the texts it began with.
+#[test]
+fn tool_configuration_weakened_after_the_run_began_is_not_what_the_tools_read() {
+    let dir = workspace(BROKEN, &failing_test());
+    let root = dir.path();
+    // The gates wait for `go`: the run, its governing set with it, is recorded by then.
+    std::fs::write(
+        root.join("pipelines/verify.toml"),
+        "[pipeline]\nname = \"verify\"\n\n[nodes.wait]\nkind = \"exec\"\nrun = [\"python3\", \
+         \"-c\", \"import os, time\\nwhile not os.path.exists('go'): time.sleep(0.02)\"]\n\n\
+         [nodes.verify]\nkind = \"gate\"\nneeds = [\"wait\"]\nskill = \"demo\"\n\
+         vars = { skill = \"demo\" }\n",
+    )
+    .unwrap();
+    let mut gates = common::kavi_command(root, &["pipeline", "run", "verify"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !common::kavi(root, &["runs", "show", "1", "--json"])
+        .status
+        .success()
+    {
+        assert!(std::time::Instant::now() < deadline, "the run never began");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let weakened = [
+        ("policies/ruff.toml", "[lint]\nselect = []\n"),
+        ("policies/mypy.ini", "[mypy]\nignore_errors = True\n"),
+        (
+            "policies/pytest.ini",
+            "[pytest]\naddopts = --collect-only\n",
+        ),
+    ];
+    let recorded: Vec<String> = weakened
+        .iter()
+        .map(|(path, text)| {
+            let before = std::fs::read_to_string(root.join(path)).unwrap();
+            std::fs::write(root.join(path), text).unwrap();
+            before
+        })
+        .collect();
+    std::fs::write(root.join("go"), "").unwrap();
+    assert_eq!(gates.wait().unwrap().code(), Some(1));
+    for ((path, _), text) in weakened.iter().zip(&recorded) {
+        std::fs::write(root.join(path), text).unwrap();
+    }
+    let run = last_run(root);
+    for (gate, says) in [
+        ("lint", "F401"),
+        ("types", "Incompatible return value"),
+        ("tests", "tests_failed: "),
+    ] {
+        let v = verification(&run, gate);
+        assert_eq!(v["status"], "failed", "{gate}: {v}");
+        assert!(v["detail"].as_str().unwrap().contains(says), "{gate}: {v}");
+    }
+}
+
 /// A pytest.ini in the folder above the workspace (pytest walks up to find one) is not read.
 #[test]
 fn a_pytest_ini_above_the_workspace_is_not_read() {

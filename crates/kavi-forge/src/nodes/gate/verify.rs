@@ -119,12 +119,19 @@ impl Gate {
         };
         let before = tree.as_ref().map(SkillTree::hash);
         let view = match (&tree, &before) {
-            (Some(tree), Some(hash)) => Some(Snapshot::make_view(
-                tree,
-                hash,
-                |dir| ctx.env.owner.track(dir),
-                &cwd,
-            )?),
+            (Some(tree), Some(hash)) => {
+                let beneath = cwd
+                    .strip_prefix(&*ctx.env.workspace)
+                    .unwrap_or(Path::new(""));
+                let governed = recorded_rules(&mut ledger, ctx, beneath).await?;
+                Some(Snapshot::make_view(
+                    tree,
+                    hash,
+                    |dir| ctx.env.owner.track(dir),
+                    &cwd,
+                    &governed,
+                )?)
+            }
             _ => None,
         };
         let workspace_cwd = cwd;
@@ -286,6 +293,50 @@ impl Gate {
         Ok(outcome)
     }
 }
+
+/// The texts this node's run recorded as governing it, by path beneath `beneath` (the gates'
+/// folder in the workspace): what the gates' tools read (`policies/ruff.toml`, say), whatever
+/// the disk holds by the time they run. The run, its governing set with it, is recorded in one
+/// transaction that may still be open when its first node starts.
+async fn recorded_rules(
+    // `&mut`: a shared reference to a connection is not `Send` across the wait.
+    ledger: &mut Ledger,
+    ctx: &NodeContext<'_>,
+    beneath: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    let deadline = std::time::Instant::now() + RUN_RECORDED_WITHIN;
+    while ledger.run(ctx.run_id).is_err() {
+        if std::time::Instant::now() > deadline || ctx.cancel.is_cancelled() {
+            return Err(format!(
+                "run {} is not recorded, so neither are the rules that govern its gates",
+                ctx.run_id
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let members = ledger.governing(ctx.run_id).map_err(|e| e.to_string())?;
+    members
+        .into_iter()
+        .filter_map(|member| {
+            // A member outside the workspace (a pipeline file run by its path) is not in the
+            // gates' view of it.
+            let path = Path::new(&member.path);
+            let path = path
+                .is_relative()
+                .then_some(path)?
+                .strip_prefix(beneath)
+                .ok()?;
+            Some((path.to_str()?.to_owned(), member.spec_hash))
+        })
+        .map(|(path, hash)| match ledger.spec_text(&hash) {
+            Ok((_, text)) => Ok((path, text)),
+            Err(e) => Err(format!("the recorded text of {path} cannot be read: {e}")),
+        })
+        .collect()
+}
+
+/// How long a gate waits for its run's record (see [`recorded_rules`]).
+const RUN_RECORDED_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[async_trait::async_trait]
 impl NodeAction for Gate {
