@@ -125,6 +125,28 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "mailcap_runs_a_shell",
+        what: "a shell started through a mailcap entry's `test` command",
+        targets: &["policy"],
+        skill: Some(
+            "import json\nimport mailcap\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    caps = {\"text/x\": [{\"view\": \"true\", \"test\": \"exit 7\"}]}\n    mailcap.findmatch(caps, \"text/x\")\n    return {\"echo\": json.loads(json.dumps(data))}\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "tcl_exec",
+        what: "a program started by Tcl's `exec`, from the tests",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import tkinter\nimport unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_run(self) -> None:\n        tkinter.Tcl().eval(\"exec true\")\n        self.assertEqual(run(\"a b\"), run(\"a b\"))\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "uncalled_function",
         what: "code no test runs, in a function without a branch (coverage is on here)",
         targets: &["tests"],
