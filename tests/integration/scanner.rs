@@ -305,6 +305,16 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "import pydoc\npydoc.pipepager('x', 'id')\n",
         "process",
     ),
+    read_only(
+        "mailcap_test_command",
+        "import mailcap\nmailcap.findmatch({'a/b': [{'view': 'x', 'test': 'id'}]}, 'a/b')\n",
+        "process",
+    ),
+    read_only(
+        "tcl_exec",
+        "import tkinter\ntkinter.Tcl().eval('exec id')\n",
+        "process",
+    ),
     // Writes and network through less usual doors.
     read_only(
         "bz2_file_write",
@@ -642,6 +652,21 @@ const OTHERS: &[Case] = &[
         name: "file_write_may_not_spawn",
         class: "FILE_WRITE",
         files: &[("skill.py", "import os\nos.spawnlp(os.P_WAIT, 'id', 'id')\n")],
+        expect: Some("process"),
+    },
+    Case {
+        name: "file_write_may_not_load_a_sqlite_extension",
+        class: "FILE_WRITE",
+        files: &[(
+            "skill.py",
+            "import sqlite3\ndb = sqlite3.connect('x.db')\ndb.enable_load_extension(True)\ndb.load_extension('./native.so')\n",
+        )],
+        expect: Some("native"),
+    },
+    Case {
+        name: "network_may_not_run_an_imap_command",
+        class: "NETWORK",
+        files: &[("skill.py", "import imaplib\nimaplib.IMAP4_stream('id')\n")],
         expect: Some("process"),
     },
     Case {

@@ -154,6 +154,15 @@ pub fn state_folder(path: &Path) -> io::Result<()> {
             ),
             "`chmod o-w` it",
         ))
+    } else if let Some(writers) = acl_writers(path)? {
+        Some((
+            format!(
+                "lets {writers} write there through an ACL, which its mode ({:o}) does not \
+                 show: they could plant files kavi reads there",
+                metadata.mode() & 0o7777
+            ),
+            "`setfacl -b` it; a team shares a workspace through a group",
+        ))
     } else if metadata.uid() == 0 {
         None
     } else {
@@ -168,6 +177,134 @@ pub fn state_folder(path: &Path) -> io::Result<()> {
             ),
         )),
         None => Ok(()),
+    }
+}
+
+/// Checks a file kavi keeps its record in (the ledger, its write-ahead log), if it exists: a
+/// file, not a link, that only those who may write its folder could have put there (this
+/// account, root, the folder's owner, or, when its group may write it, a member of that group
+/// or a file of that group: a setgid folder gives its group to what its members make there),
+/// and that no ACL opens to anyone else. Another account's copy moved over the ledger would
+/// otherwise be read as kavi's own record (an earlier one, with a revoked skill still trusted).
+pub fn state_file(path: &Path) -> io::Result<()> {
+    let metadata = match path.symlink_metadata() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    let folder = path.parent().unwrap_or(Path::new(".")).metadata()?;
+    let uid = metadata.uid();
+    let problem = if !metadata.is_file() {
+        Some("is not a file (a link is refused)".to_owned())
+    } else if let Some(writers) = acl_writers(path)? {
+        Some(format!("lets {writers} write it through an ACL"))
+    } else if uid == nix::unistd::getuid().as_raw()
+        || uid == 0
+        || uid == folder.uid()
+        || (folder.mode() & 0o020 != 0
+            && (metadata.gid() == folder.gid() || in_group(uid, folder.gid())))
+    {
+        None
+    } else {
+        Some(format!(
+            "belongs to uid {uid}, who may not write its folder: another account put it there"
+        ))
+    };
+    match problem {
+        Some(problem) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "kavi's record {} {problem}; refusing to use it",
+                path.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether the account `uid` is a member of group `gid` (its primary group or another).
+fn in_group(uid: u32, gid: u32) -> bool {
+    let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) else {
+        return false;
+    };
+    let Ok(name) = std::ffi::CString::new(user.name) else {
+        return false;
+    };
+    nix::unistd::getgrouplist(&name, user.gid)
+        .is_ok_and(|groups| groups.contains(&nix::unistd::Gid::from_raw(gid)))
+}
+
+/// The named users and groups a POSIX ACL on `path` lets write (`setfacl -m u:NAME:rwx`), on the
+/// path itself or as the default what is made in it inherits, in words; `None` when there are
+/// none. The mode bits show only the ACL's mask, as the group's.
+fn acl_writers(path: &Path) -> io::Result<Option<String>> {
+    // Tags of the entries that name an account (linux/posix_acl_xattr.h); the write bit.
+    const ACL_USER: u16 = 0x02;
+    const ACL_GROUP: u16 = 0x08;
+    const WRITE: u16 = 0o2;
+    let mut writers = Vec::new();
+    for (attribute, prefix) in [
+        ("system.posix_acl_access", ""),
+        ("system.posix_acl_default", "by default "),
+    ] {
+        let Some(value) = xattr(path, attribute)? else {
+            continue;
+        };
+        // A 4-byte version, then entries of a 2-byte tag, 2-byte permissions and 4-byte id.
+        for entry in value.get(4..).unwrap_or_default().chunks_exact(8) {
+            let tag = u16::from_le_bytes([entry[0], entry[1]]);
+            let perm = u16::from_le_bytes([entry[2], entry[3]]);
+            let id = u32::from_le_bytes([entry[4], entry[5], entry[6], entry[7]]);
+            let kind = match tag {
+                ACL_USER => "uid",
+                ACL_GROUP => "gid",
+                _ => continue,
+            };
+            if perm & WRITE != 0 {
+                writers.push(format!("{prefix}{kind} {id}"));
+            }
+        }
+    }
+    Ok((!writers.is_empty()).then(|| writers.join(", ")))
+}
+
+/// The value of extended attribute `name` of `path` (not following a link); `None` when it has
+/// none, or its file system keeps none.
+fn xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    use nix::libc;
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let name = std::ffi::CString::new(name).expect("no NUL in an attribute's name");
+    loop {
+        // SAFETY: both strings are NUL-terminated; a null buffer of size 0 asks for the size.
+        let size =
+            unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        if size < 0 {
+            let error = io::Error::last_os_error();
+            return match error.raw_os_error() {
+                Some(libc::ENODATA | libc::EOPNOTSUPP) => Ok(None),
+                _ => Err(error),
+            };
+        }
+        let mut value = vec![0u8; size as usize];
+        // SAFETY: `value` has room for `value.len()` bytes.
+        let read = unsafe {
+            libc::lgetxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        match read {
+            // Grown since its size was asked: ask again.
+            -1 if io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) => continue,
+            -1 => return Err(io::Error::last_os_error()),
+            read => {
+                value.truncate(read as usize);
+                return Ok(Some(value));
+            }
+        }
     }
 }
 
@@ -655,6 +792,119 @@ mod tests {
                 Ok(()) => assert!(!refused, "mode {mode:o} was accepted"),
             }
         }
+    }
+
+    /// Sets a POSIX ACL on `path`, as `setfacl` does: `entries` of (tag, permissions, id).
+    fn set_acl(path: &Path, attribute: &str, entries: &[(u16, u16, u32)]) {
+        use nix::libc;
+        use std::os::unix::ffi::OsStrExt;
+        let mut value = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in entries {
+            value.extend(tag.to_le_bytes());
+            value.extend(perm.to_le_bytes());
+            value.extend(id.to_le_bytes());
+        }
+        let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let name = std::ffi::CString::new(attribute).unwrap();
+        // SAFETY: NUL-terminated strings and a buffer of `value.len()` bytes.
+        let set = unsafe {
+            libc::lsetxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        assert_eq!(set, 0, "{}", io::Error::last_os_error());
+    }
+
+    /// Base entries (owner rwx, group r-x, mask, others r-x) and one named account's.
+    fn acl_naming(tag: u16, perm: u16) -> Vec<(u16, u16, u32)> {
+        let any = u32::MAX;
+        let mut entries = vec![
+            (0x01, 7, any),
+            (tag, perm, 4201),
+            (0x04, 5, any),
+            (0x10, 7, any),
+            (0x20, 5, any),
+        ];
+        // The kernel takes them in the order of their tags.
+        entries.sort_unstable();
+        entries
+    }
+
+    /// A named user or group an ACL lets write a state folder (its mode shows only the mask, as
+    /// the group's) is refused, and so is one its default ACL lets write what is made in it; a
+    /// named entry that may only read is kept.
+    #[test]
+    fn a_state_folder_an_acl_opens_to_another_account_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, attribute, tag, perm, refused) in [
+            ("user", "system.posix_acl_access", 0x02, 7, true),
+            ("group", "system.posix_acl_access", 0x08, 6, true),
+            ("default", "system.posix_acl_default", 0x02, 7, true),
+            ("reader", "system.posix_acl_access", 0x02, 5, false),
+        ] {
+            let state = dir.path().join(name);
+            std::fs::create_dir(&state).unwrap();
+            set_acl(&state, attribute, &acl_naming(tag, perm));
+            match state_folder(&state) {
+                Err(e) => {
+                    assert!(refused, "{name} refused: {e}");
+                    let message = e.to_string();
+                    assert!(
+                        message.contains("4201 write there through an ACL")
+                            && message.contains("`setfacl -b` it"),
+                        "{message}"
+                    );
+                }
+                Ok(()) => assert!(!refused, "{name} was accepted"),
+            }
+        }
+    }
+
+    /// A ledger file another account put in kavi's folder (moved there, keeping its owner) is
+    /// refused; this account's, and one an ACL opens, are told apart.
+    #[test]
+    fn a_record_file_another_account_put_there_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("ledger.db");
+        assert!(
+            state_file(&ledger).is_ok(),
+            "a missing file is made by kavi"
+        );
+        std::fs::write(&ledger, "").unwrap();
+        state_file(&ledger).unwrap();
+        set_acl(&ledger, "system.posix_acl_access", &acl_naming(0x02, 6));
+        let message = state_file(&ledger).unwrap_err().to_string();
+        assert!(
+            message.contains("lets uid 4201 write it through an ACL"),
+            "{message}"
+        );
+        std::fs::remove_file(&ledger).unwrap();
+        std::os::unix::fs::symlink("elsewhere", &ledger).unwrap();
+        let message = state_file(&ledger).unwrap_err().to_string();
+        assert!(
+            message.contains("is not a file (a link is refused)"),
+            "{message}"
+        );
+        std::fs::remove_file(&ledger).unwrap();
+        if !nix::unistd::getuid().is_root() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root: a file of another account's must be made"
+            );
+            eprintln!("skipping the other account's file: making one needs root");
+            return;
+        }
+        std::fs::write(&ledger, "").unwrap();
+        nix::unistd::chown(&ledger, Some(nix::unistd::Uid::from_raw(4201)), None).unwrap();
+        let message = state_file(&ledger).unwrap_err().to_string();
+        assert!(
+            message.contains("belongs to uid 4201, who may not write its folder"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -147,6 +147,7 @@ impl Ledger {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                     kavi_foundation::sandbox::state_folder(parent)?;
                 }
+                record_files(path)?;
                 schema::create(path).map_err(|source| LedgerError::Create {
                     path: path.to_owned(),
                     source,
@@ -200,7 +201,10 @@ impl Ledger {
                 conn
             }
             None if !path.exists() => return Err(LedgerError::Missing(path.to_owned())),
-            None => connect_read_only(path)?,
+            None => {
+                record_files(path)?;
+                connect_read_only(path)?
+            }
         };
         let found: i64 = conn
             .query_row("SELECT version FROM schema_version", [], |row| row.get(0))
@@ -482,5 +486,16 @@ fn key_session(conn: &Db, key: &keys::MacKey) -> Result<()> {
         ),
         params![key.pads.0, key.pads.1],
     )?;
+    Ok(())
+}
+
+/// Checks the SQLite ledger's files (the database and its write-ahead log) are kavi's record,
+/// not a file another account put in its place (see [`kavi_foundation::sandbox::state_file`]).
+fn record_files(path: &Path) -> Result<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        kavi_foundation::sandbox::state_file(Path::new(&file))?;
+    }
     Ok(())
 }
