@@ -41,11 +41,7 @@ impl Error {
         use crate::diagnostic::Diagnostic;
         match self {
             Error::Spec(SpecError::Invalid(found)) => found.0.clone(),
-            Error::Config(ConfigError::Invalid(found)) => {
-                let mut found = (**found).clone();
-                found.message = format!("invalid configuration: {}", found.message);
-                vec![found]
-            }
+            Error::Config(ConfigError::Invalid(found)) => found.0.clone(),
             other => vec![Diagnostic::new(other.to_string())],
         }
     }

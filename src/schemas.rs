@@ -168,6 +168,16 @@ pub fn all() -> Vec<Published> {
     ]
 }
 
+/// Every problem of shape of a policy file a schema describes, found by its path as
+/// `kavi policy check` finds them; none for another file.
+pub fn policy_problems(source: &Arc<SourceFile>) -> Vec<Diagnostic> {
+    all()
+        .into_iter()
+        .find(|published| source.path == std::path::Path::new(published.describes))
+        .and_then(|published| published.problems)
+        .map_or_else(Vec::new, |problems| problems(source))
+}
+
 /// The schema of a file read as one `T`.
 fn of<T: JsonSchema>() -> Value {
     schemars::schema_for!(T).to_value()

@@ -106,18 +106,7 @@ pub fn diff(workspace: &Workspace, from: &str, to: Option<&str>, json: bool) -> 
 /// Every problem is reported, each pointing into its file (exit 3 when there is one).
 pub fn check(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let mut problems: Vec<Diagnostic> = Vec::new();
-    let mut add = |found: Vec<Diagnostic>| {
-        for diagnostic in found {
-            // A pipeline that reads a broken policy reports what `check` already found there,
-            // perhaps with a note of its own: the same message at the same place is one problem.
-            if !problems
-                .iter()
-                .any(|p| p.message == diagnostic.message && p.position() == diagnostic.position())
-            {
-                problems.push(diagnostic);
-            }
-        }
-    };
+    let mut add = |found: Vec<Diagnostic>| problems.extend(found);
     let spec_problems = |error: &SpecError| match error {
         SpecError::Invalid(found) => found.0.clone(),
         other => vec![Diagnostic::new(other.to_string())],
@@ -178,6 +167,9 @@ pub fn check(workspace: &Workspace, json: bool) -> Result<i32, Error> {
             add(vec![problem.clone()]);
         }
     }
+    // A pipeline that reads a broken policy reports what `check` already found there, perhaps
+    // with a note of its own: it is said once.
+    let problems = crate::diagnostic::said_once(problems);
     if !problems.is_empty() {
         return Err(Error::Spec(SpecError::Invalid(Diagnostics(problems))));
     }

@@ -26,6 +26,7 @@ static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
         ],
         crate::policy::classifier::load_failure_kinds,
     )
+    .with_policy_problems(crate::schemas::policy_problems)
 });
 
 /// The kinds a pipeline may use: what the loader is handed in `crate::spec::LoadContext`.

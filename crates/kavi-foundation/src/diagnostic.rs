@@ -224,6 +224,22 @@ pub fn suggest(word: &str, candidates: &[&str]) -> String {
     }
 }
 
+/// `problems` with each one said once: the same message at the same place is one problem, as
+/// when two nodes read one broken policy. The first of them is kept, in its place.
+pub fn said_once(problems: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let mut seen = std::collections::HashSet::with_capacity(problems.len());
+    problems
+        .into_iter()
+        .filter(|problem| {
+            let place = problem
+                .location
+                .as_ref()
+                .map(|(file, span)| (file.path.clone(), span.start, span.end));
+            seen.insert((problem.message.clone(), place))
+        })
+        .collect()
+}
+
 /// A list of diagnostics, reported together so one `check` shows every problem it found.
 #[derive(Debug, Clone)]
 pub struct Diagnostics(pub Vec<Diagnostic>);
@@ -581,6 +597,39 @@ mod tests {
             "{problems:#?}"
         );
         assert!(read.is_none(), "`memory` is missing once `memroy` is out");
+    }
+
+    #[test]
+    fn the_same_message_at_the_same_place_is_said_once() {
+        let file = SourceFile::new("policies/p.toml", "a = 1\nb = 2\n");
+        let other = SourceFile::new("policies/q.toml", "a = 1\nb = 2\n");
+        let problems = vec![
+            Diagnostic::new("bad").at(&file, 0..1),
+            // Read again by a second node: another text, the same file and place.
+            Diagnostic::new("bad")
+                .at(&SourceFile::new("policies/p.toml", "a = 1\nb = 2\n"), 0..1)
+                .with_help("a note"),
+            Diagnostic::new("bad").at(&file, 6..7),
+            Diagnostic::new("bad").at(&other, 0..1),
+            Diagnostic::new("worse").at(&file, 0..1),
+            Diagnostic::new("bad"),
+            Diagnostic::new("bad"),
+        ];
+        let kept: Vec<_> = said_once(problems)
+            .iter()
+            .map(|p| (p.message.clone(), p.position(), p.help.clone()))
+            .collect();
+        let at = |place: &str| Some(place.to_owned());
+        assert_eq!(
+            kept,
+            [
+                ("bad".to_owned(), at("policies/p.toml:1:1"), None),
+                ("bad".to_owned(), at("policies/p.toml:2:1"), None),
+                ("bad".to_owned(), at("policies/q.toml:1:1"), None),
+                ("worse".to_owned(), at("policies/p.toml:1:1"), None),
+                ("bad".to_owned(), None, None),
+            ]
+        );
     }
 
     #[test]

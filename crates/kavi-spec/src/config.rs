@@ -11,7 +11,9 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostic::{Diagnostic, SourceFile};
+use std::sync::Arc;
+
+use crate::diagnostic::{Diagnostic, Diagnostics, SourceFile};
 
 pub const CONFIG_FILE: &str = "kavi.toml";
 
@@ -276,10 +278,10 @@ pub struct Overrides {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A value in kavi.toml, a `KAVI_*` variable or a flag that cannot be used; located in
-    /// kavi.toml when it comes from there.
-    #[error("invalid configuration: {0}")]
-    Invalid(Box<Diagnostic>),
+    /// Values in kavi.toml, `KAVI_*` variables or flags that cannot be used, every one found;
+    /// each located in kavi.toml when it comes from there.
+    #[error("{0}")]
+    Invalid(Diagnostics),
     #[error("failed to read {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -293,7 +295,66 @@ pub enum ConfigError {
 
 impl ConfigError {
     fn invalid(diagnostic: Diagnostic) -> Self {
-        ConfigError::Invalid(Box::new(diagnostic))
+        Self::all_invalid(vec![diagnostic])
+    }
+
+    /// Every one of `problems`, each said to be of the configuration.
+    fn all_invalid(problems: Vec<Diagnostic>) -> Self {
+        ConfigError::Invalid(Diagnostics(
+            problems
+                .into_iter()
+                .map(|mut problem| {
+                    problem.message = format!("invalid configuration: {}", problem.message);
+                    problem
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// What is wrong with the values of `config` that no type says (a zero, a duration that does
+/// not parse, an object store without a bucket), every one, each with the key that holds it.
+fn value_problems(config: &Config) -> Vec<(Vec<&'static str>, String)> {
+    let mut problems = Vec::new();
+    if config.jobs == 0 {
+        problems.push((vec!["jobs"], "`jobs` must be at least 1".to_owned()));
+    }
+    if let Err(message) = config.gateway.timeout() {
+        problems.push((vec!["gateway", "timeout"], message));
+    }
+    if let Err(message) = config.skill_timeout() {
+        problems.push((vec!["skill_timeout"], message));
+    }
+    if let Err(message) = config.lease() {
+        problems.push((vec!["lease"], message));
+    }
+    if config.max_spec_kib == 0 {
+        problems.push((
+            vec!["max_spec_kib"],
+            "`max_spec_kib` must be at least 1".to_owned(),
+        ));
+    }
+    if config.min_secret_chars < crate::redact::LEAST_MIN_SECRET_CHARS {
+        problems.push((
+            vec!["min_secret_chars"],
+            format!(
+                "`min_secret_chars` must be at least {}: a single character is no secret",
+                crate::redact::LEAST_MIN_SECRET_CHARS
+            ),
+        ));
+    }
+    if let Some(Err((key, message))) = config.object_store.as_ref().map(|store| store.check()) {
+        problems.push((vec!["object_store", key], message));
+    }
+    problems
+}
+
+/// A problem of the value at `key`, located in kavi.toml's `file` where the key is written.
+fn at_key(file: &Arc<SourceFile>, key: &[&str], message: String) -> Diagnostic {
+    let diagnostic = Diagnostic::new(message);
+    match value_span(&file.text, key) {
+        Some(span) => diagnostic.at(file, span),
+        None => diagnostic,
     }
 }
 
@@ -459,10 +520,24 @@ impl Workspace {
                         file.display()
                     ))));
                 }
-                // toml knows where each value is; figment does not, so the file is checked here.
-                toml::from_str::<Config>(&text).map_err(|e| {
+                // toml knows where each value is; figment does not, so the file is checked here,
+                // with every problem it has: those of its shape, and those of the values that
+                // read.
+                let root = toml::de::DeTable::parse(&text).map_err(|e| {
                     ConfigError::invalid(crate::diagnostic::toml_error(&source, &e))
                 })?;
+                let span = root.span();
+                let (read, mut problems) =
+                    crate::diagnostic::read_table::<Config>(&source, span, root.into_inner());
+                if !problems.is_empty() {
+                    let values = read.as_ref().map(value_problems).unwrap_or_default();
+                    problems.extend(
+                        values
+                            .into_iter()
+                            .map(|(key, message)| at_key(&source, &key, message)),
+                    );
+                    return Err(ConfigError::all_invalid(problems));
+                }
                 figment = figment.merge(Toml::string(&text));
                 Some(source)
             }
@@ -505,60 +580,26 @@ impl Workspace {
             if source.contains("environment") {
                 return Diagnostic::new(format!("{} ({message})", variable_name(key)));
             }
-            let diagnostic = Diagnostic::new(message);
             match (&file_text, source.contains("TOML")) {
-                (Some(file), true) => match value_span(&file.text, key) {
-                    Some(span) => diagnostic.at(file, span),
-                    None => diagnostic,
-                },
-                _ => diagnostic,
+                (Some(file), true) => at_key(file, key, message),
+                _ => Diagnostic::new(message),
             }
         };
         let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::invalid(Diagnostic::new(from_environment(&e))))?;
-        if config.jobs == 0 {
-            return Err(ConfigError::invalid(located(
-                &["jobs"],
-                "`jobs` must be at least 1".into(),
-            )));
+        let problems: Vec<Diagnostic> = value_problems(&config)
+            .into_iter()
+            .map(|(key, message)| located(&key, message))
+            .collect();
+        if !problems.is_empty() {
+            return Err(ConfigError::all_invalid(problems));
         }
-        if let Err(message) = config.gateway.timeout() {
-            return Err(ConfigError::invalid(located(
-                &["gateway", "timeout"],
-                message,
-            )));
-        }
-        if let Err(message) = config.skill_timeout() {
-            return Err(ConfigError::invalid(located(&["skill_timeout"], message)));
-        }
-        match config.lease() {
-            Ok(lease) => crate::ledger::set_lease(lease),
-            Err(message) => return Err(ConfigError::invalid(located(&["lease"], message))),
-        }
-        if config.max_spec_kib == 0 {
-            return Err(ConfigError::invalid(located(
-                &["max_spec_kib"],
-                "`max_spec_kib` must be at least 1".into(),
-            )));
+        if let Ok(lease) = config.lease() {
+            crate::ledger::set_lease(lease);
         }
         crate::diagnostic::set_max_spec_kib(config.max_spec_kib);
-        if config.min_secret_chars < crate::redact::LEAST_MIN_SECRET_CHARS {
-            return Err(ConfigError::invalid(located(
-                &["min_secret_chars"],
-                format!(
-                    "`min_secret_chars` must be at least {}: a single character is no secret",
-                    crate::redact::LEAST_MIN_SECRET_CHARS
-                ),
-            )));
-        }
         crate::redact::set_min_secret_chars(config.min_secret_chars);
-        if let Some(Err((key, message))) = config.object_store.as_ref().map(|store| store.check()) {
-            return Err(ConfigError::invalid(located(
-                &["object_store", key],
-                message,
-            )));
-        }
         // A server's URL is no path in the workspace.
         if crate::ledger::postgres_url(&config.ledger).is_none() {
             config.ledger = root.join(&config.ledger);
@@ -704,6 +745,61 @@ mod tests {
             jail.create_file("kavi.toml", "jobz = 3\n")?;
             let err = Workspace::load(None, &Overrides::default()).unwrap_err();
             assert!(err.to_string().contains("jobz"), "{err}");
+            Ok(())
+        });
+    }
+
+    /// Every problem of kavi.toml is reported at once, each at its place: those of its shape
+    /// (keys, types, in a nested table too), and those of the values that do read.
+    #[test]
+    #[expect(
+        clippy::result_large_err,
+        reason = "figment::Jail fixes the closure's error type"
+    )]
+    fn every_problem_of_kavi_toml_is_reported_in_one_pass() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "kavi.toml",
+                "jobz = 3\nskill_timeout = 30\nlease = \"soon\"\n[gateway]\ntimout = \"1s\"\n",
+            )?;
+            let Err(ConfigError::Invalid(problems)) = Workspace::load(None, &Overrides::default())
+            else {
+                panic!("kavi.toml was taken");
+            };
+            let found: Vec<_> = problems
+                .0
+                .iter()
+                .map(|p| {
+                    let (file, span) = p.location.as_ref().expect("located in kavi.toml");
+                    let (line, column) = file.line_col(span.start);
+                    (line, column, p.help.clone())
+                })
+                .collect();
+            assert_eq!(
+                found,
+                [
+                    (1, 1, Some("did you mean `jobs`?".to_owned())),
+                    (2, 17, None),
+                    (5, 1, Some("did you mean `timeout`?".to_owned())),
+                    (3, 9, None),
+                ],
+                "{problems}"
+            );
+            assert!(problems.0[3].message.contains("`lease` = \"soon\""));
+            assert!(
+                problems
+                    .0
+                    .iter()
+                    .all(|p| p.message.starts_with("invalid configuration: ")),
+                "{problems}"
+            );
+            // Values that only the layers together give are checked together too.
+            jail.create_file("kavi.toml", "jobs = 0\nlease = \"0s\"\n")?;
+            let Err(ConfigError::Invalid(problems)) = Workspace::load(None, &Overrides::default())
+            else {
+                panic!("kavi.toml was taken");
+            };
+            assert_eq!(problems.0.len(), 2, "{problems}");
             Ok(())
         });
     }

@@ -45,6 +45,52 @@ fn messages(text: &str) -> Vec<String> {
     }
 }
 
+/// A node's kind-specific fields are read with every problem they have, as its common fields
+/// are: each kind's own, with the name meant (a field every node has included), and nothing
+/// reported missing that a problem took out.
+#[test]
+fn every_problem_of_a_kind_s_own_fields_is_reported_in_one_pass() {
+    let text = "[pipeline]\nname = \"p\"\n\
+                [nodes.a]\nkind = \"exec\"\nrnu = [\"true\"]\ninherit_env = \"yes\"\n\
+                stdout = \"jsn\"\nneds = [\"b\"]\n\
+                [nodes.b]\nkind = \"http\"\nurl = \"https://example.com\"\nmethd = \"GET\"\n\
+                kind_of = 1\n";
+    let problems = match load_text(text) {
+        Err(SpecError::Invalid(problems)) => problems.0,
+        other => panic!("{other:?}"),
+    };
+    let found: Vec<_> = problems
+        .iter()
+        .map(|p| {
+            let word = p.message.split(',').next().unwrap().to_owned();
+            let meant = p.help.as_deref().and_then(|help| {
+                help.strip_prefix("did you mean `")
+                    .and_then(|rest| rest.split('`').next())
+            });
+            (word, p.position().unwrap(), meant.map(str::to_owned))
+        })
+        .collect();
+    let row = |word: &str, at: &str, meant: Option<&str>| {
+        (
+            word.to_owned(),
+            format!("p.toml:{at}"),
+            meant.map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        found,
+        [
+            row("unknown field `rnu`", "5:1", Some("run")),
+            row("invalid type: string \"yes\"", "6:15", None),
+            row("unknown variant `jsn`", "7:10", Some("json")),
+            row("unknown field `neds`", "8:1", Some("needs")),
+            row("unknown field `methd`", "12:1", Some("method")),
+            row("unknown field `kind_of`", "13:1", None),
+        ],
+        "{problems:#?}"
+    );
+}
+
 #[test]
 fn nodes_load_alike_however_their_tables_are_laid_out() {
     let head = "[pipeline]\nname = \"p\"\n";

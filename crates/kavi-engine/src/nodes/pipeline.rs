@@ -88,19 +88,19 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
             Ok(pipeline)
         })
         .map_err(|e| match e {
-            // The child's own diagnostics point into the child's file; the first one is enough
-            // to find it, and `kavi pipeline check` on the child lists them all.
+            // The child's own diagnostics point into the child's file, each of them reported
+            // with the parent's; the first says where they come from.
             SpecError::Invalid(mut problems) if !problems.0.is_empty() => {
-                let mut first = problems.0.swap_remove(0);
+                let first = &mut problems.0[0];
                 let note = format!(
                     "this pipeline is run by a `pipeline` node; `kavi pipeline check {}` lists every problem in it",
                     display_path.display()
                 );
-                first.help = Some(match first.help {
+                first.help = Some(match first.help.take() {
                     Some(help) => format!("{help}\n{note}"),
                     None => note,
                 });
-                first
+                config.refuse(problems.0)
             }
             other => config.error(other.to_string(), file_span.clone()),
         })?;

@@ -8,7 +8,7 @@ mod registry;
 
 pub use environment::{ChildRun, ChildRuns, Environment, LiveNodeOutput};
 pub use policy_file::{GOVERNING_FOLDERS, Policy, read};
-pub use registry::{FailureKinds, LoadFailureKinds, Registry};
+pub use registry::{FailureKinds, LoadFailureKinds, PolicyProblems, Registry};
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -231,27 +231,50 @@ pub struct NodeConfig<'a> {
     pub(crate) named_files: &'a mut NamedFiles,
     /// The node has `for_each`: its templates read `item` too.
     pub(crate) fans_out: bool,
+    /// The problems found beside the one the kind's parser returns (see [`Self::refuse`]),
+    /// reported with it in the same pass.
+    pub(crate) further: Vec<Diagnostic>,
 }
 
 impl<'a> NodeConfig<'a> {
-    /// Deserializes the kind's fields; unknown fields and type errors point at the TOML.
+    /// Deserializes the kind's fields; unknown fields and type errors point at the TOML, and
+    /// every one of them is reported, not only the first.
     pub fn deserialize<T: DeserializeOwned>(&mut self) -> Result<T, Diagnostic> {
         let table = self.table.take().expect("node config is deserialized once");
-        T::deserialize(toml::de::Deserializer::from(table))
-            .map_err(|e| crate::diagnostic::toml_error(self.file, &e))
+        let span = table.span();
+        match crate::diagnostic::read_table(self.file, span, table.into_inner()) {
+            (Some(value), problems) if problems.is_empty() => Ok(value),
+            (_, problems) => Err(self.refuse(problems)),
+        }
     }
 
-    /// Loads the policy file a field names (or `default` when the field is absent). A policy
-    /// that cannot be read is reported at the field.
+    /// Refuses the node with every one of `problems`, at least one: the first is what the
+    /// kind's parser returns, and the others are kept here, so that the loader reports them
+    /// all in one pass without each kind's parser returning a list.
+    pub fn refuse(&mut self, problems: Vec<Diagnostic>) -> Diagnostic {
+        let mut problems = problems.into_iter();
+        let first = problems
+            .next()
+            .unwrap_or_else(|| self.error("the node is refused", self.span.clone()));
+        self.further.extend(problems);
+        first
+    }
+
+    /// Loads the policy file a field names (or `default` when the field is absent), with every
+    /// problem of its shape. A policy that cannot be read is reported at the field.
     pub fn load_policy<T: DeserializeOwned>(
         &mut self,
         field: Option<&Spanned<String>>,
         default: &str,
     ) -> Result<Policy<T>, Diagnostic> {
         let source = self.load_policy_source(field, default)?;
-        let value =
-            toml::from_str(&source.text).map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
-        Ok(Policy { value, source })
+        let root = toml::de::DeTable::parse(&source.text)
+            .map_err(|e| crate::diagnostic::toml_error(&source, &e))?;
+        let span = root.span();
+        match crate::diagnostic::read_table(&source, span, root.into_inner()) {
+            (Some(value), problems) if problems.is_empty() => Ok(Policy { value, source }),
+            (_, problems) => Err(self.refuse(problems)),
+        }
     }
 
     /// The hosts confined processes with the network may reach, from `policies/network.toml`,

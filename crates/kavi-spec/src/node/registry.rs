@@ -18,10 +18,16 @@ pub trait FailureKinds {
 /// Loads the declared failure kinds for a node, recording their file as governing it.
 pub type LoadFailureKinds = fn(&mut NodeConfig<'_>) -> Result<Box<dyn FailureKinds>, Diagnostic>;
 
-/// The node kinds, by name, and how the failure kinds nodes retry on are declared.
+/// Every problem of shape (unknown fields, wrong types) of a policy file whose type a layer above
+/// knows, by its path; empty for any other file.
+pub type PolicyProblems = fn(&Arc<SourceFile>) -> Vec<Diagnostic>;
+
+/// The node kinds, by name, how the failure kinds nodes retry on are declared, and how a policy
+/// file's every problem is found.
 pub struct Registry {
     kinds: Vec<&'static NodeKind>,
     failure_kinds: LoadFailureKinds,
+    policy_problems: PolicyProblems,
 }
 
 impl Registry {
@@ -30,7 +36,22 @@ impl Registry {
         Self {
             kinds: groups.iter().flat_map(|group| group.iter()).collect(),
             failure_kinds,
+            policy_problems: |_| Vec::new(),
         }
+    }
+
+    /// With `problems` finding every problem of a policy file a node reads: a kind's parser
+    /// returns the first it meets, and the loader reports the others with it.
+    pub fn with_policy_problems(self, problems: PolicyProblems) -> Self {
+        Self {
+            policy_problems: problems,
+            ..self
+        }
+    }
+
+    /// Every problem of shape of `source`, when it is a policy file whose type is known.
+    pub fn policy_problems(&self, source: &Arc<SourceFile>) -> Vec<Diagnostic> {
+        (self.policy_problems)(source)
     }
 
     /// Every kind, in the order they are listed to users.

@@ -201,6 +201,7 @@ pub fn load_pipeline_str(
         .as_ref()
         .and_then(|h| h.pipeline.concurrency.as_ref());
     check_node_groups(&file, own, &nodes, &mut problems);
+    let problems = with_every_policy_problem(&file, context.registry, problems);
 
     let Some(header) = header.filter(|_| problems.is_empty()) else {
         return Err(problems.into());
@@ -217,6 +218,29 @@ pub fn load_pipeline_str(
         nodes,
         governing,
     })
+}
+
+/// Each problem in another file (a policy a node reads) comes with every other problem of that
+/// file's shape, as `kavi policy check` finds them, since a node's parser stops at the first it
+/// meets; and each problem is said once, however many nodes read the file.
+fn with_every_policy_problem(
+    file: &std::sync::Arc<SourceFile>,
+    registry: &Registry,
+    problems: Vec<Diagnostic>,
+) -> Vec<Diagnostic> {
+    let mut files_read: Vec<PathBuf> = Vec::new();
+    let mut all = Vec::with_capacity(problems.len());
+    for problem in problems {
+        if let Some((source, _)) = &problem.location
+            && !std::sync::Arc::ptr_eq(source, file)
+            && !files_read.contains(&source.path)
+        {
+            files_read.push(source.path.clone());
+            all.extend(registry.policy_problems(source));
+        }
+        all.push(problem);
+    }
+    crate::diagnostic::said_once(all)
 }
 
 /// A node may not wait for a concurrency group that is held while it waits: its own

@@ -226,24 +226,32 @@ pub(super) fn load_node(
                 .into(),
         );
     }
+    let unknown_kind = |kind: &Spanned<String>| {
+        context.registry.get(kind.get_ref()).is_none().then(|| {
+            Diagnostic::new(format!("unknown node kind `{}`", kind.get_ref()))
+                .at(file, kind.span())
+                .with_help(context.registry.unknown_help(kind.get_ref()))
+        })
+    };
     let common = match read_table::<RawCommon>(file, node_span.clone(), common) {
         (Some(common), problems) if problems.is_empty() => common,
-        (_, problems) => {
-            return Err(Refused {
-                problems,
-                needs: Vec::new(),
-            });
+        (common, mut problems) => {
+            // The fields that do read are still checked, in the same pass: the kind they name,
+            // and what they need.
+            let needs = match common {
+                Some(common) => {
+                    problems.extend(unknown_kind(&common.kind));
+                    common.needs
+                }
+                None => Vec::new(),
+            };
+            return Err(Refused { problems, needs });
         }
     };
 
-    let kind_name = common.kind.get_ref();
-    let Some(kind) = context.registry.get(kind_name) else {
+    let Some(kind) = context.registry.get(common.kind.get_ref()) else {
         return Err(Refused {
-            problems: vec![
-                Diagnostic::new(format!("unknown node kind `{kind_name}`"))
-                    .at(file, common.kind.span())
-                    .with_help(context.registry.unknown_help(kind_name)),
-            ],
+            problems: unknown_kind(&common.kind).into_iter().collect(),
             needs: common.needs,
         });
     };
@@ -268,26 +276,16 @@ pub(super) fn load_node(
         reads: Vec::new(),
         governing: GoverningSet::default(),
         named_files,
+        further: Vec::new(),
     };
-    let action = (kind.parse)(&mut config).map_err(|mut d| {
-        let in_this_file = d
-            .location
-            .as_ref()
-            .is_some_and(|(f, _)| Arc::ptr_eq(f, file));
-        if in_this_file && let Some(rest) = d.message.strip_prefix("unknown field `") {
-            let also = format!("every node also takes: {}", COMMON_FIELDS.join(", "));
-            // The kind's parser knows only its own fields: a misspelt shared one is named here.
-            let word = rest.split('`').next().unwrap_or_default();
-            let shared = closest(word, COMMON_FIELDS.iter().copied());
-            d.help = Some(match (d.help.take(), shared) {
-                (Some(suggestion), _) => format!("{suggestion} {also}"),
-                (None, Some(close)) => format!("did you mean `{close}`? {also}"),
-                (None, None) => also,
-            });
+    let action = match (kind.parse)(&mut config) {
+        Ok(action) => Some(action),
+        Err(first) => {
+            let found = std::iter::once(first).chain(std::mem::take(&mut config.further));
+            problems.extend(found.map(|problem| name_shared_field(file, problem)));
+            None
         }
-        d
-    });
-    let action = action.map_err(|problem| problems.push(problem)).ok();
+    };
 
     for script in &common.uses {
         if config.govern_declared(script.get_ref()).is_none() {
@@ -402,6 +400,26 @@ pub(super) fn load_node(
         action,
     };
     Ok((node, config.governing))
+}
+
+/// A kind's parser knows only its own fields: to its "unknown field" in the pipeline's file, the
+/// fields every node takes are added, and the one a misspelt shared field probably meant.
+fn name_shared_field(file: &Arc<SourceFile>, mut problem: Diagnostic) -> Diagnostic {
+    let in_this_file = problem
+        .location
+        .as_ref()
+        .is_some_and(|(f, _)| Arc::ptr_eq(f, file));
+    if in_this_file && let Some(rest) = problem.message.strip_prefix("unknown field `") {
+        let also = format!("every node also takes: {}", COMMON_FIELDS.join(", "));
+        let word = rest.split('`').next().unwrap_or_default();
+        let shared = closest(word, COMMON_FIELDS.iter().copied());
+        problem.help = Some(match (problem.help.take(), shared) {
+            (Some(suggestion), _) => format!("{suggestion} {also}"),
+            (None, Some(close)) => format!("did you mean `{close}`? {also}"),
+            (None, None) => also,
+        });
+    }
+    problem
 }
 
 /// Reads `retry`: how many tries, how long between them, and on which failures.
