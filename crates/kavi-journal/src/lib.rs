@@ -129,9 +129,20 @@ fn appender_trigger_sql() -> String {
 /// `verify` reports; one that defines its own has no key to MAC with.
 pub fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    // The appender names an entry's hash twice, for its `hash` column and as its MAC's
+    // argument, and SQLite evaluates each: the last entry hashed is kept with its hash, so
+    // that the same entry asked for again is compared, not hashed again.
+    let last = std::cell::RefCell::new((Vec::<u8>::new(), String::new()));
     // Read in place: the argument is the whole entry, its content every column of a row.
-    conn.create_scalar_function(HASH_FUNCTION, 1, flags, |ctx| {
-        Ok(sha256_hex(ctx.get_raw(0).as_str()?.as_bytes()))
+    conn.create_scalar_function(HASH_FUNCTION, 1, flags, move |ctx| {
+        let entry = ctx.get_raw(0).as_str()?.as_bytes();
+        let mut last = last.borrow_mut();
+        if last.0 != entry {
+            last.1 = sha256_hex(entry);
+            last.0.clear();
+            last.0.extend_from_slice(entry);
+        }
+        Ok(last.1.clone())
     })?;
     conn.create_scalar_function(MAC_FUNCTION, 1, flags, move |ctx| {
         Ok(key.mac(ctx.get_raw(0).as_str()?))
