@@ -9,12 +9,15 @@ use crate::files::open_regular;
 
 /// The SHA-256 (hex) of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    // By table rather than through `format!`, whose formatter writes a byte at a time: the
-    // journal hashes every change the ledger records with this.
+    hex(&Sha256::digest(bytes))
+}
+
+/// `bytes` in lower-case hex. By table rather than through `format!`, whose formatter writes a
+/// byte at a time: the journal hashes and MACs every change the ledger records with this.
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(digest.len() * 2);
-    for byte in digest {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for &byte in bytes {
         hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
         hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
     }
@@ -109,6 +112,14 @@ impl Write for HashingSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_writes_every_byte_as_two_lower_case_digits() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let by_formatter: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&bytes), by_formatter);
+        assert_eq!(sha256_hex(b"abc"), format!("{:x}", Sha256::digest(b"abc")));
+    }
 
     #[test]
     fn the_set_hash_is_the_sha256_of_sorted_lines() {

@@ -27,9 +27,7 @@ fn message(seq: i64, hash: &str) -> String {
     format!("{CONTEXT}\n{seq}\n{hash}")
 }
 
-pub(crate) fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(crate) use kavi_foundation::hash::hex as to_hex;
 
 pub(crate) fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let text = text.trim();

@@ -140,7 +140,7 @@ pub struct MacKey {
 }
 
 impl MacKey {
-    fn new(key: &[u8; 32]) -> Self {
+    pub(crate) fn new(key: &[u8; 32]) -> Self {
         let pad = |byte: u8| {
             let mut padded = [byte; 64];
             for (p, k) in padded.iter_mut().zip(key) {

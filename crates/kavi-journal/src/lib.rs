@@ -129,9 +129,22 @@ fn appender_trigger_sql() -> String {
 /// `verify` reports; one that defines its own has no key to MAC with.
 pub fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    // The appender names an entry's hash twice, for its `hash` column and as its MAC's
+    // argument, and SQLite evaluates each: the last entry hashed is kept with its hash, so
+    // that the same entry asked for again is compared, not hashed again.
+    let last = std::cell::RefCell::new((Vec::<u8>::new(), String::new()));
     // Read in place: the argument is the whole entry, its content every column of a row.
-    conn.create_scalar_function(HASH_FUNCTION, 1, flags, |ctx| {
-        Ok(sha256_hex(ctx.get_raw(0).as_str()?.as_bytes()))
+    conn.create_scalar_function(HASH_FUNCTION, 1, flags, move |ctx| {
+        let entry = ctx.get_raw(0).as_str()?.as_bytes();
+        let mut last = last.borrow_mut();
+        if last.0 != entry {
+            last.1 = sha256_hex(entry);
+            last.0.clear();
+            // Held until the next entry, and no longer: a long spec's text is not kept.
+            last.0.shrink_to(64 * 1024);
+            last.0.extend_from_slice(entry);
+        }
+        Ok(last.1.clone())
     })?;
     conn.create_scalar_function(MAC_FUNCTION, 1, flags, move |ctx| {
         Ok(key.mac(ctx.get_raw(0).as_str()?))
@@ -159,6 +172,26 @@ pub fn entry_hash(prev: &str, seq: i64, table: &str, op: &str, key: &str, conten
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hash_function_hashes_each_entry_it_is_given_though_it_keeps_the_last() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let key: &'static MacKey = Box::leak(Box::new(MacKey::new(&[7; 32])));
+        register(&conn, key).unwrap();
+        // One call a row: an entry, the same again, another, then the first.
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {HASH_FUNCTION}(column1) FROM (VALUES ('a'), ('a'), ('b'), ('a'))"
+            ))
+            .unwrap();
+        let hashes: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let (a, b) = (sha256_hex(b"a"), sha256_hex(b"b"));
+        assert_eq!(hashes, [a.clone(), a.clone(), b, a]);
+    }
 
     #[test]
     fn an_entry_hashes_one_plain_line_per_field() {
