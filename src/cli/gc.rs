@@ -11,7 +11,7 @@ use serde_json::json;
 use super::output::plural;
 use crate::config::Workspace;
 use crate::error::{Error, exit};
-use crate::ledger::{ArtifactStore, GcRule, Ledger, LedgerError};
+use crate::ledger::{ArtifactStore, GcRule, Ledger, LedgerError, RemovedObjects};
 
 /// A temporary file older than this was left by a kavi that died mid-write; a live one is
 /// younger (the store renames its files into place as soon as they are written).
@@ -58,13 +58,16 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
     };
     let pruned = ledger.prune_runs(&rule, options.dry_run)?;
     let mut freed: u64 = pruned.artifacts.iter().map(|(_, size, _)| size).sum();
-    if !options.dry_run {
+    let objects = if options.dry_run {
+        RemovedObjects::default()
+    } else {
         for (sha256, _, as_file) in &pruned.artifacts {
             if *as_file {
                 remove_quietly(&store.path_of_sha256(sha256));
             }
         }
-    }
+        ledger.remove_objects(store.objects())?
+    };
     let (temp_files, temp_bytes) = stale_temp_files(&store, options.dry_run);
     freed += temp_bytes;
     let (digests, digest_bytes) =
@@ -82,6 +85,8 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
             "child_runs": pruned.child_runs,
             "node_runs": pruned.node_runs,
             "artifacts": pruned.artifacts.iter().map(|(sha, _, _)| sha).collect::<Vec<_>>(),
+            "objects_removed": objects.removed,
+            "objects_left": objects.left.len(),
             "sandboxes": sandboxes,
             "temp_files": temp_files,
             "input_digests": digests,
@@ -114,6 +119,18 @@ pub fn run(workspace: &Workspace, options: &Options) -> Result<i32, Error> {
         plural(temp_files, "temporary file"),
         bytes(freed)
     );
+    if objects.removed > 0 {
+        outln!(
+            "removed {} from the object store",
+            plural(objects.removed, "object")
+        );
+    }
+    if let Some((sha256, why)) = objects.left.first() {
+        outln!(
+            "left {} in the object store for a later gc (artifact {sha256}: {why})",
+            plural(objects.left.len(), "object")
+        );
+    }
     if digests > 0 {
         let forget = if options.dry_run {
             "would forget"

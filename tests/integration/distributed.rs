@@ -908,29 +908,13 @@ fn a_large_artifact_made_on_one_machine_is_verified_and_read_on_another() {
     assert_eq!(stdout["size"], expected.len());
     // A file of the store, not a row: the case that was only on the first machine's disk.
     assert_ne!(stdout["path"], "");
-    let cached = second
-        .path()
-        .join(".kavi/artifacts")
-        .join(stdout["path"].as_str().unwrap());
-    assert!(!cached.exists());
-
-    let verify = on_server(second.path(), &url, &["ledger", "verify"]);
-    assert_eq!(code(&verify), 0, "{}", text(&verify));
-    assert!(text(&verify).starts_with("ok: "), "{}", text(&verify));
-    let cat = on_server(second.path(), &url, &["artifact", "cat", sha]);
-    assert_eq!(code(&cat), 0, "{}", text(&cat));
-    assert!(cat.stdout == expected, "{} bytes", cat.stdout.len());
-    assert_eq!(std::fs::read(&cached).unwrap(), expected);
-    let logs = on_server(second.path(), &url, &["runs", "logs", "1", "big"]);
-    assert_eq!(code(&logs), 0, "{}", text(&logs));
-    assert!(logs.stdout == expected, "{} bytes", logs.stdout.len());
-
-    // The second machine's copy altered (or lost): it is fetched again, and checked.
-    std::fs::remove_file(&cached).unwrap();
-    std::fs::write(&cached, b"not what was made\n").unwrap();
-    let cat = on_server(second.path(), &url, &["artifact", "cat", sha]);
-    assert_eq!(code(&cat), 0, "{}", text(&cat));
-    assert!(cat.stdout == expected, "{} bytes", cat.stdout.len());
+    common::reads_from_another_checkout(
+        second.path(),
+        &|args| on_server(second.path(), &url, args),
+        (sha, stdout["path"].as_str().unwrap()),
+        "big",
+        &expected,
+    );
 
     // The server's copy altered: refused on reading where no machine has it, and reported.
     let third = workspace_with(LARGE);
@@ -959,6 +943,23 @@ fn a_large_artifact_made_on_one_machine_is_verified_and_read_on_another() {
         "{}",
         text(&verify)
     );
+
+    // The run pruned: the server's chunks of its artifact go with its row, and the ledger
+    // verifies from another checkout.
+    let gc = on_server(
+        first.path(),
+        &url,
+        &["gc", "--older-than", "0s", "--keep", "0"],
+    );
+    assert_eq!(code(&gc), 0, "{}", text(&gc));
+    assert!(text(&gc).contains("1 artifact"), "{}", text(&gc));
+    let chunks: i64 = client
+        .query_one("SELECT count(*) FROM artifact_chunks", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(chunks, 0);
+    let verify = on_server(third.path(), &url, &["ledger", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", text(&verify));
 }
 
 #[test]
@@ -1236,6 +1237,7 @@ outputs = ["out/a.txt"]
              DROP TABLE group_slots;
              DELETE FROM artifact_objects;
              DROP TABLE artifact_objects;
+             DROP TABLE object_deletions;
              UPDATE schema_version SET version = 23;
              COMMIT;",
         )
@@ -1251,7 +1253,7 @@ outputs = ["out/a.txt"]
     let count = |client: &mut postgres::Client, sql: &str| -> i64 {
         client.query_one(sql, &[]).unwrap().get(0)
     };
-    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 38);
+    assert_eq!(count(&mut client, "SELECT version FROM schema_version"), 39);
     let shown_again = json(&on_server(root, &url, &["runs", "show", "1", "--json"]));
     assert_eq!(shown_again["governing"], shown["governing"]);
     assert_eq!(

@@ -66,7 +66,8 @@ pub const HASH_FUNCTION: &str = "kavi_sha256";
 const MAC_FUNCTION: &str = "kavi_mac";
 
 /// Tables without journal entries: the journal itself, bookkeeping (the slots of concurrency
-/// groups, held a while and deciding nothing the runs' rows do not record), and the content of
+/// groups, held a while and deciding nothing the runs' rows do not record; the objects gc
+/// removes from the object store), and the content of
 /// artifacts kept in the ledger (bound by the SHA-256 of its journaled artifact row, and
 /// re-hashed by `verify`).
 const UNJOURNALED: &[&str] = &[
@@ -76,6 +77,7 @@ const UNJOURNALED: &[&str] = &[
     "artifact_contents",
     "artifact_chunks",
     "group_slots",
+    "object_deletions",
 ];
 
 /// What a SQLite ledger's table triggers write their entries into: a view that holds nothing,

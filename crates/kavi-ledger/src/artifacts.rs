@@ -45,16 +45,44 @@ pub(crate) fn keep_artifact(conn: &Db, artifact: &Artifact, at: &str) -> Result<
 pub(crate) fn share(conn: &Db, artifact: &Artifact) -> Result<()> {
     match &artifact.location {
         Some(location) => {
-            conn.prepare_cached(
-                "INSERT INTO artifact_objects (sha256, location) VALUES (?1, ?2)
-                 ON CONFLICT DO NOTHING",
-            )?
-            .execute(params![artifact.sha256, location])?;
+            let first = conn
+                .prepare_cached(
+                    "INSERT INTO artifact_objects (sha256, location) VALUES (?1, ?2)
+                     ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![artifact.sha256, location])?;
+            if first == 1 {
+                reclaim_object(conn, artifact)?;
+            }
             Ok(())
         }
         None if conn.backend() == Backend::Postgres => share_chunks(conn, artifact),
         None => Ok(()),
     }
+}
+
+/// Takes the object of `artifact`, recorded again (no row referenced it), back from `kavi gc`,
+/// which may have removed it since this machine put it in the store, or found it there: the
+/// row of its removal is deleted (waiting, on a server, for a removal under way, which holds
+/// that row until the object is gone), and when there was one, the object is put again from
+/// this machine's file, unless it is there. An object whose location a run has recorded is
+/// thus never removed after (see `Ledger::remove_objects`).
+fn reclaim_object(conn: &Db, artifact: &Artifact) -> Result<()> {
+    let removing = conn
+        .prepare_cached("DELETE FROM object_deletions WHERE sha256 = ?1")?
+        .execute([&artifact.sha256])?;
+    if removing == 0 {
+        return Ok(());
+    }
+    let (Some(objects), Some(file)) = (&artifact.sent_to, &artifact.file) else {
+        return Err(LedgerError::Io(std::io::Error::other(format!(
+            "artifact {}: its object was removed by `kavi gc`, and this machine has no copy \
+             of it to put back",
+            artifact.sha256
+        ))));
+    };
+    objects.put_file(&artifact.sha256, artifact.size, file)?;
+    Ok(())
 }
 
 /// How many chunks hold `size` bytes.
@@ -261,6 +289,7 @@ impl Ledger {
                     inline: None,
                     file: None,
                     location: None,
+                    sent_to: None,
                 })
             })?
             .collect::<db::Result<_>>()?;

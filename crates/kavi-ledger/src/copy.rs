@@ -54,6 +54,7 @@ impl super::Ledger {
                     path,
                     inline: None,
                     location: None,
+                    sent_to: None,
                 })
             })?
             .collect::<super::db::Result<_>>()?;

@@ -9,7 +9,7 @@
 use super::db::params;
 use serde::Serialize;
 
-use super::{Ledger, Result};
+use super::{Ledger, Objects, Result};
 
 /// Which runs to prune: finished before `before` and not among the `keep` latest.
 #[derive(Debug, Clone)]
@@ -31,6 +31,14 @@ pub struct Pruned {
     pub artifacts: Vec<(String, u64, bool)>,
     /// Old runs kept because a skill's record names them, or their sandbox is still on disk.
     pub kept_as_evidence: usize,
+}
+
+/// What removing pruned artifacts' objects from the object store did.
+#[derive(Debug, Default, Serialize)]
+pub struct RemovedObjects {
+    pub removed: usize,
+    /// Objects left in the store for a later gc: (SHA-256, why).
+    pub left: Vec<(String, String)>,
 }
 
 /// `tree`: the runs of `gc_roots` and every run below them.
@@ -67,6 +75,54 @@ impl Ledger {
             [super::now()],
             |r| r.get(0),
         )?)
+    }
+
+    /// Removes from the object store (`objects`, this machine's) the objects of the artifacts
+    /// pruned here and by earlier gcs that left some. Each goes in a transaction of its own that
+    /// holds the object's row of `object_deletions` until it is gone, and only while no row
+    /// references the object: a run that records the same content meanwhile waits for that
+    /// transaction, then puts the object back (see `artifacts::reclaim_object`), and a run that
+    /// recorded it before has taken the row, so the object stays. Safe with a team: no grace
+    /// period, no clock. An object that cannot be removed now (no store here, the store
+    /// failing) is left for the next gc.
+    pub fn remove_objects(&mut self, objects: Option<&Objects>) -> Result<RemovedObjects> {
+        let due: Vec<(String, String)> = self
+            .conn
+            .prepare(
+                "SELECT sha256, location FROM object_deletions WHERE deleted_at IS NULL
+                 ORDER BY sha256",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<super::db::Result<_>>()?;
+        let mut done = RemovedObjects::default();
+        for (sha256, location) in due {
+            let Some(objects) = objects else {
+                done.left.push((
+                    sha256,
+                    "this machine's kavi.toml names no `[object_store]`".to_owned(),
+                ));
+                continue;
+            };
+            let tx = self.conn.sharing_transaction()?;
+            let taken = tx.execute(
+                "UPDATE object_deletions SET deleted_at = ?1
+                 WHERE sha256 = ?2 AND deleted_at IS NULL
+                   AND sha256 NOT IN (SELECT sha256 FROM artifact_objects)",
+                params![super::now(), sha256],
+            )?;
+            if taken == 0 {
+                continue;
+            }
+            match objects.delete(&sha256, &location) {
+                Ok(()) => {
+                    tx.commit()?;
+                    done.removed += 1;
+                }
+                // Rolled back: the row stays due.
+                Err(e) => done.left.push((sha256, e.to_string())),
+            }
+        }
+        Ok(done)
     }
 
     /// Prunes what `rule` allows, in one transaction; with `dry_run`, says what it would prune
@@ -243,7 +299,12 @@ impl Ledger {
                  (SELECT governing_hash FROM runs WHERE governing_hash IS NOT NULL);
              DELETE FROM artifact_contents WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifact_chunks WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
-             -- the object stays in the store: several ledgers may keep the same content there
+             -- an object no row references is to be removed from the store (`remove_objects`),
+             -- once this commits; a run that records it again before then takes it back
+             INSERT INTO object_deletions (sha256, location)
+                 SELECT sha256, location FROM artifact_objects
+                 WHERE sha256 IN (SELECT sha256 FROM gc_artifacts)
+             ON CONFLICT (sha256) DO UPDATE SET location = excluded.location, deleted_at = NULL;
              DELETE FROM artifact_objects WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DELETE FROM artifacts WHERE sha256 IN (SELECT sha256 FROM gc_artifacts);
              DROP TABLE gc_artifacts;

@@ -59,7 +59,7 @@ pub use connection::{
 };
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
 pub use executions::ExecutionRecord;
-pub use gc::{GcRule, Pruned};
+pub use gc::{GcRule, Pruned, RemovedObjects};
 pub use kavi_store::{Artifact, ArtifactStore, ObjectSettings, Objects};
 pub use live::{LivePosition, LiveTail};
 pub use nodes::{NodeArtifact, NodeRecord, NodeRunRow, final_attempts};

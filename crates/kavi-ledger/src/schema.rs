@@ -89,6 +89,8 @@ pub const SERVER_STEPS: &[&[ServerStep]] = &[
     &[ServerStep::Table("artifact_objects")],
     // 38
     &[ServerStep::Table("group_slots")],
+    // 39
+    &[ServerStep::Table("object_deletions")],
 ];
 
 /// The schema every migration leads to, as one script for an empty database; `schema_version`
@@ -188,6 +190,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/36.sql"),
     include_str!("migrations/37.sql"),
     include_str!("migrations/38.sql"),
+    include_str!("migrations/39.sql"),
 ];
 
 /// The schema of `conn` as a script that recreates it: each statement SQLite keeps, in the order

@@ -314,6 +314,12 @@ CREATE TABLE group_slots (
         PRIMARY KEY (grp, slot)
     );
 
+CREATE TABLE object_deletions (
+        sha256     TEXT PRIMARY KEY,
+        location   TEXT NOT NULL,
+        deleted_at TEXT
+    );
+
 CREATE VIEW journal_append (tbl, op, key, content) AS
            SELECT tbl, op, key, content FROM journal WHERE 1 = 0;
 

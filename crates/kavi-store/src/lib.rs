@@ -50,6 +50,10 @@ pub struct Artifact {
     /// (`s3://BUCKET/KEY`): what the ledger records for every machine to read it from.
     #[serde(skip)]
     pub location: Option<String>,
+    /// The object store this machine put it in: where whoever records it puts it again, when
+    /// `kavi gc` removed the object meanwhile (see `kavi-ledger`'s `object_deletions`).
+    #[serde(skip)]
+    pub sent_to: Option<Arc<Objects>>,
 }
 
 /// Artifacts' content kept where every machine can read it (a server ledger), by SHA-256.
@@ -100,6 +104,7 @@ impl ArtifactStore {
     pub fn send(&self, artifact: &mut Artifact) -> io::Result<()> {
         if let (Some(objects), Some(file)) = (&self.objects, &artifact.file) {
             artifact.location = Some(objects.put_file(&artifact.sha256, artifact.size, file)?);
+            artifact.sent_to = Some(objects.clone());
         }
         Ok(())
     }
@@ -134,6 +139,7 @@ impl ArtifactStore {
             path,
             inline: None,
             location: None,
+            sent_to: None,
         }
     }
 
@@ -151,6 +157,7 @@ impl ArtifactStore {
             inline: Some(bytes.into()),
             file: None,
             location: None,
+            sent_to: None,
         })
     }
 

@@ -55,6 +55,15 @@ impl std::fmt::Debug for Objects {
     }
 }
 
+/// Two clients of the same store are alike: an artifact compares by where it was put.
+impl PartialEq for Objects {
+    fn eq(&self, other: &Self) -> bool {
+        self.settings == other.settings
+    }
+}
+
+impl Eq for Objects {}
+
 impl Drop for Objects {
     /// A runtime dropped on a thread of another runtime would panic waiting for its workers:
     /// it is let go without waiting (nothing is in flight once every call has returned).
@@ -289,6 +298,29 @@ impl Objects {
         }
         Ok(())
     }
+
+    /// Removes the object of the artifact `sha256` at its recorded `location`; one already gone
+    /// is what was wanted. Only a key named by that hash is removed: a location that names
+    /// anything else (edited where the ledger keeps it) is refused, so that nothing but an
+    /// artifact's own object can be removed through it.
+    pub fn delete(&self, sha256: &str, location: &str) -> io::Result<()> {
+        let key = self.key_of(location)?;
+        let named = crate::relative_path(sha256);
+        let own = key.as_ref() == named || key.as_ref().ends_with(&format!("/{named}"));
+        if !own || sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(io::Error::other(format!(
+                "{location} is not the object of artifact {sha256}: not removed"
+            )));
+        }
+        let client = self.client.clone();
+        let store = self.named();
+        self.run(async move {
+            match client.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(store_error(e, &store)),
+            }
+        })
+    }
 }
 
 /// Reads into `buffer` until it is full or the reader ends; how much was read.
@@ -343,6 +375,35 @@ mod tests {
                 .contains("is not in the bucket this machine's kavi.toml names (team)"),
             "{error}"
         );
+    }
+
+    /// Only an artifact's own object is removed through a recorded location: one whose key is
+    /// not named by the hash (another artifact's, or any other key of the bucket) is refused
+    /// before anything is sent.
+    #[test]
+    fn only_an_artifacts_own_object_is_removed() {
+        let objects = objects("kavi");
+        let sha = "ab".repeat(32);
+        let other = "cd".repeat(32);
+        for location in [
+            objects.location(&other),
+            "s3://team/kavi/keep/this".to_owned(),
+            format!("s3://team/kavi/sha256/ab/{sha}/extra"),
+            format!("s3://team/kavi/sha256/ab/x{sha}"),
+        ] {
+            let error = objects.delete(&sha, &location).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .ends_with(&format!("is not the object of artifact {sha}: not removed")),
+                "{location}: {error}"
+            );
+        }
+        // A hash that is not one names no object either.
+        let error = objects
+            .delete("ab", "s3://team/kavi/sha256/ab/ab")
+            .unwrap_err();
+        assert!(error.to_string().contains("not removed"), "{error}");
     }
 
     /// A store nobody answers at is an error that names it, within the timeout, not a hang

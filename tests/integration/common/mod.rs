@@ -502,3 +502,43 @@ pub fn roster_folders(root: &Path) -> Vec<std::path::PathBuf> {
     }
     folders
 }
+
+/// How a checkout on another machine, which has none of a run's file artifact on disk, reads
+/// it from the content every machine shares (`kavi` runs a command in that checkout):
+/// `ledger verify` holds; `artifact cat` and `runs logs 1 NODE` print `expected`, fetched into
+/// its store (at `path` there), which is then a cache; and that cache altered is fetched again
+/// and checked. Returns what each command printed, for the caller to search.
+pub fn reads_from_another_checkout(
+    root: &Path,
+    kavi: &dyn Fn(&[&str]) -> Output,
+    (sha, path): (&str, &str),
+    node: &str,
+    expected: &[u8],
+) -> Vec<Output> {
+    let said = |output: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+    let cached = root.join(".kavi/artifacts").join(path);
+    assert!(!cached.exists());
+    let verify = kavi(&["ledger", "verify"]);
+    assert!(verify.status.success(), "{}", said(&verify));
+    assert!(said(&verify).starts_with("ok: "), "{}", said(&verify));
+    let read = |args: &[&str]| {
+        let output = kavi(args);
+        assert!(output.status.success(), "{}", said(&output));
+        assert!(output.stdout == expected, "{} bytes", output.stdout.len());
+        output
+    };
+    let cat = read(&["artifact", "cat", sha]);
+    assert_eq!(std::fs::read(&cached).unwrap(), expected);
+    let logs = read(&["runs", "logs", "1", node]);
+    // The cached copy altered: fetched again from the shared content, and checked.
+    std::fs::remove_file(&cached).unwrap();
+    std::fs::write(&cached, b"not what was made\n").unwrap();
+    let again = read(&["artifact", "cat", sha]);
+    vec![verify, cat, logs, again]
+}

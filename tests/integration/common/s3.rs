@@ -31,14 +31,22 @@ impl Drop for Server {
 /// it, when moto is missing (under CI, a failure).
 pub fn server() -> Option<Server> {
     let python = super::python_with("s3-server", "moto[server]>=5,<6", "moto.server")?;
-    let moto = python.with_file_name("moto_server");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new(moto)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+    // The module, not the `moto_server` script: the script's first line names the python of
+    // the folder the environment was made in, gone once that folder is copied or moved.
+    let child = Command::new(&python)
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
