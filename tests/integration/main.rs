@@ -7,6 +7,7 @@ mod common;
 
 mod adoption;
 mod advisory;
+mod allowlist;
 mod chains;
 mod cli;
 mod distributed;

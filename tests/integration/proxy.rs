@@ -89,6 +89,7 @@ fn profile(dir: &Path, hosts: &[String]) -> Profile {
         limits: Limits::default(),
         path: "/usr/bin:/bin".into(),
         tripwires: vec![],
+        workspace: None,
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// A workspace with the shipped policies, a target tree holding a secret, and a pipeline whose
 /// builder runs `builder` (a shell line) inside the sandbox.
-fn workspace(builder: &str, gated: bool) -> tempfile::TempDir {
+pub(crate) fn workspace(builder: &str, gated: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     for folder in ["pipelines", "templates", "policies", "skills/existing"] {

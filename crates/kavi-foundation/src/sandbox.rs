@@ -352,13 +352,16 @@ fn link_stays_inside(link: &Path, target: &Path) -> bool {
     true
 }
 
-/// Copies `source` into the empty folder `dest`, leaving out paths matching `skip` and the
-/// absolute paths in `exclude` (kavi's own state, which may live inside the source). Empty
-/// folders are not copied. A symlink is copied as a link only when it points inside the tree;
-/// one that points out is neither followed nor copied, and is listed in `links_left_out`.
+/// Copies the files of `source` that `listed` names (paths relative to `source`: what git lists
+/// of it) into the empty folder `dest`, leaving out paths matching `skip` and the absolute paths
+/// in `exclude` (kavi's own state, which may live inside the source). A file the list does not
+/// name is never copied, so one made after the list was taken is not either. Empty folders are
+/// not copied. A symlink is copied as a link only when it points inside the tree; one that
+/// points out is neither followed nor copied, and is listed in `links_left_out`.
 pub fn copy_tree(
     source: &Path,
     dest: &Path,
+    listed: &std::collections::HashSet<PathBuf>,
     skip: &GlobSet,
     exclude: &[PathBuf],
 ) -> io::Result<CopyStats> {
@@ -378,7 +381,8 @@ pub fn copy_tree(
         }
         let file_type = entry.file_type();
         let excluded = exclude.iter().any(|e| entry.path().starts_with(e));
-        if excluded || skip.is_match(relative) {
+        let unlisted = !file_type.is_dir() && !listed.contains(relative);
+        if excluded || unlisted || skip.is_match(relative) {
             stats.skipped += 1;
             if file_type.is_dir() {
                 walker.skip_current_dir();
@@ -1037,14 +1041,37 @@ mod tests {
             builder.add(globset::Glob::new(pattern).unwrap());
         }
         let skip = builder.build().unwrap();
-        let stats = copy_tree(root, dest.path(), &skip, &[root.join(".kavi")]).unwrap();
+        let listed: std::collections::HashSet<PathBuf> = [
+            "src/lib.py",
+            ".env",
+            "src/server.pem",
+            ".git/objects/o",
+            ".kavi/ledger.db",
+            "pipe",
+            "link",
+            "etc",
+            "src/up",
+            "src/sibling",
+        ]
+        .map(PathBuf::from)
+        .into();
+        // Not listed (git ignores it): never copied, whatever its name.
+        std::fs::write(root.join("src/.my.cnf"), "password=x\n").unwrap();
+        let stats = copy_tree(root, dest.path(), &listed, &skip, &[root.join(".kavi")]).unwrap();
 
         let d = dest.path();
         assert_eq!(
             std::fs::read_to_string(d.join("src/lib.py")).unwrap(),
             "x = 1\n"
         );
-        for gone in [".env", "src/server.pem", ".git", ".kavi", "pipe"] {
+        for gone in [
+            ".env",
+            "src/server.pem",
+            ".git",
+            ".kavi",
+            "pipe",
+            "src/.my.cnf",
+        ] {
             assert!(!d.join(gone).exists(), "{gone} was copied");
         }
         assert!(
@@ -1066,7 +1093,7 @@ mod tests {
             stats,
             CopyStats {
                 files: 3,
-                skipped: 7,
+                skipped: 8,
                 links_left_out: vec!["etc -> /etc".into(), "src/up -> ../../outside".into()],
             }
         );

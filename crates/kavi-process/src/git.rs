@@ -45,7 +45,11 @@ const OUTPUT_LIMIT: usize = 1024 * 1024;
 /// The argv and environment of one git call on the repository whose work tree is `work_tree`
 /// and whose git dir is `work_tree/.git`.
 pub fn command(work_tree: &Path, args: &[&str]) -> CommandSpec {
-    let git_dir = work_tree.join(".git");
+    command_in(&work_tree.join(".git"), work_tree, args)
+}
+
+/// [`command`] with the git dir named apart from the work tree.
+fn command_in(git_dir: &Path, work_tree: &Path, args: &[&str]) -> CommandSpec {
     let mut argv: Vec<String> = Vec::with_capacity(SAFE_CONFIG.len() * 2 + args.len() + 4);
     for setting in SAFE_CONFIG {
         argv.push("-c".into());
@@ -86,24 +90,96 @@ pub fn command(work_tree: &Path, args: &[&str]) -> CommandSpec {
 
 /// Runs one git call (see [`command`]) and returns its standard output.
 pub async fn run(work_tree: &Path, args: &[&str]) -> Result<String, String> {
-    let spec = command(work_tree, args);
+    let out = run_spec(&command(work_tree, args), args, OUTPUT_LIMIT).await?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Runs `spec` (the git call `args`) and returns its standard output, refusing one longer than
+/// `limit`.
+async fn run_spec(spec: &CommandSpec, args: &[&str], limit: usize) -> Result<Vec<u8>, String> {
     let options = CaptureOptions {
-        limit: OUTPUT_LIMIT,
+        limit,
         spill_dir: std::env::temp_dir(),
         roster: None,
         live: None,
     };
-    let finished = crate::run(&spec, &options, &CancellationToken::new())
+    let finished = crate::run(spec, &options, &CancellationToken::new())
         .await
         .map_err(|e| format!("failed to run git: {e}"))?;
     match finished.exit {
-        Exit::Code(0) => Ok(String::from_utf8_lossy(&finished.stdout.head).into_owned()),
+        Exit::Code(0) if finished.stdout.total > limit as u64 => Err(format!(
+            "git {} printed more than {limit} bytes",
+            args.join(" ")
+        )),
+        Exit::Code(0) => Ok(finished.stdout.head),
         _ => Err(format!(
             "git {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&finished.stderr.head).trim()
         )),
     }
+}
+
+/// The most file names, in bytes, a workspace's listing may take: some 500,000 paths.
+const LISTING_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The files git tracks or would track in the folder `root`: tracked ones, and untracked ones
+/// its ignore rules (every `.gitignore` in the tree and `.git/info/exclude`) do not name, as
+/// paths relative to `root`, sorted, each once. Never a file git ignores, nothing inside `.git`,
+/// nothing of a nested repository (git lists it as a folder, which is left out).
+///
+/// `root` is a repository's work tree when `root/.git` exists; otherwise an empty repository
+/// made for the call stands in, so that the same rules hold (the tree's `.gitignore` files) and
+/// nothing counts as tracked. The account's global excludes file is not read: kavi's git reads
+/// no configuration it did not write, and every account sharing a workspace sees one list.
+pub async fn listed(root: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let args = [
+        "ls-files",
+        "-z",
+        "--cached",
+        "--others",
+        "--exclude-standard",
+    ];
+    let dot_git = root.join(".git");
+    // Kept until the listing is done.
+    let mut _empty = None;
+    let git_dir = if dot_git.symlink_metadata().is_ok() {
+        dot_git
+    } else {
+        let dir = tempfile::Builder::new()
+            .prefix("kavi-git-")
+            .tempdir()
+            .map_err(|e| {
+                format!(
+                    "cannot make an empty repository to list {}: {e}",
+                    root.display()
+                )
+            })?;
+        let repo = dir.path().join("empty");
+        std::fs::create_dir(&repo).map_err(|e| e.to_string())?;
+        run(&repo, &["init", "-q", "--template="]).await?;
+        let git_dir = repo.join(".git");
+        _empty = Some(dir);
+        git_dir
+    };
+    let out = run_spec(&command_in(&git_dir, root, &args), &args, LISTING_LIMIT)
+        .await
+        .map_err(|e| format!("cannot list the files of {}: {e}", root.display()))?;
+    Ok(parse_listing(&out))
+}
+
+/// `ls-files -z` output as paths: a name ending in `/` (a nested repository) is left out, and
+/// a path listed twice (an unmerged one) is kept once.
+fn parse_listing(out: &[u8]) -> Vec<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut paths: Vec<std::path::PathBuf> = out
+        .split(|b| *b == 0)
+        .filter(|name| !name.is_empty() && !name.ends_with(b"/"))
+        .map(|name| std::ffi::OsStr::from_bytes(name).into())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 /// Starts a repository in `dir` and commits everything in it; returns the baseline commit.
@@ -175,6 +251,69 @@ mod tests {
         assert!(
             !marker.exists(),
             "git ran a command from the repository's configuration"
+        );
+    }
+
+    /// What git lists of a repository: tracked files (an ignored one too), untracked ones its
+    /// rules do not ignore, a `!` re-include; never an ignored file, `.git`, a nested
+    /// repository's files; a name with a newline whole.
+    #[tokio::test]
+    async fn listed_holds_what_git_tracks_or_would_track() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        for folder in ["sub", "nested/inner", "keep"] {
+            std::fs::create_dir_all(ws.join(folder)).unwrap();
+        }
+        let files = [
+            (
+                ".gitignore",
+                ".my.cnf\n*.tfstate\nsub/.netrc\nkeep/*\n!keep/wanted\nforced\n",
+            ),
+            (".my.cnf", "secret"),
+            ("sub/.netrc", "secret"),
+            ("sub/prod.tfstate", "secret"),
+            ("sub/ok.txt", "ok"),
+            ("keep/dropped", "secret"),
+            ("keep/wanted", "ok"),
+            ("forced", "tracked though ignored"),
+            ("new\nline.txt", "ok"),
+            ("excluded.env", "secret"),
+        ];
+        for (name, text) in files {
+            std::fs::write(ws.join(name), text).unwrap();
+        }
+        // Not a repository yet: the tree's .gitignore rules, nothing tracked.
+        let before = listed(&ws).await.unwrap();
+        assert!(before.contains(&"sub/ok.txt".into()), "{before:?}");
+        assert!(!before.contains(&".my.cnf".into()), "{before:?}");
+        assert!(!before.contains(&"forced".into()), "{before:?}");
+        run(&ws, &["init", "-q", "--template="]).await.unwrap();
+        run(&ws, &["add", "--force", "forced", ".gitignore"])
+            .await
+            .unwrap();
+        run(&ws, &["commit", "-q", "-m", "one"]).await.unwrap();
+        // A repository made with no template has no info folder.
+        std::fs::create_dir_all(ws.join(".git/info")).unwrap();
+        std::fs::write(ws.join(".git/info/exclude"), "*.env\n").unwrap();
+        let inner = ws.join("nested/inner");
+        std::fs::write(inner.join("f"), "other repository").unwrap();
+        run(&inner, &["init", "-q", "--template="]).await.unwrap();
+        let names: Vec<String> = listed(&ws)
+            .await
+            .unwrap()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ".gitignore",
+                "forced",
+                "keep/wanted",
+                "new\nline.txt",
+                "sub/ok.txt"
+            ],
+            "{names:?}"
         );
     }
 

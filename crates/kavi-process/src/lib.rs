@@ -176,7 +176,10 @@ async fn run_with(
     };
     let program = resolve_program(&spec.program, env, &spec.cwd)?;
     let mut launch = match &spec.confinement {
-        Some(confinement) => confinement.launch(&program, &spec.args, &spec.cwd)?,
+        Some(confinement) => {
+            let listed = confinement.list_workspace().await?;
+            confinement.launch(&program, &spec.args, &spec.cwd, listed)?
+        }
         None => None,
     };
     // The launch's private folders are written down as soon as they exist, so that a kavi
@@ -187,6 +190,7 @@ async fn run_with(
             .into_iter()
             .chain(launch.accounts.as_ref().map(|a| a.folder()))
             .chain(launch.proxy.as_ref().map(|p| p.folder()))
+            .chain(launch.listed.as_ref().map(|l| l.folder()))
         {
             roster.track(folder)?;
         }

@@ -116,10 +116,23 @@ impl Sandbox {
         let skip = self.skip.clone();
         let exclude = ctx.env.state_paths.to_vec();
         let (from, to) = (source.clone(), dest.clone());
-        let copied =
-            tokio::task::spawn_blocking(move || sandbox::copy_tree(&from, &to, &skip, &exclude))
-                .await
-                .map_err(|e| format!("the copy stopped: {e}"));
+        // What the builder gets is what git tracks or would track of the workspace: a file git
+        // ignores never reaches the sandbox, whatever its name.
+        let listed = git::listed(&ctx.env.workspace).await.map(|files| {
+            let below = source.strip_prefix(&ctx.env.workspace).unwrap_or(&source);
+            files
+                .into_iter()
+                .filter_map(|file| file.strip_prefix(below).ok().map(PathBuf::from))
+                .collect::<std::collections::HashSet<_>>()
+        });
+        let copied = match listed {
+            Ok(listed) => tokio::task::spawn_blocking(move || {
+                sandbox::copy_tree(&from, &to, &listed, &skip, &exclude)
+            })
+            .await
+            .map_err(|e| format!("the copy stopped: {e}")),
+            Err(e) => Err(e),
+        };
         let record = |ledger: &mut Ledger, manifest: &[manifest::Entry]| {
             ledger
                 .record_sandbox(NewSandbox {

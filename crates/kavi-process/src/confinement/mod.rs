@@ -20,6 +20,7 @@
 pub mod accounts;
 pub mod bounds;
 pub mod bridge;
+pub mod listing;
 pub mod policy;
 pub mod programs;
 pub mod runtime;
@@ -74,6 +75,9 @@ pub struct Profile {
     pub path: String,
     /// Where decoys are laid, where the view shows nothing else (see [`tripwire`]).
     pub tripwires: Vec<PathBuf>,
+    /// The workspace, when the view shows it: it is shown as only the files git tracks or
+    /// would track (see [`listing`]), whatever the profile's paths say.
+    pub workspace: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +143,8 @@ pub struct Launch {
     /// and the variables that point the process at it.
     pub proxy: Option<proxy::Listening>,
     pub env: Vec<(String, String)>,
+    /// The workspace's view, mounted in its place, kept until the process ends.
+    pub listed: Option<listing::Listed>,
 }
 
 impl Confinement {
@@ -147,13 +153,43 @@ impl Confinement {
         self.filters.is_some()
     }
 
-    /// The launch of `program` (absolute, and inside the view) with `args` in `cwd`; `None`
-    /// when running unconfined.
+    /// The workspace's view for a launch (see [`listing`]): git's list of its files, taken
+    /// now, in a folder of their own. `None` when the process runs unconfined or its view does
+    /// not show the workspace. A workspace git cannot list runs nothing.
+    pub async fn list_workspace(&self) -> std::io::Result<Option<listing::Listed>> {
+        let Some(root) = self.profile.workspace.clone().filter(|_| self.isolated()) else {
+            return Ok(None);
+        };
+        // Boxed: git is started through the same `run` that calls this.
+        let files = Box::pin(crate::git::listed(&root)).await.map_err(|reason| {
+            std::io::Error::other(format!(
+                "refusing to run the {}: its view of the workspace is what git lists, and {reason}",
+                self.profile.role
+            ))
+        })?;
+        // A write scope is mounted on a folder or file in the view, which git may list nothing
+        // of. A hidden path the list leaves out needs nothing: it is not there.
+        let points: Vec<PathBuf> = self
+            .profile
+            .write
+            .iter()
+            .filter(|path| path.starts_with(&root))
+            .cloned()
+            .collect();
+        tokio::task::spawn_blocking(move || listing::Listed::build(&root, &files, &points))
+            .await
+            .map_err(std::io::Error::other)?
+            .map(Some)
+    }
+
+    /// The launch of `program` (absolute, and inside the view) with `args` in `cwd`, showing
+    /// `listed` in the workspace's place; `None` when running unconfined.
     pub fn launch(
         &self,
         program: &Path,
         args: &[String],
         cwd: &Path,
+        listed: Option<listing::Listed>,
     ) -> std::io::Result<Option<Launch>> {
         let Some(filters) = &self.filters else {
             return Ok(None);
@@ -222,13 +258,28 @@ impl Confinement {
             }
         };
         let socket = proxy.as_ref().map(|(listening, _)| listening.socket());
+        // Only what the workspace's view holds is hidden in it; bubblewrap cannot make a
+        // place to mount on in its read-only folder.
+        let hide: Vec<PathBuf> = self
+            .profile
+            .hide
+            .iter()
+            .filter(|path| match &listed {
+                Some(view) => path.strip_prefix(&view.root).map_or(true, |relative| {
+                    view.folder().join(relative).symlink_metadata().is_ok()
+                }),
+                None => true,
+            })
+            .cloned()
+            .collect();
         let mut wrapped = runtime::arguments(
             &runtime::View {
                 read: &read,
                 write: &write,
-                hide: &self.profile.hide,
+                hide: &hide,
                 decoys: tripwires.as_ref().map_or(&[], |t| t.mounts()),
                 files: accounts.as_ref().map_or(&[], |a| a.mounts()),
+                listed: listed.as_ref().map(|l| (l.root.as_path(), l.folder())),
             },
             socket
                 .as_deref()
@@ -276,6 +327,7 @@ impl Confinement {
                 Vec::new()
             },
             proxy: proxy.map(|(listening, _)| listening),
+            listed,
         }))
     }
 
@@ -301,6 +353,9 @@ impl Confinement {
                 },
                 "capabilities": "none",
                 "terminal": "none",
+                "workspace": self.profile.workspace.as_ref().map(|_| {
+                    "only the files git tracks or would track: an ignored file is not there"
+                }),
                 "bounds": bounds::cgroup_support().describe(),
                 "landlock": self.landlock.as_ref().map(|(_, abi)| format!(
                     "ABI {abi}: signals and abstract unix sockets scoped to the sandbox{}",

@@ -208,6 +208,14 @@ impl RoleProfile {
         };
         let mut read = self.system.read.clone();
         let own = render(&self.read)?;
+        // The workspace, where the view shows it (through any folder the profile reads).
+        let workspace = values
+            .get_attr("workspace")
+            .ok()
+            .and_then(|value| value.as_str().map(PathBuf::from))
+            .filter(|root| {
+                root.is_absolute() && read.iter().chain(&own).any(|p| root.starts_with(p))
+            });
         for path in &own {
             // One mount a path: the snapshot is the workspace when nothing else runs.
             if !read.contains(path) {
@@ -238,6 +246,7 @@ impl RoleProfile {
             limits: self.limits,
             path: self.system.path.clone(),
             tripwires: self.system.tripwires.clone(),
+            workspace,
         })
     }
 }

@@ -67,6 +67,9 @@ pub struct View<'a> {
     /// Files kavi wrote for the view, and the path each is shown at in place of the host's
     /// (see [`super::accounts`]).
     pub files: &'a [(PathBuf, PathBuf)],
+    /// The workspace, and the folder of its listed files shown in its place (see
+    /// [`super::listing`]).
+    pub listed: Option<(&'a Path, &'a Path)>,
 }
 
 /// What a mount in the view does.
@@ -148,18 +151,26 @@ pub fn arguments(
     }
     args.extend(["--tmpfs".into(), "/tmp".into()]);
     // A write scope is mounted from the descriptor kavi opened it as (its number here).
-    let mut mounts: Vec<(usize, Mount, &PathBuf, usize)> = view
+    let mut mounts: Vec<(usize, Mount, &Path, usize)> = view
         .read
         .iter()
+        .map(PathBuf::as_path)
+        // The workspace is mounted from its listed files, never as it is.
+        .filter(|p| view.listed.is_none_or(|(root, _)| *p != root))
         .map(|p| (Mount::Read, p, 0))
-        .chain(view.write.iter().map(|(p, fd)| (Mount::Write, p, *fd)))
+        .chain(view.listed.map(|(root, _)| (Mount::Read, root, 0)))
+        .chain(
+            view.write
+                .iter()
+                .map(|(p, fd)| (Mount::Write, p.as_path(), *fd)),
+        )
         // A path under another hidden one is hidden with it; mounting on it again would
         // need a folder made in the read-only tmpfs that hides its parent.
         .chain(
             view.hide
                 .iter()
                 .filter(|p| !view.hide.iter().any(|h| h != *p && p.starts_with(h)))
-                .map(|p| (Mount::Hide, p, 0)),
+                .map(|p| (Mount::Hide, p.as_path(), 0)),
         )
         .map(|(kind, path, fd)| (path.components().count(), kind, path, fd))
         .collect();
@@ -167,7 +178,12 @@ pub fn arguments(
     for (_, kind, path, fd) in mounts {
         let path = path.display().to_string();
         match kind {
-            Mount::Read => args.extend(["--ro-bind-try".into(), path.clone(), path]),
+            Mount::Read => match view.listed {
+                Some((root, folder)) if Path::new(&path) == root => {
+                    args.extend(["--ro-bind".into(), folder.display().to_string(), path]);
+                }
+                _ => args.extend(["--ro-bind-try".into(), path.clone(), path]),
+            },
             Mount::Write => args.extend(["--bind-fd".into(), fd.to_string(), path]),
             Mount::Hide if Path::new(&path).is_dir() => {
                 args.extend(["--tmpfs".into(), path.clone(), "--remount-ro".into(), path]);

@@ -27,6 +27,7 @@ fn profile(dir: &Path, write: Vec<PathBuf>, limits: Limits) -> Profile {
         require: true,
         limits,
         path: "/usr/bin:/bin".into(),
+        workspace: None,
     }
 }
 
@@ -671,5 +672,65 @@ async fn a_role_without_programs_starts_none_once_its_interpreter_runs() {
             .to_string()
             .contains("may start no program but a Python interpreter"),
         "{error}"
+    );
+}
+
+/// The workspace a confined child sees holds only what git lists: an ignored credential file
+/// is not there, through a tracked link to it neither, nor one made after the list was taken;
+/// a tracked file and an untracked one the rules leave alone are, and a write scope git has
+/// nothing of stays writable.
+#[tokio::test]
+async fn a_confined_child_sees_only_the_files_git_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    std::fs::create_dir_all(ws.join("notes")).unwrap();
+    std::fs::write(ws.join(".gitignore"), ".my.cnf\n.netrc\nnotes/\n").unwrap();
+    std::fs::write(ws.join(".my.cnf"), "password=hunter2").unwrap();
+    std::fs::write(ws.join("sub/.netrc"), "password hunter2").unwrap();
+    std::fs::write(ws.join("tracked.txt"), "tracked").unwrap();
+    std::os::unix::fs::symlink(".my.cnf", ws.join("link.txt")).unwrap();
+    crate::git::run(&ws, &["init", "-q", "--template="])
+        .await
+        .unwrap();
+    crate::git::run(&ws, &["add", "tracked.txt", "link.txt", ".gitignore"])
+        .await
+        .unwrap();
+    crate::git::run(&ws, &["commit", "-q", "-m", "one"])
+        .await
+        .unwrap();
+    std::fs::write(ws.join("untracked.txt"), "untracked").unwrap();
+    let mut profile = profile(&ws, vec![ws.join("notes")], Limits::default());
+    profile.workspace = Some(ws.clone());
+    let script = format!(
+        "cd {ws}; cat tracked.txt untracked.txt; echo; cat .my.cnf sub/.netrc link.txt 2>&1; \
+         ls -a; echo written > notes/n; sleep 0.2; cat late.txt 2>&1",
+        ws = ws.display()
+    );
+    // A file made while the child starts is not in the list it was given.
+    let late = ws.join("late.txt");
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        std::fs::write(late, "password=late").unwrap();
+    });
+    let Some(finished) = run_sh(&ws, profile, &script).await else {
+        return;
+    };
+    writer.await.unwrap();
+    let out = stdout(&finished);
+    assert!(out.starts_with("trackeduntracked"), "{out}");
+    assert!(!out.contains("hunter2"), "read an ignored file: {out}");
+    assert!(
+        !out.contains("password=late"),
+        "read a file made later: {out}"
+    );
+    assert!(
+        !out.contains(".my.cnf\n"),
+        "an ignored file is listed: {out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/n")).unwrap(),
+        "written\n"
     );
 }
