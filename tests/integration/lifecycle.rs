@@ -3,50 +3,72 @@
 
 use crate::common;
 
-use common::{json, kavi, repo};
+use common::{json, kavi, node};
 
 use serde_json::Value;
 
+/// The shipped workspace with `advance`, a pipeline that builds a skill with the scripted
+/// builder, copies it back and moves it to BUILT, then to VERIFIED with no gate run.
 fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = repo();
-    for folder in ["pipelines", "policies", "proposals"] {
-        std::fs::create_dir_all(dir.path().join(folder)).unwrap();
-    }
-    for file in [
-        "policies/lifecycle.toml",
-        "policies/escalation.toml",
-        "policies/conventions.toml",
-        "policies/trust.toml",
-        "proposals/write_note.toml",
-    ] {
-        std::fs::copy(repo.join(file), dir.path().join(file)).unwrap();
-    }
+    let dir = common::shipped_workspace();
     std::fs::write(
         dir.path().join("pipelines/advance.toml"),
-        r#"
+        format!(
+            r#"
 [pipeline]
 name = "advance"
 
 [params.skill]
 type = "string"
-
+{BUILD}
 [nodes.built]
 kind = "transition"
-skill = "{{ params.skill }}"
+needs = ["copy"]
+skill = "{{{{ params.skill }}}}"
 to = "BUILT"
 
 [nodes.verified]
 kind = "transition"
 needs = ["built"]
-skill = "{{ params.skill }}"
+skill = "{{{{ params.skill }}}}"
 to = "VERIFIED"
 comment = "all gates passed"
-"#,
+"#
+        ),
     )
     .unwrap();
     dir
 }
+
+/// A build of `params.skill` in a sandbox, its result copied back.
+const BUILD: &str = r#"
+[nodes.propose]
+kind = "propose"
+file = "proposals/{{ params.skill }}.toml"
+
+[nodes.sandbox]
+kind = "sandbox"
+
+[nodes.build]
+kind = "build"
+needs = ["propose", "sandbox"]
+skill = "{{ params.skill }}"
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.diff]
+kind = "diff_gate"
+needs = ["sandbox", "build"]
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.copy]
+kind = "copy_back"
+needs = ["sandbox", "diff"]
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+skill = "{{ params.skill }}"
+"#;
 
 #[test]
 fn a_proposal_is_recorded_once_with_its_spec() {
@@ -152,14 +174,14 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     );
     assert_eq!(out.status.code(), Some(6));
     let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
-    assert_eq!(run["nodes"][0]["state"], "succeeded");
+    assert_eq!(node(&run, "built")["state"], "succeeded");
     assert_eq!(
-        run["nodes"][0]["outputs"],
+        node(&run, "built")["outputs"],
         serde_json::json!({"skill": "write_note", "from": "PROPOSED", "to": "BUILT"})
     );
-    assert_eq!(run["nodes"][1]["state"], "awaiting_review");
+    assert_eq!(node(&run, "verified")["state"], "awaiting_review");
     assert_eq!(
-        run["nodes"][1]["error"],
+        node(&run, "verified")["error"],
         format!(
             "awaiting review: APPROVAL (the transition BUILT -> VERIFIED needs a recorded approval (policies/lifecycle.toml)); decide with `kavi approve {id}` or `kavi reject {id}`",
             id = run["id"]
@@ -193,19 +215,25 @@ fn transitions_follow_the_lifecycle_file_and_an_edit_changes_the_next_run() {
     );
     assert_eq!(shown["transitions"][1]["node_id"], "built");
 
-    // A person approves: the move is made, by the approval.
+    // A person's approval is the decision the move waited for, not the gate run it rests on:
+    // this run ran no gates, so the approved move is refused and the skill stays BUILT.
     let approved = kavi(dir.path(), &["approve", "latest", "--comment", "fine"]);
-    let stdout = String::from_utf8_lossy(&approved.stdout);
-    assert!(approved.status.success(), "{stdout}");
+    let stderr = String::from_utf8_lossy(&approved.stderr);
+    assert_eq!(approved.status.code(), Some(2), "{stderr}");
     assert!(
-        stdout.contains("moved `write_note` BUILT -> VERIFIED"),
-        "{stdout}"
+        stderr.contains(&format!(
+            "the approved move BUILT -> VERIFIED of `write_note` was not made: the move BUILT -> \
+             VERIFIED of `write_note` is earned, not declared: no gate run of it is recorded in \
+             run {} or the runs below it",
+            run["id"]
+        )),
+        "{stderr}"
     );
     let shown = json(&kavi(
         dir.path(),
         &["skill", "show", "write_note", "--json"],
     ));
-    assert_eq!(shown["skill"]["state"], "VERIFIED");
+    assert_eq!(shown["skill"]["state"], "BUILT");
 }
 
 /// A pipeline of `transition` nodes alone does not record a skill VERIFIED ("every required
@@ -224,10 +252,9 @@ fn a_move_into_verified_needs_a_passing_gate_run_in_the_run() {
     );
     assert_eq!(out.status.code(), Some(1));
     let run = json(&kavi(dir.path(), &["runs", "show", "--json"]));
-    assert_eq!(run["nodes"][1]["node_id"], "verified", "{run}");
-    assert_eq!(run["nodes"][1]["state"], "failed", "{run}");
+    assert_eq!(node(&run, "verified")["state"], "failed", "{run}");
     assert_eq!(
-        run["nodes"][1]["error"],
+        node(&run, "verified")["error"],
         format!(
             "the move BUILT -> VERIFIED of `write_note` is earned, not declared: no gate run of \
              it is recorded in run {id} or the runs below it; a `gate` node earns it",
@@ -250,6 +277,85 @@ fn a_move_into_verified_needs_a_passing_gate_run_in_the_run() {
         &["skill", "show", "write_note", "--json"],
     ));
     assert_ne!(shown["skill"]["state"], "VERIFIED");
+}
+
+/// A skill is BUILT only by a build whose result was copied back (or an import), in the run
+/// that moves it: transitions alone, a copy of a sandbox no build ran in, or of another
+/// sandbox than the build's, leave it where it was.
+#[test]
+fn a_move_into_built_needs_a_build_copied_back_in_the_run() {
+    let dir = workspace();
+    let root = dir.path();
+    json(&kavi(
+        root,
+        &["skill", "propose", "proposals/write_note.toml", "--json"],
+    ));
+    let fill = "mkdir -p skills/write_note && echo 'def run(): pass' > skills/write_note/skill.py && echo 'def test(): pass' > skills/write_note/test_skill.py";
+    let built = r#"
+[nodes.built]
+kind = "transition"
+needs = ["copy"]
+skill = "write_note"
+to = "BUILT"
+"#;
+    let copy = |sandbox: &str| {
+        format!(
+            "[nodes.copy]\nkind = \"copy_back\"\nneeds = [\"{sandbox}\", \"fill\"]\n\
+             sandbox = \"{{{{ nodes.{sandbox}.outputs.path }}}}\"\n\
+             vars = {{ skill = \"write_note\" }}\nskill = \"write_note\"\n"
+        )
+    };
+    let pipelines = [
+        (
+            "declared",
+            "[nodes.copy]\nkind = \"exec\"\nshell = \"true\"\n".to_owned(),
+        ),
+        (
+            "hand-filled",
+            format!(
+                "[nodes.sandbox]\nkind = \"sandbox\"\n\
+                 [nodes.fill]\nkind = \"exec\"\nneeds = [\"sandbox\"]\n\
+                 cwd = \"{{{{ nodes.sandbox.outputs.path }}}}\"\nshell = \"{fill}\"\n{}",
+                copy("sandbox")
+            ),
+        ),
+        (
+            "other-sandbox",
+            format!(
+                "[nodes.propose]\nkind = \"propose\"\nfile = \"proposals/write_note.toml\"\n\
+                 [nodes.sandbox]\nkind = \"sandbox\"\n\
+                 [nodes.build]\nkind = \"build\"\nneeds = [\"propose\", \"sandbox\"]\nskill = \"write_note\"\n\
+                 sandbox = \"{{{{ nodes.sandbox.outputs.path }}}}\"\nvars = {{ skill = \"write_note\" }}\n\
+                 [nodes.other]\nkind = \"sandbox\"\nneeds = [\"build\"]\n\
+                 [nodes.fill]\nkind = \"exec\"\nneeds = [\"other\"]\n\
+                 cwd = \"{{{{ nodes.other.outputs.path }}}}\"\nshell = \"{fill}\"\n{}",
+                copy("other")
+            ),
+        ),
+    ];
+    for (name, nodes) in pipelines {
+        std::fs::write(
+            root.join(format!("pipelines/{name}.toml")),
+            format!("[pipeline]\nname = \"{name}\"\n{nodes}{built}"),
+        )
+        .unwrap();
+        let out = kavi(root, &["pipeline", "run", name]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        let run = json(&kavi(root, &["runs", "show", "--json"]));
+        assert_eq!(node(&run, "copy")["state"], "succeeded", "{name}: {run}");
+        assert_eq!(
+            node(&run, "built")["error"],
+            format!(
+                "the move PROPOSED -> BUILT of `write_note` is earned, not declared: no build of \
+                 it was copied back (a `build` node's sandbox, by a `copy_back` node naming the \
+                 skill) and no bundle of it imported in run {} or the runs below it",
+                run["id"]
+            ),
+            "{name}"
+        );
+        let shown = json(&kavi(root, &["skill", "show", "write_note", "--json"]));
+        assert_eq!(shown["skill"]["state"], "PROPOSED", "{name}");
+    }
 }
 
 #[test]
@@ -314,8 +420,11 @@ run = ["echo", "{{ params.word }}"]
     // A run that moves the skill, and so is part of its history.
     std::fs::write(
         dir.path().join("pipelines/build-only.toml"),
-        "[pipeline]\nname = \"build-only\"\n[params.skill]\ntype = \"string\"\n\
-         [nodes.built]\nkind = \"transition\"\nskill = \"{{ params.skill }}\"\nto = \"BUILT\"\n",
+        format!(
+            "[pipeline]\nname = \"build-only\"\n[params.skill]\ntype = \"string\"\n{BUILD}\n\
+             [nodes.built]\nkind = \"transition\"\nneeds = [\"copy\"]\n\
+             skill = \"{{{{ params.skill }}}}\"\nto = \"BUILT\"\n"
+        ),
     )
     .unwrap();
     let advanced = kavi(

@@ -18,8 +18,36 @@ type = "string"
 type = "boolean"
 default = false
 
+[nodes.propose]
+kind = "propose"
+file = "proposals/{{ params.skill }}.toml"
+
+[nodes.sandbox]
+kind = "sandbox"
+
+[nodes.build]
+kind = "build"
+needs = ["propose", "sandbox"]
+skill = "{{ params.skill }}"
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.diff]
+kind = "diff_gate"
+needs = ["sandbox", "build"]
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.copy]
+kind = "copy_back"
+needs = ["sandbox", "diff"]
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+skill = "{{ params.skill }}"
+
 [nodes.built]
 kind = "transition"
+needs = ["copy"]
 skill = "{{ params.skill }}"
 to = "BUILT"
 
@@ -75,9 +103,20 @@ pub(crate) fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfil
             "conventions.toml",
             "invariants.toml",
             "confinement.toml",
+            "sandbox.toml",
+            "allowlist.toml",
         ],
     );
     common::copy_gate_tools(root);
+    // The skill is BUILT only by a build copied back: this one's builder leaves the files the
+    // test wrote as they are, and the copy records their hash.
+    std::fs::create_dir_all(root.join("templates")).unwrap();
+    std::fs::copy(
+        common::repo().join("templates/build_packet.md.j2"),
+        root.join("templates/build_packet.md.j2"),
+    )
+    .unwrap();
+    std::fs::write(root.join("kavi.toml"), "builder = \"true\"\n").unwrap();
     // These tests are about trust, not contracts: their proposals need declare no example.
     let gates = root.join("policies/gates.toml");
     let text = std::fs::read_to_string(&gates).unwrap();

@@ -255,7 +255,13 @@ impl Approved<'_> {
             };
             if to == TRUSTED {
                 promotion
-                    .promote(ledger, skill, check, origin, Some(&note))
+                    .promote(
+                        ledger,
+                        skill,
+                        |now, to| check(now, to).map(|_| ()),
+                        origin,
+                        Some(&note),
+                    )
                     .map_err(refused)?;
             } else {
                 ledger

@@ -358,7 +358,7 @@ fn move_skill(
         .transition_skill(
             skill,
             to,
-            |from, to| lifecycle.check(from, to),
+            |from, to| lifecycle.check_move(from, to),
             (None, None),
             &crate::identity::actor(),
             Some(comment),

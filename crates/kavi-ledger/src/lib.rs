@@ -23,6 +23,7 @@ mod connection;
 mod copy;
 pub use kavi_db as db;
 mod escalations;
+mod evidence;
 mod executions;
 mod gc;
 pub use kavi_journal as journal;
@@ -58,6 +59,7 @@ pub use connection::{
     postgres_url,
 };
 pub use escalations::{APPROVAL, EscalationRow, RecordedApproval};
+pub use evidence::Evidence;
 pub use executions::ExecutionRecord;
 pub use gc::{GcRule, Pruned, RemovedObjects};
 pub use kavi_store::{Artifact, ArtifactStore, ObjectSettings, Objects};

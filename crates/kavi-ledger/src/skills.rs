@@ -3,7 +3,7 @@
 use super::db::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Artifact, Ledger, LedgerError, keep_artifact, now};
+use super::{Artifact, Evidence, Ledger, LedgerError, keep_artifact, now};
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
@@ -307,7 +307,9 @@ impl Ledger {
                         note,
                     )?)
                 } else {
-                    transition_in(&tx, name, rejected, &check, origin, actor, Some(note))?;
+                    // A rejection rests on the person's decision, recorded with it.
+                    let check = |from: &str, to: &str| check(from, to).map(|()| Evidence::Nothing);
+                    transition_in(&tx, name, rejected, check, origin, actor, Some(note))?;
                     None
                 },
             );
@@ -606,13 +608,14 @@ impl Ledger {
         Ok(rows.collect::<super::db::Result<_>>()?)
     }
 
-    /// Moves a skill to `to` if `check(from, to)` allows it. Reading the current state, checking
+    /// Moves a skill to `to` if `check(from, to)` allows it and the [`Evidence`] it returns for
+    /// the move is recorded in the tree of the origin run. Reading the current state, checking
     /// and writing happen in one transaction, so two runs cannot both move the same state.
     pub fn transition_skill(
         &mut self,
         name: &str,
         to: &str,
-        check: impl FnOnce(&str, &str) -> Result<(), String>,
+        check: impl FnOnce(&str, &str) -> Result<Evidence, String>,
         origin: (Option<i64>, Option<&str>),
         actor: &str,
         comment: Option<&str>,
@@ -629,13 +632,14 @@ fn transition_in(
     tx: &super::db::Transaction<'_>,
     name: &str,
     to: &str,
-    check: impl FnOnce(&str, &str) -> Result<(), String>,
+    check: impl FnOnce(&str, &str) -> Result<Evidence, String>,
     origin: (Option<i64>, Option<&str>),
     actor: &str,
     comment: Option<&str>,
 ) -> Result<Transitioned> {
     let from = standing_of(tx, name)?.state;
-    check(&from, to).map_err(LedgerError::TransitionRefused)?;
+    let evidence = check(&from, to).map_err(LedgerError::TransitionRefused)?;
+    super::evidence::check(tx, name, &from, to, evidence, origin.0)?;
     move_state(tx, name, &from, to, origin, actor, comment)?;
     Ok(Transitioned {
         from,

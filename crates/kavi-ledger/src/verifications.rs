@@ -1,6 +1,6 @@
 //! Verifications in the ledger: one row per gate result, with the report they belong to.
 
-use super::db::{OptionalExtension, params};
+use super::db::params;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -194,45 +194,5 @@ impl Ledger {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })?;
         Ok(rows.collect::<super::db::Result<_>>()?)
-    }
-
-    /// Whether the newest gate set run of `skill` among run `root` and the runs below it passed
-    /// every required gate at the skill's verified hash; `None` when none ran there.
-    pub fn newest_gate_run_in_tree(
-        &self,
-        root: i64,
-        skill: &str,
-    ) -> Result<Option<bool>, LedgerError> {
-        let verified: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT verified_hash FROM skills WHERE name = ?1",
-                [skill],
-                |row| row.get(0),
-            )
-            .optional()?
-            .flatten();
-        let newest: Option<(bool, Option<String>)> = self
-            .conn
-            .query_row(
-                &format!(
-                    "{}
-                     SELECT sum(CASE WHEN required <> 0 AND status <> 'passed' THEN 1 ELSE 0 END),
-                            max(source_hash)
-                     FROM verifications
-                     WHERE skill = ?2 AND run_id IN (SELECT id FROM tree)
-                     GROUP BY run_id, node_id
-                     ORDER BY max(id) DESC
-                     LIMIT 1",
-                    super::escalations::RUN_TREE
-                ),
-                params![root, skill],
-                |row| {
-                    let failing: i64 = row.get(0)?;
-                    Ok((failing == 0, row.get(1)?))
-                },
-            )
-            .optional()?;
-        Ok(newest.map(|(passed, hash)| passed && hash.is_some() && hash == verified))
     }
 }

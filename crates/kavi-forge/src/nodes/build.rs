@@ -200,6 +200,7 @@ impl Build {
         if !sandbox.is_dir() {
             return Err(format!("sandbox {} is not a folder", sandbox.display()));
         }
+        let sandbox_path = sandbox.clone();
         let builder = ctx.render("config.builder", "{{ config.builder }}")?;
         let allowed = self.allowlist.resolve(ctx)?;
         for (root, place) in [
@@ -304,6 +305,8 @@ impl Build {
 
         let mut outcome = NodeOutcome::succeeded(json!({
             "build_id": build.id,
+            // Which sandbox holds this build's result: what a copy-back of it rests on.
+            "sandbox": sandbox_path,
             "attempt": build.attempt,
             "parent_build": build.parent_build,
             "packet": packet.sha256,

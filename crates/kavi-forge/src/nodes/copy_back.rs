@@ -18,10 +18,11 @@ use toml::Spanned;
 
 use super::allowlist::{self, Allowlist};
 use crate::diagnostic::Diagnostic;
-use crate::ledger::SandboxLimits;
+use crate::ledger::{Ledger, SandboxLimits};
 use crate::node::{NodeAction, NodeConfig, NodeContext, NodeKind, NodeOutcome};
 use crate::sandbox;
 use crate::sandbox::{destination, write_beneath};
+use crate::skills::trust::TrustPolicy;
 
 pub const KIND: NodeKind = NodeKind {
     name: "copy_back",
@@ -46,6 +47,13 @@ struct CopyBackConfig {
     #[serde(default)]
     #[schemars(with = "IndexMap<String, String>")]
     vars: IndexMap<String, Spanned<String>>,
+    /// The skill a build in the sandbox built: the copy records the hash of its files after
+    /// it, which a move into BUILT rests on (a skill is BUILT only by such a copy or an import).
+    #[schemars(with = "Option<String>")]
+    skill: Option<Spanned<String>>,
+    /// The trust policy naming the skill's files (default `policies/trust.toml`).
+    #[schemars(with = "Option<String>")]
+    trust: Option<Spanned<String>>,
 }
 
 #[derive(Debug)]
@@ -53,6 +61,8 @@ struct CopyBack {
     sandbox: String,
     target: String,
     allowlist: Allowlist,
+    /// The skill built, and the trust policy that hashes its files.
+    skill: Option<(String, TrustPolicy)>,
 }
 
 fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic> {
@@ -62,7 +72,16 @@ fn parse(config: &mut NodeConfig<'_>) -> Result<Arc<dyn NodeAction>, Diagnostic>
         config.check_template(target)?;
     }
     let allowlist = Allowlist::load(config, raw.allowlist.as_ref(), raw.vars)?;
+    let skill = match raw.skill {
+        Some(skill) => {
+            config.check_template(&skill)?;
+            let trust = crate::skills::trust::load(config, raw.trust.as_ref())?;
+            Some((skill.into_inner(), trust))
+        }
+        None => None,
+    };
     Ok(Arc::new(CopyBack {
+        skill,
         sandbox: raw.sandbox.into_inner(),
         target: raw
             .target
@@ -138,11 +157,48 @@ impl CopyBack {
                 format!("failed to copy `{path}` to {}: {e}", destination.display())
             })?;
         }
-        Ok(NodeOutcome::succeeded(json!({
+        let mut outputs = json!({
             "copied": plan.iter().map(|(path, _, _)| path).collect::<Vec<_>>(),
             "not_copied": not_copied,
             "target": target,
-        })))
+            "sandbox": sandbox,
+        });
+        if let Some((skill, hash)) = self.built(ctx, &target)? {
+            outputs["skill"] = json!(skill);
+            outputs["source_hash"] = json!(hash);
+        }
+        Ok(NodeOutcome::succeeded(outputs))
+    }
+
+    /// The skill built and the hash of its files in `target` after the copy, when the node
+    /// names one. Its allowlist must be the skill's: the copy of another skill's paths is no
+    /// build of this one.
+    fn built(
+        &self,
+        ctx: &NodeContext<'_>,
+        target: &Path,
+    ) -> Result<Option<(String, String)>, String> {
+        let Some((skill, trust)) = &self.skill else {
+            return Ok(None);
+        };
+        let skill = crate::skills::render_name(ctx, skill)?;
+        let vars = self.allowlist.vars_value(ctx)?;
+        if let Ok(named) = vars.get_attr("skill")
+            && !named.is_undefined()
+            && named.as_str() != Some(skill.as_str())
+        {
+            return Err(format!(
+                "`vars.skill` ({named}) is not the skill this node copies back (`{skill}`): the \
+                 allowlist would admit other files than the ones recorded as built"
+            ));
+        }
+        let ledger = Ledger::open(&ctx.env.ledger).map_err(|e| e.to_string())?;
+        let proposal = ledger
+            .skill(&skill)
+            .map_err(|e| e.to_string())?
+            .proposal_path;
+        let hash = trust.source_hash(&ctx.env.templates, target, &skill, &proposal)?;
+        Ok(Some((skill, hash)))
     }
 }
 

@@ -107,21 +107,19 @@ impl Transition {
         )? {
             return Ok(stopped);
         }
-        let checked_from = self.earned(ctx, &mut ledger, &skill, &to)?;
+        // What the move rests on is the stronger of what this node's lifecycle and the adopted
+        // one ask: a lifecycle file of the node's own on which VERIFIED leads nowhere does not
+        // make the adopted VERIFIED free.
+        let adopted = crate::policy::adoption::Governing::adopted(&ledger)?
+            .map(|governing| governing.lifecycle())
+            .transpose()?;
         let actor = crate::identity::actor();
         let moved = ledger
             .transition_skill(
                 &skill,
                 &to,
                 |from, to| {
-                    self.lifecycle.check(from, to)?;
-                    // What the move rests on was checked from this state.
-                    if from != checked_from {
-                        return Err(format!(
-                            "`{skill}` moved to {from} while this node checked its move from \
-                             {checked_from}; nothing was moved"
-                        ));
-                    }
+                    let own = self.lifecycle.check_move(from, to)?;
                     // Trust is earned by a promotion (or given back by `kavi skill restore`), under
                     // the adopted rules: a plain move into TRUSTED would skip both.
                     if to == crate::skills::TRUSTED {
@@ -130,7 +128,9 @@ impl Transition {
                              node promotes it, and `kavi skill restore` returns a suspended one"
                         ));
                     }
-                    Ok(())
+                    Ok(adopted
+                        .as_ref()
+                        .map_or(own, |adopted| own.max(adopted.evidence(from, to))))
                 },
                 (Some(ctx.run_id), Some(ctx.node_id)),
                 &actor,
@@ -142,41 +142,6 @@ impl Transition {
             "from": moved.from,
             "to": moved.to,
         })))
-    }
-}
-
-impl Transition {
-    /// Checks that a move of `skill` from where it stands to `to` that must rest on a gate
-    /// run (see [`Lifecycle::needs_gates`]) does: the newest gate run of the skill in this
-    /// run's lineage passed every required gate at its verified hash. A pipeline of
-    /// `transition` nodes alone records no verification. Returns the state it checked from.
-    fn earned(
-        &self,
-        ctx: &NodeContext<'_>,
-        ledger: &mut Ledger,
-        skill: &str,
-        to: &str,
-    ) -> Result<String, String> {
-        let from = ledger.skill(skill).map_err(|e| e.to_string())?.state;
-        // A move the policy refuses is refused for that, by the move itself.
-        if self.lifecycle.check(&from, to).is_err() || !self.lifecycle.needs_gates(&from, to) {
-            return Ok(from);
-        }
-        let root = ledger.root_run(ctx.run_id).map_err(|e| e.to_string())?.id;
-        let missing = match ledger
-            .newest_gate_run_in_tree(root, skill)
-            .map_err(|e| e.to_string())?
-        {
-            Some(true) => return Ok(from),
-            Some(false) => {
-                "the newest gate run of it did not pass every required gate at the hash it verified"
-            }
-            None => "no gate run of it is recorded",
-        };
-        Err(format!(
-            "the move {from} -> {to} of `{skill}` is earned, not declared: {missing} in run \
-             {root} or the runs below it; a `gate` node earns it"
-        ))
     }
 }
 

@@ -8,6 +8,7 @@ use toml::Spanned;
 
 use super::TRUSTED;
 use crate::diagnostic::{Diagnostic, SourceFile};
+use crate::ledger::Evidence;
 use crate::roles::{Requirement, Roles};
 
 /// `policies/lifecycle.toml`, as written.
@@ -405,8 +406,32 @@ impl Lifecycle {
     /// Whether a move `from -> to` must rest on a gate run that passed, whichever node or
     /// pipeline makes it: a move into a state on the way to trust (VERIFIED) from one that is
     /// not. Trust itself is earned by a promotion.
-    pub fn needs_gates(&self, from: &str, to: &str) -> bool {
+    fn needs_gates(&self, from: &str, to: &str) -> bool {
         to != TRUSTED && self.toward_trusted(to).is_some() && self.toward_trusted(from).is_none()
+    }
+
+    /// What the ledger must hold for a move `from -> to`, whichever node, command or approval
+    /// makes it: a gate run for a move onto the way to trust (see [`Lifecycle::needs_gates`]),
+    /// a build copied back or an import for a move into a state the gates are run from
+    /// (BUILT), nothing otherwise. Trust itself is earned by a promotion.
+    pub fn evidence(&self, from: &str, to: &str) -> Evidence {
+        if self.needs_gates(from, to) {
+            Evidence::Gated
+        } else if from != to
+            && self
+                .transitions
+                .iter()
+                .any(|(f, t, _)| f == to && self.needs_gates(to, t))
+        {
+            Evidence::Built
+        } else {
+            Evidence::Nothing
+        }
+    }
+
+    /// Checks a move as [`Lifecycle::check`] does, and says what it must rest on.
+    pub fn check_move(&self, from: &str, to: &str) -> Result<Evidence, String> {
+        self.check(from, to).map(|()| self.evidence(from, to))
     }
 
     /// The next move of a verified skill in state `from` toward TRUSTED, and what it needs: the
@@ -480,12 +505,13 @@ impl Lifecycle {
             .any(|(_, _, approval)| approval.is_some())
     }
 
-    /// Checks a move that a person approved: declared, approval or not.
-    pub fn check_approved(&self, from: &str, to: &str) -> Result<(), String> {
+    /// Checks a move that a person approved: declared, approval or not. An approval stands in
+    /// for the person's decision only, never for what the move rests on.
+    pub fn check_approved(&self, from: &str, to: &str) -> Result<Evidence, String> {
         if self.needs_approval(from, to).is_some() {
-            Ok(())
+            Ok(self.evidence(from, to))
         } else {
-            self.check(from, to)
+            self.check_move(from, to)
         }
     }
 

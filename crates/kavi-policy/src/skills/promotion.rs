@@ -67,6 +67,7 @@ impl Promotion<'_> {
                 Some((to, Some(_))) => return Ok(Advanced::Awaits { from, to }),
                 Some((to, None)) if to != TRUSTED => {
                     let actor = crate::identity::actor();
+                    let check = |from: &str, to: &str| lifecycle.check_move(from, to);
                     ledger
                         .transition_skill(skill, &to, check, origin, &actor, comment)
                         .map_err(|e| e.to_string())?;
