@@ -184,8 +184,9 @@ pub fn state_folder(path: &Path) -> io::Result<()> {
 /// file, not a link, that only those who may write its folder could have put there (this
 /// account, root, the folder's owner, or, when its group may write it, a member of that group
 /// or a file of that group: a setgid folder gives its group to what its members make there),
-/// and that no ACL opens to anyone else. Another account's copy moved over the ledger would
-/// otherwise be read as kavi's own record (an earlier one, with a revoked skill still trusted).
+/// and that neither its mode nor an ACL opens to anyone else. Another account's copy moved over
+/// the ledger, or written into it, would otherwise be read as kavi's own record (an earlier
+/// one, with a revoked skill still trusted).
 pub fn state_file(path: &Path) -> io::Result<()> {
     let metadata = match path.symlink_metadata() {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -197,6 +198,18 @@ pub fn state_file(path: &Path) -> io::Result<()> {
         Some("is not a file (a link is refused)".to_owned())
     } else if let Some(writers) = acl_writers(path)? {
         Some(format!("lets {writers} write it through an ACL"))
+    } else if metadata.mode() & 0o002 != 0 {
+        Some(format!(
+            "is writable by every account (mode {:o}): `chmod o-w` it",
+            metadata.mode() & 0o7777
+        ))
+    } else if metadata.mode() & 0o020 != 0
+        && (folder.mode() & 0o020 == 0 || metadata.gid() != folder.gid())
+    {
+        Some(format!(
+            "is writable by group {}, which may not write its folder: `chmod g-w` it",
+            metadata.gid()
+        ))
     } else if uid == nix::unistd::getuid().as_raw()
         || uid == 0
         || uid == folder.uid()
@@ -880,6 +893,25 @@ mod tests {
         );
         std::fs::write(&ledger, "").unwrap();
         state_file(&ledger).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = |mode| {
+                std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(mode)).unwrap();
+                state_file(&ledger).map_err(|e| e.to_string())
+            };
+            let open = mode(0o666).unwrap_err();
+            assert!(
+                open.contains("is writable by every account (mode 666)"),
+                "{open}"
+            );
+            // The folder (a private temporary one) is not its group's to write.
+            let grouped = mode(0o664).unwrap_err();
+            assert!(
+                grouped.contains("which may not write its folder"),
+                "{grouped}"
+            );
+            mode(0o644).unwrap();
+        }
         set_acl(&ledger, "system.posix_acl_access", &acl_naming(0x02, 6));
         let message = state_file(&ledger).unwrap_err().to_string();
         assert!(

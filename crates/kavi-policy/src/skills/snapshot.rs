@@ -55,17 +55,15 @@ impl Snapshot {
 
     /// A snapshot laid out as the workspace is, for the gates to judge exactly the bytes that
     /// were hashed, under exactly the rules that were recorded: the skill's folder and its
-    /// proposal are the snapshot's own read-only copies, and so is every file of `governed`
-    /// (path beneath the workspace, text), the texts the run recorded as governing it. A
-    /// top-level entry holding none of these links to the workspace's (never `.kavi` or
-    /// `.git`); one holding any (`policies/`) is the snapshot's own, holding only those files.
-    /// A file swapped in the workspace while the gates run, a tool's configuration included,
-    /// is not what they read.
+    /// proposal, and every file of `governed` (path beneath the workspace, text: the texts the
+    /// run recorded as governing it), each a read-only copy, and nothing else of the workspace.
+    /// A file swapped in the workspace while the gates run, a tool's configuration included, is
+    /// not what they read; nor is one nothing records (a `string.pyi` at the workspace's root,
+    /// which mypy would take for the standard library's).
     pub fn make_view(
         tree: &SkillTree,
         hash: &str,
         track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
-        workspace: &Path,
         governed: &[(String, String)],
     ) -> Result<Self, String> {
         Self::make_with(Self::new_folder(track)?, tree, hash, |root| {
@@ -78,8 +76,7 @@ impl Snapshot {
                     .next()
                     .map(|c| c.as_os_str().to_owned())
             };
-            let (folder, proposal) = (own(&tree.folder), own(&tree.proposal_path));
-            let mut recorded = std::collections::BTreeSet::new();
+            let folder = own(&tree.folder);
             for (path, text) in governed {
                 // The skill's own files are the hashed ones, whatever else names them.
                 if own(path) == folder || *path == tree.proposal_path {
@@ -87,28 +84,6 @@ impl Snapshot {
                 }
                 write_read_only(root, path, text.as_bytes(), false)
                     .map_err(|e| format!("cannot write {path} into the snapshot: {e}"))?;
-                recorded.extend(own(path));
-            }
-            let entries = std::fs::read_dir(workspace)
-                .map_err(|e| format!("cannot read {}: {e}", workspace.display()))?;
-            for entry in entries {
-                let name = entry.map_err(|e| e.to_string())?.file_name();
-                if Some(&name) == folder.as_ref()
-                    || Some(&name) == proposal.as_ref()
-                    || recorded.contains(&name)
-                    || name == ".kavi"
-                    || name == ".git"
-                {
-                    continue;
-                }
-                std::os::unix::fs::symlink(workspace.join(&name), root.join(&name)).map_err(
-                    |e| {
-                        format!(
-                            "cannot link {} into the snapshot: {e}",
-                            name.to_string_lossy()
-                        )
-                    },
-                )?;
             }
             Ok(())
         })

@@ -128,7 +128,6 @@ impl Gate {
                     tree,
                     hash,
                     |dir| ctx.env.owner.track(dir),
-                    &cwd,
                     &governed,
                 )?)
             }
