@@ -405,8 +405,17 @@ async fn in_workspace(
                 file,
                 run,
                 node,
+                instances_file,
                 options,
-            } => steps::step(&workspace, &file, run, &node, options).await,
+            } => {
+                steps::step(
+                    &workspace,
+                    (&file, run, &node),
+                    instances_file.as_deref(),
+                    options,
+                )
+                .await
+            }
             PipelineCommand::End { file, run, json } => steps::end(&workspace, &file, run, json),
             PipelineCommand::Export {
                 file,

@@ -15,10 +15,10 @@ use super::progress::Screen;
 use crate::config::Workspace;
 use crate::dag::{self, Dag};
 use crate::error::{Error, exit};
-use crate::executor::{self, Progress};
+use crate::executor::{self, Progress, StepWork};
 use crate::ledger::{EXTERNAL_OWNER, Ledger, RunDetail, RunOrigin};
-use crate::spec::Pipeline;
 use crate::spec::governing::Role;
+use crate::spec::{FanOut, Pipeline};
 use crate::state::{NodeState, RunStatus};
 use crate::template::TemplateEngine;
 use kavi_cli::RunOptions;
@@ -146,12 +146,12 @@ struct OpenRun {
     run: RunDetail,
 }
 
-/// `kavi pipeline step`: decides one node of an open run and runs it once.
+/// `kavi pipeline step`: decides one node of an open run and runs it once; for a node that
+/// runs once per item, decides it (`instances_file`), runs one instance (`NODE[N]`) or ends it.
 pub async fn step(
     workspace: &Workspace,
-    file: &str,
-    run_id: i64,
-    node: &str,
+    (file, run_id, node): (&str, i64, &str),
+    instances_file: Option<&Path>,
     options: RunOptions,
 ) -> Result<i32, Error> {
     let OpenRun {
@@ -161,18 +161,33 @@ pub async fn step(
         mut run,
     } = open_run(workspace, file, run_id)?;
     let dag = dag::compile(&pipeline)?;
-    let Some(index) = pipeline.nodes.iter().position(|n| n.id == node) else {
+    let instance = FanOut::instance_of(node);
+    let named = instance.map_or(node, |(of, _)| of);
+    let Some(index) = pipeline.nodes.iter().position(|n| n.id == named) else {
         return Err(Error::NotFound(format!(
-            "pipeline `{}` has no node `{node}`",
+            "pipeline `{}` has no node `{named}`",
             pipeline.name
         )));
     };
-    if pipeline.nodes[index].fan_out.is_some() {
-        return Err(Error::Usage(format!(
-            "`{node}` runs once per item (`for_each`): only `kavi pipeline run` schedules its \
-             instances, and a step runs one node once"
-        )));
-    }
+    let fans_out = pipeline.nodes[index].fan_out.is_some();
+    let work = match (instance, instances_file) {
+        (Some(_), _) if !fans_out => {
+            return Err(Error::NotFound(format!(
+                "`{named}` does not run once per item (`for_each`): it has no instance `{node}`"
+            )));
+        }
+        (Some(_), Some(_)) | (None, Some(_)) if !fans_out || instance.is_some() => {
+            return Err(Error::Usage(format!(
+                "--instances-file is for a node that runs once per item (`for_each`), not `{node}`"
+            )));
+        }
+        (None, Some(_)) => StepWork::Expand,
+        (Some((_, position)), _) => StepWork::Run {
+            instance: Some(position),
+        },
+        (None, None) if fans_out => StepWork::Gather,
+        (None, None) => StepWork::Run { instance: None },
+    };
     if run.run.status != RunStatus::Running {
         return Err(Error::Usage(format!(
             "run {run_id} is {}: its steps are over",
@@ -180,6 +195,7 @@ pub async fn step(
         )));
     }
     check_needs(&dag, &run, index)?;
+    check_instances(&dag, &run, index, work)?;
     let screen = Screen::new();
     let env = environment(workspace, templates, options, &screen)?;
     let cancel = super::cancel_on_signals("the node");
@@ -201,6 +217,7 @@ pub async fn step(
             executor::StepOf {
                 run: &run,
                 index,
+                work,
                 claimant: &claimant,
             },
         )
@@ -222,6 +239,14 @@ pub async fn step(
         }
         run = ledger.run_detail(run_id)?;
     };
+    if let Some(path) = instances_file {
+        let instances = outcome.instances.clone().unwrap_or_default();
+        let list = serde_json::Value::Array(instances).to_string();
+        std::fs::write(path, list).map_err(|source| Error::Io {
+            context: format!("failed to write the instances to {}", path.display()),
+            source,
+        })?;
+    }
     if options.json {
         super::print_json(&json!({
             "run_id": run_id,
@@ -229,7 +254,13 @@ pub async fn step(
             "attempt": outcome.attempt,
             "state": outcome.state,
             "retry": outcome.retry,
+            "instances": outcome.instances,
         }));
+    } else if let Some(instances) = &outcome.instances {
+        outln!(
+            "run {run_id}: `{node}` runs once per item: {} instance(s) recorded",
+            instances.len()
+        );
     } else if outcome.retry {
         outln!(
             "run {run_id}: `{node}` attempt {} {}; its retry policy tries again (exit {})",
@@ -246,6 +277,9 @@ pub async fn step(
     }
     Ok(if outcome.retry {
         exit::RETRY
+    } else if work == StepWork::Expand && !cancel.is_cancelled() {
+        // Decided: whether it ran to success is its end's to say, once its instances have.
+        exit::SUCCESS
     } else if cancel.is_cancelled() {
         super::cancelled_exit_code()
     } else {
@@ -284,6 +318,60 @@ fn check_needs(dag: &Dag<'_>, run: &RunDetail, index: usize) -> Result<(), Error
                 nodes[index].id, nodes[dep].id, run.run.id
             )));
         }
+    }
+    Ok(())
+}
+
+/// Refuses a step of a fan-out's instance or end out of turn: an instance its fan-out's step
+/// did not record, an end before every instance finished.
+fn check_instances(
+    dag: &Dag<'_>,
+    run: &RunDetail,
+    index: usize,
+    work: StepWork,
+) -> Result<(), Error> {
+    let rows = executor::rows_by_node(run);
+    let node = &dag.pipeline.nodes[index];
+    let decided = |id: &str| {
+        let rows = rows.get(id).map_or(&[][..], Vec::as_slice);
+        matches!(executor::progress(node, rows), Progress::Finished(_))
+    };
+    let first = FanOut::instance_id(&node.id, 0);
+    match work {
+        StepWork::Run {
+            instance: Some(position),
+        } => {
+            let id = FanOut::instance_id(&node.id, position);
+            if !rows.contains_key(id.as_str()) {
+                return Err(Error::Usage(format!(
+                    "run {} recorded no instance `{id}`: `{}`'s step with --instances-file \
+                     records its instances first",
+                    run.run.id, node.id
+                )));
+            }
+        }
+        StepWork::Gather if !decided(&node.id) => {
+            if !rows.contains_key(first.as_str()) {
+                return Err(Error::Usage(format!(
+                    "`{}` has no instances recorded in run {}: its step with --instances-file \
+                     comes first",
+                    node.id, run.run.id
+                )));
+            }
+            for position in 0.. {
+                let id = FanOut::instance_id(&node.id, position);
+                if !rows.contains_key(id.as_str()) {
+                    break;
+                }
+                if !decided(&id) {
+                    return Err(Error::Usage(format!(
+                        "`{id}` has not finished in run {}: `{}` ends once its instances have",
+                        run.run.id, node.id
+                    )));
+                }
+            }
+        }
+        _ => {}
     }
     Ok(())
 }

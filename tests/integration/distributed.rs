@@ -544,6 +544,7 @@ fn exported_manifests_are_valid_argo_workflows() {
     let dir = common::shipped_workspace();
     let root = dir.path();
     std::fs::write(root.join("pipelines/parity.toml"), PARITY).unwrap();
+    std::fs::write(root.join("pipelines/fan.toml"), FAN).unwrap();
     let mut files: Vec<String> = std::fs::read_dir(root.join("pipelines"))
         .unwrap()
         .map(|entry| format!("pipelines/{}", entry.unwrap().file_name().to_string_lossy()))
@@ -643,41 +644,275 @@ fn an_export_lists_what_argo_does_not_carry_out_itself() {
     );
 }
 
-/// A fan-out's instances are known only when it runs, and a step runs one node once: the export
-/// refuses such a pipeline, naming the node where its `for_each` is written, rather than writing
-/// a task whose step would refuse at run time.
+/// Fan-outs of each source: a list parameter of three items, limited to two at once, and a
+/// previous node's JSON output (objects, read by field), then a node that reads the list of
+/// the first one's outputs.
+const FAN: &str = r#"
+[pipeline]
+name = "parity"
+
+[params.words]
+type = "list"
+default = ["alpha", "beta", "gamma"]
+
+[nodes.list]
+kind = "exec"
+run = ["echo", '[{"n": 1}, {"n": 2}]']
+
+[nodes.each]
+kind = "exec"
+for_each = "{{ params.words }}"
+max_parallel = 2
+env = { WORD = "{{ item }}" }
+shell = 'sleep 0.3; echo "word $WORD"'
+
+[nodes.objs]
+kind = "exec"
+needs = ["list"]
+for_each = "{{ nodes.list.outputs.stdout }}"
+run = ["echo", "n={{ item.n }}"]
+
+[nodes.after]
+kind = "exec"
+needs = ["each", "objs"]
+run = ["echo", "{% for o in nodes.each.outputs %}{{ o.stdout | trim }};{% endfor %}"]
+"#;
+
+/// A run's node runs sorted by node and attempt: the two schedulers record instances of
+/// independent fan-outs in another order.
+fn sorted_node_runs(root: &Path, run: &str) -> Vec<(String, i64, String, Value, Value)> {
+    let mut runs = node_runs(root, run);
+    runs.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    runs
+}
+
+/// `pipeline` run by `kavi pipeline run` in one workspace and, exported, by the stand-in
+/// controller in another: the driven workspace, the controller's outcome and the run's id,
+/// once both recorded the same node runs.
+fn run_both_ways(pipeline: &str, exit: i32) -> (tempfile::TempDir, controller::Outcome, String) {
+    let local = workspace_with(pipeline);
+    let run = kavi(local.path(), &["pipeline", "run", "parity"]);
+    assert_eq!(code(&run), exit, "{}", text(&run));
+    let expected = sorted_node_runs(local.path(), "latest");
+
+    let driven = workspace_with(pipeline);
+    let manifest = export(driven.path(), "parity", &["--workspace-claim", "ws"]);
+    let outcome = controller::run(
+        &manifest,
+        driven.path(),
+        Path::new(env!("CARGO_BIN_EXE_kavi")),
+        &[],
+        (&[], &[]),
+    );
+    let run_id = outcome.globals["kavi-run"].clone();
+    assert_eq!(
+        sorted_node_runs(driven.path(), &run_id),
+        expected,
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.on_exit, Some(exit), "{outcome:?}");
+    common::assert_ledger_verifies(driven.path());
+    (driven, outcome, run_id)
+}
+
+/// A fan-out exported: kavi decides it and records its instances, Argo fans out over them
+/// (`withParam`, at most `max_parallel` at once, the template's `parallelism`), each instance a
+/// step of its own, and the node's own task ends it with the list of their outputs. The ledger
+/// holds what `kavi pipeline run` records, each item once.
 #[test]
-fn an_export_refuses_a_fan_out_naming_the_node_where_it_is_written() {
-    let dir = workspace_with(
-        "[pipeline]\nname = \"parity\"\n\n[nodes.one]\nkind = \"exec\"\nrun = [\"true\"]\n\n\
-         [nodes.fan]\nkind = \"exec\"\nneeds = [\"one\"]\nfor_each = [\"a\", \"b\"]\n\
-         run = [\"echo\", \"{{ item }}\"]\n",
+fn an_exported_fan_out_records_what_pipeline_run_records() {
+    if !controller::available() {
+        return;
+    }
+    let (driven, outcome, run_id) = run_both_ways(FAN, 0);
+    let runs = sorted_node_runs(driven.path(), &run_id);
+    let instances: Vec<_> = runs
+        .iter()
+        .filter(|(id, ..)| id.starts_with("each["))
+        .map(|(id, attempt, state, _, outputs)| {
+            (
+                id.as_str(),
+                *attempt,
+                state.as_str(),
+                outputs["item"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        instances,
+        [
+            ("each[0]", 1, "succeeded", serde_json::json!("alpha")),
+            ("each[1]", 1, "succeeded", serde_json::json!("beta")),
+            ("each[2]", 1, "succeeded", serde_json::json!("gamma")),
+        ]
     );
-    let output = kavi(
+    let after = runs.iter().find(|(id, ..)| id == "after").unwrap();
+    assert_eq!(after.4["stdout"], "word alpha;word beta;word gamma;\n");
+    for i in 0..3 {
+        assert_eq!(
+            outcome.phases[&format!("node-each-each.instance({i})")],
+            "Succeeded"
+        );
+        assert_eq!(outcome.exits[&format!("node-each-each.instance({i})")], [0]);
+    }
+    assert_eq!(outcome.phases["node-objs-each.instance(1)"], "Succeeded");
+    // Two instances at most ran at once: no instant lies inside three of their runs.
+    let detail = json(&kavi(driven.path(), &["runs", "show", &run_id, "--json"]));
+    let spans: Vec<(String, String)> = detail["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["node_id"].as_str().unwrap().starts_with("each["))
+        .map(|n| {
+            (
+                n["started_at"].as_str().unwrap().to_owned(),
+                n["finished_at"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (start, _) in &spans {
+        let running = spans
+            .iter()
+            .filter(|(s, f)| s <= start && start < f)
+            .count();
+        assert!(running <= 2, "{spans:?}");
+    }
+}
+
+/// An item that fails fails its fan-out, and the run, as in `kavi pipeline run`; the other
+/// items are recorded as they ran there.
+#[test]
+fn a_failing_item_fails_the_exported_workflow_as_pipeline_run_fails() {
+    if !controller::available() {
+        return;
+    }
+    let pipeline = "[pipeline]\nname = \"parity\"\n\n[nodes.fan]\nkind = \"exec\"\n\
+                    for_each = [\"a\", \"b\", \"bad\"]\nrun = [\"test\", \"{{ item }}\", \"!=\", \"bad\"]\n\n\
+                    [nodes.next]\nkind = \"exec\"\nneeds = [\"fan\"]\nrun = [\"true\"]\n";
+    let (driven, outcome, run_id) = run_both_ways(pipeline, 1);
+    assert_eq!(outcome.phases["node-fan-each.instance(2)"], "Failed");
+    assert_eq!(outcome.phases["node-fan"], "Failed");
+    assert_eq!(outcome.phases["node-next"], "Failed");
+    let detail = json(&kavi(driven.path(), &["runs", "show", &run_id, "--json"]));
+    assert_eq!(detail["status"], "failed");
+}
+
+/// The steps of a fan-out are idempotent, as Argo may start a pod twice: deciding it again
+/// records nothing and gives the same instances, an instance or its end stepped again runs
+/// nothing; and out of turn they are refused.
+#[test]
+fn a_fan_out_s_steps_run_each_item_once_however_often_they_are_started() {
+    let dir = workspace_with(FAN);
+    let root = dir.path();
+    let start = kavi(root, &["pipeline", "start", "parity"]);
+    let run = String::from_utf8_lossy(&start.stdout).trim().to_owned();
+    let step = |args: &[&str]| {
+        let mut all = vec!["pipeline", "step", "parity", "--run", &run];
+        all.extend_from_slice(args);
+        kavi(root, &all)
+    };
+    let list = root.join("instances.json");
+    let list_arg = list.to_str().unwrap();
+    let early = step(&["each"]);
+    assert_eq!(code(&early), 2, "{}", text(&early));
+    assert!(
+        text(&early).contains("its step with --instances-file comes first"),
+        "{}",
+        text(&early)
+    );
+    let unrecorded = step(&["each[0]"]);
+    assert_eq!(code(&unrecorded), 2, "{}", text(&unrecorded));
+    let mut lists = Vec::new();
+    for _ in 0..2 {
+        let expand = step(&["each", "--instances-file", list_arg]);
+        assert_eq!(code(&expand), 0, "{}", text(&expand));
+        lists.push(std::fs::read_to_string(&list).unwrap());
+    }
+    assert_eq!(lists[0], lists[1]);
+    let listed: Value = serde_json::from_str(&lists[0]).unwrap();
+    assert_eq!(
+        listed[2],
+        serde_json::json!({ "id": "each[2]", "item": "gamma" })
+    );
+    let not_yet = step(&["each"]);
+    assert!(
+        text(&not_yet).contains("`each[0]` has not finished"),
+        "{}",
+        text(&not_yet)
+    );
+    for i in [0, 1, 2, 1] {
+        let instance = step(&[&format!("each[{i}]")]);
+        assert_eq!(code(&instance), 0, "{}", text(&instance));
+    }
+    let beyond = step(&["each[3]"]);
+    assert_eq!(code(&beyond), 2, "{}", text(&beyond));
+    let wrong = step(&["list", "--instances-file", list_arg]);
+    assert_eq!(code(&wrong), 2, "{}", text(&wrong));
+    for _ in 0..2 {
+        let end = step(&["each"]);
+        assert_eq!(code(&end), 0, "{}", text(&end));
+    }
+    let runs = node_runs(root, &run);
+    for id in ["each", "each[0]", "each[1]", "each[2]"] {
+        let rows: Vec<_> = runs.iter().filter(|(n, ..)| n == id).collect();
+        assert_eq!(rows.len(), 1, "{id}: {rows:?}");
+        assert_eq!(rows[0].2, "succeeded", "{id}");
+    }
+    // Ended with `objs` never decided: the run is interrupted, nothing left pending.
+    let end = kavi(
+        root,
+        &["pipeline", "end", "parity", "--run", &run, "--json"],
+    );
+    let detail: Value = serde_json::from_slice(&end.stdout).unwrap();
+    assert_eq!(detail["status"], "interrupted");
+    common::assert_ledger_verifies(root);
+}
+
+/// The stand-in controller loops as Argo does: `withItems` and `withParam` items in order,
+/// `{{item}}` and `{{item.KEY}}` in place, no item a skipped task, and text that is not a JSON
+/// list an errored one.
+#[test]
+fn the_stand_in_controller_loops_as_argo_does() {
+    if !controller::available() {
+        return;
+    }
+    let dir = workspace_with(FAN);
+    let manifest = serde_json::json!({
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                { "name": "main", "dag": { "tasks": [
+                    { "name": "items", "template": "kavi",
+                      "withItems": [{ "flag": "--version" }, { "flag": "--no-such-flag" }],
+                      "arguments": { "parameters": [{ "name": "flag", "value": "{{item.flag}}" }] } },
+                    { "name": "param", "template": "kavi", "withParam": "[\"--version\"]",
+                      "arguments": { "parameters": [{ "name": "flag", "value": "{{item}}" }] } },
+                    { "name": "none", "template": "kavi", "withParam": "[]",
+                      "arguments": { "parameters": [{ "name": "flag", "value": "{{item}}" }] } },
+                    { "name": "broken", "template": "kavi", "withParam": "{\"not\": \"a list\"}",
+                      "arguments": { "parameters": [{ "name": "flag", "value": "{{item}}" }] } },
+                ]}},
+                { "name": "kavi", "inputs": { "parameters": [{ "name": "flag" }] },
+                  "container": { "image": "kavi", "command": ["kavi"], "args": ["{{inputs.parameters.flag}}"] } },
+            ],
+        },
+    });
+    let outcome = controller::run(
+        &manifest,
         dir.path(),
-        &[
-            "pipeline",
-            "export",
-            "parity",
-            "--format",
-            "argo",
-            "--image",
-            "kavi:test",
-        ],
+        Path::new(env!("CARGO_BIN_EXE_kavi")),
+        &[],
+        (&[], &[]),
     );
-    assert_eq!(code(&output), 3, "{}", text(&output));
-    assert!(
-        output.stdout.is_empty(),
-        "a manifest was written: {}",
-        text(&output)
-    );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains(
-            "node `fan` runs once per item (`for_each`): an Argo export cannot carry it out"
-        ) && stderr.contains("pipelines/parity.toml:11:12"),
-        "{stderr}"
-    );
+    // In order, each with its own field; one item failed fails the task.
+    assert_eq!(outcome.exits["items(0)"], [0]);
+    assert_eq!(outcome.exits["items(1)"], [2]);
+    assert_eq!(outcome.phases["items(1)"], "Failed");
+    assert_eq!(outcome.phases["items"], "Failed");
+    assert_eq!(outcome.exits["param(0)"], [0]);
+    assert_eq!(outcome.phases["param"], "Succeeded");
+    assert_eq!(outcome.phases["none"], "Skipped");
+    assert_eq!(outcome.phases["broken"], "Errored");
 }
 
 /// `kavi` in `root` with its ledger on the tests' PostgreSQL server at `url`.

@@ -600,9 +600,16 @@ pub enum PipelineCommand {
         /// The run, as `kavi pipeline start` printed it.
         #[arg(long)]
         run: i64,
-        /// The node to run.
+        /// The node to run; `NODE[N]` for the instance at position N of a node that runs once
+        /// per item (`for_each`). Such a node itself is decided with --instances-file, and
+        /// ended, once its instances have, without.
         #[arg(add = crate::complete::names(Names::PipelineNode))]
         node: String,
+        /// For a node that runs once per item: decide it and record its instances, without
+        /// running them, and write them to this file as a JSON list of `{"id", "item"}` (where
+        /// Argo reads the list it fans out over).
+        #[arg(long, value_name = "PATH")]
+        instances_file: Option<PathBuf>,
         #[command(flatten)]
         options: RunOptions,
     },

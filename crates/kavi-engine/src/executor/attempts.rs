@@ -465,9 +465,13 @@ impl<'a> Executor<'a> {
     /// Records a node's final state and releases the nodes that were waiting on it.
     pub(super) fn mark_done(&mut self, index: usize, state: NodeState) {
         self.note_final(index, state);
-        // An instance's only dependant is its fan-out, which gathers them all.
+        // An instance's only dependant is its fan-out, which gathers them all: once this
+        // executor made its instances (a step of one instance leaves that to the fan-out's own).
         let dependants: Vec<usize> = match self.slots[index].instance {
-            Some(_) => vec![self.slots[index].node],
+            Some(_) if self.slots[self.slots[index].node].instances.is_some() => {
+                vec![self.slots[index].node]
+            }
+            Some(_) => Vec::new(),
             None => self.dag.dependants(index).collect(),
         };
         for dependant in dependants {

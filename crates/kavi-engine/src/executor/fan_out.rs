@@ -68,7 +68,7 @@ impl<'a> Executor<'a> {
 
     /// A fan-out's items: as written, or what its expression gives, a list or text holding a
     /// JSON array (what a node printed).
-    fn items(&self, index: usize) -> Result<Vec<Value>, String> {
+    pub(super) fn items(&self, index: usize) -> Result<Vec<Value>, String> {
         let fan_out = self.spec(index).fan_out.as_ref().expect("a fan-out");
         let expression = match &fan_out.items {
             ForEach::Items(items) => return Ok(items.clone()),
@@ -144,7 +144,7 @@ impl<'a> Executor<'a> {
     /// Ends a fan-out whose instances have all finished: its outputs are theirs, in item order;
     /// it failed when one failed or timed out (its `on_failure` then decides what that does to
     /// the nodes that need it), was cancelled when one was, was skipped when every one was.
-    fn gather(&mut self, index: usize) -> Result<(), LedgerError> {
+    pub(super) fn gather(&mut self, index: usize) -> Result<(), LedgerError> {
         let node = self.spec(index);
         let (instances, _) = self.slots[index]
             .instances

@@ -39,7 +39,8 @@ use crate::state::{NodeState, RunStatus};
 use recorder::{Recorder, Write};
 pub use status::{Inputs, NodeStatus, status};
 pub use step::{
-    Progress, StepOf, StepOutcome, execute_step, progress, rows_by_node, settle_external_run,
+    Progress, StepOf, StepOutcome, StepWork, execute_step, progress, rows_by_node,
+    settle_external_run,
 };
 
 /// Something worth telling the user about, as it happens.

@@ -19,12 +19,12 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::recorder::Recorder;
-use super::{Executor, Observer, counts_as_failure, sleep_until_opt};
+use super::{Executor, Observer, Slot, counts_as_failure, sleep_until_opt};
 use crate::dag::Dag;
 use crate::heartbeat::{Beat, Heartbeat};
 use crate::ledger::{Claim, Ledger, LedgerError, NodeRecord, NodeRunRow, RunDetail, lease_over};
 use crate::node::Environment;
-use crate::spec::NodeSpec;
+use crate::spec::{FanOut, NodeSpec};
 use crate::state::{NodeState, RunStatus};
 
 /// Where one node of a run stands, from its rows in the ledger.
@@ -79,12 +79,28 @@ pub fn rows_by_node(run: &RunDetail) -> HashMap<&str, Vec<&NodeRunRow>> {
 }
 
 /// The node a step decides: node `index` of `run`, for `claimant` (the step, named as owners
-/// are), which claims its attempt.
+/// are), which claims its attempt; `work` says what of it.
 #[derive(Debug, Clone, Copy)]
 pub struct StepOf<'a> {
     pub run: &'a RunDetail,
     pub index: usize,
+    pub work: StepWork,
     pub claimant: &'a str,
+}
+
+/// What a step does with its node. A node that runs once per item (`for_each`) takes three
+/// kinds of step, as the in-process executor takes three turns: one decides it and records its
+/// instances, one runs each instance, one ends it with the list of their outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepWork {
+    /// Decides the node and runs it once; for a fan-out, its instance at this position.
+    Run { instance: Option<usize> },
+    /// Decides a fan-out and records its instances, pending (none when it is decided without
+    /// them: blocked, skipped, no items). Done again, it records nothing and gives them again.
+    Expand,
+    /// Ends a fan-out whose instances have all finished (the caller checks), as the executor
+    /// gathers them.
+    Gather,
 }
 
 /// What one step did.
@@ -98,6 +114,9 @@ pub struct StepOutcome {
     pub retry: bool,
     /// Another step holds the attempt (named as owners are) and runs it: this one ran nothing.
     pub claimed_by: Option<String>,
+    /// For [`StepWork::Expand`]: the fan-out's instances, in item order, each `{"id": "f[0]",
+    /// "item": ...}`; `None` when the fan-out was decided without them.
+    pub instances: Option<Vec<Value>>,
 }
 
 /// Decides node `index` of `run` and runs it once, as the in-process executor would at this
@@ -111,33 +130,61 @@ pub async fn execute_step(
     StepOf {
         run,
         index,
+        work,
         claimant,
     }: StepOf<'_>,
 ) -> Result<StepOutcome, LedgerError> {
     let rows = rows_by_node(run);
     let node = &dag.pipeline.nodes[index];
-    let rows_here = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
+    let id = match work {
+        StepWork::Run {
+            instance: Some(position),
+        } => FanOut::instance_id(&node.id, position),
+        _ => node.id.clone(),
+    };
+    let rows_here = rows.get(id.as_str()).map_or(&[][..], Vec::as_slice);
+    // A fan-out decided already (ended, or decided without instances) is not decided again.
+    if matches!(work, StepWork::Expand | StepWork::Gather)
+        && let Progress::Finished(state) = progress(node, rows_here)
+    {
+        return Ok(decided(state));
+    }
+    let expanded = instances_recorded(&rows, &node.id);
     // The attempt this step would run, claimed before anything is decided: of two steps of one
     // node, the one that wins decides it, and the other waits for it.
-    let to_claim = match progress(node, rows_here) {
-        Progress::NotStarted => Some(1),
-        Progress::Retry { attempt } => Some(attempt),
-        Progress::Abandoned { attempt } => {
+    let to_claim = match (work, progress(node, rows_here)) {
+        (StepWork::Gather, _) => None,
+        (StepWork::Expand, _) if expanded > 0 => None,
+        // A fan-out is decided once: a step that died deciding it left its claim to lapse.
+        (StepWork::Expand, Progress::Abandoned { attempt }) => {
             if let Some((by, until)) = ledger.claim_on(run.run.id, &node.id, attempt)?
+                && !lease_over(Some(&until))
+            {
+                return Ok(claimed(attempt, by));
+            }
+            None
+        }
+        (StepWork::Expand, _) => Some(1),
+        (_, Progress::NotStarted) => Some(1),
+        (_, Progress::Retry { attempt }) => Some(attempt),
+        (_, Progress::Abandoned { attempt }) => {
+            if let Some((by, until)) = ledger.claim_on(run.run.id, &id, attempt)?
                 && !lease_over(Some(&until))
             {
                 return Ok(claimed(attempt, by));
             }
             (attempt < node.retry.attempts).then_some(attempt + 1)
         }
-        Progress::Finished(_) => None,
+        (_, Progress::Finished(_)) => None,
     };
     let heartbeat = match to_claim {
         Some(attempt) => {
-            match ledger.claim_attempt(run.run.id, &node.id, node.kind, attempt, claimant)? {
+            match ledger.claim_attempt(run.run.id, &id, node.kind, attempt, claimant)? {
+                // Deciding a fan-out starts nothing that runs on: no lease to renew.
+                Claim::Won if work == StepWork::Expand => None,
                 Claim::Won => Some(claim_heartbeat(
                     ledger.another_connection()?,
-                    (run.run.id, node.id.clone(), attempt, claimant.to_owned()),
+                    (run.run.id, id.clone(), attempt, claimant.to_owned()),
                     cancel.clone(),
                 )),
                 Claim::Held { by, .. } => return Ok(claimed(attempt, by)),
@@ -155,54 +202,51 @@ pub async fn execute_step(
         (recorder, run.run.id),
         cancel,
     );
-    executor.starts_only = Some(index);
-    let (mut progress_here, mut last_attempt) = (Progress::NotStarted, 1);
-    for (i, node) in dag.pipeline.nodes.iter().enumerate() {
-        let rows = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
-        let started = rows.iter().filter(|row| row.started_at.is_some()).count();
-        let started = u32::try_from(started).unwrap_or(u32::MAX);
-        executor.attempts_started += started;
-        if node.calls_http {
-            executor.http_attempts_started += started;
-        }
-        match progress(node, rows) {
-            here if i == index => {
-                progress_here = here;
-                last_attempt = rows
-                    .last()
-                    .map_or(1, |row| u32::try_from(row.attempt).unwrap_or(u32::MAX));
-            }
-            Progress::Finished(state) => {
-                let last = rows.last().expect("a finished node has rows");
-                executor.slots[i].entry = entry_of(node, last);
-                executor.note_final(i, state);
-            }
-            _ => {}
-        }
+    let skip = match work {
+        StepWork::Run { instance: None } => Some(index),
+        _ => None,
+    };
+    executor.load_recorded(&rows, skip, &id);
+    match work {
+        StepWork::Expand => return expand(executor, index, expanded),
+        StepWork::Gather => return gather_instances(executor, index),
+        StepWork::Run { .. } => {}
     }
-    let attempt = match progress_here {
+    // The slot the step runs: the node's own, or its instance's, added with its item.
+    let target = match work {
+        StepWork::Run {
+            instance: Some(position),
+        } => executor.instance_slot(index, position)?,
+        _ => index,
+    };
+    executor.starts_only = Some(target);
+    let last_attempt = rows_here
+        .last()
+        .map_or(1, |row| u32::try_from(row.attempt).unwrap_or(u32::MAX));
+    let attempt = match progress(node, rows_here) {
+        // Decided while its item was looked for (a `for_each` that no longer gives it).
+        _ if executor.slots[target].state.is_some() => 1,
         Progress::NotStarted => {
-            executor.ready.push(Reverse(index));
+            executor.ready.push(Reverse(target));
             1
         }
         Progress::Retry { attempt } => {
-            executor.to_start.push(Reverse((index, attempt)));
+            executor.to_start.push(Reverse((target, attempt)));
             attempt
         }
         Progress::Abandoned { attempt } => {
             executor.finish_without_running_attempt(
-                index,
+                target,
                 attempt,
                 NodeState::Interrupted,
                 None,
                 Some("the step running it ended before it finished"),
             )?;
-            let node = &dag.pipeline.nodes[index];
             if attempt < node.retry.attempts {
-                executor.to_start.push(Reverse((index, attempt + 1)));
+                executor.to_start.push(Reverse((target, attempt + 1)));
                 attempt + 1
             } else {
-                executor.note_final(index, NodeState::Interrupted);
+                executor.note_final(target, NodeState::Interrupted);
                 attempt
             }
         }
@@ -210,9 +254,7 @@ pub async fn execute_step(
             executor.recorder.finish()?;
             return Ok(StepOutcome {
                 attempt: last_attempt,
-                state,
-                retry: false,
-                claimed_by: None,
+                ..decided(state)
             });
         }
     };
@@ -256,7 +298,7 @@ pub async fn execute_step(
     drop(heartbeat);
     let retry = !executor.retries.is_empty();
     // Decided without running (the attempt never started), or the state its attempt ended in.
-    let state = executor.slots[index]
+    let state = executor.slots[target]
         .state
         .or(ended_in)
         .unwrap_or(NodeState::Pending);
@@ -264,17 +306,187 @@ pub async fn execute_step(
         attempt,
         state,
         retry,
-        claimed_by: None,
+        ..decided(state)
     })
+}
+
+/// How many instances of fan-out `node` the run recorded (they are recorded all at once).
+fn instances_recorded(rows: &HashMap<&str, Vec<&NodeRunRow>>, node: &str) -> usize {
+    rows.keys()
+        .filter(|id| FanOut::instance_of(id).is_some_and(|(of, _)| of == node))
+        .count()
+}
+
+/// Decides fan-out `index` and records its instances, or, when an earlier step did
+/// (`expanded` of them), gives them again.
+fn expand(
+    mut executor: Executor<'_>,
+    index: usize,
+    expanded: usize,
+) -> Result<StepOutcome, LedgerError> {
+    let node = executor.spec(index);
+    let items = if expanded > 0 {
+        // The same items: what they are made from (parameters, finished nodes' outputs) is
+        // recorded and does not change; the instances are those recorded, whatever happens.
+        let items = executor
+            .items(index)
+            .ok()
+            .filter(|items| items.len() == expanded);
+        (0..expanded)
+            .map(|position| {
+                items
+                    .as_ref()
+                    .map_or(Value::Null, |items| items[position].clone())
+            })
+            .collect()
+    } else {
+        executor.settle_fan_out(index)?;
+        match executor.slots[index].instances.clone() {
+            Some((slots, _)) if executor.slots[index].state.is_none() => slots
+                .filter_map(|slot| executor.slots[slot].instance.clone())
+                .map(|(_, item)| item)
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    executor.recorder.finish()?;
+    if let Some(state) = executor.slots[index].state {
+        return Ok(decided(state));
+    }
+    let instances = items
+        .into_iter()
+        .enumerate()
+        .map(|(position, item)| json!({ "id": FanOut::instance_id(&node.id, position), "item": item }))
+        .collect();
+    Ok(StepOutcome {
+        instances: Some(instances),
+        ..decided(NodeState::Running)
+    })
+}
+
+/// Ends fan-out `index`, whose instances have all finished, as the executor does.
+fn gather_instances(mut executor: Executor<'_>, index: usize) -> Result<StepOutcome, LedgerError> {
+    let slots: Vec<usize> = (0..executor.slots.len())
+        .filter(|&slot| {
+            executor.slots[slot].node == index && executor.slots[slot].instance.is_some()
+        })
+        .collect();
+    let range = match (slots.first(), slots.last()) {
+        (Some(&first), Some(&last)) => first..last + 1,
+        _ => executor.slots.len()..executor.slots.len(),
+    };
+    executor.slots[index].instances = Some((range, 0));
+    executor.gather(index)?;
+    executor.recorder.finish()?;
+    let state = executor.slots[index].state.unwrap_or(NodeState::Pending);
+    Ok(decided(state))
+}
+
+/// A step that found its node decided, in `state`.
+fn decided(state: NodeState) -> StepOutcome {
+    StepOutcome {
+        attempt: 1,
+        state,
+        retry: false,
+        claimed_by: None,
+        instances: None,
+    }
+}
+
+impl Executor<'_> {
+    /// Puts what the run recorded so far into the executor, as its loop would have it: each
+    /// finished node's and instance's state and outputs (for templates and `fail_fast`), and
+    /// the attempts started (for the budgets). Node `skip` and row `id` are the step's own.
+    fn load_recorded(
+        &mut self,
+        rows: &HashMap<&str, Vec<&NodeRunRow>>,
+        skip: Option<usize>,
+        id: &str,
+    ) {
+        let nodes = &self.dag.pipeline.nodes;
+        for (row_id, rows) in rows {
+            let of = FanOut::instance_of(row_id).map_or(*row_id, |(of, _)| of);
+            let Some(i) = nodes.iter().position(|n| n.id == of) else {
+                continue;
+            };
+            let started = rows.iter().filter(|row| row.started_at.is_some()).count();
+            let started = u32::try_from(started).unwrap_or(u32::MAX);
+            self.attempts_started += started;
+            if nodes[i].calls_http {
+                self.http_attempts_started += started;
+            }
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let here = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
+            if Some(i) != skip
+                && let Progress::Finished(state) = progress(node, here)
+            {
+                let last = here.last().expect("a finished node has rows");
+                self.slots[i].entry = entry_of(node, last);
+                self.note_final(i, state);
+            }
+            if node.fan_out.is_none() {
+                continue;
+            }
+            // Its instances, in item order: a fan-out's gathering reads them as one range.
+            for position in 0.. {
+                let instance = FanOut::instance_id(&node.id, position);
+                let Some(here) = rows.get(instance.as_str()) else {
+                    break;
+                };
+                let Progress::Finished(state) = progress(node, here) else {
+                    continue;
+                };
+                if instance == id {
+                    continue;
+                }
+                let last = here.last().expect("a finished instance has rows");
+                let entry = entry_of(node, last);
+                let item = entry["outputs"]["item"].clone();
+                self.slots.push(Slot {
+                    entry,
+                    instance: Some((position, item)),
+                    ..Slot::new(i, 0)
+                });
+                self.note_final(self.slots.len() - 1, state);
+            }
+        }
+    }
+
+    /// Adds the slot of fan-out `index`'s instance at `position`, with its item; when its
+    /// `for_each` no longer gives one there, the instance is recorded failed.
+    fn instance_slot(&mut self, index: usize, position: usize) -> Result<usize, LedgerError> {
+        let item = match self.items(index) {
+            Ok(items) => items.get(position).cloned().ok_or_else(|| {
+                format!(
+                    "`for_each` gives {} item(s) now, none at position {position}",
+                    items.len()
+                )
+            }),
+            Err(error) => Err(error),
+        };
+        let slot = self.slots.len();
+        let (item, error) = match item {
+            Ok(item) => (item, None),
+            Err(error) => (Value::Null, Some(error)),
+        };
+        self.slots.push(Slot {
+            instance: Some((position, item)),
+            ..Slot::new(index, 0)
+        });
+        if let Some(error) = error {
+            self.finish_without_running(slot, NodeState::Failed, Some(&error), None)?;
+        }
+        Ok(slot)
+    }
 }
 
 /// A step that ran nothing: attempt `attempt` is another's, `by`.
 fn claimed(attempt: u32, by: String) -> StepOutcome {
     StepOutcome {
         attempt,
-        state: NodeState::Running,
-        retry: false,
         claimed_by: Some(by),
+        ..decided(NodeState::Running)
     }
 }
 
@@ -314,39 +526,25 @@ pub fn settle_external_run(
     let rows = rows_by_node(run);
     let (mut failed, mut awaiting_review, mut unfinished) = (false, false, 0);
     for node in &dag.pipeline.nodes {
-        let rows = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
-        let (state, attempt, reason) = match progress(node, rows) {
-            Progress::Finished(state) => (state, None, None),
-            // No step tried again: the last failure stands.
-            Progress::Retry { .. } => (
-                rows.last().map_or(NodeState::Failed, |r| r.state),
-                None,
-                None,
-            ),
-            Progress::NotStarted => (
-                NodeState::Cancelled,
-                Some(1),
-                Some("not started: the run ended before its step ran"),
-            ),
-            Progress::Abandoned { attempt } => (
-                NodeState::Interrupted,
-                Some(attempt),
-                Some("the step running it ended before it finished"),
-            ),
-        };
-        if let (Some(attempt), Some(reason)) = (attempt, reason) {
-            unfinished += 1;
-            ledger.finish_node(
-                run.run.id,
-                &node.id,
-                attempt,
-                state,
-                &NodeRecord {
-                    reason: Some(reason.to_owned()),
-                    ..Default::default()
-                },
-            )?;
+        // A fan-out's instances first: each as a node of its own, whose fan-out then fails.
+        if node.fan_out.is_some() {
+            for position in 0.. {
+                let id = FanOut::instance_id(&node.id, position);
+                let Some(rows) = rows.get(id.as_str()) else {
+                    break;
+                };
+                unfinished +=
+                    usize::from(settle_unfinished(ledger, run.run.id, node, &id, rows)?.is_none());
+            }
         }
+        let here = rows.get(node.id.as_str()).map_or(&[][..], Vec::as_slice);
+        let state = match settle_unfinished(ledger, run.run.id, node, &node.id, here)? {
+            Some(state) => state,
+            None => {
+                unfinished += 1;
+                NodeState::Cancelled
+            }
+        };
         failed |= counts_as_failure(node, state);
         awaiting_review |= state == NodeState::AwaitingReview;
     }
@@ -367,6 +565,45 @@ pub fn settle_external_run(
     ledger.finish_run(run.run.id, status, since_start(run), error.as_deref())?;
     crate::ledger::cleanup::settle_run(ledger, run.run.id, status == RunStatus::Succeeded)?;
     Ok(status)
+}
+
+/// The final state of `node`'s row `id` (the node's own, or an instance's); `None` when no
+/// step decided it, now recorded `cancelled` (not started) or `interrupted` (its step died).
+fn settle_unfinished(
+    ledger: &mut Ledger,
+    run_id: i64,
+    node: &NodeSpec,
+    id: &str,
+    rows: &[&NodeRunRow],
+) -> Result<Option<NodeState>, LedgerError> {
+    let (state, attempt, reason) = match progress(node, rows) {
+        Progress::Finished(state) => return Ok(Some(state)),
+        // No step tried again: the last failure stands.
+        Progress::Retry { .. } => {
+            return Ok(Some(rows.last().map_or(NodeState::Failed, |r| r.state)));
+        }
+        Progress::NotStarted => (
+            NodeState::Cancelled,
+            1,
+            "not started: the run ended before its step ran",
+        ),
+        Progress::Abandoned { attempt } => (
+            NodeState::Interrupted,
+            attempt,
+            "the step running it ended before it finished",
+        ),
+    };
+    ledger.finish_node(
+        run_id,
+        id,
+        attempt,
+        state,
+        &NodeRecord {
+            reason: Some(reason.to_owned()),
+            ..Default::default()
+        },
+    )?;
+    Ok(None)
 }
 
 /// Renews a step's lease on the attempt it runs until it is dropped. Should the attempt stop

@@ -31,7 +31,6 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::dag::Dag;
-use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::spec::{OnFailure, SpecError, Trigger};
 
 /// How the exported workflow runs kavi.
@@ -80,6 +79,9 @@ pub const SANDBOXES_PATH: &str = "/tmp/kavi-sandboxes";
 const RUN_ID: &str = "{{workflow.outputs.parameters.kavi-run}}";
 /// Where `kavi-start` writes it, for Argo to read as the global output.
 const RUN_ID_FILE: &str = "/tmp/kavi-run-id";
+/// Where a fan-out's first step writes its instances, for Argo to read as the list it fans out
+/// over (`withParam`).
+const INSTANCES_FILE: &str = "/tmp/kavi-instances.json";
 /// The exit code of a step whose node kavi's retry policy tries again.
 const RETRY_EXIT: i32 = kavi_foundation::exit::RETRY;
 /// How long after a node's timeout Argo stops its task: the step enforces the timeout itself
@@ -89,34 +91,11 @@ const TIMEOUT_GRACE: Duration = Duration::from_secs(60);
 /// Kinds that may stop the run for a person's review.
 const REVIEW_KINDS: &[&str] = &["escalate", "transition", "promote", "pipeline"];
 
-/// The workflow of `dag`'s pipeline; refused when a node runs once per item (`for_each`): its
-/// instances are known only when it runs, and a step runs one node once, so no task of a
-/// manifest written now could carry them out.
+/// The workflow of `dag`'s pipeline.
 pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Result<Export, SpecError> {
     let pipeline = dag.pipeline;
-    let fan_outs: Vec<Diagnostic> = pipeline
-        .nodes
-        .iter()
-        .filter_map(|node| {
-            let fan_out = node.fan_out.as_ref()?;
-            Some(
-                Diagnostic::new(format!(
-                    "node `{}` runs once per item (`for_each`): an Argo export cannot carry it out",
-                    node.id
-                ))
-                .at(&pipeline.source, fan_out.span.clone())
-                .with_help(
-                    "its instances are known only when it runs and `kavi pipeline step` runs one \
-                     node once: run this pipeline with `kavi pipeline run`",
-                ),
-            )
-        })
-        .collect();
-    if !fan_outs.is_empty() {
-        return Err(SpecError::Invalid(Diagnostics(fan_outs)));
-    }
     let mut notes = Vec::new();
-    let names = task_names(dag);
+    let (names, fan_names) = task_names(dag);
 
     let mut tasks = vec![json!({ "name": "kavi-start", "template": "kavi-start" })];
     let mut templates = Vec::new();
@@ -140,22 +119,81 @@ pub fn export(dag: &Dag<'_>, options: &ArgoOptions) -> Result<Export, SpecError>
         if node.on_failure == OnFailure::Continue {
             task["continueOn"] = json!({ "failed": true });
         }
-        tasks.push(task);
-
-        let mut template = json!({
-            "name": name,
-            "container": container(
+        let step = |target: &str| {
+            container(
                 options,
-                &["pipeline", "step", &options.file, "--run", RUN_ID, &node.id],
-            ),
-        });
+                &["pipeline", "step", &options.file, "--run", RUN_ID, target],
+            )
+        };
+        // The template of the node's attempts: its own task's, or each instance's.
+        let mut attempts = match &node.fan_out {
+            None => json!({ "name": name, "container": step(&node.id) }),
+            Some(fan_out) => {
+                let fan = &fan_names[index];
+                // kavi decides it and records its instances, Argo fans out over them, and the
+                // node's own task ends it once they have all ended, however.
+                tasks.push(
+                    json!({ "name": fan.expand, "template": fan.expand, "depends": depends }),
+                );
+                tasks.push(json!({
+                    "name": fan.each,
+                    "template": fan.each,
+                    "depends": fan.expand,
+                    "arguments": { "parameters": [{
+                        "name": "instances",
+                        "value": format!("{{{{tasks.{}.outputs.parameters.instances}}}}", fan.expand),
+                    }]},
+                }));
+                task["depends"] = json!(format!(
+                    "({each}.Succeeded || {each}.Failed || {each}.Errored || {each}.Skipped || \
+                     {each}.Omitted)",
+                    each = fan.each
+                ));
+                let mut expand = step(&node.id);
+                expand["args"]
+                    .as_array_mut()
+                    .expect("a container's args")
+                    .extend([json!("--instances-file"), json!(INSTANCES_FILE)]);
+                templates.push(json!({
+                    "name": fan.expand,
+                    "container": expand,
+                    "outputs": { "parameters": [{
+                        "name": "instances",
+                        "valueFrom": { "path": INSTANCES_FILE },
+                    }]},
+                }));
+                let mut each = json!({
+                    "name": fan.each,
+                    "inputs": { "parameters": [{ "name": "instances" }] },
+                    // kavi decides what a failed instance stops (`fail_fast`): the others' steps
+                    // record it.
+                    "dag": { "failFast": false, "tasks": [{
+                        "name": "instance",
+                        "template": fan.item,
+                        "withParam": "{{inputs.parameters.instances}}",
+                        "arguments": { "parameters": [{ "name": "instance", "value": "{{item.id}}" }] },
+                    }]},
+                });
+                if let Some(max) = fan_out.max_parallel {
+                    each["parallelism"] = json!(max);
+                }
+                templates.push(each);
+                templates.push(json!({ "name": name, "container": step(&node.id) }));
+                json!({
+                    "name": fan.item,
+                    "inputs": { "parameters": [{ "name": "instance" }] },
+                    "container": step("{{inputs.parameters.instance}}"),
+                })
+            }
+        };
         if node.retry.attempts > 1 {
-            template["retryStrategy"] = retry_strategy(&node.retry);
+            attempts["retryStrategy"] = retry_strategy(&node.retry);
         }
         if let Some(timeout) = node.timeout {
-            template["activeDeadlineSeconds"] = json!(seconds(timeout + TIMEOUT_GRACE));
+            attempts["activeDeadlineSeconds"] = json!(seconds(timeout + TIMEOUT_GRACE));
         }
-        templates.push(template);
+        tasks.push(task);
+        templates.push(attempts);
 
         if node.when.is_some() {
             notes.push(format!(
@@ -394,27 +432,54 @@ fn duration(duration: Duration) -> String {
     format!("{}s", seconds(duration))
 }
 
-/// One task and template name per node: node ids may hold `_` and capitals, which Kubernetes
-/// names may not; two ids that come out the same are told apart by a number.
-fn task_names(dag: &Dag<'_>) -> Vec<String> {
+/// The tasks and templates of a node that runs once per item, besides its own (which ends it).
+#[derive(Debug, Default)]
+struct FanNames {
+    /// The task that decides it and records its instances.
+    expand: String,
+    /// The task that fans out over them, and its DAG template (whose `parallelism` is the
+    /// node's `max_parallel`).
+    each: String,
+    /// The template of one instance.
+    item: String,
+}
+
+/// One task and template name per node (and, for a fan-out, its [`FanNames`]): node ids may
+/// hold `_` and capitals, which Kubernetes names may not; two that come out the same are told
+/// apart by a number.
+fn task_names(dag: &Dag<'_>) -> (Vec<String>, Vec<FanNames>) {
     let mut taken: HashSet<String> = ["kavi", "kavi-start", "kavi-end"]
         .into_iter()
         .map(str::to_owned)
         .collect();
-    dag.pipeline
-        .nodes
+    let mut fresh = |base: String| {
+        let mut name = base.clone();
+        let mut n = 2;
+        while !taken.insert(name.clone()) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        name
+    };
+    let nodes = &dag.pipeline.nodes;
+    // The nodes' own names first: a fan-out's others never take one from a node.
+    let names: Vec<String> = nodes
         .iter()
-        .map(|node| {
-            let base = format!("node-{}", dns_label(&node.id, 50));
-            let mut name = base.clone();
-            let mut n = 2;
-            while !taken.insert(name.clone()) {
-                name = format!("{base}-{n}");
-                n += 1;
-            }
-            name
+        .map(|node| fresh(format!("node-{}", dns_label(&node.id, 50))))
+        .collect();
+    let fans = nodes
+        .iter()
+        .zip(&names)
+        .map(|(node, name)| match node.fan_out {
+            Some(_) => FanNames {
+                expand: fresh(format!("{name}-expand")),
+                each: fresh(format!("{name}-each")),
+                item: fresh(format!("{name}-instance")),
+            },
+            None => FanNames::default(),
         })
-        .collect()
+        .collect();
+    (names, fans)
 }
 
 /// `text` as a DNS label: lowercase letters, digits and `-`, starting and ending with a letter

@@ -115,6 +115,16 @@ impl FanOut {
     pub fn instance_id(node: &str, position: usize) -> String {
         format!("{node}[{position}]")
     }
+
+    /// The node and position an instance id names (`id[2]`), when it names one.
+    pub fn instance_of(id: &str) -> Option<(&str, usize)> {
+        let (node, rest) = id.strip_suffix(']')?.split_once('[')?;
+        let position = rest
+            .parse()
+            .ok()
+            .filter(|_| rest.bytes().all(|b| b.is_ascii_digit()))?;
+        Some((node, position))
+    }
 }
 
 /// How many times a node is tried, which failures are tried again, and how long to wait.
@@ -273,6 +283,17 @@ pub enum OnFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_id_names_its_node_and_position() {
+        assert_eq!(
+            FanOut::instance_of(&FanOut::instance_id("fan", 12)),
+            Some(("fan", 12))
+        );
+        for id in ["fan", "fan[]", "fan[+1]", "fan[1]x", "fan[a]"] {
+            assert_eq!(FanOut::instance_of(id), None, "{id}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_the_second_retry() {
