@@ -3,8 +3,9 @@
 Usage: terminal.py KAVI WORKSPACE
 
 Types part of a message and presses Ctrl-C (the line must be cleared, nothing run); counts
-words; asks to summarize `notes/block.md` (a FIFO nobody writes, so the run hangs) and presses
-Ctrl-C during the run (that run must be cancelled, the session must go on); counts words again;
+words; asks to write a note titled `block`, confirms (its file, `notes/block.md`, is a FIFO
+nobody reads, so the run hangs) and presses Ctrl-C during the run (that run must be cancelled,
+the session must go on); counts words again;
 presses Ctrl-D (the chat must end). Prints one JSON object: the exit status and the transcript.
 """
 
@@ -51,7 +52,9 @@ read_until(b"> ")
 os.write(fd, b"count words in one two\r")
 read_until(b'"words":2')
 read_until(b"> ")
-os.write(fd, b"summarize notes/block.md\r")
+os.write(fd, b"write a note titled block saying never written\r")
+read_until(b"yes/no> ")
+os.write(fd, b"yes\r")
 # An answer shows once its run ends: this one's never would.
 time.sleep(3)
 os.write(fd, b"\x03")

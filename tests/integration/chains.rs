@@ -1205,13 +1205,14 @@ fn the_chat_says_what_became_of_a_plan_and_runs_no_part_of_a_message() {
 }
 
 /// On a terminal (driven through a pseudo-terminal by tests/chat/terminal.py), Ctrl-C at the
-/// prompt clears the line and runs nothing; Ctrl-C during a run (a summary of a FIFO nobody
-/// writes) cancels that run only, and the session goes on; Ctrl-D ends the chat with 0.
+/// prompt clears the line and runs nothing; Ctrl-C during a run (a note written into a FIFO
+/// nobody reads: a READ_ONLY skill's view holds no FIFO, only the files git would track)
+/// cancels that run only, and the session goes on; Ctrl-D ends the chat with 0.
 #[test]
 fn the_chat_on_a_terminal_cancels_only_what_ctrl_c_interrupts() {
     let dir = notes_workspace();
     let root = dir.path();
-    forge(root, &["word_count"]);
+    forge(root, &["word_count", "write_note"]);
     nix::unistd::mkfifo(&root.join("notes/block.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     let script = common::repo().join("tests/chat/terminal.py");
     let out = common::with_test_env(
@@ -1249,7 +1250,7 @@ fn the_chat_on_a_terminal_cancels_only_what_ctrl_c_interrupts() {
         ran,
         [
             ("word_count", "ok"),
-            ("summarize_note", "cancelled"),
+            ("write_note", "cancelled"),
             ("word_count", "ok")
         ],
         "{}",

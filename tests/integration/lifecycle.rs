@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{json, kavi, node};
+use common::{BUILD_NODES as BUILD, json, kavi, node};
 
 use serde_json::Value;
 
@@ -39,36 +39,6 @@ comment = "all gates passed"
     .unwrap();
     dir
 }
-
-/// A build of `params.skill` in a sandbox, its result copied back.
-const BUILD: &str = r#"
-[nodes.propose]
-kind = "propose"
-file = "proposals/{{ params.skill }}.toml"
-
-[nodes.sandbox]
-kind = "sandbox"
-
-[nodes.build]
-kind = "build"
-needs = ["propose", "sandbox"]
-skill = "{{ params.skill }}"
-sandbox = "{{ nodes.sandbox.outputs.path }}"
-vars = { skill = "{{ params.skill }}" }
-
-[nodes.diff]
-kind = "diff_gate"
-needs = ["sandbox", "build"]
-sandbox = "{{ nodes.sandbox.outputs.path }}"
-vars = { skill = "{{ params.skill }}" }
-
-[nodes.copy]
-kind = "copy_back"
-needs = ["sandbox", "diff"]
-sandbox = "{{ nodes.sandbox.outputs.path }}"
-vars = { skill = "{{ params.skill }}" }
-skill = "{{ params.skill }}"
-"#;
 
 #[test]
 fn a_proposal_is_recorded_once_with_its_spec() {
@@ -438,15 +408,7 @@ run = ["echo", "{{ params.word }}"]
     );
     said("shared");
     let store = dir.path().join(".kavi/artifacts");
-    let only_mine_stdout = only_mine["nodes"][0]["artifacts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["role"] == "stdout")
-        .unwrap()["sha256"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let only_mine_stdout = common::artifact_sha(&only_mine["nodes"][0], "stdout");
     let listed = |dir: &std::path::Path| json(&kavi(dir, &["runs", "list", "--json"]));
     let before = listed(dir.path());
 

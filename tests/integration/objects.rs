@@ -310,15 +310,7 @@ fn gc_removes_unreferenced_objects_and_none_a_run_records_meanwhile() {
             &url,
             &["runs", "show", run, "--json"],
         ));
-        let sha = detail["nodes"][0]["artifacts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["role"] == "stdout")
-            .unwrap()["sha256"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let sha = common::artifact_sha(&detail["nodes"][0], "stdout");
         let key = format!("team/kavi/sha256/{}/{sha}", &sha[..2]);
         (sha, key)
     };

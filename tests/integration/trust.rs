@@ -7,7 +7,12 @@ use common::{copy_policies, json, kavi, node};
 
 use serde_json::Value;
 
-const PIPELINE: &str = r#"
+/// `verify-promote`: a build of `params.skill` copied back, its gates, and its promotion.
+fn pipeline() -> String {
+    format!("{HEAD}{}{TAIL}", common::BUILD_NODES)
+}
+
+const HEAD: &str = r#"
 [pipeline]
 name = "verify-promote"
 
@@ -18,34 +23,9 @@ type = "string"
 type = "boolean"
 default = false
 
-[nodes.propose]
-kind = "propose"
-file = "proposals/{{ params.skill }}.toml"
+"#;
 
-[nodes.sandbox]
-kind = "sandbox"
-
-[nodes.build]
-kind = "build"
-needs = ["propose", "sandbox"]
-skill = "{{ params.skill }}"
-sandbox = "{{ nodes.sandbox.outputs.path }}"
-vars = { skill = "{{ params.skill }}" }
-
-[nodes.diff]
-kind = "diff_gate"
-needs = ["sandbox", "build"]
-sandbox = "{{ nodes.sandbox.outputs.path }}"
-vars = { skill = "{{ params.skill }}" }
-
-[nodes.copy]
-kind = "copy_back"
-needs = ["sandbox", "diff"]
-sandbox = "{{ nodes.sandbox.outputs.path }}"
-vars = { skill = "{{ params.skill }}" }
-skill = "{{ params.skill }}"
-
-[nodes.built]
+const TAIL: &str = r#"[nodes.built]
 kind = "transition"
 needs = ["copy"]
 skill = "{{ params.skill }}"
@@ -134,7 +114,7 @@ pub(crate) fn workspace_with(proposal: &str, skill: &str, test: &str) -> tempfil
     std::fs::write(root.join("proposals/demo.toml"), proposal).unwrap();
     std::fs::write(root.join("skills/demo/skill.py"), skill).unwrap();
     std::fs::write(root.join("skills/demo/test_skill.py"), test).unwrap();
-    std::fs::write(root.join("pipelines/verify-promote.toml"), PIPELINE).unwrap();
+    std::fs::write(root.join("pipelines/verify-promote.toml"), pipeline()).unwrap();
     json(&kavi(
         root,
         &["skill", "propose", "proposals/demo.toml", "--json"],

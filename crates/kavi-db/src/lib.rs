@@ -35,6 +35,14 @@ pub enum DbError {
     Conversion { column: usize, message: String },
 }
 
+impl DbError {
+    /// Whether a server aborted the transaction to resolve a conflict with another one (a
+    /// deadlock between two writers): the transaction, done again from its start, goes through.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, DbError::Postgres(error) if postgres::is_conflict(error))
+    }
+}
+
 impl From<::postgres::Error> for DbError {
     fn from(error: ::postgres::Error) -> Self {
         DbError::Postgres(PgError::Postgres(error))

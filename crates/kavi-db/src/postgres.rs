@@ -544,6 +544,22 @@ pub enum PgError {
     Setting(String),
 }
 
+/// Whether the server aborted the transaction to resolve a conflict with another (a deadlock,
+/// SQLSTATE 40P01, or a serialization failure, 40001): done again, it goes through.
+pub(crate) fn is_conflict(error: &PgError) -> bool {
+    use postgres::error::SqlState;
+    match error {
+        PgError::Postgres(error) => error.code().is_some_and(|code| {
+            [
+                SqlState::T_R_DEADLOCK_DETECTED,
+                SqlState::T_R_SERIALIZATION_FAILURE,
+            ]
+            .contains(code)
+        }),
+        _ => false,
+    }
+}
+
 /// Whether the server ended the session itself before doing what was asked: an administrator's
 /// shutdown or restart, or a crash of another backend (SQLSTATE 57P01, 57P02).
 fn ended_by_server(error: &postgres::Error) -> bool {

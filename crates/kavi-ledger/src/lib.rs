@@ -175,6 +175,12 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
+    /// Whether a server aborted the transaction for a conflict with another writer's (see
+    /// [`db::DbError::is_conflict`]): done again from its start, it goes through.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, LedgerError::Db(error) if error.is_conflict())
+    }
+
     /// Whether it failed for want of disk space: SQLite's "database or disk is full", or a file
     /// write's ENOSPC.
     pub fn is_disk_full(&self) -> bool {

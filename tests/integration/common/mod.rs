@@ -542,3 +542,48 @@ pub fn reads_from_another_checkout(
     let again = read(&["artifact", "cat", sha]);
     vec![verify, cat, logs, again]
 }
+
+/// The sha256 of the artifact of `role` (`stdout`, say) kept for a node of a run's detail
+/// (`kavi runs show --json`).
+pub fn artifact_sha(node: &Value, role: &str) -> String {
+    node["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["role"] == role)
+        .unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Pipeline nodes that build `params.skill` in a sandbox and copy the result back: what a move
+/// into BUILT rests on.
+pub const BUILD_NODES: &str = r#"
+[nodes.propose]
+kind = "propose"
+file = "proposals/{{ params.skill }}.toml"
+
+[nodes.sandbox]
+kind = "sandbox"
+
+[nodes.build]
+kind = "build"
+needs = ["propose", "sandbox"]
+skill = "{{ params.skill }}"
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.diff]
+kind = "diff_gate"
+needs = ["sandbox", "build"]
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+
+[nodes.copy]
+kind = "copy_back"
+needs = ["sandbox", "diff"]
+sandbox = "{{ nodes.sandbox.outputs.path }}"
+vars = { skill = "{{ params.skill }}" }
+skill = "{{ params.skill }}"
+"#;

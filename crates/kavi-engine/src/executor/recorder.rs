@@ -360,28 +360,29 @@ fn write_groups(
         groups += 1;
         writes += group.len();
         clock.begin();
-        ledger.begin_batch()?;
-        if renewed.elapsed() >= renew_every {
-            ledger
-                .renew_run_lease(run_id)
-                .inspect_err(|_| ledger.rollback_batch())?;
-            renewed = Instant::now();
-        }
-        let mut synced = Vec::new();
-        for message in group.drain(..) {
-            match message {
-                Message::Write(write) => apply(ledger, run_id, write).inspect_err(|_| {
-                    ledger.rollback_batch();
-                })?,
-                Message::Sync(done) => synced.push(done),
+        let mut conflicts = 0;
+        loop {
+            let renew = renewed.elapsed() >= renew_every;
+            match write_group(ledger, run_id, &group, renew) {
+                Ok(()) => break,
+                // Two runs on one server write the same content-addressed rows (the same
+                // output of the same node) in another order: the server aborts one to end
+                // the deadlock, and that one, done again, goes through.
+                Err(e) if e.is_conflict() && conflicts < CONFLICT_RETRIES => {
+                    conflicts += 1;
+                    tracing::debug!(run = run_id, conflicts, "group written again: {e}");
+                }
+                Err(e) => return Err(e),
             }
         }
-        ledger
-            .commit_batch()
-            .inspect_err(|_| ledger.rollback_batch())?;
+        if renewed.elapsed() >= renew_every {
+            renewed = Instant::now();
+        }
         clock.end();
-        for done in synced {
-            let _ = done.send(());
+        for message in group.drain(..) {
+            if let Message::Sync(done) = message {
+                let _ = done.send(());
+            }
         }
     }
     // What the group commits cost, for whoever profiles a run (`RUST_LOG=kavi=debug`).
@@ -391,6 +392,35 @@ fn write_groups(
     tracing::debug!(groups, writes, cpu = ?cpu, "recorder done");
     Ok(())
 }
+
+/// Writes one group in one transaction (renewing the run's lease first when `renew`), or
+/// nothing when any of it fails.
+fn write_group(
+    ledger: &mut Ledger,
+    run_id: i64,
+    group: &[Message],
+    renew: bool,
+) -> Result<(), LedgerError> {
+    ledger.begin_batch()?;
+    let written = (|| {
+        if renew {
+            ledger.renew_run_lease(run_id)?;
+        }
+        for message in group {
+            if let Message::Write(write) = message {
+                apply(ledger, run_id, write)?;
+            }
+        }
+        ledger.commit_batch()
+    })();
+    if written.is_err() {
+        ledger.rollback_batch();
+    }
+    written
+}
+
+/// How often a group the server aborted for a conflict with another run's is written again.
+const CONFLICT_RETRIES: u32 = 5;
 
 /// How many decisions a group holds at most: a burst (nodes found up to date one after another,
 /// some 25 a millisecond) is written while it arrives rather than once the linger is over, and
@@ -475,32 +505,32 @@ fn fold_starts(group: &mut Vec<Message>) {
     group.retain(|_| keep.next().unwrap_or(true));
 }
 
-fn apply(ledger: &mut Ledger, run_id: i64, write: Write) -> Result<(), LedgerError> {
+fn apply(ledger: &mut Ledger, run_id: i64, write: &Write) -> Result<(), LedgerError> {
     match write {
-        Write::Pending { node_id, kind } => ledger.add_node(run_id, &node_id, kind),
+        Write::Pending { node_id, kind } => ledger.add_node(run_id, node_id, kind),
         Write::Waiting {
             node_id,
             kind,
             attempt,
             reason,
-        } => ledger.note_waiting(run_id, &node_id, kind, attempt, &reason),
+        } => ledger.note_waiting(run_id, node_id, kind, *attempt, reason),
         Write::Start {
             node_id,
             kind,
             attempt,
             at,
-        } => ledger.start_node(run_id, &node_id, kind, attempt, &format_time(at)),
+        } => ledger.start_node(run_id, node_id, kind, *attempt, &format_time(*at)),
         Write::Finish {
             node_id,
             attempt,
             state,
             record,
-        } => ledger.finish_node(run_id, &node_id, attempt, state, &record),
+        } => ledger.finish_node(run_id, node_id, *attempt, *state, record),
         Write::RunEnd {
             status,
             duration,
             error,
-        } => ledger.finish_run(run_id, status, duration, error.as_deref()),
+        } => ledger.finish_run(run_id, *status, *duration, error.as_deref()),
     }
 }
 
