@@ -249,6 +249,7 @@ async fn text_of(client: &Client, css: &str) -> String {
 
 /// Clicks the button whose id is `id` on the page shown.
 async fn press(client: &Client, id: &str) {
+    let page = client.find(Locator::Css("html")).await.unwrap();
     client
         .find(Locator::Id(id))
         .await
@@ -256,6 +257,12 @@ async fn press(client: &Client, id: &str) {
         .click()
         .await
         .unwrap();
+    // A form's answer is a new page: what is read next is read from it, not from the page the
+    // button was on while the answer is on its way (a loaded browser took a while).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while page.text().await.is_ok() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Why the CLI refuses `args` (exit 2), as it says it on stderr without `error: `.
