@@ -13,7 +13,8 @@ turn (so that a slow spell of the machine falls on every command alike):
 
 and prints each one's median and the ratio skill / python (the isolation issue's target: at most
 1.25). Then, with `KAVI executor` running in the workspace (sandboxes started ahead), the same
-`kavi skill run` against the bare run again, in turn, and that ratio. With BASELINE_KAVI (an older build), it also times the README's forge run with each
+`kavi skill run` against the bare run again, in turn, half a second apart (the time the executor
+takes to start the next sandbox), and that ratio. With BASELINE_KAVI (an older build), it also times the README's forge run with each
 build, on a fresh copy of the workspace each time, and prints their ratio (target: within 15%).
 """
 import shutil
@@ -45,12 +46,15 @@ def forge(kavi, workspace):
                    cwd=workspace, check=True, stdout=subprocess.DEVNULL)
 
 
-def alternate(commands, rounds, workspace):
-    """Times the two commands round by round, in turn; prints their medians and ratio."""
+def alternate(commands, rounds, workspace, settle=0.0):
+    """Times the two commands round by round, in turn; prints their medians and ratio. With
+    `settle`, waits that many seconds before each command, so that what one command left running
+    (the executor starting the next sandbox) is not timed in the other."""
     times = {name: [] for name in commands}
     for round_ in range(rounds + 1):
         order = list(commands) if round_ % 2 else list(reversed(commands))
         for name in order:
+            time.sleep(settle)
             took = timed(commands[name][0], workspace, commands[name][1])
             if round_:  # the first round warms the caches
                 times[name].append(took)
@@ -81,8 +85,10 @@ def main():
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             print(executor.stderr.readline().strip())
+            # The executor starts the next sandbox right after it answers: the pause keeps
+            # that start out of the bare run's time (it took the bare run from 20 to 25 ms).
             alternate({"executor": commands["skill"], "python": commands["python"]}, rounds,
-                      workspace)
+                      workspace, settle=0.5)
         finally:
             executor.terminate()
             executor.wait()
