@@ -180,6 +180,44 @@ pub fn state_folder(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Makes and checks a folder of kavi's lock files as [`state_folder`] does, then closes it (see
+/// [`close_to_readers`]): flock(2) needs only a descriptor opened for reading, so an account that
+/// could open a lock file there could hold it and stall every kavi (or keep a dead owner looking
+/// alive).
+pub fn lock_folder(path: &Path) -> io::Result<()> {
+    state_folder(path)?;
+    close_to_readers(path)
+}
+
+/// Takes every access away from the accounts that may not write the folder `path` is in, when
+/// `path` is this account's: a reader of kavi's record or locks can hold the locks SQLite and
+/// kavi take (a read lock on the ledger's `-shm` stops every writer), and the record holds
+/// inputs and outputs. Its group keeps access only when the group may write the folder, as a
+/// team sharing a workspace through a group does. What another account made is left as it is
+/// (its owner's next kavi closes it): refusing would lock a team member out.
+pub fn close_to_readers(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = match path.symlink_metadata() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    let mode = metadata.mode() & 0o7777;
+    let closed = closed_bits(path);
+    if mode & closed == 0 || metadata.uid() != nix::unistd::getuid().as_raw() {
+        return Ok(());
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & !closed))
+}
+
+/// The mode bits [`close_to_readers`] takes away from what is made in `path`'s folder.
+pub fn closed_bits(path: &Path) -> u32 {
+    let shared = path
+        .parent()
+        .and_then(|parent| parent.metadata().ok())
+        .is_some_and(|parent| parent.mode() & 0o020 != 0);
+    if shared { 0o007 } else { 0o077 }
+}
+
 /// Checks a file kavi keeps its record in (the ledger, its write-ahead log), if it exists: a
 /// file, not a link, that only those who may write its folder could have put there (this
 /// account, root, the folder's owner, or, when its group may write it, a member of that group

@@ -152,6 +152,7 @@ impl Ledger {
                     path: path.to_owned(),
                     source,
                 })?;
+                close_record_files(path)?;
                 made();
                 connect(path)?
             }
@@ -167,7 +168,7 @@ impl Ledger {
             None => migrate(&mut conn, path)?,
         }
         let locks_dir = locks_dir(path);
-        kavi_foundation::sandbox::state_folder(&locks_dir)?;
+        kavi_foundation::sandbox::lock_folder(&locks_dir)?;
         let mut ledger = Self {
             conn,
             locks_dir,
@@ -489,13 +490,28 @@ fn key_session(conn: &Db, key: &keys::MacKey) -> Result<()> {
     Ok(())
 }
 
+/// Closes the SQLite ledger's files to the accounts that may not write its folder (an older
+/// kavi made them readable by all; see [`kavi_foundation::sandbox::close_to_readers`]).
+fn close_record_files(path: &Path) -> Result<()> {
+    for file in record_file_paths(path) {
+        kavi_foundation::sandbox::close_to_readers(&file)?;
+    }
+    Ok(())
+}
+
+fn record_file_paths(path: &Path) -> [PathBuf; 3] {
+    ["", "-wal", "-shm"].map(|suffix| {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        PathBuf::from(file)
+    })
+}
+
 /// Checks the SQLite ledger's files (the database and its write-ahead log) are kavi's record,
 /// not a file another account put in its place (see [`kavi_foundation::sandbox::state_file`]).
 fn record_files(path: &Path) -> Result<()> {
-    for suffix in ["", "-wal", "-shm"] {
-        let mut file = path.as_os_str().to_owned();
-        file.push(suffix);
-        kavi_foundation::sandbox::state_file(Path::new(&file))?;
+    for file in record_file_paths(path) {
+        kavi_foundation::sandbox::state_file(&file)?;
     }
     Ok(())
 }

@@ -40,19 +40,69 @@ const LIVE: &str = "live";
 const TURNS: &str = "claims.turns";
 
 /// Takes a turn: shared for a claim, exclusive for recovery; held until the file is dropped.
+/// A turn is held for milliseconds, so a wait that goes on says so after [`TURN_NOTICE`] and
+/// gives up after [`TURN_LIMIT`]: what holds it then is not a kavi taking its turn.
 pub(super) fn take_turn(locks: &Path, exclusive: bool) -> io::Result<File> {
+    take_turn_within(locks, exclusive, TURN_LIMIT)
+}
+
+pub(super) fn take_turn_within(
+    locks: &Path,
+    exclusive: bool,
+    limit: std::time::Duration,
+) -> io::Result<File> {
+    let path = locks.join(TURNS);
     let turns = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(locks.join(TURNS))?;
-    if exclusive {
-        turns.lock()?;
-    } else {
-        turns.lock_shared()?;
+        .open(&path)?;
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    let mut told = false;
+    loop {
+        let taken = if exclusive {
+            turns.try_lock()
+        } else {
+            turns.try_lock_shared()
+        };
+        match taken {
+            Ok(()) => return Ok(turns),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+        }
+        let waited = started.elapsed();
+        if waited >= limit {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "gave up after {}s waiting for {}: another process has held it all that \
+                     time, and a kavi holds it for milliseconds (`fuser -v {}` names the \
+                     holder)",
+                    waited.as_secs(),
+                    path.display(),
+                    path.display()
+                ),
+            ));
+        }
+        if !told && waited >= TURN_NOTICE {
+            tracing::warn!(
+                "waiting for {}: another process holds it (a kavi holds it for milliseconds)",
+                path.display()
+            );
+            told = true;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
     }
-    Ok(turns)
 }
+
+/// How long a wait for a turn goes on before it says so.
+const TURN_NOTICE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a wait for a turn goes on before it gives up: far above a turn's milliseconds, even
+/// on a loaded machine.
+const TURN_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The owner a file in the locks folder belongs to. Names have one form, `<pid>-<nanos>@<host>`
 /// (older kavis wrote `<pid>-<nanos>`); a file of another form is not an owner's (and its
@@ -178,7 +228,7 @@ impl Owner {
     /// `spill_root` (the artifact store's temp folder).
     pub fn claim(ledger: &Path, spill_root: &Path) -> io::Result<Self> {
         let locks = super::locks_dir(ledger);
-        kavi_foundation::sandbox::state_folder(&locks)?;
+        kavi_foundation::sandbox::lock_folder(&locks)?;
         let name = new_name();
         let [lock, claiming, roster] =
             [LOCKS[0], LOCKS[1], ROSTER].map(|extension| locks.join(format!("{name}.{extension}")));

@@ -114,10 +114,12 @@ pub(super) fn create(path: &Path) -> io::Result<()> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    // The permissions SQLite gives a file it creates (before the umask).
+    // Closed to every account that may not write the folder (SQLite gives its `-wal` and `-shm`
+    // the database's mode): see `kavi_foundation::sandbox::close_to_readers`.
+    let mode = 0o666 & !kavi_foundation::sandbox::closed_bits(path);
     let mut file = tempfile::Builder::new()
         .prefix(".new-ledger-")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
         .tempfile_in(parent)?;
     file.write_all(IMAGE)?;
     file.as_file().sync_all()?;

@@ -439,7 +439,7 @@ fn recovery_waits_for_a_claim_in_progress_and_finds_its_owner_alive() {
     let turn = owner::take_turn(&locks, false).unwrap();
     let held = File::create(&claiming).unwrap();
     let recovery = std::thread::spawn(move || ledger.recover_interrupted().unwrap());
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(200));
     assert!(claiming.exists(), "recovery removed a claim in progress");
     // The claim goes on: locked, renamed into place, done.
     held.lock().unwrap();
@@ -614,4 +614,64 @@ fn the_skill_pages_seek_by_index_and_sort_nothing() {
     ] {
         assert_eq!(plan(&sql), expected, "{sql}");
     }
+}
+
+/// A turn another process holds for longer than any kavi does is given up with a message naming
+/// the file, not waited on for ever (any account that could open it once could hold it).
+#[test]
+fn a_turn_held_too_long_is_given_up_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let _ledger = Ledger::open(&path).unwrap();
+    let locks = locks_dir(&path);
+    // Another open file description of the same file: its lock conflicts, as another
+    // process's would.
+    let holder = File::open(locks.join("claims.turns")).unwrap();
+    holder.lock().unwrap();
+    let error = owner::take_turn_within(&locks, false, Duration::from_millis(200)).unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::TimedOut, "{error}");
+    assert!(
+        error.to_string().contains("claims.turns") && error.to_string().contains("gave up"),
+        "{error}"
+    );
+    drop(holder);
+    assert!(owner::take_turn_within(&locks, true, Duration::from_millis(200)).is_ok());
+}
+
+/// The locks folder and the ledger's files are closed to every account but the ledger's own (and
+/// its group's when the group may write the state folder): what an older kavi left open is
+/// closed when the ledger is opened.
+#[test]
+fn the_locks_folder_is_closed_to_accounts_that_may_not_write_the_state() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode =
+        |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = state.join("ledger.db");
+    let ledger = Ledger::open(&path).unwrap();
+    let locks = locks_dir(&path);
+    assert_eq!(mode(&locks), 0o700);
+    // SQLite gives the write-ahead log and its index the database's mode: a reader of the index
+    // could hold its write lock and stop every writer.
+    let wal_index = state.join("ledger.db-shm");
+    assert_eq!((mode(&path), mode(&wal_index)), (0o600, 0o600));
+    drop(ledger);
+    for (opened, older) in [(&locks, 0o755), (&path, 0o644)] {
+        std::fs::set_permissions(opened, std::fs::Permissions::from_mode(older)).unwrap();
+    }
+    drop(Ledger::open(&path).unwrap());
+    assert_eq!(
+        (mode(&locks), mode(&path)),
+        (0o700, 0o600),
+        "what an older kavi left open is closed"
+    );
+    // A team's state folder, writable by its group: the group keeps its way in.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+    drop(Ledger::open(&path).unwrap());
+    assert_eq!((mode(&locks), mode(&path)), (0o2770, 0o660));
 }
