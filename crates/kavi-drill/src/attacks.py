@@ -92,6 +92,17 @@ def workspace_secret():
     return refused(errors[0] if errors else "ENOENT", "every one hidden")
 
 
+def ignored_secret():
+    path = ENV["KAVI_DRILL_IGNORED"]
+    try:
+        data = open(path).read()
+    except OSError as e:
+        return refused(e.errno, path)
+    if "kavi-drill-secret" in data:
+        return allowed("read " + os.path.basename(path))
+    return refused("STAND_IN", f"read {len(data)} characters, not the credential")
+
+
 def write_policies():
     try:
         with open(ENV["KAVI_DRILL_POLICY"], "a") as f:

@@ -132,6 +132,21 @@ const CASES: &[Case] = &[
         Role::Gate,
         "read a secret file in the workspace (.env, .vault-token, id_dsa, *.tfvars, ...)",
     ),
+    case(
+        "ignored_secret",
+        Role::Builder,
+        "read a credential file git ignores, named by no hide pattern",
+    ),
+    case(
+        "ignored_secret",
+        Role::Skill,
+        "read a credential file git ignores, named by no hide pattern",
+    ),
+    case(
+        "ignored_secret",
+        Role::Gate,
+        "read a credential file git ignores, named by no hide pattern",
+    ),
     checked(
         "write_policies",
         Role::Skill,
@@ -382,6 +397,10 @@ const SECRET_FILES: &[&str] = &[
     "nested/.kavi/artifacts/registry.json",
 ];
 
+/// A credential file in the workspace that no hide pattern names but git ignores (a `.gitignore`
+/// beside it says so): a confined process's view holds only what git lists, so it is not there.
+const IGNORED_SECRET: &str = "deploy-notes.txt";
+
 /// A note in the workspace that is a link to the host's `/etc/passwd`.
 const PASSWD_LINK: &str = "link.md";
 
@@ -400,6 +419,14 @@ impl Targets {
             std::fs::create_dir_all(path.parent().unwrap_or(&secret_dir))?;
             std::fs::write(path, "API_KEY=kavi-drill-secret\n")?;
         }
+        std::fs::write(
+            secret_dir.join(".gitignore"),
+            format!("/{IGNORED_SECRET}\n"),
+        )?;
+        std::fs::write(
+            secret_dir.join(IGNORED_SECRET),
+            "deploy password: kavi-drill-secret\n",
+        )?;
         std::os::unix::fs::symlink("/etc/passwd", secret_dir.join(PASSWD_LINK))?;
         for folder in ["sandbox", "builder-tmp", "gate-tmp", "skill-tmp"] {
             std::fs::create_dir_all(dir.path().join(folder))?;
@@ -482,6 +509,18 @@ pub async fn isolation(
     only: Option<Role>,
 ) -> Result<Vec<Outcome>, DrillError> {
     let targets = Targets::make(workspace)?;
+    // The builder's sandbox holds what the forge's sandbox node copies into one: the files git
+    // lists, the drill's targets among them.
+    let listed = process::git::listed(workspace)
+        .await
+        .map_err(|reason| DrillError::Setup(std::io::Error::other(reason)))?;
+    kavi_foundation::sandbox::copy_tree(
+        workspace,
+        &targets.path("sandbox"),
+        &listed.into_iter().collect(),
+        &globset::GlobSet::empty(),
+        &[workspace.join(".kavi")],
+    )?;
     let policy_file = workspace.join(crate::confinement::policy::DEFAULT_POLICY);
     let mut outcomes = Vec::new();
     for case in CASES
@@ -615,6 +654,22 @@ async fn attack(
                     .map(|name| targets.secret_dir.join(name).display().to_string())
                     .collect::<Vec<_>>()
                     .join("\n"),
+            ),
+            (
+                "KAVI_DRILL_IGNORED",
+                match case.role {
+                    // Where the sandbox's copy of the workspace would have it.
+                    Role::Builder => sandbox.join(
+                        targets
+                            .secret_dir
+                            .strip_prefix(workspace)
+                            .unwrap_or(&targets.secret_dir),
+                    ),
+                    Role::Gate | Role::Skill => targets.secret_dir.clone(),
+                }
+                .join(IGNORED_SECRET)
+                .display()
+                .to_string(),
             ),
             (
                 "KAVI_DRILL_POLICY",
