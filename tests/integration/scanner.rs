@@ -1083,6 +1083,55 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
     }
 }
 
+/// What a gate prints is redacted as it is printed, not only once it is kept: the live log of a
+/// gate node still running (what `kavi runs logs -f` and the review page follow) never shows a
+/// secret the scan found in the code, though a gate tool quotes the line that holds it.
+#[test]
+fn a_running_gates_live_log_is_redacted_of_the_secrets_in_the_code() {
+    // The second gate quotes the skill's source, as a tool quoting the line it reports does,
+    // then goes on running until the test has read its live log.
+    let gate = "[[gate]]\nid = \"secrets\"\nkind = \"secret_scan\"\ntoolchain = \"secrets\"\nrules = \"policies/scanner.toml\"\nfiles = [\"{{ paths.folder }}\"]\nfailure = \"VERIFY_SECRET\"\n\n[[gate]]\nid = \"quote\"\nkind = \"command\"\ntoolchain = \"python\"\nrun = [\"python\", \"-c\", \"import sys, time; print(open(sys.argv[1]).read()); print('quoted', flush=True); time.sleep(600)\", \"{{ paths.source }}\"]\nfailure = \"VERIFY_TEST\"\nrequired = false\n";
+    let dir = workspace(gate);
+    let root = dir.path();
+    if !toolchain_or_skip(root) {
+        return;
+    }
+    write_skill(root, "aws_key", &[("skill.py", SECRETS[0].1)]);
+    std::fs::write(
+        root.join("pipelines/scan.toml"),
+        "[pipeline]\nname = \"scan\"\n\n[nodes.aws_key]\nkind = \"gate\"\nset = \"policies/scan.toml\"\nskill = \"aws_key\"\nvars = { skill = \"aws_key\" }\n",
+    )
+    .unwrap();
+    let mut run = common::kavi_command(root, &["pipeline", "run", "scan"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let live = loop {
+        let so_far = kavi(root, &["runs", "logs", "1", "aws_key"]);
+        let text = String::from_utf8_lossy(&so_far.stdout).into_owned();
+        if text.contains("quoted") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && run.try_wait().unwrap().is_none(),
+            "the gate never quoted the source while it ran: {so_far:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Read while the gate still runs: the run has not ended.
+    assert!(run.try_wait().unwrap().is_none());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    run.wait().unwrap();
+    assert!(live.contains("KEY = '[redacted]'"), "{live}");
+    assert!(!live.contains(secret_value("aws_key")), "{live}");
+}
+
 /// A key built from pieces is in no line of the source, but a gate that runs the code prints it
 /// whole (a test's assertion, a log line): the secret scan's fold finds it, and every gate's
 /// detail is redacted of it.
