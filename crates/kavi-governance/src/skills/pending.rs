@@ -50,7 +50,9 @@ impl PendingImport {
     pub fn begin(workspace: &Workspace, skill: &str, files: &[(PathBuf, &[u8])]) -> Result<Self> {
         let io = |context: String| move |source| GovernanceError::Io { context, source };
         let folder = lists_folder(workspace);
-        std::fs::create_dir_all(&folder)
+        // Closed to the accounts that may not write kavi's state: one that could open a list
+        // could hold its lock and refuse every import of that skill.
+        kavi_foundation::sandbox::lock_folder(&folder)
             .map_err(io(format!("failed to make {}", folder.display())))?;
         let list = folder.join(format!("{skill}.json"));
         let body = List {
