@@ -192,30 +192,80 @@ pub fn lock_folder(path: &Path) -> io::Result<()> {
 /// Takes every access away from the accounts that may not write the folder `path` is in, when
 /// `path` is this account's: a reader of kavi's record or locks can hold the locks SQLite and
 /// kavi take (a read lock on the ledger's `-shm` stops every writer), and the record holds
-/// inputs and outputs. Its group keeps access only when the group may write the folder, as a
-/// team sharing a workspace through a group does. What another account made is left as it is
-/// (its owner's next kavi closes it): refusing would lock a team member out.
+/// inputs and outputs. Its group keeps access only when that group shares the folder (see
+/// [`closed_bits`]). What another account made is left as it is (its owner's next kavi closes
+/// it): refusing would lock a team member out. A file system that keeps no modes (vfat, some
+/// network mounts) refuses the change: kavi says so and goes on, as it cannot do better there.
 pub fn close_to_readers(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
-    let metadata = match path.symlink_metadata() {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+    // The mode is read and changed through one descriptor of the very file, never a link: a
+    // name swapped between a look and a chmod would otherwise be given this file's bits.
+    let handle = match nix::fcntl::open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Err(nix::errno::Errno::ENOENT) => return Ok(()),
         other => other?,
     };
-    let mode = metadata.mode() & 0o7777;
-    let closed = closed_bits(path);
-    if mode & closed == 0 || metadata.uid() != nix::unistd::getuid().as_raw() {
+    let metadata = nix::sys::stat::fstat(&handle)?;
+    let kind = metadata.st_mode & nix::libc::S_IFMT;
+    if kind != nix::libc::S_IFREG && kind != nix::libc::S_IFDIR {
         return Ok(());
     }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & !closed))
+    let mode = metadata.st_mode & 0o7777;
+    let closed = closed_bits(path);
+    if mode & closed == 0 || metadata.st_uid != nix::unistd::getuid().as_raw() {
+        return Ok(());
+    }
+    let this_file = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+    match std::fs::set_permissions(this_file, std::fs::Permissions::from_mode(mode & !closed)) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::PermissionDenied | io::ErrorKind::Unsupported
+            ) =>
+        {
+            tracing::warn!(
+                "could not close {} to other accounts ({e}): its file system keeps no modes",
+                path.display()
+            );
+            Ok(())
+        }
+        other => other,
+    }
 }
 
-/// The mode bits [`close_to_readers`] takes away from what is made in `path`'s folder.
+/// The mode bits [`close_to_readers`] takes away from `path` (or from what is made there):
+/// the group's as well as everyone's, unless the group shares the folder, as a team sharing a
+/// workspace does: the folder's group may write it, nobody else may (a world-writable folder,
+/// sticky or not, such as `/tmp`, is shared with everyone, so with nobody), and the file is
+/// (or will be) of the folder's group. A file of the creator's own group in a team folder
+/// would otherwise open the record to everyone in that group.
 pub fn closed_bits(path: &Path) -> u32 {
-    let shared = path
-        .parent()
-        .and_then(|parent| parent.metadata().ok())
-        .is_some_and(|parent| parent.mode() & 0o020 != 0);
-    if shared { 0o007 } else { 0o077 }
+    let Ok(folder) = folder_of(path).metadata() else {
+        return 0o077;
+    };
+    let group_shared = folder.mode() & 0o020 != 0 && folder.mode() & 0o002 == 0;
+    let group = match path.symlink_metadata() {
+        Ok(file) => file.gid(),
+        // A setgid folder gives its group to what is made there; otherwise it is the maker's.
+        Err(_) if folder.mode() & 0o2000 != 0 => folder.gid(),
+        Err(_) => nix::unistd::getegid().as_raw(),
+    };
+    if group_shared && group == folder.gid() {
+        0o007
+    } else {
+        0o077
+    }
+}
+
+/// The folder `path` names something in: `.` for a bare relative name.
+pub fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// Checks a file kavi keeps its record in (the ledger, its write-ahead log), if it exists: a
@@ -230,7 +280,7 @@ pub fn state_file(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         other => other?,
     };
-    let folder = path.parent().unwrap_or(Path::new(".")).metadata()?;
+    let folder = folder_of(path).metadata()?;
     let uid = metadata.uid();
     let problem = if !metadata.is_file() {
         Some("is not a file (a link is refused)".to_owned())
@@ -978,6 +1028,88 @@ mod tests {
         assert!(
             message.contains("belongs to uid 4201, who may not write its folder"),
             "{message}"
+        );
+    }
+
+    /// The group keeps its way into kavi's record only when it shares the folder: writable by
+    /// the group, by nobody else, and the file of the folder's group. A world-writable folder
+    /// (`/tmp`) shares with nobody; a link is never followed.
+    #[test]
+    fn only_a_group_sharing_the_folder_keeps_read_access() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |path: &Path| path.symlink_metadata().unwrap().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let made = |folder_mode: u32| {
+            let folder = dir.path().join(format!("folder-{folder_mode:o}"));
+            std::fs::create_dir(&folder).unwrap();
+            std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(folder_mode))
+                .unwrap();
+            let file = folder.join("ledger.db");
+            std::fs::write(&file, "").unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o664)).unwrap();
+            (folder, file)
+        };
+        for (folder_mode, closed, left) in [
+            (0o755, 0o077, 0o600),
+            (0o2775, 0o007, 0o660),
+            (0o1777, 0o077, 0o600),
+            (0o777, 0o077, 0o600),
+        ] {
+            let (folder, file) = made(folder_mode);
+            assert_eq!(closed_bits(&file), closed, "folder {folder_mode:o}");
+            assert_eq!(
+                closed_bits(&folder.join("new")),
+                closed,
+                "folder {folder_mode:o}"
+            );
+            close_to_readers(&file).unwrap();
+            assert_eq!(mode(&file), left, "folder {folder_mode:o}");
+        }
+        // A link is left alone, and so is what it names.
+        let (folder, target) = made(0o700);
+        let link = folder.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        close_to_readers(&link).unwrap();
+        assert_eq!(mode(&target), 0o664, "a link was followed");
+        // A bare relative name is in the working folder.
+        assert_eq!(folder_of(Path::new("ledger.db")), Path::new("."));
+        // A team folder that is not setgid: what is made there is of its maker's group, which
+        // is not the team's; that group is closed out.
+        let Some(other) = nix::unistd::getgroups()
+            .unwrap_or_default()
+            .into_iter()
+            .chain(
+                nix::unistd::getuid()
+                    .is_root()
+                    .then(|| nix::unistd::Gid::from_raw(4000)),
+            )
+            .find(|gid| *gid != nix::unistd::getegid())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root: a folder of another group must be made"
+            );
+            eprintln!("skipping the team folder of another group: this account has one group");
+            return;
+        };
+        let (folder, file) = made(0o775);
+        nix::unistd::chown(&folder, None, Some(other)).unwrap();
+        assert_eq!(
+            closed_bits(&folder.join("new")),
+            0o077,
+            "made of the maker's group"
+        );
+        close_to_readers(&file).unwrap();
+        assert_eq!(
+            mode(&file),
+            0o600,
+            "a file of the maker's group is closed to it"
+        );
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o2775)).unwrap();
+        assert_eq!(
+            closed_bits(&folder.join("new")),
+            0o007,
+            "setgid: of the team's group"
         );
     }
 

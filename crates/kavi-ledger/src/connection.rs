@@ -368,10 +368,7 @@ pub(crate) fn connect(path: &Path) -> Result<Db> {
 /// locks are made in, is read-only to it), if it cannot.
 fn read_only_reason(path: &Path) -> Option<String> {
     use nix::unistd::{AccessFlags, access};
-    let folder = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let folder = kavi_foundation::sandbox::folder_of(path);
     [path, folder].into_iter().find_map(|p| {
         let denied = match access(p, AccessFlags::W_OK) {
             Ok(()) => return None,

@@ -52,11 +52,9 @@ pub(super) fn take_turn_within(
     limit: std::time::Duration,
 ) -> io::Result<File> {
     let path = locks.join(TURNS);
-    let turns = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
+    let turns = lock_file(&path, false)?;
+    // One an older kavi made readable by all is closed (the folder is, too: see `lock_folder`).
+    kavi_foundation::sandbox::close_to_readers(&path)?;
     let started = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(1);
     let mut told = false;
@@ -95,6 +93,18 @@ pub(super) fn take_turn_within(
         std::thread::sleep(pause);
         pause = (pause * 2).min(std::time::Duration::from_millis(50));
     }
+}
+
+/// Opens (or, when `new`, creates afresh) a lock file in the locks folder, closed to the accounts
+/// that may not write the folder (see [`kavi_foundation::sandbox::closed_bits`]).
+fn lock_file(path: &Path, new: bool) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(new)
+        .write(true)
+        .mode(0o666 & !kavi_foundation::sandbox::closed_bits(path))
+        .open(path)
 }
 
 /// How long a wait for a turn goes on before it says so.
@@ -235,7 +245,7 @@ impl Owner {
         let _turn = take_turn(&locks, false)?;
         // The lock is taken under another name and renamed into place once the owner's other
         // files exist, so that recovery never finds them without a held lock beside them.
-        let mut held = File::create(&claiming)?;
+        let mut held = lock_file(&claiming, true)?;
         held.lock()?;
         held.write_all(&[b' '; NOTE_ROOM])?;
         // The spill folder is made with the first spill (see `process::spill_file`).

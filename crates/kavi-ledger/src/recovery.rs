@@ -7,14 +7,15 @@ use std::path::{Path, PathBuf};
 use super::db::{self, params};
 use super::{Ledger, Result, now, owner};
 
-/// Whether somebody holds the lock on the file at `path`; a missing file is not held.
-fn held(path: &Path) -> std::io::Result<bool> {
+/// Takes the lock on the file at `path` for a recovery, if nobody holds it: `None` when its
+/// owner (or another recovery of it) does, no file when there is none.
+fn take_over(path: &Path) -> std::io::Result<Option<Option<File>>> {
     match File::open(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some(None)),
         Err(e) => Err(e),
         Ok(file) => match file.try_lock() {
-            Ok(()) => Ok(false),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(true),
+            Ok(()) => Ok(Some(Some(file))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         },
     }
@@ -47,37 +48,17 @@ impl Ledger {
     /// unfinished rows remain), stops what they left running, marks their runs, node runs, builds
     /// and executions `interrupted` in one transaction per owner, and removes their files.
     pub fn recover_interrupted(&mut self) -> Result<Vec<Recovered>> {
-        let _turn = owner::take_turn(&self.locks_dir, true)?;
-        let mut owners = std::collections::BTreeSet::new();
-        for entry in std::fs::read_dir(&self.locks_dir)? {
-            let path = entry?.path();
-            if let Some(name) = owner::name_of(&path) {
-                owners.insert(name.to_owned());
-            }
-        }
-        // Rows whose owner's files are gone already: an older kavi, or a recovery cut short.
-        {
-            let mut stmt = self.conn.prepare(
-                "SELECT owner FROM runs WHERE status = 'running'
-                 UNION SELECT owner FROM executions WHERE status = 'running' AND owner IS NOT NULL",
-            )?;
-            for owner in stmt.query_map([], |row| row.get::<_, String>(0))? {
-                owners.insert(owner?);
-            }
-        }
-        owners.remove(owner::EXTERNAL);
-        // A shared ledger names owners on other machines: only this one's can be checked. The
-        // others' runs are recovered once their leases have run out (see below).
-        owners.retain(|name| owner::runs_here(name));
+        // Which owners are dead is decided in the exclusive turn, so that no claim is seen half
+        // made; each dead owner's locks are then held by this recovery, so that another sees it
+        // alive and leaves it to this one. The turn is given back before the slow part (stopping
+        // what they left, the ledger's writes, removing their files): claims wait only
+        // milliseconds for it.
+        let dead = {
+            let _turn = owner::take_turn(&self.locks_dir, true)?;
+            self.dead_owners()?
+        };
         let mut recovered = self.recover_lapsed_leases()?;
-        for name in owners {
-            let mut alive = false;
-            for extension in owner::LOCKS {
-                alive |= held(&self.owner_file(&name, extension))?;
-            }
-            if alive {
-                continue;
-            }
+        for (name, _held) in dead {
             let leftovers = match kavi_process::roster::stop_leftovers(
                 &self.owner_file(&name, owner::ROSTER),
             ) {
@@ -93,7 +74,7 @@ impl Ledger {
             for folder in &leftovers.folders {
                 owner::remove_private_folder(folder);
             }
-            // The lock goes last: while it is there, another kavi sees this owner as dead too.
+            // The lock goes last: were this recovery cut short, the next finds it free and redoes it.
             for extension in [owner::ROSTER, owner::LOCKS[1], owner::LOCKS[0]] {
                 let _ = std::fs::remove_file(self.owner_file(&name, extension));
             }
@@ -122,6 +103,43 @@ impl Ledger {
             }
         }
         Ok(recovered)
+    }
+
+    /// The owners of this machine whose locks are free while their files or unfinished rows
+    /// remain, each with its locks, now held.
+    pub(crate) fn dead_owners(&self) -> Result<Vec<(String, Vec<File>)>> {
+        let mut owners = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&self.locks_dir)? {
+            let path = entry?.path();
+            if let Some(name) = owner::name_of(&path) {
+                owners.insert(name.to_owned());
+            }
+        }
+        // Rows whose owner's files are gone already: an older kavi, or a recovery cut short.
+        {
+            let mut stmt = self.conn.prepare(
+                "SELECT owner FROM runs WHERE status = 'running'
+                 UNION SELECT owner FROM executions WHERE status = 'running' AND owner IS NOT NULL",
+            )?;
+            for owner in stmt.query_map([], |row| row.get::<_, String>(0))? {
+                owners.insert(owner?);
+            }
+        }
+        owners.remove(owner::EXTERNAL);
+        // A shared ledger names owners on other machines: only this one's can be checked. The
+        // others' runs are recovered once their leases have run out (see `recover_lapsed_leases`).
+        let mut dead = Vec::new();
+        'owners: for name in owners.into_iter().filter(|name| owner::runs_here(name)) {
+            let mut held = Vec::new();
+            for extension in owner::LOCKS {
+                match take_over(&self.owner_file(&name, extension))? {
+                    None => continue 'owners,
+                    Some(lock) => held.extend(lock),
+                }
+            }
+            dead.push((name, held));
+        }
+        Ok(dead)
     }
 
     /// Marks interrupted the runs of other machines whose leases have run out: their kavi died,

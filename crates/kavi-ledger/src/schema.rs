@@ -110,10 +110,7 @@ pub(super) fn create(path: &Path) -> io::Result<()> {
     if path.symlink_metadata().is_ok() {
         return Ok(());
     }
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let parent = kavi_foundation::sandbox::folder_of(path);
     // Closed to every account that may not write the folder (SQLite gives its `-wal` and `-shm`
     // the database's mode): see `kavi_foundation::sandbox::close_to_readers`.
     let mode = 0o666 & !kavi_foundation::sandbox::closed_bits(path);

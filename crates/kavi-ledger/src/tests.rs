@@ -449,6 +449,54 @@ fn recovery_waits_for_a_claim_in_progress_and_finds_its_owner_alive() {
     assert!(lock.exists(), "recovery removed a live owner's lock");
 }
 
+/// A dead owner another recovery has taken over (it holds the owner's lock) is left to that
+/// recovery, and the turn is free meanwhile: of two kavis opening the ledger at once, one
+/// recovers each dead owner, and claims do not wait for the slow part of a recovery.
+#[test]
+fn a_dead_owner_another_recovery_holds_is_left_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    let owner = Owner::claim(&path, dir.path()).unwrap();
+    let run = ledger
+        .create_run(&new_run(&serde_json::json!({}), &["a"], &owner))
+        .unwrap();
+    // A noted owner keeps its lock file when it goes.
+    owner.note_stop("the test stopped it");
+    let locks = locks_dir(&path);
+    let lock = locks.join(format!("{}.lock", owner.name()));
+    let name = owner.name().to_owned();
+    drop(owner);
+    // What a recovery decides in its turn: the owner is dead, and now it is this recovery's.
+    let taken = ledger.dead_owners().unwrap();
+    assert_eq!(taken.iter().map(|(n, _)| n).collect::<Vec<_>>(), [&name]);
+    assert!(ledger.dead_owners().unwrap().is_empty(), "taken twice");
+    drop(taken);
+    let recovering = File::open(&lock).unwrap();
+    recovering.lock().unwrap();
+    ledger.recover_interrupted().unwrap();
+    assert_eq!(
+        ledger.run_detail(run).unwrap().run.status,
+        RunStatus::Running
+    );
+    assert!(
+        lock.exists(),
+        "the other recovery's owner was removed under it"
+    );
+    assert!(owner::take_turn_within(&locks, true, Duration::from_millis(200)).is_ok());
+    drop(recovering);
+    ledger.recover_interrupted().unwrap();
+    let detail = ledger.run_detail(run).unwrap().run;
+    assert_eq!(detail.status, RunStatus::Interrupted);
+    assert!(
+        detail
+            .error
+            .unwrap_or_default()
+            .contains("the test stopped it")
+    );
+    assert!(!lock.exists());
+}
+
 #[test]
 fn a_run_whose_owner_is_gone_is_marked_interrupted_and_a_live_one_is_not() {
     let dir = tempfile::tempdir().unwrap();
@@ -658,16 +706,30 @@ fn the_locks_folder_is_closed_to_accounts_that_may_not_write_the_state() {
     // could hold its write lock and stop every writer.
     let wal_index = state.join("ledger.db-shm");
     assert_eq!((mode(&path), mode(&wal_index)), (0o600, 0o600));
-    drop(ledger);
-    for (opened, older) in [(&locks, 0o755), (&path, 0o644)] {
+    // The lock files inside are closed too, should the folder ever be opened again.
+    let owner = Owner::claim(&path, dir.path()).unwrap();
+    let turns = locks.join("claims.turns");
+    for file in std::fs::read_dir(&locks).unwrap() {
+        let file = file.unwrap().path();
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    // The ledger stays open, so that its `-shm` stays too.
+    drop(owner);
+    for (opened, older) in [
+        (&locks, 0o755),
+        (&path, 0o644),
+        (&wal_index, 0o644),
+        (&turns, 0o644),
+    ] {
         std::fs::set_permissions(opened, std::fs::Permissions::from_mode(older)).unwrap();
     }
     drop(Ledger::open(&path).unwrap());
     assert_eq!(
-        (mode(&locks), mode(&path)),
-        (0o700, 0o600),
+        [&locks, &path, &wal_index, &turns].map(|file| mode(file)),
+        [0o700, 0o600, 0o600, 0o600],
         "what an older kavi left open is closed"
     );
+    drop(ledger);
     // A team's state folder, writable by its group: the group keeps its way in.
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o2775)).unwrap();
     std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o2775)).unwrap();

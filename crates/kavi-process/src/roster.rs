@@ -18,6 +18,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -119,9 +120,11 @@ pub struct Roster {
 impl Roster {
     /// Creates the roster at `path` (which must not exist yet) for a process spilling into `spill`.
     pub fn create(path: &Path, spill: &Path) -> io::Result<Self> {
+        // Only the accounts that may recover this process read what it started.
         let mut file = OpenOptions::new()
             .append(true)
             .create_new(true)
+            .mode(0o666 & !kavi_foundation::sandbox::closed_bits(path))
             .open(path)?;
         write_line(
             &mut file,
