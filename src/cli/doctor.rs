@@ -361,14 +361,24 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
                     ),
                 );
             }
-            match crate::toolchains::provision::read_manifest(
-                toolchain,
-                &toolchain.folder_in(&home),
-            ) {
-                Some(ready) => check(
+            match super::toolchain::installed_state(toolchain, &home) {
+                Some((path, Ok(_))) => check(
                     &name,
                     Status::Ok,
-                    format!("{} at {}", toolchain.describe_pins(), ready.path.display()),
+                    format!(
+                        "{} at {}, as kavi installed it",
+                        toolchain.describe_pins(),
+                        path.display()
+                    ),
+                ),
+                Some((path, Err(why))) => check(
+                    &name,
+                    Status::Warn,
+                    format!(
+                        "{} is not the environment kavi installed ({why}): the next run that needs \
+                         it provisions it again",
+                        path.display()
+                    ),
                 ),
                 None => check(
                     &name,

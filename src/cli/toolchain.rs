@@ -9,7 +9,9 @@ use crate::error::{Error, exit};
 use crate::process::CaptureOptions;
 use crate::spec::SpecError;
 use crate::toolchains::lock::{self, DEFAULT_LOCK};
-use crate::toolchains::{DEFAULT_POLICY, Provisioned, Toolchain, ToolchainSet, provision};
+use crate::toolchains::{
+    DEFAULT_POLICY, Provisioned, Toolchain, ToolchainSet, installed, provision,
+};
 
 /// The workspace's declared toolchains, each with its entry of the lock when there is one.
 pub(super) fn load(workspace: &Workspace) -> Result<ToolchainSet, Error> {
@@ -104,7 +106,8 @@ pub async fn install(workspace: &Workspace, name: Option<&str>, json: bool) -> R
     Ok(exit::SUCCESS)
 }
 
-/// Each declared toolchain: its pins, and whether and where its environment is.
+/// Each declared toolchain: its pins, whether and where its environment is, and whether it is
+/// the one kavi recorded installing there.
 pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     let set = load(workspace)?;
     let home = crate::config::ToolchainHome::of(workspace);
@@ -112,15 +115,15 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         .toolchains
         .iter()
         .map(|toolchain| {
-            let (state, path) = match toolchain.existing_in(&home) {
-                Some(path) => ("existing", Some(path.to_owned())),
-                None => {
-                    let folder = toolchain.folder_in(&home);
-                    match provision::read_manifest(toolchain, &folder) {
-                        Some(ready) => ("provisioned", Some(ready.path)),
-                        None => ("not provisioned", None),
+            let (state, path, content, untrusted) = match toolchain.existing_in(&home) {
+                Some(path) => ("existing", Some(path.to_owned()), None, None),
+                None => match installed_state(toolchain, &home) {
+                    None => ("not provisioned", None, None, None),
+                    Some((folder, Ok(held))) => {
+                        ("provisioned", Some(folder), Some(held.content), None)
                     }
-                }
+                    Some((folder, Err(why))) => ("untrusted", Some(folder), None, Some(why)),
+                },
             };
             json!({
                 "name": toolchain.name,
@@ -129,6 +132,8 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
                 "hash": toolchain.hash(),
                 "state": state,
                 "path": path,
+                "content": content,
+                "untrusted": untrusted,
             })
         })
         .collect();
@@ -150,7 +155,26 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         ]);
     }
     out!("{}", table(&rows));
+    for entry in &listed {
+        if let Some(why) = entry["untrusted"].as_str() {
+            outln!(
+                "{}: not the environment kavi installed ({why}); the next run provisions it again",
+                entry["name"].as_str().unwrap_or_default()
+            );
+        }
+    }
     Ok(exit::SUCCESS)
+}
+
+/// The provisioned environment of `toolchain` in `home`, if there is one, and whether it is
+/// the one kavi recorded installing there (see `kavi_toolchains::installed`).
+pub(super) fn installed_state(
+    toolchain: &Toolchain,
+    home: &crate::config::ToolchainHome,
+) -> Option<(std::path::PathBuf, Result<installed::Held, String>)> {
+    let ready = provision::read_manifest(toolchain, &toolchain.folder_in(home).ok()?)?;
+    let held = provision::held(toolchain, &ready.path);
+    Some((ready.path, held))
 }
 
 /// Prints the folder of a toolchain's environment (its tools are in `bin/`), if it is ready.
@@ -160,7 +184,10 @@ pub fn path(workspace: &Workspace, name: &str) -> Result<i32, Error> {
     let toolchain = chosen(&set, Some(name))?[0];
     let path = match toolchain.existing_in(&home) {
         Some(path) => path.to_owned(),
-        None => provision::read_manifest(toolchain, &toolchain.folder_in(&home))
+        None => toolchain
+            .folder_in(&home)
+            .ok()
+            .and_then(|folder| provision::read_manifest(toolchain, &folder))
             .map(|ready| ready.path)
             .ok_or_else(|| {
                 Error::NotFound(format!(

@@ -1090,15 +1090,24 @@ fn a_file_swapped_in_the_workspace_while_the_gates_run_is_not_what_they_judge() 
     );
 }
 
-/// A provisioned toolchain is checked against what pip installed, not only for its versions: a
-/// copy whose `bin/mypy` prints "Success" held the pinned versions and passed a type error. Every
-/// gate of that toolchain is now an error naming the file.
+/// Where pip finds nothing: provisioning again fails at once, as it does offline.
+const NO_INDEX: &str = "http://127.0.0.1:9/simple";
+
+/// A provisioned toolchain is the one kavi installed, not what its folder says of itself. The
+/// attack as found: a copy of the cache (kavi's records of it included) with its scripts and
+/// `kavi-toolchain.json` moved to the copy's path and a `.pth` planted among mypy's files,
+/// listed in mypy's `RECORD` as pip would have, made mypy print "Success" for a type error.
+/// kavi has no record of installing that copy, so it provisions it again; where it cannot
+/// (here, offline), every gate of the toolchain is an error naming the folder and why, and the
+/// copy is gone. A record copied with its path edited does not hold either: its MAC is this
+/// account's key's.
 #[test]
-fn a_toolchain_whose_tool_was_replaced_is_refused_naming_the_file() {
+fn a_copied_cache_with_a_planted_pth_is_not_trusted_and_is_provisioned_again() {
     let dir = workspace(&BROKEN.replace("import os\n", ""), TEST);
     let root = dir.path();
     assert!(kavi(root, &["toolchain", "install"]).status.success());
     let cache = tempfile::tempdir().unwrap();
+    let mut copies = Vec::new();
     for name in ["python", "secrets"] {
         let out = kavi(root, &["toolchain", "path", name]);
         let original = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -1106,46 +1115,216 @@ fn a_toolchain_whose_tool_was_replaced_is_refused_naming_the_file() {
         let copied = std::process::Command::new("cp")
             .arg("-a")
             .arg(&original)
-            .arg(&copy)
+            .arg(original.with_extension("provisioned"))
+            .arg(cache.path())
             .status()
             .unwrap();
         assert!(copied.success());
-        // The copy's manifest names where it now is, as one made there would.
+        let (from, to) = (original.display().to_string(), copy.display().to_string());
         let manifest = copy.join("kavi-toolchain.json");
-        let text = std::fs::read_to_string(&manifest).unwrap().replace(
-            &format!("{:?}", original.display().to_string()),
-            &format!("{:?}", copy.display().to_string()),
-        );
+        let text = std::fs::read_to_string(&manifest)
+            .unwrap()
+            .replace(&from, &to);
         std::fs::write(&manifest, text).unwrap();
-        if name == "python" {
-            let mypy = copy.join("bin/mypy");
-            std::fs::remove_file(&mypy).unwrap();
-            std::fs::write(&mypy, "#!/bin/sh\necho 'Success: no issues found'\n").unwrap();
-            std::fs::set_permissions(&mypy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                .unwrap();
+        for entry in std::fs::read_dir(copy.join("bin")).unwrap().flatten() {
+            let path = entry.path();
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            if !path.is_symlink() && text.starts_with(&format!("#!{from}")) {
+                let moved = text.replacen(&from, &to, 1);
+                std::fs::write(&path, &moved).unwrap();
+                rerecord(
+                    &copy,
+                    &entry.file_name().to_string_lossy(),
+                    moved.as_bytes(),
+                );
+            }
         }
+        copies.push(copy);
     }
-    let out = common::kavi_command(root, &["pipeline", "run", "verify"])
+    // python: the .pth, listed in mypy's RECORD; kavi's record as copied.
+    let site = walkdir::WalkDir::new(copies[0].join("lib"))
+        .into_iter()
+        .flatten()
+        .find(|e| e.file_name() == "site-packages")
+        .unwrap()
+        .into_path();
+    let pth = site.join("zz_attack.pth");
+    let attack = "import os, sys; any(a.endswith('/bin/mypy') for a in getattr(sys, 'orig_argv', [])[:2]) and (os.write(1, b'Success: no issues found in 2 source files\\n'), os._exit(0))\n";
+    std::fs::write(&pth, attack).unwrap();
+    let record = std::fs::read_dir(&site)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("mypy-")
+        })
+        .unwrap()
+        .join("RECORD");
+    let hash = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        <sha2::Sha256 as sha2::Digest>::digest(attack.as_bytes()),
+    );
+    let mut listed = std::fs::read_to_string(&record).unwrap();
+    listed.push_str(&format!("zz_attack.pth,sha256={hash},{}\n", attack.len()));
+    std::fs::write(&record, listed).unwrap();
+    // secrets: kavi's record edited to name the copy, without the key its MAC needs.
+    let secrets_record = copies[1].with_extension("provisioned");
+    let mut edited: Value =
+        serde_json::from_str(&std::fs::read_to_string(&secrets_record).unwrap()).unwrap();
+    edited["path"] = copies[1].display().to_string().into();
+    std::fs::write(&secrets_record, edited.to_string()).unwrap();
+
+    let listed = common::kavi_command(root, &["toolchain", "list", "--json"])
         .env("KAVI_TOOLCHAINS", cache.path())
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["state"], "untrusted", "{listed}");
+    assert_eq!(listed[1]["state"], "untrusted", "{listed}");
+
+    let out = common::kavi_command(root, &["pipeline", "run", "verify"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .env("PIP_INDEX_URL", NO_INDEX)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     let run = last_run(root);
     let types = verification(&run, "types");
     assert_eq!(types["status"], "error", "{types}");
     let detail = types["detail"].as_str().unwrap();
     assert!(
-        detail.contains("bin/mypy is not the file pip installed")
-            && detail.contains("mypy-2.4.1.dist-info/RECORD"),
+        detail.contains(&format!(
+            "the environment {} is not one this kavi installed",
+            copies[0].display()
+        )) && detail.contains("not here (a copy)")
+            && detail.contains("provisioning it again failed"),
         "{detail}"
     );
-    // The other toolchain, untouched, still runs.
-    assert_eq!(verification(&run, "secrets")["status"], "passed");
+    let secrets = verification(&run, "secrets");
+    assert_eq!(secrets["status"], "error", "{secrets}");
+    assert!(
+        secrets["detail"]
+            .as_str()
+            .unwrap()
+            .contains("was not made with this account's key"),
+        "{secrets}"
+    );
+    assert!(!pth.exists(), "the untrusted copy was removed");
+}
+
+/// An environment kavi provisioned, changed afterwards (a line added to one of mypy's
+/// modules), is not run: the next run provisions it again and the gate judges the skill with
+/// the tool as installed. A kavi with other keys sharing the cache does not trust it, and
+/// provisions a folder of its own beside it. Each gate result names the content its tool ran
+/// with.
+#[test]
+fn a_provisioned_toolchain_changed_since_or_installed_by_another_kavi_is_not_run() {
+    let dir = workspace(&BROKEN.replace("import os\n", ""), TEST);
+    let root = dir.path();
+    let home = tempfile::tempdir().unwrap();
+    let with_home = |args: &[&str]| {
+        let mut command = common::kavi_command(root, args);
+        command.env("KAVI_TOOLCHAINS", home.path());
+        command
+    };
+    let out = with_home(&["toolchain", "install", "python"])
+        .output()
+        .unwrap();
+    if !common::provisioned_or_skip(&out) {
+        return;
+    }
+    let folder = std::path::PathBuf::from(
+        String::from_utf8_lossy(
+            &with_home(&["toolchain", "path", "python"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .trim(),
+    );
+    let module = walkdir::WalkDir::new(folder.join("lib"))
+        .into_iter()
+        .flatten()
+        .find(|e| e.path().ends_with("site-packages/mypy/__init__.py"))
+        .unwrap()
+        .into_path();
+    let mut text = std::fs::read_to_string(&module).unwrap();
+    text.push_str("PLANTED = 1\n");
+    std::fs::write(&module, &text).unwrap();
+    let relative = module.strip_prefix(&folder).unwrap().display().to_string();
+
+    let doctor = with_home(&["doctor"]).output().unwrap();
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        said.contains("is not the environment kavi installed")
+            && said.contains(&format!("`{relative}` changed")),
+        "{said}"
+    );
+    let out = with_home(&["pipeline", "run", "verify"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`{relative}` changed"))
+            && stderr.contains("provisioning it again"),
+        "{stderr}"
+    );
+    let run = last_run(root);
+    let types = verification(&run, "types");
+    assert_eq!(types["status"], "failed", "mypy ran, as installed: {types}");
+    assert!(
+        !std::fs::read_to_string(&module)
+            .unwrap()
+            .contains("PLANTED")
+    );
+    let listed: Value = serde_json::from_slice(
+        &with_home(&["toolchain", "list", "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(listed[0]["state"], "provisioned", "{listed}");
+    assert_eq!(types["tool"]["content"], listed[0]["content"], "{types}");
+
+    // Another kavi's keys (a workspace with its own `KAVI_KEYS`) sharing the cache: the
+    // environment is not theirs to trust, and they get a folder of their own (offline here, so
+    // it cannot be made) rather than provisioning over this one while its gates may run.
+    let other = workspace(&BROKEN.replace("import os\n", ""), TEST);
+    let keys = tempfile::tempdir().unwrap();
+    let out = common::kavi_command(other.path(), &["pipeline", "run", "verify"])
+        .env("KAVI_TOOLCHAINS", home.path())
+        .env("KAVI_KEYS", keys.path())
+        .env("PIP_INDEX_URL", NO_INDEX)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let run = last_run(other.path());
+    let types = verification(&run, "types");
+    assert_eq!(types["status"], "error", "{types}");
+    let detail = types["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("could not provision toolchain `python`")
+            && !detail.contains(&folder.display().to_string()),
+        "{types}"
+    );
+    let listed: Value = serde_json::from_slice(
+        &with_home(&["toolchain", "list", "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        (&listed[0]["state"], &listed[0]["path"]),
+        (&"provisioned".into(), &folder.display().to_string().into()),
+        "the first key's environment is left as it was: {listed}"
+    );
 }
 
 /// The files kavi reads back from the test gate's folder (the report, the name of the test

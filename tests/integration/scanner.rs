@@ -884,20 +884,7 @@ const POLICY_GATE: &str = "[[gate]]\nid = \"policy\"\nkind = \"policy_scan\"\nto
 /// The toolchain is provisioned from PyPI on first use; where that cannot happen, the test says
 /// why and skips (under CI, which can, that fails).
 fn toolchain_or_skip(root: &Path) -> bool {
-    let out = kavi(root, &["toolchain", "install"]);
-    if out.status.success() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must provision the gate toolchains: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!(
-        "skipping: the gate toolchains could not be provisioned here: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    false
+    common::provisioned_or_skip(&kavi(root, &["toolchain", "install"]))
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! Where no registry is reachable, `[toolchain.NAME] path = "..."` in `kavi.toml` points kavi at
 //! an existing environment instead; its versions must still be the pinned ones.
 
+pub mod installed;
 pub mod lock;
 pub mod provision;
 pub mod record;
@@ -80,11 +81,17 @@ pub struct Toolchain {
 
 impl Toolchain {
     /// The folder its environment is provisioned into under `home`: named by its declaration's
-    /// hash, so each declaration has its own.
-    pub fn folder_in(&self, home: &ToolchainHome) -> PathBuf {
-        let hash = self.hash();
-        let digest = hash.trim_start_matches("sha256:");
-        home.cache.join(format!("{}-{}", self.name, &digest[..16]))
+    /// hash, so each declaration has its own, and by the key kavi records what it installed
+    /// under (see [`installed`]). An environment is trusted only under the key that recorded it,
+    /// so workspaces with keys of their own (`KAVI_KEYS`) sharing a cache each have theirs, and
+    /// none provisions over another's while its gates run.
+    pub fn folder_in(&self, home: &ToolchainHome) -> Result<PathBuf, String> {
+        let mut hasher = Sha256::new();
+        hasher.update(self.hash().as_bytes());
+        hasher.update(b"\n");
+        hasher.update(installed::key_name()?.as_bytes());
+        let digest = format!("{:x}", hasher.finalize());
+        Ok(home.cache.join(format!("{}-{}", self.name, &digest[..16])))
     }
 
     /// The existing environment `kavi.toml` names for it, if any.

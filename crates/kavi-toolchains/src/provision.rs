@@ -4,9 +4,11 @@
 //! its own `ensurepip` (a step of its own, so that its error reaches the user: `venv` swallows
 //! it), into which pip installs the pinned packages (wheels only: no package's build script
 //! runs here). Its folder is named by the declaration's hash (see [`super::Toolchain::folder_in`]); a
-//! manifest written last, `kavi-toolchain.json`, says it is complete and which versions it
-//! holds. A lock file beside the folder lets one kavi process provision while the others wait
-//! and then reuse it. A folder without its manifest (an install that was killed) is made again.
+//! manifest written in it, `kavi-toolchain.json`, says which versions it holds, and kavi's
+//! record beside it, written last, what it installed (see [`super::installed`]). A lock file
+//! beside the folder lets one kavi process provision while the others wait and then reuse it.
+//! A folder without its manifest (an install that was killed), or that is not what the record
+//! says kavi installed there, is made again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::lock::Locked;
-use super::{INTERPRETER_TOOL, Toolchain};
+use super::{INTERPRETER_TOOL, Toolchain, installed};
 use crate::config::ToolchainHome;
 use crate::process::{CaptureOptions, CommandSpec, Exit};
 
@@ -72,6 +74,16 @@ pub enum ToolchainError {
         path: String,
         reason: String,
     },
+    #[error(
+        "toolchain `{toolchain}`: the environment {path} is not one this kavi installed ({why}), \
+         so its tools are not run; provisioning it again failed: {failure}"
+    )]
+    Untrusted {
+        toolchain: String,
+        path: String,
+        why: String,
+        failure: Box<ToolchainError>,
+    },
     #[error("toolchain `{toolchain}`: {context}: {source}")]
     Io {
         toolchain: String,
@@ -98,9 +110,24 @@ pub struct Provisioned {
     /// environment kavi.toml names.
     #[serde(default)]
     pub lock: Option<String>,
+    /// `sha256:` of the environment's content manifest when kavi checked it (see
+    /// [`kavi_foundation::content::manifest`]): the bytes a gate ran.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Its stamps when that manifest was taken (see [`kavi_foundation::content::stamps`]): they
+    /// must not move while the gates run.
+    #[serde(skip)]
+    pub stamps: Option<String>,
 }
 
 impl Provisioned {
+    /// This environment, checked to hold the content `held` names.
+    fn held(mut self, held: installed::Held) -> Self {
+        self.content = Some(held.content);
+        self.stamps = Some(held.stamps);
+        self
+    }
+
     /// The executable of `tool` in the environment.
     pub fn tool_path(&self, tool: &str) -> PathBuf {
         self.path.join("bin").join(tool)
@@ -124,6 +151,7 @@ impl Provisioned {
             "hash": self.hash,
             "lock": self.lock,
             "origin": self.origin,
+            "content": self.content,
         })
     }
 }
@@ -153,7 +181,6 @@ pub async fn ensure(
             "has no entry for it (or there is no lock)"
         },
     })?;
-    let folder = toolchain.folder_in(home);
     let io = |context: String| {
         let toolchain = toolchain.name.clone();
         move |source| ToolchainError::Io {
@@ -162,8 +189,13 @@ pub async fn ensure(
             source,
         }
     };
-    std::fs::create_dir_all(&home.cache)
-        .map_err(io(format!("cannot create {}", home.cache.display())))?;
+    let folder = toolchain
+        .folder_in(home)
+        .map_err(|e| io("cannot name its folder".into())(std::io::Error::other(e)))?;
+    // A home or environment another account may write could change between the check and a
+    // gate's run.
+    kavi_foundation::sandbox::state_folder(&home.cache)
+        .map_err(io(format!("cannot use {}", home.cache.display())))?;
     let lock_path = folder.with_extension("lock");
     let lock = std::fs::File::create(&lock_path)
         .map_err(io(format!("cannot create {}", lock_path.display())))?;
@@ -172,8 +204,20 @@ pub async fn ensure(
         .await
         .map_err(|e| io("waiting for the lock".into())(std::io::Error::other(e)))?
         .map_err(io(format!("cannot lock {}", lock_path.display())))?;
+    let mut refused = None;
     if let Some(ready) = read_manifest(toolchain, &folder) {
-        return verified(toolchain, ready);
+        match held(toolchain, &folder) {
+            Ok(held) => return Ok(ready.held(held)),
+            Err(why) => {
+                progress(&format!(
+                    "toolchain `{}`: {} is not the environment kavi installed ({why}); \
+                     provisioning it again",
+                    toolchain.name,
+                    folder.display()
+                ));
+                refused = Some(why);
+            }
+        }
     }
     let started = Instant::now();
     progress(&format!(
@@ -182,28 +226,49 @@ pub async fn ensure(
         toolchain.describe_pins(),
         folder.display()
     ));
+    installed::forget(&folder).map_err(io("cannot remove its old record".into()))?;
     let installed = install(toolchain, locked, &folder, options, cancel).await;
     if installed.is_err() {
         let _ = std::fs::remove_dir_all(&folder);
     }
-    let mut provisioned = installed?;
+    let mut provisioned = installed.map_err(|failure| match refused {
+        Some(why) => ToolchainError::Untrusted {
+            toolchain: toolchain.name.clone(),
+            path: folder.display().to_string(),
+            why,
+            failure: Box::new(failure),
+        },
+        None => failure,
+    })?;
     provisioned.origin = "provisioned".into();
     let text = serde_json::to_string_pretty(&provisioned).expect("a manifest serializes");
     let temp = folder.join(format!("{MANIFEST}.partial"));
     std::fs::write(&temp, text)
         .and_then(|()| std::fs::rename(&temp, folder.join(MANIFEST)))
         .map_err(io("cannot write its manifest".into()))?;
+    kavi_foundation::sandbox::state_folder(&folder)
+        .map_err(io(format!("cannot use {}", folder.display())))?;
+    // Recorded last, as pip left it: from now on the environment is held to this.
+    let held = installed::write(toolchain, &folder)
+        .map_err(|e| io("cannot record what was installed".into())(std::io::Error::other(e)))?;
     drop(lock);
     progress(&format!(
         "toolchain `{}` ready in {:.1}s",
         toolchain.name,
         started.elapsed().as_secs_f64()
     ));
-    verified(toolchain, provisioned)
+    Ok(provisioned.held(held))
 }
 
-/// `provisioned`, once its files are checked against what pip installed (see [`super::record`]):
-/// its versions alone do not say its tools were not replaced.
+/// The environment at `folder`, if no other account may write it and it is what kavi recorded
+/// installing there (see [`installed::check`]).
+pub fn held(toolchain: &Toolchain, folder: &Path) -> Result<installed::Held, String> {
+    kavi_foundation::sandbox::state_folder(folder).map_err(|e| e.to_string())?;
+    installed::check(toolchain, folder)
+}
+
+/// `provisioned` (an environment kavi.toml names), once its files are checked against what pip
+/// installed (see [`super::record`]): its versions alone do not say its tools were not replaced.
 fn verified(
     toolchain: &Toolchain,
     provisioned: Provisioned,
@@ -369,6 +434,8 @@ async fn inspect(
         origin: String::new(),
         python: found.python,
         lock: None,
+        content: None,
+        stamps: None,
         packages: found
             .packages
             .into_iter()

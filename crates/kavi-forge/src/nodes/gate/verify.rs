@@ -161,7 +161,7 @@ impl Gate {
         };
         let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
         let mut toolchains = self.provision(ctx).await;
-        let watched = held_to_adoption(&ledger, &mut toolchains);
+        let watched = held_to_records(&ledger, &mut toolchains);
         let secrets = std::sync::Mutex::new(Vec::new());
         // A secret the secret scan finds is printed by no gate: a test's traceback or a type
         // error may quote the line that holds it, or print the key the code builds. Found
@@ -349,9 +349,10 @@ impl NodeAction for Gate {
     }
 }
 
-/// Each environment kavi.toml names among `toolchains` made an error unless its content is the
-/// adopted one (see [`as_adopted`]); those that are, with their stamps.
-fn held_to_adoption(
+/// Each environment among `toolchains` with the stamps it was checked at: a provisioned one was
+/// held to kavi's record of installing it (see `kavi_toolchains::installed`); one kavi.toml
+/// names is made an error here unless its content is the adopted one (see [`as_adopted`]).
+fn held_to_records(
     ledger: &Ledger,
     toolchains: &mut Toolchains,
 ) -> Vec<(std::path::PathBuf, String)> {
@@ -359,10 +360,17 @@ fn held_to_adoption(
     for (name, ready) in toolchains.iter_mut() {
         let Ok(provisioned) = ready else { continue };
         if provisioned.origin != "existing" {
+            match &provisioned.stamps {
+                Some(stamps) => watched.push((provisioned.path.clone(), stamps.clone())),
+                None => *ready = Err(format!("toolchain `{name}` was not checked")),
+            }
             continue;
         }
         match as_adopted(ledger, name, &provisioned.path) {
-            Ok(stamps) => watched.push((provisioned.path.clone(), stamps)),
+            Ok((content, stamps)) => {
+                provisioned.content = Some(content);
+                watched.push((provisioned.path.clone(), stamps));
+            }
             Err(refused) => *ready = Err(refused),
         }
     }
@@ -372,9 +380,10 @@ fn held_to_adoption(
 /// The environment kavi.toml names for toolchain `name`, at `path`, held to the content the
 /// adopted rule set keeps of it (see `kavi_policy::adoption::toolchain_member`): the tools a gate
 /// runs are the bytes someone adopted, whatever the environment's own `RECORD` files say.
-/// Returns its stamps, which must not move while the gates run. The stamps are taken first, so
-/// a change made while it is hashed is seen by one check or the other.
-fn as_adopted(ledger: &Ledger, name: &str, path: &Path) -> Result<String, String> {
+/// Returns the `sha256:` of its content and its stamps, which must not move while the gates
+/// run. The stamps are taken first, so a change made while it is hashed is seen by one check or
+/// the other.
+fn as_adopted(ledger: &Ledger, name: &str, path: &Path) -> Result<(String, String), String> {
     use kavi_foundation::content;
     let refused = |why: String| {
         format!(
@@ -403,5 +412,6 @@ fn as_adopted(ledger: &Ledger, name: &str, path: &Path) -> Result<String, String
             content::differences(kept, &now, 5).join(", ")
         )));
     }
-    Ok(stamps)
+    let content = kavi_foundation::hash::spec_hash(&now);
+    Ok((content, stamps))
 }
