@@ -64,15 +64,32 @@ pub fn private_temp(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> 
     private_folder(root, prefix)
 }
 
-fn private_folder(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+/// A private temporary folder (0700) in `folder`, removed when dropped: what kavi stages for a
+/// confined process there (its TMPDIR, its snapshot, its report) is nobody else's to read, nor,
+/// in a folder someone else may write, to replace.
+pub fn private_folder(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
     tempfile::Builder::new()
         .prefix(prefix)
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(root)
 }
 
+/// This account's folder for kavi's machine-local state (provisioned toolchains, sandboxes, a
+/// server ledger's locks): `$XDG_CACHE_HOME/kavi`, else `~/.cache/kavi`. Never a fixed name in a
+/// folder every account may write, such as `/tmp`: another account could make it first, own it,
+/// and move what kavi makes there (the sticky bit does not bind a folder's owner). Only without
+/// a home is it `kavi-<uid>` in the temporary folder, refused if another account made it.
+pub fn cache_home() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .map(|cache| cache.join("kavi"))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("kavi-{}", nix::unistd::getuid())))
+}
+
 /// Makes the sandbox folder `root` if missing and checks it: apart from each of `apart`, a real
-/// folder, and this user's (or a sticky shared one).
+/// folder, and this user's (or a sticky shared one of root's, such as `/tmp`).
 fn ensure_root(root: &Path, apart: &[&Path]) -> io::Result<()> {
     let real_root = resolved(root);
     for other in apart {
@@ -103,9 +120,14 @@ fn ensure_root(root: &Path, apart: &[&Path]) -> io::Result<()> {
         )));
     }
     // In a shared folder such as /tmp, someone else could have made the folder first and so
-    // control what sandboxes are made in: only this user's folder, or a sticky shared one, will do.
+    // control what sandboxes are made in: only this user's folder will do, or a sticky shared
+    // one root owns (`/tmp` itself). A sticky folder another account owns is refused: the
+    // sticky bit does not bind the folder's owner, who could move kavi's folders away and put
+    // their own under the same names.
     let sticky = metadata.mode() & 0o1000 != 0;
-    if !sticky && let Some(problem) = not_ours(&metadata) {
+    if !(sticky && metadata.uid() == 0)
+        && let Some(problem) = not_ours(&metadata)
+    {
         return Err(io::Error::other(format!(
             "the sandbox folder {} {problem}; refusing to use it",
             root.display()
@@ -1029,6 +1051,42 @@ mod tests {
             message.contains("belongs to uid 4201, who may not write its folder"),
             "{message}"
         );
+    }
+
+    /// A sandbox folder another account made first is refused, even sticky (its owner is not
+    /// bound by the sticky bit, and could move what kavi makes there); `/tmp`, sticky and
+    /// root's, and this account's own folder are used. What kavi stages is made private.
+    #[test]
+    fn a_sandbox_folder_another_account_owns_is_refused_even_sticky() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let ours = dir.path().join("ours");
+        let made = private_temp(&ours, "kavi-tmp-").unwrap();
+        assert_eq!(made.path().metadata().unwrap().mode() & 0o777, 0o700);
+        let staged = private_folder(&std::env::temp_dir(), "kavi-test-").unwrap();
+        assert_eq!(staged.path().metadata().unwrap().mode() & 0o777, 0o700);
+        if !nix::unistd::getuid().is_root() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root: a folder of another account's must be made"
+            );
+            eprintln!("skipping the squatted sandbox folder: making one needs root");
+            return;
+        }
+        let squatted = dir.path().join("kavi-0");
+        std::fs::create_dir(&squatted).unwrap();
+        std::fs::set_permissions(&squatted, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        nix::unistd::chown(&squatted, Some(nix::unistd::Uid::from_raw(4201)), None).unwrap();
+        let message = private_temp(&squatted, "kavi-tmp-")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("belongs to another user (uid 4201)"),
+            "{message}"
+        );
+        // Root's sticky folder, as /tmp is.
+        nix::unistd::chown(&squatted, Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
+        private_temp(&squatted, "kavi-tmp-").unwrap();
     }
 
     /// The group keeps its way into kavi's record only when it shares the folder: writable by

@@ -59,11 +59,11 @@ pub fn locks_dir(ledger: &Path) -> PathBuf {
         Some(url) => {
             use sha2::Digest as _;
             let digest = format!("{:x}", sha2::Sha256::digest(url.as_bytes()));
-            std::env::temp_dir().join(format!(
-                "kavi-locks-{}-{}",
-                nix::unistd::getuid(),
-                &digest[..16]
-            ))
+            // In this account's own folder: a fixed name in /tmp could be made first by another
+            // account, which would then refuse every run (and could not be removed).
+            kavi_foundation::sandbox::cache_home()
+                .join("ledger-locks")
+                .join(&digest[..16])
         }
     }
 }

@@ -146,9 +146,7 @@ pub async fn listed(root: &Path) -> Result<Vec<std::path::PathBuf>, String> {
     let git_dir = if dot_git.symlink_metadata().is_ok() {
         dot_git
     } else {
-        let dir = tempfile::Builder::new()
-            .prefix("kavi-git-")
-            .tempdir()
+        let dir = kavi_foundation::sandbox::private_folder(&std::env::temp_dir(), "kavi-git-")
             .map_err(|e| {
                 format!(
                     "cannot make an empty repository to list {}: {e}",

@@ -26,7 +26,7 @@ pub struct Config {
     /// The content-addressed artifact store.
     pub artifacts: PathBuf,
     /// The folder in which `sandbox` nodes make their copies, apart from the workspace. Empty:
-    /// `kavi-<uid>` in the system's temporary folder (`$TMPDIR` or `/tmp`).
+    /// `$XDG_CACHE_HOME/kavi/sandboxes` (or `~/.cache/kavi/sandboxes`).
     pub sandboxes: PathBuf,
     /// How many nodes may run at once.
     pub jobs: usize,
@@ -252,19 +252,13 @@ pub fn cores() -> usize {
 /// Where toolchains are provisioned unless configured: this user's cache folder, shared by
 /// every workspace, so one environment serves them all.
 fn default_toolchains() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|path| path.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("kavi-{}", nix::unistd::getuid())))
-        .join("kavi")
-        .join("toolchains")
+    kavi_foundation::sandbox::cache_home().join("toolchains")
 }
 
-/// Where sandboxes go unless configured: a folder of this user's in the system's temporary
-/// folder, apart from any workspace kept elsewhere.
+/// Where sandboxes go unless configured: a folder of this user's own (see
+/// [`kavi_foundation::sandbox::cache_home`]), apart from any workspace kept elsewhere.
 fn default_sandboxes() -> PathBuf {
-    std::env::temp_dir().join(format!("kavi-{}", nix::unistd::getuid()))
+    kavi_foundation::sandbox::cache_home().join("sandboxes")
 }
 
 /// Values given on the command line; only those given override the layers below.

@@ -4,6 +4,7 @@
 //! or hand-edited line never hides the rest.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use crate::ledger::ExecutionRecord;
@@ -15,10 +16,14 @@ pub fn append(path: &Path, record: &ExecutionRecord) -> std::io::Result<()> {
     }
     let mut line = serde_json::to_vec(record).expect("a record serializes");
     line.push(b'\n');
+    // Every run's input and output, as in the ledger: closed to the accounts that may not write
+    // the folder as the ledger is (one an older kavi made readable is closed too).
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o666 & !kavi_foundation::sandbox::closed_bits(path))
         .open(path)?;
+    kavi_foundation::sandbox::close_to_readers(path)?;
     file.write_all(&line)?;
     file.sync_all()
 }
@@ -77,6 +82,22 @@ mod tests {
             confinement: None,
             caller: None,
         }
+    }
+
+    /// The log holds every run's input and output: only the accounts that may write its folder
+    /// read it, as the ledger; one an older kavi left readable is closed at the next append.
+    #[test]
+    fn the_log_is_closed_to_accounts_that_may_not_write_its_folder() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("executions.jsonl");
+        append(&path, &record("a")).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        append(&path, &record("b")).unwrap();
+        assert_eq!(mode(&path), 0o600);
     }
 
     #[test]

@@ -39,9 +39,7 @@ impl Snapshot {
     pub fn new_folder(
         track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
     ) -> Result<tempfile::TempDir, String> {
-        tempfile::Builder::new()
-            .prefix("kavi-snapshot-")
-            .tempdir()
+        kavi_foundation::sandbox::private_folder(&std::env::temp_dir(), "kavi-snapshot-")
             .and_then(|dir| track(dir.path()).map(|()| dir))
             .map_err(|e| format!("cannot make the snapshot folder: {e}"))
     }

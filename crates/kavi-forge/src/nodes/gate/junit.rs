@@ -66,9 +66,7 @@ const COVERAGE_RC: &str = "[run]\nbranch = True\ndata_file = {data}\nomit = */te
 /// nonce; with `measured` (the folder whose code is measured), coverage.py through pytest-cov
 /// too, configured by kavi alone.
 pub fn prepare(tmp: &Path, measured: Option<&Path>) -> Result<Prepared, String> {
-    let folder = tempfile::Builder::new()
-        .prefix("kavi-junit-")
-        .tempdir_in(tmp)
+    let folder = kavi_foundation::sandbox::private_folder(tmp, "kavi-junit-")
         .map_err(|e| format!("failed to make the test report's folder: {e}"))?;
     let witness = folder.path().join("witness");
     let nonce = uuid::Uuid::new_v4().simple().to_string();
