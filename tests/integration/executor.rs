@@ -11,9 +11,9 @@ use crate::common::{self, json, kavi};
 use crate::trust::{PROPOSAL, TEST, verify_and_promote, workspace_with};
 
 /// `demo` as trust's tests have it, printing also its PID namespace (a sandbox of its own per
-/// run) and what it reads at `notes/.env` (hidden from every skill: where the file exists, the
-/// view shows a device node it may not open).
-const SKILL: &str = "import json\nimport os\nimport pathlib\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': data}\n\n\ndef seen(path: str) -> str | None:\n    file = pathlib.Path(path)\n    try:\n        return file.read_text() if file.exists() else None\n    except OSError as error:\n        return type(error).__name__\n\n\nif __name__ == '__main__':\n    out = run(json.load(sys.stdin))\n    out['sandbox'] = os.readlink('/proc/self/ns/pid')\n    out['hidden'] = seen('notes/.env')\n    print(json.dumps(out))\n";
+/// run), what it reads at `notes/.env` (hidden from every skill: where the file exists, the
+/// view shows a device node it may not open) and at `notes/kept.txt`.
+const SKILL: &str = "import json\nimport os\nimport pathlib\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> dict[str, Any]:\n    return {'echo': data}\n\n\ndef seen(path: str) -> str | None:\n    file = pathlib.Path(path)\n    try:\n        return file.read_text() if file.exists() else None\n    except OSError as error:\n        return type(error).__name__\n\n\nif __name__ == '__main__':\n    out = run(json.load(sys.stdin))\n    out['sandbox'] = os.readlink('/proc/self/ns/pid')\n    out['hidden'] = seen('notes/.env')\n    out['kept'] = seen('notes/kept.txt')\n    print(json.dumps(out))\n";
 
 /// A workspace with `demo` trusted, where this machine isolates.
 fn trusted() -> Option<tempfile::TempDir> {
@@ -210,6 +210,40 @@ fn a_secret_made_after_the_sandboxes_started_is_hidden_from_the_next_runs() {
     }
     assert_eq!(launches[0], Value::Null, "{launches:?}");
     assert_eq!(launches[3], "pre-started", "{launches:?}");
+}
+
+/// The sandboxes started ahead show the workspace as git listed it then. A file saved anew
+/// since (a new inode: their view still links the old bytes) or one git no longer lists (now
+/// ignored) is not served from them as it was: each run sees what a direct run sees at that
+/// moment, and the executor serves again from sandboxes started after the change.
+#[test]
+fn a_file_saved_anew_or_ignored_after_the_sandboxes_started_is_not_served_stale() {
+    let Some(dir) = trusted() else { return };
+    let root = dir.path();
+    let kept = root.join("notes/kept.txt");
+    std::fs::create_dir(root.join("notes")).unwrap();
+    std::fs::write(&kept, "old text\n").unwrap();
+    let _executor = Executor::start(root);
+    // A run served first: the other sandbox, started with it, has built its view by then.
+    let served = run(root, "{}");
+    assert_eq!(served["output"]["kept"], "old text\n", "{served}");
+    // Saved as editors do: written beside, renamed over.
+    std::fs::write(root.join("notes/kept.txt.new"), "new text\n").unwrap();
+    std::fs::rename(root.join("notes/kept.txt.new"), &kept).unwrap();
+    let mut launches = Vec::new();
+    for round in 0..3 {
+        let record = run(root, &format!("{{\"round\": {round}}}"));
+        assert_eq!(record["output"]["kept"], "new text\n", "{record}");
+        launches.push(record["confinement"]["launch"].clone());
+    }
+    assert_eq!(launches[0], Value::Null, "{launches:?}");
+    assert_eq!(launches[2], "pre-started", "{launches:?}");
+    // Ignored now: not in the view of any run after.
+    std::fs::write(root.join(".gitignore"), "notes/kept.txt\n").unwrap();
+    for round in 0..3 {
+        let record = run(root, &format!("{{\"round\": {round}}}"));
+        assert_eq!(record["output"]["kept"], Value::Null, "{record}");
+    }
 }
 
 #[test]

@@ -174,6 +174,10 @@ pub struct Prestarted {
     /// the run's trust check writes the trusted bytes into it.
     snapshot: Option<tempfile::TempDir>,
     tmp: tempfile::TempDir,
+    /// What its view of the workspace held when it was started (see
+    /// `Confinement::workspace_stamp`), taken just before the view was built; unset until then,
+    /// or when it could not be taken.
+    view: std::sync::Arc<std::sync::OnceLock<String>>,
     /// The loader's line and the input, sent when the sandbox is claimed.
     feed: tokio::sync::oneshot::Sender<Vec<u8>>,
     stop: CancellationToken,
@@ -581,14 +585,23 @@ impl<'a> Runner<'a> {
         let (feed, input) = tokio::sync::oneshot::channel();
         let options = self.owner.capture(OUTPUT_LIMIT);
         let stop = shutdown.child_token();
+        let view = std::sync::Arc::new(std::sync::OnceLock::new());
         let finished = tokio::spawn({
-            let stop = stop.clone();
-            async move { crate::process::run_fed(&spec, input, &options, &stop).await }
+            let (stop, view, confinement) = (stop.clone(), view.clone(), confinement.clone());
+            async move {
+                // Before the view is built: a change made between the two moves the stamp a
+                // claim takes, so the sandbox is declined rather than served stale.
+                if let Ok(Some(stamp)) = confinement.workspace_stamp().await {
+                    let _ = view.set(stamp);
+                }
+                crate::process::run_fed(&spec, input, &options, &stop).await
+            }
         });
         Ok(Prestarted {
             confinement,
             snapshot: Some(snapshot),
             tmp,
+            view,
             feed,
             stop,
             finished,
@@ -602,7 +615,8 @@ impl<'a> Runner<'a> {
     /// run: the skill is refused, is not a READ_ONLY Python script without secrets or writes,
     /// or its trusted hash is not `hash` (the one its caller checked, when given);
     /// [`Claim::OtherView`] when the view a fresh sandbox would have (the policies, what
-    /// `hide_matching` finds now) differs from the one it was started with. The caller then
+    /// `hide_matching` finds now, the files git lists and their inodes) differs from the one it
+    /// was started with. The caller then
     /// runs it the usual way, which says why when it is refused.
     pub async fn run_prestarted(
         &self,
@@ -627,7 +641,16 @@ impl<'a> Runner<'a> {
             ready.snapshot.path(),
             &[],
         );
-        if fresh.map(|fresh| fresh.record()).ok() != Some(sandbox.confinement.record()) {
+        let Ok(fresh) = fresh else {
+            return Ok(Claim::OtherView);
+        };
+        if fresh.record() != sandbox.confinement.record() {
+            return Ok(Claim::OtherView);
+        }
+        // The workspace's view was built when the sandbox started: a file git no longer lists,
+        // one removed or one saved anew since would still be there, as it was.
+        let now = fresh.workspace_stamp().await.ok().flatten();
+        if now.is_none() || now.as_ref() != sandbox.view.get() {
             return Ok(Claim::OtherView);
         }
         let ran = self
@@ -912,9 +935,7 @@ impl<'a> Runner<'a> {
 
     /// A skill's private temporary folder (its TMPDIR, writable in its view).
     fn private_tmp(&self) -> std::io::Result<tempfile::TempDir> {
-        tempfile::Builder::new()
-            .prefix("kavi-tmp-skill-")
-            .tempdir()
+        kavi_foundation::sandbox::private_folder(&std::env::temp_dir(), "kavi-tmp-skill-")
             .and_then(|tmp| self.owner.track(tmp.path()).map(|()| tmp))
     }
 

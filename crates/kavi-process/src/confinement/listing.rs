@@ -136,6 +136,49 @@ impl Folders {
     }
 }
 
+impl Folders {
+    /// The listed file `relative` as it is now: its folder, its name and what it is, if it is
+    /// still a file or symlink there (not a submodule's folder, a socket, or gone).
+    fn listed<'r>(
+        &mut self,
+        relative: &'r Path,
+    ) -> io::Result<Option<(OwnedFd, &'r OsStr, nix::sys::stat::FileStat)>> {
+        let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+            return Ok(None);
+        };
+        let Some(from) = self.get(parent)? else {
+            return Ok(None);
+        };
+        let from = from.try_clone()?;
+        let stat = match fstatat(from.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        Ok((kind == SFlag::S_IFREG || kind == SFlag::S_IFLNK).then_some((from, name, stat)))
+    }
+}
+
+/// What a view of `root` built from `files` (git's list) would hold now, as a digest: each
+/// listed path that is a file or symlink there, with its inode. A view built earlier holds the
+/// same only while this is unchanged: a file git no longer lists (ignored, removed from the
+/// index), one deleted, or one saved anew (a new inode, where the view's link still shows the
+/// old bytes) moves it. A file changed in place is the same inode, which the view shows as it
+/// is.
+pub fn stamp(root: &Path, files: &[PathBuf]) -> io::Result<String> {
+    let mut source = Folders::new(root, false)?;
+    let mut seen = Vec::new();
+    for file in files {
+        if let Some((_, _, stat)) = source.listed(file)? {
+            seen.extend_from_slice(file.as_os_str().as_encoded_bytes());
+            let inode = format!("\0{}:{}:{:o}\n", stat.st_dev, stat.st_ino, stat.st_mode);
+            seen.extend_from_slice(inode.as_bytes());
+        }
+    }
+    Ok(kavi_foundation::hash::sha256_hex(&seen))
+}
+
 struct Builder {
     source: Folders,
     dest: Folders,
@@ -145,21 +188,11 @@ impl Builder {
     /// Puts the listed file `relative` in the view; false when it is no longer there, or is
     /// no file or symlink (a submodule's folder, a socket).
     fn place(&mut self, relative: &Path) -> io::Result<bool> {
-        let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+        let Some((from, name, stat)) = self.source.listed(relative)? else {
             return Ok(false);
         };
-        let Some(from) = self.source.get(parent)? else {
-            return Ok(false);
-        };
-        let from = from.try_clone()?;
-        let kind = match fstatat(from.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(stat) => SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT,
-            Err(Errno::ENOENT | Errno::ENOTDIR) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
-        if kind != SFlag::S_IFREG && kind != SFlag::S_IFLNK {
-            return Ok(false);
-        }
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        let parent = relative.parent().unwrap_or(Path::new(""));
         let to = self
             .dest
             .get(parent)?

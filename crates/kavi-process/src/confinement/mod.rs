@@ -157,16 +157,9 @@ impl Confinement {
     /// now, in a folder of their own. `None` when the process runs unconfined or its view does
     /// not show the workspace. A workspace git cannot list runs nothing.
     pub async fn list_workspace(&self) -> std::io::Result<Option<listing::Listed>> {
-        let Some(root) = self.profile.workspace.clone().filter(|_| self.isolated()) else {
+        let Some((root, files)) = self.listed_files().await? else {
             return Ok(None);
         };
-        // Boxed: git is started through the same `run` that calls this.
-        let files = Box::pin(crate::git::listed(&root)).await.map_err(|reason| {
-            std::io::Error::other(format!(
-                "refusing to run the {}: its view of the workspace is what git lists, and {reason}",
-                self.profile.role
-            ))
-        })?;
         // A write scope is mounted on a folder or file in the view, which git may list nothing
         // of. A hidden path the list leaves out needs nothing: it is not there.
         let points: Vec<PathBuf> = self
@@ -180,6 +173,42 @@ impl Confinement {
             .await
             .map_err(std::io::Error::other)?
             .map(Some)
+    }
+
+    /// What the workspace's view for a launch now would hold (see [`listing::stamp`]): a view
+    /// built earlier still shows the workspace while this is what it was then. `None` where
+    /// the process would not see the workspace.
+    pub async fn workspace_stamp(&self) -> std::io::Result<Option<String>> {
+        let Some((root, mut files)) = self.listed_files().await? else {
+            return Ok(None);
+        };
+        // What the view hides (kavi's state, `.git`) is not shown, and changes with every run.
+        files.retain(|file| {
+            !self
+                .profile
+                .hide
+                .iter()
+                .any(|hidden| root.join(file).starts_with(hidden))
+        });
+        tokio::task::spawn_blocking(move || listing::stamp(&root, &files))
+            .await
+            .map_err(std::io::Error::other)?
+            .map(Some)
+    }
+
+    /// The workspace the view shows and git's list of its files, taken now.
+    async fn listed_files(&self) -> std::io::Result<Option<(PathBuf, Vec<PathBuf>)>> {
+        let Some(root) = self.profile.workspace.clone().filter(|_| self.isolated()) else {
+            return Ok(None);
+        };
+        // Boxed: git is started through the same `run` that calls this.
+        let files = Box::pin(crate::git::listed(&root)).await.map_err(|reason| {
+            std::io::Error::other(format!(
+                "refusing to run the {}: its view of the workspace is what git lists, and {reason}",
+                self.profile.role
+            ))
+        })?;
+        Ok(Some((root, files)))
     }
 
     /// The launch of `program` (absolute, and inside the view) with `args` in `cwd`, showing
