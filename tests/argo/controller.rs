@@ -371,9 +371,12 @@ impl Cluster<'_> {
             // at its path from the working folder it was entered by), its volumes mounted, then
             // kavi with the container's args; then its output parameters' files copied out to
             // `own_tmp`, where the controller reads them as Argo reads them from the pod.
+            // A pod's file system is its own, its home's cache folder (where kavi keeps its
+            // sandboxes by default) included: it is in the pod's /tmp here.
             let mut script = String::from(
                 "mount -t tmpfs pod-tmp /tmp && mkdir -p \"$0\" && \
-             mount --no-canonicalize --bind /proc/self/cwd \"$0\" && cd \"$0\"",
+             mount --no-canonicalize --bind /proc/self/cwd \"$0\" && cd \"$0\" && \
+             export XDG_CACHE_HOME=/tmp/pod-cache",
             );
             for mount in container["volumeMounts"].as_array().into_iter().flatten() {
                 let path = mount["mountPath"].as_str().unwrap();

@@ -133,6 +133,16 @@ fn ensure_root(root: &Path, apart: &[&Path]) -> io::Result<()> {
             root.display()
         )));
     }
+    // Without the sticky bit, any account that may write the folder may move what is in it.
+    if !sticky && metadata.mode() & 0o002 != 0 {
+        return Err(io::Error::other(format!(
+            "the sandbox folder {} is writable by every account (mode {:o}) without the sticky \
+             bit: any of them could move kavi's folders away and put their own in their place; \
+             refusing to use it (`chmod o-w` it)",
+            root.display(),
+            metadata.mode() & 0o7777
+        )));
+    }
     Ok(())
 }
 
@@ -1084,9 +1094,14 @@ mod tests {
             message.contains("belongs to another user (uid 4201)"),
             "{message}"
         );
-        // Root's sticky folder, as /tmp is.
+        // Root's sticky folder, as /tmp is; without the sticky bit, refused.
         nix::unistd::chown(&squatted, Some(nix::unistd::Uid::from_raw(0)), None).unwrap();
         private_temp(&squatted, "kavi-tmp-").unwrap();
+        std::fs::set_permissions(&squatted, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let message = private_temp(&squatted, "kavi-tmp-")
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("without the sticky bit"), "{message}");
     }
 
     /// The group keeps its way into kavi's record only when it shares the folder: writable by

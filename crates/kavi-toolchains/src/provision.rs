@@ -11,6 +11,7 @@
 //! says kavi installed there, is made again.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -197,7 +198,19 @@ pub async fn ensure(
     kavi_foundation::sandbox::state_folder(&home.cache)
         .map_err(io(format!("cannot use {}", home.cache.display())))?;
     let lock_path = folder.with_extension("lock");
-    let lock = std::fs::File::create(&lock_path)
+    // Closed to every other account (flock needs only a descriptor opened for reading: a
+    // reader could hold it and keep every kavi waiting to provision); one an older kavi made
+    // readable is closed too.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .and_then(|lock| {
+            kavi_foundation::sandbox::close_to_readers(&lock_path)?;
+            Ok(lock)
+        })
         .map_err(io(format!("cannot create {}", lock_path.display())))?;
     // Another kavi may be provisioning the same declaration: wait for it, then reuse its work.
     let lock = tokio::task::spawn_blocking(move || lock.lock().map(|()| lock))
