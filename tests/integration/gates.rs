@@ -641,24 +641,12 @@ fn without_a_registry_the_gates_are_errors_and_an_existing_environment_can_stand
     );
     let run = last_run(root);
     // The policy scan parses with the same toolchain's interpreter; the secret scan has its own.
-    let secrets = verification(&run, "secrets");
-    assert_eq!(secrets["status"], "error", "{secrets}");
-    assert!(
-        secrets["detail"]
-            .as_str()
-            .unwrap()
-            .contains("could not provision toolchain `secrets`"),
-        "{secrets}"
-    );
+    assert!(error_detail(&run, "secrets").contains("could not provision toolchain `secrets`"));
     for gate in ["policy", "lint", "types", "tests"] {
-        let result = verification(&run, gate);
-        assert_eq!(result["status"], "error", "{gate}: {result}");
+        let detail = error_detail(&run, gate);
         assert!(
-            result["detail"]
-                .as_str()
-                .unwrap()
-                .contains("could not provision toolchain `python`"),
-            "{result}"
+            detail.contains("could not provision toolchain `python`"),
+            "{gate}: {detail}"
         );
     }
 
@@ -1195,9 +1183,7 @@ fn a_copied_cache_with_a_planted_pth_is_not_trusted_and_is_provisioned_again() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let run = last_run(root);
-    let types = verification(&run, "types");
-    assert_eq!(types["status"], "error", "{types}");
-    let detail = types["detail"].as_str().unwrap();
+    let detail = error_detail(&run, "types");
     assert!(
         detail.contains(&format!(
             "the environment {} is not one this kavi installed",
@@ -1206,14 +1192,10 @@ fn a_copied_cache_with_a_planted_pth_is_not_trusted_and_is_provisioned_again() {
             && detail.contains("provisioning it again failed"),
         "{detail}"
     );
-    let secrets = verification(&run, "secrets");
-    assert_eq!(secrets["status"], "error", "{secrets}");
+    let detail = error_detail(&run, "secrets");
     assert!(
-        secrets["detail"]
-            .as_str()
-            .unwrap()
-            .contains("was not made with this account's key"),
-        "{secrets}"
+        detail.contains("was not made with this account's key"),
+        "{detail}"
     );
     assert!(!pth.exists(), "the untrusted copy was removed");
 }
@@ -1282,13 +1264,13 @@ fn a_provisioned_toolchain_changed_since_or_installed_by_another_kavi_is_not_run
             .unwrap()
             .contains("PLANTED")
     );
-    let listed: Value = serde_json::from_slice(
-        &with_home(&["toolchain", "list", "--json"])
+    let listed_now = || -> Value {
+        let out = with_home(&["toolchain", "list", "--json"])
             .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let listed = listed_now();
     assert_eq!(listed[0]["state"], "provisioned", "{listed}");
     assert_eq!(types["tool"]["content"], listed[0]["content"], "{types}");
 
@@ -1305,21 +1287,13 @@ fn a_provisioned_toolchain_changed_since_or_installed_by_another_kavi_is_not_run
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let run = last_run(other.path());
-    let types = verification(&run, "types");
-    assert_eq!(types["status"], "error", "{types}");
-    let detail = types["detail"].as_str().unwrap();
+    let detail = error_detail(&run, "types");
     assert!(
         detail.contains("could not provision toolchain `python`")
             && !detail.contains(&folder.display().to_string()),
-        "{types}"
+        "{detail}"
     );
-    let listed: Value = serde_json::from_slice(
-        &with_home(&["toolchain", "list", "--json"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
+    let listed = listed_now();
     assert_eq!(
         (&listed[0]["state"], &listed[0]["path"]),
         (&"provisioned".into(), &folder.display().to_string().into()),
@@ -1900,4 +1874,12 @@ return {'echo': json.loads(json.dumps(data))}\n";
         verification(&run, "tests")["detail"],
         "2 collected, 2 ran: 2 passed, 0 failed, 0 errors, 0 skipped; 2 of 2 branches taken"
     );
+}
+
+/// The detail of gate `gate` in `run`, after checking the gate ended in an error (its tool did
+/// not run), never passed or failed.
+fn error_detail<'a>(run: &'a Value, gate: &str) -> &'a str {
+    let result = verification(run, gate);
+    assert_eq!(result["status"], "error", "{gate}: {result}");
+    result["detail"].as_str().unwrap()
 }
