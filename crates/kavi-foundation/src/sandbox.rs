@@ -78,12 +78,25 @@ pub fn private_folder(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir
 /// server ledger's locks): `$XDG_CACHE_HOME/kavi`, else `~/.cache/kavi`. Never a fixed name in a
 /// folder every account may write, such as `/tmp`: another account could make it first, own it,
 /// and move what kavi makes there (the sticky bit does not bind a folder's owner). Only without
-/// a home is it `kavi-<uid>` in the temporary folder, refused if another account made it.
+/// a home (neither `HOME` nor one the system records) is it `kavi-<uid>` in the temporary
+/// folder, refused if another account made it.
 pub fn cache_home() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|path| path.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                // Without HOME, the account's home as the system records it.
+                .or_else(|| {
+                    nix::unistd::User::from_uid(nix::unistd::getuid())
+                        .ok()
+                        .flatten()
+                        .map(|user| user.dir)
+                })
+                .filter(|home| home.is_absolute() && home != Path::new("/"))
+                .map(|home| home.join(".cache"))
+        })
         .map(|cache| cache.join("kavi"))
         .unwrap_or_else(|| std::env::temp_dir().join(format!("kavi-{}", nix::unistd::getuid())))
 }

@@ -161,19 +161,36 @@ impl Folders {
 }
 
 /// What a view of `root` built from `files` (git's list) would hold now, as a digest: each
-/// listed path that is a file or symlink there, with its inode. A view built earlier holds the
-/// same only while this is unchanged: a file git no longer lists (ignored, removed from the
-/// index), one deleted, or one saved anew (a new inode, where the view's link still shows the
-/// old bytes) moves it. A file changed in place is the same inode, which the view shows as it
-/// is.
+/// listed path that is a file or symlink there, with its inode (and, for a file the view would
+/// copy, its size and mtime). A view built earlier holds the same only while this is
+/// unchanged: a file git no longer lists (ignored, removed from the index), one deleted, one
+/// saved anew (a new inode, where the view's link still shows the old bytes) or a copied one
+/// changed moves it. A linked file changed in place is shown as it is now.
 pub fn stamp(root: &Path, files: &[PathBuf]) -> io::Result<String> {
+    use std::os::unix::fs::MetadataExt as _;
     let mut source = Folders::new(root, false)?;
+    // Where the view is built ([`Listed::build`]), and whether the kernel links another
+    // account's file for this one (root may; `fs.protected_hardlinks` stops the others).
+    let view_device = std::fs::metadata(std::env::temp_dir())?.dev();
+    let uid = nix::unistd::getuid();
     let mut seen = Vec::new();
     for file in files {
         if let Some((_, _, stat)) = source.listed(file)? {
             seen.extend_from_slice(file.as_os_str().as_encoded_bytes());
-            let inode = format!("\0{}:{}:{:o}\n", stat.st_dev, stat.st_ino, stat.st_mode);
-            seen.extend_from_slice(inode.as_bytes());
+            let mut entry = format!("\0{}:{}:{:o}", stat.st_dev, stat.st_ino, stat.st_mode);
+            // A file the view holds as a copy (another file system, another account's file)
+            // does not show a change in place, nor a file made anew on a reused inode: its
+            // size and mtime count too. A linked one shows what the file holds now.
+            let copied =
+                stat.st_dev != view_device || (!uid.is_root() && stat.st_uid != uid.as_raw());
+            if copied {
+                entry.push_str(&format!(
+                    ":{}:{}.{}",
+                    stat.st_size, stat.st_mtime, stat.st_mtime_nsec
+                ));
+            }
+            entry.push('\n');
+            seen.extend_from_slice(entry.as_bytes());
         }
     }
     Ok(kavi_foundation::hash::sha256_hex(&seen))
@@ -247,6 +264,58 @@ fn copy(from: &OwnedFd, to: &OwnedFd, name: &OsStr, kind: SFlag) -> io::Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stamp stays while the view holds what the workspace does, building the view
+    /// included (a link moves ctime only), and moves when a listed file is saved anew or no
+    /// longer listed, or, where the view would hold a copy (another file system), changed in
+    /// place.
+    #[test]
+    fn the_stamp_moves_with_what_a_view_would_hold() {
+        use std::os::unix::fs::MetadataExt as _;
+        let stamps_of = |root: &Path| {
+            std::fs::create_dir_all(root).unwrap();
+            std::fs::write(root.join("a.txt"), "DB_PASSWORD=secret\n").unwrap();
+            std::fs::write(root.join("b.txt"), "b").unwrap();
+            let files = [PathBuf::from("a.txt"), PathBuf::from("b.txt")];
+            let first = stamp(root, &files).unwrap();
+            let view = Listed::build(root, &files, &[]).unwrap();
+            assert_eq!(
+                stamp(root, &files).unwrap(),
+                first,
+                "building the view moved it"
+            );
+            std::fs::write(root.join("a.txt"), "DB_PASSWORD=\n").unwrap();
+            let changed = stamp(root, &files).unwrap();
+            std::fs::write(root.join("a.new"), "DB_PASSWORD=\n").unwrap();
+            std::fs::rename(root.join("a.new"), root.join("a.txt")).unwrap();
+            let saved = stamp(root, &files).unwrap();
+            assert_ne!(saved, changed, "saved anew");
+            assert_ne!(stamp(root, &files[..1]).unwrap(), saved, "no longer listed");
+            drop(view);
+            (first, changed)
+        };
+        // Linked: a change in place is what the view shows.
+        let dir = tempfile::tempdir().unwrap();
+        let (first, changed) = stamps_of(&dir.path().join("ws"));
+        assert_eq!(first, changed, "a linked file changed in place");
+        // Copied: it is not.
+        let temp_device = std::fs::metadata(std::env::temp_dir()).unwrap().dev();
+        let Some(other) = ["/dev/shm", "/run"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.metadata().is_ok_and(|m| m.dev() != temp_device))
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI has a tmpfs apart from the temporary folder"
+            );
+            eprintln!("skipping the copied view: no file system apart from the temporary one");
+            return;
+        };
+        let dir = tempfile::tempdir_in(other).unwrap();
+        let (first, changed) = stamps_of(&dir.path().join("ws"));
+        assert_ne!(first, changed, "a copied file changed in place");
+    }
 
     /// Only what the list names is in the view; a link is linked as itself, a folder on the
     /// way swapped for a link is not followed, and a mount point is made empty.

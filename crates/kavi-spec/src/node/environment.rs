@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -207,9 +208,12 @@ fn open_live_log(path: &Path) -> std::io::Result<File> {
     if let Some(folder) = path.parent() {
         std::fs::create_dir_all(folder)?;
     }
+    // What the node prints is closed to the accounts that may not write the folder, as the
+    // record it ends up in is.
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o666 & !kavi_foundation::sandbox::closed_bits(path))
         .open(path)
 }
 
@@ -265,6 +269,18 @@ mod tests {
         fn line(&self, _node: &str, _stream: Stream, text: &str) {
             self.0.lock().unwrap().push(text.to_owned());
         }
+    }
+
+    /// What a running node prints is closed to the accounts that may not write its folder.
+    #[test]
+    fn a_live_log_is_closed_to_other_accounts() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let folder = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(folder.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = folder.path().join("live/1.a.stdout");
+        open_live_log(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     /// Output that never ends a line is shown in pieces while kavi holds little of it, and a
