@@ -246,6 +246,42 @@ fn a_file_saved_anew_or_ignored_after_the_sandboxes_started_is_not_served_stale(
     }
 }
 
+/// A policy whose READ_ONLY skills see no workspace at all: its sandboxes show nothing that can
+/// change, and serve runs as any other.
+#[test]
+fn sandboxes_that_show_no_workspace_serve_runs() {
+    if !common::isolation_or_skip() {
+        return;
+    }
+    let dir = workspace_with(PROPOSAL, SKILL, TEST);
+    let root = dir.path();
+    let policy = root.join("policies/confinement.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let own = "[read_only]\nrequire = true\nread = [\"{{ workspace }}\", \"{{ snapshot }}\"]";
+    assert!(text.contains(own), "the shipped policy changed: {text}");
+    std::fs::write(
+        &policy,
+        text.replace(
+            own,
+            "[read_only]\nrequire = true\nread = [\"{{ snapshot }}\"]",
+        ),
+    )
+    .unwrap();
+    verify_and_promote(root);
+    let _executor = Executor::start(root);
+    let launches: Vec<Value> = (0..3)
+        .map(|round| {
+            let record = run(root, &format!("{{\"round\": {round}}}"));
+            assert_eq!(record["output"]["echo"]["round"], round, "{record}");
+            record["confinement"]["launch"].clone()
+        })
+        .collect();
+    assert!(
+        launches.iter().all(|launch| launch == "pre-started"),
+        "{launches:?}"
+    );
+}
+
 #[test]
 fn no_process_the_executor_started_outlives_it() {
     let Some(dir) = trusted() else { return };

@@ -175,9 +175,9 @@ pub struct Prestarted {
     snapshot: Option<tempfile::TempDir>,
     tmp: tempfile::TempDir,
     /// What its view of the workspace held when it was started (see
-    /// `Confinement::workspace_stamp`), taken just before the view was built; unset until then,
-    /// or when it could not be taken.
-    view: std::sync::Arc<std::sync::OnceLock<String>>,
+    /// `Confinement::workspace_stamp`; `None` when it shows no workspace), taken just before
+    /// the view was built; unset until then, or when it could not be taken.
+    view: std::sync::Arc<std::sync::OnceLock<Option<String>>>,
     /// The loader's line and the input, sent when the sandbox is claimed.
     feed: tokio::sync::oneshot::Sender<Vec<u8>>,
     stop: CancellationToken,
@@ -591,8 +591,15 @@ impl<'a> Runner<'a> {
             async move {
                 // Before the view is built: a change made between the two moves the stamp a
                 // claim takes, so the sandbox is declined rather than served stale.
-                if let Ok(Some(stamp)) = confinement.workspace_stamp().await {
-                    let _ = view.set(stamp);
+                match confinement.workspace_stamp().await {
+                    Ok(stamp) => {
+                        let _ = view.set(stamp);
+                    }
+                    // Unset, so no claim can match it: the sandbox serves nothing.
+                    Err(error) => tracing::warn!(
+                        "a sandbox started ahead cannot tell what it shows of the workspace \
+                         ({error}); runs will not use it"
+                    ),
                 }
                 crate::process::run_fed(&spec, input, &options, &stop).await
             }
@@ -649,8 +656,10 @@ impl<'a> Runner<'a> {
         }
         // The workspace's view was built when the sandbox started: a file git no longer lists,
         // one removed or one saved anew since would still be there, as it was.
-        let now = fresh.workspace_stamp().await.ok().flatten();
-        if now.is_none() || now.as_ref() != sandbox.view.get() {
+        let Ok(now) = fresh.workspace_stamp().await else {
+            return Ok(Claim::OtherView);
+        };
+        if sandbox.view.get() != Some(&now) {
             return Ok(Claim::OtherView);
         }
         let ran = self
