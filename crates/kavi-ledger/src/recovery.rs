@@ -8,9 +8,23 @@ use super::db::{self, params};
 use super::{Ledger, Result, now, owner};
 
 /// Takes the lock on the file at `path` for a recovery, if nobody holds it: `None` when its
-/// owner (or another recovery of it) does, no file when there is none.
-fn take_over(path: &Path) -> std::io::Result<Option<Option<File>>> {
-    match File::open(path) {
+/// owner (or another recovery of it) does, no file when there is none. With `placeholder`, a
+/// missing file is made (closed to others) and its lock taken, so that a second recovery finds
+/// the owner held.
+fn take_over(path: &Path, placeholder: bool) -> std::io::Result<Option<Option<File>>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = if placeholder {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+    } else {
+        File::open(path)
+    };
+    match opened {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some(None)),
         Err(e) => Err(e),
         Ok(file) => match file.try_lock() {
@@ -132,7 +146,11 @@ impl Ledger {
         'owners: for name in owners.into_iter().filter(|name| owner::runs_here(name)) {
             let mut held = Vec::new();
             for extension in owner::LOCKS {
-                match take_over(&self.owner_file(&name, extension))? {
+                // An owner known only from its rows has no lock file: a placeholder, held, is
+                // what tells another recovery that this one acts on it. (A live owner's lock file
+                // always exists: its claim, made in a turn, is complete in this one.)
+                let placeholder = extension == owner::LOCKS[0];
+                match take_over(&self.owner_file(&name, extension), placeholder)? {
                     None => continue 'owners,
                     Some(lock) => held.extend(lock),
                 }

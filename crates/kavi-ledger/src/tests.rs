@@ -497,6 +497,46 @@ fn a_dead_owner_another_recovery_holds_is_left_to_it() {
     assert!(!lock.exists());
 }
 
+/// An owner known only from its rows (its files gone: an older kavi, or a recovery cut short)
+/// is taken by one recovery alone: a placeholder lock, held, tells the others.
+#[test]
+fn an_owner_known_only_from_its_rows_is_taken_by_one_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    let owner = Owner::claim(&path, dir.path()).unwrap();
+    let run = ledger
+        .create_run(&new_run(&serde_json::json!({}), &["a"], &owner))
+        .unwrap();
+    let name = owner.name().to_owned();
+    drop(owner);
+    let locks = locks_dir(&path);
+    let files = |locks: &std::path::Path| {
+        std::fs::read_dir(locks)
+            .unwrap()
+            .filter(|entry| {
+                entry
+                    .as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&name)
+            })
+            .count()
+    };
+    assert_eq!(files(&locks), 0, "the owner's files are gone");
+    let taken = ledger.dead_owners().unwrap();
+    assert_eq!(taken.iter().map(|(n, _)| n).collect::<Vec<_>>(), [&name]);
+    assert!(ledger.dead_owners().unwrap().is_empty(), "taken twice");
+    drop(taken);
+    ledger.recover_interrupted().unwrap();
+    assert_eq!(
+        ledger.run_detail(run).unwrap().run.status,
+        RunStatus::Interrupted
+    );
+    assert_eq!(files(&locks), 0, "the placeholder is left behind");
+}
+
 #[test]
 fn a_run_whose_owner_is_gone_is_marked_interrupted_and_a_live_one_is_not() {
     let dir = tempfile::tempdir().unwrap();
