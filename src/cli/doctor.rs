@@ -362,7 +362,7 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
                 );
             }
             match super::toolchain::installed_state(toolchain, &home) {
-                Some((path, Ok(_))) => check(
+                super::toolchain::Installed::Found(path, Ok(_)) => check(
                     &name,
                     Status::Ok,
                     format!(
@@ -371,7 +371,7 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
                         path.display()
                     ),
                 ),
-                Some((path, Err(why))) => check(
+                super::toolchain::Installed::Found(path, Err(why)) => check(
                     &name,
                     Status::Warn,
                     format!(
@@ -380,7 +380,8 @@ fn toolchain_checks(workspace: &Workspace) -> Vec<Check> {
                         path.display()
                     ),
                 ),
-                None => check(
+                super::toolchain::Installed::Unknown(why) => check(&name, Status::Fail, why),
+                super::toolchain::Installed::Missing => check(
                     &name,
                     Status::Warn,
                     format!(

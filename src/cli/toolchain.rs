@@ -118,11 +118,14 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
             let (state, path, content, untrusted) = match toolchain.existing_in(&home) {
                 Some(path) => ("existing", Some(path.to_owned()), None, None),
                 None => match installed_state(toolchain, &home) {
-                    None => ("not provisioned", None, None, None),
-                    Some((folder, Ok(held))) => {
+                    Installed::Missing => ("not provisioned", None, None, None),
+                    Installed::Unknown(why) => ("unknown", None, None, Some(why)),
+                    Installed::Found(folder, Ok(held)) => {
                         ("provisioned", Some(folder), Some(held.content), None)
                     }
-                    Some((folder, Err(why))) => ("untrusted", Some(folder), None, Some(why)),
+                    Installed::Found(folder, Err(why)) => {
+                        ("untrusted", Some(folder), None, Some(why))
+                    }
                 },
             };
             json!({
@@ -156,25 +159,45 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     }
     out!("{}", table(&rows));
     for entry in &listed {
-        if let Some(why) = entry["untrusted"].as_str() {
-            outln!(
-                "{}: not the environment kavi installed ({why}); the next run provisions it again",
-                entry["name"].as_str().unwrap_or_default()
-            );
+        let name = entry["name"].as_str().unwrap_or_default();
+        match (entry["state"].as_str(), entry["untrusted"].as_str()) {
+            (Some("unknown"), Some(why)) => outln!("{name}: {why}"),
+            (_, Some(why)) => outln!(
+                "{name}: not the environment kavi installed ({why}); the next run provisions it \
+                 again"
+            ),
+            _ => {}
         }
     }
     Ok(exit::SUCCESS)
 }
 
-/// The provisioned environment of `toolchain` in `home`, if there is one, and whether it is
-/// the one kavi recorded installing there (see `kavi_toolchains::installed`).
+/// What kavi's cache holds for a toolchain (see `kavi_toolchains::installed`).
+pub(super) enum Installed {
+    /// No environment is provisioned for it.
+    Missing,
+    /// Its folder cannot be named (the folder's name holds the journal key's name): why.
+    Unknown(String),
+    /// The environment's folder, and whether it is the one kavi recorded installing there.
+    Found(std::path::PathBuf, Result<installed::Held, String>),
+}
+
+/// The provisioned environment of `toolchain` in `home`.
 pub(super) fn installed_state(
     toolchain: &Toolchain,
     home: &crate::config::ToolchainHome,
-) -> Option<(std::path::PathBuf, Result<installed::Held, String>)> {
-    let ready = provision::read_manifest(toolchain, &toolchain.folder_in(home).ok()?)?;
-    let held = provision::held(toolchain, &ready.path);
-    Some((ready.path, held))
+) -> Installed {
+    let folder = match toolchain.folder_in(home) {
+        Ok(folder) => folder,
+        Err(why) => return Installed::Unknown(format!("cannot name its folder: {why}")),
+    };
+    match provision::read_manifest(toolchain, &folder) {
+        None => Installed::Missing,
+        Some(ready) => {
+            let held = provision::held(toolchain, &ready.path);
+            Installed::Found(ready.path, held)
+        }
+    }
 }
 
 /// Prints the folder of a toolchain's environment (its tools are in `bin/`), if it is ready.
@@ -184,17 +207,26 @@ pub fn path(workspace: &Workspace, name: &str) -> Result<i32, Error> {
     let toolchain = chosen(&set, Some(name))?[0];
     let path = match toolchain.existing_in(&home) {
         Some(path) => path.to_owned(),
-        None => toolchain
-            .folder_in(&home)
-            .ok()
-            .and_then(|folder| provision::read_manifest(toolchain, &folder))
-            .map(|ready| ready.path)
-            .ok_or_else(|| {
-                Error::NotFound(format!(
+        None => match installed_state(toolchain, &home) {
+            Installed::Found(path, Ok(_)) => path,
+            Installed::Found(path, Err(why)) => {
+                return Err(Error::NotFound(format!(
+                    "toolchain `{name}`: {} is not the environment kavi installed ({why}): \
+                     `kavi toolchain install {name}` provisions it again (the first run that \
+                     needs it does too)",
+                    path.display()
+                )));
+            }
+            Installed::Unknown(why) => {
+                return Err(Error::Unusable(format!("toolchain `{name}`: {why}")));
+            }
+            Installed::Missing => {
+                return Err(Error::NotFound(format!(
                     "toolchain `{name}` is not provisioned yet: `kavi toolchain install {name}` \
                      makes it (the first run that needs it does too)"
-                ))
-            })?,
+                )));
+            }
+        },
     };
     outln!("{}", path.display());
     Ok(exit::SUCCESS)

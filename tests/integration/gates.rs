@@ -1174,6 +1174,34 @@ fn a_copied_cache_with_a_planted_pth_is_not_trusted_and_is_provisioned_again() {
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed[0]["state"], "untrusted", "{listed}");
     assert_eq!(listed[1]["state"], "untrusted", "{listed}");
+    // Its folder is not printed as one to use.
+    let path = common::kavi_command(root, &["toolchain", "path", "python"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&path.stderr);
+    assert!(
+        path.stdout.is_empty() && said.contains("is not the environment kavi installed"),
+        "{said}"
+    );
+    // Without a key, no folder is kavi's: said as such, not as one never provisioned.
+    let not_a_folder = cache.path().join("not-a-folder");
+    std::fs::write(&not_a_folder, "").unwrap();
+    let no_key = not_a_folder.join("keys");
+    let listed = common::kavi_command(root, &["toolchain", "list", "--json"])
+        .env("KAVI_TOOLCHAINS", cache.path())
+        .env("KAVI_KEYS", &no_key)
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["state"], "unknown", "{listed}");
+    assert!(
+        listed[0]["untrusted"]
+            .as_str()
+            .unwrap()
+            .contains("cannot name its folder"),
+        "{listed}"
+    );
 
     let out = common::kavi_command(root, &["pipeline", "run", "verify"])
         .env("KAVI_TOOLCHAINS", cache.path())
