@@ -145,6 +145,31 @@ fn an_executor_of_another_account_is_not_asked() {
     );
 }
 
+/// A ledger an older kavi left readable in a team folder that is not setgid: its files are of
+/// their maker's group, not the folder's, so they are closed to that group, and kavi says how
+/// to share them with the folder's group instead.
+#[test]
+fn a_ledger_closed_to_a_group_that_does_not_share_its_folder_says_how_to_share_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = trusted();
+    let root = dir.path();
+    let state = root.join(".kavi");
+    let ledger = state.join("ledger.db");
+    std::os::unix::fs::chown(&state, None, Some(common::TEAM_GID)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o775)).unwrap();
+    std::fs::set_permissions(&ledger, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = kavi(root, &["runs", "list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("closing {} to its group", ledger.display()))
+            && stderr.contains("`chmod g+s` the folder"),
+        "{stderr}"
+    );
+    let mode = std::fs::metadata(&ledger).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
 /// A `.kavi/` every account may add to is refused even when root owns it and the sticky bit is
 /// set: another account could plant a lock file, a socket or an artifact under a name kavi reads.
 #[test]

@@ -264,6 +264,20 @@ pub fn close_to_readers(path: &Path) -> io::Result<()> {
     if mode & closed == 0 || metadata.st_uid != nix::unistd::getuid().as_raw() {
         return Ok(());
     }
+    if mode & closed & 0o070 != 0
+        && let Ok(folder) = folder_of(path).metadata()
+        && shared_with_group(&folder)
+    {
+        // A team folder an older kavi wrote into: its files were left readable by their maker's
+        // group, which is not the folder's unless the folder is setgid.
+        tracing::warn!(
+            "closing {} to its group: {} is writable by its group but not setgid, so the files \
+             made there are of their maker's group; to share them with the folder's group, \
+             `chmod g+s` the folder and `chgrp` its files to the folder's group",
+            path.display(),
+            folder_of(path).display()
+        );
+    }
     let this_file = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
     match std::fs::set_permissions(this_file, std::fs::Permissions::from_mode(mode & !closed)) {
         Err(e)
@@ -292,7 +306,7 @@ pub fn closed_bits(path: &Path) -> u32 {
     let Ok(folder) = folder_of(path).metadata() else {
         return 0o077;
     };
-    let group_shared = folder.mode() & 0o020 != 0 && folder.mode() & 0o002 == 0;
+    let group_shared = shared_with_group(&folder);
     let group = match path.symlink_metadata() {
         Ok(file) => file.gid(),
         // A setgid folder gives its group to what is made there; otherwise it is the maker's.
@@ -304,6 +318,11 @@ pub fn closed_bits(path: &Path) -> u32 {
     } else {
         0o077
     }
+}
+
+/// Whether a folder is shared with its group: its group may write it, and nobody else may.
+fn shared_with_group(folder: &std::fs::Metadata) -> bool {
+    folder.mode() & 0o020 != 0 && folder.mode() & 0o002 == 0
 }
 
 /// The folder `path` names something in: `.` for a bare relative name.
