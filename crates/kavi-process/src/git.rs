@@ -146,17 +146,28 @@ pub async fn listed(root: &Path) -> Result<Vec<std::path::PathBuf>, String> {
     let git_dir = if dot_git.symlink_metadata().is_ok() {
         dot_git
     } else {
-        let dir = kavi_foundation::sandbox::private_folder(&std::env::temp_dir(), "kavi-git-")
+        let dir = kavi_foundation::sandbox::private_folder(
+            &kavi_foundation::sandbox::memory_temp_dir(),
+            "kavi-git-",
+        )
+        .map_err(|e| {
+            format!(
+                "cannot make an empty repository to list {}: {e}",
+                root.display()
+            )
+        })?;
+        // What makes a folder a git dir, written by hand: `git init` costs a process and a
+        // dozen files more, on every listing of a workspace that is no repository.
+        let git_dir = dir.path().to_owned();
+        std::fs::create_dir(git_dir.join("objects"))
+            .and_then(|()| std::fs::create_dir(git_dir.join("refs")))
+            .and_then(|()| std::fs::write(git_dir.join("HEAD"), "ref: refs/heads/main\n"))
             .map_err(|e| {
                 format!(
                     "cannot make an empty repository to list {}: {e}",
                     root.display()
                 )
             })?;
-        let repo = dir.path().join("empty");
-        std::fs::create_dir(&repo).map_err(|e| e.to_string())?;
-        run(&repo, &["init", "-q", "--template="]).await?;
-        let git_dir = repo.join(".git");
         _empty = Some(dir);
         git_dir
     };

@@ -60,7 +60,7 @@ impl Tripwires {
         }
         let folder = tempfile::Builder::new()
             .prefix("kavi-tripwires-")
-            .tempdir()?;
+            .tempdir_in(kavi_foundation::sandbox::memory_temp_dir())?;
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         // The mirror's folders look like ones bubblewrap would make to mount on.
         std::fs::set_permissions(folder.path(), PermissionsExt::from_mode(0o755))?;
