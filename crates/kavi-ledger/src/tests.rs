@@ -449,11 +449,9 @@ fn recovery_waits_for_a_claim_in_progress_and_finds_its_owner_alive() {
     assert!(lock.exists(), "recovery removed a live owner's lock");
 }
 
-/// A dead owner another recovery has taken over (it holds the owner's lock) is left to that
-/// recovery, and the turn is free meanwhile: of two kavis opening the ledger at once, one
-/// recovers each dead owner, and claims do not wait for the slow part of a recovery.
-#[test]
-fn a_dead_owner_another_recovery_holds_is_left_to_it() {
+/// A ledger in a fresh folder with one run started by a live owner: the folder, the ledger's
+/// path, the ledger, the owner and the run.
+fn a_running_run() -> (tempfile::TempDir, std::path::PathBuf, Ledger, Owner, i64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let mut ledger = Ledger::open(&path).unwrap();
@@ -461,6 +459,15 @@ fn a_dead_owner_another_recovery_holds_is_left_to_it() {
     let run = ledger
         .create_run(&new_run(&serde_json::json!({}), &["a"], &owner))
         .unwrap();
+    (dir, path, ledger, owner, run)
+}
+
+/// A dead owner another recovery has taken over (it holds the owner's lock) is left to that
+/// recovery, and the turn is free meanwhile: of two kavis opening the ledger at once, one
+/// recovers each dead owner, and claims do not wait for the slow part of a recovery.
+#[test]
+fn a_dead_owner_another_recovery_holds_is_left_to_it() {
+    let (_dir, path, mut ledger, owner, run) = a_running_run();
     // A noted owner keeps its lock file when it goes.
     owner.note_stop("the test stopped it");
     let locks = locks_dir(&path);
@@ -501,13 +508,7 @@ fn a_dead_owner_another_recovery_holds_is_left_to_it() {
 /// is taken by one recovery alone: a placeholder lock, held, tells the others.
 #[test]
 fn an_owner_known_only_from_its_rows_is_taken_by_one_recovery() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ledger.db");
-    let mut ledger = Ledger::open(&path).unwrap();
-    let owner = Owner::claim(&path, dir.path()).unwrap();
-    let run = ledger
-        .create_run(&new_run(&serde_json::json!({}), &["a"], &owner))
-        .unwrap();
+    let (_dir, path, mut ledger, owner, run) = a_running_run();
     let name = owner.name().to_owned();
     drop(owner);
     let locks = locks_dir(&path);
