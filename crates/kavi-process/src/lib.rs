@@ -408,6 +408,27 @@ async fn run_with(
                 let (cgroup, _) = launch.cgroup.as_ref()?;
                 cgroup.exceeded().map(Violation::Bound)
             });
+        // What it wrote in its last moments, or in less than the watch's first measure, stays:
+        // its write folders are measured once more now that it has ended.
+        if violation.is_none()
+            && let Some(mib) = limits.disk_mib
+        {
+            let paths = spec
+                .confinement
+                .as_ref()
+                .expect("launched confined")
+                .profile
+                .write
+                .clone();
+            let used =
+                tokio::task::spawn_blocking(move || crate::confinement::bounds::disk_used(&paths))
+                    .await
+                    .ok()
+                    .flatten();
+            if used.is_none_or(|used| used > mib << 20) {
+                violation = Some(Violation::disk(mib));
+            }
+        }
     }
     Ok(Finished {
         exit,

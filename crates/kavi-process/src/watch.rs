@@ -61,6 +61,13 @@ impl std::fmt::Display for Violation {
     }
 }
 
+impl Violation {
+    /// Past the disk bound of `mib` MiB.
+    pub(crate) fn disk(mib: u64) -> Self {
+        Violation::Bound(format!("its disk bound ({mib} MiB)"))
+    }
+}
+
 /// How often a confined process is looked at for a sprung tripwire or a daemon.
 const WATCH: Duration = Duration::from_millis(100);
 
@@ -111,9 +118,11 @@ pub(crate) async fn watch(
                 return None;
             }
             if let Some((mib, paths)) = &watched.disk
-                && bounds::disk_used(paths).is_none_or(|used| used > mib << 20)
+                && bounds::disk_used(paths).is_none_or(|used| {
+                    used + bounds::unlinked_held(&tree(watched.outer), paths) > mib << 20
+                })
             {
-                return Some(Violation::Bound(format!("its disk bound ({mib} MiB)")));
+                return Some(Violation::disk(*mib));
             }
             let (seconds, folders) = watched.cpu.as_ref()?;
             (bounds::cpu_seconds(folders)? > *seconds as f64)
@@ -136,14 +145,39 @@ pub(crate) async fn watch(
 /// daemon's double fork leaves it: the init (bubblewrap's one child, `outer`'s) starts one
 /// process, the program, and any other child it has was reparented to it.
 fn orphaned(outer: Pid) -> bool {
-    let children = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|child| child.parse::<i32>().ok())
-            .collect::<Vec<_>>()
-    };
     children(outer.as_raw())
         .into_iter()
         .any(|init| children(init).len() > 1)
+}
+
+/// The children of process `pid`, of any of its threads.
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|child| child.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `outer` and every process below it: in a PID namespace, whatever the program started, as
+/// an orphan is its init's child.
+fn tree(outer: Pid) -> Vec<i32> {
+    let mut found = vec![outer.as_raw()];
+    let mut next = 0;
+    while next < found.len() {
+        for pid in children(found[next]) {
+            if !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+        next += 1;
+    }
+    found
 }

@@ -414,6 +414,73 @@ pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
     Some(used)
 }
 
+/// The disk that files no folder names any more (unlinked) take while the processes `pids` keep
+/// them open or mapped, on the file systems of `paths`. The walk of [`disk_used`] cannot see
+/// them, yet their blocks stay on the disk until the last holder ends: a process could hold
+/// many times its bound that way. Each file is counted once, by device and inode. A mapping
+/// whose file kavi may not look at (`/proc/PID/map_files` needs privileges) counts its length.
+pub fn unlinked_held(pids: &[i32], paths: &[PathBuf]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let devices: Vec<u64> = paths
+        .iter()
+        .filter_map(|path| fs::metadata(path).ok())
+        .map(|metadata| metadata.dev())
+        .collect();
+    let mut held: std::collections::HashMap<(u64, u64), u64> = std::collections::HashMap::new();
+    let mut count = |dev: u64, ino: u64, bytes: u64| {
+        if devices.contains(&dev) {
+            let entry = held.entry((dev, ino)).or_default();
+            *entry = (*entry).max(bytes);
+        }
+    };
+    let unlinked = |link: &Path| {
+        fs::read_link(link).is_ok_and(|target| target.to_string_lossy().ends_with(" (deleted)"))
+    };
+    for pid in pids {
+        let fds = PathBuf::from(format!("/proc/{pid}/fd"));
+        for fd in fs::read_dir(&fds).into_iter().flatten().flatten() {
+            let link = fd.path();
+            if unlinked(&link)
+                && let Ok(file) = fs::metadata(&link)
+                && file.is_file()
+            {
+                count(file.dev(), file.ino(), file.blocks() * 512);
+            }
+        }
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        for line in maps.lines().filter(|line| line.ends_with(" (deleted)")) {
+            // `start-end perms offset major:minor inode path (deleted)`
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(range), Some(device), Some(inode)) =
+                (fields.first(), fields.get(3), fields.get(4))
+            else {
+                continue;
+            };
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let mapped = u64::from_str_radix(end, 16)
+                .unwrap_or(0)
+                .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
+            match fs::metadata(format!("/proc/{pid}/map_files/{range}")) {
+                Ok(file) => count(file.dev(), file.ino(), file.blocks() * 512),
+                Err(_) => {
+                    let dev = device.split_once(':').and_then(|(major, minor)| {
+                        Some(libc::makedev(
+                            u32::from_str_radix(major, 16).ok()?,
+                            u32::from_str_radix(minor, 16).ok()?,
+                        ))
+                    });
+                    if let (Some(dev), Ok(ino)) = (dev, inode.parse::<u64>()) {
+                        count(dev, ino, mapped);
+                    }
+                }
+            }
+        }
+    }
+    held.values().sum()
+}
+
 /// The CPU seconds a cgroup's whole tree has used, where one of its `folders` counts them
 /// (v1's `cpuacct`, v2's `cpu.stat`).
 pub fn cpu_seconds(folders: &[PathBuf]) -> Option<f64> {

@@ -401,6 +401,64 @@ async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped()
     );
 }
 
+/// A file made in a write folder and removed while still open has no entry for a walk to find,
+/// yet its blocks stay on the disk while it is held: they count.
+#[tokio::test]
+async fn a_process_that_holds_removed_files_past_the_disk_bound_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // 16 MiB in a file removed at once, held open for up to 30 seconds.
+    let fill = |scope: &Path| {
+        format!(
+            "exec 3> {0}/held; head -c 16777216 /dev/zero >&3; rm {0}/held; sleep 30",
+            scope.display()
+        )
+    };
+    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
+        return;
+    };
+    assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+}
+
+/// Nor does a removed file that is only mapped (its descriptor closed) escape the count.
+#[tokio::test]
+async fn a_process_that_maps_removed_files_past_the_disk_bound_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let fill = |scope: &Path| {
+        format!(
+            "exec python3 -c 'import ctypes, os, time\n\
+             libc = ctypes.CDLL(None)\n\
+             libc.mmap.restype = ctypes.c_void_p\n\
+             libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
+             fd = os.open(\"{0}/mapped\", os.O_RDWR | os.O_CREAT, 0o600)\n\
+             os.posix_fallocate(fd, 0, 16 << 20)\n\
+             assert libc.mmap(None, 16 << 20, 1, 1, fd, 0) not in (None, 2**64 - 1)\n\
+             os.close(fd)\n\
+             os.unlink(\"{0}/mapped\")\n\
+             time.sleep(30)'",
+            scope.display()
+        )
+    };
+    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
+        return;
+    };
+    assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+}
+
+/// What a process writes just before it ends, sooner than the watch measures, is measured once
+/// it has ended.
+#[tokio::test]
+async fn a_process_that_ends_right_after_filling_its_write_folders_is_past_the_disk_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let fill = |scope: &Path| format!("head -c 16777216 /dev/zero > {}/left", scope.display());
+    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
+        return;
+    };
+    assert!(scope.join("left").exists());
+}
+
 /// Empty files take no blocks, yet each takes an inode: thousands of them are past the disk
 /// bound, not a way around it to the host's inodes.
 #[tokio::test]
