@@ -50,8 +50,14 @@ pub const PORT: u16 = 3128;
 /// How many client connections the proxy serves at once; more wait for one to end.
 const MAX_CLIENTS: usize = 64;
 
-/// How many connection records are kept; past that, only counted.
+/// How many connection records are kept; past that, only counted, except a first connection
+/// to a destination it was allowed to reach (see [`MAX_DESTINATIONS`]).
 const MAX_RECORDS: usize = 256;
+
+/// How many more records, past [`MAX_RECORDS`], name a destination no kept record names as
+/// reached: a process cannot hide where it went behind a flood of refused requests, and
+/// ports of an allowed host cannot grow the record without end.
+const MAX_DESTINATIONS: usize = 4096;
 
 /// How long reaching an allowed host may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,15 +83,18 @@ pub struct Connection {
     pub error: Option<String>,
 }
 
-/// What a launch's proxy saw: the first [`MAX_RECORDS`] connections, and how many it allowed and
-/// refused in all.
+/// What a launch's proxy saw: the first [`MAX_RECORDS`] connections and then the first to each
+/// destination it reached, and how many it allowed and refused in all.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct ProxyLog {
     pub connections: Vec<Connection>,
     pub allowed: u64,
     pub refused: u64,
-    /// Connections counted but not kept, past the first [`MAX_RECORDS`].
+    /// Connections counted but not kept.
     pub unrecorded: u64,
+    /// The destinations (host, port) of the allowed connections kept.
+    #[serde(skip)]
+    reached: std::collections::HashSet<(String, u16)>,
 }
 
 impl ProxyLog {
@@ -96,7 +105,14 @@ impl ProxyLog {
             self.refused += 1;
         }
         tracing::debug!(?connection, "proxy");
-        if self.connections.len() < MAX_RECORDS {
+        let destination = (connection.host.clone(), connection.port);
+        let new_destination = connection.allowed && !self.reached.contains(&destination);
+        let keep = self.connections.len() < MAX_RECORDS
+            || (new_destination && self.connections.len() < MAX_RECORDS + MAX_DESTINATIONS);
+        if keep {
+            if connection.allowed {
+                self.reached.insert(destination);
+            }
             self.connections.push(connection);
         } else {
             self.unrecorded += 1;
@@ -522,4 +538,42 @@ pub fn is_proxy_variable(key: &str) -> bool {
 /// Where the socket goes in the view, as a path.
 pub fn socket_in_view() -> &'static Path {
     Path::new(SOCKET_IN_VIEW)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(host: &str, allowed: bool) -> Connection {
+        Connection {
+            method: "CONNECT".into(),
+            host: host.into(),
+            port: 443,
+            allowed,
+            reason: String::new(),
+            address: None,
+            error: None,
+        }
+    }
+
+    /// A flood of refused requests first does not hide where the process went after it: the
+    /// first connection to each host it reached is kept past the cap, repeats only counted.
+    #[test]
+    fn every_reached_destination_is_kept_past_a_flood_of_refusals() {
+        let mut log = ProxyLog::default();
+        for n in 0..MAX_RECORDS + 10 {
+            log.push(asked(&format!("decoy{n}.example"), false));
+        }
+        for _ in 0..3 {
+            log.push(asked("pypi.org", true));
+        }
+        log.push(asked("files.pythonhosted.org", true));
+        let kept: Vec<&str> = log.connections[MAX_RECORDS..]
+            .iter()
+            .map(|c| c.host.as_str())
+            .collect();
+        assert_eq!(kept, ["pypi.org", "files.pythonhosted.org"]);
+        assert_eq!((log.allowed, log.refused), (4, MAX_RECORDS as u64 + 10));
+        assert_eq!(log.unrecorded, 10 + 2);
+    }
 }
