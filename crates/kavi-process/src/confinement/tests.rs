@@ -420,6 +420,26 @@ async fn a_process_that_holds_removed_files_past_the_disk_bound_is_stopped() {
     assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
 }
 
+/// A file made with no name at all (`O_TMPFILE`) in a write folder counts as a removed one.
+#[tokio::test]
+async fn a_process_that_holds_nameless_files_past_the_disk_bound_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let fill = |scope: &Path| {
+        format!(
+            "exec python3 -c 'import os, time\n\
+             fd = os.open(\"{}\", os.O_TMPFILE | os.O_RDWR, 0o600)\n\
+             os.posix_fallocate(fd, 0, 16 << 20)\n\
+             time.sleep(30)'",
+            scope.display()
+        )
+    };
+    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
+        return;
+    };
+    assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+}
+
 /// Nor does a removed file that is only mapped (its descriptor closed) escape the count.
 #[tokio::test]
 async fn a_process_that_maps_removed_files_past_the_disk_bound_is_stopped() {
