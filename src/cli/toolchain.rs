@@ -115,16 +115,21 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
         .toolchains
         .iter()
         .map(|toolchain| {
-            let (state, path, content, untrusted) = match toolchain.existing_in(&home) {
-                Some(path) => ("existing", Some(path.to_owned()), None, None),
+            let (mut error, mut untrusted) = (None, None);
+            let (state, path, content) = match toolchain.existing_in(&home) {
+                Some(path) => ("existing", Some(path.to_owned()), None),
                 None => match installed_state(toolchain, &home) {
-                    Installed::Missing => ("not provisioned", None, None, None),
-                    Installed::Unknown(why) => ("unknown", None, None, Some(why)),
+                    Installed::Missing => ("not provisioned", None, None),
+                    Installed::Unknown(why) => {
+                        error = Some(why);
+                        ("unknown", None, None)
+                    }
                     Installed::Found(folder, Ok(held)) => {
-                        ("provisioned", Some(folder), Some(held.content), None)
+                        ("provisioned", Some(folder), Some(held.content))
                     }
                     Installed::Found(folder, Err(why)) => {
-                        ("untrusted", Some(folder), None, Some(why))
+                        untrusted = Some(why);
+                        ("untrusted", Some(folder), None)
                     }
                 },
             };
@@ -137,6 +142,7 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
                 "path": path,
                 "content": content,
                 "untrusted": untrusted,
+                "error": error,
             })
         })
         .collect();
@@ -160,13 +166,14 @@ pub fn list(workspace: &Workspace, json: bool) -> Result<i32, Error> {
     out!("{}", table(&rows));
     for entry in &listed {
         let name = entry["name"].as_str().unwrap_or_default();
-        match (entry["state"].as_str(), entry["untrusted"].as_str()) {
-            (Some("unknown"), Some(why)) => outln!("{name}: {why}"),
-            (_, Some(why)) => outln!(
+        if let Some(why) = entry["error"].as_str() {
+            outln!("{name}: {why}");
+        }
+        if let Some(why) = entry["untrusted"].as_str() {
+            outln!(
                 "{name}: not the environment kavi installed ({why}); the next run provisions it \
                  again"
-            ),
-            _ => {}
+            );
         }
     }
     Ok(exit::SUCCESS)

@@ -1196,7 +1196,7 @@ fn a_copied_cache_with_a_planted_pth_is_not_trusted_and_is_provisioned_again() {
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed[0]["state"], "unknown", "{listed}");
     assert!(
-        listed[0]["untrusted"]
+        listed[0]["error"]
             .as_str()
             .unwrap()
             .contains("cannot name its folder"),

@@ -123,7 +123,7 @@ pub(super) fn name_of(path: &Path) -> Option<&str> {
     ((LOCKS.contains(&extension) || extension == ROSTER) && well_formed(name)).then_some(name)
 }
 
-fn well_formed(name: &str) -> bool {
+pub(super) fn well_formed(name: &str) -> bool {
     let (process, host) = name.split_once('@').unwrap_or((name, "localhost"));
     let host_ok = !host.is_empty()
         && host

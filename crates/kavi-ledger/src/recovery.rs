@@ -8,24 +8,35 @@ use super::db::{self, params};
 use super::{Ledger, Result, now, owner};
 
 /// Takes the lock on the file at `path` for a recovery, if nobody holds it: `None` when its
-/// owner (or another recovery of it) does, no file when there is none. With `placeholder`, a
-/// missing file is made (closed to others) and its lock taken, so that a second recovery finds
-/// the owner held.
+/// owner (or another recovery of it) does, or when this account may not open it (another
+/// account's, in a shared ledger: its own recovery will see to it); no file when there is none.
+/// With `placeholder`, a missing file is made (as lock files are, closed to the accounts that
+/// may not write the folder; never through a link) and its lock taken, so that a second
+/// recovery finds the owner held.
 fn take_over(path: &Path, placeholder: bool) -> std::io::Result<Option<Option<File>>> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let opened = if placeholder {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-    } else {
-        File::open(path)
+    let opened = match File::open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && placeholder => {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .mode(0o666 & !kavi_foundation::sandbox::closed_bits(path))
+                .open(path)
+        }
+        other => other,
     };
     match opened {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some(None)),
+        // Made by another recovery at this moment, or another account's.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(e),
         Ok(file) => match file.try_lock() {
             Ok(()) => Ok(Some(Some(file))),
@@ -136,7 +147,11 @@ impl Ledger {
                  UNION SELECT owner FROM executions WHERE status = 'running' AND owner IS NOT NULL",
             )?;
             for owner in stmt.query_map([], |row| row.get::<_, String>(0))? {
-                owners.insert(owner?);
+                let owner = owner?;
+                // A name is a file's in the locks folder: never one that could name another.
+                if owner::well_formed(&owner) {
+                    owners.insert(owner);
+                }
             }
         }
         owners.remove(owner::EXTERNAL);

@@ -118,9 +118,9 @@ pub(crate) async fn watch(
                 return None;
             }
             if let Some((mib, paths)) = &watched.disk
-                && bounds::disk_used(paths).is_none_or(|used| {
-                    used + bounds::unlinked_held(&tree(watched.outer), paths) > mib << 20
-                })
+                && bounds::disk_used(paths)
+                    .zip(bounds::unlinked_held(&tree(watched.outer), paths))
+                    .is_none_or(|(listed, held)| listed + held > mib << 20)
             {
                 return Some(Violation::disk(*mib));
             }
@@ -170,10 +170,11 @@ fn children(pid: i32) -> Vec<i32> {
 /// an orphan is its init's child.
 fn tree(outer: Pid) -> Vec<i32> {
     let mut found = vec![outer.as_raw()];
+    let mut seen = std::collections::HashSet::from([outer.as_raw()]);
     let mut next = 0;
     while next < found.len() {
         for pid in children(found[next]) {
-            if !found.contains(&pid) {
+            if seen.insert(pid) {
                 found.push(pid);
             }
         }

@@ -414,71 +414,88 @@ pub fn disk_used(paths: &[std::path::PathBuf]) -> Option<u64> {
     Some(used)
 }
 
-/// The disk that files no folder names any more (unlinked) take while the processes `pids` keep
-/// them open or mapped, on the file systems of `paths`. The walk of [`disk_used`] cannot see
-/// them, yet their blocks stay on the disk until the last holder ends: a process could hold
-/// many times its bound that way. Each file is counted once, by device and inode. A mapping
-/// whose file kavi may not look at (`/proc/PID/map_files` needs privileges) counts its length.
-pub fn unlinked_held(pids: &[i32], paths: &[PathBuf]) -> u64 {
+/// The disk that files no folder names any more (removed, or made nameless with `O_TMPFILE`)
+/// take while the processes `pids` keep them open or mapped, where they were in one of `paths`.
+/// The walk of [`disk_used`] cannot see them, yet their blocks stay on the disk until the last
+/// holder ends: a process could hold many times its bound that way. Each file is counted once.
+/// `None` when one cannot be measured (a process's descriptors or mappings that cannot be read,
+/// a mapped file whose size cannot be read), which the caller takes as past any bound. Not
+/// seen: a descriptor in flight on a socket (sent, and closed by its sender); what it holds is
+/// bounded by `open_files` times `file_size_mib`.
+pub fn unlinked_held(pids: &[i32], paths: &[PathBuf]) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    let devices: Vec<u64> = paths
-        .iter()
-        .filter_map(|path| fs::metadata(path).ok())
-        .map(|metadata| metadata.dev())
-        .collect();
-    let mut held: std::collections::HashMap<(u64, u64), u64> = std::collections::HashMap::new();
-    let mut count = |dev: u64, ino: u64, bytes: u64| {
-        if devices.contains(&dev) {
-            let entry = held.entry((dev, ino)).or_default();
-            *entry = (*entry).max(bytes);
-        }
+    // The process may have ended meanwhile: what it held is gone with it.
+    let ended = |e: &std::io::Error| {
+        e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
     };
-    let unlinked = |link: &Path| {
-        fs::read_link(link).is_ok_and(|target| target.to_string_lossy().ends_with(" (deleted)"))
+    // Where the file was, as the kernel names it: `/scope/file (deleted)`.
+    let removed_in_scope = |named: &str| {
+        named
+            .strip_suffix(" (deleted)")
+            .is_some_and(|was| paths.iter().any(|path| Path::new(was).starts_with(path)))
+    };
+    let mut held: std::collections::HashMap<(u64, u64), u64> = std::collections::HashMap::new();
+    let mut count = |file: &fs::Metadata| {
+        let entry = held.entry((file.dev(), file.ino())).or_default();
+        *entry = (*entry).max(file.blocks() * 512);
     };
     for pid in pids {
-        let fds = PathBuf::from(format!("/proc/{pid}/fd"));
-        for fd in fs::read_dir(&fds).into_iter().flatten().flatten() {
-            let link = fd.path();
-            if unlinked(&link)
-                && let Ok(file) = fs::metadata(&link)
-                && file.is_file()
-            {
-                count(file.dev(), file.ino(), file.blocks() * 512);
-            }
-        }
-        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        for line in maps.lines().filter(|line| line.ends_with(" (deleted)")) {
-            // `start-end perms offset major:minor inode path (deleted)`
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(range), Some(device), Some(inode)) =
-                (fields.first(), fields.get(3), fields.get(4))
-            else {
-                continue;
+        let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(fds) => fds,
+            Err(e) if ended(&e) => continue,
+            Err(_) => return None,
+        };
+        for fd in fds {
+            let link = match fd {
+                Ok(fd) => fd.path(),
+                Err(e) if ended(&e) => continue,
+                Err(_) => return None,
             };
-            let Some((start, end)) = range.split_once('-') else {
-                continue;
-            };
-            let mapped = u64::from_str_radix(end, 16)
-                .unwrap_or(0)
-                .saturating_sub(u64::from_str_radix(start, 16).unwrap_or(0));
-            match fs::metadata(format!("/proc/{pid}/map_files/{range}")) {
-                Ok(file) => count(file.dev(), file.ino(), file.blocks() * 512),
-                Err(_) => {
-                    let dev = device.split_once(':').and_then(|(major, minor)| {
-                        Some(libc::makedev(
-                            u32::from_str_radix(major, 16).ok()?,
-                            u32::from_str_radix(minor, 16).ok()?,
-                        ))
-                    });
-                    if let (Some(dev), Ok(ino)) = (dev, inode.parse::<u64>()) {
-                        count(dev, ino, mapped);
+            match fs::read_link(&link) {
+                Ok(target) if removed_in_scope(&target.to_string_lossy()) => {
+                    match fs::metadata(&link) {
+                        Ok(file) => count(&file),
+                        Err(e) if ended(&e) => {}
+                        Err(_) => return None,
                     }
                 }
+                Ok(_) => {}
+                Err(e) if ended(&e) => {}
+                Err(_) => return None,
+            }
+        }
+        let maps = match fs::read_to_string(format!("/proc/{pid}/maps")) {
+            Ok(maps) => maps,
+            Err(e) if ended(&e) => continue,
+            Err(_) => return None,
+        };
+        for line in maps.lines() {
+            // `start-end perms offset major:minor inode path`: the path is the sixth field on.
+            let fields: Vec<&str> = line.splitn(6, ' ').collect();
+            let (Some(range), Some(named)) = (fields.first(), fields.get(5)) else {
+                continue;
+            };
+            if !removed_in_scope(named.trim_start()) {
+                continue;
+            }
+            // `map_files` names the range without `maps`' zero padding.
+            let bounds: Option<Vec<u64>> = range
+                .split('-')
+                .map(|bound| u64::from_str_radix(bound, 16).ok())
+                .collect();
+            let Some([start, end]) = bounds.as_deref() else {
+                return None;
+            };
+            match fs::metadata(format!("/proc/{pid}/map_files/{start:x}-{end:x}")) {
+                Ok(file) => count(&file),
+                Err(e) if ended(&e) => {}
+                // Its size is unknown (looking needs privileges kavi may not have), and a page
+                // mapped of a file of any size holds all of it.
+                Err(_) => return None,
             }
         }
     }
-    held.values().sum()
+    Some(held.values().sum())
 }
 
 /// The CPU seconds a cgroup's whole tree has used, where one of its `folders` counts them

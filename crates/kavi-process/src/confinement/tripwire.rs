@@ -62,8 +62,10 @@ impl Tripwires {
             .prefix("kavi-tripwires-")
             .tempdir_in(kavi_foundation::sandbox::memory_temp_dir())?;
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
-        // The mirror's folders look like ones bubblewrap would make to mount on.
-        std::fs::set_permissions(folder.path(), PermissionsExt::from_mode(0o755))?;
+        // Closed: in a folder every account shares, another could open a decoy and stop the
+        // run as an attack. Only folders below it are mounted, and those look like ones
+        // bubblewrap would make to mount on.
+        std::fs::set_permissions(folder.path(), PermissionsExt::from_mode(0o700))?;
         let mut wires = Vec::with_capacity(laid.len());
         let mut watches = Vec::with_capacity(laid.len());
         let mut binds: Vec<(PathBuf, PathBuf)> = Vec::new();
@@ -236,6 +238,12 @@ mod tests {
             .unwrap()
             .unwrap();
         let decoy = laid.folder().join("nowhere/id_rsa");
+        // Closed to other accounts, which could otherwise spring it.
+        let mode = std::fs::metadata(laid.folder())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
         // Looking is not opening.
         std::fs::metadata(&decoy).unwrap();
         assert_eq!(laid.sprung(), None);

@@ -105,12 +105,17 @@ impl ProxyLog {
             self.refused += 1;
         }
         tracing::debug!(?connection, "proxy");
-        let destination = (connection.host.clone(), connection.port);
-        let new_destination = connection.allowed && !self.reached.contains(&destination);
+        // One destination however it is spelled; reached only when it was connected to.
+        let destination = (
+            connection.host.trim_end_matches('.').to_ascii_lowercase(),
+            connection.port,
+        );
+        let reached = connection.allowed && connection.address.is_some();
+        let new_destination = reached && !self.reached.contains(&destination);
         let keep = self.connections.len() < MAX_RECORDS
             || (new_destination && self.connections.len() < MAX_RECORDS + MAX_DESTINATIONS);
         if keep {
-            if connection.allowed {
+            if reached {
                 self.reached.insert(destination);
             }
             self.connections.push(connection);
@@ -551,7 +556,7 @@ mod tests {
             port: 443,
             allowed,
             reason: String::new(),
-            address: None,
+            address: allowed.then(|| "192.0.2.1:443".to_owned()),
             error: None,
         }
     }
@@ -564,8 +569,8 @@ mod tests {
         for n in 0..MAX_RECORDS + 10 {
             log.push(asked(&format!("decoy{n}.example"), false));
         }
-        for _ in 0..3 {
-            log.push(asked("pypi.org", true));
+        for spelled in ["pypi.org", "PyPI.org.", "pypi.org"] {
+            log.push(asked(spelled, true));
         }
         log.push(asked("files.pythonhosted.org", true));
         let kept: Vec<&str> = log.connections[MAX_RECORDS..]
