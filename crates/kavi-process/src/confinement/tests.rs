@@ -401,12 +401,20 @@ async fn a_process_that_fills_its_write_folders_past_the_disk_bound_is_stopped()
     );
 }
 
+/// Runs `fill` (which leaves nothing named in its write folder, only files it holds) under an
+/// 8 MiB disk bound, and asserts the bound stopped it.
+async fn stopped_holding_what_no_folder_names(fill: impl Fn(&Path) -> String) {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    if let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await {
+        assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+    }
+}
+
 /// A file made in a write folder and removed while still open has no entry for a walk to find,
 /// yet its blocks stay on the disk while it is held: they count.
 #[tokio::test]
 async fn a_process_that_holds_removed_files_past_the_disk_bound_is_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path().canonicalize().unwrap();
     // 16 MiB in a file removed at once, held open for up to 30 seconds.
     let fill = |scope: &Path| {
         format!(
@@ -414,17 +422,12 @@ async fn a_process_that_holds_removed_files_past_the_disk_bound_is_stopped() {
             scope.display()
         )
     };
-    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
-        return;
-    };
-    assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+    stopped_holding_what_no_folder_names(fill).await;
 }
 
 /// A file made with no name at all (`O_TMPFILE`) in a write folder counts as a removed one.
 #[tokio::test]
 async fn a_process_that_holds_nameless_files_past_the_disk_bound_is_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path().canonicalize().unwrap();
     let fill = |scope: &Path| {
         format!(
             "exec python3 -c 'import os, time\n\
@@ -434,18 +437,13 @@ async fn a_process_that_holds_nameless_files_past_the_disk_bound_is_stopped() {
             scope.display()
         )
     };
-    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
-        return;
-    };
-    assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+    stopped_holding_what_no_folder_names(fill).await;
 }
 
 /// Nor does a removed file that is only mapped (its descriptor closed) escape the count, a
 /// page of it holding the whole file.
 #[tokio::test]
 async fn a_process_that_maps_removed_files_past_the_disk_bound_is_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path().canonicalize().unwrap();
     let fill = |scope: &Path| {
         format!(
             "exec python3 -c 'import ctypes, os, time\n\
@@ -461,10 +459,7 @@ async fn a_process_that_maps_removed_files_past_the_disk_bound_is_stopped() {
             scope.display()
         )
     };
-    let Some(scope) = stopped_at_the_disk_bound(&dir, fill).await else {
-        return;
-    };
-    assert_eq!(std::fs::read_dir(&scope).unwrap().count(), 0);
+    stopped_holding_what_no_folder_names(fill).await;
 }
 
 /// What a process writes just before it ends, sooner than the watch measures, is measured once
