@@ -119,7 +119,7 @@ pub(crate) async fn watch(
             }
             if let Some((mib, paths)) = &watched.disk
                 && bounds::disk_used(paths)
-                    .zip(bounds::unlinked_held(&tree(watched.outer), paths))
+                    .zip(bounds::unlinked_held(&programs(watched.outer), paths))
                     .is_none_or(|(listed, held)| listed + held > mib << 20)
             {
                 return Some(Violation::disk(*mib));
@@ -166,11 +166,14 @@ fn children(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// `outer` and every process below it: in a PID namespace, whatever the program started, as
-/// an orphan is its init's child.
-fn tree(outer: Pid) -> Vec<i32> {
-    let mut found = vec![outer.as_raw()];
-    let mut seen = std::collections::HashSet::from([outer.as_raw()]);
+/// Every process below the namespace's init (bubblewrap's child, `outer`'s): the program and
+/// whatever it started, as an orphan is the init's child. bubblewrap's own two processes hold
+/// nothing the program made, and a setuid bubblewrap's cannot be looked at.
+fn programs(outer: Pid) -> Vec<i32> {
+    let inits = children(outer.as_raw());
+    let mut found = inits.clone();
+    let mut seen: std::collections::HashSet<i32> = inits.iter().copied().collect();
+    seen.insert(outer.as_raw());
     let mut next = 0;
     while next < found.len() {
         for pid in children(found[next]) {
@@ -180,5 +183,6 @@ fn tree(outer: Pid) -> Vec<i32> {
         }
         next += 1;
     }
+    found.drain(..inits.len());
     found
 }
