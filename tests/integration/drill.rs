@@ -52,6 +52,24 @@ fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
         );
     }
     assert_eq!(mechanism("exec_self"), "seccomp: the process was killed");
+    // A bound is named only by the attack on it: each attack starts with an empty temporary
+    // folder, so what `fill_disk` left there cannot stop the skill attacks after it at the disk
+    // bound (which would hide whether seccomp refused `keyctl`).
+    let bounds = [
+        ("memory", "memory bound"),
+        ("processes", "process bound"),
+        ("big_file", "file size bound"),
+        ("fill_disk", "disk bound"),
+        ("open_files", "open files bound"),
+    ];
+    for outcome in outcomes {
+        let attack = outcome["attack"].as_str().unwrap();
+        let mechanism = outcome["mechanism"].as_str().unwrap();
+        match bounds.iter().find(|(bounded, _)| *bounded == attack) {
+            Some((_, bound)) => assert!(mechanism.contains(bound), "{outcome}"),
+            None => assert!(!mechanism.contains("bound"), "{outcome}"),
+        }
+    }
     assert_eq!(out.status.code(), Some(0));
     // The drill's canaries and targets are gone with it.
     let left: Vec<_> = std::fs::read_dir(dir.path())

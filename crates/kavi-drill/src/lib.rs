@@ -428,9 +428,7 @@ impl Targets {
             "deploy password: kavi-drill-secret\n",
         )?;
         std::os::unix::fs::symlink("/etc/passwd", secret_dir.join(PASSWD_LINK))?;
-        for folder in ["sandbox", "builder-tmp", "gate-tmp", "skill-tmp"] {
-            std::fs::create_dir_all(dir.path().join(folder))?;
-        }
+        std::fs::create_dir_all(dir.path().join("sandbox"))?;
         let udp = UdpSocket::bind("127.0.0.1:0")?;
         udp.set_nonblocking(true)?;
         let tcp = TcpListener::bind("127.0.0.1:0")?;
@@ -466,6 +464,18 @@ impl Targets {
 
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+
+    /// An empty temporary folder for one attack, as every launch gets one: what an attack
+    /// leaves in it (a bound's attack fills it) must not stop the next one at that bound.
+    fn fresh_tmp(&self, role: Role) -> std::io::Result<PathBuf> {
+        let tmp = self.path(&format!("{}-tmp", role.name()));
+        match std::fs::remove_dir_all(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::create_dir(&tmp)?;
+        Ok(tmp)
     }
 
     /// Whether anything reached a listener since the last look.
@@ -590,20 +600,18 @@ async fn attack(
     targets: &Targets,
 ) -> Result<Outcome, DrillError> {
     let sandbox = targets.path("sandbox");
-    let (profile, values, cwd, tmp): (&RoleProfile, _, PathBuf, PathBuf) = match case.role {
+    let tmp = targets.fresh_tmp(case.role)?;
+    let (profile, values, cwd): (&RoleProfile, _, PathBuf) = match case.role {
         Role::Builder => {
-            let tmp = targets.path("builder-tmp");
             let values = minijinja::context! { sandbox => &sandbox, tmp => &tmp };
-            (&policy.builder, values, sandbox.clone(), tmp)
+            (&policy.builder, values, sandbox.clone())
         }
         Role::Gate => {
-            let tmp = targets.path("gate-tmp");
             let values =
                 minijinja::context! { workspace => workspace, tmp => &tmp, snapshot => workspace };
-            (&policy.gate, values, workspace.to_owned(), tmp)
+            (&policy.gate, values, workspace.to_owned())
         }
         Role::Skill => {
-            let tmp = targets.path("skill-tmp");
             let values =
                 minijinja::context! { workspace => workspace, tmp => &tmp, snapshot => workspace };
             let profile = if case.network {
@@ -611,7 +619,7 @@ async fn attack(
             } else {
                 &policy.read_only
             };
-            (profile, values, workspace.to_owned(), tmp)
+            (profile, values, workspace.to_owned())
         }
     };
     let outcome = |verdict, mechanism: String| Outcome {
