@@ -240,6 +240,16 @@ const CASES: &[Case] = &[
     ),
     case("kill_kavi", Role::Builder, "signal kavi"),
     case(
+        "init_memory",
+        Role::Builder,
+        "write into the namespace's init through /proc/1/mem (code that outlives the run)",
+    ),
+    case(
+        "init_memory",
+        Role::Skill,
+        "write into the namespace's init through /proc/1/mem (code that outlives the run)",
+    ),
+    case(
         "kill_everyone",
         Role::Builder,
         "signal every process it may (kill -9 -1)",

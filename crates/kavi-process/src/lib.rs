@@ -360,8 +360,12 @@ async fn run_with(
                 }
             },
         };
-        // Whatever the child left running in its group goes with it; that closes the pipes.
+        // Whatever the child left running in its group goes with it, and in its cgroup
+        // whatever left the group; that closes the pipes.
         group.kill();
+        if let Some((cgroup, _)) = launch.as_ref().and_then(|launch| launch.cgroup.as_ref()) {
+            cgroup.kill_all();
+        }
         exited.cancel();
         exit
     };

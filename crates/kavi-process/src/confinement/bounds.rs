@@ -308,6 +308,35 @@ impl Cgroup {
         &self.folders
     }
 
+    /// Kills every process still in the cgroup, whatever session or process group it moved
+    /// to, and waits (a second at most) until none is listed. The namespace's end kills them
+    /// too; this does not rely on its init, which runs as the program's user.
+    pub fn kill_all(&self) {
+        for _ in 0..500 {
+            let listed: Vec<i32> = self
+                .folders
+                .iter()
+                .filter_map(|folder| fs::read_to_string(folder.join("cgroup.procs")).ok())
+                .flat_map(|procs| {
+                    procs
+                        .lines()
+                        .filter_map(|line| line.trim().parse().ok())
+                        .collect::<Vec<i32>>()
+                })
+                .collect();
+            if listed.is_empty() {
+                return;
+            }
+            for pid in listed {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
     /// The bound the tree hit, if it hit one, read from the cgroup's event counters.
     pub fn exceeded(&self) -> Option<String> {
         let count = |file: &Path, key: &str| -> u64 {
@@ -440,58 +469,80 @@ pub fn unlinked_held(pids: &[i32], paths: &[PathBuf]) -> Option<u64> {
         *entry = (*entry).max(file.blocks() * 512);
     };
     for pid in pids {
-        let fds = match fs::read_dir(format!("/proc/{pid}/fd")) {
-            Ok(fds) => fds,
+        // Every thread of it, each by its own `/proc/TID`: a leader that ended with `exit(2)`
+        // leaves its threads running with everything the process holds while its own `fd` and
+        // `maps` show nothing, and a thread made without `CLONE_FILES` has a table of its own.
+        let threads = match fs::read_dir(format!("/proc/{pid}/task")) {
+            Ok(threads) => threads,
             Err(e) if ended(&e) => continue,
             Err(_) => return None,
         };
-        for fd in fds {
-            let link = match fd {
-                Ok(fd) => fd.path(),
+        let mut mapped = false;
+        for thread in threads {
+            let tid = match thread {
+                Ok(thread) => thread.file_name(),
                 Err(e) if ended(&e) => continue,
                 Err(_) => return None,
             };
-            match fs::read_link(&link) {
-                Ok(target) if removed_in_scope(&target.to_string_lossy()) => {
-                    match fs::metadata(&link) {
-                        Ok(file) => count(&file),
-                        Err(e) if ended(&e) => {}
-                        Err(_) => return None,
+            let base = Path::new("/proc").join(tid);
+            let fds = match fs::read_dir(base.join("fd")) {
+                Ok(fds) => fds,
+                Err(e) if ended(&e) => continue,
+                Err(_) => return None,
+            };
+            for fd in fds {
+                let link = match fd {
+                    Ok(fd) => fd.path(),
+                    Err(e) if ended(&e) => continue,
+                    Err(_) => return None,
+                };
+                match fs::read_link(&link) {
+                    Ok(target) if removed_in_scope(&target.to_string_lossy()) => {
+                        match fs::metadata(&link) {
+                            Ok(file) => count(&file),
+                            Err(e) if ended(&e) => {}
+                            Err(_) => return None,
+                        }
                     }
+                    Ok(_) => {}
+                    Err(e) if ended(&e) => {}
+                    Err(_) => return None,
                 }
-                Ok(_) => {}
-                Err(e) if ended(&e) => {}
-                Err(_) => return None,
             }
-        }
-        let maps = match fs::read_to_string(format!("/proc/{pid}/maps")) {
-            Ok(maps) => maps,
-            Err(e) if ended(&e) => continue,
-            Err(_) => return None,
-        };
-        for line in maps.lines() {
-            // `start-end perms offset major:minor inode path`: the path is the sixth field on.
-            let fields: Vec<&str> = line.splitn(6, ' ').collect();
-            let (Some(range), Some(named)) = (fields.first(), fields.get(5)) else {
-                continue;
-            };
-            if !removed_in_scope(named.trim_start()) {
+            // The threads share one memory: the first that shows it will do.
+            if mapped {
                 continue;
             }
-            // `map_files` names the range without `maps`' zero padding.
-            let bounds: Option<Vec<u64>> = range
-                .split('-')
-                .map(|bound| u64::from_str_radix(bound, 16).ok())
-                .collect();
-            let Some([start, end]) = bounds.as_deref() else {
-                return None;
-            };
-            match fs::metadata(format!("/proc/{pid}/map_files/{start:x}-{end:x}")) {
-                Ok(file) => count(&file),
-                Err(e) if ended(&e) => {}
-                // Its size is unknown (looking needs privileges kavi may not have), and a page
-                // mapped of a file of any size holds all of it.
+            let maps = match fs::read_to_string(base.join("maps")) {
+                Ok(maps) => maps,
+                Err(e) if ended(&e) => continue,
                 Err(_) => return None,
+            };
+            mapped = !maps.is_empty();
+            for line in maps.lines() {
+                // `start-end perms offset major:minor inode path`: the path is the sixth field on.
+                let fields: Vec<&str> = line.splitn(6, ' ').collect();
+                let (Some(range), Some(named)) = (fields.first(), fields.get(5)) else {
+                    continue;
+                };
+                if !removed_in_scope(named.trim_start()) {
+                    continue;
+                }
+                // `map_files` names the range without `maps`' zero padding.
+                let bounds: Option<Vec<u64>> = range
+                    .split('-')
+                    .map(|bound| u64::from_str_radix(bound, 16).ok())
+                    .collect();
+                let Some([start, end]) = bounds.as_deref() else {
+                    return None;
+                };
+                match fs::metadata(base.join(format!("map_files/{start:x}-{end:x}"))) {
+                    Ok(file) => count(&file),
+                    Err(e) if ended(&e) => {}
+                    // Its size is unknown (looking needs privileges kavi may not have), and a
+                    // page mapped of a file of any size holds all of it.
+                    Err(_) => return None,
+                }
             }
         }
     }

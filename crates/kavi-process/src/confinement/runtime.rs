@@ -145,6 +145,12 @@ pub fn arguments(
             args.extend(["--ro-bind".into(), "/dev/null".into(), shown.into()]);
         }
     }
+    // bubblewrap's init, pid 1 of the namespace, runs as the program's user, dumpable and
+    // without the program's seccomp filters: through /proc/1/mem the program could write code
+    // into it that outlives the run (it leaves the process group and the death signal) and
+    // reports whatever exit status it likes through its descriptors (/proc/1/fd). Its /proc
+    // folder is an empty read-only one; the mounts are made while pid 1 is the init itself.
+    args.extend(["--tmpfs", "/proc/1", "--remount-ro", "/proc/1"].map(str::to_owned));
     // The private /tmp lives in memory: it is bounded like memory.
     if let Some(bytes) = tmp_bytes {
         args.extend(["--size".into(), bytes.to_string()]);

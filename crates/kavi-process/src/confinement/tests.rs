@@ -328,6 +328,40 @@ async fn a_process_tree_past_its_bounds_is_stopped_and_says_which() {
     );
 }
 
+/// A process left in a launch's cgroup in a session of its own (out of reach of the process
+/// group's kill) is killed by the cgroup's.
+#[test]
+fn every_process_left_in_a_launchs_cgroup_is_killed() {
+    if matches!(bounds::cgroup_support(), bounds::CgroupSupport::None(_)) {
+        skipping(&bounds::cgroup_support().describe());
+        return;
+    }
+    let limits = Limits {
+        processes: Some(8),
+        ..Limits::default()
+    };
+    let (cgroup, _procs) = bounds::Cgroup::make(&limits).unwrap().unwrap();
+    let mut left = std::process::Command::new("setsid")
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    for folder in cgroup.folders() {
+        std::fs::write(folder.join("cgroup.procs"), left.id().to_string()).unwrap();
+    }
+    cgroup.kill_all();
+    let status = left.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(nix::libc::SIGKILL)
+    );
+    for folder in cgroup.folders() {
+        assert_eq!(
+            std::fs::read_to_string(folder.join("cgroup.procs")).unwrap(),
+            ""
+        );
+    }
+}
+
 /// Keeping cgroup moves fast moves kavi into the cgroups it is in: nothing about it changes,
 /// and a bounded tree launched meanwhile is still stopped at its bound.
 #[tokio::test]
@@ -456,6 +490,29 @@ async fn a_process_that_maps_removed_files_past_the_disk_bound_is_stopped() {
              os.close(fd)\n\
              os.unlink(\"{0}/mapped\")\n\
              time.sleep(30)'",
+            scope.display()
+        )
+    };
+    stopped_holding_what_no_folder_names(fill).await;
+}
+
+/// A process whose first thread has ended (`exit(2)`, not `exit_group`) shows no descriptors
+/// and no mappings under its own `/proc/PID`; what its other threads hold still counts.
+#[tokio::test]
+async fn a_process_whose_leader_thread_ended_holding_removed_files_is_stopped() {
+    let fill = |scope: &Path| {
+        format!(
+            "exec python3 -c 'import ctypes, os, threading, time\n\
+             held = threading.Event()\n\
+             def hold():\n    \
+                 fd = os.open(\"{0}/held\", os.O_RDWR | os.O_CREAT, 0o600)\n    \
+                 os.posix_fallocate(fd, 0, 16 << 20)\n    \
+                 os.unlink(\"{0}/held\")\n    \
+                 held.set()\n    \
+                 time.sleep(30)\n\
+             threading.Thread(target=hold).start()\n\
+             held.wait()\n\
+             ctypes.CDLL(None).syscall(60, 0)'",
             scope.display()
         )
     };
