@@ -825,7 +825,12 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
            mkdir -p notes && cp -r .git notes/.git && printf 'gitdir: {m}.git\n' > skills/.git &&
            mkdir -p .hg && printf '[hooks]\npre-status = touch {m}\n' > .hg/hgrc &&
            mkdir -p bare/objects bare/refs/heads && printf 'ref: refs/heads/main\n' > bare/HEAD &&
-           printf '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch {m}; false"\n' > bare/config"#
+           printf '[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch {m}; false"\n' > bare/config &&
+           mkdir -p linked/objects linked/refs/heads && ln -s refs/heads/main linked/HEAD &&
+           cp bare/config linked/config &&
+           mkdir -p pointed && printf 'ref: refs/heads/main\n' > pointed/HEAD &&
+           ln -s ../bare/objects pointed/objects && ln -s ../bare/refs pointed/refs &&
+           cp bare/config pointed/config"#
     ));
     attempt.failed("diff");
     let sandbox = node(&attempt.run, "sandbox")["outputs"]["path"]
@@ -845,12 +850,23 @@ fn drill_a_kept_sandbox_has_no_git_and_git_status_there_runs_nothing() {
         .collect();
     assert!(left.is_empty(), "left in the kept sandbox: {left:?}");
     // A repository git finds by what a folder holds, whatever its name, is not one any more.
+    // Git takes a `HEAD` link as well as a file, and follows links to `objects` and `refs`.
     assert!(sandbox.join("bare/objects").is_dir());
-    assert!(!sandbox.join("bare/HEAD").exists() && !sandbox.join("bare/config").exists());
+    for repository in ["bare", "linked", "pointed"] {
+        let head = sandbox.join(repository).join("HEAD");
+        assert!(
+            head.symlink_metadata().is_err(),
+            "{} is left",
+            head.display()
+        );
+        assert!(!sandbox.join(repository).join("config").exists());
+    }
     for dir in [
         sandbox.to_owned(),
         sandbox.join("notes"),
         sandbox.join("bare"),
+        sandbox.join("linked"),
+        sandbox.join("pointed"),
     ] {
         // As a person would: their own git, in the folder, with the sandbox's files.
         let _ = std::process::Command::new("git")

@@ -90,21 +90,21 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
 /// (`[hooks] pre-status`, `[extensions]`), and the others of their kind.
 const VCS_STATE: &[&str] = &[".git", ".hg", ".jj", ".svn", ".bzr"];
 
-/// Whether git would take `dir` for a repository by what it holds, whatever its name (a bare
-/// one, or one whose `config` names a work tree): a `HEAD` file beside `objects` and `refs`
-/// folders.
+/// Whether git could take `dir` for a repository by what it holds, whatever its name (a bare
+/// one, or one whose `config` names a work tree): it holds a `HEAD` that is not a folder. Git
+/// needs one, and takes a link as well as a file (`HEAD -> refs/heads/main`); it follows links
+/// to `objects` and `refs` too, and a `commondir` file can name them elsewhere, so nothing but
+/// the `HEAD` is asked for.
 fn holds_a_repository(dir: &Path) -> bool {
-    let is = |name: &str, dir_wanted: bool| {
-        dir.join(name)
-            .symlink_metadata()
-            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
-    };
-    is("HEAD", false) && is("objects", true) && is("refs", true)
+    dir.join("HEAD")
+        .symlink_metadata()
+        .is_ok_and(|m| !m.is_dir())
 }
 
 /// Removes every version-control folder or file ([`VCS_STATE`]) under `dir`, without following
-/// links, and the `HEAD` and `config` of every folder git would take for a repository by its
-/// contents (`git status` there would run that `config`'s `core.fsmonitor`).
+/// links, and the `HEAD` and `config` of every folder git could take for a repository by its
+/// contents ([`holds_a_repository`]; `git status` there would run that `config`'s
+/// `core.fsmonitor`).
 pub fn neutralise(dir: &Path) -> io::Result<()> {
     let mut walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
     while let Some(entry) = walk.next() {
