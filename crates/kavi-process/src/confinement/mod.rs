@@ -68,6 +68,8 @@ pub struct Profile {
     pub hosts: Arc<proxy::HostAllowlist>,
     /// Whether the program may start other programs (see [`programs`]).
     pub programs: bool,
+    /// Whether its processes may take file locks (see [`seccomp`]).
+    pub locks: bool,
     /// Refuse to run the role where the machine cannot isolate it.
     pub require: bool,
     pub limits: Limits,
@@ -380,6 +382,11 @@ impl Confinement {
                 } else {
                     "none: execve and execveat kill the process once its interpreter has started"
                 },
+                "locks": if self.profile.locks {
+                    "any"
+                } else {
+                    "none: every file lock and lease is refused"
+                },
                 "capabilities": "none",
                 "terminal": "none",
                 "workspace": self.profile.workspace.as_ref().map(|_| {
@@ -518,7 +525,7 @@ fn prepare_with(profile: Profile, missing: Option<&str>) -> Result<Confinement, 
         ),
     })?;
     profile.hide.extend(matches);
-    let filters = seccomp::filters(profile.network)
+    let filters = seccomp::filters(profile.network, profile.locks)
         .map_err(|reason| ConfinementError::Filters { role, reason })?;
     let landlock = landlock_layer(profile.network).map(|fd| (Arc::new(fd), kernel_abi()));
     Ok(Confinement {

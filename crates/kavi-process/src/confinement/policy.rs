@@ -87,6 +87,10 @@ struct RawProfile {
     /// refused. Default: yes for the builder and gates, no for a skill class.
     #[serde(default)]
     programs: Option<bool>,
+    /// Whether the role's processes may take file locks. Without, every lock and lease is
+    /// refused (see [`super::seccomp`]). Default: yes.
+    #[serde(default = "yes")]
+    locks: bool,
     #[serde(default)]
     limits: super::Limits,
 }
@@ -120,6 +124,7 @@ pub struct RoleProfile {
     hosts: Arc<HostAllowlist>,
     hosts_policy: Option<super::PolicyRef>,
     programs: bool,
+    locks: bool,
     limits: super::Limits,
     /// The system's part of the view, shared by every role.
     system: Arc<System>,
@@ -242,6 +247,7 @@ impl RoleProfile {
             network: self.network,
             hosts: Arc::clone(&self.hosts),
             programs: self.programs,
+            locks: self.locks,
             require: self.require,
             limits: self.limits,
             path: self.system.path.clone(),
@@ -288,6 +294,7 @@ impl ConfinementPolicy {
             hosts: Arc::clone(&self.read_only.hosts),
             hosts_policy: self.read_only.hosts_policy.clone(),
             programs: false,
+            locks: true,
             limits: super::Limits::default(),
             system: Arc::clone(&self.read_only.system),
         };
@@ -296,6 +303,7 @@ impl ConfinementPolicy {
             union.require |= profile.require;
             union.network |= profile.network;
             union.programs |= profile.programs;
+            union.locks &= profile.locks;
             // Every class's hidden matches are hidden.
             for pattern in &profile.hide_matching {
                 if !union.hide_matching.contains(pattern) {
@@ -471,6 +479,7 @@ fn check(
         hosts: Arc::default(),
         hosts_policy: None,
         programs: raw.programs.unwrap_or(programs),
+        locks: raw.locks,
         limits: raw.limits,
         system: Arc::clone(system),
     })

@@ -144,9 +144,9 @@ fn kill_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
 }
 
 /// The calls refused with EPERM: what an ordinary program may probe and do without, every
-/// socket family but unix ones and IPv4 and IPv6 (which [`kill_rules`] decides), and, without
-/// the network, unix sockets but for socket pairs.
-fn deny_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+/// socket family but unix ones and IPv4 and IPv6 (which [`kill_rules`] decides), without the
+/// network, unix sockets but for socket pairs, and without `locks`, file locks and leases.
+fn deny_rules(network: bool, locks: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     let always = [
         libc::SYS_keyctl,
         libc::SYS_add_key,
@@ -189,6 +189,30 @@ fn deny_rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> 
         libc::SYS_socketpair,
         vec![rule(vec![arg(0, SeccompCmpOp::Ne, unix)?])?],
     );
+    if !locks {
+        // A lock on a file every sandbox shows (the interpreter, read-only) is seen from
+        // another sandbox running at the same time (`F_GETLK`): one bit an offset, a channel
+        // out for a process that holds secrets. Record and open-file-description locks,
+        // leases and `flock`.
+        rules.insert(libc::SYS_flock, Vec::new());
+        let commands = [
+            libc::F_GETLK,
+            libc::F_SETLK,
+            libc::F_SETLKW,
+            libc::F_OFD_GETLK,
+            libc::F_OFD_SETLK,
+            libc::F_OFD_SETLKW,
+            libc::F_SETLEASE,
+            libc::F_GETLEASE,
+        ];
+        rules.insert(
+            libc::SYS_fcntl,
+            commands
+                .into_iter()
+                .map(|command| rule(vec![arg(1, SeccompCmpOp::Eq, command as u64)?]))
+                .collect::<Result<_, _>>()?,
+        );
+    }
     Ok(rules)
 }
 
@@ -210,12 +234,12 @@ fn no_x32() -> Vec<u8> {
 }
 
 /// The BPF programs for a profile, each as the bytes bubblewrap reads from a descriptor.
-pub fn filters(network: bool) -> Result<Vec<Vec<u8>>, String> {
+pub fn filters(network: bool, locks: bool) -> Result<Vec<Vec<u8>>, String> {
     #[allow(unused_mut)]
     let mut programs = vec![
         compile(kill_rules(network)?, SeccompAction::KillProcess)?,
         compile(
-            deny_rules(network)?,
+            deny_rules(network, locks)?,
             SeccompAction::Errno(libc::EPERM as u32),
         )?,
     ];
@@ -264,10 +288,12 @@ mod tests {
     #[test]
     fn every_profile_compiles_to_whole_instructions() {
         for network in [false, true] {
-            let programs = filters(network).unwrap();
-            assert!(programs.len() >= 2);
-            for program in programs {
-                assert!(!program.is_empty() && program.len() % 8 == 0);
+            for locks in [false, true] {
+                let programs = filters(network, locks).unwrap();
+                assert!(programs.len() >= 2);
+                for program in programs {
+                    assert!(!program.is_empty() && program.len() % 8 == 0);
+                }
             }
         }
     }

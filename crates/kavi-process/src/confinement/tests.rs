@@ -24,6 +24,7 @@ fn profile(dir: &Path, write: Vec<PathBuf>, limits: Limits) -> Profile {
         network: false,
         hosts: Arc::default(),
         programs: true,
+        locks: true,
         require: true,
         limits,
         path: "/usr/bin:/bin".into(),
@@ -732,6 +733,48 @@ async fn a_link_to_the_accounts_files_reads_kavi_s_stand_ins_not_the_host_s() {
     );
     // The running account is found: tools that look their uid up still work.
     assert!(!me.trim().is_empty(), "{out}");
+}
+
+/// A profile without locks takes none, of any kind: a lock on a file every sandbox shows (the
+/// interpreter) would be seen from another sandbox running at the same time. With locks, the
+/// same calls succeed.
+#[tokio::test]
+async fn a_profile_without_locks_takes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let script = "exec python3 -c 'import fcntl, os, struct\n\
+         fd = os.open(\"/usr/bin/python3\", os.O_RDONLY)\n\
+         lock = struct.pack(\"hhqqi\", fcntl.F_RDLCK, 0, 1 << 40, 1, 0)\n\
+         for name, call in [\n    \
+             (\"setlk\", lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock)),\n    \
+             (\"getlk\", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, lock)),\n    \
+             (\"ofd\", lambda: fcntl.fcntl(fd, 37, lock)),\n    \
+             (\"flock\", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),\n\
+         ]:\n    \
+             try:\n        \
+                 call()\n        \
+                 print(name, \"taken\")\n    \
+             except OSError as e:\n        \
+                 print(name, e.errno)'";
+    let mut without = profile(&dir, vec![], Limits::default());
+    without.locks = false;
+    let Some(finished) = run_sh(&dir, without, script).await else {
+        return;
+    };
+    let eperm = nix::libc::EPERM;
+    assert_eq!(
+        stdout(&finished),
+        format!("setlk {eperm}\ngetlk {eperm}\nofd {eperm}\nflock {eperm}\n"),
+        "{}",
+        String::from_utf8_lossy(&finished.stderr.head)
+    );
+    let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+        .await
+        .unwrap();
+    assert_eq!(
+        stdout(&finished),
+        "setlk taken\ngetlk taken\nofd taken\nflock taken\n"
+    );
 }
 
 /// A profile without programs: its Python interpreter, once started, starts no program by any
