@@ -389,8 +389,13 @@ impl Confinement {
                 },
                 "capabilities": "none",
                 "terminal": "none",
-                "workspace": self.profile.workspace.as_ref().map(|_| {
-                    "only the files git tracks or would track: an ignored file is not there"
+                "workspace": self.profile.workspace.as_ref().map(|workspace| {
+                    if self.profile.write.iter().any(|path| path.starts_with(workspace)) {
+                        "only the files git tracks or would track, and all its write scopes \
+                         hold: an ignored file elsewhere is not there"
+                    } else {
+                        "only the files git tracks or would track: an ignored file is not there"
+                    }
                 }),
                 "bounds": bounds::cgroup_support().describe(),
                 "landlock": self.landlock.as_ref().map(|(_, abi)| format!(

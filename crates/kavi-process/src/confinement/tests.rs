@@ -605,6 +605,34 @@ fn without_isolation_a_required_profile_refuses_and_an_optional_one_runs_unconfi
     assert_eq!(unconfined.record()["unconfined_because"], "no namespaces");
 }
 
+/// The record says what the view shows of the workspace: only what git lists, but for a write
+/// scope in it, which shows everything it holds.
+#[test]
+fn the_record_says_a_write_scope_in_the_workspace_shows_all_it_holds() {
+    if runtime::bwrap().is_err() {
+        skipping("bubblewrap (`bwrap`) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let scope = dir.join("notes");
+    std::fs::create_dir(&scope).unwrap();
+    let workspace = |write| {
+        let mut profile = profile(&dir, write, Limits::default());
+        profile.workspace = Some(dir.clone());
+        prepare(profile).unwrap().record()["isolation"]["workspace"].clone()
+    };
+    assert_eq!(
+        workspace(vec![]),
+        "only the files git tracks or would track: an ignored file is not there"
+    );
+    assert_eq!(
+        workspace(vec![scope]),
+        "only the files git tracks or would track, and all its write scopes hold: an ignored \
+         file elsewhere is not there"
+    );
+}
+
 /// A scope swapped for a symlink between the check and the start (another skill racing
 /// in the folder around it) is refused when the process starts, never mounted.
 #[tokio::test]
