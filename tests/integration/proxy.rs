@@ -85,6 +85,7 @@ fn profile(dir: &Path, hosts: &[String]) -> Profile {
                 .collect(),
         }),
         programs: true,
+        locks: true,
         require: true,
         limits: Limits::default(),
         path: "/usr/bin:/bin".into(),

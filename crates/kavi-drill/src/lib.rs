@@ -791,6 +791,10 @@ async fn attack(
             Verdict::Refused,
             "watch: a daemon was seen; the process was stopped".to_owned(),
         ),
+        Some(Violation::Repository(what)) => outcome(
+            Verdict::Refused,
+            format!("a repository it made in its write scope was removed ({what})"),
+        ),
         None => {
             let stdout = String::from_utf8_lossy(&finished.stdout.head);
             match stdout.lines().last().map(serde_json::from_str::<Report>) {

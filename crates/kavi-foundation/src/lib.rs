@@ -18,3 +18,4 @@ pub mod sandbox;
 pub mod side_effect;
 pub mod state;
 pub mod template;
+pub mod vcs;

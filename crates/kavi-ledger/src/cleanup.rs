@@ -69,7 +69,7 @@ pub fn enforce_kept(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError>
 fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerError> {
     let dir = Path::new(&sandbox.path);
     let budget = sandbox.limits.keep_max_bytes;
-    let why_not = match neutralise(dir).and_then(|()| size(dir)) {
+    let why_not = match kavi_foundation::vcs::neutralise(dir).and_then(|()| size(dir)) {
         Err(e) => format!("not kept: it could not be made inert: {e}"),
         Ok(bytes) if bytes > budget => {
             format!("not kept: it holds {bytes} bytes, over the {budget} bytes of `keep_max_bytes`")
@@ -83,52 +83,6 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
     tracing::warn!("sandbox {}: {reason}", sandbox.path);
     ledger.sandbox_not_kept(sandbox.id, &reason)?;
     Ok(false)
-}
-
-/// What version control reads configuration and hooks from, which runs commands when a person
-/// runs its `status` there: git (`core.fsmonitor`, hooks, a `gitdir:` file) and Mercurial
-/// (`[hooks] pre-status`, `[extensions]`), and the others of their kind.
-const VCS_STATE: &[&str] = &[".git", ".hg", ".jj", ".svn", ".bzr"];
-
-/// Whether git could take `dir` for a repository by what it holds, whatever its name (a bare
-/// one, or one whose `config` names a work tree): it holds a `HEAD` that is not a folder. Git
-/// needs one, and takes a link as well as a file (`HEAD -> refs/heads/main`); it follows links
-/// to `objects` and `refs` too, and a `commondir` file can name them elsewhere, so nothing but
-/// the `HEAD` is asked for.
-fn holds_a_repository(dir: &Path) -> bool {
-    dir.join("HEAD")
-        .symlink_metadata()
-        .is_ok_and(|m| !m.is_dir())
-}
-
-/// Removes every version-control folder or file ([`VCS_STATE`]) under `dir`, without following
-/// links, and the `HEAD` and `config` of every folder git could take for a repository by its
-/// contents ([`holds_a_repository`]; `git status` there would run that `config`'s
-/// `core.fsmonitor`).
-pub fn neutralise(dir: &Path) -> io::Result<()> {
-    let mut walk = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
-    while let Some(entry) = walk.next() {
-        let entry = entry.map_err(io::Error::other)?;
-        if entry.file_type().is_dir() && holds_a_repository(entry.path()) {
-            for name in ["HEAD", "config"] {
-                match std::fs::remove_file(entry.path().join(name)) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
-            }
-        }
-        let vcs = VCS_STATE.iter().any(|name| entry.file_name() == *name);
-        if entry.depth() == 0 || !vcs {
-            continue;
-        }
-        if entry.file_type().is_dir() {
-            walk.skip_current_dir();
-            kavi_foundation::sandbox::remove(entry.path())?;
-        } else {
-            std::fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
 }
 
 /// What one entry costs at least, whatever it holds: an inode and its name.

@@ -433,6 +433,20 @@ async fn run_with(
                 violation = Some(Violation::disk(mib));
             }
         }
+        // A repository it made in a write scope in the workspace would run its configuration
+        // as the person who next runs git there: made inert, and the run fails for it.
+        match launch.repositories_made() {
+            Ok(made) if made.is_empty() => {}
+            Ok(made) => {
+                let made: Vec<String> = made.iter().map(|p| p.display().to_string()).collect();
+                violation = violation.or(Some(Violation::Repository(made.join(", "))));
+            }
+            Err(unseen) => {
+                violation = violation.or(Some(Violation::Repository(format!(
+                    "cannot look: {unseen}"
+                ))));
+            }
+        }
     }
     Ok(Finished {
         exit,

@@ -20,6 +20,9 @@ pub enum Violation {
     Daemon,
     /// It hit a resource bound: which, in words.
     Bound(String),
+    /// It made version control's state in a write scope in the workspace (removed since), or
+    /// the scope could not be looked at: what, in words.
+    Repository(String),
 }
 
 impl Violation {
@@ -57,6 +60,12 @@ impl std::fmt::Display for Violation {
                 "stopped by its confinement for leaving a process to outlive it (a daemon)",
             ),
             Violation::Bound(bound) => write!(f, "stopped for exceeding {bound}"),
+            Violation::Repository(what) => write!(
+                f,
+                "failed by its confinement for leaving version control's state in its write \
+                 scope, which a person's `git status` there would run the configuration of \
+                 ({what}; removed)"
+            ),
         }
     }
 }

@@ -147,6 +147,29 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
     /// The workspace's view, mounted in its place, kept until the process ends.
     pub listed: Option<listing::Listed>,
+    /// The version-control state each write scope in the workspace held before the launch
+    /// (see [`Launch::repositories_made`]).
+    pub vcs_before: Vec<(PathBuf, Vec<PathBuf>)>,
+}
+
+impl Launch {
+    /// The version-control state (a `.git`, a folder git takes for a repository, ...) the
+    /// process made in its write scopes in the workspace, each made inert already: a person's
+    /// `git status` in that folder would run its configuration as them. `Err` names a scope that
+    /// could not be looked at.
+    pub fn repositories_made(&self) -> Result<Vec<PathBuf>, String> {
+        let mut made = Vec::new();
+        for (scope, before) in &self.vcs_before {
+            let now = kavi_foundation::vcs::states(scope)
+                .map_err(|e| format!("{}: {e}", scope.display()))?;
+            for state in now.into_iter().filter(|state| !before.contains(state)) {
+                kavi_foundation::vcs::remove(&state)
+                    .map_err(|e| format!("{}: {e}", state.display()))?;
+                made.push(state);
+            }
+        }
+        Ok(made)
+    }
 }
 
 impl Confinement {
@@ -340,6 +363,28 @@ impl Confinement {
             })?;
             wrapped.extend(held);
         }
+        // What version control's state each write scope in the workspace holds now: one the
+        // process makes is found when it ends (a nested `.git` is hidden from it, so it cannot
+        // change one that was there).
+        let vcs_before = match &self.profile.workspace {
+            Some(workspace) => write
+                .iter()
+                .map(|(scope, _)| scope)
+                .filter(|scope| scope.starts_with(workspace))
+                .map(|scope| {
+                    kavi_foundation::vcs::states(scope)
+                        .map(|states| (scope.clone(), states))
+                        .map_err(|e| {
+                            std::io::Error::other(format!(
+                                "cannot look for version control's state in the write scope \
+                                 {}: {e}",
+                                scope.display()
+                            ))
+                        })
+                })
+                .collect::<std::io::Result<_>>()?,
+            None => Vec::new(),
+        };
         let cgroup = bounds::Cgroup::make(&self.profile.limits)?;
         let rlimits = bounds::rlimits(&self.profile.limits, cgroup.is_some());
         Ok(Some(Launch {
@@ -359,6 +404,7 @@ impl Confinement {
             },
             proxy: proxy.map(|(listening, _)| listening),
             listed,
+            vcs_before,
         }))
     }
 

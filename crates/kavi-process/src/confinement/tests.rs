@@ -605,6 +605,46 @@ fn without_isolation_a_required_profile_refuses_and_an_optional_one_runs_unconfi
     assert_eq!(unconfined.record()["unconfined_because"], "no namespaces");
 }
 
+/// Version control's state a process makes in its write scope in the workspace (a `.git`, or a
+/// folder git takes for a repository by a `HEAD` link) would run its configuration as the person
+/// who next runs git there: it is removed and the run fails for it. A repository that was there
+/// before stays.
+#[tokio::test]
+async fn a_repository_made_in_a_write_scope_is_removed_and_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let scope = dir.join("notes");
+    std::fs::create_dir_all(scope.join("kept/objects")).unwrap();
+    std::fs::write(scope.join("kept/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let scoped = || {
+        let mut profile = profile(&dir, vec![scope.clone()], Limits::default());
+        profile.workspace = Some(dir.clone());
+        profile
+    };
+    let script = format!(
+        "mkdir -p {0}/made/.git {0}/linked/objects {0}/linked/refs && \
+         printf '[core]\\n\\tfsmonitor = true\\n' > {0}/made/.git/config && \
+         ln -s refs/heads/main {0}/linked/HEAD && cp {0}/made/.git/config {0}/linked/config",
+        scope.display()
+    );
+    let Some(finished) = run_sh(&dir, scoped(), &script).await else {
+        return;
+    };
+    let Some(Violation::Repository(what)) = &finished.violation else {
+        panic!("{:?}", finished.violation);
+    };
+    assert!(
+        what.contains("made/.git") && what.contains("linked"),
+        "{what}"
+    );
+    assert!(!scope.join("made/.git").exists());
+    assert!(scope.join("linked/HEAD").symlink_metadata().is_err());
+    assert!(scope.join("kept/HEAD").exists());
+    // Nothing made: the run is not failed for what was there before.
+    let finished = run_sh(&dir, scoped(), "true").await.unwrap();
+    assert_eq!(finished.violation, None);
+}
+
 /// The record says what the view shows of the workspace: only what git lists, but for a write
 /// scope in it, which shows everything it holds.
 #[test]
