@@ -356,6 +356,28 @@ def init_memory():
     return refused(last)
 
 
+def page_cache():
+    # The page cache of a file every sandbox shows is shared with the others and with the
+    # machine's accounts: evicting its pages and asking which are cached carries bits out.
+    fd = os.open(sys.executable, os.O_RDONLY)
+    got, last = [], None
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        got.append("evicted the interpreter's pages")
+    except OSError as e:
+        last = e.errno
+    try:
+        os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+        got.append("asked whether they were cached")
+    except OSError as e:
+        if e.errno == errno.EAGAIN:
+            got.append("asked whether they were cached (not)")
+        else:
+            last = e.errno
+    os.close(fd)
+    return allowed(", ".join(got)) if got else refused(last)
+
+
 def kill_everyone():
     os.kill(-1, 9)
     return allowed("signalled every process it may (kill -9 -1) and lived")

@@ -250,6 +250,12 @@ const CASES: &[Case] = &[
         "write into the namespace's init through /proc/1/mem (code that outlives the run)",
     ),
     case(
+        "page_cache",
+        Role::Skill,
+        "evict the interpreter's pages from the page cache and ask which are cached (a channel \
+         to any other process)",
+    ),
+    case(
         "kill_everyone",
         Role::Builder,
         "signal every process it may (kill -9 -1)",

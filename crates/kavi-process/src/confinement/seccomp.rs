@@ -169,6 +169,7 @@ fn deny_rules(network: bool, locks: bool) -> Result<BTreeMap<i64, Vec<SeccompRul
     ];
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         always.into_iter().map(|call| (call, Vec::new())).collect();
+    page_cache_rules(&mut rules)?;
     let (unix, inet, inet6) = (
         libc::AF_UNIX as u64,
         libc::AF_INET as u64,
@@ -214,6 +215,51 @@ fn deny_rules(network: bool, locks: bool) -> Result<BTreeMap<i64, Vec<SeccompRul
         );
     }
     Ok(rules)
+}
+
+/// `cachestat(2)` (Linux 6.5), the same number on every architecture; libc does not name it
+/// for all of them.
+const SYS_CACHESTAT: i64 = 451;
+/// `madvise` advice that drops a mapping's pages from memory, a file's from its page cache.
+const MADV_COLD: u64 = 20;
+const MADV_PAGEOUT: u64 = 21;
+
+/// The page cache of the files every sandbox shows (the interpreter, the libraries) is one
+/// state all of them share, and the machine's other accounts too. A process that evicts pages
+/// of such a file and reads some back sets bits that another asks for without reading them
+/// (`mincore`, `cachestat`, `preadv2` with `RWF_NOWAIT`): a channel out, past the network
+/// namespace, of whatever it holds. Neither half is what a builder's, a gate's or a skill's
+/// tools need: eviction (`posix_fadvise` `DONTNEED`, `madvise` `COLD` and `PAGEOUT`) and the
+/// questions are refused. What stays is slower and noisier (see the threat model).
+fn page_cache_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), String> {
+    rules.insert(libc::SYS_mincore, Vec::new());
+    rules.insert(SYS_CACHESTAT, Vec::new());
+    // posix_fadvise(fd, offset, len, advice)
+    rules.insert(
+        libc::SYS_fadvise64,
+        vec![rule(vec![arg(
+            3,
+            SeccompCmpOp::Eq,
+            libc::POSIX_FADV_DONTNEED as u64,
+        )?])?],
+    );
+    rules.insert(
+        libc::SYS_madvise,
+        vec![
+            rule(vec![arg(2, SeccompCmpOp::Eq, MADV_COLD)?])?,
+            rule(vec![arg(2, SeccompCmpOp::Eq, MADV_PAGEOUT)?])?,
+        ],
+    );
+    // preadv2(fd, iov, count, offset_low, offset_high, flags): a read that fails rather than
+    // wait for the disk says whether the pages were cached.
+    let nowait = libc::RWF_NOWAIT as u64;
+    for call in [libc::SYS_preadv2, libc::SYS_pwritev2] {
+        rules.insert(
+            call,
+            vec![rule(vec![arg(5, SeccompCmpOp::MaskedEq(nowait), nowait)?])?],
+        );
+    }
+    Ok(())
 }
 
 /// On x86-64: kill every call made through the x32 ABI (a number with bit 30 set).

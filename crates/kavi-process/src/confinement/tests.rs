@@ -845,6 +845,77 @@ async fn a_profile_without_locks_takes_none() {
     );
 }
 
+/// No confined process may evict a file's pages from the page cache, nor ask which are there:
+/// the cache of a file every sandbox shows (the interpreter) is shared with other sandboxes and
+/// the machine's other accounts, and one process evicting what another asks about is a channel
+/// out of a sandbox without the network. The same calls made by kavi's own account succeed (or
+/// fail for another reason), so the refusal is the sandbox's.
+#[tokio::test]
+async fn no_confined_process_evicts_or_probes_the_page_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let probe = dir.join("probe.py");
+    std::fs::write(&probe, PAGE_CACHE_PROBE).unwrap();
+    let script = format!("exec python3 {}", probe.display());
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), &script).await
+    else {
+        return;
+    };
+    let eperm = nix::libc::EPERM;
+    assert_eq!(
+        stdout(&finished),
+        format!(
+            "fadvise {eperm}\npageout {eperm}\nmincore {eperm}\ncachestat {eperm}\n\
+             nowait {eperm}\nread done\n"
+        ),
+        "{}",
+        String::from_utf8_lossy(&finished.stderr.head)
+    );
+    let outside = std::process::Command::new("python3")
+        .arg(&probe)
+        .output()
+        .unwrap();
+    let outside = String::from_utf8(outside.stdout).unwrap();
+    assert_eq!(outside.lines().count(), 6, "{outside}");
+    assert!(
+        !outside.contains(&format!(" {eperm}\n")),
+        "refused outside a sandbox too: {outside}"
+    );
+}
+
+/// Each call [`no_confined_process_evicts_or_probes_the_page_cache`] makes, and what it got.
+const PAGE_CACHE_PROBE: &str = r#"import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/usr/bin/python3", os.O_RDONLY)
+def c_call(result):
+    if result == -1:
+        raise OSError(ctypes.get_errno(), "")
+def mincore():
+    anon = mmap.mmap(-1, 4096)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(anon))
+    c_call(libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(4096), ctypes.create_string_buffer(1)))
+def cachestat():
+    span = (ctypes.c_uint64 * 2)(0, 4096)
+    stat = (ctypes.c_uint64 * 5)()
+    c_call(libc.syscall(451, fd, span, stat, 0))
+def pageout():
+    mapped = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+    mapped.madvise(21)
+for name, call in [
+    ("fadvise", lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)),
+    ("pageout", pageout),
+    ("mincore", mincore),
+    ("cachestat", cachestat),
+    ("nowait", lambda: os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)),
+    ("read", lambda: os.preadv(fd, [bytearray(16)], 0, 0)),
+]:
+    try:
+        call()
+        print(name, "done")
+    except OSError as e:
+        print(name, e.errno)
+"#;
+
 /// A profile without programs: its Python interpreter, once started, starts no program by any
 /// route (a child that execs dies of SIGSYS, an exec in its own process is a violation), its
 /// own code runs as it would have, and a program that is not a Python interpreter is refused.
