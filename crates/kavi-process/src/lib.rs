@@ -435,7 +435,13 @@ async fn run_with(
         }
         // A repository it made in a write scope in the workspace would run its configuration
         // as the person who next runs git there: made inert, and the run fails for it.
-        match launch.repositories_made() {
+        // The scopes are walked off the runtime's threads, as the disk is measured.
+        let vcs_before = launch.vcs_before.clone();
+        let made =
+            tokio::task::spawn_blocking(move || crate::confinement::repositories_made(&vcs_before))
+                .await
+                .unwrap_or_else(|e| Err(format!("the look stopped: {e}")));
+        match made {
             Ok(made) if made.is_empty() => {}
             Ok(made) => {
                 let made: Vec<String> = made.iter().map(|p| p.display().to_string()).collect();

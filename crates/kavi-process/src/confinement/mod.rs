@@ -148,28 +148,26 @@ pub struct Launch {
     /// The workspace's view, mounted in its place, kept until the process ends.
     pub listed: Option<listing::Listed>,
     /// The version-control state each write scope in the workspace held before the launch
-    /// (see [`Launch::repositories_made`]).
+    /// (see [`repositories_made`]).
     pub vcs_before: Vec<(PathBuf, Vec<PathBuf>)>,
 }
 
-impl Launch {
-    /// The version-control state (a `.git`, a folder git takes for a repository, ...) the
-    /// process made in its write scopes in the workspace, each made inert already: a person's
-    /// `git status` in that folder would run its configuration as them. `Err` names a scope that
-    /// could not be looked at.
-    pub fn repositories_made(&self) -> Result<Vec<PathBuf>, String> {
-        let mut made = Vec::new();
-        for (scope, before) in &self.vcs_before {
-            let now = kavi_foundation::vcs::states(scope)
-                .map_err(|e| format!("{}: {e}", scope.display()))?;
-            for state in now.into_iter().filter(|state| !before.contains(state)) {
-                kavi_foundation::vcs::remove(&state)
-                    .map_err(|e| format!("{}: {e}", state.display()))?;
-                made.push(state);
-            }
+/// The version-control state (a `.git`, a folder git takes for a repository, ...) a launch's
+/// process made in its write scopes in the workspace, given what each held before
+/// ([`Launch::vcs_before`]), each made inert already: a person's `git status` in that folder
+/// would run its configuration as them. `Err` names a scope that could not be looked at.
+pub fn repositories_made(vcs_before: &[(PathBuf, Vec<PathBuf>)]) -> Result<Vec<PathBuf>, String> {
+    let mut made = Vec::new();
+    for (scope, before) in vcs_before {
+        let now =
+            kavi_foundation::vcs::states(scope).map_err(|e| format!("{}: {e}", scope.display()))?;
+        for state in now.into_iter().filter(|state| !before.contains(state)) {
+            kavi_foundation::vcs::remove(&state)
+                .map_err(|e| format!("{}: {e}", state.display()))?;
+            made.push(state);
         }
-        Ok(made)
     }
+    Ok(made)
 }
 
 impl Confinement {
