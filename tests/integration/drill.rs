@@ -198,6 +198,8 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         ("uncalled_function", "tests failed: line_coverage: "),
         ("import_path_extended", "policy failed: "),
         ("compiler_spawns", "policy failed: "),
+        ("utf7_hidden_code", "[source]"),
+        ("fullwidth_no_type_check", "[source]"),
         (
             "contract_tripwire",
             "contract failed: running its examples, the skill was stopped by its confinement",

@@ -33,6 +33,23 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "from os import system as shell\nshell('id')\n",
         "process",
     ),
+    // Python decodes a file as its coding declaration says: in utf-7, `+AAo-` is a new line.
+    read_only(
+        "utf7_hidden_import",
+        "# -*- coding: utf-7 -*-\n# +AAo-import ctypes\n",
+        "source",
+    ),
+    read_only(
+        "utf7_cookie_in_prose",
+        "# notes: the decoding: utf-7 of this file\nx = 1\n",
+        "source",
+    ),
+    // Python folds names by NFKC: fullwidth letters spell what the text rules look for.
+    read_only(
+        "fullwidth_name",
+        "import typing\n\n\n@typing.\u{ff4e}o_type_check\ndef run() -> None:\n    DB_\u{ff30}ASSWORD = 'x'\n",
+        "source",
+    ),
     read_only(
         "import_alias",
         "import os as o\no.system('id')\n",
@@ -450,6 +467,12 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
 
 /// Disguises that are not in `skill.py`, or depend on the class.
 const OTHERS: &[Case] = &[
+    Case {
+        name: "utf8_declared",
+        class: "READ_ONLY",
+        files: &[("skill.py", "# -*- coding: utf-8 -*-\nNAME = 'caf\u{e9}'\n")],
+        expect: None,
+    },
     Case {
         name: "in_test_file",
         class: "READ_ONLY",

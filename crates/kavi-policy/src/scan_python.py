@@ -23,10 +23,13 @@ import binascii
 import builtins
 import codecs
 import fnmatch
+import io
 import json
 import re
 import string
 import sys
+import tokenize
+import unicodedata
 import unittest
 
 BUILTINS = frozenset(dir(builtins))
@@ -938,19 +941,48 @@ def mode_of(call, position):
     return None, False
 
 
+def read_otherwise(text, add):
+    """Where Python would read `text` otherwise than the gates do. Every gate (ruff, mypy, this
+    analyser, the text rules) reads a file as the UTF-8 it is stored as. Python decodes it as its
+    coding declaration says (`# coding: utf-7` makes a comment's `+AAo-` a new line and what
+    follows it code), and folds each name by NFKC (`no_type_check` spelled in fullwidth letters
+    is `no_type_check`, which the text rules do not see)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(text.encode("utf-8")).readline)
+    except SyntaxError as error:
+        encoding = str(error)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        add(None, "source", "declares its encoding as `%s`: Python would read it otherwise than the "
+            "gates do; write plain UTF-8 with no coding declaration" % encoding)
+        return
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.NAME and not token.string.isascii():
+                add(token, "source", "the name `%s` is not ASCII: Python reads it as `%s`, which "
+                    "the gates' text rules do not see" % (token.string, unicodedata.normalize("NFKC", token.string)))
+    except (tokenize.TokenError, SyntaxError):
+        pass  # the parse below says what is wrong
+
+
 def analyse(source, capabilities, forbidden, test_modules):
     findings = []
 
     def add(node, rule, message):
+        if isinstance(node, tokenize.TokenInfo):
+            line, col = node.start
+        else:
+            line, col = getattr(node, "lineno", 1) or 1, getattr(node, "col_offset", 0) or 0
         findings.append(
             {
                 "file": source["name"],
-                "line": getattr(node, "lineno", 1) or 1,
-                "col": (getattr(node, "col_offset", 0) or 0) + 1,
+                "line": line,
+                "col": col + 1,
                 "rule": rule,
                 "message": message,
             }
         )
+
+    read_otherwise(source["text"], add)
 
     try:
         tree = ast.parse(source["text"], filename=source["name"])

@@ -52,6 +52,28 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "utf7_hidden_code",
+        what: "`# coding: utf-7`: code behind `+AAo-` in a comment, a comment to the gates and code to Python",
+        targets: &["policy"],
+        skill: Some(
+            "# -*- coding: utf-7 -*-\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n# +AAo-import ctypes+AAo-\ndef run(data: str) -> str:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "fullwidth_no_type_check",
+        what: "`@typing.no_type_check` spelled in fullwidth letters, which Python folds to ASCII",
+        targets: &["policy"],
+        skill: Some(
+            "import typing\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\n@typing.\u{ff4e}\u{ff4f}_type_check\ndef run(data: str) -> str:\n    wrong: int = data\n    return wrong\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "os_system_alias",
         what: "`from os import system as shell`",
         targets: &["policy"],
