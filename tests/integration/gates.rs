@@ -304,6 +304,35 @@ fn the_declared_precedence_names_the_attempt_whatever_the_file_order() {
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_TEST");
 }
 
+/// The gates of a set run at once, each in a temporary folder of its own: a gate added to the
+/// set cannot find the tests gate's report folder (where kavi's witness lies, first on pytest's
+/// path) to plant a module pytest would load, nor rewrite its report.
+#[test]
+fn a_gate_cannot_reach_the_temporary_folder_of_another_gate_of_its_set() {
+    let dir = workspace(SKILL, TEST);
+    let gates = dir.path().join("policies/gates.toml");
+    let text = std::fs::read_to_string(&gates).unwrap();
+    // For ten seconds, while the tests gate runs beside it, look for its report folder.
+    let look = "import glob, os, sys, time\n\
+                end = time.time() + 10\n\
+                while time.time() < end:\n    \
+                    found = glob.glob(os.path.join(os.environ['TMPDIR'], '**', 'kavi-junit-*'), recursive=True)\n    \
+                    if found:\n        \
+                        sys.exit('saw %s' % found)\n    \
+                    time.sleep(0.02)\n";
+    let planter = format!(
+        "\n[[gate]]\nid = \"planter\"\nkind = \"command\"\ntoolchain = \"python\"\n\
+         run = [\"python\", \"-c\", {}]\nfailure = \"VERIFY_TEST\"\nrequired = false\n",
+        serde_json::to_string(look).unwrap()
+    );
+    std::fs::write(&gates, format!("{text}{planter}")).unwrap();
+    assert_eq!(run_verify(dir.path()), Some(0));
+    let run = last_run(dir.path());
+    let planter = verification(&run, "planter");
+    assert_eq!(planter["status"], "passed", "{planter}");
+    assert_eq!(verification(&run, "tests")["status"], "passed");
+}
+
 #[test]
 fn a_gate_past_its_time_limit_is_stopped_and_recorded_timed_out() {
     // The test sleeps far longer than any run should wait.

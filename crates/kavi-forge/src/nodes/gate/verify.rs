@@ -139,12 +139,20 @@ impl Gate {
             .map_or_else(|| workspace_cwd.clone(), |view| view.path().to_owned());
         // Invariants compare what the skill declares with what it was proposed as.
         let class = row.as_ref().map(|row| row.side_effect.clone());
-        // Gates that start a process (commands, the analyser, detect-secrets) share one private
-        // temporary folder and one confinement; a set of invariants alone needs neither.
-        let confined = if self.gates.iter().any(|g| g.check.starts_process()) {
+        // Each gate that starts a process (a command, the analyser, detect-secrets) gets a
+        // private temporary folder and a confinement of its own: the gates of a set run at
+        // once, and one that could write into another's folder could plant what that one
+        // loads (a module first on pytest's path) or rewrite what it reports. A set of
+        // invariants alone needs neither.
+        let mut confined = Vec::with_capacity(self.gates.len());
+        for gate in &self.gates {
+            if !gate.check.starts_process() {
+                confined.push(None);
+                continue;
+            }
             let tmp = crate::sandbox::private_temp(&ctx.env.sandboxes, "kavi-tmp-gates-")
                 .and_then(|tmp| ctx.env.owner.track(tmp.path()).map(|()| tmp))
-                .map_err(|e| format!("failed to create the gates' temporary folder: {e}"))?;
+                .map_err(|e| format!("failed to create a gate's temporary folder: {e}"))?;
             let confinement = self.confinement.confine(
                 &ctx.env.templates,
                 &minijinja::context! {
@@ -155,11 +163,8 @@ impl Gate {
                 &[],
                 &ctx.env.state_paths,
             )?;
-            Some((confinement, tmp))
-        } else {
-            None
-        };
-        let for_commands = confined.as_ref().map(|(c, tmp)| (c, tmp.path()));
+            confined.push(Some((confinement, tmp)));
+        }
         let mut toolchains = self.provision(ctx).await;
         let watched = held_to_records(&ledger, &mut toolchains);
         let secrets = std::sync::Mutex::new(Vec::new());
@@ -172,7 +177,7 @@ impl Gate {
             cwd: &cwd,
             vars: &vars,
             class: class.as_deref(),
-            confined: for_commands,
+            confined: None,
             allowed: &self.allowed,
             skill: match (&row, &self.trust) {
                 (Some(row), Some(trust)) => Some((&row.name, &row.proposal_path, trust)),
@@ -181,10 +186,18 @@ impl Gate {
             secrets: &secrets,
             live: live.as_ref(),
         };
+        let scopes: Vec<Scope> = confined
+            .iter()
+            .map(|confined| Scope {
+                confined: confined.as_ref().map(|(c, tmp)| (c, tmp.path())),
+                ..scope
+            })
+            .collect();
         let mut results = futures_util::future::join_all(
             self.gates
                 .iter()
-                .map(|gate| gate.run(ctx, &scope, &toolchains)),
+                .zip(&scopes)
+                .map(|(gate, scope)| gate.run(ctx, scope, &toolchains)),
         )
         .await;
         found.extend(
@@ -267,7 +280,8 @@ impl Gate {
             "failure_kind": deciding.and_then(|r| r.failure_kind.clone()),
             "source_hash": before,
             "report": artifact.sha256,
-            "confinement": confined.as_ref().map(|(c, _)| c.record()),
+            // Every gate's confinement is the same but for its own temporary folder.
+            "confinement": confined.iter().flatten().next().map(|(c, _)| c.record()),
         }));
         outcome.artifacts.push(("report", artifact));
         if !blocking.is_empty() {
