@@ -101,8 +101,17 @@ pub use crate::process::confinement::programs::is_python;
 pub fn untrusted_program(command: &[String], folder: &str) -> Option<String> {
     let program = command.first()?;
     let in_folder = |arg: &str| std::path::Path::new(arg).starts_with(folder);
+    // What runs must be what the policy scan reads as Python: a `README.md` run as a script
+    // (or as a program, by its `#!` line) is Python the scan took for text.
+    let not_python = |file: &str| {
+        (!file.ends_with(".py")).then(|| {
+            format!(
+                "`{file}` is not a `.py` file: the policy scan reads only those as Python,                  and this one would run unscanned"
+            )
+        })
+    };
     if in_folder(program) {
-        return None;
+        return not_python(program);
     }
     if !is_python(program) {
         return Some(format!(
@@ -118,7 +127,7 @@ pub fn untrusted_program(command: &[String], folder: &str) -> Option<String> {
         match rest.next() {
             None => return None,
             Some(option) if HARMLESS.contains(&option.as_str()) => {}
-            Some(script) if in_folder(script) => return None,
+            Some(script) if in_folder(script) => return not_python(script),
             Some(option) if option.starts_with('-') => {
                 return Some(format!(
                     "`{option}` is an interpreter option that could load code from outside the \

@@ -20,7 +20,7 @@ fn a_command_runs_only_a_file_of_the_skill_folder() {
             "-X",
             "whatever",
         ],
-        &["skills/demo/run"],
+        &["skills/demo/skill.py"],
         &["python3"],
     ] {
         assert_eq!(refused(fine), None, "{fine:?}");
@@ -46,6 +46,13 @@ fn a_command_runs_only_a_file_of_the_skill_folder() {
             "`env`",
         ),
         (&["sh", "skills/demo/run.sh"], "`sh`"),
+        // Python the policy scan would read as text.
+        (
+            &["python3", "skills/demo/README.md"],
+            "`skills/demo/README.md` is not a `.py` file",
+        ),
+        (&["skills/demo/README.md"], "not a `.py` file"),
+        (&["skills/demo/run"], "not a `.py` file"),
         (&["python3-config"], "`python3-config`"),
     ] {
         let reason = refused(bad).unwrap_or_else(|| panic!("{bad:?} was allowed"));
