@@ -203,6 +203,25 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
 }
 
+/// A bidirectional control character (Trojan Source) shows a reviewer the code in another order
+/// than Python reads it: the lint gate fails on it.
+#[test]
+fn a_bidirectional_control_character_fails_the_lint_gate() {
+    let trojan = format!(
+        "{SKILL}\n\nACCESS = \"user{} {}# admin only{} {}\"\n",
+        '\u{202e}', '\u{2066}', '\u{2069}', '\u{2066}'
+    );
+    let dir = workspace(&trojan, TEST);
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    let lint = verification(&run, "lint");
+    assert_eq!(lint["status"], "failed", "{lint}");
+    assert!(
+        lint["detail"].as_str().unwrap().contains("PLE2502"),
+        "{lint}"
+    );
+}
+
 #[test]
 fn a_failing_test_fails_the_tests_gate() {
     let dir = workspace(SKILL, &TEST.replace("{'echo': 1}", "{'echo': 2}"));
