@@ -106,7 +106,8 @@ pub fn untrusted_program(command: &[String], folder: &str) -> Option<String> {
     let not_python = |file: &str| {
         (!file.ends_with(".py")).then(|| {
             format!(
-                "`{file}` is not a `.py` file: the policy scan reads only those as Python,                  and this one would run unscanned"
+                "`{file}` is not a `.py` file: the policy scan reads only those as Python, \
+                 and this one would run unscanned"
             )
         })
     };
