@@ -222,6 +222,39 @@ fn a_bidirectional_control_character_fails_the_lint_gate() {
     );
 }
 
+/// A file Python decodes as UTF-7 is one text to the tools and another to Python: the scan
+/// fails it, and no other gate's row says `passed` about code none of them has seen.
+#[test]
+fn no_gate_passes_over_code_python_reads_otherwise() {
+    let dir = workspace(&format!("# -*- coding: utf-7 -*-\n{SKILL}"), TEST);
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    let policy = verification(&run, "policy");
+    assert_eq!(policy["status"], "failed", "{policy}");
+    assert!(
+        policy["detail"].as_str().unwrap().contains("[source]"),
+        "{policy}"
+    );
+    // Each of these ran and, on its own, passed: the tests did run the code.
+    for gate in ["lint", "types", "tests"] {
+        let row = verification(&run, gate);
+        assert_eq!(row["status"], "void", "{row}");
+        assert_eq!(row["failure_kind"], policy["failure_kind"], "{row}");
+        assert!(
+            row["detail"]
+                .as_str()
+                .unwrap()
+                .contains("skills/demo/skill.py"),
+            "{row}"
+        );
+    }
+    assert!(
+        statuses(&run).iter().all(|(_, status)| status != "passed"),
+        "{:?}",
+        statuses(&run)
+    );
+}
+
 #[test]
 fn a_failing_test_fails_the_tests_gate() {
     let dir = workspace(SKILL, &TEST.replace("{'echo': 1}", "{'echo': 2}"));

@@ -12,7 +12,8 @@ pub struct GateResult {
     pub gate: String,
     pub kind: String,
     pub required: bool,
-    /// `passed`, `failed`, or `error` (the gate could not run: a missing tool is an error).
+    /// `passed`, `failed`, `timed_out`, `error` (the gate could not run: a missing tool is an
+    /// error), or `void` (it passed over files Python reads otherwise than the tools do).
     pub status: String,
     pub failure_kind: Option<String>,
     pub detail: Option<String>,

@@ -210,6 +210,10 @@ pub struct SkillFile {
 /// The rule of a finding for a file that does not parse (the analyser's).
 pub const SYNTAX_RULE: &str = "syntax";
 
+/// The rule of a finding for a file Python reads otherwise than the gates' tools do (a coding
+/// declaration other than UTF-8, a name that is not ASCII): the analyser's.
+pub const SOURCE_RULE: &str = "source";
+
 /// Extensions of files Python would load as code that the analyser cannot read.
 const COMPILED: &[&str] = &["pyc", "pyo", "so", "pyd", "dylib", "dll", "pth"];
 
@@ -374,6 +378,18 @@ impl Scanner {
     /// Whether `findings` are all of files that do not parse (and there is one at least).
     pub fn only_syntax(findings: &[Finding]) -> bool {
         !findings.is_empty() && findings.iter().all(|f| f.rule == SYNTAX_RULE)
+    }
+
+    /// The files Python would read otherwise than every gate's tool did: what any gate saw of
+    /// them is not what runs.
+    pub fn read_otherwise(findings: &[Finding]) -> Vec<&str> {
+        let mut files: Vec<&str> = findings
+            .iter()
+            .filter(|f| f.rule == SOURCE_RULE)
+            .map(|f| f.file.as_str())
+            .collect();
+        files.dedup();
+        files
     }
 
     /// Whether the policy declares secret rules.

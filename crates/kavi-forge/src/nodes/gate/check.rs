@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::verify::Toolchains;
 use super::{
-    Check, CompiledGate, DETAIL_LINES, Scope, Verdict, contract, junit, suppressions, tail,
+    Check, CompiledGate, DETAIL_LINES, READ_OTHERWISE, Scope, Verdict, contract, junit,
+    suppressions, tail,
 };
 use crate::ledger::GateResult;
 use crate::node::NodeContext;
@@ -324,6 +325,10 @@ impl CompiledGate {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("\n");
+                let hidden = Scanner::read_otherwise(&findings);
+                if !hidden.is_empty() {
+                    evidence.insert(READ_OTHERWISE.to_owned(), serde_json::json!(hidden));
+                }
                 // Code that does not parse cannot be checked, so the gate fails; alone, it is
                 // named for its cause.
                 match scanner.syntax_failure() {

@@ -51,6 +51,10 @@ const DETAIL_IN_ERROR: usize = 5;
 /// How many lines of a failed command's output a result keeps.
 const DETAIL_LINES: usize = 20;
 
+/// The evidence of a scan gate that found files Python reads otherwise than the tools (its
+/// rule `source`): their names.
+const READ_OTHERWISE: &str = "read_otherwise";
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GateConfig {

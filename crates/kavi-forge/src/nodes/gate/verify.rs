@@ -200,6 +200,7 @@ impl Gate {
                 .map(|(gate, scope)| gate.run(ctx, scope, &toolchains)),
         )
         .await;
+        void_what_was_not_read(&mut results);
         found.extend(
             secrets
                 .into_inner()
@@ -304,6 +305,31 @@ impl Gate {
             outcome.error = Some(error);
         }
         Ok(outcome)
+    }
+}
+
+/// A gate that passed over files Python reads otherwise than every gate's tool does (a scan
+/// found them: a coding declaration, a name folded to another) judged text that is not what
+/// runs: hidden code may even have run inside it and forged its report. Its pass is void, so
+/// no row says `passed` for code no gate has seen. A failure stands: it is a finding still.
+fn void_what_was_not_read(results: &mut [GateResult]) {
+    let Some((scan, files)) = results.iter().find_map(|r| {
+        let files = r.evidence.as_ref()?.get(super::READ_OTHERWISE)?;
+        Some((r.gate.clone(), files.to_string()))
+    }) else {
+        return;
+    };
+    let kind = results
+        .iter()
+        .find(|r| r.gate == scan)
+        .and_then(|r| r.failure_kind.clone());
+    for result in results.iter_mut().filter(|r| r.status == "passed") {
+        result.status = "void".to_owned();
+        result.failure_kind.clone_from(&kind);
+        result.detail = Some(format!(
+            "not kept: gate {scan} found files Python reads otherwise than the tools do ({files}), \
+             so what this gate judged is not what runs"
+        ));
     }
 }
 
