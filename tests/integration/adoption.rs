@@ -396,6 +396,94 @@ fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
     );
 }
 
+/// An account that holds the journal key (every account that writes a shared ledger does)
+/// rewrites its own weakening change to read "strengthening": `adopt` works the class out again
+/// from the texts and refuses it, and once such a set governs, `verify` names it.
+#[test]
+fn a_change_recorded_as_less_than_it_is_is_neither_adopted_nor_passed_by_verify() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    assert!(kavi(root, &["pipeline", "run", "noop"]).status.success());
+    drop_the_test_gate(root);
+    let proposed = kavi(root, &["policy", "propose"]);
+    assert!(stdout(&proposed).contains("weakening"), "{proposed:?}");
+    common::edit_with_the_key(
+        root,
+        "UPDATE rule_sets SET class = 'strengthening' WHERE id = 2",
+    );
+    let refused = kavi(root, &["policy", "adopt", "2"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        stderr(&refused).contains(
+            "rule change 2 is recorded as strengthening, but by the adopted [adoption] rules \
+             its changes are weakening"
+        ),
+        "{}",
+        stderr(&refused)
+    );
+    // The same record made the adopted set by the same hand: verify works the class out again.
+    assert!(kavi(root, &["ledger", "verify"]).status.success());
+    common::edit_with_the_key(
+        root,
+        "UPDATE rule_sets SET status = 'superseded' WHERE id = 1; \
+         UPDATE rule_sets SET status = 'adopted', decided_by = 'uid 0' WHERE id = 2;",
+    );
+    let verified = kavi(root, &["ledger", "verify"]);
+    assert_eq!(verified.status.code(), Some(1), "{}", stdout(&verified));
+    assert!(
+        stdout(&verified).contains(
+            "rule set 2 was adopted weakening the rules (recorded as strengthening), but it"
+        ),
+        "{}",
+        stdout(&verified)
+    );
+}
+
+/// An approval written into a pending change by a process without the journal key is never
+/// read: `adopt` refuses the row before it counts anything in it.
+#[test]
+fn an_approval_written_without_the_key_is_not_counted() {
+    let dir = shipped_workspace();
+    let root = dir.path();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    assert!(kavi(root, &["pipeline", "run", "noop"]).status.success());
+    drop_the_test_gate(root);
+    assert!(kavi(root, &["policy", "propose"]).status.success());
+    let forge = "UPDATE rule_sets SET approvals = \
+                 '[{\"actor\":\"alice (uid 4242)\",\"roles\":[\"maintainer\"]}]' WHERE id = 2";
+    if common::postgres::ledger_for(root).is_some() {
+        // Without kavi's key: the journal's triggers MAC with a guessed one.
+        let guessed = "SELECT set_config('kavi.mac_inner', repeat('00', 64), false), \
+                       set_config('kavi.mac_outer', repeat('00', 64), false);";
+        common::LedgerConnection::open(root).batch(&format!("{guessed} {forge}"));
+    } else {
+        common::attacker_connection(root)
+            .execute_batch(forge)
+            .unwrap();
+    }
+    let refused = kavi(root, &["policy", "adopt", "2"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("rule set 2: ") && stderr(&refused).contains("without the key"),
+        "{}",
+        stderr(&refused)
+    );
+    let shown = kavi(root, &["policy", "status"]);
+    assert!(
+        !stdout(&shown).contains("adopted rule change 2"),
+        "{shown:?}"
+    );
+}
+
 /// A rule weakened on disk when a run starts and put back before it promotes: the run's gates
 /// judged under the weakened file, so its promotion is refused, naming the file, although the
 /// disk holds the adopted set again by then.

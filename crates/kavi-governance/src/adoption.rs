@@ -442,8 +442,15 @@ pub fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>)> {
             ));
         }
         let was_adopted = matches!(set.status.as_str(), "adopted" | "superseded");
-        if was_adopted && set.class == Class::Weakening.as_str() {
-            let base = sets.iter().find(|s| Some(s.id) == set.based_on);
+        let base = sets.iter().find(|s| Some(s.id) == set.based_on);
+        // A set recorded as anything but weakening whose texts weaken its base's, by the base's
+        // own `[adoption]` rules, needed the approvals all the same.
+        let weakens = set.class == Class::Weakening.as_str()
+            || match base {
+                Some(base) if was_adopted => weakens_its_base(ledger, base, set)?,
+                _ => false,
+            };
+        if was_adopted && weakens {
             let required = base
                 .map(|base| Governing::of(ledger, base.clone()).and_then(|g| g.adoption()))
                 .transpose()
@@ -456,8 +463,13 @@ pub fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>)> {
                 )),
                 Some(policy) => {
                     if let Err(missing) = policy.weakening.met_by(&set.approvals, proposer(set)) {
+                        let recorded = match set.class.as_str() {
+                            "weakening" => String::new(),
+                            other => format!(" (recorded as {other})"),
+                        };
                         problems.push(format!(
-                            "rule set {id} was adopted weakening the rules, but it {missing}"
+                            "rule set {id} was adopted weakening the rules{recorded}, but it \
+                             {missing}"
                         ));
                     }
                 }
@@ -487,6 +499,18 @@ pub fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>)> {
         ));
     }
     Ok((problems, story))
+}
+
+/// Whether `set`'s texts weaken `base`'s by `base`'s `[adoption]` rules, whatever `set` records.
+fn weakens_its_base(ledger: &Ledger, base: &RuleSetRow, set: &RuleSetRow) -> Result<bool> {
+    let base = Governing::of(ledger, base.clone()).map_err(GovernanceError::Usage)?;
+    let now = Governing::of(ledger, set.clone()).map_err(GovernanceError::Usage)?;
+    let now = RuleSet {
+        files: now.files,
+        hash: set.set_hash.clone(),
+    };
+    let changes = base.changes_to(&now).map_err(GovernanceError::Usage)?;
+    Ok(changes.iter().any(|(_, class)| *class == Class::Weakening))
 }
 
 /// What proposing the working copy came to.
@@ -555,6 +579,9 @@ pub fn propose(workspace: &Workspace, message: Option<&str>) -> Result<Proposed>
 
 /// A pending change, or an error saying what became of it.
 fn pending(ledger: &Ledger, id: i64) -> Result<RuleSetRow> {
+    // Its class, approvals and files decide what may govern: a row the journal's keyed entries
+    // do not vouch for (edited with raw SQL by a process without the key) is never read.
+    ledger.check_rule_set_journaled(id)?;
     let change = ledger.rule_set(id)?;
     if change.status != "pending" {
         return Err(GovernanceError::Usage(format!(
@@ -681,7 +708,19 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<Adopted> {
             short_hash(&set.hash)
         )));
     }
-    if change.class == Class::Weakening.as_str() {
+    // The class is worked out again from the texts, by the adopted `[adoption]` rules: the
+    // recorded one is what propose found, and a record that says less is not taken at its word.
+    let changes = base.changes_to(&set).map_err(GovernanceError::Usage)?;
+    let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
+    if class.as_str() != change.class {
+        return Err(GovernanceError::Usage(format!(
+            "rule change {id} is recorded as {}, but by the adopted [adoption] rules its changes \
+             are {}: the record was altered, or made by another version of kavi; propose it again",
+            change.class,
+            class.as_str()
+        )));
+    }
+    if class == Class::Weakening {
         let (policy, _) = adopted_rules(&base)?;
         policy
             .weakening

@@ -491,6 +491,59 @@ pub fn attacker_connection(root: &Path) -> rusqlite::Connection {
     conn
 }
 
+/// Runs `sql` on a workspace's ledger as an account that holds kavi's journal key does (every
+/// account that writes a shared ledger does): the journal's functions registered by hand with
+/// the real key (SQLite), or the key's HMAC pads given to the session (PostgreSQL), so that
+/// what it writes is vouched for as if kavi had written it.
+pub fn edit_with_the_key(root: &Path, sql: &str) {
+    use rusqlite::functions::FunctionFlags;
+    use sha2::Digest;
+    let text = std::fs::read_to_string(config_home().join("kavi/journal.key")).unwrap();
+    let key: Vec<u8> = (0..64)
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text.trim()[i..i + 2], 16).unwrap())
+        .collect();
+    // HMAC-SHA256 (RFC 2104) over a 32-byte key.
+    let pad = |byte: u8| {
+        let mut padded = [byte; 64];
+        for (p, k) in padded.iter_mut().zip(&key) {
+            *p ^= k;
+        }
+        padded
+    };
+    let (inner, outer) = (pad(0x36), pad(0x5c));
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    if postgres::ledger_for(root).is_some() {
+        LedgerConnection::open(root).batch(&format!(
+            "SELECT set_config('kavi.mac_inner', '{}', false), \
+                    set_config('kavi.mac_outer', '{}', false); {sql}",
+            hex(&inner),
+            hex(&outer)
+        ));
+        return;
+    }
+    let conn = rusqlite::Connection::open(root.join(".kavi/ledger.db")).unwrap();
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("kavi_sha256", 1, flags, |ctx| {
+        Ok(kavi::hash::sha256_hex(ctx.get::<String>(0)?.as_bytes()))
+    })
+    .unwrap();
+    conn.create_scalar_function("kavi_mac", 1, flags, move |ctx| {
+        let hash = ctx.get::<String>(0)?;
+        let first = sha2::Sha256::new()
+            .chain_update(inner)
+            .chain_update(hash.as_bytes())
+            .finalize();
+        let mac = sha2::Sha256::new()
+            .chain_update(outer)
+            .chain_update(first)
+            .finalize();
+        Ok(hex(&mac))
+    })
+    .unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
 /// The folders the rosters of a workspace's ledger list (`.kavi/ledger.locks/*.procs`): the
 /// private folders its kavi processes made, which the next kavi removes when their owner died.
 pub fn roster_folders(root: &Path) -> Vec<std::path::PathBuf> {
