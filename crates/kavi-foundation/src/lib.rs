@@ -14,6 +14,7 @@ pub mod identity;
 pub mod json_schema;
 pub mod jsonpath;
 pub mod redact;
+pub mod removal;
 pub mod sandbox;
 pub mod side_effect;
 pub mod state;

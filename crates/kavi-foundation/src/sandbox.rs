@@ -59,7 +59,7 @@ pub fn create(root: &Path, prefix: &str, apart: &[&Path]) -> io::Result<PathBuf>
 
 /// A private temporary folder (0700) in the sandbox folder `root`, removed when dropped: a
 /// confined process's TMPDIR. `root` is made if missing, with the checks of [`create`].
-pub fn private_temp(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+pub fn private_temp(root: &Path, prefix: &str) -> io::Result<PrivateFolder> {
     ensure_root(root, &[])?;
     private_folder(root, prefix)
 }
@@ -67,11 +67,39 @@ pub fn private_temp(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> 
 /// A private temporary folder (0700) in `folder`, removed when dropped: what kavi stages for a
 /// confined process there (its TMPDIR, its snapshot, its report) is nobody else's to read, nor,
 /// in a folder someone else may write, to replace.
-pub fn private_folder(root: &Path, prefix: &str) -> io::Result<tempfile::TempDir> {
+pub fn private_folder(root: &Path, prefix: &str) -> io::Result<PrivateFolder> {
     tempfile::Builder::new()
         .prefix(prefix)
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(root)
+        .map(|made| PrivateFolder(made.keep()))
+}
+
+/// A private folder kavi made, removed when dropped however deep, whatever links and modes the
+/// process that used it left there ([`crate::removal::remove_tree`]: `tempfile`'s removal holds
+/// a descriptor per level, and leaves a deep enough tree behind without a word).
+#[derive(Debug)]
+pub struct PrivateFolder(PathBuf);
+
+impl PrivateFolder {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The folder, no longer removed when this is dropped.
+    pub fn keep(mut self) -> PathBuf {
+        let path = std::mem::take(&mut self.0);
+        std::mem::forget(self);
+        path
+    }
+}
+
+impl Drop for PrivateFolder {
+    fn drop(&mut self) {
+        if let Err(e) = crate::removal::remove_tree(&self.0) {
+            tracing::warn!("could not remove {}: {e}", self.0.display());
+        }
+    }
 }
 
 /// Where kavi makes the few small files a launch needs only while it runs (its tripwires'
@@ -496,27 +524,10 @@ fn xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-/// Removes a sandbox and everything in it, even folders the builder made unreadable.
+/// Removes a sandbox and everything in it, even folders the builder made unreadable, however
+/// deep, never following a link ([`crate::removal::remove_tree`]).
 pub fn remove(dir: &Path) -> io::Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            // A folder without write or search permission cannot be emptied: give them back
-            // (without following links) and try once more.
-            use std::os::unix::fs::PermissionsExt;
-            for entry in walkdir::WalkDir::new(dir).follow_links(false) {
-                let Ok(entry) = entry else { continue };
-                if entry.file_type().is_dir() {
-                    let _ = std::fs::set_permissions(
-                        entry.path(),
-                        std::fs::Permissions::from_mode(0o700),
-                    );
-                }
-            }
-            std::fs::remove_dir_all(dir)
-        }
-    }
+    crate::removal::remove_tree(dir)
 }
 
 /// Where a symlink at `link` (relative to the tree's root) leads, if it stays inside the tree

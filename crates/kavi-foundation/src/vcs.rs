@@ -41,36 +41,46 @@ pub fn states(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Makes `state`, one of [`states`], inert: a [`VCS_STATE`] folder or file is removed, and a
-/// folder git could take for a repository loses its `HEAD` and `config`.
-pub fn remove(state: &Path) -> io::Result<()> {
-    let vcs = state
-        .file_name()
-        .is_some_and(|name| VCS_STATE.iter().any(|state| name == *state));
-    let metadata = match state.symlink_metadata() {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        metadata => metadata?,
+/// Makes `state`, one of [`states`] of `root`, inert: a [`VCS_STATE`] folder or file is
+/// removed, and a folder git could take for a repository loses its `HEAD` and `config`. Acted on
+/// through descriptors opened from `root` down, each refusing a link
+/// ([`crate::removal::open_beneath`]): a process that can still write beneath `root` and swaps
+/// a folder on the way for a link to elsewhere gets a refusal, never a removal out there.
+pub fn remove(root: &Path, state: &Path) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    let relative = state.strip_prefix(root).map_err(|_| {
+        io::Error::other(format!(
+            "{} is not beneath {}",
+            state.display(),
+            root.display()
+        ))
+    })?;
+    let root = std::fs::File::open(root)?;
+    let within = |relative: &Path| match crate::removal::open_beneath(root.as_fd(), relative) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        opened => opened.map(Some),
     };
-    if !vcs {
-        for name in ["HEAD", "config"] {
-            match std::fs::remove_file(state.join(name)) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-        }
+    if let (Some(name), Some(parent)) = (relative.file_name(), relative.parent())
+        && VCS_STATE.iter().any(|state| name == *state)
+    {
+        return match within(parent)? {
+            Some(parent) => crate::removal::remove_at(parent.as_fd(), name),
+            None => Ok(()),
+        };
+    }
+    let Some(folder) = within(relative)? else {
         return Ok(());
+    };
+    for name in ["HEAD", "config"] {
+        crate::removal::remove_at(folder.as_fd(), name.as_ref())?;
     }
-    if metadata.is_dir() {
-        crate::sandbox::remove(state)
-    } else {
-        std::fs::remove_file(state)
-    }
+    Ok(())
 }
 
 /// Removes every version-control state under `dir` ([`states`], then [`remove`] for each).
 pub fn neutralise(dir: &Path) -> io::Result<()> {
     for state in states(dir)? {
-        remove(&state)?;
+        remove(dir, &state)?;
     }
     Ok(())
 }
@@ -108,5 +118,40 @@ mod tests {
         assert!(states(root).unwrap().is_empty());
         // Only version control's state goes.
         assert!(root.join("bare/objects").is_dir() && root.join("file.git").is_file());
+    }
+
+    /// A state found, then its folder swapped for a link to elsewhere before it is removed (a
+    /// process that can still write there races the check): the removal is refused, and what
+    /// the link names is untouched.
+    #[test]
+    fn a_folder_swapped_for_a_link_after_the_look_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (scope, victim) = (dir.path().join("scope"), dir.path().join("victim"));
+        for folder in [
+            scope.join("repo"),
+            scope.join("deep/x/.git"),
+            victim.join(".git"),
+        ] {
+            std::fs::create_dir_all(folder).unwrap();
+        }
+        for file in ["HEAD", "config"] {
+            std::fs::write(scope.join("repo").join(file), "").unwrap();
+            std::fs::write(victim.join(".git").join(file), "keep").unwrap();
+        }
+        let found = states(&scope).unwrap();
+        assert_eq!(found.len(), 2, "{found:?}");
+        std::fs::remove_dir_all(scope.join("repo")).unwrap();
+        std::os::unix::fs::symlink(victim.join(".git"), scope.join("repo")).unwrap();
+        std::fs::remove_dir_all(scope.join("deep/x")).unwrap();
+        std::os::unix::fs::symlink(&victim, scope.join("deep/x")).unwrap();
+        for state in &found {
+            assert!(remove(&scope, state).is_err(), "{}", state.display());
+        }
+        for file in ["HEAD", "config"] {
+            assert_eq!(
+                std::fs::read_to_string(victim.join(".git").join(file)).unwrap(),
+                "keep"
+            );
+        }
     }
 }

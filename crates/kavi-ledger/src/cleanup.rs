@@ -57,16 +57,25 @@ pub fn enforce_kept(ledger: &mut Ledger) -> Result<Vec<SandboxRow>, LedgerError>
         .collect();
     let mut removed = Vec::new();
     for sandbox in kept {
-        if !keep_inert(ledger, &sandbox)? {
+        if keep_inert(ledger, &sandbox)? == Settled::Removed {
             removed.push(sandbox);
         }
     }
     Ok(removed)
 }
 
+/// What became of a sandbox about to be kept.
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    Kept,
+    Removed,
+    /// To be removed, but removing it failed: it stays listed, due at once.
+    Left,
+}
+
 /// Neutralises a sandbox about to be kept, or removes it (recording why) when it cannot be
-/// neutralised or holds more than its budget. Whether it is still there.
-fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerError> {
+/// neutralised or holds more than its budget.
+fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<Settled, LedgerError> {
     let dir = Path::new(&sandbox.path);
     let budget = sandbox.limits.keep_max_bytes;
     let why_not = match kavi_foundation::vcs::neutralise(dir).and_then(|()| size(dir)) {
@@ -74,15 +83,21 @@ fn keep_inert(ledger: &mut Ledger, sandbox: &SandboxRow) -> Result<bool, LedgerE
         Ok(bytes) if bytes > budget => {
             format!("not kept: it holds {bytes} bytes, over the {budget} bytes of `keep_max_bytes`")
         }
-        Ok(_) => return Ok(true),
+        Ok(_) => return Ok(Settled::Kept),
     };
-    let reason = match kavi_foundation::sandbox::remove(dir) {
-        Ok(()) => why_not,
-        Err(e) => format!("{why_not}; removing it failed: {e}"),
-    };
-    tracing::warn!("sandbox {}: {reason}", sandbox.path);
-    ledger.sandbox_not_kept(sandbox.id, &reason)?;
-    Ok(false)
+    match kavi_foundation::sandbox::remove(dir) {
+        Ok(()) => {
+            tracing::warn!("sandbox {}: {why_not}", sandbox.path);
+            ledger.sandbox_not_kept(sandbox.id, &why_not)?;
+            Ok(Settled::Removed)
+        }
+        Err(e) => {
+            let reason = format!("{why_not}; removing it failed: {e}");
+            tracing::warn!("sandbox {}: {reason}", sandbox.path);
+            ledger.sandbox_left(sandbox.id, &reason)?;
+            Ok(Settled::Left)
+        }
+    }
 }
 
 /// What one entry costs at least, whatever it holds: an inode and its name.

@@ -278,6 +278,17 @@ impl Ledger {
         Ok(())
     }
 
+    /// A sandbox that was not to be kept but could not be removed: it stays listed, due at
+    /// once, with the reason, so the next sweep and `kavi gc` try again and `kavi doctor` shows
+    /// it, rather than recorded removed while its folder is still there.
+    pub fn sandbox_left(&mut self, sandbox_id: i64, reason: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE sandboxes SET status = 'kept', keep_until = ?1, error = ?2 WHERE id = ?3",
+            params![now(), reason, sandbox_id],
+        )?;
+        Ok(())
+    }
+
     /// Every sandbox whose folder kavi has not removed, oldest first.
     pub fn remaining_sandboxes(&self) -> Result<Vec<SandboxRow>> {
         let mut stmt = self.conn.prepare(&format!(

@@ -172,8 +172,8 @@ pub struct Prestarted {
     confinement: crate::confinement::Confinement,
     /// Empty, and shown read-only in the sandbox where the skill's snapshot is expected, until
     /// the run's trust check writes the trusted bytes into it.
-    snapshot: Option<tempfile::TempDir>,
-    tmp: tempfile::TempDir,
+    snapshot: Option<kavi_foundation::sandbox::PrivateFolder>,
+    tmp: kavi_foundation::sandbox::PrivateFolder,
     /// What its view of the workspace held when it was started (see
     /// `Confinement::workspace_stamp`; `None` when it shows no workspace), taken just before
     /// the view was built; unset until then, or when it could not be taken.
@@ -283,7 +283,11 @@ impl<'a> Runner<'a> {
 
     /// [`Runner::ready`], the snapshot written into `folder` when given (a pre-started
     /// sandbox's, see [`Prestarted`]), else into a new one.
-    fn ready_in(&self, name: &str, folder: Option<tempfile::TempDir>) -> Result<Ready, Refusal> {
+    fn ready_in(
+        &self,
+        name: &str,
+        folder: Option<kavi_foundation::sandbox::PrivateFolder>,
+    ) -> Result<Ready, Refusal> {
         // The run's confined launch follows this check: its cgroup move waits less. A sandbox
         // started ahead is in its cgroup already: nothing is moved for its run.
         if folder.is_none() {
@@ -943,7 +947,7 @@ impl<'a> Runner<'a> {
     }
 
     /// A skill's private temporary folder (its TMPDIR, writable in its view).
-    fn private_tmp(&self) -> std::io::Result<tempfile::TempDir> {
+    fn private_tmp(&self) -> std::io::Result<kavi_foundation::sandbox::PrivateFolder> {
         kavi_foundation::sandbox::private_folder(&std::env::temp_dir(), "kavi-tmp-skill-")
             .and_then(|tmp| self.owner.track(tmp.path()).map(|()| tmp))
     }

@@ -15,7 +15,7 @@ use super::trust::{SkillTree, read_folder};
 /// The skill's folder at `path()/folder()`, exactly the trusted files, read-only.
 #[derive(Debug)]
 pub struct Snapshot {
-    dir: tempfile::TempDir,
+    dir: kavi_foundation::sandbox::PrivateFolder,
     folder: String,
     /// The proposal's text, which the source hash covers but the snapshot does not hold.
     proposal: Vec<u8>,
@@ -38,7 +38,7 @@ impl Snapshot {
     /// put in it (see [`crate::ledger::Owner::track`]).
     pub fn new_folder(
         track: impl FnOnce(&std::path::Path) -> std::io::Result<()>,
-    ) -> Result<tempfile::TempDir, String> {
+    ) -> Result<kavi_foundation::sandbox::PrivateFolder, String> {
         kavi_foundation::sandbox::private_folder(&std::env::temp_dir(), "kavi-snapshot-")
             .and_then(|dir| track(dir.path()).map(|()| dir))
             .map_err(|e| format!("cannot make the snapshot folder: {e}"))
@@ -47,7 +47,11 @@ impl Snapshot {
     /// [`Snapshot::make`] into `dir`, an empty folder from [`Snapshot::new_folder`]: one that a
     /// sandbox started before its skill was known already shows, read-only, where the skill's
     /// files are expected.
-    pub fn make_in(dir: tempfile::TempDir, tree: &SkillTree, hash: &str) -> Result<Self, String> {
+    pub fn make_in(
+        dir: kavi_foundation::sandbox::PrivateFolder,
+        tree: &SkillTree,
+        hash: &str,
+    ) -> Result<Self, String> {
         Self::make_with(dir, tree, hash, |_| Ok(()))
     }
 
@@ -88,7 +92,7 @@ impl Snapshot {
     }
 
     fn make_with(
-        dir: tempfile::TempDir,
+        dir: kavi_foundation::sandbox::PrivateFolder,
         tree: &SkillTree,
         hash: &str,
         beside: impl FnOnce(&Path) -> Result<(), String>,

@@ -162,7 +162,7 @@ pub fn repositories_made(vcs_before: &[(PathBuf, Vec<PathBuf>)]) -> Result<Vec<P
         let now =
             kavi_foundation::vcs::states(scope).map_err(|e| format!("{}: {e}", scope.display()))?;
         for state in now.into_iter().filter(|state| !before.contains(state)) {
-            kavi_foundation::vcs::remove(&state)
+            kavi_foundation::vcs::remove(scope, &state)
                 .map_err(|e| format!("{}: {e}", state.display()))?;
             made.push(state);
         }

@@ -42,7 +42,7 @@ pub struct Prepared {
     pub env: Vec<(String, String)>,
     /// Where coverage.py writes its JSON report, when the gate measures branch coverage.
     coverage: Option<PathBuf>,
-    _folder: tempfile::TempDir,
+    _folder: kavi_foundation::sandbox::PrivateFolder,
 }
 
 /// The bytes of a file the tests' process could have replaced: only a regular file is read, never
