@@ -11,7 +11,7 @@ pub mod manifest;
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -565,6 +565,10 @@ pub fn copy_tree(
     exclude: &[PathBuf],
 ) -> io::Result<CopyStats> {
     let mut stats = CopyStats::default();
+    let root: OwnedFd = File::open(source)?.into();
+    // The folder the last file was read from, opened beneath the root: the walk is sorted, so
+    // a folder's files come one after another.
+    let mut folder: Option<(PathBuf, OwnedFd)> = None;
     let mut walker = walkdir::WalkDir::new(source)
         .follow_links(false)
         .sort_by_file_name()
@@ -595,8 +599,7 @@ pub fn copy_tree(
             continue;
         }
         if file_type.is_file() {
-            std::fs::create_dir_all(target.parent().expect("a copied path has a parent"))?;
-            std::fs::copy(entry.path(), &target)?;
+            copy_beneath(root.as_fd(), &mut folder, relative, &target)?;
             stats.files += 1;
         } else if file_type.is_symlink() {
             let link = std::fs::read_link(entry.path())?;
@@ -616,6 +619,51 @@ pub fn copy_tree(
         }
     }
     Ok(stats)
+}
+
+/// Copies the file `relative` beneath `root` to `target`, reading it through descriptors, each
+/// folder on the way and the file itself refusing a link: a process that can write the
+/// workspace (a FILE_WRITE skill running now) may swap what the walk saw for a link to a
+/// secret before its turn comes. `folder` keeps the last folder opened, for the next file.
+fn copy_beneath(
+    root: BorrowedFd<'_>,
+    folder: &mut Option<(PathBuf, OwnedFd)>,
+    relative: &Path,
+    target: &Path,
+) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = relative.parent().unwrap_or(Path::new(""));
+    if folder.as_ref().is_none_or(|(path, _)| path != parent) {
+        let opened = crate::removal::open_beneath(root, parent)
+            .map_err(|e| changed_while_copied(relative, &e))?;
+        *folder = Some((parent.to_owned(), opened));
+    }
+    let (_, dir) = folder.as_ref().expect("opened above");
+    let name = relative.file_name().expect("a copied path has a name");
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let mut file = openat(dir.as_fd(), name, flags, Mode::empty())
+        .map(File::from)
+        .map_err(|errno| changed_while_copied(relative, &io::Error::from(errno)))?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(changed_while_copied(
+            relative,
+            &io::Error::other("it is no longer a regular file"),
+        ));
+    }
+    std::fs::create_dir_all(target.parent().expect("a copied path has a parent"))?;
+    let mut copy = File::create_new(target)?;
+    io::copy(&mut file, &mut copy)?;
+    copy.set_permissions(std::fs::Permissions::from_mode(
+        metadata.permissions().mode() & 0o777,
+    ))
+}
+
+fn changed_while_copied(relative: &Path, error: &io::Error) -> io::Error {
+    io::Error::other(format!(
+        "`{}` changed while the workspace was copied ({error}): nothing is copied through a link",
+        relative.display()
+    ))
 }
 
 /// Resolves a user-given relative path under `root`, refusing anything that could leave it:
@@ -1474,6 +1522,49 @@ mod tests {
             Path::new("x/../../../c")
         ));
         assert!(!link_stays_inside(Path::new("a/l"), Path::new("/a/c")));
+    }
+
+    /// What the copy's walk saw as a file, swapped for a link (or its folder for a link) before
+    /// its turn came: the read is refused, never carried through the link.
+    #[test]
+    fn a_listed_file_swapped_for_a_link_is_not_copied_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (source, dest, secret) = (
+            dir.path().join("src"),
+            dir.path().join("dest"),
+            dir.path().join("secret"),
+        );
+        for folder in [&source.join("notes"), &dest, &secret] {
+            std::fs::create_dir_all(folder).unwrap();
+        }
+        std::fs::write(secret.join("credentials"), "key").unwrap();
+        std::fs::write(source.join("notes/plain.md"), "mine").unwrap();
+        std::os::unix::fs::symlink(secret.join("credentials"), source.join("notes/zz.md")).unwrap();
+        std::os::unix::fs::symlink(&secret, source.join("swapped")).unwrap();
+        let root = File::open(&source).unwrap();
+        let mut folder = None;
+        copy_beneath(
+            root.as_fd(),
+            &mut folder,
+            Path::new("notes/plain.md"),
+            &dest.join("notes/plain.md"),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dest.join("notes/plain.md")).unwrap(),
+            "mine"
+        );
+        for swapped in ["notes/zz.md", "swapped/credentials"] {
+            let refused = copy_beneath(
+                root.as_fd(),
+                &mut folder,
+                Path::new(swapped),
+                &dest.join(swapped),
+            )
+            .unwrap_err();
+            assert!(refused.to_string().contains("changed while"), "{refused}");
+            assert!(!dest.join(swapped).exists());
+        }
     }
 
     #[test]
