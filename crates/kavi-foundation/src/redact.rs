@@ -105,10 +105,15 @@ impl Redactor {
             .replace_all(text, &vec![REDACTED; self.automaton.patterns_len()])
     }
 
-    /// Replaces secrets in every string of `value`, object keys included.
+    /// Replaces secrets in every string of `value`, object keys included, and every number
+    /// whose text holds one (a PIN printed as a number is the secret, digit for digit), which
+    /// becomes the string `[redacted]`.
     pub fn json(&self, value: &mut Value) {
         match value {
             Value::String(s) => *s = self.text(s),
+            Value::Number(n) if self.automaton.is_match(n.to_string().as_str()) => {
+                *value = Value::String(REDACTED.to_owned());
+            }
             Value::Array(items) => items.iter_mut().for_each(|v| self.json(v)),
             Value::Object(map) => {
                 let entries = std::mem::take(map);
@@ -181,13 +186,15 @@ mod tests {
 
     #[test]
     fn secrets_are_hidden_in_keys_values_and_text() {
-        let redactor = Redactor::new(&["hunter2", "", "sk-live-123456"]).unwrap();
         let mut value = json!({
             "sk-live-123456": "x",
             "a": "key=hunter2",
             "b": ["hunter2", {"nested-hunter2": 1}],
-            "c": 1
+            "c": 1,
+            "pin": 73915284,
+            "larger": 1739152840
         });
+        let redactor = Redactor::new(&["hunter2", "", "sk-live-123456", "73915284"]).unwrap();
         redactor.json(&mut value);
         assert_eq!(
             value,
@@ -195,7 +202,9 @@ mod tests {
                 "[redacted]": "x",
                 "a": "key=[redacted]",
                 "b": ["[redacted]", {"nested-[redacted]": 1}],
-                "c": 1
+                "c": 1,
+                "pin": "[redacted]",
+                "larger": "[redacted]"
             })
         );
         assert_eq!(redactor.text("hunter2hunter2"), "[redacted][redacted]");
