@@ -505,6 +505,7 @@ async fn in_workspace(
         Command::Policy(PolicyCommand::Approve { id }) => policy::decide(&workspace, id, true),
         Command::Policy(PolicyCommand::Reject { id }) => policy::decide(&workspace, id, false),
         Command::Policy(PolicyCommand::Adopt { id }) => policy::adopt(&workspace, id),
+        Command::Policy(PolicyCommand::Key) => policy::key(),
         Command::Policy(PolicyCommand::Diff { from, to, json }) => match from {
             Some(from) => policy::diff(&workspace, &from, to.as_deref(), json),
             None => policy::adoption_diff(&workspace, json),

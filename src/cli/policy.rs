@@ -325,6 +325,22 @@ pub fn decide(workspace: &Workspace, id: i64, approve: bool) -> Result<i32, Erro
     Ok(exit::SUCCESS)
 }
 
+/// `kavi policy key`: this account's own key, made on first use, as the `[keys]` line of
+/// `policies/roles.toml` that pins it.
+pub fn key() -> Result<i32, Error> {
+    let path = crate::ledger::keys::person_key();
+    let key = crate::ledger::checkpoint::load_or_generate(&path).map_err(Error::Usage)?;
+    let actor = crate::identity::actor();
+    let account = actor
+        .split_once(" (uid ")
+        .map_or(actor.as_str(), |(name, _)| name);
+    outln!(
+        "\"{account}\" = \"ed25519:{}\"",
+        crate::ledger::checkpoint::public_hex(&key.verifying_key())
+    );
+    Ok(exit::SUCCESS)
+}
+
 /// `kavi policy adopt ID`: makes a pending change the adopted set, then re-verifies the skills
 /// trusted under an older one when its rules say so.
 pub fn adopt(workspace: &Workspace, id: i64) -> Result<i32, Error> {

@@ -484,6 +484,92 @@ fn an_approval_written_without_the_key_is_not_counted() {
     );
 }
 
+/// `kavi` as the account `uid`, with its own key at `key` (`KAVI_PERSON_KEY`): the tests'
+/// accounts share one configuration folder, where a person's key would be one for all.
+fn kavi_with_key(uid: u32, key: &Path, root: &Path, args: &[&str]) -> Output {
+    let mut setpriv = std::process::Command::new("setpriv");
+    setpriv.args([
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        format!("--groups={}", common::TEAM_GID),
+        env!("CARGO_BIN_EXE_kavi").to_owned(),
+    ]);
+    common::with_test_env(setpriv, root, args)
+        .env("HOME", root)
+        .env("KAVI_PERSON_KEY", key)
+        .output()
+        .unwrap()
+}
+
+/// Once `policies/roles.toml` pins the accounts' own keys, an approval counts only when its
+/// giver's pinned key signed it: one written into the ledger by an account that holds the
+/// journal key (every account that writes the ledger does) counts for nothing, whoever it names.
+#[test]
+fn once_keys_are_pinned_only_an_approval_its_giver_signed_counts() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    let keys = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(keys.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let key_of = |uid: u32| keys.path().join(format!("{uid}.key"));
+    let printed = kavi_with_key(4301, &key_of(4301), root, &["policy", "key"]);
+    assert!(printed.status.success(), "{printed:?}");
+    let line = stdout(&printed);
+    assert!(line.contains("= \"ed25519:"), "{line}");
+    let roles = root.join("policies/roles.toml");
+    let text = std::fs::read_to_string(&roles).unwrap();
+    std::fs::write(&roles, format!("{text}\n[keys]\n{line}")).unwrap();
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let first = kavi(root, &["pipeline", "run", "noop"]);
+    assert!(first.status.success(), "{first:?}");
+    drop_the_test_gate(root);
+    assert!(kavi(root, &["policy", "propose"]).status.success());
+
+    // The proposer writes uid 4301's approval itself, with the journal key.
+    common::edit_with_the_key(
+        root,
+        "UPDATE rule_sets SET approvals = \
+         '[{\"actor\":\"uid 4301\",\"roles\":[\"maintainer\",\"reviewer\"]}]' WHERE id = 2",
+    );
+    let refused = kavi(root, &["policy", "adopt", "2"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        stderr(&refused).contains("needs 1 maintainer other than the proposer; has none"),
+        "{}",
+        stderr(&refused)
+    );
+    // An account whose key is not the one pinned for it cannot give one that counts.
+    common::open_to_other_accounts(root);
+    let unpinned = kavi_with_key(4302, &key_of(4302), root, &["policy", "approve", "2"]);
+    assert_eq!(unpinned.status.code(), Some(2), "{unpinned:?}");
+    assert!(
+        stderr(&unpinned).contains("is not the one the adopted policies/roles.toml pins"),
+        "{}",
+        stderr(&unpinned)
+    );
+    // Its giver's own, signed, does.
+    let approved = kavi_with_key(4301, &key_of(4301), root, &["policy", "approve", "2"]);
+    assert!(approved.status.success(), "{approved:?}");
+    assert!(
+        stdout(&approved).contains("its approvals are complete"),
+        "{}",
+        stdout(&approved)
+    );
+    let adopted = kavi(root, &["policy", "adopt", "2"]);
+    assert!(adopted.status.success(), "{adopted:?}");
+    let verified = kavi(root, &["ledger", "verify"]);
+    assert_eq!(verified.status.code(), Some(0), "{}", stdout(&verified));
+}
+
 /// A rule weakened on disk when a run starts and put back before it promotes: the run's gates
 /// judged under the weakened file, so its promotion is refused, naming the file, although the
 /// disk holds the adopted set again by then.

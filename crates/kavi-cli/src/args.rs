@@ -848,6 +848,10 @@ pub enum PolicyCommand {
         /// The rule change's id (`kavi policy propose` prints it).
         id: i64,
     },
+    /// Print this account's own key (made on first use, in `$KAVI_PERSON_KEY` or
+    /// `~/.config/kavi/person.key`) as the line to pin it under `[keys]` in
+    /// `policies/roles.toml`: once a key is pinned there, only signed approvals count.
+    Key,
 }
 
 #[derive(Debug, Subcommand)]

@@ -8,7 +8,7 @@ use similar::TextDiff;
 use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::hash::{set_hash, short_hash};
-use crate::ledger::{Ledger, NewRuleSet, RecordedApproval, RuleSetRow};
+use crate::ledger::{Ledger, NewRuleSet, RecordedApproval, RuleSetRow, checkpoint, keys};
 use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
 use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, Roles};
 use crate::{GovernanceError, Result};
@@ -357,6 +357,8 @@ pub struct Status {
     pub class: Class,
     /// The rule changes pending.
     pub pending: Vec<RuleSetRow>,
+    /// Of each pending change, the approvals that count ([`vouched`]).
+    vouched: Vec<Vec<RecordedApproval>>,
 }
 
 impl Status {
@@ -367,10 +369,11 @@ impl Status {
         Ok(self
             .pending
             .iter()
+            .zip(&self.vouched)
             .map(
-                |change| match (&policy, change.class == Class::Weakening.as_str()) {
+                |(change, vouched)| match (&policy, change.class == Class::Weakening.as_str()) {
                     (Some(policy), true) => {
-                        Some(policy.weakening.met_by(&change.approvals, proposer(change)))
+                        Some(policy.weakening.met_by(vouched, proposer(change)))
                     }
                     _ => None,
                 },
@@ -386,17 +389,26 @@ pub fn status(workspace: &Workspace) -> Result<Status> {
     let set = RuleSet::read(&workspace.root).map_err(GovernanceError::Usage)?;
     let changes = adopted.changes_to(&set).map_err(GovernanceError::Usage)?;
     let class = adoption::overall(&changes.iter().map(|(_, c)| *c).collect::<Vec<_>>());
-    let pending = ledger
+    let pending: Vec<RuleSetRow> = ledger
         .rule_sets()?
         .into_iter()
         .filter(|s| s.status == "pending")
         .collect();
+    let roles = adopted.roles().map_err(GovernanceError::Usage)?;
+    let vouched = pending
+        .iter()
+        .map(|change| match &roles {
+            Some(roles) => vouched(&ledger, roles, change),
+            None => Ok(change.approvals.clone()),
+        })
+        .collect::<Result<_>>()?;
     Ok(Status {
         adopted,
         files_hash: set.hash,
         changes,
         class,
         pending,
+        vouched,
     })
 }
 
@@ -451,18 +463,33 @@ pub fn audit(ledger: &Ledger) -> Result<(Vec<String>, Vec<String>)> {
                 _ => false,
             };
         if was_adopted && weakens {
+            let base = base
+                .map(|base| Governing::of(ledger, base.clone()))
+                .transpose()
+                .map_err(GovernanceError::Usage)?;
             let required = base
-                .map(|base| Governing::of(ledger, base.clone()).and_then(|g| g.adoption()))
+                .as_ref()
+                .map(Governing::adoption)
                 .transpose()
                 .map_err(GovernanceError::Usage)?
                 .flatten();
+            let roles = base
+                .as_ref()
+                .map(Governing::roles)
+                .transpose()
+                .map_err(GovernanceError::Usage)?
+                .flatten();
+            let approvals = match &roles {
+                Some(roles) => vouched(ledger, roles, set)?,
+                None => set.approvals.clone(),
+            };
             match required {
                 None => problems.push(format!(
                     "rule set {id} was adopted weakening the rules, but no adopted set it was \
                      based on names what that needs"
                 )),
                 Some(policy) => {
-                    if let Err(missing) = policy.weakening.met_by(&set.approvals, proposer(set)) {
+                    if let Err(missing) = policy.weakening.met_by(&approvals, proposer(set)) {
                         let recorded = match set.class.as_str() {
                             "weakening" => String::new(),
                             other => format!(" (recorded as {other})"),
@@ -624,14 +651,31 @@ pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
     }
     let (policy, roles) = adopted_rules(&adopted(&ledger)?)?;
     let held = roles.held_by_current_process();
+    let signature = if roles.pins_keys() {
+        let key =
+            checkpoint::load_or_generate(&keys::person_key()).map_err(GovernanceError::Usage)?;
+        let public = checkpoint::public_hex(&key.verifying_key());
+        if roles.pinned_key(&actor) != Some(public.as_str()) {
+            return Err(GovernanceError::Usage(format!(
+                "{actor}'s own key ({}) is not the one the adopted {ROLES} pins for this account: \
+                 an approval it signs would not count (`kavi policy key` prints the key to pin)",
+                checkpoint::short(&public)
+            )));
+        }
+        let message = approval_message(&ledger_id(&ledger)?, &change, &actor);
+        Some(format!("ed25519:{}", checkpoint::sign(&key, &message)))
+    } else {
+        None
+    };
     let approval = RecordedApproval {
         actor: actor.clone(),
         roles: held.clone(),
+        signature,
     };
     let change = ledger.approve_rule_set(id, &approval)?;
     let missing = policy
         .weakening
-        .met_by(&change.approvals, proposer(&change))
+        .met_by(&vouched(&ledger, &roles, &change)?, proposer(&change))
         .err();
     Ok(Approved {
         actor,
@@ -643,6 +687,50 @@ pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
 /// The current account to record a decision under; refused where its name cannot be trusted.
 pub(crate) fn deciding_actor() -> Result<String> {
     crate::identity::deciding_actor().map_err(GovernanceError::Usage)
+}
+
+/// What an approval of `change` by `actor` signs: bound to the ledger, the change and the
+/// files it proposes, so that it counts for nothing else.
+fn approval_message(ledger_id: &str, change: &RuleSetRow, actor: &str) -> String {
+    format!(
+        "kavi-approval-v1\n{ledger_id}\nrule-set\n{}\n{}\n{actor}",
+        change.id, change.set_hash
+    )
+}
+
+fn ledger_id(ledger: &Ledger) -> Result<String> {
+    ledger.identity()?.ok_or_else(|| {
+        GovernanceError::Usage("the ledger has no identity yet: run any kavi command on it".into())
+    })
+}
+
+/// The approvals of `change` that count under `roles`: every one where no account's key is
+/// pinned; else only those its giver's pinned key signed, so that an account that can write
+/// the ledger (with the journal key every writer holds) cannot record another's approval.
+fn vouched(ledger: &Ledger, roles: &Roles, change: &RuleSetRow) -> Result<Vec<RecordedApproval>> {
+    if !roles.pins_keys() {
+        return Ok(change.approvals.clone());
+    }
+    let ledger_id = ledger_id(ledger)?;
+    Ok(change
+        .approvals
+        .iter()
+        .filter(|approval| {
+            let signature = approval
+                .signature
+                .as_deref()
+                .and_then(|s| s.strip_prefix("ed25519:"));
+            match (roles.pinned_key(&approval.actor), signature) {
+                (Some(key), Some(signature)) => checkpoint::holds(
+                    key,
+                    signature,
+                    &approval_message(&ledger_id, change, &approval.actor),
+                ),
+                _ => false,
+            }
+        })
+        .cloned()
+        .collect())
 }
 
 fn proposer(change: &RuleSetRow) -> Excluded<'_> {
@@ -721,10 +809,10 @@ pub fn adopt(workspace: &Workspace, id: i64) -> Result<Adopted> {
         )));
     }
     if class == Class::Weakening {
-        let (policy, _) = adopted_rules(&base)?;
+        let (policy, roles) = adopted_rules(&base)?;
         policy
             .weakening
-            .met_by(&change.approvals, proposer(&change))
+            .met_by(&vouched(&ledger, &roles, &change)?, proposer(&change))
             .map_err(|missing| {
                 GovernanceError::Usage(format!("rule change {id} weakens the rules and {missing}"))
             })?;

@@ -353,6 +353,7 @@ fn record_approval(
         )));
     }
     let approval = RecordedApproval {
+        signature: None,
         actor: actor.to_owned(),
         roles: held,
     };
@@ -628,6 +629,7 @@ fn record_escalation_approval(
         .held_by_current_process()
         .map_err(GovernanceError::Usage)?;
     let approval = RecordedApproval {
+        signature: None,
         actor: actor.to_owned(),
         roles: held,
     };

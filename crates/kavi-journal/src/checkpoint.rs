@@ -60,6 +60,23 @@ pub fn generate(path: &Path) -> std::io::Result<VerifyingKey> {
     Ok(SigningKey::from_bytes(&seed).verifying_key())
 }
 
+/// The key at `path`, made there first when there is none.
+pub fn load_or_generate(path: &Path) -> std::result::Result<SigningKey, String> {
+    if !path.exists() {
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder)
+                .map_err(|e| format!("cannot make {}: {e}", folder.display()))?;
+        }
+        match generate(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(format!("cannot make the key {}: {e}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    load(path)
+}
+
 /// Reads the key at `path`.
 pub fn load(path: &Path) -> std::result::Result<SigningKey, String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -157,7 +174,13 @@ pub fn parse_public(hex: &str) -> Option<VerifyingKey> {
 }
 
 /// Whether `signature` over `message` verifies under `public_key` (hex both).
-fn holds(public_key: &str, signature: &str, message: &str) -> bool {
+/// `key`'s signature of `message`, hex.
+pub fn sign(key: &SigningKey, message: &str) -> String {
+    to_hex(&key.sign(message.as_bytes()).to_bytes())
+}
+
+/// Whether `signature` (hex) is the key `public_key`'s (hex, not a weak one) of `message`.
+pub fn holds(public_key: &str, signature: &str, message: &str) -> bool {
     let key = parse_public(public_key);
     let signature = from_hex::<64>(signature).map(|b| Signature::from_bytes(&b));
     match (key, signature) {

@@ -37,6 +37,12 @@ pub fn dir() -> PathBuf {
     if let Some(keys) = std::env::var_os("KAVI_KEYS").filter(|keys| !keys.is_empty()) {
         return PathBuf::from(keys);
     }
+    own_dir()
+}
+
+/// The account's own configuration folder for kavi: `$XDG_CONFIG_HOME/kavi`, else
+/// `~/.config/kavi`.
+fn own_dir() -> PathBuf {
     std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .filter(|path| path.is_absolute())
@@ -87,6 +93,18 @@ fn lies_inside(keys: &Path, root: &Path) -> bool {
         .rev()
         .fold(resolved, |path, name| path.join(name))
         .starts_with(&root)
+}
+
+/// The file of this account's own ed25519 key, which signs the approvals it gives:
+/// `$KAVI_PERSON_KEY`, else `person.key` in the account's own folder ([`own_dir`]), never in
+/// `$KAVI_KEYS`, which the accounts that share a ledger share.
+pub fn person_key() -> PathBuf {
+    if cfg!(test) || UNIT_TEST_KEYS.load(Ordering::Relaxed) {
+        return dir().join("person.key");
+    }
+    std::env::var_os("KAVI_PERSON_KEY")
+        .filter(|key| !key.is_empty())
+        .map_or_else(|| own_dir().join("person.key"), PathBuf::from)
 }
 
 /// The signing key's path.

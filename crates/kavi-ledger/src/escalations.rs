@@ -14,6 +14,10 @@ pub const APPROVAL: &str = "APPROVAL";
 pub struct RecordedApproval {
     pub actor: String,
     pub roles: Vec<String>,
+    /// `ed25519:<hex>`: the giver's own key's signature of what they approved, where the roles
+    /// pin keys (`[keys]` in `policies/roles.toml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;

@@ -157,8 +157,20 @@ impl Ledger {
     pub fn approve_rule_set(&mut self, id: i64, approval: &RecordedApproval) -> Result<RuleSetRow> {
         let tx = self.conn.transaction()?;
         let mut set = pending_in(&tx, id)?;
-        if !set.approvals.iter().any(|a| a.actor == approval.actor) {
-            set.approvals.push(approval.clone());
+        // An account approves once; approving again records it anew (signed now, say, where
+        // what stood in its name was not, or was never its own).
+        let changed = match set.approvals.iter_mut().find(|a| a.actor == approval.actor) {
+            Some(given) if given == approval => false,
+            Some(given) => {
+                *given = approval.clone();
+                true
+            }
+            None => {
+                set.approvals.push(approval.clone());
+                true
+            }
+        };
+        if changed {
             tx.execute(
                 "UPDATE rule_sets SET approvals = ?2 WHERE id = ?1",
                 params![id, serde_json::json!(set.approvals).to_string()],

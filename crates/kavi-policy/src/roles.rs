@@ -25,6 +25,13 @@ pub struct RawRoles {
     #[serde(rename = "role")]
     #[schemars(with = "BTreeMap<String, RawRole>")]
     roles: BTreeMap<String, Spanned<RawRole>>,
+    /// Each account's own public key (`kavi policy key` prints it), by the account's name or
+    /// `uid N`: `alice = "ed25519:<64 hex digits>"`. Once any is pinned, an approval counts only
+    /// when its giver's pinned key signed it, so an account that can write the ledger cannot
+    /// record another's approval.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    keys: BTreeMap<String, Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -119,6 +126,8 @@ impl Identity {
 #[derive(Debug, Clone)]
 pub struct Roles {
     roles: BTreeMap<String, Vec<Member>>,
+    /// Each pinned key (hex) with the account it is pinned for (a name or a uid).
+    keys: Vec<(Member, String)>,
     pub source: Arc<SourceFile>,
 }
 
@@ -154,10 +163,54 @@ impl Roles {
                 .collect::<Result<_, _>>()?;
             roles.insert(name, members);
         }
+        let mut keys = Vec::new();
+        for (account, key) in raw.keys {
+            let member = match Member::parse(&account) {
+                Ok(member @ (Member::Name(_) | Member::Uid(_))) => member,
+                _ => {
+                    return Err(Diagnostic::new(format!(
+                        "`{account}` in [keys] is not an account: write its name or `uid N`"
+                    ))
+                    .at(source, key.span()));
+                }
+            };
+            let hex = key
+                .get_ref()
+                .strip_prefix("ed25519:")
+                .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+            let Some(hex) = hex else {
+                return Err(Diagnostic::new(format!(
+                    "the key of `{account}` is not `ed25519:` and 64 hex digits (`kavi policy key` \
+                     prints one)"
+                ))
+                .at(source, key.span()));
+            };
+            keys.push((member, hex.to_ascii_lowercase()));
+        }
         Ok(Self {
             roles,
+            keys,
             source: source.clone(),
         })
+    }
+
+    /// Whether any account's key is pinned: then only signed approvals count.
+    pub fn pins_keys(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The key (hex) pinned for the account `actor` names (as an approval records it).
+    pub fn pinned_key(&self, actor: &str) -> Option<&str> {
+        let uid = crate::identity::uid_of(actor);
+        let name = actor.split_once(" (uid ").map(|(name, _)| name);
+        self.keys
+            .iter()
+            .find(|(member, _)| match member {
+                Member::Uid(pinned) => uid == Some(*pinned),
+                Member::Name(pinned) => name == Some(pinned.as_str()),
+                _ => false,
+            })
+            .map(|(_, key)| key.as_str())
     }
 
     /// The roles `who` holds, in name order.
@@ -282,6 +335,7 @@ mod tests {
 
     fn approval(actor: &str, roles: &[&str]) -> crate::ledger::RecordedApproval {
         crate::ledger::RecordedApproval {
+            signature: None,
             actor: actor.to_owned(),
             roles: roles.iter().map(|r| (*r).to_owned()).collect(),
         }
