@@ -396,13 +396,9 @@ fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
     );
 }
 
-/// An account that holds the journal key (every account that writes a shared ledger does)
-/// rewrites its own weakening change to read "strengthening": `adopt` works the class out again
-/// from the texts and refuses it, and once such a set governs, `verify` names it.
-#[test]
-fn a_change_recorded_as_less_than_it_is_is_neither_adopted_nor_passed_by_verify() {
-    let dir = shipped_workspace();
-    let root = dir.path();
+/// Adopts the shipped rules on first use (a run of a pipeline of one `true`), then proposes them
+/// without the tests gate: rule change 2, weakening.
+fn propose_a_weakening(root: &Path) {
     std::fs::write(
         root.join("pipelines/noop.toml"),
         "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
@@ -412,6 +408,22 @@ fn a_change_recorded_as_less_than_it_is_is_neither_adopted_nor_passed_by_verify(
     drop_the_test_gate(root);
     let proposed = kavi(root, &["policy", "propose"]);
     assert!(stdout(&proposed).contains("weakening"), "{proposed:?}");
+}
+
+/// A shipped workspace with [`propose_a_weakening`] done.
+fn weakening_proposed() -> tempfile::TempDir {
+    let dir = shipped_workspace();
+    propose_a_weakening(dir.path());
+    dir
+}
+
+/// An account that holds the journal key (every account that writes a shared ledger does)
+/// rewrites its own weakening change to read "strengthening": `adopt` works the class out again
+/// from the texts and refuses it, and once such a set governs, `verify` names it.
+#[test]
+fn a_change_recorded_as_less_than_it_is_is_neither_adopted_nor_passed_by_verify() {
+    let dir = weakening_proposed();
+    let root = dir.path();
     common::edit_with_the_key(
         root,
         "UPDATE rule_sets SET class = 'strengthening' WHERE id = 2",
@@ -448,16 +460,8 @@ fn a_change_recorded_as_less_than_it_is_is_neither_adopted_nor_passed_by_verify(
 /// read: `adopt` refuses the row before it counts anything in it.
 #[test]
 fn an_approval_written_without_the_key_is_not_counted() {
-    let dir = shipped_workspace();
+    let dir = weakening_proposed();
     let root = dir.path();
-    std::fs::write(
-        root.join("pipelines/noop.toml"),
-        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
-    )
-    .unwrap();
-    assert!(kavi(root, &["pipeline", "run", "noop"]).status.success());
-    drop_the_test_gate(root);
-    assert!(kavi(root, &["policy", "propose"]).status.success());
     let forge = "UPDATE rule_sets SET approvals = \
                  '[{\"actor\":\"alice (uid 4242)\",\"roles\":[\"maintainer\"]}]' WHERE id = 2";
     if common::postgres::ledger_for(root).is_some() {
@@ -524,15 +528,7 @@ fn once_keys_are_pinned_only_an_approval_its_giver_signed_counts() {
     let roles = root.join("policies/roles.toml");
     let text = std::fs::read_to_string(&roles).unwrap();
     std::fs::write(&roles, format!("{text}\n[keys]\n{line}")).unwrap();
-    std::fs::write(
-        root.join("pipelines/noop.toml"),
-        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
-    )
-    .unwrap();
-    let first = kavi(root, &["pipeline", "run", "noop"]);
-    assert!(first.status.success(), "{first:?}");
-    drop_the_test_gate(root);
-    assert!(kavi(root, &["policy", "propose"]).status.success());
+    propose_a_weakening(root);
 
     // The proposer writes uid 4301's approval itself, with the journal key.
     common::edit_with_the_key(

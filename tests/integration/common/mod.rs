@@ -498,30 +498,12 @@ pub fn attacker_connection(root: &Path) -> rusqlite::Connection {
 pub fn edit_with_the_key(root: &Path, sql: &str) {
     use rusqlite::functions::FunctionFlags;
     use sha2::Digest;
-    let text = std::fs::read_to_string(config_home().join("kavi/journal.key")).unwrap();
-    let key: Vec<u8> = (0..64)
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text.trim()[i..i + 2], 16).unwrap())
-        .collect();
-    // HMAC-SHA256 (RFC 2104) over a 32-byte key.
-    let pad = |byte: u8| {
-        let mut padded = [byte; 64];
-        for (p, k) in padded.iter_mut().zip(&key) {
-            *p ^= k;
-        }
-        padded
-    };
-    let (inner, outer) = (pad(0x36), pad(0x5c));
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     if postgres::ledger_for(root).is_some() {
-        LedgerConnection::open(root).batch(&format!(
-            "SELECT set_config('kavi.mac_inner', '{}', false), \
-                    set_config('kavi.mac_outer', '{}', false); {sql}",
-            hex(&inner),
-            hex(&outer)
-        ));
+        LedgerConnection::open(root).batch(&format!("{}; {sql}", postgres::keyed_session()));
         return;
     }
+    let (inner, outer) = journal_key_pads();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let conn = rusqlite::Connection::open(root.join(".kavi/ledger.db")).unwrap();
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_scalar_function("kavi_sha256", 1, flags, |ctx| {
@@ -542,6 +524,26 @@ pub fn edit_with_the_key(root: &Path, sql: &str) {
     })
     .unwrap();
     conn.execute_batch(sql).unwrap();
+}
+
+/// HMAC-SHA256's inner and outer padded keys (RFC 2104) of the journal key kavi made in the
+/// tests' keys folder.
+pub fn journal_key_pads() -> ([u8; 64], [u8; 64]) {
+    let path = config_home().join("kavi/journal.key");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("no journal key at {}: {e}", path.display()));
+    let key: Vec<u8> = (0..64)
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text.trim()[i..i + 2], 16).unwrap())
+        .collect();
+    let pad = |byte: u8| {
+        let mut padded = [byte; 64];
+        for (p, k) in padded.iter_mut().zip(&key) {
+            *p ^= k;
+        }
+        padded
+    };
+    (pad(0x36), pad(0x5c))
 }
 
 /// The folders the rosters of a workspace's ledger list (`.kavi/ledger.locks/*.procs`): the

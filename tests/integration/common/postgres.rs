@@ -134,26 +134,11 @@ pub fn ledger_for(workspace: &Path) -> Option<String> {
 /// sessions (HMAC's inner and outer padded keys, hex): the journal's triggers refuse a write
 /// from a session without it. The key is the one kavi made in the tests' keys folder.
 pub fn keyed_session() -> String {
-    let path = super::config_home().join("kavi/journal.key");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("no journal key at {}: {e}", path.display()));
-    let key: Vec<u8> = (0..64)
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text.trim()[i..i + 2], 16).unwrap())
-        .collect();
-    let pad = |byte: u8| {
-        let mut padded = [byte; 64];
-        for (p, k) in padded.iter_mut().zip(&key) {
-            *p ^= k;
-        }
-        padded
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    };
+    let (inner, outer) = super::journal_key_pads();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     format!(
         "SELECT set_config('kavi.mac_inner', '{}', false), set_config('kavi.mac_outer', '{}', false)",
-        pad(0x36),
-        pad(0x5c)
+        hex(&inner),
+        hex(&outer)
     )
 }
