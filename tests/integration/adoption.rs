@@ -369,16 +369,7 @@ fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
     assert!(kavi(root, &["policy", "propose"]).status.success());
     let swap = "UPDATE rule_sets SET status = 'superseded' WHERE id = 1; \
                 UPDATE rule_sets SET status = 'adopted', decided_by = 'uid 9' WHERE id = 2;";
-    if common::postgres::ledger_for(root).is_some() {
-        // Without kavi's key: the journal's triggers MAC with a guessed one.
-        let guessed = "SELECT set_config('kavi.mac_inner', repeat('00', 64), false), \
-                       set_config('kavi.mac_outer', repeat('00', 64), false);";
-        common::LedgerConnection::open(root).batch(&format!("{guessed} {swap}"));
-    } else {
-        common::attacker_connection(root)
-            .execute_batch(swap)
-            .unwrap();
-    }
+    common::edit_without_the_key(root, swap);
     let refused = kavi(root, &["policy", "diff"]);
     assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
     assert!(
@@ -464,16 +455,7 @@ fn an_approval_written_without_the_key_is_not_counted() {
     let root = dir.path();
     let forge = "UPDATE rule_sets SET approvals = \
                  '[{\"actor\":\"alice (uid 4242)\",\"roles\":[\"maintainer\"]}]' WHERE id = 2";
-    if common::postgres::ledger_for(root).is_some() {
-        // Without kavi's key: the journal's triggers MAC with a guessed one.
-        let guessed = "SELECT set_config('kavi.mac_inner', repeat('00', 64), false), \
-                       set_config('kavi.mac_outer', repeat('00', 64), false);";
-        common::LedgerConnection::open(root).batch(&format!("{guessed} {forge}"));
-    } else {
-        common::attacker_connection(root)
-            .execute_batch(forge)
-            .unwrap();
-    }
+    common::edit_without_the_key(root, forge);
     let refused = kavi(root, &["policy", "adopt", "2"]);
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     assert!(

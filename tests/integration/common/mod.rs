@@ -526,6 +526,19 @@ pub fn edit_with_the_key(root: &Path, sql: &str) {
     conn.execute_batch(sql).unwrap();
 }
 
+/// Runs `sql` on a workspace's ledger as a process without kavi's journal key does: through
+/// [`attacker_connection`] (SQLite), or a session whose triggers MAC with a guessed key
+/// (PostgreSQL).
+pub fn edit_without_the_key(root: &Path, sql: &str) {
+    if postgres::ledger_for(root).is_some() {
+        let guessed = "SELECT set_config('kavi.mac_inner', repeat('00', 64), false), \
+                       set_config('kavi.mac_outer', repeat('00', 64), false);";
+        LedgerConnection::open(root).batch(&format!("{guessed} {sql}"));
+    } else {
+        attacker_connection(root).execute_batch(sql).unwrap();
+    }
+}
+
 /// HMAC-SHA256's inner and outer padded keys (RFC 2104) of the journal key kavi made in the
 /// tests' keys folder.
 pub fn journal_key_pads() -> ([u8; 64], [u8; 64]) {
