@@ -485,6 +485,14 @@ def keyctl():
     return refused(err) if result < 0 else allowed("reached the kernel keyring")
 
 
+def inotify():
+    result, err = syscall(294, 0)  # inotify_init1(0)
+    if result < 0:
+        return refused(err)
+    os.close(result)
+    return allowed("made an inotify instance")
+
+
 def perf_event():
     attr = ctypes.create_string_buffer(128)
     result, err = syscall(298, ctypes.addressof(attr), 0, -1, -1, 0)

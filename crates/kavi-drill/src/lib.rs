@@ -312,6 +312,12 @@ const CASES: &[Case] = &[
         "make an io_uring (sockets without `socket`)",
     ),
     x86("keyctl", Role::Skill, "reach the kernel keyring"),
+    x86(
+        "inotify",
+        Role::Builder,
+        "take the account's inotify instances (a limit per account, across namespaces), which \
+         kavi's tripwires need to start the next launch",
+    ),
     x86("perf_event", Role::Builder, "open a performance counter"),
     x86("ptrace", Role::Builder, "attach to a process with ptrace"),
     x86("mount", Role::Builder, "mount a file system"),

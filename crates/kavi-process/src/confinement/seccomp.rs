@@ -166,9 +166,18 @@ fn deny_rules(network: bool, locks: bool) -> Result<BTreeMap<i64, Vec<SeccompRul
         libc::SYS_io_uring_register,
         // Opening a file by handle walks past the mount view (it also needs a capability).
         libc::SYS_open_by_handle_at,
+        // Inotify instances and fanotify groups are counted per account, across every user
+        // namespace: a process that takes them all leaves kavi none for the tripwires of its
+        // next launch, and the account's other programs none. A POSIX message queue's bytes
+        // are counted per account too.
+        libc::SYS_inotify_init1,
+        libc::SYS_fanotify_init,
+        libc::SYS_mq_open,
     ];
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         always.into_iter().map(|call| (call, Vec::new())).collect();
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_inotify_init, Vec::new());
     page_cache_rules(&mut rules)?;
     let (unix, inet, inet6) = (
         libc::AF_UNIX as u64,
