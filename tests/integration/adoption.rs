@@ -357,16 +357,8 @@ fn adopting_a_new_rule_set_reverifies_skills_trusted_under_an_older_one() {
 /// and `kavi ledger verify` reports it.
 #[test]
 fn an_adopted_set_swapped_with_raw_sql_governs_nothing_and_verify_says_so() {
-    let dir = shipped_workspace();
+    let dir = weakening_proposed();
     let root = dir.path();
-    std::fs::write(
-        root.join("pipelines/noop.toml"),
-        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
-    )
-    .unwrap();
-    assert!(kavi(root, &["pipeline", "run", "noop"]).status.success());
-    drop_the_test_gate(root);
-    assert!(kavi(root, &["policy", "propose"]).status.success());
     let swap = "UPDATE rule_sets SET status = 'superseded' WHERE id = 1; \
                 UPDATE rule_sets SET status = 'adopted', decided_by = 'uid 9' WHERE id = 2;";
     common::edit_without_the_key(root, swap);
