@@ -1346,18 +1346,15 @@ fn recovery_on_a_server_leaves_other_machines_runs_alone() {
     );
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    client
-        .batch_execute(&common::postgres::keyed_session())
-        .unwrap();
     for owner in ["123-456@elsewhere.example", &format!("124-457@{host}")] {
-        client
-            .execute(
+        common::postgres::keyed_batch(
+            &mut client,
+            &format!(
                 "INSERT INTO runs (pipeline, spec_path, spec_hash, params, status, started_at, owner)
-                 SELECT pipeline, spec_path, spec_hash, params, 'running', started_at, $1
-                 FROM runs WHERE id = 1",
-                &[&owner],
-            )
-            .unwrap();
+                 SELECT pipeline, spec_path, spec_hash, params, 'running', started_at, '{owner}'
+                 FROM runs WHERE id = 1"
+            ),
+        );
     }
     let listed = json(&on_server(root, &url, &["runs", "list", "--json"]));
     let status = |id: i64| {
@@ -1433,9 +1430,6 @@ outputs = ["out/a.txt"]
     // so that the chain stays whole, appending as the rows change, as that kavi's did (a
     // table whose entries are still to come, at commit, cannot be dropped).
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    client
-        .batch_execute(&common::postgres::keyed_session())
-        .unwrap();
     client
         .batch_execute(
             "BEGIN;

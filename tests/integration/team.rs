@@ -644,8 +644,6 @@ fn a_deciding_transaction_writes_then_alters_the_table_it_wrote() {
     let dir = ran_once(&url, 1);
     let root = dir.path();
     let mut db = kavi_ledger::db::Db::connect_postgres(&url).unwrap();
-    db.execute_batch(&common::postgres::keyed_session())
-        .unwrap();
     let entries = |db: &kavi_ledger::db::Db| -> i64 {
         db.query_row("SELECT count(*) FROM journal", [], |row| row.get(0))
             .unwrap()
@@ -661,6 +659,20 @@ fn a_deciding_transaction_writes_then_alters_the_table_it_wrote() {
          ALTER TABLE runs DROP COLUMN added;",
     )
     .unwrap();
+    // MACed as kavi does before its commits, with the key (a connection of the database layer's
+    // alone has none).
+    let updates = common::postgres::seal_by_hand(|query| {
+        tx.prepare(query)
+            .unwrap()
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    });
+    assert_eq!(updates.len(), 1);
+    for update in updates {
+        tx.execute_batch(&update).unwrap();
+    }
     tx.commit().unwrap();
     assert_eq!(entries(&db), before + 1);
     assert_verifies(root, &url);
@@ -703,6 +715,150 @@ fn a_server_ledgers_journal_triggers_of_before_are_made_again() {
     assert_eq!(second.status.code(), Some(0), "{}", text(&second));
     assert_eq!(appending_at_once(&mut client), 0);
     assert_verifies(root, &url);
+}
+
+/// Someone who can log in to the server but holds no kavi key learns nothing of the key from
+/// kavi's sessions and cannot write in kavi's transactions: a trigger of theirs on kavi's tables
+/// finds no key in kavi's session (the server never holds it: kavi MACs the entries itself),
+/// and kavi refuses to MAC a transaction while such code is there, so the row it forged is never
+/// vouched for; with the trigger gone kavi records again, and a row the login writes alone
+/// carries no MAC, which `ledger verify` reports.
+#[test]
+fn a_database_login_neither_learns_the_key_nor_writes_in_kavis_transactions() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = ran_once(&url, 1);
+    let root = dir.path();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    // The sequence keeps what the trigger saw though kavi's transaction is rolled back: the
+    // length of the key's setting, plus one.
+    client
+        .batch_execute(
+            "CREATE SCHEMA theirs;
+             CREATE SEQUENCE theirs.seen;
+             CREATE FUNCTION theirs.steal() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               PERFORM setval('theirs.seen',
+                              length(COALESCE(current_setting('kavi.mac_inner', true), '')) + 1);
+               UPDATE runs SET error = 'forged' WHERE id = 1;
+               RETURN NULL;
+             END $$;
+             CREATE TRIGGER steal AFTER INSERT OR UPDATE ON node_runs
+               FOR EACH ROW EXECUTE FUNCTION theirs.steal();",
+        )
+        .unwrap();
+    let refused = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("holds code kavi did not make")
+            && text(&refused).contains("trigger steal on node_runs"),
+        "{}",
+        text(&refused)
+    );
+    let seen: i64 = client
+        .query_one("SELECT last_value FROM theirs.seen", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        seen, 1,
+        "the trigger ran in kavi's session and found no key"
+    );
+    let forged: i64 = client
+        .query_one("SELECT count(*) FROM runs WHERE error = 'forged'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(forged, 0);
+
+    // A rule that writes along with kavi's writes is code too.
+    client
+        .batch_execute(
+            "DROP TRIGGER steal ON node_runs;
+             CREATE RULE along AS ON INSERT TO node_runs
+               DO ALSO UPDATE runs SET error = 'forged' WHERE id = 1;",
+        )
+        .unwrap();
+    let refused = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&refused).contains("rule along on node_runs"),
+        "{}",
+        text(&refused)
+    );
+
+    client
+        .batch_execute("DROP RULE along ON node_runs")
+        .unwrap();
+    let ran = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    assert_verifies(root, &url);
+
+    client
+        .batch_execute("UPDATE runs SET error = 'forged' WHERE id = 1")
+        .unwrap();
+    let verify = kavi_on(root, Some(&url), &["ledger", "verify"])
+        .output()
+        .unwrap();
+    assert_ne!(verify.status.code(), Some(0), "{}", text(&verify));
+    assert!(text(&verify).contains("MAC"), "{}", text(&verify));
+}
+
+/// A journal function replaced while one of kavi's transactions is open (here with the same
+/// text, as one swapped for a moment and put back would look) makes kavi refuse that
+/// transaction rather than vouch for what the function may have written meanwhile: the
+/// replacement is committed by a transaction that was still running when kavi's began (it
+/// holds the row kavi's node end writes, so kavi's transaction waits for it).
+#[test]
+fn a_journal_function_replaced_during_a_transaction_is_not_vouched_for() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let dir = ran_once(&url, 1);
+    let root = dir.path();
+    std::fs::write(root.join("pipelines/slow.toml"), SLOW).unwrap();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let run = spawn(kavi_on(root, Some(&url), &["pipeline", "run", "slow"]));
+    let mut running: i64 = 0;
+    for _ in 0..300 {
+        running = client
+            .query_one(
+                "SELECT count(*) FROM node_runs WHERE state = 'running'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if running > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(running, 1, "the node was never recorded running");
+    let same_text: String = client
+        .query_one(
+            "SELECT pg_get_functiondef('journal_node_runs_update'::regproc)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let mut swap = client.transaction().unwrap();
+    swap.batch_execute("SELECT id FROM node_runs WHERE state = 'running' FOR UPDATE")
+        .unwrap();
+    swap.batch_execute(&same_text).unwrap();
+    // The node sleeps 3 s; its end waits for the row, after kavi's transaction began.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    swap.commit().unwrap();
+    let ended = run.wait_with_output().unwrap();
+    assert_ne!(ended.status.code(), Some(0), "{}", text(&ended));
+    assert!(
+        text(&ended).contains("changed while this transaction was open"),
+        "{}",
+        text(&ended)
+    );
 }
 
 /// Writes `s ID TIME` when its node starts and `e ID TIME` when it ends into `log`, sleeping

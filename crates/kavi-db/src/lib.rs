@@ -33,6 +33,9 @@ pub enum DbError {
     NoRows,
     #[error("column {column}: {message}")]
     Conversion { column: usize, message: String },
+    /// A [`Sealer`] refused to let the transaction commit; it was rolled back.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl DbError {
@@ -114,16 +117,82 @@ pub trait Storage: std::fmt::Debug + Send {
     }
 }
 
+/// What a connection does to each of its transactions just before it commits (see
+/// [`Db::seal_with`]): on a server, MAC the journal entries the transaction appended, with a key
+/// the server never sees.
+pub trait Sealer: Send {
+    /// Finishes the open transaction, or refuses it ([`DbError::Refused`]), which rolls it back.
+    fn seal(&mut self, db: &Db) -> Result<()>;
+}
+
+/// The connection's [`Sealer`], if it has one; taken out while it runs, so that it can use the
+/// connection.
+#[derive(Default)]
+struct SealerSlot(std::cell::RefCell<Option<Box<dyn Sealer>>>);
+
+impl std::fmt::Debug for SealerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.borrow().is_some() {
+            "sealed"
+        } else {
+            "unsealed"
+        })
+    }
+}
+
 /// A connection to the ledger's database.
 #[derive(Debug)]
 pub struct Db {
     storage: Box<dyn Storage>,
+    sealer: SealerSlot,
 }
 
 impl Db {
     pub fn new(storage: impl Storage + 'static) -> Self {
         Db {
             storage: Box::new(storage),
+            sealer: SealerSlot::default(),
+        }
+    }
+
+    /// Has `sealer` finish every transaction of this connection before its commit. A statement
+    /// that may write (anything but a `SELECT`) outside a transaction then runs in one of its
+    /// own, so that it is sealed too.
+    pub fn seal_with(&mut self, sealer: Box<dyn Sealer>) {
+        *self.sealer.0.get_mut() = Some(sealer);
+    }
+
+    /// Runs the sealer on the open transaction.
+    fn seal(&self) -> Result<()> {
+        let Some(mut sealer) = self.sealer.0.borrow_mut().take() else {
+            return Ok(());
+        };
+        let sealed = sealer.seal(self);
+        *self.sealer.0.borrow_mut() = Some(sealer);
+        sealed
+    }
+
+    /// Whether `sql`, run now, needs a transaction of its own to be sealed in.
+    fn needs_own_transaction(&self, sql: &str) -> bool {
+        let select = sql
+            .trim_start()
+            .get(..6)
+            .is_some_and(|word| word.eq_ignore_ascii_case("select"));
+        !select && self.sealer.0.borrow().is_some() && self.is_autocommit()
+    }
+
+    /// Runs `work` in a transaction of its own, sealed and committed.
+    fn in_own_transaction<T>(&self, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.storage.begin_sharing()?;
+        match work() {
+            Ok(done) => {
+                self.commit()?;
+                Ok(done)
+            }
+            Err(e) => {
+                self.storage.rollback();
+                Err(e)
+            }
         }
     }
 
@@ -164,6 +233,9 @@ impl Db {
 
     /// Runs one statement; returns how many rows it changed.
     pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
+        if self.needs_own_transaction(sql) {
+            return self.in_own_transaction(|| self.storage.execute(sql, params.values()));
+        }
         self.storage.execute(sql, params.values())
     }
 
@@ -177,7 +249,7 @@ impl Db {
     ) -> Result<T> {
         let mut read = Some(read);
         let mut first = None;
-        self.storage.for_each(sql, params.values(), &mut |row| {
+        self.for_each_row(sql, params.values(), &mut |row| {
             if let Some(read) = read.take() {
                 first = Some(read(row));
             }
@@ -186,8 +258,24 @@ impl Db {
         first.unwrap_or(Err(DbError::NoRows))
     }
 
+    /// Reads a query's rows (one that writes, `RETURNING` them, sealed like any write).
+    fn for_each_row(
+        &self,
+        sql: &str,
+        values: Vec<Value>,
+        read: &mut dyn FnMut(&Row) -> Result<bool>,
+    ) -> Result<()> {
+        if self.needs_own_transaction(sql) {
+            return self.in_own_transaction(|| self.storage.for_each(sql, values, read));
+        }
+        self.storage.for_each(sql, values, read)
+    }
+
     /// Runs statements separated by `;`, without parameters (schema changes).
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        if self.needs_own_transaction(sql) {
+            return self.in_own_transaction(|| self.storage.execute_batch(sql));
+        }
         self.storage.execute_batch(sql)
     }
 
@@ -218,7 +306,13 @@ impl Db {
         self.storage.begin_sharing()
     }
 
+    /// Seals the open transaction (see [`Db::seal_with`]) and commits it; a refused or failed
+    /// seal rolls it back.
     pub fn commit(&self) -> Result<()> {
+        if let Err(e) = self.seal() {
+            self.storage.rollback();
+            return Err(e);
+        }
         self.storage.commit()
     }
 
@@ -290,9 +384,7 @@ impl Statement<'_> {
         params: impl Params,
         mut read: impl FnMut(&Row) -> Result<bool>,
     ) -> Result<()> {
-        self.db
-            .storage
-            .for_each(&self.sql, params.values(), &mut read)
+        self.db.for_each_row(&self.sql, params.values(), &mut read)
     }
 
     /// Whether the query returns a row.

@@ -45,6 +45,11 @@ pub const DECIDE_LOCK: i64 = 0x6b61_7669;
 /// until the commit is done: "kjnl" in ASCII.
 pub const JOURNAL_LOCK: i64 = 0x6b6a_6e6c;
 
+/// The transaction setting that holds the server's snapshot as a transaction of kavi's began:
+/// which transactions had committed by then (the journal's seal asks whether its code changed
+/// since).
+pub const BEGAN: &str = "kavi.began";
+
 /// How long kavi waits on the server, from the URL's query (`?connect_timeout=5&lock_timeout=30s`):
 /// `connect_timeout` is libpq's (seconds); `statement_timeout` and `lock_timeout` are kavi's,
 /// in PostgreSQL's units (a number is milliseconds; `500ms`, `30s`, `2min`), and are set on
@@ -451,7 +456,10 @@ impl Postgres {
     }
 
     fn open_transaction(&self, sql: &str) -> DbResult<()> {
-        self.pg.transaction_sql(sql, true)?;
+        self.pg.transaction_sql(
+            &format!("{sql}; SELECT set_config('{BEGAN}', pg_current_snapshot()::text, true)"),
+            true,
+        )?;
         self.open.set(true);
         Ok(())
     }

@@ -152,23 +152,12 @@ pub fn random_seed() -> std::io::Result<[u8; 32]> {
 /// The key the journal's entries are MACed with.
 pub struct MacKey {
     keyed: HmacSha256,
-    /// The inner and outer padded keys, hex: what a PostgreSQL session computes the same
-    /// HMAC with (see [`crate::MAC_INNER`]).
-    pub pads: (String, String),
 }
 
 impl MacKey {
     pub(crate) fn new(key: &[u8; 32]) -> Self {
-        let pad = |byte: u8| {
-            let mut padded = [byte; 64];
-            for (p, k) in padded.iter_mut().zip(key) {
-                *p ^= k;
-            }
-            crate::checkpoint::to_hex(&padded)
-        };
         Self {
             keyed: HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length"),
-            pads: (pad(0x36), pad(0x5c)),
         }
     }
 
@@ -216,26 +205,15 @@ pub fn mac_key() -> Result<&'static MacKey, String> {
 mod tests {
     use super::*;
 
-    /// The pads a PostgreSQL session is given compute the same HMAC as the crate.
+    /// The MAC is HMAC-SHA256 as others compute it (Python's `hmac`), so that a ledger's
+    /// entries can be checked without kavi.
     #[test]
-    fn the_padded_keys_make_the_same_hmac() {
-        use sha2::Digest;
+    fn the_mac_is_standard_hmac_sha256() {
         let key = MacKey::new(&[7u8; 32]);
-        let bytes = |hex: &str| -> Vec<u8> {
-            (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-                .collect()
-        };
-        let inner = sha2::Sha256::new()
-            .chain_update(bytes(&key.pads.0))
-            .chain_update(b"abc")
-            .finalize();
-        let outer = sha2::Sha256::new()
-            .chain_update(bytes(&key.pads.1))
-            .chain_update(inner)
-            .finalize();
-        assert_eq!(crate::checkpoint::to_hex(&outer), key.mac("abc"));
+        assert_eq!(
+            key.mac("abc"),
+            "127da4ced6a839b8f6118bc244684d2663e70cb5ff0adeefca89d7e74d5a0525"
+        );
     }
 
     /// A keys folder beside the workspace, spelled through it with `..` and not made yet, is

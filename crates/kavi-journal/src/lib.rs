@@ -26,6 +26,7 @@
 
 pub mod checkpoint;
 pub mod keys;
+mod server;
 mod tables;
 mod triggers;
 mod verify;
@@ -36,6 +37,7 @@ use rusqlite::functions::FunctionFlags;
 
 use keys::MacKey;
 
+pub use server::ServerSeal;
 pub use triggers::{current, drop_triggers, install, remake};
 pub use verify::{Findings, row_problem, seal, verify};
 
@@ -50,12 +52,10 @@ pub enum JournalError {
 
 pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 
-/// The session settings that hold the journal's MAC key, as HMAC's inner and outer padded
-/// keys, for the triggers to MAC each entry with. They are set on
-/// each of kavi's own connections and kept nowhere in the database: the triggers run on the
-/// server, which has no function of kavi's to call, and a session without them cannot write.
-pub const MAC_INNER: &str = "kavi.mac_inner";
-pub const MAC_OUTER: &str = "kavi.mac_outer";
+/// On a server, the transaction setting where the journal's triggers note the number of the
+/// first entry they append, for kavi to find and MAC the transaction's entries before its
+/// commit (see [`server`]). The server never holds the key.
+const FIRST_ENTRY: &str = "kavi.journal_first";
 
 /// The SQL function the triggers hash with; registered on every connection kavi opens.
 pub const HASH_FUNCTION: &str = "kavi_sha256";
@@ -151,19 +151,6 @@ pub fn register(conn: &rusqlite::Connection, key: &'static MacKey) -> rusqlite::
     conn.create_scalar_function(MAC_FUNCTION, 1, flags, move |ctx| {
         Ok(key.mac(ctx.get_raw(0).as_str()?))
     })
-}
-
-/// The MAC a PostgreSQL trigger computes: HMAC-SHA256 of `hash` written out with the server's
-/// own `sha256`, from the padded keys kavi gives its session (see [`MAC_INNER`]). A
-/// session without them (anyone else's) fails to write rather than journal unkeyed.
-fn postgres_mac_sql(hash: &str) -> String {
-    format!(
-        "encode(sha256(decode(current_setting('{outer}'), 'hex')
-                       || sha256(decode(current_setting('{inner}'), 'hex')
-                                 || convert_to({hash}, 'UTF8'))), 'hex')",
-        inner = MAC_INNER,
-        outer = MAC_OUTER,
-    )
 }
 
 /// The hash of one entry.

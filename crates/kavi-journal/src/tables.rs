@@ -1,6 +1,6 @@
 //! The journaled tables: which they are, their columns and keys, and the SQL of their triggers.
 
-use super::{APPEND_VIEW, Backend, Db, Result, UNJOURNALED, postgres_mac_sql};
+use super::{APPEND_VIEW, Backend, Db, FIRST_ENTRY, Result, UNJOURNALED};
 
 /// What a server's table calls the trigger of [`Table::writer_trigger_sql`]: `journal_{table}_writes`.
 pub(super) const WRITES: &str = "writes";
@@ -14,11 +14,20 @@ pub(super) const WRITER: &str = "journal_writer";
 /// The function behind [`WRITER`].
 pub(super) fn writer_function_sql() -> String {
     format!(
-        "CREATE OR REPLACE FUNCTION {WRITER}() RETURNS trigger LANGUAGE plpgsql AS $writer$
+        "CREATE OR REPLACE FUNCTION {WRITER}() RETURNS trigger LANGUAGE plpgsql AS \
+         $writer${}$writer$;",
+        writer_function_body()
+    )
+}
+
+/// The body of [`WRITER`].
+pub(super) fn writer_function_body() -> String {
+    format!(
+        "
          BEGIN
            PERFORM pg_advisory_xact_lock_shared({lock});
            RETURN NULL;
-         END $writer$;",
+         END ",
         lock = kavi_db::postgres::DECIDE_LOCK,
     )
 }
@@ -104,28 +113,13 @@ impl Table {
             // commit, not for the whole transaction. Each entry reads the head the last
             // commit left, so concurrent writers make one chain.
             return format!(
-                "CREATE OR REPLACE FUNCTION \"{trigger}\"() RETURNS trigger LANGUAGE plpgsql AS $journal$
-                 DECLARE s BIGINT; p TEXT; k TEXT; c TEXT; h TEXT;
-                 BEGIN
-                   PERFORM pg_advisory_xact_lock({lock});
-                   SELECT COALESCE(MAX(seq), 0) + 1 INTO s FROM journal;
-                   SELECT COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') INTO p;
-                   k := {key};
-                   c := {content};
-                   h := encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
-                                                 || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex');
-                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
-                   VALUES (s, '{name}', '{op}', k, c, p, h, {mac});
-                   RETURN NULL;
-                 END $journal$;
+                "CREATE OR REPLACE FUNCTION \"{trigger}\"() RETURNS trigger LANGUAGE plpgsql AS \
+                 $journal${body}$journal$;
                  CREATE CONSTRAINT TRIGGER \"{trigger}\" AFTER {event} ON \"{name}\"
                    DEFERRABLE INITIALLY DEFERRED
                    FOR EACH ROW EXECUTE FUNCTION \"{trigger}\"();",
                 trigger = self.trigger_name(op),
-                lock = kavi_db::postgres::JOURNAL_LOCK,
-                key = self.key_sql(row),
-                content = self.content_sql(row),
-                mac = postgres_mac_sql("h"),
+                body = self.function_body(op),
             );
         }
         // The entry itself (its number, the hash before it, its own hash) is made by the
@@ -138,6 +132,36 @@ impl Table {
             trigger = self.trigger_name(op),
             key = self.key_sql(row),
             content = self.content_sql(row),
+        )
+    }
+
+    /// The body of a server's trigger function for `op`: the entry, without its MAC, which kavi
+    /// adds before the commit (see [`crate::server`]); the first entry's number is noted for
+    /// the transaction, for kavi to find its entries by.
+    pub(super) fn function_body(&self, op: &str) -> String {
+        let row = if op == "delete" { "OLD" } else { "NEW" };
+        format!(
+            "
+                 DECLARE s BIGINT; p TEXT; k TEXT; c TEXT; h TEXT;
+                 BEGIN
+                   PERFORM pg_advisory_xact_lock({lock});
+                   SELECT COALESCE(MAX(seq), 0) + 1 INTO s FROM journal;
+                   SELECT COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') INTO p;
+                   k := {key};
+                   c := {content};
+                   h := encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
+                                                 || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex');
+                   IF COALESCE(current_setting('{FIRST_ENTRY}', true), '') = '' THEN
+                     PERFORM set_config('{FIRST_ENTRY}', s::text, true);
+                   END IF;
+                   INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
+                   VALUES (s, '{name}', '{op}', k, c, p, h, NULL);
+                   RETURN NULL;
+                 END ",
+            lock = kavi_db::postgres::JOURNAL_LOCK,
+            key = self.key_sql(row),
+            content = self.content_sql(row),
+            name = self.name,
         )
     }
 

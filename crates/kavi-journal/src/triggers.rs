@@ -127,18 +127,21 @@ fn make_triggers(tx: &Transaction<'_>, tables: &[Table]) -> Result<()> {
 /// before the appender (see [`APPEND_VIEW`]) has its entries written out in every table
 /// trigger, and one made before its `VALUES` row (see [`appender_trigger_sql`]) another
 /// appender; a server's ledger made before entries were appended at commit has triggers that
-/// append at once, under a lock held to the end of the transaction. Either is current in
+/// append at once, under a lock held to the end of the transaction, and one made before kavi
+/// MACed its entries itself has functions that MAC on the server. Either is current in
 /// every other way, and [`remake`] remakes them.
 pub fn current(conn: &Db) -> Result<bool> {
     if conn.backend() == Backend::Postgres {
         // Row-level journal triggers that are not deferred: the appenders of before.
-        return Ok(conn.query_row(
+        let deferred: bool = conn.query_row(
             "SELECT NOT EXISTS (SELECT 1 FROM pg_trigger
                                 WHERE NOT tgisinternal AND tgname::text LIKE 'journal\\_%'
                                   AND (tgtype & 1) = 1 AND NOT tgdeferrable)",
             [],
             |row| row.get(0),
-        )?);
+        )?;
+        // Functions of before: those that MACed on the server, with a key kavi gave it.
+        return Ok(deferred && !super::server::functions_differ(conn)?);
     }
     let appender: Option<String> = conn
         .query_row(

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::db::{self, Db, OptionalExtension, params};
-use super::journal::{MAC_INNER, MAC_OUTER};
 use super::migrations::{migrate, migrate_postgres, postgres_schema_exists};
 use super::{BUSY_TIMEOUT, Ledger, LedgerError, Result, journal, keys, now, schema};
 use kavi_db::{memory, postgres};
@@ -462,7 +461,9 @@ pub(crate) fn connect_postgres(url: &str) -> Result<Db> {
         path: PathBuf::from(postgres::redacted(url)),
         source,
     })?;
-    key_session(&conn, mac_key()?)?;
+    let mut conn = conn;
+    pin_search_path(&conn)?;
+    conn.seal_with(Box::new(journal::ServerSeal::new(mac_key()?)));
     Ok(conn)
 }
 
@@ -475,14 +476,16 @@ pub(crate) fn mac_key() -> Result<&'static keys::MacKey> {
     keys::mac_key().map_err(LedgerError::Keys)
 }
 
-/// Gives a session of kavi's the journal's MAC key.
-fn key_session(conn: &Db, key: &keys::MacKey) -> Result<()> {
+/// Has the session search the ledger's schema alone, so that the server's own functions and
+/// operators (`pg_catalog`, searched first unless the path names it later) come before any of
+/// the same name elsewhere, whatever search path the login was given: one of someone else's
+/// named like `md5` or `=` would otherwise answer kavi's checks (see [`journal::ServerSeal`]).
+fn pin_search_path(conn: &Db) -> Result<()> {
     // Kept for the session: a connection made again after a server's restart has it too.
     conn.set_for_session(
-        &format!(
-            "SELECT set_config('{MAC_INNER}', ?1, false), set_config('{MAC_OUTER}', ?2, false)"
-        ),
-        params![key.pads.0, key.pads.1],
+        "SELECT set_config('search_path', COALESCE(quote_ident(current_schema()), 'public'),
+                           false)",
+        params![],
     )?;
     Ok(())
 }

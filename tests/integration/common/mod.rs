@@ -493,47 +493,50 @@ pub fn attacker_connection(root: &Path) -> rusqlite::Connection {
 
 /// Runs `sql` on a workspace's ledger as an account that holds kavi's journal key does (every
 /// account that writes a shared ledger does): the journal's functions registered by hand with
-/// the real key (SQLite), or the key's HMAC pads given to the session (PostgreSQL), so that
-/// what it writes is vouched for as if kavi had written it.
+/// the real key (SQLite), or its entries MACed by hand with it before the commit (PostgreSQL),
+/// so that what it writes is vouched for as if kavi had written it.
 pub fn edit_with_the_key(root: &Path, sql: &str) {
     use rusqlite::functions::FunctionFlags;
-    use sha2::Digest;
-    if postgres::ledger_for(root).is_some() {
-        LedgerConnection::open(root).batch(&format!("{}; {sql}", postgres::keyed_session()));
+    if let Some(url) = postgres::ledger_for(root) {
+        let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+        postgres::keyed_batch(&mut client, sql);
         return;
     }
-    let (inner, outer) = journal_key_pads();
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let conn = rusqlite::Connection::open(root.join(".kavi/ledger.db")).unwrap();
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_scalar_function("kavi_sha256", 1, flags, |ctx| {
         Ok(kavi::hash::sha256_hex(ctx.get::<String>(0)?.as_bytes()))
     })
     .unwrap();
-    conn.create_scalar_function("kavi_mac", 1, flags, move |ctx| {
-        let hash = ctx.get::<String>(0)?;
-        let first = sha2::Sha256::new()
-            .chain_update(inner)
-            .chain_update(hash.as_bytes())
-            .finalize();
-        let mac = sha2::Sha256::new()
-            .chain_update(outer)
-            .chain_update(first)
-            .finalize();
-        Ok(hex(&mac))
+    conn.create_scalar_function("kavi_mac", 1, flags, |ctx| {
+        Ok(mac_with_the_key(&ctx.get::<String>(0)?))
     })
     .unwrap();
     conn.execute_batch(sql).unwrap();
 }
 
+/// The MAC of a journal entry's hash under the key kavi made in the tests' keys folder:
+/// HMAC-SHA256, written out from its padded keys.
+pub fn mac_with_the_key(hash: &str) -> String {
+    use sha2::Digest;
+    let (inner, outer) = journal_key_pads();
+    let first = sha2::Sha256::new()
+        .chain_update(inner)
+        .chain_update(hash.as_bytes())
+        .finalize();
+    let mac = sha2::Sha256::new()
+        .chain_update(outer)
+        .chain_update(first)
+        .finalize();
+    mac.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Runs `sql` on a workspace's ledger as a process without kavi's journal key does: through
-/// [`attacker_connection`] (SQLite), or a session whose triggers MAC with a guessed key
-/// (PostgreSQL).
+/// [`attacker_connection`] (SQLite), or a session of its own (PostgreSQL), whose entries
+/// nobody MACs.
 pub fn edit_without_the_key(root: &Path, sql: &str) {
     if postgres::ledger_for(root).is_some() {
-        let guessed = "SELECT set_config('kavi.mac_inner', repeat('00', 64), false), \
-                       set_config('kavi.mac_outer', repeat('00', 64), false);";
-        LedgerConnection::open(root).batch(&format!("{guessed} {sql}"));
+        LedgerConnection::open(root).batch(sql);
     } else {
         attacker_connection(root).execute_batch(sql).unwrap();
     }
@@ -541,7 +544,7 @@ pub fn edit_without_the_key(root: &Path, sql: &str) {
 
 /// HMAC-SHA256's inner and outer padded keys (RFC 2104) of the journal key kavi made in the
 /// tests' keys folder.
-pub fn journal_key_pads() -> ([u8; 64], [u8; 64]) {
+fn journal_key_pads() -> ([u8; 64], [u8; 64]) {
     let path = config_home().join("kavi/journal.key");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("no journal key at {}: {e}", path.display()));

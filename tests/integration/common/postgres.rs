@@ -130,15 +130,39 @@ pub fn ledger_for(workspace: &Path) -> Option<String> {
     Some(url)
 }
 
-/// The statement that gives a session of the test's own the journal's MAC key, as kavi gives its
-/// sessions (HMAC's inner and outer padded keys, hex): the journal's triggers refuse a write
-/// from a session without it. The key is the one kavi made in the tests' keys folder.
-pub fn keyed_session() -> String {
-    let (inner, outer) = super::journal_key_pads();
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    format!(
-        "SELECT set_config('kavi.mac_inner', '{}', false), set_config('kavi.mac_outer', '{}', false)",
-        hex(&inner),
-        hex(&outer)
+/// Runs `sql` as kavi writes a server's ledger: in one transaction whose journal entries are
+/// appended as its rows change, then MACed here, with the key kavi made in the tests' keys
+/// folder, before the commit (the server never holds the key).
+pub fn keyed_batch(client: &mut postgres::Client, sql: &str) {
+    client
+        .batch_execute(&format!("BEGIN; SET CONSTRAINTS ALL IMMEDIATE; {sql};"))
+        .unwrap();
+    seal_by_hand(|query| {
+        client
+            .query(query, &[])
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect()
+    })
+    .into_iter()
+    .for_each(|update| client.batch_execute(&update).unwrap());
+    client.batch_execute("COMMIT").unwrap();
+}
+
+/// The statements that MAC the open transaction's journal entries with the tests' key, given
+/// a way to run a query for (seq, hash) rows.
+pub fn seal_by_hand(mut rows: impl FnMut(&str) -> Vec<(i64, String)>) -> Vec<String> {
+    rows(
+        "SELECT seq, hash FROM journal
+          WHERE mac IS NULL AND xmin = pg_current_xact_id_if_assigned()::xid",
     )
+    .into_iter()
+    .map(|(seq, hash)| {
+        format!(
+            "UPDATE journal SET mac = '{}' WHERE seq = {seq}",
+            super::mac_with_the_key(&hash)
+        )
+    })
+    .collect()
 }
