@@ -182,6 +182,49 @@ pub fn open_beneath(root: BorrowedFd<'_>, relative: &Path) -> io::Result<OwnedFd
     Ok(dir)
 }
 
+/// How long a path from `/` to anything in a folder a process was given to write may be: half
+/// of `PATH_MAX`, so that the same file still has a name once its folder is copied or mounted
+/// under a longer one (a sandbox, a view).
+pub const NAMEABLE: usize = 2048;
+
+/// Removes from the folder `top` whatever lies too deep to be named by a path of at most
+/// [`NAMEABLE`] bytes, and returns what was removed, each relative to `top` (a folder goes
+/// whole). A process that may write a folder can nest one as deep as it likes, and what no path
+/// can name, nothing that walks or copies by path can read: every later look at the workspace
+/// would fail. Each folder is opened from `top` down, refusing links, one at a time.
+pub fn remove_unnameable(top: &Path) -> io::Result<Vec<std::path::PathBuf>> {
+    let root = std::fs::File::open(top)?;
+    let base = top.as_os_str().len();
+    let mut removed = Vec::new();
+    let mut folders = vec![std::path::PathBuf::new()];
+    while let Some(relative) = folders.pop() {
+        let dir = match open_beneath(root.as_fd(), &relative) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            dir => dir?,
+        };
+        for name in names(&dir)? {
+            let path = relative.join(&name);
+            if base + 1 + path.as_os_str().len() > NAMEABLE {
+                remove_at(dir.as_fd(), &name)?;
+                removed.push(path);
+                continue;
+            }
+            match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Err(nix::errno::Errno::ENOENT) => {}
+                Err(e) => return Err(io_error(e)),
+                Ok(stat)
+                    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT
+                        == SFlag::S_IFDIR =>
+                {
+                    folders.push(path);
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +253,45 @@ mod tests {
         removed.unwrap();
         assert!(!top.exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// What lies past the nameable length goes, whole, and nothing else: a long-named folder
+    /// and what is under it, but not its shallower siblings, and a link is never followed.
+    #[test]
+    fn what_no_path_can_name_is_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("scope");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("kept"), b"x").unwrap();
+        let long = "n".repeat(200);
+        let mut here = top.clone();
+        std::fs::create_dir_all(&here).unwrap();
+        std::fs::write(here.join("shallow"), b"x").unwrap();
+        let mut first_too_deep = None;
+        let mut made = std::path::PathBuf::new();
+        for _ in 0..12 {
+            here = here.join(&long);
+            made = made.join(&long);
+            std::fs::create_dir(&here).unwrap();
+            std::os::unix::fs::symlink(&outside, here.join("link")).unwrap();
+            if first_too_deep.is_none() && here.as_os_str().len() > NAMEABLE {
+                first_too_deep = Some(made.clone());
+            }
+        }
+        let removed = remove_unnameable(&top).unwrap();
+        let first_too_deep = first_too_deep.unwrap();
+        assert!(removed.contains(&first_too_deep), "{removed:?}");
+        assert!(
+            removed
+                .iter()
+                .all(|path| top.join(path).as_os_str().len() > NAMEABLE)
+        );
+        assert!(!top.join(&first_too_deep).exists());
+        assert!(top.join(first_too_deep.parent().unwrap()).is_dir());
+        assert!(top.join("shallow").exists());
+        assert!(outside.join("kept").exists());
+        assert!(remove_unnameable(&top).unwrap().is_empty());
     }
 
     #[test]

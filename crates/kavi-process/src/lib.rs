@@ -19,7 +19,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -433,9 +433,45 @@ async fn run_with(
                 violation = Some(Violation::disk(mib));
             }
         }
+        // What it nested too deep for a path to name, no later look at the workspace could
+        // read (each would refuse to run anything): removed, and the run fails for it. The
+        // scopes are walked off the runtime's threads, as the disk is measured.
+        let scopes: Vec<PathBuf> = launch
+            .vcs_before
+            .iter()
+            .map(|(scope, _)| scope.clone())
+            .collect();
+        let unnameable = tokio::task::spawn_blocking(move || {
+            let mut removed = Vec::new();
+            for scope in scopes {
+                let found = kavi_foundation::removal::remove_unnameable(&scope)
+                    .map_err(|e| format!("{}: {e}", scope.display()))?;
+                removed.extend(found.into_iter().map(|path| scope.join(path)));
+            }
+            Ok::<_, String>(removed)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the look stopped: {e}")));
+        match unnameable {
+            Ok(removed) if removed.is_empty() => {}
+            Ok(removed) => {
+                violation = violation.or(Some(Violation::Bound(format!(
+                    "nested paths in its write scope too long to name (over {} bytes), \
+                     removed: {} entries, the first {}",
+                    kavi_foundation::removal::NAMEABLE,
+                    removed.len(),
+                    shortened(&removed[0])
+                ))));
+            }
+            Err(unseen) => {
+                violation = violation.or(Some(Violation::Bound(format!(
+                    "cannot look for paths too long to name in its write scope: {}",
+                    unseen.chars().take(300).collect::<String>()
+                ))));
+            }
+        }
         // A repository it made in a write scope in the workspace would run its configuration
         // as the person who next runs git there: made inert, and the run fails for it.
-        // The scopes are walked off the runtime's threads, as the disk is measured.
         let vcs_before = launch.vcs_before.clone();
         let made =
             tokio::task::spawn_blocking(move || crate::confinement::repositories_made(&vcs_before))
@@ -462,6 +498,17 @@ async fn run_with(
         network: proxy.map(crate::confinement::proxy::Running::finish),
         leftovers: Leftovers::default().and(launch).and(tripwires),
     })
+}
+
+/// A path too long to print whole: its start and its end.
+fn shortened(path: &Path) -> String {
+    let text = path.display().to_string();
+    if text.chars().count() <= 160 {
+        return text;
+    }
+    let start: String = text.chars().take(80).collect();
+    let end: String = text.chars().skip(text.chars().count() - 60).collect();
+    format!("{start}...{end}")
 }
 
 #[cfg(test)]

@@ -645,6 +645,43 @@ async fn a_repository_made_in_a_write_scope_is_removed_and_fails_the_run() {
     assert_eq!(finished.violation, None);
 }
 
+/// A process given a write scope in the workspace can nest folders past what a path can name;
+/// every later look at the workspace (the views, the builder's copy) would then refuse to run
+/// anything. What is too deep is removed when it ends, and the run fails for a bound.
+#[tokio::test]
+async fn folders_nested_past_a_nameable_path_are_removed_and_fail_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let scope = dir.join("notes");
+    std::fs::create_dir_all(&scope).unwrap();
+    std::fs::write(scope.join("kept.txt"), "kept\n").unwrap();
+    let mut profile = profile(&dir, vec![scope.clone()], Limits::default());
+    profile.workspace = Some(dir.clone());
+    let long = "n".repeat(200);
+    let script = format!(
+        "cd {} && for i in $(seq 14); do mkdir {long} && cd {long}; done && echo x > deepest",
+        scope.display()
+    );
+    let Some(finished) = run_sh(&dir, profile, &script).await else {
+        return;
+    };
+    let Some(Violation::Bound(what)) = &finished.violation else {
+        panic!("{:?}", finished.violation);
+    };
+    assert!(what.contains("too long to name"), "{what}");
+    let mut deepest = scope.clone();
+    while let Some(next) = std::fs::read_dir(&deepest)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.is_dir())
+    {
+        deepest = next;
+    }
+    assert!(deepest.as_os_str().len() <= kavi_foundation::removal::NAMEABLE);
+    assert!(deepest.starts_with(scope.join(&long)));
+    assert!(scope.join("kept.txt").exists());
+}
+
 /// The record says what the view shows of the workspace: only what git lists, but for a write
 /// scope in it, which shows everything it holds.
 #[test]
