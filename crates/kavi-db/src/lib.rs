@@ -107,6 +107,15 @@ pub trait Storage: std::fmt::Debug + Send {
 
     fn commit(&self) -> Result<()>;
 
+    /// Runs the statements `first`, then commits: on a server, in one request.
+    fn commit_after(&self, first: &str) -> Result<()> {
+        if let Err(e) = self.execute_batch(first) {
+            self.rollback();
+            return Err(e);
+        }
+        self.commit()
+    }
+
     /// Gives up the open transaction; called only when one is open.
     fn rollback(&self);
 
@@ -122,7 +131,8 @@ pub trait Storage: std::fmt::Debug + Send {
 /// the server never sees.
 pub trait Sealer: Send {
     /// Finishes the open transaction, or refuses it ([`DbError::Refused`]), which rolls it back.
-    fn seal(&mut self, db: &Db) -> Result<()>;
+    /// Returns statements for the commit to run first, in the same request.
+    fn seal(&mut self, db: &Db) -> Result<Option<String>>;
 }
 
 /// The connection's [`Sealer`], if it has one; taken out while it runs, so that it can use the
@@ -163,9 +173,9 @@ impl Db {
     }
 
     /// Runs the sealer on the open transaction.
-    fn seal(&self) -> Result<()> {
+    fn seal(&self) -> Result<Option<String>> {
         let Some(mut sealer) = self.sealer.0.borrow_mut().take() else {
-            return Ok(());
+            return Ok(None);
         };
         let sealed = sealer.seal(self);
         *self.sealer.0.borrow_mut() = Some(sealer);
@@ -309,11 +319,14 @@ impl Db {
     /// Seals the open transaction (see [`Db::seal_with`]) and commits it; a refused or failed
     /// seal rolls it back.
     pub fn commit(&self) -> Result<()> {
-        if let Err(e) = self.seal() {
-            self.storage.rollback();
-            return Err(e);
+        match self.seal() {
+            Ok(None) => self.storage.commit(),
+            Ok(Some(first)) => self.storage.commit_after(&first),
+            Err(e) => {
+                self.storage.rollback();
+                Err(e)
+            }
         }
-        self.storage.commit()
     }
 
     /// Gives up the open transaction, if there is one.

@@ -522,6 +522,17 @@ impl Storage for Postgres {
         Ok(self.pg.transaction_sql("COMMIT", false)?)
     }
 
+    /// One request. A statement of `first` that fails leaves the rest of the request unrun and
+    /// the transaction aborted: it is rolled back.
+    fn commit_after(&self, first: &str) -> DbResult<()> {
+        self.open.set(false);
+        let committed = self.pg.transaction_sql(&format!("{first}; COMMIT"), false);
+        if committed.is_err() {
+            let _ = self.pg.transaction_sql("ROLLBACK", false);
+        }
+        Ok(committed?)
+    }
+
     fn rollback(&self) {
         self.open.set(false);
         let _ = self.pg.transaction_sql("ROLLBACK", false);

@@ -23,13 +23,40 @@ use super::keys::MacKey;
 use super::tables::{Table, WRITER, WRITES, tables, writer_function_body};
 use super::{FIRST_ENTRY, JournalError};
 
-/// The entries the open transaction appended, still without their MAC.
+/// The open transaction's own number, and the snapshot kept as it began ([`BEGAN`]): the
+/// `xmax` (transactions from it on had not started) and those still running then, in the
+/// catalog's 32-bit numbers.
+fn open_sql() -> String {
+    format!(
+        "(SELECT pg_current_xact_id_if_assigned()::xid,
+                 (pg_snapshot_xmax(began)::text::bigint % 4294967296)::text::xid,
+                 ARRAY(SELECT (x::text::bigint % 4294967296)::text FROM pg_snapshot_xip(began) AS x)
+            FROM (SELECT current_setting('{BEGAN}')::pg_snapshot) AS b (began))
+           AS open (ours, began_xmax, began_running)"
+    )
+}
+
+/// Whether the catalog row made by transaction `version` was made by another transaction that
+/// had not committed when the open one began (`age` counts back from now, across the numbers'
+/// wrap-around). SQL over [`open_sql`]'s columns.
+const CHANGED_MEANWHILE: &str = "(version IS DISTINCT FROM ours
+     AND (age(version) <= age(began_xmax) OR version::text = ANY (began_running)))";
+
+/// The entries the open transaction appended, still without their MAC, as (seq, hash, NULL);
+/// then (NULL, NULL, n), n the functions in the ledger's schema changed while it was open.
 fn entries_sql() -> String {
     format!(
-        "SELECT seq, hash FROM journal
+        "SELECT seq, hash, NULL::bigint FROM journal
          WHERE seq >= NULLIF(current_setting('{FIRST_ENTRY}', true), '')::bigint
            AND mac IS NULL AND xmin = pg_current_xact_id_if_assigned()::xid
-         ORDER BY seq"
+         UNION ALL
+         SELECT NULL, NULL, count(*) FROM
+           (SELECT p.xmin FROM pg_proc p
+             WHERE p.pronamespace = current_schema()::regnamespace) AS f (version),
+           {open}
+         WHERE {CHANGED_MEANWHILE}
+         ORDER BY 1",
+        open = open_sql()
     )
 }
 
@@ -71,25 +98,19 @@ const CODE_SQL: &str = "
                WHERE d.classid = 'pg_policy'::regclass AND oid = d.objid))
            IN (SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace)";
 
-/// [`CODE_SQL`] as one digest; whether the open transaction changed any of it; and whether
-/// another transaction did that had not committed when the open one began (by the snapshot
-/// kept then, [`BEGAN`]: started after it, at or past its `xmax`, or still running then; in
-/// the catalog's 32-bit numbers, compared by `age`, which counts back across wrap-around).
+/// [`CODE_SQL`] as one digest; whether the open transaction changed any of it, and whether
+/// another one did while it was open; and whether it has written at all (when not, nothing
+/// else is looked at).
 fn digest_sql() -> String {
     format!(
         "SELECT md5(COALESCE(string_agg(concat_ws(' ', kind, name, place, runs, version::text),
                                         E'\\n' ORDER BY kind, name, place, runs), '')),
                 COALESCE(bool_or(version = ours), false),
-                COALESCE(bool_or(version IS DISTINCT FROM ours
-                                 AND (age(version) <= age(began_xmax)
-                                      OR version::text = ANY (began_running))), false)
-         FROM ({CODE_SQL}) AS code (kind, name, place, runs, version),
-              (SELECT pg_current_xact_id_if_assigned()::xid,
-                      (pg_snapshot_xmax(began)::text::bigint % 4294967296)::text::xid,
-                      ARRAY(SELECT (x::text::bigint % 4294967296)::text
-                              FROM pg_snapshot_xip(began) AS x)
-                 FROM (SELECT current_setting('{BEGAN}')::pg_snapshot) AS b (began))
-                AS open (ours, began_xmax, began_running)"
+                COALESCE(bool_or({CHANGED_MEANWHILE}), false),
+                pg_current_xact_id_if_assigned() IS NOT NULL
+         FROM ({CODE_SQL}) AS code (kind, name, place, runs, version), {open}
+         WHERE pg_current_xact_id_if_assigned() IS NOT NULL",
+        open = open_sql()
     )
 }
 
@@ -108,18 +129,17 @@ impl ServerSeal {
 
     /// Refuses a transaction in which code other than kavi's may have written.
     fn check_code(&mut self, db: &Db) -> kavi_db::Result<()> {
-        let (now, mine, changed_meanwhile): (String, bool, bool) =
+        let (now, mine, changed, wrote): (String, bool, bool, bool) =
             db.query_row(&digest_sql(), [], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
             })?;
-        if changed_meanwhile {
+        if !wrote {
+            return Ok(());
+        }
+        if changed {
             // Perhaps swapped for a moment while this transaction wrote, and put back.
             self.checked = None;
-            return Err(DbError::Refused(
-                "the journal's triggers or functions on the server changed while this \
-                 transaction was open; nothing of it was recorded (run the command again)"
-                    .to_owned(),
-            ));
+            return Err(changed_meanwhile());
         }
         if mine || self.checked.as_deref() != Some(now.as_str()) {
             let problems = foreign_code(db).map_err(into_db)?;
@@ -138,34 +158,54 @@ impl ServerSeal {
 }
 
 impl Sealer for ServerSeal {
-    fn seal(&mut self, db: &Db) -> kavi_db::Result<()> {
-        // The journal's triggers are deferred to the commit: they append now.
-        db.execute_batch("SET CONSTRAINTS ALL IMMEDIATE")?;
-        let entries: Vec<(i64, String)> = db
-            .prepare(&entries_sql())?
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
-            .collect::<kavi_db::Result<_>>()?;
-        if entries.is_empty() {
-            return Ok(());
-        }
+    fn seal(&mut self, db: &Db) -> kavi_db::Result<Option<String>> {
+        // The schema's code, looked at before the journal's triggers fire and take its lock,
+        // which other writers wait for.
         self.check_code(db)?;
-        for part in entries.chunks(500) {
-            // Numbers and hex only: written into the statement, as one statement for all.
-            let values: Vec<String> = part
-                .iter()
-                .map(|(seq, hash)| format!("({seq}, '{}')", self.key.mac(hash)))
-                .collect();
-            db.execute(
-                &format!(
+        // The journal's triggers are deferred to the commit: they append now. A journal
+        // function swapped since the look above would run here: it is looked for again.
+        db.execute_batch("SET CONSTRAINTS ALL IMMEDIATE")?;
+        let mut entries = Vec::new();
+        let mut changed = 0;
+        db.prepare(&entries_sql())?.for_each([], |row| {
+            match row.get::<_, Option<i64>>(0)? {
+                Some(seq) => entries.push((seq, row.get::<_, String>(1)?)),
+                None => changed = row.get::<_, i64>(2)?,
+            }
+            Ok(true)
+        })?;
+        if changed > 0 {
+            self.checked = None;
+            return Err(changed_meanwhile());
+        }
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        // Numbers and hex only, written into the statements; sent with the commit.
+        let updates: Vec<String> = entries
+            .chunks(500)
+            .map(|part| {
+                let values: Vec<String> = part
+                    .iter()
+                    .map(|(seq, hash)| format!("({seq}, '{}')", self.key.mac(hash)))
+                    .collect();
+                format!(
                     "UPDATE journal SET mac = v.mac FROM (VALUES {}) AS v (seq, mac)
                      WHERE journal.seq = v.seq",
                     values.join(", ")
-                ),
-                [],
-            )?;
-        }
-        Ok(())
+                )
+            })
+            .collect();
+        Ok(Some(updates.join(";\n")))
     }
+}
+
+fn changed_meanwhile() -> DbError {
+    DbError::Refused(
+        "the journal's triggers or functions on the server changed while this transaction was \
+         open; nothing of it was recorded (run the command again)"
+            .to_owned(),
+    )
 }
 
 fn into_db(error: JournalError) -> DbError {
