@@ -771,6 +771,15 @@ fn a_database_login_neither_learns_the_key_nor_writes_in_kavis_transactions() {
         .unwrap()
         .get(0);
     assert_eq!(forged, 0);
+    let verify = kavi_on(root, Some(&url), &["ledger", "verify"])
+        .output()
+        .unwrap();
+    assert_ne!(verify.status.code(), Some(0), "{}", text(&verify));
+    assert!(
+        text(&verify).contains("trigger steal on node_runs"),
+        "{}",
+        text(&verify)
+    );
 
     // A rule that writes along with kavi's writes is code too.
     client

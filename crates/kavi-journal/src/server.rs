@@ -233,7 +233,7 @@ fn journal_functions(tables: &[Table]) -> HashMap<String, String> {
 }
 
 /// What in the schema is not as kavi makes it, described; empty when nothing.
-fn foreign_code(db: &Db) -> crate::Result<Vec<String>> {
+pub(super) fn foreign_code(db: &Db) -> crate::Result<Vec<String>> {
     let tables = tables(db)?;
     let functions = journal_functions(&tables);
     let mut triggers = HashMap::new();

@@ -120,6 +120,14 @@ pub fn verify(
         })?
         .query_map([], |row| row.get(0))?
         .collect::<kavi_db::Result<_>>()?;
+    if conn.backend() == Backend::Postgres {
+        for what in super::server::foreign_code(conn)? {
+            findings.problems.push(format!(
+                "the ledger's schema holds code kavi did not make, which could write in kavi's \
+                 transactions (kavi refuses to record while it is there): {what}"
+            ));
+        }
+    }
     if conn.backend() == Backend::Sqlite && !triggers.iter().any(|t| t == APPENDER) {
         findings.problems.push(format!(
             "the journal's appender (trigger {APPENDER}) is missing (dropped outside kavi)"
