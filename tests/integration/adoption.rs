@@ -462,23 +462,6 @@ fn an_approval_written_without_the_key_is_not_counted() {
     );
 }
 
-/// `kavi` as the account `uid`, with its own key at `key` (`KAVI_PERSON_KEY`): the tests'
-/// accounts share one configuration folder, where a person's key would be one for all.
-fn kavi_with_key(uid: u32, key: &Path, root: &Path, args: &[&str]) -> Output {
-    let mut setpriv = std::process::Command::new("setpriv");
-    setpriv.args([
-        format!("--reuid={uid}"),
-        format!("--regid={uid}"),
-        format!("--groups={}", common::TEAM_GID),
-        env!("CARGO_BIN_EXE_kavi").to_owned(),
-    ]);
-    common::with_test_env(setpriv, root, args)
-        .env("HOME", root)
-        .env("KAVI_PERSON_KEY", key)
-        .output()
-        .unwrap()
-}
-
 /// Once `policies/roles.toml` pins the accounts' own keys, an approval counts only when its
 /// giver's pinned key signed it: one written into the ledger by an account that holds the
 /// journal key (every account that writes the ledger does) counts for nothing, whoever it names.
@@ -495,7 +478,7 @@ fn once_keys_are_pinned_only_an_approval_its_giver_signed_counts() {
         std::fs::set_permissions(keys.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     let key_of = |uid: u32| keys.path().join(format!("{uid}.key"));
-    let printed = kavi_with_key(4301, &key_of(4301), root, &["policy", "key"]);
+    let printed = common::kavi_with_key(4301, &key_of(4301), root, &["policy", "key"]);
     assert!(printed.status.success(), "{printed:?}");
     let line = stdout(&printed);
     assert!(line.contains("= \"ed25519:"), "{line}");
@@ -519,7 +502,7 @@ fn once_keys_are_pinned_only_an_approval_its_giver_signed_counts() {
     );
     // An account whose key is not the one pinned for it cannot give one that counts.
     common::open_to_other_accounts(root);
-    let unpinned = kavi_with_key(4302, &key_of(4302), root, &["policy", "approve", "2"]);
+    let unpinned = common::kavi_with_key(4302, &key_of(4302), root, &["policy", "approve", "2"]);
     assert_eq!(unpinned.status.code(), Some(2), "{unpinned:?}");
     assert!(
         stderr(&unpinned).contains("is not the one the adopted policies/roles.toml pins"),
@@ -527,7 +510,7 @@ fn once_keys_are_pinned_only_an_approval_its_giver_signed_counts() {
         stderr(&unpinned)
     );
     // Its giver's own, signed, does.
-    let approved = kavi_with_key(4301, &key_of(4301), root, &["policy", "approve", "2"]);
+    let approved = common::kavi_with_key(4301, &key_of(4301), root, &["policy", "approve", "2"]);
     assert!(approved.status.success(), "{approved:?}");
     assert!(
         stdout(&approved).contains("its approvals are complete"),

@@ -1655,6 +1655,80 @@ fn add_review_state(root: &Path, into: &str, out_of: &str) -> std::path::PathBuf
     path
 }
 
+/// Once `policies/roles.toml` pins the reviewers' own keys, an approval of a lifecycle move
+/// counts only when its giver's pinned key signed it: one written into the ledger under a
+/// reviewer's name with the journal key (every account that writes the ledger holds it) counts
+/// for nothing, and gives way to that reviewer's own when they approve.
+#[test]
+fn once_keys_are_pinned_a_move_counts_only_approvals_their_givers_signed() {
+    if !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let root = dir.path();
+    add_review_state(
+        root,
+        "approval = { role = \"reviewer\", approvals = 2 }\n",
+        "",
+    );
+    let keys = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(keys.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let key_of = |uid: u32| keys.path().join(format!("{uid}.key"));
+    let mut pinned = String::new();
+    for uid in [4242, 4343] {
+        let printed = common::kavi_with_key(uid, &key_of(uid), root, &["policy", "key"]);
+        assert!(printed.status.success(), "{printed:?}");
+        pinned.push_str(String::from_utf8_lossy(&printed.stdout).trim());
+        pinned.push('\n');
+    }
+    std::fs::write(
+        root.join("policies/roles.toml"),
+        format!(
+            "[role.maintainer]\nmembers = [\"*\"]\n\n\
+             [role.reviewer]\nmembers = [\"uid 4242\", \"uid 4343\"]\n\n[keys]\n{pinned}"
+        ),
+    )
+    .unwrap();
+    assert_eq!(forge(root, "word_count", "").status.code(), Some(6));
+    let (run, _) = last_forge(root);
+    let run_id = run["id"].to_string();
+    common::open_to_other_accounts(root);
+
+    // uid 4343's approval, written by another with the journal key.
+    common::edit_with_the_key(
+        root,
+        "UPDATE escalations SET triggers = json_set(triggers, '$[0].approvals', \
+         json('[{\"actor\":\"uid 4343\",\"roles\":[\"reviewer\"]}]')) \
+         WHERE status = 'pending'",
+    );
+    let triggers: Vec<Value> = common::LedgerConnection::open(root)
+        .texts("SELECT triggers FROM escalations WHERE status = 'pending'")
+        .iter()
+        .map(|text| serde_json::from_str(text).unwrap())
+        .collect();
+    assert_eq!(triggers[0][0]["trigger"], "APPROVAL");
+    assert_eq!(triggers[0][0]["approvals"][0]["actor"], "uid 4343");
+    let first = common::kavi_with_key(4242, &key_of(4242), root, &["approve", &run_id]);
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert_eq!(first.status.code(), Some(6), "{stdout}{first:?}");
+    assert!(stdout.contains("has 1: uid 4242"), "{stdout}");
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "VERIFIED");
+
+    // uid 4343's own approval, signed, takes the place of the one written for it.
+    let second = common::kavi_with_key(4343, &key_of(4343), root, &["approve", &run_id]);
+    assert!(
+        second.status.success(),
+        "{}{second:?}",
+        String::from_utf8_lossy(&second.stdout)
+    );
+    let skill = json(&kavi(root, &["skill", "show", "word_count", "--json"]));
+    assert_eq!(skill["skill"]["state"], "TRUSTED");
+}
+
 /// `word_count` runs, as a trusted skill does.
 fn word_count_runs(root: &Path) {
     let ran = kavi(

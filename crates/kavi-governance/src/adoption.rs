@@ -8,9 +8,10 @@ use similar::TextDiff;
 use crate::config::Workspace;
 use crate::diagnostic::SourceFile;
 use crate::hash::{set_hash, short_hash};
-use crate::ledger::{Ledger, NewRuleSet, RecordedApproval, RuleSetRow, checkpoint, keys};
+use crate::ledger::{Ledger, NewRuleSet, RecordedApproval, RuleSetRow};
 use crate::policy::adoption::{self, AdoptionPolicy, Class, Governing, RuleSet};
 use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, Roles};
+use crate::signing::{self, Signer, Subject};
 use crate::{GovernanceError, Result};
 
 /// One side of a comparison of governing sets, member by member.
@@ -651,22 +652,8 @@ pub fn approve(workspace: &Workspace, id: i64) -> Result<Approved> {
     }
     let (policy, roles) = adopted_rules(&adopted(&ledger)?)?;
     let held = roles.held_by_current_process();
-    let signature = if roles.pins_keys() {
-        let key =
-            checkpoint::load_or_generate(&keys::person_key()).map_err(GovernanceError::Usage)?;
-        let public = checkpoint::public_hex(&key.verifying_key());
-        if roles.pinned_key(&actor) != Some(public.as_str()) {
-            return Err(GovernanceError::Usage(format!(
-                "{actor}'s own key ({}) is not the one the adopted {ROLES} pins for this account: \
-                 an approval it signs would not count (`kavi policy key` prints the key to pin)",
-                checkpoint::short(&public)
-            )));
-        }
-        let message = approval_message(&ledger_id(&ledger)?, &change, &actor);
-        Some(format!("ed25519:{}", checkpoint::sign(&key, &message)))
-    } else {
-        None
-    };
+    let signature = Signer::for_actor(Some(&roles), &ledger, &actor)?
+        .map(|signer| signer.sign(&subject(&change)));
     let approval = RecordedApproval {
         actor: actor.clone(),
         roles: held.clone(),
@@ -689,48 +676,20 @@ pub(crate) fn deciding_actor() -> Result<String> {
     crate::identity::deciding_actor().map_err(GovernanceError::Usage)
 }
 
-/// What an approval of `change` by `actor` signs: bound to the ledger, the change and the
-/// files it proposes, so that it counts for nothing else.
-fn approval_message(ledger_id: &str, change: &RuleSetRow, actor: &str) -> String {
-    format!(
-        "kavi-approval-v1\n{ledger_id}\nrule-set\n{}\n{}\n{actor}",
-        change.id, change.set_hash
-    )
-}
-
-fn ledger_id(ledger: &Ledger) -> Result<String> {
-    ledger.identity()?.ok_or_else(|| {
-        GovernanceError::Usage("the ledger has no identity yet: run any kavi command on it".into())
-    })
-}
-
-/// The approvals of `change` that count under `roles`: every one where no account's key is
-/// pinned; else only those its giver's pinned key signed, so that an account that can write
-/// the ledger (with the journal key every writer holds) cannot record another's approval.
-fn vouched(ledger: &Ledger, roles: &Roles, change: &RuleSetRow) -> Result<Vec<RecordedApproval>> {
-    if !roles.pins_keys() {
-        return Ok(change.approvals.clone());
+/// What an approval of `change` is of: the change and the files it proposes.
+fn subject(change: &RuleSetRow) -> Subject {
+    Subject {
+        kind: "rule-set",
+        id: change.id,
+        what: change.set_hash.clone(),
     }
-    let ledger_id = ledger_id(ledger)?;
-    Ok(change
-        .approvals
-        .iter()
-        .filter(|approval| {
-            let signature = approval
-                .signature
-                .as_deref()
-                .and_then(|s| s.strip_prefix("ed25519:"));
-            match (roles.pinned_key(&approval.actor), signature) {
-                (Some(key), Some(signature)) => checkpoint::holds(
-                    key,
-                    signature,
-                    &approval_message(&ledger_id, change, &approval.actor),
-                ),
-                _ => false,
-            }
-        })
-        .cloned()
-        .collect())
+}
+
+/// The approvals of `change` that count under `roles` (see [`signing::vouched`]), so that an
+/// account that can write the ledger (with the journal key every writer holds) cannot record
+/// another's approval.
+fn vouched(ledger: &Ledger, roles: &Roles, change: &RuleSetRow) -> Result<Vec<RecordedApproval>> {
+    signing::vouched(Some(roles), ledger, &subject(change), &change.approvals)
 }
 
 fn proposer(change: &RuleSetRow) -> Excluded<'_> {

@@ -10,6 +10,7 @@
 
 pub mod adoption;
 pub mod review;
+mod signing;
 pub mod skills;
 
 // The lower crates under the names the moved code uses (`crate::ledger`, `crate::policy`...).

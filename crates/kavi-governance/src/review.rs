@@ -18,6 +18,7 @@ use crate::ledger::{APPROVAL, RecordedApproval};
 use crate::ledger::{EscalationRow, Ledger, RunRow};
 use crate::policy::adoption::Governing;
 use crate::policy::roles::{Excluded, Requirement};
+use crate::signing::{self, Signer, Subject};
 use crate::skill::LIFECYCLE_POLICY as LIFECYCLE;
 use crate::skill::promotion::{Advanced, Promotion};
 use crate::skill::trust::SkillTree;
@@ -352,18 +353,49 @@ fn record_approval(
             crate::policy::roles::DEFAULT_POLICY
         )));
     }
-    let approval = RecordedApproval {
-        signature: None,
-        actor: actor.to_owned(),
-        roles: held,
-    };
     let move_ = (
         from.as_str().unwrap_or_default(),
         to.as_str().unwrap_or_default(),
     );
-    ledger
+    let roles = governing.roles().map_err(GovernanceError::Usage)?;
+    let approval = RecordedApproval {
+        signature: Signer::for_actor(roles.as_ref(), ledger, actor)?
+            .map(|signer| signer.sign(&move_subject(escalation, move_))),
+        actor: actor.to_owned(),
+        roles: held,
+    };
+    let given = ledger
         .add_move_approval(escalation.id, move_, &approval)?
-        .ok_or_else(|| refused("it has already approved it".to_owned()))
+        .ok_or_else(|| refused("it has already approved it".to_owned()))?;
+    signing::vouched(
+        roles.as_ref(),
+        ledger,
+        &move_subject(escalation, move_),
+        &given,
+    )
+}
+
+/// What an approval of the lifecycle move `from -> to` asked by `escalation` is of.
+fn move_subject(escalation: &EscalationRow, (from, to): (&str, &str)) -> Subject {
+    Subject {
+        kind: "lifecycle-move",
+        id: escalation.id,
+        what: format!("{} {from} -> {to}", escalation.skill),
+    }
+}
+
+/// What an approval of `escalation` is of: the run and node that stopped, under which rules.
+fn escalation_subject(escalation: &EscalationRow) -> Subject {
+    Subject {
+        kind: "escalation",
+        id: escalation.id,
+        what: format!(
+            "run {} node {} rules {}",
+            escalation.run_id,
+            escalation.node_id,
+            escalation.policy.as_deref().unwrap_or_default()
+        ),
+    }
 }
 
 /// Rejects a run: undoes what it left in the workspace (a skill's files go back to its last
@@ -628,12 +660,15 @@ fn record_escalation_approval(
     let held = governing
         .held_by_current_process()
         .map_err(GovernanceError::Usage)?;
-    let approval = RecordedApproval {
-        signature: None,
+    let roles = governing.roles().map_err(GovernanceError::Usage)?;
+    let signer = Signer::for_actor(roles.as_ref(), ledger, actor)?;
+    let pending = ledger.add_escalation_approval(run, |escalation| RecordedApproval {
+        signature: signer
+            .as_ref()
+            .map(|signer| signer.sign(&escalation_subject(escalation))),
         actor: actor.to_owned(),
-        roles: held,
-    };
-    let pending = ledger.add_escalation_approval(run, &approval)?;
+        roles: held.clone(),
+    })?;
     let excluded = Excluded {
         actor: starter,
         described: "the account that started the run",
@@ -641,9 +676,16 @@ fn record_escalation_approval(
     for escalation in &pending {
         if let Some((_, ApprovalRule::Requires(requirement))) =
             rules.iter().find(|(id, _)| *id == escalation.id)
-            && let Err(missing) = requirement.met_by(&escalation.approvals, excluded)
         {
-            return Ok(Some(missing));
+            let counted = signing::vouched(
+                roles.as_ref(),
+                ledger,
+                &escalation_subject(escalation),
+                &escalation.approvals,
+            )?;
+            if let Err(missing) = requirement.met_by(&counted, excluded) {
+                return Ok(Some(missing));
+            }
         }
     }
     Ok(None)

@@ -12,7 +12,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+/// The key a checkpoint or a person's approval is signed with.
+pub use ed25519_dalek::SigningKey;
+use ed25519_dalek::{Signature, Signer, Verifier, VerifyingKey};
 use kavi_db::{Db, OptionalExtension, params};
 
 use crate::Result;

@@ -22,6 +22,15 @@ pub struct RecordedApproval {
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
+/// Whether `approval` is to be added to `approvals`: when its giver has given none yet, or gave
+/// one with another signature (then removed: written by someone else under their name, it gives
+/// way to their own). The same account approving again adds nothing.
+fn give_way(approvals: &mut Vec<RecordedApproval>, approval: &RecordedApproval) -> bool {
+    let before = approvals.len();
+    approvals.retain(|a| a.actor != approval.actor || a.signature == approval.signature);
+    approvals.len() < before || !approvals.iter().any(|a| a.actor == approval.actor)
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct EscalationRow {
     pub id: i64,
@@ -140,12 +149,15 @@ impl Ledger {
             .collect::<super::db::Result<Vec<_>>>()?)
     }
 
-    /// Adds `approval` to every pending escalation of run `run_id` and its child runs (once per
-    /// account: an account approving again replaces nothing). Returns them as they are now.
+    /// Adds the approval `approval_of` makes for each pending escalation of run `run_id` and
+    /// its child runs (signed for that escalation, where the roles pin keys). Once per account:
+    /// an account's approval stays, unless the new one carries another signature (an approval
+    /// written under its name by someone else gives way to its own). Returns them as they are
+    /// now.
     pub fn add_escalation_approval(
         &mut self,
         run_id: i64,
-        approval: &RecordedApproval,
+        approval_of: impl Fn(&EscalationRow) -> RecordedApproval,
     ) -> Result<Vec<EscalationRow>> {
         let tx = self.conn.transaction()?;
         let pending = {
@@ -159,12 +171,9 @@ impl Ledger {
         };
         let mut updated = Vec::with_capacity(pending.len());
         for mut escalation in pending {
-            if !escalation
-                .approvals
-                .iter()
-                .any(|a| a.actor == approval.actor)
-            {
-                escalation.approvals.push(approval.clone());
+            let approval = approval_of(&escalation);
+            if give_way(&mut escalation.approvals, &approval) {
+                escalation.approvals.push(approval);
                 let approvals =
                     serde_json::to_string(&escalation.approvals).expect("approvals serialize");
                 tx.execute(
@@ -204,7 +213,7 @@ impl Ledger {
             if t["trigger"] == APPROVAL && t["from"] == from && t["to"] == to {
                 let mut approvals: Vec<RecordedApproval> =
                     serde_json::from_value(t["approvals"].clone()).unwrap_or_default();
-                if approvals.iter().any(|a| a.actor == approval.actor) {
+                if !give_way(&mut approvals, approval) {
                     return Ok(None);
                 }
                 approvals.push(approval.clone());

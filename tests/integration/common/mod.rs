@@ -47,6 +47,19 @@ pub const TEAM_GID: u32 = 4000;
 /// id with no account, which kavi records as `uid N`. The workspace must be open to it (see
 /// [`open_to_other_accounts`]).
 pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
+    as_account(uid, dir, args).output().unwrap()
+}
+
+/// `kavi` as the account `uid`, with its own key at `key` (`KAVI_PERSON_KEY`): the tests'
+/// accounts share one configuration folder, where a person's key would be one for all.
+pub fn kavi_with_key(uid: u32, key: &Path, dir: &Path, args: &[&str]) -> Output {
+    as_account(uid, dir, args)
+        .env("KAVI_PERSON_KEY", key)
+        .output()
+        .unwrap()
+}
+
+fn as_account(uid: u32, dir: &Path, args: &[&str]) -> Command {
     let mut setpriv = Command::new("setpriv");
     setpriv.args([
         format!("--reuid={uid}"),
@@ -54,10 +67,9 @@ pub fn kavi_as(uid: u32, dir: &Path, args: &[&str]) -> Output {
         format!("--groups={TEAM_GID}"),
         env!("CARGO_BIN_EXE_kavi").to_owned(),
     ]);
-    with_test_env(setpriv, dir, args)
-        .env("HOME", dir)
-        .output()
-        .unwrap()
+    let mut command = with_test_env(setpriv, dir, args);
+    command.env("HOME", dir);
+    command
 }
 
 /// `kavi` run where `read_only` (a folder) is mounted read-only, as on read-only media: in a
