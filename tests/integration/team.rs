@@ -798,8 +798,26 @@ fn a_database_login_neither_learns_the_key_nor_writes_in_kavis_transactions() {
         text(&refused)
     );
 
+    // So are a CHECK constraint (one can run SQL text, `query_to_xml`), and a table of theirs
+    // that inherits a ledger table (kavi's statements reach its rows, and its triggers).
     client
-        .batch_execute("DROP RULE along ON node_runs")
+        .batch_execute(
+            "DROP RULE along ON node_runs;
+             ALTER TABLE executions ADD CONSTRAINT theirs_check CHECK (true);
+             CREATE TABLE theirs.kid () INHERITS (runs);",
+        )
+        .unwrap();
+    let refused = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&refused).contains("check theirs_check on executions")
+            && text(&refused).contains("child kid on runs"),
+        "{}",
+        text(&refused)
+    );
+    client
+        .batch_execute("ALTER TABLE executions DROP CONSTRAINT theirs_check; DROP TABLE theirs.kid")
         .unwrap();
     let ran = kavi_on(root, Some(&url), &["pipeline", "run", "slow"])
         .output()

@@ -25,13 +25,16 @@ use super::{FIRST_ENTRY, JournalError};
 
 /// The open transaction's own number, and the snapshot kept as it began ([`BEGAN`]): the
 /// `xmax` (transactions from it on had not started) and those still running then, in the
-/// catalog's 32-bit numbers.
+/// catalog's 32-bit numbers. Here and below every call names the server's own function, and
+/// every comparison has operands of one type: a function or operator of the same name
+/// elsewhere on the search path, a closer match for its arguments, would otherwise answer.
 fn open_sql() -> String {
     format!(
-        "(SELECT pg_current_xact_id_if_assigned()::xid,
-                 (pg_snapshot_xmax(began)::text::bigint % 4294967296)::text::xid,
-                 ARRAY(SELECT (x::text::bigint % 4294967296)::text FROM pg_snapshot_xip(began) AS x)
-            FROM (SELECT current_setting('{BEGAN}')::pg_snapshot) AS b (began))
+        "(SELECT pg_catalog.pg_current_xact_id_if_assigned()::xid,
+                 ((pg_catalog.pg_snapshot_xmax(began)::text::bigint % 4294967296)::text)::xid,
+                 ARRAY(SELECT (x::text::bigint % 4294967296)::text
+                         FROM pg_catalog.pg_snapshot_xip(began) AS x)
+            FROM (SELECT pg_catalog.current_setting('{BEGAN}')::pg_snapshot) AS b (began))
            AS open (ours, began_xmax, began_running)"
     )
 }
@@ -40,19 +43,24 @@ fn open_sql() -> String {
 /// had not committed when the open one began (`age` counts back from now, across the numbers'
 /// wrap-around). SQL over [`open_sql`]'s columns.
 const CHANGED_MEANWHILE: &str = "(version IS DISTINCT FROM ours
-     AND (age(version) <= age(began_xmax) OR version::text = ANY (began_running)))";
+     AND (pg_catalog.age(version) <= pg_catalog.age(began_xmax)
+          OR version::text = ANY (began_running)))";
+
+/// The ledger's schema, as an `oid`.
+const LEDGER_SCHEMA: &str = "(SELECT n.oid FROM pg_catalog.pg_namespace n
+                               WHERE n.nspname = pg_catalog.current_schema())";
 
 /// The entries the open transaction appended, still without their MAC, as (seq, hash, NULL);
 /// then (NULL, NULL, n), n the functions in the ledger's schema changed while it was open.
 fn entries_sql() -> String {
     format!(
         "SELECT seq, hash, NULL::bigint FROM journal
-         WHERE seq >= NULLIF(current_setting('{FIRST_ENTRY}', true), '')::bigint
-           AND mac IS NULL AND xmin = pg_current_xact_id_if_assigned()::xid
+         WHERE seq >= NULLIF(pg_catalog.current_setting('{FIRST_ENTRY}', true), '')::bigint
+           AND mac IS NULL AND xmin = pg_catalog.pg_current_xact_id_if_assigned()::xid
          UNION ALL
-         SELECT NULL, NULL, count(*) FROM
-           (SELECT p.xmin FROM pg_proc p
-             WHERE p.pronamespace = current_schema()::regnamespace) AS f (version),
+         SELECT NULL, NULL, pg_catalog.count(*) FROM
+           (SELECT p.xmin FROM pg_catalog.pg_proc p
+             WHERE p.pronamespace = {LEDGER_SCHEMA}) AS f (version),
            {open}
          WHERE {CHANGED_MEANWHILE}
          ORDER BY 1",
@@ -60,56 +68,106 @@ fn entries_sql() -> String {
     )
 }
 
-/// Everything in the ledger's schema that could run in one of kavi's transactions: the
-/// triggers on its tables (with the function each runs), the functions in its schema (the
-/// SHA-256 of their text, and their settings), rules, and the functions other than the
-/// server's own that a constraint, default or policy on its tables calls. Each row: what it is,
-/// its name, the table, what it runs, and the transaction that made its catalog row.
-const CODE_SQL: &str = "
-    SELECT 'trigger', t.tgname::text, c.relname::text,
-           CASE WHEN p.pronamespace = current_schema()::regnamespace THEN p.proname::text
-                ELSE p.oid::regprocedure::text END,
-           t.xmin
-      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_proc p ON p.oid = t.tgfoid
-     WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace
-    UNION ALL
-    SELECT 'function', p.proname::text, '',
-           encode(sha256(convert_to(p.prosrc, 'UTF8')), 'hex')
-             || COALESCE(' ' || array_to_string(p.proconfig, ' '), ''),
-           p.xmin
-      FROM pg_proc p WHERE p.pronamespace = current_schema()::regnamespace
-    UNION ALL
-    SELECT 'rule', r.rulename::text, c.relname::text, '', r.xmin
-      FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
-     WHERE r.rulename <> '_RETURN' AND c.relnamespace = current_schema()::regnamespace
-    UNION ALL
-    SELECT 'call', pg_describe_object(d.classid, d.objid, d.objsubid), '',
-           p.oid::regprocedure::text, d.xmin
-      FROM pg_depend d JOIN pg_proc p ON p.oid = d.refobjid
-     WHERE d.refclassid = 'pg_proc'::regclass AND p.pronamespace <> 'pg_catalog'::regnamespace
-       AND d.classid IN ('pg_constraint'::regclass, 'pg_attrdef'::regclass,
-                         'pg_policy'::regclass)
-       AND COALESCE(
-             (SELECT conrelid FROM pg_constraint
-               WHERE d.classid = 'pg_constraint'::regclass AND oid = d.objid),
-             (SELECT adrelid FROM pg_attrdef
-               WHERE d.classid = 'pg_attrdef'::regclass AND oid = d.objid),
-             (SELECT polrelid FROM pg_policy
-               WHERE d.classid = 'pg_policy'::regclass AND oid = d.objid))
-           IN (SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace)";
+/// Everything in the ledger's schema that could run code in one of kavi's transactions, or
+/// point kavi at tables other than its own. Each row: what it is, its name, the table, what it
+/// runs, and the transaction that made its catalog row. Of what kavi makes, only triggers and
+/// functions are expected (compared with kavi's by [`foreign_code`]); anything of the other
+/// kinds is someone else's: a rule; a `CHECK` constraint; a default that calls a function or an
+/// operator; a row-security policy; a column of a domain type (its check runs); an index on an
+/// expression, or one whose predicate calls a function or operator not the server's own; a
+/// table that inherits a ledger table (kavi's statements reach its rows and its triggers); a
+/// foreign key into a ledger table from a table elsewhere (its actions write there); a view,
+/// foreign or partitioned table standing in the schema.
+fn code_sql() -> String {
+    format!(
+        "WITH ns (oid) AS {LEDGER_SCHEMA},
+              ledger (oid, relname) AS (SELECT c.oid, c.relname::text FROM pg_catalog.pg_class c
+                                         WHERE c.relnamespace = (SELECT oid FROM ns))
+         SELECT 'trigger', t.tgname::text, c.relname,
+                CASE WHEN p.pronamespace = (SELECT oid FROM ns) THEN p.proname::text
+                     ELSE p.oid::regprocedure::text END,
+                t.xmin
+           FROM pg_catalog.pg_trigger t JOIN ledger c ON c.oid = t.tgrelid
+                JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid
+          WHERE NOT t.tgisinternal
+         UNION ALL
+         SELECT 'function', p.proname::text, '',
+                pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(p.prosrc, 'UTF8'::name)),
+                                  'hex')
+                  || COALESCE(' ' || pg_catalog.array_to_string(p.proconfig, ' '), ''),
+                p.xmin
+           FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
+         UNION ALL
+         SELECT 'rule', r.rulename::text, c.relname, '', r.xmin
+           FROM pg_catalog.pg_rewrite r JOIN ledger c ON c.oid = r.ev_class
+          WHERE r.rulename <> '_RETURN'::name
+         UNION ALL
+         SELECT 'check', k.conname::text, c.relname, '', k.xmin
+           FROM pg_catalog.pg_constraint k JOIN ledger c ON c.oid = k.conrelid
+          WHERE k.contype = 'c'::\"char\"
+         UNION ALL
+         SELECT 'default', a.attname::text, c.relname, '', d.xmin
+           FROM pg_catalog.pg_attrdef d JOIN ledger c ON c.oid = d.adrelid
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+          WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_depend x
+                         WHERE x.classid = 'pg_catalog.pg_attrdef'::regclass::oid
+                           AND x.objid = d.oid
+                           AND x.refclassid IN ('pg_catalog.pg_proc'::regclass::oid,
+                                                'pg_catalog.pg_operator'::regclass::oid))
+         UNION ALL
+         SELECT 'policy', y.polname::text, c.relname, '', y.xmin
+           FROM pg_catalog.pg_policy y JOIN ledger c ON c.oid = y.polrelid
+         UNION ALL
+         SELECT 'domain', a.attname::text, c.relname, y.typname::text, y.xmin
+           FROM pg_catalog.pg_attribute a JOIN ledger c ON c.oid = a.attrelid
+                JOIN pg_catalog.pg_type y ON y.oid = a.atttypid
+          WHERE y.typtype = 'd'::\"char\" AND a.attnum > 0 AND NOT a.attisdropped
+         UNION ALL
+         SELECT 'index', x.relname::text, c.relname, '', x.xmin
+           FROM pg_catalog.pg_index i JOIN ledger c ON c.oid = i.indrelid
+                JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+          WHERE i.indexprs IS NOT NULL
+             OR EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                          LEFT JOIN pg_catalog.pg_proc f
+                            ON d.refclassid = 'pg_catalog.pg_proc'::regclass::oid
+                           AND f.oid = d.refobjid
+                          LEFT JOIN pg_catalog.pg_operator o
+                            ON d.refclassid = 'pg_catalog.pg_operator'::regclass::oid
+                           AND o.oid = d.refobjid
+                         WHERE d.classid = 'pg_catalog.pg_class'::regclass::oid
+                           AND d.objid = i.indexrelid
+                           AND COALESCE(f.pronamespace, o.oprnamespace)
+                               <> 'pg_catalog'::regnamespace::oid)
+         UNION ALL
+         SELECT 'child', h.relname::text, c.relname, '', i.xmin
+           FROM pg_catalog.pg_inherits i JOIN ledger c ON c.oid = i.inhparent
+                JOIN pg_catalog.pg_class h ON h.oid = i.inhrelid
+         UNION ALL
+         SELECT 'reference', k.conname::text, c.relname, f.relname::text, k.xmin
+           FROM pg_catalog.pg_constraint k JOIN ledger c ON c.oid = k.confrelid
+                JOIN pg_catalog.pg_class f ON f.oid = k.conrelid
+          WHERE k.contype = 'f'::\"char\" AND f.relnamespace <> (SELECT oid FROM ns)
+         UNION ALL
+         SELECT 'relation', c.relname, '', '', x.xmin
+           FROM ledger c JOIN pg_catalog.pg_class x ON x.oid = c.oid
+          WHERE x.relkind IN ('v'::\"char\", 'm'::\"char\", 'f'::\"char\", 'p'::\"char\")"
+    )
+}
 
-/// [`CODE_SQL`] as one digest; whether the open transaction changed any of it, and whether
+/// [`code_sql`] as one digest; whether the open transaction changed any of it, and whether
 /// another one did while it was open; and whether it has written at all (when not, nothing
 /// else is looked at).
 fn digest_sql() -> String {
     format!(
-        "SELECT md5(COALESCE(string_agg(concat_ws(' ', kind, name, place, runs, version::text),
-                                        E'\\n' ORDER BY kind, name, place, runs), '')),
-                COALESCE(bool_or(version = ours), false),
-                COALESCE(bool_or({CHANGED_MEANWHILE}), false),
-                pg_current_xact_id_if_assigned() IS NOT NULL
-         FROM ({CODE_SQL}) AS code (kind, name, place, runs, version), {open}
-         WHERE pg_current_xact_id_if_assigned() IS NOT NULL",
+        "SELECT pg_catalog.md5(COALESCE(pg_catalog.string_agg(
+                    kind || ' ' || name || ' ' || place || ' ' || runs || ' ' || version::text,
+                    E'\\n' ORDER BY kind, name, place, runs), '')),
+                COALESCE(pg_catalog.bool_or(version = ours), false),
+                COALESCE(pg_catalog.bool_or({CHANGED_MEANWHILE}), false),
+                pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL
+         FROM ({code}) AS code (kind, name, place, runs, version), {open}
+         WHERE pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL",
+        code = code_sql(),
         open = open_sql()
     )
 }
@@ -249,7 +307,8 @@ pub(super) fn foreign_code(db: &Db) -> crate::Result<Vec<String>> {
     }
     let rows: Vec<(String, String, String, String)> = db
         .prepare(&format!(
-            "SELECT kind, name, place, runs FROM ({CODE_SQL}) AS code (kind, name, place, runs, version)"
+            "SELECT kind, name, place, runs FROM ({}) AS code (kind, name, place, runs, version)",
+            code_sql()
         ))?
         .query_map([], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
@@ -264,9 +323,11 @@ pub(super) fn foreign_code(db: &Db) -> crate::Result<Vec<String>> {
             "function" if functions.get(&name).is_some_and(|made| *made != runs) => {
                 problems.push(format!("function {name}, not the text kavi makes"));
             }
-            "rule" => problems.push(format!("rule {name} on {place}")),
-            "call" => problems.push(format!("{name} calls {runs}")),
-            _ => {}
+            "function" | "trigger" => {}
+            "domain" => problems.push(format!("column {name} of {place} of domain {runs}")),
+            "reference" => problems.push(format!("{kind} {name} into {place} from {runs}")),
+            "relation" => problems.push(format!("{name}, a view or a table kavi does not make")),
+            _ => problems.push(format!("{kind} {name} on {place}")),
         }
     }
     Ok(problems)
@@ -277,10 +338,12 @@ pub(super) fn foreign_code(db: &Db) -> crate::Result<Vec<String>> {
 pub(super) fn functions_differ(db: &Db) -> crate::Result<bool> {
     let functions = journal_functions(&tables(db)?);
     let live: Vec<(String, String)> = db
-        .prepare(
-            "SELECT proname::text, encode(sha256(convert_to(prosrc, 'UTF8')), 'hex')
-               FROM pg_proc WHERE pronamespace = current_schema()::regnamespace",
-        )?
+        .prepare(&format!(
+            "SELECT p.proname::text,
+                        pg_catalog.encode(pg_catalog.sha256(
+                            pg_catalog.convert_to(p.prosrc, 'UTF8'::name)), 'hex')
+                   FROM pg_catalog.pg_proc p WHERE p.pronamespace = {LEDGER_SCHEMA}"
+        ))?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<kavi_db::Result<_>>()?;
     Ok(live

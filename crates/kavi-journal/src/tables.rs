@@ -25,7 +25,7 @@ pub(super) fn writer_function_body() -> String {
     format!(
         "
          BEGIN
-           PERFORM pg_advisory_xact_lock_shared({lock});
+           PERFORM pg_catalog.pg_advisory_xact_lock_shared({lock});
            RETURN NULL;
          END ",
         lock = kavi_db::postgres::DECIDE_LOCK,
@@ -58,7 +58,7 @@ impl Table {
             Backend::Postgres => {
                 let parts: Vec<String> = key
                     .iter()
-                    .map(|c| format!("COALESCE(to_json({row}.\"{c}\")::text, 'null')"))
+                    .map(|c| format!("COALESCE(pg_catalog.to_json({row}.\"{c}\")::text, 'null')"))
                     .collect();
                 format!("'[' || {} || ']'", parts.join(" || ',' || "))
             }
@@ -83,7 +83,9 @@ impl Table {
                     .columns
                     .iter()
                     .map(|c| {
-                        format!("'\"{c}\":' || COALESCE(to_json({row}.\"{c}\")::text, 'null')")
+                        format!(
+                            "'\"{c}\":' || COALESCE(pg_catalog.to_json({row}.\"{c}\")::text, 'null')"
+                        )
                     })
                     .collect();
                 if parts.is_empty() {
@@ -137,22 +139,26 @@ impl Table {
 
     /// The body of a server's trigger function for `op`: the entry, without its MAC, which kavi
     /// adds before the commit (see [`crate::server`]); the first entry's number is noted for
-    /// the transaction, for kavi to find its entries by.
+    /// the transaction, for kavi to find its entries by. Every call names the server's own
+    /// function, and every operator has operands of its exact types: a function or operator of
+    /// the same name elsewhere on the search path, a closer match for its arguments, would
+    /// otherwise run instead.
     pub(super) fn function_body(&self, op: &str) -> String {
         let row = if op == "delete" { "OLD" } else { "NEW" };
         format!(
             "
                  DECLARE s BIGINT; p TEXT; k TEXT; c TEXT; h TEXT;
                  BEGIN
-                   PERFORM pg_advisory_xact_lock({lock});
-                   SELECT COALESCE(MAX(seq), 0) + 1 INTO s FROM journal;
+                   PERFORM pg_catalog.pg_advisory_xact_lock({lock});
+                   SELECT COALESCE(pg_catalog.max(seq), 0) + 1 INTO s FROM journal;
                    SELECT COALESCE((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), '') INTO p;
                    k := {key};
                    c := {content};
-                   h := encode(sha256(convert_to(p || chr(10) || s || chr(10) || '{name}' || chr(10)
-                                                 || '{op}' || chr(10) || k || chr(10) || c, 'UTF8')), 'hex');
-                   IF COALESCE(current_setting('{FIRST_ENTRY}', true), '') = '' THEN
-                     PERFORM set_config('{FIRST_ENTRY}', s::text, true);
+                   h := pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
+                          p || E'\\n' || s::text || E'\\n' || '{name}' || E'\\n' || '{op}' || E'\\n'
+                            || k || E'\\n' || c, 'UTF8'::name)), 'hex');
+                   IF COALESCE(pg_catalog.current_setting('{FIRST_ENTRY}', true), '') = '' THEN
+                     PERFORM pg_catalog.set_config('{FIRST_ENTRY}', s::text, true);
                    END IF;
                    INSERT INTO journal (seq, tbl, op, key, content, prev, hash, mac)
                    VALUES (s, '{name}', '{op}', k, c, p, h, NULL);
