@@ -46,6 +46,11 @@ const CHANGED_MEANWHILE: &str = "(version IS DISTINCT FROM ours
      AND (pg_catalog.age(version) <= pg_catalog.age(began_xmax)
           OR version::text = ANY (began_running)))";
 
+/// A default kavi makes: a literal of one of the server's own types, as `pg_get_expr` prints it
+/// (a type of someone else's would be printed with its schema, or under its own name).
+const LITERAL: &str = "'^(''([^'']|'''')*''|-?[0-9]+(\\.[0-9]+)?|true|false|NULL)\
+                       (::(text|bigint|integer|smallint|boolean|double precision|real|numeric))?$'";
+
 /// The ledger's schema, as an `oid`.
 const LEDGER_SCHEMA: &str = "(SELECT n.oid FROM pg_catalog.pg_namespace n
                                WHERE n.nspname = pg_catalog.current_schema())";
@@ -72,8 +77,10 @@ fn entries_sql() -> String {
 /// point kavi at tables other than its own. Each row: what it is, its name, the table, what it
 /// runs, and the transaction that made its catalog row. Of what kavi makes, only triggers and
 /// functions are expected (compared with kavi's by [`foreign_code`]); anything of the other
-/// kinds is someone else's: a rule; a `CHECK` constraint; a default that calls a function or an
-/// operator; a row-security policy; a column of a domain type (its check runs); an index on an
+/// kinds is someone else's: a rule; a `CHECK` constraint; a default other than a constant (one
+/// can run SQL text, `query_to_xml`, or cast to a domain whose check runs); an operator, or a
+/// function named as one of the server's, in the schema (the search path kavi pins reaches
+/// them); a row-security policy; a column of a domain type (its check runs); an index on an
 /// expression, or one whose predicate calls a function or operator not the server's own; a
 /// table that inherits a ledger table (kavi's statements reach its rows and its triggers); a
 /// foreign key into a ledger table from a table elsewhere (its actions write there); a view,
@@ -109,11 +116,17 @@ fn code_sql() -> String {
          SELECT 'default', a.attname::text, c.relname, '', d.xmin
            FROM pg_catalog.pg_attrdef d JOIN ledger c ON c.oid = d.adrelid
                 JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-          WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_depend x
-                         WHERE x.classid = 'pg_catalog.pg_attrdef'::regclass::oid
-                           AND x.objid = d.oid
-                           AND x.refclassid IN ('pg_catalog.pg_proc'::regclass::oid,
-                                                'pg_catalog.pg_operator'::regclass::oid))
+          WHERE pg_catalog.pg_get_expr(d.adbin, d.adrelid) !~ {LITERAL}
+         UNION ALL
+         SELECT 'operator', o.oprname::text, '', '', o.xmin
+           FROM pg_catalog.pg_operator o WHERE o.oprnamespace = (SELECT oid FROM ns)
+         UNION ALL
+         SELECT 'shadowing function', p.proname::text, '', '', p.xmin
+           FROM pg_catalog.pg_proc p
+          WHERE p.pronamespace = (SELECT oid FROM ns)
+            AND EXISTS (SELECT 1 FROM pg_catalog.pg_proc b
+                         WHERE b.proname = p.proname
+                           AND b.pronamespace = 'pg_catalog'::regnamespace::oid)
          UNION ALL
          SELECT 'policy', y.polname::text, c.relname, '', y.xmin
            FROM pg_catalog.pg_policy y JOIN ledger c ON c.oid = y.polrelid
@@ -327,6 +340,7 @@ pub(super) fn foreign_code(db: &Db) -> crate::Result<Vec<String>> {
             "domain" => problems.push(format!("column {name} of {place} of domain {runs}")),
             "reference" => problems.push(format!("{kind} {name} into {place} from {runs}")),
             "relation" => problems.push(format!("{name}, a view or a table kavi does not make")),
+            "operator" | "shadowing function" => problems.push(format!("{kind} {name}")),
             _ => problems.push(format!("{kind} {name} on {place}")),
         }
     }

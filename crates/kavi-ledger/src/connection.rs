@@ -480,11 +480,14 @@ pub(crate) fn mac_key() -> Result<&'static keys::MacKey> {
 /// operators (`pg_catalog`, searched first unless the path names it later) come before any of
 /// the same name elsewhere, whatever search path the login was given: one of someone else's
 /// named like `md5` or `=` would otherwise answer kavi's checks (see [`journal::ServerSeal`]).
+/// The statement names the server's functions itself: it runs under the login's own path, which
+/// may put a schema of someone else's before `pg_catalog`.
 fn pin_search_path(conn: &Db) -> Result<()> {
     // Kept for the session: a connection made again after a server's restart has it too.
     conn.set_for_session(
-        "SELECT set_config('search_path', COALESCE(quote_ident(current_schema()), 'public'),
-                           false)",
+        "SELECT pg_catalog.set_config('search_path',
+                    COALESCE(pg_catalog.quote_ident(pg_catalog.current_schema()), 'public'),
+                    false)",
         params![],
     )?;
     Ok(())
