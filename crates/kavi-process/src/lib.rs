@@ -388,10 +388,12 @@ async fn run_with(
             .limits;
         let watched = stopped_for.lock().ok().and_then(|mut found| found.take());
         // A decoy opened by a process that died with the namespace before the watch looked.
-        let sprung = tripwires
-            .as_ref()
-            .and_then(|t| t.sprung())
-            .map(Violation::Tripwire);
+        let sprung = tripwires.as_ref().and_then(|t| {
+            let sprung = t.sprung();
+            t.disarm();
+            sprung
+        });
+        let sprung = sprung.map(Violation::Tripwire);
         // What only an attack does names the violation before a bound it also hit.
         let watched = match watched {
             Some(bound @ Violation::Bound(_)) => sprung.or(Some(bound)),

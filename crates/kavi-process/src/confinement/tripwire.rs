@@ -108,12 +108,26 @@ impl Tripwires {
             // Without an event this fails (EAGAIN) at once.
             *sprung = self.inotify.read_events().ok().and_then(|events| {
                 events.iter().find_map(|event| {
+                    // A watch removed by `disarm` queues an event of its own.
+                    if !event.mask.contains(AddWatchFlags::IN_OPEN) {
+                        return None;
+                    }
                     let n = self.watches.iter().position(|wd| *wd == event.wd)?;
                     Some(self.wires[n].1.clone())
                 })
             });
         }
         sprung.clone()
+    }
+
+    /// Stops watching, once the last look ([`Self::sprung`]) has been taken. The kernel frees
+    /// a watch only after a grace period, and closing the instance while watches are on waits
+    /// for it: 10 to 20 ms at the end of most launches. Removed here, they are freed while the
+    /// launch's records are written, and the close at the end has nothing left to wait for.
+    pub fn disarm(&self) {
+        for watch in &self.watches {
+            let _ = self.inotify.rm_watch(*watch);
+        }
     }
 }
 
@@ -251,6 +265,26 @@ mod tests {
         assert_eq!(laid.sprung().as_deref(), Some(Path::new("/nowhere/id_rsa")));
         // The event was read once; the finding stays.
         assert_eq!(laid.sprung().as_deref(), Some(Path::new("/nowhere/id_rsa")));
+    }
+
+    #[test]
+    fn disarming_is_not_an_open_and_keeps_one_made_before() {
+        let wires = [
+            PathBuf::from("/nowhere/id_rsa"),
+            PathBuf::from("/nowhere/id_ed25519"),
+        ];
+        // Removing the watches queues an event for each: none of them is an open.
+        let quiet = Tripwires::lay(&wires, &[]).unwrap().unwrap();
+        quiet.disarm();
+        assert_eq!(quiet.sprung(), None);
+        // An open before the watches went is still read after.
+        let opened = Tripwires::lay(&wires, &[]).unwrap().unwrap();
+        std::fs::read(opened.folder().join("nowhere/id_ed25519")).unwrap();
+        opened.disarm();
+        assert_eq!(
+            opened.sprung().as_deref(),
+            Some(Path::new("/nowhere/id_ed25519"))
+        );
     }
 
     #[test]
