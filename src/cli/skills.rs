@@ -356,8 +356,14 @@ pub(super) struct SkillEnv {
 
 impl SkillEnv {
     pub fn load(workspace: &Workspace) -> Result<Self, Error> {
+        Self::load_with(workspace, kavi_governance::run_rules(workspace)?)
+    }
+
+    /// [`SkillEnv::load`] under `rules`, read by the caller (on a ledger it holds open).
+    fn load_with(workspace: &Workspace, rules: RunRules) -> Result<Self, Error> {
         let store = super::open_store(workspace)?;
-        let (templates, trust, confinement, rules) = Self::policies(workspace)?;
+        let templates = TemplateEngine::new(&workspace.templates_dir());
+        let (trust, confinement) = Self::parse(&rules, &templates)?;
         if let Some(warning) = weakening_warning(&rules) {
             errln!("{warning}");
         }
@@ -379,17 +385,6 @@ impl SkillEnv {
             kavi_state: workspace.state_paths(),
             rules,
         })
-    }
-
-    /// The templates, and the trust and confinement policies of the rules skills run under now
-    /// (see [`kavi_governance::run_rules`]), with those rules.
-    fn policies(
-        workspace: &Workspace,
-    ) -> Result<(TemplateEngine, TrustPolicy, ConfinementPolicy, RunRules), Error> {
-        let templates = TemplateEngine::new(&workspace.templates_dir());
-        let rules = kavi_governance::run_rules(workspace)?;
-        let (trust, confinement) = Self::parse(&rules, &templates)?;
-        Ok((templates, trust, confinement, rules))
     }
 
     /// The trust and confinement policies of `rules`: a function of their texts alone.
@@ -517,20 +512,23 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
         pool::Answer::Unserved => {}
     }
     // A skill that does not exist is said so before policies are read or anything is made.
-    match Ledger::open_existing(&workspace.config.ledger) {
+    let ledger = match Ledger::open_existing(&workspace.config.ledger) {
         Err(LedgerError::Missing(_)) => {
             return Err(Error::NotFound(format!(
                 "no skill `{name}`: nothing has been recorded in this workspace yet"
             )));
         }
-        ledger => drop(ledger?.skill(name)?),
-    }
-    let env = SkillEnv::load(workspace)?;
-    // The executor was asked above: it declined, or none answered.
-    let runner = Runner {
-        pool: false,
-        ..env.runner(workspace, true)
+        ledger => ledger?,
     };
+    drop(ledger.skill(name)?);
+    // One connection for the rules, the trust check and the records: each opening reads the
+    // schema and looks for dead owners to recover.
+    let rules =
+        crate::policy::adoption::for_run(Some(&ledger), &workspace.root).map_err(Error::Usage)?;
+    let env = SkillEnv::load_with(workspace, rules)?;
+    let ledger = std::sync::Mutex::new(ledger);
+    // The executor was asked above: it declined, or none answered.
+    let runner = env.runner(workspace, true).holding(&ledger);
     let ready = runner.ready(name)?;
     require_confirmation(name, ready.proposal.side_effect, yes)?;
     let cancel = super::cancel_on_signals("the skill");
