@@ -512,7 +512,7 @@ pub async fn run(workspace: &Workspace, name: &str, input: &str, yes: bool) -> R
         pool::Answer::Unserved => {}
     }
     // A skill that does not exist is said so before policies are read or anything is made.
-    let ledger = match Ledger::open_existing(&workspace.config.ledger) {
+    let ledger = match Ledger::open_existing_to_write(&workspace.config.ledger) {
         Err(LedgerError::Missing(_)) => {
             return Err(Error::NotFound(format!(
                 "no skill `{name}`: nothing has been recorded in this workspace yet"

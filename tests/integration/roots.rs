@@ -357,13 +357,18 @@ fn a_read_only_ledger_is_read_and_never_written() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(shows), "{args:?}: {}", text(&out));
     }
-    let out = common::kavi_with_read_only(&state, root, &["pipeline", "run", "two"]).unwrap();
-    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        text(&out).contains("is read-only") && text(&out).contains("read-only file system"),
-        "{}",
-        text(&out)
-    );
+    for args in [
+        &["pipeline", "run", "two"][..],
+        &["skill", "run", "word_count", "--input", "{}"][..],
+    ] {
+        let out = common::kavi_with_read_only(&state, root, args).unwrap();
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+        assert!(
+            text(&out).contains("is read-only") && text(&out).contains("read-only file system"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
     assert_eq!(std::fs::read(state.join("ledger.db")).unwrap(), before);
 }
 

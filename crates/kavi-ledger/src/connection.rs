@@ -123,6 +123,17 @@ impl Ledger {
         }
     }
 
+    /// Opens the ledger only if it exists, to write to it: one this account cannot write is
+    /// refused, saying why, as [`Ledger::open`] refuses it, where [`Ledger::open_existing`]
+    /// would read it and its first write would fail.
+    pub fn open_existing_to_write(path: &Path) -> Result<Self> {
+        match postgres_url(path) {
+            Some(_) => Self::open_existing(path),
+            None if !path.exists() => Err(LedgerError::Missing(path.to_owned())),
+            None => Self::open(path),
+        }
+    }
+
     /// Opens (creating if needed) the ledger at `path`, a SQLite file, or a PostgreSQL server
     /// when `path` is a `postgres://` URL; applies pending migrations, and marks runs whose
     /// process died as interrupted.
