@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 INPUT = '{"text": "one two three"}'
 
@@ -21,8 +22,12 @@ def main():
     if len(sys.argv) < 5:
         sys.exit(__doc__)
     workspace, rounds = sys.argv[1], int(sys.argv[2])
-    builds = dict(named.split("=", 1) for named in sys.argv[3:5])
+    # Resolved here: the commands run in the workspace.
+    builds = {name: str(Path(binary).resolve())
+              for name, binary in (named.split("=", 1) for named in sys.argv[3:5])}
     names = list(builds)
+    if len(names) != 2:
+        sys.exit("two builds, each under a name of its own")
     times = {name: [] for name in names}
     for round_ in range(rounds + 1):
         for name in names if round_ % 2 == 0 else names[::-1]:
