@@ -118,6 +118,9 @@ pub struct RoleProfile {
     hide: Vec<PathTemplate>,
     /// Globs checked when the policy was parsed.
     hide_matching: Vec<String>,
+    /// The same, compiled then (`None` when there are none): resolving a profile for each
+    /// launch does not compile them again.
+    hide_globs: Option<Arc<globset::GlobSet>>,
     network: bool,
     /// The hosts a process with the network may reach through kavi's proxy, and the policy
     /// they come from (`policies/network.toml`): none until [`ConfinementPolicy::with_hosts`].
@@ -232,18 +235,23 @@ impl RoleProfile {
             read,
             write: render(&self.write)?,
             hide: render(&self.hide)?,
-            hide_matching: if self.hide_matching.is_empty() {
-                None
-            } else {
-                let mut globs = globset::GlobSetBuilder::new();
-                for pattern in &self.hide_matching {
-                    globs.add(globset::Glob::new(pattern).map_err(|e| e.to_string())?);
+            hide_matching: match &self.hide_globs {
+                _ if self.hide_matching.is_empty() => None,
+                Some(globs) => Some(Arc::clone(globs)),
+                // A union of classes whose globs differ: compiled here.
+                None => {
+                    let mut globs = globset::GlobSetBuilder::new();
+                    for pattern in &self.hide_matching {
+                        globs.add(globset::Glob::new(pattern).map_err(|e| e.to_string())?);
+                    }
+                    Some(Arc::new(globs.build().map_err(|e| e.to_string())?))
                 }
-                let globs = globs.build().map_err(|e| e.to_string())?;
+            }
+            .map(|globs| {
                 let mut roots: Vec<PathBuf> = own.into_iter().filter(|p| p.is_dir()).collect();
                 roots.dedup();
-                Some((Arc::new(globs), roots))
-            },
+                (globs, roots)
+            }),
             network: self.network,
             hosts: Arc::clone(&self.hosts),
             programs: self.programs,
@@ -276,12 +284,15 @@ impl ConfinementPolicy {
     /// confinement required if either requires it).
     pub fn for_skill(&self, classes: kavi_foundation::side_effect::SideEffects) -> RoleProfile {
         use kavi_foundation::side_effect::SideEffect;
-        let profiles = classes.iter().map(|class| match class {
-            SideEffect::ReadOnly => &self.read_only,
-            SideEffect::FileWrite => &self.file_write,
-            SideEffect::Network => &self.network,
-            SideEffect::SecretRead => &self.secret_read,
-        });
+        let profiles: Vec<&RoleProfile> = classes
+            .iter()
+            .map(|class| match class {
+                SideEffect::ReadOnly => &self.read_only,
+                SideEffect::FileWrite => &self.file_write,
+                SideEffect::Network => &self.network,
+                SideEffect::SecretRead => &self.secret_read,
+            })
+            .collect();
         let mut union = RoleProfile {
             role: format!("{classes} skill"),
             policy: self.read_only.policy.clone(),
@@ -290,6 +301,7 @@ impl ConfinementPolicy {
             write: Vec::new(),
             hide: Vec::new(),
             hide_matching: Vec::new(),
+            hide_globs: None,
             network: false,
             hosts: Arc::clone(&self.read_only.hosts),
             hosts_policy: self.read_only.hosts_policy.clone(),
@@ -299,7 +311,7 @@ impl ConfinementPolicy {
             system: Arc::clone(&self.read_only.system),
         };
         let mut first = true;
-        for profile in profiles {
+        for profile in &profiles {
             union.require |= profile.require;
             union.network |= profile.network;
             union.programs |= profile.programs;
@@ -328,6 +340,11 @@ impl ConfinementPolicy {
                 }
             }
         }
+        // One class's globs, or the same in every class: compiled already.
+        union.hide_globs = profiles
+            .iter()
+            .find(|profile| profile.hide_matching == union.hide_matching)
+            .and_then(|profile| profile.hide_globs.clone());
         union
     }
 }
@@ -467,14 +484,16 @@ fn check(
         read: plain(raw.read),
         write: plain(raw.write),
         hide: plain(raw.hide),
-        hide_matching: {
-            // Checked here, at their lines; compiled when a profile is resolved.
-            kavi_foundation::diagnostic::glob_set(&raw.hide_matching, source)?;
-            raw.hide_matching
-                .into_iter()
-                .map(Spanned::into_inner)
-                .collect()
-        },
+        // Checked here, at their lines, and compiled once.
+        hide_globs: (!raw.hide_matching.is_empty())
+            .then(|| kavi_foundation::diagnostic::glob_set(&raw.hide_matching, source))
+            .transpose()?
+            .map(Arc::new),
+        hide_matching: raw
+            .hide_matching
+            .into_iter()
+            .map(Spanned::into_inner)
+            .collect(),
         network: raw.network,
         hosts: Arc::default(),
         hosts_policy: None,
@@ -580,6 +599,51 @@ mod tests {
             .resolve(&templates, &values, &["notes".into()])
             .unwrap();
         assert!(!alone.write.contains(&PathBuf::from("/ws/notes")));
+    }
+
+    /// Each class's `hide_matching` globs are compiled when the policy is parsed; a union hides
+    /// what any of its classes hides, and shares the compiled set where the globs are the same.
+    #[test]
+    fn hidden_matches_are_compiled_once_and_a_union_hides_every_class_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let section = |role: &str, glob: &str| {
+            format!(
+                "[{role}]\nread = [\"{{{{ workspace }}}}\"]\nwrite = []\nhide_matching = [\"{glob}\"]\n"
+            )
+        };
+        let text = format!(
+            "{}{}{}{}",
+            section("file_write", "**/*.key"),
+            section("network", "**/*.key"),
+            section("secret_read", "**/.env"),
+            ["builder", "gate", "read_only"]
+                .iter()
+                .map(|role| format!("[{role}]\nread = []\nwrite = []\n"))
+                .collect::<String>()
+        );
+        let policy = parse(&text).unwrap();
+        let templates = TemplateEngine::new(dir.path());
+        let values = minijinja::context! { workspace => ws.display().to_string() };
+        let resolved = |classes: &str| {
+            let classes = kavi_foundation::side_effect::SideEffects::parse(classes).unwrap();
+            policy
+                .for_skill(classes)
+                .resolve(&templates, &values, &[])
+                .unwrap()
+                .hide_matching
+                .unwrap()
+                .0
+        };
+        let network = resolved("NETWORK");
+        // The same compiled set at every launch, and for a union whose classes share globs.
+        assert!(Arc::ptr_eq(&network, &resolved("NETWORK")));
+        let shared = resolved("FILE_WRITE+NETWORK");
+        assert!(Arc::ptr_eq(&shared, &network) || Arc::ptr_eq(&shared, &resolved("FILE_WRITE")));
+        let union = resolved("NETWORK+SECRET_READ");
+        assert!(union.is_match("a/b.key") && union.is_match("a/.env"));
+        assert!(network.is_match("a/b.key") && !network.is_match("a/.env"));
     }
 
     #[test]
