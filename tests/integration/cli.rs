@@ -74,6 +74,7 @@ fn cli_scenarios() {
             "XDG_CONFIG_HOME",
             common::config_home().display().to_string(),
         )
+        .env("XDG_CACHE_HOME", common::cache_home().display().to_string())
         .register_bin("sh", Path::new("/bin/sh"))
         .case("tests/cmd/*.toml")
         .case("tests/cmd/*.md");

@@ -370,9 +370,7 @@ impl Drill {
         assert!(out.status.success());
     }
 
-    /// The drill's temporary folder, one level down in its own folder: kavi's default sandbox
-    /// folder (`kavi-<uid>` in it) is then two levels down, so `../../../x` from a sandbox lands
-    /// in the drill's folder.
+    /// The drill's temporary folder, one level down in its own folder.
     fn temp_folder(&self) -> std::path::PathBuf {
         let folder = self.sandboxes.path().join("tmp");
         std::fs::create_dir_all(&folder).unwrap();
@@ -396,7 +394,11 @@ impl Drill {
             ],
         )
         .env("KAVI_BUILDER", &builder)
+        // kavi's default sandbox folder is `$XDG_CACHE_HOME/kavi/sandboxes`: with the drill's
+        // folder as the cache, `../../../x` from a sandbox lands in the drill's folder, and no
+        // sandbox is left in the account's own cache.
         .env_remove("KAVI_SANDBOXES")
+        .env("XDG_CACHE_HOME", self.sandboxes.path())
         .env("TMPDIR", self.temp_folder())
         .output()
         .unwrap();
@@ -502,6 +504,12 @@ fn drill_a_write_beside_the_sandbox_does_not_reach_the_workspace() {
         .parent()
         .unwrap()
         .join("notes-from-builder.txt");
+    // The drill's folder is the one `../../../` names from the sandbox.
+    assert_eq!(
+        Path::new(&sandbox).ancestors().nth(3),
+        Some(drill.sandboxes.path()),
+        "the sandbox is not where the drill looks: {sandbox}"
+    );
     let above = drill.sandboxes.path().join("notes-from-builder.txt");
     assert!(!drill.root().join("notes-from-builder.txt").exists());
     if drill.confined {

@@ -192,7 +192,7 @@ fn a_silent_server_is_an_error_not_a_hang() {
     assert!(!said.contains("hunter22"), "{said}");
 }
 
-/// A machine set up otherwise (its own temporary folder, so its own sandbox folder, and the
+/// A machine set up otherwise (its own cache and temporary folders, so its own sandbox folder, and the
 /// server's URL spelt its own way) steps a run another machine started: its settings are its
 /// own, not a change of the run's rules.
 #[test]
@@ -215,7 +215,10 @@ fn a_machine_set_up_otherwise_steps_the_same_run() {
     };
     let machine = |tmp: &Path, ledger: Option<&str>, args: &[&str]| {
         let mut command = kavi_on(root, ledger, args);
-        command.env_remove("KAVI_SANDBOXES").env("TMPDIR", tmp);
+        command
+            .env_remove("KAVI_SANDBOXES")
+            .env("XDG_CACHE_HOME", tmp)
+            .env("TMPDIR", tmp);
         command.output().unwrap()
     };
     let started = machine(
@@ -240,7 +243,8 @@ fn a_machine_set_up_otherwise_steps_the_same_run() {
 }
 
 /// `kavi` as a process of machine `host` (its own hostname, in a UTS namespace of its own, and
-/// its own temporary folder, where its lock files live), on the server's ledger `url`.
+/// its own cache and temporary folders: a server ledger's lock files live in the cache), on the
+/// server's ledger `url`.
 fn on_machine(root: &Path, host: &str, tmp: &Path, url: &str, args: &[&str]) -> Command {
     let mut unshare = Command::new("unshare");
     unshare
@@ -252,7 +256,10 @@ fn on_machine(root: &Path, host: &str, tmp: &Path, url: &str, args: &[&str]) -> 
         ])
         .arg(env!("CARGO_BIN_EXE_kavi"));
     let mut command = common::with_test_env(unshare, root, args);
-    command.env("KAVI_LEDGER", url).env("TMPDIR", tmp);
+    command
+        .env("KAVI_LEDGER", url)
+        .env("XDG_CACHE_HOME", tmp)
+        .env("TMPDIR", tmp);
     command
 }
 

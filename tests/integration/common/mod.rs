@@ -203,6 +203,7 @@ pub fn with_test_env(mut command: Command, dir: &Path, args: &[&str]) -> Command
         .env("KAVI_SANDBOXES", sandboxes())
         .env("KAVI_TOOLCHAINS", toolchains())
         .env("XDG_CONFIG_HOME", config_home())
+        .env("XDG_CACHE_HOME", cache_home())
         .env_remove("KAVI_KEYS");
     if let Some(url) = postgres::ledger_for(dir) {
         command.env("KAVI_LEDGER", url);
@@ -413,6 +414,13 @@ pub fn copy_gate_tools(root: &Path) {
 /// machine's `~/.config/kavi`.
 pub fn config_home() -> std::path::PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("config")
+}
+
+/// The cache home every kavi under test gets: what kavi keeps per account (a server ledger's
+/// locks, the sandboxes where `KAVI_SANDBOXES` is not set) goes under `target/`, never into the
+/// account's own `~/.cache/kavi`.
+pub fn cache_home() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("cache")
 }
 
 /// Where the tests' toolchains are provisioned: under `target/`, shared by every test and kept
