@@ -79,6 +79,23 @@ pub enum CgroupSupport {
 }
 
 impl CgroupSupport {
+    /// The folders kavi makes its cgroups in, one a hierarchy.
+    pub fn parents(&self) -> Vec<&Path> {
+        match self {
+            CgroupSupport::V2(folder) => vec![folder],
+            CgroupSupport::V1 {
+                memory,
+                pids,
+                cpuacct,
+            } => [memory, pids]
+                .into_iter()
+                .chain(cpuacct)
+                .map(PathBuf::as_path)
+                .collect(),
+            CgroupSupport::None(_) => Vec::new(),
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             CgroupSupport::V2(path) => format!("cgroup v2 ({})", path.display()),
@@ -214,17 +231,93 @@ pub struct Cgroup {
     limits: Limits,
 }
 
-/// A distinct name for each cgroup this kavi makes.
+/// A distinct name for each cgroup this kavi makes: `kavi-<pid>-<seq>-<random>-<pid namespace>`.
 fn next_name() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     // Random too: a kavi killed before it removed its cgroups leaves their names taken, and a
-    // later kavi may get the same pid.
+    // later kavi may get the same pid. The PID namespace says where that pid means this kavi
+    // (see `sweep_orphans`).
     format!(
-        "kavi-{}-{}-{}",
+        "kavi-{}-{}-{}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
+        &uuid::Uuid::new_v4().simple().to_string()[..8],
+        pid_namespace()
     )
+}
+
+/// This process's PID namespace, as `ns<inode>` (`ns0` where it cannot be read).
+pub(crate) fn pid_namespace() -> &'static str {
+    static NAMESPACE: OnceLock<String> = OnceLock::new();
+    NAMESPACE.get_or_init(|| {
+        let inode = fs::metadata("/proc/self/ns/pid").map_or(0, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.ino()
+        });
+        format!("ns{inode}")
+    })
+}
+
+/// The kavi process a cgroup's name says made it, where that pid means a process of this
+/// PID namespace: `kavi-<pid>-<seq>-<random>-<namespace>` of [`next_name`].
+fn maker(name: &str) -> Option<i32> {
+    let mut parts = name.strip_prefix("kavi-")?.split('-');
+    let pid = parts.next()?.parse().ok().filter(|pid| *pid > 0)?;
+    let (_seq, _random) = (parts.next()?, parts.next()?);
+    match (parts.next(), parts.next()) {
+        // Named before names carried the namespace: taken as this one's.
+        (None, _) => Some(pid),
+        (Some(namespace), None) if namespace == pid_namespace() => Some(pid),
+        _ => None,
+    }
+}
+
+/// Removes the cgroups whose kavi is gone, killing first whatever is still in them.
+///
+/// A kavi removes its cgroups when a launch ends; one killed outright (SIGKILL) cannot, and
+/// what its sandbox ran should have died with it. So each kavi, at its first bounded launch,
+/// sweeps the folders it makes cgroups in: a cgroup named for a process of this PID namespace
+/// that no longer exists has its processes killed and is removed. A name whose process exists
+/// (even one that reused the pid), or that a kavi in another PID namespace made, is left alone.
+/// Returns how many cgroups were removed.
+pub fn sweep_orphans() -> usize {
+    let swept = sweep_orphans_here();
+    if swept > 0 {
+        tracing::debug!("removed {swept} cgroups of kavi processes that are gone");
+    }
+    swept
+}
+
+fn sweep_orphans_here() -> usize {
+    let own = std::process::id() as i32;
+    let mut orphans: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for parent in cgroup_support().parents() {
+        let Ok(entries) = fs::read_dir(parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = maker(&name) else { continue };
+            let gone = pid != own
+                && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                    == Err(nix::errno::Errno::ESRCH);
+            if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                orphans.entry(name).or_default().push(entry.path());
+            }
+        }
+    }
+    orphans
+        .into_values()
+        .filter(|folders| {
+            let cgroup = Cgroup {
+                folders: folders.clone(),
+                limits: Limits::default(),
+            };
+            cgroup.kill_all();
+            drop(cgroup);
+            folders.iter().all(|folder| !folder.exists())
+        })
+        .count()
 }
 
 impl Cgroup {
@@ -234,6 +327,13 @@ impl Cgroup {
         if !limits.need_cgroup() {
             return Ok(None);
         }
+        // Off the launch's path: the sweep may wait for a leftover tree to die.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            let _ = std::thread::Builder::new()
+                .name("kavi-cgroup-sweep".into())
+                .spawn(sweep_orphans);
+        });
         let name = next_name();
         let memory = limits
             .memory_mib

@@ -363,6 +363,65 @@ fn every_process_left_in_a_launchs_cgroup_is_killed() {
     }
 }
 
+/// The cgroups of a kavi that is gone (killed before it could remove them) are swept by the
+/// next kavi, and what was left running in them is killed; a live kavi's, and those a kavi of
+/// another PID namespace made, are left alone.
+#[test]
+fn a_dead_kavis_cgroups_are_swept_and_what_they_hold_is_killed() {
+    let support = bounds::cgroup_support();
+    if matches!(support, bounds::CgroupSupport::None(_)) {
+        skipping(&support.describe());
+        return;
+    }
+    // A pid no process has: a child's, once it is reaped.
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    let dead = ended.id();
+    ended.wait().unwrap();
+    let namespace = bounds::pid_namespace();
+    let orphan = format!("kavi-{dead}-0-deadbeef-{namespace}");
+    let alive = format!("kavi-{}-990-deadbeef-{namespace}", std::process::id());
+    let elsewhere = format!("kavi-{dead}-0-deadbeef-ns1");
+    let legacy = format!("kavi-{dead}-1-deadbeef");
+    let mut left = std::process::Command::new("setsid")
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    for parent in support.parents() {
+        for name in [&orphan, &alive, &elsewhere, &legacy] {
+            std::fs::create_dir(parent.join(name)).unwrap();
+        }
+        std::fs::write(
+            parent.join(&orphan).join("cgroup.procs"),
+            left.id().to_string(),
+        )
+        .unwrap();
+    }
+    // Another test's first launch in this process may sweep them first: what is checked is
+    // what is left.
+    bounds::sweep_orphans();
+    let status = left.wait().unwrap();
+    let kept: Vec<bool> = support
+        .parents()
+        .iter()
+        .flat_map(|parent| {
+            [&orphan, &alive, &elsewhere, &legacy].map(|name| {
+                let folder = parent.join(name);
+                let there = folder.exists();
+                let _ = std::fs::remove_dir(folder);
+                there
+            })
+        })
+        .collect();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(nix::libc::SIGKILL)
+    );
+    assert_eq!(
+        kept,
+        [false, true, true, false].repeat(support.parents().len())
+    );
+}
+
 /// Keeping cgroup moves fast moves kavi into the cgroups it is in: nothing about it changes,
 /// and a bounded tree launched meanwhile is still stopped at its bound.
 #[tokio::test]
