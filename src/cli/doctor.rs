@@ -125,9 +125,14 @@ fn checks(workspace: &Workspace) -> Vec<Check> {
             Status::Ok,
             format!(
                 "{}: builders, gates and skills run in namespaces of their own \
-                 (policies/confinement.toml); bounds by {}",
+                 (policies/confinement.toml); bounds by {}; a forbidden system call fails the \
+                 run {}",
                 bwrap.display(),
-                crate::confinement::bounds::cgroup_support().describe()
+                crate::confinement::bounds::cgroup_support().describe(),
+                match crate::confinement::deaths::availability() {
+                    Ok(()) => "whichever process of it makes it".to_owned(),
+                    Err(why) => format!("only when the program itself makes it ({why})"),
+                }
             ),
         ),
         Err(missing) => check(

@@ -52,6 +52,15 @@ fn every_attack_of_the_isolation_drill_is_refused_and_says_by_what() {
         );
     }
     assert_eq!(mechanism("exec_self"), "seccomp: the process was killed");
+    // A builder whose child makes a forbidden call, and which carries on as if nothing
+    // happened, fails all the same where kavi sees every death in a tree.
+    if common::every_death_or_skip() {
+        assert_eq!(
+            mechanism("forbidden_in_child"),
+            "seccomp: a process it started was killed, which fails the run as a security \
+             violation"
+        );
+    }
     // A bound is named only by the attack on it: each attack starts with an empty temporary
     // folder, so what `fill_disk` left there cannot stop the skill attacks after it at the disk
     // bound (which would hide whether seccomp refused `keyctl`).

@@ -548,10 +548,25 @@ fn drill_the_confined_builder_cannot_write_the_workspace_or_the_ledger_by_absolu
 
 /// A builder that tries to get something out, to reach the terminal, to read a secret or to
 /// leave a daemon is stopped by its confinement, and the attempt goes to a person at once as a
-/// security violation.
+/// security violation; also when the process that tried is one it started and ignores.
 #[test]
 fn drill_a_builder_that_reaches_out_is_stopped_and_escalated() {
-    for (misbehaviour, stopped_for) in [
+    let ignored_children = [
+        (
+            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"k\", (\"127.0.0.1\", 9))'; true",
+            "forbidden system call",
+        ),
+        (
+            "python3 -c 'import fcntl, termios; fcntl.ioctl(2, termios.TIOCSTI, b\"x\")' || echo carried on",
+            "forbidden system call",
+        ),
+    ];
+    let ignored_children = if common::every_death_or_skip() {
+        &ignored_children[..]
+    } else {
+        &[]
+    };
+    for &(misbehaviour, stopped_for) in [
         // Credentials out over UDP.
         (
             "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"k\", (\"127.0.0.1\", 9))'",
@@ -571,7 +586,10 @@ fn drill_a_builder_that_reaches_out_is_stopped_and_escalated() {
         ("kill -9 -1", "forbidden system call"),
         // A daemon, double forked, while the builder goes on with its work.
         ("(setsid sleep 60 &); sleep 5", "(a daemon)"),
-    ] {
+    ]
+    .iter()
+    .chain(ignored_children)
+    {
         // A workspace each: the first attempt leaves its skill awaiting review.
         let drill = Drill::new();
         if !drill.confined {

@@ -512,6 +512,17 @@ def ptrace():
     return refused(err) if result != 0 else allowed("attached to a process")
 
 
+def forbidden_in_child():
+    # The forbidden call made by a child whose death the builder ignores, as `sh -c 'x; true'`
+    # would: the builder's own exit says nothing of it.
+    pid = os.fork()
+    if pid == 0:
+        syscall(101, 16, 1, 0, 0)  # PTRACE_ATTACH to pid 1
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return refused("EPERM", "the child's status was ignored")
+
+
 def mount():
     result, err = syscall(165, 0, 0, 0, 0, 0)
     return refused(err) if result != 0 else allowed("mounted")

@@ -320,6 +320,11 @@ const CASES: &[Case] = &[
     ),
     x86("perf_event", Role::Builder, "open a performance counter"),
     x86("ptrace", Role::Builder, "attach to a process with ptrace"),
+    x86(
+        "forbidden_in_child",
+        Role::Builder,
+        "attach with ptrace from a child, and carry on as if it had not died",
+    ),
     x86("mount", Role::Builder, "mount a file system"),
     x86("bpf", Role::Builder, "load BPF"),
     x86("x32", Role::Builder, "make a call through the x32 ABI"),
@@ -787,10 +792,23 @@ async fn attack(
         }
     }
     Ok(match &finished.violation {
-        Some(Violation::ForbiddenCall) => outcome(
-            Verdict::Refused,
-            "seccomp: the process was killed".to_owned(),
-        ),
+        Some(Violation::ForbiddenCall) if finished.exit == Exit::Signal(nix::libc::SIGSYS) => {
+            outcome(
+                Verdict::Refused,
+                "seccomp: the process was killed".to_owned(),
+            )
+        }
+        // A process the attack started was killed, whatever the attack says of it (unless it
+        // got through some other way).
+        Some(Violation::ForbiddenCall) => match reported(&finished) {
+            Some((Verdict::Allowed, detail)) => outcome(Verdict::Allowed, detail),
+            _ => outcome(
+                Verdict::Refused,
+                "seccomp: a process it started was killed, which fails the run as a security \
+                 violation"
+                    .to_owned(),
+            ),
+        },
         Some(Violation::Bound(bound)) => outcome(Verdict::Refused, format!("stopped at {bound}")),
         Some(Violation::Tripwire(path)) => outcome(
             Verdict::Refused,
@@ -808,45 +826,52 @@ async fn attack(
             format!("a repository it made in its write scope was removed ({what})"),
         ),
         None => {
-            let stdout = String::from_utf8_lossy(&finished.stdout.head);
-            match stdout.lines().last().map(serde_json::from_str::<Report>) {
-                Some(Ok(report)) if report.allowed => outcome(Verdict::Allowed, report.detail),
-                Some(Ok(report)) => {
-                    let errno = report.errno.unwrap_or_default();
-                    outcome(
-                        Verdict::Refused,
-                        format!("{} ({errno})", mechanism_of(&errno)),
-                    )
-                }
-                _ if finished.exit == Exit::Signal(nix::libc::SIGKILL) => {
-                    outcome(Verdict::Refused, "killed at a bound".to_owned())
-                }
-                _ => {
-                    let stderr = String::from_utf8_lossy(&finished.stderr.head);
-                    let last = stderr.trim_end().lines().last().unwrap_or("no output");
-                    match last.rsplit_once("[Errno ") {
-                        // An attack that raised: the errno that stopped it.
-                        Some((_, rest)) => {
-                            let number: i32 = rest
-                                .split(']')
-                                .next()
-                                .and_then(|n| n.parse().ok())
-                                .unwrap_or(0);
-                            let errno = nix::errno::Errno::from_raw(number);
-                            outcome(
-                                Verdict::Refused,
-                                format!("{} ({errno:?})", mechanism_of(&format!("{errno:?}"))),
-                            )
-                        }
-                        None => outcome(
-                            Verdict::NotRun,
-                            format!("ended with {:?}: {last}", finished.exit),
-                        ),
-                    }
-                }
-            }
+            let (verdict, detail) = reported(&finished).unwrap_or_else(|| {
+                let stderr = String::from_utf8_lossy(&finished.stderr.head);
+                let last = stderr.trim_end().lines().last().unwrap_or("no output");
+                (
+                    Verdict::NotRun,
+                    format!("ended with {:?}: {last}", finished.exit),
+                )
+            });
+            outcome(verdict, detail)
         }
     })
+}
+
+/// What an attack that was not stopped for a violation says of itself: its JSON report, its
+/// kill at a bound, or the errno it raised with; `None` when it says nothing of these.
+fn reported(finished: &process::Finished) -> Option<(Verdict, String)> {
+    let stdout = String::from_utf8_lossy(&finished.stdout.head);
+    match stdout.lines().last().map(serde_json::from_str::<Report>) {
+        Some(Ok(report)) if report.allowed => Some((Verdict::Allowed, report.detail)),
+        Some(Ok(report)) => {
+            let errno = report.errno.unwrap_or_default();
+            Some((
+                Verdict::Refused,
+                format!("{} ({errno})", mechanism_of(&errno)),
+            ))
+        }
+        _ if finished.exit == Exit::Signal(nix::libc::SIGKILL) => {
+            Some((Verdict::Refused, "killed at a bound".to_owned()))
+        }
+        _ => {
+            let stderr = String::from_utf8_lossy(&finished.stderr.head);
+            let last = stderr.trim_end().lines().last().unwrap_or("no output");
+            // An attack that raised: the errno that stopped it.
+            let (_, rest) = last.rsplit_once("[Errno ")?;
+            let number: i32 = rest
+                .split(']')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let errno = nix::errno::Errno::from_raw(number);
+            Some((
+                Verdict::Refused,
+                format!("{} ({errno:?})", mechanism_of(&format!("{errno:?}"))),
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -214,6 +214,16 @@ async fn run_with(
         }
         _ => env,
     };
+    // Every death in a confined tree is seen from its first fork, whoever reaps it. Where the
+    // role may start programs, seccomp kills only for calls an attack makes; where it may not,
+    // a child's death may be a library trying a program (`platform`, `ctypes.util`), which the
+    // class refuses but no attack needs to try, so only the program's own death counts there.
+    let mut deaths = match (&spec.confinement, &launch) {
+        (Some(confinement), Some(_)) if confinement.profile.programs => {
+            crate::confinement::deaths::watch()
+        }
+        _ => None,
+    };
     let window = roster::StartWindow::open();
     let spawned = match &launch {
         None => spawn::spawn(
@@ -261,6 +271,10 @@ async fn run_with(
             )?
         }
     };
+    if let Some(deaths) = &mut deaths {
+        deaths.track(spawned.pid.as_raw() as u32);
+    }
+    let deaths = deaths.map(Arc::new);
     let mut child = Child::new(spawned.pid)?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
     let group = GroupGuard::new(spawned.pid);
@@ -310,6 +324,7 @@ async fn run_with(
                         .as_ref()
                         .map(|(cgroup, _)| cgroup.folders().to_vec()),
                 ),
+                deaths: deaths.clone(),
             },
             stop.clone(),
             Arc::clone(&stopped_for),
@@ -399,7 +414,30 @@ async fn run_with(
             Some(bound @ Violation::Bound(_)) => sprung.or(Some(bound)),
             other => other.or(sprung),
         };
+        // A process of the tree killed by seccomp, the program or one it started. The kernel
+        // reports the root's exit after every other of the tree, so once the root is reaped,
+        // this waits only for the events to be read.
+        let descendant = match deaths.clone() {
+            Some(deaths) => {
+                match tokio::task::spawn_blocking(move || deaths.seen())
+                    .await
+                    .unwrap_or(crate::confinement::deaths::Seen::Incomplete)
+                {
+                    crate::confinement::deaths::Seen::Killed(_) => Some(Violation::ForbiddenCall),
+                    crate::confinement::deaths::Seen::Clean => None,
+                    crate::confinement::deaths::Seen::Incomplete => {
+                        tracing::warn!(
+                            "not every process event of the run reached kavi: a process of it \
+                             killed by seccomp may have gone unseen"
+                        );
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         violation = watched
+            .or(descendant)
             .or(match exit {
                 Exit::Signal(signal) if signal == nix::libc::SIGSYS => {
                     Some(Violation::ForbiddenCall)

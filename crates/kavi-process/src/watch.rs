@@ -102,6 +102,8 @@ pub(crate) struct Watched {
     pub(crate) disk: Option<(u64, Vec<PathBuf>)>,
     /// The CPU bound in seconds and the cgroup folders that count it.
     pub(crate) cpu: Option<(u64, Vec<PathBuf>)>,
+    /// The kernel's process events of the tree, where kavi has them.
+    pub(crate) deaths: Option<Arc<crate::confinement::deaths::Watch>>,
 }
 
 /// Watches a confined process until it is stopped (the task is aborted when the run ends);
@@ -119,6 +121,10 @@ pub(crate) async fn watch(
             use crate::confinement::bounds;
             if let Some(path) = watched.tripwires.as_ref().and_then(|t| t.sprung()) {
                 return Some(Violation::Tripwire(path));
+            }
+            // A process the program started, killed by seccomp: the program may carry on.
+            if watched.deaths.as_ref().and_then(|d| d.killed()).is_some() {
+                return Some(Violation::ForbiddenCall);
             }
             if orphaned(watched.outer) {
                 return Some(Violation::Daemon);

@@ -488,6 +488,22 @@ pub fn isolation_or_skip() -> bool {
     }
 }
 
+/// Whether kavi sees every death in a confined tree here (the kernel's process events); where
+/// not, the caller leaves out the cases that need it, saying why, and under CI that fails.
+pub fn every_death_or_skip() -> bool {
+    match kavi::confinement::deaths::availability() {
+        Ok(()) => true,
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must see every death in a confined tree: {why}"
+            );
+            eprintln!("skipping the cases that need every death in a tree seen: {why}");
+            false
+        }
+    }
+}
+
 /// A connection to a workspace's SQLite ledger as an attacker without kavi's keys makes it: the
 /// journal's hash function registered by hand (it is public), so that the triggers journal
 /// every edit and the public chain holds; and the MAC function too, with no key to compute it

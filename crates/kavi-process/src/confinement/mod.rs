@@ -20,6 +20,7 @@
 pub mod accounts;
 pub mod bounds;
 pub mod bridge;
+pub mod deaths;
 pub mod listing;
 pub mod policy;
 pub mod programs;
@@ -421,6 +422,18 @@ impl Confinement {
             "isolation": self.isolated().then(|| serde_json::json!({
                 "namespaces": ["user", "pid", "mount", "ipc", "uts", "cgroup", "net"],
                 "seccomp": true,
+                "seccomp_kills": match (self.profile.programs, deaths::availability()) {
+                    (true, Ok(())) => {
+                        "seen in every process of the tree (the kernel's process events)"
+                            .to_owned()
+                    }
+                    (true, Err(why)) => {
+                        format!("seen only when the program itself is killed: {why}")
+                    }
+                    (false, _) => "seen only when the program itself is killed: a child's may \
+                                   be a library trying to start a program"
+                        .to_owned(),
+                },
                 "programs": if self.profile.programs {
                     "any"
                 } else {

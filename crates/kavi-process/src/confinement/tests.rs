@@ -243,6 +243,49 @@ async fn terminal_injection_is_killed_as_a_security_violation() {
     assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
 }
 
+/// A process the program started, killed by seccomp, fails the run as a security violation
+/// although the program carries on and exits 0: its parent swallowing its status hides nothing.
+#[tokio::test]
+async fn a_forbidden_call_in_a_child_the_program_ignores_is_a_security_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    if let Err(why) = deaths::availability() {
+        skipping(why);
+        return;
+    }
+    let script = "python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b\"x\")'; \
+                  echo carried on";
+    let Some(finished) = run_sh(&dir, profile(&dir, vec![], Limits::default()), script).await
+    else {
+        return;
+    };
+    assert_eq!(stdout(&finished), "carried on\n");
+    assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
+    // The call made by a thread of a process whose first thread has ended.
+    let script = r#"python3 -c '
+import ctypes, fcntl, termios, threading, time
+libc = ctypes.CDLL(None)
+def later():
+    time.sleep(0.2)
+    fcntl.ioctl(0, termios.TIOCSTI, b"x")
+threading.Thread(target=later).start()
+libc.pthread_exit(None)
+'; echo carried on"#;
+    let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+        .await
+        .unwrap();
+    assert_eq!(stdout(&finished), "carried on\n");
+    assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
+    // The same program with a child that ends plainly is no violation.
+    let script = "python3 -c 'pass'; echo carried on";
+    let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
+        .await
+        .unwrap();
+    assert_eq!(stdout(&finished), "carried on\n");
+    assert_eq!(finished.exit, Exit::Code(0));
+    assert_eq!(finished.violation, None);
+}
+
 #[tokio::test]
 async fn without_the_network_only_socket_pairs_open_and_reaching_out_is_a_violation() {
     let dir = tempfile::tempdir().unwrap();
@@ -1058,6 +1101,7 @@ async fn a_role_without_programs_starts_none_once_its_interpreter_runs() {
     .await
     .unwrap();
     assert_eq!(stdout(&child), "-31\n", "{child:?}");
+    // A library may try a program and carry on without it: a child's death is no violation.
     assert_eq!(child.violation, None);
 
     let own = run(

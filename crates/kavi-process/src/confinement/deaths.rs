@@ -1,0 +1,731 @@
+//! Every process of a confined tree that seccomp killed, whoever reaps it.
+//!
+//! seccomp kills the process that makes a forbidden call, and its exit status goes to its
+//! parent. When that process is the program, kavi is the parent and sees it. When it is a
+//! process the program started, only the program sees it, and may say nothing
+//! (`sh -c 'forbidden; true'` exits 0): an attacker could try call after call in children and
+//! never be reported. The kernel's process events (the proc connector, a netlink socket told of
+//! every fork and exit on the machine, with the exit's status, as `forkstat` reads them) show
+//! kavi each exit in the tree instead. Only a process in the first user and PID namespaces may
+//! listen (on older kernels, only one with CAP_NET_ADMIN); elsewhere only the program's
+//! own death is seen, and the ledger's record of the confinement says which applies.
+//!
+//! One socket and one thread serve the whole kavi process. kavi listens only while a confined
+//! tree runs, so the machine's forks are not reported to it otherwise.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::libc;
+
+// From linux/connector.h and linux/cn_proc.h.
+const CN_IDX_PROC: u32 = 1;
+const CN_VAL_PROC: u32 = 1;
+const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_CN_MCAST_IGNORE: u32 = 2;
+const PROC_EVENT_NONE: u32 = 0;
+const PROC_EVENT_FORK: u32 = 1;
+const PROC_EVENT_EXIT: u32 = 0x8000_0000;
+/// `struct nlmsghdr`, `struct cn_msg` and the head of `struct proc_event`, in bytes.
+const NLMSG_HEADER: usize = 16;
+const CN_MSG_HEADER: usize = 20;
+const EVENT_HEADER: usize = 16;
+/// The inode numbers of the first PID and user namespaces (linux/proc_ns.h): the kernel reports
+/// process events only to a listener in both, and to any other says nothing at all.
+const INIT_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
+const INIT_USER_NAMESPACE: u64 = 0xEFFF_FFFD;
+/// How long the first listen waits for the kernel's answer, and a tree's end for its last event.
+const ANSWER: Duration = Duration::from_millis(500);
+const LAST_EVENT: Duration = Duration::from_millis(500);
+
+/// The machine's process events, as this kavi listens to them.
+pub struct Deaths {
+    socket: OwnedFd,
+    state: Mutex<State>,
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Trees being watched (each a launch's outer process), with what was seen of each.
+    trees: HashMap<u32, Tree>,
+    /// How many launches listen now: the kernel is told to stop when none does.
+    listening: usize,
+    /// Processes forked into a tree: process → the tree's root. Kept after a process's first
+    /// thread ends (its others may go on, and fork), and pruned of the processes that are gone
+    /// once it grows past `prune_at`.
+    members: HashMap<u32, u32>,
+    prune_at: usize,
+    /// Processes forked outside every tree while kavi listened, still alive: process → parent.
+    /// A root is watched once it is spawned; whatever it forked before that is found here.
+    /// (A root that ended before it was watched is not: its tree is then never seen to end,
+    /// and reported incomplete. bubblewrap takes milliseconds to start anything.)
+    others: HashMap<u32, u32>,
+}
+
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+struct Tree {
+    /// A process of the tree seccomp killed (the first seen).
+    killed: Option<u32>,
+    /// The root's exit was seen: nothing of the tree comes after it.
+    ended: bool,
+    /// Events were lost while it ran (the socket's buffer overflowed).
+    incomplete: bool,
+}
+
+/// What was seen of one tree once it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// No process of it was killed by seccomp.
+    Clean,
+    /// This process of it was (a global pid).
+    Killed(u32),
+    /// Not every event reached kavi: a kill may have been missed.
+    Incomplete,
+}
+
+/// Whether kavi can see every death in a confined tree here, and why not where it cannot.
+pub fn availability() -> Result<(), &'static str> {
+    deaths().map(|_| ())
+}
+
+/// The process events, listened to from the first time they are asked for.
+fn deaths() -> Result<&'static Arc<Deaths>, &'static str> {
+    static DEATHS: OnceLock<Result<Arc<Deaths>, String>> = OnceLock::new();
+    DEATHS
+        .get_or_init(|| Deaths::start().map_err(|why| why.to_string()))
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+/// Starts watching for a tree about to be spawned; `None` where the events cannot be had.
+/// The kernel reports from the moment this returns, so the root's first fork is seen.
+pub fn watch() -> Option<Watch> {
+    let deaths = deaths().ok()?;
+    let mut state = deaths.lock();
+    if state.listening == 0 {
+        // Another launch stopped listening: the kernel is told again.
+        if deaths.send(PROC_CN_MCAST_LISTEN).is_err() {
+            return None;
+        }
+    }
+    state.listening += 1;
+    Some(Watch {
+        deaths: Arc::clone(deaths),
+        root: None,
+    })
+}
+
+/// One launch's watch: from before its spawn until it is dropped.
+pub struct Watch {
+    deaths: Arc<Deaths>,
+    root: Option<u32>,
+}
+
+impl Watch {
+    /// The spawned process whose tree this watch is of.
+    pub fn track(&mut self, root: u32) {
+        self.root = Some(root);
+        let mut state = self.deaths.lock();
+        state.trees.insert(root, Tree::default());
+        state.others.remove(&root);
+        // What the root forked before now, and what those forked: members since.
+        loop {
+            let State {
+                others, members, ..
+            } = &mut *state;
+            let joined: Vec<u32> = others
+                .iter()
+                .filter(|(_, parent)| **parent == root || members.get(parent) == Some(&root))
+                .map(|(process, _)| *process)
+                .collect();
+            if joined.is_empty() {
+                break;
+            }
+            for process in joined {
+                others.remove(&process);
+                members.insert(process, root);
+            }
+        }
+    }
+
+    /// A process of the tree seccomp killed, seen so far.
+    pub fn killed(&self) -> Option<u32> {
+        let root = self.root?;
+        self.deaths.lock().trees.get(&root)?.killed
+    }
+
+    /// What was seen of the tree, once its root has exited (and been reaped): waits for the
+    /// root's exit to be read, which the kernel reports after every other exit of the tree.
+    pub fn seen(&self) -> Seen {
+        let Some(root) = self.root else {
+            return Seen::Incomplete;
+        };
+        let deadline = Instant::now() + LAST_EVENT;
+        let mut state = self.deaths.lock();
+        loop {
+            let Some(tree) = state.trees.get(&root).copied() else {
+                return Seen::Incomplete;
+            };
+            if let Some(process) = tree.killed {
+                return Seen::Killed(process);
+            }
+            if tree.incomplete {
+                return Seen::Incomplete;
+            }
+            if tree.ended {
+                return Seen::Clean;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Seen::Incomplete;
+            }
+            state = self
+                .deaths
+                .ended
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut state = self.deaths.lock();
+        if let Some(root) = self.root {
+            state.trees.remove(&root);
+            state.members.retain(|_, tree| *tree != root);
+        }
+        state.listening -= 1;
+        if state.listening == 0 {
+            let _ = self.deaths.send(PROC_CN_MCAST_IGNORE);
+            state.members.clear();
+            state.others.clear();
+        }
+    }
+}
+
+impl Deaths {
+    /// Opens the socket, listens once to learn whether the kernel lets kavi, and starts the
+    /// thread that reads the events.
+    fn start() -> Result<Arc<Deaths>, String> {
+        let namespace = |name: &str| {
+            std::fs::metadata(format!("/proc/self/ns/{name}")).map_or(0, |m| {
+                use std::os::unix::fs::MetadataExt;
+                m.ino()
+            })
+        };
+        if namespace("pid") != INIT_PID_NAMESPACE || namespace("user") != INIT_USER_NAMESPACE {
+            return Err(
+                "kavi runs in a PID or user namespace of its own, where the kernel \
+                        reports no process events"
+                    .to_owned(),
+            );
+        }
+        let socket = open().map_err(|e| format!("the kernel's process events: {e}"))?;
+        let deaths = Deaths {
+            socket,
+            state: Mutex::default(),
+            ended: Condvar::new(),
+        };
+        deaths
+            .send(PROC_CN_MCAST_LISTEN)
+            .and_then(|()| deaths.answer())
+            .map_err(|e| format!("the kernel's process events: {e}"))?;
+        deaths
+            .send(PROC_CN_MCAST_IGNORE)
+            .map_err(|e| format!("the kernel's process events: {e}"))?;
+        let deaths = Arc::new(deaths);
+        let reader = Arc::clone(&deaths);
+        std::thread::Builder::new()
+            .name("kavi-process-events".into())
+            .spawn(move || reader.read())
+            .map_err(|e| format!("the kernel's process events: {e}"))?;
+        Ok(deaths)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the kernel to report (`PROC_CN_MCAST_LISTEN`) or to stop (`..._IGNORE`).
+    fn send(&self, op: u32) -> io::Result<()> {
+        let mut message = Vec::with_capacity(NLMSG_HEADER + CN_MSG_HEADER + 4);
+        let length = (NLMSG_HEADER + CN_MSG_HEADER + 4) as u32;
+        message.extend(length.to_ne_bytes());
+        message.extend((libc::NLMSG_DONE as u16).to_ne_bytes());
+        message.extend(0u16.to_ne_bytes()); // flags
+        message.extend(0u32.to_ne_bytes()); // sequence
+        message.extend(std::process::id().to_ne_bytes());
+        message.extend(CN_IDX_PROC.to_ne_bytes());
+        message.extend(CN_VAL_PROC.to_ne_bytes());
+        message.extend(0u32.to_ne_bytes()); // sequence
+        message.extend(0u32.to_ne_bytes()); // acknowledgement
+        message.extend(4u16.to_ne_bytes()); // length of what follows
+        message.extend(0u16.to_ne_bytes()); // flags
+        message.extend(op.to_ne_bytes());
+        // SAFETY: the socket is open; the buffer is valid for its length.
+        let sent = unsafe {
+            libc::send(
+                self.socket.as_raw_fd(),
+                message.as_ptr().cast(),
+                message.len(),
+                0,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits for the kernel's answer to the first listen: an error where kavi may not.
+    fn answer(&self) -> io::Result<()> {
+        let deadline = Instant::now() + ANSWER;
+        let mut buffer = vec![0u8; 8192];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the kernel did not answer",
+                ));
+            }
+            let mut poll = libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut poll, 1, left.as_millis().max(1) as i32) } <= 0 {
+                continue;
+            }
+            let got = self.receive(&mut buffer)?;
+            for event in events(&buffer[..got]) {
+                if let Event::Answer(error) = event {
+                    return match error {
+                        0 => Ok(()),
+                        errno => Err(io::Error::from_raw_os_error(errno as i32)),
+                    };
+                }
+            }
+        }
+    }
+
+    fn receive(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: the socket is open; the buffer is valid for its length.
+        let got = unsafe {
+            libc::recv(
+                self.socket.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                0,
+            )
+        };
+        if got < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(got as usize)
+    }
+
+    /// The reading thread: every event, for as long as kavi runs.
+    fn read(&self) {
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match self.receive(&mut buffer) {
+                Ok(got) => {
+                    let mut state = self.lock();
+                    let mut ended = false;
+                    for event in events(&buffer[..got]) {
+                        ended |= state.apply(event);
+                    }
+                    drop(state);
+                    if ended {
+                        self.ended.notify_all();
+                    }
+                }
+                // The buffer overflowed: what the trees running now did is not all known.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    let mut state = self.lock();
+                    for tree in state.trees.values_mut() {
+                        tree.incomplete = true;
+                    }
+                    drop(state);
+                    self.ended.notify_all();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!("the kernel's process events stopped: {e}");
+                    let mut state = self.lock();
+                    for tree in state.trees.values_mut() {
+                        tree.incomplete = true;
+                    }
+                    drop(state);
+                    self.ended.notify_all();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A netlink connector socket bound to the process events' group, with room for bursts.
+fn open() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket calls on a descriptor owned from its creation.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_CONNECTOR,
+        );
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let socket = OwnedFd::from_raw_fd(fd);
+        let mut address: libc::sockaddr_nl = std::mem::zeroed();
+        address.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        address.nl_groups = CN_IDX_PROC;
+        if libc::bind(
+            fd,
+            (&raw const address).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        ) < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // A machine forking fast fills the default buffer between two reads; root may go past
+        // the system's maximum.
+        let size: libc::c_int = 8 << 20;
+        for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            if libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                (&raw const size).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+            {
+                break;
+            }
+        }
+        Ok(socket)
+    }
+}
+
+/// One process event, as far as kavi reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// The kernel's answer to a listen: 0, or the errno it refused with.
+    Answer(u32),
+    Fork {
+        parent: u32,
+        child: u32,
+    },
+    /// A thread of `process` ended (`leader`: its first thread, whose id the process has),
+    /// with its wait status, while `parent` was the process's parent (0 where the kernel does
+    /// not say). A process seccomp kills ends every thread with SIGSYS, whichever made the
+    /// call, also when its first thread had ended before.
+    Exit {
+        process: u32,
+        leader: bool,
+        status: u32,
+        parent: u32,
+    },
+}
+
+/// Past this many members, the ones that are gone are pruned.
+const PRUNE_FROM: usize = 4096;
+
+impl State {
+    /// Takes one event in; true when it ended a watched tree.
+    fn apply(&mut self, event: Event) -> bool {
+        if self.listening == 0 {
+            return false;
+        }
+        match event {
+            Event::Answer(_) => false,
+            Event::Fork { parent, child } => {
+                let root = if self.trees.contains_key(&parent) {
+                    Some(parent)
+                } else {
+                    self.members.get(&parent).copied()
+                };
+                match root {
+                    Some(root) => self.members.insert(child, root),
+                    None => self.others.insert(child, parent),
+                };
+                false
+            }
+            Event::Exit {
+                process,
+                leader,
+                status,
+                parent,
+            } => {
+                if leader && let Some(tree) = self.trees.get_mut(&process) {
+                    tree.ended = true;
+                    return true;
+                }
+                if status & 0x7f == libc::SIGSYS as u32 {
+                    // The process, or else its parent (a process of the tree, or the
+                    // namespace's init an orphan is reparented to), says which tree.
+                    let root = self
+                        .members
+                        .get(&process)
+                        .or_else(|| self.members.get(&parent))
+                        .copied()
+                        .or_else(|| self.trees.contains_key(&parent).then_some(parent));
+                    if let Some(tree) = root.and_then(|root| self.trees.get_mut(&root)) {
+                        tree.killed.get_or_insert(process);
+                    }
+                }
+                if leader {
+                    self.others.remove(&process);
+                }
+                if self.members.len() > self.prune_at.max(PRUNE_FROM) {
+                    // A process is gone once reaped; until then (a zombie) it counts against
+                    // the tree's process bound, so what is kept stays within it.
+                    self.members
+                        .retain(|process, _| Path::new(&format!("/proc/{process}")).exists());
+                    self.prune_at = 2 * self.members.len();
+                }
+                false
+            }
+        }
+    }
+}
+
+/// The events in one datagram of the connector.
+fn events(mut bytes: &[u8]) -> Vec<Event> {
+    let u32_at = |bytes: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut found = Vec::new();
+    while let Some(length) = u32_at(bytes, 0).map(|l| l as usize) {
+        if length < NLMSG_HEADER || length > bytes.len() {
+            break;
+        }
+        let message = &bytes[..length];
+        let event = NLMSG_HEADER + CN_MSG_HEADER;
+        let is_proc = u32_at(message, NLMSG_HEADER) == Some(CN_IDX_PROC)
+            && u32_at(message, NLMSG_HEADER + 4) == Some(CN_VAL_PROC);
+        let data = event + EVENT_HEADER;
+        let field = |index: usize| u32_at(message, data + 4 * index);
+        if is_proc {
+            let parsed = match u32_at(message, event) {
+                Some(PROC_EVENT_NONE) => field(0).map(Event::Answer),
+                // parent_pid, parent_tgid, child_pid, child_tgid: a new thread is no new process.
+                Some(PROC_EVENT_FORK) => match (field(1), field(2), field(3)) {
+                    (Some(parent), Some(pid), Some(child)) if pid == child => {
+                        Some(Event::Fork { parent, child })
+                    }
+                    _ => None,
+                },
+                // process_pid, process_tgid, exit_code, exit_signal, parent_pid, parent_tgid
+                // (the parent only on newer kernels).
+                Some(PROC_EVENT_EXIT) => match (field(0), field(1), field(2)) {
+                    (Some(pid), Some(process), Some(status)) => Some(Event::Exit {
+                        process,
+                        leader: pid == process,
+                        status,
+                        parent: field(5).unwrap_or(0),
+                    }),
+                    _ => None,
+                },
+                _ => None,
+            };
+            found.extend(parsed);
+        }
+        // Messages are aligned to 4 bytes.
+        let next = (length + 3) & !3;
+        bytes = bytes.get(next..).unwrap_or_default();
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracked(root: u32) -> State {
+        let mut state = State {
+            listening: 1,
+            ..State::default()
+        };
+        state.trees.insert(root, Tree::default());
+        state
+    }
+
+    /// A process's first thread ending, with its wait status.
+    fn exit(process: u32, status: u32) -> Event {
+        Event::Exit {
+            process,
+            leader: true,
+            status,
+            parent: 0,
+        }
+    }
+
+    const SIGSYS: u32 = libc::SIGSYS as u32;
+
+    /// A kill by seccomp two forks below the root counts for the root's tree, one outside it
+    /// does not, and a plain exit is no kill.
+    #[test]
+    fn a_kill_anywhere_below_the_root_is_the_trees() {
+        let mut state = tracked(10);
+        for (parent, child) in [(10, 11), (11, 12), (1, 50)] {
+            state.apply(Event::Fork { parent, child });
+        }
+        state.apply(exit(50, SIGSYS));
+        state.apply(exit(11, 0));
+        assert_eq!(state.trees[&10].killed, None);
+        // The core-dump flag (0x80) may be set with the signal.
+        state.apply(exit(12, 0x80 | SIGSYS));
+        assert!(state.apply(exit(10, 0)));
+        assert_eq!(
+            state.trees[&10],
+            Tree {
+                killed: Some(12),
+                ended: true,
+                incomplete: false
+            }
+        );
+        assert!(state.others.is_empty());
+    }
+
+    /// A process whose first thread ended (`pthread_exit` in `main`) and whose other thread
+    /// then makes the forbidden call is still the tree's, and so is what it forks after; a
+    /// process kavi never saw forked is placed by its parent.
+    #[test]
+    fn a_kill_after_the_first_thread_ended_is_still_seen() {
+        let mut state = tracked(10);
+        state.apply(Event::Fork {
+            parent: 10,
+            child: 11,
+        });
+        state.apply(exit(11, 0));
+        state.apply(Event::Fork {
+            parent: 11,
+            child: 12,
+        });
+        state.apply(Event::Exit {
+            process: 11,
+            leader: false,
+            status: SIGSYS,
+            parent: 10,
+        });
+        assert_eq!(state.trees[&10].killed, Some(11));
+
+        let mut state = tracked(10);
+        state.apply(Event::Fork {
+            parent: 10,
+            child: 11,
+        });
+        state.apply(exit(11, 0));
+        state.apply(Event::Fork {
+            parent: 11,
+            child: 12,
+        });
+        state.apply(exit(12, SIGSYS));
+        assert_eq!(state.trees[&10].killed, Some(12));
+
+        let mut state = tracked(10);
+        state.apply(Event::Exit {
+            process: 99,
+            leader: true,
+            status: SIGSYS,
+            parent: 10,
+        });
+        assert_eq!(state.trees[&10].killed, Some(99));
+    }
+
+    /// The datagram the kernel sends for a fork and an exit is read field by field.
+    #[test]
+    fn the_kernels_events_are_read_as_laid_out() {
+        let message = |what: u32, fields: &[u32]| {
+            let mut body = Vec::new();
+            body.extend(CN_IDX_PROC.to_ne_bytes());
+            body.extend(CN_VAL_PROC.to_ne_bytes());
+            body.extend([0u8; 8]);
+            body.extend(((EVENT_HEADER + 4 * fields.len()) as u16).to_ne_bytes());
+            body.extend([0u8; 2]);
+            body.extend(what.to_ne_bytes());
+            body.extend([0u8; 12]);
+            for field in fields {
+                body.extend(field.to_ne_bytes());
+            }
+            let mut message = ((NLMSG_HEADER + body.len()) as u32).to_ne_bytes().to_vec();
+            message.extend([0u8; 12]);
+            message.extend(body);
+            message
+        };
+        let mut datagram = message(PROC_EVENT_FORK, &[7, 7, 9, 9]);
+        datagram.extend(message(PROC_EVENT_FORK, &[7, 7, 10, 9])); // a thread
+        datagram.extend(message(PROC_EVENT_EXIT, &[9, 9, 31, 17, 7, 7]));
+        datagram.extend(message(PROC_EVENT_NONE, &[1]));
+        assert_eq!(
+            events(&datagram),
+            [
+                Event::Fork {
+                    parent: 7,
+                    child: 9
+                },
+                Event::Exit {
+                    process: 9,
+                    leader: true,
+                    status: 31,
+                    parent: 7
+                },
+                Event::Answer(1)
+            ]
+        );
+        assert_eq!(events(&datagram[..10]), []);
+    }
+
+    /// What the root forked before it was tracked joins its tree when it is.
+    #[test]
+    fn forks_read_before_the_root_was_tracked_join_its_tree() {
+        // Two: the test holds one, so that dropping the watch tells the kernel nothing.
+        let mut state = State {
+            listening: 2,
+            ..State::default()
+        };
+        state.apply(Event::Fork {
+            parent: 1,
+            child: 10,
+        });
+        state.apply(Event::Fork {
+            parent: 10,
+            child: 11,
+        });
+        state.apply(Event::Fork {
+            parent: 11,
+            child: 12,
+        });
+        let deaths = Arc::new(Deaths {
+            socket: open().unwrap_or_else(|_| {
+                // Any descriptor will do: nothing is sent on it here.
+                OwnedFd::from(std::fs::File::open("/dev/null").unwrap())
+            }),
+            state: Mutex::new(state),
+            ended: Condvar::new(),
+        });
+        let mut watch = Watch {
+            deaths: Arc::clone(&deaths),
+            root: None,
+        };
+        watch.track(10);
+        let mut state = deaths.lock();
+        assert_eq!(state.members.get(&12), Some(&10));
+        assert_eq!(state.members.get(&11), Some(&10));
+        assert!(state.others.is_empty());
+        state.apply(exit(12, SIGSYS));
+        drop(state);
+        assert_eq!(watch.killed(), Some(12));
+    }
+}
