@@ -825,6 +825,10 @@ async fn attack(
             Verdict::Refused,
             format!("a repository it made in its write scope was removed ({what})"),
         ),
+        Some(Violation::Unwatched) => outcome(
+            Verdict::Refused,
+            "watch: not every process could be watched; the process was stopped".to_owned(),
+        ),
         None => {
             let (verdict, detail) = reported(&finished).unwrap_or_else(|| {
                 let stderr = String::from_utf8_lossy(&finished.stderr.head);

@@ -419,16 +419,18 @@ async fn run_with(
         // this waits only for the events to be read.
         let descendant = match deaths.clone() {
             Some(deaths) => {
+                use crate::confinement::deaths::Seen;
                 match tokio::task::spawn_blocking(move || deaths.seen())
                     .await
-                    .unwrap_or(crate::confinement::deaths::Seen::Incomplete)
+                    .unwrap_or(Seen::Unfinished)
                 {
-                    crate::confinement::deaths::Seen::Killed(_) => Some(Violation::ForbiddenCall),
-                    crate::confinement::deaths::Seen::Clean => None,
-                    crate::confinement::deaths::Seen::Incomplete => {
+                    Seen::Killed(_) => Some(Violation::ForbiddenCall),
+                    Seen::Lost => Some(Violation::Unwatched),
+                    Seen::Clean => None,
+                    Seen::Unfinished => {
                         tracing::warn!(
-                            "not every process event of the run reached kavi: a process of it \
-                             killed by seccomp may have gone unseen"
+                            "the end of the run's processes was not read in time: a process \
+                             of it killed by seccomp may have gone unseen"
                         );
                         None
                     }

@@ -23,6 +23,10 @@ pub enum Violation {
     /// It made version control's state in a write scope in the workspace (removed since), or
     /// the scope could not be looked at: what, in words.
     Repository(String),
+    /// Not every process of it could be watched: kavi's reader of the kernel's process events
+    /// fell behind, as a flood of processes or threads makes it, so a forbidden call could
+    /// have gone unseen.
+    Unwatched,
 }
 
 impl Violation {
@@ -60,6 +64,11 @@ impl std::fmt::Display for Violation {
                 "stopped by its confinement for leaving a process to outlive it (a daemon)",
             ),
             Violation::Bound(bound) => write!(f, "stopped for exceeding {bound}"),
+            Violation::Unwatched => f.write_str(
+                "stopped by its confinement when not every process of it could be watched \
+                 (kavi's reader of the kernel's process events fell behind, as a flood of \
+                 processes or threads makes it)",
+            ),
             Violation::Repository(what) => write!(
                 f,
                 "failed by its confinement for leaving version control's state in its write \
@@ -106,6 +115,8 @@ pub(crate) struct Watched {
     pub(crate) deaths: Option<Arc<crate::confinement::deaths::Watch>>,
 }
 
+use crate::confinement::deaths::Seen;
+
 /// Watches a confined process until it is stopped (the task is aborted when the run ends);
 /// the first violation seen is written to `found` and stops it.
 pub(crate) async fn watch(
@@ -123,8 +134,10 @@ pub(crate) async fn watch(
                 return Some(Violation::Tripwire(path));
             }
             // A process the program started, killed by seccomp: the program may carry on.
-            if watched.deaths.as_ref().and_then(|d| d.killed()).is_some() {
-                return Some(Violation::ForbiddenCall);
+            match watched.deaths.as_ref().map(|d| d.so_far()) {
+                Some(Seen::Killed(_)) => return Some(Violation::ForbiddenCall),
+                Some(Seen::Lost) => return Some(Violation::Unwatched),
+                _ => {}
             }
             if orphaned(watched.outer) {
                 return Some(Violation::Daemon);

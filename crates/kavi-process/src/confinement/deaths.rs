@@ -63,7 +63,7 @@ struct State {
     /// Processes forked outside every tree while kavi listened, still alive: process → parent.
     /// A root is watched once it is spawned; whatever it forked before that is found here.
     /// (A root that ended before it was watched is not: its tree is then never seen to end,
-    /// and reported incomplete. bubblewrap takes milliseconds to start anything.)
+    /// and reported unfinished. bubblewrap takes milliseconds to start anything.)
     others: HashMap<u32, u32>,
 }
 
@@ -74,7 +74,7 @@ struct Tree {
     /// The root's exit was seen: nothing of the tree comes after it.
     ended: bool,
     /// Events were lost while it ran (the socket's buffer overflowed).
-    incomplete: bool,
+    lost: bool,
 }
 
 /// What was seen of one tree once it ended.
@@ -84,8 +84,11 @@ pub enum Seen {
     Clean,
     /// This process of it was (a global pid).
     Killed(u32),
-    /// Not every event reached kavi: a kill may have been missed.
-    Incomplete,
+    /// Events were lost while it ran: the reader fell behind the machine's forks and exits (as
+    /// a flood of processes or threads makes it), so a kill may have been missed.
+    Lost,
+    /// The root's exit was not read in time: what came before it may not have been either.
+    Unfinished,
 }
 
 /// Whether kavi can see every death in a confined tree here, and why not where it cannot.
@@ -153,36 +156,46 @@ impl Watch {
         }
     }
 
-    /// A process of the tree seccomp killed, seen so far.
-    pub fn killed(&self) -> Option<u32> {
-        let root = self.root?;
-        self.deaths.lock().trees.get(&root)?.killed
+    /// What is already known of the tree while it runs: a process of it that seccomp killed
+    /// (`Killed`), events lost (`Lost`), or neither (`Clean`).
+    pub fn so_far(&self) -> Seen {
+        let Some(tree) = self
+            .root
+            .and_then(|root| self.deaths.lock().trees.get(&root).copied())
+        else {
+            return Seen::Clean;
+        };
+        match (tree.killed, tree.lost) {
+            (Some(process), _) => Seen::Killed(process),
+            (None, true) => Seen::Lost,
+            (None, false) => Seen::Clean,
+        }
     }
 
     /// What was seen of the tree, once its root has exited (and been reaped): waits for the
     /// root's exit to be read, which the kernel reports after every other exit of the tree.
     pub fn seen(&self) -> Seen {
         let Some(root) = self.root else {
-            return Seen::Incomplete;
+            return Seen::Unfinished;
         };
         let deadline = Instant::now() + LAST_EVENT;
         let mut state = self.deaths.lock();
         loop {
             let Some(tree) = state.trees.get(&root).copied() else {
-                return Seen::Incomplete;
+                return Seen::Unfinished;
             };
             if let Some(process) = tree.killed {
                 return Seen::Killed(process);
             }
-            if tree.incomplete {
-                return Seen::Incomplete;
+            if tree.lost {
+                return Seen::Lost;
             }
             if tree.ended {
                 return Seen::Clean;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Seen::Incomplete;
+                return Seen::Unfinished;
             }
             state = self
                 .deaths
@@ -353,7 +366,7 @@ impl Deaths {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     let mut state = self.lock();
                     for tree in state.trees.values_mut() {
-                        tree.incomplete = true;
+                        tree.lost = true;
                     }
                     drop(state);
                     self.ended.notify_all();
@@ -363,7 +376,7 @@ impl Deaths {
                     tracing::warn!("the kernel's process events stopped: {e}");
                     let mut state = self.lock();
                     for tree in state.trees.values_mut() {
-                        tree.incomplete = true;
+                        tree.lost = true;
                     }
                     drop(state);
                     self.ended.notify_all();
@@ -592,7 +605,7 @@ mod tests {
             Tree {
                 killed: Some(12),
                 ended: true,
-                incomplete: false
+                lost: false
             }
         );
         assert!(state.others.is_empty());
@@ -687,6 +700,27 @@ mod tests {
         assert_eq!(events(&datagram[..10]), []);
     }
 
+    /// Events lost while a tree runs are what is known of it, then what is seen of it: never
+    /// a clean end.
+    #[test]
+    fn a_tree_whose_events_were_lost_never_ends_clean() {
+        let mut state = tracked(10);
+        state.listening = 2;
+        state.trees.get_mut(&10).unwrap().lost = true;
+        state.apply(exit(10, 0));
+        let deaths = Arc::new(Deaths {
+            socket: OwnedFd::from(std::fs::File::open("/dev/null").unwrap()),
+            state: Mutex::new(state),
+            ended: Condvar::new(),
+        });
+        let watch = Watch {
+            deaths,
+            root: Some(10),
+        };
+        assert_eq!(watch.so_far(), Seen::Lost);
+        assert_eq!(watch.seen(), Seen::Lost);
+    }
+
     /// What the root forked before it was tracked joins its tree when it is.
     #[test]
     fn forks_read_before_the_root_was_tracked_join_its_tree() {
@@ -726,6 +760,6 @@ mod tests {
         assert!(state.others.is_empty());
         state.apply(exit(12, SIGSYS));
         drop(state);
-        assert_eq!(watch.killed(), Some(12));
+        assert_eq!(watch.so_far(), Seen::Killed(12));
     }
 }
