@@ -55,6 +55,8 @@ struct State {
     trees: HashMap<u32, Tree>,
     /// How many launches listen now: the kernel is told to stop when none does.
     listening: usize,
+    /// The reader stopped on an error: no event comes any more.
+    stopped: bool,
     /// Processes forked into a tree: process → the tree's root. Kept after a process's first
     /// thread ends (its others may go on, and fork), and pruned of the processes that are gone
     /// once it grows past `prune_at`.
@@ -107,19 +109,25 @@ fn deaths() -> Result<&'static Arc<Deaths>, &'static str> {
 
 /// Starts watching for a tree about to be spawned; `None` where the events cannot be had.
 /// The kernel reports from the moment this returns, so the root's first fork is seen.
+/// Where the events can be had but this watch cannot get them (the kernel refused to listen
+/// again, or the reader stopped), the tree is taken as one whose events were lost: kavi
+/// says it sees every death, so a tree it cannot see is stopped, not run unseen.
 pub fn watch() -> Option<Watch> {
     let deaths = deaths().ok()?;
     let mut state = deaths.lock();
-    if state.listening == 0 {
+    let mut blind = state.stopped;
+    if state.listening == 0 && !blind {
         // Another launch stopped listening: the kernel is told again.
-        if deaths.send(PROC_CN_MCAST_LISTEN).is_err() {
-            return None;
+        if let Err(e) = deaths.send(PROC_CN_MCAST_LISTEN) {
+            tracing::warn!("the kernel's process events could not be listened to again: {e}");
+            blind = true;
         }
     }
     state.listening += 1;
     Some(Watch {
         deaths: Arc::clone(deaths),
         root: None,
+        blind,
     })
 }
 
@@ -127,6 +135,8 @@ pub fn watch() -> Option<Watch> {
 pub struct Watch {
     deaths: Arc<Deaths>,
     root: Option<u32>,
+    /// Its events cannot be had: its tree counts as one whose events were lost.
+    blind: bool,
 }
 
 impl Watch {
@@ -134,7 +144,13 @@ impl Watch {
     pub fn track(&mut self, root: u32) {
         self.root = Some(root);
         let mut state = self.deaths.lock();
-        state.trees.insert(root, Tree::default());
+        state.trees.insert(
+            root,
+            Tree {
+                lost: self.blind,
+                ..Tree::default()
+            },
+        );
         state.others.remove(&root);
         // What the root forked before now, and what those forked: members since.
         loop {
@@ -375,6 +391,7 @@ impl Deaths {
                 Err(e) => {
                     tracing::warn!("the kernel's process events stopped: {e}");
                     let mut state = self.lock();
+                    state.stopped = true;
                     for tree in state.trees.values_mut() {
                         tree.lost = true;
                     }
@@ -716,9 +733,30 @@ mod tests {
         let watch = Watch {
             deaths,
             root: Some(10),
+            blind: false,
         };
         assert_eq!(watch.so_far(), Seen::Lost);
         assert_eq!(watch.seen(), Seen::Lost);
+    }
+
+    /// A watch that could not listen takes its tree for one whose events were lost.
+    #[test]
+    fn a_tree_kavi_could_not_listen_for_is_taken_as_unseen() {
+        let deaths = Arc::new(Deaths {
+            socket: OwnedFd::from(std::fs::File::open("/dev/null").unwrap()),
+            state: Mutex::new(State {
+                listening: 2,
+                ..State::default()
+            }),
+            ended: Condvar::new(),
+        });
+        let mut watch = Watch {
+            deaths,
+            root: None,
+            blind: true,
+        };
+        watch.track(10);
+        assert_eq!(watch.so_far(), Seen::Lost);
     }
 
     /// What the root forked before it was tracked joins its tree when it is.
@@ -752,6 +790,7 @@ mod tests {
         let mut watch = Watch {
             deaths: Arc::clone(&deaths),
             root: None,
+            blind: false,
         };
         watch.track(10);
         let mut state = deaths.lock();
