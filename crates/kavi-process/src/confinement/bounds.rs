@@ -264,12 +264,9 @@ fn maker(name: &str) -> Option<i32> {
     let mut parts = name.strip_prefix("kavi-")?.split('-');
     let pid = parts.next()?.parse().ok().filter(|pid| *pid > 0)?;
     let (_seq, _random) = (parts.next()?, parts.next()?);
-    match (parts.next(), parts.next()) {
-        // Named before names carried the namespace: taken as this one's.
-        (None, _) => Some(pid),
-        (Some(namespace), None) if namespace == pid_namespace() => Some(pid),
-        _ => None,
-    }
+    // A name without the namespace (made before names carried it) is left alone: a kavi of
+    // another namespace may have made it.
+    (parts.next()? == pid_namespace() && parts.next().is_none()).then_some(pid)
 }
 
 /// Removes the cgroups whose kavi is gone, killing first whatever is still in them.
@@ -278,7 +275,8 @@ fn maker(name: &str) -> Option<i32> {
 /// what its sandbox ran should have died with it. So each kavi, at its first bounded launch,
 /// sweeps the folders it makes cgroups in: a cgroup named for a process of this PID namespace
 /// that no longer exists has its processes killed and is removed. A name whose process exists
-/// (even one that reused the pid), or that a kavi in another PID namespace made, is left alone.
+/// (even one that reused the pid), or that a kavi in another PID namespace made (or that does
+/// not say which namespace), is left alone.
 /// Returns how many cgroups were removed.
 pub fn sweep_orphans() -> usize {
     let swept = sweep_orphans_here();

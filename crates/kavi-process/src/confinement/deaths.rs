@@ -16,7 +16,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -57,16 +56,27 @@ struct State {
     listening: usize,
     /// The reader stopped on an error: no event comes any more.
     stopped: bool,
-    /// Processes forked into a tree: process → the tree's root. Kept after a process's first
-    /// thread ends (its others may go on, and fork), and pruned of the processes that are gone
-    /// once it grows past `prune_at`.
-    members: HashMap<u32, u32>,
-    prune_at: usize,
+    /// Processes forked into a tree: process → its tree's root, and how many of its threads
+    /// have not ended. A process is a member until its last thread's end is read: its first
+    /// thread may end before the others, which may still fork or make a forbidden call.
+    members: HashMap<u32, Member>,
     /// Processes forked outside every tree while kavi listened, still alive: process → parent.
     /// A root is watched once it is spawned; whatever it forked before that is found here.
     /// (A root that ended before it was watched is not: its tree is then never seen to end,
     /// and reported unfinished. bubblewrap takes milliseconds to start anything.)
     others: HashMap<u32, u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Member {
+    root: u32,
+    threads: u32,
+}
+
+impl Member {
+    fn of(root: u32) -> Self {
+        Member { root, threads: 1 }
+    }
 }
 
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +169,9 @@ impl Watch {
             } = &mut *state;
             let joined: Vec<u32> = others
                 .iter()
-                .filter(|(_, parent)| **parent == root || members.get(parent) == Some(&root))
+                .filter(|(_, parent)| {
+                    **parent == root || members.get(parent).is_some_and(|m| m.root == root)
+                })
                 .map(|(process, _)| *process)
                 .collect();
             if joined.is_empty() {
@@ -167,7 +179,7 @@ impl Watch {
             }
             for process in joined {
                 others.remove(&process);
-                members.insert(process, root);
+                members.insert(process, Member::of(root));
             }
         }
     }
@@ -228,7 +240,7 @@ impl Drop for Watch {
         let mut state = self.deaths.lock();
         if let Some(root) = self.root {
             state.trees.remove(&root);
-            state.members.retain(|_, tree| *tree != root);
+            state.members.retain(|_, member| member.root != root);
         }
         state.listening -= 1;
         if state.listening == 0 {
@@ -452,9 +464,11 @@ fn open() -> io::Result<OwnedFd> {
 enum Event {
     /// The kernel's answer to a listen: 0, or the errno it refused with.
     Answer(u32),
+    /// A process (`thread`: a thread of `child`, an existing process) was made by `parent`.
     Fork {
         parent: u32,
         child: u32,
+        thread: bool,
     },
     /// A thread of `process` ended (`leader`: its first thread, whose id the process has),
     /// with its wait status, while `parent` was the process's parent (0 where the kernel does
@@ -468,9 +482,6 @@ enum Event {
     },
 }
 
-/// Past this many members, the ones that are gone are pruned.
-const PRUNE_FROM: usize = 4096;
-
 impl State {
     /// Takes one event in; true when it ended a watched tree.
     fn apply(&mut self, event: Event) -> bool {
@@ -479,16 +490,30 @@ impl State {
         }
         match event {
             Event::Answer(_) => false,
-            Event::Fork { parent, child } => {
+            Event::Fork {
+                child,
+                thread: true,
+                ..
+            } => {
+                if let Some(member) = self.members.get_mut(&child) {
+                    member.threads += 1;
+                }
+                false
+            }
+            Event::Fork { parent, child, .. } => {
                 let root = if self.trees.contains_key(&parent) {
                     Some(parent)
                 } else {
-                    self.members.get(&parent).copied()
+                    self.members.get(&parent).map(|m| m.root)
                 };
                 match root {
-                    Some(root) => self.members.insert(child, root),
-                    None => self.others.insert(child, parent),
-                };
+                    Some(root) => {
+                        self.members.insert(child, Member::of(root));
+                    }
+                    None => {
+                        self.others.insert(child, parent);
+                    }
+                }
                 false
             }
             Event::Exit {
@@ -508,7 +533,7 @@ impl State {
                         .members
                         .get(&process)
                         .or_else(|| self.members.get(&parent))
-                        .copied()
+                        .map(|m| m.root)
                         .or_else(|| self.trees.contains_key(&parent).then_some(parent));
                     if let Some(tree) = root.and_then(|root| self.trees.get_mut(&root)) {
                         tree.killed.get_or_insert(process);
@@ -517,12 +542,13 @@ impl State {
                 if leader {
                     self.others.remove(&process);
                 }
-                if self.members.len() > self.prune_at.max(PRUNE_FROM) {
-                    // A process is gone once reaped; until then (a zombie) it counts against
-                    // the tree's process bound, so what is kept stays within it.
-                    self.members
-                        .retain(|process, _| Path::new(&format!("/proc/{process}")).exists());
-                    self.prune_at = 2 * self.members.len();
+                // Its last thread gone, a process can fork and call no more. (A thread that
+                // execs takes the first thread's place without an end of its own.)
+                if let Some(member) = self.members.get_mut(&process) {
+                    member.threads = member.threads.saturating_sub(1);
+                    if member.threads == 0 {
+                        self.members.remove(&process);
+                    }
                 }
                 false
             }
@@ -549,11 +575,14 @@ fn events(mut bytes: &[u8]) -> Vec<Event> {
         if is_proc {
             let parsed = match u32_at(message, event) {
                 Some(PROC_EVENT_NONE) => field(0).map(Event::Answer),
-                // parent_pid, parent_tgid, child_pid, child_tgid: a new thread is no new process.
+                // parent_pid, parent_tgid, child_pid, child_tgid: a new thread has an id of
+                // its own in an existing process.
                 Some(PROC_EVENT_FORK) => match (field(1), field(2), field(3)) {
-                    (Some(parent), Some(pid), Some(child)) if pid == child => {
-                        Some(Event::Fork { parent, child })
-                    }
+                    (Some(parent), Some(pid), Some(child)) => Some(Event::Fork {
+                        parent,
+                        child,
+                        thread: pid != child,
+                    }),
                     _ => None,
                 },
                 // process_pid, process_tgid, exit_code, exit_signal, parent_pid, parent_tgid
@@ -591,6 +620,15 @@ mod tests {
         state
     }
 
+    /// A new process.
+    fn fork(parent: u32, child: u32) -> Event {
+        Event::Fork {
+            parent,
+            child,
+            thread: false,
+        }
+    }
+
     /// A process's first thread ending, with its wait status.
     fn exit(process: u32, status: u32) -> Event {
         Event::Exit {
@@ -609,7 +647,7 @@ mod tests {
     fn a_kill_anywhere_below_the_root_is_the_trees() {
         let mut state = tracked(10);
         for (parent, child) in [(10, 11), (11, 12), (1, 50)] {
-            state.apply(Event::Fork { parent, child });
+            state.apply(fork(parent, child));
         }
         state.apply(exit(50, SIGSYS));
         state.apply(exit(11, 0));
@@ -628,21 +666,24 @@ mod tests {
         assert!(state.others.is_empty());
     }
 
+    /// A second thread of `process`.
+    fn thread(process: u32) -> Event {
+        Event::Fork {
+            parent: process,
+            child: process,
+            thread: true,
+        }
+    }
+
     /// A process whose first thread ended (`pthread_exit` in `main`) and whose other thread
     /// then makes the forbidden call is still the tree's, and so is what it forks after; a
     /// process kavi never saw forked is placed by its parent.
     #[test]
     fn a_kill_after_the_first_thread_ended_is_still_seen() {
         let mut state = tracked(10);
-        state.apply(Event::Fork {
-            parent: 10,
-            child: 11,
-        });
+        state.apply(fork(10, 11));
+        state.apply(thread(11));
         state.apply(exit(11, 0));
-        state.apply(Event::Fork {
-            parent: 11,
-            child: 12,
-        });
         state.apply(Event::Exit {
             process: 11,
             leader: false,
@@ -652,15 +693,10 @@ mod tests {
         assert_eq!(state.trees[&10].killed, Some(11));
 
         let mut state = tracked(10);
-        state.apply(Event::Fork {
-            parent: 10,
-            child: 11,
-        });
+        state.apply(fork(10, 11));
+        state.apply(thread(11));
         state.apply(exit(11, 0));
-        state.apply(Event::Fork {
-            parent: 11,
-            child: 12,
-        });
+        state.apply(fork(11, 12));
         state.apply(exit(12, SIGSYS));
         assert_eq!(state.trees[&10].killed, Some(12));
 
@@ -672,6 +708,33 @@ mod tests {
             parent: 10,
         });
         assert_eq!(state.trees[&10].killed, Some(99));
+    }
+
+    /// A process stays a member until its last thread's end is read, however many processes
+    /// the tree has made and however late the reader is: membership follows the events, not
+    /// what `/proc` shows when they are read.
+    #[test]
+    fn a_process_is_a_member_until_its_last_thread_ends() {
+        let mut state = tracked(10);
+        state.apply(fork(10, 11));
+        state.apply(fork(11, 12));
+        for child in 1000..6000 {
+            state.apply(fork(11, child));
+            state.apply(exit(child, 0));
+        }
+        assert_eq!(state.members.len(), 2);
+        state.apply(exit(12, SIGSYS));
+        assert_eq!(state.trees[&10].killed, Some(12));
+        state.apply(thread(11));
+        state.apply(exit(11, 0));
+        assert!(state.members.contains_key(&11));
+        state.apply(Event::Exit {
+            process: 11,
+            leader: false,
+            status: 0,
+            parent: 10,
+        });
+        assert!(state.members.is_empty());
     }
 
     /// The datagram the kernel sends for a fork and an exit is read field by field.
@@ -701,9 +764,11 @@ mod tests {
         assert_eq!(
             events(&datagram),
             [
+                fork(7, 9),
                 Event::Fork {
                     parent: 7,
-                    child: 9
+                    child: 9,
+                    thread: true
                 },
                 Event::Exit {
                     process: 9,
@@ -767,18 +832,9 @@ mod tests {
             listening: 2,
             ..State::default()
         };
-        state.apply(Event::Fork {
-            parent: 1,
-            child: 10,
-        });
-        state.apply(Event::Fork {
-            parent: 10,
-            child: 11,
-        });
-        state.apply(Event::Fork {
-            parent: 11,
-            child: 12,
-        });
+        state.apply(fork(1, 10));
+        state.apply(fork(10, 11));
+        state.apply(fork(11, 12));
         let deaths = Arc::new(Deaths {
             socket: open().unwrap_or_else(|_| {
                 // Any descriptor will do: nothing is sent on it here.
@@ -794,8 +850,8 @@ mod tests {
         };
         watch.track(10);
         let mut state = deaths.lock();
-        assert_eq!(state.members.get(&12), Some(&10));
-        assert_eq!(state.members.get(&11), Some(&10));
+        assert_eq!(state.members.get(&12), Some(&Member::of(10)));
+        assert_eq!(state.members.get(&11), Some(&Member::of(10)));
         assert!(state.others.is_empty());
         state.apply(exit(12, SIGSYS));
         drop(state);
