@@ -24,8 +24,7 @@ pub enum Violation {
     /// the scope could not be looked at: what, in words.
     Repository(String),
     /// Not every process of it could be watched: kavi's reader of the kernel's process events
-    /// fell behind, as a flood of processes or threads makes it, so a forbidden call could
-    /// have gone unseen.
+    /// fell behind, as a flood of them makes it, so a forbidden call could have gone unseen.
     Unwatched,
 }
 
@@ -67,7 +66,7 @@ impl std::fmt::Display for Violation {
             Violation::Unwatched => f.write_str(
                 "stopped by its confinement when not every process of it could be watched \
                  (kavi's reader of the kernel's process events fell behind, as a flood of \
-                 processes or threads makes it)",
+                 process events makes it)",
             ),
             Violation::Repository(what) => write!(
                 f,

@@ -96,8 +96,8 @@ pub enum Seen {
     Clean,
     /// This process of it was (a global pid).
     Killed(u32),
-    /// Events were lost while it ran: the reader fell behind the machine's forks and exits (as
-    /// a flood of processes or threads makes it), so a kill may have been missed.
+    /// Events were lost while it ran: the reader fell behind the machine's process events (as
+    /// a flood of them makes it), so a kill may have been missed.
     Lost,
     /// The root's exit was not read in time: what came before it may not have been either.
     Unfinished,
@@ -119,6 +119,36 @@ fn deaths() -> Result<&'static Arc<Deaths>, &'static str> {
 
 /// Starts watching for a tree about to be spawned; `None` where the events cannot be had.
 /// The kernel reports from the moment this returns, so the root's first fork is seen.
+/// The kinds of events kavi listens to, where the kernel lets a listener choose (Linux 6.6 and
+/// later; an older one ignores a listen that names kinds, so none is named there): forks and
+/// exits only. Every other kind (a process renaming itself, `prctl(PR_SET_NAME)`, costs a
+/// process a microsecond and no fork) would be a cheap way to flood the socket, by the tree
+/// or by any process of the machine, and lost events stop a tree.
+fn filter() -> Option<u32> {
+    static NAMES_KINDS: OnceLock<bool> = OnceLock::new();
+    let names_kinds = *NAMES_KINDS.get_or_init(|| {
+        // SAFETY: uname fills the struct it is given.
+        let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+        if unsafe { libc::uname(&mut name) } != 0 {
+            return false;
+        }
+        // SAFETY: the kernel's release is a NUL-terminated string.
+        let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
+        kernel_at_least(&release.to_string_lossy(), (6, 6))
+    });
+    names_kinds.then_some(PROC_EVENT_FORK | PROC_EVENT_EXIT)
+}
+
+/// Whether a kernel release (`6.18.44-fc`) is `at_least` (major, minor).
+fn kernel_at_least(release: &str, at_least: (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= at_least
+}
+
 /// Where the events can be had but this watch cannot get them (the kernel refused to listen
 /// again, or the reader stopped), the tree is taken as one whose events were lost: kavi
 /// says it sees every death, so a tree it cannot see is stopped, not run unseen.
@@ -128,7 +158,7 @@ pub fn watch() -> Option<Watch> {
     let mut blind = state.stopped;
     if state.listening == 0 && !blind {
         // Another launch stopped listening: the kernel is told again.
-        if let Err(e) = deaths.send(PROC_CN_MCAST_LISTEN) {
+        if let Err(e) = deaths.send(PROC_CN_MCAST_LISTEN, filter()) {
             tracing::warn!("the kernel's process events could not be listened to again: {e}");
             blind = true;
         }
@@ -244,7 +274,7 @@ impl Drop for Watch {
         }
         state.listening -= 1;
         if state.listening == 0 {
-            let _ = self.deaths.send(PROC_CN_MCAST_IGNORE);
+            let _ = self.deaths.send(PROC_CN_MCAST_IGNORE, None);
             state.members.clear();
             state.others.clear();
         }
@@ -274,12 +304,13 @@ impl Deaths {
             state: Mutex::default(),
             ended: Condvar::new(),
         };
+        // Unfiltered: the kernel's answer is an event of no kind, which a filter would drop.
         deaths
-            .send(PROC_CN_MCAST_LISTEN)
+            .send(PROC_CN_MCAST_LISTEN, None)
             .and_then(|()| deaths.answer())
             .map_err(|e| format!("the kernel's process events: {e}"))?;
         deaths
-            .send(PROC_CN_MCAST_IGNORE)
+            .send(PROC_CN_MCAST_IGNORE, None)
             .map_err(|e| format!("the kernel's process events: {e}"))?;
         let deaths = Arc::new(deaths);
         let reader = Arc::clone(&deaths);
@@ -294,10 +325,12 @@ impl Deaths {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Tells the kernel to report (`PROC_CN_MCAST_LISTEN`) or to stop (`..._IGNORE`).
-    fn send(&self, op: u32) -> io::Result<()> {
-        let mut message = Vec::with_capacity(NLMSG_HEADER + CN_MSG_HEADER + 4);
-        let length = (NLMSG_HEADER + CN_MSG_HEADER + 4) as u32;
+    /// Tells the kernel to report (`PROC_CN_MCAST_LISTEN`) or to stop (`..._IGNORE`), of
+    /// every kind of event, or only of `only` (a mask of `PROC_EVENT_*`).
+    fn send(&self, op: u32, only: Option<u32>) -> io::Result<()> {
+        let data = if only.is_some() { 8 } else { 4 };
+        let mut message = Vec::with_capacity(NLMSG_HEADER + CN_MSG_HEADER + data);
+        let length = (NLMSG_HEADER + CN_MSG_HEADER + data) as u32;
         message.extend(length.to_ne_bytes());
         message.extend((libc::NLMSG_DONE as u16).to_ne_bytes());
         message.extend(0u16.to_ne_bytes()); // flags
@@ -307,9 +340,12 @@ impl Deaths {
         message.extend(CN_VAL_PROC.to_ne_bytes());
         message.extend(0u32.to_ne_bytes()); // sequence
         message.extend(0u32.to_ne_bytes()); // acknowledgement
-        message.extend(4u16.to_ne_bytes()); // length of what follows
+        message.extend((data as u16).to_ne_bytes()); // length of what follows
         message.extend(0u16.to_ne_bytes()); // flags
         message.extend(op.to_ne_bytes());
+        if let Some(kinds) = only {
+            message.extend(kinds.to_ne_bytes());
+        }
         // SAFETY: the socket is open; the buffer is valid for its length.
         let sent = unsafe {
             libc::send(
@@ -735,6 +771,16 @@ mod tests {
             parent: 10,
         });
         assert!(state.members.is_empty());
+    }
+
+    #[test]
+    fn kernel_releases_are_compared_by_major_and_minor() {
+        assert!(kernel_at_least("6.18.44-fc-v669", (6, 6)));
+        assert!(kernel_at_least("6.6.0", (6, 6)));
+        assert!(!kernel_at_least("6.1.0-28-amd64", (6, 6)));
+        assert!(!kernel_at_least("5.15.0", (6, 6)));
+        assert!(kernel_at_least("10.0", (6, 6)));
+        assert!(!kernel_at_least("", (6, 6)));
     }
 
     /// The datagram the kernel sends for a fork and an exit is read field by field.
