@@ -157,8 +157,19 @@ impl Ledger {
         owners.remove(owner::EXTERNAL);
         // A shared ledger names owners on other machines: only this one's can be checked. The
         // others' runs are recovered once their leases have run out (see `recover_lapsed_leases`).
+        let on_server = self.conn.backend() == db::Backend::Postgres;
         let mut dead = Vec::new();
         'owners: for name in owners.into_iter().filter(|name| owner::runs_here(name)) {
+            // A server's ledger keeps its owners' locks in a folder of each account's cache: a
+            // kavi of this machine with another account, or another cache home (one a node
+            // runs, with the node's environment), keeps them elsewhere. Its process is then
+            // what says it is alive.
+            if on_server
+                && !self.owner_file(&name, owner::LOCKS[0]).exists()
+                && owner::still_running(&name)
+            {
+                continue;
+            }
             let mut held = Vec::new();
             for extension in owner::LOCKS {
                 // An owner known only from its rows has no lock file: a placeholder, held, is

@@ -778,3 +778,20 @@ fn the_locks_folder_is_closed_to_accounts_that_may_not_write_the_state() {
     drop(Ledger::open(&path).unwrap());
     assert_eq!((mode(&locks), mode(&path)), (0o2770, 0o660));
 }
+
+/// An owner of this machine whose lock is in another folder (another account's cache, or a
+/// kavi a node started with another cache home, on a server's ledger) is alive while its
+/// process is: the pid, started no later than the name was made. A pid reused by a process
+/// started after the name, or no process at all, is not it.
+#[test]
+fn an_owner_is_still_running_while_its_process_is() {
+    let pid = std::process::id();
+    let now = jiff::Timestamp::now().as_nanosecond();
+    assert!(owner::still_running(&format!("{pid}-{now}@host")));
+    assert!(!owner::still_running(&format!("{pid}-1000@host")));
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    let gone = ended.id();
+    ended.wait().unwrap();
+    assert!(!owner::still_running(&format!("{gone}-{now}@host")));
+    assert!(!owner::still_running("not-an-owner"));
+}
