@@ -422,17 +422,17 @@ impl Confinement {
             "isolation": self.isolated().then(|| serde_json::json!({
                 "namespaces": ["user", "pid", "mount", "ipc", "uts", "cgroup", "net"],
                 "seccomp": true,
-                "seccomp_kills": match (self.profile.programs, deaths::availability()) {
-                    (true, Ok(())) => {
-                        "seen in every process of the tree (the kernel's process events)"
-                            .to_owned()
+                // Asked only of a role that may start programs: a skill's run starts no reader.
+                "seccomp_kills": if !self.profile.programs {
+                    "seen only when the program itself is killed: a child's may be a library \
+                     trying to start a program"
+                        .to_owned()
+                } else {
+                    match deaths::availability() {
+                        Ok(()) => "seen in every process of the tree (the kernel's process events)"
+                            .to_owned(),
+                        Err(why) => format!("seen only when the program itself is killed: {why}"),
                     }
-                    (true, Err(why)) => {
-                        format!("seen only when the program itself is killed: {why}")
-                    }
-                    (false, _) => "seen only when the program itself is killed: a child's may \
-                                   be a library trying to start a program"
-                        .to_owned(),
                 },
                 "programs": if self.profile.programs {
                     "any"
