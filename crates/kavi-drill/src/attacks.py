@@ -520,7 +520,7 @@ def forbidden_in_child():
         syscall(101, 16, 1, 0, 0)  # PTRACE_ATTACH to pid 1
         os._exit(0)
     os.waitpid(pid, 0)
-    return refused("EPERM", "the child's status was ignored")
+    return refused("CHILD_KILLED", "the child's status was ignored")
 
 
 def mount():

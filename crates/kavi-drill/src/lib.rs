@@ -383,6 +383,9 @@ fn mechanism_of(errno: &str) -> &'static str {
         "ENOSPC" => "no new user namespaces",
         "ENOSYS" => "seccomp",
         "SIGSYS" => "seccomp: a class that starts no programs, execve killed the caller",
+        // What `forbidden_in_child` says where kavi does not see every death in a tree: the
+        // child was killed, and only the attack's own report says so.
+        "CHILD_KILLED" => "seccomp killed the child; kavi cannot see every death in a tree here",
         "FORBIDDEN" => "kavi's proxy: not in [processes] allowed_hosts, 403",
         "STAND_IN" => "mount view: kavi's stand-in accounts file, not the host's",
         _ => "refused",

@@ -164,43 +164,22 @@ pub(super) fn runs_here(name: &str) -> bool {
 }
 
 /// Whether the process the owner `name` names (`<pid>-<nanos>@host`, made at `nanos`) still
-/// runs on this machine: a process with that pid that started no later than the name was made
-/// (to the second the kernel's boot time is given in). A pid reused since started after its
-/// owner died, so later than that.
+/// runs on this machine: a live process with that pid that started no later than the name was
+/// made (within a second: the name's clock is the wall clock, the start's the boot clock). A
+/// pid reused since started after its owner died, so later than that.
 pub(super) fn still_running(name: &str) -> bool {
     let process = name.split_once('@').map_or(name, |(process, _)| process);
     let Some((pid, nanos)) = process.split_once('-') else {
         return false;
     };
-    let (Ok(pid), Ok(named_at)) = (pid.parse::<u32>(), nanos.parse::<i128>()) else {
+    let (Ok(pid), Ok(named_at)) = (pid.parse::<i32>(), nanos.parse::<i128>()) else {
         return false;
     };
-    started_at_nanos(pid).is_some_and(|started| started <= named_at + 1_000_000_000)
-}
-
-/// When process `pid` started, in nanoseconds since the epoch (to the second of the boot
-/// time's precision), from `/proc`.
-fn started_at_nanos(pid: u32) -> Option<i128> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command (which may hold spaces and parentheses): state is the 3rd
-    // field of the line, start time the 22nd.
-    let ticks: i128 = stat
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
-    let boot: i128 = std::fs::read_to_string("/proc/stat")
-        .ok()?
-        .lines()
-        .find_map(|line| line.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    // SAFETY: sysconf reads a constant of the system.
-    let per_second = i128::from(unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) });
-    (per_second > 0).then(|| boot * 1_000_000_000 + ticks * 1_000_000_000 / per_second)
+    let Some(ago) = kavi_process::roster::started_ago(pid) else {
+        return false;
+    };
+    let started = jiff::Timestamp::now().as_nanosecond() - ago.as_nanos() as i128;
+    started <= named_at.saturating_add(1_000_000_000)
 }
 
 /// Where what `stream` (`stdout` or `stderr`) of node `node` in run `run_id` has printed so far

