@@ -237,3 +237,47 @@ fn every_neutralisation_attempt_of_the_gates_drill_is_caught_by_its_gate() {
         "{timeit}"
     );
 }
+
+/// An account other than root may make no cgroup on a machine like CI's (its cgroup v1
+/// hierarchies are root's), so no cgroup bounds its sandboxes' processes: kavi sets the bound
+/// as `RLIMIT_NPROC` on the sandbox's init before the program starts, which the kernel counts
+/// in the sandbox's own user namespace. A skill that starts 500 processes stops at its bound,
+/// and every other attack is refused as it is for root.
+#[test]
+fn another_accounts_sandboxes_are_held_to_their_processes_bound() {
+    if !common::isolation_or_skip() || !common::other_accounts_or_skip() {
+        return;
+    }
+    let dir = shipped_workspace();
+    let cache = dir.path().join(".cache");
+    std::fs::create_dir(&cache).unwrap();
+    common::open_to_other_accounts(dir.path());
+    let out = common::as_account(
+        4303,
+        dir.path(),
+        &["drill", "isolation", "--role", "skill", "--json"],
+    )
+    // The tests' shared cache home is root's.
+    .env("XDG_CACHE_HOME", &cache)
+    .output()
+    .unwrap();
+    let outcomes: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let outcomes = outcomes.as_array().unwrap();
+    let processes = outcomes
+        .iter()
+        .find(|o| o["attack"] == "processes")
+        .unwrap();
+    assert_eq!(processes["verdict"], "refused", "{processes}");
+    assert!(
+        processes["mechanism"]
+            .as_str()
+            .unwrap()
+            .contains("process bound"),
+        "{processes}"
+    );
+    for outcome in outcomes {
+        assert_eq!(outcome["verdict"], "refused", "{outcome}");
+    }
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -438,9 +438,10 @@ impl Targets {
     fn make(workspace: &Path) -> Result<Self, DrillError> {
         let dir = tempfile::Builder::new().prefix("kavi-drill-").tempdir()?;
         let token = format!("kavi-drill-{}", uuid::Uuid::new_v4().simple());
-        // A canary where kavi's user keeps secrets; the attack must not read it.
+        // A canary where kavi's user keeps secrets; the attack must not read it. Named apart
+        // from the workspace's secrets folder, which it would meet where the workspace is home.
         let home_canary = std::env::var_os("HOME")
-            .map(|home| PathBuf::from(home).join(format!(".{token}")))
+            .map(|home| PathBuf::from(home).join(format!(".{token}-home")))
             .filter(|path| std::fs::write(path, &token).is_ok());
         let secret_dir = workspace.join(format!(".{token}"));
         std::fs::create_dir_all(&secret_dir)?;

@@ -224,6 +224,11 @@ async fn run_with(
         }
         _ => None,
     };
+    // Where no cgroup bounds the tree's processes, bubblewrap's init waits for its bound.
+    let hold = match launch.as_ref().and_then(|launch| launch.processes) {
+        Some(_) => Some(crate::confinement::bounds::InitHold::new()?),
+        None => None,
+    };
     let window = roster::StartWindow::open();
     let spawned = match &launch {
         None => spawn::spawn(
@@ -246,9 +251,18 @@ async fn run_with(
                 .iter()
                 .map(|fd| high(fd.as_fd()))
                 .collect::<io::Result<Vec<_>>>()?;
+            // The hold's two ends after the scopes' (see `Launch::processes`).
+            let held = match &hold {
+                Some((_, ends)) => ends
+                    .iter()
+                    .map(|fd| high(fd.as_fd()))
+                    .collect::<io::Result<Vec<_>>>()?,
+                None => Vec::new(),
+            };
             let pass: Vec<_> = filters
                 .iter()
                 .chain(&scopes)
+                .chain(&held)
                 .map(|fd| fd.as_raw_fd())
                 .collect();
             let cgroups: Vec<_> = launch
@@ -278,6 +292,14 @@ async fn run_with(
     let mut child = Child::new(spawned.pid)?;
     tracing::debug!(program = %program.display(), args = ?spec.args, cwd = %spec.cwd.display(), "spawned");
     let group = GroupGuard::new(spawned.pid);
+    if let (Some((hold, ends)), Some(processes)) =
+        (hold, launch.as_ref().and_then(|launch| launch.processes))
+    {
+        // bubblewrap holds its ends now: with kavi's closed, a bubblewrap that ends early
+        // ends the wait.
+        drop(ends);
+        hold.release(processes)?;
+    }
     if let Some(roster) = &options.roster {
         roster.enlist(spawned.pid.as_raw(), window)?;
     }

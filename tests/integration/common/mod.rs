@@ -59,7 +59,8 @@ pub fn kavi_with_key(uid: u32, key: &Path, dir: &Path, args: &[&str]) -> Output 
         .unwrap()
 }
 
-fn as_account(uid: u32, dir: &Path, args: &[&str]) -> Command {
+/// `kavi` as the account `uid` (see [`kavi_as`]), to be run by the caller.
+pub fn as_account(uid: u32, dir: &Path, args: &[&str]) -> Command {
     let mut setpriv = Command::new("setpriv");
     setpriv.args([
         format!("--reuid={uid}"),

@@ -4,7 +4,9 @@
 //! machine lets kavi make one (cgroup v2, or v1's `memory` and `pids` controllers); the child
 //! moves itself into it before it execs. CPU seconds, open files and the size of one file are
 //! rlimits, set in the child before it execs. Without a cgroup, memory falls back to an address
-//! space rlimit and processes are unbounded; the record and `kavi doctor` say which applies.
+//! space rlimit of each process, and processes to an `RLIMIT_NPROC` set on the sandbox's init
+//! before its program starts ([`processes_by_rlimit`]), which the kernel counts in the
+//! sandbox's own user namespace; the record and `kavi doctor` say which applies.
 //!
 //! After the process exits, the cgroup's counters say whether a bound was hit (an OOM kill, a
 //! refused fork), which kavi reports as its own failure, never as a plain crash.
@@ -101,9 +103,122 @@ impl CgroupSupport {
             CgroupSupport::V2(path) => format!("cgroup v2 ({})", path.display()),
             CgroupSupport::V1 { cpuacct: None, .. } => "cgroup v1 (memory, pids)".to_owned(),
             CgroupSupport::V1 { .. } => "cgroup v1 (memory, pids, cpuacct)".to_owned(),
-            CgroupSupport::None(why) => format!("rlimits only ({why})"),
+            CgroupSupport::None(why) if nproc_applies() => format!(
+                "rlimits only ({why}): processes by RLIMIT_NPROC in the sandbox's own user \
+                 namespace, memory by each process's address space"
+            ),
+            CgroupSupport::None(why) => format!(
+                "rlimits only ({why}): memory by each process's address space; processes not \
+                 bounded, as the kernel holds no task of the host's root to RLIMIT_NPROC"
+            ),
         }
     }
+}
+
+/// Where no cgroup bounds a tree's processes (`by_cgroup` false), the profile's bound, for kavi
+/// to set as `RLIMIT_NPROC` on the sandbox's init before its program starts. The kernel counts
+/// that limit per user namespace: in the sandbox's own, where only the tree's tasks are, and
+/// not against the account's other processes (bubblewrap made the namespace with kavi's own
+/// limit, which the levels above are held to). `None` where a cgroup bounds them, the profile
+/// sets no bound, or kavi runs as the host's root, whose tasks the kernel never holds to it.
+pub fn processes_by_rlimit(limits: &Limits, by_cgroup: bool) -> Option<u64> {
+    limits.processes.filter(|_| !by_cgroup && nproc_applies())
+}
+
+/// How kavi holds a sandbox's init until its processes bound is set (see
+/// [`processes_by_rlimit`]): bubblewrap writes the init's pid on one pipe (`--info-fd`) and
+/// closes it; the init then waits for a byte on the other (`--block-fd`) before it starts the
+/// program, so that the program and all it starts inherit the bound.
+pub struct InitHold {
+    info: OwnedFd,
+    go: OwnedFd,
+}
+
+/// How long bubblewrap has to say its init's pid: it does so right after making the
+/// namespaces, in a few milliseconds.
+const INIT_PID_WAIT_MS: u16 = 10_000;
+
+impl InitHold {
+    /// The hold, and the two ends bubblewrap gets, in its order: the info end it writes, then
+    /// the block end it reads. Every end is close-on-exec in kavi.
+    pub fn new() -> std::io::Result<(Self, [OwnedFd; 2])> {
+        let (info, info_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (go_end, go) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        Ok((Self { info, go }, [info_end, go_end]))
+    }
+
+    /// Reads the init's pid, sets `processes` as its `RLIMIT_NPROC`, and lets it start the
+    /// program. On an error (bubblewrap ended, said no pid, or the limit was refused) the init
+    /// is still waiting, or gone: the caller kills the tree, and nothing ran unbounded.
+    pub fn release(self, processes: u64) -> std::io::Result<()> {
+        use std::io::Read;
+        let unheld = |why: String| {
+            std::io::Error::other(format!(
+                "cannot set the sandbox's process bound ({processes} processes): {why}"
+            ))
+        };
+        let mut said = Vec::new();
+        let mut info = fs::File::from(self.info);
+        loop {
+            let mut ready = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&info),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(&mut ready, nix::poll::PollTimeout::from(INIT_PID_WAIT_MS)) {
+                Ok(0) => return Err(unheld("bubblewrap did not say its init's pid".into())),
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(unheld(e.to_string())),
+            }
+            let mut chunk = [0; 1024];
+            match info.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(read) => said.extend_from_slice(&chunk[..read]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(unheld(e.to_string())),
+            }
+        }
+        let pid = serde_json::from_slice::<serde_json::Value>(&said)
+            .ok()
+            .and_then(|said| said.get("child-pid")?.as_i64())
+            .and_then(|pid| libc::pid_t::try_from(pid).ok())
+            .filter(|pid| *pid > 0)
+            .ok_or_else(|| unheld("bubblewrap ended before it said its init's pid".into()))?;
+        let limit = libc::rlimit64 {
+            rlim_cur: processes,
+            rlim_max: processes,
+        };
+        // SAFETY: a plain system call on a pid and a limit of ours; the old limit is not asked.
+        if unsafe {
+            libc::prlimit64(
+                pid,
+                libc::RLIMIT_NPROC,
+                &raw const limit,
+                std::ptr::null_mut(),
+            )
+        } != 0
+        {
+            return Err(unheld(std::io::Error::last_os_error().to_string()));
+        }
+        fs::File::from(self.go)
+            .write_all(b"1")
+            .map_err(|e| unheld(e.to_string()))
+    }
+}
+
+/// Whether the kernel holds this account's tasks to `RLIMIT_NPROC`: every account but the
+/// host's root (uid 0 of the first user namespace, which `/proc/self/uid_map` shows mapping
+/// every id to itself).
+fn nproc_applies() -> bool {
+    static APPLIES: OnceLock<bool> = OnceLock::new();
+    *APPLIES.get_or_init(|| {
+        let host_root = nix::unistd::getuid().is_root()
+            && fs::read_to_string("/proc/self/uid_map").is_ok_and(|map| {
+                map.lines().any(|line| {
+                    line.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]
+                })
+            });
+        !host_root
+    })
 }
 
 /// This process's cgroup path in the hierarchy whose line in /proc/self/cgroup matches.

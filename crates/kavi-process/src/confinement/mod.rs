@@ -138,6 +138,11 @@ pub struct Launch {
     pub filters: Arc<Vec<Vec<u8>>>,
     pub cgroup: Option<(bounds::Cgroup, Vec<std::os::fd::OwnedFd>)>,
     pub rlimits: Vec<(nix::libc::__rlimit_resource_t, u64)>,
+    /// Where no cgroup bounds the tree's processes, the bound set as `RLIMIT_NPROC` on the
+    /// namespace's init before its program starts (see [`bounds::processes_by_rlimit`]):
+    /// bubblewrap is handed two more descriptors after the write scopes', the first to tell
+    /// the init's pid on, the second to wait on until the bound is set.
+    pub processes: Option<u64>,
     /// The decoys laid in the view, watched while the process runs.
     pub tripwires: Option<tripwire::Tripwires>,
     /// The accounts files mounted over the host's, kept until the process ends.
@@ -325,6 +330,8 @@ impl Confinement {
             })
             .cloned()
             .collect();
+        let cgroup = bounds::Cgroup::make(&self.profile.limits)?;
+        let processes = bounds::processes_by_rlimit(&self.profile.limits, cgroup.is_some());
         let mut wrapped = runtime::arguments(
             &runtime::View {
                 read: &read,
@@ -340,6 +347,7 @@ impl Confinement {
             cwd,
             filters.len(),
             self.profile.limits.memory_mib.map(|mib| mib << 20),
+            processes.map(|_| 3 + filters.len() + scopes.len()),
         );
         if proxy.is_some() {
             wrapped.extend([
@@ -384,7 +392,6 @@ impl Confinement {
                 .collect::<std::io::Result<_>>()?,
             None => Vec::new(),
         };
-        let cgroup = bounds::Cgroup::make(&self.profile.limits)?;
         let rlimits = bounds::rlimits(&self.profile.limits, cgroup.is_some());
         Ok(Some(Launch {
             landlock: self.landlock.as_ref().map(|(fd, _)| Arc::clone(fd)),
@@ -394,6 +401,7 @@ impl Confinement {
             filters: Arc::clone(filters),
             cgroup,
             rlimits,
+            processes,
             tripwires,
             accounts,
             env: if proxy.is_some() {

@@ -83,7 +83,9 @@ enum Mount {
 /// bubblewrap's arguments for `view` (each path the same inside as outside, so that every path
 /// kavi hands the process stays true), without the program. `proxy` is, for a profile with the
 /// network, the proxy's socket and the bridge's binary on the host, mounted read-only where the
-/// bridge expects them; the network namespace is new either way.
+/// bridge expects them; the network namespace is new either way. `handshake`, when given, is
+/// the descriptor bubblewrap writes its namespace's init's pid to (`--info-fd`); the init then
+/// waits, before it starts the program, for a byte on the next one (`--block-fd`).
 ///
 /// Parents are mounted before their children, and for one path a write after a read, so that a
 /// write scope inside a read-only folder stays writable and a hidden folder stays hidden.
@@ -93,6 +95,7 @@ pub fn arguments(
     cwd: &Path,
     filters: usize,
     tmp_bytes: Option<u64>,
+    handshake: Option<usize>,
 ) -> Vec<String> {
     let mut args: Vec<String> = [
         "--unshare-all",
@@ -228,6 +231,14 @@ pub fn arguments(
     // process::spawn).
     for fd in 0..filters {
         args.extend(["--add-seccomp-fd".into(), (3 + fd).to_string()]);
+    }
+    if let Some(info) = handshake {
+        args.extend([
+            "--info-fd".into(),
+            info.to_string(),
+            "--block-fd".into(),
+            (info + 1).to_string(),
+        ]);
     }
     args.push("--".into());
     args
