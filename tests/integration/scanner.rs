@@ -250,6 +250,34 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "import functools\nimport os\nfunctools.reduce(getattr, ['system'], os)('id')\n",
         "dynamic_names",
     ),
+    // A built-in function's `__self__` is its module; a format field name is looked up at run
+    // time (the attack round of 2026-11-29 reached `subprocess` and `os.system` so).
+    read_only(
+        "builtin_self",
+        "measure = len\nmeasure.__self__.__import__('subprocess')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "module_function_self",
+        "import os\nos.getcwd.__self__.system('id')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "format_field",
+        "import string\nimport sys\nstring.Formatter().get_field('0.modules[os].system', [sys], {})[0]('id')\n",
+        "dynamic_code",
+    ),
+    read_only(
+        "format_field_from",
+        "import sys\nfrom string import Formatter as F\nF().get_field('0.modules', [sys], {})\n",
+        "dynamic_code",
+    ),
+    // A cast is a type the checker takes on trust.
+    read_only(
+        "typing_cast",
+        "from typing import cast\n\n\ndef run(text: str) -> int:\n    return cast(int, text)\n",
+        "unchecked_types",
+    ),
     read_only(
         "operator_attrgetter",
         "import operator\nimport os\noperator.attrgetter('system')(os)('id')\n",
@@ -1030,6 +1058,22 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
         )],
     );
     names.push("keyword_allowlisted");
+    // A file whose built strings the analyser cannot follow (a sum too deep for its recursion)
+    // hides the key it builds beside: it fails, named as unscanned.
+    let deep = format!(
+        "def pad() -> str:\n    return {}\n\n\nKEY = 'AKIA' + 'IOSFODNN7EXAMPLQ'\n",
+        vec!["'a'"; 1000].join(" + ")
+    );
+    write_skill(root, "too_deep", &[("skill.py", &deep)]);
+    names.push("too_deep");
+    // A file in another encoding: no rule reads it as the skill does.
+    write_skill(root, "utf16_readme", &[("skill.py", "NAME = 'x'\n")]);
+    let utf16: Vec<u8> = "\u{feff}KEY = AKIAIOSFODNN7EXAMPLQ\n"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    std::fs::write(root.join("skills/utf16_readme/README.md"), utf16).unwrap();
+    names.push("utf16_readme");
     write_skill(
         root,
         "clean",
@@ -1057,6 +1101,18 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
             "{detail}"
         );
     }
+    for (index, rule) in [
+        (SECRETS.len() + 1, "[unscanned]"),
+        (SECRETS.len() + 2, "[encoding]"),
+    ] {
+        let result = &results[index];
+        assert_eq!(result["status"], "failed", "{result}");
+        assert_eq!(result["failure_kind"], "VERIFY_SECRET", "{result}");
+        assert!(
+            result["detail"].as_str().unwrap().contains(rule),
+            "{rule}: {result}"
+        );
+    }
     let allowlisted = &results[SECRETS.len()];
     assert_eq!(allowlisted["status"], "failed", "{allowlisted}");
     assert!(
@@ -1069,10 +1125,10 @@ fn secrets_fail_as_verify_secret_and_the_value_is_printed_nowhere() {
     assert_eq!(allowlisted["tool"]["tool"], "detect-secrets");
     assert_eq!(allowlisted["tool"]["version"], "1.5.0");
     assert_eq!(
-        results[SECRETS.len() + 1]["status"],
+        results[SECRETS.len() + 3]["status"],
         "passed",
         "{}",
-        results[SECRETS.len() + 1]
+        results[SECRETS.len() + 3]
     );
     // Nor by another gate, nor by the run's own output.
     let run = last_run(root);

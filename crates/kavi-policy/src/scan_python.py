@@ -1101,13 +1101,21 @@ def main():
     if request.get("strings"):
         # For the secret scan: the strings each file builds. One that does not parse builds
         # none known here; the policy scan fails it.
+        # A file Python cannot compile builds no string when it runs (the policy scan fails
+        # it); one whose strings cannot all be followed is named, never passed over: a secret
+        # hidden in it would be missed.
         strings = []
+        unscanned = []
         for source in request["files"]:
             try:
                 strings.extend(built_strings(source))
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
+            except (SyntaxError, ValueError):
                 continue
-        json.dump({"strings": strings}, sys.stdout)
+            except RecursionError:
+                unscanned.append({"file": source["name"], "reason": "too deeply nested"})
+            except MemoryError:
+                unscanned.append({"file": source["name"], "reason": "too large"})
+        json.dump({"strings": strings, "unscanned": unscanned}, sys.stdout)
         return
     capabilities = request["capabilities"]
     test_modules = {f["module"] for f in request["files"] if f["test"]}

@@ -214,6 +214,10 @@ pub const SYNTAX_RULE: &str = "syntax";
 /// declaration other than UTF-8, a name that is not ASCII): the analyser's.
 pub const SOURCE_RULE: &str = "source";
 
+/// The rule of a secret scan's finding for a Python file whose built strings the analyser could
+/// not follow (too deeply nested, too large).
+pub const UNSCANNED_RULE: &str = "unscanned";
+
 /// Extensions of files Python would load as code that the analyser cannot read.
 const COMPILED: &[&str] = &["pyc", "pyo", "so", "pyd", "dylib", "dll", "pth"];
 
@@ -502,12 +506,34 @@ impl Scanner {
             value: String,
         }
         #[derive(Deserialize)]
+        struct Unscanned {
+            file: String,
+            reason: String,
+        }
+        #[derive(Deserialize)]
         struct Answer {
             strings: Vec<Built>,
+            unscanned: Vec<Unscanned>,
         }
         let answer = serde_json::from_slice::<Answer>(stdout)
             .map_err(|e| format!("the analyser's answer is not what kavi expects: {e}"))?;
-        let mut findings = Vec::new();
+        // A file whose strings could not be followed may hide one: it fails the scan.
+        let mut findings: Vec<Finding> = answer
+            .unscanned
+            .into_iter()
+            .map(|unscanned| Finding {
+                file: unscanned.file,
+                line: 1,
+                col: None,
+                rule: UNSCANNED_RULE.to_owned(),
+                message: format!(
+                    "the strings it builds cannot be followed ({}), so it cannot be checked \
+                     for secrets",
+                    unscanned.reason
+                ),
+                excerpt: String::new(),
+            })
+            .collect();
         let mut values = Vec::new();
         for built in answer.strings {
             let (found, _) = self.scan_secrets(&built.file, &built.text);
@@ -598,13 +624,13 @@ pub fn read_skill_files(
             match String::from_utf8(bytes) {
                 Ok(text) => files.push(SkillFile { name, text }),
                 Err(e) => {
-                    if name.ends_with(".py") {
-                        findings.push(finding(
-                            &name,
-                            "encoding",
-                            "is not UTF-8 text, so it cannot be checked",
-                        ));
-                    }
+                    // Read whole by the skill in any encoding it likes (UTF-16 hides a key
+                    // from every rule here), so no file is passed over for its encoding.
+                    findings.push(finding(
+                        &name,
+                        "encoding",
+                        "is not UTF-8 text, so it cannot be checked",
+                    ));
                     files.push(SkillFile {
                         name,
                         text: String::from_utf8_lossy(e.as_bytes()).into_owned(),

@@ -125,8 +125,10 @@ pub(super) async fn secrets(
     timeout: Duration,
     found: &Mutex<Vec<String>>,
 ) -> Result<String, String> {
-    let (read, _) = scanner::read_skill_files(cwd, files)?;
-    let mut findings = Vec::new();
+    // A file no rule here can read (not UTF-8, compiled, not a regular file) may hide a key
+    // from all of them: it fails the scan, as it fails the policy scan.
+    let (read, unreadable) = scanner::read_skill_files(cwd, files)?;
+    let mut findings = unreadable;
     let mut values = Vec::new();
     for file in &read {
         let (found, secret) = scanner.scan_secrets(&file.name, &file.text);

@@ -70,6 +70,7 @@ fn a_class_set_is_forbidden_what_every_class_forbids() {
             "native",
             "dynamic_code",
             "verdict",
+            "unchecked_types",
             "dynamic_names",
             "environment"
         ]
