@@ -413,6 +413,8 @@ async fn run_with(
     let mut exit = exit?;
     let mut violation = None;
     if let Some(launch) = &launch {
+        // Everything the run is stopped or failed for, in the order found; the gravest names it.
+        let mut found: Vec<Violation> = Vec::new();
         // bubblewrap exits with 128 + the signal that killed the program.
         if let Exit::Code(code @ 129..=192) = exit {
             exit = Exit::Signal(code - 128);
@@ -430,12 +432,8 @@ async fn run_with(
             t.disarm();
             sprung
         });
-        let sprung = sprung.map(Violation::Tripwire);
-        // What only an attack does names the violation before a bound it also hit.
-        let watched = match watched {
-            Some(bound @ Violation::Bound(_)) => sprung.or(Some(bound)),
-            other => other.or(sprung),
-        };
+        found.extend(watched);
+        found.extend(sprung.map(Violation::Tripwire));
         // A process of the tree killed by seccomp, the program or one it started. Once the root
         // is reaped, every process of the tree has ended; this waits for their ends to be read.
         let descendant = match deaths.clone() {
@@ -458,25 +456,20 @@ async fn run_with(
             }
             None => None,
         };
-        violation = watched
-            .or(descendant)
-            .or(match exit {
-                Exit::Signal(signal) if signal == nix::libc::SIGSYS => {
-                    Some(Violation::ForbiddenCall)
-                }
-                Exit::Signal(signal) => {
-                    crate::confinement::bounds::exceeded_by_signal(signal, limits)
-                        .map(Violation::Bound)
-                }
-                _ => None,
-            })
-            .or_else(|| {
-                let (cgroup, _) = launch.cgroup.as_ref()?;
-                cgroup.exceeded().map(Violation::Bound)
-            });
+        found.extend(descendant);
+        found.extend(match exit {
+            Exit::Signal(signal) if signal == nix::libc::SIGSYS => Some(Violation::ForbiddenCall),
+            Exit::Signal(signal) => {
+                crate::confinement::bounds::exceeded_by_signal(signal, limits).map(Violation::Bound)
+            }
+            _ => None,
+        });
+        if let Some((cgroup, _)) = launch.cgroup.as_ref() {
+            found.extend(cgroup.exceeded().map(Violation::Bound));
+        }
         // What it wrote in its last moments, or in less than the watch's first measure, stays:
         // its write folders are measured once more now that it has ended.
-        if violation.is_none()
+        if found.is_empty()
             && let Some(mib) = limits.disk_mib
         {
             let paths = spec
@@ -492,7 +485,7 @@ async fn run_with(
                     .ok()
                     .flatten();
             if used.is_none_or(|used| used > mib << 20) {
-                violation = Some(Violation::disk(mib));
+                found.push(Violation::disk(mib));
             }
         }
         // What it nested too deep for a path to name, no later look at the workspace could
@@ -517,19 +510,19 @@ async fn run_with(
         match unnameable {
             Ok(removed) if removed.is_empty() => {}
             Ok(removed) => {
-                violation = violation.or(Some(Violation::Bound(format!(
+                found.push(Violation::Bound(format!(
                     "nested paths in its write scope too long to name (over {} bytes), \
                      removed: {} entries, the first {}",
                     kavi_foundation::removal::NAMEABLE,
                     removed.len(),
                     shortened(&removed[0])
-                ))));
+                )));
             }
             Err(unseen) => {
-                violation = violation.or(Some(Violation::Bound(format!(
+                found.push(Violation::Bound(format!(
                     "cannot look for paths too long to name in its write scope: {}",
                     unseen.chars().take(300).collect::<String>()
-                ))));
+                )));
             }
         }
         // A repository it made in a write scope in the workspace would run its configuration
@@ -543,14 +536,13 @@ async fn run_with(
             Ok(made) if made.is_empty() => {}
             Ok(made) => {
                 let made: Vec<String> = made.iter().map(|p| p.display().to_string()).collect();
-                violation = violation.or(Some(Violation::Repository(made.join(", "))));
+                found.push(Violation::Repository(made.join(", ")));
             }
             Err(unseen) => {
-                violation = violation.or(Some(Violation::Repository(format!(
-                    "cannot look: {unseen}"
-                ))));
+                found.push(Violation::Repository(format!("cannot look: {unseen}")));
             }
         }
+        violation = Violation::gravest(found);
     }
     Ok(Finished {
         exit,

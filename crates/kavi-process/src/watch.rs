@@ -34,6 +34,14 @@ impl Violation {
         !matches!(self, Violation::Bound(_))
     }
 
+    /// Of the violations one run was found with, in the order found, the one it fails for: the
+    /// first that only an attack does, else the first. A bound the run also hit (as an attack
+    /// can do on purpose, to be stopped for it first) never hides what the attack did.
+    pub fn gravest(mut found: Vec<Violation>) -> Option<Violation> {
+        let index = found.iter().position(Violation::is_security).unwrap_or(0);
+        (index < found.len()).then(|| found.swap_remove(index))
+    }
+
     /// The failure kind the process fails as, whatever role it ran as.
     pub fn failure_kind(&self) -> &'static str {
         use crate::confinement::{RESOURCE_KIND, SECURITY_KIND};
@@ -212,4 +220,31 @@ fn programs(outer: Pid) -> Vec<i32> {
     }
     found.drain(..inits.len());
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Violation;
+
+    #[test]
+    fn the_first_violation_only_an_attack_commits_names_the_run_before_any_bound() {
+        let bound = |what: &str| Violation::Bound(what.to_owned());
+        assert_eq!(Violation::gravest(vec![]), None);
+        assert_eq!(
+            Violation::gravest(vec![bound("disk"), Violation::ForbiddenCall]),
+            Some(Violation::ForbiddenCall)
+        );
+        assert_eq!(
+            Violation::gravest(vec![
+                bound("disk"),
+                Violation::Repository("a".into()),
+                Violation::Unwatched
+            ]),
+            Some(Violation::Repository("a".into()))
+        );
+        assert_eq!(
+            Violation::gravest(vec![bound("disk"), bound("cpu")]),
+            Some(bound("disk"))
+        );
+    }
 }

@@ -746,6 +746,40 @@ async fn a_repository_made_in_a_write_scope_is_removed_and_fails_the_run() {
     assert_eq!(finished.violation, None);
 }
 
+/// A run that also outgrows a bound (as an attack may, on purpose, to be stopped for it first)
+/// still fails for the repository it made: a security violation, never a resource limit.
+#[tokio::test]
+async fn a_bound_the_run_also_hit_does_not_hide_the_repository_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let scope = dir.join("notes");
+    std::fs::create_dir_all(&scope).unwrap();
+    let mut profile = profile(
+        &dir,
+        vec![scope.clone()],
+        Limits {
+            disk_mib: Some(1),
+            ..Limits::default()
+        },
+    );
+    profile.workspace = Some(dir.clone());
+    let script = format!(
+        "mkdir -p {0}/made/.git && printf '[core]\\n\\tfsmonitor = true\\n' > {0}/made/.git/config && \
+         head -c 3000000 /dev/zero > {0}/big",
+        scope.display()
+    );
+    let Some(finished) = run_sh(&dir, profile, &script).await else {
+        return;
+    };
+    let violation = finished.violation.expect("a violation");
+    assert!(
+        matches!(&violation, Violation::Repository(what) if what.contains("made/.git")),
+        "{violation:?}"
+    );
+    assert_eq!(violation.failure_kind(), crate::confinement::SECURITY_KIND);
+    assert!(!scope.join("made/.git").exists());
+}
+
 /// A process given a write scope in the workspace can nest folders past what a path can name;
 /// every later look at the workspace (the views, the builder's copy) would then refuse to run
 /// anything. What is too deep is removed when it ends, and the run fails for a bound.
