@@ -501,6 +501,27 @@ def inotify():
     return allowed("made an inotify instance")
 
 
+def pty_count():
+    # Each pseudo-terminal held open moves a count every account reads.
+    try:
+        os.openpty()
+    except OSError as e:
+        return refused(e.errno, "os.openpty")
+    return allowed("opened a pseudo-terminal")
+
+
+def process_name():
+    # A name every account reads in the host's /proc: written there, or set with prctl.
+    try:
+        with open("/proc/self/comm", "w") as comm:
+            comm.write("leak")
+        return allowed("renamed itself through /proc/self/comm")
+    except OSError:
+        pass
+    result, err = syscall(157, 15, ctypes.addressof(ctypes.create_string_buffer(b"leak")), 0, 0, 0)
+    return refused(err) if result != 0 else allowed("renamed itself with prctl(PR_SET_NAME)")
+
+
 def perf_event():
     attr = ctypes.create_string_buffer(128)
     result, err = syscall(298, ctypes.addressof(attr), 0, -1, -1, 0)

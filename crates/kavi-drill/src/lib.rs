@@ -318,6 +318,16 @@ const CASES: &[Case] = &[
         "take the account's inotify instances (a limit per account, across namespaces), which \
          kavi's tripwires need to start the next launch",
     ),
+    case(
+        "pty_count",
+        Role::Skill,
+        "open a pseudo-terminal (a count every account on the machine reads)",
+    ),
+    x86(
+        "process_name",
+        Role::Skill,
+        "rename itself where every account on the machine reads it (/proc/self/comm, prctl)",
+    ),
     x86("perf_event", Role::Builder, "open a performance counter"),
     x86("ptrace", Role::Builder, "attach to a process with ptrace"),
     x86(

@@ -154,6 +154,14 @@ pub fn arguments(
     // reports whatever exit status it likes through its descriptors (/proc/1/fd). Its /proc
     // folder is an empty read-only one; the mounts are made while pid 1 is the init itself.
     args.extend(["--tmpfs", "/proc/1", "--remount-ro", "/proc/1"].map(str::to_owned));
+    // What a process writes of itself in /proc (its name, `/proc/self/comm`) every account on
+    // the machine reads in the host's /proc: a way out for a process that holds secrets. Its
+    // /proc is read-only (`prctl(PR_SET_NAME)` is refused by seccomp).
+    args.extend(["--remount-ro", "/proc"].map(str::to_owned));
+    // Each pseudo-terminal opened moves a count every account reads
+    // (`/proc/sys/kernel/pty/nr`), whatever devpts it is in: no process here opens one, as
+    // none has a terminal.
+    args.extend(["--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"].map(str::to_owned));
     // The private /tmp lives in memory: it is bounded like memory.
     if let Some(bytes) = tmp_bytes {
         args.extend(["--size".into(), bytes.to_string()]);

@@ -178,6 +178,16 @@ fn deny_rules(network: bool, locks: bool) -> Result<BTreeMap<i64, Vec<SeccompRul
         always.into_iter().map(|call| (call, Vec::new())).collect();
     #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_inotify_init, Vec::new());
+    // A process's (or thread's) name is shown to every account on the machine: renaming
+    // itself would carry bits out. Programs that name their threads carry on without.
+    rules.insert(
+        libc::SYS_prctl,
+        vec![rule(vec![arg(
+            0,
+            SeccompCmpOp::Eq,
+            libc::PR_SET_NAME as u64,
+        )?])?],
+    );
     page_cache_rules(&mut rules)?;
     let (unix, inet, inet6) = (
         libc::AF_UNIX as u64,
