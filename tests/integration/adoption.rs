@@ -705,3 +705,109 @@ fn an_approval_from_inside_a_user_namespace_is_refused_and_records_nothing() {
     let said = stdout(&kavi(root, &["policy", "diff"]));
     assert!(said.contains("gate `tests` removed"), "{said}");
 }
+
+/// Runs `kavi` in `root` with a keys folder of the test's own (its index of where each
+/// workspace's rules were adopted among them) and, when given, `KAVI_LEDGER`.
+fn kavi_keyed(keys: &Path, ledger: Option<&Path>, root: &Path, args: &[&str]) -> Output {
+    let mut command = kavi_command(root, args);
+    command.env("KAVI_KEYS", keys);
+    if let Some(ledger) = ledger {
+        command.env("KAVI_LEDGER", ledger);
+    }
+    command.output().unwrap()
+}
+
+/// A pipeline of one `true`, whose first run adopts the rules it runs under.
+fn add_noop(root: &Path) {
+    std::fs::write(
+        root.join("pipelines/noop.toml"),
+        "[pipeline]\nname = \"noop\"\n[nodes.a]\nkind = \"exec\"\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+}
+
+/// A workspace at a path with a line break and another workspace's path in it, whose rules are
+/// weaker, adopts them on first use in a ledger of its own: the index of where each workspace's
+/// rules were adopted still says nothing of the other workspace, so when that one moves to a new
+/// ledger, the set carried over is its own, and the weakening on its disk stays one.
+#[test]
+fn a_workspace_path_with_a_line_break_names_no_other_workspace_in_the_ledgers_index() {
+    let keys = tempfile::tempdir().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path().canonicalize().unwrap();
+    add_noop(&root);
+    let first = kavi_keyed(keys.path(), None, &root, &["pipeline", "run", "noop"]);
+    assert!(first.status.success(), "{first:?}");
+    drop_the_test_gate(&root);
+
+    let outside = tempfile::tempdir().unwrap();
+    let mut odd = outside.path().join("x").into_os_string();
+    odd.push("\n");
+    odd.push(root.as_os_str());
+    let odd = std::path::PathBuf::from(odd);
+    common::copy_shipped_workspace(&odd);
+    std::fs::copy(
+        root.join("policies/gates.toml"),
+        odd.join("policies/gates.toml"),
+    )
+    .unwrap();
+    add_noop(&odd);
+    let weak = outside.path().join("weak.db");
+    let there = kavi_keyed(keys.path(), Some(&weak), &odd, &["pipeline", "run", "noop"]);
+    assert!(there.status.success(), "{there:?}");
+
+    let moved = outside.path().join("moved.db");
+    let run = kavi_keyed(
+        keys.path(),
+        Some(&moved),
+        &root,
+        &["pipeline", "run", "noop"],
+    );
+    assert!(run.status.success(), "{run:?}");
+    let diff = kavi_keyed(keys.path(), Some(&moved), &root, &["policy", "diff"]);
+    let said = stdout(&diff);
+    assert!(
+        said.contains("weakening      policies/gates.toml: gate `tests` removed"),
+        "{said}{}",
+        stderr(&diff)
+    );
+    let index = std::fs::read_to_string(keys.path().join("ledgers/workspaces")).unwrap();
+    assert_eq!(index.lines().count(), 3, "{index:?}");
+}
+
+/// An index line that kavi does not write (as an earlier kavi wrote a workspace's path with a
+/// line break in it) makes a new ledger adopt nothing on first use: no line of that index can be
+/// taken at its word, and the refusal says which line and what to do.
+#[test]
+fn a_ledgers_index_with_a_line_kavi_does_not_write_is_refused_at_first_use() {
+    let keys = tempfile::tempdir().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path().canonicalize().unwrap();
+    add_noop(&root);
+    assert!(
+        kavi_keyed(keys.path(), None, &root, &["pipeline", "run", "noop"])
+            .status
+            .success()
+    );
+    let index = keys.path().join("ledgers/workspaces");
+    let mut text = std::fs::read_to_string(&index).unwrap();
+    text.push_str(&format!("/tmp/x\n{}\t/tmp/weak.db\n", root.display()));
+    std::fs::write(&index, text).unwrap();
+    drop_the_test_gate(&root);
+    let moved = tempfile::tempdir().unwrap();
+    let moved = moved.path().join("moved.db");
+    let run = kavi_keyed(
+        keys.path(),
+        Some(&moved),
+        &root,
+        &["pipeline", "run", "noop"],
+    );
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    let said = stderr(&run);
+    assert!(
+        said.contains("refused to adopt the rules on first use")
+            && said.contains("holds a line kavi does not write (line 2:")
+            && said.contains("removes the ones that are not theirs"),
+        "{said}"
+    );
+}

@@ -14,6 +14,8 @@ use crate::policy::roles::{DEFAULT_POLICY as ROLES, Excluded, Roles};
 use crate::signing::{self, Signer, Subject};
 use crate::{GovernanceError, Result};
 
+mod index;
+
 /// One side of a comparison of governing sets, member by member.
 #[derive(Debug, Serialize)]
 pub struct Side {
@@ -180,7 +182,7 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
     }
     let here = crate::ledger::canonical_location(&workspace.config.ledger);
     let mut carried = None;
-    for previous in previous_ledgers(workspace)
+    for previous in previous_ledgers(workspace)?
         .into_iter()
         .filter(|previous| crate::ledger::canonical_location(previous) != here)
     {
@@ -219,7 +221,10 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
         },
         true,
     )?;
-    remember_ledger(workspace, &here);
+    index::remember(
+        &workspace.root,
+        &index::ledger_key(&workspace.config.ledger),
+    );
     Ok(())
 }
 
@@ -250,55 +255,16 @@ fn earlier_adoption(previous: &std::path::Path) -> Result<Option<Governing>> {
     Governing::adopted(&earlier).map_err(refused)
 }
 
-/// Where kavi's keys folder remembers, per workspace, the ledger its rules were adopted in:
-/// `<workspace>\t<ledger>` lines. Outside every workspace, so that no edit of one changes it.
-fn adoptions_index() -> std::path::PathBuf {
-    crate::ledger::keys::dir()
-        .join("ledgers")
-        .join("workspaces")
-}
-
-fn workspace_key(workspace: &Workspace) -> String {
-    crate::ledger::canonical_location(&workspace.root)
-}
-
-/// The ledgers this workspace's rules may have been adopted in before: the one the index
-/// remembers, then the default one in the workspace.
-fn previous_ledgers(workspace: &Workspace) -> Vec<std::path::PathBuf> {
-    let key = workspace_key(workspace);
-    let remembered = std::fs::read_to_string(adoptions_index())
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.split_once('\t'))
-        .filter(|(root, _)| *root == key)
-        .map(|(_, ledger)| std::path::PathBuf::from(ledger))
-        .next_back();
-    remembered
+/// The ledgers this workspace's rules may have been adopted in before: the one kavi's keys
+/// folder remembers ([`index`]), then the default one in the workspace.
+fn previous_ledgers(workspace: &Workspace) -> Result<Vec<std::path::PathBuf>> {
+    let remembered = index::remembered(&workspace.root).map_err(|why| {
+        GovernanceError::Usage(format!("refused to adopt the rules on first use: {why}"))
+    })?;
+    Ok(remembered
         .into_iter()
         .chain(std::iter::once(workspace.root.join(".kavi/ledger.db")))
-        .collect()
-}
-
-/// Remembers `ledger` as where this workspace's rules were adopted. Best effort: a keys
-/// folder that cannot be written loses only the carrying over from a ledger other than the
-/// workspace's default one.
-fn remember_ledger(workspace: &Workspace, ledger: &str) {
-    use std::io::Write as _;
-    // A URL's password is never written (`canonical_location` leaves it out), nor a line break.
-    if ledger.contains(['\n', '\t']) {
-        return;
-    }
-    let index = adoptions_index();
-    let remember = || -> std::io::Result<()> {
-        std::fs::create_dir_all(index.parent().unwrap_or(std::path::Path::new(".")))?;
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&index)?;
-        writeln!(file, "{}\t{ledger}", workspace_key(workspace))
-    };
-    // The workspace's default ledger is still found without it.
-    let _ = remember();
+        .collect())
 }
 
 /// Keeps each file's text in the ledger; returns path -> spec hash.
