@@ -622,6 +622,16 @@ pub fn read_skill_files(
             }
             let bytes = super::invariants::read_bytes(root, &name)?;
             match String::from_utf8(bytes) {
+                // UTF-16 without its mark is valid UTF-8, a NUL between every letter: no rule
+                // matches it, and the skill decodes it whole.
+                Ok(text) if text.contains('\0') => {
+                    findings.push(finding(
+                        &name,
+                        "encoding",
+                        "holds NUL characters, so it cannot be checked as text",
+                    ));
+                    files.push(SkillFile { name, text });
+                }
                 Ok(text) => files.push(SkillFile { name, text }),
                 Err(e) => {
                     // Read whole by the skill in any encoding it likes (UTF-16 hides a key

@@ -106,6 +106,17 @@ pub(super) const TOOL_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "unused_import_aliased_to_itself",
+        what: "an unused import written `import os as os`, which ruff takes for a re-export",
+        targets: &["lint"],
+        skill: Some(
+            "import os as os\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: object) -> object:\n    return data\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "line_noqa_with_code",
         what: "`# noqa: F401` on an unused import, which silences exactly what it names",
         targets: &["lint"],

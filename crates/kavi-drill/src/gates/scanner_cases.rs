@@ -6,6 +6,41 @@ use super::cases::{At, CONTRACT_PROPOSAL, Case, ITEM_CLASS_RUNTEST};
 
 pub(super) const SCANNER_CASES: &[Case] = &[
     Case {
+        name: "report_forged_through_builtin_self",
+        what: "a test that reaches `builtins` through `len.__self__` and ends the process through \
+               it before the failing test runs (as one that forged pytest's report would)",
+        targets: &["policy"],
+        skill: None,
+        test: Some(
+            "import unittest\nfrom typing import Any\n\nfrom skill import run\n\n_size: Any = len\n\n\nclass T(unittest.TestCase):\n    def test_a_first(self) -> None:\n        home = _size.__self__\n        home.getattr(home.__import__(\"os\"), \"_\" + \"exit\")(0)\n\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "module_reached_by_a_format_field",
+        what: "`string.Formatter().get_field(\"0.modules[os]\", [sys], {})`: `sys.modules` by a \
+               name looked up at run time",
+        targets: &["policy"],
+        skill: Some(
+            "import string\nimport sys\nfrom typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> Any:\n    string.Formatter().get_field(\"0.modules[os]\", [sys], {})[0].getcwd()\n    return {\"echo\": data}\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
+        name: "type_error_cast_away",
+        what: "a `str` returned as `int` through `typing.cast`, a type mypy takes on trust",
+        targets: &["policy"],
+        skill: Some(
+            "from typing import Any, cast\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef run(data: Any) -> Any:\n    return {\"echo\": data}\n\n\ndef count(text: str) -> int:\n    return cast(int, text)\n",
+        ),
+        test: None,
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "assertion_in_a_thread",
         what: "the test's assertion runs in a `threading.Thread`, whose exception pytest only warns of",
         targets: &["policy"],
@@ -203,6 +238,20 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     // Secrets built from pieces: the analyser folds them, kavi's rules read the result.
+    Case {
+        name: "secret_in_utf16_notes",
+        what: "an AWS key in a README written as UTF-16 without a byte order mark, which the skill \
+               decodes at run time and no rule reads",
+        targets: &["secrets"],
+        skill: None,
+        test: None,
+        extra: &[(
+            At::Skill,
+            "README.md",
+            "K\0E\0Y\0 \0=\0 \0A\0K\0I\0A\0I\0O\0S\0F\0O\0D\0N\0N\0\x37\0E\0X\0A\0M\0P\0L\0Q\0\n\0",
+        )],
+        kind: None,
+    },
     Case {
         name: "secret_concatenated",
         what: "an AWS key built as `\"AKIA\" + \"...\"`",
