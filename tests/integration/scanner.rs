@@ -278,6 +278,12 @@ const DISGUISES: &[(&str, &str, &str, &str)] = &[
         "from typing import cast\n\n\ndef run(text: str) -> int:\n    return cast(int, text)\n",
         "unchecked_types",
     ),
+    // The mode of a call `open` is passed to cannot be read where it is made.
+    read_only(
+        "open_passed_on",
+        "import functools\nwriter = functools.partial(open, mode='w')\nwriter('/proc/self/comm').write('x')\n",
+        "file_write",
+    ),
     read_only(
         "operator_attrgetter",
         "import operator\nimport os\noperator.attrgetter('system')(os)('id')\n",

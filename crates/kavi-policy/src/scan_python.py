@@ -1061,6 +1061,16 @@ def analyse(source, capabilities, forbidden, test_modules):
                     if what:
                         add(node, rule, "%s: %s" % (capability["message"], what))
                         break
+                # `functools.partial(open, mode="w")`, `opener = open`: the call it is passed to
+                # is made where its mode cannot be read.
+                if (isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)
+                        and id(node) not in scope.called):
+                    for spec in capability.get("write_modes", ()):
+                        passed = sorted(q for q in names if fnmatch.fnmatchcase(q, spec["call"]))
+                        if passed:
+                            add(node, rule, "%s: passes `%s` on, so the mode it opens a file with "
+                                "cannot be checked" % (capability["message"], passed[0]))
+                            break
                 if isinstance(node, ast.Call):
                     func = scope.quals(node.func)
                     for spec in capability.get("write_modes", ()):
