@@ -195,10 +195,11 @@ fn a_forbidden_import_fails_the_policy_gate_with_file_line_and_rule() {
         "skills/demo/skill.py:1:1: [process] starts a process: imports `subprocess`"
     );
     // The import is unused, too: the lint gate says so, after the policy gate that names the
-    // failure kind.
+    // failure kind. The tests passed, but a process the code could start could have written
+    // their report: that pass is not kept.
     assert_eq!(
         run["nodes"][0]["error"],
-        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1:1: [process] starts a process: imports `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1:8: F401 [*] `subprocess` imported but unused\n    Found 1 error.\n    [*] 1 fixable with `--fix`."
+        "required gates did not pass:\n  policy (failed)\n    skills/demo/skill.py:1:1: [process] starts a process: imports `subprocess`\n  lint (failed)\n    exited with code 1\n    skills/demo/skill.py:1:8: F401 [*] `subprocess` imported but unused\n    Found 1 error.\n    [*] 1 fixable with `--fix`.\n  tests (void)\n    not kept: this verdict is the tests' own report, and gate policy found what in the code could have written it"
     );
     assert_eq!(run["nodes"][0]["outputs"]["failure_kind"], "VERIFY_POLICY");
 }
@@ -253,6 +254,48 @@ fn no_gate_passes_over_code_python_reads_otherwise() {
         "{:?}",
         statuses(&run)
     );
+}
+
+/// A test that reaches a module by reflection (`len.__self__` is `builtins`, as the attack
+/// round's test reached `os._exit` after writing pytest's report itself) fails the policy scan,
+/// and the tests' own report, which such code could have written, is not kept as a pass.
+#[test]
+fn a_test_report_the_code_could_have_written_is_void_when_the_scan_fails() {
+    let test = TEST
+        .replace(
+            "from skill import run\n",
+            "from typing import Any\n\nfrom skill import run\n\n_size: Any = len\n",
+        )
+        .replace(
+            "        self.assertEqual",
+            "        _size.__self__.print(\"reached\")\n        self.assertEqual",
+        );
+    let dir = workspace(SKILL, &test);
+    assert_eq!(run_verify(dir.path()), Some(1));
+    let run = last_run(dir.path());
+    let policy = verification(&run, "policy");
+    assert_eq!(policy["status"], "failed", "{policy}");
+    assert!(
+        policy["detail"]
+            .as_str()
+            .unwrap()
+            .contains("[dynamic_code] runs code it was not checked as: `builtins.len.__self__`"),
+        "{policy}"
+    );
+    let tests = verification(&run, "tests");
+    assert_eq!(tests["status"], "void", "{tests}");
+    assert_eq!(tests["failure_kind"], policy["failure_kind"], "{tests}");
+    assert!(
+        tests["detail"]
+            .as_str()
+            .unwrap()
+            .contains("this verdict is the tests' own report"),
+        "{tests}"
+    );
+    // What no code of the skill's reports stands: the linter and the type checker passed.
+    for gate in ["lint", "types"] {
+        assert_eq!(verification(&run, gate)["status"], "passed", "{gate}");
+    }
 }
 
 #[test]

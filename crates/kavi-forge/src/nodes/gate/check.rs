@@ -5,8 +5,8 @@ use std::path::Path;
 
 use super::verify::Toolchains;
 use super::{
-    Check, CompiledGate, DETAIL_LINES, READ_OTHERWISE, Scope, Verdict, contract, junit,
-    suppressions, tail,
+    Check, CompiledGate, DETAIL_LINES, READ_OTHERWISE, Scope, TEST_REPORT, Verdict, contract,
+    junit, suppressions, tail,
 };
 use crate::ledger::GateResult;
 use crate::node::NodeContext;
@@ -265,7 +265,7 @@ impl CompiledGate {
                     }
                     return Ok(match junit::judge(prepared, spec, exit, &declared) {
                         Ok(counts) => {
-                            evidence.insert("tests".to_owned(), counts.record());
+                            evidence.insert(TEST_REPORT.to_owned(), counts.record());
                             Verdict::PassedNoting(match &allowed_note {
                                 Some(note) => format!("{}; {note}", counts.summary()),
                                 None => counts.summary(),
@@ -273,7 +273,7 @@ impl CompiledGate {
                         }
                         Err(refusal) => {
                             if let Some(counts) = &refusal.counts {
-                                evidence.insert("tests".to_owned(), counts.record());
+                                evidence.insert(TEST_REPORT.to_owned(), counts.record());
                             }
                             Verdict::Failed(format!(
                                 "{}: {}{}\n{}",

@@ -55,6 +55,9 @@ const DETAIL_LINES: usize = 20;
 /// rule `source`): their names.
 const READ_OTHERWISE: &str = "read_otherwise";
 
+/// The evidence of a gate whose verdict is a test report (`junit`): its counts.
+const TEST_REPORT: &str = "tests";
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GateConfig {

@@ -201,6 +201,7 @@ impl Gate {
         )
         .await;
         void_what_was_not_read(&mut results);
+        void_what_the_code_reported(&mut results);
         found.extend(
             secrets
                 .into_inner()
@@ -329,6 +330,37 @@ fn void_what_was_not_read(results: &mut [GateResult]) {
         result.detail = Some(format!(
             "not kept: gate {scan} found files Python reads otherwise than the tools do ({files}), \
              so what this gate judged is not what runs"
+        ));
+    }
+}
+
+/// A gate whose verdict the code under review's own process reports (a test run's report,
+/// written by pytest in the process that runs the tests and the skill) cannot be vouched for
+/// when the policy scan failed: what it found (a test hook, a module reached by reflection, a
+/// process, a file written) is what could have written that report, as the attack round's
+/// `len.__self__` test did, forging three passes. Its pass is void; a failure stands.
+fn void_what_the_code_reported(results: &mut [GateResult]) {
+    let Some((scan, kind)) = results
+        .iter()
+        .find(|r| r.kind == "policy_scan" && r.status == "failed")
+        .map(|r| (r.gate.clone(), r.failure_kind.clone()))
+    else {
+        return;
+    };
+    let reported_by_the_code = |r: &GateResult| {
+        r.evidence
+            .as_ref()
+            .is_some_and(|evidence| evidence.get(super::TEST_REPORT).is_some())
+    };
+    for result in results
+        .iter_mut()
+        .filter(|r| r.status == "passed" && reported_by_the_code(r))
+    {
+        result.status = "void".to_owned();
+        result.failure_kind.clone_from(&kind);
+        result.detail = Some(format!(
+            "not kept: this verdict is the tests' own report, and gate {scan} found what in the \
+             code could have written it"
         ));
     }
 }
