@@ -811,3 +811,52 @@ fn a_ledgers_index_with_a_line_kavi_does_not_write_is_refused_at_first_use() {
         "{said}"
     );
 }
+
+/// The ledger a workspace's rules were adopted in moved out of the way, beside a weakened rule
+/// on disk: renamed with its folder (the next run makes a new, empty ledger in its place), or
+/// moved with `kavi.toml` pointed at a new one. Neither adopts the disk's rules on first use:
+/// the keys folder remembers where they were adopted, and the refusal names that ledger and
+/// what to do. Put back, it governs again, and the weakening is still one.
+#[test]
+fn a_workspace_whose_adopted_ledger_is_gone_adopts_nothing_on_first_use() {
+    let keys = tempfile::tempdir().unwrap();
+    let dir = shipped_workspace();
+    let root = dir.path().canonicalize().unwrap();
+    add_noop(&root);
+    let noop = |root: &Path| kavi_keyed(keys.path(), None, root, &["pipeline", "run", "noop"]);
+    assert!(noop(&root).status.success());
+    drop_the_test_gate(&root);
+    let ledger = root.join(".kavi/ledger.db");
+    let refused = |run: &Output, what: &str| {
+        assert_eq!(run.status.code(), Some(2), "{run:?}");
+        let said = stderr(run);
+        assert!(
+            said.contains("refused to adopt the rules on first use")
+                && said.contains(&format!("ledger at {}", ledger.display()))
+                && said.contains(what)
+                && said.contains("Put that ledger back")
+                && said.contains("No kavi command adopts rules in a new ledger through review"),
+            "{said}"
+        );
+    };
+
+    std::fs::rename(root.join(".kavi"), root.join(".kavi.old")).unwrap();
+    refused(&noop(&root), "a new, empty ledger is in its place");
+    let diff = kavi_keyed(keys.path(), None, &root, &["policy", "diff"]);
+    assert!(stderr(&diff).contains("no rule set is adopted"), "{diff:?}");
+
+    let config = root.join("kavi.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("ledger = \".kavi2/ledger.db\"\n{text}")).unwrap();
+    std::fs::remove_dir_all(root.join(".kavi")).unwrap();
+    refused(&noop(&root), "is not there");
+
+    std::fs::write(&config, text).unwrap();
+    std::fs::rename(root.join(".kavi.old"), root.join(".kavi")).unwrap();
+    assert!(noop(&root).status.success());
+    let said = stdout(&kavi_keyed(keys.path(), None, &root, &["policy", "diff"]));
+    assert!(
+        said.contains("weakening      policies/gates.toml: gate `tests` removed"),
+        "{said}"
+    );
+}
