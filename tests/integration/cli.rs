@@ -56,18 +56,6 @@ fn cli_scenarios() {
         "{}",
         String::from_utf8_lossy(&installed.stderr)
     );
-    // Their workspaces are made anew at the same paths each time, with new ledgers: a keys
-    // folder that remembered where the last time's rules were adopted would refuse them, as it
-    // refuses a ledger moved out of the way. So their configuration folder (their keys folder,
-    // `$XDG_CONFIG_HOME/kavi`, which a story shares with another account) is made anew, with
-    // the journal key the toolchains were installed under and no index of ledgers.
-    let config = Path::new(env!("CARGO_TARGET_TMPDIR")).join("trycmd-config");
-    let _ = std::fs::remove_dir_all(&config);
-    std::fs::create_dir_all(config.join("kavi")).unwrap();
-    let key = common::config_home().join("kavi/journal.key");
-    if key.exists() {
-        std::fs::copy(&key, config.join("kavi/journal.key")).unwrap();
-    }
     // Stories change files between steps with `sh`, as a user would with an editor, and pipe
     // into kavi with it: the kavi under test comes first on its PATH.
     let kavi_dir = Path::new(env!("CARGO_BIN_EXE_kavi")).parent().unwrap();
@@ -82,7 +70,10 @@ fn cli_scenarios() {
             "KAVI_TOOLCHAINS",
             common::toolchains().display().to_string(),
         )
-        .env("XDG_CONFIG_HOME", config.display().to_string())
+        .env(
+            "XDG_CONFIG_HOME",
+            common::config_home().display().to_string(),
+        )
         .env("XDG_CACHE_HOME", common::cache_home().display().to_string())
         .register_bin("sh", Path::new("/bin/sh"))
         .case("tests/cmd/*.toml")

@@ -1416,16 +1416,6 @@ outputs = ["out/a.txt"]
 "#,
     );
     let root = dir.path();
-    // A keys folder of its own, whose index of where each workspace's rules were adopted can be
-    // made what the kavi before kept (below).
-    let keys = tempfile::tempdir().unwrap();
-    let on_server = |root: &Path, url: &str, args: &[&str]| {
-        common::kavi_command(root, args)
-            .env("KAVI_LEDGER", url)
-            .env("KAVI_KEYS", keys.path())
-            .output()
-            .unwrap()
-    };
     std::fs::create_dir_all(root.join("src")).unwrap();
     std::fs::create_dir_all(root.join("out")).unwrap();
     std::fs::write(root.join("src/a.txt"), "a\n").unwrap();
@@ -1482,28 +1472,10 @@ outputs = ["out/a.txt"]
         )
         .unwrap();
     drop(client);
-    // Nor did the kavi before keep an index of the ledger each workspace's rules were adopted
-    // in: a ledger that index remembers and that holds no rule set is one put in the place of
-    // the one that adopted them, which adopts nothing on first use.
-    std::fs::remove_file(keys.path().join("ledgers/workspaces")).unwrap();
 
     // Three kavis open it at once: one upgrades it, under the write lock, and the others find
     // it done (`ledger verify` opens it read-only, and upgrades nothing).
-    let started: Vec<_> = (0..3)
-        .map(|_| {
-            common::kavi_command(root, &["runs", "list"])
-                .env("KAVI_LEDGER", &url)
-                .env("KAVI_KEYS", keys.path())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for listed in started
-        .into_iter()
-        .map(|kavi| kavi.wait_with_output().unwrap())
-    {
+    for listed in on_server_at_once(root, &url, &["runs", "list"], 3) {
         assert_eq!(code(&listed), 0, "{}", text(&listed));
     }
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
@@ -1560,7 +1532,6 @@ outputs = ["out/a.txt"]
         .unwrap();
     let made = common::kavi_command(root, &["pipeline", "run", "parity"])
         .env("KAVI_LEDGER", &fresh)
-        .env("KAVI_KEYS", keys.path())
         .env("PGPASSWORD", password)
         .output()
         .unwrap();

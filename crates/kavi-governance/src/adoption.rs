@@ -176,40 +176,17 @@ fn compare(from: &Side, to: &Side) -> Vec<FileChange> {
 /// ledger before (the one kavi's keys folder remembers for it, or the workspace's default
 /// `.kavi/ledger.db`): then that ledger's adopted set is carried over, so that pointing
 /// `kavi.toml` at a new ledger adopts nothing its rules did not (a weakening on disk stays one).
-/// A remembered ledger that is gone, or empty (a new one in its place), is a refusal: whatever
-/// made it go would otherwise make the files on disk govern, unreviewed.
 pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<()> {
     if !ledger.rule_sets()?.is_empty() {
         return Ok(());
     }
-    let here = index::ledger_key(&workspace.config.ledger);
-    let remembered = index::remembered(&workspace.root).map_err(|why| {
-        GovernanceError::Usage(format!("refused to adopt the rules on first use: {why}"))
-    })?;
-    // A run that started beside the one that adopted here may find the index first.
-    if remembered.as_ref() == Some(&here) {
-        if !ledger.rule_sets()?.is_empty() {
-            return Ok(());
-        }
-        return Err(ledger_gone(
-            workspace,
-            &here,
-            "holds no rule set now: a new, empty ledger is in its place",
-        ));
-    }
-    // Then the workspace's default ledger, where a keys folder that could not be written
-    // remembers nothing: carried over from when there, never required to be.
-    let mut earlier: Vec<(std::path::PathBuf, bool)> = remembered
-        .into_iter()
-        .map(|previous| (previous, true))
-        .collect();
-    let default = index::ledger_key(&workspace.root.join(".kavi/ledger.db"));
-    if default != here && earlier.iter().all(|(previous, _)| *previous != default) {
-        earlier.push((default, false));
-    }
+    let here = crate::ledger::canonical_location(&workspace.config.ledger);
     let mut carried = None;
-    for (previous, remembered) in earlier {
-        if let Some(adopted) = earlier_adoption(workspace, &previous, remembered)? {
+    for previous in previous_ledgers(workspace)?
+        .into_iter()
+        .filter(|previous| crate::ledger::canonical_location(previous) != here)
+    {
+        if let Some(adopted) = earlier_adoption(&previous)? {
             carried = Some((previous, adopted));
             break;
         }
@@ -244,21 +221,18 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
         },
         true,
     )?;
-    index::remember(&workspace.root, &here);
+    index::remember(
+        &workspace.root,
+        &index::ledger_key(&workspace.config.ledger),
+    );
     Ok(())
 }
 
 /// The rule set an earlier ledger adopted; `None` when there is no such ledger or it adopted
-/// none, unless it is the one kavi's keys folder `remembered` this workspace's rules adopted in:
-/// then that is a refusal ([`ledger_gone`]). An earlier ledger that is there but cannot be
-/// vouched for (another keys folder's, a schema this kavi cannot read, rows changed outside
-/// kavi) is a refusal too: adopting the disk's rules instead would trust on first use exactly
-/// what that ledger may have held back.
-fn earlier_adoption(
-    workspace: &Workspace,
-    previous: &std::path::Path,
-    remembered: bool,
-) -> Result<Option<Governing>> {
+/// none. An earlier ledger that is there but cannot be vouched for (another keys folder's, a
+/// schema this kavi cannot read, rows changed outside kavi) is a refusal: adopting the disk's
+/// rules instead would trust on first use exactly what that ledger may have held back.
+fn earlier_adoption(previous: &std::path::Path) -> Result<Option<Governing>> {
     let refused = |why: String| {
         GovernanceError::Usage(format!(
             "refused to adopt the rules on first use: this workspace's rules were adopted in the \
@@ -275,41 +249,22 @@ fn earlier_adoption(
     let location = crate::ledger::location_without_password(previous);
     let earlier = match Ledger::open_read_only(&location) {
         Ok(earlier) => earlier,
-        Err(crate::ledger::LedgerError::Missing(_)) if remembered => {
-            return Err(ledger_gone(workspace, previous, "is not there"));
-        }
         Err(crate::ledger::LedgerError::Missing(_)) => return Ok(None),
         Err(error) => return Err(refused(error.to_string())),
     };
-    match Governing::adopted(&earlier).map_err(refused)? {
-        None if remembered => Err(ledger_gone(
-            workspace,
-            previous,
-            "holds no adopted rule set now: another ledger is in its place",
-        )),
-        adopted => Ok(adopted),
-    }
+    Governing::adopted(&earlier).map_err(refused)
 }
 
-/// The refusal of a first use where the ledger kavi's keys folder remembers this workspace's
-/// rules were adopted in is gone (`what` became of it): adopting the files on disk would make
-/// whatever they say now govern, with nothing proposed or approved.
-fn ledger_gone(workspace: &Workspace, ledger: &std::path::Path, what: &str) -> GovernanceError {
-    GovernanceError::Usage(format!(
-        "refused to adopt the rules on first use: this workspace's rules were adopted in the \
-         ledger at {ledger}, as kavi's keys folder remembers ({index}), and that ledger {what}. \
-         Adopting the governing files on disk instead would make whatever they say now govern, \
-         with nothing proposed or approved. Put that ledger back at {ledger} (in place of any \
-         new one kavi made there), or point `ledger` in kavi.toml (or KAVI_LEDGER) at where it \
-         is now, and change the rules there through review (`kavi policy propose`, `approve`, \
-         `adopt`). No kavi command adopts rules in a new ledger through review: if that ledger \
-         is lost for good, whoever keeps the keys folder checks that the governing files on \
-         disk are the rules to adopt and then removes the lines for {workspace} from {index}; \
-         the next run adopts the files on first use",
-        ledger = crate::ledger::display_location(ledger),
-        index = index::file().display(),
-        workspace = index::workspace_key(&workspace.root).display(),
-    ))
+/// The ledgers this workspace's rules may have been adopted in before: the one kavi's keys
+/// folder remembers ([`index`]), then the default one in the workspace.
+fn previous_ledgers(workspace: &Workspace) -> Result<Vec<std::path::PathBuf>> {
+    let remembered = index::remembered(&workspace.root).map_err(|why| {
+        GovernanceError::Usage(format!("refused to adopt the rules on first use: {why}"))
+    })?;
+    Ok(remembered
+        .into_iter()
+        .chain(std::iter::once(workspace.root.join(".kavi/ledger.db")))
+        .collect())
 }
 
 /// Keeps each file's text in the ledger; returns path -> spec hash.
