@@ -118,21 +118,53 @@ fn parse(line: &str) -> Result<(PathBuf, PathBuf), &'static str> {
     Ok((workspace, ledger))
 }
 
-/// Every line of an index's text, in order; an error naming the first that is not one this
-/// index writes.
-fn entries(text: &str) -> Result<Vec<(PathBuf, PathBuf)>, String> {
-    if !text.is_empty() && !text.ends_with('\n') {
-        return Err("its last line is cut short (no line break ends it)".to_owned());
-    }
-    text.split_terminator('\n')
+/// Every line of an index's text, in order: its workspace and ledger, or why it is not a line
+/// this index writes (a last line no line break ends is cut short).
+fn entries(text: &str) -> Vec<Result<(PathBuf, PathBuf), &'static str>> {
+    let whole = text.ends_with('\n');
+    let lines: Vec<&str> = text.split_terminator('\n').collect();
+    let last = lines.len().saturating_sub(1);
+    lines
+        .iter()
         .enumerate()
-        .map(|(at, line)| parse(line).map_err(|why| format!("line {}: {why}", at + 1)))
+        .map(|(at, line)| {
+            if at == last && !whole {
+                Err("it is cut short (no line break ends it)")
+            } else {
+                parse(line)
+            }
+        })
         .collect()
 }
 
+/// The ledger the index's `text` remembers last for the workspace `key`. A line this index
+/// does not write is passed over (two kavis that wrote at once before lines were written whole
+/// left such lines), unless it may be about `key`: it names it, or it stands next to a line for
+/// `key`. An earlier kavi wrote a workspace's path unescaped, and a path with a line break made
+/// a line of its own for any workspace right after the broken one: such a line is not taken at
+/// its word, and the error names the broken line.
+fn lookup(text: &str, key: &Path) -> Result<Option<PathBuf>, String> {
+    let entries = entries(text);
+    let encoded = encode(key.as_os_str().as_bytes());
+    let for_key = |at: usize| matches!(entries.get(at), Some(Ok((root, _))) if root == key);
+    for (at, entry) in entries.iter().enumerate() {
+        let Err(why) = entry else { continue };
+        let line = text.split_terminator('\n').nth(at).unwrap_or_default();
+        if line.contains(&encoded) || for_key(at + 1) || (at > 0 && for_key(at - 1)) {
+            return Err(format!("line {}: {why}", at + 1));
+        }
+    }
+    Ok(entries
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|(root, _)| root == key)
+        .map(|(_, ledger)| ledger)
+        .next_back())
+}
+
 /// The ledger the index remembers `workspace`'s rules were last adopted in, if any. An index
-/// that cannot be read, or holds a line this does not write, is an error: which lines are
-/// whose cannot be told, so no line is taken at its word.
+/// that cannot be read is an error, and so is one holding a line this does not write that may
+/// be about `workspace` (see [`lookup`]).
 pub(super) fn remembered(workspace: &Path) -> Result<Option<PathBuf>, String> {
     let file = file();
     let text = match std::fs::read(&file) {
@@ -150,22 +182,17 @@ pub(super) fn remembered(workspace: &Path) -> Result<Option<PathBuf>, String> {
     let malformed = |why: String| {
         format!(
             "kavi's index of the ledgers each workspace's rules were adopted in, {}, holds a \
-             line kavi does not write ({why}), so no line of it can be taken at its word (an \
-             earlier kavi wrote a workspace's path unescaped, and a path with a line break in \
-             it makes a line of its own, naming any workspace). Whoever keeps the keys \
-             folder checks each line against the workspaces and ledgers in use and removes the \
-             ones that are not theirs",
+             line kavi does not write ({why}), next to or naming this workspace's, so what it \
+             says of this workspace cannot be taken at its word (an earlier kavi wrote a \
+             workspace's path unescaped, and a path with a line break in it makes a line of its \
+             own, naming any workspace). Whoever keeps the keys folder checks each line against \
+             the workspaces and ledgers in use and removes the ones that are not theirs",
             file.display()
         )
     };
-    let text = String::from_utf8(text).map_err(|_| malformed("it is not UTF-8 text".to_owned()))?;
-    let key = workspace_key(workspace);
-    Ok(entries(&text)
-        .map_err(malformed)?
-        .into_iter()
-        .filter(|(root, _)| *root == key)
-        .map(|(_, ledger)| ledger)
-        .next_back())
+    // Written as `\xNN` escapes, every line is ASCII: bytes that are not UTF-8 are no line.
+    let text = String::from_utf8_lossy(&text);
+    lookup(&text, &workspace_key(workspace)).map_err(malformed)
 }
 
 /// Remembers `ledger` as where `workspace`'s rules were adopted. Best effort: a keys folder that
@@ -189,7 +216,7 @@ pub(super) fn remember(workspace: &Path, ledger: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode, encode, entries, line};
+    use super::{decode, encode, entries, line, lookup};
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt as _;
     use std::path::Path;
@@ -211,10 +238,11 @@ mod tests {
             let written = line(path, Path::new("/l/ledger\n.db"));
             assert_eq!(written.matches('\n').count(), 1, "{written:?}");
             assert!(written.ends_with('\n'));
-            let read = entries(&written).unwrap();
+            let read = entries(&written);
             assert_eq!(read.len(), 1, "{written:?}");
-            assert_eq!(read[0].0, path, "{written:?}");
-            assert_eq!(read[0].1, Path::new("/l/ledger\n.db"));
+            let (root, ledger) = read[0].as_ref().unwrap();
+            assert_eq!(root, path, "{written:?}");
+            assert_eq!(ledger, Path::new("/l/ledger\n.db"));
         }
         // As earlier versions wrote an ordinary path: the same line.
         assert_eq!(
@@ -223,7 +251,8 @@ mod tests {
         );
     }
 
-    /// A line this does not write is refused, and names its number.
+    /// A line this does not write is refused where it may be about the workspace looked up, and
+    /// names its number.
     #[test]
     fn a_line_kavi_does_not_write_is_refused() {
         let ok = "/w/a\t/w/a/.kavi/ledger.db\n";
@@ -241,15 +270,40 @@ mod tests {
             "/w/a\t/l",
         ] {
             let text = format!("{ok}{bad}");
-            let refused = entries(&text).expect_err(&format!("{bad:?} was read"));
-            assert!(
-                refused.starts_with("line 2:") || refused.contains("cut short"),
-                "{bad:?}: {refused}"
-            );
+            let refused = lookup(&text, Path::new("/w/a")).expect_err(&format!("{bad:?} was read"));
+            assert!(refused.starts_with("line 2:"), "{bad:?}: {refused}");
         }
-        assert_eq!(entries(ok).unwrap().len(), 1);
-        assert_eq!(entries("").unwrap().len(), 0);
+        assert_eq!(
+            lookup(ok, Path::new("/w/a")).unwrap().as_deref(),
+            Some(Path::new("/w/a/.kavi/ledger.db"))
+        );
+        assert!(entries("").is_empty());
         assert_eq!(decode("/a\\x0a").unwrap(), b"/a\n");
         assert_eq!(encode(b"/a\\b"), "/a\\\\b");
+    }
+
+    /// Two kavis that appended at once before lines were written whole left a broken line: it is
+    /// passed over for every workspace but the ones it may be about.
+    #[test]
+    fn a_broken_line_elsewhere_in_the_index_is_passed_over() {
+        let text = "/w/a\t/w/a/.kavi/ledger.db\n\
+                    /w/b\t/w/b/.kavi/ledger.db/w/c\n\
+                    \t/w/c/.kavi/ledger.db\n\
+                    /w/d\t/w/d/.kavi/ledger.db\n\
+                    /w/e\t/w/e/.kavi/ledger.db\n";
+        assert_eq!(
+            lookup(text, Path::new("/w/a")).unwrap().as_deref(),
+            Some(Path::new("/w/a/.kavi/ledger.db"))
+        );
+        assert_eq!(
+            lookup(text, Path::new("/w/e")).unwrap().as_deref(),
+            Some(Path::new("/w/e/.kavi/ledger.db"))
+        );
+        assert_eq!(lookup(text, Path::new("/w/f")).unwrap(), None);
+        // Next to it, or named in it: not taken at its word.
+        for near in ["/w/b", "/w/c", "/w/d"] {
+            let refused = lookup(text, Path::new(near)).expect_err(near);
+            assert!(refused.starts_with("line 3:"), "{near}: {refused}");
+        }
     }
 }
