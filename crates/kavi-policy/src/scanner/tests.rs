@@ -130,12 +130,15 @@ fn a_secret_built_from_pieces_is_found_where_it_is_built_and_never_printed() {
             "value": "hunter2hunter2"
         },
         { "file": "s.py", "line": 6, "col": 1, "text": "word_count", "value": "word_count" },
-    ]});
+    ], "unscanned": [{ "file": "t.py", "reason": "too deeply nested" }] });
     let (findings, values) = shipped().scan_built(answer.to_string().as_bytes()).unwrap();
     let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    // A file whose strings could not be followed fails the scan first, where it stands.
     assert_eq!(
         shown,
         [
+            "t.py:1: [unscanned] the strings it builds cannot be followed (too deeply nested), \
+                 so it cannot be checked for secrets",
             "s.py:3:7: [aws-access-key] an AWS access key id (20 characters, redacted), built \
                  from pieces",
             "s.py:5:12: [password-literal] a password written into the code (27 characters, \
@@ -159,6 +162,8 @@ fn a_secret_built_from_pieces_is_found_where_it_is_built_and_never_printed() {
     assert_eq!(request["strings"], true);
     assert_eq!(request["files"].as_array().unwrap().len(), 1);
     assert!(shipped().scan_built(b"{\"findings\": []}").is_err());
+    // An answer that does not say what it could not follow is not one kavi reads as clean.
+    assert!(shipped().scan_built(b"{\"strings\": []}").is_err());
 }
 
 #[test]
