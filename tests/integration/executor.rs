@@ -34,7 +34,13 @@ struct Executor {
 impl Executor {
     /// Starts it and waits until it says its sandboxes are started.
     fn start(root: &Path) -> Self {
+        Self::start_with(root, &[])
+    }
+
+    /// [`Executor::start`] with `env` set for it.
+    fn start_with(root: &Path, env: &[(&str, String)]) -> Self {
         let mut child = common::kavi_command(root, &["executor", "--idle-timeout", "300s"])
+            .envs(env.iter().map(|(key, value)| (key, value)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -347,6 +353,44 @@ fn a_runs_private_folders_are_removed_once_it_is_answered() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// A sandbox claimed before it has taken the stamp of what its view holds (a busy machine:
+/// here, git slow to list the workspace for the first two sandboxes) waits for it, and serves
+/// the run; it is not taken for one of another view, which would send the caller to run the
+/// skill itself.
+#[test]
+fn a_sandbox_claimed_before_its_view_is_stamped_waits_for_it_and_serves() {
+    let Some(dir) = trusted() else { return };
+    let root = dir.path();
+    let slow = tempfile::tempdir().unwrap();
+    let tokens = slow.path().join("tokens");
+    std::fs::create_dir(&tokens).unwrap();
+    let path = std::env::var("PATH").unwrap();
+    // The first two listings (the pool's two stamps) take seconds; `mkdir` takes a token once.
+    let git = slow.path().join("git");
+    std::fs::write(
+        &git,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" ls-files \"*)\n  \
+             if mkdir {tokens}/a 2>/dev/null || mkdir {tokens}/b 2>/dev/null; then sleep 4; fi\n\
+             esac\nPATH='{path}' exec git \"$@\"\n",
+            tokens = tokens.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _executor = Executor::start_with(
+        root,
+        &[("PATH", format!("{}:{path}", slow.path().display()))],
+    );
+    let record = run(root, "{}");
+    assert_eq!(record["confinement"]["launch"], "pre-started", "{record}");
+    assert!(
+        tokens.join("b").exists(),
+        "the pool's listings were not slowed"
+    );
 }
 
 /// A run of `demo` with the executor running: the confinement policy it ran under (its hash),

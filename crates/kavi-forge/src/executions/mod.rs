@@ -176,8 +176,8 @@ pub struct Prestarted {
     tmp: kavi_foundation::sandbox::PrivateFolder,
     /// What its view of the workspace held when it was started (see
     /// `Confinement::workspace_stamp`; `None` when it shows no workspace), taken just before
-    /// the view was built; unset until then, or when it could not be taken.
-    view: std::sync::Arc<std::sync::OnceLock<Option<String>>>,
+    /// the view was built. Unset until then; closed unset when it could not be taken.
+    view: tokio::sync::watch::Receiver<Option<Option<String>>>,
     /// The loader's line and the input, sent when the sandbox is claimed.
     feed: tokio::sync::oneshot::Sender<Vec<u8>>,
     stop: CancellationToken,
@@ -589,22 +589,23 @@ impl<'a> Runner<'a> {
         let (feed, input) = tokio::sync::oneshot::channel();
         let options = self.owner.capture(OUTPUT_LIMIT);
         let stop = shutdown.child_token();
-        let view = std::sync::Arc::new(std::sync::OnceLock::new());
+        let (taken, view) = tokio::sync::watch::channel(None);
         let finished = tokio::spawn({
-            let (stop, view, confinement) = (stop.clone(), view.clone(), confinement.clone());
+            let (stop, confinement) = (stop.clone(), confinement.clone());
             async move {
                 // Before the view is built: a change made between the two moves the stamp a
                 // claim takes, so the sandbox is declined rather than served stale.
                 match confinement.workspace_stamp().await {
                     Ok(stamp) => {
-                        let _ = view.set(stamp);
+                        taken.send_replace(Some(stamp));
                     }
-                    // Unset, so no claim can match it: the sandbox serves nothing.
+                    // Closed unset, so no claim can match it: the sandbox serves nothing.
                     Err(error) => tracing::warn!(
                         "a sandbox started ahead cannot tell what it shows of the workspace \
                          ({error}); runs will not use it"
                     ),
                 }
+                drop(taken);
                 crate::process::run_fed(&spec, input, &options, &stop).await
             }
         });
@@ -663,7 +664,15 @@ impl<'a> Runner<'a> {
         let Ok(now) = fresh.workspace_stamp().await else {
             return Ok(Claim::OtherView);
         };
-        if sandbox.view.get() != Some(&now) {
+        // A claim that comes before the stamp is taken (a busy machine) waits for it: the
+        // sandbox is not of another view for being slow.
+        let started_with = sandbox
+            .view
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|stamp| stamp.clone());
+        if started_with != Some(now) {
             return Ok(Claim::OtherView);
         }
         let ran = self
