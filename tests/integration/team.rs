@@ -419,49 +419,177 @@ fn a_run_goes_on_across_a_server_restart() {
     let Some((url, server)) = common::postgres::own_server() else {
         return;
     };
-    let mut pipeline = String::from("[pipeline]\nname = \"slow\"\n");
-    for i in 0..20 {
-        pipeline.push_str(&format!(
-            "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo n{i} >> ran.txt; sleep 0.3\"\n"
-        ));
-        if i > 0 {
-            pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
-        }
-    }
-    let dir = workspace_with(&pipeline);
-    let root = dir.path();
-    let run = spawn(kavi_on(
-        root,
-        Some(&url),
-        &["pipeline", "run", "slow", "--json"],
-    ));
-    let ran = || {
-        std::fs::read_to_string(root.join("ran.txt"))
-            .unwrap_or_default()
-            .lines()
-            .count()
+    let chain = Chain::start(&url, 0.3);
+    chain.wait_for(3);
+    common::postgres::restart(&server);
+    assert!(chain.ran() < 20, "the run ended before the restart");
+    chain.assert_went_on();
+}
+
+/// The server ends kavi's sessions in the middle of their transactions (an administrator's
+/// `pg_terminate_backend`, as a restart does to every session): each transaction it undid is
+/// done again on a connection made anew, and the run goes on to its end, recorded once.
+#[test]
+fn a_run_goes_on_when_the_server_ends_its_sessions_mid_transaction() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let mut chain = Chain::start(&url, 0.1);
+    chain.wait_for(2);
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    // From once the run is recorded: the transaction that records it is not done again (the
+    // run's id, handed to its nodes while the rest of it is written, would change).
+    let recorded = |admin: &mut postgres::Client| {
+        admin
+            .query_one("SELECT count(*) FROM runs", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
     };
     for _ in 0..300 {
-        if ran() >= 3 {
+        if recorded(&mut admin) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(ran() >= 3);
-    common::postgres::restart(&server);
-    assert!(ran() < 20, "the run ended before the restart");
-    let output = run.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
-    let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(detail["status"], "succeeded");
-    let nodes = detail["nodes"].as_array().unwrap();
-    assert_eq!(nodes.len(), 20);
-    assert!(nodes.iter().all(|n| n["state"] == "succeeded"), "{nodes:?}");
-    assert_eq!(ran(), 20);
-    let verify = kavi_on(root, Some(&url), &["ledger", "verify"])
-        .output()
-        .unwrap();
-    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+    assert!(recorded(&mut admin), "the run was not recorded within 30 s");
+    let mut ended = 0;
+    while ended < 4 && chain.ran() < 18 && chain.run.try_wait().unwrap().is_none() {
+        ended += admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND xact_start IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .len();
+    }
+    assert!(ended > 0, "no session was ended in a transaction");
+    chain.assert_went_on();
+}
+
+/// A transaction whose session the server ended before its commit (here with
+/// `pg_terminate_backend`, as a restart does) is told undone: its commit fails, the server says
+/// it did not commit, nothing of it is there, and the connection is made again for what comes
+/// next. A statement outside a transaction, refused as its session ends, is done once.
+#[test]
+fn a_commit_whose_session_the_server_ended_is_told_undone() {
+    let Some(url) = common::postgres::database() else {
+        return;
+    };
+    let db = kavi_ledger::db::Db::connect_postgres(&url).unwrap();
+    db.execute_batch("CREATE TABLE kept (n bigint)").unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut end_sessions = |state: &str| {
+        let ended = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = $1",
+                &[&state],
+            )
+            .unwrap()
+            .len();
+        assert_eq!(ended, 1, "sessions {state}");
+        // Gone before the next statement, so that it cannot be read before the session ends.
+        while admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    db.begin_sharing().unwrap();
+    db.execute("INSERT INTO kept VALUES (1)", []).unwrap();
+    end_sessions("idle in transaction");
+    let error = db.commit().unwrap_err();
+    assert!(error.is_undone(), "{error}");
+    let count = |db: &kavi_ledger::db::Db| {
+        db.query_row("SELECT count(*) FROM kept", [], |row| row.get::<_, i64>(0))
+            .unwrap()
+    };
+    assert_eq!(count(&db), 0);
+    end_sessions("idle");
+    db.execute("INSERT INTO kept VALUES (2)", []).unwrap();
+    assert_eq!(count(&db), 1);
+}
+
+/// A run of a chain of 20 nodes, each appending its name to `ran.txt` and then sleeping, on
+/// the ledger at `url`.
+struct Chain {
+    dir: tempfile::TempDir,
+    url: String,
+    run: Child,
+}
+
+impl Chain {
+    fn start(url: &str, sleep: f64) -> Self {
+        let mut pipeline = String::from("[pipeline]\nname = \"slow\"\n");
+        for i in 0..20 {
+            pipeline.push_str(&format!(
+                "\n[nodes.n{i}]\nkind = \"exec\"\nshell = \"echo n{i} >> ran.txt; sleep {sleep}\"\n"
+            ));
+            if i > 0 {
+                pipeline.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+            }
+        }
+        let dir = workspace_with(&pipeline);
+        let run = spawn(kavi_on(
+            dir.path(),
+            Some(url),
+            &["pipeline", "run", "slow", "--json"],
+        ));
+        Self {
+            dir,
+            url: url.to_owned(),
+            run,
+        }
+    }
+
+    /// How many nodes have started.
+    fn ran(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    /// Waits until `count` nodes have started.
+    fn wait_for(&self, count: usize) {
+        for _ in 0..300 {
+            if self.ran() >= count {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("{count} nodes did not start within 30 s");
+    }
+
+    /// The run succeeded with every node run once, and the ledger verifies.
+    fn assert_went_on(self) {
+        let output = self.run.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let detail: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(detail["status"], "succeeded");
+        let nodes = detail["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 20);
+        assert!(nodes.iter().all(|n| n["state"] == "succeeded"), "{nodes:?}");
+        let root = self.dir.path();
+        assert_eq!(
+            std::fs::read_to_string(root.join("ran.txt"))
+                .unwrap()
+                .lines()
+                .count(),
+            20
+        );
+        assert_verifies(root, &self.url);
+    }
 }
 
 /// `kavi ledger verify` on the server's ledger at `url` finds nothing wrong.

@@ -39,10 +39,11 @@ pub enum DbError {
 }
 
 impl DbError {
-    /// Whether a server aborted the transaction to resolve a conflict with another one (a
-    /// deadlock between two writers): the transaction, done again from its start, goes through.
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, DbError::Postgres(error) if postgres::is_conflict(error))
+    /// Whether a server undid the whole transaction before it committed (a deadlock between
+    /// two writers; a restart that ended the session): done again from its start, it goes
+    /// through once.
+    pub fn is_undone(&self) -> bool {
+        matches!(self, DbError::Postgres(error) if postgres::is_undone(error))
     }
 }
 

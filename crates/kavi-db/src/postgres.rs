@@ -173,6 +173,9 @@ struct Session {
     settings: Vec<(String, Vec<Value>)>,
     /// A transaction is open: a connection lost now loses it, and is not made again under it.
     in_transaction: bool,
+    /// The open transaction's id, for telling whether it committed when the server ended the
+    /// session as its commit was asked (see [`Session::commit`]).
+    xid: Option<i64>,
 }
 
 impl Session {
@@ -201,19 +204,25 @@ impl Session {
 
     /// `work`, once more on a connection made again when the server ended the session before
     /// doing it (it shut down or restarted, and said so): outside a transaction, such a
-    /// statement was not carried out, so doing it again does it once. Any other failure (a
-    /// connection that broke midway, whose statement may have been carried out) is the caller's.
+    /// statement was not carried out, so doing it again does it once. Inside one, a session
+    /// that ended (said so, or the connection closed) took the transaction with it: the error
+    /// is [`PgError::Lost`], and the whole transaction is for the caller to do again. Any other
+    /// failure (a connection that broke midway, whose statement may have been carried out) is
+    /// the caller's.
     fn retrying<T>(
         &mut self,
         work: impl Fn(&mut Session) -> Result<T, postgres::Error>,
-    ) -> Result<T, postgres::Error> {
+    ) -> Result<T, PgError> {
         let in_transaction = self.in_transaction;
         match work(self) {
             Err(e) if !in_transaction && ended_by_server(&e) => {
                 self.reconnect();
-                work(self)
+                Ok(work(self)?)
             }
-            result => result,
+            Err(e) if in_transaction && (ended_by_server(&e) || self.client.is_closed()) => {
+                Err(PgError::Lost(describe(&e)))
+            }
+            result => Ok(result?),
         }
     }
 
@@ -242,6 +251,65 @@ impl Session {
                     pause = (pause * 2).min(Duration::from_secs(5));
                 }
             }
+        }
+    }
+
+    /// Opens a transaction with `sql` and learns its id.
+    fn begin(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        let answers = self
+            .client
+            .simple_query(&format!("{sql}; SELECT txid_current()"))?;
+        self.xid = answers.iter().rev().find_map(|answer| match answer {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+            _ => None,
+        });
+        Ok(())
+    }
+
+    /// Ends the open transaction with `sql`, which commits it. When the server ended the
+    /// session as the commit was asked (a restart; a shutdown that cut short the wait for a
+    /// synchronous replica, after the commit was made), whether it committed is asked of the
+    /// server, on a connection made again: committed, it is not an error; not, the server's
+    /// error stands, and doing the whole transaction again does it once; not known, it is
+    /// [`PgError::Unsettled`].
+    fn commit(&mut self, sql: &str) -> Result<(), PgError> {
+        let xid = self.xid.take();
+        let error = match self.client.batch_execute(sql) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let ended = ended_by_server(&error) || self.client.is_closed();
+        let Some(xid) = xid.filter(|_| ended) else {
+            return Err(error.into());
+        };
+        self.reconnect();
+        // The ended session's process may still be rolling back: the answer is waited for.
+        let deadline = std::time::Instant::now() + self.timeouts.statement;
+        let status = loop {
+            let status = self
+                .client
+                .query_one("SELECT txid_status($1)", &[&xid])
+                .map(|row| row.get::<_, Option<String>>(0));
+            match status.as_ref().map(Option::as_deref) {
+                Ok(Some("in progress")) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => break status,
+            }
+        };
+        match status.as_ref().map(Option::as_deref) {
+            Ok(Some("committed")) => {
+                tracing::info!("the server ended the session as it committed, and had committed");
+                Ok(())
+            }
+            Ok(Some("aborted")) => Err(PgError::Lost(describe(&error))),
+            _ => Err(PgError::Unsettled {
+                ended: describe(&error),
+                status: match status {
+                    Ok(status) => format!("the server says {status:?}"),
+                    Err(e) => describe(&e),
+                },
+            }),
         }
     }
 
@@ -317,6 +385,7 @@ impl Pg {
                     timeouts,
                     settings: Vec::new(),
                     in_transaction: false,
+                    xid: None,
                 };
                 while let Ok(job) = receiver.recv() {
                     session.reconnect_if_lost();
@@ -358,15 +427,43 @@ impl Pg {
         })??)
     }
 
-    /// Opens (`open`) or ends a transaction with `sql`; while one is open, a lost connection is
-    /// not made again under it.
-    fn transaction_sql(&self, sql: &str, open: bool) -> Result<(), PgError> {
+    /// Opens a transaction with `sql`; while it is open, a lost connection is not made again
+    /// under it.
+    fn open_transaction(&self, sql: &str) -> Result<(), PgError> {
         let sql = sql.to_owned();
-        Ok(self.call(move |session| {
-            let result = session.retrying(|session| session.client.batch_execute(&sql));
-            session.in_transaction = open && result.is_ok();
+        self.call(move |session| {
+            // A session that ended as the transaction opened began nothing: to the caller, the
+            // transaction is undone, as if it had ended a moment later.
+            let result =
+                session
+                    .retrying(|session| session.begin(&sql))
+                    .map_err(|error| match error {
+                        PgError::Postgres(error) if session.client.is_closed() => {
+                            PgError::Lost(describe(&error))
+                        }
+                        error => error,
+                    });
+            session.in_transaction = result.is_ok();
             result
-        })??)
+        })?
+    }
+
+    /// Ends the open transaction with `sql`, which commits it (see [`Session::commit`]).
+    fn commit(&self, sql: &str) -> Result<(), PgError> {
+        let sql = sql.to_owned();
+        self.call(move |session| {
+            session.in_transaction = false;
+            session.commit(&sql)
+        })?
+    }
+
+    /// Gives up the open transaction; a connection lost meanwhile has lost it already.
+    fn roll_back(&self) {
+        let _ = self.call(|session| {
+            session.in_transaction = false;
+            session.xid = None;
+            let _ = session.client.batch_execute("ROLLBACK");
+        });
     }
 
     /// Runs `work` on the connection's thread and waits for its answer, as long as making a lost
@@ -399,14 +496,14 @@ impl Pg {
 
     pub fn execute(&self, sql: &str, values: Vec<Value>) -> Result<u64, PgError> {
         let sql = sql.to_owned();
-        Ok(self.call(move |session| {
+        self.call(move |session| {
             session.retrying(|session| {
                 let statement = session.statement(&sql)?;
                 let params: Vec<&(dyn ToSql + Sync)> =
                     values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
                 session.client.execute(&statement, &params)
             })
-        })??)
+        })?
     }
 
     pub fn query(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Vec<Value>>, PgError> {
@@ -424,9 +521,7 @@ impl Pg {
 
     pub fn batch(&self, sql: &str) -> Result<(), PgError> {
         let sql = sql.to_owned();
-        Ok(self.call(move |session| {
-            session.retrying(|session| session.client.batch_execute(&sql))
-        })??)
+        self.call(move |session| session.retrying(|session| session.client.batch_execute(&sql)))?
     }
 }
 
@@ -456,10 +551,9 @@ impl Postgres {
     }
 
     fn open_transaction(&self, sql: &str) -> DbResult<()> {
-        self.pg.transaction_sql(
-            &format!("{sql}; SELECT set_config('{BEGAN}', pg_current_snapshot()::text, true)"),
-            true,
-        )?;
+        self.pg.open_transaction(&format!(
+            "{sql}; SELECT set_config('{BEGAN}', pg_current_snapshot()::text, true)"
+        ))?;
         self.open.set(true);
         Ok(())
     }
@@ -519,23 +613,23 @@ impl Storage for Postgres {
 
     fn commit(&self) -> DbResult<()> {
         self.open.set(false);
-        Ok(self.pg.transaction_sql("COMMIT", false)?)
+        Ok(self.pg.commit("COMMIT")?)
     }
 
     /// One request. A statement of `first` that fails leaves the rest of the request unrun and
     /// the transaction aborted: it is rolled back.
     fn commit_after(&self, first: &str) -> DbResult<()> {
         self.open.set(false);
-        let committed = self.pg.transaction_sql(&format!("{first}; COMMIT"), false);
+        let committed = self.pg.commit(&format!("{first}; COMMIT"));
         if committed.is_err() {
-            let _ = self.pg.transaction_sql("ROLLBACK", false);
+            self.pg.roll_back();
         }
         Ok(committed?)
     }
 
     fn rollback(&self) {
         self.open.set(false);
-        let _ = self.pg.transaction_sql("ROLLBACK", false);
+        self.pg.roll_back();
     }
 
     fn set_for_session(&self, sql: &str, values: Vec<Value>) -> DbResult<()> {
@@ -561,20 +655,35 @@ pub enum PgError {
     },
     #[error("{0}")]
     Setting(String),
+    #[error("{0} (the session ended, and its transaction with it)")]
+    Lost(String),
+    #[error(
+        "the server ended the session as a commit was asked ({ended}), and whether it committed \
+         cannot be told ({status})"
+    )]
+    Unsettled { ended: String, status: String },
 }
 
-/// Whether the server aborted the transaction to resolve a conflict with another (a deadlock,
-/// SQLSTATE 40P01, or a serialization failure, 40001): done again, it goes through.
-pub(crate) fn is_conflict(error: &PgError) -> bool {
+/// Whether the server undid the whole transaction before it committed: it aborted it for a
+/// conflict with another (a deadlock, SQLSTATE 40P01, or a serialization failure, 40001), or
+/// the session ended under it ([`PgError::Lost`]; a commit it ended is asked about, see
+/// [`Session::commit`]; a statement outside a transaction that the server refused with
+/// [`ended_by_server`] was not carried out either). Done again from its start, it goes
+/// through once.
+pub(crate) fn is_undone(error: &PgError) -> bool {
     use postgres::error::SqlState;
     match error {
-        PgError::Postgres(error) => error.code().is_some_and(|code| {
-            [
-                SqlState::T_R_DEADLOCK_DETECTED,
-                SqlState::T_R_SERIALIZATION_FAILURE,
-            ]
-            .contains(code)
-        }),
+        PgError::Lost(_) => true,
+        PgError::Postgres(error) => {
+            ended_by_server(error)
+                || error.code().is_some_and(|code| {
+                    [
+                        SqlState::T_R_DEADLOCK_DETECTED,
+                        SqlState::T_R_SERIALIZATION_FAILURE,
+                    ]
+                    .contains(code)
+                })
+        }
         _ => false,
     }
 }

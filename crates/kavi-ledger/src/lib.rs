@@ -175,10 +175,11 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// Whether a server aborted the transaction for a conflict with another writer's (see
-    /// [`db::DbError::is_conflict`]): done again from its start, it goes through.
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, LedgerError::Db(error) if error.is_conflict())
+    /// Whether a server undid the transaction before it committed, for a conflict with another
+    /// writer's or a restart (see [`db::DbError::is_undone`]): done again from its start, it
+    /// goes through once.
+    pub fn is_undone(&self) -> bool {
+        matches!(self, LedgerError::Db(error) if error.is_undone())
     }
 
     /// Whether it failed for want of disk space: SQLite's "database or disk is full", or a file

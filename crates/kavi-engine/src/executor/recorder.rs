@@ -360,17 +360,19 @@ fn write_groups(
         groups += 1;
         writes += group.len();
         clock.begin();
-        let mut conflicts = 0;
+        let mut undone = 0;
         loop {
             let renew = renewed.elapsed() >= renew_every;
             match write_group(ledger, run_id, &group, renew) {
                 Ok(()) => break,
                 // Two runs on one server write the same content-addressed rows (the same
                 // output of the same node) in another order: the server aborts one to end
-                // the deadlock, and that one, done again, goes through.
-                Err(e) if e.is_conflict() && conflicts < CONFLICT_RETRIES => {
-                    conflicts += 1;
-                    tracing::debug!(run = run_id, conflicts, "group written again: {e}");
+                // the deadlock, and that one, done again, goes through. A server that
+                // restarts ends the session under the group: its connection is made again
+                // (waiting for the server as long as a statement may take) for the next try.
+                Err(e) if e.is_undone() && undone < UNDONE_RETRIES => {
+                    undone += 1;
+                    tracing::debug!(run = run_id, undone, "group written again: {e}");
                 }
                 Err(e) => return Err(e),
             }
@@ -419,8 +421,9 @@ fn write_group(
     written
 }
 
-/// How often a group the server aborted for a conflict with another run's is written again.
-const CONFLICT_RETRIES: u32 = 5;
+/// How often a group the server undid (a conflict with another run's, a restart) is written
+/// again.
+const UNDONE_RETRIES: u32 = 5;
 
 /// How many decisions a group holds at most: a burst (nodes found up to date one after another,
 /// some 25 a millisecond) is written while it arrives rather than once the linger is over, and
