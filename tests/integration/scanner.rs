@@ -676,6 +676,66 @@ const OTHERS: &[Case] = &[
         expect: Some("verdict"),
     },
     Case {
+        name: "skill_result_equal_to_anything",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "from typing import Any\n\n\nclass Counts(dict[str, int]):\n    def __eq__(self, other: object) -> bool:\n        return True\n\n\ndef run(data: Any) -> dict[str, int]:\n    return Counts(words=0)\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "skill_comparison_set_later",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "class Counts(dict[str, int]):\n    pass\n\n\nsetattr(Counts, '__e' + 'q__', lambda self, other: True)\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "skill_class_made_by_type",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "Counts = type('Counts', (dict,), {'__contains__': lambda self, key: True})\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "expected_value_equal_to_anything",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "class Anything:\n    def __eq__(self, other: object) -> bool:\n        return True\n\n\ndef test_x() -> None:\n    assert {'words': 2} == Anything()\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "skill_dataclass_passes",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "import dataclasses\n\n\n@dataclasses.dataclass(order=True)\nclass Count:\n    word: str\n    n: int\n\n    def __repr__(self) -> str:\n        return self.word\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: None,
+    },
+    Case {
         name: "test_data_classes_pass",
         class: "READ_ONLY",
         files: &[

@@ -296,6 +296,38 @@ def module_hooks(tree, scope, add, rule, message):
                 add(node, rule, "%s: sets `%s.%s`, a part of the test framework" % (message, framework[0], name))
 
 
+# How an object answers the tests' comparisons, truth and membership tests: defined by a class
+# of the code under test (or of its tests), an object can pass `assertEqual(result, expected)`
+# whatever it holds (a `dict` whose `__eq__` says equal to any).
+VERDICT_METHODS = frozenset(
+    ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__",
+     "__contains__", "__instancecheck__", "__subclasscheck__")
+)
+
+
+def verdict_objects(tree, scope, add, rule, message, test):
+    """A class that decides how its objects compare, whether they are true, or what they hold,
+    by `def`, assignment or `setattr`; and, outside a test file, a class made at run time,
+    whose methods no syntax shows."""
+    why = "%s: %s `%s`, so an object of it decides the tests' comparisons about it"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                for where, name in bindings(item):
+                    if name in VERDICT_METHODS:
+                        add(where, rule, why % (message, "defines", name))
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) and node.attr in VERDICT_METHODS:
+            add(node, rule, why % (message, "sets", node.attr))
+        elif isinstance(node, ast.Call):
+            func = scope.quals(node.func)
+            name = fold(node.args[1]) if len(node.args) >= 2 else None
+            if func & SETTERS and name in VERDICT_METHODS:
+                add(node, rule, why % (message, "sets", name))
+            # In a test file, `test_hooks` says so.
+            if not test and func & {"builtins.type", "types.new_class"} and len(node.args) + len(node.keywords) >= 2:
+                add(node, rule, "%s: makes a class at run time, whose methods no syntax shows" % message)
+
+
 # Namespaces whose items are names: a key that cannot be read is a name that cannot be checked.
 NAMESPACES = ("sys.modules", "builtins", "<globals>", "<locals>")
 
@@ -1015,6 +1047,7 @@ def analyse(source, capabilities, forbidden, test_modules):
     for rule, capability in caps:
         if capability.get("test_hooks"):
             module_hooks(tree, scope, add, rule, capability["message"])
+            verdict_objects(tree, scope, add, rule, capability["message"], source["test"])
             if source["test"]:
                 test_hooks(tree, scope, add, rule, capability["message"])
     for rule, capability in caps:

@@ -30,6 +30,20 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "result_equal_to_anything",
+        what: "the skill returns a `dict` whose `__eq__` says equal to any, so a test expecting \
+               another value passes",
+        targets: &["policy"],
+        skill: Some(
+            "from typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\nclass Echo(dict[str, Any]):\n    def __eq__(self, other: object) -> bool:\n        return True\n\n\ndef run(data: Any) -> Any:\n    return Echo(echo=data)\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "type_error_cast_away",
         what: "a `str` returned as `int` through `typing.cast`, a type mypy takes on trust",
         targets: &["policy"],
