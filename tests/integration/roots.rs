@@ -247,6 +247,60 @@ fn a_ledger_swapped_for_another_is_seen() {
     let (code, said) = verify(dir.path(), keys.path());
     assert_eq!(code, 1, "{said}");
     assert!(said.contains("it was swapped for another"), "{said}");
+    // Its rules govern nothing here: no run starts on it.
+    let run = with_keys(dir.path(), keys.path(), &["pipeline", "run", "two"]);
+    assert_eq!(run.status.code(), Some(4), "{}", text(&run));
+    assert!(
+        text(&run).contains("it was swapped for another"),
+        "{}",
+        text(&run)
+    );
+    assert!(!text(&run).contains("fine"), "{}", text(&run));
+    // Signed here, it is taken on.
+    assert!(
+        with_keys(dir.path(), keys.path(), &["ledger", "checkpoint"])
+            .status
+            .success()
+    );
+    let run = with_keys(dir.path(), keys.path(), &["pipeline", "run", "two"]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+}
+
+/// A ledger rolled back to a copy from before its last checkpoint no longer holds the entry
+/// that checkpoint signed: no run starts on it until it is signed again.
+#[test]
+fn a_ledger_rolled_back_from_before_its_last_checkpoint_governs_nothing() {
+    let keys = keys_folder();
+    let dir = workspace();
+    let root = dir.path();
+    assert!(
+        with_keys(root, keys.path(), &["ledger", "keygen"])
+            .status
+            .success()
+    );
+    let ledger = root.join(".kavi/ledger.db");
+    let older = root.join("older.db");
+    std::fs::copy(&ledger, &older).unwrap();
+    let run = with_keys(root, keys.path(), &["pipeline", "run", "two"]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    assert!(
+        with_keys(root, keys.path(), &["ledger", "checkpoint"])
+            .status
+            .success()
+    );
+    std::fs::copy(&older, &ledger).unwrap();
+    let run = with_keys(root, keys.path(), &["pipeline", "run", "two"]);
+    assert_eq!(run.status.code(), Some(4), "{}", text(&run));
+    assert!(
+        text(&run).contains("does not hold its last checkpoint"),
+        "{}",
+        text(&run)
+    );
+    let (code, said) = verify(root, keys.path());
+    assert_eq!(code, 1, "{said}");
+    // Without a keys folder that checkpointed it, nothing holds it back.
+    let run = kavi(root, &["pipeline", "run", "two"]);
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
 }
 
 /// The first checkpoint pins its key. A checkpoint signed by another key is refused, by

@@ -176,7 +176,11 @@ fn compare(from: &Side, to: &Side) -> Vec<FileChange> {
 /// ledger before (the one kavi's keys folder remembers for it, or the workspace's default
 /// `.kavi/ledger.db`): then that ledger's adopted set is carried over, so that pointing
 /// `kavi.toml` at a new ledger adopts nothing its rules did not (a weakening on disk stays one).
+///
+/// First of all, the ledger must be the one checkpointed here ([`check_ledger_here`]): this is
+/// where a run takes its governing set from it.
 pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<()> {
+    check_ledger_here(workspace, ledger)?;
     if !ledger.rule_sets()?.is_empty() {
         return Ok(());
     }
@@ -226,6 +230,14 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
         &index::ledger_key(&workspace.config.ledger),
     );
     Ok(())
+}
+
+/// Refuses a ledger swapped for another since it was last checkpointed at the workspace's
+/// ledger location, or rolled back from before that checkpoint (see
+/// `Ledger::check_checkpointed_here`): the rules it adopted are not the ones reviewed here.
+pub fn check_ledger_here(workspace: &Workspace, ledger: &Ledger) -> Result<()> {
+    Ok(ledger
+        .check_checkpointed_here(&crate::ledger::canonical_location(&workspace.config.ledger))?)
 }
 
 /// The rule set an earlier ledger adopted; `None` when there is no such ledger or it adopted

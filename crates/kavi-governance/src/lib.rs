@@ -140,6 +140,9 @@ pub fn run_rules(workspace: &Workspace) -> Result<crate::policy::adoption::RunRu
         Err(LedgerError::Missing(_)) => None,
         Err(e) => return Err(e.into()),
     };
+    if let Some(ledger) = &ledger {
+        adoption::check_ledger_here(workspace, ledger)?;
+    }
     crate::policy::adoption::for_run(ledger.as_ref(), &workspace.root)
         .map_err(GovernanceError::Usage)
 }

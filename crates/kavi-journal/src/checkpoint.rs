@@ -143,7 +143,7 @@ pub struct Signed {
 impl Signed {
     /// Why this checkpoint does not hold, if it does not: its entry no longer has the hash it
     /// signed, or the signature does not verify under the key it names.
-    fn problem(&self, conn: &Db) -> Result<Option<String>> {
+    pub fn problem(&self, conn: &Db) -> Result<Option<String>> {
         let journaled: Option<String> = conn
             .query_row(
                 "SELECT hash FROM journal WHERE seq = ?1",

@@ -58,6 +58,52 @@ impl Ledger {
         Ok(findings)
     }
 
+    /// That this is the ledger kavi's keys folder last checkpointed at `location` (canonical,
+    /// see `canonical_location`), and that it still holds the journal entry its log's last
+    /// checkpoint signed, under a signature that verifies: a ledger swapped for another (which
+    /// brings the rules it adopted), or rolled back to a copy from before that checkpoint, is
+    /// refused before its rules govern anything. Where nothing was checkpointed, there is
+    /// nothing to hold it to. `kavi ledger checkpoint` signs the ledger there is, and so takes
+    /// it on.
+    pub fn check_checkpointed_here(&self, location: &str) -> Result<()> {
+        let identity = self.identity()?;
+        let take_on = "`kavi ledger verify` says more; put the checkpointed ledger back, or, to \
+                       take this one on, sign it here with `kavi ledger checkpoint`";
+        if let Some(seen) = checkpoint::last_seen_at(location)
+            && identity.as_ref() != Some(&seen)
+        {
+            return Err(LedgerError::NotCheckpointed(format!(
+                "refused: the ledger at {location} was {seen} when last checkpointed there, and \
+                 is {} now: it was swapped for another, whose rules would govern here. {take_on}",
+                identity.as_deref().unwrap_or("without an identity")
+            )));
+        }
+        let Some(identity) = identity else {
+            return Ok(());
+        };
+        let log = checkpoint::logged(&identity).map_err(|e| {
+            LedgerError::Keys(format!(
+                "failed to read the checkpoint log {}: {e}",
+                kavi_journal::keys::log_path(&identity).display()
+            ))
+        })?;
+        let last = log.iter().rev().find_map(|record| match record {
+            Ok(checkpoint::Record::Checkpoint(signed)) => Some(signed),
+            _ => None,
+        });
+        if let Some(signed) = last
+            && let Some(problem) = signed.problem(&self.conn)?
+        {
+            return Err(LedgerError::NotCheckpointed(format!(
+                "refused: the ledger at {location} does not hold its last checkpoint (journal \
+                 entry {}): {problem}; it was rolled back to an older copy or rewritten. \
+                 {take_on}",
+                signed.seq
+            )));
+        }
+        Ok(())
+    }
+
     /// Signs the journal's head with `key` and records the checkpoint.
     pub fn checkpoint(&self, key: &SigningKey) -> Result<Option<checkpoint::Signed>> {
         Ok(checkpoint::record(&self.conn, key, &now())?)

@@ -144,6 +144,10 @@ pub enum LedgerError {
     CopyRefused(String),
     #[error("{0}")]
     Keys(String),
+    /// The ledger is not the one kavi's keys folder last checkpointed where it is, or no longer
+    /// holds that checkpoint (see [`Ledger::check_checkpointed_here`]).
+    #[error("{0}")]
+    NotCheckpointed(String),
     #[error(transparent)]
     Journal(#[from] journal::JournalError),
     #[error(
