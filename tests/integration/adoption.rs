@@ -811,3 +811,36 @@ fn a_ledgers_index_with_a_line_kavi_does_not_write_is_refused_at_first_use() {
         "{said}"
     );
 }
+
+/// `kavi.toml` (or `KAVI_LEDGER`) pointed at another workspace's ledger, whose weaker rules it
+/// adopted: they govern nothing here, the refusal says where this workspace's rules were
+/// adopted. A ledger that adopted the same set (a copy of the workspace's own) is taken on.
+#[test]
+fn another_workspaces_ledger_with_other_rules_governs_nothing_here() {
+    let keys = tempfile::tempdir().unwrap();
+    let ours = shipped_workspace();
+    let theirs = shipped_workspace();
+    for (dir, weaken) in [(&ours, false), (&theirs, true)] {
+        add_noop(dir.path());
+        if weaken {
+            drop_the_test_gate(dir.path());
+        }
+        let ran = kavi_keyed(keys.path(), None, dir.path(), &["pipeline", "run", "noop"]);
+        assert!(ran.status.success(), "{}", stderr(&ran));
+    }
+    let root = ours.path();
+    let hop = theirs.path().join(".kavi/ledger.db");
+    let hopped = kavi_keyed(keys.path(), Some(&hop), root, &["pipeline", "run", "noop"]);
+    assert_eq!(hopped.status.code(), Some(2), "{}", stderr(&hopped));
+    assert!(
+        stderr(&hopped).contains("adopted another set (rule set 1), which no one reviewed"),
+        "{}",
+        stderr(&hopped)
+    );
+    let copy = root.join(".kavi/copy.db");
+    std::fs::copy(root.join(".kavi/ledger.db"), &copy).unwrap();
+    let moved = kavi_keyed(keys.path(), Some(&copy), root, &["pipeline", "run", "noop"]);
+    assert!(moved.status.success(), "{}", stderr(&moved));
+    let back = kavi_keyed(keys.path(), None, root, &["pipeline", "run", "noop"]);
+    assert!(back.status.success(), "{}", stderr(&back));
+}

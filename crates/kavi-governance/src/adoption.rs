@@ -190,7 +190,7 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
         .into_iter()
         .filter(|previous| crate::ledger::canonical_location(previous) != here)
     {
-        if let Some(adopted) = earlier_adoption(&previous)? {
+        if let Some(adopted) = earlier_adoption(&previous, "adopt the rules on first use")? {
             carried = Some((previous, adopted));
             break;
         }
@@ -235,19 +235,60 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
 /// Refuses a ledger swapped for another since it was last checkpointed at the workspace's
 /// ledger location, or rolled back from before that checkpoint (see
 /// `Ledger::check_checkpointed_here`): the rules it adopted are not the ones reviewed here.
+///
+/// And refuses a ledger elsewhere than the one this workspace's rules were adopted in (kavi's
+/// keys folder remembers it, [`index`]) that adopted other rules: pointing `kavi.toml`'s
+/// `ledger` at another workspace's ledger (or team's) would bring in its rules, reviewed by no
+/// one here. A switch to a ledger that adopted the same set (`kavi ledger copy` to a server,
+/// then `ledger = "postgres://..."`) is taken on, and remembered; one from a remembered ledger
+/// that is gone is not held back (nothing is left to compare with).
 pub fn check_ledger_here(workspace: &Workspace, ledger: &Ledger) -> Result<()> {
-    Ok(ledger
-        .check_checkpointed_here(&crate::ledger::canonical_location(&workspace.config.ledger))?)
+    ledger.check_checkpointed_here(&crate::ledger::canonical_location(&workspace.config.ledger))?;
+    let Some(ours) = Governing::adopted(ledger).map_err(GovernanceError::Usage)? else {
+        // Nothing adopted yet: the first run carries the remembered ledger's set over.
+        return Ok(());
+    };
+    let here = index::ledger_key(&workspace.config.ledger);
+    let Some(remembered) = index::remembered(&workspace.root).map_err(|why| {
+        GovernanceError::Usage(format!(
+            "refused to take the rules of {}: {why}",
+            here.display()
+        ))
+    })?
+    else {
+        return Ok(());
+    };
+    if remembered == here {
+        return Ok(());
+    }
+    let Some(theirs) = earlier_adoption(&remembered, "take the rules of another ledger")? else {
+        return Ok(());
+    };
+    if ours.row.set_hash != theirs.row.set_hash {
+        return Err(GovernanceError::Usage(format!(
+            "refused: this workspace's rules were adopted in the ledger at {}, where rule set {} \
+             governs; the ledger at {} adopted another set (rule set {}), which no one reviewed \
+             for this workspace. Point `ledger` (kavi.toml, KAVI_LEDGER) back at the first, or \
+             bring the rules there to the same set through review (`kavi policy propose`, \
+             `approve`, `adopt`) and switch then",
+            crate::ledger::display_location(&remembered),
+            theirs.row.id,
+            crate::ledger::display_location(&workspace.config.ledger),
+            ours.row.id
+        )));
+    }
+    index::remember(&workspace.root, &here);
+    Ok(())
 }
 
 /// The rule set an earlier ledger adopted; `None` when there is no such ledger or it adopted
 /// none. An earlier ledger that is there but cannot be vouched for (another keys folder's, a
 /// schema this kavi cannot read, rows changed outside kavi) is a refusal: adopting the disk's
 /// rules instead would trust on first use exactly what that ledger may have held back.
-fn earlier_adoption(previous: &std::path::Path) -> Result<Option<Governing>> {
+fn earlier_adoption(previous: &std::path::Path, doing: &str) -> Result<Option<Governing>> {
     let refused = |why: String| {
         GovernanceError::Usage(format!(
-            "refused to adopt the rules on first use: this workspace's rules were adopted in the \
+            "refused to {doing}: this workspace's rules were adopted in the \
              ledger at {}, which cannot be vouched for with the keys in use ({}): {why}. Run with \
              the keys folder that ledger was kept with (KAVI_KEYS), or keep using that ledger \
              and change the rules there through review (`kavi policy propose`, `approve`, \
