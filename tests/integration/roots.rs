@@ -62,6 +62,12 @@ fn keys_folder() -> tempfile::TempDir {
     keys
 }
 
+/// [`with_keys`], which must succeed.
+fn succeeds(root: &Path, keys: &Path, args: &[&str]) {
+    let out = with_keys(root, keys, args);
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+}
+
 fn verify(root: &Path, keys: &Path) -> (i32, String) {
     let out = with_keys(root, keys, &["ledger", "verify"]);
     (out.status.code().unwrap(), text(&out))
@@ -257,11 +263,7 @@ fn a_ledger_swapped_for_another_is_seen() {
     );
     assert!(!text(&run).contains("fine"), "{}", text(&run));
     // Signed here, it is taken on.
-    assert!(
-        with_keys(dir.path(), keys.path(), &["ledger", "checkpoint"])
-            .status
-            .success()
-    );
+    succeeds(dir.path(), keys.path(), &["ledger", "checkpoint"]);
     let run = with_keys(dir.path(), keys.path(), &["pipeline", "run", "two"]);
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
 }
@@ -273,21 +275,13 @@ fn a_ledger_rolled_back_from_before_its_last_checkpoint_governs_nothing() {
     let keys = keys_folder();
     let dir = workspace();
     let root = dir.path();
-    assert!(
-        with_keys(root, keys.path(), &["ledger", "keygen"])
-            .status
-            .success()
-    );
+    succeeds(root, keys.path(), &["ledger", "keygen"]);
     let ledger = root.join(".kavi/ledger.db");
     let older = root.join("older.db");
     std::fs::copy(&ledger, &older).unwrap();
     let run = with_keys(root, keys.path(), &["pipeline", "run", "two"]);
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
-    assert!(
-        with_keys(root, keys.path(), &["ledger", "checkpoint"])
-            .status
-            .success()
-    );
+    succeeds(root, keys.path(), &["ledger", "checkpoint"]);
     std::fs::copy(&older, &ledger).unwrap();
     let run = with_keys(root, keys.path(), &["pipeline", "run", "two"]);
     assert_eq!(run.status.code(), Some(4), "{}", text(&run));
