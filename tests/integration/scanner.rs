@@ -712,6 +712,30 @@ const OTHERS: &[Case] = &[
         expect: Some("verdict"),
     },
     Case {
+        name: "skill_class_made_by_a_metaclass_call",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "def same(self: object, other: object) -> bool:\n    return True\n\n\nclass Record(type):\n    pass\n\n\nCounts = Record('Counts', (dict,), {'__e' + 'q__': same})\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "skill_class_namespace_prepared",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "from typing import Any\n\n\ndef same(self: object, other: object) -> bool:\n    return True\n\n\nclass Record(type):\n    @classmethod\n    def __prepare__(mcs, name: str, bases: tuple[type, ...], /, **kwds: Any) -> dict[str, object]:\n        return dict(__eq__=same)\n\n\nclass Counts(dict[str, int], metaclass=Record):\n    pass\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
         name: "expected_value_equal_to_anything",
         class: "READ_ONLY",
         files: &[

@@ -307,10 +307,26 @@ VERDICT_METHODS = frozenset(
 
 def verdict_objects(tree, scope, add, rule, message, test):
     """A class that decides how its objects compare, whether they are true, or what they hold,
-    by `def`, assignment or `setattr`; and, outside a test file, a class made at run time,
-    whose methods no syntax shows."""
+    by `def`, assignment or `setattr`, or by naming such a method at all (a key of the
+    namespace a class is made from: `{"__eq__": ...}`, `dict(__eq__=...)`); and, outside a test
+    file, a class made at run time, by `type(...)`, a metaclass or a class with one, whose
+    methods no syntax shows."""
     why = "%s: %s `%s`, so an object of it decides the tests' comparisons about it"
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in VERDICT_METHODS:
+            add(node, rule, why % (message, "names", node.value))
+        elif isinstance(node, ast.keyword) and node.arg in VERDICT_METHODS:
+            add(node.value, rule, why % (message, "names", node.arg))
+        elif isinstance(node, (ast.BinOp, ast.JoinedStr)):
+            name = fold(node)
+            if name in VERDICT_METHODS:
+                add(node, rule, why % (message, "names", name))
+        if isinstance(node, ast.ClassDef) and not test:
+            for keyword in node.keywords:
+                add(keyword.value, rule, "%s: makes a class with `%s=`, which may give it methods no syntax shows" % (message, keyword.arg))
+            for base in node.bases:
+                if "builtins.type" in scope.quals(base):
+                    add(base, rule, "%s: defines a metaclass, whose classes get methods no syntax shows" % message)
         if isinstance(node, ast.ClassDef):
             for item in node.body:
                 for where, name in bindings(item):

@@ -44,6 +44,20 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "result_class_from_a_metaclass",
+        what: "the skill's result class is made by a metaclass whose `__prepare__` gives it an \
+               `__eq__` that says equal to any, with no method in its body",
+        targets: &["policy"],
+        skill: Some(
+            "from typing import Any\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\ndef _same(self: object, other: object) -> bool:\n    return True\n\n\nclass Record(type):\n    @classmethod\n    def __prepare__(mcs, name: str, bases: tuple[type, ...], /, **kwds: Any) -> dict[str, object]:\n        return {\"__eq__\": _same, \"__hash__\": None}\n\n\nclass Echo(dict[str, Any], metaclass=Record):\n    pass\n\n\ndef run(data: Any) -> Any:\n    return Echo(echo=data)\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "type_error_cast_away",
         what: "a `str` returned as `int` through `typing.cast`, a type mypy takes on trust",
         targets: &["policy"],
