@@ -244,12 +244,18 @@ pub fn adopt_on_first_use(workspace: &Workspace, ledger: &mut Ledger) -> Result<
 /// that is gone is not held back (nothing is left to compare with).
 pub fn check_ledger_here(workspace: &Workspace, ledger: &Ledger) -> Result<()> {
     ledger.check_checkpointed_here(&crate::ledger::canonical_location(&workspace.config.ledger))?;
+    let here = index::ledger_key(&workspace.config.ledger);
+    // The usual case, the remembered ledger, costs a read of the index and no query.
+    let remembered = index::remembered(&workspace.root);
+    if matches!(&remembered, Ok(None)) || matches!(&remembered, Ok(Some(at)) if *at == here) {
+        return Ok(());
+    }
     let Some(ours) = Governing::adopted(ledger).map_err(GovernanceError::Usage)? else {
-        // Nothing adopted yet: the first run carries the remembered ledger's set over.
+        // Nothing adopted yet: the first run carries the remembered ledger's set over (and
+        // says so when the index cannot be read).
         return Ok(());
     };
-    let here = index::ledger_key(&workspace.config.ledger);
-    let Some(remembered) = index::remembered(&workspace.root).map_err(|why| {
+    let Some(remembered) = remembered.map_err(|why| {
         GovernanceError::Usage(format!(
             "refused to take the rules of {}: {why}",
             here.display()
@@ -258,9 +264,6 @@ pub fn check_ledger_here(workspace: &Workspace, ledger: &Ledger) -> Result<()> {
     else {
         return Ok(());
     };
-    if remembered == here {
-        return Ok(());
-    }
     let Some(theirs) = earlier_adoption(&remembered, "take the rules of another ledger")? else {
         return Ok(());
     };
