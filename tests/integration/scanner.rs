@@ -753,7 +753,7 @@ const OTHERS: &[Case] = &[
         files: &[
             (
                 "skill.py",
-                "import dataclasses\n\n\n@dataclasses.dataclass(order=True)\nclass Count:\n    word: str\n    n: int\n\n    def __repr__(self) -> str:\n        return self.word\n",
+                "import dataclasses\nfrom typing import TypedDict\n\n\n@dataclasses.dataclass(order=True)\nclass Count:\n    word: str\n    n: int\n\n    def __repr__(self) -> str:\n        return self.word\n\n\nclass Options(TypedDict, total=False):\n    limit: int\n",
             ),
             ("test_skill.py", "X = 1\n"),
         ],

@@ -322,8 +322,10 @@ def verdict_objects(tree, scope, add, rule, message, test):
             if name in VERDICT_METHODS:
                 add(node, rule, why % (message, "names", name))
         if isinstance(node, ast.ClassDef) and not test:
+            # `total=False` of a `TypedDict` says nothing of methods.
             for keyword in node.keywords:
-                add(keyword.value, rule, "%s: makes a class with `%s=`, which may give it methods no syntax shows" % (message, keyword.arg))
+                if keyword.arg in ("metaclass", None):
+                    add(keyword.value, rule, "%s: makes a class with `%s`, which may give it methods no syntax shows" % (message, "metaclass=" if keyword.arg else "**"))
             for base in node.bases:
                 if "builtins.type" in scope.quals(base):
                     add(base, rule, "%s: defines a metaclass, whose classes get methods no syntax shows" % message)
