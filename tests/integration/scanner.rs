@@ -736,6 +736,66 @@ const OTHERS: &[Case] = &[
         expect: Some("verdict"),
     },
     Case {
+        name: "skill_result_dict_shows_the_output_other_items",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "from typing import Any\n\n\nclass Counts(dict[str, int]):\n    def items(self) -> Any:\n        return [('words', 1)]\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "skill_result_holds_any",
+        class: "READ_ONLY",
+        files: &[
+            (
+                "skill.py",
+                "from unittest import mock\n\n\ndef run(data: object) -> object:\n    return {'words': mock.ANY}\n",
+            ),
+            ("test_skill.py", "X = 1\n"),
+        ],
+        expect: Some("test_doubles"),
+    },
+    Case {
+        name: "test_compares_with_any",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "from unittest.mock import ANY\n\n\ndef test_x() -> None:\n    assert {'words': 2} == {'words': ANY}\n",
+            ),
+        ],
+        expect: Some("anything_equal"),
+    },
+    Case {
+        name: "test_mock_told_to_equal_anything",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "from unittest import mock\n\n\ndef test_x() -> None:\n    assert {'words': 2} == mock.MagicMock(**{'__eq__.return_value': True})\n",
+            ),
+        ],
+        expect: Some("verdict"),
+    },
+    Case {
+        name: "test_standing_a_mock_in_passes",
+        class: "READ_ONLY",
+        files: &[
+            ("skill.py", "X = 1\n"),
+            (
+                "test_skill.py",
+                "from unittest import mock\n\n\ndef test_x() -> None:\n    called = mock.Mock(return_value=1)\n    assert called() == 1\n",
+            ),
+        ],
+        expect: None,
+    },
+    Case {
         name: "expected_value_equal_to_anything",
         class: "READ_ONLY",
         files: &[

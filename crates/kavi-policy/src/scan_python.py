@@ -305,6 +305,17 @@ VERDICT_METHODS = frozenset(
 )
 
 
+# Containers whose subclass shows the tests one thing and the output another: equality reads
+# the stored items, `json` reads what `items()` or `__iter__` answers.
+CONTAINERS = frozenset(
+    ["builtins." + name for name in ("dict", "list", "set", "frozenset", "tuple")]
+    + ["collections." + name for name in ("OrderedDict", "defaultdict", "Counter", "UserDict",
+                                          "UserList", "UserString", "deque", "ChainMap")]
+    + ["typing." + name for name in ("Dict", "List", "Set", "FrozenSet", "Tuple", "OrderedDict",
+                                     "DefaultDict", "Counter", "Deque", "ChainMap")]
+)
+
+
 def verdict_objects(tree, scope, add, rule, message, test):
     """A class that decides how its objects compare, whether they are true, or what they hold,
     by `def`, assignment or `setattr`, or by naming such a method at all (a key of the
@@ -313,8 +324,9 @@ def verdict_objects(tree, scope, add, rule, message, test):
     methods no syntax shows."""
     why = "%s: %s `%s`, so an object of it decides the tests' comparisons about it"
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in VERDICT_METHODS:
-            add(node, rule, why % (message, "names", node.value))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and VERDICT_METHODS.intersection(node.value.split(".")):
+            # `"__eq__.return_value"` tells a `MagicMock` how to compare.
+            add(node, rule, why % (message, "names", sorted(VERDICT_METHODS.intersection(node.value.split(".")))[0]))
         elif isinstance(node, ast.keyword) and node.arg in VERDICT_METHODS:
             add(node.value, rule, why % (message, "names", node.arg))
         elif isinstance(node, (ast.BinOp, ast.JoinedStr)):
@@ -322,6 +334,13 @@ def verdict_objects(tree, scope, add, rule, message, test):
             if name in VERDICT_METHODS:
                 add(node, rule, why % (message, "names", name))
         if isinstance(node, ast.ClassDef) and not test:
+            for base in node.bases:
+                # `dict[str, int]` is `dict`.
+                generic = base.value if isinstance(base, ast.Subscript) else base
+                container = sorted(q for q in scope.quals(generic) if q in CONTAINERS)
+                if container:
+                    add(base, rule, "%s: derives from `%s`, so what the tests compare (its items) and what "
+                        "is written out (its `items()`, `__iter__`) can differ" % (message, container[0]))
             # `total=False` of a `TypedDict` says nothing of methods.
             for keyword in node.keywords:
                 if keyword.arg in ("metaclass", None):

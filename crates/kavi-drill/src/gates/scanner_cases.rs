@@ -58,6 +58,20 @@ pub(super) const SCANNER_CASES: &[Case] = &[
         kind: None,
     },
     Case {
+        name: "result_holding_any_written_out_otherwise",
+        what: "the skill's result holds `unittest.mock.ANY` for the tests to compare, and its \
+               `items()` gives `json` other values to write out",
+        targets: &["policy"],
+        skill: Some(
+            "from typing import Any\nfrom unittest import mock\n\nSIDE_EFFECT = \"READ_ONLY\"\n\n\nclass Echo(dict[str, Any]):\n    def items(self) -> Any:\n        return [(\"echo\", 2)]\n\n\ndef run(data: Any) -> Any:\n    return Echo(echo=mock.ANY)\n",
+        ),
+        test: Some(
+            "import unittest\n\nfrom skill import run\n\n\nclass T(unittest.TestCase):\n    def test_echo(self) -> None:\n        self.assertEqual(run(1), {\"echo\": 2})\n",
+        ),
+        extra: &[],
+        kind: None,
+    },
+    Case {
         name: "type_error_cast_away",
         what: "a `str` returned as `int` through `typing.cast`, a type mypy takes on trust",
         targets: &["policy"],

@@ -72,7 +72,8 @@ fn a_class_set_is_forbidden_what_every_class_forbids() {
             "verdict",
             "unchecked_types",
             "dynamic_names",
-            "environment"
+            "environment",
+            "test_doubles"
         ]
         .map(str::to_owned)
     );
